@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+# One Makefile for everything. Output goes to .output/. Components add rules in mk/*.mk;
+# sources are discovered by directory, so adding a file needs no Makefile edit:
+#   src/common/*.c            -> .output/libgpuscope_common.a (linked into every binary)
+#   proto/**/*.proto          -> .output/proto/*.pb-c.[ch] -> .output/libgpuscope_proto.a
+#   src/agent/bpf/*.bpf.c     -> .output/bpf/*.bpf.o -> .output/*.skel.h
+#   src/agent/**/*.c          -> .output/libgpuscope_agent.a (main.c excluded) + gpuscope-agent
+#   src/server/**/*.c         -> .output/libgpuscope_server.a (main.c excluded) + gpuscope-server
+#   src/cli/**/*.c            -> gpuscope
+#   tests/unit/test_*.c       -> .output/tests/unit/test_* (linked with every library above)
+#   tests/progs/*.c           -> .output/tests/progs/* (workloads the tests run; -fno-omit-frame-pointer)
+
+OUT      := .output
+CC       ?= gcc
+CLANG    ?= clang
+BPFTOOL  ?= $(shell command -v bpftool 2>/dev/null || echo /usr/sbin/bpftool)
+PROTOC_C ?= protoc-c
+ARCH     := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+Q        := $(if $(V),,@)
+
+CFLAGS   ?= -g -O2
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+	    -fno-omit-frame-pointer -D_GNU_SOURCE -Isrc -I$(OUT) -I$(OUT)/proto
+ifneq ($(SANITIZE),)
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+LDLIBS   += -lbpf -lelf -lz -lzstd -lprotobuf-c -lcurl -lmicrohttpd -lsqlite3 -lpthread -lm -ldl -lstdc++
+
+.DELETE_ON_ERROR:
+.SECONDARY:
+.PHONY: all test run clean deps format-check bench
+
+all:
+
+deps:
+	$(Q)scripts/install-deps
+
+# ---- sources ----------------------------------------------------------------------------------
+rwildcard = $(foreach d,$(wildcard $(1:=/*)),$(call rwildcard,$d,$2) $(filter $(subst *,%,$2),$d))
+
+COMMON_SRCS := $(wildcard src/common/*.c)
+PROTO_SRCS  := $(call rwildcard,proto,*.proto)
+PROTO_C     := $(patsubst proto/%.proto,$(OUT)/proto/%.pb-c.c,$(PROTO_SRCS))
+PROTO_H     := $(PROTO_C:.c=.h)
+BPF_SRCS    := $(wildcard src/agent/bpf/*.bpf.c)
+BPF_OBJS    := $(patsubst src/agent/bpf/%.bpf.c,$(OUT)/bpf/%.bpf.o,$(BPF_SRCS))
+SKELS       := $(patsubst src/agent/bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+AGENT_SRCS  := $(filter-out src/agent/main.c src/agent/bpf/%,$(call rwildcard,src/agent,*.c))
+SERVER_SRCS := $(filter-out src/server/main.c,$(call rwildcard,src/server,*.c))
+CLI_SRCS    := $(call rwildcard,src/cli,*.c)
+UNIT_SRCS   := $(wildcard tests/unit/test_*.c)
+PROG_SRCS   := $(wildcard tests/progs/*.c)
+
+obj = $(patsubst %.c,$(OUT)/obj/%.o,$(1))
+
+COMMON_LIB := $(OUT)/libgpuscope_common.a
+PROTO_LIB  := $(OUT)/libgpuscope_proto.a
+AGENT_LIB  := $(OUT)/libgpuscope_agent.a
+SERVER_LIB := $(OUT)/libgpuscope_server.a
+ALL_LIBS   := $(AGENT_LIB) $(SERVER_LIB) $(PROTO_LIB) $(COMMON_LIB)
+
+AGENT_BIN  := $(OUT)/gpuscope-agent
+SERVER_BIN := $(OUT)/gpuscope-server
+CLI_BIN    := $(OUT)/gpuscope
+UNIT_BINS  := $(patsubst tests/unit/%.c,$(OUT)/tests/unit/%,$(UNIT_SRCS))
+PROG_BINS  := $(patsubst tests/progs/%.c,$(OUT)/tests/progs/%,$(PROG_SRCS))
+
+all: $(AGENT_BIN) $(if $(wildcard src/server/main.c),$(SERVER_BIN)) $(if $(CLI_SRCS),$(CLI_BIN)) \
+     $(UNIT_BINS) $(PROG_BINS)
+
+# ---- generated: vmlinux.h, skeletons, protobuf ------------------------------------------------
+VMLINUX := $(OUT)/vmlinux/vmlinux.h
+$(VMLINUX):
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
+
+$(OUT)/bpf/%.bpf.o: src/agent/bpf/%.bpf.c $(VMLINUX) $(wildcard src/agent/bpf/*.h src/common/abi*.h)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CLANG) -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(dir $(VMLINUX)) -Isrc \
+		-c $< -o $@
+	$(Q)llvm-strip -g $@
+
+$(OUT)/%.skel.h: $(OUT)/bpf/%.bpf.o
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
+
+$(OUT)/proto/%.pb-c.c $(OUT)/proto/%.pb-c.h: proto/%.proto
+	$(Q)mkdir -p $(OUT)/proto
+	$(Q)$(PROTOC_C) -Iproto --c_out=$(OUT)/proto $<
+
+# ---- objects ----------------------------------------------------------------------------------
+# Every C object may include a skeleton or a generated protobuf header.
+$(OUT)/obj/%.o: %.c $(SKELS) $(PROTO_H) | $(OUT)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(OUT)/obj/.output/proto/%.o: $(OUT)/proto/%.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(filter-out -Wextra,$(CFLAGS)) -c $< -o $@
+
+$(OUT):
+	$(Q)mkdir -p $@
+
+$(COMMON_LIB): $(call obj,$(COMMON_SRCS))
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(PROTO_LIB): $(patsubst $(OUT)/%.c,$(OUT)/obj/.output/%.o,$(PROTO_C))
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(AGENT_LIB): $(call obj,$(AGENT_SRCS))
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(SERVER_LIB): $(call obj,$(SERVER_SRCS))
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(AGENT_BIN): $(call obj,src/agent/main.c) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+$(SERVER_BIN): $(call obj,src/server/main.c) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+$(CLI_BIN): $(call obj,$(CLI_SRCS)) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRCS)) $(ALL_LIBS) $(LDLIBS)
+
+$(OUT)/tests/unit/%: $(call obj,tests/unit/%.c) $(ALL_LIBS)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lcmocka
+
+# Test workloads: frame pointers, symbols kept, PIE.
+$(OUT)/tests/progs/%: tests/progs/%.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fno-inline -fPIE -pie -pthread -o $@ $< $(PROG_LDLIBS_$*)
+
+-include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)
+include $(sort $(wildcard mk/*.mk))
+
+# ---- entry points -----------------------------------------------------------------------------
+test: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/run
+
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/run
+
+format-check:
+	$(Q)clang-format --dry-run --Werror $(filter-out %.bpf.c,$(call rwildcard,src,*.c) $(call rwildcard,src,*.h))
+
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The agent's shared state for `run` (continuous) mode and the module interface each data
+ * source implements: CPU sampler, thread states, CUDA uprobes, CUPTI USDT, NVML poller.
+ */
+#ifndef GPUSCOPE_AGENT_H
+#define GPUSCOPE_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+struct batch;
+struct symbolizer;
+
+#define AGENT_MAX_PIDS 64
+
+struct agent_opts {
+	const char *node;		/* node label; default: hostname */
+	unsigned frequency_hz;		/* CPU sampling, default 99 */
+	pid_t pids[AGENT_MAX_PIDS];	/* --pid filter; npids == 0: all processes */
+	int npids;
+	bool all_processes;		/* --all-processes (thread states of every process) */
+	const char *nvml_library;	/* --nvml-library; NULL: "libnvidia-ml.so.1" */
+	bool no_gpu;			/* --no-gpu: skip NVML */
+};
+
+struct agent {
+	struct agent_opts opts;
+	struct batch *batch;		/* where modules write; thread-safe, flushed by run.c */
+	struct symbolizer *sym;		/* shared symbolizer; main-loop thread only */
+	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
+	volatile bool stopping;
+};
+
+/*
+ * A data source. start() returns 0, or -ENOTSUP/-ENOENT when the source is unavailable here
+ * (the agent logs one line and runs without it), or another -errno (fatal). tick() is called
+ * from the main loop every ~50 ms to drain buffers into a->batch. metrics() appends
+ * Prometheus text-format lines for the agent's /metrics. Any callback may be NULL.
+ */
+struct agent_module {
+	const char *name;
+	int (*start)(struct agent *a);
+	int (*tick)(struct agent *a);
+	void (*stop)(struct agent *a);
+	void (*metrics)(struct agent *a, FILE *out);
+};
+
+#endif

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * On-CPU sampler: attached to a perf event per CPU; emits one event per sample with its own
+ * timestamp, the kernel stack and the user stack, into a ring buffer. Filtering by pid is a map.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "common/abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool filter_pids = false;	/* only sample tgids present in `pids` */
+const volatile bool want_kernel = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);	/* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GPUSCOPE_ERR_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} errors SEC(".maps");
+
+#define SAMPLE_MAX (sizeof(struct gpuscope_ev_cpu_sample) + 2 * GPUSCOPE_MAX_STACK * 8)
+struct scratch {
+	struct gpuscope_ev_cpu_sample ev;
+	__u64 frames[2 * GPUSCOPE_MAX_STACK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_map SEC(".maps");
+
+static __always_inline void count_err(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&errors, &which);
+
+	if (v)
+		*v += 1;
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id, zero = 0;
+	struct scratch *s;
+	long kbytes = 0, ubytes = 0;
+	__u64 size;
+
+	if (tid == 0)	/* the idle task */
+		return 0;
+	if (filter_pids && !bpf_map_lookup_elem(&pids, &tgid)) {
+		count_err(GPUSCOPE_ERR_FILTERED);
+		return 0;
+	}
+	s = bpf_map_lookup_elem(&scratch_map, &zero);
+	if (!s)
+		return 0;
+	s->ev.hdr.type = GPUSCOPE_EV_CPU_SAMPLE;
+	s->ev.ktime_ns = bpf_ktime_get_ns();
+	s->ev.tgid = tgid;
+	s->ev.tid = tid;
+	s->ev.cpu = bpf_get_smp_processor_id();
+	bpf_get_current_comm(s->ev.comm, sizeof(s->ev.comm));
+
+	if (want_kernel) {
+		kbytes = bpf_get_stack(ctx, s->frames, GPUSCOPE_MAX_STACK * 8, 0);
+		if (kbytes < 0) {
+			count_err(GPUSCOPE_ERR_KSTACK);
+			kbytes = 0;
+		}
+	}
+	kbytes &= 0xfff8;
+	if (kbytes > GPUSCOPE_MAX_STACK * 8)
+		kbytes = GPUSCOPE_MAX_STACK * 8;
+	ubytes = bpf_get_stack(ctx, (void *)s->frames + kbytes, GPUSCOPE_MAX_STACK * 8,
+			       BPF_F_USER_STACK);
+	if (ubytes < 0) {
+		count_err(GPUSCOPE_ERR_USTACK);
+		ubytes = 0;
+	}
+	ubytes &= 0xfff8;
+	if (ubytes > GPUSCOPE_MAX_STACK * 8)
+		ubytes = GPUSCOPE_MAX_STACK * 8;
+	s->ev.kstack_len = kbytes / 8;
+	s->ev.ustack_len = ubytes / 8;
+	size = sizeof(s->ev) + kbytes + ubytes;
+	if (size > SAMPLE_MAX)
+		size = SAMPLE_MAX;
+	s->ev.hdr.size = size;
+	if (bpf_ringbuf_output(&events, s, size, 0))
+		count_err(GPUSCOPE_ERR_RINGBUF_FULL);
+	return 0;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The in-memory batch every producer writes into and the agent pushes to the server: string
+ * table, deduplicated locations and stacks, stack samples, metric points and intervals
+ * (shared/DESIGN.md, "The data"). Encodes to / decodes from proto/gpuscope/v1/batch.proto.
+ * Thread-safe: every call takes the batch's mutex, so producer threads may share one batch.
+ */
+#ifndef GPUSCOPE_BATCH_H
+#define GPUSCOPE_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Stack sample kinds (DESIGN.md): the strings are the names used in the API and CLI. */
+enum sample_kind {
+	SAMPLE_CPU = 0,		/* value: samples (1 each); the period is in the batch */
+	SAMPLE_OFFCPU_NS,	/* value: ns blocked */
+	SAMPLE_GPU_KERNEL_NS,	/* value: ns of GPU time */
+	SAMPLE_CUDA_SYNC_NS,	/* value: ns waiting in a CUDA synchronize */
+	SAMPLE_KIND_MAX,
+};
+const char *sample_kind_name(enum sample_kind k);
+int sample_kind_parse(const char *s);	/* -EINVAL if unknown */
+
+struct label {
+	const char *name, *value;
+};
+
+/* One frame. Strings are copied (interned) by the batch. */
+struct location {
+	const char *function;	/* demangled; NULL or "" when unresolved */
+	const char *module;	/* mapping path, "[kernel.kallsyms]" for the kernel */
+	const char *build_id;	/* hex, may be NULL */
+	const char *file;	/* source file, may be NULL */
+	uint32_t line;		/* 0 if unknown */
+	uint64_t address;	/* file offset in module (pprof Location.address), or kernel address */
+	bool kernel;
+	bool inlined;
+};
+
+struct batch;
+
+/* Creates an empty batch for this node. Returns NULL with errno set. Free with batch__free(). */
+struct batch *batch__new(const char *node);
+void batch__free(struct batch *b);
+/* Drops every record but keeps the node name (and may keep interned strings). */
+void batch__reset(struct batch *b);
+
+/* Deduplicated: the same frame list returns the same stack id within one batch. >= 0 or -errno. */
+int64_t batch__stack(struct batch *b, const struct location *frames, size_t n);
+
+/* A stack sample at time_ns (Unix ns). Labels are copied. 0 or -errno. */
+int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels, size_t nlabels,
+		  int64_t stack_id, enum sample_kind kind, int64_t value);
+
+/* One metric point (Unix ns). Series are identified by name + labels. 0 or -errno. */
+int batch__metric(struct batch *b, const char *name, const struct label *labels, size_t nlabels,
+		  uint64_t time_ns, double value);
+
+/*
+ * One interval [start_ns, end_ns) of `kind` ("thread_state", "gpu_kernel", "gpu_busy",
+ * "cuda_api", "memcpy", ...); attrs are free-form name/value pairs (state, cpu, stack_id as
+ * decimal, kernel name, stream, ...). 0 or -errno.
+ */
+int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
+		    uint64_t start_ns, uint64_t end_ns, const struct label *attrs, size_t nattrs);
+
+/* Record counts, for logs and flush decisions. */
+size_t batch__nsamples(const struct batch *b);
+size_t batch__size_estimate(const struct batch *b);	/* bytes once encoded, roughly */
+
+/* Encodes to a protobuf Batch, uncompressed. *ret is malloc'ed; the caller frees. 0 or -errno. */
+int batch__encode(struct batch *b, uint8_t **ret, size_t *ret_len);
+
+#endif

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Duration/time parsing, clocks and hashing shared by every binary. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common/util.h"
+
+int parse_duration_ns(const char *s, uint64_t *ret_ns)
+{
+	static const struct { const char *suffix; double mult; } units[] = {
+		{ "ns", 1 }, { "us", 1e3 }, { "µs", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
+		{ "m", 60e9 }, { "h", 3600e9 }, { "d", 86400e9 }, { "", 1e9 },
+	};
+	char *end;
+	double v;
+
+	if (!s || !*s || isspace((unsigned char)*s) || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v < 0)
+		return -EINVAL;
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (strcmp(end, units[i].suffix))
+			continue;
+		v *= units[i].mult;
+		if (v >= 1.8e19)
+			return -EINVAL;
+		*ret_ns = (uint64_t)(v + 0.5);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int parse_digits(const char **p, int n, int *ret)
+{
+	int v = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)(*p)[i]))
+			return -EINVAL;
+		v = v * 10 + ((*p)[i] - '0');
+	}
+	*p += n;
+	*ret = v;
+	return 0;
+}
+
+int parse_time_ns(const char *s, uint64_t *ret_ns)
+{
+	struct tm tm = { 0 };
+	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+	uint64_t frac_ns = 0, scale = 100000000;
+	const char *p = s;
+	char *end;
+	time_t t;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (!strchr(s, '-') || s[0] == '-') {
+		/* Unix seconds, possibly fractional. */
+		double v;
+
+		errno = 0;
+		v = strtod(s, &end);
+		if (errno || *end || end == s || v < 0 || !isfinite(v) || v > 1e11)
+			return -EINVAL;
+		*ret_ns = (uint64_t)(v * 1e9 + 0.5);
+		return 0;
+	}
+	if (parse_digits(&p, 4, &y) || *p++ != '-' || parse_digits(&p, 2, &mo) || *p++ != '-' ||
+	    parse_digits(&p, 2, &d) || (*p != 'T' && *p != 't' && *p != ' '))
+		return -EINVAL;
+	p++;
+	if (parse_digits(&p, 2, &h) || *p++ != ':' || parse_digits(&p, 2, &mi) || *p++ != ':' ||
+	    parse_digits(&p, 2, &sec))
+		return -EINVAL;
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		for (; isdigit((unsigned char)*p); p++) {
+			frac_ns += (uint64_t)(*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		sign = *p++ == '-' ? -1 : 1;
+		if (parse_digits(&p, 2, &oh) || *p++ != ':' || parse_digits(&p, 2, &om))
+			return -EINVAL;
+	} else {
+		return -EINVAL;
+	}
+	if (*p || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970)
+		return -EINVAL;
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	t = timegm(&tm);
+	if (t == (time_t)-1)
+		return -EINVAL;
+	t -= sign * (oh * 3600 + om * 60);
+	if (t < 0)
+		return -EINVAL;
+	*ret_ns = (uint64_t)t * NSEC_PER_SEC + frac_ns;
+	return 0;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mono_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t wall_ns(void)
+{
+	return clock_ns(CLOCK_REALTIME);
+}
+
+int64_t mono_to_wall_offset_ns(void)
+{
+	uint64_t best_gap = UINT64_MAX;
+	int64_t best = 0;
+
+	for (int i = 0; i < 16; i++) {
+		uint64_t m0 = mono_ns(), w = wall_ns(), m1 = mono_ns();
+
+		if (m1 - m0 < best_gap) {
+			best_gap = m1 - m0;
+			best = (int64_t)w - (int64_t)(m0 + (m1 - m0) / 2);
+		}
+	}
+	return best;
+}
+
+uint64_t hash64(const void *data, size_t len, uint64_t seed)
+{
+	const unsigned char *p = data;
+	uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+char *fmt_duration(uint64_t ns, char *buf, size_t len)
+{
+	if (ns >= NSEC_PER_SEC)
+		snprintf(buf, len, "%.3fs", ns / 1e9);
+	else if (ns >= NSEC_PER_MSEC)
+		snprintf(buf, len, "%.1fms", ns / 1e6);
+	else
+		snprintf(buf, len, "%.0fus", ns / 1e3);
+	return buf;
+}

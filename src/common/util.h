@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Small shared helpers: duration and time parsing, clocks, hashing. */
+#ifndef GPUSCOPE_UTIL_H
+#define GPUSCOPE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define NSEC_PER_SEC  1000000000ULL
+#define NSEC_PER_MSEC 1000000ULL
+
+/*
+ * Parse a duration: "500ms", "5s", "10m", "1h", "2d", "250us", "100ns", or a bare number of
+ * seconds ("1.5"). Returns 0 and sets *ret_ns, or -EINVAL for anything else (negative, empty,
+ * trailing junk, overflow).
+ */
+int parse_duration_ns(const char *s, uint64_t *ret_ns);
+
+/*
+ * Parse a point in time: RFC 3339 ("2026-12-02T10:02:00Z", "...+01:00", fractional seconds)
+ * or Unix seconds ("1764669720", "1764669720.5"). Returns 0 and sets *ret_ns (Unix ns),
+ * or -EINVAL.
+ */
+int parse_time_ns(const char *s, uint64_t *ret_ns);
+
+/* CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns()) and CLOCK_REALTIME, in ns. */
+uint64_t mono_ns(void);
+uint64_t wall_ns(void);
+
+/*
+ * Offset that turns a CLOCK_MONOTONIC time into Unix ns: wall = mono + offset. Measured as the
+ * tightest of a few bracketing reads, so its error is well under a microsecond.
+ */
+int64_t mono_to_wall_offset_ns(void);
+
+/* 64-bit FNV-1a, for dedup keys; not for security. */
+uint64_t hash64(const void *data, size_t len, uint64_t seed);
+
+/* Format ns as "1.234s"/"12.3ms"/"45us" into buf; returns buf. */
+char *fmt_duration(uint64_t ns, char *buf, size_t len);
+
+#endif
