@@ -73,4 +73,30 @@ size_t batch__size_estimate(const struct batch *b);	/* bytes once encoded, rough
 /* Encodes to a protobuf Batch, uncompressed. *ret is malloc'ed; the caller frees. 0 or -errno. */
 int batch__encode(struct batch *b, uint8_t **ret, size_t *ret_len);
 
+/* CPU sampling period written into the batch (Batch.period_ns); 0 = unknown. */
+void batch__set_period(struct batch *b, uint64_t period_ns);
+
+/*
+ * Limits, checked by the batch (-E2BIG / -ENOSPC) and by batch_decode() on the server side.
+ * A producer that gets -ENOSPC should flush the batch and retry.
+ */
+#define BATCH_VERSION		1
+#define BATCH_MAX_DEPTH		1024		/* frames per stack */
+#define BATCH_MAX_LABELS	64		/* labels per label set, attrs per interval */
+#define BATCH_MAX_STRLEN	65536		/* bytes per string, NUL excluded */
+#define BATCH_MAX_RECORDS	(4u << 20)	/* samples + metric points + intervals */
+#define BATCH_MAX_STRINGS	(1u << 20)
+
+/*
+ * Server side: unpacks an uncompressed protobuf Batch and validates it completely (version,
+ * every index in range, column lengths, kinds, interval order, string lengths), so that the
+ * caller may index without checks. Returns the protobuf-c message, to be freed with
+ * batch_decode_free(), or NULL with a human-readable reason in err (and errno set: EINVAL for
+ * malformed input, EPROTONOSUPPORT for an unknown version, ENOMEM).
+ */
+struct Gpuscope__V1__Batch;
+struct Gpuscope__V1__Batch *batch_decode(const uint8_t *buf, size_t len, char *err,
+					 size_t errlen);
+void batch_decode_free(struct Gpuscope__V1__Batch *m);
+
 #endif

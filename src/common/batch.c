@@ -1,0 +1,980 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The batch producers write into (batch.h): interned strings, locations, stacks and label sets
+ * deduplicated by content hash, samples and metric points kept in columnar groups, encoded to
+ * proto/gpuscope/v1/batch.proto; plus the validating decoder the server uses.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "common/batch.h"
+#include "common/hmap.h"
+#include "common/util.h"
+#include "gpuscope/v1/batch.pb-c.h"
+
+static const char *const kind_names[SAMPLE_KIND_MAX] = {
+	[SAMPLE_CPU] = "cpu",
+	[SAMPLE_OFFCPU_NS] = "offcpu_ns",
+	[SAMPLE_GPU_KERNEL_NS] = "gpu_kernel_ns",
+	[SAMPLE_CUDA_SYNC_NS] = "cuda_sync_ns",
+};
+
+const char *sample_kind_name(enum sample_kind k)
+{
+	return (unsigned)k < SAMPLE_KIND_MAX ? kind_names[k] : "unknown";
+}
+
+int sample_kind_parse(const char *s)
+{
+	for (int i = 0; s && i < SAMPLE_KIND_MAX; i++)
+		if (!strcmp(s, kind_names[i]))
+			return i;
+	return -EINVAL;
+}
+
+struct loc_rec {
+	uint32_t function, module, build_id, file, line;
+	uint32_t flags;		/* bit 0 kernel, bit 1 inlined */
+	uint64_t address;
+};
+
+/* A growable array of fixed-size elements. */
+struct vec {
+	void *v;
+	size_t len, cap;
+};
+
+struct sgroup {
+	uint32_t ls, kind;
+	struct vec time;	/* uint64_t */
+	struct vec stack;	/* uint32_t */
+	struct vec value;	/* int64_t */
+	bool all_one;
+};
+
+struct mseries {
+	uint32_t name, ls;
+	struct vec time;	/* uint64_t */
+	struct vec value;	/* double */
+};
+
+struct ivl {
+	uint32_t kind, ls;
+	uint64_t start, end;
+	size_t attr_off;	/* into batch.attrs */
+	uint32_t nattrs;	/* pairs */
+};
+
+struct batch {
+	pthread_mutex_t mu;
+	struct strtab strs;
+	uint32_t node;
+	uint64_t batch_id, period_ns;
+	struct vec locs;		/* struct loc_rec */
+	struct u64map loc_idx;		/* content hash (+probe) -> index */
+	struct vec stack_data;		/* uint32_t location indexes, all stacks back to back */
+	struct vec stack_off;		/* size_t, nstacks + 1 */
+	struct u64map stack_idx;
+	struct vec ls_data;		/* uint32_t pairs, all label sets back to back */
+	struct vec ls_off;		/* size_t, nls + 1 */
+	struct u64map ls_idx;
+	struct vec groups;		/* struct sgroup */
+	struct u64map group_idx;	/* ls << 8 | kind -> index */
+	struct vec series;		/* struct mseries */
+	struct u64map series_idx;	/* name << 32 | ls -> index */
+	struct vec ivls;		/* struct ivl */
+	struct vec attrs;		/* uint32_t pairs */
+	size_t nsamples, nrecords, est;
+};
+
+static int vec_push(struct vec *v, const void *elem, size_t size)
+{
+	if (v->len == v->cap) {
+		size_t ncap = v->cap ? v->cap * 2 : 16;
+		void *n = realloc(v->v, ncap * size);
+
+		if (!n)
+			return -ENOMEM;
+		v->v = n;
+		v->cap = ncap;
+	}
+	memcpy((char *)v->v + v->len * size, elem, size);
+	v->len++;
+	return 0;
+}
+
+#define VEC_AT(vec, type, i) (((type *)(vec).v)[i])
+
+static void vec_done(struct vec *v)
+{
+	free(v->v);
+	memset(v, 0, sizeof(*v));
+}
+
+static int64_t intern(struct batch *b, const char *s)
+{
+	int64_t i;
+
+	if (!s)
+		s = "";
+	if (strlen(s) > BATCH_MAX_STRLEN)
+		return -E2BIG;
+	if (b->strs.len >= BATCH_MAX_STRINGS)
+		return -ENOSPC;
+	i = strtab_intern(&b->strs, s);
+	if (i >= 0 && (size_t)i == b->strs.len - 1)
+		b->est += strlen(s) + 3;
+	return i;
+}
+
+static void new_batch_id(struct batch *b)
+{
+	uint64_t id = 0;
+
+	if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+		id = wall_ns() ^ (uint64_t)(uintptr_t)b;
+	b->batch_id = id ? id : 1;
+}
+
+static int init_contents(struct batch *b, const char *node)
+{
+	int64_t i;
+
+	i = intern(b, "");
+	if (i < 0)
+		return (int)i;
+	i = intern(b, node);
+	if (i < 0)
+		return (int)i;
+	b->node = (uint32_t)i;
+	new_batch_id(b);
+	return 0;
+}
+
+struct batch *batch__new(const char *node)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+	int err;
+
+	if (!b)
+		return NULL;
+	pthread_mutex_init(&b->mu, NULL);
+	err = init_contents(b, node);
+	if (err) {
+		batch__free(b);
+		errno = -err;
+		return NULL;
+	}
+	return b;
+}
+
+static void free_contents(struct batch *b)
+{
+	for (size_t i = 0; i < b->groups.len; i++) {
+		struct sgroup *g = &VEC_AT(b->groups, struct sgroup, i);
+
+		vec_done(&g->time);
+		vec_done(&g->stack);
+		vec_done(&g->value);
+	}
+	for (size_t i = 0; i < b->series.len; i++) {
+		struct mseries *s = &VEC_AT(b->series, struct mseries, i);
+
+		vec_done(&s->time);
+		vec_done(&s->value);
+	}
+	strtab_done(&b->strs);
+	vec_done(&b->locs);
+	u64map_done(&b->loc_idx);
+	vec_done(&b->stack_data);
+	vec_done(&b->stack_off);
+	u64map_done(&b->stack_idx);
+	vec_done(&b->ls_data);
+	vec_done(&b->ls_off);
+	u64map_done(&b->ls_idx);
+	vec_done(&b->groups);
+	u64map_done(&b->group_idx);
+	vec_done(&b->series);
+	u64map_done(&b->series_idx);
+	vec_done(&b->ivls);
+	vec_done(&b->attrs);
+	b->nsamples = b->nrecords = b->est = 0;
+}
+
+void batch__free(struct batch *b)
+{
+	if (!b)
+		return;
+	free_contents(b);
+	pthread_mutex_destroy(&b->mu);
+	free(b);
+}
+
+void batch__reset(struct batch *b)
+{
+	char *node;
+
+	pthread_mutex_lock(&b->mu);
+	node = strdup(b->strs.strs[b->node]);
+	free_contents(b);
+	/* On ENOMEM the batch is left empty without a node name: "" keeps it usable. */
+	if (init_contents(b, node ? node : ""))
+		b->node = 0;
+	free(node);
+	pthread_mutex_unlock(&b->mu);
+}
+
+void batch__set_period(struct batch *b, uint64_t period_ns)
+{
+	pthread_mutex_lock(&b->mu);
+	b->period_ns = period_ns;
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* Finds an equal record by hash, probing h, h+1, ...; returns its slot or the free key. */
+typedef bool (*eq_fn)(struct batch *b, uint64_t idx, const void *key);
+
+static uint64_t *dedup_find(struct batch *b, struct u64map *m, uint64_t h, eq_fn eq,
+			    const void *key, uint64_t *ret_free_key)
+{
+	uint64_t *v;
+
+	for (; (v = u64map_find(m, h)); h++)
+		if (eq(b, *v, key))
+			return v;
+	*ret_free_key = h;
+	return NULL;
+}
+
+static bool loc_eq(struct batch *b, uint64_t idx, const void *key)
+{
+	return !memcmp(&VEC_AT(b->locs, struct loc_rec, idx), key, sizeof(struct loc_rec));
+}
+
+static int64_t add_location(struct batch *b, const struct location *l)
+{
+	struct loc_rec r = { 0 };
+	uint64_t h, fk, *v;
+	int64_t i;
+
+	if ((i = intern(b, l->function)) < 0)
+		return i;
+	r.function = (uint32_t)i;
+	if ((i = intern(b, l->module)) < 0)
+		return i;
+	r.module = (uint32_t)i;
+	if ((i = intern(b, l->build_id)) < 0)
+		return i;
+	r.build_id = (uint32_t)i;
+	if ((i = intern(b, l->file)) < 0)
+		return i;
+	r.file = (uint32_t)i;
+	r.line = l->line;
+	r.address = l->address;
+	r.flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
+	h = hash64(&r, sizeof(r), 1);
+	v = dedup_find(b, &b->loc_idx, h, loc_eq, &r, &fk);
+	if (v)
+		return (int64_t)*v;
+	if (vec_push(&b->locs, &r, sizeof(r)))
+		return -ENOMEM;
+	if (!u64map_upsert(&b->loc_idx, fk, b->locs.len - 1, NULL)) {
+		b->locs.len--;
+		return -ENOMEM;
+	}
+	b->est += 20;
+	return (int64_t)b->locs.len - 1;
+}
+
+struct u32s {
+	const uint32_t *v;
+	size_t n;
+};
+
+static bool u32s_eq(const struct vec *data, const struct vec *off, uint64_t idx,
+		    const struct u32s *k)
+{
+	size_t s = VEC_AT(*off, size_t, idx), e = VEC_AT(*off, size_t, idx + 1);
+
+	return e - s == k->n && !memcmp(&VEC_AT(*data, uint32_t, s), k->v, k->n * sizeof(uint32_t));
+}
+
+static bool stack_eq(struct batch *b, uint64_t idx, const void *key)
+{
+	return u32s_eq(&b->stack_data, &b->stack_off, idx, key);
+}
+
+static bool ls_eq(struct batch *b, uint64_t idx, const void *key)
+{
+	return u32s_eq(&b->ls_data, &b->ls_off, idx, key);
+}
+
+/* Adds a u32 list to data/off deduplicated through m; returns its index or -errno. */
+static int64_t add_u32s(struct batch *b, struct vec *data, struct vec *off, struct u64map *m,
+			eq_fn eq, const uint32_t *v, size_t n, uint64_t seed)
+{
+	struct u32s k = { v, n };
+	uint64_t fk, *slot, h = hash64(v, n * sizeof(*v), seed);
+	size_t old_len = data->len, idx, end;
+
+	slot = dedup_find(b, m, h, eq, &k, &fk);
+	if (slot)
+		return (int64_t)*slot;
+	if (!off->len) {
+		size_t zero = 0;
+
+		if (vec_push(off, &zero, sizeof(zero)))
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (vec_push(data, &v[i], sizeof(v[i])))
+			goto out_undo;
+	end = data->len;
+	if (vec_push(off, &end, sizeof(end)))
+		goto out_undo;
+	idx = off->len - 2;
+	if (!u64map_upsert(m, fk, idx, NULL)) {
+		off->len--;
+		goto out_undo;
+	}
+	b->est += n * 2 + 4;
+	return (int64_t)idx;
+out_undo:
+	data->len = old_len;
+	return -ENOMEM;
+}
+
+int64_t batch__stack(struct batch *b, const struct location *frames, size_t n)
+{
+	uint32_t *ids;
+	int64_t ret = 0;
+
+	if (n > BATCH_MAX_DEPTH)
+		return -E2BIG;
+	ids = malloc((n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	pthread_mutex_lock(&b->mu);
+	for (size_t i = 0; i < n; i++) {
+		ret = add_location(b, &frames[i]);
+		if (ret < 0)
+			goto out_unlock;
+		ids[i] = (uint32_t)ret;
+	}
+	ret = add_u32s(b, &b->stack_data, &b->stack_off, &b->stack_idx, stack_eq, ids, n, 2);
+out_unlock:
+	pthread_mutex_unlock(&b->mu);
+	free(ids);
+	return ret;
+}
+
+static int cmp_pair(const void *a, const void *b, void *ctx)
+{
+	const uint32_t *x = a, *y = b;
+	const struct strtab *t = ctx;
+
+	return strcmp(t->strs[x[0]], t->strs[y[0]]);
+}
+
+/* Interns labels as sorted (name, value) pairs into out (2 * n). Caller holds b->mu. */
+static int label_pairs(struct batch *b, const struct label *labels, size_t n, uint32_t *out)
+{
+	int64_t i;
+
+	if (n > BATCH_MAX_LABELS)
+		return -E2BIG;
+	for (size_t k = 0; k < n; k++) {
+		if (!labels[k].name || !*labels[k].name)
+			return -EINVAL;
+		if ((i = intern(b, labels[k].name)) < 0)
+			return (int)i;
+		out[2 * k] = (uint32_t)i;
+		if ((i = intern(b, labels[k].value)) < 0)
+			return (int)i;
+		out[2 * k + 1] = (uint32_t)i;
+	}
+	qsort_r(out, n, 2 * sizeof(uint32_t), cmp_pair, &b->strs);
+	for (size_t k = 1; k < n; k++)
+		if (out[2 * k] == out[2 * k - 2])
+			return -EINVAL;	/* the same name twice */
+	return 0;
+}
+
+static int64_t label_set(struct batch *b, const struct label *labels, size_t n)
+{
+	uint32_t pairs[2 * BATCH_MAX_LABELS];
+	int err = label_pairs(b, labels, n, pairs);
+
+	if (err)
+		return err;
+	return add_u32s(b, &b->ls_data, &b->ls_off, &b->ls_idx, ls_eq, pairs, 2 * n, 3);
+}
+
+static size_t nstacks(const struct batch *b)
+{
+	return b->stack_off.len ? b->stack_off.len - 1 : 0;
+}
+
+int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels, size_t nlabels,
+		  int64_t stack_id, enum sample_kind kind, int64_t value)
+{
+	struct sgroup *g;
+	uint64_t *slot;
+	uint32_t st = (uint32_t)stack_id;
+	int64_t ls;
+	int err = 0;
+
+	if ((unsigned)kind >= SAMPLE_KIND_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&b->mu);
+	if (stack_id < 0 || (size_t)stack_id >= nstacks(b)) {
+		err = -EINVAL;
+		goto out_unlock;
+	}
+	if (b->nrecords >= BATCH_MAX_RECORDS) {
+		err = -ENOSPC;
+		goto out_unlock;
+	}
+	ls = label_set(b, labels, nlabels);
+	if (ls < 0) {
+		err = (int)ls;
+		goto out_unlock;
+	}
+	slot = u64map_upsert(&b->group_idx, (uint64_t)ls << 8 | kind, UINT64_MAX, NULL);
+	if (!slot) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	if (*slot == UINT64_MAX) {
+		struct sgroup ng = { .ls = (uint32_t)ls, .kind = kind, .all_one = true };
+
+		if (vec_push(&b->groups, &ng, sizeof(ng))) {
+			err = -ENOMEM;
+			goto out_unlock;
+		}
+		*slot = b->groups.len - 1;
+	}
+	g = &VEC_AT(b->groups, struct sgroup, *slot);
+	/* Keep the three columns the same length: undo on partial failure. */
+	if (vec_push(&g->time, &time_ns, sizeof(time_ns)))
+		goto out_nomem;
+	if (vec_push(&g->stack, &st, sizeof(st))) {
+		g->time.len--;
+		goto out_nomem;
+	}
+	if (vec_push(&g->value, &value, sizeof(value))) {
+		g->time.len--;
+		g->stack.len--;
+		goto out_nomem;
+	}
+	if (value != 1)
+		g->all_one = false;
+	b->nsamples++;
+	b->nrecords++;
+	b->est += 5;
+	goto out_unlock;
+out_nomem:
+	err = -ENOMEM;
+out_unlock:
+	pthread_mutex_unlock(&b->mu);
+	return err;
+}
+
+int batch__metric(struct batch *b, const char *name, const struct label *labels, size_t nlabels,
+		  uint64_t time_ns, double value)
+{
+	struct mseries *s;
+	uint64_t *slot;
+	int64_t ls, nm;
+	int err = 0;
+
+	if (!name || !*name)
+		return -EINVAL;
+	pthread_mutex_lock(&b->mu);
+	if (b->nrecords >= BATCH_MAX_RECORDS) {
+		err = -ENOSPC;
+		goto out_unlock;
+	}
+	nm = intern(b, name);
+	if (nm < 0) {
+		err = (int)nm;
+		goto out_unlock;
+	}
+	ls = label_set(b, labels, nlabels);
+	if (ls < 0) {
+		err = (int)ls;
+		goto out_unlock;
+	}
+	slot = u64map_upsert(&b->series_idx, (uint64_t)nm << 32 | (uint64_t)ls, UINT64_MAX, NULL);
+	if (!slot) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	if (*slot == UINT64_MAX) {
+		struct mseries ns = { .name = (uint32_t)nm, .ls = (uint32_t)ls };
+
+		if (vec_push(&b->series, &ns, sizeof(ns))) {
+			err = -ENOMEM;
+			goto out_unlock;
+		}
+		*slot = b->series.len - 1;
+	}
+	s = &VEC_AT(b->series, struct mseries, *slot);
+	if (vec_push(&s->time, &time_ns, sizeof(time_ns))) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	if (vec_push(&s->value, &value, sizeof(value))) {
+		s->time.len--;
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	b->nrecords++;
+	b->est += 10;
+out_unlock:
+	pthread_mutex_unlock(&b->mu);
+	return err;
+}
+
+int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
+		    uint64_t start_ns, uint64_t end_ns, const struct label *attrs, size_t nattrs)
+{
+	uint32_t pairs[2 * BATCH_MAX_LABELS];
+	struct ivl iv = { .start = start_ns, .end = end_ns };
+	size_t old_attrs;
+	int64_t i;
+	int err = 0;
+
+	if (!kind || !*kind || end_ns < start_ns)
+		return -EINVAL;
+	if (nattrs > BATCH_MAX_LABELS)
+		return -E2BIG;
+	pthread_mutex_lock(&b->mu);
+	old_attrs = b->attrs.len;
+	if (b->nrecords >= BATCH_MAX_RECORDS) {
+		err = -ENOSPC;
+		goto out_unlock;
+	}
+	if ((i = intern(b, kind)) < 0) {
+		err = (int)i;
+		goto out_unlock;
+	}
+	iv.kind = (uint32_t)i;
+	if ((i = label_set(b, labels, nlabels)) < 0) {
+		err = (int)i;
+		goto out_unlock;
+	}
+	iv.ls = (uint32_t)i;
+	err = label_pairs(b, attrs, nattrs, pairs);
+	if (err)
+		goto out_unlock;
+	iv.attr_off = b->attrs.len;
+	iv.nattrs = (uint32_t)nattrs;
+	for (size_t k = 0; k < 2 * nattrs; k++)
+		if (vec_push(&b->attrs, &pairs[k], sizeof(pairs[k])))
+			goto out_nomem;
+	if (vec_push(&b->ivls, &iv, sizeof(iv)))
+		goto out_nomem;
+	b->nrecords++;
+	b->est += 16 + 4 * nattrs;
+	goto out_unlock;
+out_nomem:
+	b->attrs.len = old_attrs;
+	err = -ENOMEM;
+out_unlock:
+	pthread_mutex_unlock(&b->mu);
+	return err;
+}
+
+size_t batch__nsamples(const struct batch *b)
+{
+	struct batch *m = (struct batch *)b;
+	size_t n;
+
+	pthread_mutex_lock(&m->mu);
+	n = m->nsamples;
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+size_t batch__size_estimate(const struct batch *b)
+{
+	struct batch *m = (struct batch *)b;
+	size_t n;
+
+	pthread_mutex_lock(&m->mu);
+	n = m->est + 32;
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+/* Delta-codes absolute times into a new array (first entry absolute). NULL on ENOMEM. */
+static int64_t *deltas(const uint64_t *t, size_t n)
+{
+	int64_t *d = malloc((n ? n : 1) * sizeof(*d));
+	uint64_t prev = 0;
+
+	if (!d)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		d[i] = (int64_t)(t[i] - prev);
+		prev = t[i];
+	}
+	return d;
+}
+
+/*
+ * Builds the protobuf message over the batch's own arrays; only pointer arrays and delta
+ * columns are allocated, all recorded in `allocs` for the caller to free.
+ */
+struct encode_ctx {
+	void **allocs;
+	size_t nallocs, cap;
+};
+
+static void *ctx_alloc(struct encode_ctx *c, size_t size)
+{
+	void *p;
+
+	if (c->nallocs == c->cap) {
+		size_t ncap = c->cap ? c->cap * 2 : 64;
+		void **n = realloc(c->allocs, ncap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		c->allocs = n;
+		c->cap = ncap;
+	}
+	p = calloc(1, size ? size : 1);
+	if (p)
+		c->allocs[c->nallocs++] = p;
+	return p;
+}
+
+static void *ctx_keep(struct encode_ctx *c, void *p)
+{
+	if (!p)
+		return NULL;
+	if (c->nallocs == c->cap) {
+		size_t ncap = c->cap ? c->cap * 2 : 64;
+		void **n = realloc(c->allocs, ncap * sizeof(*n));
+
+		if (!n) {
+			free(p);
+			return NULL;
+		}
+		c->allocs = n;
+		c->cap = ncap;
+	}
+	c->allocs[c->nallocs++] = p;
+	return p;
+}
+
+static int build_message(struct batch *b, struct encode_ctx *c, Gpuscope__V1__Batch *m)
+{
+	size_t nls = b->ls_off.len ? b->ls_off.len - 1 : 0, ns = nstacks(b);
+	Gpuscope__V1__Location *locs;
+	Gpuscope__V1__Stack *stacks;
+	Gpuscope__V1__LabelSet *lss;
+	Gpuscope__V1__SampleGroup *groups;
+	Gpuscope__V1__MetricSeries *series;
+	Gpuscope__V1__Interval *ivls;
+
+	m->version = BATCH_VERSION;
+	m->n_strings = b->strs.len;
+	m->strings = b->strs.strs;
+	m->node = b->node;
+	m->batch_id = b->batch_id;
+	m->period_ns = b->period_ns;
+
+	locs = ctx_alloc(c, b->locs.len * sizeof(*locs));
+	m->locations = ctx_alloc(c, b->locs.len * sizeof(*m->locations));
+	if (!locs || !m->locations)
+		return -ENOMEM;
+	m->n_locations = b->locs.len;
+	for (size_t i = 0; i < b->locs.len; i++) {
+		const struct loc_rec *r = &VEC_AT(b->locs, struct loc_rec, i);
+		Gpuscope__V1__Location *l = &locs[i];
+
+		gpuscope__v1__location__init(l);
+		l->function = r->function;
+		l->module = r->module;
+		l->build_id = r->build_id;
+		l->file = r->file;
+		l->line = r->line;
+		l->address = r->address;
+		l->kernel = !!(r->flags & 1);
+		l->inlined = !!(r->flags & 2);
+		m->locations[i] = l;
+	}
+
+	stacks = ctx_alloc(c, ns * sizeof(*stacks));
+	m->stacks = ctx_alloc(c, ns * sizeof(*m->stacks));
+	if (!stacks || !m->stacks)
+		return -ENOMEM;
+	m->n_stacks = ns;
+	for (size_t i = 0; i < ns; i++) {
+		size_t s = VEC_AT(b->stack_off, size_t, i), e = VEC_AT(b->stack_off, size_t, i + 1);
+
+		gpuscope__v1__stack__init(&stacks[i]);
+		stacks[i].n_locations = e - s;
+		stacks[i].locations = &VEC_AT(b->stack_data, uint32_t, s);
+		m->stacks[i] = &stacks[i];
+	}
+
+	lss = ctx_alloc(c, nls * sizeof(*lss));
+	m->label_sets = ctx_alloc(c, nls * sizeof(*m->label_sets));
+	if (!lss || !m->label_sets)
+		return -ENOMEM;
+	m->n_label_sets = nls;
+	for (size_t i = 0; i < nls; i++) {
+		size_t s = VEC_AT(b->ls_off, size_t, i), e = VEC_AT(b->ls_off, size_t, i + 1);
+
+		gpuscope__v1__label_set__init(&lss[i]);
+		lss[i].n_pairs = e - s;
+		lss[i].pairs = &VEC_AT(b->ls_data, uint32_t, s);
+		m->label_sets[i] = &lss[i];
+	}
+
+	groups = ctx_alloc(c, b->groups.len * sizeof(*groups));
+	m->samples = ctx_alloc(c, b->groups.len * sizeof(*m->samples));
+	if (!groups || !m->samples)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->groups.len; i++) {
+		struct sgroup *g = &VEC_AT(b->groups, struct sgroup, i);
+		Gpuscope__V1__SampleGroup *pg = &groups[m->n_samples];
+
+		if (!g->time.len)
+			continue;
+		gpuscope__v1__sample_group__init(pg);
+		pg->label_set = g->ls;
+		pg->kind = (Gpuscope__V1__SampleKind)g->kind;
+		pg->n_time_delta_ns = g->time.len;
+		pg->time_delta_ns = ctx_keep(c, deltas(g->time.v, g->time.len));
+		if (!pg->time_delta_ns)
+			return -ENOMEM;
+		pg->n_stack = g->stack.len;
+		pg->stack = g->stack.v;
+		if (!g->all_one) {
+			pg->n_value = g->value.len;
+			pg->value = g->value.v;
+		}
+		m->samples[m->n_samples++] = pg;
+	}
+
+	series = ctx_alloc(c, b->series.len * sizeof(*series));
+	m->series = ctx_alloc(c, b->series.len * sizeof(*m->series));
+	if (!series || !m->series)
+		return -ENOMEM;
+	m->n_series = b->series.len;
+	for (size_t i = 0; i < b->series.len; i++) {
+		struct mseries *s = &VEC_AT(b->series, struct mseries, i);
+		Gpuscope__V1__MetricSeries *ps = &series[i];
+
+		gpuscope__v1__metric_series__init(ps);
+		ps->name = s->name;
+		ps->label_set = s->ls;
+		ps->n_time_delta_ns = s->time.len;
+		ps->time_delta_ns = ctx_keep(c, deltas(s->time.v, s->time.len));
+		if (!ps->time_delta_ns)
+			return -ENOMEM;
+		ps->n_value = s->value.len;
+		ps->value = s->value.v;
+		m->series[i] = ps;
+	}
+
+	ivls = ctx_alloc(c, b->ivls.len * sizeof(*ivls));
+	m->intervals = ctx_alloc(c, b->ivls.len * sizeof(*m->intervals));
+	if (!ivls || !m->intervals)
+		return -ENOMEM;
+	m->n_intervals = b->ivls.len;
+	for (size_t i = 0; i < b->ivls.len; i++) {
+		struct ivl *iv = &VEC_AT(b->ivls, struct ivl, i);
+		Gpuscope__V1__Interval *pi = &ivls[i];
+
+		gpuscope__v1__interval__init(pi);
+		pi->kind = iv->kind;
+		pi->label_set = iv->ls;
+		pi->start_ns = iv->start;
+		pi->end_ns = iv->end;
+		pi->n_attrs = 2 * iv->nattrs;
+		pi->attrs = iv->nattrs ? &VEC_AT(b->attrs, uint32_t, iv->attr_off) : NULL;
+		m->intervals[i] = pi;
+	}
+	return 0;
+}
+
+int batch__encode(struct batch *b, uint8_t **ret, size_t *ret_len)
+{
+	Gpuscope__V1__Batch m = GPUSCOPE__V1__BATCH__INIT;
+	struct encode_ctx c = { 0 };
+	uint8_t *buf = NULL;
+	size_t len;
+	int err;
+
+	pthread_mutex_lock(&b->mu);
+	err = build_message(b, &c, &m);
+	if (err)
+		goto out_free;
+	len = gpuscope__v1__batch__get_packed_size(&m);
+	buf = malloc(len ? len : 1);
+	if (!buf) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	gpuscope__v1__batch__pack(&m, buf);
+	*ret = buf;
+	*ret_len = len;
+out_free:
+	pthread_mutex_unlock(&b->mu);
+	for (size_t i = 0; i < c.nallocs; i++)
+		free(c.allocs[i]);
+	free(c.allocs);
+	return err;
+}
+
+/* ---- decoding (server side) ------------------------------------------------------------- */
+
+#define FAIL(...)                                                                                  \
+	do {                                                                                       \
+		snprintf(err, errlen, __VA_ARGS__);                                                \
+		return -EINVAL;                                                                    \
+	} while (0)
+
+static int check_pairs(const Gpuscope__V1__Batch *m, const uint32_t *p, size_t n,
+		       const char *what, size_t idx, char *err, size_t errlen)
+{
+	if (n % 2)
+		FAIL("%s %zu: odd number of name/value entries", what, idx);
+	if (n / 2 > BATCH_MAX_LABELS)
+		FAIL("%s %zu: more than %d labels", what, idx, BATCH_MAX_LABELS);
+	for (size_t k = 0; k < n; k++)
+		if (p[k] >= m->n_strings)
+			FAIL("%s %zu: string index %u out of range", what, idx, p[k]);
+	for (size_t k = 0; k < n; k += 2)
+		if (!*m->strings[p[k]])
+			FAIL("%s %zu: empty label name", what, idx);
+	return 0;
+}
+
+static int validate(const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+{
+	size_t nrec = 0;
+
+	if (m->n_strings > BATCH_MAX_STRINGS)
+		FAIL("more than %u strings", BATCH_MAX_STRINGS);
+	for (size_t i = 0; i < m->n_strings; i++)
+		if (strlen(m->strings[i]) > BATCH_MAX_STRLEN)
+			FAIL("string %zu longer than %d bytes", i, BATCH_MAX_STRLEN);
+	if (m->node >= m->n_strings || !*m->strings[m->node])
+		FAIL("missing node name");
+	for (size_t i = 0; i < m->n_locations; i++) {
+		const Gpuscope__V1__Location *l = m->locations[i];
+
+		if (l->function >= m->n_strings || l->module >= m->n_strings ||
+		    l->build_id >= m->n_strings || l->file >= m->n_strings)
+			FAIL("location %zu: string index out of range", i);
+	}
+	for (size_t i = 0; i < m->n_stacks; i++) {
+		const Gpuscope__V1__Stack *s = m->stacks[i];
+
+		if (s->n_locations > BATCH_MAX_DEPTH)
+			FAIL("stack %zu: deeper than %d frames", i, BATCH_MAX_DEPTH);
+		for (size_t k = 0; k < s->n_locations; k++)
+			if (s->locations[k] >= m->n_locations)
+				FAIL("stack %zu: location %u out of range", i, s->locations[k]);
+	}
+	for (size_t i = 0; i < m->n_label_sets; i++) {
+		const Gpuscope__V1__LabelSet *ls = m->label_sets[i];
+
+		if (check_pairs(m, ls->pairs, ls->n_pairs, "label set", i, err, errlen))
+			return -EINVAL;
+	}
+	for (size_t i = 0; i < m->n_samples; i++) {
+		const Gpuscope__V1__SampleGroup *g = m->samples[i];
+		uint64_t t = 0;
+
+		if (g->label_set >= m->n_label_sets)
+			FAIL("sample group %zu: label set %u out of range", i, g->label_set);
+		if ((unsigned)g->kind >= SAMPLE_KIND_MAX)
+			FAIL("sample group %zu: unknown kind %d", i, (int)g->kind);
+		if (g->n_stack != g->n_time_delta_ns || (g->n_value && g->n_value != g->n_stack))
+			FAIL("sample group %zu: column lengths differ", i);
+		for (size_t k = 0; k < g->n_stack; k++) {
+			if (g->stack[k] >= m->n_stacks)
+				FAIL("sample group %zu: stack %u out of range", i, g->stack[k]);
+			t += (uint64_t)g->time_delta_ns[k];
+			if ((int64_t)t < 0)
+				FAIL("sample group %zu: time out of range", i);
+		}
+		nrec += g->n_stack;
+	}
+	for (size_t i = 0; i < m->n_series; i++) {
+		const Gpuscope__V1__MetricSeries *s = m->series[i];
+		uint64_t t = 0;
+
+		if (s->name >= m->n_strings || !*m->strings[s->name])
+			FAIL("series %zu: bad name", i);
+		if (s->label_set >= m->n_label_sets)
+			FAIL("series %zu: label set %u out of range", i, s->label_set);
+		if (s->n_value != s->n_time_delta_ns)
+			FAIL("series %zu: column lengths differ", i);
+		for (size_t k = 0; k < s->n_value; k++) {
+			t += (uint64_t)s->time_delta_ns[k];
+			if ((int64_t)t < 0)
+				FAIL("series %zu: time out of range", i);
+		}
+		nrec += s->n_value;
+	}
+	for (size_t i = 0; i < m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = m->intervals[i];
+
+		if (iv->kind >= m->n_strings || !*m->strings[iv->kind])
+			FAIL("interval %zu: bad kind", i);
+		if (iv->label_set >= m->n_label_sets)
+			FAIL("interval %zu: label set %u out of range", i, iv->label_set);
+		if (iv->end_ns < iv->start_ns || (int64_t)iv->end_ns < 0)
+			FAIL("interval %zu: end before start", i);
+		if (check_pairs(m, iv->attrs, iv->n_attrs, "interval", i, err, errlen))
+			return -EINVAL;
+	}
+	nrec += m->n_intervals;
+	if (nrec > BATCH_MAX_RECORDS)
+		FAIL("more than %u records", BATCH_MAX_RECORDS);
+	return 0;
+}
+
+struct Gpuscope__V1__Batch *batch_decode(const uint8_t *buf, size_t len, char *err,
+					 size_t errlen)
+{
+	Gpuscope__V1__Batch *m;
+
+	m = gpuscope__v1__batch__unpack(NULL, len, buf);
+	if (!m) {
+		snprintf(err, errlen, "malformed protobuf Batch (%zu bytes)", len);
+		errno = EINVAL;
+		return NULL;
+	}
+	if (m->version != BATCH_VERSION) {
+		snprintf(err, errlen, "unsupported batch version %u (this server reads %d)",
+			 m->version, BATCH_VERSION);
+		gpuscope__v1__batch__free_unpacked(m, NULL);
+		errno = EPROTONOSUPPORT;
+		return NULL;
+	}
+	if (validate(m, err, errlen)) {
+		gpuscope__v1__batch__free_unpacked(m, NULL);
+		errno = EINVAL;
+		return NULL;
+	}
+	return m;
+}
+
+void batch_decode_free(struct Gpuscope__V1__Batch *m)
+{
+	if (m)
+		gpuscope__v1__batch__free_unpacked(m, NULL);
+}

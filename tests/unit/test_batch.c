@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests for src/common/batch.c: encode/decode round trip, dedup, limits, validation. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include "test.h"
+#include "common/batch.h"
+#include "gpuscope/v1/batch.pb-c.h"
+
+static const struct location frames_a[] = {
+	{ .function = "leaf", .module = "/bin/app", .address = 0x10, .line = 7, .file = "a.c" },
+	{ .function = "mid", .module = "/bin/app", .address = 0x20 },
+	{ .function = "main", .module = "/bin/app", .address = 0x30, .build_id = "abcd" },
+};
+static const struct location frames_k[] = {
+	{ .function = "do_syscall_64", .module = "[kernel.kallsyms]", .address = 0xffffffff81000000,
+	  .kernel = true },
+	{ .function = "main", .module = "/bin/app", .address = 0x30, .build_id = "abcd" },
+};
+
+static Gpuscope__V1__Batch *roundtrip(struct batch *b)
+{
+	Gpuscope__V1__Batch *m;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char err[256] = "";
+
+	if (!ASSERT_EQ(batch__encode(b, &buf, &len), 0, "encode"))
+		return NULL;
+	m = batch_decode(buf, len, err, sizeof(err));
+	if (!m)
+		fprintf(stderr, "  decode: %s\n", err);
+	free(buf);
+	return m;
+}
+
+static const char *str(const Gpuscope__V1__Batch *m, uint32_t i)
+{
+	return i < m->n_strings ? m->strings[i] : "(out of range)";
+}
+
+static bool test_batch_roundtrip(void)
+{
+	struct batch *b = batch__new("node-1");
+	struct label l1[] = { { "pid", "42" }, { "comm", "app" } };
+	struct label l1b[] = { { "comm", "app" }, { "pid", "42" } };	/* same set, other order */
+	struct label gl[] = { { "gpu", "0" } };
+	struct label attrs[] = { { "state", "running" }, { "cpu", "3" } };
+	Gpuscope__V1__Batch *m = NULL;
+	int64_t sa, sk, sa2;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(b, "new"));
+	batch__set_period(b, 10101010);
+	sa = batch__stack(b, frames_a, 3);
+	sk = batch__stack(b, frames_k, 2);
+	sa2 = batch__stack(b, frames_a, 3);
+	if (!ASSERT_EQ(sa, 0, "first stack") || !ASSERT_EQ(sk, 1, "second stack") ||
+	    !ASSERT_EQ(sa2, sa, "same frames, same id"))
+		goto out;
+	if (!ASSERT_EQ(batch__sample(b, 1000, l1, 2, sa, SAMPLE_CPU, 1), 0, "s1") ||
+	    !ASSERT_EQ(batch__sample(b, 3000, l1b, 2, sk, SAMPLE_CPU, 1), 0, "s2") ||
+	    !ASSERT_EQ(batch__sample(b, 2000, l1, 2, sa, SAMPLE_CPU, 1), 0, "s3 (earlier)") ||
+	    !ASSERT_EQ(batch__sample(b, 5000, l1, 2, sk, SAMPLE_OFFCPU_NS, 777), 0, "offcpu") ||
+	    !ASSERT_EQ(batch__metric(b, "gpu_utilization", gl, 1, 100, 50.5), 0, "m1") ||
+	    !ASSERT_EQ(batch__metric(b, "gpu_utilization", gl, 1, 200, 75), 0, "m2") ||
+	    !ASSERT_EQ(batch__interval(b, "thread_state", l1, 2, 10, 20, attrs, 2), 0, "ivl") ||
+	    !ASSERT_EQ(batch__interval(b, "gpu_busy", gl, 1, 30, 40, NULL, 0), 0, "busy"))
+		goto out;
+	if (!ASSERT_EQ(batch__nsamples(b), 4, "nsamples"))
+		goto out;
+	m = roundtrip(b);
+	if (!ASSERT_TRUE(m, "decode"))
+		goto out;
+	if (!ASSERT_EQ(m->version, BATCH_VERSION, "version") ||
+	    !ASSERT_STREQ(str(m, m->node), "node-1", "node") ||
+	    !ASSERT_EQ(m->period_ns, 10101010, "period") || !ASSERT_TRUE(m->batch_id, "batch id") ||
+	    !ASSERT_EQ(m->n_stacks, 2, "stacks") ||
+	    !ASSERT_EQ(m->n_locations, 4, "locations (main shared)") ||
+	    !ASSERT_EQ(m->n_label_sets, 2, "label sets") ||
+	    !ASSERT_EQ(m->n_samples, 2, "groups (cpu, offcpu)") ||
+	    !ASSERT_EQ(m->n_series, 1, "series") || !ASSERT_EQ(m->n_intervals, 2, "intervals"))
+		goto out;
+	/* Stack 0: leaf, mid, main, innermost first. */
+	if (!ASSERT_STREQ(str(m, m->locations[m->stacks[0]->locations[0]]->function), "leaf", "f0") ||
+	    !ASSERT_STREQ(str(m, m->locations[m->stacks[0]->locations[2]]->function), "main", "f2") ||
+	    !ASSERT_EQ(m->locations[m->stacks[0]->locations[0]]->line, 7, "line") ||
+	    !ASSERT_TRUE(m->locations[m->stacks[1]->locations[0]]->kernel, "kernel frame") ||
+	    !ASSERT_EQ(m->stacks[1]->locations[1], m->stacks[0]->locations[2], "main deduped"))
+		goto out;
+	/* Label set sorted by name: comm, pid. */
+	{
+		Gpuscope__V1__LabelSet *ls = m->label_sets[m->samples[0]->label_set];
+
+		if (!ASSERT_EQ(ls->n_pairs, 4, "pairs") ||
+		    !ASSERT_STREQ(str(m, ls->pairs[0]), "comm", "sorted 0") ||
+		    !ASSERT_STREQ(str(m, ls->pairs[3]), "42", "sorted 3"))
+			goto out;
+	}
+	/* CPU group: three samples, delta-coded in insertion order, values omitted (all 1). */
+	{
+		Gpuscope__V1__SampleGroup *g = m->samples[0];
+
+		if (!ASSERT_EQ(g->kind, 0, "kind cpu") || !ASSERT_EQ(g->n_time_delta_ns, 3, "n") ||
+		    !ASSERT_EQ(g->time_delta_ns[0], 1000, "t0") ||
+		    !ASSERT_EQ(g->time_delta_ns[1], 2000, "d1") ||
+		    !ASSERT_EQ(g->time_delta_ns[2], -1000, "d2 negative") ||
+		    !ASSERT_EQ(g->n_value, 0, "values omitted") || !ASSERT_EQ(g->stack[1], sk, "stack"))
+			goto out;
+		g = m->samples[1];
+		if (!ASSERT_EQ(g->kind, 1, "offcpu") || !ASSERT_EQ(g->n_value, 1, "value kept") ||
+		    !ASSERT_EQ(g->value[0], 777, "value"))
+			goto out;
+	}
+	if (!ASSERT_EQ(m->series[0]->n_value, 2, "points") ||
+	    !ASSERT_EQ(m->series[0]->time_delta_ns[1], 100, "point delta") ||
+	    !ASSERT_TRUE(m->series[0]->value[0] == 50.5, "point value") ||
+	    !ASSERT_STREQ(str(m, m->series[0]->name), "gpu_utilization", "metric name"))
+		goto out;
+	if (!ASSERT_STREQ(str(m, m->intervals[0]->kind), "thread_state", "ivl kind") ||
+	    !ASSERT_EQ(m->intervals[0]->n_attrs, 4, "attrs") ||
+	    !ASSERT_STREQ(str(m, m->intervals[0]->attrs[0]), "cpu", "attrs sorted") ||
+	    !ASSERT_EQ(m->intervals[1]->end_ns, 40, "end"))
+		goto out;
+	ok = true;
+out:
+	batch_decode_free(m);
+	batch__free(b);
+	return ok;
+}
+
+static bool test_batch_reset(void)
+{
+	struct batch *b = batch__new("n");
+	Gpuscope__V1__Batch *m = NULL;
+	uint64_t id1;
+	bool ok = false;
+
+	CHECK(b);
+	batch__sample(b, 1, NULL, 0, batch__stack(b, frames_a, 3), SAMPLE_CPU, 1);
+	m = roundtrip(b);
+	if (!ASSERT_TRUE(m, "decode 1"))
+		goto out;
+	id1 = m->batch_id;
+	batch_decode_free(m);
+	batch__reset(b);
+	if (!ASSERT_EQ(batch__nsamples(b), 0, "empty after reset"))
+		goto out;
+	m = roundtrip(b);
+	if (!ASSERT_TRUE(m, "decode 2") || !ASSERT_EQ(m->n_samples, 0, "no samples") ||
+	    !ASSERT_EQ(m->n_stacks, 0, "no stacks") || !ASSERT_STREQ(str(m, m->node), "n", "node kept") ||
+	    !ASSERT_TRUE(m->batch_id != id1, "new batch id"))
+		goto out;
+	ok = true;
+out:
+	batch_decode_free(m);
+	batch__free(b);
+	return ok;
+}
+
+static bool test_batch_limits(void)
+{
+	struct batch *b = batch__new("n");
+	struct location *deep = calloc(BATCH_MAX_DEPTH + 1, sizeof(*deep));
+	struct label many[BATCH_MAX_LABELS + 1];
+	struct label dup[] = { { "a", "1" }, { "a", "2" } };
+	char names[BATCH_MAX_LABELS + 1][8];
+	int64_t st;
+	bool ok = false;
+
+	if (!b || !deep)
+		goto out;
+	for (int i = 0; i <= BATCH_MAX_DEPTH; i++)
+		deep[i].function = "f";
+	for (int i = 0; i <= BATCH_MAX_LABELS; i++) {
+		snprintf(names[i], sizeof(names[i]), "l%d", i);
+		many[i] = (struct label){ names[i], "v" };
+	}
+	st = batch__stack(b, deep, BATCH_MAX_DEPTH);
+	if (!ASSERT_TRUE(st >= 0, "max depth ok") ||
+	    !ASSERT_EQ(batch__stack(b, deep, BATCH_MAX_DEPTH + 1), -E2BIG, "too deep") ||
+	    !ASSERT_EQ(batch__sample(b, 1, many, BATCH_MAX_LABELS + 1, st, SAMPLE_CPU, 1), -E2BIG,
+		       "too many labels") ||
+	    !ASSERT_EQ(batch__sample(b, 1, many, BATCH_MAX_LABELS, st, SAMPLE_CPU, 1), 0,
+		       "max labels ok") ||
+	    !ASSERT_EQ(batch__sample(b, 1, dup, 2, st, SAMPLE_CPU, 1), -EINVAL, "dup label") ||
+	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, 99, SAMPLE_CPU, 1), -EINVAL, "bad stack id") ||
+	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, st, SAMPLE_KIND_MAX, 1), -EINVAL, "bad kind") ||
+	    !ASSERT_EQ(batch__interval(b, "k", NULL, 0, 5, 4, NULL, 0), -EINVAL, "end < start") ||
+	    !ASSERT_EQ(batch__metric(b, "", NULL, 0, 1, 1), -EINVAL, "empty metric name"))
+		goto out;
+	ok = ASSERT_EQ(batch__nsamples(b), 1, "only the valid sample");
+out:
+	free(deep);
+	batch__free(b);
+	return ok;
+}
+
+static bool test_batch_kind_names(void)
+{
+	for (int k = 0; k < SAMPLE_KIND_MAX; k++)
+		CHECK(ASSERT_EQ(sample_kind_parse(sample_kind_name(k)), k, "round trip"));
+	CHECK(ASSERT_STREQ(sample_kind_name(SAMPLE_OFFCPU_NS), "offcpu_ns", "name"));
+	return ASSERT_EQ(sample_kind_parse("bogus"), -EINVAL, "unknown");
+}
+
+/* Hand-made protobufs the decoder must refuse with a reason. */
+static bool refuses(const Gpuscope__V1__Batch *m, const char *what)
+{
+	uint8_t buf[4096];
+	size_t len = gpuscope__v1__batch__pack(m, buf);
+	char err[256] = "";
+	Gpuscope__V1__Batch *d = batch_decode(buf, len, err, sizeof(err));
+
+	(void)what;
+	batch_decode_free(d);
+	return !d && err[0];
+}
+
+static bool test_batch_decode_refuses(void)
+{
+	char *strings[] = { "", "node", "f" };
+	Gpuscope__V1__Batch m = GPUSCOPE__V1__BATCH__INIT;
+	Gpuscope__V1__Stack st = GPUSCOPE__V1__STACK__INIT;
+	Gpuscope__V1__Stack *stp = &st;
+	Gpuscope__V1__LabelSet ls = GPUSCOPE__V1__LABEL_SET__INIT;
+	Gpuscope__V1__LabelSet *lsp = &ls;
+	Gpuscope__V1__SampleGroup g = GPUSCOPE__V1__SAMPLE_GROUP__INIT;
+	Gpuscope__V1__SampleGroup *gp = &g;
+	uint32_t bad_loc = 5, stk = 0, stk_bad = 3, odd[] = { 1 };
+	int64_t t[] = { 100 };
+	char err[128];
+	uint8_t junk[] = { 0x0a, 0xff, 0xff, 0xff };
+
+	m.version = 1;
+	m.n_strings = 3;
+	m.strings = strings;
+	m.node = 1;
+	CHECK(ASSERT_TRUE(!refuses(&m, "minimal valid batch"), "minimal accepted"));
+	m.version = 2;
+	CHECK(ASSERT_TRUE(refuses(&m, "version 2"), "version"));
+	m.version = 0;
+	CHECK(ASSERT_TRUE(refuses(&m, "version 0"), "version missing"));
+	m.version = 1;
+	m.node = 0;
+	CHECK(ASSERT_TRUE(refuses(&m, "no node"), "node"));
+	m.node = 7;
+	CHECK(ASSERT_TRUE(refuses(&m, "node oob"), "node oob"));
+	m.node = 1;
+	st.n_locations = 1;
+	st.locations = &bad_loc;
+	m.n_stacks = 1;
+	m.stacks = &stp;
+	CHECK(ASSERT_TRUE(refuses(&m, "location oob"), "location"));
+	st.n_locations = 0;
+	ls.n_pairs = 1;
+	ls.pairs = odd;
+	m.n_label_sets = 1;
+	m.label_sets = &lsp;
+	CHECK(ASSERT_TRUE(refuses(&m, "odd pairs"), "odd pairs"));
+	ls.n_pairs = 0;
+	g.n_time_delta_ns = 1;
+	g.time_delta_ns = t;
+	g.n_stack = 1;
+	g.stack = &stk;
+	m.n_samples = 1;
+	m.samples = &gp;
+	CHECK(ASSERT_TRUE(!refuses(&m, "valid sample"), "valid sample"));
+	g.stack = &stk_bad;
+	CHECK(ASSERT_TRUE(refuses(&m, "stack oob"), "stack oob"));
+	g.stack = &stk;
+	g.n_stack = 0;
+	CHECK(ASSERT_TRUE(refuses(&m, "columns"), "column lengths"));
+	g.n_stack = 1;
+	g.kind = 9;
+	CHECK(ASSERT_TRUE(refuses(&m, "kind"), "kind"));
+	CHECK(ASSERT_TRUE(!batch_decode(junk, sizeof(junk), err, sizeof(err)), "truncated"));
+	return ASSERT_TRUE(!batch_decode((const uint8_t *)"", 0, err, sizeof(err)), "empty = v0");
+}
+
+struct thr_arg {
+	struct batch *b;
+	int64_t stack;
+	int n;
+};
+
+static void *producer(void *p)
+{
+	struct thr_arg *a = p;
+	struct label l[] = { { "tid", "1" } };
+
+	for (int i = 0; i < a->n; i++)
+		batch__sample(a->b, (uint64_t)i, l, 1, a->stack, SAMPLE_CPU, 1);
+	return NULL;
+}
+
+static bool test_batch_threads(void)
+{
+	struct batch *b = batch__new("n");
+	struct thr_arg a;
+	pthread_t th[4];
+	Gpuscope__V1__Batch *m;
+	bool ok;
+
+	CHECK(b);
+	a = (struct thr_arg){ b, batch__stack(b, frames_a, 3), 20000 };
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, producer, &a);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	m = roundtrip(b);
+	ok = ASSERT_TRUE(m, "decode") && ASSERT_EQ(m->n_samples, 1, "one group") &&
+	     ASSERT_EQ(m->samples[0]->n_stack, 80000, "all samples");
+	batch_decode_free(m);
+	batch__free(b);
+	return ok;
+}
+
+TEST_MAIN(T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
+	  T(test_batch_kind_names), T(test_batch_decode_refuses), T(test_batch_threads))
