@@ -58,7 +58,7 @@ COMMON_LIB := $(OUT)/libgpuscope_common.a
 PROTO_LIB  := $(OUT)/libgpuscope_proto.a
 AGENT_LIB  := $(OUT)/libgpuscope_agent.a
 SERVER_LIB := $(OUT)/libgpuscope_server.a
-ALL_LIBS   := $(AGENT_LIB) $(SERVER_LIB) $(PROTO_LIB) $(COMMON_LIB)
+ALL_LIBS   := $(AGENT_LIB) $(SERVER_LIB) $(COMMON_LIB) $(PROTO_LIB)
 
 AGENT_BIN  := $(OUT)/gpuscope-agent
 SERVER_BIN := $(OUT)/gpuscope-server
