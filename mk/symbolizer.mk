@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+# Symbolizer test fixtures (tests/unit/test_symbolize.c) and benchmark driver: a PIE with a
+# shared library and a C++ file, and the same binary stripped to .dynsym only.
+SYMFIX_SRC := tests/fixtures/symbolize
+SYMFIX_OUT := $(OUT)/tests/fixtures/symbolize
+SYMFIX_CFLAGS := -g -O1 -fno-omit-frame-pointer -fno-inline -Wl,--build-id=sha1
+SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/symfix_pie $(SYMFIX_OUT)/symfix_stripped
+
+all: $(SYMFIX_BINS)
+
+$(SYMFIX_OUT)/libsymfix.so: $(SYMFIX_SRC)/lib.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIC -shared -o $@ $<
+
+$(SYMFIX_OUT)/cxx.o: $(SYMFIX_SRC)/cxx.cc
+	$(Q)mkdir -p $(dir $@)
+	$(Q)g++ -g -O1 -fno-inline -fPIE -c -o $@ $<
+
+$(SYMFIX_OUT)/symfix_pie: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -o $@ $< $(SYMFIX_OUT)/cxx.o \
+		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++
+
+# Only .dynsym survives: -rdynamic exports the global functions, strip drops .symtab.
+$(SYMFIX_OUT)/symfix_stripped: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -rdynamic -o $@ $< $(SYMFIX_OUT)/cxx.o \
+		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++
+	$(Q)strip --strip-all $@
+
+$(OUT)/bench/symbolize/symbench: bench/symbolize/symbench.c $(ALL_LIBS)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+$(OUT)/tests/unit/test_symbolize: $(SYMFIX_BINS)

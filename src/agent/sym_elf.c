@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ELF reading for the symbolizer through libelf: GNU build-id, PT_LOAD segments (load bias of
+ * PIE executables and shared libraries) and function symbols from .symtab or .dynsym.
+ */
+#include <errno.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdlib.h>
+#include <string.h>
+#include "agent/symbolize_int.h"
+
+#ifndef NT_GNU_BUILD_ID
+#define NT_GNU_BUILD_ID 3
+#endif
+
+int elf_lib_init(void)
+{
+	return elf_version(EV_CURRENT) == EV_NONE ? -ENOTSUP : 0;
+}
+
+/* Looks for a GNU build-id note in d; true and fills hex if found. */
+static bool find_build_id(Elf_Data *d, char *hex, size_t hexlen)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t off = 0, name_off, desc_off;
+	GElf_Nhdr nh;
+
+	while (d && off < d->d_size && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+		const unsigned char *desc = (const unsigned char *)d->d_buf + desc_off;
+
+		if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+		    memcmp((const char *)d->d_buf + name_off, "GNU", 4) || !nh.n_descsz ||
+		    nh.n_descsz * 2 + 1 > hexlen)
+			continue;
+		for (size_t i = 0; i < nh.n_descsz; i++) {
+			hex[2 * i] = digits[desc[i] >> 4];
+			hex[2 * i + 1] = digits[desc[i] & 15];
+		}
+		hex[2 * nh.n_descsz] = 0;
+		return true;
+	}
+	return false;
+}
+
+int elf_read_info(int fd, struct elf_info *ret)
+{
+	struct elf_seg *segs = NULL;
+	int err = 0, nsegs = 0;
+	bool have_id = false;
+	Elf_Scn *scn = NULL;
+	size_t nph = 0;
+	GElf_Ehdr eh;
+	Elf *elf;
+
+	memset(ret, 0, sizeof(*ret));
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf)
+		return -ENOEXEC;
+	if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || elf_getphdrnum(elf, &nph)) {
+		err = -ENOEXEC;
+		goto out_end;
+	}
+	/* Section notes first (cheap to find), then PT_NOTE for files without section headers. */
+	while (!have_id && (scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+
+		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_NOTE)
+			have_id = find_build_id(elf_getdata(scn, NULL), ret->build_id,
+						sizeof(ret->build_id));
+	}
+	segs = calloc(nph ? nph : 1, sizeof(*segs));
+	if (!segs) {
+		err = -ENOMEM;
+		goto out_end;
+	}
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(elf, (int)i, &ph))
+			continue;
+		if (ph.p_type == PT_LOAD) {
+			segs[nsegs++] = (struct elf_seg){ .off = ph.p_offset, .vaddr = ph.p_vaddr,
+							  .filesz = ph.p_filesz,
+							  .align = ph.p_align ? ph.p_align : 1 };
+		} else if (ph.p_type == PT_NOTE && !have_id) {
+			have_id = find_build_id(
+				elf_getdata_rawchunk(elf, (int64_t)ph.p_offset, ph.p_filesz, ELF_T_NHDR),
+				ret->build_id, sizeof(ret->build_id));
+		}
+	}
+	ret->segs = segs;
+	ret->nsegs = nsegs;
+	segs = NULL;
+out_end:
+	free(segs);
+	elf_end(elf);
+	return err;
+}
+
+/*
+ * Adds the function symbols of one symbol table. Aliases at one address: FUNC over untyped,
+ * global over weak over local, then fewer leading underscores (write over __libc_write).
+ */
+static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *exec_scn,
+		       size_t nscn, struct symt *t, size_t *ret_added)
+{
+	Elf_Data *d = elf_getdata(scn, NULL);
+	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0, added = 0;
+
+	if (!d)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *name;
+		GElf_Sym sym;
+		int type, bind, prio, err;
+
+		if (!gelf_getsym(d, (int)i, &sym))
+			break;
+		type = GELF_ST_TYPE(sym.st_info);
+		bind = GELF_ST_BIND(sym.st_info);
+		if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= nscn || !sym.st_value)
+			continue;
+		if (type != STT_FUNC && type != STT_GNU_IFUNC &&
+		    !(type == STT_NOTYPE && exec_scn[sym.st_shndx]))
+			continue;
+		name = elf_strptr(elf, sh->sh_link, sym.st_name);
+		if (!name || !*name || *name == '$')
+			continue;
+		prio = (type != STT_NOTYPE) * 64 + (bind == STB_GLOBAL ? 32 : bind == STB_WEAK ? 16 : 0);
+		for (const char *p = name; *p == '_' && prio > 0 && p - name < 4; p++)
+			prio--;
+		err = symt_add(t, sym.st_value, sym.st_size, name, strlen(name), prio, 0);
+		if (err)
+			return err;
+		added++;
+	}
+	*ret_added = added;
+	return 0;
+}
+
+int elf_read_symbols(int fd, struct symt *ret)
+{
+	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
+	GElf_Shdr sh_symtab, sh_dynsym, sh;
+	size_t nscn = 0, added = 0;
+	bool *exec_scn = NULL;
+	int err = 0;
+	Elf *elf;
+
+	memset(ret, 0, sizeof(*ret));
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf)
+		return -ENOEXEC;
+	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrnum(elf, &nscn)) {
+		err = -ENOEXEC;
+		goto out_end;
+	}
+	exec_scn = calloc(nscn ? nscn : 1, sizeof(*exec_scn));
+	if (!exec_scn) {
+		err = -ENOMEM;
+		goto out_end;
+	}
+	while ((scn = elf_nextscn(elf, scn))) {
+		size_t idx = elf_ndxscn(scn);
+
+		if (!gelf_getshdr(scn, &sh))
+			continue;
+		if (idx < nscn)
+			exec_scn[idx] = sh.sh_flags & SHF_EXECINSTR;
+		if (sh.sh_type == SHT_SYMTAB && !symtab) {
+			symtab = scn;
+			sh_symtab = sh;
+		} else if (sh.sh_type == SHT_DYNSYM && !dynsym) {
+			dynsym = scn;
+			sh_dynsym = sh;
+		}
+	}
+	if (symtab) {
+		err = add_symbols(elf, symtab, &sh_symtab, exec_scn, nscn, ret, &added);
+		if (err)
+			goto out_free;
+	}
+	if (!added && dynsym) {
+		err = add_symbols(elf, dynsym, &sh_dynsym, exec_scn, nscn, ret, &added);
+		if (err)
+			goto out_free;
+	}
+	if (!added) {
+		err = -ENODATA;
+		goto out_free;
+	}
+	/* Zero-size symbols (assembly) reach to the next one, but not further than 64 KiB. */
+	err = symt_finish(ret, 64 << 10);
+out_free:
+	if (err)
+		symt_done(ret);
+	free(exec_scn);
+out_end:
+	elf_end(elf);
+	return err;
+}
+
+bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret)
+{
+	/* Exact first; then with the page slack below p_offset that a mapping's pgoff can have. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < nsegs; i++) {
+			uint64_t start = pass ? segs[i].off & ~4095ULL : segs[i].off;
+
+			if (off >= start && off < segs[i].off + segs[i].filesz) {
+				*ret = off - segs[i].off + segs[i].vaddr;
+				return true;
+			}
+		}
+	}
+	return false;
+}

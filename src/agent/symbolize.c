@@ -1,0 +1,1036 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The symbolizer's caches and lookups: per-pid executable mappings, file identities and ELF
+ * images keyed by build-id (symbol tables LRU-evicted under a byte cap), perf maps and kallsyms.
+ * Not thread-safe: the agent calls it from its main loop only.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "agent/symbolize.h"
+#include "agent/symbolize_int.h"
+#include "common/hmap.h"
+#include "common/log.h"
+#include "common/util.h"
+
+/* libstdc++'s demangler (C ABI); linked through -lstdc++. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+#define PROC_BUCKETS  4096
+#define FILE_BUCKETS  8192
+#define IMAGE_BUCKETS 8192
+#define KERNEL_REREAD_NS (10 * NSEC_PER_SEC)
+#define PERFMAP_MAX_LINES (1u << 21)
+
+struct list {
+	struct list *prev, *next;
+};
+
+static void list_init(struct list *h)
+{
+	h->prev = h->next = h;
+}
+
+static void list_del(struct list *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+	e->prev = e->next = e;
+}
+
+static void list_add_head(struct list *h, struct list *e)
+{
+	e->next = h->next;
+	e->prev = h;
+	h->next->prev = e;
+	h->next = e;
+}
+
+static void list_move_head(struct list *h, struct list *e)
+{
+	list_del(e);
+	list_add_head(h, e);
+}
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* One binary's contents, shared by every file and mapping with its build-id. */
+struct image {
+	struct image *hnext;
+	struct list lru;		/* in symbolizer.loaded while tab is loaded */
+	char *key;			/* build-id hex, or "file:dev:ino:mtime:size" without one */
+	uint64_t key_hash;
+	const char *build_id;		/* interned; "" if none */
+	int refs;			/* file identities + mappings */
+	struct elf_seg *segs;
+	int nsegs;
+	bool loaded, no_symbols;
+	uint64_t load_failed_ns;	/* last failed open (file gone): retried after an interval */
+	struct symt tab;
+	size_t bytes;
+	struct u64map names;		/* symbol index -> interned display (demangled) name */
+};
+
+/* One (dev, inode, mtime, size) seen through some process; remembers its image (or none). */
+struct file_id {
+	struct file_id *hnext;
+	struct list lru;
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	struct image *img;		/* ref held; NULL: not an ELF file */
+};
+
+struct mapping {
+	uint64_t start, end, pgoff;
+	uint64_t dev, ino;		/* as /proc/PID/maps shows them */
+	const char *path;		/* interned; "[anon]" for anonymous */
+	struct image *img;		/* ref held; NULL for anonymous, special or non-ELF */
+	bool deleted;
+};
+
+struct proc {
+	struct proc *hnext;
+	struct list lru;
+	pid_t pid, nspid;		/* nspid: pid inside its own namespace, 0 until read */
+	struct mapping *maps;		/* executable mappings sorted by start */
+	size_t nmaps;
+	uint64_t maps_read_ns;
+	struct symt pm;			/* perf map, once read */
+	bool pm_read;
+	int64_t pm_size, pm_mtime_ns;
+	uint64_t pm_check_ns;
+};
+
+struct kmodule {
+	const char *name;		/* interned "[kernel.kallsyms]", "[ext4]", "[bpf]" */
+	uint64_t start, limit;
+};
+
+struct symbolizer {
+	struct symbolizer_limits lim;
+	struct symbolizer_stats st;
+	struct strtab strs;		/* every string handed out; lives until symbolizer__free() */
+	struct proc *procs[PROC_BUCKETS];
+	struct file_id *files[FILE_BUCKETS];
+	struct image *images[IMAGE_BUCKETS];
+	struct list proc_lru, file_lru, loaded;	/* most recently used first */
+	uint32_t nprocs, nfiles;
+	uint64_t cache_bytes;
+	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty;
+	/* kernel */
+	struct symt ksyms;		/* aux: index into kmods + 1 */
+	struct kmodule *kmods;
+	size_t nkmods;
+	struct u64map knames;
+	bool k_read;
+	uint64_t k_read_ns;
+	const char *k_build_id;
+};
+
+static const char *intern(struct symbolizer *s, const char *str)
+{
+	int64_t i = strtab_intern(&s->strs, str);
+
+	return i < 0 ? NULL : s->strs.strs[i];
+}
+
+/* Display name of symbol i of tab, demangled and interned, cached in *names. NULL on ENOMEM. */
+static const char *display_name(struct symbolizer *s, struct u64map *names, const struct symt *tab,
+				long i)
+{
+	const char *raw = symt_name(tab, i);
+	uint64_t *v = u64map_find(names, (uint64_t)i);
+	char *dem = NULL;
+	int status = -1;
+	int64_t idx;
+
+	if (v)
+		return s->strs.strs[*v];
+	if (raw[0] == '_' && raw[1] == 'Z')
+		dem = __cxa_demangle(raw, NULL, NULL, &status);
+	idx = strtab_intern(&s->strs, dem && !status ? dem : raw);
+	free(dem);
+	if (idx < 0)
+		return NULL;
+	u64map_upsert(names, (uint64_t)i, (uint64_t)idx, NULL);	/* ENOMEM: just not cached */
+	return s->strs.strs[idx];
+}
+
+/* ---- images ---------------------------------------------------------------------------------- */
+
+static void image_unload(struct symbolizer *s, struct image *img)
+{
+	if (!img->loaded)
+		return;
+	list_del(&img->lru);
+	s->cache_bytes -= img->bytes;
+	symt_done(&img->tab);
+	u64map_done(&img->names);
+	memset(&img->names, 0, sizeof(img->names));
+	img->bytes = 0;
+	img->loaded = false;
+}
+
+static void image_put(struct symbolizer *s, struct image *img)
+{
+	struct image **pp;
+
+	if (!img || --img->refs > 0)
+		return;
+	image_unload(s, img);
+	for (pp = &s->images[img->key_hash % IMAGE_BUCKETS]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == img) {
+			*pp = img->hnext;
+			break;
+		}
+	}
+	free(img->key);
+	free(img->segs);
+	free(img);
+}
+
+/* Finds or creates the image for info (key: build-id, else file identity); returns it with a
+ * new reference, or NULL on ENOMEM. Takes ownership of info->segs either way. */
+static struct image *image_get(struct symbolizer *s, struct elf_info *info, const char *file_key)
+{
+	const char *key = info->build_id[0] ? info->build_id : file_key;
+	uint64_t h = hash64(key, strlen(key), 0);
+	struct image *img;
+
+	for (img = s->images[h % IMAGE_BUCKETS]; img; img = img->hnext) {
+		if (img->key_hash == h && !strcmp(img->key, key)) {
+			s->st.elf_cache_hits++;
+			img->refs++;
+			free(info->segs);
+			info->segs = NULL;
+			return img;
+		}
+	}
+	img = calloc(1, sizeof(*img));
+	if (!img)
+		goto out_nomem;
+	img->key = strdup(key);
+	img->build_id = intern(s, info->build_id);
+	if (!img->key || !img->build_id)
+		goto out_nomem;
+	img->key_hash = h;
+	img->segs = info->segs;
+	img->nsegs = info->nsegs;
+	info->segs = NULL;
+	img->refs = 1;
+	list_init(&img->lru);
+	img->hnext = s->images[h % IMAGE_BUCKETS];
+	s->images[h % IMAGE_BUCKETS] = img;
+	return img;
+out_nomem:
+	if (img)
+		free(img->key);
+	free(img);
+	free(info->segs);
+	info->segs = NULL;
+	return NULL;
+}
+
+static void evict_images(struct symbolizer *s, struct image *keep)
+{
+	while (s->cache_bytes > s->lim.elf_cache_bytes && s->loaded.prev != &s->loaded) {
+		struct image *victim = container_of(s->loaded.prev, struct image, lru);
+
+		if (victim == keep)
+			break;
+		image_unload(s, victim);
+	}
+}
+
+/* Opens the file behind mapping m of pid: the exact mapped file through map_files (deleted
+ * files, other mount namespaces), else the path inside the process's root. fd or -errno. */
+static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
+{
+	char path[PATH_MAX + 64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m->start,
+		 m->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && !m->deleted) {
+		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, m->path);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return -errno;
+	if (ret_st && fstat(fd, ret_st)) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* Loads img's symbols, reopening the file through pid's mapping m. 0 or -errno. */
+static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const struct mapping *m)
+{
+	struct elf_info info;
+	int fd, err;
+
+	if (img->loaded)
+		return 0;
+	if (img->no_symbols)
+		return -ENODATA;
+	if (img->load_failed_ns && mono_ns() - img->load_failed_ns < s->lim.reread_interval_ns)
+		return -ENOENT;
+	fd = open_mapping(pid, m, NULL);
+	if (fd < 0 && img->build_id[0]) {
+		/* The process is gone: the host path is fine if it still has the same build-id. */
+		fd = open(m->path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			bool same = !elf_read_info(fd, &info) && !strcmp(info.build_id, img->build_id);
+
+			free(info.segs);
+			if (!same) {
+				close(fd);
+				fd = -ENOENT;
+			}
+		}
+	}
+	if (fd < 0) {
+		img->load_failed_ns = mono_ns();
+		return fd < 0 ? -ENOENT : fd;
+	}
+	s->st.elf_opened++;
+	err = elf_read_symbols(fd, &img->tab);
+	close(fd);
+	if (err == -ENODATA || err == -ENOEXEC) {
+		img->no_symbols = true;
+		return err;
+	}
+	if (err)
+		return err;
+	img->loaded = true;
+	img->load_failed_ns = 0;
+	img->bytes = symt_bytes(&img->tab);
+	s->cache_bytes += img->bytes;
+	list_add_head(&s->loaded, &img->lru);
+	evict_images(s, img);
+	return 0;
+}
+
+/* ---- file identities --------------------------------------------------------------------------- */
+
+static uint64_t file_hash(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t size)
+{
+	uint64_t k[4] = { dev, ino, (uint64_t)mtime_ns, size };
+
+	return hash64(k, sizeof(k), 0);
+}
+
+static void file_free(struct symbolizer *s, struct file_id *f)
+{
+	struct file_id **pp = &s->files[file_hash(f->dev, f->ino, f->mtime_ns, f->size) % FILE_BUCKETS];
+
+	for (; *pp; pp = &(*pp)->hnext) {
+		if (*pp == f) {
+			*pp = f->hnext;
+			break;
+		}
+	}
+	list_del(&f->lru);
+	image_put(s, f->img);
+	s->nfiles--;
+	free(f);
+}
+
+/*
+ * The image of mapping m of pid, with a new reference, or NULL (not ELF, unreadable, ENOMEM).
+ * A file seen before costs one stat(); a new file is opened once to read its build-id.
+ */
+static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct mapping *m)
+{
+	struct elf_info info;
+	struct file_id *f;
+	struct stat st;
+	char key[128];
+	uint64_t h;
+	int64_t mtime;
+	int fd;
+
+	fd = open_mapping(pid, m, &st);
+	if (fd < 0)
+		return NULL;
+	mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	h = file_hash(st.st_dev, st.st_ino, mtime, st.st_size);
+	for (f = s->files[h % FILE_BUCKETS]; f; f = f->hnext) {
+		if (f->dev == st.st_dev && f->ino == st.st_ino && f->mtime_ns == mtime &&
+		    f->size == (uint64_t)st.st_size) {
+			close(fd);
+			list_move_head(&s->file_lru, &f->lru);
+			if (!f->img)
+				return NULL;
+			s->st.elf_cache_hits++;
+			f->img->refs++;
+			return f->img;
+		}
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		close(fd);
+		return NULL;
+	}
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->mtime_ns = mtime;
+	f->size = st.st_size;
+	s->st.elf_opened++;
+	if (!elf_read_info(fd, &info)) {
+		snprintf(key, sizeof(key), "file:%" PRIx64 ":%" PRIu64 ":%" PRId64 ":%" PRIu64,
+			 f->dev, f->ino, f->mtime_ns, f->size);
+		f->img = image_get(s, &info, key);
+	}
+	close(fd);
+	f->hnext = s->files[h % FILE_BUCKETS];
+	s->files[h % FILE_BUCKETS] = f;
+	list_add_head(&s->file_lru, &f->lru);
+	s->nfiles++;
+	while (s->nfiles > s->lim.max_files && s->file_lru.prev != &f->lru)
+		file_free(s, container_of(s->file_lru.prev, struct file_id, lru));
+	if (!f->img)
+		return NULL;
+	f->img->refs++;
+	return f->img;
+}
+
+/* ---- processes --------------------------------------------------------------------------------- */
+
+static void maps_free(struct symbolizer *s, struct mapping *maps, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		image_put(s, maps[i].img);
+	free(maps);
+}
+
+static struct mapping *find_mapping(struct proc *p, uint64_t addr)
+{
+	size_t lo = 0, hi = p->nmaps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->maps[mid].end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < p->nmaps && p->maps[lo].start <= addr ? &p->maps[lo] : NULL;
+}
+
+/*
+ * Parses one /proc/PID/maps line into m (path interned). 1: an executable mapping, 0: skip,
+ * -errno on ENOMEM.
+ */
+static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
+{
+	char *p = line, *end, perms[5];
+	unsigned maj, min;
+	size_t len;
+	int f;
+
+	memset(m, 0, sizeof(*m));
+	m->start = strtoull(p, &end, 16);
+	if (*end != '-')
+		return 0;
+	m->end = strtoull(end + 1, &p, 16);
+	if (*p != ' ' || sscanf(p, " %4s %" SCNx64 " %x:%x %" SCNu64, perms, &m->pgoff, &maj, &min,
+				&m->ino) != 5)
+		return 0;
+	if (strlen(perms) < 3 || perms[2] != 'x' || m->end <= m->start)
+		return 0;
+	m->dev = ((uint64_t)maj << 32) | min;
+	/* The path follows perms, offset, dev and inode. */
+	for (f = 0; f < 4 && *p; f++) {
+		while (*p == ' ')
+			p++;
+		while (*p && *p != ' ')
+			p++;
+	}
+	while (*p == ' ')
+		p++;
+	len = strlen(p);
+	while (len && (p[len - 1] == '\n' || p[len - 1] == ' '))
+		p[--len] = 0;
+	if (len > 10 && !strcmp(p + len - 10, " (deleted)")) {
+		p[len - 10] = 0;
+		m->deleted = true;
+	}
+	m->path = *p ? intern(s, p) : s->s_anon;
+	return m->path ? 1 : -ENOMEM;
+}
+
+/* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
+static int proc_read_maps(struct symbolizer *s, struct proc *p)
+{
+	struct mapping *maps = NULL, m;
+	size_t n = 0, cap = 0, linecap = 0;
+	char path[64], *line = NULL;
+	int err = 0;
+	FILE *f;
+
+	p->maps_read_ns = mono_ns();
+	s->st.maps_reads++;
+	snprintf(path, sizeof(path), "/proc/%d/maps", p->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (getline(&line, &linecap, f) > 0) {
+		struct mapping *old;
+
+		err = parse_maps_line(s, line, &m);
+		if (err < 0)
+			goto out_free;
+		if (!err)
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 32;
+			struct mapping *nm = realloc(maps, ncap * sizeof(*nm));
+
+			if (!nm) {
+				err = -ENOMEM;
+				goto out_free;
+			}
+			maps = nm;
+			cap = ncap;
+		}
+		if (m.path[0] == '/' && m.ino) {
+			old = find_mapping(p, m.start);
+			if (old && old->start == m.start && old->end == m.end && old->pgoff == m.pgoff &&
+			    old->ino == m.ino && old->dev == m.dev && old->path == m.path && old->img) {
+				m.img = old->img;
+				m.img->refs++;
+			} else {
+				m.img = mapping_image(s, p->pid, &m);
+				/* A deleted file can only be read while the process lives: load now. */
+				if (m.img && m.deleted)
+					image_load(s, m.img, p->pid, &m);
+			}
+		}
+		maps[n++] = m;
+	}
+	if (ferror(f)) {
+		err = -EIO;
+		goto out_free;
+	}
+	err = 0;
+	maps_free(s, p->maps, p->nmaps);
+	p->maps = maps;
+	p->nmaps = n;
+	maps = NULL;
+	n = 0;
+out_free:
+	maps_free(s, maps, n);
+	free(line);
+	fclose(f);
+	return err;
+}
+
+static void proc_free(struct symbolizer *s, struct proc *p)
+{
+	struct proc **pp = &s->procs[(uint32_t)p->pid % PROC_BUCKETS];
+
+	for (; *pp; pp = &(*pp)->hnext) {
+		if (*pp == p) {
+			*pp = p->hnext;
+			break;
+		}
+	}
+	list_del(&p->lru);
+	maps_free(s, p->maps, p->nmaps);
+	symt_done(&p->pm);
+	s->nprocs--;
+	free(p);
+}
+
+static struct proc *proc_find(struct symbolizer *s, pid_t pid)
+{
+	for (struct proc *p = s->procs[(uint32_t)pid % PROC_BUCKETS]; p; p = p->hnext)
+		if (p->pid == pid)
+			return p;
+	return NULL;
+}
+
+/* Finds pid's entry, or creates it and reads its maps (*ret_err: result of that read). */
+static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
+{
+	struct proc *p = proc_find(s, pid);
+
+	*ret_err = 0;
+	if (p) {
+		list_move_head(&s->proc_lru, &p->lru);
+		return p;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	p->pid = pid;
+	p->hnext = s->procs[(uint32_t)pid % PROC_BUCKETS];
+	s->procs[(uint32_t)pid % PROC_BUCKETS] = p;
+	list_add_head(&s->proc_lru, &p->lru);
+	s->nprocs++;
+	while (s->nprocs > s->lim.max_pids && s->proc_lru.prev != &p->lru)
+		proc_free(s, container_of(s->proc_lru.prev, struct proc, lru));
+	*ret_err = proc_read_maps(s, p);
+	return p;
+}
+
+/* ---- perf maps --------------------------------------------------------------------------------- */
+
+/* pid as its own pid namespace numbers it (last NSpid field), for /tmp/perf-<nspid>.map. */
+static pid_t read_nspid(pid_t pid)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	pid_t ns = pid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return pid;
+	while (getline(&line, &cap, f) > 0) {
+		char *p, *tok, *save = NULL;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (p = line + 6; (tok = strtok_r(p, " \t\n", &save)); p = NULL)
+			ns = (pid_t)atoi(tok);
+		break;
+	}
+	free(line);
+	fclose(f);
+	return ns > 0 ? ns : pid;
+}
+
+/* Parses a perf map ("START SIZE name", hex, later lines win) into p->pm. 0 or -errno. */
+static int perfmap_read(struct symbolizer *s, struct proc *p, const char *path)
+{
+	struct symt t = { 0 };
+	size_t cap = 0, lines = 0;
+	char *line = NULL;
+	ssize_t len;
+	int err = 0;
+	FILE *f;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	s->st.perfmap_reads++;
+	while ((len = getline(&line, &cap, f)) > 0 && lines++ < PERFMAP_MAX_LINES) {
+		char *q = line, *end;
+		uint64_t start, size;
+
+		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		start = strtoull(q, &end, 16);
+		if (end == q || *end != ' ')
+			continue;
+		size = strtoull(end + 1, &q, 16);
+		if (q == end + 1 || *q != ' ' || !q[1])
+			continue;
+		q++;
+		err = symt_add(&t, start, size ? size : 1, q, strlen(q), 0, 0);
+		if (err)
+			goto out_free;
+	}
+	err = symt_finish(&t, 1);
+	if (err)
+		goto out_free;
+	symt_done(&p->pm);
+	p->pm = t;
+	t = (struct symt){ 0 };
+out_free:
+	symt_done(&t);
+	free(line);
+	fclose(f);
+	return err;
+}
+
+/* Looks addr up in pid's perf map, reading it on first use and again (rate-limited) when it
+ * changed and addr is not in it. Symbol index or -1. */
+static long perfmap_lookup(struct symbolizer *s, struct proc *p, uint64_t addr)
+{
+	char path[96];
+	struct stat st;
+	uint64_t now;
+	long i;
+
+	if (p->pm_read && (i = symt_find(&p->pm, addr)) >= 0)
+		return i;
+	now = mono_ns();
+	if (p->pm_check_ns && now - p->pm_check_ns < s->lim.reread_interval_ns)
+		return -1;
+	p->pm_check_ns = now;
+	if (!p->nspid)
+		p->nspid = read_nspid(p->pid);
+	snprintf(path, sizeof(path), "/proc/%d/root/tmp/perf-%d.map", p->pid, p->nspid);
+	if (stat(path, &st))
+		return -1;
+	if (p->pm_read && st.st_size == p->pm_size &&
+	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec == p->pm_mtime_ns)
+		return -1;
+	if (perfmap_read(s, p, path))
+		return -1;
+	p->pm_read = true;
+	p->pm_size = st.st_size;
+	p->pm_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	return symt_find(&p->pm, addr);
+}
+
+/* ---- public: user space ------------------------------------------------------------------------ */
+
+int symbolizer__pid_seen(struct symbolizer *s, pid_t pid)
+{
+	int err;
+
+	if (!s || pid <= 0)
+		return -EINVAL;
+	proc_get(s, pid, &err);
+	return err;
+}
+
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid)
+{
+	struct proc *p;
+
+	if (!s || !(p = proc_find(s, pid)))
+		return;
+	proc_free(s, p);
+}
+
+int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret)
+{
+	struct mapping *m;
+	struct proc *p;
+	long i;
+	int err;
+
+	if (!s || !ret || pid <= 0)
+		return -EINVAL;
+	memset(ret, 0, sizeof(*ret));
+	ret->module = s->s_unknown;
+	ret->build_id = s->s_empty;
+	ret->file_offset = addr;
+	p = proc_get(s, pid, &err);
+	if (!p) {
+		s->st.unknown++;
+		return -ENOENT;
+	}
+	m = find_mapping(p, addr);
+	if (!m && mono_ns() - p->maps_read_ns >= s->lim.reread_interval_ns) {
+		proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
+		m = find_mapping(p, addr);
+	}
+	if (m) {
+		ret->module = m->path;
+		ret->map_start = m->start;
+		ret->map_limit = m->end;
+		ret->map_pgoff = m->pgoff;
+		ret->file_offset = addr - m->start + m->pgoff;
+	}
+	if (m && m->img) {
+		struct image *img = m->img;
+		uint64_t vaddr;
+
+		ret->build_id = img->build_id;
+		if (!image_load(s, img, pid, m) &&
+		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr) &&
+		    (i = symt_find(&img->tab, vaddr)) >= 0) {
+			list_move_head(&s->loaded, &img->lru);
+			ret->function = display_name(s, &img->names, &img->tab, i);
+			ret->sym_offset = vaddr - img->tab.e[i].addr;
+		}
+	} else if ((i = perfmap_lookup(s, p, addr)) >= 0) {
+		ret->function = intern(s, symt_name(&p->pm, i));
+		ret->sym_offset = addr - p->pm.e[i].addr;
+		ret->module = s->s_perfmap;
+		if (!m) {
+			ret->map_start = p->pm.e[i].addr;
+			ret->map_limit = p->pm.e[i].addr + p->pm.e[i].size;
+			ret->file_offset = addr;
+		}
+	}
+	if (!ret->function) {
+		ret->sym_offset = 0;
+		s->st.unknown++;
+		return -ENOENT;
+	}
+	s->st.resolved++;
+	return 0;
+}
+
+/* ---- kernel ------------------------------------------------------------------------------------ */
+
+/* The running kernel's build-id from /sys/kernel/notes (raw ELF notes); "" if none. */
+static const char *kernel_build_id(struct symbolizer *s)
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char buf[4096];
+	char hex[2 * 64 + 1] = "";
+	size_t off = 0, n;
+	FILE *f = fopen("/sys/kernel/notes", "re");
+
+	if (!f)
+		return s->s_empty;
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	while (off + 12 <= n) {
+		uint32_t namesz, descsz, type;
+		size_t name_off = off + 12, desc_off;
+
+		memcpy(&namesz, buf + off, 4);
+		memcpy(&descsz, buf + off + 4, 4);
+		memcpy(&type, buf + off + 8, 4);
+		desc_off = name_off + ((namesz + 3) & ~3u);
+		if (desc_off + descsz > n)
+			break;
+		if (type == 3 && namesz == 4 && !memcmp(buf + name_off, "GNU", 4) && descsz <= 64) {
+			for (uint32_t i = 0; i < descsz; i++) {
+				hex[2 * i] = digits[buf[desc_off + i] >> 4];
+				hex[2 * i + 1] = digits[buf[desc_off + i] & 15];
+			}
+			hex[2 * descsz] = 0;
+			break;
+		}
+		off = desc_off + ((descsz + 3) & ~3u);
+	}
+	return intern(s, hex) ?: s->s_empty;
+}
+
+static int kmod_index(struct symbolizer *s, struct kmodule **mods, size_t *n, size_t *cap,
+		      const char *name)
+{
+	const char *iname = intern(s, name);
+
+	if (!iname)
+		return -ENOMEM;
+	for (size_t i = *n; i > 0; i--)	/* symbols of one module are contiguous: likely the last */
+		if ((*mods)[i - 1].name == iname)
+			return (int)i - 1;
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		struct kmodule *nm = realloc(*mods, ncap * sizeof(*nm));
+
+		if (!nm)
+			return -ENOMEM;
+		*mods = nm;
+		*cap = ncap;
+	}
+	(*mods)[*n] = (struct kmodule){ .name = iname, .start = UINT64_MAX, .limit = 0 };
+	return (int)(*n)++;
+}
+
+/* Reads /proc/kallsyms (text symbols only). 0, -EPERM (addresses hidden), -errno. */
+static int kallsyms_read(struct symbolizer *s)
+{
+	struct kmodule *mods = NULL;
+	size_t nmods = 0, modcap = 0, cap = 0;
+	struct symt t = { 0 };
+	char *line = NULL;
+	bool any_addr = false;
+	int err = 0, core;
+	FILE *f;
+
+	s->k_read_ns = mono_ns();
+	f = fopen("/proc/kallsyms", "re");
+	if (!f)
+		return -errno;
+	core = kmod_index(s, &mods, &nmods, &modcap, "[kernel.kallsyms]");
+	if (core < 0) {
+		err = core;
+		goto out_free;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		char *p, *name, *mod;
+		uint64_t addr = strtoull(line, &p, 16);
+		char type;
+		int mi = core;
+
+		if (*p != ' ' || !p[1] || p[2] != ' ')
+			continue;
+		type = (char)tolower((unsigned char)p[1]);
+		if (type != 't' && type != 'w')
+			continue;
+		name = p + 3;
+		name[strcspn(name, "\t\n")] = 0;
+		mod = name + strlen(name) + 1;
+		if (addr)
+			any_addr = true;
+		if (*mod == '[') {
+			mod[strcspn(mod, "]\n") + 1] = 0;
+			mi = kmod_index(s, &mods, &nmods, &modcap, mod);
+			if (mi < 0) {
+				err = mi;
+				goto out_free;
+			}
+		}
+		if (addr < mods[mi].start)
+			mods[mi].start = addr;
+		if (addr + 1 > mods[mi].limit)
+			mods[mi].limit = addr + 1;
+		err = symt_add(&t, addr, 0, name, strlen(name), 0, (uint32_t)mi + 1);
+		if (err)
+			goto out_free;
+	}
+	if (!any_addr) {
+		err = -EPERM;
+		goto out_free;
+	}
+	/* No sizes in kallsyms: each symbol reaches to the next, the last one 4 KiB. */
+	err = symt_finish(&t, 4096);
+	if (err)
+		goto out_free;
+	for (size_t i = 0; i < nmods; i++)
+		mods[i].limit += 4095;
+	symt_done(&s->ksyms);
+	u64map_done(&s->knames);
+	memset(&s->knames, 0, sizeof(s->knames));
+	free(s->kmods);
+	s->ksyms = t;
+	s->kmods = mods;
+	s->nkmods = nmods;
+	t = (struct symt){ 0 };
+	mods = NULL;
+out_free:
+	symt_done(&t);
+	free(mods);
+	free(line);
+	fclose(f);
+	return err;
+}
+
+int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *ret)
+{
+	long i;
+
+	if (!s || !ret)
+		return -EINVAL;
+	memset(ret, 0, sizeof(*ret));
+	ret->kernel = true;
+	ret->module = s->s_kernel;
+	ret->file_offset = addr;
+	if (!s->k_build_id)
+		s->k_build_id = kernel_build_id(s);
+	ret->build_id = s->k_build_id;
+	if (!s->k_read) {
+		int err = kallsyms_read(s);
+
+		s->k_read = true;
+		if (err)
+			log_warn("symbolizer: reading /proc/kallsyms: %s; kernel frames stay unresolved",
+				 strerror(-err));
+	}
+	i = symt_find(&s->ksyms, addr);
+	if (i < 0 && mono_ns() - s->k_read_ns >= KERNEL_REREAD_NS && !kallsyms_read(s))
+		i = symt_find(&s->ksyms, addr);	/* new modules or BPF programs */
+	if (i < 0) {
+		s->st.unknown++;
+		return -ENOENT;
+	}
+	{
+		const struct kmodule *km = &s->kmods[s->ksyms.aux[i] - 1];
+
+		ret->module = km->name;
+		ret->map_start = km->start;
+		ret->map_limit = km->limit;
+		if (km->name != s->s_kernel)
+			ret->build_id = s->s_empty;
+	}
+	ret->function = display_name(s, &s->knames, &s->ksyms, i);
+	if (!ret->function) {
+		s->st.unknown++;
+		return -ENOENT;
+	}
+	ret->sym_offset = addr - s->ksyms.e[i].addr;
+	s->st.resolved++;
+	return 0;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------------- */
+
+struct symbolizer *symbolizer__new(void)
+{
+	struct symbolizer *s;
+	int err;
+
+	err = elf_lib_init();
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->lim = (struct symbolizer_limits){ .elf_cache_bytes = 128ULL << 20,
+					     .max_pids = 4096,
+					     .max_files = 8192,
+					     .reread_interval_ns = 250 * NSEC_PER_MSEC };
+	list_init(&s->proc_lru);
+	list_init(&s->file_lru);
+	list_init(&s->loaded);
+	s->s_anon = intern(s, "[anon]");
+	s->s_unknown = intern(s, "[unknown]");
+	s->s_kernel = intern(s, "[kernel.kallsyms]");
+	s->s_perfmap = intern(s, "[perf-map]");
+	s->s_empty = intern(s, "");
+	if (!s->s_anon || !s->s_unknown || !s->s_kernel || !s->s_perfmap || !s->s_empty) {
+		symbolizer__free(s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return s;
+}
+
+void symbolizer__free(struct symbolizer *s)
+{
+	if (!s)
+		return;
+	while (s->proc_lru.next != &s->proc_lru)
+		proc_free(s, container_of(s->proc_lru.next, struct proc, lru));
+	while (s->file_lru.next != &s->file_lru)
+		file_free(s, container_of(s->file_lru.next, struct file_id, lru));
+	/* Every image is referenced by a file or a mapping, so none is left here. */
+	symt_done(&s->ksyms);
+	u64map_done(&s->knames);
+	free(s->kmods);
+	strtab_done(&s->strs);
+	free(s);
+}
+
+void symbolizer__stats(const struct symbolizer *s, struct symbolizer_stats *ret)
+{
+	*ret = s->st;
+}
+
+void symbolizer__set_limits(struct symbolizer *s, const struct symbolizer_limits *l)
+{
+	if (l->elf_cache_bytes)
+		s->lim.elf_cache_bytes = l->elf_cache_bytes;
+	if (l->max_pids)
+		s->lim.max_pids = l->max_pids;
+	if (l->max_files)
+		s->lim.max_files = l->max_files;
+	s->lim.reread_interval_ns = l->reread_interval_ns;
+	evict_images(s, NULL);
+}
+
+uint64_t symbolizer__cache_bytes(const struct symbolizer *s)
+{
+	return s->cache_bytes;
+}

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Symbolizer: turns raw user-space addresses of a process and kernel addresses into function,
+ * module, build-id and offsets. ELF .symtab/.dynsym (libelf) cached by build-id, per-pid
+ * /proc/PID/maps (read through /proc/PID/map_files and /proc/PID/root, so containers and deleted
+ * binaries resolve), /tmp/perf-PID.map for JITs, /proc/kallsyms for the kernel.
+ */
+#ifndef GPUSCOPE_SYMBOLIZE_H
+#define GPUSCOPE_SYMBOLIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct symbolizer;
+
+struct sym_frame {
+	const char *function;	/* demangled name; NULL if unresolved. Owned by the symbolizer, valid until symbolizer__free() */
+	const char *module;	/* path of the mapping as the process saw it; "[kernel.kallsyms]", "[vdso]", "[anon]", "[perf-map]" ...; owned likewise */
+	const char *build_id;	/* lowercase hex GNU build-id or "" */
+	uint64_t file_offset;	/* addr translated to a file offset in module (pprof Location.address); kernel: the address itself */
+	uint64_t map_start, map_limit, map_pgoff;	/* the mapping (for pprof Mapping) */
+	uint64_t sym_offset;	/* addr - symbol start; 0 if unresolved */
+	bool kernel;
+};
+
+/* New symbolizer with default limits. Returns NULL with errno set; free with symbolizer__free(). */
+struct symbolizer *symbolizer__new(void);
+/* Frees everything, including every string handed out in a sym_frame. Accepts NULL. */
+void symbolizer__free(struct symbolizer *s);
+
+/*
+ * Resolve a user-space address of process pid (host pid). 0: function resolved; -ENOENT: not
+ * resolved but *ret filled (module and offsets when the mapping is known, function NULL; module
+ * "[unknown]" when no mapping contains addr); other -errno: bad arguments. Callers pass addr-1
+ * for return addresses themselves. Main-loop thread only.
+ */
+int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret);
+
+/* Resolve a kernel address through /proc/kallsyms (read once, re-read rate-limited on misses).
+ * 0 or -ENOENT (module "[kernel.kallsyms]" filled). Main-loop thread only. */
+int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *ret);
+
+/* Call when a pid is first seen, so its maps are read while it is alive (cheap when cached).
+ * 0 or -errno (-ESRCH: gone). */
+int symbolizer__pid_seen(struct symbolizer *s, pid_t pid);
+
+/* Exit or exec: forget its maps and perf map (the ELF cache by build-id stays). */
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid);
+
+struct symbolizer_stats {
+	uint64_t resolved, unknown, elf_opened, elf_cache_hits, maps_reads, perfmap_reads;
+};
+void symbolizer__stats(const struct symbolizer *s, struct symbolizer_stats *ret);
+
+/* Tunables (defaults in parentheses). */
+struct symbolizer_limits {
+	uint64_t elf_cache_bytes;	/* symbol tables kept in memory, LRU-evicted beyond (128 MiB) */
+	uint32_t max_pids;		/* per-pid maps caches, least recently used evicted (4096) */
+	uint32_t max_files;		/* file identities (dev, inode, mtime) remembered (8192) */
+	uint64_t reread_interval_ns;	/* min time between re-reads of one pid's maps/perf map (250 ms) */
+};
+void symbolizer__set_limits(struct symbolizer *s, const struct symbolizer_limits *l);
+
+/* Bytes currently held by cached ELF symbol tables (for /metrics). */
+uint64_t symbolizer__cache_bytes(const struct symbolizer *s);
+
+#endif

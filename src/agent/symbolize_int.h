@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals of the symbolizer shared by its files: a sorted symbol table (binary search,
+ * aliases folded, zero sizes derived from the next symbol) and the ELF reader on libelf.
+ */
+#ifndef GPUSCOPE_SYMBOLIZE_INT_H
+#define GPUSCOPE_SYMBOLIZE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One symbol of a finished table: 16 bytes, so a table of 1e6 symbols takes 16 MB + names. */
+struct symt_ent {
+	uint64_t addr;
+	uint32_t size;		/* bytes; derived from the next symbol when the source gave 0 */
+	uint32_t name;		/* offset into symt.strs */
+};
+
+/* Candidate while building; prio decides which alias of one address wins (higher wins). */
+struct symt_build {
+	uint64_t addr, size;
+	uint32_t name, aux;
+	int32_t prio;
+	uint32_t seq;		/* insertion order: later wins among equal prio (perf maps) */
+};
+
+struct symt {
+	struct symt_ent *e;
+	size_t n;
+	uint32_t *aux;		/* per entry, if any symbol was added with aux != 0; else NULL */
+	char *strs;		/* names, NUL-terminated */
+	size_t slen, scap;
+	struct symt_build *b;	/* only while building */
+	size_t nb, bcap;
+};
+
+/* Adds a candidate (name copied). 0 or -ENOMEM. */
+int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, size_t name_len,
+	     int32_t prio, uint32_t aux);
+/*
+ * Sorts, keeps one symbol per address (highest prio, then latest), gives zero-size symbols the
+ * distance to the next address capped at max_derived, and frees the build array. 0 or -ENOMEM.
+ */
+int symt_finish(struct symt *t, uint64_t max_derived);
+/* Index of the symbol containing addr, or -1. */
+long symt_find(const struct symt *t, uint64_t addr);
+static inline const char *symt_name(const struct symt *t, long i)
+{
+	return t->strs + t->e[i].name;
+}
+/* Bytes held by a finished table. */
+size_t symt_bytes(const struct symt *t);
+void symt_done(struct symt *t);
+
+/* A PT_LOAD segment: maps file [off, off+filesz) to [vaddr, ...). */
+struct elf_seg {
+	uint64_t off, vaddr, filesz, align;
+};
+
+struct elf_info {
+	char build_id[2 * 64 + 1];	/* lowercase hex, "" if none */
+	struct elf_seg *segs;		/* malloc'ed; the caller frees */
+	int nsegs;
+};
+
+/* One-time libelf setup. 0 or -ENOTSUP. */
+int elf_lib_init(void);
+/* Reads the GNU build-id and PT_LOAD segments from an open ELF file. 0, -ENOEXEC (not ELF), -ENOMEM. */
+int elf_read_info(int fd, struct elf_info *ret);
+/*
+ * Reads function symbols: .symtab if it has any, else .dynsym. Finishes *ret.
+ * 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
+ */
+int elf_read_symbols(int fd, struct symt *ret);
+/* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
+bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
+
+#endif

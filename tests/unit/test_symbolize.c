@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Unit tests for the symbolizer against real processes: fixture binaries (PIE + shared library
+ * + C++, a stripped copy with .dynsym only, a deleted copy) report their function addresses
+ * through a pipe, and the test resolves them; plus a perf map and /proc/kallsyms.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "test.h"
+#include "agent/symbolize.h"
+
+#define MAX_ADDRS 16
+
+struct child {
+	pid_t pid;
+	int in_fd;			/* child's stdin: closing it lets the child exit */
+	char path[PATH_MAX];		/* the binary, canonical */
+	struct {
+		char name[64];
+		uint64_t addr;
+	} a[MAX_ADDRS];
+	int n;
+};
+
+static char fixdir[PATH_MAX + 32];
+
+static const char *fixture(const char *name)
+{
+	static char buf[PATH_MAX + 128];
+
+	if (!fixdir[0]) {
+		char exe[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+		exe[n > 0 ? n : 0] = 0;
+		*strrchr(exe, '/') = 0;	/* .output/tests/unit */
+		*strrchr(exe, '/') = 0;	/* .output/tests */
+		snprintf(fixdir, sizeof(fixdir), "%s/fixtures/symbolize", exe);
+	}
+	snprintf(buf, sizeof(buf), "%s/%s", fixdir, name);
+	return buf;
+}
+
+static uint64_t addr_of(const struct child *c, const char *name)
+{
+	for (int i = 0; i < c->n; i++)
+		if (!strcmp(c->a[i].name, name))
+			return c->a[i].addr;
+	fprintf(stderr, "  fixture did not report '%s'\n", name);
+	return 0;
+}
+
+/* Starts the fixture at path and reads its address report. false on failure. */
+static bool child_start(struct child *c, const char *path)
+{
+	int in[2], out[2];
+	char line[256];
+	FILE *f;
+
+	memset(c, 0, sizeof(*c));
+	if (!realpath(path, c->path) || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+		return false;
+	c->pid = fork();
+	if (c->pid < 0)
+		return false;
+	if (!c->pid) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		execl(c->path, c->path, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	c->in_fd = in[1];
+	f = fdopen(out[0], "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char name[64];
+
+		if (!strncmp(line, "ready", 5)) {
+			fclose(f);
+			return true;
+		}
+		if (sscanf(line, "%63s %llx", name, &v) == 2 && c->n < MAX_ADDRS) {
+			snprintf(c->a[c->n].name, sizeof(c->a[c->n].name), "%s", name);
+			c->a[c->n++].addr = v;
+		}
+	}
+	if (f)
+		fclose(f);
+	return false;
+}
+
+static void child_stop(struct child *c)
+{
+	if (c->pid <= 0)
+		return;
+	close(c->in_fd);
+	waitpid(c->pid, NULL, 0);
+	c->pid = 0;
+}
+
+/* The GNU build-id as binutils' readelf prints it: an independent reading. */
+static void readelf_build_id(const char *path, char *out, size_t len)
+{
+	char cmd[PATH_MAX + 64], line[512];
+	FILE *p;
+
+	out[0] = 0;
+	snprintf(cmd, sizeof(cmd), "readelf -n '%s' 2>/dev/null", path);
+	p = popen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p)) {
+		char *b = strstr(line, "Build ID: ");
+
+		if (b) {
+			snprintf(out, len, "%s", b + 10);
+			out[strcspn(out, "\n")] = 0;
+		}
+	}
+	if (p)
+		pclose(p);
+}
+
+static bool check_sym(struct symbolizer *s, pid_t pid, uint64_t addr, const char *func,
+		      uint64_t off, const char *module, const char *build_id)
+{
+	struct sym_frame f;
+
+	CHECK(ASSERT_EQ(symbolizer__user(s, pid, addr, &f), 0, func));
+	CHECK(ASSERT_STREQ(f.function, func, "function"));
+	CHECK(ASSERT_EQ(f.sym_offset, off, "sym_offset"));
+	CHECK(ASSERT_STREQ(f.module, module, "module"));
+	if (build_id)
+		CHECK(ASSERT_STREQ(f.build_id, build_id, "build_id"));
+	CHECK(ASSERT_TRUE(f.map_start <= addr && addr < f.map_limit, "addr in mapping"));
+	CHECK(ASSERT_EQ(f.file_offset, addr - f.map_start + f.map_pgoff, "file_offset"));
+	CHECK(ASSERT_TRUE(!f.kernel, "user frame"));
+	return true;
+}
+
+static bool test_symbolize_pie_shlib_cxx(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char bid[160], lib[PATH_MAX], lib_bid[160];
+	struct symbolizer_stats st;
+	struct child c;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_pie")), "start fixture"))
+		goto out;
+	readelf_build_id(c.path, bid, sizeof(bid));
+	snprintf(lib, sizeof(lib), "%s", c.path);
+	strcpy(strrchr(lib, '/') + 1, "libsymfix.so");
+	readelf_build_id(lib, lib_bid, sizeof(lib_bid));
+	if (!ASSERT_TRUE(strlen(bid) == 40 && strlen(lib_bid) == 40, "readelf build-ids"))
+		goto out;
+	if (!ASSERT_EQ(symbolizer__pid_seen(s, c.pid), 0, "pid_seen"))
+		goto out;
+	ok = check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_beta"), "symfix_beta", 3, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_local"), "symfix_local", 2, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_lib_func"), "symfix_lib_func", 4, lib, lib_bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "cxx"), "fixture::Widget::compute(int, char const*)", 1,
+		       c.path, bid);
+	symbolizer__stats(s, &st);
+	ok = ok && ASSERT_EQ(st.resolved, 5, "resolved") && ASSERT_EQ(st.unknown, 0, "unknown") &&
+	     ASSERT_EQ(st.maps_reads, 1, "maps read once");
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+static bool test_symbolize_stripped_dynsym(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char bid[160], cmd[PATH_MAX + 64];
+	struct sym_frame f;
+	struct child c;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_stripped")), "start fixture"))
+		goto out;
+	snprintf(cmd, sizeof(cmd), "readelf -S '%s' | grep -q '\\.symtab'", c.path);
+	if (!ASSERT_TRUE(system(cmd) != 0, "fixture has no .symtab"))
+		goto out;
+	readelf_build_id(c.path, bid, sizeof(bid));
+	ok = check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_beta"), "symfix_beta", 3, c.path, bid);
+	/* A static function is not in .dynsym: unresolved, but the frame keeps its mapping. */
+	ok = ok &&
+	     ASSERT_EQ(symbolizer__user(s, c.pid, addr_of(&c, "symfix_local"), &f), -ENOENT, "local") &&
+	     ASSERT_TRUE(!f.function, "no function") && ASSERT_STREQ(f.module, c.path, "module") &&
+	     ASSERT_STREQ(f.build_id, bid, "build_id") && ASSERT_TRUE(f.map_limit > f.map_start, "map");
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+static bool test_symbolize_perfmap(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	struct symbolizer_stats st;
+	char path[64];
+	struct sym_frame f;
+	struct child c;
+	uint64_t anon;
+	bool ok = false;
+	FILE *pm;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_pie")), "start fixture"))
+		goto out;
+	anon = addr_of(&c, "anon");
+	snprintf(path, sizeof(path), "/tmp/perf-%d.map", c.pid);
+	pm = fopen(path, "w");
+	if (!ASSERT_TRUE(pm, "write perf map"))
+		goto out;
+	/* Python 3.12 -X perf style lines; the second entry of one address wins. */
+	fprintf(pm, "%llx 40 py::old:/x.py\n", (unsigned long long)anon);
+	fprintf(pm, "%llx 40 py::handle_request:/srv/app.py\n", (unsigned long long)anon);
+	fprintf(pm, "%llx 100 jit_compiled_loop\n", (unsigned long long)anon + 0x40);
+	fclose(pm);
+	ok = ASSERT_EQ(symbolizer__user(s, c.pid, anon + 0x10, &f), 0, "first") &&
+	     ASSERT_STREQ(f.function, "py::handle_request:/srv/app.py", "function") &&
+	     ASSERT_STREQ(f.module, "[perf-map]", "module") && ASSERT_EQ(f.sym_offset, 0x10, "off") &&
+	     ASSERT_EQ(symbolizer__user(s, c.pid, anon + 0x41, &f), 0, "second") &&
+	     ASSERT_STREQ(f.function, "jit_compiled_loop", "function") &&
+	     ASSERT_EQ(f.sym_offset, 1, "off") &&
+	     /* Past every entry: the anonymous mapping, unresolved and counted. */
+	     ASSERT_EQ(symbolizer__user(s, c.pid, anon + 0x200, &f), -ENOENT, "miss") &&
+	     ASSERT_STREQ(f.module, "[anon]", "anon module") && ASSERT_TRUE(!f.function, "no func");
+	symbolizer__stats(s, &st);
+	ok = ok && ASSERT_EQ(st.perfmap_reads, 1, "perf map read once") &&
+	     ASSERT_EQ(st.unknown, 1, "unknown counted");
+	unlink(path);
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+static bool test_symbolize_deleted(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char dir[] = "/tmp/symfix.XXXXXX", exe[PATH_MAX], lib[PATH_MAX], cmd[3 * PATH_MAX], bid[160];
+	struct child c = { 0 };
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(mkdtemp(dir), "mkdtemp"))
+		goto out;
+	snprintf(exe, sizeof(exe), "%s/symfix_pie", dir);
+	snprintf(lib, sizeof(lib), "%s/libsymfix.so", dir);
+	/* fixture() returns a static buffer: one call per statement. */
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", fixture("symfix_pie"), exe);
+	if (!ASSERT_EQ(system(cmd), 0, "copy fixture"))
+		goto out_rm;
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", fixture("libsymfix.so"), lib);
+	if (!ASSERT_EQ(system(cmd), 0, "copy fixture"))
+		goto out_rm;
+	readelf_build_id(exe, bid, sizeof(bid));
+	if (!ASSERT_TRUE(child_start(&c, exe), "start copy"))
+		goto out_rm;
+	unlink(exe);
+	unlink(lib);
+	rmdir(dir);
+	/* The files exist only as the process's mappings now. */
+	ok = ASSERT_EQ(symbolizer__pid_seen(s, c.pid), 0, "pid_seen") &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, exe, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_lib_func"), "symfix_lib_func", 4, lib, NULL);
+out_rm:
+	unlink(exe);
+	unlink(lib);
+	rmdir(dir);
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+/* Two processes of one binary: parsed once; a 1-byte cache cap evicts and reloads. */
+static bool test_symbolize_cache(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	struct symbolizer_limits lim = { .elf_cache_bytes = 1, .reread_interval_ns = 0 };
+	struct symbolizer_stats a, b;
+	struct child c1 = { 0 }, c2 = { 0 };
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(child_start(&c1, fixture("symfix_pie")) &&
+			 child_start(&c2, fixture("symfix_pie")), "start fixtures"))
+		goto out;
+	ok = check_sym(s, c1.pid, addr_of(&c1, "symfix_alpha"), "symfix_alpha", 5, c1.path, NULL) &&
+	     check_sym(s, c1.pid, addr_of(&c1, "symfix_lib_func"), "symfix_lib_func", 4,
+		       fixture("libsymfix.so"), NULL);
+	symbolizer__stats(s, &a);
+	ok = ok && check_sym(s, c2.pid, addr_of(&c2, "symfix_beta"), "symfix_beta", 3, c2.path, NULL);
+	symbolizer__stats(s, &b);
+	ok = ok && ASSERT_EQ(b.elf_opened, a.elf_opened, "second process: no new parse") &&
+	     ASSERT_TRUE(b.elf_cache_hits > a.elf_cache_hits, "cache hits");
+	/* Evict everything but the most recent table, then resolve from the evicted one. */
+	symbolizer__set_limits(s, &lim);
+	ok = ok && check_sym(s, c1.pid, addr_of(&c1, "symfix_lib_func"), "symfix_lib_func", 4,
+			     fixture("libsymfix.so"), NULL) &&
+	     check_sym(s, c1.pid, addr_of(&c1, "symfix_alpha"), "symfix_alpha", 5, c1.path, NULL);
+	symbolizer__stats(s, &a);
+	ok = ok && ASSERT_TRUE(a.elf_opened > b.elf_opened, "evicted tables reloaded") &&
+	     ASSERT_TRUE(symbolizer__cache_bytes(s) < 64 << 10, "one small table cached");
+	/* Exit/exec: maps are forgotten and read again on the next address. */
+	symbolizer__pid_gone(s, c2.pid);
+	ok = ok && check_sym(s, c2.pid, addr_of(&c2, "symfix_beta"), "symfix_beta", 3, c2.path, NULL);
+	symbolizer__stats(s, &b);
+	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads + 1, "maps re-read after pid_gone");
+out:
+	child_stop(&c1);
+	child_stop(&c2);
+	symbolizer__free(s);
+	return ok;
+}
+
+static bool test_symbolize_unknown(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	struct symbolizer_stats st;
+	struct sym_frame f;
+	bool ok;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	ok = ASSERT_EQ(symbolizer__user(s, getpid(), 0x10, &f), -ENOENT, "null page") &&
+	     ASSERT_STREQ(f.module, "[unknown]", "module") && ASSERT_TRUE(!f.function, "func") &&
+	     ASSERT_STREQ(f.build_id, "", "build_id") && ASSERT_EQ(f.file_offset, 0x10, "offset") &&
+	     ASSERT_EQ(symbolizer__user(s, 0, 0x10, &f), -EINVAL, "pid 0") &&
+	     ASSERT_EQ(symbolizer__user(NULL, 1, 0x10, &f), -EINVAL, "NULL") &&
+	     ASSERT_EQ(symbolizer__pid_seen(s, -1), -EINVAL, "pid -1");
+	/* Our own code resolves too (this test binary has .symtab). */
+	ok = ok &&
+	     ASSERT_EQ(symbolizer__user(s, getpid(), (uint64_t)(uintptr_t)&test_symbolize_unknown + 1,
+					&f), 0, "self") &&
+	     ASSERT_STREQ(f.function, "test_symbolize_unknown", "self name");
+	symbolizer__stats(s, &st);
+	ok = ok && ASSERT_EQ(st.unknown, 1, "unknown counted") && ASSERT_EQ(st.resolved, 1, "resolved");
+	symbolizer__free(s);
+	symbolizer__free(NULL);
+	return ok;
+}
+
+/* A known kernel text symbol from /proc/kallsyms resolves to its own name. */
+static bool test_symbolize_kallsyms(void)
+{
+	static const char *const want[] = { "do_sys_openat2", "vfs_read", "schedule" };
+	struct symbolizer *s = symbolizer__new();
+	char line[512], name[256], found[256] = "", type;
+	unsigned long long addr, faddr = 0;
+	struct sym_frame f;
+	bool ok;
+	FILE *k;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	k = fopen("/proc/kallsyms", "r");
+	while (k && fgets(line, sizeof(line), k) && !found[0]) {
+		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr)
+			continue;
+		for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+			if (!strcmp(name, want[i]) && (type == 't' || type == 'T')) {
+				strcpy(found, name);
+				faddr = addr;
+			}
+	}
+	if (k)
+		fclose(k);
+	ok = ASSERT_TRUE(found[0], "a known symbol with an address in /proc/kallsyms") &&
+	     ASSERT_EQ(symbolizer__kernel(s, faddr + 4, &f), 0, found) &&
+	     ASSERT_STREQ(f.function, found, "name") && ASSERT_EQ(f.sym_offset, 4, "offset") &&
+	     ASSERT_STREQ(f.module, "[kernel.kallsyms]", "module") && ASSERT_TRUE(f.kernel, "kernel") &&
+	     ASSERT_EQ(f.file_offset, faddr + 4, "file_offset") &&
+	     ASSERT_TRUE(f.map_start <= faddr && faddr < f.map_limit, "kernel mapping") &&
+	     ASSERT_EQ(symbolizer__kernel(s, 0x1000, &f), -ENOENT, "user address") &&
+	     ASSERT_STREQ(f.module, "[kernel.kallsyms]", "unknown module") &&
+	     ASSERT_TRUE(!f.function, "no function");
+	symbolizer__free(s);
+	return ok;
+}
+
+TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_stripped_dynsym),
+	  T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
+	  T(test_symbolize_unknown), T(test_symbolize_kallsyms))
