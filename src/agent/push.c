@@ -1,0 +1,568 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The push thread: encode, compress, POST with backoff, spool during outages, drain oldest-first. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "agent/push.h"
+#include "agent/spool.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define QUEUE_MAX	16		/* pending batches between the main loop and this thread */
+#define BODY_MAX	1024		/* bytes of a server answer kept for the log */
+
+enum post_result { POST_OK, POST_REJECTED, POST_FAILED };
+
+/* Counters, updated with __atomic builtins: written by the push thread, read by /metrics. */
+struct counters {
+	uint64_t batches_submitted, samples_submitted;
+	uint64_t batches_pushed, samples_pushed, bytes_pushed, raw_bytes_pushed;
+	uint64_t batches_rejected, samples_rejected;
+	uint64_t push_failures, batches_spooled;
+	uint64_t queue_dropped_batches, queue_dropped_samples;
+	uint64_t encode_errors, encode_cpu_ns;
+	uint64_t last_push_wall_ns;
+};
+
+struct pusher {
+	struct pusher_opts o;
+	char *ingest_url;
+	struct spool *spool;
+	CURL *curl;
+	char token[1024];	/* last token read from the token file */
+	bool token_warned;
+	pthread_t thread;
+	bool started, joined;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* CLOCK_MONOTONIC */
+	struct batch *queue[QUEUE_MAX];
+	uint64_t queue_samples[QUEUE_MAX];
+	size_t qhead, qlen;
+	bool stopping;
+	uint64_t stop_deadline_ns;
+	/* push thread only */
+	unsigned failures_in_row;
+	uint64_t next_retry_ns;
+	bool down;
+	unsigned rand_state;
+	struct counters c;
+};
+
+#define INC(p, field, n) __atomic_add_fetch(&(p)->c.field, (n), __ATOMIC_RELAXED)
+#define GET(p, field)	 __atomic_load_n(&(p)->c.field, __ATOMIC_RELAXED)
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
+}
+
+int push_encode(struct batch *b, enum compression c, uint8_t **ret, size_t *ret_len,
+		size_t *ret_raw_len)
+{
+	uint8_t *raw = NULL;
+	size_t raw_len = 0;
+	int err;
+
+	err = batch__encode(b, &raw, &raw_len);
+	if (err)
+		return err;
+	err = compress_buf(c, raw, raw_len, ret, ret_len);
+	free(raw);
+	if (!err && ret_raw_len)
+		*ret_raw_len = raw_len;
+	return err;
+}
+
+/* Reads the token file (small), keeping the last good token if it became unreadable. */
+static void refresh_token(struct pusher *p)
+{
+	char buf[sizeof(p->token)];
+	FILE *f;
+	size_t n;
+
+	if (!p->o.token_file)
+		return;
+	f = fopen(p->o.token_file, "re");
+	if (!f) {
+		if (!p->token_warned)
+			log_warn("push: cannot read token file '%s': %s, keeping the last token",
+				 p->o.token_file, strerror(errno));
+		p->token_warned = true;
+		return;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+		     buf[n - 1] == '\t'))
+		buf[--n] = 0;
+	memcpy(p->token, buf, n + 1);
+	p->token_warned = false;
+}
+
+struct answer {
+	char body[BODY_MAX];
+	size_t len;
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	struct answer *a = arg;
+	size_t n = size * nmemb, room = sizeof(a->body) - 1 - a->len;
+
+	if (n < room)
+		room = n;
+	memcpy(a->body + a->len, ptr, room);
+	a->len += room;
+	a->body[a->len] = 0;
+	return n;
+}
+
+/* One line of the server's answer for the log: newlines flattened. */
+static const char *one_line(struct answer *a)
+{
+	for (size_t i = 0; i < a->len; i++)
+		if (a->body[i] == '\n' || a->body[i] == '\r')
+			a->body[i] = ' ';
+	return a->len ? a->body : "(empty)";
+}
+
+static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
+			     enum compression enc, char *why, size_t whylen)
+{
+	struct curl_slist *hdrs = NULL, *h;
+	struct answer ans = { .len = 0 };
+	char line[sizeof(p->token) + 32];
+	long status = 0;
+	CURLcode rc;
+	enum post_result r;
+
+	refresh_token(p);
+	hdrs = curl_slist_append(hdrs, "Content-Type: application/x-protobuf");
+	hdrs = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
+	if (hdrs && enc != COMPRESS_NONE) {
+		snprintf(line, sizeof(line), "Content-Encoding: %s", compression_name(enc));
+		h = curl_slist_append(hdrs, line);
+		hdrs = h ? h : (curl_slist_free_all(hdrs), NULL);
+	}
+	if (hdrs && p->o.token_file && p->token[0]) {
+		snprintf(line, sizeof(line), "Authorization: Bearer %s", p->token);
+		h = curl_slist_append(hdrs, line);
+		hdrs = h ? h : (curl_slist_free_all(hdrs), NULL);
+	}
+	if (!hdrs) {
+		snprintf(why, whylen, "out of memory");
+		return POST_FAILED;
+	}
+	curl_easy_setopt(p->curl, CURLOPT_URL, p->ingest_url);
+	curl_easy_setopt(p->curl, CURLOPT_POST, 1L);
+	curl_easy_setopt(p->curl, CURLOPT_POSTFIELDS, (const char *)data);
+	curl_easy_setopt(p->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	curl_easy_setopt(p->curl, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(p->curl, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(p->curl, CURLOPT_WRITEDATA, &ans);
+	rc = curl_easy_perform(p->curl);
+	if (rc != CURLE_OK) {
+		snprintf(why, whylen, "%s", curl_easy_strerror(rc));
+		r = POST_FAILED;
+		goto out;
+	}
+	curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (status >= 200 && status < 300) {
+		r = POST_OK;
+	} else if (status >= 400 && status < 500 && status != 401 && status != 403 &&
+		   status != 408 && status != 429) {
+		snprintf(why, whylen, "HTTP %ld: %s", status, one_line(&ans));
+		r = POST_REJECTED;
+	} else {
+		snprintf(why, whylen, "HTTP %ld: %s", status, one_line(&ans));
+		r = POST_FAILED;
+	}
+out:
+	curl_easy_setopt(p->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hdrs);
+	return r;
+}
+
+static void schedule_retry(struct pusher *p)
+{
+	uint64_t d = p->o.retry_base_ns;
+
+	for (unsigned i = 1; i < p->failures_in_row && d < p->o.retry_max_ns; i++)
+		d *= 2;
+	if (d > p->o.retry_max_ns)
+		d = p->o.retry_max_ns;
+	/* Equal jitter: half fixed, half random, so that many agents do not retry in step. */
+	d = d / 2 + (uint64_t)((double)(d / 2) * (rand_r(&p->rand_state) / (RAND_MAX + 1.0)));
+	p->next_retry_ns = mono_ns() + d;
+}
+
+static void note_ok(struct pusher *p, size_t bytes, size_t raw, uint64_t nsamples)
+{
+	INC(p, batches_pushed, 1);
+	INC(p, samples_pushed, nsamples);
+	INC(p, bytes_pushed, bytes);
+	INC(p, raw_bytes_pushed, raw);
+	__atomic_store_n(&p->c.last_push_wall_ns, wall_ns(), __ATOMIC_RELAXED);
+	if (p->down)
+		log_info("push: server reachable again");
+	p->down = false;
+	p->failures_in_row = 0;
+}
+
+static void note_failure(struct pusher *p, const char *why)
+{
+	INC(p, push_failures, 1);
+	if (!p->down)
+		log_warn("push: %s: %s; spooling, retrying with backoff", p->ingest_url, why);
+	else
+		log_debug("push: retry failed: %s", why);
+	p->down = true;
+	p->failures_in_row++;
+	schedule_retry(p);
+}
+
+static void note_rejected(struct pusher *p, uint64_t nsamples, const char *why)
+{
+	INC(p, batches_rejected, 1);
+	INC(p, samples_rejected, nsamples);
+	log_warn("push: server rejected a batch of %" PRIu64 " samples (%s); dropped", nsamples,
+		 why);
+}
+
+static void to_spool(struct pusher *p, const uint8_t *data, size_t len, uint64_t nsamples)
+{
+	int err = spool__put(p->spool, data, len, p->o.compression, nsamples);
+
+	if (!err)
+		INC(p, batches_spooled, 1);
+	else
+		log_warn("push: spooling a batch of %" PRIu64 " samples: %s (dropped, counted)",
+			 nsamples, strerror(-err));
+}
+
+/* Sends spooled batches oldest-first until the spool is empty, a send fails or the deadline. */
+static void drain(struct pusher *p, uint64_t deadline_ns)
+{
+	char why[BODY_MAX + 64];
+
+	while (mono_ns() < deadline_ns) {
+		uint8_t *data;
+		size_t len;
+		enum compression enc;
+		uint64_t nsamples;
+		int err = spool__peek(p->spool, &data, &len, &enc, &nsamples);
+
+		if (err == -ENOENT)
+			break;
+		if (err) {
+			log_warn("push: reading the spool: %s", strerror(-err));
+			p->failures_in_row++;
+			schedule_retry(p);
+			break;
+		}
+		switch (post(p, data, len, enc, why, sizeof(why))) {
+		case POST_OK:
+			note_ok(p, len, 0, nsamples);
+			spool__pop(p->spool);
+			break;
+		case POST_REJECTED:
+			note_rejected(p, nsamples, why);
+			spool__pop(p->spool);
+			break;
+		case POST_FAILED:
+			note_failure(p, why);
+			free(data);
+			return;
+		}
+		free(data);
+	}
+}
+
+static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
+{
+	char why[BODY_MAX + 64];
+	uint8_t *data = NULL;
+	size_t len = 0, raw = 0;
+	uint64_t t0 = thread_cpu_ns();
+	int err;
+
+	err = push_encode(b, p->o.compression, &data, &len, &raw);
+	batch__free(b);
+	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
+	if (err) {
+		INC(p, encode_errors, 1);
+		log_error("push: encoding a batch of %" PRIu64 " samples: %s (dropped, counted)",
+			  nsamples, strerror(-err));
+		return;
+	}
+	if (spool__count(p->spool)) {
+		/* Keep the order: older spooled batches go first. */
+		to_spool(p, data, len, nsamples);
+		goto out;
+	}
+	switch (post(p, data, len, p->o.compression, why, sizeof(why))) {
+	case POST_OK:
+		note_ok(p, len, raw, nsamples);
+		break;
+	case POST_REJECTED:
+		note_rejected(p, nsamples, why);
+		break;
+	case POST_FAILED:
+		note_failure(p, why);
+		to_spool(p, data, len, nsamples);
+		break;
+	}
+out:
+	free(data);
+}
+
+static void *thread_main(void *arg)
+{
+	struct pusher *p = arg;
+
+	for (;;) {
+		struct batch *b = NULL;
+		uint64_t nsamples = 0, now;
+		bool stop;
+
+		pthread_mutex_lock(&p->lock);
+		for (;;) {
+			now = mono_ns();
+			if (p->qlen || p->stopping)
+				break;
+			if (spool__count(p->spool) && now >= p->next_retry_ns)
+				break;
+			if (spool__count(p->spool)) {
+				struct timespec ts = { .tv_sec = p->next_retry_ns / NSEC_PER_SEC,
+						       .tv_nsec = p->next_retry_ns % NSEC_PER_SEC };
+
+				pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+			} else {
+				pthread_cond_wait(&p->cond, &p->lock);
+			}
+		}
+		if (p->qlen) {
+			b = p->queue[p->qhead];
+			nsamples = p->queue_samples[p->qhead];
+			p->qhead = (p->qhead + 1) % QUEUE_MAX;
+			p->qlen--;
+		}
+		stop = p->stopping;
+		pthread_mutex_unlock(&p->lock);
+
+		if (b) {
+			handle_batch(p, b, nsamples);
+			continue;
+		}
+		if (stop) {
+			/* Last chance: one drain pass if the server answers, bounded by the deadline. */
+			if (spool__count(p->spool) && (!p->down || now >= p->next_retry_ns))
+				drain(p, p->stop_deadline_ns);
+			break;
+		}
+		drain(p, UINT64_MAX);
+	}
+	return NULL;
+}
+
+struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
+{
+	struct pusher *p = calloc(1, sizeof(*p));
+	pthread_condattr_t ca;
+	const char *base = o->server;
+	size_t n = strlen(base);
+	int err;
+
+	if (!p)
+		return NULL;
+	p->o = *o;
+	if (!p->o.retry_base_ns)
+		p->o.retry_base_ns = NSEC_PER_SEC;
+	if (!p->o.retry_max_ns)
+		p->o.retry_max_ns = 30 * NSEC_PER_SEC;
+	if (p->o.retry_max_ns < p->o.retry_base_ns)
+		p->o.retry_max_ns = p->o.retry_base_ns;
+	if (!p->o.timeout_ns)
+		p->o.timeout_ns = 10 * NSEC_PER_SEC;
+	p->spool = spool;
+	p->rand_state = (unsigned)(wall_ns() ^ (uint64_t)getpid());
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	while (n && base[n - 1] == '/')
+		n--;
+	if (n >= 14 && !strncmp(base + n - 14, "/api/v1/ingest", 14))
+		err = asprintf(&p->ingest_url, "%.*s", (int)n, base);
+	else
+		err = asprintf(&p->ingest_url, "%.*s/api/v1/ingest", (int)n, base);
+	if (err < 0) {
+		p->ingest_url = NULL;
+		err = -ENOMEM;
+		goto out_free;
+	}
+	p->curl = curl_easy_init();
+	if (!p->curl) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	curl_easy_setopt(p->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(p->curl, CURLOPT_USERAGENT, "gpuscope-agent");
+	curl_easy_setopt(p->curl, CURLOPT_TIMEOUT_MS, (long)(p->o.timeout_ns / NSEC_PER_MSEC));
+	curl_easy_setopt(p->curl, CURLOPT_CONNECTTIMEOUT_MS,
+			 (long)(p->o.timeout_ns / NSEC_PER_MSEC < 5000 ?
+					p->o.timeout_ns / NSEC_PER_MSEC : 5000));
+	refresh_token(p);
+	err = -pthread_create(&p->thread, NULL, thread_main, p);
+	if (err)
+		goto out_free;
+	p->started = true;
+	return p;
+out_free:
+	pusher__free(p);
+	errno = -err;
+	return NULL;
+}
+
+int pusher__submit(struct pusher *p, struct batch *b)
+{
+	uint64_t nsamples = batch__nsamples(b);
+
+	pthread_mutex_lock(&p->lock);
+	if (p->stopping) {
+		pthread_mutex_unlock(&p->lock);
+		INC(p, queue_dropped_batches, 1);
+		INC(p, queue_dropped_samples, nsamples);
+		batch__free(b);
+		return -ESHUTDOWN;
+	}
+	if (p->qlen == QUEUE_MAX) {
+		size_t i = p->qhead;
+
+		INC(p, queue_dropped_batches, 1);
+		INC(p, queue_dropped_samples, p->queue_samples[i]);
+		log_warn("push: %d batches pending, dropping the oldest (%" PRIu64 " samples)",
+			 QUEUE_MAX, p->queue_samples[i]);
+		batch__free(p->queue[i]);
+		p->qhead = (p->qhead + 1) % QUEUE_MAX;
+		p->qlen--;
+	}
+	p->queue[(p->qhead + p->qlen) % QUEUE_MAX] = b;
+	p->queue_samples[(p->qhead + p->qlen) % QUEUE_MAX] = nsamples;
+	p->qlen++;
+	INC(p, batches_submitted, 1);
+	INC(p, samples_submitted, nsamples);
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+void pusher__stop(struct pusher *p, uint64_t deadline_ns)
+{
+	struct spool_stats st;
+
+	if (!p || !p->started || p->joined)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stopping = true;
+	p->stop_deadline_ns = deadline_ns;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+	p->joined = true;
+	spool__stats(p->spool, &st);
+	if (st.files)
+		log_warn("push: %" PRIu64 " batches (%" PRIu64 " bytes) not delivered, left in "
+			 "the spool", st.files, st.bytes);
+}
+
+void pusher__free(struct pusher *p)
+{
+	if (!p)
+		return;
+	pusher__stop(p, mono_ns());
+	for (size_t i = 0; i < p->qlen; i++)
+		batch__free(p->queue[(p->qhead + i) % QUEUE_MAX]);
+	if (p->curl)
+		curl_easy_cleanup(p->curl);
+	free(p->ingest_url);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+static void metric(FILE *out, const char *name, const char *type, const char *help, double v)
+{
+	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+void pusher__metrics(struct pusher *p, FILE *out)
+{
+	struct spool_stats st;
+	size_t pending;
+
+	spool__stats(p->spool, &st);
+	pthread_mutex_lock(&p->lock);
+	pending = p->qlen;
+	pthread_mutex_unlock(&p->lock);
+	metric(out, "gpuscope_agent_batches_submitted_total", "counter",
+	       "Batches the main loop handed to the push thread.", GET(p, batches_submitted));
+	metric(out, "gpuscope_agent_samples_submitted_total", "counter",
+	       "Stack samples in the batches handed to the push thread.",
+	       GET(p, samples_submitted));
+	metric(out, "gpuscope_agent_batches_pushed_total", "counter",
+	       "Batches the server acknowledged (durable).", GET(p, batches_pushed));
+	metric(out, "gpuscope_agent_samples_sent_total", "counter",
+	       "Stack samples in acknowledged batches.", GET(p, samples_pushed));
+	metric(out, "gpuscope_agent_bytes_sent_total", "counter",
+	       "Compressed bytes of acknowledged batches.", GET(p, bytes_pushed));
+	metric(out, "gpuscope_agent_push_failures_total", "counter",
+	       "Push attempts that failed (unreachable, timeout, 5xx, 401/403/408/429).",
+	       GET(p, push_failures));
+	metric(out, "gpuscope_agent_batches_rejected_total", "counter",
+	       "Batches the server refused with a 4xx (bad batch), dropped.",
+	       GET(p, batches_rejected));
+	metric(out, "gpuscope_agent_samples_rejected_total", "counter",
+	       "Stack samples in batches the server refused.", GET(p, samples_rejected));
+	metric(out, "gpuscope_agent_batches_spooled_total", "counter",
+	       "Batches written to the spool while the server was unreachable.",
+	       GET(p, batches_spooled));
+	metric(out, "gpuscope_agent_spool_files", "gauge", "Batches waiting in the spool.",
+	       st.files);
+	metric(out, "gpuscope_agent_spool_bytes", "gauge", "Bytes waiting in the spool.",
+	       st.bytes);
+	metric(out, "gpuscope_agent_spool_dropped_batches_total", "counter",
+	       "Spooled batches dropped (oldest first) past --spool-max or unwritable.",
+	       st.dropped_batches);
+	metric(out, "gpuscope_agent_spool_dropped_samples_total", "counter",
+	       "Stack samples in dropped spooled batches.", st.dropped_samples);
+	metric(out, "gpuscope_agent_spool_write_errors_total", "counter",
+	       "Spool writes that failed.", st.write_errors);
+	metric(out, "gpuscope_agent_push_queue_batches", "gauge",
+	       "Finished batches waiting for the push thread.", pending);
+	metric(out, "gpuscope_agent_push_queue_dropped_batches_total", "counter",
+	       "Batches dropped because the push thread fell behind.",
+	       GET(p, queue_dropped_batches));
+	metric(out, "gpuscope_agent_push_queue_dropped_samples_total", "counter",
+	       "Stack samples in batches dropped because the push thread fell behind.",
+	       GET(p, queue_dropped_samples));
+	metric(out, "gpuscope_agent_encode_errors_total", "counter",
+	       "Batches that could not be encoded (dropped).", GET(p, encode_errors));
+	metric(out, "gpuscope_agent_encode_cpu_seconds_total", "counter",
+	       "CPU time spent encoding and compressing batches.", GET(p, encode_cpu_ns) / 1e9);
+	metric(out, "gpuscope_agent_last_push_timestamp_seconds", "gauge",
+	       "Unix time of the last acknowledged push (0: none yet).",
+	       GET(p, last_push_wall_ns) / 1e9);
+}

@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * `gpuscope-agent run`: the long-running mode. Starts every data source of AGENT_MODULES,
+ * ticks them every ~50 ms, and every push interval swaps in a fresh batch and hands the
+ * finished one to the push thread (push.c), which delivers or spools it. Serves /metrics.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "agent/agent.h"
+#include "agent/commands.h"
+#include "agent/metrics_http.h"
+#include "agent/modules.h"
+#include "agent/push.h"
+#include "agent/spool.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define TICK_NS			(50 * NSEC_PER_MSEC)
+#define EARLY_FLUSH_BYTES	(16u << 20)	/* swap before the interval past this estimate */
+#define STOP_GRACE_NS		(15 * NSEC_PER_SEC)	/* last delivery attempts at exit */
+
+struct run_opts {
+	const char *server;
+	const char *token_file;
+	const char *spool_dir;
+	uint64_t spool_max;
+	const char *metrics_listen;
+	uint64_t push_interval_ns;
+	uint64_t retry_max_ns;
+	uint64_t duration_ns;		/* 0: until a signal */
+	int compression;
+};
+
+struct mod_state {
+	const struct agent_module *m;
+	bool started;
+	uint64_t tick_errors;
+	bool tick_warned;
+};
+
+/* Everything /metrics needs; the lock keeps module callbacks off each other's feet. */
+struct run_ctx {
+	struct agent *a;
+	struct pusher *pusher;
+	struct mod_state *mods;
+	size_t nmods;
+	pthread_mutex_t lock;
+	uint64_t start_wall_ns;
+	uint64_t empty_batches;
+	uint64_t batch_errors;
+};
+
+static struct agent *signal_agent;
+
+static void on_signal(int sig)
+{
+	if (signal_agent)
+		signal_agent->stopping = true;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gpuscope-agent run --server URL [OPTIONS]\n"
+		"\n"
+		"Profiles continuously and pushes a batch to a gpuscope-server every interval;\n"
+		"spools to disk while the server is unreachable.\n"
+		"\n"
+		"  --server URL             gpuscope-server base URL (http://host:7070)\n"
+		"  --push-interval DUR      time between pushes (default 10s)\n"
+		"  --pid PID                profile only this process (repeatable, up to %d)\n"
+		"  --frequency HZ           CPU sampling frequency (default 99)\n"
+		"  --all-processes          thread states of every process\n"
+		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
+		"  --spool-dir DIR          on-disk spool for outages (default: in memory, lost at exit)\n"
+		"  --spool-max SIZE         spool bound, oldest dropped past it (default 512MiB)\n"
+		"  --compression ALG        zstd (default), gzip or none\n"
+		"  --retry-max DUR          longest backoff between retries (default 30s)\n"
+		"  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9400; 'off')\n"
+		"  --node NAME              node label (default: hostname)\n"
+		"  --nvml-library PATH      NVML library (default libnvidia-ml.so.1)\n"
+		"  --no-gpu                 do not poll NVML\n"
+		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
+		"  -v, --verbose            debug logging\n",
+		AGENT_MAX_PIDS);
+}
+
+/* "512MiB", "64KiB", "1G", "10MB", "4096": bytes. 0 or -EINVAL. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	static const struct { const char *sfx; double mult; } units[] = {
+		{ "", 1 },	   { "B", 1 },		{ "K", 1024.0 },     { "KiB", 1024.0 },
+		{ "KB", 1e3 },	   { "M", 1048576.0 },	{ "MiB", 1048576.0 }, { "MB", 1e6 },
+		{ "G", 1073741824.0 }, { "GiB", 1073741824.0 }, { "GB", 1e9 },
+	};
+	char *end;
+	double v;
+
+	if (!*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (strcmp(end, units[i].sfx))
+			continue;
+		v *= units[i].mult;
+		if (v >= 1.8e19)
+			return -EINVAL;
+		*ret = (uint64_t)v;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static void fill_metrics(void *arg, FILE *out)
+{
+	struct run_ctx *c = arg;
+
+	fprintf(out, "# HELP gpuscope_agent_info The agent's node name.\n"
+		     "# TYPE gpuscope_agent_info gauge\n"
+		     "gpuscope_agent_info{node=\"");
+	for (const char *p = c->a->opts.node; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fputc('\\', out);
+		if (*p == '\n')
+			fputs("\\n", out);
+		else
+			fputc(*p, out);
+	}
+	fprintf(out, "\"} 1\n");
+	fprintf(out, "# HELP gpuscope_agent_start_time_seconds Unix time the agent started.\n"
+		     "# TYPE gpuscope_agent_start_time_seconds gauge\n"
+		     "gpuscope_agent_start_time_seconds %.3f\n",
+		c->start_wall_ns / 1e9);
+	pthread_mutex_lock(&c->lock);
+	fprintf(out, "# HELP gpuscope_agent_module_up 1 if the data source runs, 0 if unavailable.\n"
+		     "# TYPE gpuscope_agent_module_up gauge\n");
+	for (size_t i = 0; i < c->nmods; i++)
+		fprintf(out, "gpuscope_agent_module_up{module=\"%s\"} %d\n", c->mods[i].m->name,
+			c->mods[i].started);
+	fprintf(out, "# HELP gpuscope_agent_module_tick_errors_total Failed module ticks.\n"
+		     "# TYPE gpuscope_agent_module_tick_errors_total counter\n");
+	for (size_t i = 0; i < c->nmods; i++)
+		fprintf(out, "gpuscope_agent_module_tick_errors_total{module=\"%s\"} %" PRIu64 "\n",
+			c->mods[i].m->name, c->mods[i].tick_errors);
+	fprintf(out, "# HELP gpuscope_agent_batch_errors_total Batches that could not be created "
+		     "(ENOMEM): the current one kept growing.\n"
+		     "# TYPE gpuscope_agent_batch_errors_total counter\n"
+		     "gpuscope_agent_batch_errors_total %" PRIu64 "\n", c->batch_errors);
+	for (size_t i = 0; i < c->nmods; i++)
+		if (c->mods[i].started && c->mods[i].m->metrics)
+			c->mods[i].m->metrics(c->a, out);
+	pthread_mutex_unlock(&c->lock);
+	pusher__metrics(c->pusher, out);
+}
+
+/* Swaps in a fresh batch and hands the finished one to the push thread. Caller holds lock. */
+static void flush_batch(struct run_ctx *c, size_t empty_size)
+{
+	struct agent *a = c->a;
+	struct batch *fresh, *old = a->batch;
+
+	if (!batch__nsamples(old) && batch__size_estimate(old) <= empty_size) {
+		c->empty_batches++;
+		return;
+	}
+	fresh = batch__new(a->opts.node);
+	if (!fresh) {
+		c->batch_errors++;
+		log_warn("run: new batch: %s; keeping the current one", strerror(errno));
+		return;
+	}
+	a->batch = fresh;
+	pusher__submit(c->pusher, old);
+}
+
+static int tick_modules(struct run_ctx *c, size_t empty_size)
+{
+	for (size_t i = 0; i < c->nmods; i++) {
+		struct mod_state *ms = &c->mods[i];
+		int err;
+
+		if (!ms->started || !ms->m->tick)
+			continue;
+		err = ms->m->tick(c->a);
+		if (err == -ENOSPC) {
+			/* The batch hit a limit: push it and let the module go on into a fresh one. */
+			flush_batch(c, empty_size);
+			err = ms->m->tick(c->a);
+		}
+		if (err < 0) {
+			ms->tick_errors++;
+			if (!ms->tick_warned)
+				log_warn("module %s: tick: %s (counted; further errors at debug level)",
+					 ms->m->name, strerror(-err));
+			else
+				log_debug("module %s: tick: %s", ms->m->name, strerror(-err));
+			ms->tick_warned = true;
+		}
+	}
+	return 0;
+}
+
+static void sleep_until(uint64_t t_ns)
+{
+	struct timespec ts = { .tv_sec = t_ns / NSEC_PER_SEC, .tv_nsec = t_ns % NSEC_PER_SEC };
+
+	/* EINTR (a signal) ends the sleep early, which is what we want. */
+	clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+}
+
+static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_opts *o)
+{
+	enum {
+		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_SPOOL_DIR,
+		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
+		OPT_RETRY_MAX, OPT_DURATION,
+	};
+	static const struct option lopts[] = {
+		{ "server", required_argument, NULL, OPT_SERVER },
+		{ "push-interval", required_argument, NULL, OPT_INTERVAL },
+		{ "pid", required_argument, NULL, OPT_PID },
+		{ "frequency", required_argument, NULL, OPT_FREQ },
+		{ "all-processes", no_argument, NULL, OPT_ALL },
+		{ "token-file", required_argument, NULL, OPT_TOKEN },
+		{ "spool-dir", required_argument, NULL, OPT_SPOOL_DIR },
+		{ "spool-max", required_argument, NULL, OPT_SPOOL_MAX },
+		{ "metrics-listen", required_argument, NULL, OPT_METRICS },
+		{ "node", required_argument, NULL, OPT_NODE },
+		{ "nvml-library", required_argument, NULL, OPT_NVML },
+		{ "no-gpu", no_argument, NULL, OPT_NO_GPU },
+		{ "compression", required_argument, NULL, OPT_COMPRESSION },
+		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
+		{ "duration", required_argument, NULL, OPT_DURATION },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	char *end;
+	long v;
+	int opt;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "vh", lopts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_SERVER:
+			o->server = optarg;
+			break;
+		case OPT_INTERVAL:
+			if (parse_duration_ns(optarg, &o->push_interval_ns) ||
+			    o->push_interval_ns < 100 * NSEC_PER_MSEC) {
+				log_error("--push-interval: '%s' is not a duration >= 100ms", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_PID:
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || *end || v <= 0 || v > 0x3fffffff) {
+				log_error("--pid: '%s' is not a process id", optarg);
+				return -EINVAL;
+			}
+			if (ao->npids == AGENT_MAX_PIDS) {
+				log_error("--pid: at most %d processes", AGENT_MAX_PIDS);
+				return -EINVAL;
+			}
+			ao->pids[ao->npids++] = (pid_t)v;
+			break;
+		case OPT_FREQ:
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || *end || v < 1 || v > 100000) {
+				log_error("--frequency: '%s' is not a rate in 1..100000 Hz", optarg);
+				return -EINVAL;
+			}
+			ao->frequency_hz = (unsigned)v;
+			break;
+		case OPT_ALL:
+			ao->all_processes = true;
+			break;
+		case OPT_TOKEN:
+			o->token_file = optarg;
+			break;
+		case OPT_SPOOL_DIR:
+			o->spool_dir = optarg;
+			break;
+		case OPT_SPOOL_MAX:
+			if (parse_size(optarg, &o->spool_max) || o->spool_max < 1024) {
+				log_error("--spool-max: '%s' is not a size >= 1KiB (512MiB, 64KiB)",
+					  optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_METRICS:
+			o->metrics_listen = optarg;
+			break;
+		case OPT_NODE:
+			if (!*optarg) {
+				log_error("--node: empty name");
+				return -EINVAL;
+			}
+			ao->node = optarg;
+			break;
+		case OPT_NVML:
+			ao->nvml_library = optarg;
+			break;
+		case OPT_NO_GPU:
+			ao->no_gpu = true;
+			break;
+		case OPT_COMPRESSION:
+			o->compression = compression_parse(optarg);
+			if (o->compression < 0) {
+				log_error("--compression: '%s': want zstd, gzip or none", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_RETRY_MAX:
+			if (parse_duration_ns(optarg, &o->retry_max_ns) ||
+			    o->retry_max_ns < 100 * NSEC_PER_MSEC) {
+				log_error("--retry-max: '%s' is not a duration >= 100ms", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_DURATION:
+			if (parse_duration_ns(optarg, &o->duration_ns) || !o->duration_ns) {
+				log_error("--duration: '%s' is not a positive duration", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'v':
+			gpuscope_log_level = LOG_DEBUG;
+			break;
+		case 'h':
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		log_error("run: unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	if (!o->server) {
+		log_error("run: --server URL is required");
+		usage(stderr);
+		return -EINVAL;
+	}
+	if (strncmp(o->server, "http://", 7) && strncmp(o->server, "https://", 8)) {
+		log_error("--server: '%s' is not an http:// or https:// URL", o->server);
+		return -EINVAL;
+	}
+	if (o->token_file && access(o->token_file, R_OK)) {
+		log_error("--token-file: '%s': %s", o->token_file, strerror(errno));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static char hostname[256];
+	struct agent_opts ao = { .frequency_hz = 99 };
+	struct run_opts o = {
+		.spool_max = 512ull << 20,
+		.metrics_listen = "127.0.0.1:9400",
+		.push_interval_ns = 10 * NSEC_PER_SEC,
+		.retry_max_ns = 30 * NSEC_PER_SEC,
+		.compression = COMPRESS_ZSTD,
+	};
+	const struct agent_module *all[] = AGENT_MODULES;
+	struct mod_state mods[ARRAY_SIZE(all)];
+	struct agent a = { 0 };
+	struct run_ctx c = { .a = &a, .mods = mods };
+	struct spool *spool = NULL;
+	struct metrics_http *mh = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	uint64_t next_push, end_ns = 0, now;
+	size_t empty_size;
+	int err, rc = 1;
+
+	err = parse_args(argc, argv, &ao, &o);
+	if (err)
+		return err > 0 ? 0 : 2;
+	if (!ao.node) {
+		if (gethostname(hostname, sizeof(hostname) - 1))
+			snprintf(hostname, sizeof(hostname), "localhost");
+		ao.node = hostname;
+	}
+	a.opts = ao;
+	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	pthread_mutex_init(&c.lock, NULL);
+	c.start_wall_ns = wall_ns();
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+		log_error("run: libcurl initialisation failed");
+		goto out;
+	}
+	a.batch = batch__new(ao.node);
+	if (!a.batch) {
+		log_error("run: new batch: %s", strerror(errno));
+		goto out_curl;
+	}
+	empty_size = batch__size_estimate(a.batch);
+	spool = spool__open(o.spool_dir, o.spool_max);
+	if (!spool) {
+		log_error("run: spool '%s': %s", o.spool_dir ? o.spool_dir : "(memory)",
+			  strerror(errno));
+		goto out_batch;
+	}
+	c.pusher = pusher__new(&(struct pusher_opts){ .server = o.server,
+						     .token_file = o.token_file,
+						     .compression = o.compression,
+						     .retry_max_ns = o.retry_max_ns },
+			       spool);
+	if (!c.pusher) {
+		log_error("run: push thread: %s", strerror(errno));
+		goto out_spool;
+	}
+
+	/* Modules first, so that /metrics never shows a half-started agent... */
+	signal_agent = &a;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+		struct mod_state *ms;
+
+		if (!all[i])
+			continue;
+		ms = &mods[c.nmods++];
+		*ms = (struct mod_state){ .m = all[i] };
+		if (!ms->m->start) {
+			ms->started = true;
+			continue;
+		}
+		err = ms->m->start(&a);
+		if (err == -ENOTSUP || err == -EOPNOTSUPP || err == -ENOENT) {
+			log_info("module %s: not available here (%s), running without it",
+				 ms->m->name, strerror(-err));
+			continue;
+		}
+		if (err) {
+			log_error("module %s: start: %s", ms->m->name, strerror(-err));
+			rc = (err == -EPERM || err == -EACCES) ? 2 : 1;
+			goto out_stop_modules;
+		}
+		ms->started = true;
+		log_debug("module %s: started", ms->m->name);
+	}
+	/* ...then the metrics endpoint. */
+	if (strcmp(o.metrics_listen, "off")) {
+		mh = metrics_http__start(o.metrics_listen, fill_metrics, &c);
+		if (!mh) {
+			log_error("--metrics-listen '%s': %s", o.metrics_listen, strerror(errno));
+			rc = errno == EINVAL ? 2 : 1;
+			goto out_stop_modules;
+		}
+	}
+	log_info("run: node '%s', pushing to %s every %.3gs, spool %s", ao.node, o.server,
+		 o.push_interval_ns / 1e9, o.spool_dir ? o.spool_dir : "in memory");
+	if (mh) {
+		/* The exact URL, also for scripts that asked for port 0. */
+		const char *colon = strrchr(o.metrics_listen, ':');
+
+		log_info("metrics: http://%.*s:%u/metrics", (int)(colon - o.metrics_listen),
+			 o.metrics_listen, metrics_http__port(mh));
+	}
+
+	now = mono_ns();
+	next_push = now + o.push_interval_ns;
+	if (o.duration_ns)
+		end_ns = now + o.duration_ns;
+	while (!a.stopping) {
+		uint64_t next_tick = mono_ns() + TICK_NS;
+
+		pthread_mutex_lock(&c.lock);
+		tick_modules(&c, empty_size);
+		now = mono_ns();
+		if (now >= next_push || batch__size_estimate(a.batch) > EARLY_FLUSH_BYTES) {
+			flush_batch(&c, empty_size);
+			while (next_push <= now)
+				next_push += o.push_interval_ns;
+		}
+		pthread_mutex_unlock(&c.lock);
+		if (end_ns && now >= end_ns)
+			break;
+		if (!a.stopping)
+			sleep_until(next_tick < next_push ? next_tick : next_push);
+	}
+	log_info("run: stopping: flushing the last batch");
+	rc = 0;
+
+out_stop_modules:
+	pthread_mutex_lock(&c.lock);
+	if (rc == 0)
+		tick_modules(&c, empty_size);	/* drain what the modules still hold */
+	for (size_t i = c.nmods; i-- > 0;) {
+		if (mods[i].started && mods[i].m->stop)
+			mods[i].m->stop(&a);
+		mods[i].started = false;
+	}
+	if (rc == 0)
+		flush_batch(&c, empty_size);
+	pthread_mutex_unlock(&c.lock);
+	pusher__stop(c.pusher, mono_ns() + STOP_GRACE_NS);
+	metrics_http__stop(mh);
+	signal_agent = NULL;
+	if (!o.spool_dir && spool__count(spool))
+		log_warn("run: %zu undelivered batches in the memory spool are lost "
+			 "(use --spool-dir to keep them)", spool__count(spool));
+	pusher__free(c.pusher);
+out_spool:
+	spool__free(spool);
+out_batch:
+	batch__free(a.batch);
+out_curl:
+	curl_global_cleanup();
+out:
+	pthread_mutex_destroy(&c.lock);
+	return rc;
+}
