@@ -110,8 +110,10 @@ $(AGENT_LIB): $(call obj,$(AGENT_SRCS))
 $(SERVER_LIB): $(call obj,$(SERVER_SRCS))
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# Whole archive: modules and subcommands are referenced weakly, which pulls nothing from an .a.
 $(AGENT_BIN): $(call obj,src/agent/main.c) $(ALL_LIBS)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
+		$(ALL_LIBS) $(LDLIBS)
 $(SERVER_BIN): $(call obj,src/server/main.c) $(ALL_LIBS)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 $(CLI_BIN): $(call obj,$(CLI_SRCS)) $(ALL_LIBS)

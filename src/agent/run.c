@@ -25,6 +25,12 @@
 #include "common/log.h"
 #include "common/util.h"
 
+/* symbolize.h (the symbolizer's engineer): weak until it is on main, then a->sym stays NULL. */
+struct symbolizer *symbolizer__new(void);
+void symbolizer__free(struct symbolizer *s);
+#pragma weak symbolizer__new
+#pragma weak symbolizer__free
+
 #define TICK_NS			(50 * NSEC_PER_MSEC)
 #define EARLY_FLUSH_BYTES	(16u << 20)	/* swap before the interval past this estimate */
 #define STOP_GRACE_NS		(15 * NSEC_PER_SEC)	/* last delivery attempts at exit */
@@ -414,6 +420,13 @@ int cmd_run(int argc, char **argv)
 		goto out_curl;
 	}
 	empty_size = batch__size_estimate(a.batch);
+	if (symbolizer__new) {
+		a.sym = symbolizer__new();
+		if (!a.sym) {
+			log_error("run: symbolizer: %s", strerror(errno));
+			goto out_batch;
+		}
+	}
 	spool = spool__open(o.spool_dir, o.spool_max);
 	if (!spool) {
 		log_error("run: spool '%s': %s", o.spool_dir ? o.spool_dir : "(memory)",
@@ -525,6 +538,8 @@ out_stop_modules:
 out_spool:
 	spool__free(spool);
 out_batch:
+	if (symbolizer__free)
+		symbolizer__free(a.sym);
 	batch__free(a.batch);
 out_curl:
 	curl_global_cleanup();

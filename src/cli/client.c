@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared option parsing and HTTP GET for the CLI's query commands (libcurl, jansson). */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli/client.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define BODY_MAX (1ull << 30)	/* answers past 1 GiB are refused */
+
+static int usage_error(const char *usage_text, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "gpuscope: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n%s", usage_text);
+	return 2;
+}
+
+int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, struct query *q)
+{
+	enum {
+		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
+		O_TITLE, O_LIMIT, O_SORT,
+	};
+	static const struct option lopts[] = {
+		{ "server", required_argument, NULL, O_SERVER },
+		{ "since", required_argument, NULL, O_SINCE },
+		{ "from", required_argument, NULL, O_FROM },
+		{ "to", required_argument, NULL, O_TO },
+		{ "selector", required_argument, NULL, O_SELECTOR },
+		{ "kind", required_argument, NULL, O_KIND },
+		{ "token-file", required_argument, NULL, O_TOKEN },
+		{ "output", required_argument, NULL, 'o' },
+		{ "gpu-idle", required_argument, NULL, O_GPU_IDLE },
+		{ "title", required_argument, NULL, O_TITLE },
+		{ "limit", required_argument, NULL, O_LIMIT },
+		{ "sort", required_argument, NULL, O_SORT },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	const char *from = NULL, *to = NULL;
+	uint64_t ns;
+	char *end;
+	int opt;
+
+	memset(q, 0, sizeof(*q));
+	q->limit = 25;
+	q->sort = "self";
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":o:vh", lopts, NULL)) != -1) {
+		switch (opt) {
+		case O_SERVER:
+			q->server = optarg;
+			break;
+		case O_SINCE:
+			if (parse_duration_ns(optarg, &ns) || !ns)
+				return usage_error(usage_text, "--since: '%s' is not a duration "
+					"(5m, 1h, 2d)", optarg);
+			q->since = optarg;
+			break;
+		case O_FROM:
+			from = optarg;
+			break;
+		case O_TO:
+			to = optarg;
+			break;
+		case O_SELECTOR:
+			q->selector = optarg;
+			break;
+		case O_KIND:
+			if (sample_kind_parse(optarg) < 0)
+				return usage_error(usage_text, "--kind: '%s': want cpu, offcpu_ns, "
+					"gpu_kernel_ns or cuda_sync_ns", optarg);
+			q->kind = optarg;
+			break;
+		case O_TOKEN:
+			q->token_file = optarg;
+			break;
+		case 'o':
+			if (!(extra & Q_OUTPUT))
+				goto unknown;
+			q->output = optarg;
+			break;
+		case O_GPU_IDLE:
+			if (!(extra & Q_GPU_IDLE))
+				goto unknown;
+			q->gpu_idle = optarg;
+			break;
+		case O_TITLE:
+			if (!(extra & Q_TITLE))
+				goto unknown;
+			q->title = optarg;
+			break;
+		case O_LIMIT:
+			if (!(extra & Q_LIMIT))
+				goto unknown;
+			errno = 0;
+			q->limit = strtol(optarg, &end, 10);
+			if (errno || *end || q->limit < 1)
+				return usage_error(usage_text, "--limit: '%s' is not a positive count",
+						   optarg);
+			break;
+		case O_SORT:
+			if (!(extra & Q_SORT))
+				goto unknown;
+			if (strcmp(optarg, "self") && strcmp(optarg, "total"))
+				return usage_error(usage_text, "--sort: '%s': want self or total",
+						   optarg);
+			q->sort = optarg;
+			break;
+		case 'v':
+			gpuscope_log_level = LOG_DEBUG;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 1;
+		case ':':
+			return usage_error(usage_text, "option '%s' needs a value", argv[optind - 1]);
+		default:
+		unknown:
+			return usage_error(usage_text, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error(usage_text, "unexpected argument '%s'", argv[optind]);
+	if (!q->server)
+		return usage_error(usage_text, "%s", "--server URL is required");
+	if (strncmp(q->server, "http://", 7) && strncmp(q->server, "https://", 8))
+		return usage_error(usage_text, "--server: '%s' is not an http(s):// URL", q->server);
+	if ((from || to) && q->since)
+		return usage_error(usage_text, "%s", "--since and --from/--to exclude each other");
+	if (to && !from)
+		return usage_error(usage_text, "%s", "--to needs --from");
+	if (from) {
+		if (parse_time_ns(from, &q->from_ns))
+			return usage_error(usage_text, "--from: '%s' is not an RFC 3339 time or "
+				"Unix seconds", from);
+		q->to_ns = wall_ns();
+		if (to && parse_time_ns(to, &q->to_ns))
+			return usage_error(usage_text, "--to: '%s' is not an RFC 3339 time or "
+				"Unix seconds", to);
+		if (q->from_ns > q->to_ns)
+			return usage_error(usage_text, "%s", "--from is after --to");
+		q->have_range = true;
+	} else if (!q->since) {
+		q->since = "1h";
+	}
+	if ((extra & Q_OUTPUT) && !q->output)
+		return usage_error(usage_text, "%s", "-o FILE is required");
+	if (q->token_file && access(q->token_file, R_OK))
+		return usage_error(usage_text, "--token-file: '%s' is not readable", q->token_file);
+	return 0;
+}
+
+static int append_param(char **url, const char *name, const char *value)
+{
+	char *esc = curl_easy_escape(NULL, value, 0), *n;
+	int r;
+
+	if (!esc)
+		return -ENOMEM;
+	r = asprintf(&n, "%s%s%s=%s", *url, strchr(*url, '?') ? "&" : "?", name, esc);
+	curl_free(esc);
+	if (r < 0)
+		return -ENOMEM;
+	free(*url);
+	*url = n;
+	return 0;
+}
+
+char *query_url(const struct query *q, const char *endpoint)
+{
+	size_t n = strlen(q->server);
+	char buf[64], *url;
+	int err = 0;
+
+	while (n && q->server[n - 1] == '/')
+		n--;
+	if (asprintf(&url, "%.*s/api/v1/%s", (int)n, q->server, endpoint) < 0)
+		return NULL;
+	if (q->have_range) {
+		snprintf(buf, sizeof(buf), "%llu.%09llu",
+			 (unsigned long long)(q->from_ns / NSEC_PER_SEC),
+			 (unsigned long long)(q->from_ns % NSEC_PER_SEC));
+		err = err ?: append_param(&url, "from", buf);
+		snprintf(buf, sizeof(buf), "%llu.%09llu", (unsigned long long)(q->to_ns / NSEC_PER_SEC),
+			 (unsigned long long)(q->to_ns % NSEC_PER_SEC));
+		err = err ?: append_param(&url, "to", buf);
+	} else if (q->since) {
+		err = err ?: append_param(&url, "since", q->since);
+	}
+	if (q->selector)
+		err = err ?: append_param(&url, "selector", q->selector);
+	if (q->kind)
+		err = err ?: append_param(&url, "kind", q->kind);
+	if (q->gpu_idle)
+		err = err ?: append_param(&url, "gpu_idle", q->gpu_idle);
+	if (err) {
+		free(url);
+		return NULL;
+	}
+	return url;
+}
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	struct http_body *b = arg;
+	size_t n = size * nmemb;
+	char *d;
+
+	if (b->len + n + 1 > BODY_MAX)
+		return 0;
+	d = realloc(b->data, b->len + n + 1);
+	if (!d)
+		return 0;
+	memcpy(d + b->len, ptr, n);
+	b->data = d;
+	b->len += n;
+	b->data[b->len] = 0;
+	return n;
+}
+
+static int read_token(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	while (n && strchr("\r\n \t", buf[n - 1]))
+		buf[--n] = 0;
+	return 0;
+}
+
+/* The server's error for a non-2xx answer: its JSON "error", else the body's first line. */
+static void print_server_error(long status, const struct http_body *b)
+{
+	json_t *j = b->data ? json_loadb(b->data, b->len, 0, NULL) : NULL;
+	const char *msg = NULL;
+	char line[512];
+
+	if (j && json_is_object(j))
+		msg = json_string_value(json_object_get(j, "error"));
+	if (!msg) {
+		snprintf(line, sizeof(line), "%s", b->data && b->len ? b->data : "(empty answer)");
+		line[strcspn(line, "\r\n")] = 0;
+		msg = line;
+	}
+	fprintf(stderr, "gpuscope: server: %s (HTTP %ld)\n", msg, status);
+	json_decref(j);
+}
+
+int http_get(const struct query *q, const char *url, struct http_body *ret)
+{
+	struct http_body b = { 0 };
+	struct curl_slist *hdrs = NULL;
+	char token[1024], auth[1100];
+	long status = 0;
+	CURLcode rc;
+	CURL *c;
+	int r = -1;
+
+	c = curl_easy_init();
+	if (!c) {
+		fprintf(stderr, "gpuscope: libcurl initialisation failed\n");
+		return -1;
+	}
+	if (q->token_file) {
+		if (read_token(q->token_file, token, sizeof(token))) {
+			fprintf(stderr, "gpuscope: --token-file '%s': %s\n", q->token_file,
+				strerror(errno));
+			goto out;
+		}
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+		hdrs = curl_slist_append(NULL, auth);
+		if (!hdrs)
+			goto out;
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	}
+	log_debug("GET %s", url);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "gpuscope-cli");
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 120000L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	rc = curl_easy_perform(c);
+	if (rc != CURLE_OK) {
+		fprintf(stderr, "gpuscope: %s: %s\n", q->server, curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	if (status < 200 || status >= 300) {
+		print_server_error(status, &b);
+		goto out;
+	}
+	if (!b.data) {
+		b.data = calloc(1, 1);
+		if (!b.data)
+			goto out;
+	}
+	*ret = b;
+	b.data = NULL;
+	r = 0;
+out:
+	free(b.data);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+	return r;
+}
+
+int write_output(const char *path, const void *data, size_t len)
+{
+	char *tmp = NULL;
+	bool ok;
+	FILE *f;
+
+	if (!strcmp(path, "-")) {
+		if (fwrite(data, 1, len, stdout) != len || fflush(stdout)) {
+			fprintf(stderr, "gpuscope: writing to stdout: %s\n", strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (asprintf(&tmp, "%s.tmp%d", path, (int)getpid()) < 0)
+		return -1;
+	f = fopen(tmp, "we");
+	if (!f) {
+		fprintf(stderr, "gpuscope: %s: %s\n", path, strerror(errno));
+		free(tmp);
+		return -1;
+	}
+	ok = fwrite(data, 1, len, f) == len;
+	if (fclose(f))
+		ok = false;
+	if (!ok) {
+		fprintf(stderr, "gpuscope: writing %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
+	if (rename(tmp, path)) {
+		fprintf(stderr, "gpuscope: %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
+	free(tmp);
+	return 0;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the CLI's query commands share: the common options (--server, --since/--from/--to,
+ * --selector, --kind, --token-file, -o), building the API URL, and one GET over libcurl with
+ * the server's JSON error turned into one line.
+ */
+#ifndef GPUSCOPE_CLI_CLIENT_H
+#define GPUSCOPE_CLI_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct query {
+	const char *server;
+	const char *since;		/* duration text, validated */
+	uint64_t from_ns, to_ns;	/* when from/to given (to defaults to now) */
+	bool have_range;
+	const char *selector;
+	const char *kind;		/* validated sample kind name; NULL: server default (cpu) */
+	const char *token_file;
+	const char *output;		/* -o */
+	const char *gpu_idle;		/* flamegraph only */
+	const char *title;		/* flamegraph only */
+	long limit;			/* top only */
+	const char *sort;		/* top only: self|total */
+};
+
+/* Which extra options a command takes. */
+enum {
+	Q_OUTPUT = 1 << 0,
+	Q_GPU_IDLE = 1 << 1,
+	Q_TITLE = 1 << 2,
+	Q_LIMIT = 1 << 3,
+	Q_SORT = 1 << 4,
+};
+
+/*
+ * Parses the common options plus the extras in `extra`. On a usage error prints one line and
+ * the command's usage to stderr and returns 2; returns 1 after printing help for -h; 0 on
+ * success (q filled).
+ */
+int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, struct query *q);
+
+/* Builds SERVER/api/v1/<endpoint>?from=..&to=..&selector=.. (escaped). Caller frees. */
+char *query_url(const struct query *q, const char *endpoint);
+
+struct http_body {
+	char *data;	/* NUL-terminated, malloc'ed */
+	size_t len;
+};
+
+/*
+ * GETs url with the bearer token from q->token_file. On any failure prints one line
+ * ("gpuscope: ...": unreachable server, HTTP status with the server's JSON "error") and
+ * returns -1; on a 2xx returns 0 with *ret filled (caller frees ret->data).
+ */
+int http_get(const struct query *q, const char *url, struct http_body *ret);
+
+/* Writes data to path atomically (temporary file then rename); "-" is stdout. 0 or -1 (printed). */
+int write_output(const char *path, const void *data, size_t len);
+
+#endif

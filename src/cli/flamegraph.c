@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `gpuscope flamegraph`: fetches /api/v1/flamegraph and writes an interactive SVG. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/flamesvg.h"
+#include "common/util.h"
+
+static const char usage_text[] =
+	"usage: gpuscope flamegraph --server URL [--since 1h | --from T [--to T]] [--selector S]\n"
+	"                           [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns]\n"
+	"                           [--gpu-idle GPU] [--title T] [--token-file F] -o out.svg\n"
+	"Writes a self-contained interactive flame graph (click to zoom, Ctrl-F to search).\n"
+	"Times: RFC 3339 or Unix seconds; --since defaults to 1h. --gpu-idle GPU keeps only\n"
+	"the samples taken while that GPU was idle.\n";
+
+static void fmt_time(uint64_t ns, char *buf, size_t len)
+{
+	time_t t = ns / NSEC_PER_SEC;
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int cmd_flamegraph(int argc, char **argv)
+{
+	struct http_body b = { 0 };
+	struct flame_svg_stats st;
+	char subtitle[1024], a[32], z[32], why[256];
+	json_error_t jerr;
+	json_t *j = NULL;
+	char *url, *svg = NULL;
+	size_t svg_len = 0;
+	struct query q;
+	FILE *f;
+	int rc, err;
+
+	rc = query_parse(argc, argv, Q_OUTPUT | Q_GPU_IDLE | Q_TITLE, usage_text, &q);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	url = query_url(&q, "flamegraph");
+	if (!url) {
+		fprintf(stderr, "gpuscope: out of memory\n");
+		return 1;
+	}
+	rc = 1;
+	if (http_get(&q, url, &b))
+		goto out;
+	j = json_loadb(b.data, b.len, 0, &jerr);
+	if (!j || !json_is_object(j)) {
+		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
+			j ? "wrong type" : jerr.text);
+		goto out;
+	}
+	if (q.have_range) {
+		fmt_time(q.from_ns, a, sizeof(a));
+		fmt_time(q.to_ns, z, sizeof(z));
+	} else {
+		snprintf(a, sizeof(a), "last %s", q.since);
+		z[0] = 0;
+	}
+	snprintf(subtitle, sizeof(subtitle), "%s%s%s  kind %s%s%s%s%s", a, z[0] ? " .. " : "", z,
+		 q.kind ? q.kind : "cpu", q.selector ? "  " : "", q.selector ? q.selector : "",
+		 q.gpu_idle ? "  while idle: gpu " : "", q.gpu_idle ? q.gpu_idle : "");
+	f = open_memstream(&svg, &svg_len);
+	if (!f) {
+		fprintf(stderr, "gpuscope: out of memory\n");
+		goto out;
+	}
+	err = flame_svg_write(f, j, &(struct flame_svg_opts){ .title = q.title,
+							       .subtitle = subtitle },
+			      &st, why, sizeof(why));
+	fclose(f);
+	if (err) {
+		fprintf(stderr, "gpuscope: server: bad flame graph answer: %s\n",
+			err == -EINVAL ? why : strerror(-err));
+		goto out;
+	}
+	if (write_output(q.output, svg, svg_len))
+		goto out;
+	if (strcmp(q.output, "-"))
+		fprintf(stderr, "gpuscope: wrote %s (%zu frames, depth %u)\n", q.output, st.frames,
+			st.max_depth);
+	rc = 0;
+out:
+	free(svg);
+	json_decref(j);
+	free(b.data);
+	free(url);
+	return rc;
+}

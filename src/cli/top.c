@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `gpuscope top`: the functions with the most self (or total) samples or time, as a table. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/util.h"
+
+static const char usage_text[] =
+	"usage: gpuscope top --server URL [--since 5m | --from T [--to T]] [--selector S]\n"
+	"                    [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F]\n"
+	"                    [--limit 25] [--sort self|total]\n"
+	"Prints the top functions: self (leaf) and total (anywhere on the stack).\n"
+	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";
+
+struct fn {
+	const char *name;
+	double self, total;
+};
+
+static int by_self(const void *a, const void *b)
+{
+	const struct fn *x = a, *y = b;
+
+	if (x->self != y->self)
+		return x->self < y->self ? 1 : -1;
+	if (x->total != y->total)
+		return x->total < y->total ? 1 : -1;
+	return strcmp(x->name, y->name);
+}
+
+static int by_total(const void *a, const void *b)
+{
+	const struct fn *x = a, *y = b;
+
+	if (x->total != y->total)
+		return x->total < y->total ? 1 : -1;
+	return by_self(a, b);
+}
+
+static void fmt_value(double v, bool ns, char *buf, size_t len)
+{
+	if (ns)
+		fmt_duration((uint64_t)v, buf, len);
+	else
+		snprintf(buf, len, "%.0f", v);
+}
+
+/* Prints the table; returns 0, or 1 after printing what is wrong with the answer. */
+static int print_top(const struct query *q, json_t *j)
+{
+	json_t *funcs = json_object_get(j, "functions"), *it;
+	const char *unit = json_string_value(json_object_get(j, "unit"));
+	bool ns = (unit && !strcmp(unit, "ns")) || (q->kind && strcmp(q->kind, "cpu"));
+	double total = 0, sum_self = 0;
+	struct fn *fns;
+	size_t n, i;
+
+	if (!json_is_array(funcs)) {
+		fprintf(stderr, "gpuscope: server: answer has no \"functions\" array\n");
+		return 1;
+	}
+	n = json_array_size(funcs);
+	fns = calloc(n ? n : 1, sizeof(*fns));
+	if (!fns) {
+		fprintf(stderr, "gpuscope: out of memory\n");
+		return 1;
+	}
+	json_array_foreach(funcs, i, it) {
+		fns[i].name = json_string_value(json_object_get(it, "name"));
+		fns[i].self = json_number_value(json_object_get(it, "self"));
+		fns[i].total = json_number_value(json_object_get(it, "total"));
+		if (!fns[i].name)
+			fns[i].name = "?";
+		sum_self += fns[i].self;
+	}
+	total = json_number_value(json_object_get(j, "total"));
+	if (total <= 0)
+		total = sum_self;	/* every sample has exactly one leaf */
+	qsort(fns, n, sizeof(*fns), strcmp(q->sort, "total") ? by_self : by_total);
+	printf("%12s %7s %12s %7s  %s\n", "SELF", "SELF%", "TOTAL", "TOTAL%", "FUNCTION");
+	for (i = 0; i < n && (long)i < q->limit; i++) {
+		char s[32], t[32];
+
+		fmt_value(fns[i].self, ns, s, sizeof(s));
+		fmt_value(fns[i].total, ns, t, sizeof(t));
+		printf("%12s %6.2f%% %12s %6.2f%%  %s\n", s,
+		       total > 0 ? 100.0 * fns[i].self / total : 0.0, t,
+		       total > 0 ? 100.0 * fns[i].total / total : 0.0, fns[i].name);
+	}
+	if (!n)
+		printf("(no samples in this range)\n");
+	free(fns);
+	return 0;
+}
+
+int cmd_top(int argc, char **argv)
+{
+	struct http_body b = { 0 };
+	json_error_t jerr;
+	json_t *j = NULL;
+	struct query q;
+	char *url;
+	int rc;
+
+	rc = query_parse(argc, argv, Q_LIMIT | Q_SORT, usage_text, &q);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	url = query_url(&q, "top");
+	if (!url) {
+		fprintf(stderr, "gpuscope: out of memory\n");
+		return 1;
+	}
+	rc = 1;
+	if (http_get(&q, url, &b))
+		goto out;
+	j = json_loadb(b.data, b.len, 0, &jerr);
+	if (!j || !json_is_object(j)) {
+		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
+			j ? "wrong type" : jerr.text);
+		goto out;
+	}
+	rc = print_top(&q, j);
+out:
+	json_decref(j);
+	free(b.data);
+	free(url);
+	return rc;
+}
