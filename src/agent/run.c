@@ -21,15 +21,10 @@
 #include "agent/modules.h"
 #include "agent/push.h"
 #include "agent/spool.h"
+#include "agent/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"
-
-/* symbolize.h (the symbolizer's engineer): weak until it is on main, then a->sym stays NULL. */
-struct symbolizer *symbolizer__new(void);
-void symbolizer__free(struct symbolizer *s);
-#pragma weak symbolizer__new
-#pragma weak symbolizer__free
 
 #define TICK_NS			(50 * NSEC_PER_MSEC)
 #define EARLY_FLUSH_BYTES	(16u << 20)	/* swap before the interval past this estimate */
@@ -420,12 +415,10 @@ int cmd_run(int argc, char **argv)
 		goto out_curl;
 	}
 	empty_size = batch__size_estimate(a.batch);
-	if (symbolizer__new) {
-		a.sym = symbolizer__new();
-		if (!a.sym) {
-			log_error("run: symbolizer: %s", strerror(errno));
-			goto out_batch;
-		}
+	a.sym = symbolizer__new();
+	if (!a.sym) {
+		log_error("run: symbolizer: %s", strerror(errno));
+		goto out_batch;
 	}
 	spool = spool__open(o.spool_dir, o.spool_max);
 	if (!spool) {
@@ -538,8 +531,7 @@ out_stop_modules:
 out_spool:
 	spool__free(spool);
 out_batch:
-	if (symbolizer__free)
-		symbolizer__free(a.sym);
+	symbolizer__free(a.sym);
 	batch__free(a.batch);
 out_curl:
 	curl_global_cleanup();
