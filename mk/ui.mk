@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: Apache-2.0
+# Web UI: ui/src is bundled by esbuild (pinned in ui/package-lock.json, installed by `npm ci`
+# when ui/node_modules is missing or older than the lockfile), then ui/build.mjs writes the
+# files, gzip'd, as C arrays into .output/ui_assets.c, which is added to the server library.
+# The e2e fixture loader (tests/tools/ui_fixture.c) is built here as well.
+
+UI_NPM_STAMP := ui/node_modules/.package-lock.json
+UI_SRCS      := $(call rwildcard,ui/src,*) ui/build.mjs
+UI_ASSETS_C  := $(OUT)/ui_assets.c
+UI_ASSETS_O  := $(OUT)/obj/ui/ui_assets.o
+
+$(UI_NPM_STAMP): ui/package-lock.json ui/package.json
+	$(Q)command -v npm >/dev/null || { echo "ui: npm not found: run scripts/install-deps (nodejs)" >&2; exit 1; }
+	$(Q)cd ui && npm ci --no-audit --no-fund --prefer-offline --loglevel=error
+	$(Q)touch $@
+
+$(UI_ASSETS_C): $(UI_SRCS) $(UI_NPM_STAMP)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)node ui/build.mjs --outdir $(OUT)/ui --c $@
+
+$(UI_ASSETS_O): $(UI_ASSETS_C) src/server/ui_assets.h
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+# The archive's recipe is `ar rcs $@ $^`: an extra prerequisite goes into it. The server's
+# reference is weak (ui_assets.h), which does not pull an archive member: -u does.
+$(SERVER_LIB): $(UI_ASSETS_O)
+$(SERVER_BIN): LDFLAGS += -Wl,--undefined=ui_asset_find
+
+# e2e fixture loader: builds batches with src/common/batch.h and POSTs them to a server.
+UI_FIXTURE := $(OUT)/tests/tools/ui_fixture
+ifneq ($(wildcard src/common/batch.c),)
+all: $(UI_FIXTURE)
+endif
+$(UI_FIXTURE): $(call obj,tests/tools/ui_fixture.c) $(COMMON_LIB) $(PROTO_LIB)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(PROTO_LIB) $(LDLIBS)
+
+.PHONY: ui
+ui: $(UI_ASSETS_C)

@@ -1,0 +1,546 @@
+// SPDX-License-Identifier: Apache-2.0
+// gpuscope web UI: the page shell, data loading and the states in between. The timeline
+// (timeline.js) and the flame graph (flame.js) share the URL state (state.js); every query
+// goes through api.js to the same server that served this page.
+import 'uplot/dist/uPlot.min.css';
+import './app.css';
+import uPlot from 'uplot';
+import * as api from './api.js';
+import * as State from './state.js';
+import { Timeline } from './timeline.js';
+import { Flame, topFunctions } from './flame.js';
+import { SelectorBox } from './selector.js';
+import { $, el, fmtTime, fmtDate, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
+
+const S = State.load();
+const app = {
+	state: S, nodes: [], gpus: [], procs: [], ready: false,
+	loads: { timeline: 0, flame: 0 }, timings: {},
+};
+window.__gpuscope = app;
+
+// ---- shell --------------------------------------------------------------------------------
+const nodeSel = el('select', { id: 'node', title: 'node' });
+const gpuSel = el('select', { id: 'gpu', title: 'GPU of the node' });
+const procSel = el('select', { id: 'proc', title: 'process whose threads get CPU strips' });
+const rangeLbl = el('span', { class: 'range-label' });
+const presets = [['5m', 5 * 60e3], ['15m', 15 * 60e3], ['1h', 3600e3], ['6h', 6 * 3600e3], ['24h', 86400e3]];
+
+const header = el('header', {},
+	el('div', { class: 'brand' }, el('span', { class: 'logo' }), 'gpuscope'),
+	el('label', { class: 'field' }, 'Node', nodeSel),
+	el('label', { class: 'field' }, 'GPU', gpuSel),
+	el('label', { class: 'field' }, 'Process', procSel),
+	el('div', { class: 'spacer' }),
+	el('div', { class: 'seg', id: 'presets' }, ...presets.map(([n, ms]) =>
+		el('button', { class: 'btn', onclick: () => setView(viewEnd() - ms, viewEnd(), true) }, n)),
+	el('button', { class: 'btn', title: 'the latest data of this node', onclick: () => jumpLatest() }, 'latest')),
+	el('button', { class: 'btn icon', title: 'zoom out (−)', onclick: () => zoom(2) }, '−'),
+	el('button', { class: 'btn icon', title: 'zoom in (+)', onclick: () => zoom(0.5) }, '+'),
+	el('button', { class: 'btn icon', title: 'reload', onclick: () => refresh() }, '↻'));
+const banner = el('div', { class: 'banner hidden', id: 'banner' });
+
+const tlTitle = el('span', { class: 'sec-sub' });
+const tlNote = el('div', { class: 'empty hidden', id: 'tl-empty' });
+const tlRoot = el('div', { id: 'timeline' });
+const timelineSec = el('section', { class: 'card', id: 'tl-card' },
+	el('div', { class: 'sec-head' }, el('h2', {}, 'Timeline'), tlTitle, el('div', { class: 'spacer' }),
+		el('span', { class: 'hint' }, 'drag: select a range · ctrl/shift + wheel: zoom'),
+		el('button', { class: 'btn', id: 'zoomsel', onclick: () => zoomToBrush() }, 'Zoom to selection')),
+	tlNote, tlRoot);
+
+const kindSeg = el('div', { class: 'seg', id: 'kinds' }, ...State.KINDS.map(([k, n]) =>
+	el('button', { class: 'btn', 'data-kind': k, onclick: () => {
+		S.kind = k;
+		S.focus = '';
+		commit();
+		loadFlame();
+	} }, n)));
+const idleBox = el('input', { type: 'checkbox', id: 'idle', onchange: () => {
+	S.idle = idleBox.checked;
+	S.focus = '';
+	commit();
+	loadFlame();
+} });
+const idleLbl = el('label', { class: 'toggle', title: 'keep only samples taken while the selected GPU ran no kernel' }, idleBox,
+	el('span', { id: 'idle-text' }, 'only while the GPU was idle'));
+const search = el('input', { type: 'search', id: 'search', placeholder: 'search frames (regex)', value: S.q });
+const matchLbl = el('span', { class: 'match hidden', id: 'match' });
+const cmpBtn = el('button', { class: 'btn', id: 'cmp', onclick: () => toggleCompare() }, 'Compare…');
+const flameInfo = el('div', { class: 'flame-info' });
+const flameBox = el('div', { class: 'flame-box', id: 'flame' });
+const flameEmpty = el('div', { class: 'empty hidden', id: 'flame-empty' });
+const topBody = el('tbody');
+const topTable = el('table', { class: 'top', id: 'top' },
+	el('thead', {}, el('tr', {}, el('th', {}, 'Function'), el('th', { class: 'num' }, 'Self'), el('th', { class: 'num' }, 'Total'))), topBody);
+const selRoot = el('div', { class: 'sel' });
+const flameSec = el('section', { class: 'card', id: 'flame-card' },
+	el('div', { class: 'sec-head' }, el('h2', {}, 'Flame graph'), flameInfo),
+	el('div', { class: 'toolbar' }, selRoot),
+	el('div', { class: 'toolbar' }, kindSeg, idleLbl, el('div', { class: 'spacer' }), search, matchLbl, cmpBtn,
+		el('button', { class: 'btn', title: 'zoom the flame graph out to the root', onclick: () => flame.zoomTo(0) }, 'Reset zoom')),
+	el('div', { class: 'flame-row' }, el('div', { class: 'flame-scroll' }, flameEmpty, flameBox),
+		el('div', { class: 'top-box' }, el('div', { class: 'top-head' }, 'Top functions'), topTable)));
+
+$('#app').append(header, banner, el('main', {}, timelineSec, flameSec));
+
+// ---- components ---------------------------------------------------------------------------
+const stackCache = new Map();
+const timeline = new Timeline(tlRoot, {
+	onBrush: (b) => {
+		S.bfrom = b ? b[0] : undefined;
+		S.bto = b ? b[1] : undefined;
+		S.focus = '';
+		commit(true);
+		loadFlame();
+	},
+	onView: (a, b) => setView(a, b, false),
+	stackOf: (id) => {
+		if (!stackCache.has(id))
+			stackCache.set(id, api.get(`stack/${encodeURIComponent(id)}`).then((r) => r.frames).catch(() => null));
+		return stackCache.get(id);
+	},
+});
+const flame = new Flame(flameBox, {
+	onFocus: (path) => {
+		S.focus = path;
+		commit();
+	},
+});
+const selector = new SelectorBox(selRoot, {
+	labels: cached(() => api.get('labels', viewParams()).then((r) => r.labels || [])),
+	values: (name) => cached(() => api.get(`label/${encodeURIComponent(name)}/values`, viewParams()).then((r) => r.values || []), name)(),
+	onApply: (v) => {
+		S.sel = v;
+		S.focus = '';
+		commit();
+		loadFlame();
+	},
+});
+selector.value = S.sel;
+app.timeline = timeline;
+app.flame = flame;
+
+function cached(fn, key = '') {
+	const memo = new Map();
+	return () => {
+		const k = key + '|' + S.node + '|' + Math.round(S.from / 60e3) + '|' + Math.round(S.to / 60e3);
+		if (!memo.has(k)) memo.set(k, fn().catch((e) => {
+			memo.delete(k);
+			throw e;
+		}));
+		return memo.get(k);
+	};
+}
+
+// ---- state --------------------------------------------------------------------------------
+const viewParams = () => ({ from: S.from, to: S.to });
+const viewEnd = () => {
+	const n = app.nodes.find((x) => x.node === S.node);
+	return n && n.last_ms ? Math.max(n.last_ms, S.to || 0) : Date.now();
+};
+const nodeMatcher = () => S.node ? `node="${S.node}"` : '';
+
+function commit(push = false) {
+	State.save(S, push);
+	syncControls();
+}
+
+function syncControls() {
+	for (const b of kindSeg.children) b.classList.toggle('on', b.dataset.kind === S.kind);
+	idleBox.checked = !!S.idle;
+	idleBox.disabled = S.gpu === undefined || S.gpu === '';
+	$('#idle-text').textContent = S.gpu ? `only while GPU ${S.gpu} of ${S.node} was idle` : 'only while the GPU was idle (no GPU on this node)';
+	const cmp = S.afrom !== undefined;
+	cmpBtn.textContent = cmp ? 'Stop comparing' : 'Compare…';
+	cmpBtn.classList.toggle('on', cmp);
+	$('#zoomsel').disabled = S.bfrom === undefined;
+	tlTitle.textContent = S.from ? `${fmtDate(S.from)} → ${fmtTime(S.to, S.to - S.from < 10e3 ? 1 : 1000)}` : '';
+}
+
+function setView(from, to, push) {
+	if (!(to > from)) return;
+	S.from = from;
+	S.to = to;
+	commit(push);
+	timeline.setView(from, to);
+	syncControls();
+	reloadTimeline();
+	if (S.bfrom === undefined) reloadFlame();
+}
+const reloadTimeline = debounce(() => loadTimeline(), 120);
+const reloadFlame = debounce(() => loadFlame(), 200);
+
+function zoom(f) {
+	const c = (S.from + S.to) / 2, h = Math.max(1, ((S.to - S.from) * f) / 2);
+	setView(c - h, c + h, true);
+}
+
+function zoomToBrush() {
+	if (S.bfrom === undefined) return;
+	const pad = (S.bto - S.bfrom) * 0.05;
+	setView(S.bfrom - pad, S.bto + pad, true);
+}
+
+function jumpLatest() {
+	const n = app.nodes.find((x) => x.node === S.node);
+	if (!n || !n.last_ms) return setView(Date.now() - 15 * 60e3, Date.now(), true);
+	const first = n.first_ms || n.last_ms - 15 * 60e3;
+	const from = Math.max(first, n.last_ms - 15 * 60e3), pad = (n.last_ms - from) * 0.02 + 1;
+	setView(from - pad, n.last_ms + pad, true);
+}
+
+function toggleCompare() {
+	if (S.afrom !== undefined) {
+		S.afrom = S.ato = undefined;
+	} else {
+		// the current selection (or the view) becomes the baseline A; the next selection is B
+		S.afrom = S.bfrom !== undefined ? S.bfrom : S.from;
+		S.ato = S.bto !== undefined ? S.bto : S.to;
+		S.bfrom = S.bto = undefined;
+		timeline.setBrush(null);
+	}
+	S.focus = '';
+	commit(true);
+	loadFlame();
+}
+
+// ---- banners and empty states -------------------------------------------------------------
+let retryTimer = 0;
+function showBanner(kind, msg, actions = []) {
+	banner.className = `banner ${kind}`;
+	banner.replaceChildren(el('div', { class: 'banner-text' }, ...msg), ...actions);
+}
+const hideBanner = () => banner.classList.add('hidden');
+
+function failed(e) {
+	if (e.name === 'AbortError') return;
+	clearTimeout(retryTimer);
+	if (e.kind === 'unreachable') {
+		showBanner('error', [el('b', {}, 'The gpuscope server is unreachable. '),
+			`Nothing answered at ${location.origin}. Check that gpuscope-server is running and reachable from this browser; this page retries every 5 s.`],
+		[el('button', { class: 'btn', onclick: () => boot() }, 'Retry now')]);
+		retryTimer = setTimeout(boot, 5000);
+	} else if (e.kind === 'auth') {
+		const inp = el('input', { type: 'password', placeholder: 'bearer token' });
+		showBanner('error', [el('b', {}, 'This server needs a token. '), 'It was started with --token-file; paste the token to continue (kept in this browser only).'],
+			[inp, el('button', { class: 'btn', onclick: () => {
+				api.setToken(inp.value.trim());
+				boot();
+			} }, 'Use token')]);
+	} else {
+		showBanner('error', [el('b', {}, 'The server answered with an error. '), e.message]);
+	}
+}
+
+// ---- boot ---------------------------------------------------------------------------------
+async function fetchNodes() {
+	try {
+		const r = await api.get('nodes');
+		return (r.nodes || []).map((n) => (typeof n === 'string' ? { node: n } : n));
+	} catch (e) {
+		if (e.kind !== 'notfound') throw e;
+		// a server without /nodes: every node that ever sent data, from the label index
+		const r = await api.get('label/node/values', { from: 0, to: Date.now() + 86400e3 });
+		return (r.values || []).map((node) => ({ node }));
+	}
+}
+
+async function boot() {
+	clearTimeout(retryTimer);
+	try {
+		app.nodes = (await fetchNodes()).sort((a, b) => (a.node < b.node ? -1 : 1));
+	} catch (e) {
+		return failed(e);
+	}
+	if (!app.nodes.length) {
+		showBanner('info', [el('b', {}, 'No agent has sent data to this server yet. '),
+			'Start gpuscope-agent on each GPU node and point it at this server, e.g. ',
+			el('code', {}, `sudo gpuscope-agent run --server ${location.origin}`),
+			'. This page looks again every 5 s.']);
+		tlNote.replaceChildren(el('div', { class: 'empty-title' }, 'Waiting for the first agent'),
+			el('div', {}, 'The timeline and flame graph fill in as soon as a node sends its first batch.'));
+		tlNote.classList.remove('hidden');
+		flameEmpty.classList.add('hidden');
+		retryTimer = setTimeout(boot, 5000);
+		return;
+	}
+	hideBanner();
+	if (!S.node || !app.nodes.some((n) => n.node === S.node)) S.node = app.nodes[0].node;
+	nodeSel.replaceChildren(...app.nodes.map((n) => el('option', { value: n.node }, n.node)));
+	nodeSel.value = S.node;
+	if (S.from === undefined || S.to === undefined) {
+		jumpLatest();
+	}
+	timeline.setView(S.from, S.to);
+	if (S.bfrom !== undefined) timeline.setBrush([S.bfrom, S.bto]);
+	await loadNodeChoices();
+	commit();
+	app.ready = true;
+	loadTimeline();
+	loadFlame();
+}
+
+async function loadNodeChoices() {
+	const sel = `{${nodeMatcher()}}`;
+	const wide = { from: S.from - 86400e3, to: S.to + 86400e3 };
+	let gpus = [], pids = [];
+	try {
+		[gpus, pids] = await Promise.all([
+			api.get('label/gpu/values', { ...wide, selector: sel }).then((r) => r.values || []),
+			api.get('label/pid/values', { ...wide, selector: sel }).then((r) => r.values || []),
+		]);
+	} catch (e) {
+		return failed(e);
+	}
+	gpus.sort((a, b) => a - b);
+	app.gpus = gpus;
+	if (!gpus.includes(S.gpu)) S.gpu = gpus[0];
+	gpuSel.replaceChildren(...(gpus.length ? gpus.map((g) => el('option', { value: g }, `GPU ${g}`)) : [el('option', { value: '' }, 'none')]));
+	gpuSel.value = S.gpu || '';
+	gpuSel.disabled = !gpus.length;
+	// name each process by its comm
+	pids = pids.sort((a, b) => a - b).slice(0, 64);
+	// the comm of the main thread (tid = pid), else any
+	const comm = (p, main) => api.get('label/comm/values', { ...wide, selector: `{${nodeMatcher()},pid="${p}"${main ? `,tid="${p}"` : ''}}` })
+		.then((r) => (r.values || [])[0] || '').catch(() => '');
+	const comms = await Promise.all(pids.map((p) => comm(p, true).then((c) => c || comm(p, false))));
+	app.procs = pids.map((p, i) => ({ pid: p, comm: comms[i] }));
+	if (!pids.includes(S.pid)) {
+		// the process that runs kernels on the selected GPU, else the first one
+		let pick = pids[0];
+		if (S.gpu !== undefined) {
+			try {
+				const r = await api.get('label/pid/values', { ...wide, selector: `{${nodeMatcher()},gpu="${S.gpu}"}` });
+				const g = (r.values || []).find((p) => pids.includes(p));
+				if (g) pick = g;
+			} catch (e) {
+				/* keep the first */
+			}
+		}
+		S.pid = pick;
+	}
+	procSel.replaceChildren(...(pids.length ? app.procs.map((p) => el('option', { value: p.pid }, `${p.pid} ${p.comm}`)) : [el('option', { value: '' }, 'none')]));
+	procSel.value = S.pid || '';
+}
+
+nodeSel.addEventListener('change', async () => {
+	S.node = nodeSel.value;
+	S.gpu = S.pid = undefined;
+	await loadNodeChoices();
+	commit(true);
+	refresh();
+});
+gpuSel.addEventListener('change', () => {
+	S.gpu = gpuSel.value;
+	commit(true);
+	refresh();
+});
+procSel.addEventListener('change', () => {
+	S.pid = procSel.value;
+	commit(true);
+	loadTimeline();
+});
+
+function refresh() {
+	stackCache.clear();
+	loadTimeline();
+	loadFlame();
+}
+
+// ---- timeline data ------------------------------------------------------------------------
+let tlAbort = null;
+const METRICS = ['gpu_utilization', 'gpu_sm_active', 'gpu_tensor_active', 'gpu_memory_used_bytes', 'gpu_memory_total_bytes', 'gpu_power_watts'];
+
+async function loadTimeline() {
+	if (!app.ready) return;
+	if (tlAbort) tlAbort.abort();
+	const ac = (tlAbort = new AbortController());
+	const t0 = performance.now();
+	const from = S.from, to = S.to, buckets = Math.max(50, Math.round(timeline.plotW));
+	const gsel = `{${nodeMatcher()},gpu="${S.gpu}"}`, hasGpu = S.gpu !== undefined && S.gpu !== '';
+	const opt = { signal: ac.signal };
+	const series = (name) => api.get('series', { name, from, to, buckets, selector: gsel }, opt)
+		.then((r) => (r.series || []).filter((s) => !s.labels || !s.labels.pid)[0] || null);
+	const intervals = (kind, selector, limit) => api.get('intervals', { kind, from, to, selector, limit }, opt);
+	let res;
+	try {
+		res = await Promise.all([
+			...(hasGpu ? METRICS.map(series) : METRICS.map(() => null)),
+			hasGpu ? intervals('gpu_busy', gsel, 20000) : null,
+			hasGpu ? intervals('gpu_kernel', gsel, 20000) : null,
+			S.pid ? intervals('thread_state', `{${nodeMatcher()},pid="${S.pid}"}`, 50000) : null,
+		]);
+	} catch (e) {
+		return failed(e);
+	}
+	if (ac.signal.aborted) return;
+	hideBanner();
+	const [util, sm, tensor, used, total, power, busy, kernels, threads] = res;
+	const cols = (s, scale = 1, col = 2) => (s ? [s.points.map((p) => p[0]), s.points.map((p) => p[col] === null ? null : p[col] * scale)] : null);
+	const join = (list) => {
+		const present = list.filter(Boolean);
+		if (!present.length) return null;
+		const j = uPlot.join(list.map((t) => t || present[0].slice(0, 1).concat([present[0][0].map(() => null)])));
+		return j;
+	};
+	const metrics = {};
+	const u = join([cols(util), cols(sm, 100), cols(tensor, 100)]);
+	if (u) metrics.util = { x: u[0], util: u[1], sm: u[2], tensor: u[3] };
+	const m = join([cols(used), cols(total)]);
+	if (m) metrics.mem = { x: m[0], used: m[1], total: m[2] };
+	const p = join([cols(power, 1, 3), cols(power, 1, 1), cols(power)]);
+	if (p) metrics.power = { x: p[0], pmax: p[1], pmin: p[2], power: p[3] };
+	const iv = (r) => (r ? r.intervals || [] : []);
+	const busyItems = iv(busy).map((i) => ({ s: i.start_ms, e: i.end_ms })).sort((a, b) => a.s - b.s);
+	// extent where this GPU is known to exist: its metrics, else its busy intervals
+	let ext = null;
+	const xs = (metrics.util || metrics.mem || metrics.power || {}).x;
+	if (xs && xs.length) ext = [xs[0], xs[xs.length - 1]];
+	if (busyItems.length) {
+		const a = busyItems[0].s, b = Math.max(...busyItems.map((i) => i.e));
+		ext = ext ? [Math.min(ext[0], a), Math.max(ext[1], b)] : [a, b];
+	}
+	const streams = new Map();
+	for (const k of iv(kernels)) {
+		const s = (k.attrs && k.attrs.stream) || '?';
+		if (!streams.has(s)) streams.set(s, []);
+		streams.get(s).push({ s: k.start_ms, e: k.end_ms, name: (k.attrs && k.attrs.name) || 'kernel', attrs: k.attrs || {} });
+	}
+	const threadMap = new Map();
+	for (const t of iv(threads)) {
+		const l = t.labels || {};
+		const id = l.tid || l.thread || '?';
+		if (!threadMap.has(id)) threadMap.set(id, { tid: id, name: l.thread || l.comm || '', items: [] });
+		threadMap.get(id).items.push({ s: t.start_ms, e: t.end_ms, state: (t.attrs && t.attrs.state) || 'running', attrs: t.attrs || {} });
+	}
+	const proc = app.procs.find((x) => x.pid === S.pid);
+	const data = {
+		metrics: Object.keys(metrics).length ? metrics : null,
+		busy: hasGpu && (busyItems.length || ext) ? busyItems : null, busyExtent: ext,
+		gpuLabel: hasGpu ? `GPU ${S.gpu}` : '',
+		streams: [...streams.entries()].sort((a, b) => (+a[0] - +b[0]) || (a[0] < b[0] ? -1 : 1))
+			.map(([s, items]) => ({ label: `stream ${s}`, items: items.sort((a, b) => a.s - b.s) })),
+		kernelsTruncated: !!(kernels && kernels.truncated),
+		threads: [...threadMap.values()].sort((a, b) => +a.tid - +b.tid).slice(0, 128)
+			.map((t) => ({ label: `${t.tid} ${t.name}`, items: t.items.sort((a, b) => a.s - b.s) })),
+		threadsTruncated: !!(threads && threads.truncated) || threadMap.size > 128,
+		procLabel: proc ? `CPU: threads of ${proc.pid} ${proc.comm}` : 'CPU threads',
+	};
+	const empty = !data.metrics && !busyItems.length && !data.streams.length && !data.threads.length;
+	tlNote.classList.toggle('hidden', !empty);
+	if (empty) {
+		const n = app.nodes.find((x) => x.node === S.node) || {};
+		tlNote.replaceChildren(el('div', { class: 'empty-title' }, `No data from ${S.node} in this range`),
+			el('div', {}, n.last_ms ? `Its data spans ${fmtDate(n.first_ms || n.last_ms)} → ${fmtDate(n.last_ms)}. ` : '',
+				'Pick another range, node or process, or jump to the latest data.'),
+			el('button', { class: 'btn primary', onclick: () => jumpLatest() }, 'Jump to the latest data'));
+	}
+	timeline.setData(data);
+	app.loads.timeline++;
+	app.timings.timeline = performance.now() - t0;
+	tlRoot.dataset.loads = String(app.loads.timeline);
+}
+
+// ---- flame graph data ---------------------------------------------------------------------
+let flAbort = null;
+
+function flameSelector() {
+	return S.sel ? withMatcher(S.sel, 'node', S.node) : `{${nodeMatcher()}}`;
+}
+
+async function loadFlame() {
+	if (!app.ready) return;
+	if (flAbort) flAbort.abort();
+	const ac = (flAbort = new AbortController());
+	const t0 = performance.now();
+	const b = S.bfrom !== undefined ? [S.bfrom, S.bto] : [S.from, S.to];
+	const selectorStr = flameSelector();
+	const diff = S.afrom !== undefined;
+	const p = { from: b[0], to: b[1], selector: selectorStr, kind: S.kind, gpu_idle: S.idle && S.gpu !== undefined ? S.gpu : undefined };
+	let r;
+	try {
+		r = diff ? await api.get('diff', { ...p, from: S.afrom, to: S.ato, from2: b[0], to2: b[1], selector2: selectorStr }, { signal: ac.signal })
+			: await api.get('flamegraph', p, { signal: ac.signal });
+		selector.setError('');
+	} catch (e) {
+		if (e.name === 'AbortError') return;
+		if (e.kind === 'bad') {
+			selector.setError(e.message);
+			return;
+		}
+		return failed(e);
+	}
+	if (ac.signal.aborted) return;
+	const root = r.root || r;
+	const unit = r.unit || (S.kind === 'cpu' ? 'samples' : 'ns');
+	const total = diff ? (root.value || 0) + (root.value2 || 0) : root.value || 0;
+	const kindName = State.KINDS.find(([k]) => k === S.kind)[1];
+	const rng = (a, z) => `${fmtTime(a, z - a < 10e3 ? 1 : 1000)} – ${fmtTime(z, z - a < 10e3 ? 1 : 1000)} (${fmtDur(z - a)})`;
+	flameInfo.replaceChildren(...[
+		el('span', { class: 'chip' }, kindName),
+		diff ? el('span', { class: 'chip a' }, 'A ', rng(S.afrom, S.ato)) : null,
+		el('span', { class: 'chip' + (diff ? ' b' : '') }, diff ? 'B ' : '', S.bfrom !== undefined ? rng(b[0], b[1]) : `whole view · ${rng(b[0], b[1])}`),
+		el('span', { class: 'chip mono' }, selectorStr),
+		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle' }, `GPU ${S.gpu} idle only`) : null,
+		el('span', { class: 'chip' }, diff ? `A ${fmtValue(root.value || 0, unit)} · B ${fmtValue(root.value2 || 0, unit)}` : fmtValue(total, unit)),
+		diff ? el('span', { class: 'legend-diff' }, el('i', { class: 'up' }), 'more in B', el('i', { class: 'down' }), 'less in B') : null,
+	].filter(Boolean));
+	if (!total) {
+		flame.setTree({ name: 'all', value: 0, children: [] }, { unit, kind: S.kind });
+		flameEmpty.replaceChildren(el('div', { class: 'empty-title' }, `No ${kindName} samples here`),
+			el('div', {}, diff && S.bfrom === undefined ? 'Now drag on the timeline to select range B to compare with A.'
+				: 'Nothing matches this range and selector. ' + (S.idle ? 'The GPU may never have been idle in it: untick "only while the GPU was idle", ' : '') +
+				'widen the range, try another sample kind, or clear the selector.'));
+		flameEmpty.classList.remove('hidden');
+		topBody.replaceChildren();
+	} else {
+		flameEmpty.classList.add('hidden');
+		flame.setTree(root, { unit, kind: S.kind, diff, focus: S.focus });
+		renderTop(root, unit, diff);
+		doSearch();
+	}
+	app.loads.flame++;
+	app.timings.flame = performance.now() - t0;
+	flameBox.dataset.loads = String(app.loads.flame);
+}
+
+function renderTop(root, unit, diff) {
+	const tot = root.value || 1, tot2 = root.value2 || 1;
+	const rows = topFunctions(root, diff).sort((a, b) => (diff ? b.total2 / tot2 - a.total2 / tot2 : b.self - a.self || b.total - a.total)).slice(0, 60);
+	const bar = (x, cls = '') => el('td', { class: 'num ' + cls }, el('div', { class: 'bar', style: `width:${Math.min(100, x * 100)}%` }), el('span', {}, fmtPct(x)));
+	topBody.replaceChildren(...rows.map((f) => el('tr', { title: `${f.name}\nself ${fmtValue(f.self, unit)}, total ${fmtValue(f.total, unit)}`, onclick: () => {
+		search.value = '^' + f.name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + '$';
+		doSearch();
+	} }, el('td', { class: 'fn' }, f.name),
+	diff ? bar(f.total / tot, 'a') : bar(f.self / tot),
+	diff ? bar(f.total2 / tot2, 'b') : bar(f.total / tot))));
+	topTable.querySelector('thead tr').replaceChildren(el('th', {}, 'Function'),
+		el('th', { class: 'num' }, diff ? 'Total A' : 'Self'), el('th', { class: 'num' }, diff ? 'Total B' : 'Total'));
+}
+
+function doSearch() {
+	S.q = search.value;
+	commit();
+	const m = flame.search(S.q);
+	matchLbl.classList.toggle('hidden', !m);
+	if (m) matchLbl.textContent = m.share2 !== null ? `matched: A ${fmtPct(m.share)} · B ${fmtPct(m.share2)}` : `matched: ${fmtPct(m.share)}`;
+}
+search.addEventListener('input', debounce(doSearch, 120));
+
+window.addEventListener('keydown', (e) => {
+	if (e.target.tagName === 'INPUT') return;
+	if (e.key === '-') zoom(2);
+	else if (e.key === '+' || e.key === '=') zoom(0.5);
+	else if (e.key === 'z') zoomToBrush();
+	else if (e.key === 'Escape') {
+		timeline.setBrush(null);
+		S.bfrom = S.bto = undefined;
+		commit();
+		loadFlame();
+	}
+});
+window.addEventListener('popstate', () => location.reload());
+
+syncControls();
+boot();
