@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: Apache-2.0
+# libgpuscope_cupti.so (the CUDA injection library) and the CUPTI test workloads.
+# The library links libcupti from the CUDA toolkit with RUNPATH $ORIGIN:$(CUDA_HOME)/lib64;
+# where libcupti lives elsewhere (pip's nvidia-cuda-cupti) LD_LIBRARY_PATH finds it.
+CUDA_HOME   ?= /usr/local/cuda
+CUPTI_LIB   := $(OUT)/libgpuscope_cupti.so
+CUPTI_FAKE  := $(OUT)/tests/cupti/libgpuscope_cupti_fake.so
+CUPTI_CFLAGS := -std=gnu11 -g -O2 -Wall -Wextra -Werror -Wno-unused-parameter -fPIC \
+	-fvisibility=hidden -D_GNU_SOURCE -Isrc
+
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+all: $(CUPTI_LIB)
+endif
+all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
+
+$(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
+		-Wl,--version-script=src/cupti/exports.map -Wl,-z,defs \
+		-L$(CUDA_HOME)/lib64 -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
+		-lcupti -lpthread
+
+# The stand-in that fires the library's probes without a GPU (tests/cupti/).
+$(CUPTI_FAKE): tests/cupti/fake_lib.c src/cupti/probes.h src/common/abi_cupti.h
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -fno-omit-frame-pointer -shared -o $@ $<
+
+$(OUT)/tests/cupti/cupti_replay: tests/cupti/cupti_replay.c $(CUPTI_FAKE)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fno-inline -fPIE -pie -D_GNU_SOURCE -Isrc \
+		-o $@ $< -L$(OUT)/tests/cupti -lgpuscope_cupti_fake -Wl,-rpath,'$$ORIGIN' -pthread
+
+# <bpf/usdt.bpf.h> includes <linux/errno.h>, whose <asm/errno.h> lives in the multiarch dir.
+$(OUT)/bpf/cupti.bpf.o: CLANG += -I/usr/include/$(shell $(CC) -dumpmachine)

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * CUPTI hand-off: attached to the USDT probes of libgpuscope_cupti.so (src/common/abi_cupti.h).
+ * At a launch it takes the launching thread's user stack; at a completed buffer it copies the
+ * library's compact activity records into the ring buffer in bounded chunks. User space joins.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/usdt.bpf.h>
+#include "common/abi.h"
+#include "common/abi_cupti.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 32 << 20);	/* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GPUSCOPE_CUPTI_ERR_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} errors SEC(".maps");
+
+struct launch_scratch {
+	struct gpuscope_ev_cupti_launch ev;
+	__u64 frames[GPUSCOPE_MAX_STACK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct launch_scratch);
+} scratch_map SEC(".maps");
+
+static __always_inline void count(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&errors, &which);
+
+	if (v)
+		*v += n;
+}
+
+SEC("usdt")
+int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct launch_scratch *s;
+	__u32 zero = 0;
+	long n;
+
+	count(GPUSCOPE_CUPTI_ERR_LAUNCHES, 1);
+	s = bpf_map_lookup_elem(&scratch_map, &zero);
+	if (!s)
+		return 0;
+	s->ev.type = GPUSCOPE_EV_CUPTI_LAUNCH;
+	s->ev.ktime_ns = bpf_ktime_get_ns();
+	s->ev.tgid = id >> 32;
+	s->ev.tid = (__u32)id;
+	s->ev.cid = cid;
+	s->ev.cid2 = cid2;
+	n = bpf_get_stack(ctx, s->frames, sizeof(s->frames), BPF_F_USER_STACK);
+	if (n < 0) {
+		count(GPUSCOPE_CUPTI_ERR_USTACK, 1);
+		n = 0;
+	}
+	if (n > sizeof(s->frames))
+		n = sizeof(s->frames);
+	s->ev.ustack_len = n / 8;
+	s->ev.size = sizeof(s->ev) + n;
+	if (bpf_ringbuf_output(&events, s, sizeof(s->ev) + n, 0))
+		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+	return 0;
+}
+
+struct copy_ctx {
+	__u64 recs;	/* user address of the array */
+	__u32 n;	/* records in it */
+	__u32 tgid;
+};
+
+static long copy_chunk(__u32 i, struct copy_ctx *c)
+{
+	struct gpuscope_ev_cupti_recs *ev;
+	__u32 off = i * GPUSCOPE_CUPTI_RECS_PER_EV, cnt;
+
+	if (off >= c->n)
+		return 1;
+	cnt = c->n - off;
+	if (cnt > GPUSCOPE_CUPTI_RECS_PER_EV)
+		cnt = GPUSCOPE_CUPTI_RECS_PER_EV;
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
+		return 0;
+	}
+	ev->type = GPUSCOPE_EV_CUPTI_RECS;
+	ev->size = sizeof(*ev);
+	ev->tgid = c->tgid;
+	ev->seq = i;
+	ev->n = cnt;
+	ev->err = 0;
+	if (bpf_probe_read_user(ev->recs, cnt * sizeof(struct gpuscope_cupti_rec),
+				(const void *)(c->recs + (__u64)off * sizeof(struct gpuscope_cupti_rec)))) {
+		count(GPUSCOPE_CUPTI_ERR_READ, 1);
+		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
+		ev->err = cnt;
+		ev->n = 0;
+	}
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_buffer, __u64 recs, __u32 n)
+{
+	struct copy_ctx c = { .recs = recs, .n = n, .tgid = bpf_get_current_pid_tgid() >> 32 };
+
+	if (c.n > GPUSCOPE_CUPTI_MAX_RECS) {
+		count(GPUSCOPE_CUPTI_ERR_TRUNC, 1);
+		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, c.n - GPUSCOPE_CUPTI_MAX_RECS);
+		c.n = GPUSCOPE_CUPTI_MAX_RECS;
+	}
+	bpf_loop((c.n + GPUSCOPE_CUPTI_RECS_PER_EV - 1) / GPUSCOPE_CUPTI_RECS_PER_EV, copy_chunk,
+		 &c, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_name, __u32 idx, __u64 str)
+{
+	struct gpuscope_ev_cupti_name *ev;
+
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+		return 0;
+	}
+	ev->type = GPUSCOPE_EV_CUPTI_NAME;
+	ev->size = sizeof(*ev);
+	ev->tgid = bpf_get_current_pid_tgid() >> 32;
+	ev->idx = idx;
+	if (bpf_probe_read_user_str(ev->name, sizeof(ev->name), (const void *)str) < 0) {
+		count(GPUSCOPE_CUPTI_ERR_READ, 1);
+		ev->name[0] = 0;
+	}
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+static __always_inline int emit_pair(__u32 type, __u64 a, __u64 b)
+{
+	struct gpuscope_ev_cupti_pair ev = {
+		.type = type,
+		.size = sizeof(ev),
+		.tgid = bpf_get_current_pid_tgid() >> 32,
+		.a = a,
+		.b = b,
+	};
+
+	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_clock, __u64 cupti_ns, __u64 mono_ns)
+{
+	return emit_pair(GPUSCOPE_EV_CUPTI_CLOCK, cupti_ns, mono_ns);
+}
+
+SEC("usdt")
+int BPF_USDT(on_drops, __u64 cupti, __u64 lib)
+{
+	return emit_pair(GPUSCOPE_EV_CUPTI_DROPS, cupti, lib);
+}

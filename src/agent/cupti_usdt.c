@@ -1,0 +1,897 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cupti_module: attaches src/agent/bpf/cupti.bpf.c to the USDT probes of every
+ * libgpuscope_cupti*.so file that processes have mapped (system-wide on that file, so later
+ * processes are covered too), and joins in user space: launch stacks by (pid, correlation id)
+ * with the activity records, into gpu_kernel_ns samples, gpu_kernel/memcpy/memset/cuda_sync
+ * intervals and per-GPU gpu_busy intervals (union of kernel executions).
+ */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/types.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "agent/agent.h"
+#include "agent/cupti_usdt.h"
+#include "common/abi.h"
+#include "common/abi_cupti.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "cupti.skel.h"
+
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+#define MAX_LIBS	 32
+#define NPROBES		 5
+#define MAX_PROCS	 256
+#define NAMES_CAP	 (1u << 15)	/* matches the library's table */
+#define LAUNCH_BITS	 18		/* pending launches: direct-mapped table */
+#define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
+#define MAX_DEVICES	 64
+#define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
+#define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
+#define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
+#define MAX_MAPS	 4096
+
+static const char *const probe_names[NPROBES] = { "launch", "buffer", "name", "clock", "drops" };
+
+struct lib {
+	dev_t dev;
+	ino_t ino;
+	struct bpf_link *links[NPROBES];
+};
+
+struct map_ent {
+	uint64_t start, end, off;
+	char *path;
+};
+
+struct proc {
+	pid_t pid;			/* 0: free slot */
+	bool have_clock;
+	bool dead;
+	int64_t cupti_to_mono;		/* mono = cupti + this */
+	char comm[GPUSCOPE_COMM_LEN + 1];
+	char pid_s[16];
+	char **names;			/* demangled, by library index; NAMES_CAP entries */
+	struct map_ent *maps;		/* fallback symbolization: module + file offset */
+	int nmaps;
+	uint64_t maps_read_ns;
+	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
+};
+
+struct launch {
+	uint32_t pid, cid;
+	uint32_t tid;
+	uint32_t stack_slot;
+	uint64_t stack_hash;
+};
+
+struct raw_stack {
+	uint64_t hash;		/* 0: empty */
+	uint32_t pid, n;
+	__u64 frames[GPUSCOPE_MAX_STACK];
+};
+
+struct span {
+	uint64_t start, end;
+};
+
+struct busy {
+	bool used;
+	uint32_t device;
+	char gpu_s[12];
+	struct span *pend;
+	size_t n;
+	uint64_t max_end, emitted_end;
+};
+
+struct cupti_state {
+	struct cupti_bpf *skel;
+	struct ring_buffer *rb;
+	struct agent *a;
+	struct lib libs[MAX_LIBS];
+	int nlibs;
+	uint64_t next_scan_ns;
+	struct proc procs[MAX_PROCS];
+	struct launch *launches;
+	struct raw_stack *stacks;
+	struct busy busy[MAX_DEVICES];
+	struct cupti_stats st;
+};
+
+static struct cupti_state *S;
+
+/* ---- attaching ---------------------------------------------------------------------------- */
+
+static bool lib_known(struct cupti_state *c, const struct stat *sb)
+{
+	for (int i = 0; i < c->nlibs; i++)
+		if (c->libs[i].dev == sb->st_dev && c->libs[i].ino == sb->st_ino)
+			return true;
+	return false;
+}
+
+/* Attach every probe to the library file at path, for all processes (uprobes are per inode). */
+static int attach_lib(struct cupti_state *c, const char *path)
+{
+	struct bpf_program *progs[NPROBES] = {
+		c->skel->progs.on_launch, c->skel->progs.on_buffer, c->skel->progs.on_name,
+		c->skel->progs.on_clock,  c->skel->progs.on_drops,
+	};
+	struct lib *l;
+	struct stat sb;
+	int err = 0, i;
+
+	if (stat(path, &sb))
+		return -errno;
+	if (lib_known(c, &sb))
+		return 0;
+	if (c->nlibs == MAX_LIBS) {
+		c->st.libs_skipped++;
+		return -ENOSPC;
+	}
+	l = &c->libs[c->nlibs];
+	memset(l, 0, sizeof(*l));
+	/* name and clock first: the library re-announces its names when their semaphore moves */
+	static const int order[NPROBES] = { 2, 3, 4, 0, 1 };
+	for (int k = 0; k < NPROBES; k++) {
+		i = order[k];
+		l->links[i] = bpf_program__attach_usdt(progs[i], -1, path, GPUSCOPE_CUPTI_PROVIDER,
+						       probe_names[i], NULL);
+		if (!l->links[i]) {
+			err = -errno;
+			log_warn("cupti: attach USDT %s:%s in '%s': %s", GPUSCOPE_CUPTI_PROVIDER,
+				 probe_names[i], path, strerror(-err));
+			goto out_detach;
+		}
+	}
+	l->dev = sb.st_dev;
+	l->ino = sb.st_ino;
+	c->nlibs++;
+	c->st.libs_attached++;
+	log_info("cupti: attached to '%s'", path);
+	return 0;
+out_detach:
+	for (i = 0; i < NPROBES; i++)
+		bpf_link__destroy(l->links[i]);
+	memset(l, 0, sizeof(*l));
+	return err;
+}
+
+static bool is_our_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return !strncmp(base, "libgpuscope_cupti", 17) && strstr(base, ".so");
+}
+
+/* Finds libgpuscope_cupti*.so in every process's maps and attaches to each file once. */
+static void scan_procs(struct cupti_state *c)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300];
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char *p, *path;
+		FILE *f;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(fn, sizeof(fn), "/proc/%s/maps", de->d_name);
+		f = fopen(fn, "re");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			path = strchr(line, '/');
+			if (!path || !strstr(path, "libgpuscope_cupti"))
+				continue;
+			p = strchr(path, '\n');
+			if (p)
+				*p = 0;
+			if (!is_our_lib(path) || strstr(path, " (deleted)"))
+				continue;
+			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
+			attach_lib(c, full);
+		}
+		fclose(f);
+	}
+	closedir(d);
+}
+
+/* The library installed next to the agent binary, and GPUSCOPE_CUPTI_LIBRARY (colon list). */
+static void attach_known_paths(struct cupti_state *c)
+{
+	char exe[PATH_MAX], *slash, *env, *save = NULL, *tok;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 32);
+
+	if (n > 0) {
+		exe[n] = 0;
+		slash = strrchr(exe, '/');
+		if (slash) {
+			strcpy(slash + 1, "libgpuscope_cupti.so");
+			if (!access(exe, R_OK))
+				attach_lib(c, exe);
+		}
+	}
+	env = getenv("GPUSCOPE_CUPTI_LIBRARY");
+	if (!env || !*env)
+		return;
+	env = strdup(env);
+	if (!env)
+		return;
+	for (tok = strtok_r(env, ":", &save); tok; tok = strtok_r(NULL, ":", &save))
+		if (attach_lib(c, tok) && access(tok, R_OK))
+			log_warn("cupti: GPUSCOPE_CUPTI_LIBRARY '%s' is not readable", tok);
+	free(env);
+}
+
+/* ---- processes ---------------------------------------------------------------------------- */
+
+static bool pid_wanted(struct agent *a, pid_t pid)
+{
+	if (a->opts.npids == 0)
+		return true;
+	for (int i = 0; i < a->opts.npids; i++)
+		if (a->opts.pids[i] == pid)
+			return true;
+	return false;
+}
+
+static void proc_free_contents(struct proc *p)
+{
+	if (p->names)
+		for (uint32_t i = 0; i < NAMES_CAP; i++)
+			free(p->names[i]);
+	free(p->names);
+	for (int i = 0; i < p->nmaps; i++)
+		free(p->maps[i].path);
+	free(p->maps);
+	memset(p, 0, sizeof(*p));
+}
+
+static void read_maps(struct proc *p)
+{
+	char fn[64], line[PATH_MAX + 128];
+	FILE *f;
+
+	p->maps_read_ns = mono_ns();
+	snprintf(fn, sizeof(fn), "/proc/%d/maps", p->pid);
+	f = fopen(fn, "re");
+	if (!f)
+		return;
+	for (int i = 0; i < p->nmaps; i++)
+		free(p->maps[i].path);
+	p->nmaps = 0;
+	if (!p->maps)
+		p->maps = calloc(MAX_MAPS, sizeof(*p->maps));
+	while (p->maps && p->nmaps < MAX_MAPS && fgets(line, sizeof(line), f)) {
+		unsigned long long s, e, off;
+		char perm[8], *path, *nl;
+
+		if (sscanf(line, "%llx-%llx %7s %llx", &s, &e, perm, &off) != 4 || perm[2] != 'x')
+			continue;
+		path = strchr(line, '/');
+		if (!path)
+			path = strchr(line, '[');
+		if (!path)
+			continue;
+		nl = strchr(path, '\n');
+		if (nl)
+			*nl = 0;
+		p->maps[p->nmaps].path = strdup(path);
+		if (!p->maps[p->nmaps].path)
+			break;
+		p->maps[p->nmaps].start = s;
+		p->maps[p->nmaps].end = e;
+		p->maps[p->nmaps].off = off;
+		p->nmaps++;
+	}
+	fclose(f);
+}
+
+static struct proc *proc_get(struct cupti_state *c, pid_t pid)
+{
+	struct proc *p, *free_slot = NULL, *dead = NULL;
+	char fn[64];
+	FILE *f;
+
+	for (int i = 0; i < MAX_PROCS; i++) {
+		p = &c->procs[i];
+		if (p->pid == pid)
+			return p;
+		if (!p->pid && !free_slot)
+			free_slot = p;
+		if (p->pid && p->dead && !dead)
+			dead = p;
+	}
+	if (!free_slot && dead) {
+		proc_free_contents(dead);
+		free_slot = dead;
+	}
+	if (!free_slot) {
+		c->st.procs_full++;
+		return NULL;
+	}
+	p = free_slot;
+	p->pid = pid;
+	p->names = calloc(NAMES_CAP, sizeof(*p->names));
+	if (!p->names) {
+		p->pid = 0;
+		return NULL;
+	}
+	snprintf(p->pid_s, sizeof(p->pid_s), "%d", pid);
+	snprintf(fn, sizeof(fn), "/proc/%d/comm", pid);
+	f = fopen(fn, "re");
+	if (f) {
+		if (fgets(p->comm, sizeof(p->comm), f))
+			p->comm[strcspn(p->comm, "\n")] = 0;
+		fclose(f);
+	}
+	read_maps(p);
+	c->st.procs_seen++;
+	return p;
+}
+
+static void reap_procs(struct cupti_state *c)
+{
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &c->procs[i];
+
+		if (p->pid && kill(p->pid, 0) && errno == ESRCH)
+			p->dead = true;
+	}
+}
+
+/* ---- launches and stacks ------------------------------------------------------------------ */
+
+static uint64_t launch_slot(uint32_t pid, uint32_t cid)
+{
+	/* correlation ids are dense per process: consecutive ids land in consecutive slots */
+	return (cid + (uint64_t)pid * 0x9e3779b1u) & ((1u << LAUNCH_BITS) - 1);
+}
+
+static void put_launch(struct cupti_state *c, uint32_t pid, uint32_t cid, uint32_t tid,
+		       uint32_t stack_slot, uint64_t stack_hash)
+{
+	struct launch *l = &c->launches[launch_slot(pid, cid)];
+
+	if (l->pid && (l->pid != pid || l->cid != cid))
+		c->st.launches_evicted++;
+	l->pid = pid;
+	l->cid = cid;
+	l->tid = tid;
+	l->stack_slot = stack_slot;
+	l->stack_hash = stack_hash;
+}
+
+static const struct launch *find_launch(struct cupti_state *c, uint32_t pid, uint32_t cid)
+{
+	const struct launch *l = &c->launches[launch_slot(pid, cid)];
+
+	return l->pid == pid && l->cid == cid ? l : NULL;
+}
+
+static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
+		      size_t size)
+{
+	uint32_t n = ev->ustack_len, slot;
+	const __u64 *frames = (const void *)(ev + 1);
+	struct raw_stack *rs;
+	uint64_t h;
+
+	if (n > GPUSCOPE_MAX_STACK || size < sizeof(*ev) + 8ull * n) {
+		c->st.bad_events++;
+		return;
+	}
+	c->st.launches++;
+	h = hash64(frames, 8ull * n, ev->tgid) | 1;
+	slot = h & ((1u << STACK_BITS) - 1);
+	rs = &c->stacks[slot];
+	if (rs->hash != h) {
+		rs->hash = h;
+		rs->pid = ev->tgid;
+		rs->n = n;
+		memcpy(rs->frames, frames, 8ull * n);
+	}
+	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
+	if (ev->cid2)
+		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
+}
+
+static int64_t build_stack(struct cupti_state *c, struct proc *p, const struct raw_stack *rs,
+			   const char *leaf)
+{
+	struct location locs[GPUSCOPE_MAX_STACK + 1];
+	size_t n = 0;
+
+	locs[n++] = (struct location){ .function = leaf, .module = "[gpu]" };
+	for (uint32_t i = 0; rs && i < rs->n; i++) {
+		uint64_t ip = rs->frames[i];
+		struct map_ent *m = NULL;
+
+		for (int pass = 0; pass < 2 && !m; pass++) {
+			for (int k = 0; k < p->nmaps; k++)
+				if (ip >= p->maps[k].start && ip < p->maps[k].end) {
+					m = &p->maps[k];
+					break;
+				}
+			if (!m && !pass && mono_ns() - p->maps_read_ns > NSEC_PER_SEC)
+				read_maps(p);
+		}
+		locs[n++] = (struct location){
+			.module = m ? m->path : "[unknown]",
+			.address = m ? ip - m->start + m->off : ip,
+		};
+	}
+	return batch__stack(c->a->batch, locs, n);
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+
+static struct busy *busy_get(struct cupti_state *c, uint32_t dev)
+{
+	struct busy *b = &c->busy[dev % MAX_DEVICES];
+
+	if (b->used)
+		return b->device == dev ? b : NULL;
+	b->pend = malloc(BUSY_CAP * sizeof(*b->pend));
+	if (!b->pend)
+		return NULL;
+	b->used = true;
+	b->device = dev;
+	snprintf(b->gpu_s, sizeof(b->gpu_s), "%u", dev);
+	return b;
+}
+
+static int span_cmp(const void *x, const void *y)
+{
+	const struct span *a = x, *b = y;
+
+	return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* Emits the union of pending kernel spans that can no longer grow; all of them when force. */
+static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
+{
+	struct label lab[] = { { "gpu", b->gpu_s } };
+	uint64_t horizon = force ? UINT64_MAX : (b->max_end > BUSY_GRACE_NS ? b->max_end - BUSY_GRACE_NS : 0);
+	size_t i = 0, keep = 0;
+
+	if (!b->n)
+		return;
+	qsort(b->pend, b->n, sizeof(*b->pend), span_cmp);
+	while (i < b->n) {
+		uint64_t s = b->pend[i].start, e = b->pend[i].end;
+		size_t j = i + 1;
+
+		while (j < b->n && b->pend[j].start <= e) {
+			if (b->pend[j].end > e)
+				e = b->pend[j].end;
+			j++;
+		}
+		if (e > horizon) {	/* may still merge with late records: keep */
+			for (size_t k = i; k < j; k++)
+				b->pend[keep++] = b->pend[k];
+		} else {
+			if (s < b->emitted_end) {	/* overlaps what we already sent */
+				c->st.busy_late++;
+				s = b->emitted_end;
+			}
+			if (e > s) {
+				if (batch__interval(c->a->batch, "gpu_busy", lab, 1, s, e, NULL, 0))
+					c->st.batch_errors++;
+				else
+					c->st.busy_intervals++;
+				b->emitted_end = e;
+			}
+		}
+		i = j;
+	}
+	b->n = keep;
+}
+
+static void busy_add(struct cupti_state *c, uint32_t dev, uint64_t s, uint64_t e)
+{
+	struct busy *b = busy_get(c, dev);
+
+	if (!b) {
+		c->st.busy_dropped++;
+		return;
+	}
+	if (b->n == BUSY_CAP)
+		busy_flush(c, b, true);
+	b->pend[b->n++] = (struct span){ s, e };
+	if (e > b->max_end)
+		b->max_end = e;
+}
+
+static const char *memcpy_kind(unsigned k)
+{
+	/* CUpti_ActivityMemcpyKind */
+	static const char *const names[] = { "unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+					     "AtoD", "DtoA", "DtoD", "HtoH", "PtoP" };
+
+	return k < ARRAY_SIZE(names) ? names[k] : "unknown";
+}
+
+static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
+{
+	char dev_s[12], stream_s[12], cid_s[12], sid_s[24], gid_s[12], nid_s[24], bytes_s[24];
+	char grid_s[40], block_s[40], sub_s[12];
+	struct label lab[] = { { "gpu", dev_s }, { "pid", p->pid_s }, { "comm", p->comm } };
+	struct label attrs[12];
+	uint64_t s, e;
+	size_t na = 0;
+	int64_t sid = -1;
+	int err = 0;
+
+	c->st.records++;
+	if (!p->have_clock) {
+		c->st.no_clock++;
+		return;
+	}
+	if (r->end_ns < r->start_ns) {
+		c->st.bad_records++;
+		return;
+	}
+	s = r->start_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
+	e = r->end_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
+	snprintf(dev_s, sizeof(dev_s), "%u", r->device);
+	snprintf(stream_s, sizeof(stream_s), "%u", r->stream);
+
+	switch (r->kind) {
+	case GPUSCOPE_CUPTI_KERNEL: {
+		const struct launch *l = find_launch(c, p->pid, r->correlation_id);
+		const struct raw_stack *rs = NULL;
+		const char *name = r->name_idx < NAMES_CAP ? p->names[r->name_idx] : NULL;
+		char unk[40];
+
+		c->st.kernels++;
+		if (!name) {
+			c->st.unknown_names++;
+			snprintf(unk, sizeof(unk), "[unknown kernel #%u]", r->name_idx);
+			name = unk;
+		}
+		if (l) {
+			rs = &c->stacks[l->stack_slot];
+			if (rs->hash != l->stack_hash) {	/* evicted by another stack */
+				c->st.stacks_evicted++;
+				rs = NULL;
+			}
+		}
+		if (l && rs)
+			c->st.joined++;
+		else
+			c->st.unjoined++;
+		sid = build_stack(c, p, rs, name);
+		if (sid < 0)
+			c->st.batch_errors++;
+		else if (batch__sample(c->a->batch, s, lab, ARRAY_SIZE(lab), sid, SAMPLE_GPU_KERNEL_NS,
+				       (int64_t)(e - s)))
+			c->st.batch_errors++;
+		snprintf(cid_s, sizeof(cid_s), "%u", r->correlation_id);
+		snprintf(grid_s, sizeof(grid_s), "%u,%u,%u", r->grid[0], r->grid[1], r->grid[2]);
+		snprintf(block_s, sizeof(block_s), "%u,%u,%u", r->block[0], r->block[1], r->block[2]);
+		attrs[na++] = (struct label){ "name", name };
+		attrs[na++] = (struct label){ "stream", stream_s };
+		attrs[na++] = (struct label){ "device", dev_s };
+		attrs[na++] = (struct label){ "correlation_id", cid_s };
+		attrs[na++] = (struct label){ "grid", grid_s };
+		attrs[na++] = (struct label){ "block", block_s };
+		if (sid >= 0 && l && rs) {
+			snprintf(sid_s, sizeof(sid_s), "%" PRId64, sid);
+			attrs[na++] = (struct label){ "stack_id", sid_s };
+		}
+		if (r->graph_id) {
+			snprintf(gid_s, sizeof(gid_s), "%u", r->graph_id);
+			snprintf(nid_s, sizeof(nid_s), "%" PRIu64, (uint64_t)r->graph_node_id);
+			attrs[na++] = (struct label){ "graph_id", gid_s };
+			attrs[na++] = (struct label){ "graph_node_id", nid_s };
+			c->st.graph_kernels++;
+		}
+		err = batch__interval(c->a->batch, "gpu_kernel", lab, ARRAY_SIZE(lab), s, e, attrs, na);
+		busy_add(c, r->device, s, e);
+		break;
+	}
+	case GPUSCOPE_CUPTI_MEMCPY:
+	case GPUSCOPE_CUPTI_MEMSET:
+		if (r->kind == GPUSCOPE_CUPTI_MEMCPY)
+			c->st.memcpys++;
+		else
+			c->st.memsets++;
+		snprintf(bytes_s, sizeof(bytes_s), "%" PRIu64, (uint64_t)r->bytes);
+		snprintf(sub_s, sizeof(sub_s), "%u", r->subkind);
+		attrs[na++] = (struct label){ "bytes", bytes_s };
+		attrs[na++] = (struct label){ "kind", r->kind == GPUSCOPE_CUPTI_MEMCPY ?
+							      memcpy_kind(r->subkind) : sub_s };
+		attrs[na++] = (struct label){ "stream", stream_s };
+		err = batch__interval(c->a->batch, r->kind == GPUSCOPE_CUPTI_MEMCPY ? "memcpy" : "memset",
+				      lab, ARRAY_SIZE(lab), s, e, attrs, na);
+		break;
+	case GPUSCOPE_CUPTI_SYNC: {
+		/* CUpti_ActivitySynchronizationType */
+		static const char *const types[] = { "unknown", "event_synchronize",
+						     "stream_wait_event", "stream_synchronize",
+						     "context_synchronize" };
+		struct label slab[] = { { "pid", p->pid_s }, { "comm", p->comm } };
+
+		c->st.syncs++;
+		attrs[na++] = (struct label){ "type", r->subkind < ARRAY_SIZE(types) ?
+							      types[r->subkind] : "unknown" };
+		attrs[na++] = (struct label){ "stream", stream_s };
+		err = batch__interval(c->a->batch, "cuda_sync", slab, ARRAY_SIZE(slab), s, e, attrs,
+				      na);
+		break;
+	}
+	default:
+		c->st.bad_records++;
+		return;
+	}
+	if (err)
+		c->st.batch_errors++;
+}
+
+static void on_name(struct cupti_state *c, struct proc *p, const struct gpuscope_ev_cupti_name *ev)
+{
+	char raw[GPUSCOPE_CUPTI_NAME_MAX + 1], *dem;
+	int status = -1;
+
+	if (ev->idx >= NAMES_CAP || !ev->name[0]) {
+		c->st.bad_events++;
+		return;
+	}
+	memcpy(raw, ev->name, GPUSCOPE_CUPTI_NAME_MAX);
+	raw[GPUSCOPE_CUPTI_NAME_MAX] = 0;
+	dem = __cxa_demangle(raw, NULL, NULL, &status);
+	if (!dem || status)
+		dem = strdup(raw);
+	free(p->names[ev->idx]);
+	p->names[ev->idx] = dem;
+	c->st.names++;
+}
+
+static void on_clock(struct cupti_state *c, struct proc *p, uint64_t cupti_ns, uint64_t mono)
+{
+	int64_t off = (int64_t)(mono - cupti_ns);
+
+	if (p->have_clock) {
+		int64_t d = off - p->cupti_to_mono;
+
+		if (d < 0)
+			d = -d;
+		if ((uint64_t)d > c->st.clock_max_step_ns)
+			c->st.clock_max_step_ns = d;
+	}
+	p->cupti_to_mono = off;
+	p->have_clock = true;
+	c->st.clock_pairs++;
+}
+
+static int handle_event(void *ctx, void *data, size_t size)
+{
+	struct cupti_state *c = ctx;
+	const struct gpuscope_ev_cupti_pair *hdr = data;	/* type, size, tgid: common prefix */
+	struct proc *p;
+
+	if (size < sizeof(struct gpuscope_ev_cupti_launch) - 16 || hdr->size > size) {
+		c->st.bad_events++;
+		return 0;
+	}
+	if (!pid_wanted(c->a, hdr->tgid)) {
+		c->st.filtered++;
+		return 0;
+	}
+	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH) {
+		on_launch(c, data, size);
+		return 0;
+	}
+	p = proc_get(c, hdr->tgid);
+	switch (hdr->type) {
+	case GPUSCOPE_EV_CUPTI_RECS: {
+		const struct gpuscope_ev_cupti_recs *ev = data;
+
+		if (size < sizeof(*ev) || ev->n > GPUSCOPE_CUPTI_RECS_PER_EV) {
+			c->st.bad_events++;
+			break;
+		}
+		if (!p) {
+			c->st.agent_drops += ev->n;
+			break;
+		}
+		for (uint32_t i = 0; i < ev->n; i++)
+			on_rec(c, p, &ev->recs[i]);
+		break;
+	}
+	case GPUSCOPE_EV_CUPTI_NAME:
+		if (size >= sizeof(struct gpuscope_ev_cupti_name) && p)
+			on_name(c, p, data);
+		break;
+	case GPUSCOPE_EV_CUPTI_CLOCK:
+		if (size >= sizeof(*hdr) && p)
+			on_clock(c, p, hdr->a, hdr->b);
+		break;
+	case GPUSCOPE_EV_CUPTI_DROPS:
+		if (size >= sizeof(*hdr) && p) {
+			p->cupti_drops = hdr->a;
+			p->lib_drops = hdr->b;
+		}
+		break;
+	default:
+		c->st.bad_events++;
+	}
+	return 0;
+}
+
+/* ---- module ------------------------------------------------------------------------------- */
+
+static void drain(struct cupti_state *c, bool force)
+{
+	ring_buffer__consume(c->rb);
+	for (int i = 0; i < MAX_DEVICES; i++)
+		if (c->busy[i].used)
+			busy_flush(c, &c->busy[i], force);
+}
+
+static void cupti_free(struct cupti_state *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nlibs; i++)
+		for (int k = 0; k < NPROBES; k++)
+			bpf_link__destroy(c->libs[i].links[k]);
+	ring_buffer__free(c->rb);
+	cupti_bpf__destroy(c->skel);
+	for (int i = 0; i < MAX_PROCS; i++)
+		proc_free_contents(&c->procs[i]);
+	for (int i = 0; i < MAX_DEVICES; i++)
+		free(c->busy[i].pend);
+	free(c->launches);
+	free(c->stacks);
+	free(c);
+}
+
+static int cupti_start(struct agent *a)
+{
+	struct cupti_state *c;
+	int err;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->a = a;
+	c->launches = calloc(1u << LAUNCH_BITS, sizeof(*c->launches));
+	c->stacks = calloc(1u << STACK_BITS, sizeof(*c->stacks));
+	if (!c->launches || !c->stacks) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	c->skel = cupti_bpf__open_and_load();
+	if (!c->skel) {
+		err = -errno;
+		log_warn("cupti: load BPF: %s", strerror(-err));
+		if (err == -EPERM || err == -EACCES)
+			err = -ENOTSUP;
+		goto out_free;
+	}
+	c->rb = ring_buffer__new(bpf_map__fd(c->skel->maps.events), handle_event, c, NULL);
+	if (!c->rb) {
+		err = -errno;
+		goto out_free;
+	}
+	attach_known_paths(c);
+	scan_procs(c);
+	c->next_scan_ns = mono_ns() + SCAN_EVERY_NS;
+	S = c;
+	return 0;
+out_free:
+	cupti_free(c);
+	return err;
+}
+
+static int cupti_tick(struct agent *a)
+{
+	struct cupti_state *c = S;
+	uint64_t now = mono_ns();
+
+	if (!c)
+		return 0;
+	drain(c, false);
+	if (now >= c->next_scan_ns) {
+		scan_procs(c);
+		reap_procs(c);
+		c->next_scan_ns = now + SCAN_EVERY_NS;
+	}
+	return 0;
+}
+
+static void cupti_stop(struct agent *a)
+{
+	struct cupti_state *c = S;
+
+	if (!c)
+		return;
+	drain(c, true);
+	S = NULL;
+	cupti_free(c);
+}
+
+void cupti_usdt__stats(struct cupti_stats *ret)
+{
+	struct cupti_state *c = S;
+	int ncpu = libbpf_num_possible_cpus();
+
+	memset(ret, 0, sizeof(*ret));
+	if (!c)
+		return;
+	*ret = c->st;
+	for (int i = 0; i < MAX_PROCS; i++) {
+		ret->cupti_drops += c->procs[i].cupti_drops;
+		ret->lib_drops += c->procs[i].lib_drops;
+		ret->processes += c->procs[i].pid && !c->procs[i].dead;
+	}
+	if (ncpu > 0 && ncpu <= 4096) {
+		__u64 vals[ncpu];
+
+		for (__u32 k = 0; k < GPUSCOPE_CUPTI_ERR_MAX; k++) {
+			uint64_t sum = 0;
+
+			if (bpf_map_lookup_elem(bpf_map__fd(c->skel->maps.errors), &k, vals))
+				continue;
+			for (int i = 0; i < ncpu; i++)
+				sum += vals[i];
+			ret->bpf[k] = sum;
+		}
+	}
+}
+
+static void cupti_metrics(struct agent *a, FILE *out)
+{
+	struct cupti_stats s;
+
+	cupti_usdt__stats(&s);
+	fprintf(out, "# TYPE gpuscope_cupti_kernels_total counter\n");
+	fprintf(out, "gpuscope_cupti_kernels_total %" PRIu64 "\n", s.kernels);
+	fprintf(out, "gpuscope_cupti_kernels_joined_total %" PRIu64 "\n", s.joined);
+	fprintf(out, "gpuscope_cupti_kernels_unjoined_total %" PRIu64 "\n", s.unjoined);
+	fprintf(out, "gpuscope_cupti_graph_kernels_total %" PRIu64 "\n", s.graph_kernels);
+	fprintf(out, "gpuscope_cupti_launches_total %" PRIu64 "\n", s.launches);
+	fprintf(out, "gpuscope_cupti_records_total{kind=\"memcpy\"} %" PRIu64 "\n", s.memcpys);
+	fprintf(out, "gpuscope_cupti_records_total{kind=\"memset\"} %" PRIu64 "\n", s.memsets);
+	fprintf(out, "gpuscope_cupti_records_total{kind=\"sync\"} %" PRIu64 "\n", s.syncs);
+	fprintf(out, "gpuscope_cupti_processes %" PRIu64 "\n", s.processes);
+	fprintf(out, "gpuscope_cupti_libraries_attached %" PRIu64 "\n", s.libs_attached);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"cupti\"} %" PRIu64 "\n", s.cupti_drops);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"library\"} %" PRIu64 "\n", s.lib_drops);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"bpf_records\"} %" PRIu64 "\n",
+		s.bpf[GPUSCOPE_CUPTI_ERR_RECS_LOST]);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"bpf_events\"} %" PRIu64 "\n",
+		s.bpf[GPUSCOPE_CUPTI_ERR_RINGBUF]);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"no_clock\"} %" PRIu64 "\n", s.no_clock);
+	fprintf(out, "gpuscope_cupti_drops_total{where=\"agent\"} %" PRIu64 "\n",
+		s.agent_drops + s.busy_dropped + s.batch_errors);
+	fprintf(out, "gpuscope_cupti_launches_evicted_total %" PRIu64 "\n", s.launches_evicted);
+	fprintf(out, "gpuscope_cupti_unknown_names_total %" PRIu64 "\n", s.unknown_names);
+	fprintf(out, "gpuscope_cupti_clock_max_step_ns %" PRIu64 "\n", s.clock_max_step_ns);
+}
+
+const struct agent_module cupti_module = {
+	.name = "cupti",
+	.start = cupti_start,
+	.tick = cupti_tick,
+	.stop = cupti_stop,
+	.metrics = cupti_metrics,
+};

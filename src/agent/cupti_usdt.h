@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The CUPTI USDT module's counters (for /metrics, tests and benchmarks). */
+#ifndef GPUSCOPE_CUPTI_USDT_H
+#define GPUSCOPE_CUPTI_USDT_H
+
+#include <linux/types.h>
+#include <stdint.h>
+#include "common/abi_cupti.h"
+
+struct cupti_stats {
+	uint64_t launches;		/* launch events received */
+	uint64_t records;		/* activity records received */
+	uint64_t kernels, joined, unjoined;	/* unjoined: no launch stack (kept, leaf only) */
+	uint64_t graph_kernels, memcpys, memsets, syncs;
+	uint64_t names, unknown_names;
+	uint64_t clock_pairs, clock_max_step_ns;	/* largest change of a process's offset */
+	uint64_t no_clock;		/* records dropped: no clock pair from that process yet */
+	uint64_t launches_evicted, stacks_evicted;
+	uint64_t busy_intervals, busy_late, busy_dropped;
+	uint64_t bad_events, bad_records, batch_errors, agent_drops, filtered;
+	uint64_t procs_seen, procs_full, processes;
+	uint64_t libs_attached, libs_skipped;
+	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
+	uint64_t bpf[GPUSCOPE_CUPTI_ERR_MAX];	/* enum gpuscope_cupti_err, summed over CPUs */
+};
+
+/* Snapshot of the running module's counters (zeros when not started). Main-loop thread. */
+void cupti_usdt__stats(struct cupti_stats *ret);
+
+#endif

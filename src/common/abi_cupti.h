@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ABI between libgpuscope_cupti.so (in the CUDA process), the agent's cupti BPF program and the
+ * agent: the USDT probes the library fires, the compact activity record array one probe hands
+ * over per completed CUPTI buffer, and the ring-buffer events the BPF side emits. Includes
+ * nothing: the includer supplies __u8.. __u64.
+ */
+#ifndef GPUSCOPE_ABI_CUPTI_H
+#define GPUSCOPE_ABI_CUPTI_H
+
+/*
+ * USDT probes, provider "gpuscope_cupti" (src/cupti/probes.h fires them):
+ *   launch(u32 cid, u32 cid2)        launching thread, once per kernel/graph launch; cid is the
+ *                                    outermost launch API's correlation id, cid2 a nested
+ *                                    launch API's (driver inside runtime) when it differs, else 0
+ *   buffer(u64 recs, u32 n)          CUPTI's completion thread: n struct gpuscope_cupti_rec
+ *   name(u32 idx, u64 str)           a new kernel name (NUL-terminated, mangled) got index idx
+ *   clock(u64 cupti_ns, u64 mono_ns) a cuptiGetTimestamp() / CLOCK_MONOTONIC pair
+ *   drops(u64 cupti, u64 lib)        cumulative records lost: by CUPTI, by the library's bounds
+ */
+#define GPUSCOPE_CUPTI_PROVIDER "gpuscope_cupti"
+
+enum gpuscope_cupti_rec_kind {
+	GPUSCOPE_CUPTI_KERNEL = 1,
+	GPUSCOPE_CUPTI_MEMCPY = 2,
+	GPUSCOPE_CUPTI_MEMSET = 3,
+	GPUSCOPE_CUPTI_SYNC = 4,
+};
+
+#define GPUSCOPE_CUPTI_NAME_NONE 0xffffffffu	/* name_idx when there is no (known) name */
+#define GPUSCOPE_CUPTI_NAME_MAX	 512		/* bytes of a name the agent reads, NUL included */
+
+/* One completed activity, as the library hands it over. Times are cuptiGetTimestamp() ns. */
+struct gpuscope_cupti_rec {
+	__u16 kind;		/* enum gpuscope_cupti_rec_kind */
+	__u16 subkind;		/* memcpy: CUpti_ActivityMemcpyKind; sync: its type; memset: memoryKind */
+	__u32 name_idx;		/* kernel: index into the per-process name table */
+	__u32 correlation_id;
+	__u32 device;
+	__u32 context;
+	__u32 stream;
+	__u64 start_ns, end_ns;
+	__u32 grid[3], block[3];	/* kernel launch geometry */
+	__u32 graph_id;		/* 0: not launched from a CUDA graph */
+	__u32 _pad;
+	__u64 graph_node_id;
+	__u64 bytes;		/* memcpy/memset size */
+};
+_Static_assert(sizeof(struct gpuscope_cupti_rec) == 88, "ABI change: bump GPUSCOPE_CUPTI_ABI");
+
+/* Ring-buffer events from src/agent/bpf/cupti.bpf.c. */
+enum gpuscope_cupti_ev_type {
+	GPUSCOPE_EV_CUPTI_LAUNCH = 8,
+	GPUSCOPE_EV_CUPTI_RECS = 9,
+	GPUSCOPE_EV_CUPTI_NAME = 10,
+	GPUSCOPE_EV_CUPTI_CLOCK = 11,
+	GPUSCOPE_EV_CUPTI_DROPS = 12,
+};
+
+/* launch: followed by ustack_len user frames (__u64, innermost first). */
+struct gpuscope_ev_cupti_launch {
+	__u32 type, size;
+	__u64 ktime_ns;
+	__u32 tgid, tid;
+	__u32 cid, cid2;
+	__u32 ustack_len;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct gpuscope_ev_cupti_launch) == 40, "ABI change");
+
+#define GPUSCOPE_CUPTI_RECS_PER_EV 32
+#define GPUSCOPE_CUPTI_MAX_RECS	   (1u << 16)	/* per buffer probe hit; the library splits */
+
+/* recs: a chunk of one buffer probe hit. */
+struct gpuscope_ev_cupti_recs {
+	__u32 type, size;
+	__u32 tgid;
+	__u32 n;		/* valid records in recs[] */
+	__u32 seq;		/* chunk index within its probe hit */
+	__u32 err;		/* bpf_probe_read_user failed: records lost */
+	struct gpuscope_cupti_rec recs[GPUSCOPE_CUPTI_RECS_PER_EV];
+};
+
+struct gpuscope_ev_cupti_name {
+	__u32 type, size;
+	__u32 tgid, idx;
+	char name[GPUSCOPE_CUPTI_NAME_MAX];
+};
+
+/* clock and drops: two numbers each. */
+struct gpuscope_ev_cupti_pair {
+	__u32 type, size;
+	__u32 tgid, _pad;
+	__u64 a, b;
+};
+
+/* Per-CPU counters of the cupti BPF program. */
+enum gpuscope_cupti_err {
+	GPUSCOPE_CUPTI_ERR_RINGBUF = 0,	/* ring buffer full: launch/name/clock/drops event lost */
+	GPUSCOPE_CUPTI_ERR_RECS_LOST,	/* activity records lost (ring buffer full or read failed) */
+	GPUSCOPE_CUPTI_ERR_USTACK,	/* no user stack at a launch */
+	GPUSCOPE_CUPTI_ERR_READ,	/* bpf_probe_read_user of records/name failed */
+	GPUSCOPE_CUPTI_ERR_TRUNC,	/* a buffer hit had more than GPUSCOPE_CUPTI_MAX_RECS */
+	GPUSCOPE_CUPTI_ERR_LAUNCHES,	/* not an error: launch probe hits */
+	GPUSCOPE_CUPTI_ERR_MAX = 8,
+};
+
+#endif

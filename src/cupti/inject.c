@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * libgpuscope_cupti.so: loaded into a CUDA process by CUDA_INJECTION64_PATH. Subscribes to the
+ * CUPTI launch callbacks (one USDT probe per launch with its correlation id, on the launching
+ * thread) and to activity records (kernels, memcpy, memset, sync), which it hands over in
+ * batches: one USDT probe per chunk of a completed buffer, pointing at compact fixed-size records
+ * (src/common/abi_cupti.h). No sockets, no files; bounded memory; never blocks or aborts.
+ */
+#include <cupti.h>
+#include <linux/types.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common/abi_cupti.h"
+#include "cupti/probes.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#define CHUNK_RECS	  4096		/* compact records per buffer probe hit */
+#define NAMES_CAP	  (1u << 15)	/* distinct kernel names per process */
+#define NAMES_BYTES_MAX	  (16u << 20)	/* bytes of kernel names kept */
+#define CLOCK_EVERY_NS	  1000000000ull	/* re-send a clock pair this often */
+#define DEF_BUF_KB	  2048
+#define DEF_MAX_BUFS	  64
+#define FLUSH_PERIOD_MS	  100
+
+static bool debug;
+static size_t buf_bytes = DEF_BUF_KB * 1024;
+static unsigned max_bufs = DEF_MAX_BUFS;
+static unsigned nbufs;			/* buffers handed to CUPTI and not yet returned (atomic) */
+static CUpti_SubscriberHandle subscriber;
+
+/* Launch state of the current thread: the outermost launch API call and a nested one's id. */
+static __thread unsigned tls_depth;
+static __thread uint32_t tls_cid, tls_cid2;
+
+/* Completion side, under `lock`: compact chunk, name table, counters, clock. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpuscope_cupti_rec chunk[CHUNK_RECS];
+static unsigned chunk_n;
+struct name_slot {
+	uint64_t hash;
+	char *str;	/* strdup'ed; NULL: empty slot */
+	uint32_t idx;
+};
+static struct name_slot names[NAMES_CAP * 2];	/* open addressing, load <= 1/2 */
+static const char *names_by_idx[NAMES_CAP];
+static uint32_t names_n;
+static size_t names_bytes;
+static unsigned short seen_name_sema, seen_clock_sema, seen_drops_sema;
+static uint64_t last_clock_ns;
+static uint64_t cupti_drops, lib_drops, last_cupti_drops = ~0ull, last_lib_drops = ~0ull;
+
+static void dbg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void dbg(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!debug)
+		return;
+	va_start(ap, fmt);
+	fputs("[gpuscope-cupti] ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static uint64_t mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static unsigned long env_ulong(const char *name, unsigned long def, unsigned long lo,
+			       unsigned long hi)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long v;
+
+	if (!s || !*s)
+		return def;
+	v = strtoul(s, &end, 10);
+	if (*end || v < lo || v > hi) {
+		dbg("ignoring %s='%s' (want %lu..%lu)", name, s, lo, hi);
+		return def;
+	}
+	return v;
+}
+
+/* ---- launching thread --------------------------------------------------------------------- */
+
+static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId cbid,
+				 const void *data)
+{
+	const CUpti_CallbackData *cb = data;
+
+	if (cb->callbackSite == CUPTI_API_ENTER) {
+		if (tls_depth++ == 0) {
+			tls_cid = cb->correlationId;
+			tls_cid2 = 0;
+		} else if (cb->correlationId != tls_cid) {
+			tls_cid2 = cb->correlationId;
+		}
+		return;
+	}
+	if (tls_depth == 0)	/* subscribed in the middle of a call */
+		return;
+	if (--tls_depth == 0 && PROBE_ENABLED(launch))
+		PROBE_LAUNCH(tls_cid, tls_cid2);
+}
+
+/* ---- completion thread -------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* Index of `name` in the name table, adding (and announcing) it if new. Under `lock`. */
+static uint32_t name_index(const char *name)
+{
+	uint64_t h;
+	size_t i, len;
+	char *copy;
+
+	if (!name || !*name)
+		return GPUSCOPE_CUPTI_NAME_NONE;
+	h = fnv1a(name);
+	for (i = h & (ARRAY_LEN(names) - 1);; i = (i + 1) & (ARRAY_LEN(names) - 1)) {
+		if (!names[i].str)
+			break;
+		if (names[i].hash == h && !strcmp(names[i].str, name))
+			return names[i].idx;
+	}
+	len = strlen(name) + 1;
+	if (names_n >= NAMES_CAP || names_bytes + len > NAMES_BYTES_MAX)
+		return GPUSCOPE_CUPTI_NAME_NONE;
+	copy = malloc(len);
+	if (!copy)
+		return GPUSCOPE_CUPTI_NAME_NONE;
+	memcpy(copy, name, len);
+	names[i].hash = h;
+	names[i].str = copy;
+	names[i].idx = names_n;
+	names_by_idx[names_n] = copy;
+	names_bytes += len;
+	PROBE_NAME(names_n, copy);
+	return names_n++;
+}
+
+static void flush_chunk(void)
+{
+	if (chunk_n)
+		PROBE_BUFFER(chunk, chunk_n);
+	chunk_n = 0;
+}
+
+static struct gpuscope_cupti_rec *next_slot(void)
+{
+	struct gpuscope_cupti_rec *r;
+
+	if (chunk_n == CHUNK_RECS)
+		flush_chunk();
+	r = &chunk[chunk_n++];
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+static void convert(const CUpti_Activity *a)
+{
+	struct gpuscope_cupti_rec *r;
+
+	switch (a->kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+		const CUpti_ActivityKernel10 *k = (const void *)a;
+
+		r = next_slot();
+		r->kind = GPUSCOPE_CUPTI_KERNEL;
+		r->name_idx = name_index(k->name);
+		r->correlation_id = k->correlationId;
+		r->device = k->deviceId;
+		r->context = k->contextId;
+		r->stream = k->streamId;
+		r->start_ns = k->start;
+		r->end_ns = k->end;
+		r->grid[0] = k->gridX;
+		r->grid[1] = k->gridY;
+		r->grid[2] = k->gridZ;
+		r->block[0] = k->blockX;
+		r->block[1] = k->blockY;
+		r->block[2] = k->blockZ;
+		r->graph_id = k->graphId;
+		r->graph_node_id = k->graphNodeId;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_MEMCPY: {
+		const CUpti_ActivityMemcpy6 *m = (const void *)a;
+
+		r = next_slot();
+		r->kind = GPUSCOPE_CUPTI_MEMCPY;
+		r->subkind = m->copyKind;
+		r->name_idx = GPUSCOPE_CUPTI_NAME_NONE;
+		r->correlation_id = m->correlationId;
+		r->device = m->deviceId;
+		r->context = m->contextId;
+		r->stream = m->streamId;
+		r->start_ns = m->start;
+		r->end_ns = m->end;
+		r->graph_id = m->graphId;
+		r->graph_node_id = m->graphNodeId;
+		r->bytes = m->bytes;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_MEMSET: {
+		const CUpti_ActivityMemset4 *m = (const void *)a;
+
+		r = next_slot();
+		r->kind = GPUSCOPE_CUPTI_MEMSET;
+		r->subkind = m->memoryKind;
+		r->name_idx = GPUSCOPE_CUPTI_NAME_NONE;
+		r->correlation_id = m->correlationId;
+		r->device = m->deviceId;
+		r->context = m->contextId;
+		r->stream = m->streamId;
+		r->start_ns = m->start;
+		r->end_ns = m->end;
+		r->graph_id = m->graphId;
+		r->graph_node_id = m->graphNodeId;
+		r->bytes = m->bytes;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+		const CUpti_ActivitySynchronization2 *s = (const void *)a;
+
+		r = next_slot();
+		r->kind = GPUSCOPE_CUPTI_SYNC;
+		r->subkind = s->type;
+		r->name_idx = GPUSCOPE_CUPTI_NAME_NONE;
+		r->correlation_id = s->correlationId;
+		r->context = s->contextId;
+		r->stream = s->streamId;
+		r->start_ns = s->start;
+		r->end_ns = s->end;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* A (cupti, monotonic) pair from the tightest of a few bracketing reads. */
+static void send_clock(void)
+{
+	uint64_t best_gap = ~0ull, best_c = 0, best_m = 0;
+
+	for (int i = 0; i < 5; i++) {
+		uint64_t m0 = mono_now(), c = 0, m1;
+
+		if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS)
+			return;
+		m1 = mono_now();
+		if (m1 - m0 < best_gap) {
+			best_gap = m1 - m0;
+			best_c = c;
+			best_m = m0 + (m1 - m0) / 2;
+		}
+	}
+	PROBE_CLOCK(best_c, best_m);
+	last_clock_ns = best_m;
+}
+
+/* Re-announce state when a tracer attaches (a probe's semaphore changed); under `lock`. */
+static void sync_tracer(void)
+{
+	unsigned short s;
+
+	s = gpuscope_cupti_name_semaphore;
+	if (s != seen_name_sema) {
+		seen_name_sema = s;
+		if (s)
+			for (uint32_t i = 0; i < names_n; i++)
+				PROBE_NAME(i, names_by_idx[i]);
+	}
+	s = gpuscope_cupti_clock_semaphore;
+	if (s != seen_clock_sema || (s && mono_now() - last_clock_ns >= CLOCK_EVERY_NS)) {
+		seen_clock_sema = s;
+		if (s)
+			send_clock();
+	}
+	s = gpuscope_cupti_drops_semaphore;
+	if (s != seen_drops_sema || cupti_drops != last_cupti_drops || lib_drops != last_lib_drops) {
+		seen_drops_sema = s;
+		last_cupti_drops = cupti_drops;
+		last_lib_drops = lib_drops;
+		if (s)
+			PROBE_DROPS(cupti_drops, lib_drops);
+	}
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records)
+{
+	*buf = NULL;
+	*size = 0;
+	*max_records = 0;
+	if (__atomic_add_fetch(&nbufs, 1, __ATOMIC_RELAXED) > max_bufs)
+		goto out_none;
+	*buf = aligned_alloc(8, buf_bytes);
+	if (!*buf)
+		goto out_none;
+	*size = buf_bytes;
+	return;
+out_none:
+	/* CUPTI drops the records it cannot place and counts them (cupti_drops). */
+	__atomic_sub_fetch(&nbufs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&lib_drops, 1, __ATOMIC_RELAXED);
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
+				      size_t valid)
+{
+	CUpti_Activity *rec = NULL;
+	size_t dropped = 0;
+
+	pthread_mutex_lock(&lock);
+	sync_tracer();
+	if (PROBE_ENABLED(buffer)) {
+		while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS)
+			convert(rec);
+		flush_chunk();
+	}
+	if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped) {
+		cupti_drops += dropped;
+		dbg("CUPTI dropped %zu records (total %llu)", dropped,
+		    (unsigned long long)cupti_drops);
+	}
+	sync_tracer();
+	pthread_mutex_unlock(&lock);
+	free(buf);
+	__atomic_sub_fetch(&nbufs, 1, __ATOMIC_RELAXED);
+}
+
+static void at_exit(void)
+{
+	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+static const CUpti_CallbackId driver_cbids[] = {
+	CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
+	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+static const CUpti_CallbackId runtime_cbids[] = {
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+};
+static const CUpti_ActivityKind kinds[] = {
+	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_MEMCPY,
+	CUPTI_ACTIVITY_KIND_MEMSET,
+	CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+};
+
+static const char *errstr(CUptiResult r)
+{
+	const char *s = NULL;
+
+	if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s)
+		return "unknown CUPTI error";
+	return s;
+}
+
+/*
+ * Entry point CUDA calls once it has loaded us. Returns 1 always: a failure here must not stop
+ * the application, so we step aside (unsubscribed, activities off) and log only under
+ * GPUSCOPE_CUPTI_DEBUG.
+ */
+EXPORT int InitializeInjection(void)
+{
+	CUptiResult r;
+	unsigned enabled = 0;
+
+	debug = getenv("GPUSCOPE_CUPTI_DEBUG") && *getenv("GPUSCOPE_CUPTI_DEBUG") &&
+		strcmp(getenv("GPUSCOPE_CUPTI_DEBUG"), "0");
+	buf_bytes = env_ulong("GPUSCOPE_CUPTI_BUFFER_KB", DEF_BUF_KB, 64, 65536) * 1024;
+	max_bufs = env_ulong("GPUSCOPE_CUPTI_MAX_BUFFERS", DEF_MAX_BUFS, 2, 4096);
+
+	r = cuptiSubscribe(&subscriber, on_callback, NULL);
+	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+		dbg("another CUPTI client holds the subscription; stepping aside");
+		return 1;
+	}
+	if (r != CUPTI_SUCCESS) {
+		dbg("cuptiSubscribe: %s; stepping aside", errstr(r));
+		return 1;
+	}
+	for (size_t i = 0; i < ARRAY_LEN(driver_cbids); i++)
+		cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, driver_cbids[i]);
+	for (size_t i = 0; i < ARRAY_LEN(runtime_cbids); i++)
+		cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbids[i]);
+
+	r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+	if (r != CUPTI_SUCCESS) {
+		dbg("cuptiActivityRegisterCallbacks: %s; stepping aside", errstr(r));
+		goto out_unsubscribe;
+	}
+	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
+		r = cuptiActivityEnable(kinds[i]);
+		if (r == CUPTI_SUCCESS)
+			enabled++;
+		else
+			dbg("cuptiActivityEnable(%d): %s", (int)kinds[i], errstr(r));
+	}
+	if (!enabled)
+		goto out_unsubscribe;
+	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
+	atexit(at_exit);
+	dbg("tracing %u activity kinds, buffers %zu KiB x %u", enabled, buf_bytes / 1024, max_bufs);
+	return 1;
+
+out_unsubscribe:
+	cuptiUnsubscribe(subscriber);
+	return 1;
+}
