@@ -685,18 +685,25 @@ static int handle_event(void *ctx, void *data, size_t size)
 {
 	struct cupti_state *c = ctx;
 	const struct gpuscope_ev_cupti_pair *hdr = data;	/* type, size, tgid: common prefix */
+	const struct gpuscope_ev_cupti_launch *launch = data;	/* ...except for launches */
 	struct proc *p;
 
-	if (size < sizeof(struct gpuscope_ev_cupti_launch) - 16 || hdr->size > size) {
+	if (size < sizeof(*hdr) || hdr->size > size) {
 		c->st.bad_events++;
+		return 0;
+	}
+	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH) {
+		if (size < sizeof(*launch)) {
+			c->st.bad_events++;
+		} else if (!pid_wanted(c->a, launch->tgid)) {
+			c->st.filtered++;
+		} else {
+			on_launch(c, launch, size);
+		}
 		return 0;
 	}
 	if (!pid_wanted(c->a, hdr->tgid)) {
 		c->st.filtered++;
-		return 0;
-	}
-	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH) {
-		on_launch(c, data, size);
 		return 0;
 	}
 	p = proc_get(c, hdr->tgid);

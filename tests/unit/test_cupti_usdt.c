@@ -273,7 +273,7 @@ static bool test_cupti_usdt_samples(void)
 			total += sg->value[i];
 			n++;
 			if (f && !strcmp(S(f->function), "matmul_k1(float*, float*, int)") &&
-			    (uint64_t)t == WALL0 + SC_MS)
+			    (uint64_t)t == WALL0 + SC_MS && !strcmp(label(sg->label_set, "gpu"), "0"))
 				mm_value = sg->value[i];
 		}
 	}

@@ -87,6 +87,7 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 {
 	struct gpuscope_ev_cupti_recs *ev;
 	__u32 off = i * GPUSCOPE_CUPTI_RECS_PER_EV, cnt;
+	__u64 bytes;
 
 	if (off >= c->n)
 		return 1;
@@ -104,7 +105,11 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 	ev->seq = i;
 	ev->n = cnt;
 	ev->err = 0;
-	if (bpf_probe_read_user(ev->recs, cnt * sizeof(struct gpuscope_cupti_rec),
+	bytes = (__u64)cnt * sizeof(struct gpuscope_cupti_rec);
+	asm volatile("" : "+r"(bytes));	/* keep the clamp below where the verifier sees it */
+	if (bytes > sizeof(ev->recs))
+		bytes = sizeof(ev->recs);
+	if (bpf_probe_read_user(ev->recs, bytes,
 				(const void *)(c->recs + (__u64)off * sizeof(struct gpuscope_cupti_rec)))) {
 		count(GPUSCOPE_CUPTI_ERR_READ, 1);
 		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# libgpuscope_cupti.so as built against the CUDA toolkit: exports InitializeInjection only, carries
+# the five gpuscope_cupti USDT notes with semaphores and register-only arguments (what libbpf
+# parses), finds libcupti through its RUNPATH, and without a GPU steps aside: InitializeInjection
+# returns 1, silent unless GPUSCOPE_CUPTI_DEBUG is set. Skips (77) where the toolkit is absent.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+lib=.output/libgpuscope_cupti.so
+[ -e /usr/local/cuda/include/cupti.h ] || { echo "skip: no CUDA toolkit"; exit 77; }
+[ -e $lib ] || { echo "FAIL: $lib not built"; exit 1; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+exports=$(nm -D --defined-only $lib | awk '{print $3}' | sort | tr '\n' ' ')
+[ "$exports" = "InitializeInjection " ] || fail "exports are '$exports'"
+
+notes=$(readelf -n $lib)
+for p in launch buffer name clock drops; do
+	block=$(echo "$notes" | grep -A3 -x "    Provider: gpuscope_cupti" | grep -A2 "Name: $p$") ||
+		fail "no USDT note gpuscope_cupti:$p"
+	echo "$block" | grep -q "Semaphore: 0x0*[1-9a-f]" || fail "$p: no semaphore"
+	args=$(echo "$block" | sed -n 's/.*Arguments: //p')
+	for a in $args; do
+		[[ $a =~ ^-?[0-9]+@(%[a-z0-9]+|\$-?[0-9]+)$ ]] || fail "$p: argument '$a' is not a register"
+	done
+done
+
+readelf -d $lib | grep -q 'NEEDED.*libcupti' || fail "does not link libcupti"
+readelf -d $lib | grep -q 'RUNPATH.*\$ORIGIN' || fail "no \$ORIGIN runpath"
+ldd $lib | grep -q 'libcupti.* => /' || fail "libcupti not found at run time: $(ldd $lib)"
+
+# No GPU here: CUPTI cannot subscribe, the library must step aside without aborting.
+out=$(python3 -c "import ctypes; print(ctypes.CDLL('$lib').InitializeInjection())" 2>&1)
+[ "$out" = "1" ] || fail "InitializeInjection without debug printed '$out'"
+out=$(GPUSCOPE_CUPTI_DEBUG=1 python3 -c "import ctypes; print(ctypes.CDLL('$lib').InitializeInjection())" 2>&1)
+echo "$out" | grep -q '^\[gpuscope-cupti\] .*stepping aside' || fail "no debug line: '$out'"
+echo "$out" | grep -qx 1 || fail "InitializeInjection did not return 1: '$out'"
+echo "ok"
