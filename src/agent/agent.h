@@ -25,6 +25,7 @@ struct agent_opts {
 	bool all_processes;		/* --all-processes (thread states of every process) */
 	const char *nvml_library;	/* --nvml-library; NULL: "libnvidia-ml.so.1" */
 	bool no_gpu;			/* --no-gpu: skip NVML */
+	const char *relabel_config;	/* --relabel-config FILE (meta.c); NULL: none */
 };
 
 struct agent {

@@ -10,5 +10,6 @@
 int cmd_record(int argc, char **argv);		/* record.c: one-shot profile to pprof/folded */
 int cmd_run(int argc, char **argv);		/* run.c: long-running, pushes to a server */
 int cmd_nvml_record(int argc, char **argv);	/* gpu/: record an NVML trace for replay */
+int cmd_labels(int argc, char **argv);		/* labels_cmd.c: metadata labels of processes */
 
 #endif

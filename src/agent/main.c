@@ -9,6 +9,7 @@
 #pragma weak cmd_record
 #pragma weak cmd_run
 #pragma weak cmd_nvml_record
+#pragma weak cmd_labels
 
 static const struct {
 	const char *name;
@@ -18,6 +19,7 @@ static const struct {
 	{ "record", cmd_record, "profile for a while, write pprof and/or folded stacks" },
 	{ "run", cmd_run, "profile continuously and push to a gpuscope-server" },
 	{ "nvml-record", cmd_nvml_record, "record an NVML trace for the replay library" },
+	{ "labels", cmd_labels, "print the container/pod labels of processes (cgroups, Kubernetes)" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: Apache-2.0
+# Kubernetes metadata (src/agent/meta.c): JSON from the API server through jansson.
+LDLIBS += -ljansson
