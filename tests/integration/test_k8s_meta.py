@@ -273,10 +273,15 @@ def run(tmp, a, b):
     lines = queue.Queue()
     rest = []
 
+    errbuf = []
+
     def reader():
         for line in p.stdout:
             lines.put(line)
-    threading.Thread(target=reader, daemon=True).start()
+        lines.put(None)
+    reader_t = threading.Thread(target=reader, daemon=True)
+    reader_t.start()
+    threading.Thread(target=lambda: errbuf.append(p.stderr.read()), daemon=True).start()
     seen = {a.proc.pid: [], b.proc.pid: []}
 
     def wait_for(pid, pred, what):
@@ -290,6 +295,8 @@ def run(tmp, a, b):
                 line = lines.get(timeout=0.2)
             except queue.Empty:
                 continue
+            if line is None:
+                break
             if not line[:1].isdigit():
                 rest.append(line)
                 continue
@@ -328,13 +335,19 @@ def run(tmp, a, b):
     api.gates["done"].set()
     p.send_signal(signal.SIGTERM)
     try:
-        out, err = p.communicate(timeout=STEP_TIMEOUT)
+        p.wait(timeout=STEP_TIMEOUT)
     except subprocess.TimeoutExpired:
         p.kill()
-        out, err = p.communicate()
+        p.wait()
         check(False, "agent stops on SIGTERM while a watch is open")
+    reader_t.join(STEP_TIMEOUT)
+    while True:
+        line = lines.get(timeout=STEP_TIMEOUT)
+        if line is None:
+            break
+        rest.append(line)
     metrics = {}
-    for line in rest + out.splitlines():
+    for line in rest:
         if line.startswith("gpuscope_meta_"):
             k, v = line.split()
             metrics[k] = int(v)
