@@ -6,14 +6,14 @@ CUDA_HOME   ?= /usr/local/cuda
 CUPTI_LIB   := $(OUT)/libgpuscope_cupti.so
 CUPTI_FAKE  := $(OUT)/tests/cupti/libgpuscope_cupti_fake.so
 CUPTI_CFLAGS := -std=gnu11 -g -O2 -Wall -Wextra -Werror -Wno-unused-parameter -fPIC \
-	-fvisibility=hidden -D_GNU_SOURCE -Isrc
+	-fvisibility=hidden -D_GNU_SOURCE -Isrc -fno-omit-frame-pointer
 
 ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
 all: $(CUPTI_LIB)
 endif
 all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
 
-$(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h
+$(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
 		-Wl,--version-script=src/cupti/exports.map -Wl,-z,defs \
@@ -21,9 +21,9 @@ $(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/co
 		-lcupti -lpthread
 
 # The stand-in that fires the library's probes without a GPU (tests/cupti/).
-$(CUPTI_FAKE): tests/cupti/fake_lib.c src/cupti/probes.h src/common/abi_cupti.h
+$(CUPTI_FAKE): tests/cupti/fake_lib.c src/cupti/probes.h src/common/abi_cupti.h mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(CUPTI_CFLAGS) -fno-omit-frame-pointer -shared -o $@ $<
+	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -o $@ $<
 
 $(OUT)/tests/cupti/cupti_replay: tests/cupti/cupti_replay.c $(CUPTI_FAKE)
 	$(Q)mkdir -p $(dir $@)

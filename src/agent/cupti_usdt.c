@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/cupti_usdt.h"
+#include "agent/symbolize.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
@@ -40,7 +41,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
 #define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
 #define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
-#define MAX_MAPS	 4096
 
 static const char *const probe_names[NPROBES] = { "launch", "buffer", "name", "clock", "drops" };
 
@@ -50,22 +50,13 @@ struct lib {
 	struct bpf_link *links[NPROBES];
 };
 
-struct map_ent {
-	uint64_t start, end, off;
-	char *path;
-};
-
 struct proc {
 	pid_t pid;			/* 0: free slot */
 	bool have_clock;
 	bool dead;
 	int64_t cupti_to_mono;		/* mono = cupti + this */
 	char comm[GPUSCOPE_COMM_LEN + 1];
-	char pid_s[16];
 	char **names;			/* demangled, by library index; NAMES_CAP entries */
-	struct map_ent *maps;		/* fallback symbolization: module + file offset */
-	int nmaps;
-	uint64_t maps_read_ns;
 	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
 };
 
@@ -80,6 +71,7 @@ struct raw_stack {
 	uint64_t hash;		/* 0: empty */
 	uint32_t pid, n;
 	__u64 frames[GPUSCOPE_MAX_STACK];
+	struct location *locs;	/* n + 1 once symbolized (locs[0]: the kernel leaf), or NULL */
 };
 
 struct span {
@@ -257,50 +249,7 @@ static void proc_free_contents(struct proc *p)
 		for (uint32_t i = 0; i < NAMES_CAP; i++)
 			free(p->names[i]);
 	free(p->names);
-	for (int i = 0; i < p->nmaps; i++)
-		free(p->maps[i].path);
-	free(p->maps);
 	memset(p, 0, sizeof(*p));
-}
-
-static void read_maps(struct proc *p)
-{
-	char fn[64], line[PATH_MAX + 128];
-	FILE *f;
-
-	p->maps_read_ns = mono_ns();
-	snprintf(fn, sizeof(fn), "/proc/%d/maps", p->pid);
-	f = fopen(fn, "re");
-	if (!f)
-		return;
-	for (int i = 0; i < p->nmaps; i++)
-		free(p->maps[i].path);
-	p->nmaps = 0;
-	if (!p->maps)
-		p->maps = calloc(MAX_MAPS, sizeof(*p->maps));
-	while (p->maps && p->nmaps < MAX_MAPS && fgets(line, sizeof(line), f)) {
-		unsigned long long s, e, off;
-		char perm[8], *path, *nl;
-
-		if (sscanf(line, "%llx-%llx %7s %llx", &s, &e, perm, &off) != 4 || perm[2] != 'x')
-			continue;
-		path = strchr(line, '/');
-		if (!path)
-			path = strchr(line, '[');
-		if (!path)
-			continue;
-		nl = strchr(path, '\n');
-		if (nl)
-			*nl = 0;
-		p->maps[p->nmaps].path = strdup(path);
-		if (!p->maps[p->nmaps].path)
-			break;
-		p->maps[p->nmaps].start = s;
-		p->maps[p->nmaps].end = e;
-		p->maps[p->nmaps].off = off;
-		p->nmaps++;
-	}
-	fclose(f);
 }
 
 static struct proc *proc_get(struct cupti_state *c, pid_t pid)
@@ -333,7 +282,6 @@ static struct proc *proc_get(struct cupti_state *c, pid_t pid)
 		p->pid = 0;
 		return NULL;
 	}
-	snprintf(p->pid_s, sizeof(p->pid_s), "%d", pid);
 	snprintf(fn, sizeof(fn), "/proc/%d/comm", pid);
 	f = fopen(fn, "re");
 	if (f) {
@@ -341,7 +289,8 @@ static struct proc *proc_get(struct cupti_state *c, pid_t pid)
 			p->comm[strcspn(p->comm, "\n")] = 0;
 		fclose(f);
 	}
-	read_maps(p);
+	if (c->a->sym)
+		symbolizer__pid_seen(c->a->sym, pid);	/* read its maps while it lives */
 	c->st.procs_seen++;
 	return p;
 }
@@ -402,42 +351,54 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 	slot = h & ((1u << STACK_BITS) - 1);
 	rs = &c->stacks[slot];
 	if (rs->hash != h) {
+		free(rs->locs);
+		rs->locs = NULL;
 		rs->hash = h;
 		rs->pid = ev->tgid;
 		rs->n = n;
 		memcpy(rs->frames, frames, 8ull * n);
 	}
+	proc_get(c, ev->tgid);
 	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
 	if (ev->cid2)
 		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
 }
 
-static int64_t build_stack(struct cupti_state *c, struct proc *p, const struct raw_stack *rs,
-			   const char *leaf)
+/*
+ * The batch stack of a kernel: its name as the leaf over the launching stack, symbolized once
+ * per distinct launch stack (cached in the slot). rs NULL: the leaf alone.
+ */
+static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs, const char *leaf)
 {
-	struct location locs[GPUSCOPE_MAX_STACK + 1];
-	size_t n = 0;
+	struct location only = { .function = leaf, .module = "[gpu]" };
 
-	locs[n++] = (struct location){ .function = leaf, .module = "[gpu]" };
-	for (uint32_t i = 0; rs && i < rs->n; i++) {
-		uint64_t ip = rs->frames[i];
-		struct map_ent *m = NULL;
+	if (!rs)
+		return batch__stack(c->a->batch, &only, 1);
+	if (!rs->locs) {
+		rs->locs = calloc(rs->n + 1, sizeof(*rs->locs));
+		if (!rs->locs)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < rs->n; i++) {
+			struct location *l = &rs->locs[i + 1];
+			struct sym_frame f = { 0 };
+			/* frame 0 is the probe's own address; the others are return addresses */
+			uint64_t ip = rs->frames[i] - (i > 0);
 
-		for (int pass = 0; pass < 2 && !m; pass++) {
-			for (int k = 0; k < p->nmaps; k++)
-				if (ip >= p->maps[k].start && ip < p->maps[k].end) {
-					m = &p->maps[k];
-					break;
-				}
-			if (!m && !pass && mono_ns() - p->maps_read_ns > NSEC_PER_SEC)
-				read_maps(p);
+			l->address = rs->frames[i];
+			l->module = "[unknown]";
+			int r = c->a->sym ? symbolizer__user(c->a->sym, rs->pid, ip, &f) : -ENOSYS;
+
+			if ((r == 0 || r == -ENOENT) && f.module) {
+				l->function = f.function;
+				l->module = f.module;
+				l->build_id = f.build_id;
+				l->address = f.file_offset;
+			}
 		}
-		locs[n++] = (struct location){
-			.module = m ? m->path : "[unknown]",
-			.address = m ? ip - m->start + m->off : ip,
-		};
+		c->st.stacks_symbolized++;
 	}
-	return batch__stack(c->a->batch, locs, n);
+	rs->locs[0] = only;
+	return batch__stack(c->a->batch, rs->locs, rs->n + 1);
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -467,12 +428,15 @@ static int span_cmp(const void *x, const void *y)
 /* Emits the union of pending kernel spans that can no longer grow; all of them when force. */
 static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
 {
-	struct label lab[] = { { "gpu", b->gpu_s } };
+	struct label lab[2] = { { "gpu", b->gpu_s } };
+	size_t nlab = 1;
 	uint64_t horizon = force ? UINT64_MAX : (b->max_end > BUSY_GRACE_NS ? b->max_end - BUSY_GRACE_NS : 0);
 	size_t i = 0, keep = 0;
 
 	if (!b->n)
 		return;
+	if (c->a->opts.node)
+		lab[nlab++] = (struct label){ "node", c->a->opts.node };
 	qsort(b->pend, b->n, sizeof(*b->pend), span_cmp);
 	while (i < b->n) {
 		uint64_t s = b->pend[i].start, e = b->pend[i].end;
@@ -492,7 +456,7 @@ static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
 				s = b->emitted_end;
 			}
 			if (e > s) {
-				if (batch__interval(c->a->batch, "gpu_busy", lab, 1, s, e, NULL, 0))
+				if (batch__interval(c->a->batch, "gpu_busy", lab, nlab, s, e, NULL, 0))
 					c->st.batch_errors++;
 				else
 					c->st.busy_intervals++;
@@ -532,8 +496,9 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 {
 	char dev_s[12], stream_s[12], cid_s[12], sid_s[24], gid_s[12], nid_s[24], bytes_s[24];
 	char grid_s[40], block_s[40], sub_s[12];
-	struct label lab[] = { { "gpu", dev_s }, { "pid", p->pid_s }, { "comm", p->comm } };
+	struct label lab[BATCH_MAX_LABELS];
 	struct label attrs[12];
+	size_t nlab;
 	uint64_t s, e;
 	size_t na = 0;
 	int64_t sid = -1;
@@ -551,12 +516,16 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 	s = r->start_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
 	e = r->end_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
 	snprintf(dev_s, sizeof(dev_s), "%u", r->device);
+	/* node, pid, comm, container labels (valid until the next call), then gpu */
+	nlab = agent__pid_labels(c->a, p->pid, 0, p->comm, lab, ARRAY_SIZE(lab) - 1);
+	if (r->kind != GPUSCOPE_CUPTI_SYNC)
+		lab[nlab++] = (struct label){ "gpu", dev_s };
 	snprintf(stream_s, sizeof(stream_s), "%u", r->stream);
 
 	switch (r->kind) {
 	case GPUSCOPE_CUPTI_KERNEL: {
 		const struct launch *l = find_launch(c, p->pid, r->correlation_id);
-		const struct raw_stack *rs = NULL;
+		struct raw_stack *rs = NULL;
 		const char *name = r->name_idx < NAMES_CAP ? p->names[r->name_idx] : NULL;
 		char unk[40];
 
@@ -577,10 +546,10 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 			c->st.joined++;
 		else
 			c->st.unjoined++;
-		sid = build_stack(c, p, rs, name);
+		sid = build_stack(c, rs, name);
 		if (sid < 0)
 			c->st.batch_errors++;
-		else if (batch__sample(c->a->batch, s, lab, ARRAY_SIZE(lab), sid, SAMPLE_GPU_KERNEL_NS,
+		else if (batch__sample(c->a->batch, s, lab, nlab, sid, SAMPLE_GPU_KERNEL_NS,
 				       (int64_t)(e - s)))
 			c->st.batch_errors++;
 		snprintf(cid_s, sizeof(cid_s), "%u", r->correlation_id);
@@ -603,7 +572,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 			attrs[na++] = (struct label){ "graph_node_id", nid_s };
 			c->st.graph_kernels++;
 		}
-		err = batch__interval(c->a->batch, "gpu_kernel", lab, ARRAY_SIZE(lab), s, e, attrs, na);
+		err = batch__interval(c->a->batch, "gpu_kernel", lab, nlab, s, e, attrs, na);
 		busy_add(c, r->device, s, e);
 		break;
 	}
@@ -620,21 +589,18 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 							      memcpy_kind(r->subkind) : sub_s };
 		attrs[na++] = (struct label){ "stream", stream_s };
 		err = batch__interval(c->a->batch, r->kind == GPUSCOPE_CUPTI_MEMCPY ? "memcpy" : "memset",
-				      lab, ARRAY_SIZE(lab), s, e, attrs, na);
+				      lab, nlab, s, e, attrs, na);
 		break;
 	case GPUSCOPE_CUPTI_SYNC: {
 		/* CUpti_ActivitySynchronizationType */
 		static const char *const types[] = { "unknown", "event_synchronize",
 						     "stream_wait_event", "stream_synchronize",
 						     "context_synchronize" };
-		struct label slab[] = { { "pid", p->pid_s }, { "comm", p->comm } };
-
 		c->st.syncs++;
 		attrs[na++] = (struct label){ "type", r->subkind < ARRAY_SIZE(types) ?
 							      types[r->subkind] : "unknown" };
 		attrs[na++] = (struct label){ "stream", stream_s };
-		err = batch__interval(c->a->batch, "cuda_sync", slab, ARRAY_SIZE(slab), s, e, attrs,
-				      na);
+		err = batch__interval(c->a->batch, "cuda_sync", lab, nlab, s, e, attrs, na);
 		break;
 	}
 	default:
@@ -767,6 +733,8 @@ static void cupti_free(struct cupti_state *c)
 	for (int i = 0; i < MAX_DEVICES; i++)
 		free(c->busy[i].pend);
 	free(c->launches);
+	for (uint32_t i = 0; c->stacks && i < (1u << STACK_BITS); i++)
+		free(c->stacks[i].locs);
 	free(c->stacks);
 	free(c);
 }

@@ -15,7 +15,7 @@ struct cupti_stats {
 	uint64_t names, unknown_names;
 	uint64_t clock_pairs, clock_max_step_ns;	/* largest change of a process's offset */
 	uint64_t no_clock;		/* records dropped: no clock pair from that process yet */
-	uint64_t launches_evicted, stacks_evicted;
+	uint64_t launches_evicted, stacks_evicted, stacks_symbolized;
 	uint64_t busy_intervals, busy_late, busy_dropped;
 	uint64_t bad_events, bad_records, batch_errors, agent_drops, filtered;
 	uint64_t procs_seen, procs_full, processes;

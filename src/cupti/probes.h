@@ -25,7 +25,16 @@ GPUSCOPE_SEMA(drops);
 /* Non-zero while some tracer has the probe attached (the kernel counts attachments). */
 #define PROBE_ENABLED(name) __builtin_expect(gpuscope_cupti_##name##_semaphore != 0, 0)
 
-#define PROBE_LAUNCH(cid, cid2)	 STAP_PROBE2(gpuscope_cupti, launch, (unsigned)(cid), (unsigned)(cid2))
+/*
+ * The launch probe site is a leaf function: GCC gives it no frame even with
+ * -fno-omit-frame-pointer, and a frame-pointer unwind from it would skip its caller. Taking
+ * the frame address forces the frame (only on the probe's path, after the semaphore test).
+ */
+#define PROBE_LAUNCH(cid, cid2)                                                                    \
+	do {                                                                                       \
+		__asm__ volatile("" ::"r"(__builtin_frame_address(0)));                            \
+		STAP_PROBE2(gpuscope_cupti, launch, (unsigned)(cid), (unsigned)(cid2));             \
+	} while (0)
 #define PROBE_BUFFER(recs, n)	 STAP_PROBE2(gpuscope_cupti, buffer, (unsigned long)(recs), (unsigned)(n))
 #define PROBE_NAME(idx, str)	 STAP_PROBE2(gpuscope_cupti, name, (unsigned)(idx), (unsigned long)(str))
 #define PROBE_CLOCK(cupti, mono) STAP_PROBE2(gpuscope_cupti, clock, (unsigned long)(cupti), (unsigned long)(mono))
