@@ -14,6 +14,7 @@
 struct batch;
 struct symbolizer;
 struct label;
+struct stack_cache;
 
 #define AGENT_MAX_PIDS 64
 
@@ -32,6 +33,7 @@ struct agent {
 	struct agent_opts opts;
 	struct batch *batch;		/* where modules write; thread-safe, flushed by run.c */
 	struct symbolizer *sym;		/* shared symbolizer; main-loop thread only */
+	struct stack_cache *stacks;	/* raw frames -> symbolized locations (stacks.h); main loop only */
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
 	volatile bool stopping;
 };

@@ -6,7 +6,6 @@
 #include "common/log.h"
 
 /* Weak so that the agent links while a subcommand's file is not written yet. */
-#pragma weak cmd_record
 #pragma weak cmd_run
 #pragma weak cmd_nvml_record
 #pragma weak cmd_labels

@@ -13,7 +13,9 @@
 
 enum gpuscope_ev_type {
 	GPUSCOPE_EV_CPU_SAMPLE = 1,
-	/* 2..31 reserved for the sched/strips, cuda and cupti programs */
+	GPUSCOPE_EV_PROC_EXEC = 2,	/* struct gpuscope_ev_proc: the process replaced its image */
+	GPUSCOPE_EV_PROC_EXIT = 3,	/* struct gpuscope_ev_proc: the whole process exited */
+	/* 4..31 reserved for the sched/strips, cuda and cupti programs */
 };
 
 /* Counters of what went wrong inside BPF, per CPU, indexed by this enum. */
@@ -22,6 +24,7 @@ enum gpuscope_err {
 	GPUSCOPE_ERR_USTACK,		/* bpf_get_stack(user) failed: sample kept without user stack */
 	GPUSCOPE_ERR_KSTACK,		/* bpf_get_stack(kernel) failed */
 	GPUSCOPE_ERR_FILTERED,		/* not an error: samples outside the pid filter (for stats) */
+	GPUSCOPE_ERR_SAMPLES,		/* not an error: samples taken (events attempted) */
 	GPUSCOPE_ERR_MAX = 16,
 };
 
@@ -44,5 +47,14 @@ struct gpuscope_ev_cpu_sample {
 
 };
 _Static_assert(sizeof(struct gpuscope_ev_cpu_sample) == 48, "ABI change: bump GPUSCOPE_ABI_VERSION");
+
+
+/* Process lifecycle, so user space can drop or re-read cached memory maps. */
+struct gpuscope_ev_proc {
+	struct gpuscope_ev_hdr hdr;
+	__u64 ktime_ns;
+	__u32 tgid, _pad;
+};
+_Static_assert(sizeof(struct gpuscope_ev_proc) == 24, "ABI change: bump GPUSCOPE_ABI_VERSION");
 
 #endif

@@ -68,6 +68,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 		count_err(GPUSCOPE_ERR_FILTERED);
 		return 0;
 	}
+	count_err(GPUSCOPE_ERR_SAMPLES);
 	s = bpf_map_lookup_elem(&scratch_map, &zero);
 	if (!s)
 		return 0;
@@ -106,4 +107,40 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	if (bpf_ringbuf_output(&events, s, size, 0))
 		count_err(GPUSCOPE_ERR_RINGBUF_FULL);
 	return 0;
+}
+
+static __always_inline int emit_proc(__u32 type)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct gpuscope_ev_proc *ev;
+
+	if (type == GPUSCOPE_EV_PROC_EXIT && (__u32)id != tgid)	/* a thread, not the process */
+		return 0;
+	if (filter_pids && !bpf_map_lookup_elem(&pids, &tgid))
+		return 0;
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count_err(GPUSCOPE_ERR_RINGBUF_FULL);
+		return 0;
+	}
+	ev->hdr.type = type;
+	ev->hdr.size = sizeof(*ev);
+	ev->ktime_ns = bpf_ktime_get_ns();
+	ev->tgid = tgid;
+	ev->_pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int on_exec(void *ctx)
+{
+	return emit_proc(GPUSCOPE_EV_PROC_EXEC);
+}
+
+SEC("tp_btf/sched_process_exit")
+int on_exit(void *ctx)
+{
+	return emit_proc(GPUSCOPE_EV_PROC_EXIT);
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""bench/cpu-overhead: slowdown of a CPU-bound workload on all CPUs under gpuscope-agent record
+(19, 99, 999 Hz), `perf record -F 99 -a -g` and bcc's profile (99 Hz), each as a ratio to bare
+runs interleaved in the same rounds; plus the agent's own CPU time and peak RSS.
+Usage: bench/cpu-overhead/run.py [ROUNDS] [WORK_ROUNDS]   (run as root; installs peers)"""
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+AGENT = os.path.join(ROOT, ".output", "gpuscope-agent")
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+work_rounds = sys.argv[2] if len(sys.argv) > 2 else "150000000"
+tmp = tempfile.mkdtemp(prefix="gpuscope-bench-")
+work = os.path.join(tmp, "work")
+subprocess.run(["gcc", "-O2", "-pthread", "-o", work, os.path.join(os.path.dirname(__file__), "work.c")],
+               check=True)
+if not shutil.which("perf") or not os.path.exists("/usr/sbin/profile-bpfcc"):
+    subprocess.run(["apt-get", "install", "-y", "-q", "linux-perf", "bpfcc-tools"],
+                   stdout=subprocess.DEVNULL, check=False)
+perf = shutil.which("perf")
+bcc = "/usr/sbin/profile-bpfcc" if os.path.exists("/usr/sbin/profile-bpfcc") else None
+
+configs = {
+    "bare": None,
+    "gpuscope 19Hz": [AGENT, "record", "-d", "1h", "-F", "19", "--top", "0", "-o", tmp + "/a.pb.gz"],
+    "gpuscope 99Hz": [AGENT, "record", "-d", "1h", "-F", "99", "--top", "0", "-o", tmp + "/a.pb.gz"],
+    "gpuscope 999Hz": [AGENT, "record", "-d", "1h", "-F", "999", "--top", "0", "-o", tmp + "/a.pb.gz"],
+}
+if perf:
+    configs["perf record 99Hz"] = [perf, "record", "-F", "99", "-a", "-g", "-o", tmp + "/perf.data"]
+if bcc:
+    configs["bcc profile 99Hz"] = [bcc, "-F", "99", "-f"]
+
+times = {k: [] for k in configs}
+usage = {k: [] for k in configs}
+for r in range(rounds):
+    order = list(configs)
+    random.shuffle(order)
+    for name in order:
+        prof = None
+        if configs[name]:
+            prof = subprocess.Popen(configs[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.5 if "bcc" not in name else 4)	# let it load and attach
+        out = subprocess.run([work, work_rounds], capture_output=True, text=True, check=True)
+        times[name].append(float(out.stdout))
+        if prof:
+            t0 = time.time()
+            prof.send_signal(signal.SIGINT)
+            _, status, ru = os.wait4(prof.pid, 0)
+            prof.returncode = status
+            usage[name].append((ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0))
+    print("round %d/%d done" % (r + 1, rounds), file=sys.stderr)
+
+bare = statistics.median(times["bare"])
+print("| config | median s | slowdown vs bare | profiler CPU s (incl. start/stop) | profiler peak RSS MB |")
+print("| --- | --- | --- | --- | --- |")
+for name in configs:
+    med = statistics.median(times[name])
+    cpu = statistics.median([u[0] for u in usage[name]]) if usage[name] else 0
+    rss = max([u[1] for u in usage[name]]) if usage[name] else 0
+    print("| %s | %.3f | %+.2f %% | %s | %s |" % (name, med, 100 * (med / bare - 1),
+          "%.2f" % cpu if usage[name] else "-", "%.1f" % rss if usage[name] else "-"))
+print("\n%d interleaved rounds, %d CPUs, bare median %.3f s" % (rounds, os.cpu_count(), bare))
+shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Fixed CPU-bound work on every CPU: each thread runs the same number of hash rounds. Prints seconds. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static long rounds;
+
+__attribute__((noinline)) static unsigned long mix(unsigned long x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdUL;
+	x ^= x >> 33;
+	return x;
+}
+
+static void *worker(void *arg)
+{
+	volatile unsigned long acc = (unsigned long)arg;
+
+	for (long i = 0; i < rounds; i++)
+		acc = mix(acc + i);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int n = sysconf(_SC_NPROCESSORS_ONLN);
+	pthread_t t[256];
+	struct timespec a, b;
+
+	rounds = argc > 1 ? atol(argv[1]) : 200000000;
+	if (n > 256)
+		n = 256;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < n; i++)
+		pthread_create(&t[i], NULL, worker, (void *)(long)i);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	printf("%.6f\n", (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+	return 0;
+}

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Symbolized-stack cache: (pid, raw frames) -> location list, bounded, cleared when full. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "agent/agent.h"
+#include "agent/stacks.h"
+#include "agent/symbolize.h"
+#include "common/hmap.h"
+#include "common/util.h"
+
+struct stack_cache {
+	struct symbolizer *sym;
+	struct u64map index;		/* key -> (struct sym_stack *) */
+	struct sym_stack **stacks;	/* owned, for freeing */
+	size_t len, max;
+	struct strtab names;		/* "[unknown] module" names, kept across clears */
+	struct stack_cache_stats stats;
+};
+
+struct stack_cache *stack_cache__new(struct symbolizer *s, size_t max_stacks)
+{
+	struct stack_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->sym = s;
+	c->max = max_stacks ? max_stacks : 65536;
+	c->stacks = calloc(c->max, sizeof(*c->stacks));
+	if (!c->stacks) {
+		free(c);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return c;
+}
+
+static void clear(struct stack_cache *c)
+{
+	for (size_t i = 0; i < c->len; i++)
+		free(c->stacks[i]);
+	c->len = 0;
+	u64map_done(&c->index);
+}
+
+void stack_cache__free(struct stack_cache *c)
+{
+	if (!c)
+		return;
+	clear(c);
+	free(c->stacks);
+	strtab_done(&c->names);
+	free(c);
+}
+
+static const char *unknown_name(struct stack_cache *c, const char *module)
+{
+	const char *base = module ? strrchr(module, '/') : NULL;
+	char buf[512];
+	int64_t idx;
+
+	snprintf(buf, sizeof(buf), "[unknown] %s", base ? base + 1 : module ? module : "[anon]");
+	idx = strtab_intern(&c->names, buf);
+	return idx < 0 ? "[unknown]" : c->names.strs[idx];
+}
+
+static void fill(struct stack_cache *c, struct location *loc, const struct sym_frame *f, int err)
+{
+	memset(loc, 0, sizeof(*loc));
+	loc->module = f->module;
+	loc->build_id = f->build_id;
+	loc->address = f->file_offset;
+	loc->kernel = f->kernel;
+	loc->function = err ? unknown_name(c, f->module) : f->function;
+}
+
+const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
+					 int nk, const __u64 *uframes, int nu)
+{
+	uint64_t key = hash64(&pid, sizeof(pid), nk);
+	struct sym_stack *st;
+	uint64_t *slot;
+	int inserted;
+
+	key = hash64(kframes, nk * sizeof(*kframes), key);
+	key = hash64(uframes, nu * sizeof(*uframes), key ^ 0x9e3779b97f4a7c15ULL);
+	c->stats.lookups++;
+	slot = u64map_find(&c->index, key);
+	if (slot)
+		return (const struct sym_stack *)(uintptr_t)*slot;
+	c->stats.misses++;
+	if (c->len == c->max) {
+		clear(c);
+		c->stats.clears++;
+	}
+	st = calloc(1, sizeof(*st) + (nk + nu) * sizeof(struct location));
+	if (!st)
+		return NULL;
+	st->key = key;
+	for (int i = 0; i < nk; i++) {
+		struct sym_frame f = { 0 };
+		/* Frames past the first are return addresses: look up the call instruction. */
+		int err = symbolizer__kernel(c->sym, kframes[i] - (i > 0), &f);
+
+		fill(c, &st->locs[st->n++], &f, err);
+		st->nunknown += !!err;
+	}
+	st->nkernel = st->n;
+	for (int i = 0; i < nu; i++) {
+		struct sym_frame f = { 0 };
+		int err = symbolizer__user(c->sym, pid, uframes[i] - (i > 0), &f);
+
+		fill(c, &st->locs[st->n++], &f, err);
+		st->nunknown += !!err;
+	}
+	c->stats.unknown_frames += st->nunknown;
+	slot = u64map_upsert(&c->index, key, (uint64_t)(uintptr_t)st, &inserted);
+	if (!slot) {
+		free(st);
+		return NULL;
+	}
+	c->stacks[c->len++] = st;
+	return st;
+}
+
+void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret)
+{
+	*ret = c->stats;
+}
+
+int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
+		     int nu)
+{
+	const struct sym_stack *st = stack_cache__get(a->stacks, pid, kframes, nk, uframes, nu);
+
+	if (!st)
+		return -ENOMEM;
+	return batch__stack(a->batch, st->locs, st->n);
+}

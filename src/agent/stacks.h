@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Raw stacks (kernel + user return addresses from bpf_get_stack) to symbolized location lists,
+ * cached by (pid, frames) so each distinct stack is symbolized once. Used by every producer
+ * that captures stacks: CPU samples, off-CPU, CUDA API probes, CUPTI launches.
+ */
+#ifndef GPUSCOPE_STACKS_H
+#define GPUSCOPE_STACKS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <linux/types.h>
+#include "common/batch.h"
+
+struct agent;
+struct symbolizer;
+struct stack_cache;
+
+/* A symbolized stack: kernel frames then user frames, innermost first. Owned by the cache. */
+struct sym_stack {
+	uint64_t key;		/* hash of (pid, frames) */
+	uint32_t n, nkernel;
+	uint32_t nunknown;	/* frames whose function did not resolve */
+	struct location locs[];
+};
+
+/*
+ * Cache over symbolizer s, holding at most max_stacks (0: 65536); when full it is cleared and
+ * the clear counted. Returns NULL with errno set. Strings in the returned stacks live as long as
+ * the cache and the symbolizer.
+ */
+struct stack_cache *stack_cache__new(struct symbolizer *s, size_t max_stacks);
+void stack_cache__free(struct stack_cache *c);
+
+/*
+ * The symbolized stack for raw frames of process pid. Unresolved user frames become a
+ * "[unknown] <module basename>" function (counted, never dropped). NULL only on ENOMEM.
+ * Valid until the next call that clears the cache: use it before calling again.
+ */
+const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
+					 int nk, const __u64 *uframes, int nu);
+
+struct stack_cache_stats {
+	uint64_t lookups, misses, clears, unknown_frames;
+};
+void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret);
+
+/*
+ * For agent modules: symbolize (through a->stacks) and add to a->batch, returning the batch's
+ * stack id, or -errno. Main-loop thread only.
+ */
+int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
+		     int nu);
+
+#endif

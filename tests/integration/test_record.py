@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`gpuscope-agent record` against real eBPF: shares of a known workload within 3 points, full
+call chains through a PIE binary and a shared library, kernel frames, pprof read back by Go's
+pprof with totals equal to the agent's summary, and clear errors for bad input."""
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lib import AGENT, PROGS, check, finish, go_tool, run, skip, start_workload  # noqa: E402
+
+if os.geteuid() != 0:
+    skip("needs root for eBPF")
+tmp = tempfile.mkdtemp(prefix="gpuscope-record-")
+pb = os.path.join(tmp, "cpu.pb.gz")
+folded = os.path.join(tmp, "cpu.folded")
+
+# --- shares, chains, pprof ------------------------------------------------------------------
+burn = start_workload(os.path.join(PROGS, "burn"), "6", "2")
+r = run([AGENT, "record", "--duration", "4s", "--frequency", "499", "--pid", str(burn.pid),
+         "--output", pb, "--folded", folded, "--top", "10"])
+burn.wait()
+print(r.stdout[-3000:], r.stderr[-2000:])
+check(r.returncode == 0, "record exits 0")
+m = re.search(r"recorded (\d+) samples", r.stdout)
+total = int(m.group(1)) if m else 0
+check(total > 1500, "enough samples (%d)" % total)
+check(re.search(r", 0 lost", r.stdout) is not None, "no samples lost")
+
+stacks = {}
+for line in open(folded):
+    stack, n = line.rsplit(" ", 1)
+    stacks[stack] = stacks.get(stack, 0) + int(n)
+fold_total = sum(stacks.values())
+check(fold_total == total, "folded total %d == summary %d" % (fold_total, total))
+
+
+def share(leaf):
+    return 100.0 * sum(n for s, n in stacks.items() if (";" + leaf + ";") in s + ";") / max(fold_total, 1)
+
+
+for leaf, want in (("leaf_alpha", 50), ("leaf_beta", 30), ("burnlib_leaf", 20)):
+    got = share(leaf)
+    check(abs(got - want) <= 3, "%s share %.1f%% within 3 points of %d%%" % (leaf, got, want))
+for chain in ("main;burn_loop;phase_alpha;leaf_alpha", "main;burn_loop;phase_lib;burnlib_leaf",
+              "worker;burn_loop;phase_beta;leaf_beta"):
+    check(any(chain in s for s in stacks), "full chain %s" % chain)
+
+go = go_tool()
+if check(go is not None, "go tool available (golang-go)"):
+    env = {"HOME": tmp, "GOCACHE": os.path.join(tmp, "gocache"), "PPROF_TMPDIR": tmp}
+    t = run([go, "tool", "pprof", "-symbolize=none", "-sample_index=samples", "-top",
+             "-nodecount=200", pb], env=env)
+    print(t.stdout[:2500], t.stderr[:500])
+    check(t.returncode == 0, "go tool pprof reads the profile")
+    mt = re.search(r"of ([\d.]+) total", t.stdout)
+    check(mt is not None and int(float(mt.group(1))) == total,
+          "pprof total %s == summary %d" % (mt and mt.group(1), total))
+    flat = {}
+    for line in t.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[1].endswith("%"):
+            flat[f[5]] = float(f[1][:-1])
+    for leaf, want in (("leaf_alpha", 50), ("leaf_beta", 30), ("burnlib_leaf", 20)):
+        check(abs(flat.get(leaf, 0) - want) <= 3,
+              "pprof flat %s %.1f%% within 3 of %d%%" % (leaf, flat.get(leaf, 0), want))
+    tr = run([go, "tool", "pprof", "-symbolize=none", "-traces", pb], env=env)
+    check("burnlib_leaf" in tr.stdout, "pprof traces show the shared-library frame")
+    tg = run([go, "tool", "pprof", "-symbolize=none", "-tags", pb], env=env)
+    check("burn-w1" in tg.stdout and "timestamp" in tg.stdout and "pid" in tg.stdout,
+          "pprof labels: thread, timestamp, pid")
+
+# --- kernel frames ----------------------------------------------------------------------------
+sc = start_workload(os.path.join(PROGS, "syscalls"), "4")
+r = run([AGENT, "record", "--duration", "2s", "--frequency", "499", "--pid", str(sc.pid),
+         "--folded", folded, "--top", "0"])
+sc.wait()
+lines = open(folded).read().splitlines()
+kstacks = [line for line in lines if "_[k]" in line]
+ktotal = sum(int(l.rsplit(" ", 1)[1]) for l in kstacks)
+alltotal = sum(int(l.rsplit(" ", 1)[1]) for l in lines)
+check(alltotal > 0 and ktotal / alltotal > 0.5,
+      "syscall workload: %d of %d samples have kernel frames" % (ktotal, alltotal))
+check(any("read_zero_loop;" in l and "read" in l.split("read_zero_loop;", 1)[1] for l in kstacks),
+      "kernel read path under read_zero_loop")
+
+# --- processes that exec and exit mid-run (system-wide) ------------------------------------------
+import subprocess  # noqa: E402
+sh = subprocess.Popen(["/bin/sh", "-c", "sleep 0.7; exec %s 1.5 >/dev/null" % os.path.join(PROGS, "burn")])
+r = run([AGENT, "record", "--duration", "3s", "--frequency", "199", "--folded", folded, "--top", "0"])
+sh.wait()
+check(r.returncode == 0, "system-wide record with exec/exit mid-run exits 0")
+lines = open(folded).read().splitlines()
+check(any(l.startswith("burn;") and "main;burn_loop;phase_alpha;leaf_alpha" in l for l in lines),
+      "exec'd then exited process still resolves (burn;...;leaf_alpha)")
+
+# --- bad input ----------------------------------------------------------------------------------
+for args, what in ((["--duration", "soon"], "bad duration"), (["--frequency", "0"], "bad frequency"),
+                   (["--bogus"], "unknown flag"), (["--pid", "x"], "bad pid")):
+    r = run([AGENT, "record"] + args)
+    check(r.returncode == 2 and r.stderr.strip() != "", "%s: exit 2 with a message" % what)
+if shutil.which("setpriv"):
+    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+             AGENT, "record", "--duration", "1s", "--top", "0"])
+    check(r.returncode == 2 and "root" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          "unprivileged: exit 2 with one line naming root (%r)" % r.stderr.strip())
+shutil.rmtree(tmp, ignore_errors=True)
+finish()
