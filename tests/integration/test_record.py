@@ -28,7 +28,7 @@ check(r.returncode == 0, "record exits 0")
 m = re.search(r"recorded (\d+) samples", r.stdout)
 total = int(m.group(1)) if m else 0
 check(total > 1500, "enough samples (%d)" % total)
-check(re.search(r", 0 lost", r.stdout) is not None, "no samples lost")
+check(re.search(r"\b0 lost", r.stdout) is not None, "no samples lost")
 
 stacks = {}
 for line in open(folded):
@@ -59,14 +59,16 @@ if check(go is not None, "go tool available (golang-go)"):
     mt = re.search(r"of ([\d.]+) total", t.stdout)
     check(mt is not None and int(float(mt.group(1))) == total,
           "pprof total %s == summary %d" % (mt and mt.group(1), total))
-    flat = {}
+    # cum%: samples with the function anywhere on the stack (the timer interrupt's kernel
+    # frames sit on top of some leaf samples, so flat% would undercount).
+    cum = {}
     for line in t.stdout.splitlines():
         f = line.split()
-        if len(f) >= 6 and f[1].endswith("%"):
-            flat[f[5]] = float(f[1][:-1])
+        if len(f) >= 6 and f[4].endswith("%"):
+            cum[f[5]] = float(f[4][:-1])
     for leaf, want in (("leaf_alpha", 50), ("leaf_beta", 30), ("burnlib_leaf", 20)):
-        check(abs(flat.get(leaf, 0) - want) <= 3,
-              "pprof flat %s %.1f%% within 3 of %d%%" % (leaf, flat.get(leaf, 0), want))
+        check(abs(cum.get(leaf, 0) - want) <= 3,
+              "pprof cum %s %.1f%% within 3 of %d%%" % (leaf, cum.get(leaf, 0), want))
     tr = run([go, "tool", "pprof", "-symbolize=none", "-traces", pb], env=env)
     check("burnlib_leaf" in tr.stdout, "pprof traces show the shared-library frame")
     tg = run([go, "tool", "pprof", "-symbolize=none", "-tags", pb], env=env)
@@ -84,8 +86,9 @@ ktotal = sum(int(l.rsplit(" ", 1)[1]) for l in kstacks)
 alltotal = sum(int(l.rsplit(" ", 1)[1]) for l in lines)
 check(alltotal > 0 and ktotal / alltotal > 0.5,
       "syscall workload: %d of %d samples have kernel frames" % (ktotal, alltotal))
-check(any("read_zero_loop;" in l and "read" in l.split("read_zero_loop;", 1)[1] for l in kstacks),
-      "kernel read path under read_zero_loop")
+# libc's read() has no frame pointer, so its caller is skipped by the frame-pointer unwinder:
+# the user part ends in main;...;read and the kernel part follows.
+check(any(";main;" in l and "vfs_read_[k]" in l for l in kstacks), "kernel read path (vfs_read) under main")
 
 # --- processes that exec and exit mid-run (system-wide) ------------------------------------------
 import subprocess  # noqa: E402

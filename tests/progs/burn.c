@@ -28,7 +28,7 @@ __attribute__((noinline)) void leaf_alpha(unsigned long long ns)
 	unsigned long long end = now_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
 
 	while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-		for (int i = 0; i < 1000; i++)
+		for (int i = 0; i < 200000; i++)
 			x += i;
 }
 
@@ -38,7 +38,7 @@ __attribute__((noinline)) void leaf_beta(unsigned long long ns)
 	unsigned long long end = now_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
 
 	while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-		for (int i = 0; i < 1000; i++)
+		for (int i = 0; i < 200000; i++)
 			x ^= i;
 }
 

@@ -16,6 +16,6 @@ __attribute__((noinline)) void burnlib_leaf(unsigned long long ns)
 	unsigned long long end = thread_cpu_ns() + ns;
 
 	while (thread_cpu_ns() < end)
-		for (int i = 0; i < 1000; i++)
+		for (int i = 0; i < 200000; i++)
 			x += i;
 }
