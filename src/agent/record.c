@@ -252,51 +252,70 @@ out:
 	return err;
 }
 
+/* Appends "comm;root;...;leaf" for sample s to a growing buffer; returns its length or -ENOMEM. */
+static int folded_line(struct recorder *r, const struct rec_sample *s, char **buf, size_t *cap)
+{
+	const struct rec_stack *st = &r->stacks[s->stack];
+	size_t len = 0;
+
+	size_t need = strlen(r->names.strs[s->comm]) + 1;
+
+	for (uint32_t j = 0; j < st->n; j++)
+		need += strlen(frame_name(&st->locs[j])) + 6;	/* ';' + name + "_[k]" */
+	if (need > *cap) {
+		char *n = realloc(*buf, need);
+
+		if (!n)
+			return -ENOMEM;
+		*buf = n;
+		*cap = need;
+	}
+	len = strlen(strcpy(*buf, r->names.strs[s->comm]));
+	for (uint32_t j = st->n; j-- > 0;)
+		len += sprintf(*buf + len, ";%s%s", frame_name(&st->locs[j]), j < st->nkernel ? "_[k]" : "");
+	return (int)len;
+}
+
 static int write_folded(struct recorder *r, const char *path)
 {
-	struct u64map counts = { 0 };	/* hash(comm, stack) -> index+1 into keys */
-	struct { uint32_t comm, stack; uint64_t n; } *agg = NULL;
-	size_t nagg = 0;
+	struct strtab lines = { 0 };	/* distinct folded stacks, in first-seen order */
+	uint64_t *counts = NULL;
+	size_t cap = 0;
+	char *buf = NULL;
 	FILE *f;
 	int err = 0;
 
-	agg = calloc(r->nsamples ? r->nsamples : 1, sizeof(*agg));
-	if (!agg)
+	/* Distinct raw stacks can symbolize to the same names: aggregate by the text. */
+	counts = calloc(r->nsamples ? r->nsamples : 1, sizeof(*counts));
+	if (!counts)
 		return -ENOMEM;
 	for (size_t i = 0; i < r->nsamples; i++) {
-		uint32_t key[2] = { r->samples[i].comm, r->samples[i].stack };
-		int inserted;
-		uint64_t *slot = u64map_upsert(&counts, hash64(key, sizeof(key), 7), 0, &inserted);
+		int64_t idx;
 
-		if (!slot) {
+		err = folded_line(r, &r->samples[i], &buf, &cap);
+		if (err < 0)
+			goto out;
+		err = 0;
+		idx = strtab_intern(&lines, buf);
+		if (idx < 0) {
 			err = -ENOMEM;
 			goto out;
 		}
-		if (inserted) {
-			agg[nagg].comm = key[0];
-			agg[nagg].stack = key[1];
-			*slot = ++nagg;
-		}
-		agg[*slot - 1].n++;
+		counts[idx]++;
 	}
 	f = fopen(path, "w");
 	if (!f) {
 		err = -errno;
 		goto out;
 	}
-	for (size_t i = 0; i < nagg; i++) {
-		struct rec_stack *st = &r->stacks[agg[i].stack];
-
-		fputs(r->names.strs[agg[i].comm], f);
-		for (uint32_t j = st->n; j-- > 0;)
-			fprintf(f, ";%s%s", frame_name(&st->locs[j]), j < st->nkernel ? "_[k]" : "");
-		fprintf(f, " %llu\n", (unsigned long long)agg[i].n);
-	}
+	for (size_t i = 0; i < lines.len; i++)
+		fprintf(f, "%s %llu\n", lines.strs[i], (unsigned long long)counts[i]);
 	if (fclose(f))
 		err = -errno;
 out:
-	u64map_done(&counts);
-	free(agg);
+	free(buf);
+	free(counts);
+	strtab_done(&lines);
 	return err;
 }
 

@@ -42,9 +42,9 @@ __attribute__((noinline)) void leaf_beta(unsigned long long ns)
 			x ^= i;
 }
 
-__attribute__((noinline)) void phase_alpha(void) { leaf_alpha(500000); }
-__attribute__((noinline)) void phase_beta(void) { leaf_beta(300000); }
-__attribute__((noinline)) void phase_lib(void) { burnlib_leaf(200000); }
+__attribute__((noinline)) void phase_alpha(void) { leaf_alpha(5000000); }
+__attribute__((noinline)) void phase_beta(void) { leaf_beta(3000000); }
+__attribute__((noinline)) void phase_lib(void) { burnlib_leaf(2000000); }
 
 __attribute__((noinline)) void burn_loop(void)
 {
