@@ -968,6 +968,7 @@ static void *k8s_thread(void *arg)
 	unsigned backoff = 1;
 
 	while (!atomic_load(&kw.stopping)) {
+		uint64_t t0, events;
 		int err;
 
 		if (!kw.rv[0]) {
@@ -982,9 +983,14 @@ static void *k8s_thread(void *arg)
 			}
 			backoff = 1;
 		}
+		t0 = mono_ns();
+		events = kw.watch_events;
 		err = k8s_watch();
 		if (err == -ECANCELED)
 			break;
+		/* a stream closed at once with nothing in it must not become a busy loop */
+		if (!err && kw.watch_events == events && mono_ns() - t0 < NSEC_PER_SEC)
+			err = -EAGAIN;
 		if (err == -ESTALE) {
 			kw.rv[0] = 0;
 			continue;
@@ -1250,9 +1256,9 @@ int meta__start(const struct meta_opts *o)
 	if (relabel) {
 		rules = relabel__load(relabel, err, sizeof(err));
 		if (!rules) {
-			rc = -errno;
+			/* -EINVAL whatever the cause: the agent must not start without its rules */
 			log_error("relabel config %s", err);
-			return rc ? rc : -EINVAL;
+			return -EINVAL;
 		}
 		log_info("relabel config %s: %zu rules", relabel, relabel__count(rules));
 	}

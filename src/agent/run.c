@@ -91,6 +91,8 @@ static void usage(FILE *f)
 		"  --node NAME              node label (default: hostname)\n"
 		"  --nvml-library PATH      NVML library (default libnvidia-ml.so.1)\n"
 		"  --no-gpu                 do not poll NVML\n"
+		"  --relabel-config FILE    Prometheus-style relabel rules for process labels\n"
+		"                           (docs/kubernetes.md); a malformed file stops the start\n"
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
 		"  -v, --verbose            debug logging\n",
 		AGENT_MAX_PIDS);
@@ -227,7 +229,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION,
+		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, OPT_SERVER },
@@ -242,6 +244,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "node", required_argument, NULL, OPT_NODE },
 		{ "nvml-library", required_argument, NULL, OPT_NVML },
 		{ "no-gpu", no_argument, NULL, OPT_NO_GPU },
+		{ "relabel-config", required_argument, NULL, OPT_RELABEL },
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
 		{ "duration", required_argument, NULL, OPT_DURATION },
@@ -319,6 +322,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			break;
 		case OPT_NO_GPU:
 			ao->no_gpu = true;
+			break;
+		case OPT_RELABEL:
+			ao->relabel_config = optarg;
 			break;
 		case OPT_COMPRESSION:
 			o->compression = compression_parse(optarg);

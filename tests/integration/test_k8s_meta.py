@@ -332,7 +332,6 @@ def run(tmp, a, b):
     wait_for(a.proc.pid, lambda l: l.get("team") == "v4", "watch after relist: MODIFIED seen")
     lb = seen[b.proc.pid][-1]
     check(lb.get("pod") == "rc-head-abcde", "pod B DELETED: samples keep its labels (grace period)")
-    api.gates["done"].set()
     p.send_signal(signal.SIGTERM)
     try:
         p.wait(timeout=STEP_TIMEOUT)
@@ -340,6 +339,7 @@ def run(tmp, a, b):
         p.kill()
         p.wait()
         check(False, "agent stops on SIGTERM while a watch is open")
+    api.gates["done"].set()
     reader_t.join(STEP_TIMEOUT)
     while True:
         line = lines.get(timeout=STEP_TIMEOUT)
@@ -385,6 +385,11 @@ def run(tmp, a, b):
     r = subprocess.run([AGENT, "labels", "--relabel-config", relabel, str(a.proc.pid)],
                        capture_output=True, text=True, env=env, timeout=30)
     check(r.returncode != 0 and "line 1: regex '(ml'" in r.stderr, "bad relabel config refused (%r)" % r.stderr.strip())
+    r = subprocess.run([AGENT, "run", "--server", "http://127.0.0.1:1", "--no-gpu", "--duration", "5s",
+                        "--metrics-listen", "off", "--relabel-config", relabel],
+                       capture_output=True, text=True, env=env, timeout=30)
+    check(r.returncode != 0 and "line 1: regex '(ml'" in r.stderr,
+          "agent run refuses a bad relabel config (rc %d, %r)" % (r.returncode, r.stderr.strip()[-200:]))
     srv.shutdown()
     print("%d checks failed" % len(fails))
     return 1 if fails else 0
