@@ -32,3 +32,11 @@ $(OUT)/tests/cupti/cupti_replay: tests/cupti/cupti_replay.c $(CUPTI_FAKE)
 
 # <bpf/usdt.bpf.h> includes <linux/errno.h>, whose <asm/errno.h> lives in the multiarch dir.
 $(OUT)/bpf/cupti.bpf.o: CLANG += -I/usr/include/$(shell $(CC) -dumpmachine)
+
+# The cupti module alone, statically linked, for the GPU machine (tests/device/cupti_device.sh).
+CUPTI_DUMP := $(OUT)/tests/cupti/cupti_dump
+all: $(CUPTI_DUMP)
+$(CUPTI_DUMP): $(call obj,tests/cupti/cupti_dump.c) $(ALL_LIBS)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -static -o $@ $< $(ALL_LIBS) -lbpf -lelf -lz -lzstd -lprotobuf-c -lstdc++ \
+		-lpthread -lm
