@@ -109,7 +109,9 @@ const flame = new Flame(flameBox, {
 });
 const selector = new SelectorBox(selRoot, {
 	labels: cached(() => api.get('labels', viewParams()).then((r) => r.labels || [])),
-	values: (name) => cached(() => api.get(`label/${encodeURIComponent(name)}/values`, viewParams()).then((r) => r.values || []), name)(),
+	// values of the node in view (node's own values span every node)
+	values: (name) => cached(() => api.get(`label/${encodeURIComponent(name)}/values`,
+		{ ...viewParams(), selector: name === 'node' ? undefined : `{${nodeMatcher()}}` }).then((r) => r.values || []), name)(),
 	onApply: (v) => {
 		S.sel = v;
 		S.focus = '';

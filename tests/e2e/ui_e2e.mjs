@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end test of the web UI in a real browser (Debian's chromium driven by playwright-core)
+// against a real gpuscope-server loaded by tests/tools/ui_fixture with the e2e dataset.
+// Expected flame graphs are computed here from the dataset's rules (ui_fixture.c, load_e2e).
+// Usage: node tests/e2e/ui_e2e.mjs --url URL --empty-url URL --t0 SECONDS --out DIR [--server-pid PID]
+import { chromium } from '../../ui/node_modules/playwright-core/index.mjs';
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const arg = (n, d) => {
+	const i = process.argv.indexOf(n);
+	return i > 0 ? process.argv[i + 1] : d;
+};
+const URL0 = arg('--url'), EMPTY = arg('--empty-url'), T0 = +arg('--t0') * 1000, OUT = arg('--out', '.output/e2e');
+const SERVER_PID = +arg('--server-pid', 0);
+mkdirSync(OUT, { recursive: true });
+
+// ---- the dataset's rules (keep in step with tests/tools/ui_fixture.c) ----------------------
+const busy0 = (o) => o < 20000 || (o >= 30000 && o < 50000);
+function cpuSamples() {
+	const s = [];
+	for (let k = 0; k < 6000; k++) {
+		const o = k * 10;
+		if (busy0(o)) s.push({ t: T0 + o + 5, comm: 'train', stack: ['main', 'train_step', k % 5 < 3 ? 'model_forward' : 'model_backward'] });
+		else s.push({ t: T0 + o + 5, comm: 'train', stack: ['main', 'DataLoader.next', k % 4 < 3 ? 'decode_jpeg' : 'read_file'] });
+		if (k % 10 === 5) s.push({ t: T0 + o, comm: 'logger', stack: ['main', 'log_flush', 'write'] });
+	}
+	return s;
+}
+const SAMPLES = cpuSamples();
+// frame name -> share of the total, for samples of node-a in [from, to) (ms, as the UI sends them)
+function expected(from, to, { idle = false, comm = null } = {}) {
+	const f = Math.round(from), z = Math.round(to), tot = new Map();
+	let n = 0;
+	for (const s of SAMPLES) {
+		if (s.t < f || s.t >= z || (comm && s.comm !== comm) || (idle && busy0(s.t - T0))) continue;
+		n++;
+		for (const fr of new Set(s.stack)) tot.set(fr, (tot.get(fr) || 0) + 1);
+	}
+	return { n, shares: new Map([...tot].map(([k, v]) => [k, v / n])) };
+}
+
+// ---- harness ----------------------------------------------------------------------------
+let failures = 0, passes = 0;
+const errors = [];
+function check(cond, what) {
+	if (cond) {
+		passes++;
+		console.log(`  ok   ${what}`);
+	} else {
+		failures++;
+		console.log(`  FAIL ${what}`);
+	}
+}
+function near(a, b, tol = 0.0005) {
+	return Math.abs(a - b) <= tol;
+}
+
+const userDir = mkdtempSync(join(tmpdir(), 'gpuscope-chromium-'));
+const ctx = await chromium.launchPersistentContext(userDir, {
+	executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1440, height: 1000 },
+	args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+		'--disable-component-update', '--disable-sync'],
+});
+const page = ctx.pages()[0] || (await ctx.newPage());
+page.on('console', (m) => {
+	if (m.type() === 'error' || m.type() === 'warning') errors.push(`console ${m.type()}: ${m.text()}`);
+});
+page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+page.on('response', (r) => {
+	if (r.status() >= 400) errors.push(`HTTP ${r.status()} ${r.url()}`);
+});
+
+const loads = (what) => page.evaluate((w) => window.__gpuscope && window.__gpuscope.loads[w], what);
+async function waitLoad(what, after) {
+	await page.waitForFunction(([w, a]) => window.__gpuscope && window.__gpuscope.loads[w] > a, [what, after], { timeout: 20000 });
+	await page.waitForTimeout(150);
+}
+const frames = () => page.evaluate(() => window.__gpuscope.flame.frames(60));
+const rootValue = () => page.evaluate(() => window.__gpuscope.flame.value[0] || 0);
+async function checkFlame(exp, what) {
+	const fr = await frames();
+	const byName = new Map();
+	for (const f of fr) if (!byName.has(f.name)) byName.set(f.name, f.share);
+	check((await rootValue()) === exp.n, `${what}: ${exp.n} samples (got ${await rootValue()})`);
+	const want = [...exp.shares].filter(([k]) => k !== 'main').sort((a, b) => b[1] - a[1]);
+	const got = fr.filter((f) => f.depth > 0 && f.name !== 'main').map((f) => f.name);
+	check(JSON.stringify(got.slice(0, 3)) === JSON.stringify(want.slice(0, 3).map((w) => w[0])),
+		`${what}: widest frames ${got.slice(0, 3).join(', ')} (want ${want.slice(0, 3).map((w) => w[0]).join(', ')})`);
+	for (const [name, share] of want)
+		check(near(byName.get(name) || 0, share), `${what}: ${name} ${((byName.get(name) || 0) * 100).toFixed(2)}% (want ${(share * 100).toFixed(2)}%)`);
+	const extra = fr.filter((f) => f.depth > 0 && !exp.shares.has(f.name));
+	check(!extra.length, `${what}: no unexpected frames${extra.length ? ' (' + extra.map((f) => f.name).join(',') + ')' : ''}`);
+}
+const shot = (name) => page.screenshot({ path: join(OUT, `${name}.png`), fullPage: true });
+
+try {
+	// 1. page loads with no console errors; the widest frames of the whole dataset
+	console.log('load');
+	const t0 = Date.now();
+	await page.goto(URL0 + '/');
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	console.log(`  (first load ${Date.now() - t0} ms)`);
+	const st = await page.evaluate(() => ({ ...window.__gpuscope.state }));
+	check(st.node === 'node-a' && st.gpu === '0' && st.pid === '100', `default node/gpu/process: ${st.node}/${st.gpu}/${st.pid}`);
+	check(st.from <= T0 && st.to >= T0 + 60000, 'default view covers the data');
+	await checkFlame(expected(st.from, st.to), 'whole range');
+	const top = await page.$$eval('#top tbody tr', (rs) => rs.slice(0, 3).map((r) => r.children[0].textContent));
+	check(top[0] === 'model_forward', `top functions table starts with model_forward (${top.join(', ')})`);
+	const tl = await page.evaluate(() => window.__gpuscope.timeline.rows.filter((r) => !r.head).map((r) => r.label));
+	check(tl.includes('stream 7') && tl.includes('stream 13') && tl.includes('busy'), `kernel lanes and busy band: ${tl.join(', ')}`);
+	check(['100 train', '101 dataloader', '102 pin_memory'].every((x) => tl.includes(x)), 'one CPU strip per thread of process 100');
+	check((await page.$$('.panel')).length === 3, 'three GPU metric panels');
+	const pts = await page.evaluate(() => window.__gpuscope.timeline.plots.map((p) => p.cols.x.length));
+	const plotW = await page.evaluate(() => window.__gpuscope.timeline.plotW);
+	check(pts.every((n) => n > 100 && n <= Math.round(plotW)), `metric series downsampled to the plot width (${pts.join(',')} points, ${Math.round(plotW)} px)`);
+	await shot('timeline');
+
+	// 2. hover a blocked strip: state, duration and the blocking stack from /api/v1/stack/ID
+	const hov = await page.evaluate((t) => {
+		const tl = window.__gpuscope.timeline, r = tl.rows.find((x) => x.label === '100 train');
+		const b = tl.lanes.getBoundingClientRect();
+		return { x: b.left + tl.xOf(t), y: b.top + r.y + 7 };
+	}, T0 + 25000);
+	await page.mouse.move(hov.x, hov.y);
+	await page.waitForFunction(() => [...document.querySelectorAll('.tooltip')].some((t) => !t.classList.contains('hidden') && t.textContent.includes('futex_wait')), null, { timeout: 10000 }).catch(() => {});
+	const tip = await page.evaluate(() => [...document.querySelectorAll('.tooltip')].filter((t) => !t.classList.contains('hidden')).map((t) => t.textContent).join('|'));
+	check(/blocked/.test(tip) && /10\.0 s/.test(tip) && /futex_wait/.test(tip) && /queue_get/.test(tip), `hover on a blocked strip shows state, duration, stack (${tip.slice(0, 120)})`);
+	await shot('hover');
+	await page.mouse.move(5, 5);
+
+	// 3. brushing a range (real mouse drag on the timeline) gives that range's shares
+	console.log('brush');
+	let n0 = await loads('flame');
+	const box = await page.evaluate(([a, b]) => {
+		const tl = window.__gpuscope.timeline, r = tl.root.getBoundingClientRect();
+		return { x0: r.left + tl.xOf(a), x1: r.left + tl.xOf(b), y: r.top + 120 };
+	}, [T0 + 21000, T0 + 29000]);
+	await page.mouse.move(box.x0, box.y);
+	await page.mouse.down();
+	await page.mouse.move((box.x0 + box.x1) / 2, box.y, { steps: 4 });
+	await page.mouse.move(box.x1, box.y, { steps: 4 });
+	await page.mouse.up();
+	await waitLoad('flame', n0);
+	const br = await page.evaluate(() => [window.__gpuscope.state.bfrom, window.__gpuscope.state.bto]);
+	check(Math.abs(br[0] - (T0 + 21000)) < 200 && Math.abs(br[1] - (T0 + 29000)) < 200, `brush set to ~[21 s, 29 s) (${((br[0] - T0) / 1000).toFixed(2)}, ${((br[1] - T0) / 1000).toFixed(2)})`);
+	await checkFlame(expected(br[0], br[1]), 'brushed idle window');
+	check(new URL(page.url()).searchParams.has('bfrom'), 'the brush is in the URL');
+	await shot('brushed');
+
+	// 4. the URL holds the whole state: a fresh page on it shows the same flame graph
+	const shared = page.url();
+	const p2 = await ctx.newPage();
+	p2.on('pageerror', (e) => errors.push(`page error (shared): ${e.message}`));
+	await p2.goto(shared);
+	await p2.waitForFunction(() => window.__gpuscope && window.__gpuscope.loads.flame > 0, null, { timeout: 20000 });
+	const v2 = await p2.evaluate(() => window.__gpuscope.flame.value[0]);
+	check(v2 === expected(br[0], br[1]).n, `shared URL reproduces the flame graph (${v2} samples)`);
+	await p2.close();
+
+	// 5. GPU-idle toggle over the whole view
+	console.log('gpu idle');
+	n0 = await loads('flame');
+	await page.keyboard.press('Escape');	// clear the brush: whole view
+	await waitLoad('flame', n0);
+	n0 = await loads('flame');
+	await page.click('#idle');
+	await waitLoad('flame', n0);
+	await checkFlame(expected(st.from, st.to, { idle: true }), 'only while GPU 0 was idle');
+	check(new URL(page.url()).searchParams.get('idle') === '1', 'the toggle is in the URL');
+	await shot('gpu-idle');
+	n0 = await loads('flame');
+	await page.click('#idle');
+	await waitLoad('flame', n0);
+
+	// 6. search with match share
+	await page.fill('#search', 'DataLoader');
+	await page.waitForTimeout(400);
+	const m = await page.textContent('#match');
+	const e6 = expected(st.from, st.to);
+	check(m.includes((e6.shares.get('DataLoader.next') * 100).toFixed(1) + '%'), `search match share: ${m}`);
+	await page.fill('#search', '');
+	await page.waitForTimeout(300);
+
+	// 7. the selector filters, typed with completion: {co -> comm=, then a value
+	console.log('selector');
+	await page.click('.sel-input');
+	await page.keyboard.type('{co');
+	await page.waitForSelector('.sel-list:not(.hidden) .sel-item', { timeout: 10000 });
+	const names = await page.$$eval('.sel-item', (xs) => xs.map((x) => x.textContent));
+	check(names.includes('comm'), `label completion offers comm (${names.join(',')})`);
+	await page.keyboard.press('Tab');
+	await page.waitForFunction(() => [...document.querySelectorAll('.sel-item')].some((x) => x.textContent === 'logger'), null, { timeout: 10000 });
+	const vals = await page.$$eval('.sel-item', (xs) => xs.map((x) => x.textContent));
+	check(vals.includes('logger') && vals.includes('train'), `value completion offers comm values (${vals.join(',')})`);
+	await page.keyboard.type('logg');
+	await page.waitForTimeout(300);
+	n0 = await loads('flame');
+	await page.keyboard.press('Enter');	// picks "logger"
+	await page.keyboard.press('Enter');	// applies
+	await waitLoad('flame', n0);
+	const selv = await page.inputValue('.sel-input');
+	check(selv === '{comm="logger"}', `selector typed with completion: ${selv}`);
+	await checkFlame(expected(st.from, st.to, { comm: 'logger' }), 'selector comm="logger"');
+	await shot('selector');
+	n0 = await loads('flame');
+	await page.click('.sel-clear');
+	await waitLoad('flame', n0);
+
+	// 8. kind switch: off-CPU
+	n0 = await loads('flame');
+	await page.click('#kinds [data-kind="offcpu_ns"]');
+	await waitLoad('flame', n0);
+	const off = await frames();
+	const offNames = off.filter((f) => f.depth === 1).map((f) => f.name);
+	check(offNames[0] === 'pin_memory_loop' && offNames.includes('main'), `off-CPU roots: ${offNames.join(', ')}`);
+	check(near(off.find((f) => f.name === 'pin_memory_loop').share, 54 / 114, 0.002), 'off-CPU: pin_memory_loop 47.4% of blocked time');
+	n0 = await loads('flame');
+	await page.click('#kinds [data-kind="cpu"]');
+	await waitLoad('flame', n0);
+
+	// 9. diff: A = a busy window, B = an idle window
+	console.log('diff');
+	await page.goto(`${URL0}/?node=node-a&gpu=0&pid=100&from=${T0 - 1000}&to=${T0 + 61000}&bfrom=${T0 + 2000}&bto=${T0 + 18000}`);
+	await waitLoad('flame', 0);
+	n0 = await loads('flame');
+	await page.click('#cmp');
+	await waitLoad('flame', n0);
+	n0 = await loads('flame');
+	const bx = await page.evaluate(([a, b]) => {
+		const tl = window.__gpuscope.timeline, r = tl.root.getBoundingClientRect();
+		return { x0: r.left + tl.xOf(a), x1: r.left + tl.xOf(b), y: r.top + 120 };
+	}, [T0 + 51000, T0 + 59000]);
+	await page.mouse.move(bx.x0, bx.y);
+	await page.mouse.down();
+	await page.mouse.move(bx.x1, bx.y, { steps: 6 });
+	await page.mouse.up();
+	await waitLoad('flame', n0);
+	const d = await page.evaluate(() => {
+		const f = window.__gpuscope.flame, out = {};
+		for (let i = 0; i < f.n; i++) out[f.names[f.name[i]]] = f.delta ? f.delta[i] : null;
+		return { diff: f.diff, out };
+	});
+	check(d.diff && d.out.decode_jpeg > 0.5 && d.out.model_forward < -0.5, `diff: decode_jpeg grew (${(d.out.decode_jpeg * 100).toFixed(1)} pts), model_forward shrank (${(d.out.model_forward * 100).toFixed(1)} pts)`);
+	await shot('diff');
+
+	// 10. a CPU-only node: no GPU panels, its own flame graph
+	console.log('cpu-only node');
+	n0 = await loads('flame');
+	await page.goto(`${URL0}/?node=node-b`);
+	await waitLoad('flame', 0);
+	check((await page.$$('.panel')).length === 0, 'node-b: no GPU panels');
+	const fb = await frames();
+	check(fb.find((f) => f.name === 'matmul') && near(fb.find((f) => f.name === 'matmul').share, 1), 'node-b: matmul is 100%');
+	check(await page.isDisabled('#idle'), 'node-b: GPU-idle toggle disabled');
+
+	// 11. a range with no data says so and offers the way back
+	await page.goto(`${URL0}/?node=node-a&from=${T0 - 7200e3}&to=${T0 - 3600e3}`);
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	check(await page.isVisible('#tl-empty'), 'empty range: timeline says there is no data');
+	check(await page.isVisible('#flame-empty'), 'empty range: flame graph says there is no data');
+	await shot('empty-range');
+	await page.click('#tl-empty button');
+	await waitLoad('timeline', 1);
+	check(!(await page.isVisible('#tl-empty')), '"Jump to the latest data" brings the data back');
+
+	// 12. no agent yet (an empty server)
+	if (EMPTY) {
+		await page.goto(EMPTY + '/');
+		await page.waitForSelector('#banner.info', { timeout: 10000 });
+		check((await page.textContent('#banner')).includes('No agent has sent data'), 'empty server: "no agent yet" banner');
+		await shot('no-agent');
+	}
+
+	// 13. server unreachable
+	if (SERVER_PID) {
+		await page.goto(URL0 + '/');
+		await waitLoad('flame', 0);
+		process.kill(SERVER_PID, 'SIGTERM');
+		await new Promise((r) => setTimeout(r, 500));
+		const before = errors.length;
+		await page.click('header button[title="reload"]');
+		await page.waitForSelector('#banner.error', { timeout: 10000 });
+		check((await page.textContent('#banner')).includes('unreachable'), 'server gone: "unreachable" banner');
+		errors.splice(before);	// the failed fetches of this step are expected
+		await shot('unreachable');
+	}
+} catch (e) {
+	failures++;
+	console.log(`  FAIL exception: ${e.stack || e}`);
+	await shot('failure').catch(() => {});
+}
+check(!errors.length, `no console errors, page errors or failed requests${errors.length ? ':\n    ' + errors.join('\n    ') : ''}`);
+await ctx.close();
+rmSync(userDir, { recursive: true, force: true });
+console.log(`${passes} passed, ${failures} failed`);
+process.exit(failures ? 1 : 0);
