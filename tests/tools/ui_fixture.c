@@ -290,8 +290,9 @@ static int load_node_b(struct loader *l, uint64_t t0)
 
 /*
  * Benchmark dataset: one node with `gpus` GPUs over `secs` seconds: metrics every metric_ms,
- * power every power_ms, kernels of 2-8 ms back to back with 20% idle gaps, 99 Hz CPU samples
- * on 4 threads over a 1000-function call tree.
+ * GPU 0's power every power_ms, busy 8 s of every 10 s; GPU 0 also runs 50 ms kernels back to
+ * back on two streams while busy; 4 threads of process 1000 alternate 800 ms running / 200 ms
+ * blocked and are sampled at 99 Hz over a synthetic call tree of 10 names x 10 variants per level.
  */
 static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpus, unsigned metric_ms,
 		      unsigned power_ms)
@@ -317,7 +318,8 @@ static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpu
 			TRY(metric(l, "gpu_memory_used_bytes", gs, t, 60.0 * (1ull << 30) + n * (1ull << 30)));
 			TRY(metric(l, "gpu_memory_total_bytes", gs, t, 141.0 * (1ull << 30)));
 		}
-		for (t = t0, k = 0; t < end; t += (uint64_t)power_ms * MS, k++)
+		/* power: every power_ms on GPU 0 (the NVML fast path), every metric_ms elsewhere */
+		for (t = t0, k = 0; t < end; t += (uint64_t)(g ? metric_ms : power_ms) * MS, k++)
 			TRY(metric(l, "gpu_power_watts", gs, t, 300 + 350 * noise(k * 16 + g)));
 		/* busy intervals: 8 s busy, 2 s idle */
 		for (t = t0; t < end; t += 10 * NSEC_PER_SEC) {
@@ -326,6 +328,27 @@ static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpu
 			TRY(added(l, batch__interval(l->b, "gpu_busy", lb, 1, t, t + 8 * NSEC_PER_SEC, NULL, 0)));
 		}
 		TRY(post(l));
+	}
+	/* GPU 0 kernels, 50 ms, alternating streams, in the busy 8 s of every 10 s */
+	for (t = t0, k = 0; t < end; t += 50 * MS, k++) {
+		int64_t st = STACK(l, "cudaLaunchKernel", "model_forward_0", "train_step_0", "main_0");
+
+		if ((t - t0) % (10 * NSEC_PER_SEC) >= 8 * NSEC_PER_SEC)
+			continue;
+		TRY(kernel(l, t, t + 50 * MS, "0", "1000", k % 3 ? "ampere_sgemm_128x64_tn" :
+			   "flash_fwd_kernel", k % 2 ? "7" : "13", st, (unsigned)k));
+	}
+	/* thread states: 800 ms running, 200 ms blocked */
+	for (t = t0; t < end; t += NSEC_PER_SEC) {
+		static const char *const tids[] = { "1000", "1001", "1002", "1003" };
+		int64_t st = STACK(l, "futex_wait", "queue_get", "main_0");
+		unsigned th;
+
+		for (th = 0; th < 4; th++) {
+			TRY(thread_state(l, t, t + 800 * MS, "1000", tids[th], "train", "running", NULL, -1));
+			TRY(thread_state(l, t + 800 * MS, t + NSEC_PER_SEC, "1000", tids[th], "train", "blocked",
+					 "futex", st));
+		}
 	}
 	/* CPU samples: 4 threads at 99 Hz, stacks from a 10-wide, 3-deep synthetic tree */
 	for (t = t0, k = 0; t < end; t += NSEC_PER_SEC / 99, k++) {

@@ -47,7 +47,7 @@ const timelineSec = el('section', { class: 'card', id: 'tl-card' },
 	el('div', { class: 'sec-head' }, el('h2', {}, 'Timeline'), tlTitle, el('div', { class: 'spacer' }),
 		el('span', { class: 'hint' }, 'drag: select a range · ctrl/shift + wheel: zoom'),
 		el('button', { class: 'btn', id: 'zoomsel', onclick: () => zoomToBrush() }, 'Zoom to selection')),
-	tlNote, tlRoot);
+	tlRoot, tlNote);
 
 const kindSeg = el('div', { class: 'seg', id: 'kinds' }, ...State.KINDS.map(([k, n]) =>
 	el('button', { class: 'btn', 'data-kind': k, onclick: () => {
@@ -154,6 +154,7 @@ function syncControls() {
 	idleBox.disabled = S.gpu === undefined || S.gpu === '';
 	$('#idle-text').textContent = S.gpu ? `only while GPU ${S.gpu} of ${S.node} was idle` : 'only while the GPU was idle (no GPU on this node)';
 	const cmp = S.afrom !== undefined;
+	timeline.setBaseline(cmp ? [S.afrom, S.ato] : null);
 	cmpBtn.textContent = cmp ? 'Stop comparing' : 'Compare…';
 	cmpBtn.classList.toggle('on', cmp);
 	$('#zoomsel').disabled = S.bfrom === undefined;
@@ -263,11 +264,15 @@ async function boot() {
 		tlNote.replaceChildren(el('div', { class: 'empty-title' }, 'Waiting for the first agent'),
 			el('div', {}, 'The timeline and flame graph fill in as soon as a node sends its first batch.'));
 		tlNote.classList.remove('hidden');
-		flameEmpty.classList.add('hidden');
+		tlRoot.classList.add('hidden');
+		flameSec.classList.add('hidden');
 		retryTimer = setTimeout(boot, 5000);
 		return;
 	}
 	hideBanner();
+	tlNote.classList.add('hidden');
+	tlRoot.classList.remove('hidden');
+	flameSec.classList.remove('hidden');
 	if (!S.node || !app.nodes.some((n) => n.node === S.node)) S.node = app.nodes[0].node;
 	nodeSel.replaceChildren(...app.nodes.map((n) => el('option', { value: n.node }, n.node)));
 	nodeSel.value = S.node;
@@ -439,6 +444,12 @@ async function loadTimeline() {
 			el('button', { class: 'btn primary', onclick: () => jumpLatest() }, 'Jump to the latest data'));
 	}
 	timeline.setData(data);
+	if (!empty && !app.timings.firstPaint) {
+		// first meaningful paint: the first timeline drawn with data (bench/ui reads it)
+		await new Promise((r) => requestAnimationFrame(r));
+		app.timings.firstPaint = performance.now();
+		performance.mark('gpuscope:timeline-painted');
+	}
 	app.loads.timeline++;
 	app.timings.timeline = performance.now() - t0;
 	tlRoot.dataset.loads = String(app.loads.timeline);
@@ -492,7 +503,7 @@ async function loadFlame() {
 		flame.setTree({ name: 'all', value: 0, children: [] }, { unit, kind: S.kind });
 		flameEmpty.replaceChildren(el('div', { class: 'empty-title' }, `No ${kindName} samples here`),
 			el('div', {}, diff && S.bfrom === undefined ? 'Now drag on the timeline to select range B to compare with A.'
-				: 'Nothing matches this range and selector. ' + (S.idle ? 'The GPU may never have been idle in it: untick "only while the GPU was idle", ' : '') +
+				: 'Nothing matches this range and selector: ' + (S.idle ? 'the GPU may never have been idle in it (untick "only while the GPU was idle"); ' : '') +
 				'widen the range, try another sample kind, or clear the selector.'));
 		flameEmpty.classList.remove('hidden');
 		topBody.replaceChildren();

@@ -56,9 +56,10 @@ export class Timeline {
 		this.lanes = el('canvas', { class: 'tl-lanes' });
 		this.note = el('div', { class: 'tl-note hidden' });
 		this.overlay = el('div', { class: 'tl-overlay' });
-		this.brushEl = el('div', { class: 'tl-brush hidden' });
+		this.brushEl = el('div', { class: 'tl-brush hidden' }, el('span', { class: 'tag' }));
+		this.baseEl = el('div', { class: 'tl-base hidden' }, el('span', { class: 'tag' }, 'A'));
 		this.hair = el('div', { class: 'tl-hair hidden' });
-		this.overlay.append(this.brushEl, this.hair);
+		this.overlay.append(this.baseEl, this.brushEl, this.hair);
 		this.tip = el('div', { class: 'tooltip hidden' });
 		document.body.append(this.tip);
 		root.append(this.axis, this.panelBox, this.note, this.lanes, this.overlay);
@@ -203,7 +204,8 @@ export class Timeline {
 			c.moveTo(x, 18);
 			c.lineTo(x, 26);
 			c.stroke();
-			c.fillText(fmtTime(t, step), x, 4);
+			const label = fmtTime(t, step), hw = c.measureText(label).width / 2;
+			if (x + hw <= w - 2 && x - hw >= LEFT - 40) c.fillText(label, x, 4);
 		}
 		c.textAlign = 'left';
 		c.fillStyle = '#868e96';
@@ -302,16 +304,26 @@ export class Timeline {
 		}
 	}
 
+	// range A of a comparison, drawn under the brush (which is then range B)
+	setBaseline(b) {
+		this.baseline = b;
+		this.brushEl.firstChild.textContent = b ? 'B' : '';
+		this.drawBrush();
+	}
+
 	drawBrush() {
-		const b = this.brush;
-		if (!b || b[1] <= this.from || b[0] >= this.to) {
-			this.brushEl.classList.add('hidden');
-			return;
-		}
-		const a = Math.max(LEFT, this.xOf(b[0])), z = Math.min(this.root.clientWidth - RIGHT, this.xOf(b[1]));
-		this.brushEl.style.left = a + 'px';
-		this.brushEl.style.width = Math.max(1, z - a) + 'px';
-		this.brushEl.classList.remove('hidden');
+		const place = (e, b) => {
+			if (!b || b[1] <= this.from || b[0] >= this.to) {
+				e.classList.add('hidden');
+				return;
+			}
+			const a = Math.max(LEFT, this.xOf(b[0])), z = Math.min(this.root.clientWidth - RIGHT, this.xOf(b[1]));
+			e.style.left = a + 'px';
+			e.style.width = Math.max(1, z - a) + 'px';
+			e.classList.remove('hidden');
+		};
+		place(this.brushEl, this.brush);
+		place(this.baseEl, this.baseline);
 	}
 
 	bind() {
