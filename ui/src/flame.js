@@ -50,13 +50,12 @@ export class Flame {
 		this.diff = diff;
 		const names = [], nameIdx = new Map();
 		// count nodes first to size the arrays
-		let count = 0, stack = [tree];
-		while (stack.length) {
-			const t = stack.pop();
-			count++;
-			if (t.children) for (const c of t.children) stack.push(c);
-		}
-		const n = count;
+		const countOf = (t) => {
+			let c = 1;
+			if (t.children) for (const x of t.children) c += countOf(x);
+			return c;
+		};
+		const n = countOf(tree);
 		this.n = n;
 		this.name = new Int32Array(n);
 		this.depth = new Uint16Array(n);
@@ -64,20 +63,17 @@ export class Flame {
 		this.value = new Float64Array(n);
 		this.self = new Float64Array(n);
 		this.value2 = new Float64Array(n);
+		this.valueA = diff ? new Float64Array(n) : null;
 		this.parent = new Int32Array(n);
 		this.end = new Int32Array(n);	// index one past the subtree
 		this.match = new Uint8Array(n);
 		let i = 0, maxDepth = 0;
 		// diff: width is the mean of the two ranges' shares, so neither range's length dominates
 		const ta = tree.value || 1, tb = tree.value2 || 1;
-		const wv = (t) => (diff ? ((t.value || 0) / ta + (t.value2 || 0) / tb) / 2 : t.value || 0);
-		const visit = [[tree, 0, -1, 0]];
-		while (visit.length) {
-			const [t, d, p, s] = visit.pop();
-			if (t === null) {	// close marker
-				this.end[d] = i;
-				continue;
-			}
+		const wv = diff ? (t) => ((t.value || 0) / ta + (t.value2 || 0) / tb) / 2 : (t) => t.value || 0;
+		const cmp = (a, b) => wv(b) - wv(a) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+		// pre-order, widest child first (children are sorted in place)
+		const rec = (t, d, p, s) => {
 			const k = i++;
 			let ni = nameIdx.get(t.name);
 			if (ni === undefined) {
@@ -91,42 +87,34 @@ export class Flame {
 			this.value[k] = wv(t);
 			this.self[k] = t.self || 0;
 			this.value2[k] = t.value2 || 0;
+			if (diff) this.valueA[k] = t.value || 0;
 			this.parent[k] = p;
 			if (d > maxDepth) maxDepth = d;
-			visit.push([null, k]);
-			const kids = (t.children || []).slice().sort((a, b) => wv(b) - wv(a) || (a.name < b.name ? -1 : 1));
-			let off = s;
-			const items = [];
-			for (const c of kids) {
-				items.push([c, d + 1, k, off]);
-				off += wv(c);
+			const kids = t.children;
+			if (kids && kids.length) {
+				if (kids.length > 1) kids.sort(cmp);
+				let off = s;
+				for (const c of kids) {
+					rec(c, d + 1, k, off);
+					off += wv(c);
+				}
 			}
-			for (let j = items.length - 1; j >= 0; j--) visit.push(items[j]);
-		}
+			this.end[k] = i;
+		};
+		rec(tree, 0, -1, 0);
 		this.names = names;
+		this.colors = new Array(names.length);
 		this.maxDepth = maxDepth;
 		this.raw = tree;
 		if (diff) {
-			// shares of A and B per node, for colour
 			this.totA = tree.value || 0;
 			this.totB = tree.value2 || 0;
-			const va = new Float64Array(n);
-			let j = 0;
-			// values of range A in pre-order (same order as above)
-			const order = [tree];
-			while (order.length) {
-				const t = order.pop();
-				va[j++] = t.value || 0;
-				const kids = (t.children || []).slice().sort((a, b) => wv(b) - wv(a) || (a.name < b.name ? -1 : 1));
-				for (let q = kids.length - 1; q >= 0; q--) order.push(kids[q]);
-			}
-			this.valueA = va;
 			let maxd = 0;
 			this.delta = new Float64Array(n);
 			for (let q = 0; q < n; q++) {
-				const d = (this.totB ? this.value2[q] / this.totB : 0) - (this.totA ? va[q] / this.totA : 0);
-				this.delta[q] = d;
-				maxd = Math.max(maxd, Math.abs(d));
+				const dd = (this.totB ? this.value2[q] / this.totB : 0) - (this.totA ? this.valueA[q] / this.totA : 0);
+				this.delta[q] = dd;
+				maxd = Math.max(maxd, Math.abs(dd));
 			}
 			this.maxDelta = maxd || 1;
 		}
@@ -181,9 +169,14 @@ export class Flame {
 			const l = 92 - a * 40;
 			return d > 0 ? `hsl(0, 75%, ${l}%)` : `hsl(215, 75%, ${l}%)`;
 		}
-		const [h0, span, s, l] = PALETTES[this.kind] || PALETTES.cpu;
-		const x = hash(this.names[this.name[i]]);
-		return `hsl(${h0 + (x % span)}, ${s}%, ${l + ((x >> 8) % 12) - 4}%)`;
+		const ni = this.name[i];
+		let c = this.colors[ni];
+		if (c === undefined) {
+			const [h0, span, s, l] = PALETTES[this.kind] || PALETTES.cpu;
+			const x = hash(this.names[ni]);
+			c = this.colors[ni] = `hsl(${h0 + (x % span)}, ${s}%, ${l + ((x >> 8) % 12) - 4}%)`;
+		}
+		return c;
 	}
 
 	draw() {
@@ -198,7 +191,8 @@ export class Flame {
 		ctx.font = FONT;
 		ctx.textBaseline = 'middle';
 		const cw = this.charW || (this.charW = ctx.measureText('abcdefghijklmnopqrstuvwxyz_:.').width / 29);
-		let drawn = 0;
+		let drawn = 0, lastFill = null;
+		ctx.globalAlpha = 1;
 		for (let i = 0; i < this.n;) {
 			const s = this.start[i], v = this.value[i];
 			const x0 = (s - a) * k, x1 = (s + v - a) * k;
@@ -211,8 +205,9 @@ export class Flame {
 			let fill = this.color(i);
 			if (searching && !this.match[i]) fill = this.diff ? fill : '#e5e7eb';
 			if (searching && this.match[i] && !this.diff) fill = '#d946ef';
-			ctx.globalAlpha = this.depth[i] < fd ? 0.55 : 1;
-			ctx.fillStyle = fill;
+			const alpha = this.depth[i] < fd ? 0.55 : 1;
+			if (alpha !== ctx.globalAlpha) ctx.globalAlpha = alpha;
+			if (fill !== lastFill) ctx.fillStyle = lastFill = fill;
 			ctx.fillRect(cx0, y, Math.max(cx1 - cx0 - (cx1 - cx0 > 2 ? 1 : 0), 0.5), ROW - 1);
 			if (i === this.hover) {
 				ctx.strokeStyle = '#111827';
@@ -223,7 +218,7 @@ export class Flame {
 			if (tw > 3 * cw) {
 				const name = this.names[this.name[i]];
 				const max = Math.floor(tw / cw);
-				ctx.fillStyle = '#111827';
+				ctx.fillStyle = lastFill = '#111827';
 				ctx.fillText(name.length > max ? name.slice(0, max - 1) + '…' : name, cx0 + 3, y + ROW / 2 + 0.5);
 			}
 			drawn++;

@@ -357,6 +357,9 @@ function refresh() {
 
 // ---- timeline data ------------------------------------------------------------------------
 let tlAbort = null;
+// Kernel lanes and CPU strips are fetched only when a pixel spans little enough time to show
+// single intervals; wider views show the busy band and metrics, and say how far to zoom.
+const KERNEL_SPAN = 5 * 60e3, THREAD_SPAN = 15 * 60e3;
 const METRICS = ['gpu_utilization', 'gpu_sm_active', 'gpu_tensor_active', 'gpu_memory_used_bytes', 'gpu_memory_total_bytes', 'gpu_power_watts'];
 
 async function loadTimeline() {
@@ -375,8 +378,8 @@ async function loadTimeline() {
 		res = await Promise.all([
 			...(hasGpu ? METRICS.map(series) : METRICS.map(() => null)),
 			hasGpu ? intervals('gpu_busy', gsel, 20000) : null,
-			hasGpu ? intervals('gpu_kernel', gsel, 20000) : null,
-			S.pid ? intervals('thread_state', `{${nodeMatcher()},pid="${S.pid}"}`, 50000) : null,
+			hasGpu && to - from <= KERNEL_SPAN ? intervals('gpu_kernel', gsel, 20000) : null,
+			S.pid && to - from <= THREAD_SPAN ? intervals('thread_state', `{${nodeMatcher()},pid="${S.pid}"}`, 50000) : null,
 		]);
 	} catch (e) {
 		return failed(e);
@@ -429,12 +432,15 @@ async function loadTimeline() {
 		streams: [...streams.entries()].sort((a, b) => (+a[0] - +b[0]) || (a[0] < b[0] ? -1 : 1))
 			.map(([s, items]) => ({ label: `stream ${s}`, items: items.sort((a, b) => a.s - b.s) })),
 		kernelsTruncated: !!(kernels && kernels.truncated),
+		kernelsNote: hasGpu && to - from > KERNEL_SPAN ? `zoom to ${fmtDur(KERNEL_SPAN)} or less to see each kernel` : '',
+		threadsNote: S.pid && to - from > THREAD_SPAN ? `zoom to ${fmtDur(THREAD_SPAN)} or less to see each thread's states` : '',
 		threads: [...threadMap.values()].sort((a, b) => +a.tid - +b.tid).slice(0, 128)
 			.map((t) => ({ label: `${t.tid} ${t.name}`, items: t.items.sort((a, b) => a.s - b.s) })),
 		threadsTruncated: !!(threads && threads.truncated) || threadMap.size > 128,
 		procLabel: proc ? `CPU: threads of ${proc.pid} ${proc.comm}` : 'CPU threads',
 	};
-	const empty = !data.metrics && !busyItems.length && !data.streams.length && !data.threads.length;
+	const empty = !data.metrics && !busyItems.length && !data.streams.length && !data.threads.length &&
+		!(data.kernelsNote && ext);
 	tlNote.classList.toggle('hidden', !empty);
 	if (empty) {
 		const n = app.nodes.find((x) => x.node === S.node) || {};

@@ -148,6 +148,8 @@ export class Timeline {
 			rows.push({ head: d.gpuLabel ? `${d.gpuLabel}: busy / idle` : 'GPU busy / idle' });
 			rows.push({ label: 'busy', kind: 'busy', items: d.busy, extent: d.busyExtent });
 		}
+		if (d && d.kernelsNote) rows.push({ head: 'Kernels by stream', note: d.kernelsNote });
+		if (d && d.threadsNote) rows.push({ head: d.procLabel || 'CPU threads', note: d.threadsNote });
 		if (d && d.streams && d.streams.length) {
 			rows.push({ head: `Kernels by stream${d.kernelsTruncated ? ' (more than shown: zoom in to see all)' : ''}` });
 			for (const s of d.streams) rows.push({ label: s.label, kind: 'kernel', items: s.items });
@@ -229,6 +231,10 @@ export class Timeline {
 				c.font = '600 11px system-ui, sans-serif';
 				c.fillText(r.head, 8, r.y + HEAD / 2 + 2);
 				c.font = '11px system-ui, sans-serif';
+				if (r.note) {
+					c.fillStyle = '#868e96';
+					c.fillText(r.note, Math.max(LEFT, 24 + c.measureText(r.head).width + 24), r.y + HEAD / 2 + 2);
+				}
 				if (r.legend) {
 					let lx = Math.max(LEFT, 16 + c.measureText(r.head).width + 24);
 					for (const [s, col] of Object.entries(STATE_COLORS)) {
