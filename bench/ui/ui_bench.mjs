@@ -41,7 +41,10 @@ for (let run = 0; run < RUNS; run++) {
 	await page.goto(`${URL0}/?node=bench-node&gpu=0&pid=1000&from=${T0}&to=${T0 + SECS * 1000}`);
 	await page.waitForFunction(() => window.__gpuscope && window.__gpuscope.timings.firstPaint && window.__gpuscope.loads.flame > 0, null, { timeout: 120000 });
 	await page.waitForTimeout(300);
-	const t = await page.evaluate(() => ({ ...window.__gpuscope.timings, n: window.__gpuscope.flame.n }));
+	const t = await page.evaluate(() => ({ ...window.__gpuscope.timings, n: window.__gpuscope.flame.n,
+		reqs: performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/'))
+			.map((e) => [decodeURIComponent(e.name.replace(/^.*\/api\/v1\//, '')).slice(0, 70), Math.round(e.startTime), Math.round(e.duration)]) }));
+	if (run === RUNS - 1) res.requests = t.reqs;
 	res.paint.push(t.firstPaint);
 	res.timelineData.push(t.timeline);
 	res.flameServer.push(t.flame);
@@ -114,9 +117,11 @@ for (let run = 0; run < RUNS; run++) {
 await ctx.close();
 rmSync(userDir, { recursive: true, force: true });
 const f1 = (x) => x.toFixed(1);
-console.log(JSON.stringify(res));
+console.log(JSON.stringify({ ...res, requests: undefined }));
 console.log(`timeline first meaningful paint (1 h, 8-GPU node): median ${f1(med(res.paint))} ms of ${res.paint.map(f1).join(', ')} (target 1500 ms: ratio ${(med(res.paint) / 1500).toFixed(2)})`);
 console.log(`  of which timeline queries: median ${f1(med(res.timelineData))} ms; series JSON ${(med(res.seriesBytes) / 1024).toFixed(0)} KiB, intervals JSON ${(med(res.intervalBytes) / 1024).toFixed(0)} KiB`);
+console.log('  API requests of the last cold load [what, start ms, duration ms]:');
+for (const r of res.requests || []) console.log(`    ${r[1].toString().padStart(6)} ${r[2].toString().padStart(6)}  ${r[0]}`);
 console.log(`timeline first meaningful paint, 5 min window with kernel lanes and ${res.lanes5m} lanes/strips: median ${f1(med(res.paint5m))} ms`);
 console.log(`server 1 h CPU flame graph (${res.flameNodes} nodes): query + render median ${f1(med(res.flameServer))} ms`);
 console.log(`synthetic flame graph (${res.synthNodes} nodes): setTree ${f1(med(res.synthBuild))} ms + draw ${f1(med(res.synthDraw))} ms (target 500 ms total: ratio ${((med(res.synthBuild) + med(res.synthDraw)) / 500).toFixed(2)})`);

@@ -292,7 +292,7 @@ static int load_node_b(struct loader *l, uint64_t t0)
  * Benchmark dataset: one node with `gpus` GPUs over `secs` seconds: metrics every metric_ms,
  * GPU 0's power every power_ms, busy 8 s of every 10 s; GPU 0 also runs 50 ms kernels back to
  * back on two streams while busy; 4 threads of process 1000 alternate 800 ms running / 200 ms
- * blocked and are sampled at 99 Hz over a synthetic call tree of 10 names x 10 variants per level.
+ * blocked and are sampled at 99 Hz, each sample one of 4096 synthetic stacks 3-7 frames deep.
  */
 static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpus, unsigned metric_ms,
 		      unsigned power_ms)
@@ -350,12 +350,13 @@ static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpu
 					 "futex", st));
 		}
 	}
-	/* CPU samples: 4 threads at 99 Hz, stacks from a 10-wide, 3-deep synthetic tree */
+	/* CPU samples: 4 threads at 99 Hz, each from one of 4096 synthetic stacks */
 	for (t = t0, k = 0; t < end; t += NSEC_PER_SEC / 99, k++) {
 		unsigned th;
 
 		for (th = 0; th < 4; th++) {
-			uint64_t h = hash64(&k, sizeof(k), th);
+			uint64_t which = hash64(&k, sizeof(k), th) % 4096;
+			uint64_t h = hash64(&which, sizeof(which), 99);
 			char tid[16];
 			int d, depth = 3 + (int)(h % 5);
 

@@ -281,11 +281,20 @@ async function boot() {
 	}
 	timeline.setView(S.from, S.to);
 	if (S.bfrom !== undefined) timeline.setBrush([S.bfrom, S.bto]);
+	app.ready = true;
+	// a link that names the GPU and process starts drawing while the selectors fill in
+	const early = S.gpu !== undefined && S.pid !== undefined;
+	if (early) {
+		loadTimeline();
+		loadFlame();
+	}
+	const before = [S.gpu, S.pid].join();
 	await loadNodeChoices();
 	commit();
-	app.ready = true;
-	loadTimeline();
-	loadFlame();
+	if (!early || before !== [S.gpu, S.pid].join()) {
+		loadTimeline();
+		loadFlame();
+	}
 }
 
 async function loadNodeChoices() {
