@@ -215,7 +215,7 @@ export class Flame {
 				ctx.strokeRect(cx0 + 0.5, y + 0.5, cx1 - cx0 - 2, ROW - 2);
 			}
 			const tw = cx1 - cx0 - 6;
-			if (tw > 3 * cw) {
+			if (tw > 3 * cw && !this.animating) {	// labels on the final frame of a zoom only
 				const name = this.names[this.name[i]];
 				const max = Math.floor(tw / cw);
 				ctx.fillStyle = lastFill = '#111827';
@@ -246,6 +246,7 @@ export class Flame {
 			const step = (now) => {
 				const p = Math.min(1, (now - t0) / dur), e = 1 - Math.pow(1 - p, 3);
 				this.range = [from[0] + (target[0] - from[0]) * e, from[1] + (target[1] - from[1]) * e];
+				this.animating = p < 1;
 				this.draw();
 				if (p < 1) this.anim = requestAnimationFrame(step);
 				else done();
