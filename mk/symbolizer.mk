@@ -4,7 +4,8 @@
 SYMFIX_SRC := tests/fixtures/symbolize
 SYMFIX_OUT := $(OUT)/tests/fixtures/symbolize
 SYMFIX_CFLAGS := -g -O1 -fno-omit-frame-pointer -fno-inline -Wl,--build-id=sha1
-SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/symfix_pie $(SYMFIX_OUT)/symfix_stripped
+SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/libsymfix_late.so $(SYMFIX_OUT)/symfix_pie \
+	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static
 
 all: $(SYMFIX_BINS)
 
@@ -12,18 +13,27 @@ $(SYMFIX_OUT)/libsymfix.so: $(SYMFIX_SRC)/lib.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIC -shared -o $@ $<
 
+$(SYMFIX_OUT)/libsymfix_late.so: $(SYMFIX_SRC)/late.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIC -shared -o $@ $<
+
+# Self-contained (static-pie) for the container test: it runs chrooted in a new pid namespace.
+$(SYMFIX_OUT)/symfix_static: $(SYMFIX_SRC)/prog.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -DSYMFIX_STATIC -fPIE -static-pie -o $@ $<
+
 $(SYMFIX_OUT)/cxx.o: $(SYMFIX_SRC)/cxx.cc
 	$(Q)mkdir -p $(dir $@)
 	$(Q)g++ -g -O1 -fno-inline -fPIE -c -o $@ $<
 
 $(SYMFIX_OUT)/symfix_pie: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so
 	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -o $@ $< $(SYMFIX_OUT)/cxx.o \
-		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++
+		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++ -ldl
 
 # Only .dynsym survives: -rdynamic exports the global functions, strip drops .symtab.
 $(SYMFIX_OUT)/symfix_stripped: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so
 	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -rdynamic -o $@ $< $(SYMFIX_OUT)/cxx.o \
-		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++
+		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++ -ldl
 	$(Q)strip --strip-all $@
 
 $(OUT)/bench/symbolize/symbench: bench/symbolize/symbench.c $(ALL_LIBS)

@@ -43,7 +43,7 @@ static bool find_build_id(Elf_Data *d, char *hex, size_t hexlen)
 	return false;
 }
 
-int elf_read_info(int fd, struct elf_info *ret)
+static int info_from_elf(Elf *elf, struct elf_info *ret)
 {
 	struct elf_seg *segs = NULL;
 	int err = 0, nsegs = 0;
@@ -51,16 +51,10 @@ int elf_read_info(int fd, struct elf_info *ret)
 	Elf_Scn *scn = NULL;
 	size_t nph = 0;
 	GElf_Ehdr eh;
-	Elf *elf;
 
 	memset(ret, 0, sizeof(*ret));
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf)
+	if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || elf_getphdrnum(elf, &nph))
 		return -ENOEXEC;
-	if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || elf_getphdrnum(elf, &nph)) {
-		err = -ENOEXEC;
-		goto out_end;
-	}
 	/* Section notes first (cheap to find), then PT_NOTE for files without section headers. */
 	while (!have_id && (scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
@@ -70,10 +64,8 @@ int elf_read_info(int fd, struct elf_info *ret)
 						sizeof(ret->build_id));
 	}
 	segs = calloc(nph ? nph : 1, sizeof(*segs));
-	if (!segs) {
-		err = -ENOMEM;
-		goto out_end;
-	}
+	if (!segs)
+		return -ENOMEM;
 	for (size_t i = 0; i < nph; i++) {
 		GElf_Phdr ph;
 
@@ -91,9 +83,18 @@ int elf_read_info(int fd, struct elf_info *ret)
 	}
 	ret->segs = segs;
 	ret->nsegs = nsegs;
-	segs = NULL;
-out_end:
-	free(segs);
+	return err;
+}
+
+int elf_read_info(int fd, struct elf_info *ret)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	int err;
+
+	memset(ret, 0, sizeof(*ret));
+	if (!elf)
+		return -ENOEXEC;
+	err = info_from_elf(elf, ret);
 	elf_end(elf);
 	return err;
 }
@@ -139,28 +140,20 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 	return 0;
 }
 
-int elf_read_symbols(int fd, struct symt *ret)
+static int symbols_from_elf(Elf *elf, struct symt *ret)
 {
 	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
 	GElf_Shdr sh_symtab, sh_dynsym, sh;
 	size_t nscn = 0, added = 0;
 	bool *exec_scn = NULL;
 	int err = 0;
-	Elf *elf;
 
 	memset(ret, 0, sizeof(*ret));
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf)
+	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrnum(elf, &nscn))
 		return -ENOEXEC;
-	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrnum(elf, &nscn)) {
-		err = -ENOEXEC;
-		goto out_end;
-	}
 	exec_scn = calloc(nscn ? nscn : 1, sizeof(*exec_scn));
-	if (!exec_scn) {
-		err = -ENOMEM;
-		goto out_end;
-	}
+	if (!exec_scn)
+		return -ENOMEM;
 	while ((scn = elf_nextscn(elf, scn))) {
 		size_t idx = elf_ndxscn(scn);
 
@@ -196,7 +189,39 @@ out_free:
 	if (err)
 		symt_done(ret);
 	free(exec_scn);
-out_end:
+	return err;
+}
+
+int elf_read_symbols(int fd, struct symt *ret)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	int err;
+
+	memset(ret, 0, sizeof(*ret));
+	if (!elf)
+		return -ENOEXEC;
+	err = symbols_from_elf(elf, ret);
+	elf_end(elf);
+	return err;
+}
+
+int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms)
+{
+	Elf *elf = elf_memory(buf, len);
+	int err;
+
+	memset(ret_info, 0, sizeof(*ret_info));
+	memset(ret_syms, 0, sizeof(*ret_syms));
+	if (!elf)
+		return -ENOEXEC;
+	err = info_from_elf(elf, ret_info);
+	if (!err) {
+		err = symbols_from_elf(elf, ret_syms);
+		if (err) {
+			free(ret_info->segs);
+			ret_info->segs = NULL;
+		}
+	}
 	elf_end(elf);
 	return err;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "agent/symbolize.h"
@@ -73,6 +74,7 @@ struct image {
 	struct elf_seg *segs;
 	int nsegs;
 	bool loaded, no_symbols;
+	bool pinned;			/* the vDSO: built from memory, never evicted */
 	uint64_t load_failed_ns;	/* last failed open (file gone): retried after an interval */
 	struct symt tab;
 	size_t bytes;
@@ -124,7 +126,10 @@ struct symbolizer {
 	struct list proc_lru, file_lru, loaded;	/* most recently used first */
 	uint32_t nprocs, nfiles;
 	uint64_t cache_bytes;
-	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty;
+	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty, *s_vdso;
+	struct image *vdso;		/* our own [vdso]: the same code in every native process */
+	uint64_t vdso_size;
+	bool vdso_tried;
 	/* kernel */
 	struct symt ksyms;		/* aux: index into kmods + 1 */
 	struct kmodule *kmods;
@@ -168,7 +173,7 @@ static const char *display_name(struct symbolizer *s, struct u64map *names, cons
 
 static void image_unload(struct symbolizer *s, struct image *img)
 {
-	if (!img->loaded)
+	if (!img->loaded || (img->pinned && img->refs > 0))
 		return;
 	list_del(&img->lru);
 	s->cache_bytes -= img->bytes;
@@ -321,6 +326,63 @@ static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const 
 	list_add_head(&s->loaded, &img->lru);
 	evict_images(s, img);
 	return 0;
+}
+
+/* Builds the vDSO image from this process's own copy (once). NULL if unavailable. */
+static struct image *vdso_image(struct symbolizer *s)
+{
+	uint64_t base = getauxval(AT_SYSINFO_EHDR), start, end;
+	char line[256], key[32];
+	struct elf_info info;
+	struct image *img;
+	void *copy = NULL;
+	FILE *f;
+
+	if (s->vdso_tried)
+		return s->vdso;
+	s->vdso_tried = true;
+	f = fopen("/proc/self/maps", "re");
+	while (base && f && fgets(line, sizeof(line), f)) {
+		if (strstr(line, "[vdso]") && sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2 &&
+		    start == base) {
+			s->vdso_size = end - start;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (!s->vdso_size || !(copy = malloc(s->vdso_size)))
+		goto out;
+	memcpy(copy, (const void *)(uintptr_t)base, s->vdso_size);
+	snprintf(key, sizeof(key), "vdso:%" PRIx64, s->vdso_size);
+	img = calloc(1, sizeof(*img));
+	if (!img)
+		goto out;
+	if (elf_read_mem(copy, s->vdso_size, &info, &img->tab)) {
+		free(img);
+		goto out;
+	}
+	img->key = strdup(key);
+	img->build_id = intern(s, info.build_id);
+	if (!img->key || !img->build_id) {
+		symt_done(&img->tab);
+		free(info.segs);
+		free(img->key);
+		free(img);
+		goto out;
+	}
+	img->segs = info.segs;
+	img->nsegs = info.nsegs;
+	img->refs = 1;			/* s's own reference */
+	img->loaded = img->pinned = true;
+	list_init(&img->lru);
+	img->key_hash = hash64(key, strlen(key), 0);
+	img->hnext = s->images[img->key_hash % IMAGE_BUCKETS];
+	s->images[img->key_hash % IMAGE_BUCKETS] = img;
+	s->vdso = img;
+out:
+	free(copy);
+	return s->vdso;
 }
 
 /* ---- file identities --------------------------------------------------------------------------- */
@@ -507,7 +569,10 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 			maps = nm;
 			cap = ncap;
 		}
-		if (m.path[0] == '/' && m.ino) {
+		if (m.path == s->s_vdso && vdso_image(s) && m.end - m.start == s->vdso_size) {
+			m.img = s->vdso;	/* a 32-bit process's vDSO has another size */
+			m.img->refs++;
+		} else if (m.path[0] == '/' && m.ino) {
 			old = find_mapping(p, m.start);
 			if (old && old->start == m.start && old->end == m.end && old->pgoff == m.pgoff &&
 			    old->ino == m.ino && old->dev == m.dev && old->path == m.path && old->img) {
@@ -752,7 +817,8 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		if (!image_load(s, img, pid, m) &&
 		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr) &&
 		    (i = symt_find(&img->tab, vaddr)) >= 0) {
-			list_move_head(&s->loaded, &img->lru);
+			if (!img->pinned)
+				list_move_head(&s->loaded, &img->lru);
 			ret->function = display_name(s, &img->names, &img->tab, i);
 			ret->sym_offset = vaddr - img->tab.e[i].addr;
 		}
@@ -989,7 +1055,9 @@ struct symbolizer *symbolizer__new(void)
 	s->s_kernel = intern(s, "[kernel.kallsyms]");
 	s->s_perfmap = intern(s, "[perf-map]");
 	s->s_empty = intern(s, "");
-	if (!s->s_anon || !s->s_unknown || !s->s_kernel || !s->s_perfmap || !s->s_empty) {
+	s->s_vdso = intern(s, "[vdso]");
+	if (!s->s_anon || !s->s_unknown || !s->s_kernel || !s->s_perfmap || !s->s_empty ||
+	    !s->s_vdso) {
 		symbolizer__free(s);
 		errno = ENOMEM;
 		return NULL;
@@ -1005,7 +1073,8 @@ void symbolizer__free(struct symbolizer *s)
 		proc_free(s, container_of(s->proc_lru.next, struct proc, lru));
 	while (s->file_lru.next != &s->file_lru)
 		file_free(s, container_of(s->file_lru.next, struct file_id, lru));
-	/* Every image is referenced by a file or a mapping, so none is left here. */
+	image_put(s, s->vdso);
+	/* Every other image is referenced by a file or a mapping, so none is left here. */
 	symt_done(&s->ksyms);
 	u64map_done(&s->knames);
 	free(s->kmods);

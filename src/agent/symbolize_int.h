@@ -73,6 +73,8 @@ int elf_read_info(int fd, struct elf_info *ret);
  * 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
  */
 int elf_read_symbols(int fd, struct symt *ret);
+/* Both of the above from an ELF image in memory (the vDSO). 0 or -errno as above. */
+int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
 

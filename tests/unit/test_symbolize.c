@@ -7,9 +7,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
@@ -26,6 +30,7 @@ struct child {
 		uint64_t addr;
 	} a[MAX_ADDRS];
 	int n;
+	FILE *out;			/* the child's stdout */
 };
 
 static char fixdir[PATH_MAX + 32];
@@ -56,12 +61,58 @@ static uint64_t addr_of(const struct child *c, const char *name)
 	return 0;
 }
 
-/* Starts the fixture at path and reads its address report. false on failure. */
-static bool child_start(struct child *c, const char *path)
+/* Reads "name hexaddr" lines until "ready". */
+static bool child_read(struct child *c, FILE *f)
+{
+	char line[256];
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char name[64];
+
+		if (!strncmp(line, "ready", 5))
+			return true;
+		if (sscanf(line, "%63s %llx", name, &v) == 2 && c->n < MAX_ADDRS) {
+			snprintf(c->a[c->n].name, sizeof(c->a[c->n].name), "%s", name);
+			c->a[c->n++].addr = v;
+		}
+	}
+	return false;
+}
+
+/* Copies the file src to dst (mode 0755). 0 or -1. */
+static int copy_file(const char *src, const char *dst)
+{
+	char buf[65536];
+	int in = open(src, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755), rc = -1;
+	ssize_t n;
+
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) >= 0) {
+		if (!n) {
+			rc = 0;
+			break;
+		}
+		if (write(out, buf, n) != n)
+			break;
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out))
+		rc = -1;
+	return rc;
+}
+
+/*
+ * Starts the fixture at path and reads its address report. With root, the fixture runs like
+ * in a container: new mount and pid namespaces (it is pid 1), a tmpfs mounted on root that only
+ * its namespace sees, the binary copied there as exec_path, pivot_root; the host pid is reported
+ * as "hostpid". false on failure.
+ */
+static bool child_start_in(struct child *c, const char *path, const char *root,
+			   const char *exec_path)
 {
 	int in[2], out[2];
-	char line[256];
-	FILE *f;
+	bool ok;
 
 	memset(c, 0, sizeof(*c));
 	if (!realpath(path, c->path) || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
@@ -70,31 +121,54 @@ static bool child_start(struct child *c, const char *path)
 	if (c->pid < 0)
 		return false;
 	if (!c->pid) {
+		close(in[1]);
+		close(out[0]);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
+		if (root) {
+			static char *const env[] = { "SYMFIX_PERFMAP=1", NULL };
+			char dst[PATH_MAX + 64];
+			pid_t inner;
+
+			if (unshare(CLONE_NEWPID | CLONE_NEWNS) ||
+			    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+			    mount("tmpfs", root, "tmpfs", 0, "size=16m") ||
+			    mkdir(strcat(strcpy(dst, root), "/tmp"), 0777) ||
+			    mkdir(strcat(strcpy(dst, root), "/bin"), 0755) ||
+			    copy_file(c->path, strcat(strcpy(dst, root), exec_path)))
+				_exit(126);
+			inner = fork();
+			if (inner > 0) {
+				printf("hostpid %x\n", inner);
+				fflush(stdout);
+				close(0);
+				waitpid(inner, NULL, 0);
+				_exit(0);
+			}
+			/* pivot_root, not chroot: /proc/PID/maps then shows container paths. */
+			if (inner < 0 || mkdir(strcat(strcpy(dst, root), "/old"), 0700) ||
+			    syscall(SYS_pivot_root, root, dst) || chdir("/") ||
+			    umount2("/old", MNT_DETACH))
+				_exit(126);
+			execle(exec_path, exec_path, (char *)NULL, env);
+			_exit(127);
+		}
 		execl(c->path, c->path, (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
 	close(out[1]);
 	c->in_fd = in[1];
-	f = fdopen(out[0], "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned long long v;
-		char name[64];
+	c->out = fdopen(out[0], "r");
+	ok = child_read(c, c->out);
+	if (!ok)
+		fprintf(stderr, "  fixture '%s' did not report\n", c->path);
+	return ok;
+}
 
-		if (!strncmp(line, "ready", 5)) {
-			fclose(f);
-			return true;
-		}
-		if (sscanf(line, "%63s %llx", name, &v) == 2 && c->n < MAX_ADDRS) {
-			snprintf(c->a[c->n].name, sizeof(c->a[c->n].name), "%s", name);
-			c->a[c->n++].addr = v;
-		}
-	}
-	if (f)
-		fclose(f);
-	return false;
+static bool child_start(struct child *c, const char *path)
+{
+	return child_start_in(c, path, NULL, NULL);
 }
 
 static void child_stop(struct child *c)
@@ -103,6 +177,8 @@ static void child_stop(struct child *c)
 		return;
 	close(c->in_fd);
 	waitpid(c->pid, NULL, 0);
+	if (c->out)
+		fclose(c->out);
 	c->pid = 0;
 }
 
@@ -135,7 +211,8 @@ static bool check_sym(struct symbolizer *s, pid_t pid, uint64_t addr, const char
 	CHECK(ASSERT_EQ(symbolizer__user(s, pid, addr, &f), 0, func));
 	CHECK(ASSERT_STREQ(f.function, func, "function"));
 	CHECK(ASSERT_EQ(f.sym_offset, off, "sym_offset"));
-	CHECK(ASSERT_STREQ(f.module, module, "module"));
+	if (module)
+		CHECK(ASSERT_STREQ(f.module, module, "module"));
 	if (build_id)
 		CHECK(ASSERT_STREQ(f.build_id, build_id, "build_id"));
 	CHECK(ASSERT_TRUE(f.map_start <= addr && addr < f.map_limit, "addr in mapping"));
@@ -329,6 +406,129 @@ out:
 	return ok;
 }
 
+/* dlopen() after the maps were read: re-read only once the rate limit allows it. */
+static bool test_symbolize_maps_reread(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	struct symbolizer_limits slow = { .reread_interval_ns = 3600ULL * 1000000000 };
+	struct symbolizer_limits fast = { .reread_interval_ns = 0 };
+	struct symbolizer_stats a, b;
+	struct sym_frame f;
+	struct child c = { 0 };
+	uint64_t late;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	symbolizer__set_limits(s, &slow);
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_pie")), "start fixture") ||
+	    !ASSERT_EQ(symbolizer__pid_seen(s, c.pid), 0, "pid_seen") ||
+	    !ASSERT_EQ(write(c.in_fd, "dlopen\n", 7), 7, "ask for dlopen") ||
+	    !ASSERT_TRUE(child_read(&c, c.out), "dlopen report"))
+		goto out;
+	late = addr_of(&c, "symfix_late_func");
+	symbolizer__stats(s, &a);
+	ok = ASSERT_TRUE(late > 2, "dlopen worked") &&
+	     ASSERT_EQ(symbolizer__user(s, c.pid, late, &f), -ENOENT, "not yet: rate-limited") &&
+	     ASSERT_STREQ(f.module, "[unknown]", "module unknown");
+	symbolizer__stats(s, &b);
+	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads, "no re-read within the interval");
+	symbolizer__set_limits(s, &fast);
+	ok = ok && check_sym(s, c.pid, late, "symfix_late_func", 2, NULL, NULL);
+	symbolizer__stats(s, &a);
+	ok = ok && ASSERT_EQ(a.maps_reads, b.maps_reads + 1, "one re-read");
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+/*
+ * A container: the binary exists only inside the process's root (chroot + pid namespace), and
+ * its perf map is /tmp/perf-<pid in its namespace>.map inside that root.
+ */
+static bool test_symbolize_container(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char root[] = "/tmp/symfix-root.XXXXXX", bid[160];
+	struct child c = { 0 };
+	struct sym_frame f;
+	pid_t pid;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(mkdtemp(root), "mkdtemp"))
+		goto out;
+	if (!ASSERT_TRUE(child_start_in(&c, fixture("symfix_static"), root, "/bin/symfix_static"),
+			 "start in container"))
+		goto out_rm;
+	readelf_build_id(c.path, bid, sizeof(bid));
+	pid = (pid_t)addr_of(&c, "hostpid");
+	ok = ASSERT_TRUE(pid > 0 && access("/bin/symfix_static", F_OK), "binary only in container") &&
+	     check_sym(s, pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, "/bin/symfix_static",
+		       bid) &&
+	     check_sym(s, pid, addr_of(&c, "symfix_local"), "symfix_local", 2, "/bin/symfix_static",
+		       bid) &&
+	     /* The fixture wrote /tmp/perf-1.map in its own root, as pid 1 of its namespace. */
+	     ASSERT_EQ(symbolizer__user(s, pid, addr_of(&c, "anon") + 3, &f), 0, "perf map") &&
+	     ASSERT_STREQ(f.function, "symfix_jit_entry", "perf map name") &&
+	     ASSERT_EQ(f.sym_offset, 3, "perf map offset");
+out_rm:
+	child_stop(&c);
+	rmdir(root);
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+/* [vdso] frames resolve from the agent's own vDSO; checked against readelf on a dump of it. */
+static bool test_symbolize_vdso(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char dump[] = "/tmp/symfix-vdso.XXXXXX", line[512], cmd[128], name[128] = "";
+	uint64_t base = getauxval(AT_SYSINFO_EHDR), start, end, size = 0, value = 0;
+	struct sym_frame f;
+	bool ok = false;
+	FILE *m, *p;
+	int fd;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	m = fopen("/proc/self/maps", "r");
+	while (m && fgets(line, sizeof(line), m))
+		if (strstr(line, "[vdso]") && sscanf(line, "%lx-%lx", &start, &end) == 2)
+			size = end - start;
+	if (m)
+		fclose(m);
+	fd = mkstemp(dump);
+	if (!ASSERT_TRUE(base && size && fd >= 0, "vdso and dump file") ||
+	    !ASSERT_EQ(write(fd, (void *)(uintptr_t)base, size), (long long)size, "dump vdso"))
+		goto out;
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "readelf -W --dyn-syms '%s'", dump);
+	p = popen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p)) {
+		unsigned long long v;
+		char n[128];
+
+		if (sscanf(line, " %*d: %llx %*d FUNC %*s %*s %*s %127s", &v, n) == 2 &&
+		    strstr(n, "clock_gettime") && !value) {
+			value = v;
+			snprintf(name, sizeof(name), "%s", n);
+		}
+	}
+	if (p)
+		pclose(p);
+	/* x86-64 and arm64 vDSOs are linked at 0: the symbol value is the offset in the mapping. */
+	ok = ASSERT_TRUE(value, "clock_gettime in the vdso") &&
+	     ASSERT_EQ(symbolizer__user(s, getpid(), base + value + 1, &f), 0, "resolve") &&
+	     ASSERT_TRUE(f.function && strstr(f.function, "clock_gettime"), "clock_gettime") &&
+	     ASSERT_STREQ(f.module, "[vdso]", "module") && ASSERT_EQ(f.sym_offset, 1, "offset");
+out:
+	unlink(dump);
+	symbolizer__free(s);
+	return ok;
+}
+
 static bool test_symbolize_unknown(void)
 {
 	struct symbolizer *s = symbolizer__new();
@@ -394,4 +594,5 @@ static bool test_symbolize_kallsyms(void)
 
 TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_stripped_dynsym),
 	  T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
+	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
 	  T(test_symbolize_unknown), T(test_symbolize_kallsyms))
