@@ -27,7 +27,7 @@ struct counters {
 	uint64_t batches_rejected, samples_rejected;
 	uint64_t push_failures, batches_spooled;
 	uint64_t queue_dropped_batches, queue_dropped_samples;
-	uint64_t encode_errors, encode_cpu_ns;
+	uint64_t encode_errors, encode_error_samples, encode_cpu_ns;
 	uint64_t last_push_wall_ns;
 };
 
@@ -302,6 +302,7 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
 	if (err) {
 		INC(p, encode_errors, 1);
+		INC(p, encode_error_samples, nsamples);
 		log_error("push: encoding a batch of %" PRIu64 " samples: %s (dropped, counted)",
 			  nsamples, strerror(-err));
 		return;
@@ -501,6 +502,25 @@ void pusher__free(struct pusher *p)
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
+}
+
+void pusher__counts(struct pusher *p, struct push_counts *ret)
+{
+	struct spool_stats st;
+
+	spool__stats(p->spool, &st);
+	*ret = (struct push_counts){
+		.batches_submitted = GET(p, batches_submitted),
+		.samples_submitted = GET(p, samples_submitted),
+		.batches_pushed = GET(p, batches_pushed),
+		.samples_pushed = GET(p, samples_pushed),
+		.batches_rejected = GET(p, batches_rejected),
+		.samples_rejected = GET(p, samples_rejected),
+		.samples_dropped = GET(p, queue_dropped_samples) + GET(p, encode_error_samples) +
+				   st.dropped_samples,
+		.spool_files = st.files,
+		.spool_samples_dropped = st.dropped_samples,
+	};
 }
 
 static void metric(FILE *out, const char *name, const char *type, const char *help, double v)

@@ -48,6 +48,16 @@ void pusher__free(struct pusher *p);
 /* Prometheus text lines for the push counters and the spool gauges. Any thread. */
 void pusher__metrics(struct pusher *p, FILE *out);
 
+/* Sample counts so far, for the summary line at exit. Any thread. */
+struct push_counts {
+	uint64_t batches_submitted, samples_submitted;	/* handed to the push thread */
+	uint64_t batches_pushed, samples_pushed;	/* acknowledged by the server */
+	uint64_t batches_rejected, samples_rejected;	/* refused with a 4xx, dropped */
+	uint64_t samples_dropped;	/* push queue overflow, spool bound, encode errors */
+	uint64_t spool_files, spool_samples_dropped;
+};
+void pusher__counts(struct pusher *p, struct push_counts *ret);
+
 /* One-shot helpers, also used by the benchmark: encode + compress a batch. 0 or -errno. */
 int push_encode(struct batch *b, enum compression c, uint8_t **ret, size_t *ret_len,
 		size_t *ret_raw_len);

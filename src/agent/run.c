@@ -395,6 +395,7 @@ int cmd_run(int argc, char **argv)
 	struct spool *spool = NULL;
 	struct metrics_http *mh = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
+	struct push_counts pc;
 	uint64_t next_push, end_ns = 0, now;
 	size_t empty_size;
 	int err, rc = 1;
@@ -529,6 +530,11 @@ out_stop_modules:
 	pthread_mutex_unlock(&c.lock);
 	pusher__stop(c.pusher, mono_ns() + STOP_GRACE_NS);
 	metrics_http__stop(mh);
+	pusher__counts(c.pusher, &pc);
+	log_info("run: done: %" PRIu64 " of %" PRIu64 " samples delivered in %" PRIu64
+		 " batches, %" PRIu64 " rejected by the server, %" PRIu64 " dropped, %" PRIu64
+		 " batches left in the spool", pc.samples_pushed, pc.samples_submitted,
+		 pc.batches_pushed, pc.samples_rejected, pc.samples_dropped, pc.spool_files);
 	signal_agent = NULL;
 	if (!o.spool_dir && spool__count(spool))
 		log_warn("run: %zu undelivered batches in the memory spool are lost "

@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers for the push/CLI integration tests: a real gpuscope-server and real agents on loopback,
+their /metrics, and JSON queries. Standard library only."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, ".output")
+AGENT = os.path.join(OUT, "gpuscope-agent")
+SERVER = os.path.join(OUT, "gpuscope-server")
+CLI = os.path.join(OUT, "gpuscope")
+PROGS = os.path.join(OUT, "tests", "progs")
+
+_failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        _failures.append(what)
+    return cond
+
+
+def finish():
+    if _failures:
+        print("%d check(s) failed: %s" % (len(_failures), "; ".join(_failures)))
+        sys.exit(1)
+    sys.exit(0)
+
+
+def skip(why):
+    print("SKIP: " + why, flush=True)
+    sys.exit(77)
+
+
+def need_root_and_binaries(server=True):
+    if os.geteuid() != 0:
+        skip("needs root (eBPF)")
+    for b in [AGENT, CLI] + ([SERVER] if server else []):
+        if not os.access(b, os.X_OK):
+            skip("%s is not built" % os.path.basename(b))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_until(fn, timeout, step=0.1):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(step)
+    return fn()
+
+
+def http(url, token=None, timeout=10):
+    """GET; returns (status, body bytes). Connection errors give status 0."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, ConnectionError, socket.timeout):
+        return 0, b""
+
+
+def start_workload(*argv):
+    p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if line.strip() != "ready":
+        raise RuntimeError("workload %s did not start: %r" % (argv[0], line))
+    return p
+
+
+class Server:
+    """gpuscope-server with its data in data_dir, on 127.0.0.1:port."""
+
+    def __init__(self, data_dir, port=None, token_file=None, log=None):
+        self.data_dir, self.port, self.token_file = data_dir, port or free_port(), token_file
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.log = log or os.path.join(data_dir + "-server.log")
+        self.p = None
+
+    def start(self, timeout=20):
+        argv = [SERVER, "--data", self.data_dir, "--listen", "127.0.0.1:%d" % self.port]
+        if self.token_file:
+            argv += ["--token-file", self.token_file]
+        self.p = subprocess.Popen(argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        ok = wait_until(lambda: self.p.poll() is not None or
+                        http(self.url + "/metrics")[0] != 0, timeout)
+        if self.p.poll() is not None:
+            raise RuntimeError("server exited: " + open(self.log).read()[-2000:])
+        return ok
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.p and self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        rc = self.p.returncode if self.p else None
+        self.p = None
+        return rc
+
+    def query(self, endpoint, token=None, **params):
+        url = "%s/api/v1/%s?%s" % (self.url, endpoint, urllib.parse.urlencode(params))
+        st, body = http(url, token)
+        if st != 200:
+            raise RuntimeError("%s: HTTP %d %s" % (url, st, body[:300]))
+        return json.loads(body)
+
+
+class Agent:
+    """gpuscope-agent run pushing to server_url; /metrics on a free port."""
+
+    def __init__(self, server_url, args, log):
+        self.log = log
+        self.argv = [AGENT, "run", "--server", server_url, "--metrics-listen", "127.0.0.1:0"] + args
+        self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        m = wait_until(lambda: self.p.poll() is not None or
+                       re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 30)
+        if self.p.poll() is not None:
+            raise RuntimeError("agent exited %d: %s" % (self.p.returncode, self.read_log()[-3000:]))
+        self.metrics_url = m.group(1)
+
+    def read_log(self):
+        try:
+            return open(self.log, errors="replace").read()
+        except FileNotFoundError:
+            return ""
+
+    def metrics(self):
+        """{name or name{labels}: float} from /metrics, {} if unreachable."""
+        st, body = http(self.metrics_url)
+        out = {}
+        if st != 200:
+            return out
+        for line in body.decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            k, _, v = line.rpartition(" ")
+            out[k] = float(v)
+        return out
+
+    def metric(self, name, default=0.0):
+        return self.metrics().get(name, default)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+                return None
+        return self.p.returncode
+
+    def summary(self):
+        """Counts from the agent's last line: delivered, submitted, batches, rejected, dropped,
+        left in the spool."""
+        m = re.findall(r"run: done: (\d+) of (\d+) samples delivered in (\d+) batches, (\d+) "
+                       r"rejected by the server, (\d+) dropped, (\d+) batches left", self.read_log())
+        if not m:
+            return None
+        k = ("delivered", "submitted", "batches", "rejected", "dropped", "spooled")
+        return dict(zip(k, map(int, m[-1])))
+
+
+def cpu_sampler_up(agent):
+    return agent.metrics().get('gpuscope_agent_module_up{module="cpu-sampler"}', 0) == 1
+
+
+def leaf_shares(tree):
+    """{leaf function: share of the root's value} from a flame graph tree (self values)."""
+    selfs = {}
+
+    def walk(n):
+        kids = n.get("children") or []
+        s = n.get("self")
+        if s is None:
+            s = n["value"] - sum(k["value"] for k in kids)
+        if s > 0:
+            selfs[n["name"]] = selfs.get(n["name"], 0) + s
+        for k in kids:
+            walk(k)
+    walk(tree["root"])
+    total = tree["root"]["value"] or 1
+    return {k: v / total for k, v in selfs.items()}
+
+
+class Scratch:
+    """A temporary directory removed at exit (kept with GPUSCOPE_KEEP_TEST_DIRS=1)."""
+
+    def __init__(self, name):
+        self.dir = tempfile.mkdtemp(prefix="gpuscope-%s-" % name)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def cleanup(self):
+        if not os.environ.get("GPUSCOPE_KEEP_TEST_DIRS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
