@@ -6,6 +6,8 @@
  * samples under them; hovering a frame shows its name, value and share at the bottom.
  * Each frame is <g class="f" data-n=name data-s=start data-w=width data-d=depth>, where start
  * and width are in sample units (samples or ns) from the left edge of the root.
+ * URL parameters make a view linkable: ?z=NAME zooms into the widest frame named NAME,
+ * ?s=REGEX searches.
  */
 var svg, frames = [], details, matched, unzoomBtn, searchBtn, total = 1, unit = "samples";
 var PAD = 10, WIDTH = 1180, CHAR_W = 7.1, zoomed = null, searching = false;
@@ -62,6 +64,39 @@ function init(evt) {
 			resetSearch();
 		}
 	});
+	var params = urlParams();
+	if (params.z) {
+		var best = null;
+		for (var k = 0; k < frames.length; k++)
+			if (frames[k].fn === params.z && (!best || frames[k].fw > best.fw))
+				best = frames[k];
+		if (best)
+			zoom(best);
+	}
+	if (params.s)
+		search(toRegExp(params.s));
+}
+
+function urlParams() {
+	var out = {}, q = (window.location && window.location.search || "").replace(/^\?/, "");
+	var parts = q ? q.split("&") : [];
+	for (var i = 0; i < parts.length; i++) {
+		var kv = parts[i].split("=");
+		try {
+			out[decodeURIComponent(kv[0])] = decodeURIComponent((kv[1] || "").replace(/\+/g, " "));
+		} catch (err) {
+			/* a malformed parameter is ignored */
+		}
+	}
+	return out;
+}
+
+function toRegExp(term) {
+	try {
+		return new RegExp(term);
+	} catch (err) {
+		return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+	}
 }
 
 function frameOf(el) {
@@ -151,13 +186,7 @@ function searchPrompt() {
 	var term = window.prompt("Search functions (regular expression):", "");
 	if (term === null || term === "")
 		return;
-	var re;
-	try {
-		re = new RegExp(term);
-	} catch (err) {
-		re = new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
-	}
-	search(re);
+	search(toRegExp(term));
 }
 
 /* Highlights matches; the matched share counts nested matches once (merged ranges). */

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""End to end on loopback: a real agent pushes real eBPF samples of tests/progs/burn (50 % leaf_alpha,
+30 % leaf_beta, 20 % burnlib_leaf) to a real gpuscope-server with --token-file; the flame graph has
+those shares and exactly the samples the agent delivered (SIGTERM flushes the last partial batch);
+an agent with a wrong token is refused and spools; the CLI writes a valid interactive SVG (checked
+with xml.etree and, when Chromium is installed, by running its script in a headless browser), a top
+table and a pprof file, and reports server errors on one line."""
+import gzip
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+from pushlib import (Agent, CLI, PROGS, Scratch, Server, check, cpu_sampler_up, finish, http,
+                     leaf_shares, need_root_and_binaries, skip, start_workload, wait_until)
+
+need_root_and_binaries()
+tmp = Scratch("push-e2e")
+with open(tmp.path("token"), "w") as f:
+    f.write("s3cret-token\n")
+with open(tmp.path("bad-token"), "w") as f:
+    f.write("wrong\n")
+server = Server(tmp.path("data"), token_file=tmp.path("token"), log=tmp.path("server.log"))
+server.start()
+work = start_workload(os.path.join(PROGS, "burn"), "12")
+node = "e2e-%d" % os.getpid()
+sel = '{node="%s",pid="%d"}' % (node, work.pid)
+agents = []
+
+
+def cli(*args):
+    return subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=60)
+
+
+try:
+    good = Agent(server.url, ["--pid", str(work.pid), "--push-interval", "1s", "--node", node,
+                              "--token-file", tmp.path("token"), "--spool-dir", tmp.path("spool-good")],
+                 tmp.path("agent-good.log"))
+    agents.append(good)
+    if not cpu_sampler_up(good):
+        skip("the agent has no CPU sampler module (oncpu) here")
+    bad = Agent(server.url, ["--pid", str(work.pid), "--push-interval", "500ms", "--node", node + "-bad",
+                             "--token-file", tmp.path("bad-token"), "--retry-max", "1s",
+                             "--spool-dir", tmp.path("spool-bad")], tmp.path("agent-bad.log"))
+    agents.append(bad)
+
+    # --- push, then SIGTERM mid-interval: the last partial batch is delivered too.
+    check(wait_until(lambda: good.metric("gpuscope_agent_batches_pushed_total") >= 3, 15),
+          "the agent pushed batches")
+    time.sleep(0.5)
+    sent_before = good.metric("gpuscope_agent_samples_sent_total")
+    rc = good.stop()
+    s = good.summary()
+    check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)
+    check(s is not None and s["delivered"] == s["submitted"] and s["dropped"] == 0 and
+          s["spooled"] == 0, "everything delivered at exit: %s" % s)
+    check(s is not None and s["delivered"] > sent_before,
+          "SIGTERM flushed the partial batch (%s samples before, %s after)" %
+          (sent_before, s and s["delivered"]))
+
+    # --- the stored flame graph: exactly the delivered samples, with the workload's shares.
+    fg = server.query("flamegraph", token="s3cret-token", since="10m", selector='{node="%s"}' % node)
+    check(s is not None and fg["total"] == s["delivered"],
+          "server holds exactly the delivered samples (%s vs %s)" % (fg["total"], s and s["delivered"]))
+    fg = server.query("flamegraph", token="s3cret-token", since="10m", selector=sel)
+    shares = leaf_shares(fg)
+    print("leaf shares: %s" % sorted(shares.items(), key=lambda kv: -kv[1])[:6])
+    for leaf, want in (("leaf_alpha", 0.5), ("leaf_beta", 0.3), ("burnlib_leaf", 0.2)):
+        check(abs(shares.get(leaf, 0) - want) <= 0.12,
+              "%s share %.3f ~ %.2f" % (leaf, shares.get(leaf, 0), want))
+    check(fg["total"] >= 100, "enough samples for shares (%d)" % fg["total"])
+
+    # --- auth: a wrong token is refused (401), counted, and what it had is kept in its spool.
+    check(wait_until(lambda: bad.metric("gpuscope_agent_push_failures_total") >= 2, 10),
+          "wrong token: push failures counted")
+    m = bad.metrics()
+    check(m.get("gpuscope_agent_batches_pushed_total") == 0, "wrong token: nothing accepted")
+    check(m.get("gpuscope_agent_spool_files", 0) >= 1, "wrong token: batches kept in the spool")
+    check("HTTP 401" in bad.read_log(), "wrong token: the 401 is logged")
+    bad.stop()
+    fg_bad = server.query("flamegraph", token="s3cret-token", since="10m",
+                          selector='{node="%s-bad"}' % node)
+    check(fg_bad["total"] == 0, "wrong token: nothing stored (%d)" % fg_bad["total"])
+    st, _ = http(server.url + "/api/v1/labels")
+    check(st == 401, "query without a token: 401 (%d)" % st)
+
+    # --- CLI: flame graph SVG.
+    svg = tmp.path("cpu.svg")
+    r = cli("flamegraph", "--server", server.url, "--since", "10m", "--selector", sel,
+            "--token-file", tmp.path("token"), "-o", svg)
+    check(r.returncode == 0, "gpuscope flamegraph exits 0 (%s)" % r.stderr.strip())
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.parse(svg).getroot()
+    frames = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "f"]
+    names = {g.get("data-n") for g in frames}
+    check(root.tag == "{http://www.w3.org/2000/svg}svg", "SVG root element")
+    check({"all", "leaf_alpha", "leaf_beta", "burnlib_leaf", "burn_loop"} <= names,
+          "SVG frames carry the workload's functions")
+    allf = [g for g in frames if g.get("data-d") == "0"]
+    check(len(allf) == 1 and float(allf[0].get("data-w")) == fg["total"],
+          "root frame spans the total (%s)" % (allf and allf[0].get("data-w")))
+    check(all(g.find("s:title", ns) is not None and g.find("s:rect", ns) is not None
+              for g in frames), "every frame has a tooltip and a rect")
+    check(root.find("s:script", ns) is not None and "function zoom" in root.find("s:script", ns).text,
+          "zoom/search script embedded")
+
+    # Run the script in a real browser: zoom into phase_beta, search leaf_.
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        url = "file://%s?%s" % (svg, urllib.parse.urlencode({"z": "phase_beta", "s": "^leaf_"}))
+        d = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--user-data-dir=" + tmp.path("chromium"), "--dump-dom", url],
+                           capture_output=True, text=True, timeout=60).stdout
+        dom = ET.fromstring(d) if d.strip().startswith("<svg") else None
+        if check(dom is not None, "browser loaded the SVG"):
+            matched = [t for t in dom.iter("{http://www.w3.org/2000/svg}text") if t.get("id") == "matched"]
+            def under(n):	# value of the outermost frames matching ^leaf_
+                if n["name"].startswith("leaf_"):
+                    return n["value"]
+                return sum(under(k) for k in n.get("children") or [])
+            want = 100.0 * under(fg["root"]) / fg["total"]
+            text = matched[0].text if matched else ""
+            check(text.startswith("Matched: "), "search shows the matched share (%r)" % text)
+            got = float(text.split()[1].rstrip("%")) if text.startswith("Matched: ") else -1
+            check(abs(got - want) < 0.11, "matched share %.1f%% ~ leaf_alpha+leaf_beta %.1f%%" %
+                  (got, want))
+            beta = [g for g in dom.iter("{http://www.w3.org/2000/svg}g") if g.get("data-n") == "leaf_beta"]
+            rect = beta[0].find("s:rect", ns) if beta else None
+            check(rect is not None and float(rect.get("width")) > 1000 and rect.get("fill") == "rgb(230,0,230)",
+                  "zoom widened leaf_beta to the full width and search highlighted it")
+    else:
+        print("chromium not installed: script not run in a browser")
+
+    # --- CLI: top, pprof, ranges, errors.
+    r = cli("top", "--server", server.url, "--since", "10m", "--selector", sel,
+            "--token-file", tmp.path("token"), "--limit", "5")
+    rows = [l.split() for l in r.stdout.splitlines()[1:]]
+    check(r.returncode == 0 and len(rows) >= 3, "gpuscope top prints rows")
+    print(r.stdout)
+    check([row[-1] for row in rows[:1]] == ["leaf_alpha"] and
+          {row[-1] for row in rows[:3]} == {"leaf_alpha", "leaf_beta", "burnlib_leaf"},
+          "top self functions are the workload's leaves")
+    pp = tmp.path("cpu.pb.gz")
+    r = cli("pprof", "--server", server.url, "--since", "10m", "--selector", sel,
+            "--token-file", tmp.path("token"), "-o", pp)
+    check(r.returncode == 0 and len(gzip.decompress(open(pp, "rb").read())) > 100,
+          "gpuscope pprof writes a gzip'd profile")
+    now = time.time()
+    frm = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 600))
+    r = cli("top", "--server", server.url, "--from", frm, "--to", "%.3f" % (now + 5), "--selector", sel,
+            "--token-file", tmp.path("token"), "--limit", "1")
+    check(r.returncode == 0 and "leaf_alpha" in r.stdout, "--from RFC 3339 --to Unix seconds")
+    r = cli("top", "--server", server.url, "--since", "10m")
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "401" in r.stderr,
+          "missing token: one line, exit 1 (%r)" % r.stderr.strip())
+    r = cli("top", "--server", server.url, "--since", "10m", "--selector", "{pod=",
+            "--token-file", tmp.path("token"))
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "HTTP 400" in r.stderr,
+          "bad selector: the server's error on one line, exit 1 (%r)" % r.stderr.strip())
+    r = cli("flamegraph", "--server", server.url, "--since", "yesterday", "-o", tmp.path("x.svg"))
+    check(r.returncode == 2, "usage error: exit 2")
+    r = cli("top", "--server", "http://127.0.0.1:1", "--since", "1m")
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1,
+          "unreachable server: one line, exit 1 (%r)" % r.stderr.strip())
+finally:
+    for a in agents:
+        a.stop()
+    work.kill()
+    work.wait()
+    server.stop()
+    tmp.cleanup()
+finish()
