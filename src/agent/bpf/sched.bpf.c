@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Thread states of tracked processes from the scheduler: a per-thread state machine on
+ * sched_switch / sched_waking / sched_wakeup_new / sched_process_exit that emits one event per
+ * running / runnable / blocked interval at least min_interval_ns long and folds shorter ones into
+ * summary intervals. Blocked intervals carry the stacks at the switch-out; short ones are summed
+ * per stack in the `offcpu` map. Also reports exec/fork/exit and opens of libcuda or /dev/nvidia*
+ * by untracked processes, for discovery.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "common/abi.h"
+#include "common/abi_strips.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define TASK_RUNNING 0x0
+#define TASK_DEAD    0x80
+
+const volatile bool track_all = false;		/* every process, not only `tracked` tgids */
+const volatile __u64 min_interval_ns = 1000000;	/* shorter intervals go into summaries */
+const volatile __u64 max_summary_ns = 20000000;	/* a summary is flushed once it spans this */
+const volatile bool want_stacks = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+/* tgid -> 1: processes whose threads are followed; filled by user space (and by fork below). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} tracked SEC(".maps");
+
+/* tid -> 1 while the thread is inside a synchronizing CUDA call; written by cudaprobe.bpf.c. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} in_sync SEC(".maps");
+
+struct thr {
+	__u64 since_ns;		/* start of the current state */
+	__u64 agg_start_ns;	/* start of the pending summary; 0: none */
+	__u64 agg_end_ns;
+	__u64 agg_ns[3];	/* running, runnable, blocked ns in the summary */
+	__u32 tgid;
+	__u32 cpu;		/* RUNNING: the cpu */
+	__s32 kstack_id, ustack_id;	/* BLOCKED: stacks at the switch-out */
+	__s32 syscall_nr;
+	__u8 state;		/* enum gpuscope_tstate */
+	__u8 flags;		/* GPUSCOPE_TSF_CUDA_SYNC while BLOCKED in a sync */
+	__u8 _pad[2];
+	__u8 comm[GPUSCOPE_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);	/* tid */
+	__type(value, struct thr);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, GPUSCOPE_MAX_STACK * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gpuscope_offcpu_key);
+	__type(value, struct gpuscope_offcpu_val);
+} offcpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GPUSCOPE_SERR_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} errors SEC(".maps");
+
+/* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+static __always_inline void count_err(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&errors, &which);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&counts, &which);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline bool is_tracked(__u32 tgid)
+{
+	if (track_all)
+		return tgid != 0;
+	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
+}
+
+static __always_inline void emit(struct gpuscope_ev_thread_state *ev)
+{
+	ev->hdr.type = GPUSCOPE_EV_THREAD_STATE;
+	ev->hdr.size = sizeof(*ev);
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0))
+		count_err(GPUSCOPE_SERR_RINGBUF_FULL);
+	else
+		count(1);
+}
+
+static __always_inline void flush_summary(struct thr *t, __u32 tid, __u8 flags)
+{
+	struct gpuscope_ev_thread_state ev = {};
+
+	if (!t->agg_start_ns)
+		return;
+	ev.start_ns = t->agg_start_ns;
+	ev.end_ns = t->agg_end_ns;
+	ev.run_ns = t->agg_ns[0];
+	ev.runnable_ns = t->agg_ns[1];
+	ev.blocked_ns = t->agg_ns[2];
+	ev.tgid = t->tgid;
+	ev.tid = tid;
+	ev.cpu = t->cpu;
+	ev.kstack_id = -1;
+	ev.ustack_id = -1;
+	ev.syscall_nr = -1;
+	ev.state = GPUSCOPE_TS_SUMMARY;
+	ev.flags = flags;
+	__builtin_memcpy(ev.comm, t->comm, sizeof(ev.comm));
+	emit(&ev);
+	t->agg_start_ns = 0;
+	t->agg_ns[0] = t->agg_ns[1] = t->agg_ns[2] = 0;
+}
+
+/* Ends the thread's current state at now: one event, or folded into the summary. */
+static __always_inline void close_state(struct thr *t, __u32 tid, __u64 now, __u8 flags)
+{
+	__u64 dur;
+	__u8 st = t->state;
+
+	if (st < GPUSCOPE_TS_RUNNING || st > GPUSCOPE_TS_BLOCKED || now <= t->since_ns)
+		return;
+	dur = now - t->since_ns;
+	if (dur >= min_interval_ns || (flags & GPUSCOPE_TSF_FINAL)) {
+		struct gpuscope_ev_thread_state ev = {};
+
+		flush_summary(t, tid, 0);
+		ev.start_ns = t->since_ns;
+		ev.end_ns = now;
+		ev.tgid = t->tgid;
+		ev.tid = tid;
+		ev.cpu = t->cpu;
+		ev.kstack_id = t->kstack_id;
+		ev.ustack_id = t->ustack_id;
+		ev.syscall_nr = t->syscall_nr;
+		ev.state = st;
+		ev.flags = flags | (st == GPUSCOPE_TS_BLOCKED ? t->flags : 0);
+		__builtin_memcpy(ev.comm, t->comm, sizeof(ev.comm));
+		emit(&ev);
+		return;
+	}
+	if (!t->agg_start_ns)
+		t->agg_start_ns = t->since_ns;
+	t->agg_end_ns = now;
+	if (st == GPUSCOPE_TS_RUNNING)
+		t->agg_ns[0] += dur;
+	else if (st == GPUSCOPE_TS_RUNNABLE)
+		t->agg_ns[1] += dur;
+	else
+		t->agg_ns[2] += dur;
+	count_err(GPUSCOPE_SERR_SUMMARY);
+	if (st == GPUSCOPE_TS_BLOCKED) {
+		struct gpuscope_offcpu_key k = {
+			.tgid = t->tgid, .tid = tid, .kstack_id = t->kstack_id,
+			.ustack_id = t->ustack_id, .syscall_nr = t->syscall_nr, .flags = t->flags,
+		};
+		struct gpuscope_offcpu_val nv = { .ns = dur, .count = 1 };
+		struct gpuscope_offcpu_val *v = bpf_map_lookup_elem(&offcpu, &k);
+
+		if (!v && !bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST))
+			goto folded;
+		if (!v)
+			v = bpf_map_lookup_elem(&offcpu, &k);
+		if (v) {
+			__sync_fetch_and_add(&v->ns, dur);
+			__sync_fetch_and_add(&v->count, 1);
+		} else {
+			count_err(GPUSCOPE_SERR_AGG_FULL);
+		}
+	}
+folded:
+	if (t->agg_end_ns - t->agg_start_ns >= max_summary_ns)
+		flush_summary(t, tid, 0);
+}
+
+static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
+{
+	struct thr *t = bpf_map_lookup_elem(&threads, &tid);
+	struct thr nt = {};
+
+	if (t)
+		return t;
+	nt.tgid = tgid;
+	nt.kstack_id = -1;
+	nt.ustack_id = -1;
+	nt.syscall_nr = -1;
+	BPF_CORE_READ_STR_INTO(&nt.comm, p, comm);
+	bpf_map_update_elem(&threads, &tid, &nt, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t)
+		count_err(GPUSCOPE_SERR_THREADS_FULL);
+	return t;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 ptid = prev->pid, ptgid = prev->tgid;
+	__u32 ntid = next->pid, ntgid = next->tgid;
+	struct thr *t;
+
+	if (ptid && is_tracked(ptgid) && !(prev_state & TASK_DEAD)) {
+		t = get_thr(prev, ptid, ptgid);
+		if (t) {
+			count(0);
+			close_state(t, ptid, now, 0);
+			t->since_ns = now;
+			t->flags = 0;
+			if (!preempt && prev_state != TASK_RUNNING) {
+				__u8 *s = bpf_map_lookup_elem(&in_sync, &ptid);
+				struct pt_regs *regs;
+
+				t->state = GPUSCOPE_TS_BLOCKED;
+				if (s)
+					t->flags |= GPUSCOPE_TSF_CUDA_SYNC;
+				t->kstack_id = -1;
+				t->ustack_id = -1;
+				if (want_stacks) {
+					t->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
+					if (t->kstack_id < 0)
+						count_err(GPUSCOPE_SERR_KSTACK);
+					if (prev->mm) {
+						t->ustack_id = bpf_get_stackid(ctx, &stacks,
+									       BPF_F_USER_STACK);
+						if (t->ustack_id < 0)
+							count_err(GPUSCOPE_SERR_USTACK);
+					}
+				}
+				regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+				t->syscall_nr = regs && prev->mm ? (__s32)BPF_CORE_READ(regs, orig_ax) : -1;
+			} else {
+				t->state = GPUSCOPE_TS_RUNNABLE;
+			}
+		}
+	}
+	if (ntid && is_tracked(ntgid)) {
+		t = get_thr(next, ntid, ntgid);
+		if (t) {
+			close_state(t, ntid, now, 0);
+			t->since_ns = now;
+			t->state = GPUSCOPE_TS_RUNNING;
+			t->cpu = bpf_get_smp_processor_id();
+			t->flags = 0;
+			/* names change (prctl, pthread_setname_np); refresh when it runs */
+			BPF_CORE_READ_STR_INTO(&t->comm, next, comm);
+		}
+	}
+	return 0;
+}
+
+static __always_inline void woken(struct task_struct *p, bool new_task)
+{
+	__u32 tid = p->pid, tgid = p->tgid;
+	__u64 now;
+	struct thr *t;
+
+	if (!tid || !is_tracked(tgid))
+		return;
+	now = bpf_ktime_get_ns();
+	t = new_task ? get_thr(p, tid, tgid) : bpf_map_lookup_elem(&threads, &tid);
+	if (!t)
+		return;
+	if (t->state == GPUSCOPE_TS_BLOCKED) {
+		close_state(t, tid, now, 0);
+	} else if (t->state != GPUSCOPE_TS_UNKNOWN) {
+		/* woken while still on its way out of the CPU: the switch-out follows */
+		count_err(GPUSCOPE_SERR_RACE);
+		return;
+	}
+	t->since_ns = now;
+	t->state = GPUSCOPE_TS_RUNNABLE;
+	t->flags = 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_waking, struct task_struct *p)
+{
+	woken(p, false);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(on_wakeup_new, struct task_struct *p)
+{
+	woken(p, true);
+	return 0;
+}
+
+static __always_inline void proc_event(__u8 what, __u32 pid, __u32 tid, __u32 ppid)
+{
+	struct gpuscope_ev_proc ev = {};
+
+	ev.hdr.type = GPUSCOPE_EV_PROC;
+	ev.hdr.size = sizeof(ev);
+	ev.ktime_ns = bpf_ktime_get_ns();
+	ev.pid = pid;
+	ev.tid = tid;
+	ev.ppid = ppid;
+	ev.what = what;
+	bpf_get_current_comm(ev.comm, sizeof(ev.comm));
+	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+		count_err(GPUSCOPE_SERR_RINGBUF_FULL);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	__u32 tid = p->pid, tgid = p->tgid;
+	struct thr *t;
+
+	if (!is_tracked(tgid))
+		return 0;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (t) {
+		close_state(t, tid, bpf_ktime_get_ns(), GPUSCOPE_TSF_FINAL);
+		flush_summary(t, tid, GPUSCOPE_TSF_FINAL);
+		bpf_map_delete_elem(&threads, &tid);
+	}
+	bpf_map_delete_elem(&in_sync, &tid);
+	if (tid == tgid && !track_all)
+		proc_event(GPUSCOPE_PROC_EXIT, tgid, tid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, cpid = child->pid, ctgid = child->tgid;
+	__u8 one = 1;
+
+	/* a new process (not a thread) of a tracked one inherits its mappings: track it now */
+	if (cpid != ctgid || track_all || !bpf_map_lookup_elem(&tracked, &ptgid))
+		return 0;
+	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	proc_event(GPUSCOPE_PROC_FORK, ctgid, cpid, ptgid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	proc_event(GPUSCOPE_PROC_EXEC, p->tgid, p->pid, 0);
+	return 0;
+}
+
+/* Is the file name's last component "libcuda.so*" or the path "/dev/nvidia*"? */
+static __always_inline bool gpu_path(const char *name)
+{
+	char buf[128];
+	long n = bpf_probe_read_user_str(buf, sizeof(buf), name);
+	int base = 0;
+
+	if (n <= 0)
+		return false;
+	if (buf[0] == '/' && buf[1] == 'd' && buf[2] == 'e' && buf[3] == 'v' && buf[4] == '/' &&
+	    buf[5] == 'n' && buf[6] == 'v' && buf[7] == 'i' && buf[8] == 'd' && buf[9] == 'i' &&
+	    buf[10] == 'a')
+		return true;
+	for (int i = 0; i < (int)sizeof(buf) - 1; i++) {
+		if (i >= n - 1)
+			break;
+		if (buf[i] == '/')
+			base = i + 1;
+	}
+	if (base > (int)sizeof(buf) - 9)
+		return false;
+	return buf[base & 127] == 'l' && buf[(base + 1) & 127] == 'i' &&
+	       buf[(base + 2) & 127] == 'b' && buf[(base + 3) & 127] == 'c' &&
+	       buf[(base + 4) & 127] == 'u' && buf[(base + 5) & 127] == 'd' &&
+	       buf[(base + 6) & 127] == 'a' && buf[(base + 7) & 127] == '.';
+}
+
+SEC("tp/syscalls/sys_enter_openat")
+int on_openat(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (track_all || bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	if (gpu_path((const char *)ctx->args[1]))
+		proc_event(GPUSCOPE_PROC_OPEN_GPU, tgid, (__u32)bpf_get_current_pid_tgid(), 0);
+	return 0;
+}

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * GPU process discovery for the thread-state and CUDA modules: a process is tracked when it maps
+ * libcuda or /dev/nvidia* (or holds such a device open), is named by --pid, or was forked by a
+ * tracked process. Found by one /proc scan at start, by hints from BPF (exec, fork, exit, opens of
+ * GPU files) checked shortly after, and by a slow full rescan as a safety net.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "agent/agent.h"
+#include "agent/strips.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define RESCAN_NS	 (30 * NSEC_PER_SEC)	/* full /proc rescan period */
+#define PENDING_MAX	 256
+#define PENDING_TRIES	 6			/* checks of a hinted pid, 100 ms .. 3.2 s apart */
+#define HOOKS_MAX	 4
+
+struct pending {
+	pid_t pid;
+	int tries;
+	uint64_t due_ns;
+};
+
+static struct {
+	int refs;
+	struct agent *a;
+	struct proc_info procs[PROCS_MAX];
+	size_t nprocs;
+	struct pending pending[PENDING_MAX];
+	size_t npending;
+	struct { procs_hook_fn fn; void *ctx; } hooks[HOOKS_MAX];
+	uint64_t generation, next_rescan_ns;
+	struct procs_stats st;
+} P;
+
+int strips_in_sync_map_fd = -1;
+
+static struct proc_info *find(pid_t pid)
+{
+	for (size_t i = 0; i < P.nprocs; i++)
+		if (P.procs[i].pid == pid)
+			return &P.procs[i];
+	return NULL;
+}
+
+static bool in_pid_opt(pid_t pid)
+{
+	for (int i = 0; P.a && i < P.a->opts.npids; i++)
+		if (P.a->opts.pids[i] == pid)
+			return true;
+	return false;
+}
+
+static void read_comm(pid_t pid, char *comm, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	comm[0] = 0;
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	if (fgets(comm, (int)len, f))
+		comm[strcspn(comm, "\n")] = 0;
+	fclose(f);
+}
+
+static pid_t read_ns_pid(pid_t pid)
+{
+	char path[64], line[256];
+	pid_t ns = pid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return pid;
+	while (fgets(line, sizeof(line), f)) {
+		char *p, *last = NULL;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (p = strtok(line + 6, " \t\n"); p; p = strtok(NULL, " \t\n"))
+			last = p;
+		if (last)
+			ns = atoi(last);
+		break;
+	}
+	fclose(f);
+	return ns;
+}
+
+static void notify(pid_t pid, bool tracked)
+{
+	P.generation++;
+	for (int i = 0; i < HOOKS_MAX; i++)
+		if (P.hooks[i].fn)
+			P.hooks[i].fn(pid, tracked, P.hooks[i].ctx);
+}
+
+static void track(pid_t pid, enum proc_why why)
+{
+	struct proc_info *p = find(pid);
+
+	if (p)
+		return;
+	if (P.nprocs == PROCS_MAX) {
+		if (!P.st.overflow++)
+			log_warn("more than %d GPU processes: pid %d and later ones not tracked",
+				 PROCS_MAX, pid);
+		return;
+	}
+	p = &P.procs[P.nprocs++];
+	memset(p, 0, sizeof(*p));
+	p->pid = pid;
+	p->why = why;
+	p->ns_pid = read_ns_pid(pid);
+	p->tracked_since_ns = mono_ns();
+	read_comm(pid, p->comm, sizeof(p->comm));
+	P.st.tracked++;
+	log_debug("tracking pid %d '%s' (%d)", pid, p->comm, why);
+	notify(pid, true);
+}
+
+static void untrack(pid_t pid)
+{
+	struct proc_info *p = find(pid);
+
+	if (!p)
+		return;
+	*p = P.procs[--P.nprocs];
+	notify(pid, false);
+}
+
+int procs__check_gpu(pid_t pid, enum proc_why *ret_why)
+{
+	char path[64], line[1024];
+	int found = 0;
+	FILE *f;
+	DIR *d;
+	struct dirent *de;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	P.st.checks++;
+	while (fgets(line, sizeof(line), f)) {
+		char *name = strchr(line, '/');
+
+		if (!name)
+			continue;
+		if (!strncmp(name, "/dev/nvidia", 11)) {
+			found = PROC_WHY_NVIDIA_DEV;
+			break;
+		}
+		name = strrchr(name, '/') + 1;
+		if (!strncmp(name, "libcuda.so", 10)) {
+			found = PROC_WHY_LIBCUDA;
+			break;
+		}
+	}
+	fclose(f);
+	if (!found) {
+		/* a device held open but not mapped */
+		snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+		d = opendir(path);
+		while (d && (de = readdir(d))) {
+			char lpath[300], target[64];
+			ssize_t n;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(lpath, sizeof(lpath), "/proc/%d/fd/%s", pid, de->d_name);
+			n = readlink(lpath, target, sizeof(target) - 1);
+			if (n > 0 && n >= 11 && !strncmp(target, "/dev/nvidia", 11)) {
+				found = PROC_WHY_NVIDIA_DEV;
+				break;
+			}
+		}
+		if (d)
+			closedir(d);
+	}
+	if (found && ret_why)
+		*ret_why = found;
+	return found ? 1 : 0;
+}
+
+static void consider(pid_t pid)
+{
+	enum proc_why why;
+
+	if (find(pid))
+		return;
+	if (in_pid_opt(pid)) {
+		track(pid, PROC_WHY_PID);
+		return;
+	}
+	if (procs__check_gpu(pid, &why) > 0)
+		track(pid, why);
+}
+
+static void scan_all(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+
+	P.st.scans++;
+	while (d && (de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		consider(atoi(de->d_name));
+	}
+	if (d)
+		closedir(d);
+	/* tracked processes that are gone (exit events can be lost) */
+	for (size_t i = 0; i < P.nprocs;) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d", P.procs[i].pid);
+		if (access(path, F_OK)) {
+			P.st.vanished++;
+			untrack(P.procs[i].pid);
+			continue;
+		}
+		i++;
+	}
+	P.next_rescan_ns = mono_ns() + RESCAN_NS;
+}
+
+int procs__acquire(struct agent *a, procs_hook_fn hook, void *ctx)
+{
+	if (hook) {
+		int i;
+
+		for (i = 0; i < HOOKS_MAX && P.hooks[i].fn; i++)
+			;
+		if (i == HOOKS_MAX)
+			return -ENOSPC;
+		P.hooks[i].fn = hook;
+		P.hooks[i].ctx = ctx;
+	}
+	if (P.refs++) {
+		for (size_t i = 0; hook && i < P.nprocs; i++)
+			hook(P.procs[i].pid, true, ctx);
+		return 0;
+	}
+	P.a = a;
+	for (int i = 0; i < a->opts.npids; i++)
+		if (!kill(a->opts.pids[i], 0) || errno == EPERM)
+			track(a->opts.pids[i], PROC_WHY_PID);
+		else
+			log_warn("--pid %d: no such process", a->opts.pids[i]);
+	scan_all();
+	return 0;
+}
+
+void procs__release(procs_hook_fn hook, void *ctx)
+{
+	for (int i = 0; hook && i < HOOKS_MAX; i++)
+		if (P.hooks[i].fn == hook && P.hooks[i].ctx == ctx)
+			P.hooks[i].fn = NULL;
+	if (!P.refs || --P.refs)
+		return;
+	P.nprocs = 0;
+	P.npending = 0;
+	P.a = NULL;
+	memset(&P.st, 0, sizeof(P.st));
+}
+
+static void add_pending(pid_t pid, uint64_t delay_ns)
+{
+	for (size_t i = 0; i < P.npending; i++)
+		if (P.pending[i].pid == pid) {
+			P.pending[i].tries = 0;
+			return;
+		}
+	if (P.npending == PENDING_MAX) {
+		/* lost hint: the next full rescan finds it */
+		P.next_rescan_ns = 0;
+		return;
+	}
+	P.pending[P.npending++] = (struct pending){ pid, 0, mono_ns() + delay_ns };
+}
+
+void procs__tick(void)
+{
+	uint64_t now = mono_ns();
+
+	if (!P.refs)
+		return;
+	for (size_t i = 0; i < P.npending;) {
+		struct pending *q = &P.pending[i];
+
+		if (q->due_ns > now) {
+			i++;
+			continue;
+		}
+		consider(q->pid);
+		if (find(q->pid) || ++q->tries >= PENDING_TRIES || kill(q->pid, 0)) {
+			*q = P.pending[--P.npending];
+			continue;
+		}
+		q->due_ns = now + (100 * NSEC_PER_MSEC << q->tries);
+		i++;
+	}
+	if (now >= P.next_rescan_ns)
+		scan_all();
+}
+
+void procs__hint_open(pid_t pid)
+{
+	/* the library is mapped right after it is opened: look soon */
+	add_pending(pid, 5 * NSEC_PER_MSEC);
+}
+
+void procs__hint_exec(pid_t pid)
+{
+	struct proc_info *p = find(pid);
+
+	/* a new image: its old mappings are gone; --pid stays tracked */
+	if (p && p->why != PROC_WHY_PID)
+		untrack(pid);
+	if (in_pid_opt(pid))
+		track(pid, PROC_WHY_PID);
+}
+
+void procs__hint_fork(pid_t child, pid_t parent)
+{
+	if (find(parent))
+		track(child, PROC_WHY_FORK);
+}
+
+void procs__hint_exit(pid_t pid)
+{
+	untrack(pid);
+}
+
+const struct proc_info *procs__get(pid_t pid)
+{
+	return find(pid);
+}
+
+size_t procs__list(pid_t *out, size_t max)
+{
+	for (size_t i = 0; i < P.nprocs && i < max; i++)
+		out[i] = P.procs[i].pid;
+	return P.nprocs;
+}
+
+uint64_t procs__generation(void)
+{
+	return P.generation;
+}
+
+void procs__stats(struct procs_stats *s)
+{
+	*s = P.st;
+	s->tracked = P.nprocs;
+}
+
+size_t strips_labels(pid_t pid, pid_t tid, const char *thread, struct label *lbl,
+		     char bufs[3][16])
+{
+	const struct proc_info *p = find(pid);
+	size_t n = 0;
+
+	snprintf(bufs[0], 16, "%d", pid);
+	snprintf(bufs[1], 16, "%d", tid);
+	lbl[n++] = (struct label){ "pid", bufs[0] };
+	lbl[n++] = (struct label){ "tid", bufs[1] };
+	if (p && p->comm[0])
+		lbl[n++] = (struct label){ "comm", p->comm };
+	else if (thread && tid == pid)
+		lbl[n++] = (struct label){ "comm", thread };
+	if (thread)
+		lbl[n++] = (struct label){ "thread", thread };
+	if (p && p->ns_pid != p->pid) {
+		snprintf(bufs[2], 16, "%d", p->ns_pid);
+		lbl[n++] = (struct label){ "ns_pid", bufs[2] };
+	}
+	return n;
+}

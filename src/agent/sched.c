@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Thread states ("strips") and the off-CPU profile of tracked processes: loads sched.bpf.c,
+ * keeps its `tracked` map in step with procs.c, and turns its events into `thread_state`
+ * intervals and offcpu_ns samples (blocked time weighted by the stacks at the switch-out).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/types.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "agent/agent.h"
+#include "agent/modules.h"
+#include "agent/strips.h"
+#include "common/abi.h"
+#include "common/abi_strips.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sched.skel.h"
+
+#if __has_include("agent/stacks.h")
+#include "agent/stacks.h"
+#define have_agent_stack() 1
+#else
+#define have_agent_stack() (agent__stack != NULL)
+int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk,
+		     const __u64 *uframes, int nu) __attribute__((weak));
+#endif
+
+#define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
+#define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)
+
+struct sched_state {
+	struct sched_bpf *skel;
+	struct ring_buffer *rb;
+	struct agent *a;
+	uint64_t next_stackmap_check_ns;
+	/* counters for /metrics */
+	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
+		stackmap_clears, proc_events, batch_errors;
+	uint64_t reasons[BLOCKED_MAX];
+};
+
+static struct sched_state S;
+
+static void on_tracked(pid_t pid, bool tracked, void *ctx)
+{
+	struct sched_state *s = ctx;
+	__u32 key = pid;
+	__u8 one = 1;
+	int err;
+
+	if (!s->skel)
+		return;
+	if (tracked)
+		err = bpf_map_update_elem(bpf_map__fd(s->skel->maps.tracked), &key, &one, BPF_ANY);
+	else
+		err = bpf_map_delete_elem(bpf_map__fd(s->skel->maps.tracked), &key);
+	if (err && (tracked || errno != ENOENT) && !s->track_errors++)
+		log_warn("sched: tracked map update for pid %d: %s", pid, strerror(errno));
+}
+
+/* Copies the frames of stack id into out (zero-terminated in the map). Returns the count. */
+static int read_stack(int fd, __s32 id, __u64 *out)
+{
+	__u32 key = id;
+	int n = 0;
+
+	if (id < 0 || bpf_map_lookup_elem(fd, &key, out))
+		return 0;
+	while (n < GPUSCOPE_MAX_STACK && out[n])
+		n++;
+	return n;
+}
+
+/* Symbolized stack id in the batch for the blocked stacks; -1 when unknown. Sets *ret_reason. */
+static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32 uid, int sys,
+			     bool cuda_sync, enum blocked_reason *ret_reason)
+{
+	static __u64 kf[GPUSCOPE_MAX_STACK], uf[GPUSCOPE_MAX_STACK];
+	int fd = bpf_map__fd(s->skel->maps.stacks);
+	int nk = read_stack(fd, kid, kf), nu = read_stack(fd, uid, uf);
+	int64_t id = -1;
+
+	*ret_reason = blocked__classify(kf, nk, sys, cuda_sync);
+	s->reasons[*ret_reason]++;
+	if (!nk && !nu) {
+		s->stack_lost++;
+		return -1;
+	}
+	if (have_agent_stack())
+		id = agent__stack(s->a, tgid, kf, nk, uf, nu);
+	if (id < 0)
+		s->stack_lost++;
+	return id;
+}
+
+static const char *state_name(int st)
+{
+	switch (st) {
+	case GPUSCOPE_TS_RUNNING:
+		return "running";
+	case GPUSCOPE_TS_RUNNABLE:
+		return "runnable";
+	case GPUSCOPE_TS_BLOCKED:
+		return "blocked";
+	}
+	return "unknown";
+}
+
+static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_state *ev)
+{
+	struct agent *a = s->a;
+	char thread[GPUSCOPE_COMM_LEN + 1], bufs[3][16], cpu[16], sid[24], ns[3][24];
+	struct label lbl[6], attrs[8];
+	size_t nl, na = 0;
+	uint64_t start = ev->start_ns + a->mono_to_wall_ns, end = ev->end_ns + a->mono_to_wall_ns;
+	int st = ev->state;
+	int err;
+
+	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
+	thread[GPUSCOPE_COMM_LEN] = 0;
+	nl = strips_labels(ev->tgid, ev->tid, thread, lbl, bufs);
+	if (st == GPUSCOPE_TS_SUMMARY) {
+		/* several short states: named after the one that took most of the time */
+		st = GPUSCOPE_TS_RUNNING;
+		if (ev->runnable_ns > ev->run_ns && ev->runnable_ns >= ev->blocked_ns)
+			st = GPUSCOPE_TS_RUNNABLE;
+		else if (ev->blocked_ns > ev->run_ns && ev->blocked_ns > ev->runnable_ns)
+			st = GPUSCOPE_TS_BLOCKED;
+		snprintf(ns[0], sizeof(ns[0]), "%" PRIu64, (uint64_t)ev->run_ns);
+		snprintf(ns[1], sizeof(ns[1]), "%" PRIu64, (uint64_t)ev->runnable_ns);
+		snprintf(ns[2], sizeof(ns[2]), "%" PRIu64, (uint64_t)ev->blocked_ns);
+		attrs[na++] = (struct label){ "state", state_name(st) };
+		attrs[na++] = (struct label){ "summary", "1" };
+		attrs[na++] = (struct label){ "running_ns", ns[0] };
+		attrs[na++] = (struct label){ "runnable_ns", ns[1] };
+		attrs[na++] = (struct label){ "blocked_ns", ns[2] };
+		s->summaries++;
+	} else {
+		attrs[na++] = (struct label){ "state", state_name(st) };
+		if (st == GPUSCOPE_TS_RUNNING) {
+			snprintf(cpu, sizeof(cpu), "%u", ev->cpu);
+			attrs[na++] = (struct label){ "cpu", cpu };
+		} else if (st == GPUSCOPE_TS_BLOCKED) {
+			enum blocked_reason r;
+			int64_t id = blocked_stack(s, ev->tgid, ev->kstack_id, ev->ustack_id,
+						   ev->syscall_nr, ev->flags & GPUSCOPE_TSF_CUDA_SYNC,
+						   &r);
+
+			attrs[na++] = (struct label){ "reason", blocked_reason_name(r) };
+			if (id >= 0) {
+				snprintf(sid, sizeof(sid), "%" PRId64, id);
+				attrs[na++] = (struct label){ "stack_id", sid };
+				err = batch__sample(a->batch, end, lbl, nl, id, SAMPLE_OFFCPU_NS,
+						    (int64_t)(ev->end_ns - ev->start_ns));
+				if (err)
+					s->batch_errors++;
+				else
+					s->offcpu_samples++;
+			}
+		}
+	}
+	err = batch__interval(a->batch, "thread_state", lbl, nl, start, end, attrs, na);
+	if (err)
+		s->batch_errors++;
+	else
+		s->intervals++;
+}
+
+static int on_event(void *ctx, void *data, size_t len)
+{
+	struct sched_state *s = ctx;
+	const struct gpuscope_ev_hdr *h = data;
+
+	if (len < sizeof(*h))
+		return 0;
+	switch (h->type) {
+	case GPUSCOPE_EV_THREAD_STATE:
+		if (len >= sizeof(struct gpuscope_ev_thread_state))
+			thread_state(s, data);
+		break;
+	case GPUSCOPE_EV_PROC: {
+		const struct gpuscope_ev_proc *p = data;
+
+		if (len < sizeof(*p))
+			break;
+		s->proc_events++;
+		if (p->what == GPUSCOPE_PROC_OPEN_GPU)
+			procs__hint_open(p->pid);
+		else if (p->what == GPUSCOPE_PROC_EXEC)
+			procs__hint_exec(p->pid);
+		else if (p->what == GPUSCOPE_PROC_FORK)
+			procs__hint_fork(p->pid, p->ppid);
+		else if (p->what == GPUSCOPE_PROC_EXIT)
+			procs__hint_exit(p->pid);
+		break;
+	}
+	}
+	return 0;
+}
+
+/* Short blocked intervals summed in the kernel: one offcpu_ns sample per (thread, stack). */
+static void drain_offcpu(struct sched_state *s)
+{
+	int fd = bpf_map__fd(s->skel->maps.offcpu);
+	struct gpuscope_offcpu_key key, next, *prev = NULL;
+	struct gpuscope_offcpu_key keys[512];
+	size_t n = 0;
+	uint64_t now = wall_ns();
+
+	/* collect first: deleting while iterating restarts the walk */
+	while (n < ARRAY_SIZE(keys) && !bpf_map_get_next_key(fd, prev, &next)) {
+		keys[n++] = next;
+		key = next;
+		prev = &key;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct gpuscope_offcpu_val v;
+		struct label lbl[6];
+		char bufs[3][16];
+		enum blocked_reason r;
+		int64_t id;
+		size_t nl;
+
+		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) &&
+		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i])))
+			continue;
+		id = blocked_stack(s, keys[i].tgid, keys[i].kstack_id, keys[i].ustack_id,
+				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
+		if (id < 0)
+			continue;
+		nl = strips_labels(keys[i].tgid, keys[i].tid, NULL, lbl, bufs);
+		if (batch__sample(s->a->batch, now, lbl, nl, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
+			s->batch_errors++;
+		else
+			s->offcpu_agg++;
+	}
+}
+
+/*
+ * The stack map only grows (ids are hash buckets; a taken bucket makes bpf_get_stackid fail
+ * with -EEXIST). Clear it when it gets full; stacks of threads blocked right now are lost then
+ * (counted as stack_lost).
+ */
+static void check_stackmap(struct sched_state *s)
+{
+	int fd = bpf_map__fd(s->skel->maps.stacks);
+	__u32 key, next, *prev = NULL, n = 0;
+
+	while (!bpf_map_get_next_key(fd, prev, &next)) {
+		n++;
+		key = next;
+		prev = &key;
+	}
+	if (n < STACKMAP_CLEAR_AT)
+		return;
+	prev = NULL;
+	while (!bpf_map_get_next_key(fd, NULL, &next))
+		bpf_map_delete_elem(fd, &next);
+	s->stackmap_clears++;
+	log_debug("sched: stack map had %u entries: cleared", n);
+}
+
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (level == LIBBPF_DEBUG && gpuscope_log_level < LOG_DEBUG)
+		return 0;
+	return vfprintf(stderr, fmt, ap);
+}
+
+static int sched_start(struct agent *a)
+{
+	struct sched_bpf *skel;
+	int err;
+
+	memset(&S, 0, sizeof(S));
+	S.a = a;
+	libbpf_set_print(libbpf_quiet);
+	skel = sched_bpf__open();
+	if (!skel)
+		return -errno;
+	skel->rodata->track_all = a->opts.all_processes;
+	err = sched_bpf__load(skel);
+	if (err)
+		goto out_destroy;
+	err = sched_bpf__attach(skel);
+	if (err)
+		goto out_destroy;
+	S.rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, &S, NULL);
+	if (!S.rb) {
+		err = -errno;
+		goto out_destroy;
+	}
+	S.skel = skel;
+	err = blocked__init();
+	if (err)
+		log_warn("sched: /proc/kallsyms: %s: blocked reasons from syscalls only",
+			 strerror(-err));
+	err = procs__acquire(a, on_tracked, &S);
+	if (err)
+		goto out_rb;
+	strips_in_sync_map_fd = bpf_map__fd(skel->maps.in_sync);
+	S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
+	return 0;
+out_rb:
+	blocked__done();
+	ring_buffer__free(S.rb);
+	S.rb = NULL;
+	S.skel = NULL;
+out_destroy:
+	sched_bpf__destroy(skel);
+	return err;
+}
+
+static int sched_tick(struct agent *a)
+{
+	int err;
+
+	if (!S.skel)
+		return 0;
+	err = ring_buffer__consume(S.rb);
+	if (err < 0)
+		return err;
+	procs__tick();
+	drain_offcpu(&S);
+	if (mono_ns() >= S.next_stackmap_check_ns) {
+		check_stackmap(&S);
+		S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
+	}
+	return 0;
+}
+
+/* Emits the open state of every followed thread up to now, so nothing waits for a next event. */
+static void close_open_states(struct sched_state *s)
+{
+	int fd = bpf_map__fd(s->skel->maps.threads);
+	__u32 key, next, *prev = NULL;
+	uint64_t now = mono_ns();
+	struct {
+		__u64 since_ns, agg_start_ns, agg_end_ns, agg_ns[3];
+		__u32 tgid, cpu;
+		__s32 kstack_id, ustack_id, syscall_nr;
+		__u8 state, flags, _pad[2];
+		__u8 comm[GPUSCOPE_COMM_LEN];
+	} t;	/* struct thr of sched.bpf.c */
+
+	if (bpf_map__value_size(s->skel->maps.threads) != sizeof(t))
+		return;
+	while (!bpf_map_get_next_key(fd, prev, &next)) {
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, &t))
+			continue;
+		if (t.agg_start_ns) {
+			struct gpuscope_ev_thread_state ev = {
+				.start_ns = t.agg_start_ns, .end_ns = t.agg_end_ns,
+				.run_ns = t.agg_ns[0], .runnable_ns = t.agg_ns[1],
+				.blocked_ns = t.agg_ns[2], .tgid = t.tgid, .tid = key,
+				.state = GPUSCOPE_TS_SUMMARY, .flags = GPUSCOPE_TSF_FINAL,
+			};
+			memcpy(ev.comm, t.comm, sizeof(ev.comm));
+			thread_state(s, &ev);
+		}
+		if (t.state >= GPUSCOPE_TS_RUNNING && t.state <= GPUSCOPE_TS_BLOCKED &&
+		    t.since_ns < now) {
+			struct gpuscope_ev_thread_state ev = {
+				.start_ns = t.since_ns, .end_ns = now, .tgid = t.tgid, .tid = key,
+				.cpu = t.cpu, .kstack_id = t.kstack_id, .ustack_id = t.ustack_id,
+				.syscall_nr = t.syscall_nr, .state = t.state,
+				.flags = GPUSCOPE_TSF_FINAL | t.flags,
+			};
+			memcpy(ev.comm, t.comm, sizeof(ev.comm));
+			thread_state(s, &ev);
+		}
+	}
+}
+
+static void sched_stop(struct agent *a)
+{
+	if (!S.skel)
+		return;
+	ring_buffer__consume(S.rb);
+	drain_offcpu(&S);
+	close_open_states(&S);
+	strips_in_sync_map_fd = -1;
+	procs__release(on_tracked, &S);
+	blocked__done();
+	ring_buffer__free(S.rb);
+	sched_bpf__destroy(S.skel);
+	S.rb = NULL;
+	S.skel = NULL;
+}
+
+static uint64_t sum_percpu(int fd, __u32 key)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t sum = 0;
+	__u64 *vals;
+
+	if (ncpu <= 0)
+		return 0;
+	vals = calloc(ncpu, sizeof(*vals));
+	if (vals && !bpf_map_lookup_elem(fd, &key, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+static void sched_metrics(struct agent *a, FILE *out)
+{
+	static const char *const errs[] = {
+		[GPUSCOPE_SERR_RINGBUF_FULL] = "ringbuf_full", [GPUSCOPE_SERR_KSTACK] = "kstack",
+		[GPUSCOPE_SERR_USTACK] = "ustack", [GPUSCOPE_SERR_THREADS_FULL] = "threads_full",
+		[GPUSCOPE_SERR_AGG_FULL] = "offcpu_map_full", [GPUSCOPE_SERR_SUMMARY] = "folded",
+		[GPUSCOPE_SERR_RACE] = "race",
+	};
+	struct procs_stats ps;
+
+	if (!S.skel)
+		return;
+	procs__stats(&ps);
+	fprintf(out, "gpuscope_agent_sched_switches_total %" PRIu64 "\n",
+		sum_percpu(bpf_map__fd(S.skel->maps.counts), 0));
+	fprintf(out, "gpuscope_agent_sched_events_total %" PRIu64 "\n",
+		sum_percpu(bpf_map__fd(S.skel->maps.counts), 1));
+	for (size_t i = 0; i < ARRAY_SIZE(errs); i++)
+		if (errs[i])
+			fprintf(out, "gpuscope_agent_sched_bpf_errors_total{error=\"%s\"} %" PRIu64 "\n",
+				errs[i], sum_percpu(bpf_map__fd(S.skel->maps.errors), i));
+	fprintf(out, "gpuscope_agent_sched_intervals_total %" PRIu64 "\n", S.intervals);
+	fprintf(out, "gpuscope_agent_sched_summaries_total %" PRIu64 "\n", S.summaries);
+	fprintf(out, "gpuscope_agent_sched_offcpu_samples_total %" PRIu64 "\n",
+		S.offcpu_samples + S.offcpu_agg);
+	fprintf(out, "gpuscope_agent_sched_stack_lost_total %" PRIu64 "\n", S.stack_lost);
+	fprintf(out, "gpuscope_agent_sched_stackmap_clears_total %" PRIu64 "\n", S.stackmap_clears);
+	fprintf(out, "gpuscope_agent_sched_batch_errors_total %" PRIu64 "\n", S.batch_errors);
+	for (int r = 0; r < BLOCKED_MAX; r++)
+		fprintf(out, "gpuscope_agent_sched_blocked_total{reason=\"%s\"} %" PRIu64 "\n",
+			blocked_reason_name(r), S.reasons[r]);
+	fprintf(out, "gpuscope_agent_procs_tracked %" PRIu64 "\n", ps.tracked);
+	fprintf(out, "gpuscope_agent_procs_overflow_total %" PRIu64 "\n", ps.overflow);
+	fprintf(out, "gpuscope_agent_procs_scans_total %" PRIu64 "\n", ps.scans);
+}
+
+const struct agent_module sched_module = {
+	.name = "sched",
+	.start = sched_start,
+	.tick = sched_tick,
+	.stop = sched_stop,
+	.metrics = sched_metrics,
+};

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ABI of the thread-state (sched.bpf.c) and CUDA driver API (cudaprobe.bpf.c) programs: ring
+ * buffer events, aggregation map keys and values. Includes nothing, like abi.h: the includer
+ * supplies __u8.. __u64.
+ */
+#ifndef GPUSCOPE_ABI_STRIPS_H
+#define GPUSCOPE_ABI_STRIPS_H
+
+/* Event types 2..9 of enum gpuscope_ev_type (abi.h reserves 2..31 for these programs). */
+#define GPUSCOPE_EV_THREAD_STATE 2	/* struct gpuscope_ev_thread_state */
+#define GPUSCOPE_EV_PROC	 3	/* struct gpuscope_ev_proc */
+#define GPUSCOPE_EV_CUDA_CALL	 4	/* struct gpuscope_ev_cuda_call */
+
+/* Thread states as the scheduler sees them. */
+enum gpuscope_tstate {
+	GPUSCOPE_TS_UNKNOWN = 0,
+	GPUSCOPE_TS_RUNNING = 1,	/* on a CPU */
+	GPUSCOPE_TS_RUNNABLE = 2,	/* woken or preempted, waiting for a CPU */
+	GPUSCOPE_TS_BLOCKED = 3,	/* switched out in a sleeping state, not woken yet */
+	GPUSCOPE_TS_SUMMARY = 4,	/* several short states folded: see run/runnable/blocked_ns */
+};
+
+/* Flags of a thread-state event. */
+#define GPUSCOPE_TSF_CUDA_SYNC	0x1	/* blocked while inside a CUDA synchronize call */
+#define GPUSCOPE_TSF_FINAL	0x2	/* emitted at thread exit or agent stop (open state closed) */
+#define GPUSCOPE_TSF_KTHREAD	0x4	/* no user stack: kernel thread or no user regs */
+
+/*
+ * One interval of one thread: [start_ns, end_ns) in state `state`. For RUNNING, cpu is where
+ * it ran. For BLOCKED, the stacks at the switch-out (ids in the sched stack map, < 0: -errno of
+ * bpf_get_stackid) and the syscall the thread was in (-1: none). For SUMMARY, the three ns
+ * fields add up to end_ns - start_ns.
+ */
+struct gpuscope_ev_thread_state {
+	struct gpuscope_ev_hdr hdr;
+	__u64 start_ns, end_ns;		/* CLOCK_MONOTONIC */
+	__u64 run_ns, runnable_ns, blocked_ns;	/* SUMMARY only */
+	__u32 tgid, tid;
+	__u32 cpu;
+	__s32 kstack_id, ustack_id;
+	__s32 syscall_nr;
+	__u8 state;			/* enum gpuscope_tstate */
+	__u8 flags;			/* GPUSCOPE_TSF_* */
+	__u8 _pad[6];
+	__u8 comm[GPUSCOPE_COMM_LEN];	/* thread name */
+};
+_Static_assert(sizeof(struct gpuscope_ev_thread_state) == 96, "ABI change: bump GPUSCOPE_ABI_VERSION");
+
+/* Short blocked intervals, aggregated in the kernel: key of the `offcpu` hash map. */
+struct gpuscope_offcpu_key {
+	__u32 tgid, tid;
+	__s32 kstack_id, ustack_id;
+	__s32 syscall_nr;
+	__u32 flags;			/* GPUSCOPE_TSF_CUDA_SYNC */
+};
+struct gpuscope_offcpu_val {
+	__u64 ns, count;
+};
+
+/* Process lifecycle and discovery hints. */
+enum gpuscope_proc_ev {
+	GPUSCOPE_PROC_EXEC = 1,		/* pid exec'd (any process) */
+	GPUSCOPE_PROC_EXIT = 2,		/* a tracked thread exited; tid == pid: the leader */
+	GPUSCOPE_PROC_FORK = 3,		/* a tracked process forked child pid (tracked already) */
+	GPUSCOPE_PROC_OPEN_GPU = 4,	/* an untracked pid opened libcuda* or /dev/nvidia* */
+};
+struct gpuscope_ev_proc {
+	struct gpuscope_ev_hdr hdr;
+	__u64 ktime_ns;
+	__u32 pid, tid;			/* pid: the process concerned (child for FORK) */
+	__u32 ppid;			/* FORK: parent */
+	__u8 what;			/* enum gpuscope_proc_ev */
+	__u8 _pad[3];
+	__u8 comm[GPUSCOPE_COMM_LEN];
+};
+_Static_assert(sizeof(struct gpuscope_ev_proc) == 48, "ABI change: bump GPUSCOPE_ABI_VERSION");
+
+/* CUDA driver API calls (cudaprobe.bpf.c). The uprobe cookie: api index | flags. */
+#define GPUSCOPE_CUDA_API_MASK	0xffff
+#define GPUSCOPE_CUDA_SYNC	0x10000	/* synchronizing call: sets the in-sync flag of the thread */
+
+/* One call at least min_call_ns long (or any synchronizing call). */
+struct gpuscope_ev_cuda_call {
+	struct gpuscope_ev_hdr hdr;
+	__u64 start_ns, end_ns;		/* CLOCK_MONOTONIC */
+	__u64 entry_ip;			/* address of the probed function (leaf frame) */
+	__u32 tgid, tid;
+	__u32 api;			/* index into the agent's API table */
+	__s32 ustack_id;		/* caller's user stack at return, < 0: -errno */
+	__u8 comm[GPUSCOPE_COMM_LEN];
+};
+_Static_assert(sizeof(struct gpuscope_ev_cuda_call) == 64, "ABI change: bump GPUSCOPE_ABI_VERSION");
+
+/* Short calls aggregated in the kernel: key/value of the `calls` hash map. */
+struct gpuscope_cuda_agg_key {
+	__u32 tgid, tid;
+	__u32 api;
+	__s32 ustack_id;
+	__u64 entry_ip;
+};
+struct gpuscope_cuda_agg_val {
+	__u64 count, ns;
+	__u64 first_ns, last_ns;	/* start of the first call, end of the last */
+};
+
+/* Per-CPU error counters of these programs (their own `errors` maps), beyond enum gpuscope_err. */
+enum gpuscope_strips_err {
+	GPUSCOPE_SERR_RINGBUF_FULL = 0,	/* event lost */
+	GPUSCOPE_SERR_KSTACK,		/* bpf_get_stackid(kernel) failed (-EEXIST: bucket taken) */
+	GPUSCOPE_SERR_USTACK,		/* bpf_get_stackid(user) failed */
+	GPUSCOPE_SERR_THREADS_FULL,	/* thread-state map full: thread not followed */
+	GPUSCOPE_SERR_AGG_FULL,		/* aggregation map full: short interval/call lost */
+	GPUSCOPE_SERR_SUMMARY,		/* not an error: short states folded into summaries */
+	GPUSCOPE_SERR_RACE,		/* transition out of order (waking before switch-out ...) */
+	GPUSCOPE_SERR_NEST,		/* CUDA call nested in another probed call (inner ignored) */
+	GPUSCOPE_SERR_MAX = 16,
+};
+
+#endif
