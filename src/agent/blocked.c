@@ -91,13 +91,18 @@ int blocked__init(void)
 	}
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long addr;
-		char type, name[256];
+		char type, *name, *end;
 		enum blocked_reason r;
 
-		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3)
+		/* "ffffffff8226d280 t do_nanosleep\t[module]" */
+		addr = strtoull(line, &end, 16);
+		if (end[0] != ' ' || !end[1] || end[2] != ' ')
 			continue;
+		type = end[1];
 		if (type != 't' && type != 'T')
 			continue;
+		name = end + 3;
+		name[strcspn(name, " \t\n")] = 0;
 		if (pending != (size_t)-1 && addr > ranges[pending].start) {
 			ranges[pending].end = addr;
 			pending = (size_t)-1;

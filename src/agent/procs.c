@@ -21,6 +21,8 @@
 #include "common/util.h"
 
 #define RESCAN_NS	 (30 * NSEC_PER_SEC)	/* full /proc rescan period */
+#define LIGHT_SCAN_NS	 NSEC_PER_SEC		/* /proc/PID/stat scan: maps re-read on vsize change */
+#define VSIZE_SLOTS	 8192			/* untracked pids whose vsize is remembered */
 #define PENDING_MAX	 256
 #define PENDING_TRIES	 6			/* checks of a hinted pid, 100 ms .. 3.2 s apart */
 #define HOOKS_MAX	 4
@@ -39,11 +41,14 @@ static struct {
 	struct pending pending[PENDING_MAX];
 	size_t npending;
 	struct { procs_hook_fn fn; void *ctx; } hooks[HOOKS_MAX];
-	uint64_t generation, next_rescan_ns;
+	uint64_t generation, next_rescan_ns, next_light_ns;
+	struct { pid_t pid; uint64_t vsize; } vs[VSIZE_SLOTS];	/* direct-mapped by pid */
 	struct procs_stats st;
 } P;
 
 int strips_in_sync_map_fd = -1;
+
+static void light_scan(void);
 
 static struct proc_info *find(pid_t pid)
 {
@@ -263,6 +268,7 @@ int procs__acquire(struct agent *a, procs_hook_fn hook, void *ctx)
 		else
 			log_warn("--pid %d: no such process", a->opts.pids[i]);
 	scan_all();
+	light_scan();
 	return 0;
 }
 
@@ -277,6 +283,7 @@ void procs__release(procs_hook_fn hook, void *ctx)
 	P.npending = 0;
 	P.a = NULL;
 	memset(&P.st, 0, sizeof(P.st));
+	memset(P.vs, 0, sizeof(P.vs));
 }
 
 static void add_pending(pid_t pid, uint64_t delay_ns)
@@ -292,6 +299,67 @@ static void add_pending(pid_t pid, uint64_t delay_ns)
 		return;
 	}
 	P.pending[P.npending++] = (struct pending){ pid, 0, mono_ns() + delay_ns };
+}
+
+/* vsize (bytes) from /proc/PID/stat; 0 for kernel threads or on error. */
+static uint64_t read_vsize(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long v = 0;
+	ssize_t n;
+	int fd, field = 2;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* comm may hold spaces */
+	if (!p)
+		return 0;
+	for (p++; *p && field < 23; p++)
+		if (*p == ' ')
+			field++;
+	sscanf(p, "%llu", &v);
+	return v;
+}
+
+/*
+ * Cheap discovery between full rescans: a process that maps a new library changes its vsize,
+ * so maps are re-read only for processes whose vsize moved since the last look.
+ */
+static void light_scan(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		pid_t pid;
+		uint64_t v;
+		size_t slot;
+
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		pid = atoi(de->d_name);
+		if (find(pid))
+			continue;
+		v = read_vsize(pid);
+		if (!v)
+			continue;
+		slot = (size_t)pid % VSIZE_SLOTS;
+		if (P.vs[slot].pid == pid && P.vs[slot].vsize == v)
+			continue;
+		P.vs[slot].pid = pid;
+		P.vs[slot].vsize = v;
+		consider(pid);
+	}
+	if (d)
+		closedir(d);
+	P.next_light_ns = mono_ns() + LIGHT_SCAN_NS;
 }
 
 void procs__tick(void)
@@ -317,6 +385,8 @@ void procs__tick(void)
 	}
 	if (now >= P.next_rescan_ns)
 		scan_all();
+	else if (now >= P.next_light_ns)
+		light_scan();
 }
 
 void procs__hint_open(pid_t pid)

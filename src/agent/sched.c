@@ -286,12 +286,20 @@ static int sched_start(struct agent *a)
 	if (!skel)
 		return -errno;
 	skel->rodata->track_all = a->opts.all_processes;
+	/* needs tracefs; without it procs.c finds new GPU processes by its periodic scans */
+	bpf_program__set_autoattach(skel->progs.on_openat, false);
 	err = sched_bpf__load(skel);
 	if (err)
 		goto out_destroy;
 	err = sched_bpf__attach(skel);
 	if (err)
 		goto out_destroy;
+	if (!access("/sys/kernel/tracing/events/syscalls/sys_enter_openat", F_OK) ||
+	    !access("/sys/kernel/debug/tracing/events/syscalls/sys_enter_openat", F_OK))
+		skel->links.on_openat = bpf_program__attach(skel->progs.on_openat);
+	if (!skel->links.on_openat)
+		log_debug("sched: no syscalls/sys_enter_openat tracepoint (%s): discovery by scans",
+			  strerror(errno));
 	S.rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, &S, NULL);
 	if (!S.rb) {
 		err = -errno;

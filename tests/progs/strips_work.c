@@ -4,8 +4,9 @@
  * 100 ms, sleep 50 ms, wait on a futex 30 ms (in wait_on_futex()). Threads "pinA"/"pinB" both
  * spin pinned to one CPU, so each is runnable while the other runs. Writes the phase times
  * (CLOCK_MONOTONIC ns) to the file given as argv[1]: "<phase> <tid> <start_ns> <end_ns>".
- * Usage: strips_work OUT_FILE SECONDS [START_DELAY_MS]
+ * Usage: strips_work OUT_FILE SECONDS [START_DELAY_MS | -]   ("-": start once a byte is on stdin)
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -111,8 +113,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	secs = atof(argv[2]);
-	if (argc > 3)
+	if (argc > 3 && !strcmp(argv[3], "-")) {
+		char c;
+
+		if (read(0, &c, 1) != 1)
+			return 1;
+	} else if (argc > 3) {
 		usleep(atoi(argv[3]) * 1000);
+	}
 	fprintf(out, "start %ld %llu 0\n", (long)getpid(), (unsigned long long)now_ns());
 	fflush(out);
 	pthread_create(&th[0], NULL, phaser, NULL);

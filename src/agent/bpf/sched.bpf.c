@@ -387,31 +387,27 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	return 0;
 }
 
-/* Is the file name's last component "libcuda.so*" or the path "/dev/nvidia*"? */
+/* Does the path name /dev/nvidia* or contain "libcuda." (libcuda.so, libcuda.so.1 ...)? */
 static __always_inline bool gpu_path(const char *name)
 {
-	char buf[128];
-	long n = bpf_probe_read_user_str(buf, sizeof(buf), name);
-	int base = 0;
+	/* "libcuda." as a big-endian window of the last 8 bytes read */
+	const __u64 want = 0x6c6962637564612eULL;
+	char buf[128] = {};
+	__u64 w = 0;
+	bool hit = false;
 
-	if (n <= 0)
+	if (bpf_probe_read_user_str(buf, sizeof(buf), name) <= 0)
 		return false;
 	if (buf[0] == '/' && buf[1] == 'd' && buf[2] == 'e' && buf[3] == 'v' && buf[4] == '/' &&
 	    buf[5] == 'n' && buf[6] == 'v' && buf[7] == 'i' && buf[8] == 'd' && buf[9] == 'i' &&
 	    buf[10] == 'a')
 		return true;
-	for (int i = 0; i < (int)sizeof(buf) - 1; i++) {
-		if (i >= n - 1)
-			break;
-		if (buf[i] == '/')
-			base = i + 1;
+	for (int i = 0; i < (int)sizeof(buf); i++) {
+		w = (w << 8) | (__u8)buf[i];
+		if (w == want)
+			hit = true;
 	}
-	if (base > (int)sizeof(buf) - 9)
-		return false;
-	return buf[base & 127] == 'l' && buf[(base + 1) & 127] == 'i' &&
-	       buf[(base + 2) & 127] == 'b' && buf[(base + 3) & 127] == 'c' &&
-	       buf[(base + 4) & 127] == 'u' && buf[(base + 5) & 127] == 'd' &&
-	       buf[(base + 6) & 127] == 'a' && buf[(base + 7) & 127] == '.';
+	return hit;
 }
 
 SEC("tp/syscalls/sys_enter_openat")

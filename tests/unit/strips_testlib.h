@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Helpers for the thread-state and CUDA probe tests: run an agent module against a real batch,
+ * then decode the encoded batch (the same protobuf the server reads) into flat records.
+ */
+#ifndef GPUSCOPE_TEST_STRIPS_TESTLIB_H
+#define GPUSCOPE_TEST_STRIPS_TESTLIB_H
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "common/batch.h"
+#include "gpuscope/v1/batch.pb-c.h"
+
+struct rec {
+	char kind[24];		/* interval kind, or sample kind name */
+	bool sample;
+	int pid, tid;
+	char thread[20], state[16], reason[16], api[40], comm[20];
+	uint64_t start_ns, end_ns;	/* samples: start = end = time */
+	int64_t value;			/* samples */
+	long calls;			/* cuda_api attr */
+	int stack;			/* index into Batch.stacks, -1 none */
+	char frames[1024];		/* "f1;f2;..." outermost first, user frames only */
+};
+
+struct recs {
+	struct rec *r;
+	size_t n;
+};
+
+static const char *bstr(const Gpuscope__V1__Batch *m, uint32_t i)
+{
+	return i < m->n_strings ? m->strings[i] : "";
+}
+
+static void rec_frames(const Gpuscope__V1__Batch *m, int stack, char *out, size_t len)
+{
+	const Gpuscope__V1__Stack *st;
+
+	out[0] = 0;
+	if (stack < 0 || (size_t)stack >= m->n_stacks)
+		return;
+	st = m->stacks[stack];
+	for (size_t j = st->n_locations; j-- > 0;) {
+		const Gpuscope__V1__Location *l = m->locations[st->locations[j]];
+		const char *fn = bstr(m, l->function);
+
+		if (l->kernel)
+			continue;
+		strncat(out, *fn ? fn : "?", len - strlen(out) - 2);
+		strncat(out, ";", len - strlen(out) - 1);
+	}
+}
+
+static void rec_labels(const Gpuscope__V1__Batch *m, uint32_t ls, const uint32_t *attrs,
+		       size_t nattrs, struct rec *r)
+{
+	const Gpuscope__V1__LabelSet *set = m->label_sets[ls];
+
+	for (size_t pass = 0; pass < 2; pass++) {
+		const uint32_t *pairs = pass ? attrs : set->pairs;
+		size_t n = pass ? nattrs : set->n_pairs;
+
+		for (size_t i = 0; i + 1 < n; i += 2) {
+			const char *k = bstr(m, pairs[i]), *v = bstr(m, pairs[i + 1]);
+
+			if (!strcmp(k, "pid"))
+				r->pid = atoi(v);
+			else if (!strcmp(k, "tid"))
+				r->tid = atoi(v);
+			else if (!strcmp(k, "thread"))
+				snprintf(r->thread, sizeof(r->thread), "%s", v);
+			else if (!strcmp(k, "comm"))
+				snprintf(r->comm, sizeof(r->comm), "%s", v);
+			else if (!strcmp(k, "state"))
+				snprintf(r->state, sizeof(r->state), "%s", v);
+			else if (!strcmp(k, "reason"))
+				snprintf(r->reason, sizeof(r->reason), "%s", v);
+			else if (!strcmp(k, "api"))
+				snprintf(r->api, sizeof(r->api), "%s", v);
+			else if (!strcmp(k, "calls"))
+				r->calls = atol(v);
+			else if (!strcmp(k, "stack_id"))
+				r->stack = atoi(v);
+		}
+	}
+}
+
+/* Decodes the batch into out (appending). 0 or -errno. */
+static int recs_from_batch(struct batch *b, struct recs *out)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char err[256];
+	Gpuscope__V1__Batch *m;
+	int ret = batch__encode(b, &buf, &len);
+
+	if (ret)
+		return ret;
+	m = batch_decode(buf, len, err, sizeof(err));
+	free(buf);
+	if (!m) {
+		fprintf(stderr, "  batch_decode: %s\n", err);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = m->intervals[i];
+		struct rec r = { .stack = -1 };
+
+		snprintf(r.kind, sizeof(r.kind), "%s", bstr(m, iv->kind));
+		r.start_ns = iv->start_ns;
+		r.end_ns = iv->end_ns;
+		rec_labels(m, iv->label_set, iv->attrs, iv->n_attrs, &r);
+		rec_frames(m, r.stack, r.frames, sizeof(r.frames));
+		out->r = realloc(out->r, (out->n + 1) * sizeof(r));
+		out->r[out->n++] = r;
+	}
+	for (size_t g = 0; g < m->n_samples; g++) {
+		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+		int64_t t = 0;
+
+		for (size_t i = 0; i < sg->n_time_delta_ns; i++) {
+			struct rec r = { .sample = true, .stack = (int)sg->stack[i] };
+
+			t += sg->time_delta_ns[i];
+			snprintf(r.kind, sizeof(r.kind), "%s",
+				 sample_kind_name((enum sample_kind)sg->kind));
+			r.start_ns = r.end_ns = (uint64_t)t;
+			r.value = sg->n_value ? sg->value[i] : 1;
+			rec_labels(m, sg->label_set, NULL, 0, &r);
+			rec_frames(m, r.stack, r.frames, sizeof(r.frames));
+			out->r = realloc(out->r, (out->n + 1) * sizeof(r));
+			out->r[out->n++] = r;
+		}
+	}
+	batch_decode_free(m);
+	batch__reset(b);
+	return 0;
+}
+
+#endif

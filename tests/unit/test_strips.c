@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Thread states and off-CPU stacks, against the real kernel (root): runs the sched module on
+ * tests/progs/strips_work (known phases) and on a thread-churning process, decodes the batch it
+ * wrote and compares with the phase times the workload recorded itself.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "test.h"
+#include "strips_testlib.h"
+#include "agent/agent.h"
+extern const struct agent_module sched_module;	/* strong: pulls sched.o from the archive */
+#include "agent/strips.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define MS 1000000LL
+
+static bool skip(void)
+{
+	if (geteuid() == 0)
+		return false;
+	printf("skip: needs root for eBPF\n");
+	return true;
+}
+
+/* Starts argv with a pipe on its stdin; *ret_go is the write end (a byte there: "start"). */
+static pid_t spawn(char *const argv[], int *ret_go)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe(p))
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(p[0], 0);
+		close(p[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[0]);
+	*ret_go = p[1];
+	return pid;
+}
+
+static void go(int fd)
+{
+	if (write(fd, "g", 1) != 1)
+		perror("write");
+	close(fd);
+}
+
+/* Ticks the module every 20 ms until child exits (or max_ms), then 100 ms more. */
+static int run_until_exit(struct agent *a, const struct agent_module *m, pid_t child,
+			  unsigned max_ms)
+{
+	int status = -1;
+	uint64_t end = mono_ns() + max_ms * (uint64_t)MS;
+
+	while (mono_ns() < end) {
+		if (m->tick)
+			m->tick(a);
+		if (waitpid(child, &status, WNOHANG) == child)
+			break;
+		usleep(20000);
+	}
+	if (mono_ns() >= end) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+	}
+	for (int i = 0; i < 5; i++) {
+		usleep(20000);
+		m->tick(a);
+	}
+	return status;
+}
+
+static void agent_init(struct agent *a, pid_t pid)
+{
+	memset(a, 0, sizeof(*a));
+	a->opts.node = "test";
+	if (pid > 0) {
+		a->opts.pids[0] = pid;
+		a->opts.npids = 1;
+	}
+	a->batch = batch__new("test");
+	a->mono_to_wall_ns = mono_to_wall_offset_ns();
+}
+
+struct phase {
+	char name[16];
+	int tid;
+	uint64_t t0, t1;	/* CLOCK_MONOTONIC */
+};
+
+static int read_phases(const char *path, struct phase *ph, int max)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fscanf(f, "%15s %d %lu %lu", ph[n].name, &ph[n].tid, &ph[n].t0,
+				 &ph[n].t1) == 4)
+		n++;
+	fclose(f);
+	return n;
+}
+
+/* ns of state `state` (or any, when NULL) of tid inside [t0, t1) (wall ns). */
+static uint64_t overlap(const struct recs *rs, int tid, const char *state, uint64_t t0,
+			uint64_t t1)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct rec *r = &rs->r[i];
+		uint64_t s, e;
+
+		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid)
+			continue;
+		if (state && strcmp(r->state, state))
+			continue;
+		s = r->start_ns > t0 ? r->start_ns : t0;
+		e = r->end_ns < t1 ? r->end_ns : t1;
+		if (e > s)
+			sum += e - s;
+	}
+	return sum;
+}
+
+static const struct rec *blocked_in(const struct recs *rs, int tid, uint64_t t0, uint64_t t1)
+{
+	const struct rec *best = NULL;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct rec *r = &rs->r[i];
+
+		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid ||
+		    strcmp(r->state, "blocked") || r->end_ns <= t0 || r->start_ns >= t1)
+			continue;
+		if (!best || r->end_ns - r->start_ns > best->end_ns - best->start_ns)
+			best = r;
+	}
+	return best;
+}
+
+static long long llabs_(long long v)
+{
+	return v < 0 ? -v : v;
+}
+
+static bool test_strips_reason_names(void)
+{
+	CHECK(ASSERT_EQ(blocked__classify_name("futex_wait_queue"), BLOCKED_FUTEX, "futex"));
+	CHECK(ASSERT_EQ(blocked__classify_name("do_nanosleep"), BLOCKED_SLEEP, "nanosleep"));
+	CHECK(ASSERT_EQ(blocked__classify_name("ep_poll"), BLOCKED_POLL, "epoll"));
+	CHECK(ASSERT_EQ(blocked__classify_name("pipe_read"), BLOCKED_IO, "pipe"));
+	CHECK(ASSERT_EQ(blocked__classify_name("rwsem_down_read_slowpath"), BLOCKED_LOCK, "rwsem"));
+	CHECK(ASSERT_EQ(blocked__classify_name("schedule"), BLOCKED_MAX, "no opinion"));
+	CHECK(ASSERT_EQ(blocked__classify(NULL, 0, 202, false), BLOCKED_FUTEX, "futex syscall"));
+	CHECK(ASSERT_EQ(blocked__classify(NULL, 0, 202, true), BLOCKED_CUDA_SYNC, "sync wins"));
+	return true;
+}
+
+/* Phases, reasons, runnable time of the pinned pair, off-CPU stack of the futex wait. */
+static bool test_strips_known_phases(void)
+{
+	char out[] = "/tmp/strips_work_XXXXXX";
+	char *argv[] = { ".output/tests/progs/strips_work", out, "1.4", "-", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	struct phase ph[128];
+	int fd, gofd = -1, n, status, checked = 0, pin_tids[2] = { 0 }, npin = 0;
+	bool ok = false, futex_stack = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	fd = mkstemp(out);
+	close(fd);
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	{
+		uint64_t t0 = mono_ns();
+		if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start"))
+			goto out_kill;
+		fprintf(stderr, "  sched start took %.1f ms\n", (mono_ns() - t0) / 1e6);
+	}
+	go(gofd);
+	status = run_until_exit(&a, &sched_module, pid, 10000);
+	sched_module.stop(&a);
+	if (!ASSERT_EQ(status, 0, "workload exit status"))
+		goto out;
+	if (!ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	n = read_phases(out, ph, 128);
+	if (!ASSERT_TRUE(n >= 7, "workload recorded two loops"))
+		goto out;
+	for (int i = 0; i < n; i++) {
+		uint64_t t0 = ph[i].t0 + a.mono_to_wall_ns, t1 = ph[i].t1 + a.mono_to_wall_ns;
+		const struct rec *b;
+
+		if (!strcmp(ph[i].name, "spin")) {
+			uint64_t on = overlap(&rs, ph[i].tid, "running", t0, t1) +
+				      overlap(&rs, ph[i].tid, "runnable", t0, t1);
+			uint64_t blk = overlap(&rs, ph[i].tid, "blocked", t0, t1);
+
+			if (!ASSERT_TRUE(llabs_((long long)on - (long long)(t1 - t0)) < 2 * MS,
+					 "spin: running+runnable = phase within 2 ms") ||
+			    !ASSERT_TRUE(blk < 2 * MS, "spin: not blocked")) {
+				fprintf(stderr, "  phase %d: %lu ns at %lu, on %lu, blocked %lu\n", i,
+					t1 - t0, t0, on, blk);
+				goto out;
+			}
+			checked++;
+		} else if (!strcmp(ph[i].name, "sleep") || !strcmp(ph[i].name, "futex")) {
+			bool sleep = !strcmp(ph[i].name, "sleep");
+			long long want = sleep ? 50 * MS : 30 * MS;
+
+			b = blocked_in(&rs, ph[i].tid, t0, t1);
+			if (!ASSERT_TRUE(b != NULL, "blocked interval in the phase"))
+				goto out;
+			if (!ASSERT_TRUE(llabs_((long long)(b->end_ns - b->start_ns) - (long long)want) <
+						 2 * MS,
+					 "blocked duration within 2 ms") ||
+			    !ASSERT_TRUE(llabs_((long long)b->start_ns - (long long)t0) < 2 * MS,
+					 "blocked from the phase start within 2 ms") ||
+			    !ASSERT_STREQ(b->reason, sleep ? "sleep" : "futex", "reason")) {
+				fprintf(stderr, "  %s phase %d: blocked %lu ns, starts %+lld ns\n",
+					ph[i].name, i, b->end_ns - b->start_ns,
+					(long long)b->start_ns - (long long)t0);
+				goto out;
+			}
+			if (!sleep && strstr(b->frames, "phaser;wait_on_futex;"))
+				futex_stack = true;
+			checked++;
+		}
+	}
+	if (!ASSERT_TRUE(checked >= 6, "phases checked"))
+		goto out;
+	/* the pinned pair: each waits for the CPU while the other runs */
+	for (size_t i = 0; i < rs.n && npin < 2; i++)
+		if (!rs.r[i].sample && !strncmp(rs.r[i].thread, "pin", 3) &&
+		    rs.r[i].tid != pin_tids[0])
+			pin_tids[npin++] = rs.r[i].tid;
+	if (!ASSERT_EQ(npin, 2, "both pinned threads seen"))
+		goto out;
+	for (int k = 0; k < 2; k++) {
+		uint64_t run = overlap(&rs, pin_tids[k], "running", 0, UINT64_MAX);
+		uint64_t wait = overlap(&rs, pin_tids[k], "runnable", 0, UINT64_MAX);
+
+		fprintf(stderr, "  pinned %d: running %lu ms, runnable %lu ms\n", pin_tids[k],
+			(unsigned long)(run / MS), (unsigned long)(wait / MS));
+		if (!ASSERT_TRUE(wait > 300 * MS && run > 300 * MS, "runnable-but-waiting"))
+			goto out;
+	}
+	/* off-CPU profile: the futex wait under wait_on_futex, called from phaser */
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+
+		if (r->sample && !strcmp(r->kind, "offcpu_ns") && r->value >= 29 * (int64_t)MS &&
+		    r->value <= 32 * (int64_t)MS && strstr(r->frames, "phaser;wait_on_futex;"))
+			futex_stack = true;
+	}
+	if (!ASSERT_TRUE(futex_stack, "off-CPU futex wait under phaser;wait_on_futex"))
+		goto out;
+	ok = true;
+	goto out;
+out_kill:
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+out:
+	if (!ok)
+		for (size_t i = 0; i < rs.n && i < 60; i++)
+			fprintf(stderr, "  %lu %s %s tid %d %s %s %.3f ms [%s]\n", rs.r[i].start_ns, rs.r[i].kind,
+				rs.r[i].state, rs.r[i].tid, rs.r[i].thread, rs.r[i].reason,
+				(rs.r[i].end_ns - rs.r[i].start_ns) / 1e6, rs.r[i].frames);
+	free(rs.r);
+	batch__free(a.batch);
+	unlink(out);
+	return ok;
+}
+
+TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases))
