@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * CUDA driver API calls from uprobes/uretprobes on libcuda.so.1: one entry and one return
+ * program, attached once per probed function with the API index (and a sync flag) as cookie.
+ * Calls at least min_call_ns long and every synchronizing call become ring-buffer events with
+ * the caller's user stack; shorter ones are counted per (thread, API, stack) in `calls`.
+ * While a thread is inside a synchronizing call, `in_sync` (shared with sched.bpf.c) says so.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "common/abi.h"
+#include "common/abi_strips.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u64 min_call_ns = 100000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct inflight {
+	__u64 start_ns;
+	__u64 entry_ip;
+	__u64 cookie;
+	__u32 depth;		/* probed calls nested inside this one */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);	/* a return never seen (longjmp) ages out */
+	__uint(max_entries, 16384);
+	__type(key, __u32);	/* tid */
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+/* Same definition as in sched.bpf.c: user space makes both programs use one map. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} in_sync SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct gpuscope_cuda_agg_key);
+	__type(value, struct gpuscope_cuda_agg_val);
+} calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, GPUSCOPE_MAX_STACK * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GPUSCOPE_SERR_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} errors SEC(".maps");
+
+static __always_inline void count_err(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&errors, &which);
+
+	if (v)
+		*v += 1;
+}
+
+SEC("uprobe")
+int cu_entry(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *f = bpf_map_lookup_elem(&inflight, &tid);
+	struct inflight nf = {};
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u8 one = 1;
+
+	if (f) {
+		f->depth++;
+		count_err(GPUSCOPE_SERR_NEST);
+		return 0;
+	}
+	nf.start_ns = bpf_ktime_get_ns();
+	nf.entry_ip = PT_REGS_IP(ctx);
+	nf.cookie = cookie;
+	if (bpf_map_update_elem(&inflight, &tid, &nf, BPF_ANY)) {
+		count_err(GPUSCOPE_SERR_AGG_FULL);
+		return 0;
+	}
+	if (cookie & GPUSCOPE_CUDA_SYNC)
+		bpf_map_update_elem(&in_sync, &tid, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int cu_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), dur;
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct inflight *f = bpf_map_lookup_elem(&inflight, &tid);
+	__u64 cookie;
+	__s32 ustack;
+
+	if (!f)
+		return 0;
+	if (f->depth) {
+		f->depth--;
+		return 0;
+	}
+	dur = now - f->start_ns;
+	cookie = f->cookie;
+	/* at the return the stack is exactly the caller's: ip is the return address */
+	ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (ustack < 0)
+		count_err(GPUSCOPE_SERR_USTACK);
+	if ((f->cookie & GPUSCOPE_CUDA_SYNC) || dur >= min_call_ns) {
+		struct gpuscope_ev_cuda_call ev = {};
+
+		ev.hdr.type = GPUSCOPE_EV_CUDA_CALL;
+		ev.hdr.size = sizeof(ev);
+		ev.start_ns = f->start_ns;
+		ev.end_ns = now;
+		ev.entry_ip = f->entry_ip;
+		ev.tgid = tgid;
+		ev.tid = tid;
+		ev.api = f->cookie;
+		ev.ustack_id = ustack;
+		bpf_get_current_comm(ev.comm, sizeof(ev.comm));
+		if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+			count_err(GPUSCOPE_SERR_RINGBUF_FULL);
+	} else {
+		struct gpuscope_cuda_agg_key k = {
+			.tgid = tgid, .tid = tid, .api = f->cookie, .ustack_id = ustack,
+			.entry_ip = f->entry_ip,
+		};
+		struct gpuscope_cuda_agg_val nv = {
+			.count = 1, .ns = dur, .first_ns = f->start_ns, .last_ns = now,
+		};
+		struct gpuscope_cuda_agg_val *v = bpf_map_lookup_elem(&calls, &k);
+
+		if (v) {
+			/* one thread updates its own keys: no atomics needed */
+			v->count++;
+			v->ns += dur;
+			v->last_ns = now;
+		} else if (bpf_map_update_elem(&calls, &k, &nv, BPF_NOEXIST)) {
+			count_err(GPUSCOPE_SERR_AGG_FULL);
+		}
+	}
+	bpf_map_delete_elem(&inflight, &tid);
+	if (cookie & GPUSCOPE_CUDA_SYNC)
+		bpf_map_delete_elem(&in_sync, &tid);
+	return 0;
+}

@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * CUDA driver API probes: attaches cudaprobe.bpf.c to every probed function of each distinct
+ * libcuda.so file that a tracked process maps (found through /proc/PID/root, or
+ * /proc/PID/map_files when the path no longer exists), lazily as processes load it, and turns
+ * the calls into `cuda_api` intervals and cuda_sync_ns samples.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/types.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "agent/agent.h"
+#include "agent/modules.h"
+#include "agent/strips.h"
+#include "common/abi.h"
+#include "common/abi_strips.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "cudaprobe.skel.h"
+
+#if __has_include("agent/stacks.h")
+#include "agent/stacks.h"
+#define have_agent_stack() 1
+#else
+int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk,
+		     const __u64 *uframes, int nu) __attribute__((weak));
+#define have_agent_stack() (agent__stack != NULL)
+#endif
+
+#define LIBS_MAX	  16			/* distinct libcuda files probed */
+#define WATCH_MAX	  PROCS_MAX
+#define RECHECK_NS	  (2 * NSEC_PER_SEC)	/* maps re-read of a tracked pid without libcuda */
+
+/* The probed functions; a name absent from a library is skipped (older/newer drivers). */
+#define SYNC GPUSCOPE_CUDA_SYNC
+static const struct {
+	const char *name;
+	unsigned flags;
+} apis[] = {
+	{ "cuLaunchKernel" }, { "cuLaunchKernel_ptsz" }, { "cuLaunchKernelEx" },
+	{ "cuLaunchKernelEx_ptsz" }, { "cuLaunchCooperativeKernel" },
+	{ "cuLaunchCooperativeKernel_ptsz" },
+	{ "cuMemcpy" }, { "cuMemcpy_ptds" }, { "cuMemcpyAsync" }, { "cuMemcpyAsync_ptsz" },
+	{ "cuMemcpyHtoD_v2" }, { "cuMemcpyHtoD_v2_ptds" }, { "cuMemcpyDtoH_v2" },
+	{ "cuMemcpyDtoH_v2_ptds" }, { "cuMemcpyDtoD_v2" }, { "cuMemcpyDtoD_v2_ptds" },
+	{ "cuMemcpyHtoDAsync_v2" }, { "cuMemcpyHtoDAsync_v2_ptsz" }, { "cuMemcpyDtoHAsync_v2" },
+	{ "cuMemcpyDtoHAsync_v2_ptsz" }, { "cuMemcpyDtoDAsync_v2" }, { "cuMemcpyDtoDAsync_v2_ptsz" },
+	{ "cuMemcpy2D_v2" }, { "cuMemcpy2DAsync_v2" }, { "cuMemcpy3D_v2" }, { "cuMemcpy3DAsync_v2" },
+	{ "cuMemcpyPeer" }, { "cuMemcpyPeerAsync" }, { "cuMemcpyBatchAsync" },
+	{ "cuMemsetD8_v2" }, { "cuMemsetD16_v2" }, { "cuMemsetD32_v2" }, { "cuMemsetD8Async" },
+	{ "cuMemsetD16Async" }, { "cuMemsetD32Async" }, { "cuMemsetD8Async_ptsz" },
+	{ "cuMemsetD32Async_ptsz" }, { "cuMemsetD2D8_v2" }, { "cuMemsetD2D32_v2" },
+	{ "cuStreamSynchronize", SYNC }, { "cuStreamSynchronize_ptsz", SYNC },
+	{ "cuCtxSynchronize", SYNC }, { "cuEventSynchronize", SYNC },
+	{ "cuStreamWaitEvent" }, { "cuStreamWaitEvent_ptsz" },
+	{ "cuMemAlloc_v2" }, { "cuMemAllocAsync" }, { "cuMemAllocAsync_ptsz" },
+	{ "cuMemAllocHost_v2" }, { "cuMemAllocManaged" }, { "cuMemAllocPitch_v2" },
+	{ "cuMemAllocFromPoolAsync" }, { "cuMemHostAlloc" }, { "cuMemFree_v2" },
+	{ "cuMemFreeAsync" }, { "cuMemFreeAsync_ptsz" }, { "cuMemFreeHost" },
+};
+#undef SYNC
+
+struct lib {
+	dev_t dev;
+	ino_t ino;
+	char path[256];		/* as opened by the agent */
+	struct bpf_link *links[2 * ARRAY_SIZE(apis)];
+	int nlinks, absent, failed;
+};
+
+struct watch {
+	pid_t pid;
+	uint64_t next_check_ns;	/* 0: found (or given up) */
+};
+
+struct cuda_state {
+	struct cudaprobe_bpf *skel;
+	struct ring_buffer *rb;
+	struct agent *a;
+	struct lib libs[LIBS_MAX];
+	int nlibs;
+	struct watch watch[WATCH_MAX];
+	int nwatch;
+	bool shared_sync;	/* in_sync is sched.bpf.c's map */
+	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
+	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost,
+		batch_errors;
+};
+
+static struct cuda_state C;
+
+static struct watch *watch_find(pid_t pid)
+{
+	for (int i = 0; i < C.nwatch; i++)
+		if (C.watch[i].pid == pid)
+			return &C.watch[i];
+	return NULL;
+}
+
+static void on_tracked(pid_t pid, bool tracked, void *ctx)
+{
+	struct watch *w = watch_find(pid);
+
+	if (!tracked) {
+		if (w)
+			*w = C.watch[--C.nwatch];
+		return;
+	}
+	if (w || C.nwatch == WATCH_MAX)
+		return;
+	C.watch[C.nwatch++] = (struct watch){ pid, 1 };
+}
+
+/*
+ * Path through which the agent can open the libcuda that pid maps: /proc/PID/root/PATH, or
+ * /proc/PID/map_files/START-END when the file was deleted or replaced. 1 found, 0 not mapped,
+ * -errno.
+ */
+static int find_libcuda(pid_t pid, char *out, size_t len, bool *ret_deleted)
+{
+	char path[64], line[1024];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start, end;
+		char *name = strchr(line, '/'), *base;
+		size_t n;
+
+		if (!name)
+			continue;
+		name[strcspn(name, "\n")] = 0;
+		base = strrchr(name, '/') + 1;
+		if (strncmp(base, "libcuda.so", 10))
+			continue;
+		if (sscanf(line, "%lx-%lx", &start, &end) != 2)
+			continue;
+		n = strlen(name);
+		*ret_deleted = n > 10 && !strcmp(name + n - 10, " (deleted)");
+		if (*ret_deleted)
+			snprintf(out, len, "/proc/%d/map_files/%lx-%lx", pid, start, end);
+		else if (snprintf(out, len, "/proc/%d/root%.*s", pid, (int)(len - 32), name) >= (int)len)
+			continue;
+		found = 1;
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+static void attach_lib(struct lib *l)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(apis); i++) {
+		for (int ret = 0; ret < 2; ret++) {
+			LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = apis[i].name,
+				    .retprobe = ret, .bpf_cookie = i | apis[i].flags);
+			struct bpf_program *prog =
+				ret ? C.skel->progs.cu_return : C.skel->progs.cu_entry;
+			struct bpf_link *link;
+
+			link = bpf_program__attach_uprobe_opts(prog, -1, l->path, 0, &o);
+			if (!link) {
+				if (errno == ENOENT || errno == ESRCH) {
+					l->absent++;
+					break;	/* not in this library: no return probe either */
+				}
+				l->failed++;
+				C.attach_failures++;
+				continue;
+			}
+			l->links[l->nlinks++] = link;
+		}
+	}
+}
+
+static void check_pid(struct watch *w, uint64_t now)
+{
+	char path[256];
+	bool deleted = false;
+	struct stat st;
+	struct lib *l;
+	int ret = find_libcuda(w->pid, path, sizeof(path), &deleted);
+
+	if (ret <= 0) {
+		w->next_check_ns = ret < 0 ? 0 : now + RECHECK_NS;
+		return;
+	}
+	w->next_check_ns = 0;
+	if (stat(path, &st)) {
+		C.attach_failures++;
+		log_warn("cuda: pid %d maps libcuda but '%s' cannot be opened: %s", w->pid, path,
+			 strerror(errno));
+		return;
+	}
+	for (int i = 0; i < C.nlibs; i++)
+		if (C.libs[i].dev == st.st_dev && C.libs[i].ino == st.st_ino)
+			return;	/* uprobes are per file: this one is probed already */
+	if (C.nlibs == LIBS_MAX) {
+		if (!C.libs_overflow++)
+			log_warn("cuda: more than %d distinct libcuda files: '%s' not probed",
+				 LIBS_MAX, path);
+		return;
+	}
+	l = &C.libs[C.nlibs++];
+	memset(l, 0, sizeof(*l));
+	l->dev = st.st_dev;
+	l->ino = st.st_ino;
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	if (deleted)
+		C.libs_deleted++;
+	attach_lib(l);
+	if (l->failed)
+		log_warn("cuda: '%s' (pid %d): %d probes attached, %d failed, %d functions absent",
+			 path, w->pid, l->nlinks, l->failed, l->absent);
+	else
+		log_info("cuda: '%s' (pid %d%s): %d probes attached, %d functions absent", path,
+			 w->pid, deleted ? ", deleted file" : "", l->nlinks, l->absent);
+}
+
+static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
+{
+	static __u64 uf[GPUSCOPE_MAX_STACK + 1];
+	int n = 0;
+	int64_t id = -1;
+
+	uf[n++] = entry_ip;	/* the API function itself: the leaf */
+	if (ustack_id >= 0) {
+		__u32 key = ustack_id;
+
+		if (!bpf_map_lookup_elem(bpf_map__fd(C.skel->maps.stacks), &key, uf + 1))
+			while (n < GPUSCOPE_MAX_STACK + 1 && uf[n])
+				n++;
+	}
+	if (n == 1)
+		C.stack_lost++;
+	if (have_agent_stack())
+		id = agent__stack(C.a, pid, NULL, 0, uf, n);
+	return id;
+}
+
+static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api, uint64_t start,
+			 uint64_t end, uint64_t calls, uint64_t ns, int64_t stack_id, bool sample)
+{
+	struct agent *a = C.a;
+	struct label lbl[6], attrs[5];
+	char bufs[3][16], ncalls[24], total[24], sid[24];
+	size_t nl = strips_labels(pid, tid, thread, lbl, bufs), na = 0;
+	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
+
+	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
+	snprintf(total, sizeof(total), "%" PRIu64, ns);
+	attrs[na++] = (struct label){ "api", apis[api].name };
+	attrs[na++] = (struct label){ "calls", ncalls };
+	attrs[na++] = (struct label){ "total_ns", total };
+	if (stack_id >= 0) {
+		snprintf(sid, sizeof(sid), "%" PRId64, stack_id);
+		attrs[na++] = (struct label){ "stack_id", sid };
+	}
+	if (batch__interval(a->batch, "cuda_api", lbl, nl, wstart, wend, attrs, na))
+		C.batch_errors++;
+	if (sample && stack_id >= 0 &&
+	    batch__sample(a->batch, wend, lbl, nl, stack_id, SAMPLE_CUDA_SYNC_NS, (int64_t)ns))
+		C.batch_errors++;
+}
+
+static int on_event(void *ctx, void *data, size_t len)
+{
+	const struct gpuscope_ev_cuda_call *ev = data;
+	char thread[GPUSCOPE_COMM_LEN + 1];
+	unsigned api;
+	int64_t id;
+
+	if (len < sizeof(*ev) || ev->hdr.type != GPUSCOPE_EV_CUDA_CALL)
+		return 0;
+	api = ev->api & GPUSCOPE_CUDA_API_MASK;
+	if (api >= ARRAY_SIZE(apis))
+		return 0;
+	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
+	thread[GPUSCOPE_COMM_LEN] = 0;
+	C.events++;
+	C.calls[api]++;
+	C.call_ns[api] += ev->end_ns - ev->start_ns;
+	id = call_stack(ev->tgid, ev->entry_ip, ev->ustack_id);
+	api_interval(ev->tgid, ev->tid, thread, api, ev->start_ns, ev->end_ns, 1,
+		     ev->end_ns - ev->start_ns, id, apis[api].flags & GPUSCOPE_CUDA_SYNC);
+	return 0;
+}
+
+/* Short calls counted in the kernel: one interval per (thread, API, stack) and tick. */
+static void drain_calls(void)
+{
+	int fd = bpf_map__fd(C.skel->maps.calls);
+	struct gpuscope_cuda_agg_key keys[256], key, next, *prev = NULL;
+	size_t n = 0;
+
+	while (n < ARRAY_SIZE(keys) && !bpf_map_get_next_key(fd, prev, &next)) {
+		keys[n++] = next;
+		key = next;
+		prev = &key;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct gpuscope_cuda_agg_val v;
+		unsigned api = keys[i].api & GPUSCOPE_CUDA_API_MASK;
+		int64_t id;
+
+		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) || api >= ARRAY_SIZE(apis))
+			continue;
+		C.agg++;
+		C.calls[api] += v.count;
+		C.call_ns[api] += v.ns;
+		id = call_stack(keys[i].tgid, keys[i].entry_ip, keys[i].ustack_id);
+		api_interval(keys[i].tgid, keys[i].tid, NULL, api, v.first_ns, v.last_ns, v.count,
+			     v.ns, id, apis[api].flags & GPUSCOPE_CUDA_SYNC);
+	}
+}
+
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	/* absent functions are normal (driver versions differ): libbpf's warnings stay debug */
+	if (gpuscope_log_level < LOG_DEBUG)
+		return 0;
+	return vfprintf(stderr, fmt, ap);
+}
+
+static int cuda_start(struct agent *a)
+{
+	struct cudaprobe_bpf *skel;
+	int err;
+
+	memset(&C, 0, sizeof(C));
+	C.a = a;
+	libbpf_set_print(libbpf_quiet);
+	skel = cudaprobe_bpf__open();
+	if (!skel)
+		return -errno;
+	if (strips_in_sync_map_fd >= 0) {
+		err = bpf_map__reuse_fd(skel->maps.in_sync, strips_in_sync_map_fd);
+		if (err)
+			goto out_destroy;
+		C.shared_sync = true;
+	}
+	err = cudaprobe_bpf__load(skel);
+	if (err)
+		goto out_destroy;
+	C.rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, &C, NULL);
+	if (!C.rb) {
+		err = -errno;
+		goto out_destroy;
+	}
+	C.skel = skel;
+	err = procs__acquire(a, on_tracked, &C);
+	if (err)
+		goto out_rb;
+	return 0;
+out_rb:
+	ring_buffer__free(C.rb);
+	C.rb = NULL;
+	C.skel = NULL;
+out_destroy:
+	cudaprobe_bpf__destroy(skel);
+	return err;
+}
+
+static int cuda_tick(struct agent *a)
+{
+	uint64_t now = mono_ns();
+	int err;
+
+	if (!C.skel)
+		return 0;
+	procs__tick();	/* a no-op when sched did it this tick already */
+	for (int i = 0; i < C.nwatch; i++)
+		if (C.watch[i].next_check_ns && C.watch[i].next_check_ns <= now)
+			check_pid(&C.watch[i], now);
+	err = ring_buffer__consume(C.rb);
+	if (err < 0)
+		return err;
+	drain_calls();
+	return 0;
+}
+
+static void cuda_stop(struct agent *a)
+{
+	if (!C.skel)
+		return;
+	ring_buffer__consume(C.rb);
+	drain_calls();
+	procs__release(on_tracked, &C);
+	for (int i = 0; i < C.nlibs; i++)
+		for (int j = 0; j < C.libs[i].nlinks; j++)
+			bpf_link__destroy(C.libs[i].links[j]);
+	ring_buffer__free(C.rb);
+	cudaprobe_bpf__destroy(C.skel);
+	C.rb = NULL;
+	C.skel = NULL;
+	C.nlibs = 0;
+}
+
+static uint64_t sum_percpu(int fd, __u32 key)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t sum = 0;
+	__u64 *vals;
+
+	if (ncpu <= 0)
+		return 0;
+	vals = calloc(ncpu, sizeof(*vals));
+	if (vals && !bpf_map_lookup_elem(fd, &key, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+static void cuda_metrics(struct agent *a, FILE *out)
+{
+	int probes = 0, absent = 0, efd;
+
+	if (!C.skel)
+		return;
+	efd = bpf_map__fd(C.skel->maps.errors);
+	for (int i = 0; i < C.nlibs; i++) {
+		probes += C.libs[i].nlinks;
+		absent += C.libs[i].absent;
+	}
+	fprintf(out, "gpuscope_agent_cuda_libs_probed %d\n", C.nlibs);
+	fprintf(out, "gpuscope_agent_cuda_libs_deleted_total %" PRIu64 "\n", C.libs_deleted);
+	fprintf(out, "gpuscope_agent_cuda_probes_attached %d\n", probes);
+	fprintf(out, "gpuscope_agent_cuda_functions_absent %d\n", absent);
+	fprintf(out, "gpuscope_agent_cuda_attach_failures_total %" PRIu64 "\n", C.attach_failures);
+	fprintf(out, "gpuscope_agent_cuda_stack_lost_total %" PRIu64 "\n", C.stack_lost);
+	fprintf(out, "gpuscope_agent_cuda_ringbuf_drops_total %" PRIu64 "\n",
+		sum_percpu(efd, GPUSCOPE_SERR_RINGBUF_FULL));
+	fprintf(out, "gpuscope_agent_cuda_agg_drops_total %" PRIu64 "\n",
+		sum_percpu(efd, GPUSCOPE_SERR_AGG_FULL));
+	fprintf(out, "gpuscope_agent_cuda_nested_total %" PRIu64 "\n",
+		sum_percpu(efd, GPUSCOPE_SERR_NEST));
+	fprintf(out, "gpuscope_agent_cuda_batch_errors_total %" PRIu64 "\n", C.batch_errors);
+	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
+		if (C.calls[i])
+			fprintf(out,
+				"gpuscope_agent_cuda_calls_total{api=\"%s\"} %" PRIu64 "\n"
+				"gpuscope_agent_cuda_call_seconds_total{api=\"%s\"} %.6f\n",
+				apis[i].name, C.calls[i], apis[i].name, C.call_ns[i] / 1e9);
+}
+
+const struct agent_module cuda_probe_module = {
+	.name = "cuda_probe",
+	.start = cuda_start,
+	.tick = cuda_tick,
+	.stop = cuda_stop,
+	.metrics = cuda_metrics,
+};
