@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,9 +254,9 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 			 uint64_t end, uint64_t calls, uint64_t ns, int64_t stack_id, bool sample)
 {
 	struct agent *a = C.a;
-	struct label lbl[6], attrs[5];
-	char bufs[3][16], ncalls[24], total[24], sid[24];
-	size_t nl = strips_labels(pid, tid, thread, lbl, bufs), na = 0;
+	struct label lbl[STRIPS_MAX_LABELS], attrs[5];
+	char ncalls[24], total[24], sid[24];
+	size_t nl = strips_labels(a, pid, tid, thread, lbl), na = 0;
 	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
 
 	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
@@ -288,6 +289,7 @@ static int on_event(void *ctx, void *data, size_t len)
 		return 0;
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
+	strips_thread_name(ev->tid, thread);
 	C.events++;
 	C.calls[api]++;
 	C.call_ns[api] += ev->end_ns - ev->start_ns;
@@ -390,6 +392,36 @@ static int cuda_tick(struct agent *a)
 	return 0;
 }
 
+#define DETACH_THREADS 16
+
+static void *detach_some(void *arg)
+{
+	long k = (long)arg;
+
+	for (int i = 0; i < C.nlibs; i++)
+		for (int j = (int)k; j < C.libs[i].nlinks; j += DETACH_THREADS)
+			bpf_link__destroy(C.libs[i].links[j]);
+	return NULL;
+}
+
+/*
+ * Each uprobe detach waits for a grace period (~60 ms here); a hundred of them one after the
+ * other take seconds, so they run in parallel and share the grace periods.
+ */
+static void detach_all(void)
+{
+	pthread_t th[DETACH_THREADS];
+	bool started[DETACH_THREADS] = { 0 };
+
+	for (long k = 0; k < DETACH_THREADS; k++)
+		started[k] = !pthread_create(&th[k], NULL, detach_some, (void *)k);
+	for (long k = 0; k < DETACH_THREADS; k++)
+		if (started[k])
+			pthread_join(th[k], NULL);
+		else
+			detach_some((void *)k);
+}
+
 static void cuda_stop(struct agent *a)
 {
 	if (!C.skel)
@@ -397,9 +429,7 @@ static void cuda_stop(struct agent *a)
 	ring_buffer__consume(C.rb);
 	drain_calls();
 	procs__release(on_tracked, &C);
-	for (int i = 0; i < C.nlibs; i++)
-		for (int j = 0; j < C.libs[i].nlinks; j++)
-			bpf_link__destroy(C.libs[i].links[j]);
+	detach_all();
 	ring_buffer__free(C.rb);
 	cudaprobe_bpf__destroy(C.skel);
 	C.rb = NULL;

@@ -440,25 +440,55 @@ void procs__stats(struct procs_stats *s)
 	s->tracked = P.nprocs;
 }
 
-size_t strips_labels(pid_t pid, pid_t tid, const char *thread, struct label *lbl,
-		     char bufs[3][16])
-{
-	const struct proc_info *p = find(pid);
-	size_t n = 0;
+#define TNAME_SLOTS 4096
+static struct {
+	pid_t tid;
+	char name[16];
+} tnames[TNAME_SLOTS];
 
-	snprintf(bufs[0], 16, "%d", pid);
-	snprintf(bufs[1], 16, "%d", tid);
-	lbl[n++] = (struct label){ "pid", bufs[0] };
-	lbl[n++] = (struct label){ "tid", bufs[1] };
-	if (p && p->comm[0])
-		lbl[n++] = (struct label){ "comm", p->comm };
-	else if (thread && tid == pid)
-		lbl[n++] = (struct label){ "comm", thread };
-	if (thread)
-		lbl[n++] = (struct label){ "thread", thread };
+void strips_thread_name(pid_t tid, const char *name)
+{
+	size_t slot = (size_t)tid % TNAME_SLOTS;
+
+	tnames[slot].tid = tid;
+	snprintf(tnames[slot].name, sizeof(tnames[slot].name), "%.15s", name);
+}
+
+static const char *thread_name(pid_t tid)
+{
+	size_t slot = (size_t)tid % TNAME_SLOTS;
+	char path[64], buf[32];
+	ssize_t n;
+	int fd;
+
+	if (tnames[slot].tid == tid)
+		return tnames[slot].name;
+	snprintf(path, sizeof(path), "/proc/%d/comm", tid);	/* /proc/TID works for threads */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return NULL;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	strips_thread_name(tid, buf);
+	return tnames[slot].name;
+}
+
+size_t strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread, struct label *lbl)
+{
+	static char ns[16];
+	const struct proc_info *p = find(pid);
+	size_t n;
+
+	if (!thread)
+		thread = thread_name(tid);
+	n = agent__pid_labels(a, pid, tid, thread ? thread : "", lbl, STRIPS_MAX_LABELS - 1);
 	if (p && p->ns_pid != p->pid) {
-		snprintf(bufs[2], 16, "%d", p->ns_pid);
-		lbl[n++] = (struct label){ "ns_pid", bufs[2] };
+		snprintf(ns, sizeof(ns), "%d", p->ns_pid);
+		lbl[n++] = (struct label){ "ns_pid", ns };
 	}
 	return n;
 }

@@ -116,8 +116,8 @@ static const char *state_name(int st)
 static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_state *ev)
 {
 	struct agent *a = s->a;
-	char thread[GPUSCOPE_COMM_LEN + 1], bufs[3][16], cpu[16], sid[24], ns[3][24];
-	struct label lbl[6], attrs[8];
+	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], sid[24], ns[3][24];
+	struct label lbl[STRIPS_MAX_LABELS], attrs[8];
 	size_t nl, na = 0;
 	uint64_t start = ev->start_ns + a->mono_to_wall_ns, end = ev->end_ns + a->mono_to_wall_ns;
 	int st = ev->state;
@@ -125,7 +125,8 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
-	nl = strips_labels(ev->tgid, ev->tid, thread, lbl, bufs);
+	strips_thread_name(ev->tid, thread);
+	nl = strips_labels(a, ev->tgid, ev->tid, thread, lbl);
 	if (st == GPUSCOPE_TS_SUMMARY) {
 		/* several short states: named after the one that took most of the time */
 		st = GPUSCOPE_TS_RUNNING;
@@ -222,8 +223,7 @@ static void drain_offcpu(struct sched_state *s)
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct gpuscope_offcpu_val v;
-		struct label lbl[6];
-		char bufs[3][16];
+		struct label lbl[STRIPS_MAX_LABELS];
 		enum blocked_reason r;
 		int64_t id;
 		size_t nl;
@@ -235,7 +235,7 @@ static void drain_offcpu(struct sched_state *s)
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;
-		nl = strips_labels(keys[i].tgid, keys[i].tid, NULL, lbl, bufs);
+		nl = strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, lbl);
 		if (batch__sample(s->a->batch, now, lbl, nl, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
 			s->batch_errors++;
 		else

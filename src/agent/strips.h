@@ -68,13 +68,17 @@ struct procs_stats {
 };
 void procs__stats(struct procs_stats *s);
 
+#define STRIPS_MAX_LABELS 16
+
 /*
- * Adds the usual labels of a thread to lbl (pid, tid, comm, thread, and ns_pid when the
- * process lives in another pid namespace). bufs holds the formatted numbers; returns the count
- * (at most 5).
+ * The labels of a thread's records: agent__pid_labels() (node, pid, comm, tid, thread, container
+ * ...) plus ns_pid when the process lives in another pid namespace. thread may be NULL: the
+ * name last seen for tid (strips_thread_name) is used. Returns the count (<= STRIPS_MAX_LABELS);
+ * strings valid until the next call.
  */
-size_t strips_labels(pid_t pid, pid_t tid, const char *thread, struct label *lbl,
-		     char bufs[3][16]);
+size_t strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread, struct label *lbl);
+/* Remembers the name of tid (bounded direct-mapped cache). */
+void strips_thread_name(pid_t tid, const char *name);
 
 /* Blocked reasons (thread_state attr `reason`). */
 enum blocked_reason {

@@ -5,7 +5,8 @@
  * deletes the file (a library mapped from a path that no longer exists), and loops:
  * train_step() -> launch_work() launches 20 ms of GPU work, wait_gpu() -> cuStreamSynchronize,
  * a 1 MB cuMemcpyHtoD_v2, and a few cheap cuMemsetD32Async calls.
- * Usage: cuda_app LIBCUDA SECONDS [--delete]
+ * Each cuStreamSynchronize call's own start and end (CLOCK_MONOTONIC ns) go to OUT_FILE.
+ * Usage: cuda_app LIBCUDA SECONDS OUT_FILE [--delete]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +29,7 @@ static sync_fn stream_sync;
 static copy_fn htod;
 static memset_fn memset_async;
 static char host_buf[1 << 20];
+static FILE *out;
 
 static uint64_t now_ns(void)
 {
@@ -44,9 +46,15 @@ __attribute__((noinline)) void launch_work(void)
 		memset_async(NULL, NULL, 0, NULL);
 }
 
+static uint64_t now_ns(void);
+
 __attribute__((noinline)) void wait_gpu(void)
 {
+	uint64_t t0 = now_ns(), t1;
+
 	stream_sync(NULL);
+	t1 = now_ns();
+	fprintf(out, "sync %llu %llu\n", (unsigned long long)t0, (unsigned long long)t1);
 }
 
 __attribute__((noinline)) void copy_batch(void)
@@ -67,9 +75,14 @@ int main(int argc, char **argv)
 	uint64_t end;
 	char c;
 
-	if (argc < 3) {
-		fprintf(stderr, "usage: %s LIBCUDA SECONDS [--delete]\n", argv[0]);
+	if (argc < 4) {
+		fprintf(stderr, "usage: %s LIBCUDA SECONDS OUT_FILE [--delete]\n", argv[0]);
 		return 2;
+	}
+	out = fopen(argv[3], "w");
+	if (!out) {
+		perror(argv[3]);
+		return 1;
 	}
 	prctl(PR_SET_NAME, "cuda_app");
 	if (read(0, &c, 1) != 1)
@@ -79,7 +92,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dlopen: %s\n", dlerror());
 		return 1;
 	}
-	if (argc > 3 && !strcmp(argv[3], "--delete") && unlink(argv[1])) {
+	if (argc > 4 && !strcmp(argv[4], "--delete") && unlink(argv[1])) {
 		perror("unlink");
 		return 1;
 	}
@@ -94,5 +107,6 @@ int main(int argc, char **argv)
 	end = now_ns() + (uint64_t)(atof(argv[2]) * 1e9);
 	while (now_ns() < end)
 		train_step();
+	fclose(out);
 	return 0;
 }

@@ -15,7 +15,8 @@
 #include "test.h"
 #include "strips_testlib.h"
 #include "agent/agent.h"
-extern const struct agent_module sched_module;	/* strong: pulls sched.o from the archive */
+/* strong references: pull the modules from the archive */
+extern const struct agent_module sched_module, cuda_probe_module;
 #include "agent/strips.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -289,4 +290,168 @@ out:
 	return ok;
 }
 
-TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases))
+static int read_sync_times(const char *path, struct phase *ph, int max)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fscanf(f, "%15s %lu %lu", ph[n].name, &ph[n].t0, &ph[n].t1) == 3)
+		n++;
+	fclose(f);
+	return n;
+}
+
+/* Duration the app measured around the sync call that started nearest to mono t. */
+static long long app_sync_ns(const struct phase *ph, int n, uint64_t t)
+{
+	long long best = -1, bestd = 0;
+
+	for (int i = 0; i < n; i++) {
+		long long d = llabs_((long long)ph[i].t0 - (long long)t);
+
+		if (best < 0 || d < bestd) {
+			best = (long long)(ph[i].t1 - ph[i].t0);
+			bestd = d;
+		}
+	}
+	return bestd < 2 * MS ? best : -1;
+}
+
+static void tick2(struct agent *a)
+{
+	sched_module.tick(a);
+	cuda_probe_module.tick(a);
+}
+
+/*
+ * The stand-in libcuda is loaded after the agent started (and, with del, deleted right after
+ * dlopen): the process is discovered, the library probed, and every sync call shows up with
+ * its duration and the caller's stack; short calls are counted; the blocked thread says
+ * cuda_sync.
+ */
+static bool cuda_case(bool del)
+{
+	char dir[] = "/tmp/strips_cuda_XXXXXX", lib[128], cmd[300], times[128];
+	char *argv[] = { ".output/tests/progs/cuda_app", lib, "2.5", times, del ? "--delete" : NULL,
+			 NULL };
+	struct phase ph[512];
+	int nph;
+	struct agent a;
+	struct recs rs = { 0 };
+	int gofd = -1, status, nsync = 0, nsync_ok = 0, nsync_stack = 0, nsamples = 0;
+	long memsets = 0, launches = 0;
+	int blocked_sync = 0;
+	bool ok = false;
+	uint64_t end;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	agent_init(&a, 0);
+	if (!mkdtemp(dir))
+		return false;
+	snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);
+	snprintf(times, sizeof(times), "%s/times", dir);
+	snprintf(cmd, sizeof(cmd), "cp .output/tests/cuda/libcuda.so.1 %s", lib);
+	if (!ASSERT_EQ(system(cmd), 0, "copy stand-in"))
+		return false;
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start") ||
+	    !ASSERT_EQ(cuda_probe_module.start(&a), 0, "cuda start"))
+		goto out;
+	pid = spawn(argv, &gofd);
+	for (int i = 0; i < 5; i++) {	/* running before it loads the library */
+		tick2(&a);
+		usleep(20000);
+	}
+	go(gofd);
+	end = mono_ns() + 8000 * MS;
+	while (mono_ns() < end && waitpid(pid, &status, WNOHANG) != pid) {
+		tick2(&a);
+		usleep(20000);
+	}
+	if (mono_ns() >= end) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		usleep(20000);
+		tick2(&a);
+	}
+	cuda_probe_module.metrics(&a, stderr);
+	{
+		uint64_t t0 = mono_ns();
+
+		cuda_probe_module.stop(&a);
+		fprintf(stderr, "  cuda stop %.0f ms\n", (mono_ns() - t0) / 1e6);
+		t0 = mono_ns();
+		sched_module.stop(&a);
+		fprintf(stderr, "  sched stop %.0f ms\n", (mono_ns() - t0) / 1e6);
+	}
+	if (!ASSERT_EQ(status, 0, "app exit status") ||
+	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	nph = read_sync_times(times, ph, 512);
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+
+		if (r->pid != pid)
+			continue;
+		if (!r->sample && !strcmp(r->kind, "cuda_api")) {
+			if (!strcmp(r->api, "cuStreamSynchronize")) {
+				long long d = (long long)(r->end_ns - r->start_ns);
+
+				long long want = app_sync_ns(ph, nph, r->start_ns - a.mono_to_wall_ns);
+
+				nsync++;
+				nsync_ok += llabs_(d - want) < 2 * MS;
+				if (llabs_(d - want) >= 2 * MS)
+					fprintf(stderr, "  sync %.3f ms, app saw %.3f ms\n", d / 1e6,
+						want / 1e6);
+				nsync_stack += !!strstr(r->frames, "train_step;wait_gpu;cuStreamSynchronize;");
+			} else if (!strcmp(r->api, "cuMemsetD32Async")) {
+				memsets += r->calls;
+			} else if (!strcmp(r->api, "cuLaunchKernel")) {
+				launches += r->calls;
+			}
+		} else if (r->sample && !strcmp(r->kind, "cuda_sync_ns") &&
+			   strstr(r->frames, "wait_gpu;cuStreamSynchronize;")) {
+			nsamples++;
+		} else if (!r->sample && !strcmp(r->kind, "thread_state") &&
+			   !strcmp(r->state, "blocked") && !strcmp(r->reason, "cuda_sync")) {
+			blocked_sync++;
+		}
+	}
+	fprintf(stderr, "  %d syncs (%d of 20 +- 2 ms, %d with the stack), %d sync samples, %ld "
+			"launches, %ld memsets, %d blocked in cuda_sync\n",
+		nsync, nsync_ok, nsync_stack, nsamples, launches, memsets, blocked_sync);
+	if (!ASSERT_TRUE(nsync >= 20, "sync calls recorded (lazy attach within ~1 s)") ||
+	    !ASSERT_TRUE(nsync_ok == nsync, "sync durations = the app's own timing +- 2 ms") ||
+	    !ASSERT_TRUE(nsync_stack == nsync, "sync stacks: train_step;wait_gpu;cuStreamSynchronize") ||
+	    !ASSERT_TRUE(nsamples >= nsync - 1, "cuda_sync_ns samples") ||
+	    !ASSERT_TRUE(launches >= nsync - 1 && memsets >= 5 * (nsync - 1), "short calls counted") ||
+	    !ASSERT_TRUE(blocked_sync >= nsync * 9 / 10, "blocked threads say cuda_sync"))
+		goto out;
+	ok = true;
+out:
+	free(rs.r);
+	batch__free(a.batch);
+	unlink(lib);
+	unlink(times);
+	rmdir(dir);
+	return ok;
+}
+
+static bool test_strips_cuda_lazy(void)
+{
+	return cuda_case(false);
+}
+
+static bool test_strips_cuda_deleted_lib(void)
+{
+	return cuda_case(true);
+}
+
+TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
+	  T(test_strips_cuda_deleted_lib))
