@@ -26,14 +26,7 @@
 #include "common/util.h"
 #include "cudaprobe.skel.h"
 
-#if __has_include("agent/stacks.h")
 #include "agent/stacks.h"
-#define have_agent_stack() 1
-#else
-int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk,
-		     const __u64 *uframes, int nu) __attribute__((weak));
-#define have_agent_stack() (agent__stack != NULL)
-#endif
 
 #define LIBS_MAX	  16			/* distinct libcuda files probed */
 #define WATCH_MAX	  PROCS_MAX
@@ -245,8 +238,7 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
 	}
 	if (n == 1)
 		C.stack_lost++;
-	if (have_agent_stack())
-		id = agent__stack(C.a, pid, NULL, 0, uf, n);
+	id = agent__stack(C.a, pid, NULL, 0, uf, n);
 	return id;
 }
 

@@ -23,14 +23,7 @@
 #include "common/util.h"
 #include "sched.skel.h"
 
-#if __has_include("agent/stacks.h")
 #include "agent/stacks.h"
-#define have_agent_stack() 1
-#else
-#define have_agent_stack() (agent__stack != NULL)
-int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk,
-		     const __u64 *uframes, int nu) __attribute__((weak));
-#endif
 
 #define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
 #define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)
@@ -93,8 +86,7 @@ static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32
 		s->stack_lost++;
 		return -1;
 	}
-	if (have_agent_stack())
-		id = agent__stack(s->a, tgid, kf, nk, uf, nu);
+	id = agent__stack(s->a, tgid, kf, nk, uf, nu);
 	if (id < 0)
 		s->stack_lost++;
 	return id;
@@ -187,7 +179,7 @@ static int on_event(void *ctx, void *data, size_t len)
 			thread_state(s, data);
 		break;
 	case GPUSCOPE_EV_PROC: {
-		const struct gpuscope_ev_proc *p = data;
+		const struct gpuscope_ev_strips_proc *p = data;
 
 		if (len < sizeof(*p))
 			break;

@@ -7,10 +7,10 @@
 #ifndef GPUSCOPE_ABI_STRIPS_H
 #define GPUSCOPE_ABI_STRIPS_H
 
-/* Event types 2..9 of enum gpuscope_ev_type (abi.h reserves 2..31 for these programs). */
-#define GPUSCOPE_EV_THREAD_STATE 2	/* struct gpuscope_ev_thread_state */
-#define GPUSCOPE_EV_PROC	 3	/* struct gpuscope_ev_proc */
-#define GPUSCOPE_EV_CUDA_CALL	 4	/* struct gpuscope_ev_cuda_call */
+/* Event types 8..11 of enum gpuscope_ev_type (abi.h reserves 4..31 for these programs). */
+#define GPUSCOPE_EV_THREAD_STATE 8	/* struct gpuscope_ev_thread_state */
+#define GPUSCOPE_EV_PROC	 9	/* struct gpuscope_ev_strips_proc */
+#define GPUSCOPE_EV_CUDA_CALL	 10	/* struct gpuscope_ev_cuda_call */
 
 /* Thread states as the scheduler sees them. */
 enum gpuscope_tstate {
@@ -65,7 +65,7 @@ enum gpuscope_proc_ev {
 	GPUSCOPE_PROC_FORK = 3,		/* a tracked process forked child pid (tracked already) */
 	GPUSCOPE_PROC_OPEN_GPU = 4,	/* an untracked pid opened libcuda* or /dev/nvidia* */
 };
-struct gpuscope_ev_proc {
+struct gpuscope_ev_strips_proc {
 	struct gpuscope_ev_hdr hdr;
 	__u64 ktime_ns;
 	__u32 pid, tid;			/* pid: the process concerned (child for FORK) */
@@ -74,7 +74,7 @@ struct gpuscope_ev_proc {
 	__u8 _pad[3];
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
-_Static_assert(sizeof(struct gpuscope_ev_proc) == 48, "ABI change: bump GPUSCOPE_ABI_VERSION");
+_Static_assert(sizeof(struct gpuscope_ev_strips_proc) == 48, "ABI change: bump GPUSCOPE_ABI_VERSION");
 
 /* CUDA driver API calls (cudaprobe.bpf.c). The uprobe cookie: api index | flags. */
 #define GPUSCOPE_CUDA_API_MASK	0xffff

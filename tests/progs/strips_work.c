@@ -58,12 +58,27 @@ __attribute__((noinline)) void sleep_for(uint64_t ns)
 		;
 }
 
-/* Nobody wakes the futex: the wait ends by its timeout. */
+/*
+ * Nobody wakes the futex: the wait ends by its timeout. The syscall instruction is issued here,
+ * not in glibc's frameless syscall() wrapper, so that frame-pointer unwinding from the blocked
+ * user context sees this function (a frameless leaf hides its caller's return address).
+ */
 __attribute__((noinline)) void wait_on_futex(uint64_t ns)
 {
 	struct timespec ts = { ns / 1000000000ULL, ns % 1000000000ULL };
+#if defined(__x86_64__)
+	long ret;
+	register long r10 __asm__("r10") = (long)&ts;
 
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "0"((long)SYS_futex), "D"(&futex_word), "S"((long)FUTEX_WAIT_PRIVATE),
+			   "d"(0L), "r"(r10)
+			 : "rcx", "r11", "memory");
+	(void)ret;
+#else
 	syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+#endif
 }
 
 static void *phaser(void *arg)

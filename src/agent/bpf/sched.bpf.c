@@ -332,7 +332,7 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 
 static __always_inline void proc_event(__u8 what, __u32 pid, __u32 tid, __u32 ppid)
 {
-	struct gpuscope_ev_proc ev = {};
+	struct gpuscope_ev_strips_proc ev = {};
 
 	ev.hdr.type = GPUSCOPE_EV_PROC;
 	ev.hdr.size = sizeof(ev);
