@@ -1013,7 +1013,7 @@ struct pid_entry {
 	uint64_t read_ns;	/* when the cgroup file was read (mono) */
 	uint64_t gen;		/* pod-cache generation the labels were built from */
 	struct meta_cgroup cg;
-	char packed[PACKED_MAX];	/* "name\0value\0" * n */
+	char *packed;		/* "name\0value\0" * n, malloc'ed, at most PACKED_MAX */
 	size_t packed_len;
 	uint16_t n;
 	bool gone;		/* the process had exited when read */
@@ -1137,6 +1137,10 @@ static void build_labels(struct pid_entry *e)
 	}
 	kept = relabel__apply(pcache.rules, &ls);
 	e->n = 0;
+	free(e->packed);
+	e->packed = malloc(PACKED_MAX);
+	if (!e->packed)
+		pcache.overflow++;	/* no labels this time; the strings are freed below */
 	if (kept == 0) {
 		lset_done(&ls);
 		lset_set(&ls, "__drop__", "1");
@@ -1146,7 +1150,9 @@ static void build_labels(struct pid_entry *e)
 
 		if (kept != 0 && ls.l[i].name[0] == '_' && ls.l[i].name[1] == '_')
 			continue;
-		if (o + nl + vl > sizeof(e->packed)) {
+		if (!e->packed)
+			break;
+		if (o + nl + vl > PACKED_MAX) {
 			pcache.overflow++;
 			break;
 		}
@@ -1158,9 +1164,25 @@ static void build_labels(struct pid_entry *e)
 	if (ls.overflow)
 		pcache.overflow++;
 	e->packed_len = o;
+	if (e->packed) {
+		char *shrunk = realloc(e->packed, o ? o : 1);
+
+		if (shrunk)
+			e->packed = shrunk;
+	}
 	e->gen = gen;
 	lset_done(&ls);
 	pcache.rebuilds++;
+}
+
+/* Forgets every pid (frees their labels). pcache.mu held. */
+static void pid_cache_clear(void)
+{
+	if (!pcache.e)
+		return;
+	for (size_t i = 0; i < PID_CACHE_SIZE; i++)
+		free(pcache.e[i].packed);
+	memset(pcache.e, 0, PID_CACHE_SIZE * sizeof(*pcache.e));
 }
 
 static int read_cgroup(pid_t pid, struct meta_cgroup *ret)
@@ -1220,7 +1242,8 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 	} else {
 		pcache.hits++;
 	}
-	memcpy(tls, e->packed, e->packed_len);
+	if (e->packed_len)
+		memcpy(tls, e->packed, e->packed_len);
 	for (s = tls; n < e->n && n < max; n++) {
 		ret[n].name = s;
 		s += strlen(s) + 1;
@@ -1265,8 +1288,7 @@ int meta__start(const struct meta_opts *o)
 	pthread_mutex_lock(&pcache.mu);
 	relabel__free(pcache.rules);
 	pcache.rules = rules;
-	if (pcache.e)
-		memset(pcache.e, 0, PID_CACHE_SIZE * sizeof(*pcache.e));
+	pid_cache_clear();
 	pthread_mutex_unlock(&pcache.mu);
 
 	api = env_or(o->api_url, "GPUSCOPE_K8S_API", NULL);
@@ -1341,6 +1363,7 @@ void meta__stop(void)
 	pthread_mutex_lock(&pcache.mu);
 	relabel__free(pcache.rules);
 	pcache.rules = NULL;
+	pid_cache_clear();
 	free(pcache.e);
 	pcache.e = NULL;
 	pthread_mutex_unlock(&pcache.mu);

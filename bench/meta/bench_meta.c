@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Cost of meta__pid_labels(): cached (same pid again within 10 s), rebuild after a pod-cache
+ * change (the watch bumped the generation), and cold (read /proc/PID/cgroup + parse + build)
+ * over every process of this machine. Run by bench/meta/run.sh.
+ */
+#include <dirent.h>
+#include <stdlib.h>
+#include "../../src/agent/meta.c"
+
+static pid_t pids[8192];
+
+int main(void)
+{
+	struct label l[64];
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	size_t n = 0, rounds = 2000000, total = 0;
+	uint64_t t0, t1;
+
+	while (d && (e = readdir(d)) && n < 8192)
+		if (atoi(e->d_name) > 0)
+			pids[n++] = atoi(e->d_name);
+	closedir(d);
+	meta__start(NULL);
+	meta__pid_labels(getpid(), l, 64);	/* allocates the pid cache */
+
+	t0 = mono_ns();
+	for (size_t i = 0; i < n; i++)
+		total += meta__pid_labels(pids[i], l, 64);
+	t1 = mono_ns();
+	printf("cold:    %zu processes, %.0f ns/call (read /proc/PID/cgroup, parse, build)\n", n,
+	       (double)(t1 - t0) / (double)n);
+
+	t0 = mono_ns();
+	for (size_t i = 0; i < n; i++) {
+		struct meta_cgroup cg;
+
+		total += read_cgroup(pids[i], &cg) == 0;
+	}
+	t1 = mono_ns();
+	printf("         of which reading + parsing /proc/PID/cgroup: %.0f ns/call\n",
+	       (double)(t1 - t0) / (double)n);
+
+	t0 = mono_ns();
+	for (size_t i = 0; i < rounds; i++)
+		total += meta__pid_labels(pids[i % n], l, 64);
+	t1 = mono_ns();
+	printf("cached:  %.1f ns/call over %zu processes\n", (double)(t1 - t0) / (double)rounds, n);
+
+	t0 = mono_ns();
+	for (size_t i = 0; i < 20000; i++) {
+		if (i % n == 0)
+			atomic_fetch_add(&pc.gen, 1);	/* what every watch event does */
+		total += meta__pid_labels(pids[i % n], l, 64);
+	}
+	t1 = mono_ns();
+	printf("rebuild: %.0f ns/call (pod cache changed since the last call)\n",
+	       (double)(t1 - t0) / 20000.0);
+	meta__stop();
+	return total == 0;
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Cost of meta__pid_labels (cached, rebuilt, cold). Build first: make -j2.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=.output/bench/bench_meta
+mkdir -p "$(dirname "$out")"
+gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -Isrc -I.output -o "$out" bench/meta/bench_meta.c src/agent/relabel.c \
+	.output/libgpuscope_common.a -lcurl -ljansson -lpthread
+for i in 1 2 3; do "$out"; done
