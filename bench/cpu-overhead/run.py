@@ -39,6 +39,21 @@ if perf:
 if bcc:
     configs["bcc profile 99Hz"] = [bcc, "-F", "99", "-f"]
 
+
+
+def proc_usage(pid):
+    """CPU seconds (user+system) so far and peak RSS in MB of a running process."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    rss = 0.0
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1]) / 1024.0
+    return cpu, rss
+
+
 times = {k: [] for k in configs}
 usage = {k: [] for k in configs}
 for r in range(rounds):
@@ -49,24 +64,29 @@ for r in range(rounds):
         if configs[name]:
             prof = subprocess.Popen(configs[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.5 if "bcc" not in name else 4)	# let it load and attach
+        before = proc_usage(prof.pid) if prof else None
         out = subprocess.run([work, work_rounds], capture_output=True, text=True, check=True)
-        times[name].append(float(out.stdout))
+        wall, cpu = map(float, out.stdout.split())
+        times[name].append((wall, cpu))
         if prof:
-            t0 = time.time()
+            after = proc_usage(prof.pid)
+            usage[name].append((after[0] - before[0], after[1], wall))
             prof.send_signal(signal.SIGINT)
-            _, status, ru = os.wait4(prof.pid, 0)
-            prof.returncode = status
-            usage[name].append((ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0))
+            prof.wait()
     print("round %d/%d done" % (r + 1, rounds), file=sys.stderr)
 
-bare = statistics.median(times["bare"])
-print("| config | median s | slowdown vs bare | profiler CPU s (incl. start/stop) | profiler peak RSS MB |")
-print("| --- | --- | --- | --- | --- |")
+bare_wall = statistics.median(t[0] for t in times["bare"])
+bare_cpu = statistics.median(t[1] for t in times["bare"])
+print("| config | workload CPU s (median) | CPU-time slowdown | wall slowdown | profiler CPU, % of one core | profiler peak RSS MB |")
+print("| --- | --- | --- | --- | --- | --- |")
 for name in configs:
-    med = statistics.median(times[name])
-    cpu = statistics.median([u[0] for u in usage[name]]) if usage[name] else 0
-    rss = max([u[1] for u in usage[name]]) if usage[name] else 0
-    print("| %s | %.3f | %+.2f %% | %s | %s |" % (name, med, 100 * (med / bare - 1),
-          "%.2f" % cpu if usage[name] else "-", "%.1f" % rss if usage[name] else "-"))
-print("\n%d interleaved rounds, %d CPUs, bare median %.3f s" % (rounds, os.cpu_count(), bare))
+    wall = statistics.median(t[0] for t in times[name])
+    cpu = statistics.median(t[1] for t in times[name])
+    own = statistics.median(100 * u[0] / u[2] for u in usage[name]) if usage[name] else None
+    rss = max(u[1] for u in usage[name]) if usage[name] else None
+    print("| %s | %.3f | %+.2f %% | %+.2f %% | %s | %s |" % (
+        name, cpu, 100 * (cpu / bare_cpu - 1), 100 * (wall / bare_wall - 1),
+        "%.2f" % own if own is not None else "-", "%.1f" % rss if rss is not None else "-"))
+print("\n%d interleaved rounds, %d CPUs, bare median %.3f s wall, %.3f s CPU" % (
+    rounds, os.cpu_count(), bare_wall, bare_cpu))
 shutil.rmtree(tmp, ignore_errors=True)

@@ -156,6 +156,7 @@ struct oncpu *oncpu__new(const struct oncpu_opts *opts, oncpu_cb cb, oncpu_proc_
 {
 	struct oncpu *o = calloc(1, sizeof(*o));
 	unsigned rb_mb = opts->ringbuf_mb;
+	uint64_t rb_bytes;
 	int *cpus = NULL, ncpus = 0, err;
 	enum oncpu_event ev = opts->event;
 
@@ -191,12 +192,19 @@ struct oncpu *oncpu__new(const struct oncpu_opts *opts, oncpu_cb cb, oncpu_proc_
 	}
 	o->skel->rodata->filter_pids = opts->npids > 0;
 	o->skel->rodata->want_kernel = !opts->no_kernel;
-	if (!rb_mb)
-		rb_mb = ncpus <= 4 ? 8 : ncpus <= 64 ? 32 : 64;
-	/* Ring buffer size must be a power of two. */
-	while (rb_mb & (rb_mb - 1))
-		rb_mb &= rb_mb - 1;
-	bpf_map__set_max_entries(o->skel->maps.events, rb_mb << 20);
+	/*
+	 * Ring buffer: room for half a second of samples at ~1.5 KiB each (both stacks), so a
+	 * consumer that polls every 100 ms never fills it; at least 1 MiB, a power of two. It
+	 * is mapped twice by the consumer, so it counts twice in RSS: don't oversize it.
+	 */
+	rb_bytes = rb_mb ? (uint64_t)rb_mb << 20 : (uint64_t)ncpus * opts->frequency_hz * 1536 / 2;
+	if (rb_bytes < (1 << 20))
+		rb_bytes = 1 << 20;
+	if (rb_bytes > (256ULL << 20))
+		rb_bytes = 256ULL << 20;
+	while (rb_bytes & (rb_bytes - 1))	/* round up to a power of two */
+		rb_bytes = (rb_bytes | (rb_bytes - 1)) + 1;
+	bpf_map__set_max_entries(o->skel->maps.events, rb_bytes);
 	err = oncpu_bpf__load(o->skel);
 	if (err) {
 		*ret_why = err == -EPERM ? "bpf() refused: needs root or CAP_BPF + CAP_PERFMON "

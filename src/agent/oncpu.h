@@ -20,7 +20,7 @@ struct oncpu_opts {
 	int npids;
 	bool no_kernel;			/* skip kernel stacks */
 	enum oncpu_event event;		/* AUTO: hardware cycles if present, else cpu-clock */
-	unsigned ringbuf_mb;		/* 0: 8 MiB per 4 CPUs, at least 8 */
+	unsigned ringbuf_mb;		/* 0: sized for 0.5 s of samples, at least 1 MiB */
 };
 
 /* Called for each sample from oncpu__poll(); frames: kstack_len kernel then ustack_len user. */
