@@ -54,6 +54,7 @@ def proc_usage(pid):
     return cpu, rss
 
 
+unavailable = {}
 times = {k: [] for k in configs}
 usage = {k: [] for k in configs}
 for r in range(rounds):
@@ -61,9 +62,15 @@ for r in range(rounds):
     random.shuffle(order)
     for name in order:
         prof = None
+        if name in unavailable:
+            continue
         if configs[name]:
-            prof = subprocess.Popen(configs[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.5 if "bcc" not in name else 4)	# let it load and attach
+            prof = subprocess.Popen(configs[name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+            time.sleep(1.5 if "bcc" not in name else 6)  # let it load and attach
+            if prof.poll() is not None:
+                unavailable[name] = prof.stderr.read().strip().splitlines()[-1:]
+                continue
         before = proc_usage(prof.pid) if prof else None
         out = subprocess.run([work, work_rounds], capture_output=True, text=True, check=True)
         wall, cpu = map(float, out.stdout.split())
@@ -72,7 +79,7 @@ for r in range(rounds):
             after = proc_usage(prof.pid)
             usage[name].append((after[0] - before[0], after[1], wall))
             prof.send_signal(signal.SIGINT)
-            prof.wait()
+            prof.communicate()
     print("round %d/%d done" % (r + 1, rounds), file=sys.stderr)
 
 bare_wall = statistics.median(t[0] for t in times["bare"])
@@ -80,6 +87,9 @@ bare_cpu = statistics.median(t[1] for t in times["bare"])
 print("| config | workload CPU s (median) | CPU-time slowdown | wall slowdown | profiler CPU, % of one core | profiler peak RSS MB |")
 print("| --- | --- | --- | --- | --- | --- |")
 for name in configs:
+    if name in unavailable:
+        print("| %s | unavailable: %s | | | | |" % (name, " ".join(unavailable[name])[:120]))
+        continue
     wall = statistics.median(t[0] for t in times[name])
     cpu = statistics.median(t[1] for t in times[name])
     own = statistics.median(100 * u[0] / u[2] for u in usage[name]) if usage[name] else None
