@@ -15,14 +15,15 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-AGENT = os.path.join(ROOT, ".output", "gpuscope-agent")
+AGENT = os.environ.get("GPUSCOPE_AGENT", os.path.join(ROOT, ".output", "gpuscope-agent"))
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 work_rounds = sys.argv[2] if len(sys.argv) > 2 else "150000000"
 tmp = tempfile.mkdtemp(prefix="gpuscope-bench-")
-work = os.path.join(tmp, "work")
-subprocess.run(["gcc", "-O2", "-pthread", "-o", work, os.path.join(os.path.dirname(__file__), "work.c")],
-               check=True)
-if not shutil.which("perf") or not os.path.exists("/usr/sbin/profile-bpfcc"):
+work = os.environ.get("GPUSCOPE_BENCH_WORK") or os.path.join(tmp, "work")
+if not os.environ.get("GPUSCOPE_BENCH_WORK"):
+    subprocess.run(["gcc", "-O2", "-pthread", "-o", work,
+                    os.path.join(os.path.dirname(__file__), "work.c")], check=True)
+if (not shutil.which("perf") or not os.path.exists("/usr/sbin/profile-bpfcc")) and shutil.which("apt-get"):
     subprocess.run(["apt-get", "install", "-y", "-q", "linux-perf", "bpfcc-tools"],
                    stdout=subprocess.DEVNULL, check=False)
 perf = shutil.which("perf")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Packs the built binaries for the GPU machine: DEST/{bin,lib}/ with every shared library they
+# need that is not glibc's (the GPU machine's image lacks libbpf, libmicrohttpd, ...).
+# Run here after `make`: tests/device/pack-agent.sh /work/main/.dev/agent; then name
+# `.dev/agent` in the device tool's carry and, there,
+#   export LD_LIBRARY_PATH=$PWD/.dev/agent/lib PATH=$PWD/.dev/agent/bin:$PATH
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dest=${1:-.dev/agent}
+rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
+for b in .output/gpuscope-agent .output/gpuscope-server .output/gpuscope; do
+	if [ -x "$b" ]; then cp "$b" "$dest/bin/"; fi
+done
+for b in "$dest"/bin/*; do
+	ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | while read -r l; do
+	cp -L "$l" "$dest/lib/"
+done
+du -sh "$dest"
