@@ -152,12 +152,20 @@ int64_t mono_to_wall_offset_ns(void)
 uint64_t hash64(const void *data, size_t len, uint64_t seed)
 {
 	const unsigned char *p = data;
-	uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+	uint64_t h = 0xcbf29ce484222325ULL ^ seed ^ (len * 0x9e3779b97f4a7c15ULL);
+	uint64_t w;
 
-	for (size_t i = 0; i < len; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ULL;
+	/* Word at a time (stacks are arrays of u64), then the tail bytes; a final avalanche. */
+	for (; len >= 8; p += 8, len -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0x100000001b3ULL;
+		h ^= h >> 29;
 	}
+	for (; len; p++, len--)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
 	return h;
 }
 
