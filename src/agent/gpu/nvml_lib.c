@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Loading NVML at run time (no link-time dependency on the driver) and the NVML options of the
+ * agent's command line.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "agent/agent.h"
+#include "agent/gpu/nvml.h"
+#include "common/log.h"
+#include "common/util.h"
+
+const char *const nvml_source_names[NVML_SRC_MAX] = {
+	[NVML_SRC_SAMPLES] = "samples", [NVML_SRC_MEMORY] = "memory", [NVML_SRC_GPM] = "gpm",
+	[NVML_SRC_SLOW] = "slow",	[NVML_SRC_PROCESS] = "process",
+};
+
+void nvml_cfg_defaults(struct nvml_cfg *c)
+{
+	c->interval_ns[NVML_SRC_SAMPLES] = 100 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_MEMORY] = 10 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_GPM] = 10 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_SLOW] = 100 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_PROCESS] = 100 * NSEC_PER_MSEC;
+}
+
+void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
+{
+	nvml_cfg_defaults(c);
+	for (int i = 0; i < NVML_SRC_MAX; i++)
+		if (o->nvml_interval_ns[i])
+			c->interval_ns[i] = o->nvml_interval_ns[i] == UINT64_MAX ? 0 :
+									    o->nvml_interval_ns[i];
+}
+
+const char nvml_usage[] =
+	"  --nvml-library PATH         NVML to load (default libnvidia-ml.so.1)\n"
+	"  --no-gpu                    do not poll NVML\n"
+	"  --nvml-samples-interval D   drain buffered util/power samples every D (100ms)\n"
+	"  --nvml-memory-interval D    poll memory used every D (10ms)\n"
+	"  --nvml-gpm-interval D       GPM metrics over windows of D (10ms)\n"
+	"  --nvml-slow-interval D      clocks, temperatures, throttle reasons, events (100ms)\n"
+	"  --nvml-process-interval D   per-process utilization and memory (100ms)\n"
+	"                              (D = 0 turns that source off)\n";
+
+int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val)
+{
+	static const char *const iv[NVML_SRC_MAX] = {
+		"nvml-samples-interval", "nvml-memory-interval", "nvml-gpm-interval",
+		"nvml-slow-interval",	 "nvml-process-interval",
+	};
+	uint64_t ns;
+
+	if (!strcmp(name, "nvml-library")) {
+		if (!val || !*val)
+			goto bad;
+		o->nvml_library = val;
+		return 1;
+	}
+	if (!strcmp(name, "no-gpu")) {
+		o->no_gpu = true;
+		return 1;
+	}
+	for (int i = 0; i < NVML_SRC_MAX; i++) {
+		if (strcmp(name, iv[i]))
+			continue;
+		if (!val || parse_duration_ns(val, &ns))
+			goto bad;
+		if (ns && ns < 1 * NSEC_PER_MSEC) {
+			log_error("--%s: '%s' is below the 1ms floor", name, val);
+			return -EINVAL;
+		}
+		o->nvml_interval_ns[i] = ns ? ns : UINT64_MAX;	/* UINT64_MAX: off */
+		return 1;
+	}
+	return 0;
+bad:
+	log_error("--%s: bad value '%s'", name, val ? val : "");
+	return -EINVAL;
+}
+
+int nvml_lib__open(const char *path, struct nvml_lib **ret, const char **why)
+{
+	static char whybuf[512];
+	struct nvml_lib *l;
+	size_t off = 0;
+
+	if (!path)
+		path = "libnvidia-ml.so.1";
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!l->dl) {
+		snprintf(whybuf, sizeof(whybuf), "cannot load '%s': %s", path, dlerror());
+		goto out_enoent;
+	}
+#define RESOLVE(req, name, args)                                                                   \
+	l->f.name = dlsym(l->dl, #name);                                                           \
+	if (!l->f.name && req) {                                                                   \
+		snprintf(whybuf, sizeof(whybuf), "'%s' lacks %s: not a usable NVML", path, #name); \
+		goto out_close;                                                                    \
+	}                                                                                          \
+	if (!l->f.name) {                                                                          \
+		off += snprintf(l->missing + off, sizeof(l->missing) - off, "%s%s",                \
+				l->nmissing ? ", " : "", #name);                                   \
+		if (off >= sizeof(l->missing))                                                     \
+			off = sizeof(l->missing) - 1;                                              \
+		l->nmissing++;                                                                     \
+	}
+	NVML_FUNCS(RESOLVE)
+#undef RESOLVE
+	*ret = l;
+	return 0;
+out_close:
+	dlclose(l->dl);
+out_enoent:
+	free(l);
+	*why = whybuf;
+	return -ENOENT;
+}
+
+void nvml_lib__close(struct nvml_lib *l)
+{
+	if (!l)
+		return;
+	if (l->dl)
+		dlclose(l->dl);
+	free(l);
+}
