@@ -20,7 +20,8 @@ $(NVML_REPLAY_OLD): tests/nvml-replay/replay.c src/agent/gpu/nvml_api.h
 
 $(NVML_SERVE): $(call obj,tests/nvml-replay/serve.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
+		$(ALL_LIBS) $(LDLIBS)
 
 # The unit test dlopen()s the replay library.
 $(OUT)/tests/unit/test_nvml: | $(NVML_REPLAY) $(NVML_REPLAY_OLD)

@@ -27,7 +27,7 @@ struct agent_opts {
 	const char *nvml_library;	/* --nvml-library; NULL: "libnvidia-ml.so.1" */
 	bool no_gpu;			/* --no-gpu: skip NVML */
 	const char *relabel_config;	/* --relabel-config FILE (meta.c); NULL: none */
-	uint64_t nvml_interval_ns[5];	/* --nvml-*-interval per enum nvml_source; 0: default,
+	uint64_t nvml_interval_ns[6];	/* --nvml-*-interval per enum nvml_source; 0: default,
 					 * UINT64_MAX: off (parsed by nvml_parse_opt()) */
 };
 

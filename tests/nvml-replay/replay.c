@@ -349,7 +349,10 @@ static int parse_line(char *line)
 		if (!dev)
 			return -EINVAL;
 		snprintf(key, sizeof(key), "procutil %s", dev);
-		tl_add(key, t, ret == NVML_ERROR_NOT_FOUND ? 0 : ret, NULL);
+		/* NOT_FOUND (nothing new) and INSUFFICIENT_SIZE (the recorder's buffer) are not
+		 * states of the device: the replay decides those itself. */
+		tl_add(key, t, ret == NVML_ERROR_NOT_FOUND || ret == NVML_ERROR_INSUFFICIENT_SIZE ?
+				       0 : ret, NULL);
 		d = dev_get(dev, true);
 		if (ret || !d)
 			return 0;
@@ -874,7 +877,7 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
 				continue;
 			if (u) {
 				if (n == *count)
-					return NVML_ERROR_INSUFFICIENT_SIZE;
+					return NVML_ERROR_INSUFFICIENT_SIZE;	/* like the driver */
 				u[n] = (nvmlProcessUtilizationSample_t){
 					s->pid, (unsigned long long)out_ts, s->sm, s->mem, s->enc,
 					s->dec };
@@ -885,7 +888,8 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
 	if (!n)
 		return NVML_ERROR_NOT_FOUND;
 	*count = n;
-	return NVML_SUCCESS;
+	/* Like driver 580 on the H200: the size query answers INSUFFICIENT_SIZE with the size. */
+	return u ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
 }
 
 #ifndef REPLAY_OLD_DRIVER

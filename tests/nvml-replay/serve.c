@@ -69,6 +69,7 @@ int main(int argc, char **argv)
 		{ "nvml-gpm-interval", required_argument, NULL, 0 },
 		{ "nvml-slow-interval", required_argument, NULL, 0 },
 		{ "nvml-process-interval", required_argument, NULL, 0 },
+		{ "nvml-fields-interval", required_argument, NULL, 0 },
 		{ 0 },
 	};
 	struct sockaddr_in sa = { .sin_family = AF_INET };

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/gpu/nvml.h"
@@ -22,6 +23,7 @@
 #define MAX_GPUS	 64	/* physical GPUs plus MIG devices */
 #define SAMPLE_CAP	 256	/* driver samples read per GetSamples call */
 #define PROC_CAP	 64	/* processes per GPU per call */
+#define PROC_UTIL_MAX	 4096	/* per-process utilization samples per call */
 #define WIN_CAP		 4096	/* samples kept between two scrapes, for max/p99 */
 #define COMM_CACHE	 64
 #define BUSY_GAP_CAP_US	 1000000ULL	/* a util sample covers at most 1 s before it */
@@ -102,6 +104,7 @@ struct gpu_stats {	/* guarded by poller.mu */
 	double busy_s, idle_s, sampled_s;	/* from utilization samples */
 	uint64_t samples[ST_MAX];		/* driver samples delivered */
 	uint64_t dups[ST_MAX];			/* repeated timestamps dropped */
+	uint64_t holes[ST_MAX];			/* gaps > 3x the usual spacing: lost samples? */
 	uint64_t errors, lost_backoffs, events;
 	struct gaps gaps[ST_MAX + NVML_SRC_MAX];	/* per stream, then per polled source */
 	struct window w_util, w_power;
@@ -152,6 +155,10 @@ struct nvml_poller {
 	uint64_t cpu_ns;			/* poller thread CPU time, updated each loop */
 	uint64_t start_mono_ns;
 	uint64_t sink_drops;
+	nvmlProcessUtilizationSample_t *ubuf;	/* per-process samples, poller thread only */
+	unsigned int ucap;
+	uint64_t warm_mono_ns, warm_cpu_ns;	/* CPU time after the first second */
+	uint64_t last_loop_mono_ns;		/* when cpu_ns was read */
 	char missing[1024];
 	struct comm_ent comms[COMM_CACHE];
 	pthread_mutex_t mu;
@@ -339,6 +346,15 @@ static void take_sample(struct nvml_poller *p, struct gpu *g, int st, unsigned l
 	emit(p, stream_metric[st], g->lab, g->nlab, t_ns, v);
 	pthread_mutex_lock(&p->mu);
 	g->s.samples[st]++;
+	{
+		const struct gaps *gp = &g->s.gaps[st];
+
+		/* The driver samples at a fixed rate, idle or not: a hole means its buffer
+		 * wrapped before we drained it (or it paused). */
+		if (gp->n >= 8 && gp->last_ns && ts_us * 1000ULL > gp->last_ns &&
+		    (double)(ts_us * 1000ULL - gp->last_ns) > 3 * gp->sum_ns / (double)gp->n)
+			g->s.holes[st]++;
+	}
 	gaps_add(&g->s.gaps[st], ts_us * 1000ULL);
 	if (st == ST_UTIL) {
 		g->s.g[G_UTIL] = v;
@@ -472,7 +488,8 @@ static void poll_gpm(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	for (unsigned i = 0; i < NGPM; i++) {
 		double v;
 
-		if (mg->metrics[i].nvmlReturn != NVML_SUCCESS)
+		/* NaN: the counters did not move between the samples (0/0) */
+		if (mg->metrics[i].nvmlReturn != NVML_SUCCESS || isnan(mg->metrics[i].value))
 			continue;
 		v = mg->metrics[i].value * gpm_defs[i].scale;
 		emit(p, gpm_defs[i].name, g->lab, g->nlab, t, v);
@@ -557,26 +574,6 @@ static void poll_slow(struct nvml_poller *p, struct gpu *g, uint64_t now)
 			set_gauge(p, g, G_THROTTLE, (double)reasons);
 		}
 	}
-	if (p->f.nvmlDeviceGetFieldValues && !g->fields_off) {
-		nvmlFieldValue_t fv[2] = { { .fieldId = NVML_FI_DEV_MEMORY_TEMP },
-					   { .fieldId = NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION } };
-
-		r = NVML_CALL(&p->f, nvmlDeviceGetFieldValues, g->h, 2, fv);
-		if (check(p, g, r, "nvmlDeviceGetFieldValues", &g->fields_off) > 0) {
-			if (fv[0].nvmlReturn == NVML_SUCCESS) {
-				double c = value_of(fv[0].valueType, fv[0].value);
-
-				emit(p, "gpu_memory_temperature_c", g->lab, g->nlab, t, c);
-				set_gauge(p, g, G_MEM_TEMP, c);
-			}
-			if (fv[1].nvmlReturn == NVML_SUCCESS) {
-				double mj = value_of(fv[1].valueType, fv[1].value);
-
-				emit(p, "gpu_energy_joules", g->lab, g->nlab, t, mj / 1000.0);
-				set_gauge(p, g, G_ENERGY, mj);
-			}
-		}
-	}
 out_total:
 	pthread_mutex_lock(&p->mu);
 	double total = g->s.g[G_FB_TOTAL];
@@ -585,6 +582,35 @@ out_total:
 	pthread_mutex_unlock(&p->mu);
 	if (!isnan(total))
 		emit(p, "gpu_memory_total_bytes", g->lab, g->nlab, t, total);
+}
+
+static void poll_fields(struct nvml_poller *p, struct gpu *g, uint64_t now)
+{
+	nvmlFieldValue_t fv[2] = { { .fieldId = NVML_FI_DEV_MEMORY_TEMP },
+				   { .fieldId = NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION } };
+	uint64_t t = agent_now_ns(p);
+	nvmlReturn_t r;
+
+	if (!p->f.nvmlDeviceGetFieldValues || g->fields_off || g->parent >= 0)
+		return;
+	r = NVML_CALL(&p->f, nvmlDeviceGetFieldValues, g->h, 2, fv);
+	if (check(p, g, r, "nvmlDeviceGetFieldValues", &g->fields_off) <= 0)
+		return;
+	if (fv[0].nvmlReturn == NVML_SUCCESS) {
+		double c = value_of(fv[0].valueType, fv[0].value);
+
+		emit(p, "gpu_memory_temperature_c", g->lab, g->nlab, t, c);
+		set_gauge(p, g, G_MEM_TEMP, c);
+	}
+	if (fv[1].nvmlReturn == NVML_SUCCESS) {
+		double mj = value_of(fv[1].valueType, fv[1].value);
+
+		emit(p, "gpu_energy_joules", g->lab, g->nlab, t, mj / 1000.0);
+		set_gauge(p, g, G_ENERGY, mj);
+	}
+	pthread_mutex_lock(&p->mu);
+	gaps_add(&g->s.gaps[ST_MAX + NVML_SRC_FIELDS], t);
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* comm of pid from /proc, cached for 10 s; "" when the process is not visible here. */
@@ -628,9 +654,54 @@ static size_t proc_labels(struct nvml_poller *p, struct gpu *g, struct label *l,
 	return n;
 }
 
+/*
+ * GetProcessUtilization wants a buffer as large as the driver's sample list, whatever the
+ * number of processes (the H200 answered INSUFFICIENT_SIZE to 64 entries with two processes):
+ * ask for the size with a NULL buffer, grow ours (bounded), call again.
+ */
+static nvmlReturn_t read_procutil(struct nvml_poller *p, struct gpu *g, unsigned long long seen,
+				  unsigned int *ret_n)
+{
+	unsigned int n = p->ucap;
+	nvmlReturn_t r = NVML_ERROR_INSUFFICIENT_SIZE;
+
+	if (p->ucap)
+		r = NVML_CALL(&p->f, nvmlDeviceGetProcessUtilization, g->h, p->ubuf, &n, seen);
+	if (r != NVML_ERROR_INSUFFICIENT_SIZE)
+		goto out;
+	/* The H200 (driver 580) answers the NULL query with INSUFFICIENT_SIZE and the size. */
+	n = 0;
+	r = NVML_CALL(&p->f, nvmlDeviceGetProcessUtilization, g->h, NULL, &n, seen);
+	if ((r != NVML_SUCCESS && r != NVML_ERROR_INSUFFICIENT_SIZE) || !n) {
+		if (r == NVML_ERROR_INSUFFICIENT_SIZE)
+			r = NVML_ERROR_UNKNOWN;
+		goto out;
+	}
+	if (n > PROC_UTIL_MAX) {
+		pthread_mutex_lock(&p->mu);
+		p->sink_drops++;
+		pthread_mutex_unlock(&p->mu);
+		n = PROC_UTIL_MAX;
+	}
+	if (n > p->ucap) {
+		void *nb = realloc(p->ubuf, n * sizeof(*p->ubuf));
+
+		if (!nb) {
+			r = NVML_ERROR_UNKNOWN;
+			goto out;
+		}
+		p->ubuf = nb;
+		p->ucap = n;
+	}
+	n = p->ucap;
+	r = NVML_CALL(&p->f, nvmlDeviceGetProcessUtilization, g->h, p->ubuf, &n, seen);
+out:
+	*ret_n = r == NVML_SUCCESS ? (n < p->ucap ? n : p->ucap) : 0;
+	return r;
+}
+
 static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 {
-	nvmlProcessUtilizationSample_t us[PROC_CAP];
 	nvmlProcessInfo_t pi[PROC_CAP];
 	struct label l[6];
 	char pidbuf[16];
@@ -644,14 +715,15 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 		unsigned long long seen = g->proc_last_seen, newest = seen;
 		int64_t skew = clock_skew_ns(p);
 
-		n = PROC_CAP;
-		r = NVML_CALL(&p->f, nvmlDeviceGetProcessUtilization, g->h, us, &n, seen);
+		r = read_procutil(p, g, seen, &n);
 		if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
 			pthread_mutex_lock(&p->mu);
 			p->sink_drops++;
 			pthread_mutex_unlock(&p->mu);
 		} else if (check(p, g, r, "nvmlDeviceGetProcessUtilization", &g->procutil_off) > 0) {
-			for (unsigned i = 0; i < n && i < PROC_CAP; i++) {
+			nvmlProcessUtilizationSample_t *us = p->ubuf;
+
+			for (unsigned i = 0; i < n; i++) {
 				size_t nl;
 
 				if (us[i].timeStamp <= seen)
@@ -692,7 +764,7 @@ typedef void (*poll_fn)(struct nvml_poller *p, struct gpu *g, uint64_t now);
 static const poll_fn pollers[NVML_SRC_MAX] = {
 	[NVML_SRC_SAMPLES] = poll_samples, [NVML_SRC_MEMORY] = poll_memory,
 	[NVML_SRC_GPM] = poll_gpm,	   [NVML_SRC_SLOW] = poll_slow,
-	[NVML_SRC_PROCESS] = poll_process,
+	[NVML_SRC_PROCESS] = poll_process, [NVML_SRC_FIELDS] = poll_fields,
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -749,12 +821,21 @@ static void *poller_thread(void *arg)
 				next = p->next_ns[s];
 		pthread_mutex_lock(&p->mu);
 		p->cpu_ns = thread_cpu_ns();
+		p->last_loop_mono_ns = mono_ns();
+		if (!p->warm_mono_ns && now - p->start_mono_ns >= NSEC_PER_SEC) {
+			p->warm_mono_ns = mono_ns();
+			p->warm_cpu_ns = p->cpu_ns;
+		}
 		pthread_mutex_unlock(&p->mu);
 		ts.tv_sec = (time_t)(next / NSEC_PER_SEC);
 		ts.tv_nsec = (long)(next % NSEC_PER_SEC);
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !p->stop)
 			;
 	}
+	pthread_mutex_lock(&p->mu);
+	p->cpu_ns = thread_cpu_ns();
+	p->last_loop_mono_ns = mono_ns();
+	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -965,6 +1046,7 @@ void nvml_poller__free(struct nvml_poller *p)
 	NVML_CALL(&p->f, nvmlShutdown);
 	free(p->gpus);
 	free(p->mg);
+	free(p->ubuf);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
@@ -1098,6 +1180,14 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 			put_labels(out, &p->gpus[i], "stream", stream_label[st]);
 			fprintf(out, " %" PRIu64 "\n", snap[i].dups[st]);
 		}
+	header(out, "gpuscope_nvml_sample_holes_total", "counter",
+	       "Gaps of more than 3x the usual spacing between driver samples (buffer overrun?)");
+	for (int i = 0; i < n; i++)
+		for (int st = 0; st < ST_MAX; st++) {
+			fputs("gpuscope_nvml_sample_holes_total", out);
+			put_labels(out, &p->gpus[i], "stream", stream_label[st]);
+			fprintf(out, " %" PRIu64 "\n", snap[i].holes[st]);
+		}
 	header(out, "gpuscope_nvml_sample_interval_seconds", "gauge",
 	       "Mean gap between successive points of each stream/source");
 	for (int i = 0; i < n; i++)
@@ -1141,13 +1231,24 @@ void nvml_poller__summary(struct nvml_poller *p, FILE *out)
 							  "memory_util" };
 	double wall_s = (double)(mono_ns() - p->start_mono_ns) / 1e9;
 
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
 	pthread_mutex_lock(&p->mu);
-	if (!p->started)
-		p->cpu_ns = thread_cpu_ns();
-	fprintf(out, "nvml poller: %d device(s), %.2f s, poller CPU %.3f ms = %.3f%% of one core "
-		     "(%.4f%% per device)\n",
+	fprintf(out, "nvml poller: %d device(s), %.2f s, poller thread CPU %.3f ms = %.3f%% of one "
+		     "core (%.4f%% per device)\n",
 		p->ngpus, wall_s, (double)p->cpu_ns / 1e6, (double)p->cpu_ns / 1e7 / wall_s,
 		(double)p->cpu_ns / 1e7 / wall_s / p->ngpus);
+	if (p->warm_mono_ns && p->last_loop_mono_ns > p->warm_mono_ns + NSEC_PER_SEC) {
+		double s = (double)(p->last_loop_mono_ns - p->warm_mono_ns) / 1e9;
+		double pct = (double)(p->cpu_ns - p->warm_cpu_ns) / 1e7 / s;
+
+		fprintf(out, "  steady state (after the first second): %.3f%% of one core, %.4f%% "
+			     "per device\n", pct, pct / p->ngpus);
+	}
+	fprintf(out, "  whole process (start-up, NVML init, main thread included): %.3f ms CPU\n",
+		(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+			(double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3);
 	for (int s = 0; s < NVML_SRC_MAX; s++) {
 		const struct gaps *g = &p->src_gaps[s];
 
@@ -1173,16 +1274,13 @@ void nvml_poller__summary(struct nvml_poller *p, FILE *out)
 				g->n ? g->sum_ns / (double)g->n / 1e6 : 0, (double)g->min_ns / 1e6,
 				(double)g->max_ns / 1e6);
 		}
-		fprintf(out, " errors %" PRIu64 "\n", gp->s.errors);
+		fprintf(out, " holes %" PRIu64 "/%" PRIu64 "/%" PRIu64 " errors %" PRIu64 "\n",
+			gp->s.holes[0], gp->s.holes[1], gp->s.holes[2], gp->s.errors);
 	}
 	pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- the agent module ------------------------------------------------------------------- */
-
-/* Weak: the batch implementation may not be linked into every binary that carries this file. */
-#pragma weak batch__metric
-#pragma weak batch__interval
 
 static struct {
 	struct nvml_lib *lib;
@@ -1196,7 +1294,7 @@ static void batch_metric(void *ctx, const char *name, const struct label *l, siz
 {
 	struct agent *a = ctx;
 
-	if (!a->batch || !batch__metric || batch__metric(a->batch, name, l, n, t_ns, v))
+	if (!a->batch || batch__metric(a->batch, name, l, n, t_ns, v))
 		__atomic_fetch_add(&mod.drops, 1, __ATOMIC_RELAXED);
 }
 
@@ -1205,8 +1303,7 @@ static void batch_event(void *ctx, const struct label *l, size_t n, uint64_t t_n
 {
 	struct agent *a = ctx;
 
-	if (!a->batch || !batch__interval ||
-	    batch__interval(a->batch, "gpu_event", l, n, t_ns, t_ns, attrs, nattrs))
+	if (!a->batch || batch__interval(a->batch, "gpu_event", l, n, t_ns, t_ns, attrs, nattrs))
 		__atomic_fetch_add(&mod.drops, 1, __ATOMIC_RELAXED);
 }
 

@@ -21,8 +21,9 @@ enum nvml_source {
 	NVML_SRC_SAMPLES = 0,	/* buffered utilization, memory-util and power samples */
 	NVML_SRC_MEMORY,	/* memory used/total */
 	NVML_SRC_GPM,		/* SM/tensor/DRAM activity, occupancy, PCIe/NVLink */
-	NVML_SRC_SLOW,		/* clocks, temperatures, throttle reasons, energy, Xid events */
+	NVML_SRC_SLOW,		/* clocks, GPU temperature, throttle reasons, Xid events */
 	NVML_SRC_PROCESS,	/* per-process utilization samples and memory */
+	NVML_SRC_FIELDS,	/* field values: energy counter, memory temperature */
 	NVML_SRC_MAX,
 };
 extern const char *const nvml_source_names[NVML_SRC_MAX];
@@ -30,7 +31,8 @@ extern const char *const nvml_source_names[NVML_SRC_MAX];
 struct nvml_cfg {
 	uint64_t interval_ns[NVML_SRC_MAX];
 };
-/* Defaults: samples 100 ms, memory 10 ms, GPM 10 ms, slow 100 ms, process 100 ms. */
+/* Defaults (docs/nvml.md says why): samples 1 s, memory 10 ms, GPM 100 ms, slow 100 ms,
+ * process 200 ms, fields 1 s. */
 void nvml_cfg_defaults(struct nvml_cfg *c);
 /* Defaults, overridden by the non-zero intervals in o (the --nvml-*-interval flags). */
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o);
@@ -38,7 +40,8 @@ void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o);
 /*
  * Parses one agent option that belongs to the NVML poller: `name` is the long option without
  * dashes ("nvml-library", "no-gpu", "nvml-samples-interval", "nvml-memory-interval",
- * "nvml-gpm-interval", "nvml-slow-interval", "nvml-process-interval"), `val` its argument (NULL
+ * "nvml-gpm-interval", "nvml-slow-interval", "nvml-process-interval",
+ * "nvml-fields-interval"), `val` its argument (NULL
  * for flags). Returns 1 if consumed, 0 if not an NVML option, -EINVAL on a bad value (logged).
  */
 int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val);

@@ -14,16 +14,27 @@
 
 const char *const nvml_source_names[NVML_SRC_MAX] = {
 	[NVML_SRC_SAMPLES] = "samples", [NVML_SRC_MEMORY] = "memory", [NVML_SRC_GPM] = "gpm",
-	[NVML_SRC_SLOW] = "slow",	[NVML_SRC_PROCESS] = "process",
+	[NVML_SRC_SLOW] = "slow",	[NVML_SRC_PROCESS] = "process", [NVML_SRC_FIELDS] = "fields",
 };
+_Static_assert(NVML_SRC_MAX == ARRAY_SIZE(((struct agent_opts *)0)->nvml_interval_ns),
+	       "agent_opts.nvml_interval_ns has one slot per enum nvml_source");
 
 void nvml_cfg_defaults(struct nvml_cfg *c)
 {
-	c->interval_ns[NVML_SRC_SAMPLES] = 100 * NSEC_PER_MSEC;
+	/*
+	 * Measured on the H200 (driver 580.159, docs/nvml.md): one GetSamples call costs ~1.8 ms
+	 * of CPU whatever it returns, and the driver keeps 2.4 s of power and 14 s of utilization
+	 * samples with their own timestamps, so a 1 s drain loses no sample and no resolution.
+	 * Per-process utilization keeps only the latest sample per process (one per ~200 ms).
+	 * GPM counters refresh every ~100 ms: shorter windows only add zeros. Field values cost
+	 * ~3.4 ms a call.
+	 */
+	c->interval_ns[NVML_SRC_SAMPLES] = 1000 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_MEMORY] = 10 * NSEC_PER_MSEC;
-	c->interval_ns[NVML_SRC_GPM] = 10 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_GPM] = 100 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_SLOW] = 100 * NSEC_PER_MSEC;
-	c->interval_ns[NVML_SRC_PROCESS] = 100 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_PROCESS] = 200 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_FIELDS] = 1000 * NSEC_PER_MSEC;
 }
 
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
@@ -38,18 +49,20 @@ void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
 const char nvml_usage[] =
 	"  --nvml-library PATH         NVML to load (default libnvidia-ml.so.1)\n"
 	"  --no-gpu                    do not poll NVML\n"
-	"  --nvml-samples-interval D   drain buffered util/power samples every D (100ms)\n"
+	"  --nvml-samples-interval D   drain the driver's buffered utilization, memory-util and\n"
+	"                              power samples every D (1s; each keeps its own timestamp)\n"
 	"  --nvml-memory-interval D    poll memory used every D (10ms)\n"
-	"  --nvml-gpm-interval D       GPM metrics over windows of D (10ms)\n"
-	"  --nvml-slow-interval D      clocks, temperatures, throttle reasons, events (100ms)\n"
-	"  --nvml-process-interval D   per-process utilization and memory (100ms)\n"
+	"  --nvml-gpm-interval D       GPM windows of D (100ms, the driver's refresh period)\n"
+	"  --nvml-slow-interval D      clocks, GPU temperature, throttle reasons, events (100ms)\n"
+	"  --nvml-process-interval D   per-process utilization and memory (200ms)\n"
+	"  --nvml-fields-interval D    energy counter, memory temperature (1s)\n"
 	"                              (D = 0 turns that source off)\n";
 
 int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val)
 {
 	static const char *const iv[NVML_SRC_MAX] = {
 		"nvml-samples-interval", "nvml-memory-interval", "nvml-gpm-interval",
-		"nvml-slow-interval",	 "nvml-process-interval",
+		"nvml-slow-interval",	 "nvml-process-interval", "nvml-fields-interval",
 	};
 	uint64_t ns;
 

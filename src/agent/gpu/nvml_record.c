@@ -293,9 +293,8 @@ static nvmlReturn_t w_procutil(nvmlDevice_t d, nvmlProcessUtilizationSample_t *u
 	nvmlReturn_t r = REAL(nvmlDeviceGetProcessUtilization, d, u, n, seen);
 
 	line_start("procutil");
-	fprintf(R.f, " %s %llu %d", dev_id(d), seen, r);
+	fprintf(R.f, " %s %llu %d %u", dev_id(d), seen, r, n ? *n : 0);
 	if (!r) {
-		fprintf(R.f, " %u", *n);
 		for (unsigned i = 0; u && i < *n; i++)
 			fprintf(R.f, " %u:%llu:%u:%u:%u:%u", u[i].pid, u[i].timeStamp, u[i].smUtil,
 				u[i].memUtil, u[i].encUtil, u[i].decUtil);
@@ -532,6 +531,7 @@ int cmd_nvml_record(int argc, char **argv)
 		{ "nvml-gpm-interval", required_argument, NULL, 0 },
 		{ "nvml-slow-interval", required_argument, NULL, 0 },
 		{ "nvml-process-interval", required_argument, NULL, 0 },
+		{ "nvml-fields-interval", required_argument, NULL, 0 },
 		{ 0 },
 	};
 	struct agent_opts opts = { 0 };
