@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/gpu/nvml.h"
 #include "agent/commands.h"
 #include "agent/metrics_http.h"
 #include "agent/modules.h"
@@ -91,6 +92,8 @@ static void usage(FILE *f)
 		"  --node NAME              node label (default: hostname)\n"
 		"  --nvml-library PATH      NVML library (default libnvidia-ml.so.1)\n"
 		"  --no-gpu                 do not poll NVML\n"
+		"  --nvml-{samples,memory,gpm,slow,process,fields}-interval DUR\n"
+		"                           NVML poll rates (docs/nvml.md; 0 turns one off)\n"
 		"  --relabel-config FILE    Prometheus-style relabel rules for process labels\n"
 		"                           (docs/kubernetes.md); a malformed file stops the start\n"
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
@@ -229,7 +232,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL,
+		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, OPT_SERVER },
@@ -244,6 +247,12 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "node", required_argument, NULL, OPT_NODE },
 		{ "nvml-library", required_argument, NULL, OPT_NVML },
 		{ "no-gpu", no_argument, NULL, OPT_NO_GPU },
+		{ "nvml-samples-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-memory-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-gpm-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-slow-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-process-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-fields-interval", required_argument, NULL, OPT_NVML_OPT },
 		{ "relabel-config", required_argument, NULL, OPT_RELABEL },
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
@@ -254,11 +263,15 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	};
 	char *end;
 	long v;
-	int opt;
+	int opt, li = 0;
 
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "vh", lopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "vh", lopts, &li)) != -1) {
 		switch (opt) {
+		case OPT_NVML_OPT:	/* gpu/nvml.c parses its own rates */
+			if (nvml_parse_opt(ao, lopts[li].name, optarg) <= 0)
+				return -EINVAL;
+			break;
 		case OPT_SERVER:
 			o->server = optarg;
 			break;

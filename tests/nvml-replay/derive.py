@@ -105,7 +105,8 @@ def shared():
     for line in body:
         tok = line.split(" ")
         if len(tok) > 1 and tok[1] == "procutil" and tok[4] == "0":
-            ts = sorted({int(f.split(":")[1]) for f in tok[6:]})
+            # the driver returns the latest sample of each process: one period per line
+            ts = [max(int(f.split(":")[1]) for f in tok[6:])]
             samples = []
             for x in ts:
                 a = (x // 1000) % 61 + 20		# any two different, known values

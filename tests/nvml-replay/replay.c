@@ -863,17 +863,25 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
 		return e->ret;
 	st = &d->proc;
 	vc = vnow(&cycle);
-	for (uint64_t k = 0; k <= cycle; k++) {
+	/* Like the driver: only the latest sample of each process, if newer than lastSeen. */
+	for (uint64_t k = cycle + 1; k-- > 0 && !n;) {
 		uint64_t lim = k < cycle ? UINT64_MAX : vc;
 
-		for (size_t i = 0; i < st->n; i++) {
+		for (size_t i = st->n; i-- > 0;) {
 			const struct sample *s = &st->s[i];
 			long long out_ts;
+			bool dup = false;
 
 			if (k > 0 && s->ts < S.rec_start_wall_us)
 				continue;
 			out_ts = (long long)s->ts + S.shift_us + (long long)(k * S.dur_us);
-			if (s->avail_us > lim || out_ts <= (long long)lastSeen)
+			if (s->avail_us > lim)
+				continue;
+			if (out_ts <= (long long)lastSeen)
+				break;
+			for (unsigned j = 0; u && j < n; j++)
+				dup |= u[j].pid == s->pid;
+			if (dup)
 				continue;
 			if (u) {
 				if (n == *count)

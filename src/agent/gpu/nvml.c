@@ -921,6 +921,8 @@ static void add_migs(struct nvml_poller *p, int pi, int cap)
 		snprintf(g->idx, sizeof(g->idx), "%s", parent->idx);
 		snprintf(g->parent_uuid, sizeof(g->parent_uuid), "%s", parent->uuid);
 		probe_gpu(p, g);
+		if (!*g->name)
+			snprintf(g->name, sizeof(g->name), "%s", parent->name);
 		p->ngpus++;
 	}
 }
@@ -1074,7 +1076,7 @@ static void put_labels(FILE *out, const struct gpu *g, const char *extra_name,
 	put_label_value(out, g->name);
 	fputc('"', out);
 	if (g->parent >= 0) {
-		fputs(",GPU_I_ID=\"", out);
+		fputs(",mig_uuid=\"", out);
 		put_label_value(out, g->uuid);
 		fputc('"', out);
 	}
@@ -1282,34 +1284,146 @@ void nvml_poller__summary(struct nvml_poller *p, FILE *out)
 
 /* ---- the agent module ------------------------------------------------------------------- */
 
+/*
+ * The poller thread does not touch a->batch: run.c swaps batches under its own lock, and
+ * tick() (main loop, that lock held) is where modules write. Points wait in a bounded queue;
+ * their label strings are interned (bounded) until the queue has been drained.
+ */
+#define QCAP	   16384
+#define QLAB	   5
+#define INTERN_CAP 4096
+
+struct qpoint {
+	const char *name;	/* metric name; NULL for a gpu_event */
+	uint64_t t_ns;
+	double v;
+	uint8_t nl, na;
+	struct label l[QLAB];	/* interned */
+	struct label attrs[2];	/* interned */
+};
+
 static struct {
 	struct nvml_lib *lib;
 	struct nvml_poller *p;
-	struct agent *a;
-	uint64_t drops;
-} mod;
+	pthread_mutex_t qmu;
+	struct qpoint *q;
+	size_t head, len;
+	char *interned[INTERN_CAP];
+	size_t ninterned;
+	uint64_t drops_full, drops_intern, drops_batch;
+} mod = { .qmu = PTHREAD_MUTEX_INITIALIZER };
 
-static void batch_metric(void *ctx, const char *name, const struct label *l, size_t n,
-			 uint64_t t_ns, double v)
+/* Caller holds qmu. NULL when the table is full or memory is short. */
+static const char *intern(const char *s)
 {
-	struct agent *a = ctx;
+	uint64_t h = hash64(s, strlen(s), 0);
 
-	if (!a->batch || batch__metric(a->batch, name, l, n, t_ns, v))
-		__atomic_fetch_add(&mod.drops, 1, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < INTERN_CAP; i++) {
+		size_t k = (size_t)((h + i) % INTERN_CAP);
+
+		if (!mod.interned[k]) {
+			mod.interned[k] = strdup(s);
+			mod.ninterned += mod.interned[k] != NULL;
+			return mod.interned[k];
+		}
+		if (!strcmp(mod.interned[k], s))
+			return mod.interned[k];
+	}
+	return NULL;
 }
 
-static void batch_event(void *ctx, const struct label *l, size_t n, uint64_t t_ns,
-			const struct label *attrs, size_t nattrs)
+static bool intern_labels(struct label *dst, const struct label *src, size_t n)
 {
-	struct agent *a = ctx;
+	for (size_t i = 0; i < n; i++) {
+		dst[i].name = intern(src[i].name);
+		dst[i].value = intern(src[i].value);
+		if (!dst[i].name || !dst[i].value)
+			return false;
+	}
+	return true;
+}
 
-	if (!a->batch || batch__interval(a->batch, "gpu_event", l, n, t_ns, t_ns, attrs, nattrs))
-		__atomic_fetch_add(&mod.drops, 1, __ATOMIC_RELAXED);
+static void q_push(const char *name, const struct label *l, size_t n, uint64_t t_ns, double v,
+		   const struct label *attrs, size_t na)
+{
+	struct qpoint *qp;
+
+	pthread_mutex_lock(&mod.qmu);
+	if (mod.len == QCAP) {
+		mod.drops_full++;
+		goto out;
+	}
+	qp = &mod.q[(mod.head + mod.len) % QCAP];
+	if (n > QLAB)
+		n = QLAB;
+	if (na > 2)
+		na = 2;
+	qp->name = name ? intern(name) : NULL;
+	if ((name && !qp->name) || !intern_labels(qp->l, l, n) ||
+	    !intern_labels(qp->attrs, attrs, na)) {
+		mod.drops_intern++;
+		goto out;
+	}
+	qp->t_ns = t_ns;
+	qp->v = v;
+	qp->nl = (uint8_t)n;
+	qp->na = (uint8_t)na;
+	mod.len++;
+out:
+	pthread_mutex_unlock(&mod.qmu);
+}
+
+static void q_metric(void *ctx, const char *name, const struct label *l, size_t n,
+		     uint64_t t_ns, double v)
+{
+	q_push(name, l, n, t_ns, v, NULL, 0);
+}
+
+static void q_event(void *ctx, const struct label *l, size_t n, uint64_t t_ns,
+		    const struct label *attrs, size_t nattrs)
+{
+	q_push(NULL, l, n, t_ns, 0, attrs, nattrs);
+}
+
+static void intern_reset(void)
+{
+	for (size_t i = 0; i < INTERN_CAP; i++) {
+		free(mod.interned[i]);
+		mod.interned[i] = NULL;
+	}
+	mod.ninterned = 0;
+}
+
+/* Main loop, run.c's lock held: moves the queued points into a->batch. */
+static int nvml_tick(struct agent *a)
+{
+	pthread_mutex_lock(&mod.qmu);
+	while (mod.len) {
+		const struct qpoint *qp = &mod.q[mod.head];
+		int err = -EINVAL;
+
+		if (a->batch && qp->name)
+			err = batch__metric(a->batch, qp->name, qp->l, qp->nl, qp->t_ns, qp->v);
+		else if (a->batch)
+			err = batch__interval(a->batch, "gpu_event", qp->l, qp->nl, qp->t_ns,
+					      qp->t_ns, qp->attrs, qp->na);
+		if (err == -ENOSPC)
+			break;	/* the batch is full: keep the rest for the next one */
+		if (err)
+			mod.drops_batch++;
+		mod.head = (mod.head + 1) % QCAP;
+		mod.len--;
+	}
+	/* Nothing refers to the interned strings now: start over before pids fill the table. */
+	if (!mod.len && mod.ninterned > INTERN_CAP / 2)
+		intern_reset();
+	pthread_mutex_unlock(&mod.qmu);
+	return 0;
 }
 
 static int nvml_start(struct agent *a)
 {
-	struct nvml_sink sink = { .ctx = a, .metric = batch_metric, .event = batch_event };
+	struct nvml_sink sink = { .ctx = a, .metric = q_metric, .event = q_event };
 	struct nvml_cfg cfg;
 	const char *why = NULL;
 	int err;
@@ -1322,6 +1436,11 @@ static int nvml_start(struct agent *a)
 	if (err) {
 		log_info("nvml: running CPU-only: %s", why ? why : strerror(-err));
 		return err;
+	}
+	mod.q = calloc(QCAP, sizeof(*mod.q));
+	if (!mod.q) {
+		err = -ENOMEM;
+		goto out_close;
 	}
 	nvml_cfg_from_opts(&cfg, &a->opts);
 	mod.p = nvml_poller__new(&mod.lib->f, mod.lib->missing, &cfg, a->mono_to_wall_ns, &sink,
@@ -1337,13 +1456,14 @@ static int nvml_start(struct agent *a)
 	err = nvml_poller__start(mod.p);
 	if (err)
 		goto out_free;
-	mod.a = a;
 	log_info("nvml: polling %d device(s)", nvml_poller__ngpus(mod.p));
 	return 0;
 out_free:
 	nvml_poller__free(mod.p);
 	mod.p = NULL;
 out_close:
+	free(mod.q);
+	mod.q = NULL;
 	nvml_lib__close(mod.lib);
 	mod.lib = NULL;
 	return err;
@@ -1351,8 +1471,13 @@ out_close:
 
 static void nvml_stop(struct agent *a)
 {
-	nvml_poller__free(mod.p);
+	nvml_poller__free(mod.p);	/* joins the poller: nothing pushes after this */
 	mod.p = NULL;
+	nvml_tick(a);
+	free(mod.q);
+	mod.q = NULL;
+	mod.head = mod.len = 0;
+	intern_reset();
 	nvml_lib__close(mod.lib);
 	mod.lib = NULL;
 }
@@ -1362,15 +1487,20 @@ static void nvml_metrics(struct agent *a, FILE *out)
 	if (!mod.p)
 		return;
 	nvml_poller__metrics(mod.p, out);
-	fprintf(out, "# HELP gpuscope_nvml_batch_drops_total NVML points the batch refused\n"
-		     "# TYPE gpuscope_nvml_batch_drops_total counter\n"
-		     "gpuscope_nvml_batch_drops_total %" PRIu64 "\n",
-		__atomic_load_n(&mod.drops, __ATOMIC_RELAXED));
+	pthread_mutex_lock(&mod.qmu);
+	fprintf(out, "# HELP gpuscope_nvml_points_dropped_total NVML points lost before the batch\n"
+		     "# TYPE gpuscope_nvml_points_dropped_total counter\n"
+		     "gpuscope_nvml_points_dropped_total{reason=\"queue_full\"} %" PRIu64 "\n"
+		     "gpuscope_nvml_points_dropped_total{reason=\"label_table_full\"} %" PRIu64 "\n"
+		     "gpuscope_nvml_points_dropped_total{reason=\"batch_refused\"} %" PRIu64 "\n",
+		mod.drops_full, mod.drops_intern, mod.drops_batch);
+	pthread_mutex_unlock(&mod.qmu);
 }
 
 const struct agent_module nvml_module = {
 	.name = "nvml",
 	.start = nvml_start,
+	.tick = nvml_tick,
 	.stop = nvml_stop,
 	.metrics = nvml_metrics,
 };
