@@ -7,7 +7,7 @@ SYMFIX_CFLAGS := -g -O1 -fno-omit-frame-pointer -fno-inline -Wl,--build-id=sha1
 SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/libsymfix_late.so $(SYMFIX_OUT)/symfix_pie \
 	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static
 
-all: $(SYMFIX_BINS)
+all: $(SYMFIX_BINS) $(OUT)/bench/symbolize/symbench
 
 $(SYMFIX_OUT)/libsymfix.so: $(SYMFIX_SRC)/lib.c
 	$(Q)mkdir -p $(dir $@)

@@ -125,6 +125,7 @@ struct symbolizer {
 	struct image *images[IMAGE_BUCKETS];
 	struct list proc_lru, file_lru, loaded;	/* most recently used first */
 	uint32_t nprocs, nfiles;
+	struct proc *last;		/* the previous call's process: frames of a stack come together */
 	uint64_t cache_bytes;
 	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty, *s_vdso;
 	struct image *vdso;		/* our own [vdso]: the same code in every native process */
@@ -615,6 +616,8 @@ static void proc_free(struct symbolizer *s, struct proc *p)
 		}
 	}
 	list_del(&p->lru);
+	if (s->last == p)
+		s->last = NULL;
 	maps_free(s, p->maps, p->nmaps);
 	symt_done(&p->pm);
 	s->nprocs--;
@@ -632,11 +635,15 @@ static struct proc *proc_find(struct symbolizer *s, pid_t pid)
 /* Finds pid's entry, or creates it and reads its maps (*ret_err: result of that read). */
 static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 {
-	struct proc *p = proc_find(s, pid);
+	struct proc *p = s->last;
 
 	*ret_err = 0;
+	if (p && p->pid == pid)
+		return p;
+	p = proc_find(s, pid);
 	if (p) {
 		list_move_head(&s->proc_lru, &p->lru);
+		s->last = p;
 		return p;
 	}
 	p = calloc(1, sizeof(*p));
@@ -652,6 +659,7 @@ static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 	while (s->nprocs > s->lim.max_pids && s->proc_lru.prev != &p->lru)
 		proc_free(s, container_of(s->proc_lru.prev, struct proc, lru));
 	*ret_err = proc_read_maps(s, p);
+	s->last = p;
 	return p;
 }
 

@@ -118,19 +118,22 @@ int symt_finish(struct symt *t, uint64_t max_derived)
 
 long symt_find(const struct symt *t, uint64_t addr)
 {
-	size_t lo = 0, hi = t->n;
+	const struct symt_ent *base = t->e;
+	size_t n = t->n, i;
 
-	/* Last entry with e.addr <= addr. */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
+	if (!n)
+		return -1;
+	/* Branchless search for the last entry with e.addr <= addr (cmov, no mispredictions). */
+	while (n > 1) {
+		size_t half = n / 2;
 
-		if (t->e[mid].addr <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
+		base = base[half].addr <= addr ? base + half : base;
+		n -= half;
 	}
+	if (base->addr > addr)
+		return -1;
 	/* A few steps back for symbols nested in a larger one (e.g. a function with a cold part). */
-	for (size_t i = lo, k = 0; i > 0 && k < 4; i--, k++) {
+	for (i = (size_t)(base - t->e) + 1; i > 0 && (size_t)(base - t->e) + 1 - i < 4; i--) {
 		const struct symt_ent *e = &t->e[i - 1];
 
 		if (addr - e->addr < e->size)
