@@ -127,7 +127,8 @@ static bool child_start_in(struct child *c, const char *path, const char *root,
 		dup2(out[1], 1);
 		if (root) {
 			static char *const env[] = { "SYMFIX_PERFMAP=1", NULL };
-			char dst[PATH_MAX + 64];
+			char dst[PATH_MAX + 64], go;
+			int sync[2];
 			pid_t inner;
 
 			if (unshare(CLONE_NEWPID | CLONE_NEWNS) ||
@@ -137,16 +138,22 @@ static bool child_start_in(struct child *c, const char *path, const char *root,
 			    mkdir(strcat(strcpy(dst, root), "/bin"), 0755) ||
 			    copy_file(c->path, strcat(strcpy(dst, root), exec_path)))
 				_exit(126);
+			if (pipe(sync))
+				_exit(126);
 			inner = fork();
 			if (inner > 0) {
+				/* hostpid first: the fixture waits for this byte before it starts */
 				printf("hostpid %x\n", inner);
 				fflush(stdout);
+				if (write(sync[1], "g", 1) != 1)
+					_exit(126);
 				close(0);
 				waitpid(inner, NULL, 0);
 				_exit(0);
 			}
 			/* pivot_root, not chroot: /proc/PID/maps then shows container paths. */
-			if (inner < 0 || mkdir(strcat(strcpy(dst, root), "/old"), 0700) ||
+			if (inner < 0 || read(sync[0], &go, 1) != 1 ||
+			    mkdir(strcat(strcpy(dst, root), "/old"), 0700) ||
 			    syscall(SYS_pivot_root, root, dst) || chdir("/") ||
 			    umount2("/old", MNT_DETACH))
 				_exit(126);
