@@ -131,6 +131,18 @@ try {
 	await page.screenshot({ path: join(OUT, 'hover.png') });
 	await page.mouse.move(5, 5);
 
+	// 2b. a kernel lane's hover names the kernel
+	const kh = await page.evaluate((t) => {
+		const tl = window.__gpuscope.timeline, r = tl.rows.find((x) => x.label === 'stream 7');
+		const b = tl.lanes.getBoundingClientRect();
+		return { x: b.left + tl.xOf(t), y: b.top + r.y + 7 };
+	}, T0 + 10030);
+	await page.mouse.move(kh.x, kh.y);
+	await page.waitForTimeout(200);
+	const ktip = await page.evaluate(() => [...document.querySelectorAll('.tooltip')].filter((t) => !t.classList.contains('hidden')).map((t) => t.textContent).join('|'));
+	check(ktip.includes('ampere_sgemm_128x64_tn'), `hover on a kernel lane names the kernel (${ktip.slice(0, 60)})`);
+	await page.mouse.move(5, 5);
+
 	// 3. brushing a range (real mouse drag on the timeline) gives that range's shares
 	console.log('brush');
 	let n0 = await loads('flame');
@@ -159,6 +171,20 @@ try {
 	const v2 = await p2.evaluate(() => window.__gpuscope.flame.value[0]);
 	check(v2 === expected(br[0], br[1]).n, `shared URL reproduces the flame graph (${v2} samples)`);
 	await p2.close();
+
+	// 4b. zooming in refetches the metrics at full resolution (raw 10 ms points)
+	{
+		const p3 = await ctx.newPage();
+		await p3.goto(`${URL0}/?node=node-a&gpu=0&pid=100&from=${T0}&to=${T0 + 60000}&bfrom=${T0 + 5000}&bto=${T0 + 6000}`);
+		await p3.waitForFunction(() => window.__gpuscope && window.__gpuscope.loads.timeline > 0, null, { timeout: 20000 });
+		const n3 = await p3.evaluate(() => window.__gpuscope.loads.timeline);
+		await p3.click('#zoomsel');
+		await p3.waitForFunction((n) => window.__gpuscope.loads.timeline > n, n3, { timeout: 20000 });
+		const xs = await p3.evaluate(() => Array.from(window.__gpuscope.timeline.plots[0].cols.x));
+		const steps = new Set(xs.slice(1).map((x, i) => Math.round(x - xs[i])));
+		check(xs.length > 90 && xs.length < 130 && steps.size === 1 && steps.has(10), `zoomed to ~1 s: raw 10 ms points (${xs.length} points, steps ${[...steps].join(',')} ms)`);
+		await p3.close();
+	}
 
 	// 5. GPU-idle toggle over the whole view
 	console.log('gpu idle');
