@@ -155,6 +155,7 @@ function syncControls() {
 	$('#idle-text').textContent = S.gpu ? `only while GPU ${S.gpu} of ${S.node} was idle` : 'only while the GPU was idle (no GPU on this node)';
 	const cmp = S.afrom !== undefined;
 	timeline.setBaseline(cmp ? [S.afrom, S.ato] : null);
+	timeline.setIdleMask(!!S.idle && !!S.gpu);
 	cmpBtn.textContent = cmp ? 'Stop comparing' : 'Compare…';
 	cmpBtn.classList.toggle('on', cmp);
 	$('#zoomsel').disabled = S.bfrom === undefined;

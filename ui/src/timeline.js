@@ -59,7 +59,8 @@ export class Timeline {
 		this.brushEl = el('div', { class: 'tl-brush hidden' }, el('span', { class: 'tag' }));
 		this.baseEl = el('div', { class: 'tl-base hidden' }, el('span', { class: 'tag' }, 'A'));
 		this.hair = el('div', { class: 'tl-hair hidden' });
-		this.overlay.append(this.baseEl, this.brushEl, this.hair);
+		this.mask = el('canvas', { class: 'tl-mask hidden' });
+		this.overlay.append(this.mask, this.baseEl, this.brushEl, this.hair);
 		this.tip = el('div', { class: 'tooltip hidden' });
 		document.body.append(this.tip);
 		root.append(this.axis, this.panelBox, this.note, this.lanes, this.overlay);
@@ -310,6 +311,32 @@ export class Timeline {
 		}
 	}
 
+	// "only while the GPU was idle": veil the busy time, which the flame graph leaves out
+	setIdleMask(on) {
+		this.idleMask = on;
+		this.drawMask();
+	}
+
+	drawMask() {
+		const busy = this.rows.find((r) => r.kind === 'busy');
+		const on = this.idleMask && busy && busy.items.length;
+		this.mask.classList.toggle('hidden', !on);
+		if (!on) return;
+		const w = this.root.clientWidth, h = this.root.clientHeight, dpr = window.devicePixelRatio || 1;
+		this.mask.width = Math.round(w * dpr);
+		this.mask.height = Math.round(h * dpr);
+		this.mask.style.width = w + 'px';
+		this.mask.style.height = h + 'px';
+		const c = this.mask.getContext('2d');
+		c.setTransform(dpr, 0, 0, dpr, 0, 0);
+		c.fillStyle = 'rgba(100,116,139,0.22)';
+		for (const it of busy.items) {
+			if (it.e < this.from || it.s > this.to) continue;
+			const a = Math.max(LEFT, this.xOf(it.s)), b = Math.min(w - RIGHT, this.xOf(it.e));
+			if (b > a) c.fillRect(a, 26, b - a, h - 26);
+		}
+	}
+
 	// range A of a comparison, drawn under the brush (which is then range B)
 	setBaseline(b) {
 		this.baseline = b;
@@ -330,6 +357,7 @@ export class Timeline {
 		};
 		place(this.brushEl, this.brush);
 		place(this.baseEl, this.baseline);
+		this.drawMask();
 	}
 
 	bind() {
