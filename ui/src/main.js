@@ -295,6 +295,9 @@ async function boot() {
 	if (!early || before !== [S.gpu, S.pid].join()) {
 		loadTimeline();
 		loadFlame();
+	} else if (timeline.data) {
+		timeline.data.procLabel = procLabel();	// the process's name is known now
+		timeline.setData(timeline.data);
 	}
 }
 
@@ -434,7 +437,6 @@ async function loadTimeline() {
 		if (!threadMap.has(id)) threadMap.set(id, { tid: id, name: l.thread || l.comm || '', items: [] });
 		threadMap.get(id).items.push({ s: t.start_ms, e: t.end_ms, state: (t.attrs && t.attrs.state) || 'running', attrs: t.attrs || {} });
 	}
-	const proc = app.procs.find((x) => x.pid === S.pid);
 	const data = {
 		metrics: Object.keys(metrics).length ? metrics : null,
 		busy: hasGpu && (busyItems.length || ext) ? busyItems : null, busyExtent: ext,
@@ -447,7 +449,7 @@ async function loadTimeline() {
 		threads: [...threadMap.values()].sort((a, b) => +a.tid - +b.tid).slice(0, 128)
 			.map((t) => ({ label: `${t.tid} ${t.name}`, items: t.items.sort((a, b) => a.s - b.s) })),
 		threadsTruncated: !!(threads && threads.truncated) || threadMap.size > 128,
-		procLabel: proc ? `CPU: threads of ${proc.pid} ${proc.comm}` : 'CPU threads',
+		procLabel: procLabel(),
 	};
 	const empty = !data.metrics && !busyItems.length && !data.streams.length && !data.threads.length &&
 		!(data.kernelsNote && ext);
@@ -469,6 +471,11 @@ async function loadTimeline() {
 	app.loads.timeline++;
 	app.timings.timeline = performance.now() - t0;
 	tlRoot.dataset.loads = String(app.loads.timeline);
+}
+
+function procLabel() {
+	const p = app.procs.find((x) => x.pid === S.pid);
+	return p ? `CPU: threads of ${p.pid} ${p.comm}` : S.pid ? `CPU: threads of process ${S.pid}` : 'CPU threads';
 }
 
 // ---- flame graph data ---------------------------------------------------------------------
