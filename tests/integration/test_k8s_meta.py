@@ -267,7 +267,8 @@ def run(tmp, a, b):
     relabel = os.path.join(tmp, "relabel.yaml")
     with open(relabel, "w") as f:
         f.write("- action: labelmap\n  regex: __meta_kubernetes_pod_label_(team)\n")
-    p = subprocess.Popen([AGENT, "labels", "--node", NODE, "--follow", "60s", "--interval", "20ms",
+    wrapper = os.environ.get("GPUSCOPE_TEST_WRAPPER", "").split()	# e.g. "valgrind -q --error-exitcode=9"
+    p = subprocess.Popen(wrapper + [AGENT, "labels", "--node", NODE, "--follow", "60s", "--interval", "20ms",
                           "--relabel-config", relabel, "--metrics", str(a.proc.pid), str(b.proc.pid)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines = queue.Queue()
