@@ -1206,10 +1206,12 @@ static int read_cgroup(pid_t pid, struct meta_cgroup *ret)
 size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 {
 	static __thread char tls[PACKED_MAX];
-	uint64_t now = mono_ns();
+	struct meta_cgroup cg;
 	struct pid_entry *e;
+	bool fresh = false;
 	size_t n = 0;
 	const char *s;
+	int rc = 0;
 
 	if (pid <= 0 || !max)
 		return 0;
@@ -1222,19 +1224,31 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 		}
 	}
 	e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
-	if (e->pid != pid || now - e->read_ns > PID_REREAD_NS) {
+	if (e->pid != pid || mono_ns() - e->read_ns > PID_REREAD_NS) {
+		/* the kernel's /proc/PID/cgroup can take 100+ us: not under the lock */
+		pthread_mutex_unlock(&pcache.mu);
+		rc = read_cgroup(pid, &cg);
+		fresh = true;
+		pthread_mutex_lock(&pcache.mu);
+		if (!pcache.e) {	/* meta__stop() meanwhile */
+			pthread_mutex_unlock(&pcache.mu);
+			return 0;
+		}
+		e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
+	}
+	if (fresh) {
 		if (e->pid && e->pid != pid)
 			pcache.evictions++;
 		pcache.misses++;
 		e->pid = pid;
-		e->read_ns = now;
-		e->gone = false;
-		if (read_cgroup(pid, &e->cg)) {
+		e->read_ns = mono_ns();
+		e->gone = rc != 0;
+		if (rc) {
 			pcache.read_errors++;
-			e->gone = true;
 			e->n = 0;
 			e->packed_len = 0;
 		} else {
+			e->cg = cg;
 			build_labels(e);
 		}
 	} else if (!e->gone && e->gen != atomic_load(&pc.gen)) {

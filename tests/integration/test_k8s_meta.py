@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,8 +94,8 @@ def status(code, reason, message):
 class Api:
     """The scripted API server: each request takes the next step; gates wait for the test."""
 
-    def __init__(self, a, b):
-        self.a, self.b = a, b
+    def __init__(self, a, b, simple=False):
+        self.a, self.b, self.simple = a, b, simple
         self.requests = []
         self.gates = {k: threading.Event() for k in ("b_added", "a_v2", "a_v3", "a_v4", "done")}
         self.errors = queue.Queue()
@@ -117,6 +118,13 @@ class Api:
             return h.json(400, status(400, "BadRequest", "bad selector"))
         a, b = self.a, self.b
         ua, ub = a.uid, b.uid
+        if self.simple:	# one list, then a watch held open
+            if "watch" not in q:
+                return h.json(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
+                                    "items": [pod("bert-worker-0", ua, 7, a, kf("bert", "worker", 0))]})
+            h.start_stream()
+            self.gates["done"].wait(30)
+            return
         lists = [r for r in self.requests if "watch" not in r[1]]
         watches = [r for r in self.requests if r[1].get("watch") == "true"]
         if "watch" not in q:
@@ -392,8 +400,69 @@ def run(tmp, a, b):
     check(r.returncode != 0 and "line 1: regex '(ml'" in r.stderr,
           "agent run refuses a bad relabel config (rc %d, %r)" % (r.returncode, r.stderr.strip()[-200:]))
     srv.shutdown()
+
+    # 5. in-cluster style: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the CA file
+    tls(tmp, a, b, token, check)
     print("%d checks failed" % len(fails))
     return 1 if fails else 0
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=60)
+
+
+def make_ca(tmp, name):
+    key, crt = os.path.join(tmp, name + ".key"), os.path.join(tmp, name + ".crt")
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=" + name)
+    return key, crt
+
+
+def tls(tmp, a, b, token, check):
+    import ssl
+    if not shutil.which("openssl"):
+        check(False, "openssl CLI for the TLS test")
+        return
+    ca_key, ca_crt = make_ca(tmp, "ca")
+    _, other_crt = make_ca(tmp, "other-ca")
+    key, csr, crt, ext = (os.path.join(tmp, f) for f in ("srv.key", "srv.csr", "srv.crt", "ext.cnf"))
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+            "-out", csr, "-subj", "/CN=kubernetes")
+    openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial", "-out", crt,
+            "-days", "1", "-extfile", ext)
+    api = Api(a, b, simple=True)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(api))
+    srv.daemon_threads = True
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(srv.server_address[1]),
+               GPUSCOPE_K8S_TOKEN_FILE=token, GPUSCOPE_K8S_CA_FILE=ca_crt)
+    env.pop("GPUSCOPE_K8S_API", None)
+    p = subprocess.Popen([AGENT, "labels", "--node", NODE, "--follow", "20s", "--interval", "50ms", str(a.proc.pid)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    got = {}
+    deadline = time.monotonic() + STEP_TIMEOUT
+    for line in p.stdout:
+        got = parse(line)[1]
+        if got.get("pod") == "bert-worker-0" or time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGTERM)
+    api.gates["done"].set()
+    err = p.communicate(timeout=STEP_TIMEOUT)[1]
+    check(got.get("pod") == "bert-worker-0" and got.get("kubeflow_job") == "bert",
+          "https with the service-account CA, KUBERNETES_SERVICE_HOST/PORT: pod resolved (%s)" % err.strip()[-200:])
+    # a server certificate the CA file does not vouch for: refused, cgroup labels, a warning
+    env["GPUSCOPE_K8S_CA_FILE"] = other_crt
+    r = subprocess.run([AGENT, "labels", "--node", NODE, "--follow", "1s", str(a.proc.pid)],
+                       capture_output=True, text=True, env=env, timeout=30)
+    got = parse(r.stdout.splitlines()[-1])[1] if r.stdout else {}
+    check("pod" not in got and got.get("pod_uid") == a.uid and "certificate" in r.stderr.lower(),
+          "untrusted server certificate refused, cgroup labels kept (%s)" % r.stderr.strip()[-160:])
+    srv.shutdown()
 
 
 if __name__ == "__main__":
