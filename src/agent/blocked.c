@@ -144,6 +144,11 @@ out:
 	return err;
 }
 
+uint64_t blocked__some_kernel_address(void)
+{
+	return nranges ? ranges[0].start : 0;
+}
+
 void blocked__done(void)
 {
 	if (!refs || --refs)

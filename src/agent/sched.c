@@ -24,6 +24,7 @@
 #include "sched.skel.h"
 
 #include "agent/stacks.h"
+#include "agent/symbolize.h"
 
 #define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
 #define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)
@@ -50,6 +51,9 @@ static void on_tracked(pid_t pid, bool tracked, void *ctx)
 
 	if (!s->skel)
 		return;
+	/* read its maps while it lives: stacks of a short-lived process resolve after its exit */
+	if (tracked && s->a->sym)
+		symbolizer__pid_seen(s->a->sym, pid);
 	if (tracked)
 		err = bpf_map_update_elem(bpf_map__fd(s->skel->maps.tracked), &key, &one, BPF_ANY);
 	else
@@ -302,6 +306,12 @@ static int sched_start(struct agent *a)
 	if (err)
 		log_warn("sched: /proc/kallsyms: %s: blocked reasons from syscalls only",
 			 strerror(-err));
+	if (a->sym && blocked__some_kernel_address()) {
+		struct sym_frame f;
+
+		/* loads the kernel symbols now rather than in the first tick */
+		symbolizer__kernel(a->sym, blocked__some_kernel_address(), &f);
+	}
 	err = procs__acquire(a, on_tracked, &S);
 	if (err)
 		goto out_rb;

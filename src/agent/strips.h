@@ -96,6 +96,8 @@ const char *blocked_reason_name(enum blocked_reason r);
 /* Loads the kernel function ranges that decide a reason (from /proc/kallsyms). 0 or -errno. */
 int blocked__init(void);
 void blocked__done(void);
+/* A kernel text address (for warming up a symbolizer), 0 if none is known. */
+uint64_t blocked__some_kernel_address(void);
 /*
  * Why a thread blocked: the innermost kernel frame that names a known wait (futex_*, do_nanosleep,
  * ep_poll, io_schedule, mutex_lock, pipe_read, ...) decides; else the syscall it was in; a

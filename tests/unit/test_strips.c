@@ -68,8 +68,11 @@ static int run_until_exit(struct agent *a, const struct agent_module *m, pid_t c
 	uint64_t end = mono_ns() + max_ms * (uint64_t)MS;
 
 	while (mono_ns() < end) {
+		uint64_t t0 = mono_ns();
 		if (m->tick)
 			m->tick(a);
+		if (mono_ns() - t0 > 50 * MS)
+			fprintf(stderr, "  slow tick %.0f ms\n", (mono_ns() - t0) / 1e6);
 		if (waitpid(child, &status, WNOHANG) == child)
 			break;
 		usleep(20000);
@@ -201,6 +204,7 @@ static bool test_strips_known_phases(void)
 	fd = mkstemp(out);
 	close(fd);
 	pid = spawn(argv, &gofd);
+	fprintf(stderr, "  workload pid %d\n", pid);
 	agent_init(&a, pid);
 	{
 		uint64_t t0 = mono_ns();
@@ -284,7 +288,7 @@ static bool test_strips_known_phases(void)
 
 		fprintf(stderr, "  pinned %d: running %lu ms, runnable %lu ms\n", pin_tids[k],
 			(unsigned long)(run / MS), (unsigned long)(wait / MS));
-		if (!ASSERT_TRUE(wait > 200 * MS && run > 50 * MS, "runnable-but-waiting"))
+		if (!ASSERT_TRUE(wait * 10 >= (run + wait) * 3 && run > 10 * MS, "runnable-but-waiting"))
 			goto out;
 	}
 	/* off-CPU profile: the futex wait under wait_on_futex, called from phaser */
