@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <linux/types.h>
@@ -153,29 +156,104 @@ static int find_libcuda(pid_t pid, char *out, size_t len, bool *ret_deleted)
 	return found;
 }
 
-static void attach_lib(struct lib *l)
+/*
+ * File offsets of the probed functions in the library open at fd, from .dynsym (0: absent).
+ * Resolved once per library: libbpf would parse the (large) ELF again for every probe.
+ */
+static int resolve_offsets(int fd, uint64_t *off)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(apis); i++) {
-		for (int ret = 0; ret < 2; ret++) {
-			LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = apis[i].name,
-				    .retprobe = ret, .bpf_cookie = i | apis[i].flags);
-			struct bpf_program *prog =
-				ret ? C.skel->progs.cu_return : C.skel->progs.cu_entry;
-			struct bpf_link *link;
+	Elf *elf;
+	Elf_Scn *scn = NULL;
+	GElf_Phdr ph[32];
+	size_t nph = 0, n;
+	int err = -ENOENT;
 
-			link = bpf_program__attach_uprobe_opts(prog, -1, l->path, 0, &o);
-			if (!link) {
-				if (errno == ENOENT || errno == ESRCH) {
-					l->absent++;
-					break;	/* not in this library: no return probe either */
-				}
-				l->failed++;
-				C.attach_failures++;
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return -ENOTSUP;
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf)
+		return -EINVAL;
+	if (elf_getphdrnum(elf, &n))
+		goto out;
+	for (size_t i = 0; i < n && nph < ARRAY_SIZE(ph); i++)
+		if (gelf_getphdr(elf, (int)i, &ph[nph]) && ph[nph].p_type == PT_LOAD)
+			nph++;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *data;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize)
+			continue;
+		data = elf_getdata(scn, NULL);
+		for (size_t i = 0; data && i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *name;
+
+			if (!gelf_getsym(data, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+			    sym.st_shndx == SHN_UNDEF || !sym.st_value)
 				continue;
+			name = elf_strptr(elf, sh.sh_link, sym.st_name);
+			if (!name || strncmp(name, "cu", 2))
+				continue;
+			for (size_t k = 0; k < ARRAY_SIZE(apis); k++) {
+				if (strcmp(name, apis[k].name))
+					continue;
+				for (size_t j = 0; j < nph; j++)
+					if (sym.st_value >= ph[j].p_vaddr &&
+					    sym.st_value < ph[j].p_vaddr + ph[j].p_filesz)
+						off[k] = sym.st_value - ph[j].p_vaddr + ph[j].p_offset;
+				err = 0;
 			}
-			l->links[l->nlinks++] = link;
 		}
 	}
+out:
+	elf_end(elf);
+	return err;
+}
+
+static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
+{
+	if (!off) {
+		l->absent++;
+		return;
+	}
+	/* return probe first: a call entered between the two attaches has no lost return */
+	for (int ret = 1; ret >= 0; ret--) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .retprobe = ret, .bpf_cookie = i | apis[i].flags);
+		struct bpf_program *prog = ret ? C.skel->progs.cu_return : C.skel->progs.cu_entry;
+		struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, -1, path, off, &o);
+
+		if (!link) {
+			l->failed++;
+			C.attach_failures++;
+			continue;
+		}
+		l->links[l->nlinks++] = link;
+	}
+}
+
+static void attach_lib(struct lib *l, int fd)
+{
+	uint64_t off[ARRAY_SIZE(apis)] = { 0 };
+	char path[64];
+	int err;
+
+	/* through our own fd: the inode stays reachable even if the process exits meanwhile */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	err = resolve_offsets(fd, off);
+	if (err) {
+		l->failed++;
+		C.attach_failures++;
+		log_warn("cuda: '%s': no driver API symbols (%s)", l->path, strerror(-err));
+		return;
+	}
+	/* synchronizing calls first, then the rest: each attach takes milliseconds */
+	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
+		if (apis[i].flags & GPUSCOPE_CUDA_SYNC)
+			attach_one(l, path, i, off[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
+		if (!(apis[i].flags & GPUSCOPE_CUDA_SYNC))
+			attach_one(l, path, i, off[i]);
 }
 
 static void check_pid(struct watch *w, uint64_t now)
@@ -184,26 +262,33 @@ static void check_pid(struct watch *w, uint64_t now)
 	bool deleted = false;
 	struct stat st;
 	struct lib *l;
-	int ret = find_libcuda(w->pid, path, sizeof(path), &deleted);
+	int fd, ret = find_libcuda(w->pid, path, sizeof(path), &deleted);
+	uint64_t t0;
 
 	if (ret <= 0) {
 		w->next_check_ns = ret < 0 ? 0 : now + RECHECK_NS;
 		return;
 	}
 	w->next_check_ns = 0;
-	if (stat(path, &st)) {
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st)) {
 		C.attach_failures++;
 		log_warn("cuda: pid %d maps libcuda but '%s' cannot be opened: %s", w->pid, path,
 			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return;
 	}
 	for (int i = 0; i < C.nlibs; i++)
-		if (C.libs[i].dev == st.st_dev && C.libs[i].ino == st.st_ino)
+		if (C.libs[i].dev == st.st_dev && C.libs[i].ino == st.st_ino) {
+			close(fd);
 			return;	/* uprobes are per file: this one is probed already */
+		}
 	if (C.nlibs == LIBS_MAX) {
 		if (!C.libs_overflow++)
 			log_warn("cuda: more than %d distinct libcuda files: '%s' not probed",
 				 LIBS_MAX, path);
+		close(fd);
 		return;
 	}
 	l = &C.libs[C.nlibs++];
@@ -213,13 +298,17 @@ static void check_pid(struct watch *w, uint64_t now)
 	snprintf(l->path, sizeof(l->path), "%s", path);
 	if (deleted)
 		C.libs_deleted++;
-	attach_lib(l);
+	t0 = mono_ns();
+	attach_lib(l, fd);
+	close(fd);
+	t0 = (mono_ns() - t0) / NSEC_PER_MSEC;
 	if (l->failed)
-		log_warn("cuda: '%s' (pid %d): %d probes attached, %d failed, %d functions absent",
-			 path, w->pid, l->nlinks, l->failed, l->absent);
+		log_warn("cuda: '%s' (pid %d): %d probes attached in %" PRIu64 " ms, %d failed, "
+			 "%d functions absent", path, w->pid, l->nlinks, t0, l->failed, l->absent);
 	else
-		log_info("cuda: '%s' (pid %d%s): %d probes attached, %d functions absent", path,
-			 w->pid, deleted ? ", deleted file" : "", l->nlinks, l->absent);
+		log_info("cuda: '%s' (pid %d%s): %d probes attached in %" PRIu64 " ms, %d functions "
+			 "absent", path, w->pid, deleted ? ", deleted file" : "", l->nlinks, t0,
+			 l->absent);
 }
 
 static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)

@@ -6,10 +6,12 @@
  * train_step() -> launch_work() launches 20 ms of GPU work, wait_gpu() -> cuStreamSynchronize,
  * a 1 MB cuMemcpyHtoD_v2, and a few cheap cuMemsetD32Async calls.
  * Each cuStreamSynchronize call's own start and end (CLOCK_MONOTONIC ns) go to OUT_FILE.
+ * Runs SECONDS or until SIGUSR1.
  * Usage: cuda_app LIBCUDA SECONDS OUT_FILE [--delete]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,12 @@ static copy_fn htod;
 static memset_fn memset_async;
 static char host_buf[1 << 20];
 static FILE *out;
+static volatile sig_atomic_t stop;
+
+static void on_usr1(int sig)
+{
+	stop = 1;
+}
 
 static uint64_t now_ns(void)
 {
@@ -85,6 +93,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	prctl(PR_SET_NAME, "cuda_app");
+	signal(SIGUSR1, on_usr1);
 	if (read(0, &c, 1) != 1)
 		return 1;
 	h = dlopen(argv[1], RTLD_NOW);
@@ -105,7 +114,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	end = now_ns() + (uint64_t)(atof(argv[2]) * 1e9);
-	while (now_ns() < end)
+	while (now_ns() < end && !stop)
 		train_step();
 	fclose(out);
 	return 0;

@@ -25,6 +25,7 @@ struct inflight {
 	__u64 start_ns;
 	__u64 entry_ip;
 	__u64 cookie;
+	__u64 sp;		/* stack pointer at entry: tells nested calls from stale entries */
 	__u32 depth;		/* probed calls nested inside this one */
 	__u32 _pad;
 };
@@ -82,7 +83,8 @@ int cu_entry(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 one = 1;
 
-	if (f) {
+	/* deeper on the stack than the open call: nested; else the open one lost its return */
+	if (f && PT_REGS_SP(ctx) < f->sp) {
 		f->depth++;
 		count_err(GPUSCOPE_SERR_NEST);
 		return 0;
@@ -90,6 +92,7 @@ int cu_entry(struct pt_regs *ctx)
 	nf.start_ns = bpf_ktime_get_ns();
 	nf.entry_ip = PT_REGS_IP(ctx);
 	nf.cookie = cookie;
+	nf.sp = PT_REGS_SP(ctx);
 	if (bpf_map_update_elem(&inflight, &tid, &nf, BPF_ANY)) {
 		count_err(GPUSCOPE_SERR_AGG_FULL);
 		return 0;
@@ -110,7 +113,8 @@ int cu_return(struct pt_regs *ctx)
 
 	if (!f)
 		return 0;
-	if (f->depth) {
+	/* the outer call returns above its entry stack pointer; inner ones below it */
+	if (f->depth && PT_REGS_SP(ctx) <= f->sp) {
 		f->depth--;
 		return 0;
 	}
