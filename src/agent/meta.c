@@ -1024,7 +1024,7 @@ static struct {
 	struct pid_entry *e;	/* PID_CACHE_SIZE, allocated on first use */
 	struct relabel_rules *rules;
 	char proc_root[128];
-	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow;
+	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow, dropped;
 } pcache = { .mu = PTHREAD_MUTEX_INITIALIZER, .proc_root = "/proc" };
 
 static void sanitize(char *s)
@@ -1144,6 +1144,7 @@ static void build_labels(struct pid_entry *e)
 	if (kept == 0) {
 		lset_done(&ls);
 		lset_set(&ls, "__drop__", "1");
+		pcache.dropped++;
 	}
 	for (size_t i = 0; i < ls.n; i++) {
 		size_t nl = strlen(ls.l[i].name) + 1, vl = strlen(ls.l[i].value) + 1;
@@ -1258,6 +1259,8 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 	}
 	if (e->packed_len)
 		memcpy(tls, e->packed, e->packed_len);
+	if (e->n > max)
+		pcache.overflow++;	/* the caller's array is too small: counted, not silent */
 	for (s = tls; n < e->n && n < max; n++) {
 		ret[n].name = s;
 		s += strlen(s) + 1;
@@ -1406,6 +1409,7 @@ void meta__metrics(FILE *out)
 	C("pid_label_rebuilds_total", pcache.rebuilds);
 	C("pid_read_errors_total", pcache.read_errors);
 	C("labels_truncated_total", pcache.overflow);
+	C("relabel_dropped_total", pcache.dropped);
 #undef C
 }
 
