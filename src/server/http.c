@@ -1,0 +1,1115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * HTTP front of gpuscope-server on libmicrohttpd (one thread per connection): request bodies
+ * bounded and decompressed, auth, routing of the API in docs/design.md, JSON errors, and the
+ * counters /metrics exposes (ingest rate, rejects and drops by reason).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gpuscope/v1/batch.pb-c.h"
+#include "server/codec.h"
+#include "server/http.h"
+#include "server/query.h"
+#include "server/selector.h"
+#include "server/ui_assets.h"
+
+enum reject {
+	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_MAX,
+};
+
+static const char *const reject_names[REJ_MAX] = {
+	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
+	"store_error", "unauthorized", "bad_query", "not_found",
+};
+
+#define RATE_SLOTS 16
+
+struct http_server {
+	struct MHD_Daemon *d;
+	struct store *st;
+	struct http_opts o;
+	uint16_t port;
+	uint64_t rejects[REJ_MAX];
+	uint64_t ingest_batches, ingest_bytes, ingest_samples, requests;
+	pthread_mutex_t rmu;		/* rate ring */
+	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
+};
+
+struct req {
+	struct buf body;
+	bool over;			/* body beyond max_body: discarded */
+};
+
+static void count(struct http_server *h, enum reject r)
+{
+	__atomic_add_fetch(&h->rejects[r], 1, __ATOMIC_RELAXED);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
+			     struct buf *body, const char *encoding)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(body->len, body->p ? body->p : (void *)"",
+					       body->p ? MHD_RESPMEM_MUST_FREE :
+							 MHD_RESPMEM_PERSISTENT);
+	if (!resp) {
+		buf_done(body);
+		return MHD_NO;
+	}
+	body->p = NULL;
+	body->len = body->cap = 0;
+	if (type)
+		MHD_add_response_header(resp, "Content-Type", type);
+	if (encoding)
+		MHD_add_response_header(resp, "Content-Encoding", encoding);
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	ret = MHD_queue_response(c, code, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result reply_error(struct http_server *h, struct MHD_Connection *c, unsigned code,
+				   enum reject why, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static enum MHD_Result reply_error(struct http_server *h, struct MHD_Connection *c, unsigned code,
+				   enum reject why, const char *fmt, ...)
+{
+	struct buf b = { 0 };
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (why < REJ_MAX)
+		count(h, why);
+	buf_puts(&b, "{\"error\":");
+	buf_json_str(&b, msg);
+	buf_puts(&b, "}\n");
+	if (b.oom)
+		return MHD_NO;
+	return reply(c, code, "application/json", &b, NULL);
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, struct buf *b)
+{
+	if (b->oom) {
+		buf_done(b);
+		return MHD_NO;
+	}
+	buf_put(b, "\n", 1);
+	return reply(c, MHD_HTTP_OK, "application/json", b, NULL);
+}
+
+static const char *arg(struct MHD_Connection *c, const char *name)
+{
+	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+struct params {
+	struct store_query q, q2;
+	struct selector *sel, *sel2;
+	char err[256];
+};
+
+static void params_done(struct params *p)
+{
+	selector_free(p->sel);
+	selector_free(p->sel2);
+}
+
+static int parse_range(struct MHD_Connection *c, const char *fk, const char *tk, uint64_t *from,
+		       uint64_t *to, char *err, size_t errlen)
+{
+	const char *f = arg(c, fk), *t = arg(c, tk), *since = arg(c, "since");
+	uint64_t now = wall_ns(), d;
+
+	*to = now;
+	if (t && parse_time_ns(t, to)) {
+		snprintf(err, errlen, "'%s' is not a time (RFC 3339 or Unix seconds): '%s'", tk, t);
+		return -EINVAL;
+	}
+	if (f) {
+		if (parse_time_ns(f, from)) {
+			snprintf(err, errlen, "'%s' is not a time (RFC 3339 or Unix seconds): '%s'",
+				 fk, f);
+			return -EINVAL;
+		}
+	} else {
+		d = 3600 * NSEC_PER_SEC;
+		if (since && parse_duration_ns(since, &d)) {
+			snprintf(err, errlen, "'since' is not a duration: '%s'", since);
+			return -EINVAL;
+		}
+		*from = *to > d ? *to - d : 0;
+	}
+	if (*from > *to) {
+		snprintf(err, errlen, "'%s' is after '%s'", fk, tk);
+		return -EINVAL;
+	}
+	if (*to > INT64_MAX || *from > INT64_MAX) {
+		snprintf(err, errlen, "time out of range");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_selector(struct MHD_Connection *c, const char *key, struct selector **ret,
+			  char *err, size_t errlen)
+{
+	const char *s = arg(c, key);
+	char why[200];
+
+	if (!s || !*s)
+		return 0;
+	*ret = selector_parse(s, why, sizeof(why));
+	if (!*ret) {
+		snprintf(err, errlen, "bad %s: %s", key, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle. */
+static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool diff)
+{
+	const char *kind = arg(c, "kind"), *gi = arg(c, "gpu_idle");
+	int k = SAMPLE_CPU;
+
+	p->q.gpu_idle = -1;
+	if (parse_range(c, "from", "to", &p->q.from_ns, &p->q.to_ns, p->err, sizeof(p->err)) ||
+	    parse_selector(c, "selector", &p->sel, p->err, sizeof(p->err)))
+		return -EINVAL;
+	if (kind && (k = sample_kind_parse(kind)) < 0) {
+		snprintf(p->err, sizeof(p->err),
+			 "unknown kind '%.50s' (cpu, offcpu_ns, gpu_kernel_ns, cuda_sync_ns)", kind);
+		return -EINVAL;
+	}
+	p->q.kind = (enum sample_kind)k;
+	if (gi) {
+		char *end;
+		long v = strtol(gi, &end, 10);
+
+		if (!*gi || *end || v < 0 || v > 1 << 20) {
+			snprintf(p->err, sizeof(p->err), "gpu_idle must be a GPU index, not '%.50s'",
+				 gi);
+			return -EINVAL;
+		}
+		p->q.gpu_idle = (int)v;
+	}
+	p->q.sel = p->sel;
+	if (!diff)
+		return 0;
+	p->q2 = p->q;
+	if (arg(c, "from2") || arg(c, "to2")) {
+		if (parse_range(c, "from2", "to2", &p->q2.from_ns, &p->q2.to_ns, p->err,
+				sizeof(p->err)))
+			return -EINVAL;
+	}
+	if (parse_selector(c, "selector2", &p->sel2, p->err, sizeof(p->err)))
+		return -EINVAL;
+	if (p->sel2)
+		p->q2.sel = p->sel2;
+	return 0;
+}
+
+/* ---- ingest ------------------------------------------------------------------------------- */
+
+static void rate_add(struct http_server *h, uint64_t n)
+{
+	uint64_t sec = mono_ns() / NSEC_PER_SEC;
+	size_t i = sec % RATE_SLOTS;
+
+	pthread_mutex_lock(&h->rmu);
+	if (h->rate_sec[i] != sec) {
+		h->rate_sec[i] = sec;
+		h->rate_n[i] = 0;
+	}
+	h->rate_n[i] += n;
+	pthread_mutex_unlock(&h->rmu);
+}
+
+/* Samples per second over the last 10 complete seconds. */
+static double rate_get(struct http_server *h)
+{
+	uint64_t sec = mono_ns() / NSEC_PER_SEC, sum = 0;
+
+	pthread_mutex_lock(&h->rmu);
+	for (size_t i = 0; i < RATE_SLOTS; i++)
+		if (h->rate_sec[i] < sec && h->rate_sec[i] + 10 >= sec)
+			sum += h->rate_n[i];
+	pthread_mutex_unlock(&h->rmu);
+	return (double)sum / 10.0;
+}
+
+static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c, struct req *r)
+{
+	const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+	struct Gpuscope__V1__Batch *m;
+	uint8_t *raw = NULL;
+	size_t raw_len = 0, n = 0;
+	char err[256] = "";
+	int rc;
+
+	if (r->over)
+		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
+				   "body larger than %zu bytes", h->o.max_body);
+	rc = body_decode(enc, r->body.p, r->body.len, h->o.max_body, &raw, &raw_len);
+	if (rc == -E2BIG)
+		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
+				   "decompressed body larger than %zu bytes", h->o.max_body);
+	if (rc == -EPROTONOSUPPORT)
+		return reply_error(h, c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, REJ_UNKNOWN_ENCODING,
+				   "unsupported Content-Encoding '%.40s' (gzip, zstd or none)", enc);
+	if (rc)
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_ENCODING,
+				   "corrupt or truncated %.20s body", enc);
+	m = batch_decode(raw ? raw : r->body.p, raw ? raw_len : r->body.len, err, sizeof(err));
+	if (!m) {
+		bool ver = errno == EPROTONOSUPPORT;
+
+		free(raw);
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, ver ? REJ_VERSION : REJ_MALFORMED,
+				   "%s", err);
+	}
+	err[0] = 0;
+	rc = h->st->ops->ingest(h->st, m, err, sizeof(err));
+	for (size_t i = 0; i < m->n_samples; i++)
+		n += m->samples[i]->n_stack;
+	batch_decode_free(m);
+	free(raw);
+	if (rc < 0) {
+		log_warn("ingest: %s", err);
+		return reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_STORE, "%s", err);
+	}
+	__atomic_add_fetch(&h->ingest_batches, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ingest_bytes, r->body.len, __ATOMIC_RELAXED);
+	if (rc == 0) {
+		__atomic_add_fetch(&h->ingest_samples, n, __ATOMIC_RELAXED);
+		rate_add(h, n);
+	}
+	{
+		struct buf b = { 0 };
+
+		return reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
+	}
+}
+
+/* ---- query endpoints ---------------------------------------------------------------------- */
+
+static enum MHD_Result store_failed(struct http_server *h, struct MHD_Connection *c, int err)
+{
+	return reply_error(h, c, err == -ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE :
+						 MHD_HTTP_INTERNAL_SERVER_ERROR,
+			   REJ_MAX, "query failed: %s", strerror(-err));
+}
+
+static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff)
+{
+	struct params p = { 0 };
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	int err;
+
+	if (parse_sample_query(c, &p, diff)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
+		goto out;
+	}
+	err = query_flamegraph(h->st, &p.q, diff ? &p.q2 : NULL, &b);
+	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+out:
+	buf_done(&b);
+	params_done(&p);
+	return ret;
+}
+
+static enum MHD_Result do_top(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *lim = arg(c, "limit");
+	struct params p = { 0 };
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	long limit = 100;
+	char *end;
+	int err;
+
+	if (lim) {
+		limit = strtol(lim, &end, 10);
+		if (!*lim || *end || limit <= 0 || limit > 1000000) {
+			ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					  "limit must be 1..1000000");
+			goto out;
+		}
+	}
+	if (parse_sample_query(c, &p, false)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
+		goto out;
+	}
+	err = query_top(h->st, &p.q, (size_t)limit, &b);
+	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+out:
+	buf_done(&b);
+	params_done(&p);
+	return ret;
+}
+
+static enum MHD_Result do_pprof(struct http_server *h, struct MHD_Connection *c)
+{
+	struct params p = { 0 };
+	enum MHD_Result ret;
+	uint8_t *gz = NULL;
+	size_t len = 0;
+	int err;
+
+	if (parse_sample_query(c, &p, false)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
+		goto out;
+	}
+	err = query_pprof(h->st, &p.q, &gz, &len);
+	if (err) {
+		ret = store_failed(h, c, err);
+	} else {
+		struct buf b = { .p = gz, .len = len, .cap = len };
+		struct MHD_Response *resp;
+
+		/* The body is a .pb.gz file, not a gzip transfer encoding of protobuf. */
+		resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
+		if (!resp) {
+			free(gz);
+			ret = MHD_NO;
+			goto out;
+		}
+		MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+		MHD_add_response_header(resp, "Content-Disposition",
+					"attachment; filename=\"profile.pb.gz\"");
+		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+		MHD_destroy_response(resp);
+	}
+out:
+	params_done(&p);
+	return ret;
+}
+
+struct names_ctx {
+	struct strtab t;
+	const char *label;	/* NULL: collect names; else values of that label */
+};
+
+static int collect_names(void *ctx, const char *const *pairs, size_t n)
+{
+	struct names_ctx *nc = ctx;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!nc->label && strtab_intern(&nc->t, pairs[2 * i]) < 0)
+			return -ENOMEM;
+		if (nc->label && !strcmp(pairs[2 * i], nc->label) &&
+		    strtab_intern(&nc->t, pairs[2 * i + 1]) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c,
+				 const char *label)
+{
+	struct names_ctx nc = { .label = label };
+	struct selector *sel = NULL;
+	uint64_t from = 0, to = 0;
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	char err[256];
+	int rc;
+
+	if ((arg(c, "from") || arg(c, "since") || arg(c, "to")) ?
+		    parse_range(c, "from", "to", &from, &to, err, sizeof(err)) :
+		    (to = UINT64_MAX, 0)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+		goto out;
+	}
+	if (parse_selector(c, "selector", &sel, err, sizeof(err))) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+		goto out;
+	}
+	rc = h->st->ops->label_sets(h->st, from, to, sel, collect_names, &nc);
+	if (rc) {
+		ret = store_failed(h, c, rc);
+		goto out;
+	}
+	qsort(nc.t.strs, nc.t.len, sizeof(char *), cmp_str);
+	buf_puts(&b, label ? "{\"values\":[" : "{\"labels\":[");
+	for (size_t i = 0; i < nc.t.len; i++) {
+		if (i)
+			buf_put(&b, ",", 1);
+		buf_json_str(&b, nc.t.strs[i]);
+	}
+	buf_puts(&b, "]}");
+	ret = reply_json(c, &b);
+out:
+	/* strtab's index no longer matches the sorted array; free the strings directly. */
+	for (size_t i = 0; i < nc.t.len; i++)
+		free(nc.t.strs[i]);
+	free(nc.t.strs);
+	u64map_done(&nc.t.index);
+	selector_free(sel);
+	buf_done(&b);
+	return ret;
+}
+
+static void json_labels(struct buf *b, const char *const *pairs, size_t n)
+{
+	buf_put(b, "{", 1);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_put(b, ",", 1);
+		buf_json_str(b, pairs[2 * i]);
+		buf_put(b, ":", 1);
+		buf_json_str(b, pairs[2 * i + 1]);
+	}
+	buf_put(b, "}", 1);
+}
+
+static void json_ms(struct buf *b, uint64_t ns)
+{
+	buf_printf(b, "%llu.%06llu", (unsigned long long)(ns / NSEC_PER_MSEC),
+		   (unsigned long long)(ns % NSEC_PER_MSEC));
+}
+
+struct pt {
+	uint64_t t;
+	double v;
+};
+
+struct series_acc {
+	uint64_t id;
+	struct buf labels;
+	struct pt *p;
+	size_t n, cap;
+};
+
+struct series_ctx {
+	struct series_acc *s;
+	size_t n, cap;
+	size_t total_points;
+};
+
+#define SERIES_MAX_POINTS (20u << 20)
+
+static int series_begin(void *ctx, uint64_t id, const char *const *pairs, size_t n)
+{
+	struct series_ctx *sc = ctx;
+
+	if (sc->n == sc->cap) {
+		size_t ncap = sc->cap ? sc->cap * 2 : 16;
+		struct series_acc *ns = realloc(sc->s, ncap * sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		sc->s = ns;
+		sc->cap = ncap;
+	}
+	sc->s[sc->n] = (struct series_acc){ .id = id };
+	json_labels(&sc->s[sc->n].labels, pairs, n);
+	sc->n++;
+	return 0;
+}
+
+static int series_point(void *ctx, uint64_t id, uint64_t t, double v)
+{
+	struct series_ctx *sc = ctx;
+	struct series_acc *a = sc->n ? &sc->s[sc->n - 1] : NULL;
+
+	if (!a || a->id != id)
+		return 0;
+	if (++sc->total_points > SERIES_MAX_POINTS)
+		return -E2BIG;
+	if (a->n == a->cap) {
+		size_t ncap = a->cap ? a->cap * 2 : 256;
+		struct pt *np = realloc(a->p, ncap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		a->p = np;
+		a->cap = ncap;
+	}
+	a->p[a->n++] = (struct pt){ t, v };
+	return 0;
+}
+
+static int cmp_pt(const void *a, const void *b)
+{
+	const struct pt *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *name = arg(c, "name"), *bk = arg(c, "buckets");
+	struct series_ctx sc = { 0 };
+	struct selector *sel = NULL;
+	uint64_t from, to;
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	long buckets = 500;
+	char err[256], *end;
+	int rc;
+
+	if (!name || !*name) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "missing 'name'");
+		goto out;
+	}
+	if (bk) {
+		buckets = strtol(bk, &end, 10);
+		if (!*bk || *end || buckets < 1 || buckets > 100000) {
+			ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					  "buckets must be 1..100000");
+			goto out;
+		}
+	}
+	if (parse_range(c, "from", "to", &from, &to, err, sizeof(err)) ||
+	    parse_selector(c, "selector", &sel, err, sizeof(err))) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+		goto out;
+	}
+	rc = h->st->ops->series(h->st, name, from, to, sel, series_begin, series_point, &sc);
+	if (rc == -E2BIG) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+				  "more than %u points in range: narrow the range or selector",
+				  SERIES_MAX_POINTS);
+		goto out;
+	}
+	if (rc) {
+		ret = store_failed(h, c, rc);
+		goto out;
+	}
+	buf_puts(&b, "{\"series\":[");
+	for (size_t i = 0; i < sc.n; i++) {
+		struct series_acc *a = &sc.s[i];
+		uint64_t width = (to - from) / (uint64_t)buckets + 1;
+
+		qsort(a->p, a->n, sizeof(*a->p), cmp_pt);
+		if (i)
+			buf_put(&b, ",", 1);
+		buf_puts(&b, "{\"labels\":");
+		buf_put(&b, a->labels.p, a->labels.len);
+		buf_puts(&b, ",\"points\":[");
+		for (size_t k = 0; k < a->n;) {
+			double mn = a->p[k].v, mx = mn, sum = 0;
+			uint64_t t0 = a->p[k].t, bucket = (t0 - from) / width;
+			size_t cnt = 0;
+
+			if (a->n > (size_t)buckets) {
+				t0 = from + bucket * width;
+				for (; k < a->n && (a->p[k].t - from) / width == bucket; k++, cnt++) {
+					double v = a->p[k].v;
+
+					mn = v < mn ? v : mn;
+					mx = v > mx ? v : mx;
+					sum += v;
+				}
+			} else {
+				sum = mn;
+				cnt = 1;
+				k++;
+			}
+			if (b.len && b.p[b.len - 1] != '[')
+				buf_put(&b, ",", 1);
+			buf_put(&b, "[", 1);
+			json_ms(&b, t0);
+			buf_put(&b, ",", 1);
+			buf_json_num(&b, mn);
+			buf_put(&b, ",", 1);
+			buf_json_num(&b, sum / (double)cnt);
+			buf_put(&b, ",", 1);
+			buf_json_num(&b, mx);
+			buf_put(&b, "]", 1);
+		}
+		buf_puts(&b, "]}");
+	}
+	buf_puts(&b, "]}");
+	ret = reply_json(c, &b);
+out:
+	for (size_t i = 0; i < sc.n; i++) {
+		buf_done(&sc.s[i].labels);
+		free(sc.s[i].p);
+	}
+	free(sc.s);
+	selector_free(sel);
+	buf_done(&b);
+	return ret;
+}
+
+static int name_out(void *ctx, const char *name)
+{
+	struct buf *b = ctx;
+
+	if (b->p[b->len - 1] != '[')
+		buf_put(b, ",", 1);
+	buf_json_str(b, name);
+	return b->oom ? -ENOMEM : 0;
+}
+
+static enum MHD_Result do_metric_names(struct http_server *h, struct MHD_Connection *c)
+{
+	struct buf b = { 0 };
+	int rc;
+
+	buf_puts(&b, "{\"names\":[");
+	rc = b.oom ? -ENOMEM : h->st->ops->metric_names(h->st, name_out, &b);
+	if (rc) {
+		buf_done(&b);
+		return store_failed(h, c, rc);
+	}
+	buf_puts(&b, "]}");
+	return reply_json(c, &b);
+}
+
+static int interval_out(void *ctx, const char *kind, const char *const *labels, size_t nlabels,
+			uint64_t start, uint64_t end, const char *const *attrs, size_t nattrs)
+{
+	struct buf *b = ctx;
+
+	if (b->p[b->len - 1] != '[')
+		buf_put(b, ",", 1);
+	buf_puts(b, "{\"labels\":");
+	json_labels(b, labels, nlabels);
+	buf_puts(b, ",\"kind\":");
+	buf_json_str(b, kind);
+	buf_puts(b, ",\"start_ms\":");
+	json_ms(b, start);
+	buf_puts(b, ",\"end_ms\":");
+	json_ms(b, end);
+	buf_puts(b, ",\"attrs\":");
+	json_labels(b, attrs, nattrs);
+	buf_put(b, "}", 1);
+	return b->oom ? -ENOMEM : 0;
+}
+
+static enum MHD_Result do_intervals(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *kind = arg(c, "kind"), *lim = arg(c, "limit");
+	struct selector *sel = NULL;
+	uint64_t from, to;
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	bool truncated;
+	long limit = 10000;
+	char err[256], *end;
+	int rc;
+
+	if (lim) {
+		limit = strtol(lim, &end, 10);
+		if (!*lim || *end || limit < 1 || limit > 1000000) {
+			ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					  "limit must be 1..1000000");
+			goto out;
+		}
+	}
+	if (parse_range(c, "from", "to", &from, &to, err, sizeof(err)) ||
+	    parse_selector(c, "selector", &sel, err, sizeof(err))) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+		goto out;
+	}
+	buf_puts(&b, "{\"intervals\":[");
+	rc = b.oom ? -ENOMEM : h->st->ops->intervals(h->st, kind && *kind ? kind : NULL, from, to,
+						     sel, (size_t)limit, interval_out, &b,
+						     &truncated);
+	if (rc) {
+		ret = store_failed(h, c, rc);
+		goto out;
+	}
+	buf_printf(&b, "],\"truncated\":%s}", truncated ? "true" : "false");
+	ret = reply_json(c, &b);
+out:
+	selector_free(sel);
+	buf_done(&b);
+	return ret;
+}
+
+static int node_out(void *ctx, const char *node, uint64_t first, uint64_t last)
+{
+	struct buf *b = ctx;
+
+	if (b->p[b->len - 1] != '[')
+		buf_put(b, ",", 1);
+	buf_puts(b, "{\"node\":");
+	buf_json_str(b, node);
+	buf_puts(b, ",\"first_ms\":");
+	json_ms(b, first);
+	buf_puts(b, ",\"last_ms\":");
+	json_ms(b, last);
+	buf_put(b, "}", 1);
+	return b->oom ? -ENOMEM : 0;
+}
+
+static enum MHD_Result do_nodes(struct http_server *h, struct MHD_Connection *c)
+{
+	struct buf b = { 0 };
+	int rc;
+
+	buf_puts(&b, "{\"nodes\":[");
+	rc = b.oom ? -ENOMEM : h->st->ops->nodes(h->st, node_out, &b);
+	if (rc) {
+		buf_done(&b);
+		return store_failed(h, c, rc);
+	}
+	buf_puts(&b, "]}");
+	return reply_json(c, &b);
+}
+
+struct stack_out {
+	struct buf *b;
+	size_t nframes;
+	bool found;
+};
+
+static int stack_cb(void *ctx, uint64_t id, const struct frame *f, size_t nf)
+{
+	struct stack_out *so = ctx;
+	struct buf *b = so->b;
+
+	(void)id;
+	so->found = nf > 0;
+	buf_puts(b, "{\"frames\":[");
+	for (size_t i = 0; i < nf; i++) {
+		char tmp[256];
+
+		if (i)
+			buf_put(b, ",", 1);
+		buf_puts(b, "{\"function\":");
+		buf_json_str(b, frame_name(&f[i], tmp, sizeof(tmp)));
+		buf_puts(b, ",\"module\":");
+		buf_json_str(b, f[i].module);
+		if (f[i].file && *f[i].file) {
+			buf_puts(b, ",\"file\":");
+			buf_json_str(b, f[i].file);
+			buf_printf(b, ",\"line\":%u", f[i].line);
+		}
+		buf_printf(b, ",\"address\":\"0x%llx\",\"kernel\":%s,\"inlined\":%s}",
+			   (unsigned long long)f[i].address, f[i].kernel ? "true" : "false",
+			   f[i].inlined ? "true" : "false");
+	}
+	buf_puts(b, "]}");
+	return b->oom ? -ENOMEM : 0;
+}
+
+static enum MHD_Result do_stack(struct http_server *h, struct MHD_Connection *c, const char *idstr)
+{
+	struct buf b = { 0 };
+	struct stack_out so = { &b, 0, false };
+	unsigned long long id;
+	char *end;
+	int rc;
+
+	id = strtoull(idstr, &end, 10);
+	if (!*idstr || *end || !id)
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+				   "stack id must be a positive integer");
+	rc = h->st->ops->stacks(h->st, (uint64_t[]){ id }, 1, stack_cb, &so);
+	if (rc) {
+		buf_done(&b);
+		return store_failed(h, c, rc);
+	}
+	if (!so.found) {
+		buf_done(&b);
+		return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no stack %llu", id);
+	}
+	return reply_json(c, &b);
+}
+
+static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *c)
+{
+	struct store_stats s;
+	struct buf b = { 0 };
+
+	h->st->ops->stats(h->st, &s);
+#define M(name, type, help, fmt, ...)                                                              \
+	buf_printf(&b, "# HELP gpuscope_server_" name " " help "\n# TYPE gpuscope_server_" name   \
+		       " " type "\n" fmt, __VA_ARGS__)
+	M("ingest_batches_total", "counter", "Batches accepted (duplicates included).",
+	  "gpuscope_server_ingest_batches_total %llu\n",
+	  (unsigned long long)__atomic_load_n(&h->ingest_batches, __ATOMIC_RELAXED));
+	M("ingest_bytes_total", "counter", "Request body bytes of accepted batches, as sent.",
+	  "gpuscope_server_ingest_bytes_total %llu\n",
+	  (unsigned long long)__atomic_load_n(&h->ingest_bytes, __ATOMIC_RELAXED));
+	M("ingest_samples_total", "counter", "Stack samples stored.",
+	  "gpuscope_server_ingest_samples_total %llu\n", (unsigned long long)s.samples);
+	M("ingest_points_total", "counter", "Metric points stored.",
+	  "gpuscope_server_ingest_points_total %llu\n", (unsigned long long)s.points);
+	M("ingest_intervals_total", "counter", "Intervals stored.",
+	  "gpuscope_server_ingest_intervals_total %llu\n", (unsigned long long)s.intervals);
+	M("ingest_samples_per_second", "gauge", "Stack samples stored per second, last 10 s.",
+	  "gpuscope_server_ingest_samples_per_second %.1f\n", rate_get(h));
+	M("duplicate_batches_total", "counter", "Batches ignored because their id was stored.",
+	  "gpuscope_server_duplicate_batches_total %llu\n",
+	  (unsigned long long)s.duplicate_batches);
+	buf_puts(&b, "# HELP gpuscope_server_rejected_total Requests refused, by reason; nothing of"
+		     " them was stored.\n# TYPE gpuscope_server_rejected_total counter\n");
+	for (int i = 0; i < REJ_MAX; i++)
+		buf_printf(&b, "gpuscope_server_rejected_total{reason=\"%s\"} %llu\n",
+			   reject_names[i],
+			   (unsigned long long)__atomic_load_n(&h->rejects[i], __ATOMIC_RELAXED));
+	M("store_bytes", "gauge", "Database and WAL size on disk.",
+	  "gpuscope_server_store_bytes %llu\n", (unsigned long long)s.bytes_on_disk);
+	M("rollup_lag_chunks", "gauge", "Sample chunks not yet folded into rollups.",
+	  "gpuscope_server_rollup_lag_chunks %llu\n", (unsigned long long)s.rollup_lag_chunks);
+	M("retention_deleted_total", "counter", "Rows deleted by retention, by table.",
+	  "gpuscope_server_retention_deleted_total{table=\"chunks\"} %llu\n"
+	  "gpuscope_server_retention_deleted_total{table=\"rollups\"} %llu\n",
+	  (unsigned long long)s.raw_chunks_deleted, (unsigned long long)s.rollups_deleted);
+	M("stacks", "gauge", "Distinct stacks stored.", "gpuscope_server_stacks %llu\n",
+	  (unsigned long long)s.stacks);
+	M("locations", "gauge", "Distinct locations stored.", "gpuscope_server_locations %llu\n",
+	  (unsigned long long)s.locations);
+	M("label_sets", "gauge", "Distinct label sets stored.", "gpuscope_server_label_sets %llu\n",
+	  (unsigned long long)s.label_sets);
+#undef M
+	if (b.oom) {
+		buf_done(&b);
+		return MHD_NO;
+	}
+	return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+static bool authorized(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	size_t tl = strlen(h->o.token), al;
+	unsigned char diff = 0;
+
+	if (!a || strncmp(a, "Bearer ", 7))
+		return false;
+	a += 7;
+	al = strlen(a);
+	/* Constant time in the token's length. */
+	for (size_t i = 0; i < tl; i++)
+		diff |= (unsigned char)h->o.token[i] ^ (unsigned char)(i < al ? a[i] : 0);
+	return !diff && al == tl;
+}
+
+static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, const char *url,
+			     const char *method, struct req *r)
+{
+	bool get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+
+	if (!strcmp(url, "/metrics") && get)
+		return do_metrics(h, c);
+	if (strncmp(url, "/api/", 5)) {
+		const struct ui_asset *a = ui_asset_find ? ui_asset_find(url) : NULL;
+		struct MHD_Response *resp;
+		enum MHD_Result ret;
+
+		if (!a || !get)
+			return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such page");
+		resp = MHD_create_response_from_buffer(a->len, (void *)a->data,
+						       MHD_RESPMEM_PERSISTENT);
+		if (!resp)
+			return MHD_NO;
+		MHD_add_response_header(resp, "Content-Type", a->content_type);
+		if (a->encoding)
+			MHD_add_response_header(resp, "Content-Encoding", a->encoding);
+		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+		MHD_destroy_response(resp);
+		return ret;
+	}
+	if (h->o.token && !authorized(h, c))
+		return reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
+				   "missing or wrong bearer token");
+	if (!strcmp(url, "/api/v1/ingest")) {
+		if (strcmp(method, MHD_HTTP_METHOD_POST))
+			return reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY,
+					   "use POST");
+		return do_ingest(h, c, r);
+	}
+	if (!get)
+		return reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY, "use GET");
+	if (!strcmp(url, "/api/v1/flamegraph"))
+		return do_flamegraph(h, c, false);
+	if (!strcmp(url, "/api/v1/diff"))
+		return do_flamegraph(h, c, true);
+	if (!strcmp(url, "/api/v1/top"))
+		return do_top(h, c);
+	if (!strcmp(url, "/api/v1/pprof"))
+		return do_pprof(h, c);
+	if (!strcmp(url, "/api/v1/labels"))
+		return do_labels(h, c, NULL);
+	if (!strncmp(url, "/api/v1/label/", 14)) {
+		const char *name = url + 14, *slash = strchr(name, '/');
+		char label[256];
+
+		if (slash && !strcmp(slash, "/values") && slash > name &&
+		    (size_t)(slash - name) < sizeof(label)) {
+			memcpy(label, name, (size_t)(slash - name));
+			label[slash - name] = 0;
+			return do_labels(h, c, label);
+		}
+	}
+	if (!strcmp(url, "/api/v1/series"))
+		return do_series(h, c);
+	if (!strcmp(url, "/api/v1/metric_names"))
+		return do_metric_names(h, c);
+	if (!strcmp(url, "/api/v1/intervals"))
+		return do_intervals(h, c);
+	if (!strcmp(url, "/api/v1/nodes"))
+		return do_nodes(h, c);
+	if (!strncmp(url, "/api/v1/stack/", 14))
+		return do_stack(h, c, url + 14);
+	return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such endpoint '%.100s'", url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version, const char *data,
+				  size_t *size, void **con_cls)
+{
+	struct http_server *h = cls;
+	struct req *r = *con_cls;
+
+	(void)version;
+	if (!r) {
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return MHD_NO;
+		*con_cls = r;
+		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
+		if (cl && strtoull(cl, NULL, 10) > h->o.max_body)
+			r->over = true;
+		return MHD_YES;
+	}
+	if (*size) {
+		if (!r->over && r->body.len + *size > h->o.max_body) {
+			r->over = true;
+			buf_done(&r->body);
+		}
+		if (!r->over) {
+			buf_put(&r->body, data, *size);
+			if (r->body.oom)
+				return MHD_NO;
+		}
+		*size = 0;
+		return MHD_YES;
+	}
+	return route(h, c, url, method, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct req *r = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (!r)
+		return;
+	buf_done(&r->body);
+	free(r);
+	*con_cls = NULL;
+}
+
+static int parse_listen(const char *s, struct sockaddr_in *sa, char *err, size_t errlen)
+{
+	const char *colon = strrchr(s, ':');
+	char host[64];
+	char *end;
+	unsigned long port;
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	if (!colon || (size_t)(colon - s) >= sizeof(host)) {
+		snprintf(err, errlen, "--listen wants ADDR:PORT, not '%s'", s);
+		return -EINVAL;
+	}
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (!colon[1] || *end || port > 65535) {
+		snprintf(err, errlen, "bad port in '%s'", s);
+		return -EINVAL;
+	}
+	if (!*host || !strcmp(host, "*"))
+		strcpy(host, "0.0.0.0");
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
+		snprintf(err, errlen, "bad IPv4 address '%s' in --listen", host);
+		return -EINVAL;
+	}
+	sa->sin_port = htons((uint16_t)port);
+	return 0;
+}
+
+struct http_server *http_start(struct store *st, const struct http_opts *o, char *err,
+			       size_t errlen)
+{
+	struct http_server *h = calloc(1, sizeof(*h));
+	const union MHD_DaemonInfo *info;
+	struct sockaddr_in sa;
+
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	h->st = st;
+	h->o = *o;
+	pthread_mutex_init(&h->rmu, NULL);
+	if (parse_listen(o->listen, &sa, err, errlen))
+		goto out_free;
+	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+					MHD_USE_POLL | MHD_USE_ERROR_LOG,
+				0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)256,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
+				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+	if (!h->d) {
+		snprintf(err, errlen, "cannot listen on %s: %s", o->listen, strerror(errno));
+		goto out_free;
+	}
+	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	h->port = info ? info->port : ntohs(sa.sin_port);
+	return h;
+out_free:
+	pthread_mutex_destroy(&h->rmu);
+	free(h);
+	return NULL;
+}
+
+uint16_t http_port(const struct http_server *h)
+{
+	return h->port;
+}
+
+void http_stop(struct http_server *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->d);
+	pthread_mutex_destroy(&h->rmu);
+	free(h);
+}

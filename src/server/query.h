@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Query answers built over the store interface: flame graph trees (and diffs of two), top
+ * functions and pprof, rendered to JSON or profile.proto. Independent of the backend.
+ */
+#ifndef GPUSCOPE_QUERY_H
+#define GPUSCOPE_QUERY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "server/codec.h"
+#include "server/store.h"
+
+/*
+ * Flame graph JSON of q (and, when q2 is not NULL, the diff: every node carries value and
+ * value2) appended to out. 0 or -errno.
+ */
+int query_flamegraph(struct store *s, const struct store_query *q, const struct store_query *q2,
+		     struct buf *out);
+
+/* {"functions":[{"name":..,"self":..,"total":..}]} sorted by self, at most limit. */
+int query_top(struct store *s, const struct store_query *q, size_t limit, struct buf *out);
+
+/* gzip'd profile.proto of q; *ret malloc'ed. 0 or -errno. */
+int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, size_t *ret_len);
+
+/* Display name of a frame: the function, else "module+0xaddress". Returns buf or a frame string. */
+const char *frame_name(const struct frame *f, char *buf, size_t len);
+
+#endif

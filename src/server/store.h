@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The storage interface behind the HTTP API: ingest a validated batch, answer aggregations
+ * (stack id -> value), stacks, series, intervals and label lookups. store_sqlite.c is the
+ * default backend; a ClickHouse backend implements the same ops. Every function is thread-safe.
+ */
+#ifndef GPUSCOPE_STORE_H
+#define GPUSCOPE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/batch.h"
+#include "common/hmap.h"
+
+struct Gpuscope__V1__Batch;
+struct selector;
+
+struct store_opts {
+	const char *dir;		/* data directory, created if missing */
+	uint64_t retention_ns;		/* everything (rollups, series, intervals) */
+	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
+	uint64_t enforce_period_ns;	/* how often retention and rollups run */
+};
+
+/* What a query asks for; from < to, Unix ns, [from, to). */
+struct store_query {
+	uint64_t from_ns, to_ns;
+	const struct selector *sel;	/* NULL: everything */
+	enum sample_kind kind;
+	int gpu_idle;			/* >= 0: keep samples outside that GPU's gpu_busy intervals */
+};
+
+struct store_stats {
+	uint64_t bytes_on_disk;		/* database + WAL */
+	uint64_t samples, points, intervals;	/* stored since start */
+	uint64_t batches, duplicate_batches;
+	uint64_t raw_chunks_deleted, rollups_deleted;
+	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
+	uint64_t stacks, locations, label_sets;	/* known */
+};
+
+struct frame {
+	const char *function, *module, *build_id, *file;	/* owned by the store's cache */
+	uint32_t line;
+	uint64_t address;
+	bool kernel, inlined;
+};
+
+/* Callbacks for streaming answers; a nonzero return stops the iteration and is returned. */
+typedef int (*store_labels_cb)(void *ctx, const char *const *pairs, size_t npairs);
+typedef int (*store_point_cb)(void *ctx, uint64_t series_id, uint64_t t_ns, double v);
+typedef int (*store_interval_cb)(void *ctx, const char *kind, const char *const *labels,
+				 size_t nlabels, uint64_t start_ns, uint64_t end_ns,
+				 const char *const *attrs, size_t nattrs);
+typedef int (*store_name_cb)(void *ctx, const char *name);
+
+struct store;
+
+struct store_ops {
+	/* Stores the batch whole or not at all, durably. 0, 1 (duplicate batch id), -errno. */
+	int (*ingest)(struct store *s, const struct Gpuscope__V1__Batch *m, char *err,
+		      size_t errlen);
+	/* Adds stack id -> summed value over the query into agg (u64map). 0 or -errno. */
+	int (*aggregate)(struct store *s, const struct store_query *q, struct u64map *agg);
+	/* Frames of each stack in ids, innermost first, passed to cb (valid during the call);
+	 * unknown ids get nframes 0. 0, -errno or cb's nonzero return. */
+	int (*stacks)(struct store *s, const uint64_t *ids, size_t n,
+		      int (*cb)(void *ctx, uint64_t id, const struct frame *frames, size_t nframes),
+		      void *ctx);
+	/* Every label set seen in [from, to) matching sel, as name/value pairs. */
+	int (*label_sets)(struct store *s, uint64_t from_ns, uint64_t to_ns,
+			  const struct selector *sel, store_labels_cb cb, void *ctx);
+	/* Series named `name` matching sel: labels_cb once per series (its id in ctx order), then
+	 * points in [from, to) in time order per series. */
+	int (*series)(struct store *s, const char *name, uint64_t from_ns, uint64_t to_ns,
+		      const struct selector *sel,
+		      int (*series_cb)(void *ctx, uint64_t id, const char *const *pairs, size_t n),
+		      store_point_cb point_cb, void *ctx);
+	int (*metric_names)(struct store *s, store_name_cb cb, void *ctx);
+	/* Intervals overlapping [from, to) of kind (NULL: all), sorted by start, at most limit. */
+	int (*intervals)(struct store *s, const char *kind, uint64_t from_ns, uint64_t to_ns,
+			 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
+			 bool *ret_truncated);
+	/* Every node with its first and last record time. */
+	int (*nodes)(struct store *s,
+		     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
+		     void *ctx);
+	void (*stats)(struct store *s, struct store_stats *out);
+	void (*close)(struct store *s);
+};
+
+struct store {
+	const struct store_ops *ops;
+};
+
+/* Opens (creating) the SQLite store under opts->dir and starts its maintenance thread. NULL
+ * with a reason in err. Close with s->ops->close(s). */
+struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen);
+
+#endif
