@@ -266,6 +266,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	uint8_t *raw = NULL;
 	size_t raw_len = 0, n = 0;
 	char err[256] = "";
+	uint64_t t0 = mono_ns(), t_dec;
 	int rc;
 
 	if (r->over)
@@ -290,7 +291,10 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 				   "%s", err);
 	}
 	err[0] = 0;
+	t_dec = mono_ns();
 	rc = h->st->ops->ingest(h->st, m, err, sizeof(err));
+	log_debug("ingest: %zu bytes, decode %.1f ms, store %.1f ms", r->body.len,
+		  (double)(t_dec - t0) / 1e6, (double)(mono_ns() - t_dec) / 1e6);
 	for (size_t i = 0; i < m->n_samples; i++)
 		n += m->samples[i]->n_stack;
 	batch_decode_free(m);
@@ -492,8 +496,9 @@ static void json_labels(struct buf *b, const char *const *pairs, size_t n)
 
 static void json_ms(struct buf *b, uint64_t ns)
 {
-	buf_printf(b, "%llu.%06llu", (unsigned long long)(ns / NSEC_PER_MSEC),
-		   (unsigned long long)(ns % NSEC_PER_MSEC));
+	/* Three decimals: Unix ms with µs resolution still fits a double exactly. */
+	buf_printf(b, "%llu.%03llu", (unsigned long long)(ns / NSEC_PER_MSEC),
+		   (unsigned long long)(ns % NSEC_PER_MSEC / 1000));
 }
 
 struct pt {
@@ -607,7 +612,9 @@ static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c
 	buf_puts(&b, "{\"series\":[");
 	for (size_t i = 0; i < sc.n; i++) {
 		struct series_acc *a = &sc.s[i];
-		uint64_t width = (to - from) / (uint64_t)buckets + 1;
+		uint64_t width = (to - from + (uint64_t)buckets - 1) / (uint64_t)buckets;
+
+		width = width ? width : 1;
 
 		qsort(a->p, a->n, sizeof(*a->p), cmp_pt);
 		if (i)

@@ -45,6 +45,11 @@ struct sq {
 	struct store_opts o;
 	char *path;
 
+	pthread_mutex_t gmu;		/* group commit queue */
+	pthread_cond_t gcond;
+	struct gitem *ghead, **gtail;
+	bool gleader;
+
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
 	sqlite3_stmt *st[32];
@@ -331,6 +336,8 @@ static uint8_t *match_lsets(struct sq *s, const struct selector *sel, uint64_t f
 }
 
 /* ---- ingest ----------------------------------------------------------------------------- */
+
+struct gitem;
 
 struct ls_pending {
 	uint64_t id, hash, first, last;
@@ -849,39 +856,43 @@ static void publish_label_sets(struct ingest *in)
 	pthread_rwlock_unlock(&s->lmu);
 }
 
-static int sq_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+/* One batch waiting for (or in) a group commit. */
+struct gitem {
+	struct ingest in;
+	int rc;
+	bool done;
+	uint64_t nsamples, npoints;
+	struct gitem *next;
+};
+
+/* Stores one batch inside the open transaction, under a savepoint: whole or not at all. */
+static int ingest_one(struct sq *s, struct gitem *g)
 {
-	struct sq *s = (struct sq *)st;
-	struct ingest in = { .s = s, .m = m, .err = err, .errlen = errlen };
-	uint64_t nsamples = 0, npoints = 0, first, last;
+	struct ingest *in = &g->in;
+	const Gpuscope__V1__Batch *m = in->m;
+	uint64_t first, last;
 	int64_t seen;
 	int rc;
 
-	in.ls = calloc(m->n_label_sets + 1, sizeof(*in.ls));
-	in.loc_gid = calloc(m->n_locations + 1, sizeof(*in.loc_gid));
-	in.stack_gid = calloc(m->n_stacks + 1, sizeof(*in.stack_gid));
-	if (!in.ls || !in.loc_gid || !in.stack_gid) {
-		rc = -ENOMEM;
-		goto out_free;
+	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
+		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
+		return -EIO;
 	}
-	pthread_mutex_lock(&s->wmu);
-	rc = step_done(s->st[ST_BEGIN]);
-	if (rc)
-		goto out_unlock;
 	sqlite3_bind_int64(s->st[ST_BATCH_SEEN], 1, (int64_t)m->batch_id);
 	rc = m->batch_id ? step_i64(s->st[ST_BATCH_SEEN], &seen) : 0;
-	if (rc) {
-		step_done(s->st[ST_ROLLBACK]);
-		if (rc > 0)
-			__atomic_add_fetch(&s->n_dups, 1, __ATOMIC_RELAXED);
-		goto out_unlock;
+	if (rc < 0)
+		goto out_rollback;
+	if (rc > 0) {
+		__atomic_add_fetch(&s->n_dups, 1, __ATOMIC_RELAXED);
+		sqlite3_exec(s->w, "RELEASE b", NULL, NULL, NULL);
+		return 1;
 	}
-	if ((rc = map_label_sets(&in)) || (rc = map_locations(&in)) || (rc = map_stacks(&in)) ||
-	    (rc = store_samples(&in, &nsamples)) || (rc = store_series(&in, &npoints)) ||
-	    (rc = store_intervals(&in)) || (rc = finish_label_sets(&in, &first, &last)))
+	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)) ||
+	    (rc = store_samples(in, &g->nsamples)) || (rc = store_series(in, &g->npoints)) ||
+	    (rc = store_intervals(in)) || (rc = finish_label_sets(in, &first, &last)))
 		goto out_rollback;
 	if (first != UINT64_MAX) {
-		sqlite3_bind_text(s->st[ST_NODE_UP], 1, S(&in, m->node), -1, SQLITE_STATIC);
+		sqlite3_bind_text(s->st[ST_NODE_UP], 1, S(in, m->node), -1, SQLITE_STATIC);
 		sqlite3_bind_int64(s->st[ST_NODE_UP], 2, (int64_t)first);
 		sqlite3_bind_int64(s->st[ST_NODE_UP], 3, (int64_t)last);
 		if ((rc = step_done(s->st[ST_NODE_UP])))
@@ -889,39 +900,125 @@ static int sq_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, 
 	}
 	if (m->batch_id) {
 		sqlite3_bind_int64(s->st[ST_BATCH_ADD], 1, (int64_t)m->batch_id);
-		sqlite3_bind_text(s->st[ST_BATCH_ADD], 2, S(&in, m->node), -1, SQLITE_STATIC);
+		sqlite3_bind_text(s->st[ST_BATCH_ADD], 2, S(in, m->node), -1, SQLITE_STATIC);
 		sqlite3_bind_int64(s->st[ST_BATCH_ADD], 3, (int64_t)wall_ns());
 		if ((rc = step_done(s->st[ST_BATCH_ADD])))
 			goto out_rollback;
 	}
-	rc = step_done(s->st[ST_COMMIT]);
-	if (rc)
+	if (sqlite3_exec(s->w, "RELEASE b", NULL, NULL, NULL)) {
+		rc = -EIO;
 		goto out_rollback;
-	publish_label_sets(&in);
-	pthread_mutex_unlock(&s->wmu);
-	__atomic_add_fetch(&s->n_samples, nsamples, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->n_points, npoints, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->n_intervals, m->n_intervals, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
-	goto out_free;
+	}
+	return 0;
 out_rollback:
-	snprintf(err, errlen, "store: %s", rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
-	step_done(s->st[ST_ROLLBACK]);
+	snprintf(in->err, in->errlen, "store: %s",
+		 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
 	/* The dedup caches may name rows that the rollback removed. */
 	u64map_done(&s->loc_ids);
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
-out_unlock:
-	if (rc < 0 && !err[0])
-		snprintf(err, errlen, "store: %s", sqlite3_errmsg(s->w));
+	return rc < 0 ? rc : -EIO;
+}
+
+#define GROUP_MAX 64
+
+/*
+ * Group commit: concurrent ingests queue up; one of them (the leader) stores every queued
+ * batch in one transaction, each under its own savepoint, and commits once, so that one fsync
+ * covers many batches. Every caller returns only after the COMMIT that holds its batch.
+ */
+static void run_group(struct sq *s, struct gitem *list)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->wmu);
+	rc = step_done(s->st[ST_BEGIN]);
+	for (struct gitem *g = list; g; g = g->next) {
+		if (rc) {
+			g->rc = -EIO;
+			snprintf(g->in.err, g->in.errlen, "store: %s", sqlite3_errmsg(s->w));
+			continue;
+		}
+		g->rc = ingest_one(s, g);
+	}
+	if (!rc && step_done(s->st[ST_COMMIT])) {
+		rc = -EIO;
+		for (struct gitem *g = list; g; g = g->next) {
+			if (g->rc >= 0) {
+				g->rc = -EIO;
+				snprintf(g->in.err, g->in.errlen, "store: commit: %s",
+					 sqlite3_errmsg(s->w));
+			}
+		}
+		step_done(s->st[ST_ROLLBACK]);
+		u64map_done(&s->loc_ids);
+		u64map_done(&s->stack_ids);
+		u64map_done(&s->series_ids);
+	}
+	for (struct gitem *g = list; g; g = g->next) {
+		if (g->rc)
+			continue;
+		publish_label_sets(&g->in);
+		__atomic_add_fetch(&s->n_samples, g->nsamples, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_points, g->npoints, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_intervals, g->in.m->n_intervals, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&s->wmu);
+}
+
+static int sq_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+{
+	struct sq *s = (struct sq *)st;
+	struct gitem g = { .in = { .s = s, .m = m, .err = err, .errlen = errlen } };
+	struct ingest *in = &g.in;
+
+	in->ls = calloc(m->n_label_sets + 1, sizeof(*in->ls));
+	in->loc_gid = calloc(m->n_locations + 1, sizeof(*in->loc_gid));
+	in->stack_gid = calloc(m->n_stacks + 1, sizeof(*in->stack_gid));
+	if (!in->ls || !in->loc_gid || !in->stack_gid) {
+		snprintf(err, errlen, "store: out of memory");
+		g.rc = -ENOMEM;
+		goto out_free;
+	}
+	pthread_mutex_lock(&s->gmu);
+	*s->gtail = &g;
+	s->gtail = &g.next;
+	while (!g.done) {
+		struct gitem *list, **cut;
+		int n = 0;
+
+		if (s->gleader) {
+			pthread_cond_wait(&s->gcond, &s->gmu);
+			continue;
+		}
+		s->gleader = true;
+		list = s->ghead;
+		for (cut = &s->ghead; *cut && n < GROUP_MAX; cut = &(*cut)->next)
+			n++;
+		s->ghead = *cut;
+		*cut = NULL;
+		if (!s->ghead)
+			s->gtail = &s->ghead;
+		pthread_mutex_unlock(&s->gmu);
+		run_group(s, list);
+		pthread_mutex_lock(&s->gmu);
+		for (struct gitem *it = list, *next; it; it = next) {
+			next = it->next;
+			it->done = true;
+		}
+		s->gleader = false;
+		pthread_cond_broadcast(&s->gcond);
+	}
+	pthread_mutex_unlock(&s->gmu);
 out_free:
-	for (size_t i = 0; in.ls && i < m->n_label_sets; i++)
-		buf_done(&in.ls[i].blob);
-	free(in.ls);
-	free(in.loc_gid);
-	free(in.stack_gid);
-	return rc;
+	for (size_t i = 0; in->ls && i < m->n_label_sets; i++)
+		buf_done(&in->ls[i].blob);
+	free(in->ls);
+	free(in->loc_gid);
+	free(in->stack_gid);
+	return g.rc;
 }
 
 /* ---- chunk and rollup decoding ------------------------------------------------------------ */
@@ -2049,6 +2146,8 @@ static void sq_close(struct store *st)
 	u64map_done(&s->loc_ids);
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
+	pthread_mutex_destroy(&s->gmu);
+	pthread_cond_destroy(&s->gcond);
 	pthread_mutex_destroy(&s->wmu);
 	pthread_mutex_destroy(&s->pmu);
 	pthread_mutex_destroy(&s->mmu);
@@ -2082,6 +2181,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	s->base.ops = &sqlite_ops;
 	s->o = *opts;
+	s->gtail = &s->ghead;
+	pthread_mutex_init(&s->gmu, NULL);
+	pthread_cond_init(&s->gcond, NULL);
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->pmu, NULL);
 	pthread_mutex_init(&s->mmu, NULL);

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers for the server's integration tests: start a real gpuscope-server on a free loopback
+port, build batches with tests/tools/batchgen, and talk HTTP with the standard library only."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SERVER = os.path.join(ROOT, ".output", "gpuscope-server")
+BATCHGEN = os.path.join(ROOT, ".output", "tests", "tools", "batchgen")
+
+
+def skip_if_unbuilt():
+    for p in (SERVER, BATCHGEN):
+        if not os.access(p, os.X_OK):
+            print(f"SKIP: {p} not built")
+            sys.exit(77)
+
+
+class Server:
+    def __init__(self, data=None, args=(), token=None):
+        self.tmp = tempfile.mkdtemp(prefix="gpuscope-srv-")
+        self.data = data or os.path.join(self.tmp, "data")
+        self.token = token
+        self.args = list(args)
+        self.proc = None
+        self.url = None
+
+    def start(self):
+        cmd = [SERVER, "--data", self.data, "--listen", "127.0.0.1:0"] + self.args
+        if self.token:
+            tf = os.path.join(self.tmp, "token")
+            with open(tf, "w") as f:
+                f.write(self.token + "\n")
+            cmd += ["--token-file", tf]
+        self.log = open(os.path.join(self.tmp, "server.log"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log)
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"server did not start: {line!r}, log: {self.logtext()}")
+        self.url = line.split()[-1]
+        return self
+
+    def logtext(self):
+        try:
+            with open(os.path.join(self.tmp, "server.log"), "rb") as f:
+                return f.read().decode(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, kill=False):
+        if self.proc and self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def request(self, path, body=None, headers=None, method=None, token=True):
+        h = dict(headers or {})
+        if self.token and token is True:
+            h["Authorization"] = "Bearer " + self.token
+        elif isinstance(token, str):
+            h["Authorization"] = "Bearer " + token
+        req = urllib.request.Request(self.url + path, data=body, headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    def get_json(self, path, want=200):
+        code, body, _ = self.request(path)
+        if code != want:
+            raise AssertionError(f"GET {path}: HTTP {code}: {body[:300]!r}")
+        return json.loads(body)
+
+    def ingest(self, raw, encoding=None):
+        h = {"Content-Type": "application/x-protobuf"}
+        if encoding:
+            h["Content-Encoding"] = encoding
+        code, body, _ = self.request("/api/v1/ingest", body=raw, headers=h, method="POST")
+        return code, body
+
+    def metric(self, name):
+        code, body, _ = self.request("/metrics")
+        assert code == 200, code
+        for line in body.decode().splitlines():
+            key, _, val = line.rpartition(" ")
+            if key == name:
+                return float(val)
+        raise KeyError(name)
+
+
+def encode(script, encoding="none"):
+    """Runs batchgen encode on a script (see tests/tools/batchgen.c) and returns the bytes."""
+    r = subprocess.run([BATCHGEN, "encode", "--encoding", encoding], input=script.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    if r.returncode:
+        raise RuntimeError(f"batchgen: {r.stderr.decode()}")
+    return r.stdout
+
+
+def now_ns():
+    return time.time_ns()
+
+
+def find(node, name):
+    """The child of a flame graph node with that name, or None."""
+    for c in node.get("children", []):
+        if c["name"] == name:
+            return c
+    return None
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
