@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs the libFuzzer targets of the server (batch decoder, label selector parser) for a bounded
+# time each, starting from the committed corpus in tests/fuzz/corpus/; new inputs go to a
+# scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails.
+set -u
+cd "$(dirname "$0")/../.."
+secs=${GPUSCOPE_FUZZ_SECONDS:-15}
+tmp=$(mktemp -d /tmp/gpuscope-fuzz.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+rc=0
+for name in batch selector; do
+	bin=.output/fuzz/fuzz_$name
+	if [ ! -x "$bin" ]; then
+		echo "SKIP: $bin not built (clang with libFuzzer missing?)"
+		exit 77
+	fi
+	mkdir -p "$tmp/$name"
+	echo "fuzz_$name: ${secs}s from $(ls tests/fuzz/corpus/$name | wc -l) corpus files"
+	if ! "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+		-artifact_prefix="$tmp/" -print_final_stats=1 "$tmp/$name" "tests/fuzz/corpus/$name" \
+		>"$tmp/$name.log" 2>&1; then
+		echo "fuzz_$name FAILED:"
+		tail -40 "$tmp/$name.log"
+		ls "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* 2>/dev/null | while read -r f; do
+			echo "input $f:"; od -An -tx1 "$f" | head -8
+		done
+		rc=1
+	else
+		grep -E "stat::number_of_executed_units|cov:" "$tmp/$name.log" | tail -2
+	fi
+done
+exit $rc
