@@ -92,6 +92,53 @@ out_unterminated:
 	return NULL;
 }
 
+/*
+ * glibc's regcomp() is exponential on stacked quantifiers ("a******") and regexec() on
+ * back-references: refuse both, and bound the size, so a selector cannot stall the server.
+ */
+#define RE_MAX_LEN		512
+#define RE_MAX_QUANTIFIERS	32
+
+static int check_regex(const char *re, char *err, size_t errlen)
+{
+	int nq = 0;
+	bool prev_q = false;
+
+	if (strlen(re) > RE_MAX_LEN) {
+		snprintf(err, errlen, "regex longer than %d bytes", RE_MAX_LEN);
+		return -EINVAL;
+	}
+	for (const char *p = re; *p; p++) {
+		bool q = *p == '*' || *p == '+' || *p == '?' || *p == '{';
+
+		if (*p == '\\' && p[1]) {
+			if (p[1] >= '1' && p[1] <= '9') {
+				snprintf(err, errlen, "back-references are not supported in regexes");
+				return -EINVAL;
+			}
+			p++;
+			prev_q = false;
+			continue;
+		}
+		if (q && prev_q) {
+			snprintf(err, errlen, "stacked quantifiers in regex '%.40s'", re);
+			return -EINVAL;
+		}
+		if (q && ++nq > RE_MAX_QUANTIFIERS) {
+			snprintf(err, errlen, "more than %d quantifiers in a regex", RE_MAX_QUANTIFIERS);
+			return -EINVAL;
+		}
+		if (*p == '{') {
+			while (p[1] && p[1] != '}')
+				p++;
+			if (p[1])
+				p++;
+		}
+		prev_q = q;
+	}
+	return 0;
+}
+
 static int parse_matcher(struct matcher *m, const char **p, char *err, size_t errlen)
 {
 	const char *s = *p;
@@ -129,6 +176,8 @@ static int parse_matcher(struct matcher *m, const char **p, char *err, size_t er
 	if (!m->value)
 		return -EINVAL;
 	if (m->op == OP_RE || m->op == OP_NRE) {
+		if (check_regex(m->value, err, errlen))
+			return -EINVAL;
 		re = malloc(strlen(m->value) + 5);
 		if (!re)
 			return -ENOMEM;

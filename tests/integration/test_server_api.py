@@ -162,6 +162,8 @@ def main():
         check(b"version" in resp, f"version error says so: {resp}")
         for what, path in [("selector", f"/api/v1/flamegraph?selector={q('{comm=')}"),
                            ("regex", f"/api/v1/flamegraph?selector={BADRE}"),
+                           ("stacked quantifiers", "/api/v1/flamegraph?selector="
+                            + q('{comm=~"a*****************************b"}')),
                            ("from > to", "/api/v1/flamegraph?from=2000&to=1000"),
                            ("bad time", "/api/v1/top?from=yesterday"),
                            ("bad kind", "/api/v1/flamegraph?kind=gpu"),
