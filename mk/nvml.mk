@@ -1,12 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # NVML replay library (tests/nvml-replay/): a libnvidia-ml.so.1 with NVML's ABI that plays back
 # traces recorded by `gpuscope-agent nvml-record`; the "old" one lacks newer entry points.
-# nvml-serve: the NVML module behind a /metrics endpoint, for the Prometheus test.
 NVML_REPLAY     := $(OUT)/tests/nvml/libnvidia-ml.so.1
 NVML_REPLAY_OLD := $(OUT)/tests/nvml/old/libnvidia-ml.so.1
-NVML_SERVE      := $(OUT)/tests/nvml/nvml-serve
 
-all: $(NVML_REPLAY) $(NVML_REPLAY_OLD) $(NVML_SERVE)
+all: $(NVML_REPLAY) $(NVML_REPLAY_OLD)
 
 $(NVML_REPLAY): tests/nvml-replay/replay.c src/agent/gpu/nvml_api.h
 	$(Q)mkdir -p $(dir $@)
@@ -17,11 +15,6 @@ $(NVML_REPLAY_OLD): tests/nvml-replay/replay.c src/agent/gpu/nvml_api.h
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -DREPLAY_OLD_DRIVER -fPIC -shared -fvisibility=hidden \
 		-Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lz -lpthread
-
-$(NVML_SERVE): $(call obj,tests/nvml-replay/serve.c) $(ALL_LIBS)
-	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
-		$(ALL_LIBS) $(LDLIBS)
 
 # The unit test dlopen()s the replay library.
 $(OUT)/tests/unit/test_nvml: | $(NVML_REPLAY) $(NVML_REPLAY_OLD)

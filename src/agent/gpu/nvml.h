@@ -32,7 +32,7 @@ struct nvml_cfg {
 	uint64_t interval_ns[NVML_SRC_MAX];
 };
 /* Defaults (docs/nvml.md says why): samples 1 s, memory 10 ms, GPM 100 ms, slow 100 ms,
- * process 200 ms, fields 1 s. */
+ * process 1 s, fields 5 s. */
 void nvml_cfg_defaults(struct nvml_cfg *c);
 /* Defaults, overridden by the non-zero intervals in o (the --nvml-*-interval flags). */
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o);

@@ -22,19 +22,21 @@ _Static_assert(NVML_SRC_MAX == ARRAY_SIZE(((struct agent_opts *)0)->nvml_interva
 void nvml_cfg_defaults(struct nvml_cfg *c)
 {
 	/*
-	 * Measured on the H200 (driver 580.159, docs/nvml.md): one GetSamples call costs ~1.8 ms
-	 * of CPU whatever it returns, and the driver keeps 2.4 s of power and 14 s of utilization
-	 * samples with their own timestamps, so a 1 s drain loses no sample and no resolution.
-	 * Per-process utilization keeps only the latest sample per process (one per ~200 ms).
-	 * GPM counters refresh every ~100 ms: shorter windows only add zeros. Field values cost
-	 * ~3.4 ms a call.
+	 * From the H200 (driver 580.159, docs/nvml.md): CPU per call, about the same as its wall
+	 * time: GetSamples ~1.8 ms whatever it returns, GetProcessUtilization ~1.8 ms,
+	 * GetFieldValues ~3.8 ms, GpmSampleGet 0.2 ms, GetMemoryInfo_v2 ~40 us, clocks and
+	 * sensors 3-26 us. The driver keeps 2.4 s of power and 14 s of utilization samples with
+	 * their own timestamps, so draining every 1 s (utilization every 4 s) loses no sample and
+	 * no resolution. Per-process utilization keeps only the latest sample of each process
+	 * (one per ~200 ms): 1 s keeps one in five, 200 ms all (+0.8 % of a core per GPU). GPM
+	 * counters refresh every ~100 ms: shorter windows only add zeros.
 	 */
 	c->interval_ns[NVML_SRC_SAMPLES] = 1000 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_MEMORY] = 10 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_GPM] = 100 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_SLOW] = 100 * NSEC_PER_MSEC;
-	c->interval_ns[NVML_SRC_PROCESS] = 200 * NSEC_PER_MSEC;
-	c->interval_ns[NVML_SRC_FIELDS] = 1000 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_PROCESS] = 1000 * NSEC_PER_MSEC;
+	c->interval_ns[NVML_SRC_FIELDS] = 5000 * NSEC_PER_MSEC;
 }
 
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
@@ -49,13 +51,14 @@ void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
 const char nvml_usage[] =
 	"  --nvml-library PATH         NVML to load (default libnvidia-ml.so.1)\n"
 	"  --no-gpu                    do not poll NVML\n"
-	"  --nvml-samples-interval D   drain the driver's buffered utilization, memory-util and\n"
-	"                              power samples every D (1s; each keeps its own timestamp)\n"
+	"  --nvml-samples-interval D   drain the driver's buffered power samples every D, its\n"
+	"                              utilization ones every 4 D (1s; each keeps its timestamp)\n"
 	"  --nvml-memory-interval D    poll memory used every D (10ms)\n"
 	"  --nvml-gpm-interval D       GPM windows of D (100ms, the driver's refresh period)\n"
 	"  --nvml-slow-interval D      clocks, GPU temperature, throttle reasons, events (100ms)\n"
-	"  --nvml-process-interval D   per-process utilization and memory (200ms)\n"
-	"  --nvml-fields-interval D    energy counter, memory temperature (1s)\n"
+	"  --nvml-process-interval D   per-process utilization and memory (1s; 200ms keeps\n"
+	"                              every per-process sample the driver makes)\n"
+	"  --nvml-fields-interval D    energy counter, memory temperature (5s)\n"
 	"                              (D = 0 turns that source off)\n";
 
 int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val)
