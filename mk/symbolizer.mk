@@ -5,7 +5,7 @@ SYMFIX_SRC := tests/fixtures/symbolize
 SYMFIX_OUT := $(OUT)/tests/fixtures/symbolize
 SYMFIX_CFLAGS := -g -O1 -fno-omit-frame-pointer -fno-inline -Wl,--build-id=sha1
 SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/libsymfix_late.so $(SYMFIX_OUT)/symfix_pie \
-	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static
+	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static $(SYMFIX_OUT)/symfix_nodebug
 
 all: $(SYMFIX_BINS) $(OUT)/bench/symbolize/symbench
 
@@ -35,6 +35,14 @@ $(SYMFIX_OUT)/symfix_stripped: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX
 	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -rdynamic -o $@ $< $(SYMFIX_OUT)/cxx.o \
 		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++ -ldl
 	$(Q)strip --strip-all $@
+
+# symfix_pie stripped of .symtab, and its symbols in a separate debug file found by build-id
+# (debug/.build-id/xx/yyyy.debug), the way Debian's -dbgsym packages install them.
+$(SYMFIX_OUT)/symfix_nodebug: $(SYMFIX_OUT)/symfix_pie
+	$(Q)strip --strip-all -o $@ $<
+	$(Q)rm -rf $(SYMFIX_OUT)/debug && \
+		d=$(SYMFIX_OUT)/debug/.build-id/$$(readelf -n $< | sed -n 's|.*Build ID: \(..\)\(.*\)|\1/\2|p') && \
+		mkdir -p $$(dirname $$d) && objcopy --only-keep-debug $< $$d.debug
 
 $(OUT)/bench/symbolize/symbench: bench/symbolize/symbench.c $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)

@@ -140,7 +140,7 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 	return 0;
 }
 
-static int symbols_from_elf(Elf *elf, struct symt *ret)
+static int symbols_from_elf(Elf *elf, struct symt *ret, bool *ret_from_symtab)
 {
 	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
 	GElf_Shdr sh_symtab, sh_dynsym, sh;
@@ -174,6 +174,7 @@ static int symbols_from_elf(Elf *elf, struct symt *ret)
 		if (err)
 			goto out_free;
 	}
+	*ret_from_symtab = added > 0;
 	if (!added && dynsym) {
 		err = add_symbols(elf, dynsym, &sh_dynsym, exec_scn, nscn, ret, &added);
 		if (err)
@@ -192,15 +193,16 @@ out_free:
 	return err;
 }
 
-int elf_read_symbols(int fd, struct symt *ret)
+int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab)
 {
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	int err;
 
 	memset(ret, 0, sizeof(*ret));
+	*ret_from_symtab = false;
 	if (!elf)
 		return -ENOEXEC;
-	err = symbols_from_elf(elf, ret);
+	err = symbols_from_elf(elf, ret, ret_from_symtab);
 	elf_end(elf);
 	return err;
 }
@@ -208,6 +210,7 @@ int elf_read_symbols(int fd, struct symt *ret)
 int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms)
 {
 	Elf *elf = elf_memory(buf, len);
+	bool from_symtab;
 	int err;
 
 	memset(ret_info, 0, sizeof(*ret_info));
@@ -216,7 +219,7 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 		return -ENOEXEC;
 	err = info_from_elf(elf, ret_info);
 	if (!err) {
-		err = symbols_from_elf(elf, ret_syms);
+		err = symbols_from_elf(elf, ret_syms, &from_symtab);
 		if (err) {
 			free(ret_info->segs);
 			ret_info->segs = NULL;

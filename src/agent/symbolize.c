@@ -131,6 +131,7 @@ struct symbolizer {
 	struct image *vdso;		/* our own [vdso]: the same code in every native process */
 	uint64_t vdso_size;
 	bool vdso_tried;
+	char *debug_dir;		/* NULL: no separate debug files */
 	/* kernel */
 	struct symt ksyms;		/* aux: index into kmods + 1 */
 	struct kmodule *kmods;
@@ -281,9 +282,48 @@ static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
 	return fd;
 }
 
+/*
+ * A binary without .symtab: try its separate debug file by build-id, in the process's root,
+ * then on the host. Replaces img->tab when the debug file has a .symtab; err (the result so
+ * far) is returned unchanged otherwise.
+ */
+static int load_debug_file(struct symbolizer *s, struct image *img, pid_t pid, int err)
+{
+	char path[PATH_MAX + 64];
+	bool from_symtab;
+	struct symt t;
+
+	for (int pass = 0; pass < 2; pass++) {
+		int fd;
+
+		if (pass == 0)
+			snprintf(path, sizeof(path), "/proc/%d/root%s/.build-id/%.2s/%s.debug", pid,
+				 s->debug_dir, img->build_id, img->build_id + 2);
+		else
+			snprintf(path, sizeof(path), "%s/.build-id/%.2s/%s.debug", s->debug_dir,
+				 img->build_id, img->build_id + 2);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		s->st.elf_opened++;
+		if (!elf_read_symbols(fd, &t, &from_symtab)) {
+			if (from_symtab) {
+				close(fd);
+				symt_done(&img->tab);
+				img->tab = t;
+				return 0;
+			}
+			symt_done(&t);
+		}
+		close(fd);
+	}
+	return err;
+}
+
 /* Loads img's symbols, reopening the file through pid's mapping m. 0 or -errno. */
 static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const struct mapping *m)
 {
+	bool from_symtab = false;
 	struct elf_info info;
 	int fd, err;
 
@@ -312,8 +352,10 @@ static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const 
 		return fd < 0 ? -ENOENT : fd;
 	}
 	s->st.elf_opened++;
-	err = elf_read_symbols(fd, &img->tab);
+	err = elf_read_symbols(fd, &img->tab, &from_symtab);
 	close(fd);
+	if ((err == -ENODATA || (!err && !from_symtab)) && img->build_id[0] && s->debug_dir)
+		err = load_debug_file(s, img, pid, err);
 	if (err == -ENODATA || err == -ENOEXEC) {
 		img->no_symbols = true;
 		return err;
@@ -413,7 +455,8 @@ static void file_free(struct symbolizer *s, struct file_id *f)
 
 /*
  * The image of mapping m of pid, with a new reference, or NULL (not ELF, unreadable, ENOMEM).
- * A file seen before costs one stat(); a new file is opened once to read its build-id.
+ * A file seen before costs one stat(); a new file is opened once to read its build-id. (A file
+ * swapped between the stat and the open is caught by the next maps read.)
  */
 static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct mapping *m)
 {
@@ -422,18 +465,25 @@ static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct
 	struct stat st;
 	char key[128];
 	uint64_t h;
+	char path[PATH_MAX + 64];
 	int64_t mtime;
-	int fd;
+	int fd = -1;
 
-	fd = open_mapping(pid, m, &st);
-	if (fd < 0)
-		return NULL;
+	/* A known file costs one stat(); only a new one is opened. */
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m->start,
+		 m->end);
+	if (stat(path, &st)) {
+		fd = open_mapping(pid, m, &st);
+		if (fd < 0)
+			return NULL;
+	}
 	mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	h = file_hash(st.st_dev, st.st_ino, mtime, st.st_size);
 	for (f = s->files[h % FILE_BUCKETS]; f; f = f->hnext) {
 		if (f->dev == st.st_dev && f->ino == st.st_ino && f->mtime_ns == mtime &&
 		    f->size == (uint64_t)st.st_size) {
-			close(fd);
+			if (fd >= 0)
+				close(fd);
 			list_move_head(&s->file_lru, &f->lru);
 			if (!f->img)
 				return NULL;
@@ -442,9 +492,12 @@ static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct
 			return f->img;
 		}
 	}
-	f = calloc(1, sizeof(*f));
+	if (fd < 0)
+		fd = open_mapping(pid, m, NULL);
+	f = fd >= 0 ? calloc(1, sizeof(*f)) : NULL;
 	if (!f) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return NULL;
 	}
 	f->dev = st.st_dev;
@@ -1064,8 +1117,9 @@ struct symbolizer *symbolizer__new(void)
 	s->s_perfmap = intern(s, "[perf-map]");
 	s->s_empty = intern(s, "");
 	s->s_vdso = intern(s, "[vdso]");
+	s->debug_dir = strdup("/usr/lib/debug");
 	if (!s->s_anon || !s->s_unknown || !s->s_kernel || !s->s_perfmap || !s->s_empty ||
-	    !s->s_vdso) {
+	    !s->s_vdso || !s->debug_dir) {
 		symbolizer__free(s);
 		errno = ENOMEM;
 		return NULL;
@@ -1087,6 +1141,7 @@ void symbolizer__free(struct symbolizer *s)
 	u64map_done(&s->knames);
 	free(s->kmods);
 	strtab_done(&s->strs);
+	free(s->debug_dir);
 	free(s);
 }
 
@@ -1110,4 +1165,29 @@ void symbolizer__set_limits(struct symbolizer *s, const struct symbolizer_limits
 uint64_t symbolizer__cache_bytes(const struct symbolizer *s)
 {
 	return s->cache_bytes;
+}
+
+int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir)
+{
+	char *d = NULL;
+
+	if (dir && *dir && !(d = strdup(dir)))
+		return -ENOMEM;
+	free(s->debug_dir);
+	s->debug_dir = d;
+	return 0;
+}
+
+void symbolizer__metrics(const struct symbolizer *s, FILE *out)
+{
+	const char *p = "gpuscope_agent_symbolizer";
+
+	fprintf(out, "%s_frames_total{result=\"resolved\"} %" PRIu64 "\n", p, s->st.resolved);
+	fprintf(out, "%s_frames_total{result=\"unknown\"} %" PRIu64 "\n", p, s->st.unknown);
+	fprintf(out, "%s_elf_opened_total %" PRIu64 "\n", p, s->st.elf_opened);
+	fprintf(out, "%s_elf_cache_hits_total %" PRIu64 "\n", p, s->st.elf_cache_hits);
+	fprintf(out, "%s_maps_reads_total %" PRIu64 "\n", p, s->st.maps_reads);
+	fprintf(out, "%s_perfmap_reads_total %" PRIu64 "\n", p, s->st.perfmap_reads);
+	fprintf(out, "%s_cache_bytes %" PRIu64 "\n", p, s->cache_bytes);
+	fprintf(out, "%s_pids %" PRIu32 "\n", p, s->nprocs);
 }

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 struct symbolizer;
@@ -64,5 +65,19 @@ void symbolizer__set_limits(struct symbolizer *s, const struct symbolizer_limits
 
 /* Bytes currently held by cached ELF symbol tables (for /metrics). */
 uint64_t symbolizer__cache_bytes(const struct symbolizer *s);
+
+/*
+ * Where separate debug files are looked up for binaries without .symtab (Debian's -dbgsym
+ * packages): DIR/.build-id/xx/yyyy.debug, first inside the process's root, then on the host.
+ * Default "/usr/lib/debug"; NULL or "" turns it off. Copied. 0 or -ENOMEM.
+ */
+int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir);
+
+/*
+ * Appends Prometheus text-format lines: gpuscope_agent_symbolizer_frames_total{result=
+ * "resolved"|"unknown"}, _elf_opened_total, _elf_cache_hits_total, _maps_reads_total,
+ * _perfmap_reads_total, _cache_bytes, _pids.
+ */
+void symbolizer__metrics(const struct symbolizer *s, FILE *out);
 
 #endif

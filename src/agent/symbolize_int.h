@@ -69,10 +69,10 @@ int elf_lib_init(void);
 /* Reads the GNU build-id and PT_LOAD segments from an open ELF file. 0, -ENOEXEC (not ELF), -ENOMEM. */
 int elf_read_info(int fd, struct elf_info *ret);
 /*
- * Reads function symbols: .symtab if it has any, else .dynsym. Finishes *ret.
- * 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
+ * Reads function symbols: .symtab if it has any, else .dynsym (*ret_from_symtab says which).
+ * Finishes *ret. 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
  */
-int elf_read_symbols(int fd, struct symt *ret);
+int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab);
 /* Both of the above from an ELF image in memory (the vDSO). 0 or -errno as above. */
 int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */

@@ -290,6 +290,60 @@ out:
 	return ok;
 }
 
+/* No .symtab, no .dynsym entry: the separate debug file found by build-id has the symbols. */
+static bool test_symbolize_debug_file(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char bid[160], dir[PATH_MAX + 128];
+	struct sym_frame f;
+	struct child c;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	snprintf(dir, sizeof(dir), "%s", fixture("debug"));
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_nodebug")), "start fixture"))
+		goto out;
+	readelf_build_id(c.path, bid, sizeof(bid));
+	ok = ASSERT_EQ(symbolizer__set_debug_dir(s, NULL), 0, "no debug dir") &&
+	     ASSERT_EQ(symbolizer__user(s, c.pid, addr_of(&c, "symfix_alpha"), &f), -ENOENT,
+		       "without the debug file") &&
+	     ASSERT_STREQ(f.module, c.path, "module") && ASSERT_STREQ(f.build_id, bid, "build_id");
+	symbolizer__free(s);
+	s = symbolizer__new();
+	ok = ok && ASSERT_TRUE(s, "new") &&
+	     ASSERT_EQ(symbolizer__set_debug_dir(s, dir), 0, "debug dir") &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_local"), "symfix_local", 2, c.path, bid);
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
+/* The metrics lines carry the counters. */
+static bool test_symbolize_metrics(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char *buf = NULL;
+	size_t len = 0;
+	struct sym_frame f;
+	bool ok;
+	FILE *m;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	symbolizer__user(s, getpid(), 0x10, &f);
+	m = open_memstream(&buf, &len);
+	symbolizer__metrics(s, m);
+	fclose(m);
+	ok = ASSERT_TRUE(strstr(buf, "gpuscope_agent_symbolizer_frames_total{result=\"unknown\"} 1\n"),
+			 "unknown frames") &&
+	     ASSERT_TRUE(strstr(buf, "gpuscope_agent_symbolizer_maps_reads_total 1\n"), "maps reads") &&
+	     ASSERT_TRUE(strstr(buf, "gpuscope_agent_symbolizer_pids 1\n"), "pids");
+	free(buf);
+	symbolizer__free(s);
+	return ok;
+}
+
 static bool test_symbolize_perfmap(void)
 {
 	struct symbolizer *s = symbolizer__new();
@@ -600,6 +654,6 @@ static bool test_symbolize_kallsyms(void)
 }
 
 TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_stripped_dynsym),
-	  T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
+	  T(test_symbolize_debug_file), T(test_symbolize_metrics), T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
 	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
 	  T(test_symbolize_unknown), T(test_symbolize_kallsyms))
