@@ -26,7 +26,8 @@ static bool find_build_id(Elf_Data *d, char *hex, size_t hexlen)
 	size_t off = 0, name_off, desc_off;
 	GElf_Nhdr nh;
 
-	while (d && off < d->d_size && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+	while (d && off < d->d_size &&
+	       (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
 		const unsigned char *desc = (const unsigned char *)d->d_buf + desc_off;
 
 		if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
@@ -76,9 +77,10 @@ static int info_from_elf(Elf *elf, struct elf_info *ret)
 							  .filesz = ph.p_filesz,
 							  .align = ph.p_align ? ph.p_align : 1 };
 		} else if (ph.p_type == PT_NOTE && !have_id) {
-			have_id = find_build_id(
-				elf_getdata_rawchunk(elf, (int64_t)ph.p_offset, ph.p_filesz, ELF_T_NHDR),
-				ret->build_id, sizeof(ret->build_id));
+			Elf_Data *d = elf_getdata_rawchunk(elf, (int64_t)ph.p_offset, ph.p_filesz,
+							   ELF_T_NHDR);
+
+			have_id = find_build_id(d, ret->build_id, sizeof(ret->build_id));
 		}
 	}
 	ret->segs = segs;
@@ -128,7 +130,8 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 		name = elf_strptr(elf, sh->sh_link, sym.st_name);
 		if (!name || !*name || *name == '$')
 			continue;
-		prio = (type != STT_NOTYPE) * 64 + (bind == STB_GLOBAL ? 32 : bind == STB_WEAK ? 16 : 0);
+		prio = (type != STT_NOTYPE) * 64 +
+		       (bind == STB_GLOBAL ? 32 : bind == STB_WEAK ? 16 : 0);
 		for (const char *p = name; *p == '_' && prio > 0 && p - name < 4; p++)
 			prio--;
 		err = symt_add(t, sym.st_value, sym.st_size, name, strlen(name), prio, 0);

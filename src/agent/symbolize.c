@@ -28,7 +28,7 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define PROC_BUCKETS  4096
 #define FILE_BUCKETS  8192
 #define IMAGE_BUCKETS 8192
-#define KERNEL_REREAD_NS (10 * NSEC_PER_SEC)
+#define KERNEL_REREAD_NS (60 * NSEC_PER_SEC)	/* a kallsyms read costs ~120 ms of CPU */
 #define PERFMAP_MAX_LINES (1u << 21)
 
 struct list {
@@ -75,7 +75,7 @@ struct image {
 	int nsegs;
 	bool loaded, no_symbols;
 	bool pinned;			/* the vDSO: built from memory, never evicted */
-	uint64_t load_failed_ns;	/* last failed open (file gone): retried after an interval */
+	uint64_t load_failed_ns;	/* last failed open (file gone): retried later */
 	struct symt tab;
 	size_t bytes;
 	struct u64map names;		/* symbol index -> interned display (demangled) name */
@@ -119,13 +119,13 @@ struct kmodule {
 struct symbolizer {
 	struct symbolizer_limits lim;
 	struct symbolizer_stats st;
-	struct strtab strs;		/* every string handed out; lives until symbolizer__free() */
+	struct strtab strs;		/* every string handed out; until symbolizer__free() */
 	struct proc *procs[PROC_BUCKETS];
 	struct file_id *files[FILE_BUCKETS];
 	struct image *images[IMAGE_BUCKETS];
 	struct list proc_lru, file_lru, loaded;	/* most recently used first */
 	uint32_t nprocs, nfiles;
-	struct proc *last;		/* the previous call's process: frames of a stack come together */
+	struct proc *last;		/* the previous call's: a stack's frames come together */
 	uint64_t cache_bytes;
 	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty, *s_vdso;
 	struct image *vdso;		/* our own [vdso]: the same code in every native process */
@@ -171,7 +171,7 @@ static const char *display_name(struct symbolizer *s, struct u64map *names, cons
 	return s->strs.strs[idx];
 }
 
-/* ---- images ---------------------------------------------------------------------------------- */
+/* ---- images --------------------------------------------------------------------------- */
 
 static void image_unload(struct symbolizer *s, struct image *img)
 {
@@ -338,7 +338,8 @@ static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const 
 		/* The process is gone: the host path is fine if it still has the same build-id. */
 		fd = open(m->path, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0) {
-			bool same = !elf_read_info(fd, &info) && !strcmp(info.build_id, img->build_id);
+			bool same = !elf_read_info(fd, &info) &&
+				    !strcmp(info.build_id, img->build_id);
 
 			free(info.segs);
 			if (!same) {
@@ -386,8 +387,8 @@ static struct image *vdso_image(struct symbolizer *s)
 	s->vdso_tried = true;
 	f = fopen("/proc/self/maps", "re");
 	while (base && f && fgets(line, sizeof(line), f)) {
-		if (strstr(line, "[vdso]") && sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2 &&
-		    start == base) {
+		if (strstr(line, "[vdso]") &&
+		    sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2 && start == base) {
 			s->vdso_size = end - start;
 			break;
 		}
@@ -428,7 +429,7 @@ out:
 	return s->vdso;
 }
 
-/* ---- file identities --------------------------------------------------------------------------- */
+/* ---- file identities ------------------------------------------------------------------ */
 
 static uint64_t file_hash(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t size)
 {
@@ -439,7 +440,8 @@ static uint64_t file_hash(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t
 
 static void file_free(struct symbolizer *s, struct file_id *f)
 {
-	struct file_id **pp = &s->files[file_hash(f->dev, f->ino, f->mtime_ns, f->size) % FILE_BUCKETS];
+	uint64_t h = file_hash(f->dev, f->ino, f->mtime_ns, f->size);
+	struct file_id **pp = &s->files[h % FILE_BUCKETS];
 
 	for (; *pp; pp = &(*pp)->hnext) {
 		if (*pp == f) {
@@ -523,7 +525,7 @@ static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct
 	return f->img;
 }
 
-/* ---- processes --------------------------------------------------------------------------------- */
+/* ---- processes ------------------------------------------------------------------------ */
 
 static void maps_free(struct symbolizer *s, struct mapping *maps, size_t n)
 {
@@ -628,13 +630,14 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 			m.img->refs++;
 		} else if (m.path[0] == '/' && m.ino) {
 			old = find_mapping(p, m.start);
-			if (old && old->start == m.start && old->end == m.end && old->pgoff == m.pgoff &&
-			    old->ino == m.ino && old->dev == m.dev && old->path == m.path && old->img) {
+			if (old && old->start == m.start && old->end == m.end &&
+			    old->pgoff == m.pgoff && old->ino == m.ino && old->dev == m.dev &&
+			    old->path == m.path && old->img) {
 				m.img = old->img;
 				m.img->refs++;
 			} else {
 				m.img = mapping_image(s, p->pid, &m);
-				/* A deleted file can only be read while the process lives: load now. */
+				/* A deleted file is readable only while its process lives. */
 				if (m.img && m.deleted)
 					image_load(s, m.img, p->pid, &m);
 			}
@@ -716,7 +719,7 @@ static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 	return p;
 }
 
-/* ---- perf maps --------------------------------------------------------------------------------- */
+/* ---- perf maps ------------------------------------------------------------------------ */
 
 /* pid as its own pid namespace numbers it (last NSpid field), for /tmp/perf-<nspid>.map. */
 static pid_t read_nspid(pid_t pid)
@@ -819,7 +822,7 @@ static long perfmap_lookup(struct symbolizer *s, struct proc *p, uint64_t addr)
 	return symt_find(&p->pm, addr);
 }
 
-/* ---- public: user space ------------------------------------------------------------------------ */
+/* ---- public: user space --------------------------------------------------------------- */
 
 int symbolizer__pid_seen(struct symbolizer *s, pid_t pid)
 {
@@ -902,7 +905,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 	return 0;
 }
 
-/* ---- kernel ------------------------------------------------------------------------------------ */
+/* ---- kernel --------------------------------------------------------------------------- */
 
 /* The running kernel's build-id from /sys/kernel/notes (raw ELF notes); "" if none. */
 static const char *kernel_build_id(struct symbolizer *s)
@@ -1060,8 +1063,8 @@ int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *re
 
 		s->k_read = true;
 		if (err)
-			log_warn("symbolizer: reading /proc/kallsyms: %s; kernel frames stay unresolved",
-				 strerror(-err));
+			log_warn("symbolizer: reading /proc/kallsyms: %s; kernel frames stay "
+				 "unresolved", strerror(-err));
 	}
 	i = symt_find(&s->ksyms, addr);
 	if (i < 0 && mono_ns() - s->k_read_ns >= KERNEL_REREAD_NS && !kallsyms_read(s))
@@ -1089,7 +1092,7 @@ int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *re
 	return 0;
 }
 
-/* ---- lifetime ---------------------------------------------------------------------------------- */
+/* ---- lifetime ------------------------------------------------------------------------- */
 
 struct symbolizer *symbolizer__new(void)
 {

@@ -38,8 +38,11 @@ void symbolizer__free(struct symbolizer *s);
  */
 int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret);
 
-/* Resolve a kernel address through /proc/kallsyms (read once, re-read rate-limited on misses).
- * 0 or -ENOENT (module "[kernel.kallsyms]" filled). Main-loop thread only. */
+/*
+ * Resolve a kernel address through /proc/kallsyms (read on first use, ~120 ms of CPU; re-read
+ * at most once a minute on a miss, for new modules and BPF programs). 0 or -ENOENT (module
+ * "[kernel.kallsyms]" filled). Main-loop thread only.
+ */
 int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *ret);
 
 /* Call when a pid is first seen, so its maps are read while it is alive (cheap when cached).
@@ -56,10 +59,10 @@ void symbolizer__stats(const struct symbolizer *s, struct symbolizer_stats *ret)
 
 /* Tunables (defaults in parentheses). */
 struct symbolizer_limits {
-	uint64_t elf_cache_bytes;	/* symbol tables kept in memory, LRU-evicted beyond (128 MiB) */
-	uint32_t max_pids;		/* per-pid maps caches, least recently used evicted (4096) */
+	uint64_t elf_cache_bytes;	/* symbol tables in memory, LRU-evicted beyond (128 MiB) */
+	uint32_t max_pids;		/* per-pid maps caches, LRU-evicted beyond (4096) */
 	uint32_t max_files;		/* file identities (dev, inode, mtime) remembered (8192) */
-	uint64_t reread_interval_ns;	/* min time between re-reads of one pid's maps/perf map (250 ms) */
+	uint64_t reread_interval_ns;	/* min gap between re-reads of a pid's maps, perf map (250 ms) */
 };
 void symbolizer__set_limits(struct symbolizer *s, const struct symbolizer_limits *l);
 

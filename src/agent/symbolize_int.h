@@ -66,7 +66,7 @@ struct elf_info {
 
 /* One-time libelf setup. 0 or -ENOTSUP. */
 int elf_lib_init(void);
-/* Reads the GNU build-id and PT_LOAD segments from an open ELF file. 0, -ENOEXEC (not ELF), -ENOMEM. */
+/* Reads the GNU build-id and PT_LOAD segments of an open ELF file. 0, -ENOEXEC, -ENOMEM. */
 int elf_read_info(int fd, struct elf_info *ret);
 /*
  * Reads function symbols: .symtab if it has any, else .dynsym (*ret_from_symtab says which).

@@ -90,8 +90,9 @@ int symt_finish(struct symt *t, uint64_t max_derived)
 			if (size > max_derived)
 				size = max_derived;
 		}
-		t->e[n] = (struct symt_ent){ .addr = c->addr,
-					     .size = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size,
+		if (size > UINT32_MAX)
+			size = UINT32_MAX;
+		t->e[n] = (struct symt_ent){ .addr = c->addr, .size = (uint32_t)size,
 					     .name = c->name };
 		if (t->aux)
 			t->aux[n] = c->aux;
@@ -132,7 +133,7 @@ long symt_find(const struct symt *t, uint64_t addr)
 	}
 	if (base->addr > addr)
 		return -1;
-	/* A few steps back for symbols nested in a larger one (e.g. a function with a cold part). */
+	/* A few steps back for symbols nested in a larger one (a function with a cold part). */
 	for (i = (size_t)(base - t->e) + 1; i > 0 && (size_t)(base - t->e) + 1 - i < 4; i--) {
 		const struct symt_ent *e = &t->e[i - 1];
 
