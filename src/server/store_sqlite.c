@@ -1783,6 +1783,57 @@ out:
 	return err;
 }
 
+/* A location fetched once per sq_stacks() call: string offsets into the call's buffer. */
+struct cloc {
+	size_t off[4];		/* function, module, build_id, file; SIZE_MAX: unknown location */
+	uint32_t line, flags;
+	uint64_t address;
+};
+
+static int64_t fetch_loc(sqlite3_stmt *gl, uint64_t lid, struct u64map *idx, struct cloc **locs,
+			 size_t *nlocs, size_t *cap, struct buf *strs)
+{
+	struct cloc *c;
+	uint64_t *v;
+	int ins;
+
+	v = u64map_upsert(idx, lid, *nlocs, &ins);
+	if (!v)
+		return -ENOMEM;
+	if (!ins)
+		return (int64_t)*v;
+	if (*nlocs == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 1024;
+		struct cloc *n = realloc(*locs, ncap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		*locs = n;
+		*cap = ncap;
+	}
+	c = &(*locs)[*nlocs];
+	memset(c, 0, sizeof(*c));
+	sqlite3_bind_int64(gl, 1, (int64_t)lid);
+	if (sqlite3_step(gl) == SQLITE_ROW) {
+		for (int k = 0; k < 4; k++) {
+			const char *t = (const char *)sqlite3_column_text(gl, k);
+
+			c->off[k] = strs->len;
+			buf_put(strs, t ? t : "", strlen(t ? t : "") + 1);
+		}
+		c->line = (uint32_t)sqlite3_column_int64(gl, 4);
+		c->address = (uint64_t)sqlite3_column_int64(gl, 5);
+		c->flags = (uint32_t)sqlite3_column_int64(gl, 6);
+	} else {
+		for (int k = 0; k < 4; k++)
+			c->off[k] = SIZE_MAX;
+	}
+	sqlite3_reset(gl);
+	if (strs->oom)
+		return -ENOMEM;
+	return (int64_t)(*nlocs)++;
+}
+
 static int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 		     int (*cb)(void *ctx, uint64_t id, const struct frame *frames, size_t nframes),
 		     void *ctx)
@@ -1790,13 +1841,18 @@ static int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	struct sq *s = (struct sq *)st;
 	sqlite3_stmt *gs = NULL, *gl = NULL;
 	struct frame *frames = NULL;
+	struct u64map idx = { 0 };
+	struct cloc *locs = NULL;
+	size_t nlocs = 0, cap = 0, *fl = NULL;
+	struct buf strs = { 0 };
 	sqlite3 *db = pool_get(s);
 	int err = 0;
 
 	if (!db)
 		return -EIO;
 	frames = malloc(BATCH_MAX_DEPTH * sizeof(*frames));
-	if (!frames) {
+	fl = malloc(BATCH_MAX_DEPTH * sizeof(*fl));
+	if (!frames || !fl) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -1809,62 +1865,49 @@ static int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	}
 	for (size_t i = 0; i < n && !err; i++) {
 		size_t nf = 0;
-		/* Strings stay valid until the statements are reset: keep one row per frame by
-		 * copying into a buffer of the frame's own. */
-		struct buf strs = { 0 };
-		size_t offs[BATCH_MAX_DEPTH][4];
 
 		sqlite3_bind_int64(gs, 1, (int64_t)ids[i]);
 		if (sqlite3_step(gs) == SQLITE_ROW) {
 			struct rd r = { sqlite3_column_blob(gs, 0), NULL, false };
 
 			r.end = r.p + sqlite3_column_bytes(gs, 0);
-			while (r.p < r.end && nf < BATCH_MAX_DEPTH && !r.bad) {
-				uint64_t lid = rd_uvarint(&r);
-				struct frame *f = &frames[nf];
+			while (r.p < r.end && nf < BATCH_MAX_DEPTH && !r.bad && !err) {
+				int64_t k = fetch_loc(gl, rd_uvarint(&r), &idx, &locs, &nlocs, &cap,
+						      &strs);
 
-				sqlite3_bind_int64(gl, 1, (int64_t)lid);
-				memset(f, 0, sizeof(*f));
-				if (sqlite3_step(gl) == SQLITE_ROW) {
-					for (int c = 0; c < 4; c++) {
-						const char *t = (const char *)sqlite3_column_text(gl, c);
-
-						offs[nf][c] = strs.len;
-						buf_put(&strs, t ? t : "", strlen(t ? t : "") + 1);
-					}
-					f->line = (uint32_t)sqlite3_column_int64(gl, 4);
-					f->address = (uint64_t)sqlite3_column_int64(gl, 5);
-					f->kernel = sqlite3_column_int64(gl, 6) & 1;
-					f->inlined = sqlite3_column_int64(gl, 6) & 2;
-				} else {
-					for (int c = 0; c < 4; c++)
-						offs[nf][c] = SIZE_MAX;
-				}
-				sqlite3_reset(gl);
-				nf++;
+				if (k < 0)
+					err = (int)k;
+				else
+					fl[nf++] = (size_t)k;
 			}
 		}
 		sqlite3_reset(gs);
-		if (strs.oom) {
-			err = -ENOMEM;
-		} else {
-			for (size_t k = 0; k < nf; k++) {
-				const char **fs[4] = { &frames[k].function, &frames[k].module,
-						       &frames[k].build_id, &frames[k].file };
+		if (err)
+			break;
+		/* Resolve offsets now: strs may have moved while fetching. */
+		for (size_t k = 0; k < nf; k++) {
+			const struct cloc *c = &locs[fl[k]];
+			const char **fs[4] = { &frames[k].function, &frames[k].module,
+					       &frames[k].build_id, &frames[k].file };
 
-				for (int c = 0; c < 4; c++)
-					*fs[c] = offs[k][c] == SIZE_MAX ? "" :
-									  (char *)strs.p + offs[k][c];
-			}
-			err = cb(ctx, ids[i], frames, nf);
+			for (int j = 0; j < 4; j++)
+				*fs[j] = c->off[j] == SIZE_MAX ? "" : (char *)strs.p + c->off[j];
+			frames[k].line = c->line;
+			frames[k].address = c->address;
+			frames[k].kernel = c->flags & 1;
+			frames[k].inlined = c->flags & 2;
 		}
-		buf_done(&strs);
+		err = cb(ctx, ids[i], frames, nf);
 	}
 out:
 	sqlite3_finalize(gs);
 	sqlite3_finalize(gl);
 	pool_put(s, db);
+	u64map_done(&idx);
+	buf_done(&strs);
+	free(locs);
 	free(frames);
+	free(fl);
 	return err;
 }
 

@@ -193,6 +193,7 @@ out:
 
 struct load_opts {
 	const char *url, *token, *enc;
+	const char *node;			/* every agent the same node, consecutive spans */
 	int agents, cpus, hz, nstacks, threads;
 	uint64_t batch_ns, start_ns, span_ns;	/* simulated time per batch, start, total per agent */
 	double seconds;				/* wall-clock limit */
@@ -273,10 +274,14 @@ static void *agent_main(void *arg)
 	char node[32], auth[512];
 	struct curl_slist *hdr = NULL;
 	CURL *curl = curl_easy_init();
-	uint64_t t = o->start_ns, deadline = mono_ns() + (uint64_t)(o->seconds * 1e9);
+	uint64_t t = o->start_ns + (o->node ? (uint64_t)a->id * o->span_ns : 0);
+	uint64_t end = t + o->span_ns, deadline = mono_ns() + (uint64_t)(o->seconds * 1e9);
 	char hdr_enc[64];
 
-	snprintf(node, sizeof(node), "bench-%d", a->id);
+	if (o->node)
+		snprintf(node, sizeof(node), "%s", o->node);
+	else
+		snprintf(node, sizeof(node), "bench-%d", a->id);
 	hdr = curl_slist_append(hdr, "Content-Type: application/x-protobuf");
 	hdr = curl_slist_append(hdr, "Expect:");	/* no 100-continue round trip */
 	if (strcmp(o->enc, "none")) {
@@ -330,8 +335,7 @@ static void *agent_main(void *arg)
 			tcol = malloc(m->n_samples * per * sizeof(*tcol));
 			scol = malloc(m->n_samples * per * sizeof(*scol));
 		}
-		while (m && saved_t && saved_s && tcol && scol && mono_ns() < deadline &&
-		       t < o->start_ns + o->span_ns) {
+		while (m && saved_t && saved_s && tcol && scol && mono_ns() < deadline && t < end) {
 			uint8_t *z = NULL;
 			size_t zlen = 0, n = 0;
 			uint64_t t0;
@@ -455,6 +459,7 @@ int main(int argc, char **argv)
 		{ "start", required_argument, NULL, 't' },
 		{ "span", required_argument, NULL, 'p' },
 		{ "batch", required_argument, NULL, 'b' },
+		{ "node", required_argument, NULL, 'n' },
 		{ 0 },
 	};
 	struct load_opts o = { .enc = "none", .agents = 4, .cpus = 16, .hz = 99, .nstacks = 3000,
@@ -470,6 +475,7 @@ int main(int argc, char **argv)
 		case 'e': o.enc = optarg; break;
 		case 'u': o.url = optarg; break;
 		case 'T': o.token = optarg; break;
+		case 'n': o.node = optarg; break;
 		case 'a': o.agents = atoi(optarg); break;
 		case 'c': o.cpus = atoi(optarg); break;
 		case 'z': o.hz = atoi(optarg); break;
@@ -499,6 +505,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "usage: batchgen encode [--encoding none|gzip|zstd] < script > batch\n"
 			"       batchgen load --url URL/api/v1/ingest [--agents N] [--cpus 16] [--hz 99]\n"
 			"                [--stacks 3000] [--seconds 20] [--start T] [--span DUR]\n"
-			"                [--batch 10s] [--encoding zstd] [--token T]\n");
+			"                [--batch 10s] [--encoding zstd] [--token T] [--node NAME]\n"
+			"       (--node: all agents are that node, agent i covering the i-th --span)\n");
 	return 2;
 }
