@@ -3,7 +3,9 @@
 """kill -9 of gpuscope-server in the middle of concurrent ingests loses no acknowledged batch and
 stores no partial one: every batch that got its 204 is there after a restart on the same data,
 and every stored batch is whole (each carries a unique label and a known number of samples)."""
+import shutil
 import sys
+import tempfile
 import threading
 import time
 
@@ -15,15 +17,22 @@ WRITERS = 4
 
 
 def make_batches(round_, n, t0):
-    out = []
+    """n gzip'd batches from one batchgen run ('write' ends each batch)."""
+    tmp = tempfile.mkdtemp(prefix="gpuscope-dur-")
+    lines = [f"node dur-{round_}"]
     for k in range(n):
         seq = f"{round_}-{k}"
-        lines = [f"node dur-{round_}"]
         for i in range(PER_BATCH):
             lines.append(f"sample {t0 + k * 1_000_000 + i} cpu 1 seq={seq},pid={k % 7} "
                          f"main;work{i % 5};leaf{(k + i) % 11}")
         lines.append(f"metric m seq={seq} {t0 + k} {k}")
-        out.append((seq, encode("\n".join(lines) + "\n", "gzip")))
+        lines.append(f"write {tmp}/{k}")
+    encode("\n".join(lines) + "\n", "gzip")
+    out = []
+    for k in range(n):
+        with open(f"{tmp}/{k}", "rb") as f:
+            out.append((f"{round_}-{k}", f.read()))
+    shutil.rmtree(tmp)
     return out
 
 
@@ -61,7 +70,7 @@ def main():
     t0 = (now_ns() // 10**9 - 600) * 10**9
     try:
         for round_ in range(2):
-            batches = make_batches(round_, 90, t0 + round_ * 10**9)
+            batches = make_batches(round_, 150, t0 + round_ * 10**9)
             acked = run_round(s, round_, batches, kill_after=30 + 20 * round_)
             check(len(acked) < len(batches), f"round {round_}: killed mid-ingest ({len(acked)} acked)")
             s.start()

@@ -5,7 +5,7 @@
 # scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails.
 set -u
 cd "$(dirname "$0")/../.."
-secs=${GPUSCOPE_FUZZ_SECONDS:-15}
+secs=${GPUSCOPE_FUZZ_SECONDS:-10}
 tmp=$(mktemp -d /tmp/gpuscope-fuzz.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 rc=0

@@ -10,6 +10,7 @@
  *   sample T_NS KIND VALUE LABELS FRAMES
  *   metric NAME LABELS T_NS VALUE
  *   interval KIND LABELS START_NS END_NS ATTRS
+ *   write PATH      (writes the batch so far to PATH and starts a new one, same node)
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -139,6 +140,24 @@ static int cmd_encode(const char *enc)
 		}
 		if (!b)
 			b = batch__new("test-node");
+		if (!strcmp(f[0], "write") && nw == 2) {
+			FILE *out = fopen(f[1], "wb");
+
+			err = batch__encode(b, &buf, &len);
+			if (!err)
+				err = pack_body(enc, buf, len, &z, &zlen);
+			if (!err && (!out || fwrite(z, 1, zlen, out) != zlen))
+				err = -EIO;
+			if (out)
+				fclose(out);
+			free(buf);
+			free(z);
+			buf = z = NULL;
+			batch__reset(b);
+			if (err)
+				goto bad;
+			continue;
+		}
 		if (!strcmp(f[0], "sample") && nw == 6) {
 			int kind = sample_kind_parse(f[2]);
 			int64_t st;
