@@ -307,9 +307,9 @@ try {
 	if (SERVER_PID) {
 		await page.goto(URL0 + '/');
 		await waitLoad('flame', 0);
+		const before = errors.length;
 		process.kill(SERVER_PID, 'SIGTERM');
 		await new Promise((r) => setTimeout(r, 500));
-		const before = errors.length;
 		await page.click('header button[title="reload"]');
 		await page.waitForSelector('#banner.error', { timeout: 10000 });
 		check((await page.textContent('#banner')).includes('unreachable'), 'server gone: "unreachable" banner');
