@@ -17,6 +17,15 @@ const PALETTES = {
 	cuda_sync_ns: [262, 40, 50, 68],
 };
 
+// '#rrggbb' of an HSL colour: a canvas parses hex fill styles faster than hsl() strings.
+function hslHex(h, s, l) {
+	s /= 100;
+	l /= 100;
+	const k = (n) => (n + h / 30) % 12, a = s * Math.min(l, 1 - l);
+	const f = (n) => Math.round(255 * (l - a * Math.max(-1, Math.min(k(n) - 3, 9 - k(n), 1))));
+	return '#' + [f(0), f(8), f(4)].map((v) => v.toString(16).padStart(2, '0')).join('');
+}
+
 export class Flame {
 	constructor(root, { onFocus, onHover, onClickFrame } = {}) {
 		this.root = root;
@@ -166,15 +175,15 @@ export class Flame {
 			const d = this.delta[i] / this.maxDelta;
 			const a = Math.min(1, Math.abs(d));
 			if (Math.abs(this.delta[i]) < 1e-9) return '#e5e7eb';
-			const l = 92 - a * 40;
-			return d > 0 ? `hsl(0, 75%, ${l}%)` : `hsl(215, 75%, ${l}%)`;
+			const l = Math.round(92 - a * 40);
+			return d > 0 ? hslHex(0, 75, l) : hslHex(215, 75, l);
 		}
 		const ni = this.name[i];
 		let c = this.colors[ni];
 		if (c === undefined) {
 			const [h0, span, s, l] = PALETTES[this.kind] || PALETTES.cpu;
 			const x = hash(this.names[ni]);
-			c = this.colors[ni] = `hsl(${h0 + (x % span)}, ${s}%, ${l + ((x >> 8) % 12) - 4}%)`;
+			c = this.colors[ni] = hslHex(h0 + (x % span), s, l + ((x >> 8) % 12) - 4);
 		}
 		return c;
 	}
@@ -191,12 +200,14 @@ export class Flame {
 		ctx.font = FONT;
 		ctx.textBaseline = 'middle';
 		const cw = this.charW || (this.charW = ctx.measureText('abcdefghijklmnopqrstuvwxyz_:.').width / 29);
+		// frames narrower than this are skipped with their subtree (coarser while animating)
+		const minW = this.animating ? 1.5 : 0.5;
 		let drawn = 0, lastFill = null;
 		ctx.globalAlpha = 1;
 		for (let i = 0; i < this.n;) {
 			const s = this.start[i], v = this.value[i];
 			const x0 = (s - a) * k, x1 = (s + v - a) * k;
-			if (x1 - x0 < 0.5 || x1 <= 0 || x0 >= w || v <= 0) {
+			if (x1 - x0 < minW || x1 <= 0 || x0 >= w || v <= 0) {
 				i = this.end[i];	// skip the subtree: every child is narrower / outside
 				continue;
 			}
