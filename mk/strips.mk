@@ -9,3 +9,11 @@ $(STRIPS_STANDIN): tests/cuda/libcuda_standin.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fPIC -shared -Wall -Werror -Wl,-soname,libcuda.so.1 \
 		-o $@ $<
+
+# strips-dump: the thread-state and CUDA modules without a server, records as JSON lines
+# (tests/device/strips_torch.sh, bench/sched-overhead).
+STRIPS_DUMP := $(OUT)/strips-dump
+all: $(STRIPS_DUMP)
+$(STRIPS_DUMP): $(call obj,tests/device/strips_dump.c) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
+		$(ALL_LIBS) $(LDLIBS)
