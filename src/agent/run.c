@@ -390,6 +390,18 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	return 0;
 }
 
+/* Is name listed in GPUSCOPE_AGENT_MODULES_OFF ("sched,cuda_probe")? For tests and triage. */
+static bool module_off(const char *name)
+{
+	const char *off = getenv("GPUSCOPE_AGENT_MODULES_OFF"), *p;
+	size_t n = strlen(name);
+
+	for (p = off; p && (p = strstr(p, name)); p += n)
+		if ((p == off || p[-1] == ',') && (p[n] == ',' || !p[n]))
+			return true;
+	return false;
+}
+
 int cmd_run(int argc, char **argv)
 {
 	static char hostname[256];
@@ -468,6 +480,10 @@ int cmd_run(int argc, char **argv)
 			continue;
 		ms = &mods[c.nmods++];
 		*ms = (struct mod_state){ .m = all[i] };
+		if (module_off(ms->m->name)) {
+			log_info("module %s: off (GPUSCOPE_AGENT_MODULES_OFF)", ms->m->name);
+			continue;
+		}
 		if (!ms->m->start) {
 			ms->started = true;
 			continue;

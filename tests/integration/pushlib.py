@@ -138,7 +138,10 @@ class Agent:
     def __init__(self, server_url, args, log):
         self.log = log
         self.argv = [AGENT, "run", "--server", server_url, "--metrics-listen", "127.0.0.1:0"] + args
-        self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        # these tests count CPU samples: the off-CPU and CUDA probe modules stay off
+        env = dict(os.environ, GPUSCOPE_AGENT_MODULES_OFF="sched,cuda_probe")
+        self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                                  env=env)
         m = wait_until(lambda: self.p.poll() is not None or
                        re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 30)
         if self.p.poll() is not None:
