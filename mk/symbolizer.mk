@@ -5,7 +5,8 @@ SYMFIX_SRC := tests/fixtures/symbolize
 SYMFIX_OUT := $(OUT)/tests/fixtures/symbolize
 SYMFIX_CFLAGS := -g -O1 -fno-omit-frame-pointer -fno-inline -Wl,--build-id=sha1
 SYMFIX_BINS := $(SYMFIX_OUT)/libsymfix.so $(SYMFIX_OUT)/libsymfix_late.so $(SYMFIX_OUT)/symfix_pie \
-	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static $(SYMFIX_OUT)/symfix_nodebug
+	       $(SYMFIX_OUT)/symfix_stripped $(SYMFIX_OUT)/symfix_static $(SYMFIX_OUT)/symfix_nodebug \
+	       $(SYMFIX_OUT)/symfix_nopie
 
 all: $(SYMFIX_BINS) $(OUT)/bench/symbolize/symbench
 
@@ -29,6 +30,12 @@ $(SYMFIX_OUT)/cxx.o: $(SYMFIX_SRC)/cxx.cc
 $(SYMFIX_OUT)/symfix_pie: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so
 	$(Q)$(CC) $(SYMFIX_CFLAGS) -fPIE -pie -o $@ $< $(SYMFIX_OUT)/cxx.o \
 		-L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++ -ldl
+
+# Position-dependent (ET_EXEC at 0x400000), segments aligned to 64 KiB: no load bias.
+$(SYMFIX_OUT)/symfix_nopie: $(SYMFIX_SRC)/prog.c $(SYMFIX_SRC)/cxx.cc $(SYMFIX_OUT)/libsymfix.so
+	$(Q)g++ -g -O1 -fno-inline -fno-pie -c -o $(SYMFIX_OUT)/cxx_nopie.o $(SYMFIX_SRC)/cxx.cc
+	$(Q)$(CC) $(SYMFIX_CFLAGS) -fno-pie -no-pie -Wl,-z,max-page-size=0x10000 -o $@ $< \
+		$(SYMFIX_OUT)/cxx_nopie.o -L$(SYMFIX_OUT) -lsymfix -Wl,-rpath,'$$ORIGIN' -lstdc++ -ldl
 
 # Only .dynsym survives: -rdynamic exports the global functions, strip drops .symtab.
 $(SYMFIX_OUT)/symfix_stripped: $(SYMFIX_SRC)/prog.c $(SYMFIX_OUT)/cxx.o $(SYMFIX_OUT)/libsymfix.so

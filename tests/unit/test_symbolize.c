@@ -262,6 +262,30 @@ out:
 	return ok;
 }
 
+/* A position-dependent executable (ET_EXEC, 64 KiB segment alignment): addresses are vaddrs. */
+static bool test_symbolize_nopie(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char bid[160];
+	struct child c;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	if (!ASSERT_TRUE(child_start(&c, fixture("symfix_nopie")), "start fixture"))
+		goto out;
+	readelf_build_id(c.path, bid, sizeof(bid));
+	ok = ASSERT_TRUE(addr_of(&c, "symfix_alpha") < 0x10000000, "linked low, not PIE") &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_local"), "symfix_local", 2, c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "cxx"), "fixture::Widget::compute(int, char const*)", 1,
+		       c.path, bid) &&
+	     check_sym(s, c.pid, addr_of(&c, "symfix_lib_func"), "symfix_lib_func", 4, NULL, NULL);
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
 static bool test_symbolize_stripped_dynsym(void)
 {
 	struct symbolizer *s = symbolizer__new();
@@ -653,7 +677,7 @@ static bool test_symbolize_kallsyms(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_stripped_dynsym),
+TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_nopie), T(test_symbolize_stripped_dynsym),
 	  T(test_symbolize_debug_file), T(test_symbolize_metrics), T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
 	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
 	  T(test_symbolize_unknown), T(test_symbolize_kallsyms))
