@@ -56,3 +56,4 @@ $(OUT)/bench/symbolize/symbench: bench/symbolize/symbench.c $(ALL_LIBS)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 $(OUT)/tests/unit/test_symbolize: $(SYMFIX_BINS)
+$(SYMFIX_BINS) $(SYMFIX_OUT)/cxx.o: mk/symbolizer.mk
