@@ -354,10 +354,6 @@ void oncpu__stats(const struct oncpu *o, struct oncpu_stats *ret)
 
 /* ---- the agent module (run mode) ---------------------------------------------------------- */
 
-#pragma weak agent__pid_labels
-size_t agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
-			 struct label *ret, size_t max);
-
 static struct {
 	struct oncpu *o;
 	struct agent *a;
@@ -367,8 +363,8 @@ static struct {
 static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const __u64 *frames)
 {
 	struct agent *a = ctx;
-	char comm[GPUSCOPE_COMM_LEN + 1], pid_s[16], tid_s[16];
-	struct label labels[16];
+	char comm[GPUSCOPE_COMM_LEN + 1];
+	struct label labels[64];	/* node, pid, comm, tid, thread + pod metadata + relabeling */
 	size_t nl;
 	int64_t stack;
 
@@ -380,17 +376,7 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 		mod.stack_errors++;
 		return;
 	}
-	if (agent__pid_labels) {
-		nl = agent__pid_labels(a, ev->tgid, ev->tid, comm, labels, ARRAY_SIZE(labels));
-	} else {
-		snprintf(pid_s, sizeof(pid_s), "%u", ev->tgid);
-		snprintf(tid_s, sizeof(tid_s), "%u", ev->tid);
-		labels[0] = (struct label){ "node", a->opts.node ? a->opts.node : "" };
-		labels[1] = (struct label){ "pid", pid_s };
-		labels[2] = (struct label){ "tid", tid_s };
-		labels[3] = (struct label){ "comm", comm };
-		nl = 4;
-	}
+	nl = agent__pid_labels(a, ev->tgid, ev->tid, comm, labels, ARRAY_SIZE(labels));
 	if (batch__sample(a->batch, ev->ktime_ns + a->mono_to_wall_ns, labels, nl, stack, SAMPLE_CPU, 1))
 		mod.batch_errors++;
 }
