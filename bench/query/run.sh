@@ -34,12 +34,17 @@ if [ ! -e "$dir/filled" ]; then
 	done
 fi
 end=$(cat "$dir/filled")
-q() {	# label, query string
-	local t
+cpu() { awk '{print $14 + $15}' /proc/$pid/stat; }
+q() {	# label, query string: median wall time of 5, and the server's CPU time per query
+	local t c0 c1
+	c0=$(cpu)
 	t=$(for _ in 1 2 3 4 5; do
 		curl -s -o "$dir/last.json" -w '%{time_total}\n' "$url/api/v1/flamegraph?$2"
 	done | sort -n | sed -n 3p)
-	printf '%-34s %7.0f ms  (total %s)\n' "$1" "$(python3 -c "print($t * 1000)")" \
+	c1=$(cpu)
+	printf '%-36s %6.0f ms wall, %6.0f ms server CPU  (total %s)\n' "$1" \
+		"$(python3 -c "print($t * 1000)")" \
+		"$(python3 -c "print(($c1 - $c0) * 1000 / $(getconf CLK_TCK) / 5)")" \
 		"$(grep -o '"total":[0-9]*' "$dir/last.json" | head -1 | cut -d: -f2)"
 }
 enc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }

@@ -3,7 +3,7 @@
  * The default store: one SQLite database in WAL mode. Samples are stored as zstd-compressed
  * columnar chunks per (batch, label set, kind), metric points as chunks per series, stacks,
  * locations and label sets deduplicated globally by content hash; a maintenance thread folds
- * new chunks into per-minute and per-hour rollups and enforces retention (docs/server.md).
+ * new chunks into per-minute, per-hour and per-day rollups and enforces retention (docs/server.md).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,6 +25,10 @@
 #define ZLEVEL		3
 #define MINUTE_NS	(60 * NSEC_PER_SEC)
 #define HOUR_NS		(3600 * NSEC_PER_SEC)
+#define DAY_NS		(86400 * NSEC_PER_SEC)
+#define LEVELS		3			/* rollups: minute, hour, day (UTC) */
+
+static const uint64_t level_ns[LEVELS] = { MINUTE_NS, HOUR_NS, DAY_NS };
 #define POOL_MAX	16
 #define DEDUP_CACHE_MAX	(4u << 20)		/* hash -> id entries before the cache is reset */
 #define ROLLUP_ROUND	400			/* chunks folded per write transaction */
@@ -1342,13 +1346,13 @@ static int rollup_round(struct sq *s)
 			continue;
 		}
 		for (size_t i = 0; i < c.n && !err; i++) {
-			uint64_t m = c.t[i] / MINUTE_NS * MINUTE_NS, h = c.t[i] / HOUR_NS * HOUR_NS;
-			struct racc *a0 = round_get(&rr, 0, kind, m, ls);
-			struct racc *a1 = a0 ? round_get(&rr, 1, kind, h, ls) : NULL;
+			for (int lv = 0; lv < LEVELS && !err; lv++) {
+				uint64_t b = c.t[i] / level_ns[lv] * level_ns[lv];
+				struct racc *acc = round_get(&rr, (uint64_t)lv, kind, b, ls);
 
-			if (!a1 || racc_add(a0, c.stack[i], c.value[i], 1) ||
-			    racc_add(a1, c.stack[i], c.value[i], 1))
-				err = -ENOMEM;
+				if (!acc || racc_add(acc, c.stack[i], c.value[i], 1))
+					err = -ENOMEM;
+			}
 		}
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -1421,12 +1425,11 @@ static void enforce_retention(struct sq *s)
 			  " AND id <= (SELECT value FROM meta WHERE key = 'rollup_wm') AND ?2 = ?2"
 			  " LIMIT ?3)", raw_cut, 0);
 	__atomic_add_fetch(&s->n_raw_deleted, (uint64_t)n, __ATOMIC_RELAXED);
-	n = delete_all(s, "DELETE FROM rollups WHERE (level, kind, bucket, labelset) IN (SELECT"
-			  " level, kind, bucket, labelset FROM rollups WHERE level = 0 AND bucket <= ?1"
-			  " AND ?2 = ?2 LIMIT ?3)", cut - (int64_t)MINUTE_NS, 0);
-	n += delete_all(s, "DELETE FROM rollups WHERE (level, kind, bucket, labelset) IN (SELECT"
-			   " level, kind, bucket, labelset FROM rollups WHERE level = 1 AND bucket <= ?1"
-			   " AND ?2 = ?2 LIMIT ?3)", cut - (int64_t)HOUR_NS, 0);
+	n = 0;
+	for (int lv = 0; lv < LEVELS; lv++)
+		n += delete_all(s, "DELETE FROM rollups WHERE (level, kind, bucket, labelset) IN"
+				   " (SELECT level, kind, bucket, labelset FROM rollups WHERE level = ?2"
+				   " AND bucket <= ?1 LIMIT ?3)", cut - (int64_t)level_ns[lv], lv);
 	__atomic_add_fetch(&s->n_rollups_deleted, (uint64_t)n, __ATOMIC_RELAXED);
 	n = delete_all(s, "DELETE FROM points WHERE id IN (SELECT id FROM points WHERE t_max < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
@@ -1691,6 +1694,31 @@ static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from
 	return err;
 }
 
+static uint64_t floor_to(uint64_t t, uint64_t unit);
+static uint64_t ceil_to(uint64_t t, uint64_t unit);
+
+/* [a, b) aligned to level lv: the coarsest whole buckets from the level above, lv at the ends. */
+static int scan_levels(struct agg_ctx *a, sqlite3 *db, int lv, uint64_t from, uint64_t to)
+{
+	uint64_t c, d;
+	int err;
+
+	if (from >= to)
+		return 0;
+	if (lv + 1 == LEVELS)
+		return scan_rollups(a, db, lv, from, to);
+	c = ceil_to(from, level_ns[lv + 1]);
+	d = floor_to(to, level_ns[lv + 1]);
+	if (c >= d)
+		return scan_rollups(a, db, lv, from, to);
+	err = scan_levels(a, db, lv + 1, c, d);
+	if (!err)
+		err = scan_rollups(a, db, lv, from, c);
+	if (!err)
+		err = scan_rollups(a, db, lv, d, to);
+	return err;
+}
+
 static uint64_t floor_to(uint64_t t, uint64_t unit)
 {
 	return t / unit * unit;
@@ -1713,7 +1741,7 @@ static int sq_aggregate(struct store *st, const struct store_query *q, struct u6
 	struct agg_ctx a = { .s = s, .q = q, .agg = agg };
 	uint64_t raw = s->o.raw_retention_ns < s->o.retention_ns ? s->o.raw_retention_ns
 								: s->o.retention_ns;
-	uint64_t raw_cut = wall_ns() - raw, from = q->from_ns, to = q->to_ns, m1, m2, h1, h2;
+	uint64_t raw_cut = wall_ns() - raw, from = q->from_ns, to = q->to_ns, m1, m2;
 	sqlite3 *db = pool_get(s);
 	int64_t wm = 0;
 	int err;
@@ -1755,17 +1783,7 @@ static int sq_aggregate(struct store *st, const struct store_query *q, struct u6
 		err = scan_chunks(&a, db, SCAN_ANY, 0, from, to);
 		goto out;
 	}
-	h1 = ceil_to(m1, HOUR_NS);
-	h2 = floor_to(m2, HOUR_NS);
-	if (h1 < h2) {
-		err = scan_rollups(&a, db, 1, h1, h2);
-		if (!err)
-			err = scan_rollups(&a, db, 0, m1, h1);
-		if (!err)
-			err = scan_rollups(&a, db, 0, h2, m2);
-	} else {
-		err = scan_rollups(&a, db, 0, m1, m2);
-	}
+	err = scan_levels(&a, db, 0, m1, m2);
 	if (!err)
 		err = scan_chunks(&a, db, SCAN_ROLLED, wm, from, m1);
 	if (!err)

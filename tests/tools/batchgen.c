@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <sys/random.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,7 +361,10 @@ static void *agent_main(void *arg)
 			uint64_t t0;
 			long code = 0;
 
-			m->batch_id = rnd(&a->seed) | 1;
+			/* Unique across runs too: a reused id is (rightly) ignored by the server. */
+			if (getrandom(&m->batch_id, sizeof(m->batch_id), 0) != sizeof(m->batch_id))
+				m->batch_id = wall_ns() ^ ((uint64_t)a->id << 56) ^ a->batches;
+			m->batch_id |= 1;
 			for (size_t g = 0; g < m->n_samples; g++) {
 				Gpuscope__V1__SampleGroup *sg = m->samples[g];
 				uint64_t prev = 0;
