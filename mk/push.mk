@@ -3,3 +3,7 @@
 LDLIBS += -ljansson
 # flamesvg.c embeds the flame graph script with .incbin: rebuild it when the script changes.
 $(OUT)/obj/src/cli/flamesvg.o: src/cli/flamegraph.js
+# bench/push: the push-path benchmark (not part of `all`; bench/push/run.sh builds it).
+$(OUT)/bench/push_bench: $(call obj,bench/push/push_bench.c) $(ALL_LIBS)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)

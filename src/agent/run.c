@@ -22,6 +22,7 @@
 #include "agent/modules.h"
 #include "agent/push.h"
 #include "agent/spool.h"
+#include "agent/stacks.h"
 #include "agent/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -572,6 +573,7 @@ out_stop_modules:
 out_spool:
 	spool__free(spool);
 out_batch:
+	stack_cache__free(a.stacks);	/* created by the first module that symbolizes stacks */
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
 out_curl:
