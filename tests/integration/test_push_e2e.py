@@ -24,10 +24,17 @@ with open(tmp.path("bad-token"), "w") as f:
     f.write("wrong\n")
 server = Server(tmp.path("data"), token_file=tmp.path("token"), log=tmp.path("server.log"))
 server.start()
-work = start_workload(os.path.join(PROGS, "burn"), "12")
+work = start_workload(os.path.join(PROGS, "burn"), "40")
 node = "e2e-%d" % os.getpid()
 sel = '{node="%s",pid="%d"}' % (node, work.pid)
 agents = []
+
+
+def presence(node, name):
+    """Samples whose stack contains name: the value of its outermost frames."""
+    if node["name"] == name:
+        return node["value"]
+    return sum(presence(k, name) for k in node.get("children") or [])
 
 
 def cli(*args):
@@ -47,8 +54,10 @@ try:
     agents.append(bad)
 
     # --- push, then SIGTERM mid-interval: the last partial batch is delivered too.
-    check(wait_until(lambda: good.metric("gpuscope_agent_batches_pushed_total") >= 3, 15),
-          "the agent pushed batches")
+    # Enough samples for the shares even on a loaded machine (burn may get a fraction of a CPU).
+    check(wait_until(lambda: good.metric("gpuscope_agent_batches_pushed_total") >= 3 and
+                     good.metric("gpuscope_agent_samples_sent_total") >= 250, 30),
+          "the agent pushed batches (%d samples)" % good.metric("gpuscope_agent_samples_sent_total"))
     time.sleep(0.5)
     sent_before = good.metric("gpuscope_agent_samples_sent_total")
     rc = good.stop()
@@ -67,10 +76,13 @@ try:
     fg = server.query("flamegraph", token="s3cret-token", since="10m", selector=sel)
     shares = leaf_shares(fg)
     print("leaf shares: %s" % sorted(shares.items(), key=lambda kv: -kv[1])[:6])
+    # Shares by presence on the stack, of the samples inside burn_loop: interrupts and page
+    # faults that land on top of a leaf still count for that leaf.
+    loop = presence(fg["root"], "burn_loop")
     for leaf, want in (("leaf_alpha", 0.5), ("leaf_beta", 0.3), ("burnlib_leaf", 0.2)):
-        check(abs(shares.get(leaf, 0) - want) <= 0.12,
-              "%s share %.3f ~ %.2f" % (leaf, shares.get(leaf, 0), want))
-    check(fg["total"] >= 100, "enough samples for shares (%d)" % fg["total"])
+        got = presence(fg["root"], leaf) / loop if loop else 0
+        check(abs(got - want) <= 0.1, "%s share %.3f ~ %.2f" % (leaf, got, want))
+    check(loop >= 200, "enough samples for shares (%d in burn_loop)" % loop)
 
     # --- auth: a wrong token is refused (401), counted, and what it had is kept in its spool.
     check(wait_until(lambda: bad.metric("gpuscope_agent_push_failures_total") >= 2, 10),
@@ -135,13 +147,13 @@ try:
 
     # --- CLI: top, pprof, ranges, errors.
     r = cli("top", "--server", server.url, "--since", "10m", "--selector", sel,
-            "--token-file", tmp.path("token"), "--limit", "5")
+            "--token-file", tmp.path("token"), "--limit", "8")
     rows = [l.split() for l in r.stdout.splitlines()[1:]]
     check(r.returncode == 0 and len(rows) >= 3, "gpuscope top prints rows")
     print(r.stdout)
     check([row[-1] for row in rows[:1]] == ["leaf_alpha"] and
-          {row[-1] for row in rows[:3]} == {"leaf_alpha", "leaf_beta", "burnlib_leaf"},
-          "top self functions are the workload's leaves")
+          {"leaf_alpha", "leaf_beta", "burnlib_leaf"} <= {row[-1] for row in rows},
+          "top self functions: leaf_alpha first, the workload's three leaves listed")
     pp = tmp.path("cpu.pb.gz")
     r = cli("pprof", "--server", server.url, "--since", "10m", "--selector", sel,
             "--token-file", tmp.path("token"), "-o", pp)
