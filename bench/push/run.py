@@ -33,7 +33,7 @@ agents = {}
 try:
     for codec in ("zstd", "gzip"):
         agents[codec] = Agent(server.url, ["--push-interval", "10s", "--compression", codec,
-                                           "--node", "bench-" + codec, "--no-gpu"],
+                                           "--node", "bench-" + codec, "--modules", "cpu-sampler"],
                               tmp.path("agent-%s.log" % codec))
     time.sleep(duration)
     res = {c: a.metrics() for c, a in agents.items()}

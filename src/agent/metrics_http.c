@@ -123,7 +123,8 @@ struct metrics_http *metrics_http__start(const char *listen, metrics_fill_fn fil
 	struct sockaddr_storage sa;
 	unsigned salen;
 	const union MHD_DaemonInfo *info;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
+	/* epoll, not select(): the agent holds thousands of BPF/perf fds, past FD_SETSIZE. */
+	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
 	int err;
 
 	err = parse_listen_addr(listen, &sa, &salen);

@@ -41,6 +41,7 @@ struct run_opts {
 	uint64_t push_interval_ns;
 	uint64_t retry_max_ns;
 	uint64_t duration_ns;		/* 0: until a signal */
+	const char *modules;		/* --modules: comma-separated names; NULL: all */
 	int compression;
 };
 
@@ -71,6 +72,38 @@ static void on_signal(int sig)
 		signal_agent->stopping = true;
 }
 
+/* The names of the linked modules, comma-separated, for the usage text. */
+static const char *module_names(void)
+{
+	static char buf[256];
+	const struct agent_module *all[] = AGENT_MODULES;
+	size_t off = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
+		if (all[i] && off < sizeof(buf))
+			off += snprintf(buf + off, sizeof(buf) - off, "%s%s", off ? "," : "",
+					all[i]->name);
+	return buf;
+}
+
+/* Whether name is in the comma-separated list (NULL: every name is). */
+static bool in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!list)
+		return true;
+	for (const char *p = list; *p;) {
+		const char *e = strchrnul(p, ',');
+
+		if ((size_t)(e - p) == n && !strncmp(p, name, n))
+			return true;
+		p = *e ? e + 1 : e;
+	}
+	return false;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -98,8 +131,10 @@ static void usage(FILE *f)
 		"  --relabel-config FILE    Prometheus-style relabel rules for process labels\n"
 		"                           (docs/kubernetes.md); a malformed file stops the start\n"
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
+		"  --modules LIST           run only these data sources (comma-separated; default all:\n"
+		"                           %s)\n"
 		"  -v, --verbose            debug logging\n",
-		AGENT_MAX_PIDS);
+		AGENT_MAX_PIDS, module_names());
 }
 
 /* "512MiB", "64KiB", "1G", "10MB", "4096": bytes. 0 or -EINVAL. */
@@ -233,7 +268,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT,
+		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, OPT_SERVER },
@@ -258,6 +293,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
 		{ "duration", required_argument, NULL, OPT_DURATION },
+		{ "modules", required_argument, NULL, OPT_MODULES },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -360,6 +396,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 				return -EINVAL;
 			}
 			break;
+		case OPT_MODULES:
+			o->modules = optarg;
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -383,6 +422,24 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	if (strncmp(o->server, "http://", 7) && strncmp(o->server, "https://", 8)) {
 		log_error("--server: '%s' is not an http:// or https:// URL", o->server);
 		return -EINVAL;
+	}
+	if (o->modules) {
+		const struct agent_module *all[] = AGENT_MODULES;
+
+		for (const char *p = o->modules; *p;) {
+			const char *e = strchrnul(p, ',');
+			bool known = false;
+
+			for (size_t i = 0; i < ARRAY_SIZE(all); i++)
+				known |= all[i] && strlen(all[i]->name) == (size_t)(e - p) &&
+					 !strncmp(all[i]->name, p, e - p);
+			if (!known) {
+				log_error("--modules: unknown module '%.*s' (have: %s)", (int)(e - p), p,
+					  module_names());
+				return -EINVAL;
+			}
+			p = *e ? e + 1 : e;
+		}
 	}
 	if (o->token_file && access(o->token_file, R_OK)) {
 		log_error("--token-file: '%s': %s", o->token_file, strerror(errno));
@@ -477,7 +534,7 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
 		struct mod_state *ms;
 
-		if (!all[i])
+		if (!all[i] || !in_list(o.modules, all[i]->name))
 			continue;
 		ms = &mods[c.nmods++];
 		*ms = (struct mod_state){ .m = all[i] };

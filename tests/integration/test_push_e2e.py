@@ -42,13 +42,13 @@ def cli(*args):
 
 
 try:
-    good = Agent(server.url, ["--pid", str(work.pid), "--push-interval", "1s", "--node", node,
+    good = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "1s", "--node", node,
                               "--token-file", tmp.path("token"), "--spool-dir", tmp.path("spool-good")],
                  tmp.path("agent-good.log"))
     agents.append(good)
     if not cpu_sampler_up(good):
         skip("the agent has no CPU sampler module (oncpu) here")
-    bad = Agent(server.url, ["--pid", str(work.pid), "--push-interval", "500ms", "--node", node + "-bad",
+    bad = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "500ms", "--node", node + "-bad",
                              "--token-file", tmp.path("bad-token"), "--retry-max", "1s",
                              "--spool-dir", tmp.path("spool-bad")], tmp.path("agent-bad.log"))
     agents.append(bad)

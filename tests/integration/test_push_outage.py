@@ -18,7 +18,7 @@ work = start_workload(os.path.join(PROGS, "dutyburn"), str(OUTAGE_S + 40), "30")
 node = "outage-%d" % os.getpid()
 agent = None
 try:
-    agent = Agent(server.url, ["--pid", str(work.pid), "--push-interval", "1s", "--retry-max", "2s",
+    agent = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "1s", "--retry-max", "2s",
                                "--compression", "gzip", "--spool-dir", tmp.path("spool"),
                                "--node", node], tmp.path("agent.log"))
     if not cpu_sampler_up(agent):

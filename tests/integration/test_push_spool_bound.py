@@ -14,7 +14,7 @@ tmp = Scratch("spool-bound")
 spool = tmp.path("spool")
 work = start_workload(os.path.join(PROGS, "dutyburn"), "30", "30")
 dead = "http://127.0.0.1:%d" % free_port()		# nothing listens there
-agent = Agent(dead, ["--pid", str(work.pid), "--push-interval", "200ms", "--spool-dir", spool,
+agent = Agent(dead, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "200ms", "--spool-dir", spool,
                      "--spool-max", "3KiB", "--retry-max", "500ms", "--node", "spool-bound"],
               tmp.path("agent.log"))
 try:
