@@ -38,7 +38,7 @@ try:
     m = agent.metrics()
     spooled = m.get("gpuscope_agent_spool_files", 0)
     files = len(os.listdir(tmp.path("spool")))
-    check(spooled >= OUTAGE_S * 0.6 and files == spooled,
+    check(spooled >= OUTAGE_S * 0.6 and spooled <= files <= spooled + 1,	# one may land in between
           "%d batches spooled after %d s, %d files on disk" % (spooled, OUTAGE_S, files))
     check(m.get("gpuscope_agent_spool_dropped_batches_total", 1) == 0, "nothing dropped")
     check(m.get("gpuscope_agent_samples_sent_total") == before, "nothing acknowledged while down")
