@@ -201,6 +201,27 @@ static void fill_metrics(void *arg, FILE *out)
 		     "(ENOMEM): the current one kept growing.\n"
 		     "# TYPE gpuscope_agent_batch_errors_total counter\n"
 		     "gpuscope_agent_batch_errors_total %" PRIu64 "\n", c->batch_errors);
+	if (c->a->sym)
+		symbolizer__metrics(c->a->sym, out);
+	if (c->a->stacks) {
+		struct stack_cache_stats st;
+
+		stack_cache__stats(c->a->stacks, &st);
+		fprintf(out, "# HELP gpuscope_agent_stack_cache_lookups_total Raw stacks looked up.\n"
+			     "# TYPE gpuscope_agent_stack_cache_lookups_total counter\n"
+			     "gpuscope_agent_stack_cache_lookups_total %" PRIu64 "\n"
+			     "# HELP gpuscope_agent_stack_cache_misses_total Raw stacks symbolized.\n"
+			     "# TYPE gpuscope_agent_stack_cache_misses_total counter\n"
+			     "gpuscope_agent_stack_cache_misses_total %" PRIu64 "\n"
+			     "# HELP gpuscope_agent_stack_cache_clears_total Times the full cache was "
+			     "cleared.\n"
+			     "# TYPE gpuscope_agent_stack_cache_clears_total counter\n"
+			     "gpuscope_agent_stack_cache_clears_total %" PRIu64 "\n"
+			     "# HELP gpuscope_agent_unknown_frames_total Frames kept as [unknown].\n"
+			     "# TYPE gpuscope_agent_unknown_frames_total counter\n"
+			     "gpuscope_agent_unknown_frames_total %" PRIu64 "\n",
+			st.lookups, st.misses, st.clears, st.unknown_frames);
+	}
 	for (size_t i = 0; i < c->nmods; i++)
 		if (c->mods[i].started && c->mods[i].m->metrics)
 			c->mods[i].m->metrics(c->a, out);
