@@ -13,6 +13,7 @@ const arg = (n, d) => {
 	return i > 0 ? process.argv[i + 1] : d;
 };
 const URL0 = arg('--url'), T0 = +arg('--t0') * 1000, SECS = +arg('--secs', 3600), RUNS = +arg('--runs', 3);
+const SYNTH_ONLY = process.argv.includes('--synthetic-only');	// flame graph figures only, any server
 const userDir = mkdtempSync(join(tmpdir(), 'gpuscope-bench-chromium-'));
 const ctx = await chromium.launchPersistentContext(userDir, {
 	executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1600, height: 1000 },
@@ -24,8 +25,13 @@ const res = { paint: [], timelineData: [], seriesBytes: [], intervalBytes: [], f
 	synthBuild: [], synthDraw: [], zoomFps: [], zoomFrameMs: [], zoomMaxFrameMs: [] };
 
 for (let run = 0; run < RUNS; run++) {
-	// 1. timeline first paint for the whole hour, cold page
 	const page = await ctx.newPage();
+	if (SYNTH_ONLY) {
+		await page.goto(`${URL0}/`);
+		await page.waitForFunction(() => window.__gpuscope);
+		await page.evaluate(() => document.querySelector('#flame-card').classList.remove('hidden'));
+	} else {
+	// 1. timeline first paint for the whole hour, cold page
 	const bytes = { series: 0, intervals: 0 };
 	page.on('response', async (r) => {
 		const u = r.url();
@@ -64,6 +70,7 @@ for (let run = 0; run < RUNS; run++) {
 		res.paint5m.push(t5.firstPaint);
 		res.lanes5m = t5.lanes;
 		await p5.close();
+	}
 	}
 
 	// 2. synthetic 100 000-node flame graph: build + first draw, then animated zoom frames
@@ -118,11 +125,13 @@ await ctx.close();
 rmSync(userDir, { recursive: true, force: true });
 const f1 = (x) => x.toFixed(1);
 console.log(JSON.stringify({ ...res, requests: undefined }));
+if (!SYNTH_ONLY) {
 console.log(`timeline first meaningful paint (1 h, 8-GPU node): median ${f1(med(res.paint))} ms of ${res.paint.map(f1).join(', ')} (target 1500 ms: ratio ${(med(res.paint) / 1500).toFixed(2)})`);
 console.log(`  of which timeline queries: median ${f1(med(res.timelineData))} ms; series JSON ${(med(res.seriesBytes) / 1024).toFixed(0)} KiB, intervals JSON ${(med(res.intervalBytes) / 1024).toFixed(0)} KiB`);
 console.log('  API requests of the last cold load [what, start ms, duration ms]:');
 for (const r of res.requests || []) console.log(`    ${r[1].toString().padStart(6)} ${r[2].toString().padStart(6)}  ${r[0]}`);
 console.log(`timeline first meaningful paint, 5 min window with kernel lanes and ${res.lanes5m} lanes/strips: median ${f1(med(res.paint5m))} ms`);
 console.log(`server 1 h CPU flame graph (${res.flameNodes} nodes): query + render median ${f1(med(res.flameServer))} ms`);
+}
 console.log(`synthetic flame graph (${res.synthNodes} nodes): setTree ${f1(med(res.synthBuild))} ms + draw ${f1(med(res.synthDraw))} ms (target 500 ms total: ratio ${((med(res.synthBuild) + med(res.synthDraw)) / 500).toFixed(2)})`);
 console.log(`zoom animation: ${f1(med(res.zoomFps))} fps (target 60: ratio ${(med(res.zoomFps) / 60).toFixed(2)}), draw per frame mean ${f1(med(res.zoomFrameMs))} ms, max ${f1(med(res.zoomMaxFrameMs))} ms`);
