@@ -23,7 +23,7 @@
 #define MAX_PIDS 256
 
 struct rec_stack {			/* a record-local copy of a symbolized stack */
-	uint32_t n, nkernel;
+	uint32_t n, nkernel, nunknown;
 	uint64_t pprof_ids_ready;	/* 0/1: ids below computed */
 	uint64_t *pprof_ids;
 	struct location *locs;
@@ -104,8 +104,15 @@ static int64_t rec_stack_of(struct recorder *r, const struct sym_stack *st)
 
 	if (!slot)
 		return -ENOMEM;
-	if (!inserted)
+	if (!inserted && *slot) {
+		rs = &r->stacks[*slot - 1];
+		if (st->nunknown < rs->nunknown && st->n == rs->n) {	/* resolved on a retry */
+			memcpy(rs->locs, st->locs, st->n * sizeof(*rs->locs));
+			r->unknown_frames -= rs->nunknown - st->nunknown;
+			rs->nunknown = st->nunknown;
+		}
 		return (int64_t)*slot - 1;
+	}
 	if (r->nstacks == r->cap_stacks) {
 		size_t ncap = r->cap_stacks ? r->cap_stacks * 2 : 1024;
 		struct rec_stack *n = realloc(r->stacks, ncap * sizeof(*n));
@@ -123,6 +130,7 @@ static int64_t rec_stack_of(struct recorder *r, const struct sym_stack *st)
 	memcpy(rs->locs, st->locs, st->n * sizeof(*rs->locs));
 	rs->n = st->n;
 	rs->nkernel = st->nkernel;
+	rs->nunknown = st->nunknown;
 	r->unknown_frames += st->nunknown;
 	*slot = ++r->nstacks;
 	return (int64_t)r->nstacks - 1;

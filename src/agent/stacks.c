@@ -75,29 +75,11 @@ static void fill(struct stack_cache *c, struct location *loc, const struct sym_f
 	loc->function = err ? unknown_name(c, f->module) : f->function;
 }
 
-const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
-					 int nk, const __u64 *uframes, int nu)
+/* Symbolizes the frames into st (sized for nk + nu locations). */
+static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, const __u64 *kframes,
+		      int nk, const __u64 *uframes, int nu)
 {
-	uint64_t key = hash64(&pid, sizeof(pid), nk);
-	struct sym_stack *st;
-	uint64_t *slot;
-	int inserted;
-
-	key = hash64(kframes, nk * sizeof(*kframes), key);
-	key = hash64(uframes, nu * sizeof(*uframes), key ^ 0x9e3779b97f4a7c15ULL);
-	c->stats.lookups++;
-	slot = u64map_find(&c->index, key);
-	if (slot)
-		return (const struct sym_stack *)(uintptr_t)*slot;
-	c->stats.misses++;
-	if (c->len == c->max) {
-		clear(c);
-		c->stats.clears++;
-	}
-	st = calloc(1, sizeof(*st) + (nk + nu) * sizeof(struct location));
-	if (!st)
-		return NULL;
-	st->key = key;
+	st->n = st->nunknown = 0;
 	for (int i = 0; i < nk; i++) {
 		struct sym_frame f = { 0 };
 		/* Frames past the first are return addresses: look up the call instruction. */
@@ -114,6 +96,40 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 		fill(c, &st->locs[st->n++], &f, err);
 		st->nunknown += !!err;
 	}
+	st->resolved_ns = mono_ns();
+}
+
+const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
+					 int nk, const __u64 *uframes, int nu)
+{
+	uint64_t key = hash64(&pid, sizeof(pid), nk);
+	struct sym_stack *st;
+	uint64_t *slot;
+	int inserted;
+
+	key = hash64(kframes, nk * sizeof(*kframes), key);
+	key = hash64(uframes, nu * sizeof(*uframes), key ^ 0x9e3779b97f4a7c15ULL);
+	c->stats.lookups++;
+	slot = u64map_find(&c->index, key);
+	if (slot) {
+		st = (struct sym_stack *)(uintptr_t)*slot;
+		if (st->nunknown && mono_ns() - st->resolved_ns >= STACK_RETRY_NS &&
+		    st->n == (uint32_t)(nk + nu)) {
+			c->stats.retries++;
+			symbolize(c, st, pid, kframes, nk, uframes, nu);
+		}
+		return st;
+	}
+	c->stats.misses++;
+	if (c->len == c->max) {
+		clear(c);
+		c->stats.clears++;
+	}
+	st = calloc(1, sizeof(*st) + (nk + nu) * sizeof(struct location));
+	if (!st)
+		return NULL;
+	st->key = key;
+	symbolize(c, st, pid, kframes, nk, uframes, nu);
 	c->stats.unknown_frames += st->nunknown;
 	slot = u64map_upsert(&c->index, key, (uint64_t)(uintptr_t)st, &inserted);
 	if (!slot) {

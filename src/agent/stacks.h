@@ -21,6 +21,7 @@ struct sym_stack {
 	uint64_t key;		/* hash of (pid, frames) */
 	uint32_t n, nkernel;
 	uint32_t nunknown;	/* frames whose function did not resolve */
+	uint64_t resolved_ns;	/* when symbolized (CLOCK_MONOTONIC) */
 	struct location locs[];
 };
 
@@ -29,19 +30,23 @@ struct sym_stack {
  * the clear counted. Returns NULL with errno set. Strings in the returned stacks live as long as
  * the cache and the symbolizer.
  */
+#define STACK_RETRY_NS (500 * 1000 * 1000ULL)
+
 struct stack_cache *stack_cache__new(struct symbolizer *s, size_t max_stacks);
 void stack_cache__free(struct stack_cache *c);
 
 /*
  * The symbolized stack for raw frames of process pid. Unresolved user frames become a
- * "[unknown] <module basename>" function (counted, never dropped). NULL only on ENOMEM.
+ * "[unknown] <module basename>" function (counted, never dropped). A stack with unresolved
+ * frames is symbolized again once it is STACK_RETRY_NS old (its first sight may have raced
+ * an exec or a dlopen, before the maps could be read). NULL only on ENOMEM.
  * Valid until the next call that clears the cache: use it before calling again.
  */
 const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
 					 int nk, const __u64 *uframes, int nu);
 
 struct stack_cache_stats {
-	uint64_t lookups, misses, clears, unknown_frames;
+	uint64_t lookups, misses, clears, unknown_frames, retries;
 };
 void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret);
 
