@@ -83,7 +83,13 @@ size_t agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm
 		ADD("thread", buf.thread);
 	}
 #undef ADD
-	if (meta__pid_labels && n < max)
-		n += meta__pid_labels(pid, ret + n, max - n);
+	if (meta__pid_labels && n < max) {
+		size_t m = meta__pid_labels(pid, ret + n, max - n);
+
+		/* A keep/drop relabel rule dropped the process: its records are not sent. */
+		if (m == 1 && !strcmp(ret[n].name, "__drop__"))
+			return 0;
+		n += m;
+	}
 	return n;
 }

@@ -61,7 +61,8 @@ struct agent_module {
  * from meta__pid_labels() when the k8s module is linked. `comm` is the name the caller has
  * (BPF's task comm); for tid != pid the process name is read from /proc/PID/comm (cached,
  * bounded) and falls back to `comm` if the process is gone. Returns the number of labels
- * written (<= max). The strings stay valid until the next call on the same thread (and as
+ * written (<= max), or 0 when a relabel rule drops the process: the caller then sends nothing
+ * for it (and counts it). The strings stay valid until the next call on the same thread (and as
  * long as the agent for node). Any thread.
  */
 size_t agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,

@@ -357,7 +357,7 @@ void oncpu__stats(const struct oncpu *o, struct oncpu_stats *ret)
 static struct {
 	struct oncpu *o;
 	struct agent *a;
-	uint64_t batch_errors, stack_errors;
+	uint64_t batch_errors, stack_errors, relabel_dropped;
 } mod;
 
 static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const __u64 *frames)
@@ -370,13 +370,17 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 
 	memcpy(comm, ev->comm, GPUSCOPE_COMM_LEN);
 	comm[GPUSCOPE_COMM_LEN] = 0;
+	nl = agent__pid_labels(a, ev->tgid, ev->tid, comm, labels, ARRAY_SIZE(labels));
+	if (!nl) {
+		mod.relabel_dropped++;
+		return;
+	}
 	stack = agent__stack(a, ev->tgid, frames, ev->kstack_len, frames + ev->kstack_len,
 			     ev->ustack_len);
 	if (stack < 0) {
 		mod.stack_errors++;
 		return;
 	}
-	nl = agent__pid_labels(a, ev->tgid, ev->tid, comm, labels, ARRAY_SIZE(labels));
 	if (batch__sample(a->batch, ev->ktime_ns + a->mono_to_wall_ns, labels, nl, stack, SAMPLE_CPU, 1))
 		mod.batch_errors++;
 }
@@ -439,9 +443,10 @@ static void module_metrics(struct agent *a, FILE *out)
 		     "# TYPE gpuscope_cpu_samples_dropped_total counter\n"
 		     "gpuscope_cpu_samples_dropped_total{reason=\"ringbuf_full\"} %llu\n"
 		     "gpuscope_cpu_samples_dropped_total{reason=\"stack_error\"} %llu\n"
-		     "gpuscope_cpu_samples_dropped_total{reason=\"batch_error\"} %llu\n",
+		     "gpuscope_cpu_samples_dropped_total{reason=\"batch_error\"} %llu\n"
+		     "gpuscope_cpu_samples_dropped_total{reason=\"relabel_drop\"} %llu\n",
 		(unsigned long long)s.lost, (unsigned long long)mod.stack_errors,
-		(unsigned long long)mod.batch_errors);
+		(unsigned long long)mod.batch_errors, (unsigned long long)mod.relabel_dropped);
 	fprintf(out, "# HELP gpuscope_cpu_stack_errors_total Samples kept without a user or kernel stack.\n"
 		     "# TYPE gpuscope_cpu_stack_errors_total counter\n"
 		     "gpuscope_cpu_stack_errors_total{stack=\"user\"} %llu\n"
