@@ -431,8 +431,23 @@ static void module_stop(struct agent *a)
 
 static void module_metrics(struct agent *a, FILE *out)
 {
+	struct stack_cache_stats cs = { 0 };
 	struct oncpu_stats s;
 
+	/* The symbolizer and stack cache are shared by every module; this one reports them. */
+	if (a->sym)
+		symbolizer__metrics(a->sym, out);
+	if (a->stacks) {
+		stack_cache__stats(a->stacks, &cs);
+		fprintf(out, "# HELP gpuscope_agent_stack_cache_total Symbolized-stack cache events.\n"
+			     "# TYPE gpuscope_agent_stack_cache_total counter\n"
+			     "gpuscope_agent_stack_cache_total{event=\"lookup\"} %llu\n"
+			     "gpuscope_agent_stack_cache_total{event=\"miss\"} %llu\n"
+			     "gpuscope_agent_stack_cache_total{event=\"clear\"} %llu\n"
+			     "gpuscope_agent_stack_cache_total{event=\"retry\"} %llu\n",
+			(unsigned long long)cs.lookups, (unsigned long long)cs.misses,
+			(unsigned long long)cs.clears, (unsigned long long)cs.retries);
+	}
 	if (!mod.o)
 		return;
 	oncpu__stats(mod.o, &s);
