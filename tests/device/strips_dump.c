@@ -224,13 +224,13 @@ int main(int argc, char **argv)
 	}
 	rc = 0;
 out:
+	for (int i = 0; i < 3; i++)	/* before stop: the counters live in the BPF maps */
+		if (started[i] && mods[i]->metrics)
+			mods[i]->metrics(&a, stderr);
 	for (int i = 2; i >= 0; i--)
 		if (started[i] && mods[i]->stop)
 			mods[i]->stop(&a);
 	flush(&a, out, &nrec);
-	for (int i = 0; i < 3; i++)
-		if (started[i] && mods[i]->metrics)
-			mods[i]->metrics(&a, stderr);
 	fprintf(stderr, "strips-dump: %llu records\n", (unsigned long long)nrec);
 	if (out != stdout)
 		fclose(out);
