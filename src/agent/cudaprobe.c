@@ -462,7 +462,7 @@ static int cuda_tick(struct agent *a)
 
 	if (!C.skel)
 		return 0;
-	procs__tick();	/* a no-op when sched did it this tick already */
+	procs__tick();	/* cheap when nothing is due (sched ticks it too) */
 	for (int i = 0; i < C.nwatch; i++)
 		if (C.watch[i].next_check_ns && C.watch[i].next_check_ns <= now)
 			check_pid(&C.watch[i], now);
