@@ -110,7 +110,9 @@ try {
 	const top = await page.$$eval('#top tbody tr', (rs) => rs.slice(0, 3).map((r) => r.children[0].textContent));
 	check(top[0] === 'model_forward', `top functions table starts with model_forward (${top.join(', ')})`);
 	const tl = await page.evaluate(() => window.__gpuscope.timeline.rows.filter((r) => !r.head).map((r) => r.label));
-	check(tl.includes('stream 7') && tl.includes('stream 13') && tl.includes('busy'), `kernel lanes and busy band: ${tl.join(', ')}`);
+	check(tl.includes('stream 7') && tl.includes('stream 13') && tl.includes('GPU 0 ◂') && tl.includes('GPU 1'), `kernel lanes and a busy band per GPU: ${tl.join(', ')}`);
+	const bands = await page.evaluate(() => window.__gpuscope.timeline.rows.filter((r) => r.kind === 'busy').map((r) => r.items.length));
+	check(bands.join() === '2,1', `busy intervals per GPU band: ${bands.join(',')} (want 2,1)`);
 	check(['100 train', '101 dataloader', '102 pin_memory'].every((x) => tl.includes(x)), 'one CPU strip per thread of process 100');
 	check((await page.$$('.panel')).length === 3, 'three GPU metric panels');
 	const pts = await page.evaluate(() => window.__gpuscope.timeline.plots.map((p) => p.cols.x.length));

@@ -390,7 +390,7 @@ async function loadTimeline() {
 	try {
 		res = await Promise.all([
 			...(hasGpu ? METRICS.map(series) : METRICS.map(() => null)),
-			hasGpu ? intervals('gpu_busy', gsel, 20000) : null,
+			hasGpu ? intervals('gpu_busy', `{${nodeMatcher()}}`, 40000) : null,	// every GPU of the node
 			hasGpu && to - from <= KERNEL_SPAN ? intervals('gpu_kernel', gsel, 20000) : null,
 			S.pid && to - from <= THREAD_SPAN ? intervals('thread_state', `{${nodeMatcher()},pid="${S.pid}"}`, 50000) : null,
 		]);
@@ -415,7 +415,15 @@ async function loadTimeline() {
 	const p = join([cols(power, 1, 3), cols(power, 1, 1), cols(power)]);
 	if (p) metrics.power = { x: p[0], pmax: p[1], pmin: p[2], power: p[3] };
 	const iv = (r) => (r ? r.intervals || [] : []);
-	const busyItems = iv(busy).map((i) => ({ s: i.start_ms, e: i.end_ms })).sort((a, b) => a.s - b.s);
+	const busyBy = new Map();
+	for (const g of app.gpus) busyBy.set(String(g), []);
+	for (const i of iv(busy)) {
+		const g = String((i.labels && i.labels.gpu) ?? '?');
+		if (!busyBy.has(g)) busyBy.set(g, []);
+		busyBy.get(g).push({ s: i.start_ms, e: i.end_ms });
+	}
+	for (const v of busyBy.values()) v.sort((a, b) => a.s - b.s);
+	const busyItems = busyBy.get(String(S.gpu)) || [];
 	// extent where this GPU is known to exist: its metrics, else its busy intervals
 	let ext = null;
 	const xs = (metrics.util || metrics.mem || metrics.power || {}).x;
@@ -440,6 +448,7 @@ async function loadTimeline() {
 	const data = {
 		metrics: Object.keys(metrics).length ? metrics : null,
 		busy: hasGpu && (busyItems.length || ext) ? busyItems : null, busyExtent: ext,
+		busyAll: hasGpu ? [...busyBy.entries()].sort((a, b) => +a[0] - +b[0]) : [],
 		gpuLabel: hasGpu ? `GPU ${S.gpu}` : '',
 		streams: [...streams.entries()].sort((a, b) => (+a[0] - +b[0]) || (a[0] < b[0] ? -1 : 1))
 			.map(([s, items]) => ({ label: `stream ${s}`, items: items.sort((a, b) => a.s - b.s) })),

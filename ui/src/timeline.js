@@ -146,8 +146,18 @@ export class Timeline {
 	buildRows() {
 		const d = this.data, rows = [];
 		if (d && d.busy) {
-			rows.push({ head: d.gpuLabel ? `${d.gpuLabel}: busy / idle` : 'GPU busy / idle' });
-			rows.push({ label: 'busy', kind: 'busy', items: d.busy, extent: d.busyExtent });
+			// one band per GPU of the node (an overview), the selected one first-class
+			rows.push({ head: 'GPU busy / idle (kernels running / none)' });
+			const all = d.busyAll && d.busyAll.length ? d.busyAll : [[d.gpuLabel.replace('GPU ', ''), d.busy]];
+			let ext = d.busyExtent;
+			for (const [, items] of all) if (items.length) {
+				const a = items[0].s, b = items.reduce((m, x) => Math.max(m, x.e), -Infinity);
+				ext = ext ? [Math.min(ext[0], a), Math.max(ext[1], b)] : [a, b];
+			}
+			for (const [g, items] of all) {
+				const sel = `GPU ${g}` === d.gpuLabel;
+				rows.push({ label: `GPU ${g}${sel ? ' ◂' : ''}`, kind: 'busy', selected: sel, items: sel ? d.busy : items, extent: ext });
+			}
 		}
 		if (d && d.kernelsNote) rows.push({ head: 'Kernels by stream', note: d.kernelsNote });
 		if (d && d.threadsNote) rows.push({ head: d.procLabel || 'CPU threads', note: d.threadsNote });
@@ -248,11 +258,13 @@ export class Timeline {
 				}
 				continue;
 			}
-			c.fillStyle = '#495057';
+			c.fillStyle = r.selected ? '#111827' : '#495057';
+			c.font = r.selected ? '600 11px system-ui, sans-serif' : '11px system-ui, sans-serif';
 			let label = r.label;
 			while (label.length > 3 && c.measureText(label).width > LEFT - 16) label = label.slice(0, -2);
 			if (label !== r.label) label += '…';
 			c.fillText(label, 14, r.y + ROW / 2 + 0.5);
+			c.font = '11px system-ui, sans-serif';
 			c.fillStyle = '#f8f9fa';
 			c.fillRect(x0, r.y, x1 - x0, ROW);
 			c.save();
@@ -318,7 +330,7 @@ export class Timeline {
 	}
 
 	drawMask() {
-		const busy = this.rows.find((r) => r.kind === 'busy');
+		const busy = this.rows.find((r) => r.kind === 'busy' && r.selected) || this.rows.find((r) => r.kind === 'busy');
 		const on = this.idleMask && busy && busy.items.length;
 		this.mask.classList.toggle('hidden', !on);
 		if (!on) return;
