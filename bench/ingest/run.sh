@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 agents=${1:-4} secs=${2:-20}
 make -s -j2 .output/gpuscope-server .output/tests/tools/batchgen
 tmp=$(mktemp -d /tmp/gpuscope-bench-ingest.XXXXXX)
-trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill $pid 2>/dev/null; rm -rf "$tmp"; true' EXIT
 .output/gpuscope-server --data "$tmp/data" --listen 127.0.0.1:0 >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 for _ in $(seq 50); do grep -q listening "$tmp/out" && break; sleep 0.1; done

@@ -14,7 +14,7 @@ mkdir -p "$dir"
 .output/gpuscope-server --data "$dir/data" --listen 127.0.0.1:0 --retention 40d \
 	>"$dir/out" 2>"$dir/err" &
 pid=$!
-trap 'kill $pid 2>/dev/null' EXIT
+trap 'kill $pid 2>/dev/null; true' EXIT
 for _ in $(seq 100); do grep -q listening "$dir/out" && break; sleep 0.1; done
 url=$(sed -n 's/listening on //p' "$dir/out")
 now=$(date +%s)
