@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +15,6 @@
 #include "common/util.h"
 #include "server/http.h"
 #include "server/store.h"
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -109,8 +102,8 @@ int main(int argc, char **argv)
 	struct http_server *h = NULL;
 	struct store *st = NULL;
 	char *token = NULL, err[512] = "";
-	struct sigaction sa = { .sa_handler = on_signal };
-	int c, ret = 1;
+	sigset_t stopset;
+	int c, sig, ret = 1;
 
 	while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
 		switch (c) {
@@ -165,6 +158,16 @@ int main(int argc, char **argv)
 		}
 		ho.token = token;
 	}
+	/*
+	 * Block SIGINT/SIGTERM before any thread starts (threads inherit the mask), so that only
+	 * sigwait() below receives them: a handler could run on an HTTP thread and leave the main
+	 * thread asleep.
+	 */
+	sigemptyset(&stopset);
+	sigaddset(&stopset, SIGINT);
+	sigaddset(&stopset, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stopset, NULL);
+	signal(SIGPIPE, SIG_IGN);
 	st = store_sqlite_open(&so, err, sizeof(err));
 	if (!st) {
 		log_error("store: %s", err);
@@ -175,9 +178,6 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		goto out;
 	}
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	{
 		const char *colon = strrchr(ho.listen, ':');
 		char host[64];
@@ -188,9 +188,9 @@ int main(int argc, char **argv)
 		printf("listening on http://%s:%u\n", host, http_port(h));
 		fflush(stdout);
 	}
-	while (!stop)
-		pause();
-	log_info("stopping");
+	while (sigwait(&stopset, &sig))
+		;
+	log_info("%s: stopping", strsignal(sig));
 	ret = 0;
 out:
 	http_stop(h);
