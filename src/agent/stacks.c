@@ -97,6 +97,7 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 		st->nunknown += !!err;
 	}
 	st->resolved_ns = mono_ns();
+	st->batch_id = 0;	/* new locations: a new batch stack */
 }
 
 const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,
@@ -148,9 +149,20 @@ void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *r
 int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
 		     int nu)
 {
-	const struct sym_stack *st = stack_cache__get(a->stacks, pid, kframes, nk, uframes, nu);
+	struct sym_stack *st = (struct sym_stack *)stack_cache__get(a->stacks, pid, kframes, nk,
+								    uframes, nu);
+	uint64_t id = batch__id(a->batch);
+	int64_t sid;
 
 	if (!st)
 		return -ENOMEM;
-	return batch__stack(a->batch, st->locs, st->n);
+	/* Hashing the location list into the batch costs more than the sample: once per batch. */
+	if (st->batch_id == id && st->batch_stack >= 0 && st->resolved_ns)
+		return st->batch_stack;
+	sid = batch__stack(a->batch, st->locs, st->n);
+	if (sid >= 0) {
+		st->batch_id = id;
+		st->batch_stack = sid;
+	}
+	return sid;
 }

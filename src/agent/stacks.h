@@ -22,6 +22,8 @@ struct sym_stack {
 	uint32_t n, nkernel;
 	uint32_t nunknown;	/* frames whose function did not resolve */
 	uint64_t resolved_ns;	/* when symbolized (CLOCK_MONOTONIC) */
+	uint64_t batch_id;	/* agent__stack(): the batch whose stack id is cached below */
+	int64_t batch_stack;
 	struct location locs[];
 };
 

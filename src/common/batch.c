@@ -227,6 +227,11 @@ void batch__reset(struct batch *b)
 	pthread_mutex_unlock(&b->mu);
 }
 
+uint64_t batch__id(const struct batch *b)
+{
+	return b->batch_id;
+}
+
 void batch__set_period(struct batch *b, uint64_t period_ns)
 {
 	pthread_mutex_lock(&b->mu);

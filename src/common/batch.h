@@ -47,6 +47,12 @@ void batch__free(struct batch *b);
 /* Drops every record but keeps the node name (and may keep interned strings). */
 void batch__reset(struct batch *b);
 
+/*
+ * The batch's random 64-bit id (sent on the wire for the server's dedup); batch__reset()
+ * draws a new one, so callers may cache stack ids per (batch id).
+ */
+uint64_t batch__id(const struct batch *b);
+
 /* Deduplicated: the same frame list returns the same stack id within one batch. >= 0 or -errno. */
 int64_t batch__stack(struct batch *b, const struct location *frames, size_t n);
 
