@@ -434,9 +434,7 @@ static void module_metrics(struct agent *a, FILE *out)
 	struct stack_cache_stats cs = { 0 };
 	struct oncpu_stats s;
 
-	/* The symbolizer and stack cache are shared by every module; this one reports them. */
-	if (a->sym)
-		symbolizer__metrics(a->sym, out);
+	/* The stack cache is shared by every module; this one reports it (run.c the symbolizer). */
 	if (a->stacks) {
 		stack_cache__stats(a->stacks, &cs);
 		fprintf(out, "# HELP gpuscope_agent_stack_cache_total Symbolized-stack cache events.\n"

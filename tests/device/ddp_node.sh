@@ -12,7 +12,7 @@ RET=${OUT:-/tmp/ddp-node}
 W=$(mktemp -d /tmp/ddp.XXXX)
 mkdir -p "$RET"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ours() { LD_LIBRARY_PATH=$D/lib "$@"; }
+ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
 ngpu=$(nvidia-smi -L | wc -l)
 echo "== $ngpu GPU(s)"; nvidia-smi -L
 cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
