@@ -444,6 +444,18 @@ static void sched_metrics(struct agent *a, FILE *out)
 		if (errs[i])
 			fprintf(out, "gpuscope_agent_sched_bpf_errors_total{error=\"%s\"} %" PRIu64 "\n",
 				errs[i], sum_percpu(bpf_map__fd(S.skel->maps.errors), i));
+	{
+		int fd = bpf_map__fd(S.skel->maps.threads);
+		__u32 key, next, *prev = NULL;
+		uint64_t n = 0;
+
+		while (!bpf_map_get_next_key(fd, prev, &next) && n < 1000000) {
+			key = next;
+			prev = &key;
+			n++;
+		}
+		fprintf(out, "gpuscope_agent_sched_threads_followed %" PRIu64 "\n", n);
+	}
 	fprintf(out, "gpuscope_agent_sched_intervals_total %" PRIu64 "\n", S.intervals);
 	fprintf(out, "gpuscope_agent_sched_summaries_total %" PRIu64 "\n", S.summaries);
 	fprintf(out, "gpuscope_agent_sched_offcpu_samples_total %" PRIu64 "\n",

@@ -46,10 +46,14 @@ static void rec_frames(const Gpuscope__V1__Batch *m, int stack, char *out, size_
 		const Gpuscope__V1__Location *l = m->locations[st->locations[j]];
 		const char *fn = bstr(m, l->function);
 
+		size_t used = strlen(out);
+
 		if (l->kernel)
 			continue;
-		strncat(out, *fn ? fn : "?", len - strlen(out) - 2);
-		strncat(out, ";", len - strlen(out) - 1);
+		if (used + strlen(*fn ? fn : "?") + 2 > len)
+			break;	/* truncated: the tests look at the outermost frames */
+		strcat(out, *fn ? fn : "?");
+		strcat(out, ";");
 	}
 }
 

@@ -517,5 +517,76 @@ static bool test_strips_cuda_deleted_lib(void)
 	return cuda_case(true);
 }
 
+static long metric(struct agent *a, const struct agent_module *m, const char *name)
+{
+	char *buf = NULL, *p;
+	size_t len = 0;
+	long n = -1;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -1;
+	m->metrics(a, f);
+	fclose(f);
+	p = strstr(buf, name);
+	if (p)
+		n = atol(p + strlen(name));
+	free(buf);
+	return n;
+}
+
+/* 2000 threads that live 1 ms each: followed, recorded, forgotten at exit, nothing lost. */
+static bool test_strips_thread_churn(void)
+{
+	char *argv[] = { ".output/tests/progs/thread_churn", "2000", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	int gofd = -1, status, tids = 0;
+	long followed, drops, full;
+	bool ok = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	go(gofd);
+	status = run_until_exit(&a, &sched_module, pid, 60000);
+	followed = metric(&a, &sched_module, "gpuscope_agent_sched_threads_followed ");
+	drops = metric(&a, &sched_module, "error=\"ringbuf_full\"} ");
+	full = metric(&a, &sched_module, "error=\"threads_full\"} ");
+	sched_module.stop(&a);
+	if (!ASSERT_EQ(status, 0, "churn exit status") ||
+	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	{
+		/* distinct tids with a thread_state record (tids are not reused this fast) */
+		static int seen[1 << 16];
+
+		memset(seen, 0, sizeof(seen));
+		for (size_t i = 0; i < rs.n; i++)
+			if (rs.r[i].pid == pid && !strcmp(rs.r[i].kind, "thread_state") &&
+			    !seen[rs.r[i].tid & 0xffff]++)
+				tids++;
+	}
+	fprintf(stderr, "  %d threads recorded, %ld still followed, %ld drops, %ld map full\n",
+		tids, followed, drops, full);
+	if (!ASSERT_TRUE(tids >= 1900, "every short-lived thread has its states") ||
+	    /* other GPU processes on this machine may be followed too: not the 2000 gone ones */
+	    !ASSERT_TRUE(followed >= 0 && followed < 500, "exited threads are forgotten") ||
+	    !ASSERT_EQ(drops, 0, "no ring buffer drops") || !ASSERT_EQ(full, 0, "map never full"))
+		goto out;
+	ok = true;
+out:
+	free(rs.r);
+	agent_done(&a);
+	return ok;
+}
+
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
-	  T(test_strips_cuda_deleted_lib))
+	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn))
