@@ -40,3 +40,9 @@ $(CUPTI_DUMP): $(call obj,tests/cupti/cupti_dump.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -static -o $@ $< $(ALL_LIBS) -lbpf -lelf -lz -lzstd -lprotobuf-c -lstdc++ \
 		-lpthread -lm
+
+$(OUT)/tests/cupti/cupti_launch_bench: tests/cupti/cupti_launch_bench.c $(CUPTI_FAKE)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -g -O2 -fno-omit-frame-pointer -D_GNU_SOURCE -Isrc -o $@ $< \
+		-L$(OUT)/tests/cupti -lgpuscope_cupti_fake -Wl,-rpath,'$$ORIGIN'
+all: $(OUT)/tests/cupti/cupti_launch_bench

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # CUPTI path on the GPU machine: correctness against torch.profiler and the benchmark of issue #6.
 # Expects, in .dev/cupti/ (built on the CI machine, `make`): libgpuscope_cupti.so, cupti_dump
-# (the agent's cupti module, static) and optionally libcupti.so.13 (used when pip's is absent).
+# (the agent's cupti module, static), cupti_launch_bench + libgpuscope_cupti_fake.so (launch
+# probe cost) and optionally libcupti.so.13 (used when pip's is absent).
 # Rounds, each in a rotating order: A = bare then torch.profiler phases in one process,
 # C = library injected without agent (CUPTI's own cost), B = library + agent (cupti_dump).
 # Results in $OUT (the device tool's return folder; /tmp/cupti-device by default): summary.txt and
@@ -54,6 +55,9 @@ run_b() {
 	kill -TERM $dpid; wait $dpid
 	cat "$OUT/dump$1/log.txt"
 }
+
+echo "== launch probe cost (bench/cupti/launch_cost.sh, no GPU involved)"
+CUPTI_BIN=$D bench/cupti/launch_cost.sh 200000 5 2>&1 | tee "$OUT/launch_cost.txt"
 
 for r in $(seq "$rounds"); do
 	echo "== round $r"

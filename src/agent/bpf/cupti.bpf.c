@@ -3,6 +3,8 @@
  * CUPTI hand-off: attached to the USDT probes of libgpuscope_cupti.so (src/common/abi_cupti.h).
  * At a launch it takes the launching thread's user stack; at a completed buffer it copies the
  * library's compact activity records into the ring buffer in bounded chunks. User space joins.
+ * No ring-buffer wakeups (BPF_RB_NO_WAKEUP): the agent drains on its tick, and a wakeup per
+ * launch would cost the launching thread an irq_work.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -72,7 +74,7 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 		n = sizeof(s->frames);
 	s->ev.ustack_len = n / 8;
 	s->ev.size = sizeof(s->ev) + n;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->ev) + n, 0))
+	if (bpf_ringbuf_output(&events, s, sizeof(s->ev) + n, BPF_RB_NO_WAKEUP))
 		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
 	return 0;
 }
@@ -116,7 +118,7 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 		ev->err = cnt;
 		ev->n = 0;
 	}
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -153,7 +155,7 @@ int BPF_USDT(on_name, __u32 idx, __u64 str)
 		count(GPUSCOPE_CUPTI_ERR_READ, 1);
 		ev->name[0] = 0;
 	}
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -167,7 +169,7 @@ static __always_inline int emit_pair(__u32 type, __u64 a, __u64 b)
 		.b = b,
 	};
 
-	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP))
 		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
 	return 0;
 }
