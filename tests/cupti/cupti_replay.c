@@ -4,7 +4,8 @@
  * libgpuscope_cupti_fake.so with known correlation ids, names, timestamps and call paths,
  * including out-of-order completions, a graph launch, a nested (aliased) launch, a kernel whose
  * launch was never seen and an unannounced name. Protocol on stdout: "ready", then once the
- * agent has attached "clock C0 M0" and "done"; exits when stdin closes.
+ * test has written one byte on stdin (its agent has attached), "clock C0 M0" and "done"; exits
+ * when stdin closes.
  */
 #include <linux/types.h>
 #include <stdint.h>
@@ -66,6 +67,12 @@ int main(void)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("ready\n");
+	/*
+	 * Wait for the test's "go" (its module has attached): the semaphores alone are not enough,
+	 * another agent on the machine (a parallel test run) may have attached first.
+	 */
+	if (read(0, &c, 1) != 1)
+		return 4;
 	for (int i = 0; i < 2000 && !fake_attached(); i++)
 		usleep(5000);
 	if (!fake_attached()) {

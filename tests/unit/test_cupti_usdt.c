@@ -146,6 +146,8 @@ static bool run_scenario(void)
 	a.opts.pids[0] = pid;
 	if (!ASSERT_TRUE(a.batch, "batch") || !ASSERT_EQ(cupti_module.start(&a), 0, "start"))
 		goto out_kill;
+	if (!ASSERT_EQ(write(in[1], "g", 1), 1, "go"))
+		goto out_stop;
 
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
 	for (int i = 0; i < 1000 && !strstr(buf, "done\n"); i++) {
