@@ -15,6 +15,9 @@ import sys
 d, rounds = sys.argv[1], int(sys.argv[2])
 res = {"rounds": rounds}
 GEMM = re.compile(r"gemm|cutlass|xmma|nvjet|matmul|sm90_", re.I)
+# torch.profiler's CUDA-side events that are not kernels: copies, sets (gpuscope has them as
+# memcpy/memset intervals) and GPU user annotations such as "Optimizer.step#AdamW.step".
+NOT_KERNEL = re.compile(r"^(Memcpy|Memset) |^[\w.]+#[\w.]+$")
 
 
 def jsonl(path):
@@ -90,15 +93,14 @@ for r in range(1, rounds + 1):
         mine = [k for k in ks.get(rec["pid"], []) if rec["t0"] <= k[0] < rec["t1"]]
         exp = rec.get("launched")
         if rec["workload"] == "train" and r in prof_train_kernels:
-            exp = prof_train_kernels[r]["prof_kernels"]
-        complete[rec["workload"]].append((len(mine), exp, sum(1 for k in mine if k[3])))
-        if rec["workload"] == "train" and r in prof_train_kernels:
             try:
-                with open(prof_train_kernels[r]["prof_file"]) as f:
-                    theirs = json.load(f)
+                with open(os.path.join(d, os.path.basename(prof_train_kernels[r]["prof_file"]))) as f:
+                    theirs = [k for k in json.load(f) if not NOT_KERNEL.search(k[0])]
             except OSError:
                 theirs = []
+            exp = len(theirs)
             train_cmp.append((mine, theirs))
+        complete[rec["workload"]].append((len(mine), exp, sum(1 for k in mine if k[3])))
 
 lines = []
 P = lines.append

@@ -27,17 +27,11 @@ struct {
 	__type(value, __u64);
 } errors SEC(".maps");
 
-struct launch_scratch {
+/* A launch event with room for the deepest stack; only ustack_len frames are meaningful. */
+struct launch_ev {
 	struct gpuscope_ev_cupti_launch ev;
 	__u64 frames[GPUSCOPE_MAX_STACK];
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct launch_scratch);
-} scratch_map SEC(".maps");
 
 static __always_inline void count(__u32 which, __u64 n)
 {
@@ -47,35 +41,39 @@ static __always_inline void count(__u32 which, __u64 n)
 		*v += n;
 }
 
+/*
+ * Uprobe programs are preemptible (migrate_disable only), so a per-CPU scratch buffer could be
+ * overwritten by another launching thread on the same CPU: the stack goes straight into a
+ * ring-buffer reservation instead.
+ */
 SEC("usdt")
 int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct launch_scratch *s;
-	__u32 zero = 0;
+	struct launch_ev *e;
 	long n;
 
 	count(GPUSCOPE_CUPTI_ERR_LAUNCHES, 1);
-	s = bpf_map_lookup_elem(&scratch_map, &zero);
-	if (!s)
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
 		return 0;
-	s->ev.type = GPUSCOPE_EV_CUPTI_LAUNCH;
-	s->ev.ktime_ns = bpf_ktime_get_ns();
-	s->ev.tgid = id >> 32;
-	s->ev.tid = (__u32)id;
-	s->ev.cid = cid;
-	s->ev.cid2 = cid2;
-	n = bpf_get_stack(ctx, s->frames, sizeof(s->frames), BPF_F_USER_STACK);
+	}
+	e->ev.type = GPUSCOPE_EV_CUPTI_LAUNCH;
+	e->ev.ktime_ns = bpf_ktime_get_ns();
+	e->ev.tgid = id >> 32;
+	e->ev.tid = (__u32)id;
+	e->ev.cid = cid;
+	e->ev.cid2 = cid2;
+	e->ev._pad = 0;
+	n = bpf_get_stack(ctx, e->frames, sizeof(e->frames), BPF_F_USER_STACK);
 	if (n < 0) {
 		count(GPUSCOPE_CUPTI_ERR_USTACK, 1);
 		n = 0;
 	}
-	if (n > sizeof(s->frames))
-		n = sizeof(s->frames);
-	s->ev.ustack_len = n / 8;
-	s->ev.size = sizeof(s->ev) + n;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->ev) + n, BPF_RB_NO_WAKEUP))
-		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+	e->ev.ustack_len = n / 8;
+	e->ev.size = sizeof(e->ev) + (n / 8) * 8;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
