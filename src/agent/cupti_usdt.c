@@ -35,7 +35,7 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define NPROBES		 5
 #define MAX_PROCS	 256
 #define NAMES_CAP	 (1u << 15)	/* matches the library's table */
-#define LAUNCH_BITS	 18		/* pending launches: direct-mapped table */
+#define LAUNCH_BITS	 18		/* pending launches (all ways) */
 #define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
 #define MAX_DEVICES	 64
 #define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
@@ -65,6 +65,7 @@ struct launch {
 	uint32_t tid;
 	uint32_t stack_slot;
 	uint64_t stack_hash;
+	uint64_t seq;		/* insertion order, for replacing the oldest way */
 };
 
 struct raw_stack {
@@ -95,7 +96,8 @@ struct cupti_state {
 	int nlibs;
 	uint64_t next_scan_ns;
 	struct proc procs[MAX_PROCS];
-	struct launch *launches;
+	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
+	uint64_t launch_seq;
 	struct raw_stack *stacks;
 	struct busy busy[MAX_DEVICES];
 	struct cupti_stats st;
@@ -307,17 +309,30 @@ static void reap_procs(struct cupti_state *c)
 
 /* ---- launches and stacks ------------------------------------------------------------------ */
 
-static uint64_t launch_slot(uint32_t pid, uint32_t cid)
+#define LAUNCH_WAYS 4
+
+static uint64_t launch_bucket(uint32_t pid, uint32_t cid)
 {
-	/* correlation ids are dense per process: consecutive ids land in consecutive slots */
-	return (cid + (uint64_t)pid * 0x9e3779b1u) & ((1u << LAUNCH_BITS) - 1);
+	uint64_t h = ((uint64_t)pid << 32 | cid) * 0x9e3779b97f4a7c15ull;
+
+	/* nested launch ids need not be dense, so mix; a bucket holds LAUNCH_WAYS launches */
+	return h >> (64 - (LAUNCH_BITS - 2));	/* top bits; LAUNCH_WAYS == 1 << 2 */
 }
 
+/* Into a free way of its bucket, else over the oldest one (counted). */
 static void put_launch(struct cupti_state *c, uint32_t pid, uint32_t cid, uint32_t tid,
 		       uint32_t stack_slot, uint64_t stack_hash)
 {
-	struct launch *l = &c->launches[launch_slot(pid, cid)];
+	struct launch *b = &c->launches[launch_bucket(pid, cid) * LAUNCH_WAYS], *l = &b[0];
 
+	for (int i = 0; i < LAUNCH_WAYS; i++) {
+		if (!b[i].pid || (b[i].pid == pid && b[i].cid == cid)) {
+			l = &b[i];
+			break;
+		}
+		if (b[i].seq < l->seq)
+			l = &b[i];
+	}
 	if (l->pid && (l->pid != pid || l->cid != cid))
 		c->st.launches_evicted++;
 	l->pid = pid;
@@ -325,13 +340,17 @@ static void put_launch(struct cupti_state *c, uint32_t pid, uint32_t cid, uint32
 	l->tid = tid;
 	l->stack_slot = stack_slot;
 	l->stack_hash = stack_hash;
+	l->seq = ++c->launch_seq;
 }
 
 static const struct launch *find_launch(struct cupti_state *c, uint32_t pid, uint32_t cid)
 {
-	const struct launch *l = &c->launches[launch_slot(pid, cid)];
+	const struct launch *b = &c->launches[launch_bucket(pid, cid) * LAUNCH_WAYS];
 
-	return l->pid == pid && l->cid == cid ? l : NULL;
+	for (int i = 0; i < LAUNCH_WAYS; i++)
+		if (b[i].pid == pid && b[i].cid == cid)
+			return &b[i];
+	return NULL;
 }
 
 static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
