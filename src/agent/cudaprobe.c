@@ -88,7 +88,7 @@ struct cuda_state {
 	bool shared_sync;	/* in_sync is sched.bpf.c's map */
 	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
 	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost,
-		batch_errors;
+		batch_errors, relabel_dropped;
 };
 
 static struct cuda_state C;
@@ -340,6 +340,10 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 	size_t nl = strips_labels(a, pid, tid, thread, lbl), na = 0;
 	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
 
+	if (!nl) {	/* dropped by a relabel rule */
+		C.relabel_dropped++;
+		return;
+	}
 	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
 	snprintf(total, sizeof(total), "%" PRIu64, ns);
 	attrs[na++] = (struct label){ "api", apis[api].name };
@@ -558,6 +562,7 @@ static void cuda_metrics(struct agent *a, FILE *out)
 	fprintf(out, "gpuscope_agent_cuda_nested_total %" PRIu64 "\n",
 		sum_percpu(efd, GPUSCOPE_SERR_NEST));
 	fprintf(out, "gpuscope_agent_cuda_batch_errors_total %" PRIu64 "\n", C.batch_errors);
+	fprintf(out, "gpuscope_agent_cuda_relabel_dropped_total %" PRIu64 "\n", C.relabel_dropped);
 	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
 		if (C.calls[i])
 			fprintf(out,

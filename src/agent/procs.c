@@ -486,6 +486,8 @@ size_t strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread, 
 	if (!thread)
 		thread = thread_name(tid);
 	n = agent__pid_labels(a, pid, tid, thread ? thread : "", lbl, STRIPS_MAX_LABELS - 1);
+	if (!n)		/* dropped by a relabel rule: the caller sends nothing */
+		return 0;
 	if (p && p->ns_pid != p->pid) {
 		snprintf(ns, sizeof(ns), "%d", p->ns_pid);
 		lbl[n++] = (struct label){ "ns_pid", ns };

@@ -36,7 +36,7 @@ struct sched_state {
 	uint64_t next_stackmap_check_ns;
 	/* counters for /metrics */
 	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
-		stackmap_clears, proc_events, batch_errors;
+		stackmap_clears, proc_events, batch_errors, relabel_dropped;
 	uint64_t reasons[BLOCKED_MAX];
 };
 
@@ -123,6 +123,10 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 	thread[GPUSCOPE_COMM_LEN] = 0;
 	strips_thread_name(ev->tid, thread);
 	nl = strips_labels(a, ev->tgid, ev->tid, thread, lbl);
+	if (!nl) {
+		s->relabel_dropped++;
+		return;
+	}
 	if (st == GPUSCOPE_TS_SUMMARY) {
 		/* several short states: named after the one that took most of the time */
 		st = GPUSCOPE_TS_RUNNING;
@@ -232,6 +236,10 @@ static void drain_offcpu(struct sched_state *s)
 		if (id < 0)
 			continue;
 		nl = strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, lbl);
+		if (!nl) {
+			s->relabel_dropped++;
+			continue;
+		}
 		if (batch__sample(s->a->batch, now, lbl, nl, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
 			s->batch_errors++;
 		else
@@ -463,6 +471,7 @@ static void sched_metrics(struct agent *a, FILE *out)
 	fprintf(out, "gpuscope_agent_sched_stack_lost_total %" PRIu64 "\n", S.stack_lost);
 	fprintf(out, "gpuscope_agent_sched_stackmap_clears_total %" PRIu64 "\n", S.stackmap_clears);
 	fprintf(out, "gpuscope_agent_sched_batch_errors_total %" PRIu64 "\n", S.batch_errors);
+	fprintf(out, "gpuscope_agent_sched_relabel_dropped_total %" PRIu64 "\n", S.relabel_dropped);
 	for (int r = 0; r < BLOCKED_MAX; r++)
 		fprintf(out, "gpuscope_agent_sched_blocked_total{reason=\"%s\"} %" PRIu64 "\n",
 			blocked_reason_name(r), S.reasons[r]);
