@@ -38,7 +38,10 @@ try:
     m = agent.metrics()
     spooled = m.get("gpuscope_agent_spool_files", 0)
     files = len(os.listdir(tmp.path("spool")))
-    check(spooled >= OUTAGE_S * 0.6 and spooled <= files <= spooled + 1,	# one may land in between
+    # A batch per push interval once the retry backoff has let go of the previous one: on a quiet
+    # machine about 35 of 60 s (CI), more under load. What matters is checked below: every
+    # sample of the outage is delivered once the server is back.
+    check(spooled >= OUTAGE_S * 0.4 and spooled <= files <= spooled + 1,	# one may land in between
           "%d batches spooled after %d s, %d files on disk" % (spooled, OUTAGE_S, files))
     check(m.get("gpuscope_agent_spool_dropped_batches_total", 1) == 0, "nothing dropped")
     check(m.get("gpuscope_agent_samples_sent_total") == before, "nothing acknowledged while down")
