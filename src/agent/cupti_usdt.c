@@ -537,6 +537,12 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 	snprintf(dev_s, sizeof(dev_s), "%u", r->device);
 	/* node, pid, comm, container labels (valid until the next call), then gpu */
 	nlab = agent__pid_labels(c->a, p->pid, 0, p->comm, lab, ARRAY_SIZE(lab) - 1);
+	if (!nlab) {	/* a relabel rule dropped the process; the GPU was busy all the same */
+		c->st.filtered++;
+		if (r->kind == GPUSCOPE_CUPTI_KERNEL)
+			busy_add(c, r->device, s, e);
+		return;
+	}
 	if (r->kind != GPUSCOPE_CUPTI_SYNC)
 		lab[nlab++] = (struct label){ "gpu", dev_s };
 	snprintf(stream_s, sizeof(stream_s), "%u", r->stream);

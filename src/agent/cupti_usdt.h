@@ -17,7 +17,8 @@ struct cupti_stats {
 	uint64_t no_clock;		/* records dropped: no clock pair from that process yet */
 	uint64_t launches_evicted, stacks_evicted, stacks_symbolized;
 	uint64_t busy_intervals, busy_late, busy_dropped;
-	uint64_t bad_events, bad_records, batch_errors, agent_drops, filtered;
+	uint64_t bad_events, bad_records, batch_errors, agent_drops;
+	uint64_t filtered;	/* not sent: outside --pid, or dropped by a relabel rule */
 	uint64_t procs_seen, procs_full, processes;
 	uint64_t libs_attached, libs_skipped;
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
