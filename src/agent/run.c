@@ -137,35 +137,6 @@ static void usage(FILE *f)
 		AGENT_MAX_PIDS, module_names());
 }
 
-/* "512MiB", "64KiB", "1G", "10MB", "4096": bytes. 0 or -EINVAL. */
-static int parse_size(const char *s, uint64_t *ret)
-{
-	static const struct { const char *sfx; double mult; } units[] = {
-		{ "", 1 },	   { "B", 1 },		{ "K", 1024.0 },     { "KiB", 1024.0 },
-		{ "KB", 1e3 },	   { "M", 1048576.0 },	{ "MiB", 1048576.0 }, { "MB", 1e6 },
-		{ "G", 1073741824.0 }, { "GiB", 1073741824.0 }, { "GB", 1e9 },
-	};
-	char *end;
-	double v;
-
-	if (!*s || *s == '-')
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -EINVAL;
-	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
-		if (strcmp(end, units[i].sfx))
-			continue;
-		v *= units[i].mult;
-		if (v >= 1.8e19)
-			return -EINVAL;
-		*ret = (uint64_t)v;
-		return 0;
-	}
-	return -EINVAL;
-}
-
 static void fill_metrics(void *arg, FILE *out)
 {
 	struct run_ctx *c = arg;
@@ -372,7 +343,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			o->spool_dir = optarg;
 			break;
 		case OPT_SPOOL_MAX:
-			if (parse_size(optarg, &o->spool_max) || o->spool_max < 1024) {
+			if (parse_size_bytes(optarg, &o->spool_max) || o->spool_max < 1024) {
 				log_error("--spool-max: '%s' is not a size >= 1KiB (512MiB, 64KiB)",
 					  optarg);
 				return -EINVAL;

@@ -9,12 +9,14 @@
 #include <time.h>
 #include "common/util.h"
 
-int parse_duration_ns(const char *s, uint64_t *ret_ns)
+struct unit {
+	const char *suffix;
+	double mult;
+};
+
+/* A non-negative decimal number followed by exactly one of the units' suffixes. */
+static int parse_scaled(const char *s, const struct unit *units, size_t n, uint64_t *ret)
 {
-	static const struct { const char *suffix; double mult; } units[] = {
-		{ "ns", 1 }, { "us", 1e3 }, { "µs", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
-		{ "m", 60e9 }, { "h", 3600e9 }, { "d", 86400e9 }, { "", 1e9 },
-	};
 	char *end;
 	double v;
 
@@ -24,16 +26,38 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns)
 	v = strtod(s, &end);
 	if (errno || end == s || !isfinite(v) || v < 0)
 		return -EINVAL;
-	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (strcmp(end, units[i].suffix))
 			continue;
 		v *= units[i].mult;
 		if (v >= 1.8e19)
 			return -EINVAL;
-		*ret_ns = (uint64_t)(v + 0.5);
+		*ret = (uint64_t)(v + 0.5);
 		return 0;
 	}
 	return -EINVAL;
+}
+
+int parse_duration_ns(const char *s, uint64_t *ret_ns)
+{
+	static const struct unit units[] = {
+		{ "ns", 1 }, { "us", 1e3 }, { "µs", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
+		{ "m", 60e9 }, { "h", 3600e9 }, { "d", 86400e9 }, { "", 1e9 },
+	};
+
+	return parse_scaled(s, units, ARRAY_SIZE(units), ret_ns);
+}
+
+int parse_size_bytes(const char *s, uint64_t *ret)
+{
+	static const struct unit units[] = {
+		{ "", 1 },	    { "B", 1 },		  { "K", 1024.0 },	 { "KiB", 1024.0 },
+		{ "KB", 1e3 },	    { "M", 1048576.0 },	  { "MiB", 1048576.0 },	 { "MB", 1e6 },
+		{ "G", 1073741824.0 }, { "GiB", 1073741824.0 }, { "GB", 1e9 },
+		{ "T", 1099511627776.0 }, { "TiB", 1099511627776.0 }, { "TB", 1e12 },
+	};
+
+	return parse_scaled(s, units, ARRAY_SIZE(units), ret);
 }
 
 static int parse_digits(const char **p, int n, int *ret)

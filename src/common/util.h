@@ -19,6 +19,12 @@
 int parse_duration_ns(const char *s, uint64_t *ret_ns);
 
 /*
+ * Parse a size in bytes: "4096", "64KiB", "512MiB", "1G" (K, M, G, T and KiB.. are powers of
+ * 1024; KB, MB, GB, TB powers of 1000; fractions allowed). 0 and sets *ret, or -EINVAL.
+ */
+int parse_size_bytes(const char *s, uint64_t *ret);
+
+/*
  * Parse a point in time: RFC 3339 ("2026-12-02T10:02:00Z", "...+01:00", fractional seconds)
  * or Unix seconds ("1764669720", "1764669720.5"). Returns 0 and sets *ret_ns (Unix ns),
  * or -EINVAL.

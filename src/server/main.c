@@ -32,31 +32,6 @@ static void usage(FILE *f)
 		"  -v, --verbose            debug logging\n");
 }
 
-static int parse_size(const char *s, size_t *ret)
-{
-	static const struct { const char *sfx; unsigned long long mult; } u[] = {
-		{ "", 1 }, { "B", 1 }, { "K", 1000 }, { "KB", 1000 }, { "KiB", 1024 },
-		{ "M", 1000000 }, { "MB", 1000000 }, { "MiB", 1 << 20 }, { "G", 1000000000 },
-		{ "GB", 1000000000 }, { "GiB", 1 << 30 },
-	};
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	for (size_t i = 0; i < ARRAY_SIZE(u); i++) {
-		if (strcmp(end, u[i].sfx))
-			continue;
-		if (v > (1ULL << 40) / u[i].mult)
-			return -EINVAL;
-		*ret = (size_t)(v * u[i].mult);
-		return *ret ? 0 : -EINVAL;
-	}
-	return -EINVAL;
-}
-
 static char *read_token(const char *path)
 {
 	char buf[4096];
@@ -98,6 +73,7 @@ int main(int argc, char **argv)
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
 	};
 	struct http_opts ho = { .listen = "0.0.0.0:7070", .max_body = 64 << 20 };
+	uint64_t size;
 	const char *token_file = NULL;
 	struct http_server *h = NULL;
 	struct store *st = NULL;
@@ -129,10 +105,11 @@ int main(int argc, char **argv)
 			token_file = optarg;
 			break;
 		case 'b':
-			if (parse_size(optarg, &ho.max_body)) {
+			if (parse_size_bytes(optarg, &size) || !size || size > (1ULL << 40)) {
 				log_error("--max-body: '%s' is not a size (64MiB)", optarg);
 				return 2;
 			}
+			ho.max_body = (size_t)size;
 			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;

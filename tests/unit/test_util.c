@@ -24,6 +24,23 @@ static bool test_util_duration(void)
 	return true;
 }
 
+static bool test_util_size(void)
+{
+	uint64_t v = 0;
+
+	CHECK(ASSERT_EQ(parse_size_bytes("4096", &v), 0, "bare") && ASSERT_EQ(v, 4096, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("64KiB", &v), 0, "KiB") && ASSERT_EQ(v, 65536, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("512MiB", &v), 0, "MiB") && ASSERT_EQ(v, 512ULL << 20, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("1G", &v), 0, "G") && ASSERT_EQ(v, 1ULL << 30, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("10MB", &v), 0, "MB") && ASSERT_EQ(v, 10000000, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("1.5KiB", &v), 0, "fraction") && ASSERT_EQ(v, 1536, "bytes"));
+	CHECK(ASSERT_EQ(parse_size_bytes("-1", &v), -EINVAL, "negative"));
+	CHECK(ASSERT_EQ(parse_size_bytes("12 MiB", &v), -EINVAL, "space"));
+	CHECK(ASSERT_EQ(parse_size_bytes("12Mb", &v), -EINVAL, "unit"));
+	CHECK(ASSERT_EQ(parse_size_bytes("", &v), -EINVAL, "empty"));
+	return true;
+}
+
 static bool test_util_time(void)
 {
 	uint64_t ns = 0;
@@ -49,4 +66,4 @@ static bool test_util_clock_offset(void)
 	return ASSERT_TRUE(diff > -1000000 && diff < 1000000, "offset within 1 ms");
 }
 
-TEST_MAIN(T(test_util_duration), T(test_util_time), T(test_util_clock_offset))
+TEST_MAIN(T(test_util_duration), T(test_util_size), T(test_util_time), T(test_util_clock_offset))
