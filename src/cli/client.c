@@ -360,3 +360,22 @@ int write_output(const char *path, const void *data, size_t len)
 	free(tmp);
 	return 0;
 }
+
+json_t *http_get_json(const struct query *q, const char *url)
+{
+	struct http_body b = { 0 };
+	json_error_t jerr;
+	json_t *j;
+
+	if (http_get(q, url, &b))
+		return NULL;
+	j = json_loadb(b.data, b.len, 0, &jerr);
+	free(b.data);
+	if (!j || !json_is_object(j)) {
+		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
+			j ? "wrong type" : jerr.text);
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}

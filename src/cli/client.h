@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <jansson.h>
 
 struct query {
 	const char *server;
@@ -57,6 +58,12 @@ struct http_body {
  * returns -1; on a 2xx returns 0 with *ret filled (caller frees ret->data).
  */
 int http_get(const struct query *q, const char *url, struct http_body *ret);
+
+/*
+ * http_get() and parse the answer as a JSON object. On any failure prints one line and returns
+ * NULL; the caller json_decref()s the answer.
+ */
+json_t *http_get_json(const struct query *q, const char *url);
 
 /* Writes data to path atomically (temporary file then rename); "-" is stdout. 0 or -1 (printed). */
 int write_output(const char *path, const void *data, size_t len);

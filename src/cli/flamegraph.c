@@ -30,10 +30,8 @@ static void fmt_time(uint64_t ns, char *buf, size_t len)
 
 int cmd_flamegraph(int argc, char **argv)
 {
-	struct http_body b = { 0 };
 	struct flame_svg_stats st;
 	char subtitle[1024], a[32], z[32], why[256];
-	json_error_t jerr;
 	json_t *j = NULL;
 	char *url, *svg = NULL;
 	size_t svg_len = 0;
@@ -50,14 +48,9 @@ int cmd_flamegraph(int argc, char **argv)
 		return 1;
 	}
 	rc = 1;
-	if (http_get(&q, url, &b))
+	j = http_get_json(&q, url);
+	if (!j)
 		goto out;
-	j = json_loadb(b.data, b.len, 0, &jerr);
-	if (!j || !json_is_object(j)) {
-		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
-			j ? "wrong type" : jerr.text);
-		goto out;
-	}
 	if (q.have_range) {
 		fmt_time(q.from_ns, a, sizeof(a));
 		fmt_time(q.to_ns, z, sizeof(z));
@@ -91,7 +84,6 @@ int cmd_flamegraph(int argc, char **argv)
 out:
 	free(svg);
 	json_decref(j);
-	free(b.data);
 	free(url);
 	return rc;
 }

@@ -225,13 +225,11 @@ static int take_own_opts(int *argc, char **argv, long *pid, long *width)
 
 int cmd_timeline(int argc, char **argv)
 {
-	struct http_body body = { 0 };
 	struct row rows[MAX_THREADS];
 	char *url = NULL, *sel = NULL, limit[32];
 	long pid = 0, width = 100;
 	int nrows = 0, dropped = 0, rc;
 	double from_ms, to_ms, bucket_ms;
-	json_error_t jerr;
 	json_t *j = NULL, *ivs, *iv;
 	struct query q;
 	size_t i;
@@ -278,10 +276,10 @@ int cmd_timeline(int argc, char **argv)
 		goto out;
 	}
 	strcat(url, limit);
-	if (http_get(&q, url, &body))
+	j = http_get_json(&q, url);
+	if (!j)
 		goto out;
-	j = json_loadb(body.data, body.len, 0, &jerr);
-	ivs = j ? json_object_get(j, "intervals") : NULL;
+	ivs = json_object_get(j, "intervals");
 	if (!json_is_array(ivs)) {
 		fprintf(stderr, "gpuscope: server: answer has no \"intervals\" array\n");
 		goto out;
@@ -302,7 +300,6 @@ out:
 	for (int k = 0; k < nrows; k++)
 		free(rows[k].ns);
 	json_decref(j);
-	free(body.data);
 	free(url);
 	free(sel);
 	return rc;

@@ -98,8 +98,6 @@ static int print_top(const struct query *q, json_t *j)
 
 int cmd_top(int argc, char **argv)
 {
-	struct http_body b = { 0 };
-	json_error_t jerr;
 	json_t *j = NULL;
 	struct query q;
 	char *url;
@@ -114,18 +112,12 @@ int cmd_top(int argc, char **argv)
 		return 1;
 	}
 	rc = 1;
-	if (http_get(&q, url, &b))
+	j = http_get_json(&q, url);
+	if (!j)
 		goto out;
-	j = json_loadb(b.data, b.len, 0, &jerr);
-	if (!j || !json_is_object(j)) {
-		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
-			j ? "wrong type" : jerr.text);
-		goto out;
-	}
 	rc = print_top(&q, j);
 out:
 	json_decref(j);
-	free(b.data);
 	free(url);
 	return rc;
 }
