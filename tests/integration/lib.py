@@ -30,7 +30,7 @@ def finish():
 
 
 def skip(why):
-    print("SKIP: " + why)
+    print("SKIP: " + why, flush=True)
     sys.exit(77)
 
 
@@ -57,7 +57,7 @@ def run(argv, timeout=120, env=None):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e)
 
 
-def wait_until(fn, timeout, step=0.2):
+def wait_until(fn, timeout, step=0.1):
     end = time.time() + timeout
     while time.time() < end:
         v = fn()

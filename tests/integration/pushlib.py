@@ -15,33 +15,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-OUT = os.path.join(ROOT, ".output")
-AGENT = os.path.join(OUT, "gpuscope-agent")
+sys.path.insert(0, os.path.dirname(__file__))
+from lib import (AGENT, OUT, PROGS, ROOT, check, finish, skip,  # noqa: E402,F401 (re-exported)
+                 start_workload, wait_until)
+
 SERVER = os.path.join(OUT, "gpuscope-server")
 CLI = os.path.join(OUT, "gpuscope")
-PROGS = os.path.join(OUT, "tests", "progs")
-
-_failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        _failures.append(what)
-    return cond
-
-
-def finish():
-    if _failures:
-        print("%d check(s) failed: %s" % (len(_failures), "; ".join(_failures)))
-        sys.exit(1)
-    sys.exit(0)
-
-
-def skip(why):
-    print("SKIP: " + why, flush=True)
-    sys.exit(77)
 
 
 def need_root_and_binaries(server=True):
@@ -60,16 +39,6 @@ def free_port():
     return port
 
 
-def wait_until(fn, timeout, step=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(step)
-    return fn()
-
-
 def http(url, token=None, timeout=10):
     """GET; returns (status, body bytes). Connection errors give status 0."""
     req = urllib.request.Request(url)
@@ -82,14 +51,6 @@ def http(url, token=None, timeout=10):
         return e.code, e.read()
     except (urllib.error.URLError, ConnectionError, socket.timeout):
         return 0, b""
-
-
-def start_workload(*argv):
-    p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    if line.strip() != "ready":
-        raise RuntimeError("workload %s did not start: %r" % (argv[0], line))
-    return p
 
 
 class Server:
