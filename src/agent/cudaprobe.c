@@ -20,6 +20,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/modules.h"
 #include "agent/strips.h"
 #include "common/abi.h"
@@ -522,22 +523,6 @@ static void cuda_stop(struct agent *a)
 	C.nlibs = 0;
 }
 
-static uint64_t sum_percpu(int fd, __u32 key)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	uint64_t sum = 0;
-	__u64 *vals;
-
-	if (ncpu <= 0)
-		return 0;
-	vals = calloc(ncpu, sizeof(*vals));
-	if (vals && !bpf_map_lookup_elem(fd, &key, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
-}
-
 static void cuda_metrics(struct agent *a, FILE *out)
 {
 	int probes = 0, absent = 0, efd;
@@ -556,11 +541,11 @@ static void cuda_metrics(struct agent *a, FILE *out)
 	fprintf(out, "gpuscope_agent_cuda_attach_failures_total %" PRIu64 "\n", C.attach_failures);
 	fprintf(out, "gpuscope_agent_cuda_stack_lost_total %" PRIu64 "\n", C.stack_lost);
 	fprintf(out, "gpuscope_agent_cuda_ringbuf_drops_total %" PRIu64 "\n",
-		sum_percpu(efd, GPUSCOPE_SERR_RINGBUF_FULL));
+		bpf_percpu_sum(efd, GPUSCOPE_SERR_RINGBUF_FULL));
 	fprintf(out, "gpuscope_agent_cuda_agg_drops_total %" PRIu64 "\n",
-		sum_percpu(efd, GPUSCOPE_SERR_AGG_FULL));
+		bpf_percpu_sum(efd, GPUSCOPE_SERR_AGG_FULL));
 	fprintf(out, "gpuscope_agent_cuda_nested_total %" PRIu64 "\n",
-		sum_percpu(efd, GPUSCOPE_SERR_NEST));
+		bpf_percpu_sum(efd, GPUSCOPE_SERR_NEST));
 	fprintf(out, "gpuscope_agent_cuda_batch_errors_total %" PRIu64 "\n", C.batch_errors);
 	fprintf(out, "gpuscope_agent_cuda_relabel_dropped_total %" PRIu64 "\n", C.relabel_dropped);
 	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/cupti_usdt.h"
 #include "agent/symbolize.h"
 #include "common/abi.h"
@@ -832,7 +833,6 @@ static void cupti_stop(struct agent *a)
 void cupti_usdt__stats(struct cupti_stats *ret)
 {
 	struct cupti_state *c = S;
-	int ncpu = libbpf_num_possible_cpus();
 
 	memset(ret, 0, sizeof(*ret));
 	if (!c)
@@ -843,19 +843,8 @@ void cupti_usdt__stats(struct cupti_stats *ret)
 		ret->lib_drops += c->procs[i].lib_drops;
 		ret->processes += c->procs[i].pid && !c->procs[i].dead;
 	}
-	if (ncpu > 0 && ncpu <= 4096) {
-		__u64 vals[ncpu];
-
-		for (__u32 k = 0; k < GPUSCOPE_CUPTI_ERR_MAX; k++) {
-			uint64_t sum = 0;
-
-			if (bpf_map_lookup_elem(bpf_map__fd(c->skel->maps.errors), &k, vals))
-				continue;
-			for (int i = 0; i < ncpu; i++)
-				sum += vals[i];
-			ret->bpf[k] = sum;
-		}
-	}
+	for (__u32 k = 0; k < GPUSCOPE_CUPTI_ERR_MAX; k++)
+		ret->bpf[k] = bpf_percpu_sum(bpf_map__fd(c->skel->maps.errors), k);
 }
 
 static void cupti_metrics(struct agent *a, FILE *out)

@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/oncpu.h"
 #include "agent/stacks.h"
 #include "agent/symbolize.h"
@@ -328,25 +329,12 @@ void oncpu__free(struct oncpu *o)
 	free(o);
 }
 
-static uint64_t sum_counter(const struct oncpu *o, __u32 which)
-{
-	int n = libbpf_num_possible_cpus();
-	uint64_t vals[n > 0 ? n : 1], sum = 0;
-
-	if (n <= 0 || bpf_map__lookup_elem(o->skel->maps.errors, &which, sizeof(which), vals,
-					   sizeof(vals), 0))
-		return 0;
-	for (int i = 0; i < n; i++)
-		sum += vals[i];
-	return sum;
-}
-
 void oncpu__stats(const struct oncpu *o, struct oncpu_stats *ret)
 {
-	ret->taken = sum_counter(o, GPUSCOPE_ERR_SAMPLES);
-	ret->lost = sum_counter(o, GPUSCOPE_ERR_RINGBUF_FULL);
-	ret->ustack_err = sum_counter(o, GPUSCOPE_ERR_USTACK);
-	ret->kstack_err = sum_counter(o, GPUSCOPE_ERR_KSTACK);
+	ret->taken = bpf_percpu_sum(bpf_map__fd(o->skel->maps.errors), GPUSCOPE_ERR_SAMPLES);
+	ret->lost = bpf_percpu_sum(bpf_map__fd(o->skel->maps.errors), GPUSCOPE_ERR_RINGBUF_FULL);
+	ret->ustack_err = bpf_percpu_sum(bpf_map__fd(o->skel->maps.errors), GPUSCOPE_ERR_USTACK);
+	ret->kstack_err = bpf_percpu_sum(bpf_map__fd(o->skel->maps.errors), GPUSCOPE_ERR_KSTACK);
 	ret->delivered = o->delivered;
 	ret->ncpus = o->nfds;
 	ret->event = o->event;

@@ -14,6 +14,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/modules.h"
 #include "agent/strips.h"
 #include "common/abi.h"
@@ -415,22 +416,6 @@ static void sched_stop(struct agent *a)
 	S.skel = NULL;
 }
 
-static uint64_t sum_percpu(int fd, __u32 key)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	uint64_t sum = 0;
-	__u64 *vals;
-
-	if (ncpu <= 0)
-		return 0;
-	vals = calloc(ncpu, sizeof(*vals));
-	if (vals && !bpf_map_lookup_elem(fd, &key, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
-}
-
 static void sched_metrics(struct agent *a, FILE *out)
 {
 	static const char *const errs[] = {
@@ -445,13 +430,13 @@ static void sched_metrics(struct agent *a, FILE *out)
 		return;
 	procs__stats(&ps);
 	fprintf(out, "gpuscope_agent_sched_switches_total %" PRIu64 "\n",
-		sum_percpu(bpf_map__fd(S.skel->maps.counts), 0));
+		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
 	fprintf(out, "gpuscope_agent_sched_events_total %" PRIu64 "\n",
-		sum_percpu(bpf_map__fd(S.skel->maps.counts), 1));
+		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
 	for (size_t i = 0; i < ARRAY_SIZE(errs); i++)
 		if (errs[i])
 			fprintf(out, "gpuscope_agent_sched_bpf_errors_total{error=\"%s\"} %" PRIu64 "\n",
-				errs[i], sum_percpu(bpf_map__fd(S.skel->maps.errors), i));
+				errs[i], bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors), i));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;
