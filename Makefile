@@ -3,7 +3,7 @@
 # sources are discovered by directory, so adding a file needs no Makefile edit:
 #   src/common/*.c            -> .output/libgpuscope_common.a (linked into every binary)
 #   proto/**/*.proto          -> .output/proto/*.pb-c.[ch] -> .output/libgpuscope_proto.a
-#   src/agent/bpf/*.bpf.c     -> .output/bpf/*.bpf.o -> .output/*.skel.h
+#   src/agent/*/X.bpf.c       -> .output/bpf/X.bpf.o -> .output/X.skel.h (beside its loader X.c)
 #   src/agent/**/*.c          -> .output/libgpuscope_agent.a (main.c excluded) + gpuscope-agent
 #   src/server/**/*.c         -> .output/libgpuscope_server.a (main.c excluded) + gpuscope-server
 #   src/cli/**/*.c            -> gpuscope
@@ -43,10 +43,11 @@ COMMON_SRCS := $(wildcard src/common/*.c)
 PROTO_SRCS  := $(call rwildcard,proto,*.proto)
 PROTO_C     := $(patsubst proto/%.proto,$(OUT)/proto/%.pb-c.c,$(PROTO_SRCS))
 PROTO_H     := $(PROTO_C:.c=.h)
-BPF_SRCS    := $(wildcard src/agent/bpf/*.bpf.c)
-BPF_OBJS    := $(patsubst src/agent/bpf/%.bpf.c,$(OUT)/bpf/%.bpf.o,$(BPF_SRCS))
-SKELS       := $(patsubst src/agent/bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
-AGENT_SRCS  := $(filter-out src/agent/main.c src/agent/bpf/%,$(call rwildcard,src/agent,*.c))
+BPF_SRCS    := $(call rwildcard,src/agent,*.bpf.c)
+BPF_STEMS   := $(basename $(basename $(notdir $(BPF_SRCS))))
+BPF_OBJS    := $(patsubst %,$(OUT)/bpf/%.bpf.o,$(BPF_STEMS))
+SKELS       := $(patsubst %,$(OUT)/%.skel.h,$(BPF_STEMS))
+AGENT_SRCS  := $(filter-out src/agent/main.c %.bpf.c,$(call rwildcard,src/agent,*.c))
 SERVER_SRCS := $(filter-out src/server/main.c,$(call rwildcard,src/server,*.c))
 CLI_SRCS    := $(call rwildcard,src/cli,*.c)
 UNIT_SRCS   := $(wildcard tests/unit/test_*.c)
@@ -75,13 +76,15 @@ $(VMLINUX):
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-$(OUT)/bpf/%.bpf.o: src/agent/bpf/%.bpf.c $(VMLINUX) $(wildcard src/agent/bpf/*.h src/common/abi*.h)
+# Each BPF program sits in its feature folder (src/agent/sched/sched.bpf.c); vpath finds it by stem.
+vpath %.bpf.c $(sort $(dir $(BPF_SRCS)))
+$(BPF_OBJS): $(OUT)/bpf/%.bpf.o: %.bpf.c $(VMLINUX)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(dir $(VMLINUX)) -Isrc \
-		-c $< -o $@
+		-MMD -MP -MF $(@:.o=.d) -c $< -o $@
 	$(Q)llvm-strip -g $@
 
-$(OUT)/%.skel.h: $(OUT)/bpf/%.bpf.o
+$(SKELS): $(OUT)/%.skel.h: $(OUT)/bpf/%.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
 $(OUT)/proto/%.pb-c.c $(OUT)/proto/%.pb-c.h: proto/%.proto
@@ -89,8 +92,14 @@ $(OUT)/proto/%.pb-c.c $(OUT)/proto/%.pb-c.h: proto/%.proto
 	$(Q)$(PROTOC_C) -Iproto --c_out=$(OUT)/proto $<
 
 # ---- objects ----------------------------------------------------------------------------------
-# Every C object may include a skeleton or a generated protobuf header.
-$(OUT)/obj/%.o: %.c $(SKELS) $(PROTO_H) | $(OUT)
+# Generated headers are order-only: they exist before the first compile, and the compiler's
+# dependency files (-MMD) say afterwards which object really includes which. Only the agent's
+# objects wait for the BPF skeletons.
+$(OUT)/obj/src/agent/%.o: src/agent/%.c | $(SKELS) $(PROTO_H)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(OUT)/obj/%.o: %.c | $(PROTO_H)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -128,7 +137,7 @@ $(OUT)/tests/progs/%: tests/progs/%.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fno-inline -fPIE -pie -pthread -o $@ $< $(PROG_LDLIBS_$*)
 
--include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(OUT)/obj $(OUT)/bpf -name '*.d' 2>/dev/null)
 include $(sort $(wildcard mk/*.mk))
 
 # ---- entry points -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@
  */
 #include <dirent.h>
 #include <stdlib.h>
-#include "../../src/agent/meta.c"
+#include "../../src/agent/meta/meta.c"
 
 static pid_t pids[8192];
 

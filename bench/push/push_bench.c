@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "agent/compress.h"
-#include "agent/push.h"
+#include "agent/push/compress.h"
+#include "agent/push/push.h"
 #include "common/batch.h"
 #include "common/util.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "agent/symbolize.h"
+#include "agent/sym/symbolize.h"
 
 static uint64_t now_ns(void)
 {

@@ -69,7 +69,7 @@ size_t agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm
 			 struct label *ret, size_t max);
 
 /*
- * Container/pod/namespace labels of pid (src/agent/meta.c, the k8s module). Weak: NULL when
+ * Container/pod/namespace labels of pid (src/agent/meta/meta.c, the k8s module). Weak: NULL when
  * not linked. Returns the number of labels written (<= max); the strings belong to meta.c.
  */
 size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max) __attribute__((weak));

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/commands.h"
-#include "agent/oncpu.h"
-#include "agent/stacks.h"
-#include "agent/symbolize.h"
+#include "agent/cpu/oncpu.h"
+#include "agent/sym/stacks.h"
+#include "agent/sym/symbolize.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/pprof.h"

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/cupti_usdt.h"
+#include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
-#include "agent/symbolize.h"
+#include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/stacks.h"
-#include "agent/symbolize.h"
+#include "agent/sym/stacks.h"
+#include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"

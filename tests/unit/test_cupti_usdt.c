@@ -15,9 +15,9 @@
 #include <unistd.h>
 #include "test.h"
 #include "agent/agent.h"
-#include "agent/cupti_usdt.h"
+#include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
-#include "agent/symbolize.h"
+#include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Unit tests for src/agent/meta.c: cgroup paths of containerd, CRI-O, Docker and Podman (systemd
+ * Unit tests for src/agent/meta/meta.c: cgroup paths of containerd, CRI-O, Docker and Podman (systemd
  * and cgroupfs drivers, v1 and v2), this machine's real cgroups (and a real cgroup made for the
  * test when root), pod labels and Kubeflow/KubeRay promotion from a Pod object, relabel drop.
  */
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "test.h"
-#include "../../src/agent/meta.c"
+#include "../../src/agent/meta/meta.c"
 
 #define ID64 "4a5b6c7d8e9f00112233445566778899aabbccddeeff00112233445566778899"
 #define UID_ "7c1f9d3e_5b2a_4c8e_9f10_2d3e4f5a6b7c"

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for src/agent/relabel.c: config parsing, errors with line and reason, semantics. */
+/* Unit tests for src/agent/meta/relabel.c: config parsing, errors with line and reason, semantics. */
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "test.h"
-#include "agent/relabel.h"
+#include "agent/meta/relabel.h"
 
 static struct relabel_rules *parse_ok(const char *text)
 {

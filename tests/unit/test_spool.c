@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "agent/spool.h"
+#include "agent/push/spool.h"
 #include "test.h"
 
 static char *tmpdir(void)

@@ -17,9 +17,9 @@
 #include "agent/agent.h"
 /* strong references: pull the modules from the archive */
 extern const struct agent_module sched_module, cuda_probe_module;
-#include "agent/stacks.h"
-#include "agent/strips.h"
-#include "agent/symbolize.h"
+#include "agent/sym/stacks.h"
+#include "agent/sched/strips.h"
+#include "agent/sym/symbolize.h"
 #include "common/log.h"
 #include "common/util.h"
 

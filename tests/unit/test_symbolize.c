@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
-#include "agent/symbolize.h"
+#include "agent/sym/symbolize.h"
 
 #define MAX_ADDRS 16
 

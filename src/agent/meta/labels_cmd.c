@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include "agent/commands.h"
-#include "agent/meta.h"
+#include "agent/meta/meta.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -16,8 +16,8 @@
 #include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "agent/symbolize.h"
-#include "agent/symbolize_int.h"
+#include "agent/sym/symbolize.h"
+#include "agent/sym/symbolize_int.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cupti_module: attaches src/agent/bpf/cupti.bpf.c to the USDT probes of every
+ * cupti_module: attaches src/agent/cupti/cupti.bpf.c to the USDT probes of every
  * libgpuscope_cupti*.so file that processes have mapped (system-wide on that file, so later
  * processes are covered too), and joins in user space: launch stacks by (pid, correlation id)
  * with the activity records, into gpu_kernel_ns samples, gpu_kernel/memcpy/memset/cuda_sync
@@ -21,8 +21,8 @@
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
-#include "agent/cupti_usdt.h"
-#include "agent/symbolize.h"
+#include "agent/cupti/cupti_usdt.h"
+#include "agent/sym/symbolize.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"

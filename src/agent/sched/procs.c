@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/strips.h"
+#include "agent/sched/strips.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "agent/agent.h"
-#include "agent/stacks.h"
-#include "agent/symbolize.h"
+#include "agent/sym/stacks.h"
+#include "agent/sym/symbolize.h"
 #include "common/hmap.h"
 #include "common/util.h"
 

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "agent/symbolize_int.h"
+#include "agent/sym/symbolize_int.h"
 
 int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, size_t name_len,
 	     int32_t prio, uint32_t aux)

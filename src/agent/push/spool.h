@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "agent/compress.h"
+#include "agent/push/compress.h"
 
 struct spool;
 

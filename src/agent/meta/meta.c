@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <curl/curl.h>
 #include <jansson.h>
-#include "agent/meta.h"
-#include "agent/relabel.h"
+#include "agent/meta/meta.h"
+#include "agent/meta/relabel.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include "agent/metrics_http.h"
+#include "agent/push/metrics_http.h"
 #include "common/log.h"
 
 struct metrics_http {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "agent/spool.h"
+#include "agent/push/spool.h"
 #include "common/log.h"
 
 struct entry {

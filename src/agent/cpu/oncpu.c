@@ -16,9 +16,9 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
-#include "agent/oncpu.h"
-#include "agent/stacks.h"
-#include "agent/symbolize.h"
+#include "agent/cpu/oncpu.h"
+#include "agent/sym/stacks.h"
+#include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <zlib.h>
 #include <zstd.h>
-#include "agent/compress.h"
+#include "agent/push/compress.h"
 
 static const char *const names[] = {
 	[COMPRESS_ZSTD] = "zstd",

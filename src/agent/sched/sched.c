@@ -16,7 +16,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/modules.h"
-#include "agent/strips.h"
+#include "agent/sched/strips.h"
 #include "common/abi.h"
 #include "common/abi_strips.h"
 #include "common/batch.h"
@@ -24,8 +24,8 @@
 #include "common/util.h"
 #include "sched.skel.h"
 
-#include "agent/stacks.h"
-#include "agent/symbolize.h"
+#include "agent/sym/stacks.h"
+#include "agent/sym/symbolize.h"
 
 #define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
 #define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "agent/push.h"
-#include "agent/spool.h"
+#include "agent/push/push.h"
+#include "agent/push/spool.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -22,7 +22,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/modules.h"
-#include "agent/strips.h"
+#include "agent/sched/strips.h"
 #include "common/abi.h"
 #include "common/abi_strips.h"
 #include "common/batch.h"
@@ -30,7 +30,7 @@
 #include "common/util.h"
 #include "cudaprobe.skel.h"
 
-#include "agent/stacks.h"
+#include "agent/sym/stacks.h"
 
 #define LIBS_MAX	  16			/* distinct libcuda files probed */
 #define WATCH_MAX	  PROCS_MAX

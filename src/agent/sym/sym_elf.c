@@ -8,7 +8,7 @@
 #include <libelf.h>
 #include <stdlib.h>
 #include <string.h>
-#include "agent/symbolize_int.h"
+#include "agent/sym/symbolize_int.h"
 
 #ifndef NT_GNU_BUILD_ID
 #define NT_GNU_BUILD_ID 3

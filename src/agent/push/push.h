@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "agent/compress.h"
+#include "agent/push/compress.h"
 
 struct batch;
 struct spool;

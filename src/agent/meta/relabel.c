@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "agent/relabel.h"
+#include "agent/meta/relabel.h"
 #include "common/util.h"
 
 #define MAX_RULES	 256

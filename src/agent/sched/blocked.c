@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "agent/strips.h"
+#include "agent/sched/strips.h"
 #include "common/log.h"
 
 struct krange {
