@@ -10,7 +10,7 @@ $(BATCHGEN): $(call obj,tests/tools/batchgen.c) $(COMMON_LIB) $(PROTO_LIB)
 # libFuzzer targets: clang with -fsanitize=fuzzer,address,undefined over the sources they test.
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=gnu11 \
 	       -D_GNU_SOURCE -Isrc -I$(OUT) -I$(OUT)/proto
-FUZZ_BINS   := $(OUT)/fuzz/fuzz_batch $(OUT)/fuzz/fuzz_selector
+FUZZ_BINS   := $(OUT)/fuzz/fuzz_batch $(OUT)/fuzz/fuzz_selector $(OUT)/fuzz/fuzz_chunk
 all: $(FUZZ_BINS)
 $(OUT)/fuzz/fuzz_batch: tests/fuzz/fuzz_batch.c src/common/batch.c src/common/hmap.c src/common/util.c \
 			src/common/log.c $(OUT)/proto/gpuscope/v1/batch.pb-c.c $(PROTO_H)
@@ -19,3 +19,6 @@ $(OUT)/fuzz/fuzz_batch: tests/fuzz/fuzz_batch.c src/common/batch.c src/common/hm
 $(OUT)/fuzz/fuzz_selector: tests/fuzz/fuzz_selector.c src/server/selector.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
+$(OUT)/fuzz/fuzz_chunk: tests/fuzz/fuzz_chunk.c src/server/store/sqlite/chunk.c src/server/codec.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lzstd -lz -lm

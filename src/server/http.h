@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "server/store.h"
+#include "server/store/store.h"
 
 struct http_opts {
 	const char *listen;	/* "ADDR:PORT"; port 0 picks a free one */

@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "server/http.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 static void usage(FILE *f)
 {

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "server/codec.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 /*
  * Flame graph JSON of q (and, when q2 is not NULL, the diff: every node carries value and

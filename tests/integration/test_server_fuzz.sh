@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Runs the libFuzzer targets of the server (batch decoder, label selector parser) for a bounded
-# time each, starting from the committed corpus in tests/fuzz/corpus/; new inputs go to a
-# scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails.
+# Runs the libFuzzer targets of the server (batch decoder, label selector parser, the SQLite
+# store's chunk codec) for a bounded time each, starting from the committed corpus in
+# tests/fuzz/corpus/; new inputs go to a scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails.
 set -u
 cd "$(dirname "$0")/../.."
 secs=${GPUSCOPE_FUZZ_SECONDS:-10}
 tmp=$(mktemp -d /tmp/gpuscope-fuzz.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 rc=0
-for name in batch selector; do
+for name in batch selector chunk; do
 	bin=.output/fuzz/fuzz_$name
 	if [ ! -x "$bin" ]; then
 		echo "SKIP: $bin not built (clang with libFuzzer missing?)"

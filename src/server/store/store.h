@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The storage interface behind the HTTP API: ingest a validated batch, answer aggregations
- * (stack id -> value), stacks, series, intervals and label lookups. store_sqlite.c is the
- * default backend; a ClickHouse backend implements the same ops. Every function is thread-safe.
+ * (stack id -> value), stacks, series, intervals and label lookups. sqlite/ is the default
+ * backend; every backend implements the same ops. Every function is thread-safe.
  */
 #ifndef GPUSCOPE_STORE_H
 #define GPUSCOPE_STORE_H

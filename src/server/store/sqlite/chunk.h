@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The SQLite backend's blob formats, each encoder beside its decoder: sample chunks, metric
+ * point chunks and rollup rows. Pure functions over bytes (no database, no store state), so a
+ * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is zstd-compressed; a
+ * decoder never reads past its input and answers -EINVAL for anything it cannot parse.
+ */
+#ifndef GPUSCOPE_STORE_SQLITE_CHUNK_H
+#define GPUSCOPE_STORE_SQLITE_CHUNK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "server/codec.h"
+
+#define CHUNK_MAX	65536		/* samples or points per chunk (decoders refuse more) */
+#define CHUNK_ZLEVEL	3
+#define CHUNK_MAX_BLOB	(256u << 20)	/* decompressed blob bound */
+
+/* One sample before encoding. */
+struct srow {
+	uint64_t t;
+	uint64_t stack;
+	int64_t value;
+};
+
+/* One metric point before encoding. */
+struct prow {
+	uint64_t t;
+	double v;
+};
+
+/*
+ * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1), then n time deltas
+ * from t_min = r[0].t (uvarint, times sorted ascending), n stack ids (uvarint), n values
+ * (svarint) unless all are 1. r sorted by t, n >= 1. *ret malloc'ed (caller frees). 0/-errno.
+ */
+int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded sample chunk in struct-of-arrays form; zero-initialized is empty and reusable. */
+struct chunk {
+	struct buf raw;
+	size_t n;
+	bool all_one;
+	uint64_t *t, *stack;
+	int64_t *value;
+	size_t cap;
+};
+
+/* Decodes a sample chunk whose first time is t_min into c (reusing its arrays). 0/-errno. */
+int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t t_min);
+void chunk_done(struct chunk *c);
+
+/*
+ * Points chunk (before zstd): uvarint n, n time deltas from t_min = r[0].t, n doubles (8 bytes
+ * each, host order). r sorted by t, n >= 1. *ret malloc'ed (caller frees). 0/-errno.
+ */
+int chunk_points_encode(const struct prow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/*
+ * Decodes a points chunk whose first time is t_min, calling cb for each point in order once
+ * the whole chunk validated. tmp is scratch (reused). 0, -EINVAL/-E2BIG/-ENOMEM, or cb's
+ * nonzero return.
+ */
+int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf *tmp,
+			int (*cb)(void *ctx, uint64_t t, double v), void *ctx);
+
+/*
+ * Rollup row (before zstd): uvarint n, then n x (stack delta uvarint, sum svarint, count
+ * uvarint) in ascending stack order. order[] lists the indexes of stack/sum/count in that
+ * order (ascending, distinct stacks). *ret malloc'ed (caller frees). 0/-errno.
+ */
+int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *count,
+		  const size_t *order, size_t n, uint8_t **ret, size_t *ret_len);
+
+/*
+ * Decodes a rollup row, calling cb per entry in stack order. tmp is scratch (reused). 0,
+ * -EINVAL/-E2BIG/-ENOMEM or cb's nonzero return; entries before a corrupt one were passed.
+ */
+int rollup_decode(const void *blob, size_t len, struct buf *tmp,
+		  int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
+
+#endif

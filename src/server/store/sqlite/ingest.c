@@ -1,0 +1,673 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Ingest into the SQLite store: dictionaries (label sets, locations, stacks, series)
+ * deduplicated by content hash, samples and points cut into chunks, intervals one row each,
+ * all of a batch under one savepoint, and concurrent batches group-committed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gpuscope/v1/batch.pb-c.h"
+#include "server/store/sqlite/sqlite.h"
+
+static int cmp_names(const void *a, const void *b)
+{
+	const char *const *x = a, *const *y = b;
+
+	return strcmp(x[0], y[0]);
+}
+
+/* Serialized label set "n\0v\0n\0v\0" of sorted pairs. */
+static void ls_bytes(const char *const *pairs, size_t n, struct buf *b)
+{
+	for (size_t i = 0; i < 2 * n; i++)
+		buf_put(b, pairs[i], strlen(pairs[i]) + 1);
+}
+
+struct ls_pending {
+	uint64_t id, hash, first, last;
+	struct buf blob;
+	bool is_new;
+};
+
+struct ingest {
+	struct sq *s;
+	const Gpuscope__V1__Batch *m;
+	struct ls_pending *ls;		/* per batch label set */
+	uint64_t *loc_gid, *stack_gid;
+	char *err;
+	size_t errlen;
+};
+
+static const char *S(const struct ingest *in, uint32_t i)
+{
+	return in->m->strings[i];
+}
+
+/* Resolves a hash to an id through the cache, then the table; inserts via add otherwise. */
+static int dedup_id(struct sq *s, struct u64map *cache, int get, uint64_t hash, uint64_t *ret)
+{
+	uint64_t *v = u64map_find(cache, hash);
+	int64_t id;
+	int rc;
+
+	if (v) {
+		*ret = *v;
+		return 1;
+	}
+	sqlite3_bind_int64(s->st[get], 1, (int64_t)hash);
+	rc = sq_step_i64(s->st[get], &id);
+	if (rc < 0)
+		return rc;
+	if (rc) {
+		if (cache->len > DEDUP_CACHE_MAX)
+			u64map_done(cache);
+		if (!u64map_upsert(cache, hash, (uint64_t)id, NULL))
+			return -ENOMEM;
+		*ret = (uint64_t)id;
+		return 1;
+	}
+	return 0;
+}
+
+static int cache_new(struct sq *s, struct u64map *cache, uint64_t hash, uint64_t id)
+{
+	(void)s;
+	if (cache->len > DEDUP_CACHE_MAX)
+		u64map_done(cache);
+	return u64map_upsert(cache, hash, id, NULL) ? 0 : -ENOMEM;
+}
+
+static int map_label_sets(struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	struct sq *s = in->s;
+	const char *pairs[2 * (BATCH_MAX_LABELS + 1)];
+
+	for (size_t i = 0; i < m->n_label_sets; i++) {
+		const Gpuscope__V1__LabelSet *ls = m->label_sets[i];
+		struct ls_pending *p = &in->ls[i];
+		size_t n = 0;
+		uint64_t *v;
+		int64_t id;
+		int rc;
+
+		pairs[n++] = "node";
+		pairs[n++] = S(in, m->node);
+		for (size_t k = 0; k < ls->n_pairs; k += 2) {
+			const char *name = S(in, ls->pairs[k]);
+			bool dup = !strcmp(name, "node");
+
+			for (size_t j = 2; j < n && !dup; j += 2)
+				dup = !strcmp(pairs[j], name);
+			if (dup)
+				continue;	/* the batch's node wins; first of duplicates wins */
+			pairs[n++] = name;
+			pairs[n++] = S(in, ls->pairs[k + 1]);
+		}
+		qsort(pairs, n / 2, 2 * sizeof(char *), cmp_names);
+		ls_bytes(pairs, n / 2, &p->blob);
+		if (p->blob.oom)
+			return -ENOMEM;
+		p->hash = hash64(p->blob.p, p->blob.len, 11);
+		p->first = UINT64_MAX;
+		pthread_rwlock_rdlock(&s->lmu);
+		v = u64map_find(&s->ls_ids, p->hash);
+		if (v)
+			p->id = *v;
+		pthread_rwlock_unlock(&s->lmu);
+		if (v)
+			continue;
+		sqlite3_bind_int64(s->st[ST_LS_GET], 1, (int64_t)p->hash);
+		rc = sq_step_i64(s->st[ST_LS_GET], &id);
+		if (rc < 0)
+			return rc;
+		if (rc) {
+			p->id = (uint64_t)id;
+			continue;
+		}
+		/* Times are set once the records are known (UPDATE below). */
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 1, (int64_t)p->hash);
+		sqlite3_bind_blob(s->st[ST_LS_ADD], 2, p->blob.p, (int)p->blob.len, SQLITE_STATIC);
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 3, INT64_MAX);
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 4, 0);
+		if (sq_step_done(s->st[ST_LS_ADD]))
+			return -EIO;
+		p->id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+		p->is_new = true;
+	}
+	return 0;
+}
+
+static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
+{
+	struct ls_pending *p = &in->ls[ls];
+
+	if (t0 < p->first)
+		p->first = t0;
+	if (t1 > p->last)
+		p->last = t1;
+}
+
+static int map_locations(struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	struct sq *s = in->s;
+	struct buf key = { 0 };
+	int err = 0;
+
+	for (size_t i = 0; i < m->n_locations && !err; i++) {
+		const Gpuscope__V1__Location *l = m->locations[i];
+		uint32_t flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
+		sqlite3_stmt *st = s->st[ST_LOC_ADD];
+		uint64_t hash, id;
+		int rc;
+
+		key.len = 0;
+		buf_puts(&key, S(in, l->function));
+		buf_put(&key, "", 1);
+		buf_puts(&key, S(in, l->module));
+		buf_put(&key, "", 1);
+		buf_puts(&key, S(in, l->build_id));
+		buf_put(&key, "", 1);
+		buf_puts(&key, S(in, l->file));
+		buf_put(&key, "", 1);
+		buf_put(&key, &l->line, sizeof(l->line));
+		buf_put(&key, &l->address, sizeof(l->address));
+		buf_put(&key, &flags, sizeof(flags));
+		if (key.oom) {
+			err = -ENOMEM;
+			break;
+		}
+		hash = hash64(key.p, key.len, 12);
+		rc = dedup_id(s, &s->loc_ids, ST_LOC_GET, hash, &id);
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
+		if (!rc) {
+			sqlite3_bind_int64(st, 1, (int64_t)hash);
+			sqlite3_bind_text(st, 2, S(in, l->function), -1, SQLITE_STATIC);
+			sqlite3_bind_text(st, 3, S(in, l->module), -1, SQLITE_STATIC);
+			sqlite3_bind_text(st, 4, S(in, l->build_id), -1, SQLITE_STATIC);
+			sqlite3_bind_text(st, 5, S(in, l->file), -1, SQLITE_STATIC);
+			sqlite3_bind_int64(st, 6, l->line);
+			sqlite3_bind_int64(st, 7, (int64_t)l->address);
+			sqlite3_bind_int64(st, 8, flags);
+			if (sq_step_done(st)) {
+				err = -EIO;
+				break;
+			}
+			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+			err = cache_new(s, &s->loc_ids, hash, id);
+		}
+		in->loc_gid[i] = id;
+	}
+	buf_done(&key);
+	return err;
+}
+
+static int map_stacks(struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	struct sq *s = in->s;
+	struct buf key = { 0 };
+	int err = 0;
+
+	for (size_t i = 0; i < m->n_stacks && !err; i++) {
+		const Gpuscope__V1__Stack *st = m->stacks[i];
+		uint64_t hash, id;
+		int rc;
+
+		key.len = 0;
+		for (size_t k = 0; k < st->n_locations; k++)
+			buf_uvarint(&key, in->loc_gid[st->locations[k]]);
+		if (key.oom) {
+			err = -ENOMEM;
+			break;
+		}
+		hash = hash64(key.p, key.len, 13);
+		rc = dedup_id(s, &s->stack_ids, ST_STACK_GET, hash, &id);
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
+		if (!rc) {
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
+			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, key.p ? (void *)key.p : "",
+					  (int)key.len, SQLITE_STATIC);
+			if (sq_step_done(s->st[ST_STACK_ADD])) {
+				err = -EIO;
+				break;
+			}
+			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+			err = cache_new(s, &s->stack_ids, hash, id);
+		}
+		in->stack_gid[i] = id;
+	}
+	buf_done(&key);
+	return err;
+}
+
+static int cmp_srow(const void *a, const void *b)
+{
+	const struct srow *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static int put_sample_chunk(struct ingest *in, uint64_t ls, int kind, const struct srow *r,
+			    size_t n)
+{
+	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	err = chunk_samples_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)ls);
+	sqlite3_bind_int(st, 2, kind);
+	sqlite3_bind_int64(st, 3, (int64_t)r[0].t);
+	sqlite3_bind_int64(st, 4, (int64_t)r[n - 1].t);
+	sqlite3_bind_int64(st, 5, (int64_t)n);
+	sqlite3_bind_blob(st, 6, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+static int store_samples(struct ingest *in, uint64_t *ret_n)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	int err = 0;
+
+	for (size_t g = 0; g < m->n_samples && !err; g++) {
+		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+		size_t n = sg->n_stack, start = 0;
+		struct srow *r;
+		uint64_t t = 0;
+
+		if (!n)
+			continue;
+		r = malloc(n * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			t += (uint64_t)sg->time_delta_ns[i];
+			r[i].t = t;
+			r[i].stack = in->stack_gid[sg->stack[i]];
+			r[i].value = sg->n_value ? sg->value[i] : 1;
+		}
+		qsort(r, n, sizeof(*r), cmp_srow);
+		ls_touch(in, sg->label_set, r[0].t, r[n - 1].t);
+		for (size_t i = 1; i <= n && !err; i++) {
+			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
+				continue;
+			err = put_sample_chunk(in, in->ls[sg->label_set].id, sg->kind, r + start,
+					       i - start);
+			start = i;
+		}
+		free(r);
+		*ret_n += n;
+	}
+	return err;
+}
+
+static int cmp_prow(const void *a, const void *b)
+{
+	const struct prow *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static int put_points_chunk(struct sq *s, uint64_t series, const struct prow *r, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_POINTS_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	err = chunk_points_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)series);
+	sqlite3_bind_int64(st, 2, (int64_t)r[0].t);
+	sqlite3_bind_int64(st, 3, (int64_t)r[n - 1].t);
+	sqlite3_bind_int64(st, 4, (int64_t)n);
+	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+static int store_series(struct ingest *in, uint64_t *ret_n)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	struct sq *s = in->s;
+	int err = 0;
+
+	for (size_t i = 0; i < m->n_series && !err; i++) {
+		const Gpuscope__V1__MetricSeries *ms = m->series[i];
+		const char *name = S(in, ms->name);
+		uint64_t ls = in->ls[ms->label_set].id, hash, id, t = 0;
+		size_t n = ms->n_value, start = 0;
+		struct buf key = { 0 };
+		struct prow *r;
+		int rc;
+
+		if (!n)
+			continue;
+		buf_puts(&key, name);
+		buf_put(&key, &ls, sizeof(ls));
+		hash = key.oom ? 0 : hash64(key.p, key.len, 14);
+		buf_done(&key);
+		rc = dedup_id(s, &s->series_ids, ST_SERIES_GET, hash, &id);
+		if (rc < 0)
+			return rc;
+		if (!rc) {
+			sqlite3_bind_int64(s->st[ST_SERIES_ADD], 1, (int64_t)hash);
+			sqlite3_bind_text(s->st[ST_SERIES_ADD], 2, name, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s->st[ST_SERIES_ADD], 3, (int64_t)ls);
+			if (sq_step_done(s->st[ST_SERIES_ADD]))
+				return -EIO;
+			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+			if ((err = cache_new(s, &s->series_ids, hash, id)))
+				return err;
+		}
+		r = malloc(n * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		for (size_t k = 0; k < n; k++) {
+			t += (uint64_t)ms->time_delta_ns[k];
+			r[k].t = t;
+			r[k].v = ms->value[k];
+		}
+		qsort(r, n, sizeof(*r), cmp_prow);
+		ls_touch(in, ms->label_set, r[0].t, r[n - 1].t);
+		for (size_t k = 1; k <= n && !err; k++) {
+			if (k < n && k - start < CHUNK_MAX && r[k].t - r[start].t < CHUNK_SPAN_NS)
+				continue;
+			err = put_points_chunk(s, id, r + start, k - start);
+			start = k;
+		}
+		free(r);
+		*ret_n += n;
+	}
+	return err;
+}
+
+static int store_intervals(struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	sqlite3_stmt *st = in->s->st[ST_IVL_ADD];
+	struct buf attrs = { 0 };
+	int err = 0;
+
+	for (size_t i = 0; i < m->n_intervals && !err; i++) {
+		const Gpuscope__V1__Interval *iv = m->intervals[i];
+
+		attrs.len = 0;
+		for (size_t k = 0; k < iv->n_attrs; k += 2) {
+			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
+			char num[24], *end;
+
+			if (!strcmp(name, "stack_id")) {
+				unsigned long long sid = strtoull(val, &end, 10);
+
+				/* Batch-local index -> global id; an invalid one is dropped. */
+				if (!*val || *end || sid >= m->n_stacks)
+					continue;
+				snprintf(num, sizeof(num), "%llu",
+					 (unsigned long long)in->stack_gid[sid]);
+				val = num;
+			}
+			buf_put(&attrs, name, strlen(name) + 1);
+			buf_put(&attrs, val, strlen(val) + 1);
+		}
+		if (attrs.oom) {
+			err = -ENOMEM;
+			break;
+		}
+		ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
+		sqlite3_bind_text(st, 1, S(in, iv->kind), -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (int64_t)in->ls[iv->label_set].id);
+		sqlite3_bind_int64(st, 3, (int64_t)iv->start_ns);
+		sqlite3_bind_int64(st, 4, (int64_t)iv->end_ns);
+		sqlite3_bind_blob(st, 5, attrs.p ? (void *)attrs.p : "", (int)attrs.len,
+				  SQLITE_STATIC);
+		err = sq_step_done(st);
+	}
+	buf_done(&attrs);
+	return err;
+}
+
+static int finish_label_sets(struct ingest *in, uint64_t *ret_first, uint64_t *ret_last)
+{
+	struct sq *s = in->s;
+
+	*ret_first = UINT64_MAX;
+	*ret_last = 0;
+	for (size_t i = 0; i < in->m->n_label_sets; i++) {
+		struct ls_pending *p = &in->ls[i];
+
+		if (p->first == UINT64_MAX) {
+			if (!p->is_new)
+				continue;
+			p->first = p->last = 0;	/* a set without records: keep it valid */
+		}
+		if (p->first < *ret_first)
+			*ret_first = p->first;
+		if (p->last > *ret_last)
+			*ret_last = p->last;
+		sqlite3_bind_int64(s->st[ST_LS_TIME], 1, (int64_t)p->id);
+		sqlite3_bind_int64(s->st[ST_LS_TIME], 2, (int64_t)p->first);
+		sqlite3_bind_int64(s->st[ST_LS_TIME], 3, (int64_t)p->last);
+		if (sq_step_done(s->st[ST_LS_TIME]))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* After COMMIT: publish new label sets and time extents to queries. */
+static void publish_label_sets(struct ingest *in)
+{
+	struct sq *s = in->s;
+
+	pthread_rwlock_wrlock(&s->lmu);
+	for (size_t i = 0; i < in->m->n_label_sets; i++) {
+		struct ls_pending *p = &in->ls[i];
+		struct lset *l;
+
+		if (p->is_new || p->id >= s->nlsets || !s->lsets[p->id].pairs) {
+			if (sq_lset_put(s, p->id, p->hash, p->blob.p, p->blob.len, p->first, p->last))
+				log_warn("label set %llu: out of memory, not queryable until restart",
+					 (unsigned long long)p->id);
+			continue;
+		}
+		if (p->first == UINT64_MAX)
+			continue;
+		l = &s->lsets[p->id];
+		if (p->first < l->first_ns)
+			l->first_ns = p->first;
+		if (p->last > l->last_ns)
+			l->last_ns = p->last;
+	}
+	pthread_rwlock_unlock(&s->lmu);
+}
+
+void sq_dedup_reset(struct sq *s)
+{
+	u64map_done(&s->loc_ids);
+	u64map_done(&s->stack_ids);
+	u64map_done(&s->series_ids);
+}
+
+/* One batch waiting for (or in) a group commit. */
+struct gitem {
+	struct ingest in;
+	int rc;
+	bool done;
+	uint64_t nsamples, npoints;
+	struct gitem *next;
+};
+
+/* Stores one batch inside the open transaction, under a savepoint: whole or not at all. */
+static int ingest_one(struct sq *s, struct gitem *g)
+{
+	struct ingest *in = &g->in;
+	const Gpuscope__V1__Batch *m = in->m;
+	uint64_t first, last;
+	int64_t seen;
+	int rc;
+
+	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
+		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
+		return -EIO;
+	}
+	sqlite3_bind_int64(s->st[ST_BATCH_SEEN], 1, (int64_t)m->batch_id);
+	rc = m->batch_id ? sq_step_i64(s->st[ST_BATCH_SEEN], &seen) : 0;
+	if (rc < 0)
+		goto out_rollback;
+	if (rc > 0) {
+		__atomic_add_fetch(&s->n_dups, 1, __ATOMIC_RELAXED);
+		sqlite3_exec(s->w, "RELEASE b", NULL, NULL, NULL);
+		return 1;
+	}
+	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)) ||
+	    (rc = store_samples(in, &g->nsamples)) || (rc = store_series(in, &g->npoints)) ||
+	    (rc = store_intervals(in)) || (rc = finish_label_sets(in, &first, &last)))
+		goto out_rollback;
+	if (first != UINT64_MAX) {
+		sqlite3_bind_text(s->st[ST_NODE_UP], 1, S(in, m->node), -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s->st[ST_NODE_UP], 2, (int64_t)first);
+		sqlite3_bind_int64(s->st[ST_NODE_UP], 3, (int64_t)last);
+		if ((rc = sq_step_done(s->st[ST_NODE_UP])))
+			goto out_rollback;
+	}
+	if (m->batch_id) {
+		sqlite3_bind_int64(s->st[ST_BATCH_ADD], 1, (int64_t)m->batch_id);
+		sqlite3_bind_text(s->st[ST_BATCH_ADD], 2, S(in, m->node), -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s->st[ST_BATCH_ADD], 3, (int64_t)wall_ns());
+		if ((rc = sq_step_done(s->st[ST_BATCH_ADD])))
+			goto out_rollback;
+	}
+	if (sqlite3_exec(s->w, "RELEASE b", NULL, NULL, NULL)) {
+		rc = -EIO;
+		goto out_rollback;
+	}
+	return 0;
+out_rollback:
+	snprintf(in->err, in->errlen, "store: %s",
+		 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+	/* The dedup caches may name rows that the rollback removed. */
+	sq_dedup_reset(s);
+	return rc < 0 ? rc : -EIO;
+}
+
+#define GROUP_MAX 64
+
+/*
+ * Group commit: concurrent ingests queue up; one of them (the leader) stores every queued
+ * batch in one transaction, each under its own savepoint, and commits once, so that one fsync
+ * covers many batches. Every caller returns only after the COMMIT that holds its batch.
+ */
+static void run_group(struct sq *s, struct gitem *list)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->wmu);
+	rc = sq_step_done(s->st[ST_BEGIN]);
+	for (struct gitem *g = list; g; g = g->next) {
+		if (rc) {
+			g->rc = -EIO;
+			snprintf(g->in.err, g->in.errlen, "store: %s", sqlite3_errmsg(s->w));
+			continue;
+		}
+		g->rc = ingest_one(s, g);
+	}
+	if (!rc && sq_step_done(s->st[ST_COMMIT])) {
+		rc = -EIO;
+		for (struct gitem *g = list; g; g = g->next) {
+			if (g->rc >= 0) {
+				g->rc = -EIO;
+				snprintf(g->in.err, g->in.errlen, "store: commit: %s",
+					 sqlite3_errmsg(s->w));
+			}
+		}
+		sq_step_done(s->st[ST_ROLLBACK]);
+		sq_dedup_reset(s);
+	}
+	for (struct gitem *g = list; g; g = g->next) {
+		if (g->rc)
+			continue;
+		publish_label_sets(&g->in);
+		__atomic_add_fetch(&s->n_samples, g->nsamples, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_points, g->npoints, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_intervals, g->in.m->n_intervals, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&s->wmu);
+}
+
+int sq_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+{
+	struct sq *s = (struct sq *)st;
+	struct gitem g = { .in = { .s = s, .m = m, .err = err, .errlen = errlen } };
+	struct ingest *in = &g.in;
+
+	in->ls = calloc(m->n_label_sets + 1, sizeof(*in->ls));
+	in->loc_gid = calloc(m->n_locations + 1, sizeof(*in->loc_gid));
+	in->stack_gid = calloc(m->n_stacks + 1, sizeof(*in->stack_gid));
+	if (!in->ls || !in->loc_gid || !in->stack_gid) {
+		snprintf(err, errlen, "store: out of memory");
+		g.rc = -ENOMEM;
+		goto out_free;
+	}
+	pthread_mutex_lock(&s->gmu);
+	*s->gtail = &g;
+	s->gtail = &g.next;
+	while (!g.done) {
+		struct gitem *list, **cut;
+		int n = 0;
+
+		if (s->gleader) {
+			pthread_cond_wait(&s->gcond, &s->gmu);
+			continue;
+		}
+		s->gleader = true;
+		list = s->ghead;
+		for (cut = &s->ghead; *cut && n < GROUP_MAX; cut = &(*cut)->next)
+			n++;
+		s->ghead = *cut;
+		*cut = NULL;
+		if (!s->ghead)
+			s->gtail = &s->ghead;
+		pthread_mutex_unlock(&s->gmu);
+		run_group(s, list);
+		pthread_mutex_lock(&s->gmu);
+		for (struct gitem *it = list, *next; it; it = next) {
+			next = it->next;
+			it->done = true;
+		}
+		s->gleader = false;
+		pthread_cond_broadcast(&s->gcond);
+	}
+	pthread_mutex_unlock(&s->gmu);
+out_free:
+	for (size_t i = 0; in->ls && i < m->n_label_sets; i++)
+		buf_done(&in->ls[i].blob);
+	free(in->ls);
+	free(in->loc_gid);
+	free(in->stack_gid);
+	return g.rc;
+}
+

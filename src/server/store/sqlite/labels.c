@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The in-memory table of label sets (id -> sorted name/value pairs and time extent): loaded at
+ * open, extended after each ingest commit, where selectors are evaluated before any chunk is read.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include "server/selector.h"
+#include "server/store/sqlite/sqlite.h"
+
+static int lset_from_blob(struct lset *l, const uint8_t *p, size_t len)
+{
+	size_t n = 0, off;
+	char *strs;
+
+	for (size_t i = 0; i < len; i++)
+		n += !p[i];
+	if (n % 2)
+		return -EINVAL;
+	l->pairs = malloc(n * sizeof(char *) + len);
+	if (!l->pairs)
+		return -ENOMEM;
+	strs = (char *)(l->pairs + n);
+	memcpy(strs, p, len);
+	off = 0;
+	for (size_t i = 0; i < n; i++) {
+		l->pairs[i] = strs + off;
+		off += strlen(strs + off) + 1;
+	}
+	l->n = n / 2;
+	l->node = "";
+	l->gpu = -1;
+	for (size_t i = 0; i < l->n; i++) {
+		if (!strcmp(l->pairs[2 * i], "node"))
+			l->node = l->pairs[2 * i + 1];
+		else if (!strcmp(l->pairs[2 * i], "gpu"))
+			l->gpu = strtoll(l->pairs[2 * i + 1], NULL, 10);
+	}
+	return 0;
+}
+
+int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, size_t len,
+		uint64_t first, uint64_t last)
+{
+	struct lset l = { 0 };
+	int err;
+
+	if (id >= s->caplsets) {
+		size_t ncap = s->caplsets ? s->caplsets : 256;
+		struct lset *n;
+
+		while (ncap <= id)
+			ncap *= 2;
+		n = realloc(s->lsets, ncap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		memset(n + s->caplsets, 0, (ncap - s->caplsets) * sizeof(*n));
+		s->lsets = n;
+		s->caplsets = ncap;
+	}
+	err = lset_from_blob(&l, blob, len);
+	if (err)
+		return err;
+	l.first_ns = first;
+	l.last_ns = last;
+	free(s->lsets[id].pairs);
+	s->lsets[id] = l;
+	if (id + 1 > s->nlsets)
+		s->nlsets = id + 1;
+	if (!u64map_upsert(&s->ls_ids, hash, id, NULL))
+		return -ENOMEM;
+	return 0;
+}
+
+int sq_lsets_load(struct sq *s)
+{
+	sqlite3_stmt *st;
+	int rc, err = 0;
+
+	rc = sqlite3_prepare_v2(s->w, "SELECT id, hash, labels, first_ns, last_ns FROM labelsets",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && !err)
+		err = sq_lset_put(s, (uint64_t)sqlite3_column_int64(st, 0),
+				  (uint64_t)sqlite3_column_int64(st, 1), sqlite3_column_blob(st, 2),
+				  (size_t)sqlite3_column_bytes(st, 2),
+				  (uint64_t)sqlite3_column_int64(st, 3),
+				  (uint64_t)sqlite3_column_int64(st, 4));
+	sqlite3_finalize(st);
+	return err ? err : rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+uint8_t *sq_lsets_match(struct sq *s, const struct selector *sel, uint64_t from, uint64_t to,
+			size_t *ret_n)
+{
+	uint8_t *m = calloc(s->nlsets ? s->nlsets : 1, 1);
+
+	if (!m)
+		return NULL;
+	for (size_t i = 1; i < s->nlsets; i++) {
+		const struct lset *l = &s->lsets[i];
+
+		if (!l->pairs || l->last_ns < from || l->first_ns >= to)
+			continue;
+		m[i] = selector_match(sel, (const char *const *)l->pairs, l->n);
+	}
+	*ret_n = s->nlsets;
+	return m;
+}
+
+
+void sq_lsets_done(struct sq *s)
+{
+	for (size_t i = 0; i < s->nlsets; i++)
+		free(s->lsets[i].pairs);
+	free(s->lsets);
+	s->lsets = NULL;
+	s->nlsets = s->caplsets = 0;
+	u64map_done(&s->ls_ids);
+}

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The SQLite store's lifetime: schema, the writer connection and its prepared statements, the
+ * read connection pool, open, close and stats. One database in WAL mode (docs/server.md).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "common/log.h"
+#include "common/util.h"
+#include "server/store/sqlite/sqlite.h"
+
+const uint64_t sq_level_ns[LEVELS] = { MINUTE_NS, HOUR_NS, DAY_NS };
+
+static const char *const wsql[ST_MAX] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_BATCH_SEEN] = "SELECT 1 FROM batches WHERE id = ?",
+	[ST_BATCH_ADD] = "INSERT INTO batches(id, node, t) VALUES (?, ?, ?)",
+	[ST_LS_GET] = "SELECT id FROM labelsets WHERE hash = ?",
+	[ST_LS_ADD] = "INSERT INTO labelsets(hash, labels, first_ns, last_ns) VALUES (?, ?, ?, ?)",
+	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
+		       " WHERE id = ?1",
+	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
+	[ST_LOC_ADD] = "INSERT INTO locations(hash, function, module, build_id, file, line, address,"
+		       " flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
+	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs) VALUES (?, ?)",
+	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
+			 " VALUES (?, ?, ?, ?, ?, ?)",
+	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
+	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
+	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_ADD] = "INSERT INTO intervals(kind, labelset, start_ns, end_ns, attrs)"
+		       " VALUES (?, ?, ?, ?, ?)",
+	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
+		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
+};
+
+static const char schema[] =
+	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
+	"INSERT OR IGNORE INTO meta VALUES ('schema', 1), ('rollup_wm', 0);"
+	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
+	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
+	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
+	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
+	" labels BLOB NOT NULL, first_ns INTEGER, last_ns INTEGER);"
+	"CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
+	" function TEXT, module TEXT, build_id TEXT, file TEXT, line INTEGER, address INTEGER,"
+	" flags INTEGER);"
+	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
+	" locs BLOB NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
+	" t_min INTEGER, t_max INTEGER, n INTEGER, data BLOB);"
+	"CREATE INDEX IF NOT EXISTS chunks_kt ON chunks(kind, t_min);"
+	"CREATE TABLE IF NOT EXISTS rollups(level INTEGER, kind INTEGER, bucket INTEGER,"
+	" labelset INTEGER, data BLOB, PRIMARY KEY(level, kind, bucket, labelset)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
+	" name TEXT, labelset INTEGER);"
+	"CREATE INDEX IF NOT EXISTS series_name ON series(name);"
+	"CREATE TABLE IF NOT EXISTS points(id INTEGER PRIMARY KEY, series INTEGER, t_min INTEGER,"
+	" t_max INTEGER, n INTEGER, data BLOB);"
+	"CREATE INDEX IF NOT EXISTS points_st ON points(series, t_min);"
+	"CREATE INDEX IF NOT EXISTS points_t ON points(t_max);"
+	"CREATE TABLE IF NOT EXISTS intervals(id INTEGER PRIMARY KEY, kind TEXT, labelset INTEGER,"
+	" start_ns INTEGER, end_ns INTEGER, attrs BLOB);"
+	"CREATE INDEX IF NOT EXISTS intervals_ke ON intervals(kind, end_ns);"
+	"CREATE INDEX IF NOT EXISTS intervals_e ON intervals(end_ns);";
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+int sq_open_conn(struct sq *s, sqlite3 **ret)
+{
+	sqlite3 *db = NULL;
+	int rc;
+
+	rc = sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+				       SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite open '%s': %s", s->path, db ? sqlite3_errmsg(db) : "out of memory");
+		sqlite3_close(db);
+		return -EIO;
+	}
+	sqlite3_busy_timeout(db, 60000);
+	/* synchronous=FULL: a COMMIT has reached the disk before ingest answers 204. */
+	rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;",
+			  NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite pragmas: %s", sqlite3_errmsg(db));
+		sqlite3_close(db);
+		return -EIO;
+	}
+	*ret = db;
+	return 0;
+}
+
+sqlite3 *sq_pool_get(struct sq *s)
+{
+	sqlite3 *db = NULL;
+
+	pthread_mutex_lock(&s->pmu);
+	if (s->npool)
+		db = s->pool[--s->npool];
+	pthread_mutex_unlock(&s->pmu);
+	if (!db && sq_open_conn(s, &db))
+		return NULL;
+	return db;
+}
+
+void sq_pool_put(struct sq *s, sqlite3 *db)
+{
+	if (!db)
+		return;
+	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);	/* no-op unless a query bailed out */
+	pthread_mutex_lock(&s->pmu);
+	if (s->npool < POOL_MAX) {
+		s->pool[s->npool++] = db;
+		db = NULL;
+	}
+	pthread_mutex_unlock(&s->pmu);
+	sqlite3_close(db);
+}
+
+int sq_step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -EIO;
+}
+
+/* Runs a single-value query; *ret set if a row came back. 1 found, 0 none, -EIO. */
+int sq_step_i64(sqlite3_stmt *st, int64_t *ret)
+{
+	int rc = sqlite3_step(st), found = 0;
+
+	if (rc == SQLITE_ROW) {
+		*ret = sqlite3_column_int64(st, 0);
+		found = 1;
+	} else if (rc != SQLITE_DONE) {
+		found = -EIO;
+	}
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return found;
+}
+
+uint64_t sq_raw_retention_ns(const struct sq *s)
+{
+	return s->o.raw_retention_ns < s->o.retention_ns ? s->o.raw_retention_ns : s->o.retention_ns;
+}
+
+/* ---- open, close, stats ------------------------------------------------------------------ */
+
+static uint64_t file_size(const char *path, const char *suffix)
+{
+	char p[4096];
+	struct stat sb;
+
+	snprintf(p, sizeof(p), "%s%s", path, suffix);
+	return stat(p, &sb) ? 0 : (uint64_t)sb.st_size;
+}
+
+static int64_t query_i64(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *q;
+	int64_t v = 0;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &q, NULL))
+		return 0;
+	if (sq_step_i64(q, &v) <= 0)
+		v = 0;
+	sqlite3_finalize(q);
+	return v;
+}
+
+static void sq_stats(struct store *st, struct store_stats *o)
+{
+	struct sq *s = (struct sq *)st;
+	sqlite3 *db = sq_pool_get(s);
+
+	memset(o, 0, sizeof(*o));
+	o->bytes_on_disk = file_size(s->path, "") + file_size(s->path, "-wal");
+	o->samples = __atomic_load_n(&s->n_samples, __ATOMIC_RELAXED);
+	o->points = __atomic_load_n(&s->n_points, __ATOMIC_RELAXED);
+	o->intervals = __atomic_load_n(&s->n_intervals, __ATOMIC_RELAXED);
+	o->batches = __atomic_load_n(&s->n_batches, __ATOMIC_RELAXED);
+	o->duplicate_batches = __atomic_load_n(&s->n_dups, __ATOMIC_RELAXED);
+	o->raw_chunks_deleted = __atomic_load_n(&s->n_raw_deleted, __ATOMIC_RELAXED);
+	o->rollups_deleted = __atomic_load_n(&s->n_rollups_deleted, __ATOMIC_RELAXED);
+	if (db) {
+		int64_t lag = query_i64(db, "SELECT (SELECT coalesce(max(id), 0) FROM chunks) -"
+					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
+
+		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
+		o->stacks = (uint64_t)query_i64(db, "SELECT coalesce(max(id), 0) FROM stacks");
+		o->locations = (uint64_t)query_i64(db, "SELECT coalesce(max(id), 0) FROM locations");
+		sq_pool_put(s, db);
+	}
+	pthread_rwlock_rdlock(&s->lmu);
+	o->label_sets = s->nlsets ? s->nlsets - 1 : 0;
+	pthread_rwlock_unlock(&s->lmu);
+}
+
+static void sq_close(struct store *st)
+{
+	struct sq *s = (struct sq *)st;
+
+	if (!s)
+		return;
+	if (s->maint_started) {
+		pthread_mutex_lock(&s->mmu);
+		s->stopping = true;
+		pthread_cond_signal(&s->mcond);
+		pthread_mutex_unlock(&s->mmu);
+		pthread_join(s->maint, NULL);
+	}
+	for (int i = 0; i < ST_MAX; i++)
+		sqlite3_finalize(s->st[i]);
+	sqlite3_close(s->w);
+	for (int i = 0; i < s->npool; i++)
+		sqlite3_close(s->pool[i]);
+	sq_lsets_done(s);
+	sq_dedup_reset(s);
+	pthread_mutex_destroy(&s->gmu);
+	pthread_cond_destroy(&s->gcond);
+	pthread_mutex_destroy(&s->wmu);
+	pthread_mutex_destroy(&s->pmu);
+	pthread_mutex_destroy(&s->mmu);
+	pthread_cond_destroy(&s->mcond);
+	pthread_rwlock_destroy(&s->lmu);
+	free(s->path);
+	free(s);
+}
+
+static const struct store_ops sqlite_ops = {
+	.ingest = sq_ingest,
+	.aggregate = sq_aggregate,
+	.stacks = sq_stacks,
+	.label_sets = sq_label_sets,
+	.series = sq_series,
+	.metric_names = sq_metric_names,
+	.intervals = sq_intervals,
+	.nodes = sq_nodes,
+	.stats = sq_stats,
+	.close = sq_close,
+};
+
+struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen)
+{
+	struct sq *s = calloc(1, sizeof(*s));
+	char *emsg = NULL;
+
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->base.ops = &sqlite_ops;
+	s->o = *opts;
+	s->gtail = &s->ghead;
+	pthread_mutex_init(&s->gmu, NULL);
+	pthread_cond_init(&s->gcond, NULL);
+	pthread_mutex_init(&s->wmu, NULL);
+	pthread_mutex_init(&s->pmu, NULL);
+	pthread_mutex_init(&s->mmu, NULL);
+	pthread_cond_init(&s->mcond, NULL);
+	pthread_rwlock_init(&s->lmu, NULL);
+	if (mkdir(opts->dir, 0750) && errno != EEXIST) {
+		snprintf(err, errlen, "mkdir '%s': %s", opts->dir, strerror(errno));
+		goto out_close;
+	}
+	if (asprintf(&s->path, "%s/gpuscope.db", opts->dir) < 0) {
+		s->path = NULL;
+		snprintf(err, errlen, "out of memory");
+		goto out_close;
+	}
+	if (sq_open_conn(s, &s->w)) {
+		snprintf(err, errlen, "cannot open '%s'", s->path);
+		goto out_close;
+	}
+	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
+		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
+		sqlite3_free(emsg);
+		goto out_close;
+	}
+	for (int i = 0; i < ST_MAX; i++) {
+		if (sqlite3_prepare_v3(s->w, wsql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+				       NULL)) {
+			snprintf(err, errlen, "prepare '%s': %s", wsql[i], sqlite3_errmsg(s->w));
+			goto out_close;
+		}
+	}
+	if (sq_lsets_load(s)) {
+		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));
+		goto out_close;
+	}
+	if (pthread_create(&s->maint, NULL, sq_maint_main, s)) {
+		snprintf(err, errlen, "cannot start the maintenance thread");
+		goto out_close;
+	}
+	s->maint_started = true;
+	return &s->base;
+out_close:
+	sq_close(&s->base);
+	return NULL;
+}

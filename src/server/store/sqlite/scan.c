@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Sample aggregation of the SQLite store (stack id -> summed value): whole days, hours and
+ * minutes from rollups, partial minutes and not-yet-rolled-up chunks raw, in one read snapshot.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/hmap.h"
+#include "common/util.h"
+#include "server/store/sqlite/sqlite.h"
+
+struct busy {
+	uint64_t start, end;
+};
+
+/* gpu_busy intervals of one node, merged and sorted. */
+struct node_busy {
+	const char *node;
+	struct busy *v;
+	size_t n, cap;
+};
+
+struct agg_ctx {
+	struct sq *s;
+	const struct store_query *q;
+	struct u64map *agg;
+	const uint8_t *match;		/* label set id -> selected */
+	size_t nmatch;
+	struct node_busy *nodes;
+	size_t nnodes;
+	struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
+	struct chunk c;
+};
+
+static int cmp_busy(const void *a, const void *b)
+{
+	const struct busy *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static bool in_busy(const struct node_busy *nb, uint64_t t)
+{
+	size_t lo = 0, hi = nb->n;
+
+	/* Last interval starting at or before t. */
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (nb->v[mid].start <= t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && t < nb->v[lo - 1].end;
+}
+
+static int load_busy(struct agg_ctx *a, sqlite3 *db)
+{
+	struct sq *s = a->s;
+	sqlite3_stmt *st;
+	int rc, err = 0;
+
+	rc = sqlite3_prepare_v2(db, "SELECT labelset, start_ns, end_ns FROM intervals WHERE"
+				" kind = 'gpu_busy' AND end_ns > ?1 AND start_ns < ?2", -1, &st, NULL);
+	if (rc)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, (int64_t)a->q->from_ns);
+	sqlite3_bind_int64(st, 2, (int64_t)a->q->to_ns);
+	pthread_rwlock_rdlock(&s->lmu);
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
+		struct busy b = { (uint64_t)sqlite3_column_int64(st, 1),
+				  (uint64_t)sqlite3_column_int64(st, 2) };
+		struct node_busy *nb = NULL;
+
+		if (ls >= s->nlsets || !s->lsets[ls].pairs || s->lsets[ls].gpu != a->q->gpu_idle)
+			continue;
+		for (size_t i = 0; i < a->nnodes && !nb; i++)
+			if (!strcmp(a->nodes[i].node, s->lsets[ls].node))
+				nb = &a->nodes[i];
+		if (!nb) {
+			struct node_busy *n = realloc(a->nodes, (a->nnodes + 1) * sizeof(*n));
+
+			if (!n) {
+				err = -ENOMEM;
+				break;
+			}
+			a->nodes = n;
+			nb = &a->nodes[a->nnodes++];
+			*nb = (struct node_busy){ .node = s->lsets[ls].node };
+		}
+		if (nb->n == nb->cap) {
+			size_t ncap = nb->cap ? nb->cap * 2 : 64;
+			struct busy *v = realloc(nb->v, ncap * sizeof(*v));
+
+			if (!v) {
+				err = -ENOMEM;
+				break;
+			}
+			nb->v = v;
+			nb->cap = ncap;
+		}
+		nb->v[nb->n++] = b;
+	}
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = -EIO;
+	sqlite3_finalize(st);
+	/* Sort and merge overlapping intervals, then point every label set at its node's list. */
+	for (size_t i = 0; i < a->nnodes && !err; i++) {
+		struct node_busy *nb = &a->nodes[i];
+		size_t k = 0;
+
+		qsort(nb->v, nb->n, sizeof(*nb->v), cmp_busy);
+		for (size_t j = 1; j < nb->n; j++) {
+			if (nb->v[j].start <= nb->v[k].end) {
+				if (nb->v[j].end > nb->v[k].end)
+					nb->v[k].end = nb->v[j].end;
+			} else {
+				nb->v[++k] = nb->v[j];
+			}
+		}
+		if (nb->n)
+			nb->n = k + 1;
+	}
+	if (!err) {
+		a->ls_busy = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_busy));
+		if (!a->ls_busy)
+			err = -ENOMEM;
+	}
+	for (size_t id = 0; !err && id < a->nmatch && id < s->nlsets; id++) {
+		if (!a->match[id])
+			continue;
+		for (size_t i = 0; i < a->nnodes; i++)
+			if (!strcmp(a->nodes[i].node, s->lsets[id].node))
+				a->ls_busy[id] = &a->nodes[i];
+	}
+	pthread_rwlock_unlock(&s->lmu);
+	return err;
+}
+
+/* Adds one rollup entry to the aggregation (rollup_decode callback). */
+static int agg_add(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+{
+	uint64_t *v = u64map_upsert(ctx, stack, 0, NULL);
+
+	if (!v)
+		return -ENOMEM;
+	*v += (uint64_t)sum;
+	return 0;
+}
+
+enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
+
+/* Adds the samples of matching chunks in [from, to) to the aggregation. */
+static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int64_t wm,
+		       uint64_t from, uint64_t to)
+{
+	static const char *const sql[] = {
+		[SCAN_ANY] = "SELECT labelset, t_min, t_max, data FROM chunks WHERE kind = ?1 AND"
+			     " t_min >= ?2 AND t_min < ?3 AND t_max >= ?4",
+		[SCAN_ROLLED] = "SELECT labelset, t_min, t_max, data FROM chunks WHERE kind = ?1 AND"
+				" t_min >= ?2 AND t_min < ?3 AND t_max >= ?4 AND id <= ?5",
+		[SCAN_UNROLLED] = "SELECT labelset, t_min, t_max, data FROM chunks WHERE id > ?5 AND"
+				  " kind = ?1 AND t_min < ?3 AND t_max >= ?4",
+	};
+	sqlite3_stmt *st;
+	int rc, err = 0;
+
+	if (from >= to)
+		return 0;
+	rc = sqlite3_prepare_v2(db, sql[mode], -1, &st, NULL);
+	if (rc)
+		return -EIO;
+	sqlite3_bind_int(st, 1, a->q->kind);
+	sqlite3_bind_int64(st, 2, (int64_t)(from > CHUNK_SPAN_NS ? from - CHUNK_SPAN_NS : 0));
+	sqlite3_bind_int64(st, 3, (int64_t)to);
+	sqlite3_bind_int64(st, 4, (int64_t)from);
+	if (mode != SCAN_ANY)
+		sqlite3_bind_int64(st, 5, wm);
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
+		uint64_t t_min = (uint64_t)sqlite3_column_int64(st, 1);
+		uint64_t t_max = (uint64_t)sqlite3_column_int64(st, 2);
+		const struct node_busy *nb;
+		bool inside = t_min >= from && t_max < to;
+
+		if (ls >= a->nmatch || !a->match[ls])
+			continue;
+		nb = a->ls_busy ? a->ls_busy[ls] : NULL;
+		err = chunk_samples_decode(&a->c, sqlite3_column_blob(st, 3),
+					   (size_t)sqlite3_column_bytes(st, 3), t_min);
+		for (size_t i = 0; !err && i < a->c.n; i++) {
+			uint64_t *v, t = a->c.t[i];
+
+			if (!inside && (t < from || t >= to))
+				continue;
+			if (nb && in_busy(nb, t))
+				continue;
+			v = u64map_upsert(a->agg, a->c.stack[i], 0, NULL);
+			if (!v)
+				err = -ENOMEM;
+			else
+				*v += (uint64_t)a->c.value[i];
+		}
+	}
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = -EIO;
+	sqlite3_finalize(st);
+	return err;
+}
+
+static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from, uint64_t to)
+{
+	struct buf tmp = { 0 };
+	sqlite3_stmt *st;
+	int rc, err = 0;
+
+	if (from >= to)
+		return 0;
+	rc = sqlite3_prepare_v2(db, "SELECT labelset, data FROM rollups WHERE level = ?1 AND"
+				" kind = ?2 AND bucket >= ?3 AND bucket < ?4", -1, &st, NULL);
+	if (rc)
+		return -EIO;
+	sqlite3_bind_int(st, 1, level);
+	sqlite3_bind_int(st, 2, a->q->kind);
+	sqlite3_bind_int64(st, 3, (int64_t)from);
+	sqlite3_bind_int64(st, 4, (int64_t)to);
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
+
+		if (ls >= a->nmatch || !a->match[ls])
+			continue;
+		err = rollup_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+				    &tmp, agg_add, a->agg);
+	}
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = -EIO;
+	sqlite3_finalize(st);
+	buf_done(&tmp);
+	return err;
+}
+
+static uint64_t floor_to(uint64_t t, uint64_t unit);
+static uint64_t ceil_to(uint64_t t, uint64_t unit);
+
+/* [a, b) aligned to level lv: the coarsest whole buckets from the level above, lv at the ends. */
+static int scan_levels(struct agg_ctx *a, sqlite3 *db, int lv, uint64_t from, uint64_t to)
+{
+	uint64_t c, d;
+	int err;
+
+	if (from >= to)
+		return 0;
+	if (lv + 1 == LEVELS)
+		return scan_rollups(a, db, lv, from, to);
+	c = ceil_to(from, sq_level_ns[lv + 1]);
+	d = floor_to(to, sq_level_ns[lv + 1]);
+	if (c >= d)
+		return scan_rollups(a, db, lv, from, to);
+	err = scan_levels(a, db, lv + 1, c, d);
+	if (!err)
+		err = scan_rollups(a, db, lv, from, c);
+	if (!err)
+		err = scan_rollups(a, db, lv, d, to);
+	return err;
+}
+
+static uint64_t floor_to(uint64_t t, uint64_t unit)
+{
+	return t / unit * unit;
+}
+
+static uint64_t ceil_to(uint64_t t, uint64_t unit)
+{
+	return (t + unit - 1) / unit * unit;
+}
+
+/*
+ * Plan: samples already rolled up (chunk id <= watermark) come from hour rollups for whole
+ * hours, minute rollups for whole minutes, and raw chunks for the partial minutes at both
+ * ends; chunks not yet rolled up are scanned raw. Edges older than the raw retention are
+ * widened to whole minutes. gpu_idle needs each sample's time: raw chunks only.
+ */
+int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *agg)
+{
+	struct sq *s = (struct sq *)st;
+	struct agg_ctx a = { .s = s, .q = q, .agg = agg };
+	uint64_t raw_cut = wall_ns() - sq_raw_retention_ns(s), from = q->from_ns, to = q->to_ns, m1, m2;
+	sqlite3 *db = sq_pool_get(s);
+	int64_t wm = 0;
+	int err;
+
+	if (!db)
+		return -EIO;
+	err = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) ? -EIO : 0;
+	if (!err) {
+		sqlite3_stmt *w;
+
+		err = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'rollup_wm'", -1, &w,
+					 NULL) ? -EIO : 0;
+		if (!err && sq_step_i64(w, &wm) < 0)
+			err = -EIO;
+		sqlite3_finalize(w);
+	}
+	if (err)
+		goto out;
+	pthread_rwlock_rdlock(&s->lmu);
+	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
+	pthread_rwlock_unlock(&s->lmu);
+	if (!a.match) {
+		err = -ENOMEM;
+		goto out;
+	}
+	if (q->gpu_idle >= 0) {
+		err = load_busy(&a, db);
+		if (!err)
+			err = scan_chunks(&a, db, SCAN_ANY, 0, from, to);
+		goto out;
+	}
+	if (from < raw_cut)
+		from = floor_to(from, MINUTE_NS);
+	if (to < raw_cut)
+		to = ceil_to(to, MINUTE_NS);
+	m1 = ceil_to(from, MINUTE_NS);
+	m2 = floor_to(to, MINUTE_NS);
+	if (m1 >= m2) {
+		err = scan_chunks(&a, db, SCAN_ANY, 0, from, to);
+		goto out;
+	}
+	err = scan_levels(&a, db, 0, m1, m2);
+	if (!err)
+		err = scan_chunks(&a, db, SCAN_ROLLED, wm, from, m1);
+	if (!err)
+		err = scan_chunks(&a, db, SCAN_ROLLED, wm, m2, to);
+	if (!err)
+		err = scan_chunks(&a, db, SCAN_UNROLLED, wm, from, to);
+out:
+	sq_pool_put(s, db);
+	for (size_t i = 0; i < a.nnodes; i++)
+		free(a.nodes[i].v);
+	free(a.nodes);
+	free(a.ls_busy);
+	free((void *)a.match);
+	chunk_done(&a.c);
+	return err;
+}

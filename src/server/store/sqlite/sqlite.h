@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals shared by the files of the SQLite backend (docs/server.md "Storage"): the store
+ * object, its connections, the in-memory label-set table, and the entry points each file gives
+ * the others. Nothing outside src/server/store/sqlite/ includes this header.
+ */
+#ifndef GPUSCOPE_STORE_SQLITE_H
+#define GPUSCOPE_STORE_SQLITE_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/hmap.h"
+#include "common/util.h"
+#include "server/codec.h"
+#include "server/store/sqlite/chunk.h"
+#include "server/store/store.h"
+
+#define CHUNK_SPAN_NS	(600 * NSEC_PER_SEC)	/* a chunk never spans more (query index bound) */
+#define MINUTE_NS	(60 * NSEC_PER_SEC)
+#define HOUR_NS		(3600 * NSEC_PER_SEC)
+#define DAY_NS		(86400 * NSEC_PER_SEC)
+#define LEVELS		3			/* rollups: minute, hour, day (UTC) */
+#define POOL_MAX	16
+#define DEDUP_CACHE_MAX	(4u << 20)		/* hash -> id entries before the cache is reset */
+#define ROLLUP_ROUND	400			/* chunks folded per write transaction */
+#define DELETE_ROUND	2000			/* rows deleted per write transaction */
+#define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
+
+extern const uint64_t sq_level_ns[LEVELS];	/* bucket width of each rollup level */
+
+struct lset {
+	char **pairs;		/* 2n strings, one allocation with the strings after the pointers */
+	size_t n;
+	uint64_t first_ns, last_ns;
+	const char *node;
+	int64_t gpu;		/* value of the "gpu" label, -1 if none */
+};
+
+struct gitem;
+
+/* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
+enum {
+	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
+	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STACK_GET, ST_STACK_ADD, ST_CHUNK_ADD,
+	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_MAX,
+};
+
+struct sq {
+	struct store base;
+	struct store_opts o;
+	char *path;
+
+	pthread_mutex_t gmu;		/* group commit queue */
+	pthread_cond_t gcond;
+	struct gitem *ghead, **gtail;
+	bool gleader;
+
+	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
+	sqlite3 *w;
+	sqlite3_stmt *st[ST_MAX];
+	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
+
+	pthread_mutex_t pmu;		/* read connection pool */
+	sqlite3 *pool[POOL_MAX];
+	int npool;
+
+	pthread_rwlock_t lmu;		/* label sets */
+	struct lset *lsets;		/* index = id; id 0 unused */
+	size_t nlsets, caplsets;
+	struct u64map ls_ids;		/* content hash -> id */
+
+	pthread_t maint;
+	pthread_mutex_t mmu;
+	pthread_cond_t mcond;
+	bool stopping, maint_started;
+
+	/* Counters (updated with __atomic builtins). */
+	uint64_t n_samples, n_points, n_intervals, n_batches, n_dups;
+	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
+};
+
+/* ---- open.c: connections ---- */
+
+/* Opens one connection to the database with the store's pragmas. 0 or -EIO (logged). */
+int sq_open_conn(struct sq *s, sqlite3 **ret);
+/* A read connection from the pool (opened if the pool is empty); NULL on failure. */
+sqlite3 *sq_pool_get(struct sq *s);
+/* Returns a connection to the pool (rolling back any open read); NULL is ignored. */
+void sq_pool_put(struct sq *s, sqlite3 *db);
+/* Steps a statement to its end and resets it. 0 or -EIO. */
+int sq_step_done(sqlite3_stmt *st);
+/* Runs a single-value query; *ret set if a row came back. 1 found, 0 none, -EIO. */
+int sq_step_i64(sqlite3_stmt *st, int64_t *ret);
+/* The raw-chunk retention: min(raw_retention, retention). */
+uint64_t sq_raw_retention_ns(const struct sq *s);
+
+/* ---- labels.c: the in-memory label-set table (lmu) ---- */
+
+/* Adds label set `id` (serialized "n\0v\0...") to the table; lmu held for writing. 0/-errno. */
+int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, size_t len,
+		uint64_t first, uint64_t last);
+/* Loads every stored label set into the table (at open, writer connection). 0 or -errno. */
+int sq_lsets_load(struct sq *s);
+/* Which label set ids match sel and [from, to): malloc'ed array of *ret_n bytes (lmu held). */
+uint8_t *sq_lsets_match(struct sq *s, const struct selector *sel, uint64_t from, uint64_t to,
+			size_t *ret_n);
+/* Frees the table. */
+void sq_lsets_done(struct sq *s);
+
+/* ---- ingest.c ---- */
+int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
+/* Forgets the hash -> id caches (after a rollback, they may name rows that are gone). */
+void sq_dedup_reset(struct sq *s);
+
+/* ---- rollup.c: rollups and the maintenance thread ---- */
+void *sq_maint_main(void *arg);
+
+/* ---- retention.c ---- */
+/* Deletes what is past retention, in bounded rounds (maintenance thread). */
+void sq_enforce_retention(struct sq *s);
+
+/* ---- scan.c: sample aggregation over rollups and raw chunks ---- */
+int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *agg);
+
+/* ---- lookup.c: the other reads ---- */
+int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
+	      int (*cb)(void *ctx, uint64_t id, const struct frame *frames, size_t nframes),
+	      void *ctx);
+int sq_label_sets(struct store *st, uint64_t from, uint64_t to, const struct selector *sel,
+		  store_labels_cb cb, void *ctx);
+int sq_series(struct store *st, const char *name, uint64_t from, uint64_t to,
+	      const struct selector *sel,
+	      int (*series_cb)(void *ctx, uint64_t id, const char *const *pairs, size_t n),
+	      store_point_cb point_cb, void *ctx);
+int sq_metric_names(struct store *st, store_name_cb cb, void *ctx);
+int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
+		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
+		 bool *ret_truncated);
+int sq_nodes(struct store *st,
+	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
+	     void *ctx);
+
+#endif
