@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <zlib.h>
 #include <zstd.h>
+#include "common/util.h"
 #include "server/codec.h"
 
 void buf_done(struct buf *b)
@@ -97,6 +98,26 @@ void buf_json_num(struct buf *b, double v)
 		buf_printf(b, "%lld", (long long)v);
 	else
 		buf_printf(b, "%.17g", v);
+}
+
+void buf_json_labels(struct buf *b, const char *const *pairs, size_t n)
+{
+	buf_put(b, "{", 1);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_put(b, ",", 1);
+		buf_json_str(b, pairs[2 * i]);
+		buf_put(b, ":", 1);
+		buf_json_str(b, pairs[2 * i + 1]);
+	}
+	buf_put(b, "}", 1);
+}
+
+void buf_json_ms(struct buf *b, uint64_t ns)
+{
+	/* Three decimals: Unix ms with µs resolution still fits a double exactly. */
+	buf_printf(b, "%llu.%03llu", (unsigned long long)(ns / NSEC_PER_MSEC),
+		   (unsigned long long)(ns % NSEC_PER_MSEC / 1000));
 }
 
 int zblob_pack(const uint8_t *in, size_t len, int level, uint8_t **out, size_t *out_len)

@@ -27,6 +27,10 @@ void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(print
 void buf_json_str(struct buf *b, const char *s);
 /* Appends a number as JSON (non-finite as null). */
 void buf_json_num(struct buf *b, double v);
+/* Appends n name/value pairs (2n strings) as a JSON object. */
+void buf_json_labels(struct buf *b, const char *const *pairs, size_t n);
+/* Appends a time in Unix ns as JSON Unix milliseconds with three decimals. */
+void buf_json_ms(struct buf *b, uint64_t ns);
 
 static inline void buf_uvarint(struct buf *b, uint64_t v)
 {

@@ -481,98 +481,9 @@ out:
 	return ret;
 }
 
-static void json_labels(struct buf *b, const char *const *pairs, size_t n)
-{
-	buf_put(b, "{", 1);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			buf_put(b, ",", 1);
-		buf_json_str(b, pairs[2 * i]);
-		buf_put(b, ":", 1);
-		buf_json_str(b, pairs[2 * i + 1]);
-	}
-	buf_put(b, "}", 1);
-}
-
-static void json_ms(struct buf *b, uint64_t ns)
-{
-	/* Three decimals: Unix ms with µs resolution still fits a double exactly. */
-	buf_printf(b, "%llu.%03llu", (unsigned long long)(ns / NSEC_PER_MSEC),
-		   (unsigned long long)(ns % NSEC_PER_MSEC / 1000));
-}
-
-struct pt {
-	uint64_t t;
-	double v;
-};
-
-struct series_acc {
-	uint64_t id;
-	struct buf labels;
-	struct pt *p;
-	size_t n, cap;
-};
-
-struct series_ctx {
-	struct series_acc *s;
-	size_t n, cap;
-	size_t total_points;
-};
-
-#define SERIES_MAX_POINTS (20u << 20)
-
-static int series_begin(void *ctx, uint64_t id, const char *const *pairs, size_t n)
-{
-	struct series_ctx *sc = ctx;
-
-	if (sc->n == sc->cap) {
-		size_t ncap = sc->cap ? sc->cap * 2 : 16;
-		struct series_acc *ns = realloc(sc->s, ncap * sizeof(*ns));
-
-		if (!ns)
-			return -ENOMEM;
-		sc->s = ns;
-		sc->cap = ncap;
-	}
-	sc->s[sc->n] = (struct series_acc){ .id = id };
-	json_labels(&sc->s[sc->n].labels, pairs, n);
-	sc->n++;
-	return 0;
-}
-
-static int series_point(void *ctx, uint64_t id, uint64_t t, double v)
-{
-	struct series_ctx *sc = ctx;
-	struct series_acc *a = sc->n ? &sc->s[sc->n - 1] : NULL;
-
-	if (!a || a->id != id)
-		return 0;
-	if (++sc->total_points > SERIES_MAX_POINTS)
-		return -E2BIG;
-	if (a->n == a->cap) {
-		size_t ncap = a->cap ? a->cap * 2 : 256;
-		struct pt *np = realloc(a->p, ncap * sizeof(*np));
-
-		if (!np)
-			return -ENOMEM;
-		a->p = np;
-		a->cap = ncap;
-	}
-	a->p[a->n++] = (struct pt){ t, v };
-	return 0;
-}
-
-static int cmp_pt(const void *a, const void *b)
-{
-	const struct pt *x = a, *y = b;
-
-	return x->t < y->t ? -1 : x->t > y->t;
-}
-
 static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c)
 {
 	const char *name = arg(c, "name"), *bk = arg(c, "buckets");
-	struct series_ctx sc = { 0 };
 	struct selector *sel = NULL;
 	uint64_t from, to;
 	struct buf b = { 0 };
@@ -598,71 +509,19 @@ static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c
 		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
 		goto out;
 	}
-	rc = h->st->ops->series(h->st, name, from, to, sel, series_begin, series_point, &sc);
+	rc = query_series(h->st, name, from, to, sel, (size_t)buckets, &b);
 	if (rc == -E2BIG) {
 		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
 				  "more than %u points in range: narrow the range or selector",
-				  SERIES_MAX_POINTS);
+				  QUERY_SERIES_MAX_POINTS);
 		goto out;
 	}
 	if (rc) {
 		ret = store_failed(h, c, rc);
 		goto out;
 	}
-	buf_puts(&b, "{\"series\":[");
-	for (size_t i = 0; i < sc.n; i++) {
-		struct series_acc *a = &sc.s[i];
-		uint64_t width = (to - from + (uint64_t)buckets - 1) / (uint64_t)buckets;
-
-		width = width ? width : 1;
-
-		qsort(a->p, a->n, sizeof(*a->p), cmp_pt);
-		if (i)
-			buf_put(&b, ",", 1);
-		buf_puts(&b, "{\"labels\":");
-		buf_put(&b, a->labels.p, a->labels.len);
-		buf_puts(&b, ",\"points\":[");
-		for (size_t k = 0; k < a->n;) {
-			double mn = a->p[k].v, mx = mn, sum = 0;
-			uint64_t t0 = a->p[k].t, bucket = (t0 - from) / width;
-			size_t cnt = 0;
-
-			if (a->n > (size_t)buckets) {
-				t0 = from + bucket * width;
-				for (; k < a->n && (a->p[k].t - from) / width == bucket; k++, cnt++) {
-					double v = a->p[k].v;
-
-					mn = v < mn ? v : mn;
-					mx = v > mx ? v : mx;
-					sum += v;
-				}
-			} else {
-				sum = mn;
-				cnt = 1;
-				k++;
-			}
-			if (b.len && b.p[b.len - 1] != '[')
-				buf_put(&b, ",", 1);
-			buf_put(&b, "[", 1);
-			json_ms(&b, t0);
-			buf_put(&b, ",", 1);
-			buf_json_num(&b, mn);
-			buf_put(&b, ",", 1);
-			buf_json_num(&b, sum / (double)cnt);
-			buf_put(&b, ",", 1);
-			buf_json_num(&b, mx);
-			buf_put(&b, "]", 1);
-		}
-		buf_puts(&b, "]}");
-	}
-	buf_puts(&b, "]}");
 	ret = reply_json(c, &b);
 out:
-	for (size_t i = 0; i < sc.n; i++) {
-		buf_done(&sc.s[i].labels);
-		free(sc.s[i].p);
-	}
-	free(sc.s);
 	selector_free(sel);
 	buf_done(&b);
 	return ret;
@@ -701,15 +560,15 @@ static int interval_out(void *ctx, const char *kind, const char *const *labels, 
 	if (b->p[b->len - 1] != '[')
 		buf_put(b, ",", 1);
 	buf_puts(b, "{\"labels\":");
-	json_labels(b, labels, nlabels);
+	buf_json_labels(b, labels, nlabels);
 	buf_puts(b, ",\"kind\":");
 	buf_json_str(b, kind);
 	buf_puts(b, ",\"start_ms\":");
-	json_ms(b, start);
+	buf_json_ms(b, start);
 	buf_puts(b, ",\"end_ms\":");
-	json_ms(b, end);
+	buf_json_ms(b, end);
 	buf_puts(b, ",\"attrs\":");
-	json_labels(b, attrs, nattrs);
+	buf_json_labels(b, attrs, nattrs);
 	buf_put(b, "}", 1);
 	return b->oom ? -ENOMEM : 0;
 }
@@ -764,9 +623,9 @@ static int node_out(void *ctx, const char *node, uint64_t first, uint64_t last)
 	buf_puts(b, "{\"node\":");
 	buf_json_str(b, node);
 	buf_puts(b, ",\"first_ms\":");
-	json_ms(b, first);
+	buf_json_ms(b, first);
 	buf_puts(b, ",\"last_ms\":");
-	json_ms(b, last);
+	buf_json_ms(b, last);
 	buf_put(b, "}", 1);
 	return b->oom ? -ENOMEM : 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Query answers built over the store interface: flame graph trees (and diffs of two), top
- * functions and pprof, rendered to JSON or profile.proto. Independent of the backend.
+ * functions and pprof, metric series in buckets, rendered to JSON or profile.proto.
+ * Independent of the backend.
  */
 #ifndef GPUSCOPE_QUERY_H
 #define GPUSCOPE_QUERY_H
@@ -23,6 +24,17 @@ int query_top(struct store *s, const struct store_query *q, size_t limit, struct
 
 /* gzip'd profile.proto of q; *ret malloc'ed. 0 or -errno. */
 int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, size_t *ret_len);
+
+#define QUERY_SERIES_MAX_POINTS (20u << 20)	/* points one series query may read */
+
+/*
+ * {"series":[{"labels":{..},"points":[[ms,min,avg,max],..]},..]} of the series `name` matching
+ * sel over [from, to): a series with more points than `buckets` gets one point per non-empty
+ * bucket of width ceil((to - from) / buckets), others their raw points (min = avg = max).
+ * Appended to out. 0, -E2BIG (over QUERY_SERIES_MAX_POINTS) or -errno.
+ */
+int query_series(struct store *s, const char *name, uint64_t from_ns, uint64_t to_ns,
+		 const struct selector *sel, size_t buckets, struct buf *out);
 
 /* Display name of a frame: the function, else "module+0xaddress". Returns buf or a frame string. */
 const char *frame_name(const struct frame *f, char *buf, size_t len);
