@@ -35,6 +35,7 @@
 struct run_opts {
 	const char *server;
 	const char *token_file;
+	const char *ca_file;
 	const char *spool_dir;
 	uint64_t spool_max;
 	const char *metrics_listen;
@@ -118,6 +119,7 @@ static void usage(FILE *f)
 		"  --frequency HZ           CPU sampling frequency (default 99)\n"
 		"  --all-processes          thread states of every process\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
+		"  --ca-file FILE           trust this PEM CA for an https:// server (default: system CAs)\n"
 		"  --spool-dir DIR          on-disk spool for outages (default: in memory, lost at exit)\n"
 		"  --spool-max SIZE         spool bound, oldest dropped past it (default 512MiB)\n"
 		"  --compression ALG        zstd (default), gzip or none\n"
@@ -258,7 +260,7 @@ static void sleep_until(uint64_t t_ns)
 static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_opts *o)
 {
 	enum {
-		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_SPOOL_DIR,
+		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES,
 	};
@@ -269,6 +271,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "frequency", required_argument, NULL, OPT_FREQ },
 		{ "all-processes", no_argument, NULL, OPT_ALL },
 		{ "token-file", required_argument, NULL, OPT_TOKEN },
+		{ "ca-file", required_argument, NULL, OPT_CA_FILE },
 		{ "spool-dir", required_argument, NULL, OPT_SPOOL_DIR },
 		{ "spool-max", required_argument, NULL, OPT_SPOOL_MAX },
 		{ "metrics-listen", required_argument, NULL, OPT_METRICS },
@@ -338,6 +341,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			break;
 		case OPT_TOKEN:
 			o->token_file = optarg;
+			break;
+		case OPT_CA_FILE:
+			o->ca_file = optarg;
 			break;
 		case OPT_SPOOL_DIR:
 			o->spool_dir = optarg;
@@ -437,6 +443,10 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		log_error("--token-file: '%s': %s", o->token_file, strerror(errno));
 		return -EINVAL;
 	}
+	if (o->ca_file && access(o->ca_file, R_OK)) {
+		log_error("--ca-file: '%s': %s", o->ca_file, strerror(errno));
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -510,6 +520,7 @@ int cmd_run(int argc, char **argv)
 	}
 	c.pusher = pusher__new(&(struct pusher_opts){ .server = o.server,
 						     .token_file = o.token_file,
+						     .ca_file = o.ca_file,
 						     .compression = o.compression,
 						     .retry_max_ns = o.retry_max_ns },
 			       spool);

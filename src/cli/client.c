@@ -10,6 +10,7 @@
 #include "cli/client.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/util.h"
 
 #define BODY_MAX (1ull << 30)	/* answers past 1 GiB are refused */
@@ -26,7 +27,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 {
 	enum {
 		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
-		O_TITLE, O_LIMIT, O_SORT,
+		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
@@ -36,6 +37,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		{ "selector", required_argument, NULL, O_SELECTOR },
 		{ "kind", required_argument, NULL, O_KIND },
 		{ "token-file", required_argument, NULL, O_TOKEN },
+		{ "ca-file", required_argument, NULL, O_CA_FILE },
 		{ "output", required_argument, NULL, 'o' },
 		{ "gpu-idle", required_argument, NULL, O_GPU_IDLE },
 		{ "title", required_argument, NULL, O_TITLE },
@@ -83,6 +85,9 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 			break;
 		case O_TOKEN:
 			q->token_file = optarg;
+			break;
+		case O_CA_FILE:
+			q->ca_file = optarg;
 			break;
 		case 'o':
 			if (!(extra & Q_OUTPUT))
@@ -157,6 +162,8 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		return usage_error(usage_text, "%s", "-o FILE is required");
 	if (q->token_file && access(q->token_file, R_OK))
 		return usage_error(usage_text, "--token-file: '%s' is not readable", q->token_file);
+	if (q->ca_file && access(q->ca_file, R_OK))
+		return usage_error(usage_text, "--ca-file: '%s' is not readable", q->ca_file);
 	return 0;
 }
 
@@ -228,21 +235,6 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static int read_token(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "re");
-	size_t n;
-
-	if (!f)
-		return -errno;
-	n = fread(buf, 1, len - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	while (n && strchr("\r\n \t", buf[n - 1]))
-		buf[--n] = 0;
-	return 0;
-}
-
 /* The server's error for a non-2xx answer: its JSON "error", else the body's first line. */
 static void print_server_error(long status, const struct http_body *b)
 {
@@ -265,7 +257,7 @@ int http_get(const struct query *q, const char *url, struct http_body *ret)
 {
 	struct http_body b = { 0 };
 	struct curl_slist *hdrs = NULL;
-	char token[1024], auth[1100];
+	char token[4096], auth[4200];
 	long status = 0;
 	CURLcode rc;
 	CURL *c;
@@ -277,9 +269,11 @@ int http_get(const struct query *q, const char *url, struct http_body *ret)
 		return -1;
 	}
 	if (q->token_file) {
-		if (read_token(q->token_file, token, sizeof(token))) {
+		int n = read_token_file(q->token_file, token, sizeof(token));
+
+		if (n < 0) {
 			fprintf(stderr, "gpuscope: --token-file '%s': %s\n", q->token_file,
-				strerror(errno));
+				n == -ENODATA ? "empty" : strerror(-n));
 			goto out;
 		}
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
@@ -292,6 +286,8 @@ int http_get(const struct query *q, const char *url, struct http_body *ret)
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "gpuscope-cli");
+	if (q->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, q->ca_file);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 120000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);

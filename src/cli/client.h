@@ -21,6 +21,7 @@ struct query {
 	const char *selector;
 	const char *kind;		/* validated sample kind name; NULL: server default (cpu) */
 	const char *token_file;
+	const char *ca_file;		/* PEM CA bundle for an https:// server; NULL: the system's */
 	const char *output;		/* -o */
 	const char *gpu_idle;		/* flamegraph only */
 	const char *title;		/* flamegraph only */

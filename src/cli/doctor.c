@@ -27,6 +27,7 @@
 #include <linux/magic.h>
 #include <linux/perf_event.h>
 #include "cli/commands.h"
+#include "common/netaddr.h"
 
 #ifndef TRACEFS_MAGIC
 #define TRACEFS_MAGIC 0x74726163
@@ -39,7 +40,7 @@ enum verdict { OK, MISSING, WARN };
 
 struct doctor {
 	bool require_gpu;
-	const char *server, *token_file, *nvml_library, *cupti_lib;
+	const char *server, *token_file, *ca_file, *nvml_library, *cupti_lib;
 	int failed_required;
 };
 
@@ -484,16 +485,20 @@ static void check_server(struct doctor *d)
 		       "not checked");
 		return;
 	}
-	snprintf(url, sizeof(url), "%s%sapi/v1/labels", d->server,
+	/* An empty upload: what the agent does, with its token, and nothing is stored. */
+	snprintf(url, sizeof(url), "%s%sapi/v1/ingest", d->server,
 		 d->server[strlen(d->server) - 1] == '/' ? "" : "/");
 	c = curl_easy_init();
 	if (!c)
 		return;
-	if (d->token_file && read_file(d->token_file, tok, sizeof(tok)) > 0) {
-		tok[strcspn(tok, "\r\n")] = 0;
+	if (d->token_file && read_token_file(d->token_file, tok, sizeof(tok)) > 0) {
 		snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s", tok);
 		h = curl_slist_append(h, hdr);
 	}
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
+	if (d->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, d->ca_file);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
@@ -506,18 +511,18 @@ static void check_server(struct doctor *d)
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
-	if (cc == CURLE_OK && status == 200)
-		report(d, OK, true, "server", NULL, "GET %s: 200", url);
+	if (cc == CURLE_OK && status >= 200 && status < 300)
+		report(d, OK, true, "server", NULL, "POST %s (empty batch): %ld", url, status);
 	else if (cc == CURLE_OK)
 		report(d, MISSING, true, "server",
 		       status == 401 ? "pass the ingest token with --token-file"
 				     : "check the URL: it is the gpuscope-server's base URL",
-		       "GET %s: HTTP %ld", url, status);
+		       "POST %s: HTTP %ld", url, status);
 	else
 		report(d, MISSING, true, "server",
 		       "start gpuscope-server or fix --server (Kubernetes: "
 		       "http://gpuscope-server.gpuscope.svc:8080)",
-		       "GET %s: %s", url, err[0] ? err : curl_easy_strerror(cc));
+		       "POST %s: %s", url, err[0] ? err : curl_easy_strerror(cc));
 }
 
 static void usage(FILE *f)
@@ -525,9 +530,10 @@ static void usage(FILE *f)
 	fprintf(f, "usage: gpuscope doctor [OPTIONS]\n"
 		   "Checks this node for what gpuscope-agent needs; prints ok/missing/warn and a fix.\n"
 		   "Exit status 0 when every required check passes, 1 otherwise.\n"
-		   "  --server URL        also check that the server answers GET /api/v1/labels\n"
+		   "  --server URL        also check that the server takes an (empty) upload\n"
 		   "                      (default $GPUSCOPE_SERVER)\n"
-		   "  --token-file FILE   bearer token for the server\n"
+		   "  --token-file FILE   the agent's bearer token for the server\n"
+		   "  --ca-file FILE      PEM CA of an https:// server\n"
 		   "  --require-gpu       NVML and CUPTI are required (a GPU node)\n"
 		   "  --nvml-library LIB  NVML to dlopen (default libnvidia-ml.so.1)\n"
 		   "  --cupti-lib PATH    libgpuscope_cupti.so to look for first\n");
@@ -538,6 +544,7 @@ int cmd_doctor(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "server", required_argument, NULL, 's' },
 		{ "token-file", required_argument, NULL, 't' },
+		{ "ca-file", required_argument, NULL, 'a' },
 		{ "require-gpu", no_argument, NULL, 'g' },
 		{ "nvml-library", required_argument, NULL, 'n' },
 		{ "cupti-lib", required_argument, NULL, 'c' },
@@ -551,6 +558,7 @@ int cmd_doctor(int argc, char **argv)
 		switch (c) {
 		case 's': d.server = optarg; break;
 		case 't': d.token_file = optarg; break;
+		case 'a': d.ca_file = optarg; break;
 		case 'g': d.require_gpu = true; break;
 		case 'n': d.nvml_library = optarg; break;
 		case 'c': d.cupti_lib = optarg; break;

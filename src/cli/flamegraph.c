@@ -14,7 +14,7 @@
 static const char usage_text[] =
 	"usage: gpuscope flamegraph --server URL [--since 1h | --from T [--to T]] [--selector S]\n"
 	"                           [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns]\n"
-	"                           [--gpu-idle GPU] [--title T] [--token-file F] -o out.svg\n"
+	"                           [--gpu-idle GPU] [--title T] [--token-file F] [--ca-file F] -o out.svg\n"
 	"Writes a self-contained interactive flame graph (click to zoom, Ctrl-F to search).\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h. --gpu-idle GPU keeps only\n"
 	"the samples taken while that GPU was idle.\n";

@@ -7,7 +7,7 @@
 
 static const char usage_text[] =
 	"usage: gpuscope pprof --server URL [--since 5m | --from T [--to T]] [--selector S]\n"
-	"                      [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F]\n"
+	"                      [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F] [--ca-file F]\n"
 	"                      -o FILE\n"
 	"Writes the merged pprof profile (gzip'd profile.proto; '-o -' for stdout).\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";

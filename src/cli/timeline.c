@@ -17,7 +17,7 @@
 
 static const char usage_text[] =
 	"usage: gpuscope timeline --server URL --pid PID [--since 5m | --from T [--to T]]\n"
-	"                         [--width N] [--selector S] [--token-file F]\n"
+	"                         [--width N] [--selector S] [--token-file F] [--ca-file F]\n"
 	"Prints one row per thread of process PID, one character per time bucket:\n"
 	"  '#' running  '-' runnable (waiting for a CPU)  '.' blocked  'S' blocked in a CUDA\n"
 	"  synchronize  ' ' no data. Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";

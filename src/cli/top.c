@@ -10,7 +10,7 @@
 
 static const char usage_text[] =
 	"usage: gpuscope top --server URL [--since 5m | --from T [--to T]] [--selector S]\n"
-	"                    [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F]\n"
+	"                    [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F] [--ca-file F]\n"
 	"                    [--limit 25] [--sort self|total]\n"
 	"Prints the top functions: self (leaf) and total (anywhere on the stack).\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";

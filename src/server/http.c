@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * HTTP front of gpuscope-server on libmicrohttpd (one thread per connection): request bodies
- * bounded and decompressed, auth, routing of the API in docs/design.md, JSON errors, and the
- * counters /metrics exposes (ingest rate, rejects and drops by reason).
+ * HTTP front of gpuscope-server on libmicrohttpd: a few epoll event-loop threads serve thousands
+ * of kept-alive connections; auth and size checks in the header phase (before any body byte);
+ * request bodies bounded and decompressed; routing of the API in docs/design.md, JSON errors,
+ * and the counters /metrics exposes (ingest rate, rejects and drops by reason, connections).
  */
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -13,9 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/codec.h"
@@ -40,7 +45,12 @@ struct http_server {
 	struct MHD_Daemon *d;
 	struct store *st;
 	struct http_opts o;
+	int listen_fd;
 	uint16_t port;
+	char addr[64];			/* bound address, "ADDR:PORT" */
+	int64_t connections;		/* open now */
+	uint64_t connections_total, mhd_errors;
+	uint64_t last_mhd_log_ns;
 	uint64_t rejects[REJ_MAX];
 	uint64_t ingest_batches, ingest_bytes, ingest_samples, requests;
 	pthread_mutex_t rmu;		/* rate ring */
@@ -48,7 +58,8 @@ struct http_server {
 };
 
 struct req {
-	struct buf body;
+	struct buf body;		/* only POST /api/v1/ingest keeps its body */
+	bool ingest;
 	bool over;			/* body beyond max_body: discarded */
 };
 
@@ -272,6 +283,12 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	if (r->over)
 		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
 				   "body larger than %zu bytes", h->o.max_body);
+	if (!r->body.len) {
+		/* An empty upload stores nothing: `gpuscope doctor` checks reach and token so. */
+		struct buf b = { 0 };
+
+		return reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
+	}
 	rc = body_decode(enc, r->body.p, r->body.len, h->o.max_body, &raw, &raw_len);
 	if (rc == -E2BIG)
 		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
@@ -737,6 +754,15 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 		buf_printf(&b, "gpuscope_server_rejected_total{reason=\"%s\"} %llu\n",
 			   reject_names[i],
 			   (unsigned long long)__atomic_load_n(&h->rejects[i], __ATOMIC_RELAXED));
+	M("connections", "gauge", "HTTP connections open now.", "gpuscope_server_connections %lld\n",
+	  (long long)__atomic_load_n(&h->connections, __ATOMIC_RELAXED));
+	M("connections_total", "counter", "HTTP connections accepted.",
+	  "gpuscope_server_connections_total %llu\n",
+	  (unsigned long long)__atomic_load_n(&h->connections_total, __ATOMIC_RELAXED));
+	M("http_errors_total", "counter",
+	  "Connection-level refusals and failures (connection limits, TLS handshakes, resets).",
+	  "gpuscope_server_http_errors_total %llu\n",
+	  (unsigned long long)__atomic_load_n(&h->mhd_errors, __ATOMIC_RELAXED));
 	M("store_bytes", "gauge", "Database and WAL size on disk.",
 	  "gpuscope_server_store_bytes %llu\n", (unsigned long long)s.bytes_on_disk);
 	M("rollup_lag_chunks", "gauge", "Sample chunks not yet folded into rollups.",
@@ -761,10 +787,10 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
-static bool authorized(struct http_server *h, struct MHD_Connection *c)
+static bool authorized(const char *token, struct MHD_Connection *c)
 {
 	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	size_t tl = strlen(h->o.token), al;
+	size_t tl = strlen(token), al;
 	unsigned char diff = 0;
 
 	if (!a || strncmp(a, "Bearer ", 7))
@@ -773,7 +799,7 @@ static bool authorized(struct http_server *h, struct MHD_Connection *c)
 	al = strlen(a);
 	/* Constant time in the token's length. */
 	for (size_t i = 0; i < tl; i++)
-		diff |= (unsigned char)h->o.token[i] ^ (unsigned char)(i < al ? a[i] : 0);
+		diff |= (unsigned char)token[i] ^ (unsigned char)(i < al ? a[i] : 0);
 	return !diff && al == tl;
 }
 
@@ -802,9 +828,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		MHD_destroy_response(resp);
 		return ret;
 	}
-	if (h->o.token && !authorized(h, c))
-		return reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
-				   "missing or wrong bearer token");
+	/* Auth was checked in the header phase (on_request). */
 	if (!strcmp(url, "/api/v1/ingest")) {
 		if (strcmp(method, MHD_HTTP_METHOD_POST))
 			return reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY,
@@ -847,6 +871,12 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 	return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such endpoint '%.100s'", url);
 }
 
+/*
+ * Header phase (first call, *con_cls NULL): the token and the declared size are checked before
+ * any body byte is read, so an unauthenticated or oversized upload costs nothing; the early
+ * answer makes libmicrohttpd close the connection instead of reading the body. Then the body
+ * (ingest only; other paths' bodies are discarded), then the route.
+ */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version, const char *data,
 				  size_t *size, void **con_cls)
@@ -857,22 +887,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	(void)version;
 	if (!r) {
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+		bool over, api = !strncmp(url, "/api/", 5);
+		bool ingest = !strcmp(url, "/api/v1/ingest");
+		const char *token = ingest ? h->o.ingest_token : h->o.query_token;
 
+		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
+		if (api && token && !authorized(token, c))
+			return reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
+					   "missing or wrong bearer token for %s",
+					   ingest ? "ingest" : "queries");
+		over = ingest && cl && strtoull(cl, NULL, 10) > h->o.max_body;
+		/* A client that waits for "100 Continue" learns now; one that sends the body
+		 * anyway would only see a broken pipe, so its body is read and dropped, then
+		 * answered 413 (over: nothing is kept). */
+		if (over && expect && !strcasecmp(expect, "100-continue"))
+			return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
+					   "body larger than %zu bytes", h->o.max_body);
 		r = calloc(1, sizeof(*r));
 		if (!r)
 			return MHD_NO;
+		r->ingest = ingest && !strcmp(method, MHD_HTTP_METHOD_POST);
+		r->over = over;
 		*con_cls = r;
-		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
-		if (cl && strtoull(cl, NULL, 10) > h->o.max_body)
-			r->over = true;
 		return MHD_YES;
 	}
 	if (*size) {
-		if (!r->over && r->body.len + *size > h->o.max_body) {
+		if (r->ingest && !r->over && r->body.len + *size > h->o.max_body) {
 			r->over = true;
 			buf_done(&r->body);
 		}
-		if (!r->over) {
+		if (r->ingest && !r->over) {
 			buf_put(&r->body, data, *size);
 			if (r->body.oom)
 				return MHD_NO;
@@ -898,35 +943,91 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 }
 
-static int parse_listen(const char *s, struct sockaddr_in *sa, char *err, size_t errlen)
+/* libmicrohttpd's own messages (refused connections at a limit, TLS handshakes failing, ...):
+ * counted, and logged at most once a minute so that a flood does not fill the log. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	const char *colon = strrchr(s, ':');
-	char host[64];
-	char *end;
-	unsigned long port;
+	struct http_server *h = cls;
+	uint64_t now = mono_ns(), last = __atomic_load_n(&h->last_mhd_log_ns, __ATOMIC_RELAXED);
+	char msg[256];
+	size_t n;
 
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	if (!colon || (size_t)(colon - s) >= sizeof(host)) {
-		snprintf(err, errlen, "--listen wants ADDR:PORT, not '%s'", s);
+	__atomic_add_fetch(&h->mhd_errors, 1, __ATOMIC_RELAXED);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '.'))
+		msg[--n] = 0;
+	if ((!last || now - last > 60 * NSEC_PER_SEC) &&
+	    __atomic_compare_exchange_n(&h->last_mhd_log_ns, &last, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED))
+		log_warn("http: %s (further messages in the next minute: debug level only)", msg);
+	else
+		log_debug("http: %s", msg);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct http_server *h = cls;
+
+	(void)c;
+	(void)socket_ctx;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		__atomic_add_fetch(&h->connections, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&h->connections_total, 1, __ATOMIC_RELAXED);
+	} else {
+		__atomic_sub_fetch(&h->connections, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/*
+ * Our own listening socket rather than libmicrohttpd's: SO_REUSEADDR only (restarts while old
+ * connections sit in TIME_WAIT), never SO_REUSEPORT, so that a second server on the same port
+ * fails here instead of silently taking half of the batches; and errors we can name.
+ */
+static int open_listener(struct http_server *h, const char *listen_s, char *err, size_t errlen)
+{
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	int one = 1, zero = 0, fd;
+
+	if (parse_listen_addr(listen_s, &sa, &salen)) {
+		snprintf(err, errlen,
+			 "--listen wants ADDR:PORT or [IPV6]:PORT (127.0.0.1:7070, [::]:7070), "
+			 "not '%s'", listen_s);
 		return -EINVAL;
 	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (!colon[1] || *end || port > 65535) {
-		snprintf(err, errlen, "bad port in '%s'", s);
-		return -EINVAL;
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot listen on %s: socket: %s", listen_s, strerror(errno));
+		return -errno;
 	}
-	if (!*host || !strcmp(host, "*"))
-		strcpy(host, "0.0.0.0");
-	if (!strcmp(host, "localhost"))
-		strcpy(host, "127.0.0.1");
-	if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
-		snprintf(err, errlen, "bad IPv4 address '%s' in --listen", host);
-		return -EINVAL;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* "[::]:PORT" serves IPv4 clients too, whatever the host's bindv6only default. */
+	if (sa.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	if (bind(fd, (struct sockaddr *)&sa, salen)) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot listen on %s: %s%s", listen_s, strerror(e),
+			 e == EADDRINUSE ? " (another gpuscope-server, or another program, already "
+					   "listens on this port)" : "");
+		close(fd);
+		return -e;
 	}
-	sa->sin_port = htons((uint16_t)port);
+	if (listen(fd, 4096)) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot listen on %s: %s", listen_s, strerror(e));
+		close(fd);
+		return -e;
+	}
+	salen = sizeof(sa);
+	getsockname(fd, (struct sockaddr *)&sa, &salen);
+	format_sockaddr((struct sockaddr *)&sa, h->addr, sizeof(h->addr));
+	h->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port :
+						   ((struct sockaddr_in *)&sa)->sin_port);
+	h->listen_fd = fd;
 	return 0;
 }
 
@@ -934,8 +1035,8 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 			       size_t errlen)
 {
 	struct http_server *h = calloc(1, sizeof(*h));
-	const union MHD_DaemonInfo *info;
-	struct sockaddr_in sa;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	bool tls = o->tls_cert_pem && o->tls_key_pem;
 
 	if (!h) {
 		snprintf(err, errlen, "out of memory");
@@ -943,23 +1044,41 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	}
 	h->st = st;
 	h->o = *o;
+	h->listen_fd = -1;
 	pthread_mutex_init(&h->rmu, NULL);
-	if (parse_listen(o->listen, &sa, err, errlen))
+	if (open_listener(h, o->listen, err, errlen))
 		goto out_free;
-	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-					MHD_USE_POLL | MHD_USE_ERROR_LOG,
-				0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
-				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)256,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
-	if (!h->d) {
-		snprintf(err, errlen, "cannot listen on %s: %s", o->listen, strerror(errno));
-		goto out_free;
+	if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+		snprintf(err, errlen, "TLS asked for, but this libmicrohttpd has no TLS support");
+		goto out_close;
 	}
-	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-	h->port = info ? info->port : ntohs(sa.sin_port);
+	/*
+	 * Event loops, not a thread per connection: idle kept-alive agents cost a socket and a
+	 * small buffer each, never a thread, and a slow client only occupies its own connection.
+	 * A handler (ingest, a query) runs on its loop's thread; `threads` loops keep one slow
+	 * query from holding up everyone else.
+	 */
+	h->d = MHD_start_daemon(
+		flags | (tls ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, h,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+		MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
+		MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 8u,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_CONNECTION_LIMIT, o->max_connections ? o->max_connections : 8192u,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_per_address,
+		MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s ? o->idle_timeout_s : 30u,
+		tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, o->tls_cert_pem,
+		MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
+	if (!h->d) {
+		snprintf(err, errlen, "cannot serve on %s%s", h->addr,
+			 tls ? ": TLS setup failed (is --tls-key-file the key of --tls-cert-file?)"
+			     : "");
+		goto out_close;
+	}
 	return h;
+out_close:
+	close(h->listen_fd);
 out_free:
 	pthread_mutex_destroy(&h->rmu);
 	free(h);
@@ -971,11 +1090,17 @@ uint16_t http_port(const struct http_server *h)
 	return h->port;
 }
 
+const char *http_address(const struct http_server *h)
+{
+	return h->addr;
+}
+
 void http_stop(struct http_server *h)
 {
 	if (!h)
 		return;
 	MHD_stop_daemon(h->d);
+	close(h->listen_fd);
 	pthread_mutex_destroy(&h->rmu);
 	free(h);
 }

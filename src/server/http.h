@@ -8,18 +8,31 @@
 #include "server/store/store.h"
 
 struct http_opts {
-	const char *listen;	/* "ADDR:PORT"; port 0 picks a free one */
-	const char *token;	/* NULL: no auth; else /api/ needs "Authorization: Bearer TOKEN" */
-	size_t max_body;	/* bytes, compressed and decompressed */
+	const char *listen;		/* "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one */
+	const char *ingest_token;	/* NULL: POST /api/v1/ingest is open; else it needs
+					 * "Authorization: Bearer TOKEN" */
+	const char *query_token;	/* the same for every other /api/ path */
+	size_t max_body;		/* bytes, compressed and decompressed */
+	const char *tls_cert_pem;	/* PEM text of the certificate chain and its key; both */
+	const char *tls_key_pem;	/* NULL: plain HTTP. Must outlive the server. */
+	unsigned max_connections;	/* open connections in all */
+	unsigned max_per_address;	/* open connections from one client address */
+	unsigned idle_timeout_s;	/* a connection silent this long is closed */
+	unsigned threads;		/* event-loop threads (each serves many connections) */
 };
 
 struct http_server;
 
-/* Starts serving on its own threads. NULL with a reason in err. */
+/*
+ * Binds the listen address (exclusively: a second server on the same port fails with
+ * EADDRINUSE named in err) and starts serving on its own threads. NULL with a reason in err.
+ */
 struct http_server *http_start(struct store *st, const struct http_opts *o, char *err,
 			       size_t errlen);
 /* The bound port (useful with port 0). */
 uint16_t http_port(const struct http_server *h);
+/* The bound address as "ADDR:PORT" / "[V6]:PORT", for the startup line. */
+const char *http_address(const struct http_server *h);
 void http_stop(struct http_server *h);
 
 #endif

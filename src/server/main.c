@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpuscope-server: receives agents' batches, stores them in SQLite under --data, answers the
- * query API and serves the web UI. Prints "listening on http://ADDR:PORT" once ready.
+ * query API and serves the web UI. Prints "listening on http[s]://ADDR:PORT" (the address
+ * really bound) once ready.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -10,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/util.h"
 #include "server/http.h"
 #include "server/store/store.h"
@@ -21,40 +24,109 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: gpuscope-server --data DIR [options]\n"
 		"  --data DIR               where the SQLite store lives (created if missing)\n"
-		"  --listen ADDR:PORT       default 0.0.0.0:7070; port 0 picks a free port\n"
+		"  --listen ADDR:PORT       127.0.0.1:7070 by default, 0.0.0.0:7070 once a token\n"
+		"                           is set; [::]:PORT for IPv6 and IPv4; port 0 picks one\n"
 		"  --retention DUR          keep data this long (default 30d)\n"
 		"  --raw-retention DUR      keep per-sample timestamps this long (default 24h;\n"
 		"                           older samples live on in per-minute/hour rollups)\n"
 		"  --retention-period DUR   how often retention runs (default 60s)\n"
-		"  --token-file FILE        require 'Authorization: Bearer <contents>' on /api/\n"
+		"  --ingest-token-file FILE POST /api/v1/ingest needs 'Authorization: Bearer <contents>'\n"
+		"  --query-token-file FILE  every other /api/ path needs 'Authorization: Bearer ...'\n"
+		"  --token-file FILE        the same token for both\n"
+		"  --tls-cert-file FILE     serve HTTPS with this PEM certificate (chain) ...\n"
+		"  --tls-key-file FILE      ... and this PEM private key\n"
 		"  --max-body SIZE          largest request body, before and after decompression\n"
 		"                           (default 64MiB; suffixes K, M, G, KiB, MiB, GiB)\n"
+		"  --max-connections N      open connections in all (default 8192)\n"
+		"  --max-connections-per-address N\n"
+		"                           open connections from one client address (default 256)\n"
+		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
+		"  --threads N              HTTP event-loop threads (default 8)\n"
 		"  -v, --verbose            debug logging\n");
 }
 
-static char *read_token(const char *path)
+/* A token file's contents, or exit status 2 with the reason logged. */
+static char *token_from(const char *opt, const char *path)
 {
 	char buf[4096];
-	FILE *f = fopen(path, "r");
-	size_t n;
+	int n = read_token_file(path, buf, sizeof(buf));
 
-	if (!f)
-		return NULL;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-		     buf[n - 1] == '\t'))
-		buf[--n] = 0;
-	if (!n) {
-		errno = EINVAL;
+	if (n < 0) {
+		log_error("--%s '%s': %s", opt, path,
+			  n == -ENODATA ? "empty" :
+			  n == -E2BIG	? "longer than 4095 bytes" : strerror(-n));
 		return NULL;
 	}
 	return strdup(buf);
 }
 
+/* A whole (small) PEM file as a string, or NULL with the reason logged. */
+static char *pem_from(const char *opt, const char *path)
+{
+	char *text = NULL;
+	size_t cap = 0;
+	FILE *f = fopen(path, "re");
+	ssize_t n;
+
+	if (!f) {
+		log_error("--%s '%s': %s", opt, path, strerror(errno));
+		return NULL;
+	}
+	{
+		FILE *m = open_memstream(&text, &cap);
+		char chunk[4096];
+
+		while (m && (n = (ssize_t)fread(chunk, 1, sizeof(chunk), f)) > 0)
+			fwrite(chunk, 1, (size_t)n, m);
+		if (m)
+			fclose(m);
+	}
+	fclose(f);
+	if (!text || !strstr(text, "-----BEGIN ")) {
+		log_error("--%s '%s': not a PEM file", opt, path);
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+static unsigned parse_count(const char *opt, const char *s, unsigned max)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || !*s || *end || !v || v > max) {
+		log_error("--%s: '%s' is not a count in 1..%u", opt, s, max);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+/* Lets the process hold as many sockets as the hard limit allows (fleets of kept-alive agents). */
+static void raise_fd_limit(unsigned want)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < (rlim_t)want + 64)
+		log_warn("open-file limit %llu is below --max-connections %u: connections past it "
+			 "are refused (raise 'ulimit -n')",
+			 (unsigned long long)rl.rlim_cur, want);
+}
+
 int main(int argc, char **argv)
 {
+	enum {
+		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
+		O_MAX_PER_ADDR, O_IDLE, O_THREADS,
+	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
 		{ "listen", required_argument, NULL, 'l' },
@@ -62,7 +134,15 @@ int main(int argc, char **argv)
 		{ "raw-retention", required_argument, NULL, 'R' },
 		{ "retention-period", required_argument, NULL, 'p' },
 		{ "token-file", required_argument, NULL, 't' },
+		{ "ingest-token-file", required_argument, NULL, O_INGEST_TOKEN },
+		{ "query-token-file", required_argument, NULL, O_QUERY_TOKEN },
+		{ "tls-cert-file", required_argument, NULL, O_TLS_CERT },
+		{ "tls-key-file", required_argument, NULL, O_TLS_KEY },
 		{ "max-body", required_argument, NULL, 'b' },
+		{ "max-connections", required_argument, NULL, O_MAX_CONN },
+		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
+		{ "idle-timeout", required_argument, NULL, O_IDLE },
+		{ "threads", required_argument, NULL, O_THREADS },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -72,12 +152,19 @@ int main(int argc, char **argv)
 		.raw_retention_ns = 86400 * NSEC_PER_SEC,
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
 	};
-	struct http_opts ho = { .listen = "0.0.0.0:7070", .max_body = 64 << 20 };
-	uint64_t size;
-	const char *token_file = NULL;
+	struct http_opts ho = {
+		.max_body = 64 << 20,
+		.max_connections = 8192,
+		.max_per_address = 256,
+		.idle_timeout_s = 30,
+		.threads = 8,
+	};
+	uint64_t size, ns;
+	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
+	const char *cert_file = NULL, *key_file = NULL;
 	struct http_server *h = NULL;
 	struct store *st = NULL;
-	char *token = NULL, err[512] = "";
+	char *tok = NULL, *itok = NULL, *qtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
 	sigset_t stopset;
 	int c, sig, ret = 1;
 
@@ -104,12 +191,42 @@ int main(int argc, char **argv)
 		case 't':
 			token_file = optarg;
 			break;
+		case O_INGEST_TOKEN:
+			ingest_file = optarg;
+			break;
+		case O_QUERY_TOKEN:
+			query_file = optarg;
+			break;
+		case O_TLS_CERT:
+			cert_file = optarg;
+			break;
+		case O_TLS_KEY:
+			key_file = optarg;
+			break;
 		case 'b':
 			if (parse_size_bytes(optarg, &size) || !size || size > (1ULL << 40)) {
 				log_error("--max-body: '%s' is not a size (64MiB)", optarg);
 				return 2;
 			}
 			ho.max_body = (size_t)size;
+			break;
+		case O_MAX_CONN:
+			ho.max_connections = parse_count("max-connections", optarg, 1 << 20);
+			break;
+		case O_MAX_PER_ADDR:
+			ho.max_per_address = parse_count("max-connections-per-address", optarg,
+							 1 << 20);
+			break;
+		case O_IDLE:
+			if (parse_duration_ns(optarg, &ns) || ns < NSEC_PER_SEC ||
+			    ns > 3600 * NSEC_PER_SEC) {
+				log_error("--idle-timeout: '%s' is not a duration in 1s..1h", optarg);
+				return 2;
+			}
+			ho.idle_timeout_s = (unsigned)(ns / NSEC_PER_SEC);
+			break;
+		case O_THREADS:
+			ho.threads = parse_count("threads", optarg, 256);
 			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
@@ -126,15 +243,26 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (token_file) {
-		token = read_token(token_file);
-		if (!token) {
-			log_error("--token-file '%s': %s", token_file,
-				  errno == EINVAL ? "empty" : strerror(errno));
-			return 2;
-		}
-		ho.token = token;
+	if (!cert_file != !key_file) {
+		log_error("--tls-cert-file and --tls-key-file go together");
+		return 2;
 	}
+	/* --token-file sets both; a specific flag wins over it for its side. */
+	if ((token_file && !(tok = token_from("token-file", token_file))) ||
+	    (ingest_file && !(itok = token_from("ingest-token-file", ingest_file))) ||
+	    (query_file && !(qtok = token_from("query-token-file", query_file))) ||
+	    (cert_file && !(cert = pem_from("tls-cert-file", cert_file))) ||
+	    (key_file && !(key = pem_from("tls-key-file", key_file)))) {
+		ret = 2;
+		goto out;
+	}
+	ho.ingest_token = itok ? itok : tok;
+	ho.query_token = qtok ? qtok : tok;
+	ho.tls_cert_pem = cert;
+	ho.tls_key_pem = key;
+	if (!ho.listen)
+		ho.listen = ho.ingest_token && ho.query_token ? "0.0.0.0:7070" : "127.0.0.1:7070";
+	raise_fd_limit(ho.max_connections);
 	/*
 	 * Block SIGINT/SIGTERM before any thread starts (threads inherit the mask), so that only
 	 * sigwait() below receives them: a handler could run on an HTTP thread and leave the main
@@ -156,15 +284,23 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	{
-		const char *colon = strrchr(ho.listen, ':');
-		char host[64];
+		struct sockaddr_storage sa;
+		socklen_t salen;
 
-		snprintf(host, sizeof(host), "%.*s", (int)(colon - ho.listen), ho.listen);
-		if (!*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "*"))
-			strcpy(host, "127.0.0.1");
-		printf("listening on http://%s:%u\n", host, http_port(h));
-		fflush(stdout);
+		if (!parse_listen_addr(ho.listen, &sa, &salen) &&
+		    !sockaddr_is_loopback((struct sockaddr *)&sa) &&
+		    (!ho.ingest_token || !ho.query_token))
+			log_warn("*** listening on %s, beyond this machine, and %s%s%s needs no "
+				 "token: anyone who can reach the port can %s. Set --token-file "
+				 "(or --ingest-token-file and --query-token-file), or listen on "
+				 "127.0.0.1 ***",
+				 http_address(h), !ho.ingest_token ? "uploading" : "",
+				 !ho.ingest_token && !ho.query_token ? " and " : "",
+				 !ho.query_token ? "reading" : "",
+				 !ho.query_token ? "read every profile" : "upload data");
 	}
+	printf("listening on %s://%s\n", cert ? "https" : "http", http_address(h));
+	fflush(stdout);
 	while (sigwait(&stopset, &sig))
 		;
 	log_info("%s: stopping", strsignal(sig));
@@ -173,6 +309,10 @@ out:
 	http_stop(h);
 	if (st)
 		st->ops->close(st);
-	free(token);
+	free(tok);
+	free(itok);
+	free(qtok);
+	free(cert);
+	free(key);
 	return ret;
 }

@@ -162,6 +162,15 @@ def main():
     check(any(v.get("persistentVolumeClaim", {}).get("claimName") == by_kind(docs, "PersistentVolumeClaim")[0]["metadata"]["name"]
               for v in spod["volumes"]), "server stores on the PersistentVolumeClaim")
     check(dep["spec"]["strategy"]["type"] == "Recreate", "one SQLite writer: Recreate")
+    svols = {v["name"]: v for v in spod["volumes"]}
+    smounts = {m["mountPath"]: m["name"] for m in server["volumeMounts"]}
+    qsecret = by_kind(docs, "Secret", "gpuscope-query-token")[0]
+    check("--ingest-token-file=/etc/gpuscope/token/token" in server["args"] and
+          svols[smounts["/etc/gpuscope/token"]]["secret"]["secretName"] == secret["metadata"]["name"] and
+          "--query-token-file=/etc/gpuscope/query-token/token" in server["args"] and
+          svols[smounts["/etc/gpuscope/query-token"]]["secret"]["secretName"] == qsecret["metadata"]["name"],
+          "server: ingest token from the agents' Secret, query token from its own Secret")
+    check("--tls-cert-file" in text and "--ca-file" in text, "TLS documented in the manifest")
     check("--listen=0.0.0.0:%d" % server["ports"][0]["containerPort"] in server["args"] and
           svc["spec"]["ports"][0]["targetPort"] == server["ports"][0]["name"], "server listens where the Service sends")
 

@@ -18,6 +18,7 @@
 #include "agent/meta/meta.h"
 #include "agent/meta/relabel.h"
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/util.h"
 
 #define MAX_PODS	   4096		/* pods cached (a node runs at most a few hundred) */
@@ -570,21 +571,9 @@ static size_t body_cb(char *data, size_t size, size_t nmemb, void *u)
 static char *read_token(void)
 {
 	char buf[16384];
-	ssize_t n;
-	int fd;
 
-	if (!kw.token_file)
+	if (!kw.token_file || read_token_file(kw.token_file, buf, sizeof(buf)) < 0)
 		return NULL;
-	fd = open(kw.token_file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return NULL;
-	while (n > 0 && isspace((unsigned char)buf[n - 1]))
-		n--;
-	buf[n] = 0;
 	return strdup(buf);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include "agent/push/metrics_http.h"
+#include "common/netaddr.h"
 #include "common/log.h"
 
 struct metrics_http {
@@ -16,63 +17,6 @@ struct metrics_http {
 	void *ctx;
 	unsigned port;
 };
-
-int parse_listen_addr(const char *s, struct sockaddr_storage *ret, unsigned *ret_len)
-{
-	char host[256];
-	const char *colon;
-	char *end;
-	unsigned long port;
-	size_t hl;
-
-	memset(ret, 0, sizeof(*ret));
-	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-
-		if (!rb || rb[1] != ':')
-			return -EINVAL;
-		hl = rb - s - 1;
-		if (hl >= sizeof(host))
-			return -EINVAL;
-		memcpy(host, s + 1, hl);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			return -EINVAL;
-		hl = colon - s;
-		if (hl >= sizeof(host))
-			return -EINVAL;
-		memcpy(host, s, hl);
-	}
-	host[hl] = 0;
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno || !colon[1] || *end || port > 65535)
-		return -EINVAL;
-	if (s[0] == '[') {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ret;
-
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons(port);
-		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
-			return -EINVAL;
-		*ret_len = sizeof(*a);
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)ret;
-
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		if (!strcmp(host, "") || !strcmp(host, "*"))
-			a->sin_addr.s_addr = htonl(INADDR_ANY);
-		else if (!strcmp(host, "localhost"))
-			a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-			return -EINVAL;
-		*ret_len = sizeof(*a);
-	}
-	return 0;
-}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
 			     char *body, size_t len, enum MHD_ResponseMemoryMode mode)
@@ -121,7 +65,7 @@ struct metrics_http *metrics_http__start(const char *listen, metrics_fill_fn fil
 {
 	struct metrics_http *m;
 	struct sockaddr_storage sa;
-	unsigned salen;
+	socklen_t salen;
 	const union MHD_DaemonInfo *info;
 	/* epoll, not select(): the agent holds thousands of BPF/perf fds, past FD_SETSIZE. */
 	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;

@@ -20,8 +20,4 @@ struct metrics_http *metrics_http__start(const char *listen, metrics_fill_fn fil
 unsigned metrics_http__port(const struct metrics_http *m);
 void metrics_http__stop(struct metrics_http *m);
 
-/* Splits "HOST:PORT" / "[V6]:PORT" into a socket address. 0 or -EINVAL. */
-struct sockaddr_storage;
-int parse_listen_addr(const char *s, struct sockaddr_storage *ret, unsigned *ret_len);
-
 #endif

@@ -13,6 +13,7 @@
 #include "agent/push/spool.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/util.h"
 
 #define QUEUE_MAX	16		/* pending batches between the main loop and this thread */
@@ -36,7 +37,7 @@ struct pusher {
 	char *ingest_url;
 	struct spool *spool;
 	CURL *curl;
-	char token[1024];	/* last token read from the token file */
+	char token[4096];	/* last token read from the token file */
 	bool token_warned;
 	pthread_t thread;
 	bool started, joined;
@@ -87,26 +88,19 @@ int push_encode(struct batch *b, enum compression c, uint8_t **ret, size_t *ret_
 static void refresh_token(struct pusher *p)
 {
 	char buf[sizeof(p->token)];
-	FILE *f;
-	size_t n;
+	int n;
 
 	if (!p->o.token_file)
 		return;
-	f = fopen(p->o.token_file, "re");
-	if (!f) {
+	n = read_token_file(p->o.token_file, buf, sizeof(buf));
+	if (n < 0) {
 		if (!p->token_warned)
 			log_warn("push: cannot read token file '%s': %s, keeping the last token",
-				 p->o.token_file, strerror(errno));
+				 p->o.token_file, n == -ENODATA ? "empty" : strerror(-n));
 		p->token_warned = true;
 		return;
 	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-		     buf[n - 1] == '\t'))
-		buf[--n] = 0;
-	memcpy(p->token, buf, n + 1);
+	memcpy(p->token, buf, (size_t)n + 1);
 	p->token_warned = false;
 }
 
@@ -421,6 +415,8 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 	}
 	curl_easy_setopt(p->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(p->curl, CURLOPT_USERAGENT, "gpuscope-agent");
+	if (p->o.ca_file)
+		curl_easy_setopt(p->curl, CURLOPT_CAINFO, p->o.ca_file);
 	curl_easy_setopt(p->curl, CURLOPT_TIMEOUT_MS, (long)(p->o.timeout_ns / NSEC_PER_MSEC));
 	curl_easy_setopt(p->curl, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(p->o.timeout_ns / NSEC_PER_MSEC < 5000 ?

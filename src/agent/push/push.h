@@ -19,6 +19,7 @@ struct pusher;
 struct pusher_opts {
 	const char *server;		/* base URL, e.g. http://127.0.0.1:7070 */
 	const char *token_file;		/* NULL: no Authorization header; re-read on every attempt */
+	const char *ca_file;		/* PEM CA bundle for https://; NULL: the system's */
 	enum compression compression;
 	uint64_t retry_base_ns;		/* first backoff, default 1 s */
 	uint64_t retry_max_ns;		/* backoff cap, default 30 s */
