@@ -80,7 +80,7 @@ $(VMLINUX):
 vpath %.bpf.c $(sort $(dir $(BPF_SRCS)))
 $(BPF_OBJS): $(OUT)/bpf/%.bpf.o: %.bpf.c $(VMLINUX)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CLANG) -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(dir $(VMLINUX)) -Isrc \
+	$(Q)$(CLANG) -g -O2 -mcpu=v3 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(dir $(VMLINUX)) -Isrc \
 		-MMD -MP -MF $(@:.o=.d) -c $< -o $@
 	$(Q)llvm-strip -g $@
 

@@ -433,6 +433,17 @@ static void module_metrics(struct agent *a, FILE *out)
 			     "gpuscope_agent_stack_cache_total{event=\"retry\"} %llu\n",
 			(unsigned long long)cs.lookups, (unsigned long long)cs.misses,
 			(unsigned long long)cs.clears, (unsigned long long)cs.retries);
+		fprintf(out, "# HELP gpuscope_agent_stacks_truncated_total Distinct stacks ending in "
+			     "[truncated] (cut_unmapped: cut in user space at an unmapped address).\n"
+			     "# TYPE gpuscope_agent_stacks_truncated_total counter\n"
+			     "gpuscope_agent_stacks_truncated_total %llu\n"
+			     "gpuscope_agent_stacks_truncated_total{where=\"cut_unmapped\"} %llu\n"
+			     "# HELP gpuscope_agent_stack_bpf_frames_dropped_total The agent's own BPF "
+			     "frames removed from the top of kernel stacks.\n"
+			     "# TYPE gpuscope_agent_stack_bpf_frames_dropped_total counter\n"
+			     "gpuscope_agent_stack_bpf_frames_dropped_total %llu\n",
+			(unsigned long long)cs.truncated, (unsigned long long)cs.cut_unmapped,
+			(unsigned long long)cs.bpf_frames);
 	}
 	if (!mod.o)
 		return;

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Symbolized-stack cache: (pid, raw frames) -> location list, bounded, cleared when full. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "agent/agent.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
+#include "agent/unwind/frames.h"
+#include "agent/unwind/pysym.h"
 #include "common/hmap.h"
 #include "common/util.h"
 
@@ -75,24 +78,86 @@ static void fill(struct stack_cache *c, struct location *loc, const struct sym_f
 	loc->function = err ? unknown_name(c, f->module) : f->function;
 }
 
-/* Symbolizes the frames into st (sized for nk + nu locations). */
+/* The agent's own BPF frames (tracepoint and perf-event trampolines) on top of a kernel stack. */
+static bool bpf_frame(const char *fn)
+{
+	return fn && (!strncmp(fn, "bpf_prog_", 9) || !strncmp(fn, "bpf_trace_run", 13) ||
+		      !strncmp(fn, "__bpf_trace_", 12) || !strncmp(fn, "__traceiter_", 12) ||
+		      !strncmp(fn, "bpf_overflow_handler", 20));
+}
+
+static void special(struct stack_cache *c, struct location *loc, const char *name)
+{
+	memset(loc, 0, sizeof(*loc));
+	loc->function = name;
+	loc->module = name;
+	loc->build_id = "";
+}
+
+/*
+ * Symbolizes the frames into st (sized for nk + nu locations). Special words (frames.h) become
+ * [truncated], [python] or the Python frame; the walk's honesty is re-checked here: a return
+ * address outside every mapping of a process whose other frames are mapped ends the stack.
+ */
 static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, const __u64 *kframes,
 		      int nk, const __u64 *uframes, int nu)
 {
+	bool mapped = false, inner = true;
+
 	st->n = st->nunknown = 0;
 	for (int i = 0; i < nk; i++) {
 		struct sym_frame f = { 0 };
 		/* Frames past the first are return addresses: look up the call instruction. */
 		int err = symbolizer__kernel(c->sym, kframes[i] - (i > 0), &f);
 
+		if (inner && !err && bpf_frame(f.function)) {
+			c->stats.bpf_frames++;
+			continue;
+		}
+		inner = false;
 		fill(c, &st->locs[st->n++], &f, err);
 		st->nunknown += !!err;
 	}
 	st->nkernel = st->n;
 	for (int i = 0; i < nu; i++) {
 		struct sym_frame f = { 0 };
-		int err = symbolizer__user(c->sym, pid, uframes[i] - (i > 0), &f);
+		__u64 w = uframes[i];
+		int err;
 
+		if (GPUSCOPE_FRAME_IS_SPECIAL(w)) {
+			struct location *loc = &st->locs[st->n++];
+
+			switch (GPUSCOPE_FRAME_TAG(w)) {
+			case GPUSCOPE_FRAME_TAG_PY:
+				special(c, loc, "[python]");
+				if (!(i + 1 < nu && pysym__frame &&
+				      !pysym__frame(pid, GPUSCOPE_FRAME_PAYLOAD(w), uframes[i + 1], loc)))
+					st->nunknown++;
+				i++;
+				break;
+			case GPUSCOPE_FRAME_TAG_TRUNCATED:
+				special(c, loc, "[truncated]");
+				c->stats.truncated++;
+				break;
+			case GPUSCOPE_FRAME_TAG_PY_UNKNOWN:
+				special(c, loc, "[python]");
+				st->nunknown++;
+				break;
+			default:
+				special(c, loc, "[unknown]");
+				st->nunknown++;
+			}
+			continue;
+		}
+		err = symbolizer__user(c->sym, pid, w - (i > 0), &f);
+		if (i > 0 && mapped && err && f.module && !strcmp(f.module, "[unknown]")) {
+			/* outside every mapping: a garbage return address, not a frame */
+			special(c, &st->locs[st->n++], "[truncated]");
+			c->stats.truncated++;
+			c->stats.cut_unmapped++;
+			break;
+		}
+		mapped |= !(err && f.module && !strcmp(f.module, "[unknown]"));
 		fill(c, &st->locs[st->n++], &f, err);
 		st->nunknown += !!err;
 	}
@@ -115,7 +180,7 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 	if (slot) {
 		st = (struct sym_stack *)(uintptr_t)*slot;
 		if (st->nunknown && mono_ns() - st->resolved_ns >= STACK_RETRY_NS &&
-		    st->n == (uint32_t)(nk + nu)) {
+		    st->cap == (uint32_t)(nk + nu)) {
 			c->stats.retries++;
 			symbolize(c, st, pid, kframes, nk, uframes, nu);
 		}
@@ -130,6 +195,7 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 	if (!st)
 		return NULL;
 	st->key = key;
+	st->cap = nk + nu;
 	symbolize(c, st, pid, kframes, nk, uframes, nu);
 	c->stats.unknown_frames += st->nunknown;
 	slot = u64map_upsert(&c->index, key, (uint64_t)(uintptr_t)st, &inserted);

@@ -20,6 +20,7 @@ struct stack_cache;
 struct sym_stack {
 	uint64_t key;		/* hash of (pid, frames) */
 	uint32_t n, nkernel;
+	uint32_t cap;		/* locations allocated (raw kernel + user words) */
 	uint32_t nunknown;	/* frames whose function did not resolve */
 	uint64_t resolved_ns;	/* when symbolized (CLOCK_MONOTONIC) */
 	uint64_t batch_id;	/* agent__stack(): the batch whose stack id is cached below */
@@ -49,6 +50,9 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 
 struct stack_cache_stats {
 	uint64_t lookups, misses, clears, unknown_frames, retries;
+	uint64_t truncated;	/* stacks ending in [truncated] (symbolized once each) */
+	uint64_t cut_unmapped;	/* ...of which cut here at an address outside every mapping */
+	uint64_t bpf_frames;	/* the agent's own BPF frames dropped from kernel stacks */
 };
 void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret);
 
