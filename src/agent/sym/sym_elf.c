@@ -232,6 +232,58 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 	return err;
 }
 
+int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_addr,
+		     uint64_t *ret_size)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	Elf_Scn *scn = NULL;
+	size_t found = 0;
+
+	memset(ret_addr, 0, n * sizeof(*ret_addr));
+	memset(ret_size, 0, n * sizeof(*ret_size));
+	if (!elf)
+		return -ENOEXEC;
+	if (elf_kind(elf) != ELF_K_ELF) {
+		elf_end(elf);
+		return -ENOEXEC;
+	}
+	for (int pass = 0; pass < 2 && found < n; pass++) {	/* .symtab, then .dynsym */
+		while ((scn = elf_nextscn(elf, scn))) {
+			GElf_Shdr sh;
+			Elf_Data *d;
+			size_t cnt;
+
+			if (!gelf_getshdr(scn, &sh) ||
+			    sh.sh_type != (pass ? SHT_DYNSYM : SHT_SYMTAB) || !sh.sh_entsize ||
+			    !(d = elf_getdata(scn, NULL)))
+				continue;
+			cnt = sh.sh_size / sh.sh_entsize;
+			for (size_t i = 0; i < cnt && found < n; i++) {
+				const char *name;
+				GElf_Sym sym;
+
+				if (!gelf_getsym(d, (int)i, &sym))
+					break;
+				if (sym.st_shndx == SHN_UNDEF || !sym.st_value)
+					continue;
+				name = elf_strptr(elf, sh.sh_link, sym.st_name);
+				if (!name || !*name)
+					continue;
+				for (size_t k = 0; k < n; k++) {
+					if (ret_addr[k] || strcmp(name, names[k]))
+						continue;
+					ret_addr[k] = sym.st_value;
+					ret_size[k] = sym.st_size;
+					found++;
+				}
+			}
+		}
+		scn = NULL;
+	}
+	elf_end(elf);
+	return (int)found;
+}
+
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret)
 {
 	/* Exact first; then with the page slack below p_offset that a mapping's pgoff can have. */

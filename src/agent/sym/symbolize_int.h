@@ -75,6 +75,13 @@ int elf_read_info(int fd, struct elf_info *ret);
 int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab);
 /* Both of the above from an ELF image in memory (the vDSO). 0 or -errno as above. */
 int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);
+/*
+ * Looks up named symbols of any type (data too: _PyRuntime) in .symtab, then .dynsym, of an
+ * open ELF file. ret_addr[i] and ret_size[i] are the i-th name's value and size, 0 if absent.
+ * Number of names found, or -ENOEXEC.
+ */
+int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_addr,
+		     uint64_t *ret_size);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
 

@@ -433,6 +433,7 @@ static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
 		py_emit(st);
 		st->py_done_pc = 1;
 	}
+	py_walk_end(st);	/* Python frames no activation claimed: after a [truncated] word */
 	if (!st->done && !st->reason)
 		unwind_stop(st, GPUSCOPE_TRUNC_DEPTH);
 	if (st->reason) {

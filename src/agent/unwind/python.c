@@ -1,0 +1,845 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CPython, user side: interpreter detection and per-version offsets for the BPF walk, and the
+ * symbolization of the Python frames it emits. Offsets: from _Py_DebugOffsets at the start of
+ * _PyRuntime where the runtime carries it (3.13+), else tables for 3.10, 3.11 and 3.12
+ * written from CPython's public headers (Include/internal/pycore_frame.h, pycore_code.h,
+ * pycore_interp.h, pycore_runtime.h, cpython/pystate.h of each release).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/types.h>
+#include "agent/sym/symbolize_int.h"
+#include "agent/unwind/python.h"
+#include "agent/unwind/python_abi.h"
+#include "common/batch.h"
+#include "common/hmap.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define MAX_CODES	(1u << 16)	/* cached code objects, all processes; cleared when full */
+#define MAX_PIDS	GPUSCOPE_PY_MAX_PROCS
+#define MAX_FILES	4096		/* binaries whose verdict (Python or not) is remembered */
+#define LINETABLE_MAX	(64u << 10)
+#define NAME_MAX_CHARS	512
+
+/* Where a code object keeps what symbolization needs, per version. */
+struct code_layout {
+	uint16_t filename, name, qualname;	/* qualname 0: none (3.10: co_name) */
+	uint16_t linetable, firstlineno;
+	uint16_t ascii_size, compact_size;	/* sizeof(PyASCIIObject), PyCompactUnicodeObject */
+	bool location_table;			/* 3.11+ co_linetable format (locations.md) */
+};
+
+struct py_proc {
+	pid_t pid;
+	bool python;				/* false: looked at, not (walkable) Python */
+	uint64_t code_type;			/* &PyCode_Type in the process; 0 if unknown */
+	struct code_layout cl;
+};
+
+struct py_code {
+	const char *name, *file;		/* interned */
+	uint32_t firstline;
+	bool location_table;
+	uint32_t nlt;
+	uint8_t lt[];				/* co_linetable bytes */
+};
+
+struct python {
+	int fd_procs, fd_threads, fd_stats;
+	struct u64map procs;			/* pid -> struct py_proc * */
+	struct u64map files;			/* hash(dev, ino, mtime) -> 1 + verdict (1: Python) */
+	struct u64map codes;			/* hash(pid, code) -> struct py_code * */
+	struct py_code **code_list;
+	size_t ncodes;
+	struct strtab strs;
+	uint64_t logged_versions[8];		/* unsupported versions already logged */
+	struct python_stats st;
+	const char *s_python;
+};
+
+static struct python *default_py;
+
+/* ---- process memory ------------------------------------------------------------------ */
+
+static int read_mem(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = { .iov_base = buf, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+	ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EFAULT;
+}
+
+static int read_u64(pid_t pid, uint64_t addr, uint64_t *ret)
+{
+	return read_mem(pid, addr, ret, sizeof(*ret));
+}
+
+/* ---- versions ------------------------------------------------------------------------- */
+
+/* 3.10, 3.11, 3.12 from the headers; 3.13+ from _Py_DebugOffsets (parse_debug_offsets()). */
+static int table_offsets(uint32_t minor, struct gpuscope_py_proc *p, struct code_layout *cl)
+{
+	switch (minor) {
+	case 10:
+		*p = (struct gpuscope_py_proc){
+			.layout = GPUSCOPE_PY_LAYOUT_310, .tid_is_fsbase = 1,
+			.rt_interp_head = 32, .is_next = 0, .is_threads_head = 8,
+			.ts_next = 8, .ts_thread_id = 176, .ts_frame = 24,
+			.cf_current = GPUSCOPE_PY_NO_OFFSET, .fr_previous = 24, .fr_code = 32,
+			.fr_instr = 96, .fr_owner = GPUSCOPE_PY_NO_OFFSET,
+			.fr_is_entry = GPUSCOPE_PY_NO_OFFSET, .co_code = 0,
+		};
+		*cl = (struct code_layout){ .filename = 104, .name = 112, .qualname = 0,
+					    .linetable = 120, .firstlineno = 40, .ascii_size = 48,
+					    .compact_size = 72, .location_table = false };
+		return 0;
+	case 11:
+		*p = (struct gpuscope_py_proc){
+			.layout = GPUSCOPE_PY_LAYOUT_311,
+			.rt_interp_head = 40, .is_next = 0, .is_threads_head = 16,
+			.ts_next = 8, .ts_thread_id = 160, .ts_frame = 56, .cf_current = 8,
+			.fr_previous = 48, .fr_code = 32, .fr_instr = 56,
+			.fr_owner = GPUSCOPE_PY_NO_OFFSET, .fr_is_entry = 68, .co_code = 184,
+		};
+		*cl = (struct code_layout){ .filename = 112, .name = 120, .qualname = 128,
+					    .linetable = 136, .firstlineno = 72, .ascii_size = 48,
+					    .compact_size = 72, .location_table = true };
+		return 0;
+	case 12:
+		*p = (struct gpuscope_py_proc){
+			.layout = GPUSCOPE_PY_LAYOUT_312,
+			.rt_interp_head = 40, .is_next = 0, .is_threads_head = 72,
+			.ts_next = 8, .ts_thread_id = 144, .ts_frame = 56, .cf_current = 0,
+			.fr_previous = 8, .fr_code = 0, .fr_instr = 56, .fr_owner = 70,
+			.fr_is_entry = GPUSCOPE_PY_NO_OFFSET, .co_code = 192,
+		};
+		*cl = (struct code_layout){ .filename = 112, .name = 120, .qualname = 128,
+					    .linetable = 136, .firstlineno = 68, .ascii_size = 40,
+					    .compact_size = 56, .location_table = true };
+		return 0;
+	}
+	return -ENOTSUP;
+}
+
+#define DO_WORDS 128	/* _Py_DebugOffsets is 73 words in 3.13; room for growth */
+
+static bool fits16(uint64_t v)
+{
+	return v < GPUSCOPE_PY_NO_OFFSET;
+}
+
+/*
+ * _Py_DebugOffsets (3.13+): cookie, version, free_threaded, then sections that each start
+ * with the size of the struct they describe. Sections can grow between releases, so the
+ * thread-state, frame and code sections are found by what their first fields must be
+ * (PyThreadState starts with prev, next, interp; _PyInterpreterFrame with f_executable,
+ * previous; a code object's filename, name, qualname are consecutive pointers).
+ */
+static int parse_debug_offsets(const uint64_t *d, uint32_t version, struct gpuscope_py_proc *p,
+			       struct code_layout *cl)
+{
+	int t = -1, f = -1, c = -1;
+
+	if (memcmp(d, "xdebugpy", 8) || (d[1] >> 16) != (version >> 16) || d[2] != 0)
+		return -ENOTSUP;	/* free-threaded builds keep bytecode per thread */
+	/* runtime_state at 3..5 (size, finalizing, interpreters_head), interpreter_state at
+	 * 6.. (size, id, next, threads_head, ...). */
+	for (int i = 6 + 4; i + 9 < DO_WORDS && t < 0; i++)
+		if (d[i] >= 64 && d[i] < 65536 && d[i + 1] == 0 && d[i + 2] == 8 &&
+		    d[i + 3] == 16)
+			t = i;
+	for (int i = t + 9; t >= 0 && i + 6 < DO_WORDS && f < 0; i++)
+		if (d[i] >= 40 && d[i] < 512 && d[i + 1] == 8 && d[i + 2] == 0)
+			f = i;
+	for (int i = f + 6; f >= 0 && i + 10 < DO_WORDS && c < 0; i++)
+		if (d[i] >= 100 && d[i] < 4096 && d[i + 2] == d[i + 1] + 8 &&
+		    d[i + 3] == d[i + 2] + 8 && d[i + 1] >= 16)
+			c = i;
+	if (t < 0 || f < 0 || c < 0)
+		return -ENOTSUP;
+	/* thread_state: size prev next interp current_frame thread_id native_thread_id;
+	 * interpreter_frame: size previous executable instr_ptr localsplus owner;
+	 * code_object: size filename name qualname linetable firstlineno argcount
+	 * localsplusnames localspluskinds co_code_adaptive */
+	if (d[4] > UINT32_MAX || d[5] > UINT32_MAX || d[8] > UINT32_MAX || d[9] > UINT32_MAX ||
+	    !fits16(d[t + 2]) || !fits16(d[t + 4]) || !fits16(d[t + 6]) || !fits16(d[f + 1]) ||
+	    !fits16(d[f + 2]) || !fits16(d[f + 3]) || !fits16(d[f + 5]) || !fits16(d[c + 9]) ||
+	    !fits16(d[c + 5]))
+		return -ENOTSUP;
+	*p = (struct gpuscope_py_proc){
+		.layout = GPUSCOPE_PY_LAYOUT_312,
+		.rt_interp_head = (uint32_t)d[5], .is_next = (uint32_t)d[8],
+		.is_threads_head = (uint32_t)d[9], .ts_next = d[t + 2],
+		.ts_thread_id = d[t + 6], .ts_frame = d[t + 4], .cf_current = GPUSCOPE_PY_NO_OFFSET,
+		.fr_previous = d[f + 1], .fr_code = d[f + 2], .fr_instr = d[f + 3],
+		.fr_owner = d[f + 5], .fr_is_entry = GPUSCOPE_PY_NO_OFFSET, .co_code = d[c + 9],
+		/* 3.14: f_executable is a _PyStackRef, tagged in its low bits */
+		.code_tag_mask = (version >> 16) >= 0x030e ? 7 : 0,
+	};
+	*cl = (struct code_layout){ .filename = d[c + 1], .name = d[c + 2], .qualname = d[c + 3],
+				    .linetable = d[c + 4], .firstlineno = d[c + 5],
+				    .ascii_size = 40, .compact_size = 56, .location_table = true };
+	return 0;
+}
+
+/* "3.11" out of a basename like python3.11, libpython3.11.so.1.0, python3.12d; 0 if none. */
+static uint32_t minor_from_name(const char *base)
+{
+	const char *p = strstr(base, "python3.");
+	char *end;
+	long minor;
+
+	if (!p)
+		return 0;
+	minor = strtol(p + 8, &end, 10);
+	return end != p + 8 && minor > 0 && minor < 100 ? (uint32_t)minor : 0;
+}
+
+/* ---- detection ------------------------------------------------------------------------ */
+
+struct candidate {
+	uint64_t start, end, pgoff;
+	char path[PATH_MAX];
+};
+
+/* The first mapping of a file whose basename holds "python", else the main executable. */
+static int find_candidates(pid_t pid, struct candidate *ret, int max)
+{
+	char path[64], exe[PATH_MAX] = "", *line = NULL;
+	size_t cap = 0;
+	int n = 0;
+	ssize_t len;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	len = readlink(path, exe, sizeof(exe) - 1);
+	exe[len > 0 ? len : 0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (getline(&line, &cap, f) > 0 && n < max) {
+		struct candidate c;
+		char perms[8], *file;
+		int off = 0;
+		bool dup = false;
+
+		if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %*s %*s %n", &c.start,
+			   &c.end, perms, &c.pgoff, &off) < 4 || !off)
+			continue;
+		file = line + off;
+		file[strcspn(file, "\n")] = 0;
+		if (file[0] != '/')
+			continue;
+		{
+			const char *base = strrchr(file, '/') + 1;
+
+			if (!strstr(base, "python") && strcmp(file, exe))
+				continue;
+		}
+		for (int i = 0; i < n; i++)
+			dup |= !strcmp(ret[i].path, file);
+		if (dup)
+			continue;
+		snprintf(c.path, sizeof(c.path), "%s", file);
+		ret[n++] = c;
+	}
+	free(line);
+	fclose(f);
+	return n;
+}
+
+enum { SYM_RUNTIME, SYM_EVAL, SYM_CODE_TYPE, SYM_VERSION, SYM_N };
+static const char *const sym_names[SYM_N] = { "_PyRuntime", "_PyEval_EvalFrameDefault",
+					      "PyCode_Type", "Py_Version" };
+
+/* Opens the file behind a mapping: map_files first (deleted files, other namespaces). */
+static int open_candidate(pid_t pid, const struct candidate *c, struct stat *st)
+{
+	char path[PATH_MAX + 80];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, c->start,
+		 c->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, c->path);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st)) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static void log_unsupported(struct python *py, pid_t pid, uint32_t version, const char *why)
+{
+	uint64_t key = version ? version : 1;
+	size_t i;
+
+	py->st.unsupported++;
+	for (i = 0; i < 8 && py->logged_versions[i]; i++)
+		if (py->logged_versions[i] == key)
+			return;
+	if (i < 8)
+		py->logged_versions[i] = key;
+	log_warn("python: pid %d runs CPython %u.%u (0x%08x): %s; its stacks keep native frames "
+		 "only", pid, version >> 24, (version >> 16) & 0xff, version, why);
+}
+
+/* Examines one candidate binary of pid. 1: filled *ret; 0: not Python; -errno. */
+static int examine(struct python *py, pid_t pid, const struct candidate *c,
+		   struct gpuscope_py_proc *ret, struct py_proc *pp)
+{
+	uint64_t addr[SYM_N], size[SYM_N], bias, vaddr, fkey, *verdict;
+	struct elf_info info = { 0 };
+	uint32_t version = 0, minor;
+	struct stat st;
+	int fd, n, err;
+
+	fd = open_candidate(pid, c, &st);
+	if (fd < 0)
+		return fd == -ENOENT ? -ESRCH : 0;
+	{
+		uint64_t k[3] = { st.st_dev, st.st_ino,
+				  (uint64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec };
+
+		fkey = hash64(k, sizeof(k), 0x5079);
+	}
+	verdict = u64map_find(&py->files, fkey);
+	if (verdict && *verdict == 1) {	/* known: not an interpreter */
+		close(fd);
+		return 0;
+	}
+	n = elf_find_symbols(fd, sym_names, SYM_N, addr, size);
+	err = n < 0 ? 0 : elf_read_info(fd, &info);
+	close(fd);
+	if (n < 0 || err || !addr[SYM_RUNTIME] || !addr[SYM_EVAL] || !size[SYM_EVAL]) {
+		free(info.segs);
+		if (py->files.len < MAX_FILES)
+			u64map_upsert(&py->files, fkey, 1, NULL);
+		return 0;
+	}
+	/* Load bias: the mapping's file offset and the segment holding it. */
+	if (!elf_off_to_vaddr(info.segs, info.nsegs, c->pgoff, &vaddr)) {
+		free(info.segs);
+		return 0;
+	}
+	free(info.segs);
+	bias = c->start - vaddr;
+	if (addr[SYM_VERSION] && read_mem(pid, addr[SYM_VERSION] + bias, &version, 4))
+		version = 0;
+	minor = version ? (version >> 16) & 0xff : minor_from_name(strrchr(c->path, '/') + 1);
+	if (!version)
+		version = 0x03000000 | minor << 16;
+	if ((version >> 24) != 3 || minor < 10) {
+		log_unsupported(py, pid, version, "versions 3.10 to 3.14 are supported");
+		return 0;
+	}
+	if (minor >= 13) {
+		uint64_t d[DO_WORDS];
+
+		err = read_mem(pid, addr[SYM_RUNTIME] + bias, d, sizeof(d));
+		if (err)
+			return err == -ESRCH ? err : 0;
+		err = parse_debug_offsets(d, version, ret, &pp->cl);
+		if (err) {
+			log_unsupported(py, pid, version,
+					d[2] ? "free-threaded builds are not supported"
+					     : "its _Py_DebugOffsets were not understood");
+			return 0;
+		}
+		if (minor > 14)
+			log_debug("python: pid %d: CPython 3.%u, newer than 3.14, walked with its "
+				  "_Py_DebugOffsets", pid, minor);
+	} else if (table_offsets(minor, ret, &pp->cl)) {
+		log_unsupported(py, pid, version, "versions 3.10 to 3.14 are supported");
+		return 0;
+	}
+#if !defined(__x86_64__)
+	if (ret->tid_is_fsbase) {
+		log_unsupported(py, pid, version, "3.10 threads are matched on x86-64 only");
+		return 0;
+	}
+#endif
+	ret->runtime = addr[SYM_RUNTIME] + bias;
+	ret->eval_start = addr[SYM_EVAL] + bias;
+	ret->eval_end = ret->eval_start + size[SYM_EVAL];
+	ret->version = version;
+	pp->code_type = addr[SYM_CODE_TYPE] ? addr[SYM_CODE_TYPE] + bias : 0;
+	pp->cl.location_table = minor >= 11;
+	log_debug("python: pid %d: CPython %u.%u in %s, _PyRuntime 0x%" PRIx64 ", eval loop "
+		  "0x%" PRIx64 "-0x%" PRIx64, pid, version >> 24, minor, c->path, (uint64_t)ret->runtime,
+		  (uint64_t)ret->eval_start, (uint64_t)ret->eval_end);
+	return 1;
+}
+
+static struct py_proc *proc_find(struct python *py, pid_t pid)
+{
+	uint64_t *v = u64map_find(&py->procs, (uint64_t)pid);
+
+	return v ? (struct py_proc *)(uintptr_t)*v : NULL;
+}
+
+int python__pid_seen(struct python *py, pid_t pid)
+{
+	struct candidate cands[8];
+	struct gpuscope_py_proc bp;
+	struct py_proc *pp;
+	uint64_t *slot;
+	int n, err = 0;
+	__u32 key = (__u32)pid;
+
+	if (!py || pid <= 0)
+		return -EINVAL;
+	pp = proc_find(py, pid);
+	if (pp)
+		return pp->python;
+	if (py->procs.len >= MAX_PIDS)
+		return -ENOSPC;
+	pp = calloc(1, sizeof(*pp));
+	if (!pp)
+		return -ENOMEM;
+	pp->pid = pid;
+	n = find_candidates(pid, cands, 8);
+	if (n < 0) {
+		free(pp);
+		return n;
+	}
+	for (int i = 0; i < n && !pp->python; i++) {
+		memset(&bp, 0, sizeof(bp));
+		err = examine(py, pid, &cands[i], &bp, pp);
+		if (err == -ESRCH) {
+			free(pp);
+			return err;
+		}
+		if (err == 1) {
+			if (bpf_map_update_elem(py->fd_procs, &key, &bp, BPF_ANY)) {
+				err = -errno;
+				log_warn("python: pid %d: BPF map update: %s", pid, strerror(-err));
+				free(pp);
+				return err;
+			}
+			pp->python = true;
+			py->st.procs++;
+		}
+	}
+	slot = u64map_upsert(&py->procs, (uint64_t)pid, (uint64_t)(uintptr_t)pp, NULL);
+	if (!slot) {
+		if (pp->python) {
+			bpf_map_delete_elem(py->fd_procs, &key);
+			py->st.procs--;
+		}
+		free(pp);
+		return -ENOMEM;
+	}
+	return pp->python;
+}
+
+/* Drops every cached code object (cheap to read again). */
+static void codes_clear(struct python *py)
+{
+	for (size_t i = 0; i < py->ncodes; i++)
+		free(py->code_list[i]);
+	py->ncodes = 0;
+	u64map_done(&py->codes);
+	memset(&py->codes, 0, sizeof(py->codes));
+}
+
+void python__pid_gone(struct python *py, pid_t pid)
+{
+	struct py_proc *pp;
+	uint64_t *v;
+	__u32 key = (__u32)pid;
+
+	if (!py || !(v = u64map_find(&py->procs, (uint64_t)pid)) || !*v)
+		return;
+	pp = (struct py_proc *)(uintptr_t)*v;
+	*v = 0;	/* u64map has no delete: a zero slot reads as "not seen" */
+	if (pp->python) {
+		bpf_map_delete_elem(py->fd_procs, &key);
+		py->st.procs--;
+		/* Code objects are keyed by (pid, address): a new process under this pid must
+		 * not inherit them. Rare enough (a Python process ending) to drop them all. */
+		codes_clear(py);
+	}
+	free(pp);
+}
+
+/* ---- symbolization -------------------------------------------------------------------- */
+
+static size_t put_utf8(char *out, uint32_t c)
+{
+	if (c < 0x80) {
+		out[0] = (char)c;
+		return 1;
+	}
+	if (c < 0x800) {
+		out[0] = (char)(0xc0 | c >> 6);
+		out[1] = (char)(0x80 | (c & 0x3f));
+		return 2;
+	}
+	if (c < 0x10000) {
+		out[0] = (char)(0xe0 | c >> 12);
+		out[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+		out[2] = (char)(0x80 | (c & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | c >> 18);
+	out[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+	out[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+	out[3] = (char)(0x80 | (c & 0x3f));
+	return 4;
+}
+
+/* A str object of the process as UTF-8 into buf (truncated to NAME_MAX_CHARS). 0 or -errno. */
+static int read_str(pid_t pid, const struct code_layout *cl, uint64_t addr, char *buf,
+		    size_t cap)
+{
+	uint32_t raw32[NAME_MAX_CHARS];
+	uint8_t *raw = (uint8_t *)raw32;
+	uint64_t length;
+	uint32_t state, kind, width;
+	size_t n, o = 0;
+	int err;
+
+	if (!addr)
+		return -ENOENT;
+	err = read_u64(pid, addr + 16, &length);
+	if (!err)
+		err = read_mem(pid, addr + 32, &state, 4);
+	if (err)
+		return err;
+	kind = (state >> 2) & 7;
+	if (!((state >> 5) & 1) || !kind || kind == 3 || kind > 4)
+		return -ENOTSUP;	/* not compact: a legacy string, not used for names */
+	width = kind;
+	n = length < NAME_MAX_CHARS ? length : NAME_MAX_CHARS;
+	err = read_mem(pid, addr + ((state >> 6) & 1 ? cl->ascii_size : cl->compact_size), raw,
+		       n * width);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n && o + 5 < cap; i++) {
+		uint32_t c = width == 1 ? raw[i] : width == 2 ? ((uint16_t *)raw)[i]
+							     : ((uint32_t *)raw)[i];
+
+		o += put_utf8(buf + o, c ? c : '?');
+	}
+	buf[o] = 0;
+	return 0;
+}
+
+static struct py_code *code_read(struct python *py, const struct py_proc *pp, uint64_t code)
+{
+	const struct code_layout *cl = &pp->cl;
+	char name[NAME_MAX_CHARS * 4 + 8], file[NAME_MAX_CHARS * 4 + 8];
+	uint64_t type = 0, pname = 0, pfile = 0, plt = 0, ltlen = 0;
+	int32_t firstline = 0;
+	struct py_code *c;
+	int64_t iname, ifile;
+	pid_t pid = pp->pid;
+
+	if (read_u64(pid, code + 8, &type) || (pp->code_type && type != pp->code_type))
+		return NULL;	/* freed or not a code object */
+	if (read_u64(pid, code + (cl->qualname ? cl->qualname : cl->name), &pname) ||
+	    read_u64(pid, code + cl->filename, &pfile) ||
+	    read_u64(pid, code + cl->linetable, &plt) ||
+	    read_mem(pid, code + cl->firstlineno, &firstline, 4) ||
+	    read_str(pid, cl, pname, name, sizeof(name)))
+		return NULL;
+	if (read_str(pid, cl, pfile, file, sizeof(file)))
+		snprintf(file, sizeof(file), "?");
+	if (!plt || read_u64(pid, plt + 16, &ltlen) || ltlen > LINETABLE_MAX)
+		ltlen = 0;
+	c = calloc(1, sizeof(*c) + ltlen);
+	if (!c)
+		return NULL;
+	if (ltlen && read_mem(pid, plt + 32, c->lt, ltlen))
+		ltlen = 0;
+	iname = strtab_intern(&py->strs, name);
+	ifile = strtab_intern(&py->strs, file);
+	if (iname < 0 || ifile < 0) {
+		free(c);
+		return NULL;
+	}
+	c->name = py->strs.strs[iname];
+	c->file = py->strs.strs[ifile];
+	c->firstline = firstline > 0 ? (uint32_t)firstline : 0;
+	c->location_table = cl->location_table;
+	c->nlt = (uint32_t)ltlen;
+	py->st.code_reads++;
+	return c;
+}
+
+/* 3.11+ location table: unsigned varint of 6-bit chunks, bit 6 = more. */
+static uint32_t lt_varint(const uint8_t **p, const uint8_t *end)
+{
+	uint32_t v = 0, shift = 0;
+
+	while (*p < end && shift < 32) {
+		uint8_t b = *(*p)++;
+
+		v |= (uint32_t)(b & 63) << shift;
+		shift += 6;
+		if (!(b & 64))
+			break;
+	}
+	return v;
+}
+
+static int32_t lt_svarint(const uint8_t **p, const uint8_t *end)
+{
+	uint32_t v = lt_varint(p, end);
+
+	return v & 1 ? -(int32_t)(v >> 1) : (int32_t)(v >> 1);
+}
+
+/*
+ * Line of the instruction at byte offset off, 0 if unknown. 3.10 (PEP 626): pairs of
+ * (byte-offset delta, signed line delta; -128: no line). 3.11+ (Objects/locations.md):
+ * entries of a first byte 1CCCCLLL (code, length-1 in code units) and the code's varints;
+ * codes 13 and 14 start with a signed line delta, 10-12 mean delta 0-2, 15 no location.
+ */
+static uint32_t code_line(const struct py_code *c, uint64_t off)
+{
+	const uint8_t *p = c->lt, *end = c->lt + c->nlt;
+	int64_t line = c->firstline;
+	uint64_t addr = 0;
+
+	if (!c->location_table) {
+		for (; p + 1 < end; p += 2) {
+			int8_t ld = (int8_t)p[1];
+			uint64_t next = addr + p[0];
+
+			if (ld != -128)
+				line += ld;
+			if (off >= addr && off < next)
+				return ld == -128 || line <= 0 ? 0 : (uint32_t)line;
+			addr = next;
+		}
+		return 0;
+	}
+	off /= 2;	/* code units */
+	while (p < end) {
+		uint8_t first = *p++;
+		uint32_t code = (first >> 3) & 15, len = (first & 7) + 1;
+		int32_t delta = 0;
+		const uint8_t *q = p;
+
+		if (!(first & 0x80))
+			break;	/* out of step: give up rather than guess */
+		if (code == 13 || code == 14)
+			delta = lt_svarint(&q, end);
+		else if (code >= 10 && code <= 12)
+			delta = (int32_t)code - 10;
+		line += delta;
+		if (off >= addr && off < addr + len)
+			return code == 15 || line <= 0 ? 0 : (uint32_t)line;
+		addr += len;
+		while (p < end && !(*p & 0x80))
+			p++;
+	}
+	return 0;
+}
+
+void python__unknown_frame(struct python *py, struct location *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	ret->function = "[python]";
+	ret->module = "[python]";
+}
+
+int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
+		  struct location *ret)
+{
+	uint64_t key[2] = { (uint64_t)pid, code }, h = hash64(key, sizeof(key), 0x7079), *slot;
+	struct py_proc *pp;
+	struct py_code *c = NULL;
+
+	python__unknown_frame(py, ret);
+	if (!py)
+		return -ENOENT;
+	slot = u64map_find(&py->codes, h);
+	if (slot) {
+		c = (struct py_code *)(uintptr_t)*slot;
+		py->st.code_cache_hits++;
+	} else if ((pp = proc_find(py, pid)) && pp->python) {
+		c = code_read(py, pp, code);
+		if (c) {
+			if (py->ncodes == MAX_CODES)
+				codes_clear(py);
+			slot = u64map_upsert(&py->codes, h, (uint64_t)(uintptr_t)c, NULL);
+			if (!slot) {
+				free(c);
+				c = NULL;
+			} else {
+				py->code_list[py->ncodes++] = c;
+			}
+		}
+	}
+	if (!c) {
+		py->st.code_failed++;
+		return -ENOENT;
+	}
+	ret->function = c->name;
+	ret->file = c->file;
+	ret->line = code_line(c, offset);
+	ret->address = offset;
+	return 0;
+}
+
+int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret)
+{
+	if (!default_py) {
+		python__unknown_frame(NULL, ret);
+		return -ENOENT;
+	}
+	return python__frame(default_py, pid, code_addr, offset, ret);
+}
+
+void python__set_default(struct python *py)
+{
+	default_py = py;
+}
+
+/* ---- maps, lifetime, metrics ---------------------------------------------------------- */
+
+struct python *python__new(void)
+{
+	struct python *py = calloc(1, sizeof(*py));
+	int err;
+
+	if (!py)
+		return NULL;
+	py->fd_procs = py->fd_threads = py->fd_stats = -1;
+	py->code_list = calloc(MAX_CODES, sizeof(*py->code_list));
+	if (!py->code_list) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	py->fd_procs = bpf_map_create(BPF_MAP_TYPE_HASH, "py_procs", sizeof(__u32),
+				      sizeof(struct gpuscope_py_proc), GPUSCOPE_PY_MAX_PROCS, NULL);
+	py->fd_threads = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "py_threads", sizeof(__u32),
+					sizeof(__u64), GPUSCOPE_PY_MAX_THREADS, NULL);
+	py->fd_stats = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "py_stats", sizeof(__u32),
+				      sizeof(__u64), GPUSCOPE_PY_STAT_MAX, NULL);
+	if (py->fd_procs < 0 || py->fd_threads < 0 || py->fd_stats < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	return py;
+out_free:
+	python__free(py);
+	errno = -err;
+	return NULL;
+}
+
+void python__free(struct python *py)
+{
+	if (!py)
+		return;
+	if (default_py == py)
+		default_py = NULL;
+	for (size_t i = 0; i < py->procs.cap; i++)
+		if (py->procs.keys && py->procs.keys[i])
+			free((void *)(uintptr_t)py->procs.vals[i]);
+	u64map_done(&py->procs);
+	u64map_done(&py->files);
+	codes_clear(py);
+	free(py->code_list);
+	strtab_done(&py->strs);
+	if (py->fd_procs >= 0)
+		close(py->fd_procs);
+	if (py->fd_threads >= 0)
+		close(py->fd_threads);
+	if (py->fd_stats >= 0)
+		close(py->fd_stats);
+	free(py);
+}
+
+int python__share_maps(struct python *py, struct bpf_object *obj)
+{
+	static const char *const names[3] = { "py_procs", "py_threads", "py_stats" };
+	int fds[3] = { py->fd_procs, py->fd_threads, py->fd_stats };
+
+	for (int i = 0; i < 3; i++) {
+		struct bpf_map *m = bpf_object__find_map_by_name(obj, names[i]);
+		int err;
+
+		if (!m)
+			continue;
+		err = bpf_map__reuse_fd(m, fds[i]);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+void python__stats(const struct python *py, struct python_stats *ret)
+{
+	int ncpu = libbpf_num_possible_cpus();
+
+	*ret = py->st;
+	memset(ret->bpf, 0, sizeof(ret->bpf));
+	if (ncpu <= 0)
+		return;
+	{
+		__u64 vals[ncpu];
+
+		for (__u32 k = 0; k < GPUSCOPE_PY_STAT_MAX; k++) {
+			if (bpf_map_lookup_elem(py->fd_stats, &k, vals))
+				continue;
+			for (int c = 0; c < ncpu; c++)
+				ret->bpf[k] += vals[c];
+		}
+	}
+}
+
+void python__metrics(const struct python *py, FILE *out)
+{
+	static const char *const walk[GPUSCOPE_PY_STAT_MAX] = {
+		[GPUSCOPE_PY_STAT_WALKS] = "walks",
+		[GPUSCOPE_PY_STAT_FRAMES] = "frames",
+		[GPUSCOPE_PY_STAT_NO_THREAD] = "no_thread_state",
+		[GPUSCOPE_PY_STAT_THREAD_SCANS] = "thread_scans",
+		[GPUSCOPE_PY_STAT_SCAN_LIMIT] = "thread_scan_limit",
+		[GPUSCOPE_PY_STAT_READ_FAILED] = "read_failed",
+		[GPUSCOPE_PY_STAT_TRUNCATED] = "truncated",
+		[GPUSCOPE_PY_STAT_UNREACHED] = "unreached",
+		[GPUSCOPE_PY_STAT_EVAL_EMPTY] = "eval_without_frames",
+	};
+	struct python_stats st;
+
+	python__stats(py, &st);
+	for (int i = 0; i < GPUSCOPE_PY_STAT_MAX; i++)
+		if (walk[i])
+			fprintf(out, "gpuscope_agent_python_walk_total{event=\"%s\"} %" PRIu64 "\n",
+				walk[i], st.bpf[i]);
+	fprintf(out, "gpuscope_agent_python_processes %" PRIu64 "\n", st.procs);
+	fprintf(out, "gpuscope_agent_python_unsupported_total %" PRIu64 "\n", st.unsupported);
+	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"read\"} %" PRIu64 "\n",
+		st.code_reads);
+	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"failed\"} %" PRIu64 "\n",
+		st.code_failed);
+	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"cached\"} %" PRIu64 "\n",
+		st.code_cache_hits);
+}
