@@ -27,7 +27,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 {
 	enum {
 		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
-		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE,
+		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
@@ -43,6 +43,8 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		{ "title", required_argument, NULL, O_TITLE },
 		{ "limit", required_argument, NULL, O_LIMIT },
 		{ "sort", required_argument, NULL, O_SORT },
+		{ "by", required_argument, NULL, O_BY },
+		{ "format", required_argument, NULL, O_FORMAT },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -105,7 +107,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 			q->title = optarg;
 			break;
 		case O_LIMIT:
-			if (!(extra & Q_LIMIT))
+			if (!(extra & (Q_LIMIT | Q_REPORT)))
 				goto unknown;
 			errno = 0;
 			q->limit = strtol(optarg, &end, 10);
@@ -120,6 +122,20 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 				return usage_error(usage_text, "--sort: '%s': want self or total",
 						   optarg);
 			q->sort = optarg;
+			break;
+		case O_BY:
+			if (!(extra & Q_REPORT))
+				goto unknown;
+			q->by = optarg;
+			break;
+		case O_FORMAT:
+			if (!(extra & Q_REPORT))
+				goto unknown;
+			if (strcmp(optarg, "table") && strcmp(optarg, "json") &&
+			    strcmp(optarg, "markdown"))
+				return usage_error(usage_text, "--format: '%s': want table, json or "
+						   "markdown", optarg);
+			q->format = optarg;
 			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
@@ -210,6 +226,8 @@ char *query_url(const struct query *q, const char *endpoint)
 		err = err ?: append_param(&url, "kind", q->kind);
 	if (q->gpu_idle)
 		err = err ?: append_param(&url, "gpu_idle", q->gpu_idle);
+	if (q->by)
+		err = err ?: append_param(&url, "by", q->by);
 	if (err) {
 		free(url);
 		return NULL;

@@ -27,6 +27,8 @@ struct query {
 	const char *title;		/* flamegraph only */
 	long limit;			/* top only */
 	const char *sort;		/* top only: self|total */
+	const char *by;			/* report only: workload label */
+	const char *format;		/* report only: table|json|markdown */
 };
 
 /* Which extra options a command takes. */
@@ -36,6 +38,7 @@ enum {
 	Q_TITLE = 1 << 2,
 	Q_LIMIT = 1 << 3,
 	Q_SORT = 1 << 4,
+	Q_REPORT = 1 << 5,	/* --by, --format, --limit */
 };
 
 /*

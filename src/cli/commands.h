@@ -8,5 +8,6 @@ int cmd_top(int argc, char **argv);		/* top.c */
 int cmd_pprof(int argc, char **argv);		/* pprof.c */
 int cmd_timeline(int argc, char **argv);	/* timeline.c */
 int cmd_doctor(int argc, char **argv);		/* doctor.c */
+int cmd_report(int argc, char **argv);		/* report.c */
 
 #endif

@@ -8,6 +8,7 @@ static const struct subcmd commands[] = {
 	{ "top", cmd_top, "print the top functions, self and total" },
 	{ "pprof", cmd_pprof, "download the merged pprof profile for a range and selector" },
 	{ "timeline", cmd_timeline, "print per-thread CPU strips of a process in the terminal" },
+	{ "report", cmd_report, "GPU-hours, idle dollars and idle causes per workload" },
 	{ "doctor", cmd_doctor, "check this node for everything the agent needs" },
 };
 

@@ -24,6 +24,8 @@
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/codec.h"
+#include "server/efficiency.h"
+#include "server/exporter.h"
 #include "server/http.h"
 #include "server/query.h"
 #include "server/selector.h"
@@ -310,6 +312,8 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	err[0] = 0;
 	t_dec = mono_ns();
 	rc = h->st->ops->ingest(h->st, m, err, sizeof(err));
+	if (rc == 0)
+		efficiency_ingested(h->o.eff, m);
 	log_debug("ingest: %zu bytes, decode %.1f ms, store %.1f ms", r->body.len,
 		  (double)(t_dec - t0) / 1e6, (double)(mono_ns() - t_dec) / 1e6);
 	for (size_t i = 0; i < m->n_samples; i++)
@@ -722,6 +726,35 @@ static enum MHD_Result do_stack(struct http_server *h, struct MHD_Connection *c,
 	return reply_json(c, &b);
 }
 
+static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *cs = arg(c, "causes");
+	struct eff_request rq = { .by = arg(c, "by"), .selector = arg(c, "selector"), .causes = 10 };
+	struct buf b = { 0 };
+	char err[512], *end;
+	int rc;
+
+	if (cs) {
+		rq.causes = strtoul(cs, &end, 10);
+		if (!*cs || *end || rq.causes > 1000)
+			return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					   "causes must be 0..1000");
+	}
+	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+	rc = efficiency_query(h->o.eff, &rq, &b, err, sizeof(err));
+	if (rc == -EINVAL || rc == -ENODATA) {
+		buf_done(&b);
+		return reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,
+				   REJ_BAD_QUERY, "%s", err);
+	}
+	if (rc) {
+		buf_done(&b);
+		return store_failed(h, c, rc);
+	}
+	return reply_json(c, &b);
+}
+
 static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *c)
 {
 	struct store_stats s;
@@ -777,7 +810,19 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 	  (unsigned long long)s.locations);
 	M("label_sets", "gauge", "Distinct label sets stored.", "gpuscope_server_label_sets %llu\n",
 	  (unsigned long long)s.label_sets);
+	if (h->o.eff) {
+		uint64_t hours, dirty, lag;
+
+		efficiency_stats(h->o.eff, &hours, &dirty, &lag);
+		M("efficiency_rollup_hours", "gauge", "Hours in the efficiency rollup, by state.",
+		  "gpuscope_server_efficiency_rollup_hours{state=\"done\"} %llu\n"
+		  "gpuscope_server_efficiency_rollup_hours{state=\"redo\"} %llu\n"
+		  "gpuscope_server_efficiency_rollup_hours{state=\"waiting\"} %llu\n",
+		  (unsigned long long)hours, (unsigned long long)dirty, (unsigned long long)lag);
+	}
 #undef M
+	if (h->o.exp)
+		exporter_metrics(h->o.exp, &b);
 	if (b.oom) {
 		buf_done(&b);
 		return MHD_NO;
@@ -866,6 +911,8 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		return do_intervals(h, c);
 	if (!strcmp(url, "/api/v1/nodes"))
 		return do_nodes(h, c);
+	if (!strcmp(url, "/api/v1/efficiency") && h->o.eff)
+		return do_efficiency(h, c);
 	if (!strncmp(url, "/api/v1/stack/", 14))
 		return do_stack(h, c, url + 14);
 	return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such endpoint '%.100s'", url);

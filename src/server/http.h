@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include "server/store/store.h"
 
+struct efficiency;
+struct exporter;
+
 struct http_opts {
 	const char *listen;		/* "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one */
 	const char *ingest_token;	/* NULL: POST /api/v1/ingest is open; else it needs
@@ -19,6 +22,8 @@ struct http_opts {
 	unsigned max_per_address;	/* open connections from one client address */
 	unsigned idle_timeout_s;	/* a connection silent this long is closed */
 	unsigned threads;		/* event-loop threads (each serves many connections) */
+	struct efficiency *eff;		/* /api/v1/efficiency */
+	struct exporter *exp;		/* computed counters on /metrics; NULL: none */
 };
 
 struct http_server;

@@ -16,6 +16,8 @@
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/util.h"
+#include "server/efficiency.h"
+#include "server/exporter.h"
 #include "server/http.h"
 #include "server/store/store.h"
 
@@ -42,6 +44,15 @@ static void usage(FILE *f)
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
 		"  --threads N              HTTP event-loop threads (default 8)\n"
+		"  --gpu-hour-price P       dollars per GPU-hour: '3.50' for every GPU, or\n"
+		"                           'MODEL=3.50' for GPUs whose gpu_model is MODEL\n"
+		"                           (repeatable; without it dollars are unknown)\n"
+		"  --export-queries FILE    profile queries to export as counters on /metrics\n"
+		"                           (YAML, docs/efficiency.md)\n"
+		"  --export-top N           workloads with GPU-time series of their own on\n"
+		"                           /metrics (default 20; the rest count as 'other')\n"
+		"  --settle DUR             records arrive up to this late: efficiency hours and\n"
+		"                           /metrics windows close this far behind now (default 30s)\n"
 		"  -v, --verbose            debug logging\n");
 }
 
@@ -143,6 +154,10 @@ int main(int argc, char **argv)
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "gpu-hour-price", required_argument, NULL, 'P' },
+		{ "export-queries", required_argument, NULL, 'Q' },
+		{ "export-top", required_argument, NULL, 'N' },
+		{ "settle", required_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -165,6 +180,10 @@ int main(int argc, char **argv)
 	struct http_server *h = NULL;
 	struct store *st = NULL;
 	char *tok = NULL, *itok = NULL, *qtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
+	struct eff_cfg ec = { .settle_ns = 30 * NSEC_PER_SEC };
+	struct exporter_cfg xc = { .top = 20 };
+	struct efficiency *eff = NULL;
+	struct exporter *exp = NULL;
 	sigset_t stopset;
 	int c, sig, ret = 1;
 
@@ -228,6 +247,33 @@ int main(int argc, char **argv)
 		case O_THREADS:
 			ho.threads = parse_count("threads", optarg, 256);
 			break;
+		case 'P':
+			if (eff_cfg_add_price(&ec, optarg, err, sizeof(err))) {
+				log_error("%s", err);
+				eff_cfg_done(&ec);
+				return 2;
+			}
+			break;
+		case 'Q':
+			xc.queries_file = optarg;
+			break;
+		case 'N': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+
+			if (!*optarg || *end || n > 10000) {
+				log_error("--export-top: '%s' is not a number 0..10000", optarg);
+				return 2;
+			}
+			xc.top = n;
+			break;
+		}
+		case 'S':
+			if (parse_duration_ns(optarg, &ec.settle_ns)) {
+				log_error("--settle: '%s' is not a duration (30s)", optarg);
+				return 2;
+			}
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -278,6 +324,22 @@ int main(int argc, char **argv)
 		log_error("store: %s", err);
 		goto out;
 	}
+	ec.raw_retention_ns = so.raw_retention_ns < so.retention_ns ? so.raw_retention_ns :
+								      so.retention_ns;
+	xc.settle_ns = ec.settle_ns;
+	eff = efficiency_new(st, &ec);
+	if (!eff) {
+		log_error("efficiency: %s", strerror(errno));
+		goto out;
+	}
+	exp = exporter_new(st, eff, &xc, err, sizeof(err));
+	if (!exp) {
+		log_error("--export-queries: %s", err);
+		ret = 2;
+		goto out;
+	}
+	ho.eff = eff;
+	ho.exp = exp;
 	h = http_start(st, &ho, err, sizeof(err));
 	if (!h) {
 		log_error("%s", err);
@@ -307,6 +369,9 @@ int main(int argc, char **argv)
 	ret = 0;
 out:
 	http_stop(h);
+	exporter_free(exp);
+	efficiency_free(eff);
+	eff_cfg_done(&ec);
 	if (st)
 		st->ops->close(st);
 	free(tok);

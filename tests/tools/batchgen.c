@@ -5,7 +5,7 @@
  * `batchgen load` runs N simulated agents that POST realistic batches (16 CPUs at 99 Hz, a few
  * thousand distinct stacks) for bench/ingest and bench/query.
  *
- * Script lines (labels "k=v,k=v" or "-"; frames "outer;...;inner" or "-"):
+ * Script lines (labels "k=v,k=v" or "-", %XX escapes in values; frames "outer;...;inner" or "-"):
  *   node NAME
  *   sample T_NS KIND VALUE LABELS FRAMES
  *   metric NAME LABELS T_NS VALUE
@@ -29,6 +29,24 @@
 #define MAXL 64
 #define MAXF 1024
 
+/* Decodes %XX escapes in place (a label value with a space is written "NVIDIA%20H200"). */
+static void unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		unsigned v;
+
+		if (*s == '%' && s[1] && s[2] && sscanf(s + 1, "%2x", &v) == 1) {
+			*o++ = (char)v;
+			s += 2;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = 0;
+}
+
 static int parse_labels(char *s, struct label *out, size_t *n)
 {
 	*n = 0;
@@ -40,6 +58,7 @@ static int parse_labels(char *s, struct label *out, size_t *n)
 		if (!eq || *n == MAXL)
 			return -EINVAL;
 		*eq = 0;
+		unescape(eq + 1);
 		out[(*n)++] = (struct label){ tok, eq + 1 };
 	}
 	return 0;

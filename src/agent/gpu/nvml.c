@@ -117,7 +117,7 @@ struct gpu {
 	unsigned mig_index;
 	char idx[16], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 	char parent_uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-	struct label lab[3];		/* gpu, gpu_uuid[, mig_uuid] */
+	struct label lab[4];		/* gpu, gpu_uuid[, gpu_model][, mig_uuid] */
 	size_t nlab;
 	bool off[NVML_SRC_MAX];		/* source unsupported on this device */
 	bool stream_off[ST_MAX];
@@ -852,6 +852,8 @@ static void label_gpu(struct gpu *g)
 	g->lab[0] = (struct label){ "gpu", g->idx };
 	g->lab[1] = (struct label){ "gpu_uuid", g->parent >= 0 ? g->parent_uuid : g->uuid };
 	g->nlab = 2;
+	if (*g->name)	/* the server prices GPU time per model (docs/efficiency.md) */
+		g->lab[g->nlab++] = (struct label){ "gpu_model", g->name };
 	if (g->parent >= 0)
 		g->lab[g->nlab++] = (struct label){ "mig_uuid", g->uuid };
 }
@@ -929,8 +931,10 @@ static void add_migs(struct nvml_poller *p, int pi, int cap)
 		snprintf(g->idx, sizeof(g->idx), "%s", parent->idx);
 		snprintf(g->parent_uuid, sizeof(g->parent_uuid), "%s", parent->uuid);
 		probe_gpu(p, g);
-		if (!*g->name)
+		if (!*g->name) {
 			snprintf(g->name, sizeof(g->name), "%s", parent->name);
+			label_gpu(g);
+		}
 		p->ngpus++;
 	}
 }

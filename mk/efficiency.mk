@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: Apache-2.0
+# efficiency: the server's --export-queries file is YAML, read with libyaml.
+LDLIBS += -lyaml

@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The server's computed Prometheus counters (exporter.h): per-workload GPU seconds and idle
+ * dollars with bounded cardinality, and profile queries read from a YAML file (libyaml).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+#include "common/batch.h"
+#include "common/hmap.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "server/exporter.h"
+#include "server/query.h"
+#include "server/selector.h"
+
+#define MAX_QUERIES	256
+#define MAX_WINDOW_NS	(3600 * NSEC_PER_SEC)	/* one scrape counts at most an hour */
+#define EVICT_NS	(3600 * NSEC_PER_SEC)	/* a workload without GPU time this long frees its slot */
+
+struct pquery {
+	char *name;
+	char *sel_text;
+	struct selector *sel;
+	enum sample_kind kind;
+	int gpu_idle;			/* -1: any time */
+	bool has_re;
+	regex_t re;			/* whole function name */
+	struct u64map match;		/* stack id -> 1 matches, 2 does not */
+	double total;			/* samples, or ns */
+};
+
+struct wl {				/* a workload with series of its own */
+	char *ns, *pod;
+	double secs[3];			/* busy, idle, unknown */
+	double idle_dollars;
+	uint64_t last_ns;		/* window end of its last GPU time */
+};
+
+struct exporter {
+	struct store *st;
+	struct efficiency *e;
+	struct exporter_cfg cfg;
+	pthread_mutex_t mu;
+	struct pquery *q;
+	size_t nq;
+	struct wl *wl;
+	size_t nwl;
+	struct wl other;
+	double unheld_secs, unheld_dollars;
+	uint64_t start_ns, wm_ns;
+	uint64_t windows, window_errors, cpu_ns;
+};
+
+/* ---- the queries file --------------------------------------------------------------------- */
+
+static const char *scalar(yaml_node_t *n)
+{
+	return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static bool valid_name(const char *s)
+{
+	if (!*s || !(((*s | 32) >= 'a' && (*s | 32) <= 'z') || *s == '_'))
+		return false;
+	for (; *s; s++)
+		if (!(((*s | 32) >= 'a' && (*s | 32) <= 'z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_'))
+			return false;
+	return true;
+}
+
+static void pquery_done(struct pquery *q)
+{
+	free(q->name);
+	free(q->sel_text);
+	selector_free(q->sel);
+	if (q->has_re)
+		regfree(&q->re);
+	u64map_done(&q->match);
+}
+
+#define BAD(node, ...)                                                                            \
+	do {                                                                                       \
+		int _n = snprintf(err, errlen, "%s:%zu: ", file, (size_t)(node)->start_mark.line + 1); \
+		snprintf(err + _n, errlen > (size_t)_n ? errlen - (size_t)_n : 0, __VA_ARGS__);    \
+		return -EINVAL;                                                                    \
+	} while (0)
+
+/* One query mapping into q (zeroed); -EINVAL with "FILE:LINE: why". */
+static int parse_query(yaml_document_t *d, yaml_node_t *m, const char *file, struct pquery *q,
+		       char *err, size_t errlen)
+{
+	char why[256];
+
+	q->gpu_idle = -1;
+	q->kind = SAMPLE_CPU;
+	if (m->type != YAML_MAPPING_NODE)
+		BAD(m, "a query is a mapping (name, selector, kind, function, gpu_idle)");
+	for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+		yaml_node_t *kn = yaml_document_get_node(d, p->key);
+		yaml_node_t *vn = yaml_document_get_node(d, p->value);
+		const char *k = scalar(kn), *v = scalar(vn);
+
+		if (!k)
+			BAD(kn, "a key must be a plain string");
+		if (!v)
+			BAD(vn, "'%s' must be a string", k);
+		if (!strcmp(k, "name")) {
+			if (!valid_name(v))
+				BAD(vn, "name '%s' is not [A-Za-z_][A-Za-z0-9_]*", v);
+			free(q->name);
+			q->name = strdup(v);
+		} else if (!strcmp(k, "selector")) {
+			selector_free(q->sel);
+			q->sel = selector_parse(v, why, sizeof(why));
+			if (!q->sel)
+				BAD(vn, "selector '%s': %s", v, why);
+			free(q->sel_text);
+			q->sel_text = strdup(v);
+		} else if (!strcmp(k, "kind")) {
+			int kd = sample_kind_parse(v);
+
+			if (kd < 0)
+				BAD(vn, "kind '%s' is not cpu, offcpu_ns, gpu_kernel_ns or cuda_sync_ns",
+				    v);
+			q->kind = (enum sample_kind)kd;
+		} else if (!strcmp(k, "function")) {
+			char *re;
+			int rc;
+
+			if (q->has_re)
+				regfree(&q->re);
+			q->has_re = false;
+			if (asprintf(&re, "^(%s)$", v) < 0)
+				return -ENOMEM;
+			rc = regcomp(&q->re, re, REG_EXTENDED | REG_NOSUB);
+			free(re);
+			if (rc) {
+				regerror(rc, &q->re, why, sizeof(why));
+				BAD(vn, "function regex '%s': %s", v, why);
+			}
+			q->has_re = true;
+		} else if (!strcmp(k, "gpu_idle")) {
+			char *end;
+			long g = strtol(v, &end, 10);
+
+			if (!*v || *end || g < 0 || g > 1023)
+				BAD(vn, "gpu_idle '%s' is not a GPU index (0..1023)", v);
+			q->gpu_idle = (int)g;
+		} else {
+			BAD(kn, "unknown key '%s' (name, selector, kind, function, gpu_idle)", k);
+		}
+	}
+	if (!q->name)
+		BAD(m, "query without a name");
+	return 0;
+}
+
+static int load_queries(struct exporter *x, const char *file, char *err, size_t errlen)
+{
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	yaml_node_t *root, *list;
+	FILE *f = fopen(file, "rb");
+	int rc = 0;
+
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", file, strerror(errno));
+		return -errno;
+	}
+	if (!yaml_parser_initialize(&parser)) {
+		fclose(f);
+		snprintf(err, errlen, "%s: out of memory", file);
+		return -ENOMEM;
+	}
+	yaml_parser_set_input_file(&parser, f);
+	if (!yaml_parser_load(&parser, &doc)) {
+		snprintf(err, errlen, "%s:%zu: %s%s%s", file, (size_t)parser.problem_mark.line + 1,
+			 parser.problem ? parser.problem : "not YAML",
+			 parser.context ? " " : "", parser.context ? parser.context : "");
+		yaml_parser_delete(&parser);
+		fclose(f);
+		return -EINVAL;
+	}
+	root = yaml_document_get_root_node(&doc);
+	list = root;
+	if (root && root->type == YAML_MAPPING_NODE) {
+		list = NULL;
+		for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
+		     p < root->data.mapping.pairs.top; p++) {
+			yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
+
+			if (scalar(kn) && !strcmp(scalar(kn), "queries")) {
+				list = yaml_document_get_node(&doc, p->value);
+			} else {
+				snprintf(err, errlen, "%s:%zu: unknown key '%s' (the file holds"
+					 " 'queries:', a list)", file, (size_t)kn->start_mark.line + 1,
+					 scalar(kn) ? scalar(kn) : "?");
+				rc = -EINVAL;
+				goto out;
+			}
+		}
+	}
+	if (!list || list->type != YAML_SEQUENCE_NODE) {
+		snprintf(err, errlen, "%s:%zu: expected 'queries:' with a list of queries", file,
+			 root ? (size_t)root->start_mark.line + 1 : 1);
+		rc = -EINVAL;
+		goto out;
+	}
+	for (yaml_node_item_t *it = list->data.sequence.items.start;
+	     it < list->data.sequence.items.top && !rc; it++) {
+		yaml_node_t *m = yaml_document_get_node(&doc, *it);
+		struct pquery *n;
+
+		if (x->nq == MAX_QUERIES) {
+			snprintf(err, errlen, "%s:%zu: more than %d queries", file,
+				 (size_t)m->start_mark.line + 1, MAX_QUERIES);
+			rc = -EINVAL;
+			break;
+		}
+		n = realloc(x->q, (x->nq + 1) * sizeof(*n));
+		if (!n) {
+			rc = -ENOMEM;
+			break;
+		}
+		x->q = n;
+		memset(&x->q[x->nq], 0, sizeof(*x->q));
+		rc = parse_query(&doc, m, file, &x->q[x->nq], err, errlen);
+		for (size_t i = 0; !rc && i < x->nq; i++) {
+			if (!strcmp(x->q[i].name, x->q[x->nq].name)) {
+				snprintf(err, errlen, "%s:%zu: name '%s' is used twice", file,
+					 (size_t)m->start_mark.line + 1, x->q[i].name);
+				rc = -EINVAL;
+			}
+		}
+		x->nq++;	/* counted even when bad: exporter_free() releases it */
+	}
+out:
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	fclose(f);
+	return rc;
+}
+
+/* ---- windows ------------------------------------------------------------------------------ */
+
+struct wctx {
+	struct exporter *x;
+	struct eff_row *rows;
+	char **keys;			/* ns\x01pod, owned */
+	size_t n;
+	double unheld_secs, unheld_dollars;
+};
+
+static int window_row(void *ctx, const struct eff_row *r)
+{
+	struct wctx *w = ctx;
+	struct eff_row *n;
+	char **k;
+
+	if (r->unheld) {
+		w->unheld_secs += r->t.held / 1e9;
+		w->unheld_dollars += r->unheld_dollars;
+		return 0;
+	}
+	n = realloc(w->rows, (w->n + 1) * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	w->rows = n;
+	k = realloc(w->keys, (w->n + 1) * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	w->keys = k;
+	if (asprintf(&w->keys[w->n], "%s\x01%s", *r->namespace_ ? r->namespace_ : "(none)",
+		     *r->pod ? r->pod : "(none)") < 0)
+		return -ENOMEM;
+	w->rows[w->n++] = *r;
+	return 0;
+}
+
+static double idle_s(const struct eff_tally *t)
+{
+	return (t->idle[0] + t->idle[1] + t->idle[2]) / 1e9;
+}
+
+static double busy_s(const struct eff_tally *t)
+{
+	return (t->busy[0] + t->busy[1] + t->busy[2]) / 1e9;
+}
+
+static void wl_add(struct wl *w, const struct eff_row *r, uint64_t end)
+{
+	w->secs[0] += busy_s(&r->t);
+	w->secs[1] += idle_s(&r->t);
+	w->secs[2] += r->t.unknown / 1e9;
+	w->idle_dollars += r->idle_dollars;
+	if (r->t.held > 0)
+		w->last_ns = end;
+}
+
+static int cmp_idle_cost(const void *a, const void *b, void *ctx)
+{
+	const struct eff_row *rows = ctx;
+	const struct eff_row *x = &rows[*(const size_t *)a], *y = &rows[*(const size_t *)b];
+	double ix = x->idle_dollars > 0 ? x->idle_dollars : 0, iy = y->idle_dollars > 0 ? y->idle_dollars : 0;
+
+	if (ix != iy)
+		return ix < iy ? 1 : -1;
+	return idle_s(&x->t) < idle_s(&y->t) ? 1 : idle_s(&x->t) > idle_s(&y->t) ? -1 : 0;
+}
+
+struct match_ctx {
+	struct pquery *q;
+	const struct u64map *agg;
+	double sum;
+};
+
+static int match_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
+{
+	struct match_ctx *m = ctx;
+	uint64_t *v = u64map_find(m->agg, id), *known;
+	bool hit = false;
+	char tmp[256];
+
+	for (size_t i = 0; i < nf && !hit; i++)
+		hit = !regexec(&m->q->re, frame_name(&f[i], tmp, sizeof(tmp)), 0, NULL, 0);
+	known = u64map_upsert(&m->q->match, id, hit ? 1 : 2, NULL);
+	if (!known)
+		return -ENOMEM;
+	if (hit && v)
+		m->sum += (double)*v;
+	return 0;
+}
+
+/* Adds query q over [from, to) to its total. */
+static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint64_t to)
+{
+	struct store_query sq = { from, to, q->sel, q->kind, q->gpu_idle };
+	struct u64map agg = { 0 };
+	struct match_ctx m = { q, &agg, 0 };
+	uint64_t *ids = NULL;
+	size_t nids = 0;
+	int err;
+
+	err = x->st->ops->aggregate(x->st, &sq, &agg);
+	if (err)
+		goto out;
+	if (!q->has_re) {
+		for (size_t i = 0; i < agg.cap; i++)
+			if (agg.keys[i])
+				m.sum += (double)agg.vals[i];
+		if (agg.has_zero)
+			m.sum += (double)agg.zero_val;
+		goto done;
+	}
+	ids = malloc((agg.len + 1) * sizeof(*ids));
+	if (!ids) {
+		err = -ENOMEM;
+		goto out;
+	}
+	/* Stacks already classified are summed here; the others are read and classified. */
+	for (size_t i = 0; i < agg.cap; i++) {
+		uint64_t *k;
+
+		if (!agg.keys[i])
+			continue;
+		k = u64map_find(&q->match, agg.keys[i]);
+		if (!k)
+			ids[nids++] = agg.keys[i];
+		else if (*k == 1)
+			m.sum += (double)agg.vals[i];
+	}
+	if (nids)
+		err = x->st->ops->stacks(x->st, ids, nids, match_stack, &m);
+done:
+	if (!err)
+		q->total += m.sum;
+out:
+	free(ids);
+	u64map_done(&agg);
+	return err;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* Counts [wm, end) (mu held). */
+static int count_window(struct exporter *x, uint64_t end)
+{
+	struct wctx w = { x };
+	size_t *order = NULL;
+	int err;
+
+	err = efficiency_window(x->e, x->wm_ns, end, window_row, &w);
+	for (size_t i = 0; i < x->nq && !err; i++)
+		err = eval_query(x, &x->q[i], x->wm_ns, end);
+	if (err)
+		goto out;
+	order = malloc((w.n + 1) * sizeof(*order));
+	if (!order) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < w.n; i++)
+		order[i] = i;
+	qsort_r(order, w.n, sizeof(*order), cmp_idle_cost, w.rows);
+	/* Free the slots of workloads gone for an hour, then admit by idle cost. */
+	for (size_t i = 0; i < x->nwl;) {
+		if (end - x->wl[i].last_ns > EVICT_NS) {
+			free(x->wl[i].ns);
+			free(x->wl[i].pod);
+			x->wl[i] = x->wl[--x->nwl];
+		} else {
+			i++;
+		}
+	}
+	for (size_t i = 0; i < w.n; i++) {
+		const struct eff_row *r = &w.rows[order[i]];
+		const char *key = w.keys[order[i]], *sep = strchr(key, '\x01');
+		struct wl *slot = NULL;
+
+		for (size_t k = 0; k < x->nwl && !slot; k++)
+			if (!strncmp(x->wl[k].ns, key, (size_t)(sep - key)) &&
+			    !x->wl[k].ns[sep - key] && !strcmp(x->wl[k].pod, sep + 1))
+				slot = &x->wl[k];
+		if (!slot && x->nwl < x->cfg.top) {
+			struct wl *n = realloc(x->wl, (x->nwl + 1) * sizeof(*n));
+
+			if (!n) {
+				err = -ENOMEM;
+				break;
+			}
+			x->wl = n;
+			slot = &x->wl[x->nwl];
+			*slot = (struct wl){ strndup(key, (size_t)(sep - key)), strdup(sep + 1) };
+			if (!slot->ns || !slot->pod) {
+				free(slot->ns);
+				free(slot->pod);
+				err = -ENOMEM;
+				break;
+			}
+			x->nwl++;
+		}
+		wl_add(slot ? slot : &x->other, r, end);
+	}
+	x->unheld_secs += w.unheld_secs;
+	x->unheld_dollars += w.unheld_dollars;
+out:
+	for (size_t i = 0; i < w.n; i++)
+		free(w.keys[i]);
+	free(w.keys);
+	free(w.rows);
+	free(order);
+	return err;
+}
+
+static void label_value(struct buf *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			buf_printf(b, "\\%c", *s);
+		else if (*s == '\n')
+			buf_puts(b, "\\n");
+		else
+			buf_put(b, s, 1);
+	}
+}
+
+static void wl_print(struct buf *b, const struct wl *w, const char *ns, const char *pod)
+{
+	static const char *const states[3] = { "busy", "idle", "unknown" };
+
+	for (int s = 0; s < 3; s++) {
+		buf_printf(b, "gpuscope_gpu_seconds_total{state=\"%s\",namespace=\"", states[s]);
+		label_value(b, ns);
+		buf_puts(b, "\",pod=\"");
+		label_value(b, pod);
+		buf_printf(b, "\"} %.6f\n", w->secs[s]);
+	}
+}
+
+int exporter_metrics(struct exporter *x, struct buf *out)
+{
+	uint64_t now = wall_ns(), end, t0;
+	int err = 0;
+
+	pthread_mutex_lock(&x->mu);
+	t0 = thread_cpu_ns();
+	end = now > x->cfg.settle_ns ? (now - x->cfg.settle_ns) / NSEC_PER_MSEC * NSEC_PER_MSEC : 0;
+	if (end > x->wm_ns + MAX_WINDOW_NS)
+		end = x->wm_ns + MAX_WINDOW_NS;
+	if (end > x->wm_ns) {
+		err = count_window(x, end);
+		if (err) {
+			x->window_errors++;
+			log_warn("exporter: window [%llu, %llu): %s, counted at the next scrape",
+				 (unsigned long long)x->wm_ns, (unsigned long long)end,
+				 strerror(-err));
+		} else {
+			x->wm_ns = end;
+			x->windows++;
+		}
+	}
+	x->cpu_ns += thread_cpu_ns() - t0;
+	buf_puts(out, "# HELP gpuscope_gpu_seconds_total GPU time by state and holder workload "
+		      "(top workloads by idle cost, the rest as namespace=\"other\").\n"
+		      "# TYPE gpuscope_gpu_seconds_total counter\n");
+	for (size_t i = 0; i < x->nwl; i++)
+		wl_print(out, &x->wl[i], x->wl[i].ns, x->wl[i].pod);
+	wl_print(out, &x->other, "other", "other");
+	buf_printf(out, "gpuscope_gpu_seconds_total{state=\"unheld\",namespace=\"\",pod=\"\"} %.6f\n",
+		   x->unheld_secs);
+	buf_puts(out, "# HELP gpuscope_gpu_idle_cost_dollars_total Dollars of GPU time held but idle"
+		      " (--gpu-hour-price).\n# TYPE gpuscope_gpu_idle_cost_dollars_total counter\n");
+	for (size_t i = 0; i < x->nwl; i++) {
+		buf_puts(out, "gpuscope_gpu_idle_cost_dollars_total{namespace=\"");
+		label_value(out, x->wl[i].ns);
+		buf_puts(out, "\",pod=\"");
+		label_value(out, x->wl[i].pod);
+		buf_printf(out, "\"} %.6f\n", x->wl[i].idle_dollars);
+	}
+	buf_printf(out, "gpuscope_gpu_idle_cost_dollars_total{namespace=\"other\",pod=\"other\"} "
+		   "%.6f\n", x->other.idle_dollars);
+	buf_printf(out, "# HELP gpuscope_gpu_unheld_cost_dollars_total Dollars of GPU time nobody "
+		   "held.\n# TYPE gpuscope_gpu_unheld_cost_dollars_total counter\n"
+		   "gpuscope_gpu_unheld_cost_dollars_total %.6f\n", x->unheld_dollars);
+	if (x->nq)
+		buf_puts(out, "# HELP gpuscope_profile_value_total Profile queries of --export-queries"
+			      " (cpu: samples; other kinds: seconds).\n"
+			      "# TYPE gpuscope_profile_value_total counter\n");
+	for (size_t i = 0; i < x->nq; i++) {
+		bool cpu = x->q[i].kind == SAMPLE_CPU;
+
+		buf_printf(out, "gpuscope_profile_value_total{query=\"%s\",unit=\"%s\"} ",
+			   x->q[i].name, cpu ? "samples" : "seconds");
+		if (cpu)
+			buf_printf(out, "%.0f\n", x->q[i].total);
+		else
+			buf_printf(out, "%.9f\n", x->q[i].total / 1e9);
+	}
+	buf_printf(out, "# HELP gpuscope_export_window_seconds Data time the counters cover: start"
+		   " (server start) and end (last window).\n"
+		   "# TYPE gpuscope_export_window_seconds gauge\n"
+		   "gpuscope_export_window_seconds{edge=\"start\"} %.3f\n"
+		   "gpuscope_export_window_seconds{edge=\"end\"} %.3f\n",
+		   (double)x->start_ns / 1e9, (double)x->wm_ns / 1e9);
+	buf_printf(out, "# HELP gpuscope_export_windows_total Windows counted, and those that failed"
+		   " (retried at the next scrape).\n# TYPE gpuscope_export_windows_total counter\n"
+		   "gpuscope_export_windows_total{result=\"ok\"} %llu\n"
+		   "gpuscope_export_windows_total{result=\"error\"} %llu\n"
+		   "# HELP gpuscope_export_cpu_seconds_total CPU time spent counting windows.\n"
+		   "# TYPE gpuscope_export_cpu_seconds_total counter\n"
+		   "gpuscope_export_cpu_seconds_total %.6f\n"
+		   "# HELP gpuscope_export_workloads Workloads with series of their own (at most"
+		   " --export-top).\n# TYPE gpuscope_export_workloads gauge\n"
+		   "gpuscope_export_workloads %zu\n",
+		   (unsigned long long)x->windows, (unsigned long long)x->window_errors,
+		   (double)x->cpu_ns / 1e9, x->nwl);
+	pthread_mutex_unlock(&x->mu);
+	return out->oom ? -ENOMEM : 0;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+struct exporter *exporter_new(struct store *st, struct efficiency *e,
+			      const struct exporter_cfg *cfg, char *err, size_t errlen)
+{
+	struct exporter *x = calloc(1, sizeof(*x));
+
+	if (!x) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	x->st = st;
+	x->e = e;
+	x->cfg = *cfg;
+	x->other.ns = x->other.pod = NULL;
+	x->start_ns = x->wm_ns = wall_ns() / NSEC_PER_MSEC * NSEC_PER_MSEC;
+	pthread_mutex_init(&x->mu, NULL);
+	if (cfg->queries_file && load_queries(x, cfg->queries_file, err, errlen)) {
+		exporter_free(x);
+		return NULL;
+	}
+	return x;
+}
+
+void exporter_free(struct exporter *x)
+{
+	if (!x)
+		return;
+	for (size_t i = 0; i < x->nq; i++)
+		pquery_done(&x->q[i]);
+	free(x->q);
+	for (size_t i = 0; i < x->nwl; i++) {
+		free(x->wl[i].ns);
+		free(x->wl[i].pod);
+	}
+	free(x->wl);
+	pthread_mutex_destroy(&x->mu);
+	free(x);
+}
