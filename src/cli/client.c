@@ -55,6 +55,13 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 	int opt;
 
 	memset(q, 0, sizeof(*q));
+	/* The environment gives defaults; the command line wins. */
+	q->server = getenv("GPUSCOPE_SERVER");
+	q->token_file = getenv("GPUSCOPE_TOKEN_FILE");
+	if (q->server && !*q->server)
+		q->server = NULL;
+	if (q->token_file && !*q->token_file)
+		q->token_file = NULL;
 	q->limit = 25;
 	q->sort = "self";
 	optind = 1;
@@ -153,7 +160,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 	if (optind < argc)
 		return usage_error(usage_text, "unexpected argument '%s'", argv[optind]);
 	if (!q->server)
-		return usage_error(usage_text, "%s", "--server URL is required");
+		return usage_error(usage_text, "%s", "--server URL (or $GPUSCOPE_SERVER) is required");
 	if (strncmp(q->server, "http://", 7) && strncmp(q->server, "https://", 8))
 		return usage_error(usage_text, "--server: '%s' is not an http(s):// URL", q->server);
 	if ((from || to) && q->since)

@@ -42,7 +42,8 @@ enum {
 };
 
 /*
- * Parses the common options plus the extras in `extra`. On a usage error prints one line and
+ * Parses the common options plus the extras in `extra`; $GPUSCOPE_SERVER and
+ * $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file. On a usage error prints one line and
  * the command's usage to stderr and returns 2; returns 1 after printing help for -h; 0 on
  * success (q filled).
  */

@@ -17,7 +17,8 @@ static const char usage_text[] =
 	"                           [--gpu-idle GPU] [--title T] [--token-file F] [--ca-file F] -o out.svg\n"
 	"Writes a self-contained interactive flame graph (click to zoom, Ctrl-F to search).\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h. --gpu-idle GPU keeps only\n"
-	"the samples taken while that GPU was idle.\n";
+	"the samples taken while that GPU was idle.\n"
+	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
 static void fmt_time(uint64_t ns, char *buf, size_t len)
 {

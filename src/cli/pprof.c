@@ -10,7 +10,8 @@ static const char usage_text[] =
 	"                      [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F] [--ca-file F]\n"
 	"                      -o FILE\n"
 	"Writes the merged pprof profile (gzip'd profile.proto; '-o -' for stdout).\n"
-	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";
+	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n"
+	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
 int cmd_pprof(int argc, char **argv)
 {

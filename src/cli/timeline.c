@@ -20,7 +20,8 @@ static const char usage_text[] =
 	"                         [--width N] [--selector S] [--token-file F] [--ca-file F]\n"
 	"Prints one row per thread of process PID, one character per time bucket:\n"
 	"  '#' running  '-' runnable (waiting for a CPU)  '.' blocked  'S' blocked in a CUDA\n"
-	"  synchronize  ' ' no data. Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";
+	"  synchronize  ' ' no data. Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n"
+	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
 enum { ST_RUN, ST_WAIT, ST_BLOCK, ST_SYNC, ST_MAX };
 static const char state_chars[ST_MAX] = { '#', '-', '.', 'S' };

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/util.h"
@@ -13,7 +14,8 @@ static const char usage_text[] =
 	"                    [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F] [--ca-file F]\n"
 	"                    [--limit 25] [--sort self|total]\n"
 	"Prints the top functions: self (leaf) and total (anywhere on the stack).\n"
-	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n";
+	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n"
+	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
 struct fn {
 	const char *name;
@@ -48,6 +50,30 @@ static void fmt_value(double v, bool ns, char *buf, size_t len)
 		snprintf(buf, len, "%.0f", v);
 }
 
+/* "2026-12-02 16:50:20 → 16:55:06 UTC (4m46s), 42113 samples" from the answer's range. */
+static void print_range(json_t *j, double total, bool ns)
+{
+	json_t *f = json_object_get(j, "from_ms"), *t = json_object_get(j, "to_ms");
+	char a[32], b[32], d[32], v[32];
+	struct tm ta, tb;
+	time_t sa, sb;
+
+	fmt_value(total, ns, v, sizeof(v));
+	if (!json_is_number(f) || !json_is_number(t)) {
+		printf("total %s%s\n", v, ns ? "" : " samples");
+		return;
+	}
+	sa = (time_t)(json_number_value(f) / 1000);
+	sb = (time_t)(json_number_value(t) / 1000);
+	gmtime_r(&sa, &ta);
+	gmtime_r(&sb, &tb);
+	strftime(a, sizeof(a), "%Y-%m-%d %H:%M:%S", &ta);
+	strftime(b, sizeof(b), ta.tm_yday == tb.tm_yday && ta.tm_year == tb.tm_year ?
+			       "%H:%M:%S" : "%Y-%m-%d %H:%M:%S", &tb);
+	fmt_duration((uint64_t)(sb - sa) * NSEC_PER_SEC, d, sizeof(d));
+	printf("%s → %s UTC (%s), total %s%s\n", a, b, d, v, ns ? "" : " samples");
+}
+
 /* Prints the table; returns 0, or 1 after printing what is wrong with the answer. */
 static int print_top(const struct query *q, json_t *j)
 {
@@ -80,6 +106,7 @@ static int print_top(const struct query *q, json_t *j)
 	if (total <= 0)
 		total = sum_self;	/* every sample has exactly one leaf */
 	qsort(fns, n, sizeof(*fns), strcmp(q->sort, "total") ? by_self : by_total);
+	print_range(j, total, ns);
 	printf("%12s %7s %12s %7s  %s\n", "SELF", "SELF%", "TOTAL", "TOTAL%", "FUNCTION");
 	for (i = 0; i < n && (long)i < q->limit; i++) {
 		char s[32], t[32];

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "common/hmap.h"
 #include "common/pprof.h"
+#include "common/util.h"
 #include "server/query.h"
 
 const char *frame_name(const struct frame *f, char *buf, size_t len)
@@ -310,8 +311,10 @@ int query_top(struct store *s, const struct store_query *q, size_t limit, struct
 	for (size_t i = 0; i < t.names.len; i++)
 		order[i] = i;
 	qsort_r(order, t.names.len, sizeof(*order), cmp_top, t.st);
-	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"functions\":[",
-		   q->kind == SAMPLE_CPU ? "samples" : "ns", (unsigned long long)total);
+	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"from_ms\":%llu,\"to_ms\":%llu,"
+		   "\"functions\":[", q->kind == SAMPLE_CPU ? "samples" : "ns",
+		   (unsigned long long)total, (unsigned long long)(q->from_ns / NSEC_PER_MSEC),
+		   (unsigned long long)(q->to_ns / NSEC_PER_MSEC));
 	for (size_t i = 0; i < t.names.len && i < limit; i++) {
 		const struct fn_stat *f = &t.st[order[i]];
 

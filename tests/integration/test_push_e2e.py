@@ -8,6 +8,7 @@ with xml.etree and, when Chromium is installed, by running its script in a headl
 table and a pprof file, and reports server errors on one line."""
 import gzip
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -37,8 +38,9 @@ def presence(node, name):
     return sum(presence(k, name) for k in node.get("children") or [])
 
 
-def cli(*args):
-    return subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=60)
+def cli(*args, env=None):
+    return subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=60,
+                          env=None if env is None else {**os.environ, **env})
 
 
 try:
@@ -149,9 +151,18 @@ try:
     # --- CLI: top, pprof, ranges, errors.
     r = cli("top", "--server", server.url, "--since", "10m", "--selector", sel,
             "--token-file", tmp.path("token"), "--limit", "8")
-    rows = [l.split() for l in r.stdout.splitlines()[1:]]
+    lines = r.stdout.splitlines()
+    hdr = next((i for i, l in enumerate(lines) if l.split()[:1] == ["SELF"]), len(lines))
+    rows = [l.split() for l in lines[hdr + 1:]]
     check(r.returncode == 0 and len(rows) >= 3, "gpuscope top prints rows")
     print(r.stdout)
+    check(hdr == 1 and re.search(r" UTC \(\S+\), total [1-9]\d* samples$", lines[0]) is not None,
+          "gpuscope top prints the range and the total first (%r)" % lines[:1])
+    # $GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE stand in for --server and --token-file.
+    r2 = cli("top", "--since", "10m", "--selector", sel, "--limit", "8",
+             env={"GPUSCOPE_SERVER": server.url, "GPUSCOPE_TOKEN_FILE": tmp.path("token")})
+    check(r2.returncode == 0 and "leaf_alpha" in r2.stdout,
+          "GPUSCOPE_SERVER and GPUSCOPE_TOKEN_FILE are the defaults (%r)" % r2.stderr.strip())
     check([row[-1] for row in rows[:1]] == ["leaf_alpha"] and
           {"leaf_alpha", "leaf_beta", "burnlib_leaf"} <= {row[-1] for row in rows},
           "top self functions: leaf_alpha first, the workload's three leaves listed")
