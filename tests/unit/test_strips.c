@@ -172,6 +172,33 @@ static long long llabs_(long long v)
 	return v < 0 ? -v : v;
 }
 
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * How late this machine wakes a sleeper now: the 90th percentile of 30 oversleeps of a 2 ms
+ * nanosleep, in ns. A loaded 2-core VM (parallel builds, host steal) shows milliseconds here;
+ * timing margins below grow with it instead of failing.
+ */
+static long long sched_delay_p90(void)
+{
+	long long late[30];
+	struct timespec ts = { 0, 2 * MS };
+
+	for (int i = 0; i < 30; i++) {
+		uint64_t t0 = mono_ns();
+
+		nanosleep(&ts, NULL);
+		late[i] = (long long)(mono_ns() - t0) - 2 * MS;
+	}
+	qsort(late, 30, sizeof(late[0]), cmp_ll);
+	return late[26] > 0 ? late[26] : 0;
+}
+
 static bool test_strips_reason_names(void)
 {
 	CHECK(ASSERT_EQ(blocked__classify_name("futex_wait_queue"), BLOCKED_FUTEX, "futex"));
@@ -194,13 +221,14 @@ static bool test_strips_known_phases(void)
 	struct recs rs = { 0 };
 	struct phase ph[128];
 	int nblocked = 0, nexact = 0;
-	long long dur;
+	long long dur, delay, delay2, margin = 2 * MS;
 	int fd, gofd = -1, n, status, checked = 0, pin_tids[2] = { 0 }, npin = 0;
 	bool ok = false, futex_stack = false;
 	pid_t pid;
 
 	if (skip())
 		return true;
+	delay = sched_delay_p90();
 	fd = mkstemp(out);
 	close(fd);
 	pid = spawn(argv, &gofd);
@@ -222,18 +250,24 @@ static bool test_strips_known_phases(void)
 	n = read_phases(out, ph, 128);
 	if (!ASSERT_TRUE(n >= 7, "workload recorded two loops"))
 		goto out;
+	/* The margin: 2 ms on a quiet machine, plus twice the worse scheduling delay seen. */
+	delay2 = sched_delay_p90();
+	margin = 2 * MS + 2 * (delay > delay2 ? delay : delay2);
+	fprintf(stderr, "  scheduling delay p90 %.3f / %.3f ms: margin %.3f ms\n", delay / 1e6,
+		delay2 / 1e6, margin / 1e6);
 	for (int i = 0; i < n; i++) {
 		uint64_t t0 = ph[i].t0 + a.mono_to_wall_ns, t1 = ph[i].t1 + a.mono_to_wall_ns;
 		const struct rec *b;
+		long long lag;
 
 		if (!strcmp(ph[i].name, "spin")) {
 			uint64_t on = overlap(&rs, ph[i].tid, "running", t0, t1) +
 				      overlap(&rs, ph[i].tid, "runnable", t0, t1);
 			uint64_t blk = overlap(&rs, ph[i].tid, "blocked", t0, t1);
 
-			if (!ASSERT_TRUE(llabs_((long long)on - (long long)(t1 - t0)) < 2 * MS,
-					 "spin: running+runnable = phase within 2 ms") ||
-			    !ASSERT_TRUE(blk < 2 * MS, "spin: not blocked")) {
+			if (!ASSERT_TRUE(llabs_((long long)on - (long long)(t1 - t0)) < margin,
+					 "spin: running+runnable = phase within the margin") ||
+			    !ASSERT_TRUE((long long)blk < margin, "spin: not blocked")) {
 				fprintf(stderr, "  phase %d: %lu ns at %lu, on %lu, blocked %lu\n", i,
 					t1 - t0, t0, on, blk);
 				goto out;
@@ -248,21 +282,29 @@ static bool test_strips_known_phases(void)
 				goto out;
 			dur = (long long)(b->end_ns - b->start_ns);
 			/*
+			 * The phase clock is read before the sleep starts; time the workload spent
+			 * preempted in between (runnable) delays the switch-out, on a loaded machine
+			 * by more than any fixed bound. What is left must be short.
+			 */
+			lag = (long long)b->start_ns - (long long)t0;
+			if (lag > 0)
+				lag -= (long long)overlap(&rs, ph[i].tid, "runnable", t0, b->start_ns);
+			/*
 			 * Blocked from the switch-out to the timer's wake-up: the nominal time, never
 			 * less, never more than the phase; a VM's late timer interrupt (host steal)
-			 * may stretch a few, so 80 % must be within 2 ms of nominal.
+			 * may stretch a few, so 80 % must be within the margin of nominal.
 			 */
 			if (!ASSERT_TRUE(dur > want - MS / 2 && dur < (long long)(t1 - t0) + MS / 2,
 					 "blocked between nominal and the phase duration") ||
-			    !ASSERT_TRUE(llabs_((long long)b->start_ns - (long long)t0) < 2 * MS,
-					 "blocked from the phase start within 2 ms") ||
+			    !ASSERT_TRUE(llabs_(lag) < margin,
+					 "blocked from the phase start (less its runnable time) within the margin") ||
 			    !ASSERT_STREQ(b->reason, sleep ? "sleep" : "futex", "reason")) {
 				fprintf(stderr, "  %s phase %d: blocked %lld ns, starts %+lld ns\n",
 					ph[i].name, i, dur, (long long)b->start_ns - (long long)t0);
 				goto out;
 			}
 			nblocked++;
-			if (llabs_(dur - want) < 2 * MS)
+			if (llabs_(dur - want) < margin)
 				nexact++;
 			else
 				fprintf(stderr, "  %s phase %d: blocked %.3f ms (phase %.3f ms)\n",
@@ -273,7 +315,7 @@ static bool test_strips_known_phases(void)
 		}
 	}
 	if (!ASSERT_TRUE(checked >= 6, "phases checked") ||
-	    !ASSERT_TRUE(nexact * 5 >= nblocked * 4, "80 % of blocked phases within 2 ms of nominal"))
+	    !ASSERT_TRUE(nexact * 5 >= nblocked * 4, "80 % of blocked phases within the margin of nominal"))
 		goto out;
 	/* the pinned pair: each waits for the CPU while the other runs */
 	for (size_t i = 0; i < rs.n && npin < 2; i++)
