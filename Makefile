@@ -17,6 +17,8 @@ BPFTOOL  ?= $(shell command -v bpftool 2>/dev/null || echo /usr/sbin/bpftool)
 PROTOC_C ?= protoc-c
 ARCH     := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 Q        := $(if $(V),,@)
+# PROGRESS=1 (make run sets it): one line per build step, for a first build that takes minutes.
+progress  = $(if $(PROGRESS),$(if $(V),,@printf '  %-5s %s\n' '$(1)' '$(2)'))
 
 CFLAGS   ?= -g -O2
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
@@ -79,15 +81,18 @@ $(VMLINUX):
 # Each BPF program sits in its feature folder (src/agent/sched/sched.bpf.c); vpath finds it by stem.
 vpath %.bpf.c $(sort $(dir $(BPF_SRCS)))
 $(BPF_OBJS): $(OUT)/bpf/%.bpf.o: %.bpf.c $(VMLINUX)
+	$(call progress,BPF,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) -g -O2 -mcpu=v3 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(dir $(VMLINUX)) -Isrc \
 		-MMD -MP -MF $(@:.o=.d) -c $< -o $@
 	$(Q)llvm-strip -g $@
 
 $(SKELS): $(OUT)/%.skel.h: $(OUT)/bpf/%.bpf.o
+	$(call progress,GEN,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
 $(OUT)/proto/%.pb-c.c $(OUT)/proto/%.pb-c.h: proto/%.proto
+	$(call progress,PROTO,$<)
 	$(Q)mkdir -p $(OUT)/proto
 	$(Q)$(PROTOC_C) -Iproto --c_out=$(OUT)/proto $<
 
@@ -96,14 +101,17 @@ $(OUT)/proto/%.pb-c.c $(OUT)/proto/%.pb-c.h: proto/%.proto
 # dependency files (-MMD) say afterwards which object really includes which. Only the agent's
 # objects wait for the BPF skeletons.
 $(OUT)/obj/src/agent/%.o: src/agent/%.c | $(SKELS) $(PROTO_H)
+	$(call progress,CC,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(OUT)/obj/%.o: %.c | $(PROTO_H)
+	$(call progress,CC,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(OUT)/obj/.output/proto/%.o: $(OUT)/proto/%.c
+	$(call progress,CC,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(filter-out -Wextra,$(CFLAGS)) -c $< -o $@
 
@@ -111,26 +119,33 @@ $(OUT):
 	$(Q)mkdir -p $@
 
 $(COMMON_LIB): $(call obj,$(COMMON_SRCS))
+	$(call progress,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 $(PROTO_LIB): $(patsubst $(OUT)/%.c,$(OUT)/obj/.output/%.o,$(PROTO_C))
+	$(call progress,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 $(AGENT_LIB): $(call obj,$(AGENT_SRCS))
+	$(call progress,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 $(SERVER_LIB): $(call obj,$(SERVER_SRCS))
+	$(call progress,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # Whole archive: modules and subcommands are referenced weakly, which pulls nothing from an .a.
 $(AGENT_BIN): $(call obj,src/agent/main.c) $(ALL_LIBS)
+	$(call progress,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
 		$(ALL_LIBS) $(LDLIBS)
 $(SERVER_BIN): $(call obj,src/server/main.c) $(ALL_LIBS)
+	$(call progress,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 $(CLI_BIN): $(call obj,$(CLI_SRCS)) $(ALL_LIBS)
+	$(call progress,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRCS)) $(ALL_LIBS) $(LDLIBS)
 
 $(OUT)/tests/unit/%: $(call obj,tests/unit/%.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lcmocka
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 # Test workloads: frame pointers, symbols kept, PIE.
 $(OUT)/tests/progs/%: tests/progs/%.c
@@ -145,8 +160,12 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/run
 
-run: deps
-	$(Q)$(MAKE) --no-print-directory all
+# Only what running needs (scripts/deps/*-test.txt are for `make test`); the build says what
+# it is doing, since the first one takes a minute or more.
+run:
+	$(Q)scripts/install-deps run
+	$(Q)echo "make run: building gpuscope into $(abspath $(OUT))/ (first time: a minute or two)"
+	$(Q)$(MAKE) --no-print-directory all PROGRESS=1
 	$(Q)scripts/run
 
 format-check:

@@ -11,11 +11,13 @@ UI_ASSETS_O  := $(OUT)/obj/ui/ui_assets.o
 
 $(UI_NPM_STAMP): ui/package-lock.json ui/package.json
 	$(Q)command -v npm >/dev/null || { echo "ui: npm not found: run scripts/install-deps (nodejs)" >&2; exit 1; }
+	$(call progress,NPM,ui/node_modules (npm ci))
 	$(Q)cd ui && npm ci --no-audit --no-fund --prefer-offline --loglevel=error
 	$(Q)touch $@
 
 $(UI_ASSETS_C): $(UI_SRCS) $(UI_NPM_STAMP)
 	$(Q)mkdir -p $(dir $@)
+	$(call progress,UI,$@)
 	$(Q)node ui/build.mjs --outdir $(OUT)/ui --c $@
 
 $(UI_ASSETS_O): $(UI_ASSETS_C) src/server/ui_assets.h
