@@ -92,17 +92,63 @@ void batch__set_period(struct batch *b, uint64_t period_ns);
 #define BATCH_MAX_STRLEN	65536		/* bytes per string, NUL excluded */
 #define BATCH_MAX_RECORDS	(4u << 20)	/* samples + metric points + intervals */
 #define BATCH_MAX_STRINGS	(1u << 20)
+#define BATCH_MAX_LOCATIONS	(1u << 20)
+#define BATCH_MAX_STACKS	(1u << 20)
+#define BATCH_MAX_LABEL_SETS	(1u << 16)
+#define BATCH_MAX_GROUPS	(1u << 18)	/* sample groups + metric series */
+#define BATCH_MAX_LABEL_BYTES	16384		/* a label set's names + values, resolved */
+#define BATCH_MAX_ATTR_BYTES	65536		/* an interval's attrs, resolved */
+/* Bytes decoding may allocate (protobuf-c's structures, resolved labels) per compressed byte,
+ * on top of a fixed allowance: memory stays proportional to what was sent. */
+#define BATCH_DECODE_RATIO	64
+#define BATCH_DECODE_BASE	(16u << 20)
 
 /*
  * Server side: unpacks an uncompressed protobuf Batch and validates it completely (version,
  * every index in range, column lengths, kinds, interval order, string lengths), so that the
  * caller may index without checks. Returns the protobuf-c message, to be freed with
  * batch_decode_free(), or NULL with a human-readable reason in err (and errno set: EINVAL for
- * malformed input, EPROTONOSUPPORT for an unknown version, ENOMEM).
+ * malformed input, EPROTONOSUPPORT for an unknown version, E2BIG past a limit, ENOMEM).
+ * Runs batch_scan() first with the budget of an uncompressed body of len bytes.
  */
 struct Gpuscope__V1__Batch;
 struct Gpuscope__V1__Batch *batch_decode(const uint8_t *buf, size_t len, char *err,
 					 size_t errlen);
+
+/*
+ * Wire pre-scan of a Batch, before protobuf-c unpacks it: counts every repeated field (top
+ * level and inside each message) against the limits above and estimates the bytes unpacking
+ * will allocate, so that a small body that would expand into gigabytes is refused after a
+ * bounded amount of work. Feed it the growing buffer as decompression produces it.
+ */
+struct batch_scan {
+	size_t off;			/* bytes of complete top-level fields scanned */
+	uint64_t budget;		/* bytes unpacking and label resolution may allocate */
+	uint64_t est;			/* estimated bytes unpacking allocates */
+	uint64_t count[12];		/* occurrences of each top-level field number */
+	uint64_t records;		/* samples + points + intervals */
+	char why[200];			/* the limit or the defect, once batch_scan() failed */
+};
+
+/* budget: bytes; BATCH_DECODE_BASE + BATCH_DECODE_RATIO * compressed length on the server. */
+void batch_scan_init(struct batch_scan *s, uint64_t budget);
+/*
+ * Scans the complete top-level fields of buf[0..len) not scanned yet (buf may be the same
+ * growing buffer each time). 0; -E2BIG when a limit or the budget is exceeded, -EINVAL when
+ * malformed; s->why says which.
+ */
+int batch_scan(struct batch_scan *s, const uint8_t *buf, size_t len);
+/*
+ * batch_decode() of a buffer that batch_scan() accepted in full (a field cut short is
+ * malformed); the resolved label bytes count against what is left of the scan's budget.
+ */
+struct Gpuscope__V1__Batch *batch_decode_scanned(struct batch_scan *s, const uint8_t *buf,
+						 size_t len, char *err, size_t errlen);
 void batch_decode_free(struct Gpuscope__V1__Batch *m);
+
+/* Earliest and latest time (Unix ns) of a decoded batch's samples, points and intervals;
+ * *ret_min > *ret_max when it holds none. */
+void batch_time_bounds(const struct Gpuscope__V1__Batch *m, uint64_t *ret_min,
+		       uint64_t *ret_max);
 
 #endif

@@ -155,7 +155,8 @@ int zblob_unpack(const void *in, size_t len, size_t max, struct buf *b)
 	return 0;
 }
 
-static int gunzip(const uint8_t *in, size_t len, size_t max, struct buf *b)
+static int gunzip(const uint8_t *in, size_t len, size_t max, struct buf *b, body_check_fn check,
+		  void *ctx)
 {
 	z_stream zs = { 0 };
 	int rc, err = 0;
@@ -181,6 +182,8 @@ static int gunzip(const uint8_t *in, size_t len, size_t max, struct buf *b)
 			err = -E2BIG;
 			break;
 		}
+		if (check && (err = check(ctx, b->p, b->len)))
+			break;
 		if (rc == Z_STREAM_END) {
 			if (zs.avail_in)
 				err = -EINVAL;	/* trailing garbage */
@@ -199,7 +202,8 @@ static int gunzip(const uint8_t *in, size_t len, size_t max, struct buf *b)
 	return err;
 }
 
-static int unzstd(const uint8_t *in, size_t len, size_t max, struct buf *b)
+static int unzstd(const uint8_t *in, size_t len, size_t max, struct buf *b, body_check_fn check,
+		  void *ctx)
 {
 	ZSTD_DCtx *dc = ZSTD_createDCtx();
 	ZSTD_inBuffer ib = { in, len, 0 };
@@ -229,6 +233,8 @@ static int unzstd(const uint8_t *in, size_t len, size_t max, struct buf *b)
 			err = -E2BIG;
 			break;
 		}
+		if (check && (err = check(ctx, b->p, b->len)))
+			break;
 		if (rc == 0 && ib.pos == ib.size)
 			break;
 		if (ib.pos == ib.size && ob.pos < chunk && rc != 0) {
@@ -240,8 +246,8 @@ static int unzstd(const uint8_t *in, size_t len, size_t max, struct buf *b)
 	return err;
 }
 
-int body_decode(const char *encoding, const uint8_t *in, size_t len, size_t max, uint8_t **out,
-		size_t *out_len)
+int body_decode(const char *encoding, const uint8_t *in, size_t len, size_t max,
+		body_check_fn check, void *ctx, uint8_t **out, size_t *out_len)
 {
 	struct buf b = { 0 };
 	int err;
@@ -249,12 +255,12 @@ int body_decode(const char *encoding, const uint8_t *in, size_t len, size_t max,
 	*out = NULL;
 	*out_len = 0;
 	if (!encoding || !*encoding || !strcasecmp(encoding, "identity"))
-		return len > max ? -E2BIG : 0;
+		return len > max ? -E2BIG : check ? check(ctx, in, len) : 0;
 	if (!strcasecmp(encoding, "gzip") || !strcasecmp(encoding, "x-gzip") ||
 	    !strcasecmp(encoding, "deflate"))
-		err = gunzip(in, len, max, &b);
+		err = gunzip(in, len, max, &b, check, ctx);
 	else if (!strcasecmp(encoding, "zstd"))
-		err = unzstd(in, len, max, &b);
+		err = unzstd(in, len, max, &b, check, ctx);
 	else
 		return -EPROTONOSUPPORT;
 	if (err) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "common/batch.h"
 #include "common/log.h"
@@ -33,12 +34,12 @@
 
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_MAX,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_MAX,
 };
 
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range",
 };
 
 #define RATE_SLOTS 16
@@ -272,6 +273,26 @@ static double rate_get(struct http_server *h)
 	return (double)sum / 10.0;
 }
 
+/* Data further ahead than this is a broken clock, not a measurement. */
+#define TIME_AHEAD_MAX_NS (86400 * NSEC_PER_SEC)
+
+static int scan_chunk(void *ctx, const uint8_t *p, size_t len)
+{
+	return batch_scan(ctx, p, len);
+}
+
+static const char *fmt_unix(uint64_t ns, char *buf, size_t len)
+{
+	time_t t = (time_t)(ns / NSEC_PER_SEC);
+	struct tm tm;
+
+	if (ns / NSEC_PER_SEC > (uint64_t)253402300799ull || !gmtime_r(&t, &tm))
+		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+	else
+		strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
 static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c, struct req *r)
 {
 	const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
@@ -279,7 +300,8 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	uint8_t *raw = NULL;
 	size_t raw_len = 0, n = 0;
 	char err[256] = "";
-	uint64_t t0 = mono_ns(), t_dec;
+	uint64_t t0 = mono_ns(), t_dec, tmin, tmax, now;
+	struct batch_scan scan;
 	int rc;
 
 	if (r->over)
@@ -291,23 +313,47 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 
 		return reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
 	}
-	rc = body_decode(enc, r->body.p, r->body.len, h->o.max_body, &raw, &raw_len);
+	/* Memory for decoding stays proportional to what was sent: the scan refuses a bomb while
+	 * it is being decompressed, before protobuf-c allocates anything. */
+	batch_scan_init(&scan, BATCH_DECODE_BASE + (uint64_t)BATCH_DECODE_RATIO * r->body.len);
+	rc = body_decode(enc, r->body.p, r->body.len, h->o.max_body, scan_chunk, &scan, &raw,
+			 &raw_len);
+	if (rc == -E2BIG && scan.why[0])
+		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", scan.why);
 	if (rc == -E2BIG)
 		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
 				   "decompressed body larger than %zu bytes", h->o.max_body);
 	if (rc == -EPROTONOSUPPORT)
 		return reply_error(h, c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, REJ_UNKNOWN_ENCODING,
 				   "unsupported Content-Encoding '%.40s' (gzip, zstd or none)", enc);
+	if (rc == -EINVAL && scan.why[0])
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_MALFORMED,
+				   "malformed protobuf Batch: %s", scan.why);
 	if (rc)
 		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_ENCODING,
 				   "corrupt or truncated %.20s body", enc);
-	m = batch_decode(raw ? raw : r->body.p, raw ? raw_len : r->body.len, err, sizeof(err));
+	m = batch_decode_scanned(&scan, raw ? raw : r->body.p, raw ? raw_len : r->body.len, err,
+				 sizeof(err));
 	if (!m) {
-		bool ver = errno == EPROTONOSUPPORT;
+		int e = errno;
 
 		free(raw);
-		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, ver ? REJ_VERSION : REJ_MALFORMED,
-				   "%s", err);
+		if (e == E2BIG)
+			return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", err);
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST,
+				   e == EPROTONOSUPPORT ? REJ_VERSION : REJ_MALFORMED, "%s", err);
+	}
+	batch_time_bounds(m, &tmin, &tmax);
+	now = wall_ns();
+	if (tmin <= tmax && (tmin + h->o.retention_ns < now || tmax > now + TIME_AHEAD_MAX_NS)) {
+		char a[40], b[40];
+
+		batch_decode_free(m);
+		free(raw);
+		return reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_TIME,
+				   "timestamps %s .. %s outside [now - retention, now + 1 day]: "
+				   "nothing stored",
+				   fmt_unix(tmin, a, sizeof(a)), fmt_unix(tmax, b, sizeof(b)));
 	}
 	err[0] = 0;
 	t_dec = mono_ns();

@@ -16,6 +16,7 @@ struct http_opts {
 					 * "Authorization: Bearer TOKEN" */
 	const char *query_token;	/* the same for every other /api/ path */
 	size_t max_body;		/* bytes, compressed and decompressed */
+	uint64_t retention_ns;		/* uploads with a timestamp older than this are refused */
 	const char *tls_cert_pem;	/* PEM text of the certificate chain and its key; both */
 	const char *tls_key_pem;	/* NULL: plain HTTP. Must outlive the server. */
 	unsigned max_connections;	/* open connections in all */

@@ -302,6 +302,7 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out;
 	}
+	ho.retention_ns = so.retention_ns;
 	ho.ingest_token = itok ? itok : tok;
 	ho.query_token = qtok ? qtok : tok;
 	ho.tls_cert_pem = cert;

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs the libFuzzer targets of the server (batch decoder, label selector parser, the SQLite
 # store's chunk codec) for a bounded time each, starting from the committed corpus in
-# tests/fuzz/corpus/; new inputs go to a scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails.
+# tests/fuzz/corpus/; new inputs go to a scratch directory, so the repository stays clean. Any crash, leak or sanitizer report fails,
+# as does one allocation past 64 MiB in the batch and selector targets, or a decoded batch larger than its scan's
+# estimate (fuzz_batch's ratio check).
 set -u
 cd "$(dirname "$0")/../.."
 secs=${GPUSCOPE_FUZZ_SECONDS:-10}
@@ -16,8 +18,12 @@ for name in batch selector chunk; do
 		exit 77
 	fi
 	mkdir -p "$tmp/$name"
+	# Untrusted input (uploads, query strings): no allocation past 64 MiB. The chunk codec
+	# reads what the server wrote itself, sized by its own headers.
+	limit=-malloc_limit_mb=64
+	[ "$name" = chunk ] && limit=-malloc_limit_mb=2048
 	echo "fuzz_$name: ${secs}s from $(ls tests/fuzz/corpus/$name | wc -l) corpus files"
-	if ! "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+	if ! "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 "$limit" -max_len=65536 \
 		-artifact_prefix="$tmp/" -print_final_stats=1 "$tmp/$name" "tests/fuzz/corpus/$name" \
 		>"$tmp/$name.log" 2>&1; then
 		echo "fuzz_$name FAILED:"

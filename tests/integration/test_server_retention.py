@@ -15,8 +15,10 @@ q = urllib.parse.quote
 
 
 def main():
-    s = Server(args=["--retention", "1h", "--raw-retention", "10m",
-                     "--retention-period", "300ms"]).start()
+    # Uploads older than the retention are refused, so the data goes in under a 3 h retention
+    # (retention not due for an hour) and the server restarts with 1 h over the same store.
+    s = Server(args=["--retention", "3h", "--raw-retention", "10m",
+                     "--retention-period", "1h"]).start()
     now = now_ns()
     ages = {"old": now - 2 * 60 * MIN, "mid": now - 30 * MIN, "new": now - 2 * MIN}
     counts = {"old": 30, "mid": 40, "new": 50}
@@ -29,6 +31,13 @@ def main():
     try:
         code, body = s.ingest(encode("\n".join(lines) + "\n"))
         check(code == 204, f"ingest {code} {body}")
+        s.stop()
+        s.args = ["--retention", "1h", "--raw-retention", "10m", "--retention-period", "300ms"]
+        s.start()
+        code, body = s.ingest(encode(f"node ret\nsample {now - 2 * 60 * MIN} cpu 1 age=x f\n"))
+        check(code == 400 and b"outside" in body, f"an upload older than retention: {code} {body}")
+        check(s.metric('gpuscope_server_rejected_total{reason="time_out_of_range"}') == 1,
+              "counted as time_out_of_range")
         deadline = time.time() + 30
         while time.time() < deadline:
             if (s.metric('gpuscope_server_retention_deleted_total{table="chunks"}') >= 2 and
