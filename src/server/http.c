@@ -385,11 +385,18 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 
 /* ---- query endpoints ---------------------------------------------------------------------- */
 
+/* A query the store could not answer: 503 when it is a matter of time (memory, a ClickHouse
+ * shard down: the reason names it), else 500. */
 static enum MHD_Result store_failed(struct http_server *h, struct MHD_Connection *c, int err)
 {
-	return reply_error(h, c, err == -ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE :
-						 MHD_HTTP_INTERNAL_SERVER_ERROR,
-			   REJ_MAX, "query failed: %s", strerror(-err));
+	const char *why = err == -EHOSTDOWN || err == -EIO || err == -EACCES ? store_strerror() : "";
+	enum MHD_Result ret;
+
+	ret = reply_error(h, c, err == -ENOMEM || err == -EHOSTDOWN ? MHD_HTTP_SERVICE_UNAVAILABLE :
+								      MHD_HTTP_INTERNAL_SERVER_ERROR,
+			  REJ_MAX, "query failed: %s", *why ? why : strerror(-err));
+	store_set_error("%s", "");
+	return ret;
 }
 
 static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * gpuscope-server: receives agents' batches, stores them in SQLite under --data, answers the
- * query API and serves the web UI. Prints "listening on http[s]://ADDR:PORT" (the address
- * really bound) once ready.
+ * gpuscope-server: receives agents' batches, stores them in SQLite under --data (or in
+ * ClickHouse with --store clickhouse), answers the query API and serves the web UI. Prints
+ * "listening on http[s]://ADDR:PORT" (the address really bound) once ready.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,7 +25,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: gpuscope-server --data DIR [options]\n"
+		"       gpuscope-server --store clickhouse --clickhouse-url URL [options]\n"
 		"  --data DIR               where the SQLite store lives (created if missing)\n"
+		"  --store sqlite|clickhouse  the backend (default sqlite)\n"
+		"  --clickhouse-url URL     ClickHouse HTTP interface (http://HOST:8123); with a\n"
+		"                           cluster, repeat it (or comma-separate) once per shard\n"
+		"  --clickhouse-cluster NAME  remote_servers cluster: Distributed tables by node\n"
+		"  --clickhouse-database DB default gpuscope\n"
+		"  --clickhouse-user USER   --clickhouse-password-file FILE  credentials\n"
 		"  --listen ADDR:PORT       127.0.0.1:7070 by default, 0.0.0.0:7070 once a token\n"
 		"                           is set; [::]:PORT for IPv6 and IPv4; port 0 picks one\n"
 		"  --retention DUR          keep data this long (default 30d)\n"
@@ -160,8 +167,17 @@ int main(int argc, char **argv)
 		{ "settle", required_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "store", required_argument, NULL, 'S' },
+		{ "clickhouse-url", required_argument, NULL, 'U' },
+		{ "clickhouse-cluster", required_argument, NULL, 'C' },
+		{ "clickhouse-database", required_argument, NULL, 'D' },
+		{ "clickhouse-user", required_argument, NULL, 'u' },
+		{ "clickhouse-password-file", required_argument, NULL, 'P' },
 		{ 0 },
 	};
+	const char *urls[16];
+	char *ch_password = NULL;
+	size_t nurls = 0;
 	struct store_opts so = {
 		.retention_ns = 30 * 86400 * NSEC_PER_SEC,
 		.raw_retention_ns = 86400 * NSEC_PER_SEC,
@@ -277,6 +293,39 @@ int main(int argc, char **argv)
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
+		case 'S':
+			if (strcmp(optarg, "sqlite") && strcmp(optarg, "clickhouse")) {
+				log_error("--store: '%s' is not sqlite or clickhouse", optarg);
+				return 2;
+			}
+			so.backend = optarg;
+			break;
+		case 'U':
+			for (char *save = NULL, *u = strtok_r(optarg, ",", &save); u;
+			     u = strtok_r(NULL, ",", &save)) {
+				if (nurls == sizeof(urls) / sizeof(urls[0])) {
+					log_error("--clickhouse-url: at most %zu", nurls);
+					return 2;
+				}
+				urls[nurls++] = u;
+			}
+			break;
+		case 'C':
+			so.ch_cluster = optarg;
+			break;
+		case 'D':
+			so.ch_database = optarg;
+			break;
+		case 'u':
+			so.ch_user = optarg;
+			break;
+		case 'P':
+			free(ch_password);
+			ch_password = token_from("clickhouse-password-file", optarg);
+			if (!ch_password)
+				return 2;
+			so.ch_password = ch_password;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -285,7 +334,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!so.dir || optind != argc) {
+	so.ch_urls = urls;
+	so.ch_nurls = nurls;
+	if (optind != argc || (so.backend && !strcmp(so.backend, "clickhouse") ? !nurls : !so.dir)) {
 		usage(stderr);
 		return 2;
 	}
@@ -320,9 +371,13 @@ int main(int argc, char **argv)
 	sigaddset(&stopset, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &stopset, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	st = store_sqlite_open(&so, err, sizeof(err));
+	st = store_open(&so, err, sizeof(err));
 	if (!st) {
 		log_error("store: %s", err);
+		/* A ClickHouse that cannot be used (unreachable, credentials, version, schema) is a
+		 * configuration error: exit 2, like a bad flag. */
+		if (so.backend && !strcmp(so.backend, "clickhouse"))
+			ret = 2;
 		goto out;
 	}
 	ec.raw_retention_ns = so.raw_retention_ns < so.retention_ns ? so.raw_retention_ns :
@@ -380,5 +435,6 @@ out:
 	free(qtok);
 	free(cert);
 	free(key);
+	free(ch_password);
 	return ret;
 }

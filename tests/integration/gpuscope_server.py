@@ -24,16 +24,18 @@ def skip_if_unbuilt():
 
 
 class Server:
-    def __init__(self, data=None, args=(), token=None):
+    def __init__(self, data=None, args=(), token=None, store_args=None):
+        """store_args: the backend's flags (default: --data DIR, the SQLite store)."""
         self.tmp = tempfile.mkdtemp(prefix="gpuscope-srv-")
         self.data = data or os.path.join(self.tmp, "data")
+        self.store_args = store_args or ["--data", self.data]
         self.token = token
         self.args = list(args)
         self.proc = None
         self.url = None
 
     def start(self):
-        cmd = [SERVER, "--data", self.data, "--listen", "127.0.0.1:0"] + self.args
+        cmd = [SERVER] + self.store_args + ["--listen", "127.0.0.1:0"] + self.args
         if self.token:
             tf = os.path.join(self.tmp, "token")
             with open(tf, "w") as f:

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""gpuscope-server over real HTTP and a real SQLite file: ingest (none/gzip/zstd), flame graph
-shares, selectors, kinds, gpu_idle, top, diff, pprof, series buckets, intervals, labels, nodes,
-stacks, auth, and every bad input refused with a JSON error, counted, and nothing stored."""
+"""gpuscope-server over real HTTP, on each backend with the same expectations -- a real SQLite
+file, then a real two-shard ClickHouse cluster (Distributed tables): ingest (none/gzip/zstd),
+flame graph shares, selectors, kinds, gpu_idle, top, diff, pprof, series buckets, intervals,
+labels, nodes, stacks, auth, and every bad input refused with a JSON error, counted, and nothing
+stored."""
 import gzip
 import json
 import sys
 import urllib.parse
 
+import clickhouse
 from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
 
 skip_if_unbuilt()
@@ -34,14 +37,16 @@ def script():
     # GPU 0 busy during [T, T+300ms): samples of pid 1 at 0..290 ms are busy, others idle
     lines.append(f"interval gpu_busy gpu=0 {T} {T + 300 * MS} -")
     lines.append(f"interval gpu_kernel gpu=0,pid=1 {T + 10 * MS} {T + 20 * MS} name=gemm,stream=7")
+    # a CPU launch naming its stack (batch index 0: main;step;matmul, the first stack)
+    lines.append(f"interval cuda_launch pid=1,comm=train {T + 9 * MS} {T + 10 * MS} stack_id=0")
     # metric: 1000 points 1 ms apart, value = i
     for i in range(1000):
         lines.append(f"metric gpu_utilization gpu=0 {T + i * MS} {i}")
     return "\n".join(lines) + "\n"
 
 
-def main():
-    s = Server(token="s3cret", args=["--max-body", "1MiB"]).start()
+def run(store_args):
+    s = Server(token="s3cret", args=["--max-body", "1MiB"], store_args=store_args).start()
     rng = f"from={T / 1e9:.3f}&to={(T + 10 * 60 * 10**9) / 1e9:.3f}"
     try:
         raw = encode(script())
@@ -120,8 +125,11 @@ def main():
         check(v["values"] == ["other"], "values with selector")
         nodes = s.get_json("/api/v1/nodes")["nodes"]
         check(len(nodes) == 1 and nodes[0]["node"] == "n1", f"nodes {nodes}")
-        st = s.get_json("/api/v1/stack/1")
-        check(len(st["frames"]) >= 1 and "function" in st["frames"][0], "stack")
+        iv = s.get_json(f"/api/v1/intervals?{rng}&kind=cuda_launch")
+        sid = iv["intervals"][0]["attrs"]["stack_id"]
+        st = s.get_json(f"/api/v1/stack/{sid}")
+        check([f["function"] for f in st["frames"]] == ["matmul", "step", "main"],
+              f"stack {sid}: {st}")
         code, _, _ = s.request("/api/v1/stack/999999")
         check(code == 404, "unknown stack")
 
@@ -180,7 +188,23 @@ def main():
         raise
     finally:
         s.stop()
-    print("ok")
+
+
+def main():
+    run(None)
+    print("ok: sqlite")
+    if not clickhouse.available():
+        raise AssertionError("clickhouse-server missing: scripts/install-deps installs it")
+    cl = clickhouse.Cluster(2).start()
+    try:
+        run(cl.server_args("api"))
+    except Exception:
+        for srv in cl.servers:
+            print(srv.logtext(), file=sys.stderr)
+        raise
+    finally:
+        cl.cleanup()
+    print("ok: clickhouse (2 shards)")
 
 
 main()

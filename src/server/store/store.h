@@ -12,15 +12,24 @@
 #include <stdint.h>
 #include "common/batch.h"
 #include "common/hmap.h"
+#include "server/codec.h"
 
 struct Gpuscope__V1__Batch;
 struct selector;
 
 struct store_opts {
-	const char *dir;		/* data directory, created if missing */
+	const char *backend;		/* "sqlite" (NULL: the default) or "clickhouse" */
+	const char *dir;		/* sqlite: data directory, created if missing */
 	uint64_t retention_ns;		/* everything (rollups, series, intervals) */
 	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
 	uint64_t enforce_period_ns;	/* how often retention and rollups run */
+
+	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
+	 * schema is created on each; any of them answers), the remote_servers cluster whose
+	 * Distributed tables to use (NULL: one server, plain tables), database and credentials. */
+	const char *const *ch_urls;
+	size_t ch_nurls;
+	const char *ch_cluster, *ch_database, *ch_user, *ch_password;
 };
 
 /* What a query asks for; from < to, Unix ns, [from, to). */
@@ -94,8 +103,43 @@ struct store {
 	const struct store_ops *ops;
 };
 
+/* Opens the backend opts->backend names; NULL with a one-line reason in err. Close with
+ * s->ops->close(s). */
+struct store *store_open(const struct store_opts *opts, char *err, size_t errlen);
+
 /* Opens (creating) the SQLite store under opts->dir and starts its maintenance thread. NULL
  * with a reason in err. Close with s->ops->close(s). */
 struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen);
+
+/* Connects to ClickHouse (opts->ch_*), creates or checks the schema and starts the retention
+ * thread. NULL with a one-line reason in err (unreachable, refused credentials, server too old,
+ * schema from a newer gpuscope). */
+struct store *store_clickhouse_open(const struct store_opts *opts, char *err, size_t errlen);
+
+/* Ingest helpers every backend shares, so that the same batch means the same label sets and
+ * locations everywhere. */
+#define STORE_LABEL_PAIRS_MAX (2 * (BATCH_MAX_LABELS + 1))
+
+/*
+ * The canonical label set i of batch m: "node" = the batch's node first (a label "node" in the
+ * set is ignored), the first of duplicate names wins, sorted by name; 2n strings into pairs
+ * (STORE_LABEL_PAIRS_MAX capacity, pointing into m). blob (reset, then "n\0v\0...") is its
+ * serialized form. Returns its content hash (64-bit); *ret_n (may be NULL) gets n.
+ */
+uint64_t store_label_set(const struct Gpuscope__V1__Batch *m, size_t i, const char **pairs,
+			 size_t *ret_n, struct buf *blob);
+/* Content hash of location l of batch m (function, module, build-id, file, line, address,
+ * kernel/inlined flags); key is scratch. */
+struct Gpuscope__V1__Location;
+uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
+			     const struct Gpuscope__V1__Location *l, struct buf *key);
+
+/*
+ * Why the last failed store call on this thread failed, for the HTTP answer ("" if the backend
+ * gave no reason). Backends set it with store_set_error() before returning -errno; a backend
+ * unavailable (a ClickHouse shard down) returns -EHOSTDOWN and names it here.
+ */
+const char *store_strerror(void);
+void store_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

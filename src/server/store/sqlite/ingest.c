@@ -16,20 +16,6 @@
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/store/sqlite/sqlite.h"
 
-static int cmp_names(const void *a, const void *b)
-{
-	const char *const *x = a, *const *y = b;
-
-	return strcmp(x[0], y[0]);
-}
-
-/* Serialized label set "n\0v\0n\0v\0" of sorted pairs. */
-static void ls_bytes(const char *const *pairs, size_t n, struct buf *b)
-{
-	for (size_t i = 0; i < 2 * n; i++)
-		buf_put(b, pairs[i], strlen(pairs[i]) + 1);
-}
-
 struct ls_pending {
 	uint64_t id, hash, first, last;
 	struct buf blob;
@@ -88,34 +74,17 @@ static int map_label_sets(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
-	const char *pairs[2 * (BATCH_MAX_LABELS + 1)];
+	const char *pairs[STORE_LABEL_PAIRS_MAX];
 
 	for (size_t i = 0; i < m->n_label_sets; i++) {
-		const Gpuscope__V1__LabelSet *ls = m->label_sets[i];
 		struct ls_pending *p = &in->ls[i];
-		size_t n = 0;
 		uint64_t *v;
 		int64_t id;
 		int rc;
 
-		pairs[n++] = "node";
-		pairs[n++] = S(in, m->node);
-		for (size_t k = 0; k < ls->n_pairs; k += 2) {
-			const char *name = S(in, ls->pairs[k]);
-			bool dup = !strcmp(name, "node");
-
-			for (size_t j = 2; j < n && !dup; j += 2)
-				dup = !strcmp(pairs[j], name);
-			if (dup)
-				continue;	/* the batch's node wins; first of duplicates wins */
-			pairs[n++] = name;
-			pairs[n++] = S(in, ls->pairs[k + 1]);
-		}
-		qsort(pairs, n / 2, 2 * sizeof(char *), cmp_names);
-		ls_bytes(pairs, n / 2, &p->blob);
+		p->hash = store_label_set(m, i, pairs, NULL, &p->blob);
 		if (p->blob.oom)
 			return -ENOMEM;
-		p->hash = hash64(p->blob.p, p->blob.len, 11);
 		p->first = UINT64_MAX;
 		pthread_rwlock_rdlock(&s->lmu);
 		v = u64map_find(&s->ls_ids, p->hash);
@@ -169,23 +138,11 @@ static int map_locations(struct ingest *in)
 		uint64_t hash, id;
 		int rc;
 
-		key.len = 0;
-		buf_puts(&key, S(in, l->function));
-		buf_put(&key, "", 1);
-		buf_puts(&key, S(in, l->module));
-		buf_put(&key, "", 1);
-		buf_puts(&key, S(in, l->build_id));
-		buf_put(&key, "", 1);
-		buf_puts(&key, S(in, l->file));
-		buf_put(&key, "", 1);
-		buf_put(&key, &l->line, sizeof(l->line));
-		buf_put(&key, &l->address, sizeof(l->address));
-		buf_put(&key, &flags, sizeof(flags));
+		hash = store_location_hash(m, l, &key);
 		if (key.oom) {
 			err = -ENOMEM;
 			break;
 		}
-		hash = hash64(key.p, key.len, 12);
 		rc = dedup_id(s, &s->loc_ids, ST_LOC_GET, hash, &id);
 		if (rc < 0) {
 			err = rc;

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ClickHouse store's lifetime: options, schema at start, the retention thread, stats and
+ * close. The front-end keeps no state that another front-end needs: any number of
+ * gpuscope-server processes may share one ClickHouse cluster.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common/log.h"
+#include "server/store/clickhouse/ch.h"
+
+static void *maint_main(void *arg)
+{
+	struct ch *c = arg;
+
+	pthread_mutex_lock(&c->mmu);
+	while (!c->stopping) {
+		uint64_t until = wall_ns() + c->o.enforce_period_ns;
+		struct timespec ts;
+
+		pthread_mutex_unlock(&c->mmu);
+		ch_enforce_retention(c);
+		pthread_mutex_lock(&c->mmu);
+		if (c->stopping)
+			break;
+		ts.tv_sec = (time_t)(until / NSEC_PER_SEC);
+		ts.tv_nsec = (long)(until % NSEC_PER_SEC);
+		pthread_cond_timedwait(&c->mcond, &c->mmu, &ts);
+	}
+	pthread_mutex_unlock(&c->mmu);
+	return NULL;
+}
+
+/* Sum of one system.parts column over this database's active parts, on every URL. */
+static uint64_t parts_sum(struct ch *c, const char *col, const char *table_like)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < c->nurls; i++) {
+		struct buf ans = { 0 };
+		char *sql = NULL;
+
+		if (asprintf(&sql, "SELECT sum(%s) FROM system.parts WHERE database = '%s' AND active"
+			     " AND table LIKE '%s'", col, c->db, table_like) < 0)
+			continue;
+		if (!ch_exec(c, (int)i, sql, NULL, 0, NULL, &ans)) {
+			buf_put(&ans, "", 1);
+			total += strtoull((char *)ans.p, NULL, 10);
+		}
+		free(sql);
+		buf_done(&ans);
+	}
+	return total;
+}
+
+static void ch_stats(struct store *st, struct store_stats *o)
+{
+	struct ch *c = (struct ch *)st;
+
+	memset(o, 0, sizeof(*o));
+	o->bytes_on_disk = parts_sum(c, "bytes", "%");
+	o->samples = __atomic_load_n(&c->n_samples, __ATOMIC_RELAXED);
+	o->points = __atomic_load_n(&c->n_points, __ATOMIC_RELAXED);
+	o->intervals = __atomic_load_n(&c->n_intervals, __ATOMIC_RELAXED);
+	o->batches = __atomic_load_n(&c->n_batches, __ATOMIC_RELAXED);
+	o->duplicate_batches = __atomic_load_n(&c->n_dups, __ATOMIC_RELAXED);
+	o->raw_chunks_deleted = __atomic_load_n(&c->n_raw_dropped, __ATOMIC_RELAXED);
+	o->rollups_deleted = __atomic_load_n(&c->n_rollup_dropped, __ATOMIC_RELAXED);
+	/* Rows before background merges fold duplicates: an upper bound. */
+	o->stacks = parts_sum(c, "rows", "stacks%");
+	o->locations = parts_sum(c, "rows", "locations%");
+	o->label_sets = parts_sum(c, "rows", "labelsets%");
+}
+
+static void ch_close(struct store *st)
+{
+	struct ch *c = (struct ch *)st;
+
+	if (!c)
+		return;
+	if (c->maint_started) {
+		pthread_mutex_lock(&c->mmu);
+		c->stopping = true;
+		pthread_cond_signal(&c->mcond);
+		pthread_mutex_unlock(&c->mmu);
+		pthread_join(c->maint, NULL);
+	}
+	ch_conn_done(c);
+	for (size_t i = 0; i < c->nurls; i++)
+		free(c->urls[i]);
+	free(c->urls);
+	free(c->db);
+	u64map_done(&c->seen);
+	pthread_mutex_destroy(&c->pmu);
+	pthread_mutex_destroy(&c->dmu);
+	pthread_mutex_destroy(&c->mmu);
+	pthread_cond_destroy(&c->mcond);
+	free(c);
+}
+
+static const struct store_ops clickhouse_ops = {
+	.ingest = ch_ingest,
+	.aggregate = ch_aggregate,
+	.stacks = ch_stacks,
+	.label_sets = ch_label_sets,
+	.series = ch_series,
+	.metric_names = ch_metric_names,
+	.intervals = ch_intervals,
+	.nodes = ch_nodes,
+	.stats = ch_stats,
+	.close = ch_close,
+};
+
+static bool valid_name(const char *s)
+{
+	if (!*s || strlen(s) > 64)
+		return false;
+	for (; *s; s++)
+		if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9')))
+			return false;
+	return true;
+}
+
+struct store *store_clickhouse_open(const struct store_opts *opts, char *err, size_t errlen)
+{
+	struct ch *c;
+
+	if (!opts->ch_nurls) {
+		snprintf(err, errlen, "--store clickhouse needs --clickhouse-url");
+		return NULL;
+	}
+	if ((opts->ch_database && !valid_name(opts->ch_database)) ||
+	    (opts->ch_cluster && !valid_name(opts->ch_cluster))) {
+		snprintf(err, errlen, "clickhouse database and cluster names are [A-Za-z0-9_]{1,64}");
+		return NULL;
+	}
+	for (size_t i = 0; i < opts->ch_nurls; i++) {
+		if (strncmp(opts->ch_urls[i], "http://", 7) && strncmp(opts->ch_urls[i], "https://", 8)) {
+			snprintf(err, errlen, "--clickhouse-url '%s': not an http:// or https:// URL",
+				 opts->ch_urls[i]);
+			return NULL;
+		}
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+		snprintf(err, errlen, "libcurl initialisation failed");
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->base.ops = &clickhouse_ops;
+	c->o = *opts;
+	c->clustered = opts->ch_cluster != NULL;
+	pthread_mutex_init(&c->pmu, NULL);
+	pthread_mutex_init(&c->dmu, NULL);
+	pthread_mutex_init(&c->mmu, NULL);
+	pthread_cond_init(&c->mcond, NULL);
+	c->db = strdup(opts->ch_database ? opts->ch_database : "gpuscope");
+	c->urls = calloc(opts->ch_nurls, sizeof(*c->urls));
+	if (!c->db || !c->urls) {
+		snprintf(err, errlen, "out of memory");
+		goto out_close;
+	}
+	for (size_t i = 0; i < opts->ch_nurls; i++) {
+		size_t n = strlen(opts->ch_urls[i]);
+
+		while (n && opts->ch_urls[i][n - 1] == '/')
+			n--;
+		c->urls[i] = strndup(opts->ch_urls[i], n);
+		if (!c->urls[i]) {
+			snprintf(err, errlen, "out of memory");
+			goto out_close;
+		}
+		c->nurls++;
+	}
+	if (ch_schema(c, err, errlen))
+		goto out_close;
+	if (pthread_create(&c->maint, NULL, maint_main, c)) {
+		snprintf(err, errlen, "cannot start the retention thread");
+		goto out_close;
+	}
+	c->maint_started = true;
+	log_info("clickhouse store: %zu URL(s), database '%s'%s%s", c->nurls, c->db,
+		 c->clustered ? ", cluster " : "", c->clustered ? opts->ch_cluster : "");
+	return &c->base;
+out_close:
+	ch_close(&c->base);
+	return NULL;
+}

@@ -1,0 +1,845 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reads of the ClickHouse store. Selectors are evaluated here over the label sets (the same
+ * POSIX matcher as the SQLite store, so both answer alike); ClickHouse then aggregates by stack
+ * over the matching label-set ids: whole days, hours and minutes from the rollup tables, the
+ * partial minutes at both ends from raw samples -- the SQLite plan, without a watermark since
+ * the materialized views are written with each insert. Answers come back as RowBinary.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/batch.h"
+#include "common/log.h"
+#include "server/selector.h"
+#include "server/store/clickhouse/ch.h"
+
+#define READ_SETTINGS "max_query_size=268435456"
+
+/* Runs a SELECT (sql NUL-terminated in q) and returns its RowBinary answer in ans. */
+static int select_rb(struct ch *c, struct buf *q, struct buf *ans)
+{
+	buf_puts(q, " FORMAT RowBinary");
+	buf_put(q, "", 1);
+	if (q->oom)
+		return -ENOMEM;
+	return ch_exec(c, -1, (char *)q->p, NULL, 0, READ_SETTINGS, ans);
+}
+
+static uint64_t day_of(uint64_t t)
+{
+	return t / CH_DAY_NS;
+}
+
+/* First day partition that can hold raw rows at or after t: a batch's rows sit in the day of
+ * its first record, at most a day before their own. */
+static uint64_t first_day(uint64_t t)
+{
+	return t >= CH_DAY_NS ? day_of(t) - 1 : 0;
+}
+
+/* ---- label sets ----------------------------------------------------------------------------- */
+
+void ch_lsets_done(struct ch_lsets *l)
+{
+	free(l->v);
+	free(l->ptrs);
+	buf_done(&l->strs);
+	memset(l, 0, sizeof(*l));
+}
+
+void ch_lsets_ids(const struct ch_lsets *l, struct buf *b)
+{
+	if (!l->n)
+		buf_puts(b, "0");
+	for (size_t i = 0; i < l->n; i++)
+		buf_printf(b, "%s%llu", i ? "," : "", (unsigned long long)l->v[i].id);
+}
+
+static int cmp_lset(const void *a, const void *b)
+{
+	const struct ch_lset *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int ch_lsets_load(struct ch *c, uint64_t from, uint64_t to, const struct selector *sel,
+		  struct ch_lsets *ret)
+{
+	struct buf q = { 0 }, ans = { 0 };
+	struct ch_lsets l = { 0 };
+	size_t cap = 0, nptr = 0, capptr = 0;
+	size_t *offs = NULL;	/* string offsets (strs may move while reading) */
+	struct rbr r;
+	int err;
+
+	buf_printf(&q, "SELECT id, any(node), any(names), any(values), minMerge(first_ns) AS f,"
+		   " maxMerge(last_ns) AS l FROM %s.labelsets GROUP BY id HAVING l >= %llu AND"
+		   " f < %llu", c->db, (unsigned long long)from, (unsigned long long)to);
+	err = select_rb(c, &q, &ans);
+	if (err)
+		goto out;
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (rbr_more(&r) && !err) {
+		struct ch_lset *ls;
+		size_t nn, nv;
+
+		if (l.n == cap) {
+			size_t ncap = cap ? cap * 2 : 256;
+			struct ch_lset *nl = realloc(l.v, ncap * sizeof(*nl));
+
+			if (!nl) {
+				err = -ENOMEM;
+				break;
+			}
+			l.v = nl;
+			cap = ncap;
+		}
+		ls = &l.v[l.n];
+		memset(ls, 0, sizeof(*ls));
+		ls->id = rbr_u64(&r);
+		ls->node = (const char *)(uintptr_t)rbr_str_to(&r, &l.strs);	/* offset for now */
+		nn = (size_t)rbr_uvarint_count(&r);
+		if (nptr + 2 * nn + 2 > capptr) {
+			size_t ncap = (capptr ? capptr * 2 : 1024) + 2 * nn + 2;
+			size_t *no = realloc(offs, ncap * sizeof(*no));
+
+			if (!no) {
+				err = -ENOMEM;
+				break;
+			}
+			offs = no;
+			capptr = ncap;
+		}
+		ls->pairs = (const char **)(uintptr_t)nptr;	/* index into offs for now */
+		for (size_t k = 0; k < nn && !r.bad; k++)
+			offs[nptr + 2 * k] = rbr_str_to(&r, &l.strs);
+		nv = (size_t)rbr_uvarint_count(&r);
+		if (nv != nn)
+			r.bad = true;
+		for (size_t k = 0; k < nv && !r.bad; k++)
+			offs[nptr + 2 * k + 1] = rbr_str_to(&r, &l.strs);
+		ls->n = nn;
+		nptr += 2 * nn;
+		ls->first_ns = rbr_u64(&r);
+		ls->last_ns = rbr_u64(&r);
+		if (r.bad)
+			break;
+		l.n++;
+	}
+	if (!err && (r.bad || l.strs.oom))
+		err = r.bad ? -EIO : -ENOMEM;
+	if (err) {
+		if (err == -EIO)
+			store_set_error("clickhouse: malformed label sets answer");
+		goto out;
+	}
+	l.ptrs = malloc((nptr ? nptr : 1) * sizeof(*l.ptrs));
+	if (!l.ptrs) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nptr; i++)
+		l.ptrs[i] = (const char *)l.strs.p + offs[i];
+	/* Resolve offsets, keep the matching ones, in id order (deterministic across shards). */
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < l.n; i++) {
+			struct ch_lset *ls = &l.v[i];
+
+			ls->pairs = l.ptrs + (size_t)(uintptr_t)ls->pairs;
+			ls->node = (const char *)l.strs.p + (size_t)(uintptr_t)ls->node;
+			ls->gpu = -1;
+			for (size_t j = 0; j < ls->n; j++)
+				if (!strcmp(ls->pairs[2 * j], "gpu"))
+					ls->gpu = strtoll(ls->pairs[2 * j + 1], NULL, 10);
+			if (selector_match(sel, ls->pairs, ls->n))
+				l.v[k++] = *ls;
+		}
+		l.n = k;
+	}
+	qsort(l.v, l.n, sizeof(*l.v), cmp_lset);
+	*ret = l;
+	memset(&l, 0, sizeof(l));
+out:
+	ch_lsets_done(&l);
+	free(offs);
+	buf_done(&q);
+	buf_done(&ans);
+	return err;
+}
+
+static const struct ch_lset *lset_find(const struct ch_lsets *l, uint64_t id)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (l->v[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < l->n && l->v[lo].id == id ? &l->v[lo] : NULL;
+}
+
+int ch_label_sets(struct store *st, uint64_t from, uint64_t to, const struct selector *sel,
+		  store_labels_cb cb, void *ctx)
+{
+	struct ch_lsets l = { 0 };
+	int err = ch_lsets_load((struct ch *)st, from, to, sel, &l);
+
+	for (size_t i = 0; i < l.n && !err; i++)
+		err = cb(ctx, l.v[i].pairs, l.v[i].n);
+	ch_lsets_done(&l);
+	return err;
+}
+
+/* ---- aggregation ---------------------------------------------------------------------------- */
+
+static uint64_t floor_to(uint64_t t, uint64_t unit)
+{
+	return t / unit * unit;
+}
+
+static uint64_t ceil_to(uint64_t t, uint64_t unit)
+{
+	return (t + unit - 1) / unit * unit;
+}
+
+/* Ranges per source: [0] raw samples, [1 + lv] rollup level lv. */
+struct plan {
+	struct buf cond[1 + CH_LEVELS];
+	uint64_t lo[1 + CH_LEVELS], hi[1 + CH_LEVELS];
+};
+
+static void plan_add(struct plan *p, int src, uint64_t from, uint64_t to)
+{
+	const char *col = src ? "bucket" : "t";
+
+	if (from >= to)
+		return;
+	buf_printf(&p->cond[src], "%s(%s >= %llu AND %s < %llu)", p->cond[src].len ? " OR " : "",
+		   col, (unsigned long long)from, col, (unsigned long long)to);
+	p->lo[src] = from < p->lo[src] ? from : p->lo[src];
+	p->hi[src] = to > p->hi[src] ? to : p->hi[src];
+}
+
+/* [from, to) aligned to level lv: the coarsest whole buckets from the level above. */
+static void plan_levels(struct plan *p, int lv, uint64_t from, uint64_t to)
+{
+	uint64_t a, b;
+
+	if (from >= to)
+		return;
+	if (lv + 1 == CH_LEVELS) {
+		plan_add(p, 1 + lv, from, to);
+		return;
+	}
+	a = ceil_to(from, ch_level_ns[lv + 1]);
+	b = floor_to(to, ch_level_ns[lv + 1]);
+	if (a >= b) {
+		plan_add(p, 1 + lv, from, to);
+		return;
+	}
+	plan_levels(p, lv + 1, a, b);
+	plan_add(p, 1 + lv, from, a);
+	plan_add(p, 1 + lv, b, to);
+}
+
+struct busy {
+	uint64_t start, end;
+};
+
+struct node_busy {
+	const char *node;
+	struct busy *v;
+	size_t n, cap;
+};
+
+static int cmp_busy(const void *a, const void *b)
+{
+	const struct busy *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static bool in_busy(const struct node_busy *nb, uint64_t t)
+{
+	size_t lo = 0, hi = nb->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (nb->v[mid].start <= t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && t < nb->v[lo - 1].end;
+}
+
+/* gpu_idle: raw samples of the matching sets, minus those inside their node's merged gpu_busy
+ * intervals of that GPU (the SQLite store's rule). */
+static int aggregate_idle(struct ch *c, const struct store_query *q, const struct ch_lsets *all,
+			  const struct ch_lsets *match, struct u64map *agg)
+{
+	struct buf sql = { 0 }, ans = { 0 };
+	struct node_busy *nodes = NULL;
+	size_t nnodes = 0;
+	struct rbr r;
+	int err;
+
+	buf_printf(&sql, "SELECT labelset, start_ns, end_ns FROM %s.intervals WHERE kind = 'gpu_busy'"
+		   " AND end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
+		   (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
+		   (unsigned long long)day_of(q->to_ns));
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		const struct ch_lset *ls = lset_find(all, rbr_u64(&r));
+		struct busy b = { rbr_u64(&r), 0 };
+		struct node_busy *nb = NULL;
+
+		b.end = rbr_u64(&r);
+		if (!ls || ls->gpu != q->gpu_idle)
+			continue;
+		for (size_t i = 0; i < nnodes && !nb; i++)
+			if (!strcmp(nodes[i].node, ls->node))
+				nb = &nodes[i];
+		if (!nb) {
+			struct node_busy *n = realloc(nodes, (nnodes + 1) * sizeof(*n));
+
+			if (!n) {
+				err = -ENOMEM;
+				break;
+			}
+			nodes = n;
+			nb = &nodes[nnodes++];
+			*nb = (struct node_busy){ .node = ls->node };
+		}
+		if (nb->n == nb->cap) {
+			size_t ncap = nb->cap ? nb->cap * 2 : 64;
+			struct busy *v = realloc(nb->v, ncap * sizeof(*v));
+
+			if (!v) {
+				err = -ENOMEM;
+				break;
+			}
+			nb->v = v;
+			nb->cap = ncap;
+		}
+		nb->v[nb->n++] = b;
+	}
+	for (size_t i = 0; i < nnodes && !err; i++) {
+		struct node_busy *nb = &nodes[i];
+		size_t k = 0;
+
+		qsort(nb->v, nb->n, sizeof(*nb->v), cmp_busy);
+		for (size_t j = 1; j < nb->n; j++) {
+			if (nb->v[j].start <= nb->v[k].end) {
+				if (nb->v[j].end > nb->v[k].end)
+					nb->v[k].end = nb->v[j].end;
+			} else {
+				nb->v[++k] = nb->v[j];
+			}
+		}
+		if (nb->n)
+			nb->n = k + 1;
+	}
+	if (err)
+		goto out;
+	sql.len = 0;
+	ans.len = 0;
+	buf_printf(&sql, "SELECT labelset, t, stack, value FROM %s.samples WHERE kind = %d AND"
+		   " t >= %llu AND t < %llu AND day >= %llu AND day <= %llu AND labelset IN (",
+		   c->db, q->kind, (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
+		   (unsigned long long)first_day(q->from_ns), (unsigned long long)day_of(q->to_ns));
+	ch_lsets_ids(match, &sql);
+	buf_puts(&sql, ")");
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
+		uint64_t t = rbr_u64(&r), stack = rbr_u64(&r), v = rbr_u64(&r), *a;
+		const struct node_busy *nb = NULL;
+
+		for (size_t i = 0; ls && i < nnodes && !nb; i++)
+			if (!strcmp(nodes[i].node, ls->node))
+				nb = &nodes[i];
+		if (nb && in_busy(nb, t))
+			continue;
+		a = u64map_upsert(agg, stack, 0, NULL);
+		if (!a)
+			err = -ENOMEM;
+		else
+			*a += v;
+	}
+	if (!err && r.bad) {
+		store_set_error("clickhouse: malformed samples answer");
+		err = -EIO;
+	}
+out:
+	for (size_t i = 0; i < nnodes; i++)
+		free(nodes[i].v);
+	free(nodes);
+	buf_done(&sql);
+	buf_done(&ans);
+	return err;
+}
+
+int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *agg)
+{
+	struct ch *c = (struct ch *)st;
+	uint64_t raw = c->o.raw_retention_ns < c->o.retention_ns ? c->o.raw_retention_ns :
+								    c->o.retention_ns;
+	uint64_t raw_cut = wall_ns() - raw, from = q->from_ns, to = q->to_ns, m1, m2;
+	struct ch_lsets all = { 0 }, match = { 0 };
+	struct buf sql = { 0 }, ans = { 0 }, ids = { 0 };
+	struct plan p = { 0 };
+	struct rbr r;
+	int err, nsrc = 0;
+
+	err = ch_lsets_load(c, from, to, q->gpu_idle >= 0 ? NULL : q->sel,
+			    q->gpu_idle >= 0 ? &all : &match);
+	if (!err && q->gpu_idle >= 0) {
+		/* Busy intervals may come from sets outside the selector: keep all, match a copy. */
+		err = ch_lsets_load(c, from, to, q->sel, &match);
+	}
+	if (err || !match.n)
+		goto out;
+	if (q->gpu_idle >= 0) {
+		err = aggregate_idle(c, q, &all, &match, agg);
+		goto out;
+	}
+	for (int i = 0; i <= CH_LEVELS; i++)
+		p.lo[i] = UINT64_MAX;
+	if (from < raw_cut)
+		from = floor_to(from, ch_level_ns[0]);
+	if (to < raw_cut)
+		to = ceil_to(to, ch_level_ns[0]);
+	m1 = ceil_to(from, ch_level_ns[0]);
+	m2 = floor_to(to, ch_level_ns[0]);
+	if (m1 >= m2) {
+		plan_add(&p, 0, from, to);
+	} else {
+		plan_levels(&p, 0, m1, m2);
+		plan_add(&p, 0, from, m1);
+		plan_add(&p, 0, m2, to);
+	}
+	ch_lsets_ids(&match, &ids);
+	buf_puts(&sql, "SELECT stack, sum(v) FROM (");
+	for (int src = 0; src <= CH_LEVELS; src++) {
+		uint64_t dlo = src ? day_of(p.lo[src]) : first_day(p.lo[src]);
+		uint64_t dhi = day_of(p.hi[src] - 1);
+
+		if (!p.cond[src].len)
+			continue;
+		buf_printf(&sql, "%sSELECT stack, sum(value) AS v FROM %s.%s WHERE kind = %d AND"
+			   " day >= %llu AND day <= %llu AND (", nsrc++ ? " UNION ALL " : "", c->db,
+			   src ? ch_level_table[src - 1] : "samples", q->kind,
+			   (unsigned long long)dlo, (unsigned long long)dhi);
+		buf_put(&sql, p.cond[src].p, p.cond[src].len);
+		buf_puts(&sql, ") AND labelset IN (");
+		buf_put(&sql, ids.p, ids.len);
+		buf_puts(&sql, ") GROUP BY stack");
+	}
+	buf_puts(&sql, ") GROUP BY stack");
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		uint64_t stack = rbr_u64(&r), v = rbr_u64(&r), *a;
+
+		a = u64map_upsert(agg, stack, 0, NULL);
+		if (!a)
+			err = -ENOMEM;
+		else
+			*a += v;
+	}
+	if (!err && r.bad) {
+		store_set_error("clickhouse: malformed aggregation answer");
+		err = -EIO;
+	}
+out:
+	for (int i = 0; i <= CH_LEVELS; i++)
+		buf_done(&p.cond[i]);
+	ch_lsets_done(&all);
+	ch_lsets_done(&match);
+	buf_done(&sql);
+	buf_done(&ans);
+	buf_done(&ids);
+	return err;
+}
+
+/* ---- stacks --------------------------------------------------------------------------------- */
+
+struct cloc {
+	uint64_t id;
+	size_t off[4];		/* function, module, build_id, file in strs */
+	uint32_t line;
+	uint8_t flags;
+	uint64_t address;
+};
+
+static int cmp_cloc(const void *a, const void *b)
+{
+	const struct cloc *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void id_list(struct buf *b, const uint64_t *ids, size_t n)
+{
+	if (!n)
+		buf_puts(b, "0");
+	for (size_t i = 0; i < n; i++)
+		buf_printf(b, "%s%llu", i ? "," : "", (unsigned long long)ids[i]);
+}
+
+int ch_stacks(struct store *st, const uint64_t *ids, size_t n,
+	      int (*cb)(void *ctx, uint64_t id, const struct frame *frames, size_t nframes),
+	      void *ctx)
+{
+	struct ch *c = (struct ch *)st;
+	struct buf sql = { 0 }, sans = { 0 }, lans = { 0 }, strs = { 0 };
+	struct u64map stack_at = { 0 };	/* stack id -> offset of its locs in sans */
+	uint64_t *lids = NULL;
+	size_t nl = 0, capl = 0, ncl = 0;
+	struct cloc *cl = NULL;
+	struct frame *frames = NULL;
+	struct rbr r;
+	int err;
+
+	frames = malloc(BATCH_MAX_DEPTH * sizeof(*frames));
+	if (!frames)
+		return -ENOMEM;
+	buf_printf(&sql, "SELECT id, any(locs) FROM %s.stacks WHERE id IN (", c->db);
+	id_list(&sql, ids, n);
+	buf_puts(&sql, ") GROUP BY id");
+	err = select_rb(c, &sql, &sans);
+	r = (struct rbr){ sans.p, sans.p + sans.len, false };
+	while (!err && rbr_more(&r)) {
+		uint64_t id = rbr_u64(&r), k;
+		size_t at = (size_t)(r.p - sans.p);
+
+		k = rbr_uvarint_count(&r);
+		if (!u64map_upsert(&stack_at, id, at + 1, NULL)) {
+			err = -ENOMEM;
+			break;
+		}
+		for (uint64_t i = 0; i < k && !r.bad; i++) {
+			if (nl == capl) {
+				size_t ncap = capl ? capl * 2 : 1024;
+				uint64_t *nlid = realloc(lids, ncap * sizeof(*nlid));
+
+				if (!nlid) {
+					err = -ENOMEM;
+					break;
+				}
+				lids = nlid;
+				capl = ncap;
+			}
+			lids[nl++] = rbr_u64(&r);
+		}
+	}
+	if (!err && r.bad)
+		err = -EIO;
+	if (err)
+		goto out;
+	sql.len = 0;
+	buf_printf(&sql, "SELECT id, any(function), any(module), any(build_id), any(file), any(line),"
+		   " any(address), any(flags) FROM %s.locations WHERE id IN (", c->db);
+	id_list(&sql, lids, nl);
+	buf_puts(&sql, ") GROUP BY id");
+	err = select_rb(c, &sql, &lans);
+	r = (struct rbr){ lans.p, lans.p + lans.len, false };
+	cl = malloc((nl ? nl : 1) * sizeof(*cl));
+	if (!cl && !err)
+		err = -ENOMEM;
+	while (!err && rbr_more(&r) && ncl < nl) {
+		struct cloc *x = &cl[ncl++];
+
+		x->id = rbr_u64(&r);
+		for (int k = 0; k < 4; k++)
+			x->off[k] = rbr_str_to(&r, &strs);
+		x->line = rbr_u32(&r);
+		x->address = rbr_u64(&r);
+		x->flags = rbr_u8(&r);
+	}
+	if (!err && (r.bad || strs.oom))
+		err = r.bad ? -EIO : -ENOMEM;
+	if (err)
+		goto out;
+	qsort(cl, ncl, sizeof(*cl), cmp_cloc);
+	for (size_t i = 0; i < n && !err; i++) {
+		uint64_t *at = u64map_find(&stack_at, ids[i]), k;
+		size_t nf = 0;
+
+		if (at) {
+			r = (struct rbr){ sans.p + *at - 1, sans.p + sans.len, false };
+			k = rbr_uvarint_count(&r);
+			for (uint64_t j = 0; j < k && nf < BATCH_MAX_DEPTH; j++) {
+				struct cloc key = { .id = rbr_u64(&r) };
+				const struct cloc *x = bsearch(&key, cl, ncl, sizeof(*cl), cmp_cloc);
+				struct frame *f = &frames[nf++];
+
+				if (!x) {
+					*f = (struct frame){ "", "", "", "", 0, 0, false, false };
+					continue;
+				}
+				f->function = (const char *)strs.p + x->off[0];
+				f->module = (const char *)strs.p + x->off[1];
+				f->build_id = (const char *)strs.p + x->off[2];
+				f->file = (const char *)strs.p + x->off[3];
+				f->line = x->line;
+				f->address = x->address;
+				f->kernel = x->flags & 1;
+				f->inlined = x->flags & 2;
+			}
+		}
+		err = cb(ctx, ids[i], frames, nf);
+	}
+out:
+	if (err == -EIO && !*store_strerror())
+		store_set_error("clickhouse: malformed stacks answer");
+	free(frames);
+	free(lids);
+	free(cl);
+	u64map_done(&stack_at);
+	buf_done(&sql);
+	buf_done(&sans);
+	buf_done(&lans);
+	buf_done(&strs);
+	return err;
+}
+
+/* ---- series, names, intervals, nodes -------------------------------------------------------- */
+
+struct ser {
+	uint64_t id;
+	const struct ch_lset *ls;
+};
+
+static int cmp_ser(const void *a, const void *b)
+{
+	const struct ser *x = a, *y = b;
+
+	for (size_t i = 0; i < 2 * x->ls->n && i < 2 * y->ls->n; i++) {
+		int d = strcmp(x->ls->pairs[i], y->ls->pairs[i]);
+
+		if (d)
+			return d;
+	}
+	if (x->ls->n != y->ls->n)
+		return x->ls->n < y->ls->n ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int ch_series(struct store *st, const char *name, uint64_t from, uint64_t to,
+	      const struct selector *sel,
+	      int (*series_cb)(void *ctx, uint64_t id, const char *const *pairs, size_t n),
+	      store_point_cb point_cb, void *ctx)
+{
+	struct ch *c = (struct ch *)st;
+	struct buf sql = { 0 }, ans = { 0 };
+	struct ch_lsets l = { 0 };
+	struct ser *sv = NULL;
+	size_t ns = 0, cap = 0, cur = 0;
+	struct rbr r;
+	int err;
+
+	err = ch_lsets_load(c, from, to, sel, &l);
+	if (err)
+		goto out;
+	buf_printf(&sql, "SELECT id, any(labelset) FROM %s.series WHERE name = ", c->db);
+	sql_str(&sql, name);
+	buf_puts(&sql, " GROUP BY id");
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		uint64_t id = rbr_u64(&r);
+		const struct ch_lset *ls = lset_find(&l, rbr_u64(&r));
+
+		if (!ls)
+			continue;
+		if (ns == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct ser *n = realloc(sv, ncap * sizeof(*n));
+
+			if (!n) {
+				err = -ENOMEM;
+				break;
+			}
+			sv = n;
+			cap = ncap;
+		}
+		sv[ns++] = (struct ser){ id, ls };
+	}
+	if (err || !ns)
+		goto out;
+	/* Series in label order; their points in that order, then by time. */
+	qsort(sv, ns, sizeof(*sv), cmp_ser);
+	sql.len = 0;
+	ans.len = 0;
+	buf_printf(&sql, "SELECT series, t, v FROM %s.points WHERE series IN (", c->db);
+	for (size_t i = 0; i < ns; i++)
+		buf_printf(&sql, "%s%llu", i ? "," : "", (unsigned long long)sv[i].id);
+	buf_printf(&sql, ") AND t >= %llu AND t < %llu AND day >= %llu AND day <= %llu"
+		   " ORDER BY indexOf([", (unsigned long long)from, (unsigned long long)to,
+		   (unsigned long long)first_day(from), (unsigned long long)day_of(to));
+	for (size_t i = 0; i < ns; i++)
+		buf_printf(&sql, "%s%llu", i ? "," : "", (unsigned long long)sv[i].id);
+	buf_puts(&sql, "], series), t");
+	err = select_rb(c, &sql, &ans);
+	if (err)
+		goto out;
+	err = series_cb(ctx, sv[0].id, sv[0].ls->pairs, sv[0].ls->n);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		uint64_t id = rbr_u64(&r), t = rbr_u64(&r);
+		double v = rbr_f64(&r);
+
+		while (cur < ns && sv[cur].id != id && !err) {
+			if (++cur < ns)
+				err = series_cb(ctx, sv[cur].id, sv[cur].ls->pairs, sv[cur].ls->n);
+		}
+		if (!err && cur < ns)
+			err = point_cb(ctx, id, t, v);
+	}
+	while (!err && ++cur < ns)
+		err = series_cb(ctx, sv[cur].id, sv[cur].ls->pairs, sv[cur].ls->n);
+out:
+	free(sv);
+	ch_lsets_done(&l);
+	buf_done(&sql);
+	buf_done(&ans);
+	return err;
+}
+
+int ch_metric_names(struct store *st, store_name_cb cb, void *ctx)
+{
+	struct ch *c = (struct ch *)st;
+	struct buf sql = { 0 }, ans = { 0 }, name = { 0 };
+	struct rbr r;
+	int err;
+
+	buf_printf(&sql, "SELECT DISTINCT name FROM %s.series ORDER BY name", c->db);
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		name.len = 0;
+		rbr_str_to(&r, &name);
+		err = name.oom ? -ENOMEM : cb(ctx, (const char *)name.p);
+	}
+	buf_done(&sql);
+	buf_done(&ans);
+	buf_done(&name);
+	return err;
+}
+
+int ch_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
+		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
+		 bool *ret_truncated)
+{
+	struct ch *c = (struct ch *)st;
+	struct buf sql = { 0 }, ans = { 0 }, strs = { 0 };
+	struct ch_lsets l = { 0 };
+	size_t n = 0;
+	struct rbr r;
+	int err;
+
+	*ret_truncated = false;
+	err = ch_lsets_load(c, from, to, sel, &l);
+	if (err || !l.n)
+		goto out;
+	buf_printf(&sql, "SELECT kind, labelset, start_ns, end_ns, attr_names, attr_values FROM"
+		   " %s.intervals WHERE end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
+		   (unsigned long long)from, (unsigned long long)to, (unsigned long long)day_of(to));
+	if (kind) {
+		buf_puts(&sql, " AND kind = ");
+		sql_str(&sql, kind);
+	}
+	buf_puts(&sql, " AND labelset IN (");
+	ch_lsets_ids(&l, &sql);
+	buf_printf(&sql, ") ORDER BY start_ns, batch, seq LIMIT %zu", limit + 1);
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		const char *attrs[2 * BATCH_MAX_LABELS];
+		size_t offs[2 * BATCH_MAX_LABELS + 1], kind_off, na, nv;
+		const struct ch_lset *ls;
+		uint64_t s0, e0;
+
+		strs.len = 0;
+		kind_off = rbr_str_to(&r, &strs);
+		ls = lset_find(&l, rbr_u64(&r));
+		s0 = rbr_u64(&r);
+		e0 = rbr_u64(&r);
+		na = (size_t)rbr_uvarint_count(&r);
+		if (na > BATCH_MAX_LABELS)
+			r.bad = true;
+		for (size_t k = 0; k < na && !r.bad; k++)
+			offs[2 * k] = rbr_str_to(&r, &strs);
+		nv = (size_t)rbr_uvarint_count(&r);
+		if (nv != na)
+			r.bad = true;
+		for (size_t k = 0; k < nv && !r.bad; k++)
+			offs[2 * k + 1] = rbr_str_to(&r, &strs);
+		if (r.bad || strs.oom)
+			break;
+		if (!ls)
+			continue;
+		if (n == limit) {
+			*ret_truncated = true;
+			break;
+		}
+		for (size_t k = 0; k < 2 * na; k++)
+			attrs[k] = (const char *)strs.p + offs[k];
+		err = cb(ctx, (const char *)strs.p + kind_off, ls->pairs, ls->n, s0, e0, attrs, na);
+		n++;
+	}
+	if (!err && (r.bad || strs.oom)) {
+		store_set_error("clickhouse: malformed intervals answer");
+		err = r.bad ? -EIO : -ENOMEM;
+	}
+out:
+	ch_lsets_done(&l);
+	buf_done(&sql);
+	buf_done(&ans);
+	buf_done(&strs);
+	return err;
+}
+
+int ch_nodes(struct store *st,
+	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
+	     void *ctx)
+{
+	struct ch *c = (struct ch *)st;
+	struct buf sql = { 0 }, ans = { 0 }, name = { 0 };
+	struct rbr r;
+	int err;
+
+	buf_printf(&sql, "SELECT node, min(f), max(l) FROM (SELECT any(node) AS node,"
+		   " minMerge(first_ns) AS f, maxMerge(last_ns) AS l FROM %s.labelsets GROUP BY id)"
+		   " GROUP BY node ORDER BY node", c->db);
+	err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && rbr_more(&r)) {
+		uint64_t f, l;
+
+		name.len = 0;
+		rbr_str_to(&r, &name);
+		f = rbr_u64(&r);
+		l = rbr_u64(&r);
+		if (r.bad || name.oom)
+			break;
+		err = cb(ctx, (const char *)name.p, f, l);
+	}
+	buf_done(&sql);
+	buf_done(&ans);
+	buf_done(&name);
+	return err;
+}
