@@ -143,7 +143,8 @@ int main(int argc, char **argv)
 {
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_THREADS,
+		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_CH_USER, O_CH_PASSWORD,
 	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
@@ -167,12 +168,12 @@ int main(int argc, char **argv)
 		{ "settle", required_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
-		{ "store", required_argument, NULL, 'S' },
-		{ "clickhouse-url", required_argument, NULL, 'U' },
-		{ "clickhouse-cluster", required_argument, NULL, 'C' },
-		{ "clickhouse-database", required_argument, NULL, 'D' },
-		{ "clickhouse-user", required_argument, NULL, 'u' },
-		{ "clickhouse-password-file", required_argument, NULL, 'P' },
+		{ "store", required_argument, NULL, O_STORE },
+		{ "clickhouse-url", required_argument, NULL, O_CH_URL },
+		{ "clickhouse-cluster", required_argument, NULL, O_CH_CLUSTER },
+		{ "clickhouse-database", required_argument, NULL, O_CH_DB },
+		{ "clickhouse-user", required_argument, NULL, O_CH_USER },
+		{ "clickhouse-password-file", required_argument, NULL, O_CH_PASSWORD },
 		{ 0 },
 	};
 	const char *urls[16];
@@ -293,14 +294,14 @@ int main(int argc, char **argv)
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
-		case 'S':
+		case O_STORE:
 			if (strcmp(optarg, "sqlite") && strcmp(optarg, "clickhouse")) {
 				log_error("--store: '%s' is not sqlite or clickhouse", optarg);
 				return 2;
 			}
 			so.backend = optarg;
 			break;
-		case 'U':
+		case O_CH_URL:
 			for (char *save = NULL, *u = strtok_r(optarg, ",", &save); u;
 			     u = strtok_r(NULL, ",", &save)) {
 				if (nurls == sizeof(urls) / sizeof(urls[0])) {
@@ -310,16 +311,16 @@ int main(int argc, char **argv)
 				urls[nurls++] = u;
 			}
 			break;
-		case 'C':
+		case O_CH_CLUSTER:
 			so.ch_cluster = optarg;
 			break;
-		case 'D':
+		case O_CH_DB:
 			so.ch_database = optarg;
 			break;
-		case 'u':
+		case O_CH_USER:
 			so.ch_user = optarg;
 			break;
-		case 'P':
+		case O_CH_PASSWORD:
 			free(ch_password);
 			ch_password = token_from("clickhouse-password-file", optarg);
 			if (!ch_password)
