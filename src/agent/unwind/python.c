@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -56,6 +57,8 @@ struct py_code {
 };
 
 struct python {
+	pthread_mutex_t lock;			/* the unwinder's thread finds processes, the main
+						 * loop symbolizes */
 	int fd_procs, fd_threads, fd_stats;
 	struct u64map procs;			/* pid -> struct py_proc * */
 	struct u64map files;			/* hash(dev, ino, mtime) -> 1 + verdict (1: Python) */
@@ -216,7 +219,7 @@ struct candidate {
 	char path[PATH_MAX];
 };
 
-/* The first mapping of a file whose basename holds "python", else the main executable. */
+/* The first mapping of each file named python* or libpython*, and of the main executable. */
 static int find_candidates(pid_t pid, struct candidate *ret, int max)
 {
 	char path[64], exe[PATH_MAX] = "", *line = NULL;
@@ -248,7 +251,10 @@ static int find_candidates(pid_t pid, struct candidate *ret, int max)
 		{
 			const char *base = strrchr(file, '/') + 1;
 
-			if (!strstr(base, "python") && strcmp(file, exe))
+			/* python3.12, libpython3.12.so.1.0; not extension modules
+			 * (_asyncio.cpython-312-x86_64-linux-gnu.so) */
+			if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9) &&
+			    strcmp(file, exe))
 				continue;
 		}
 		for (int i = 0; i < n; i++)
@@ -400,7 +406,7 @@ static struct py_proc *proc_find(struct python *py, pid_t pid)
 	return v ? (struct py_proc *)(uintptr_t)*v : NULL;
 }
 
-int python__pid_seen(struct python *py, pid_t pid)
+static int pid_seen(struct python *py, pid_t pid)
 {
 	struct candidate cands[8];
 	struct gpuscope_py_proc bp;
@@ -409,8 +415,6 @@ int python__pid_seen(struct python *py, pid_t pid)
 	int n, err = 0;
 	__u32 key = (__u32)pid;
 
-	if (!py || pid <= 0)
-		return -EINVAL;
 	pp = proc_find(py, pid);
 	if (pp)
 		return pp->python;
@@ -455,6 +459,18 @@ int python__pid_seen(struct python *py, pid_t pid)
 	return pp->python;
 }
 
+int python__pid_seen(struct python *py, pid_t pid)
+{
+	int ret;
+
+	if (!py || pid <= 0)
+		return -EINVAL;
+	pthread_mutex_lock(&py->lock);
+	ret = pid_seen(py, pid);
+	pthread_mutex_unlock(&py->lock);
+	return ret;
+}
+
 /* Drops every cached code object (cheap to read again). */
 static void codes_clear(struct python *py)
 {
@@ -471,8 +487,14 @@ void python__pid_gone(struct python *py, pid_t pid)
 	uint64_t *v;
 	__u32 key = (__u32)pid;
 
-	if (!py || !(v = u64map_find(&py->procs, (uint64_t)pid)) || !*v)
+	if (!py)
 		return;
+	pthread_mutex_lock(&py->lock);
+	v = u64map_find(&py->procs, (uint64_t)pid);
+	if (!v || !*v) {
+		pthread_mutex_unlock(&py->lock);
+		return;
+	}
 	pp = (struct py_proc *)(uintptr_t)*v;
 	*v = 0;	/* u64map has no delete: a zero slot reads as "not seen" */
 	if (pp->python) {
@@ -482,6 +504,7 @@ void python__pid_gone(struct python *py, pid_t pid)
 		 * not inherit them. Rare enough (a Python process ending) to drop them all. */
 		codes_clear(py);
 	}
+	pthread_mutex_unlock(&py->lock);
 	free(pp);
 }
 
@@ -619,13 +642,14 @@ static int32_t lt_svarint(const uint8_t **p, const uint8_t *end)
  * entries of a first byte 1CCCCLLL (code, length-1 in code units) and the code's varints;
  * codes 13 and 14 start with a signed line delta, 10-12 mean delta 0-2, 15 no location.
  */
-static uint32_t code_line(const struct py_code *c, uint64_t off)
+uint32_t python__line(const uint8_t *lt, size_t n, uint32_t firstline, bool location_table,
+		      uint64_t off)
 {
-	const uint8_t *p = c->lt, *end = c->lt + c->nlt;
-	int64_t line = c->firstline;
+	const uint8_t *p = lt, *end = lt + n;
+	int64_t line = firstline;
 	uint64_t addr = 0;
 
-	if (!c->location_table) {
+	if (!location_table) {
 		for (; p + 1 < end; p += 2) {
 			int8_t ld = (int8_t)p[1];
 			uint64_t next = addr + p[0];
@@ -666,6 +690,7 @@ void python__unknown_frame(struct python *py, struct location *ret)
 	memset(ret, 0, sizeof(*ret));
 	ret->function = "[python]";
 	ret->module = "[python]";
+	ret->build_id = "";
 }
 
 int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
@@ -678,6 +703,7 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 	python__unknown_frame(py, ret);
 	if (!py)
 		return -ENOENT;
+	pthread_mutex_lock(&py->lock);
 	slot = u64map_find(&py->codes, h);
 	if (slot) {
 		c = (struct py_code *)(uintptr_t)*slot;
@@ -698,12 +724,14 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 	}
 	if (!c) {
 		py->st.code_failed++;
+		pthread_mutex_unlock(&py->lock);
 		return -ENOENT;
 	}
 	ret->function = c->name;
 	ret->file = c->file;
-	ret->line = code_line(c, offset);
+	ret->line = python__line(c->lt, c->nlt, c->firstline, c->location_table, offset);
 	ret->address = offset;
+	pthread_mutex_unlock(&py->lock);
 	return 0;
 }
 
@@ -725,11 +753,17 @@ void python__set_default(struct python *py)
 
 struct python *python__new(void)
 {
-	struct python *py = calloc(1, sizeof(*py));
-	int err;
+	struct python *py;
+	int err = elf_lib_init();
 
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	py = calloc(1, sizeof(*py));
 	if (!py)
 		return NULL;
+	pthread_mutex_init(&py->lock, NULL);
 	py->fd_procs = py->fd_threads = py->fd_stats = -1;
 	py->code_list = calloc(MAX_CODES, sizeof(*py->code_list));
 	if (!py->code_list) {
@@ -773,6 +807,7 @@ void python__free(struct python *py)
 		close(py->fd_threads);
 	if (py->fd_stats >= 0)
 		close(py->fd_stats);
+	pthread_mutex_destroy(&py->lock);
 	free(py);
 }
 
@@ -798,7 +833,9 @@ void python__stats(const struct python *py, struct python_stats *ret)
 {
 	int ncpu = libbpf_num_possible_cpus();
 
+	pthread_mutex_lock((pthread_mutex_t *)&py->lock);
 	*ret = py->st;
+	pthread_mutex_unlock((pthread_mutex_t *)&py->lock);
 	memset(ret->bpf, 0, sizeof(ret->bpf));
 	if (ncpu <= 0)
 		return;

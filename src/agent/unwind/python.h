@@ -49,6 +49,14 @@ void python__pid_gone(struct python *py, pid_t pid);
 int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 		  struct location *ret);
 
+/*
+ * The line of the instruction at byte offset off of a code object whose co_linetable is lt
+ * (n bytes) and co_firstlineno firstline: the 3.10 format (PEP 626) or, location_table, the
+ * 3.11+ one (Objects/locations.md). 0 when the table gives no line.
+ */
+uint32_t python__line(const uint8_t *lt, size_t n, uint32_t firstline, bool location_table,
+		      uint64_t off);
+
 /* The location of a GPUSCOPE_FRAME_PY_UNKNOWN word ("[python]"). */
 void python__unknown_frame(struct python *py, struct location *ret);
 
