@@ -18,7 +18,7 @@ $(OUT)/fuzz/fuzz_batch: tests/fuzz/fuzz_batch.c src/common/batch.c src/common/hm
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lprotobuf-c -lpthread -lm
 $(OUT)/fuzz/fuzz_selector: tests/fuzz/fuzz_selector.c src/server/selector.c
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lpcre2-8
 $(OUT)/fuzz/fuzz_chunk: tests/fuzz/fuzz_chunk.c src/server/store/sqlite/chunk.c src/server/codec.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lzstd -lz -lm

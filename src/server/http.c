@@ -34,12 +34,12 @@
 
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_MAX,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_MAX,
 };
 
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit",
 };
 
 #define RATE_SLOTS 16
@@ -185,6 +185,9 @@ static int parse_range(struct MHD_Connection *c, const char *fk, const char *tk,
 	return 0;
 }
 
+/* Time one query may spend matching label sets against regexes. */
+#define SELECTOR_BUDGET_NS (2 * NSEC_PER_SEC)
+
 static int parse_selector(struct MHD_Connection *c, const char *key, struct selector **ret,
 			  char *err, size_t errlen)
 {
@@ -198,7 +201,38 @@ static int parse_selector(struct MHD_Connection *c, const char *key, struct sele
 		snprintf(err, errlen, "bad %s: %s", key, why);
 		return -EINVAL;
 	}
+	selector_set_deadline(*ret, mono_ns() + SELECTOR_BUDGET_NS);
 	return 0;
+}
+
+/*
+ * After a query: if a selector stopped matching (a regex past its per-match limits, or the
+ * query's matching budget spent), the result is incomplete and must not be served. True and
+ * *ret set when it answered so.
+ */
+static bool selector_refused(struct http_server *h, struct MHD_Connection *c,
+			     const struct selector *a, const struct selector *b,
+			     enum MHD_Result *ret)
+{
+	int f = selector_failed(a);
+
+	if (!f)
+		f = selector_failed(b);
+	if (!f)
+		return false;
+	if (f == -E2BIG)
+		*ret = reply_error(h, c, MHD_HTTP_UNPROCESSABLE_CONTENT, REJ_SELECTOR,
+				   "a regex of the selector exceeds its matching limits on a label "
+				   "value (nested repetition?): simplify it");
+	else if (f == -ETIMEDOUT)
+		*ret = reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR,
+				   "matching the selector took more than %llu s: narrow the range "
+				   "or simplify the regex",
+				   (unsigned long long)(SELECTOR_BUDGET_NS / NSEC_PER_SEC));
+	else
+		*ret = reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR,
+				   "out of memory while matching the selector");
+	return true;
 }
 
 /* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle. */
@@ -411,7 +445,8 @@ static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connectio
 		goto out;
 	}
 	err = query_flamegraph(h->st, &p.q, diff ? &p.q2 : NULL, &b);
-	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+	if (!selector_refused(h, c, p.sel, p.sel2, &ret))
+		ret = err ? store_failed(h, c, err) : reply_json(c, &b);
 out:
 	buf_done(&b);
 	params_done(&p);
@@ -441,7 +476,8 @@ static enum MHD_Result do_top(struct http_server *h, struct MHD_Connection *c)
 		goto out;
 	}
 	err = query_top(h->st, &p.q, (size_t)limit, &b);
-	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+	if (!selector_refused(h, c, p.sel, NULL, &ret))
+		ret = err ? store_failed(h, c, err) : reply_json(c, &b);
 out:
 	buf_done(&b);
 	params_done(&p);
@@ -461,7 +497,9 @@ static enum MHD_Result do_pprof(struct http_server *h, struct MHD_Connection *c)
 		goto out;
 	}
 	err = query_pprof(h->st, &p.q, &gz, &len);
-	if (err) {
+	if (selector_refused(h, c, p.sel, NULL, &ret)) {
+		free(gz);
+	} else if (err) {
 		ret = store_failed(h, c, err);
 	} else {
 		struct buf b = { .p = gz, .len = len, .cap = len };
@@ -531,6 +569,8 @@ static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c
 		goto out;
 	}
 	rc = h->st->ops->label_sets(h->st, from, to, sel, collect_names, &nc);
+	if (selector_refused(h, c, sel, NULL, &ret))
+		goto out;
 	if (rc) {
 		ret = store_failed(h, c, rc);
 		goto out;
@@ -584,6 +624,8 @@ static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c
 		goto out;
 	}
 	rc = query_series(h->st, name, from, to, sel, (size_t)buckets, &b);
+	if (selector_refused(h, c, sel, NULL, &ret))
+		goto out;
 	if (rc == -E2BIG) {
 		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
 				  "more than %u points in range: narrow the range or selector",
@@ -676,6 +718,8 @@ static enum MHD_Result do_intervals(struct http_server *h, struct MHD_Connection
 	rc = b.oom ? -ENOMEM : h->st->ops->intervals(h->st, kind && *kind ? kind : NULL, from, to,
 						     sel, (size_t)limit, interval_out, &b,
 						     &truncated);
+	if (selector_refused(h, c, sel, NULL, &ret))
+		goto out;
 	if (rc) {
 		ret = store_failed(h, c, rc);
 		goto out;

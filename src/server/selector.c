@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Label selector parser and matcher (selector.h); regexes through POSIX regcomp(). */
+/*
+ * Label selector parser and matcher (selector.h). Regexes go through PCRE2 with Prometheus'
+ * semantics where the engines agree (anchored at both ends, '.' matches newline, UTF-8) and
+ * the constructs RE2 lacks refused; every match runs under PCRE2's match, depth and heap
+ * limits, and a selector carries a time budget for the query it serves.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
 #include <errno.h>
-#include <regex.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "server/selector.h"
 
 enum op { OP_EQ, OP_NE, OP_RE, OP_NRE };
@@ -13,14 +20,25 @@ enum op { OP_EQ, OP_NE, OP_RE, OP_NRE };
 struct matcher {
 	char *name, *value;
 	enum op op;
-	regex_t re;
-	bool has_re;
+	pcre2_code *re;
 };
 
 struct selector {
 	struct matcher m[SELECTOR_MAX_MATCHERS];
 	size_t n;
+	pcre2_match_context *mctx;	/* the limits, shared by the matchers */
+	uint64_t deadline_ns;		/* CLOCK_MONOTONIC; 0: none */
+	int failed;			/* 0, or the -errno that stopped matching (atomic) */
 };
+
+/*
+ * Per match: PCRE2's count of backtracking steps (a nested repetition hits it within about a
+ * millisecond), its recursion depth and its backtracking memory. Label values are short; a
+ * pattern that needs more on one of them is refused rather than waited for.
+ */
+#define RE_MATCH_LIMIT	200000
+#define RE_DEPTH_LIMIT	10000
+#define RE_HEAP_LIMIT_KIB 1024
 
 void selector_free(struct selector *sel)
 {
@@ -29,9 +47,9 @@ void selector_free(struct selector *sel)
 	for (size_t i = 0; i < sel->n; i++) {
 		free(sel->m[i].name);
 		free(sel->m[i].value);
-		if (sel->m[i].has_re)
-			regfree(&sel->m[i].re);
+		pcre2_code_free(sel->m[i].re);
 	}
+	pcre2_match_context_free(sel->mctx);
 	free(sel);
 }
 
@@ -92,49 +110,56 @@ out_unterminated:
 	return NULL;
 }
 
-/*
- * glibc's regcomp() is exponential on stacked quantifiers ("a******") and regexec() on
- * back-references: refuse both, and bound the size, so a selector cannot stall the server.
- */
-#define RE_MAX_LEN		512
-#define RE_MAX_QUANTIFIERS	32
+#define RE_MAX_LEN 512
 
+/*
+ * What PCRE2 accepts but RE2 (Prometheus' engine) does not: back-references, lookaround,
+ * atomic groups, recursion, conditionals, backtracking verbs, possessive quantifiers, \C.
+ * Refused by text, outside character classes; a rare false alarm only refuses a pattern.
+ */
 static int check_regex(const char *re, char *err, size_t errlen)
 {
-	int nq = 0;
-	bool prev_q = false;
+	static const char *const bad[] = { "(?=", "(?!", "(?<=", "(?<!", "(?>", "(?R", "(?(",
+					   "(?P=", "(?P>", "(?&", "(*", "(?|", "(?C" };
+	bool in_class = false;
 
 	if (strlen(re) > RE_MAX_LEN) {
 		snprintf(err, errlen, "regex longer than %d bytes", RE_MAX_LEN);
 		return -EINVAL;
 	}
 	for (const char *p = re; *p; p++) {
-		bool q = *p == '*' || *p == '+' || *p == '?' || *p == '{';
-
 		if (*p == '\\' && p[1]) {
-			if (p[1] >= '1' && p[1] <= '9') {
-				snprintf(err, errlen, "back-references are not supported in regexes");
+			if (!in_class && ((p[1] >= '1' && p[1] <= '9') || p[1] == 'g' || p[1] == 'k' ||
+					  p[1] == 'C' || p[1] == 'K' || p[1] == 'G')) {
+				snprintf(err, errlen, "'\\%c' (back-references and PCRE-only escapes) "
+					 "are not supported in regexes", p[1]);
 				return -EINVAL;
 			}
 			p++;
-			prev_q = false;
 			continue;
 		}
-		if (q && prev_q) {
-			snprintf(err, errlen, "stacked quantifiers in regex '%.40s'", re);
+		if (in_class) {
+			in_class = *p != ']';
+			continue;
+		}
+		if (*p == '[') {
+			in_class = true;
+			if (p[1] == '^')
+				p++;
+			if (p[1] == ']')
+				p++;
+			continue;
+		}
+		if ((*p == '*' || *p == '+' || *p == '?' || *p == '}') && p[1] == '+') {
+			snprintf(err, errlen, "possessive quantifiers are not supported in regexes");
 			return -EINVAL;
 		}
-		if (q && ++nq > RE_MAX_QUANTIFIERS) {
-			snprintf(err, errlen, "more than %d quantifiers in a regex", RE_MAX_QUANTIFIERS);
-			return -EINVAL;
-		}
-		if (*p == '{') {
-			while (p[1] && p[1] != '}')
-				p++;
-			if (p[1])
-				p++;
-		}
-		prev_q = q;
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+			if (!strncmp(p, bad[i], strlen(bad[i]))) {
+				snprintf(err, errlen, "'%s' (lookaround, atomic groups, recursion, "
+					 "conditionals, verbs) is not supported in regexes", bad[i]);
+				return -EINVAL;
+			}
 	}
 	return 0;
 }
@@ -142,7 +167,6 @@ static int check_regex(const char *re, char *err, size_t errlen)
 static int parse_matcher(struct matcher *m, const char **p, char *err, size_t errlen)
 {
 	const char *s = *p;
-	char *re;
 	int rc;
 
 	if (!isalpha((unsigned char)*s) && *s != '_') {
@@ -176,22 +200,31 @@ static int parse_matcher(struct matcher *m, const char **p, char *err, size_t er
 	if (!m->value)
 		return -EINVAL;
 	if (m->op == OP_RE || m->op == OP_NRE) {
+		PCRE2_SIZE off;
+		uint32_t brefs = 0;
+
 		if (check_regex(m->value, err, errlen))
 			return -EINVAL;
-		re = malloc(strlen(m->value) + 5);
-		if (!re)
-			return -ENOMEM;
-		sprintf(re, "^(%s)$", m->value);
-		rc = regcomp(&m->re, re, REG_EXTENDED | REG_NOSUB);
-		free(re);
-		if (rc) {
+		/* Prometheus: "^(?s:RE)$", Go's RE2 on UTF-8 (invalid bytes match nothing
+		 * special, as Go's U+FFFD would not match either). */
+		m->re = pcre2_compile((PCRE2_SPTR)m->value, PCRE2_ZERO_TERMINATED,
+				      PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_DOTALL |
+					      PCRE2_DOLLAR_ENDONLY | PCRE2_UTF |
+					      PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C,
+				      &rc, &off, NULL);
+		if (!m->re) {
 			char msg[128];
 
-			regerror(rc, &m->re, msg, sizeof(msg));
-			snprintf(err, errlen, "bad regex '%s' for '%s': %s", m->value, m->name, msg);
+			pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, sizeof(msg));
+			snprintf(err, errlen, "bad regex '%s' for '%s': %s at offset %zu", m->value,
+				 m->name, msg, (size_t)off);
+			return rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
+		}
+		pcre2_pattern_info(m->re, PCRE2_INFO_BACKREFMAX, &brefs);
+		if (brefs) {
+			snprintf(err, errlen, "back-references are not supported in regexes");
 			return -EINVAL;
 		}
-		m->has_re = true;
 	}
 	*p = s;
 	return 0;
@@ -209,10 +242,17 @@ struct selector *selector_parse(const char *s, char *err, size_t errlen)
 		return NULL;
 	}
 	sel = calloc(1, sizeof(*sel));
-	if (!sel) {
+	if (sel)
+		sel->mctx = pcre2_match_context_create(NULL);
+	if (!sel || !sel->mctx) {
+		free(sel);
 		snprintf(err, errlen, "out of memory");
+		errno = ENOMEM;
 		return NULL;
 	}
+	pcre2_set_match_limit(sel->mctx, RE_MATCH_LIMIT);
+	pcre2_set_depth_limit(sel->mctx, RE_DEPTH_LIMIT);
+	pcre2_set_heap_limit(sel->mctx, RE_HEAP_LIMIT_KIB);
 	skip_ws(&s);
 	braces = *s == '{';
 	if (braces)
@@ -263,14 +303,54 @@ out_free:
 	return NULL;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void selector_set_deadline(struct selector *sel, uint64_t deadline_ns)
+{
+	if (sel)
+		sel->deadline_ns = deadline_ns;
+}
+
+int selector_failed(const struct selector *sel)
+{
+	return sel ? __atomic_load_n(&sel->failed, __ATOMIC_RELAXED) : 0;
+}
+
+/* 1 match, 0 no match, -errno when the limits stopped it. */
+static int re_match(const struct selector *sel, const pcre2_code *re, const char *v)
+{
+	pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+	int rc;
+
+	if (!md)
+		return -ENOMEM;
+	rc = pcre2_match(re, (PCRE2_SPTR)v, PCRE2_ZERO_TERMINATED, 0, 0, md, sel->mctx);
+	pcre2_match_data_free(md);
+	if (rc >= 0)
+		return 1;
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return 0;
+	return rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -E2BIG;
+}
+
 bool selector_match(const struct selector *sel, const char *const *pairs, size_t npairs)
 {
+	struct selector *w = (struct selector *)sel;	/* only `failed` changes */
+
 	if (!sel)
 		return true;
+	if (__atomic_load_n(&sel->failed, __ATOMIC_RELAXED))
+		return false;
 	for (size_t i = 0; i < sel->n; i++) {
 		const struct matcher *m = &sel->m[i];
 		const char *v = "";
-		bool ok;
+		int ok;
 
 		for (size_t k = 0; k < npairs; k++) {
 			if (!strcmp(pairs[2 * k], m->name)) {
@@ -283,13 +363,20 @@ bool selector_match(const struct selector *sel, const char *const *pairs, size_t
 			ok = !strcmp(v, m->value);
 			break;
 		case OP_NE:
-			ok = strcmp(v, m->value);
-			break;
-		case OP_RE:
-			ok = !regexec(&m->re, v, 0, NULL, 0);
+			ok = strcmp(v, m->value) != 0;
 			break;
 		default:
-			ok = regexec(&m->re, v, 0, NULL, 0);
+			if (sel->deadline_ns && now_ns() > sel->deadline_ns) {
+				__atomic_store_n(&w->failed, -ETIMEDOUT, __ATOMIC_RELAXED);
+				return false;
+			}
+			ok = re_match(sel, m->re, v);
+			if (ok < 0) {
+				__atomic_store_n(&w->failed, ok, __ATOMIC_RELAXED);
+				return false;
+			}
+			if (m->op == OP_NRE)
+				ok = !ok;
 			break;
 		}
 		if (!ok)

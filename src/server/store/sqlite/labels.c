@@ -61,12 +61,20 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 		s->lsets = n;
 		s->caplsets = ncap;
 	}
+	if (s->lsets[id].pairs) {
+		/* Published pairs are never freed or moved while the store is open: queries
+		 * match them after dropping lmu. Same id, same content: widen the extent. */
+		if (first < s->lsets[id].first_ns)
+			s->lsets[id].first_ns = first;
+		if (last > s->lsets[id].last_ns)
+			s->lsets[id].last_ns = last;
+		return 0;
+	}
 	err = lset_from_blob(&l, blob, len);
 	if (err)
 		return err;
 	l.first_ns = first;
 	l.last_ns = last;
-	free(s->lsets[id].pairs);
 	s->lsets[id] = l;
 	if (id + 1 > s->nlsets)
 		s->nlsets = id + 1;
@@ -94,24 +102,54 @@ int sq_lsets_load(struct sq *s)
 	return err ? err : rc == SQLITE_DONE ? 0 : -EIO;
 }
 
-uint8_t *sq_lsets_match(struct sq *s, const struct selector *sel, uint64_t from, uint64_t to,
-			size_t *ret_n)
+struct lset_ref *sq_lsets_snapshot(struct sq *s, uint64_t from, uint64_t to, size_t *ret_n,
+				   size_t *ret_nlsets)
 {
-	uint8_t *m = calloc(s->nlsets ? s->nlsets : 1, 1);
+	struct lset_ref *v;
+	size_t n = 0;
 
-	if (!m)
-		return NULL;
-	for (size_t i = 1; i < s->nlsets; i++) {
+	pthread_rwlock_rdlock(&s->lmu);
+	v = malloc((s->nlsets ? s->nlsets : 1) * sizeof(*v));
+	for (size_t i = 1; v && i < s->nlsets; i++) {
 		const struct lset *l = &s->lsets[i];
 
 		if (!l->pairs || l->last_ns < from || l->first_ns >= to)
 			continue;
-		m[i] = selector_match(sel, (const char *const *)l->pairs, l->n);
+		v[n++] = (struct lset_ref){ i, (const char *const *)l->pairs, l->n };
 	}
-	*ret_n = s->nlsets;
-	return m;
+	if (ret_nlsets)
+		*ret_nlsets = s->nlsets;
+	pthread_rwlock_unlock(&s->lmu);
+	*ret_n = n;
+	return v;
 }
 
+bool sq_lset_get(struct sq *s, uint64_t id, struct lset *ret)
+{
+	bool ok;
+
+	pthread_rwlock_rdlock(&s->lmu);
+	ok = id < s->nlsets && s->lsets[id].pairs;
+	if (ok)
+		*ret = s->lsets[id];
+	pthread_rwlock_unlock(&s->lmu);
+	return ok;
+}
+
+uint8_t *sq_lsets_match(struct sq *s, const struct selector *sel, uint64_t from, uint64_t to,
+			size_t *ret_n)
+{
+	size_t n, nlsets;
+	struct lset_ref *v = sq_lsets_snapshot(s, from, to, &n, &nlsets);
+	uint8_t *m = v ? calloc(nlsets ? nlsets : 1, 1) : NULL;
+
+	/* No lock from here: ingest publishes new label sets while a regex runs. */
+	for (size_t i = 0; m && i < n; i++)
+		m[v[i].id] = selector_match(sel, v[i].pairs, v[i].n);
+	free(v);
+	*ret_n = nlsets;
+	return m;
+}
 
 void sq_lsets_done(struct sq *s)
 {

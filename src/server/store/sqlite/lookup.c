@@ -146,18 +146,14 @@ int sq_label_sets(struct store *st, uint64_t from, uint64_t to, const struct sel
 		  store_labels_cb cb, void *ctx)
 {
 	struct sq *s = (struct sq *)st;
-	int err = 0;
+	size_t n;
+	struct lset_ref *v = sq_lsets_snapshot(s, from, to, &n, NULL);
+	int err = v ? 0 : -ENOMEM;
 
-	pthread_rwlock_rdlock(&s->lmu);
-	for (size_t i = 1; i < s->nlsets && !err; i++) {
-		const struct lset *l = &s->lsets[i];
-
-		if (!l->pairs || l->last_ns < from || l->first_ns >= to)
-			continue;
-		if (selector_match(sel, (const char *const *)l->pairs, l->n))
-			err = cb(ctx, (const char *const *)l->pairs, l->n);
-	}
-	pthread_rwlock_unlock(&s->lmu);
+	for (size_t i = 0; i < n && !err; i++)
+		if (selector_match(sel, v[i].pairs, v[i].n))
+			err = cb(ctx, v[i].pairs, v[i].n);
+	free(v);
 	return err;
 }
 
@@ -202,16 +198,13 @@ int sq_series(struct store *st, const char *name, uint64_t from, uint64_t to,
 	while (!err && (rc = sqlite3_step(ss)) == SQLITE_ROW) {
 		uint64_t id = (uint64_t)sqlite3_column_int64(ss, 0);
 		uint64_t ls = (uint64_t)sqlite3_column_int64(ss, 1);
+		struct lset l;
 		bool ok;
 
-		pthread_rwlock_rdlock(&s->lmu);
-		ok = ls < s->nlsets && s->lsets[ls].pairs && s->lsets[ls].last_ns >= from &&
-		     s->lsets[ls].first_ns < to &&
-		     selector_match(sel, (const char *const *)s->lsets[ls].pairs, s->lsets[ls].n);
+		ok = sq_lset_get(s, ls, &l) && l.last_ns >= from && l.first_ns < to &&
+		     selector_match(sel, (const char *const *)l.pairs, l.n);
 		if (ok)
-			err = series_cb(ctx, id, (const char *const *)s->lsets[ls].pairs,
-					s->lsets[ls].n);
-		pthread_rwlock_unlock(&s->lmu);
+			err = series_cb(ctx, id, (const char *const *)l.pairs, l.n);
 		if (!ok || err)
 			continue;
 		sqlite3_bind_int64(ps, 1, (int64_t)id);
@@ -278,17 +271,15 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 	sqlite3_bind_int64(q, 2, (int64_t)to);
 	if (kind)
 		sqlite3_bind_text(q, 3, kind, -1, SQLITE_STATIC);
-	pthread_rwlock_rdlock(&s->lmu);
 	while (!err && sqlite3_step(q) == SQLITE_ROW) {
 		uint64_t ls = (uint64_t)sqlite3_column_int64(q, 1);
 		const char *attrs[2 * BATCH_MAX_LABELS];
 		const char *p = sqlite3_column_blob(q, 4);
 		size_t len = (size_t)sqlite3_column_bytes(q, 4), na = 0, off = 0;
-		const struct lset *l;
+		struct lset lc, *l = &lc;
 
-		if (ls >= s->nlsets || !s->lsets[ls].pairs)
+		if (!sq_lset_get(s, ls, &lc))
 			continue;
-		l = &s->lsets[ls];
 		if (!selector_match(sel, (const char *const *)l->pairs, l->n))
 			continue;
 		if (n == limit) {
@@ -304,7 +295,6 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 			 (uint64_t)sqlite3_column_int64(q, 3), attrs, na / 2);
 		n++;
 	}
-	pthread_rwlock_unlock(&s->lmu);
 out:
 	sqlite3_finalize(q);
 	sq_pool_put(s, db);

@@ -70,17 +70,18 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 		return -EIO;
 	sqlite3_bind_int64(st, 1, (int64_t)a->q->from_ns);
 	sqlite3_bind_int64(st, 2, (int64_t)a->q->to_ns);
-	pthread_rwlock_rdlock(&s->lmu);
+	/* lmu only per label set looked up: its node string stays valid unlocked. */
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
 		struct busy b = { (uint64_t)sqlite3_column_int64(st, 1),
 				  (uint64_t)sqlite3_column_int64(st, 2) };
 		struct node_busy *nb = NULL;
+		struct lset l;
 
-		if (ls >= s->nlsets || !s->lsets[ls].pairs || s->lsets[ls].gpu != a->q->gpu_idle)
+		if (!sq_lset_get(s, ls, &l) || l.gpu != a->q->gpu_idle)
 			continue;
 		for (size_t i = 0; i < a->nnodes && !nb; i++)
-			if (!strcmp(a->nodes[i].node, s->lsets[ls].node))
+			if (!strcmp(a->nodes[i].node, l.node))
 				nb = &a->nodes[i];
 		if (!nb) {
 			struct node_busy *n = realloc(a->nodes, (a->nnodes + 1) * sizeof(*n));
@@ -91,7 +92,7 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 			}
 			a->nodes = n;
 			nb = &a->nodes[a->nnodes++];
-			*nb = (struct node_busy){ .node = s->lsets[ls].node };
+			*nb = (struct node_busy){ .node = l.node };
 		}
 		if (nb->n == nb->cap) {
 			size_t ncap = nb->cap ? nb->cap * 2 : 64;
@@ -131,14 +132,15 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 		if (!a->ls_busy)
 			err = -ENOMEM;
 	}
-	for (size_t id = 0; !err && id < a->nmatch && id < s->nlsets; id++) {
-		if (!a->match[id])
+	for (size_t id = 0; !err && id < a->nmatch; id++) {
+		struct lset l;
+
+		if (!a->match[id] || !sq_lset_get(s, id, &l))
 			continue;
 		for (size_t i = 0; i < a->nnodes; i++)
-			if (!strcmp(a->nodes[i].node, s->lsets[id].node))
+			if (!strcmp(a->nodes[i].node, l.node))
 				a->ls_busy[id] = &a->nodes[i];
 	}
-	pthread_rwlock_unlock(&s->lmu);
 	return err;
 }
 
@@ -308,9 +310,7 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	}
 	if (err)
 		goto out;
-	pthread_rwlock_rdlock(&s->lmu);
 	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
-	pthread_rwlock_unlock(&s->lmu);
 	if (!a.match) {
 		err = -ENOMEM;
 		goto out;

@@ -103,7 +103,23 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 		uint64_t first, uint64_t last);
 /* Loads every stored label set into the table (at open, writer connection). 0 or -errno. */
 int sq_lsets_load(struct sq *s);
-/* Which label set ids match sel and [from, to): malloc'ed array of *ret_n bytes (lmu held). */
+/* A published label set: its pairs stay valid, unlocked, until the store closes. */
+struct lset_ref {
+	uint64_t id;
+	const char *const *pairs;
+	size_t n;
+};
+/*
+ * The label sets whose extent meets [from, to), copied under lmu (briefly) so that the caller
+ * matches them without it: malloc'ed array of *ret_n; *ret_nlsets (may be NULL) the table size
+ * then. NULL on ENOMEM.
+ */
+struct lset_ref *sq_lsets_snapshot(struct sq *s, uint64_t from, uint64_t to, size_t *ret_n,
+				   size_t *ret_nlsets);
+/* Copies label set id's entry (its pointers stay valid unlocked); false if unknown. */
+bool sq_lset_get(struct sq *s, uint64_t id, struct lset *ret);
+/* Which label set ids match sel and [from, to): malloc'ed array of *ret_n bytes. Takes lmu
+ * only to copy the table, never while matching. */
 uint8_t *sq_lsets_match(struct sq *s, const struct selector *sel, uint64_t from, uint64_t to,
 			size_t *ret_n);
 /* Frees the table. */
