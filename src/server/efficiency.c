@@ -1134,8 +1134,9 @@ static int resolve_labels(struct efficiency *e, uint64_t from, uint64_t to, cons
 		free(r.best);
 		return -ENOMEM;
 	}
-	err = e->st->ops->label_sets(e->st, from > HOUR_NS ? from - HOUR_NS : 0, to, NULL,
-				     resolve_set, &r);
+	/* A wide range: a short window may end before the process's first CPU record. */
+	err = e->st->ops->label_sets(e->st, from > HOUR_NS ? from - HOUR_NS : 0, to + HOUR_NS,
+				     NULL, resolve_set, &r);
 	for (size_t id = 1; id < nwant && !err; id++) {
 		const struct holder_info *h;
 		const char *p[6];

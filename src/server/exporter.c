@@ -42,6 +42,13 @@ struct wl {				/* a workload with series of its own */
 	uint64_t last_ns;		/* window end of its last GPU time */
 };
 
+struct seen {				/* every recent workload's idle cost, for the ranking */
+	char *key;			/* ns\x01pod */
+	double idle_dollars, idle_s;
+	uint64_t last_ns;
+	bool slotted;
+};
+
 struct exporter {
 	struct store *st;
 	struct efficiency *e;
@@ -51,6 +58,8 @@ struct exporter {
 	size_t nq;
 	struct wl *wl;
 	size_t nwl;
+	struct seen *seen;
+	size_t nseen;
 	struct wl other;
 	double unheld_secs, unheld_dollars;
 	uint64_t start_ns, wm_ns;
@@ -304,17 +313,6 @@ static void wl_add(struct wl *w, const struct eff_row *r, uint64_t end)
 		w->last_ns = end;
 }
 
-static int cmp_idle_cost(const void *a, const void *b, void *ctx)
-{
-	const struct eff_row *rows = ctx;
-	const struct eff_row *x = &rows[*(const size_t *)a], *y = &rows[*(const size_t *)b];
-	double ix = x->idle_dollars > 0 ? x->idle_dollars : 0, iy = y->idle_dollars > 0 ? y->idle_dollars : 0;
-
-	if (ix != iy)
-		return ix < iy ? 1 : -1;
-	return idle_s(&x->t) < idle_s(&y->t) ? 1 : idle_s(&x->t) > idle_s(&y->t) ? -1 : 0;
-}
-
 struct match_ctx {
 	struct pquery *q;
 	const struct u64map *agg;
@@ -338,8 +336,9 @@ static int match_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	return 0;
 }
 
-/* Adds query q over [from, to) to its total. */
-static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint64_t to)
+/* Value of query q over [from, to) into *ret. */
+static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint64_t to,
+		      double *ret)
 {
 	struct store_query sq = { from, to, q->sel, q->kind, q->gpu_idle };
 	struct u64map agg = { 0 };
@@ -379,8 +378,7 @@ static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint6
 	if (nids)
 		err = x->st->ops->stacks(x->st, ids, nids, match_stack, &m);
 done:
-	if (!err)
-		q->total += m.sum;
+	*ret = m.sum;
 out:
 	free(ids);
 	u64map_done(&agg);
@@ -395,73 +393,180 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
-/* Counts [wm, end) (mu held). */
-static int count_window(struct exporter *x, uint64_t end)
+/* Ranking of workloads: idle dollars, then idle seconds, then name (ascending). */
+static int cmp_seen(const struct seen *x, const struct seen *y)
 {
-	struct wctx w = { x };
-	size_t *order = NULL;
-	int err;
+	if (x->idle_dollars != y->idle_dollars)
+		return x->idle_dollars < y->idle_dollars ? 1 : -1;
+	if (x->idle_s != y->idle_s)
+		return x->idle_s < y->idle_s ? 1 : -1;
+	return strcmp(x->key, y->key);
+}
 
-	err = efficiency_window(x->e, x->wm_ns, end, window_row, &w);
-	for (size_t i = 0; i < x->nq && !err; i++)
-		err = eval_query(x, &x->q[i], x->wm_ns, end);
-	if (err)
-		goto out;
-	order = malloc((w.n + 1) * sizeof(*order));
-	if (!order) {
-		err = -ENOMEM;
-		goto out;
+static int cmp_seen_q(const void *a, const void *b)
+{
+	return cmp_seen(a, b);
+}
+
+static bool wl_is(const struct wl *w, const char *key)
+{
+	const char *sep = strchr(key, '\x01');
+
+	return !strncmp(w->ns, key, (size_t)(sep - key)) && !w->ns[sep - key] &&
+	       !strcmp(w->pod, sep + 1);
+}
+
+/* Moves a slot's counts into "other" (which stays monotonic) and frees the slot. */
+static void wl_evict(struct exporter *x, size_t i)
+{
+	for (int k = 0; k < 3; k++)
+		x->other.secs[k] += x->wl[i].secs[k];
+	x->other.idle_dollars += x->wl[i].idle_dollars;
+	free(x->wl[i].ns);
+	free(x->wl[i].pod);
+	x->wl[i] = x->wl[--x->nwl];
+}
+
+static struct seen *seen_get(struct exporter *x, const char *key, uint64_t end)
+{
+	size_t cap = 8 * x->cfg.top + 64;
+
+	for (size_t i = 0; i < x->nseen; i++)
+		if (!strcmp(x->seen[i].key, key))
+			return &x->seen[i];
+	if (x->nseen == cap) {
+		/* Full: forget the lowest-ranked workload that has no series. */
+		size_t worst = SIZE_MAX;
+
+		for (size_t i = 0; i < x->nseen; i++)
+			if (!x->seen[i].slotted &&
+			    (worst == SIZE_MAX || cmp_seen(&x->seen[i], &x->seen[worst]) > 0))
+				worst = i;
+		if (worst == SIZE_MAX)
+			return NULL;
+		free(x->seen[worst].key);
+		x->seen[worst] = x->seen[--x->nseen];
+	} else {
+		struct seen *n = realloc(x->seen, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		x->seen = n;
 	}
-	for (size_t i = 0; i < w.n; i++)
-		order[i] = i;
-	qsort_r(order, w.n, sizeof(*order), cmp_idle_cost, w.rows);
-	/* Free the slots of workloads gone for an hour, then admit by idle cost. */
-	for (size_t i = 0; i < x->nwl;) {
-		if (end - x->wl[i].last_ns > EVICT_NS) {
-			free(x->wl[i].ns);
-			free(x->wl[i].pod);
-			x->wl[i] = x->wl[--x->nwl];
+	x->seen[x->nseen] = (struct seen){ .key = strdup(key), .last_ns = end };
+	if (!x->seen[x->nseen].key)
+		return NULL;
+	return &x->seen[x->nseen++];
+}
+
+/*
+ * Gives the --export-top series to the workloads with the highest idle cost so far (among
+ * those with GPU time in the last hour). A workload that falls out of the top hands its counts
+ * to "other"; one that enters starts from zero (its earlier time is in "other" already).
+ */
+static int rerank(struct exporter *x, uint64_t end)
+{
+	size_t want = 0;
+
+	for (size_t i = 0; i < x->nwl;)
+		if (end - x->wl[i].last_ns > EVICT_NS)
+			wl_evict(x, i);
+		else
+			i++;
+	for (size_t i = 0; i < x->nseen;) {
+		if (end - x->seen[i].last_ns > EVICT_NS) {
+			free(x->seen[i].key);
+			x->seen[i] = x->seen[--x->nseen];
 		} else {
 			i++;
 		}
 	}
-	for (size_t i = 0; i < w.n; i++) {
-		const struct eff_row *r = &w.rows[order[i]];
-		const char *key = w.keys[order[i]], *sep = strchr(key, '\x01');
+	qsort(x->seen, x->nseen, sizeof(*x->seen), cmp_seen_q);
+	want = x->nseen < x->cfg.top ? x->nseen : x->cfg.top;
+	for (size_t i = 0; i < x->nseen; i++)
+		x->seen[i].slotted = false;
+	/* Evict slots whose workload is no longer in the top. */
+	for (size_t k = 0; k < x->nwl;) {
+		bool keep = false;
+
+		for (size_t i = 0; i < want && !keep; i++)
+			keep = wl_is(&x->wl[k], x->seen[i].key);
+		if (keep)
+			k++;
+		else
+			wl_evict(x, k);
+	}
+	for (size_t i = 0; i < want; i++) {
+		const char *key = x->seen[i].key, *sep = strchr(key, '\x01');
+		bool has = false;
+		struct wl *n;
+
+		x->seen[i].slotted = true;
+		for (size_t k = 0; k < x->nwl && !has; k++)
+			has = wl_is(&x->wl[k], key);
+		if (has)
+			continue;
+		n = realloc(x->wl, (x->nwl + 1) * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		x->wl = n;
+		n = &x->wl[x->nwl];
+		*n = (struct wl){ strndup(key, (size_t)(sep - key)), strdup(sep + 1) };
+		n->last_ns = end;
+		if (!n->ns || !n->pod) {
+			free(n->ns);
+			free(n->pod);
+			return -ENOMEM;
+		}
+		x->nwl++;
+	}
+	return 0;
+}
+
+/* Counts [wm, end) (mu held). */
+static int count_window(struct exporter *x, uint64_t end)
+{
+	struct wctx w = { x };
+	double *qv = calloc(x->nq + 1, sizeof(*qv));
+	int err = qv ? 0 : -ENOMEM;
+
+	if (!err)
+		err = efficiency_window(x->e, x->wm_ns, end, window_row, &w);
+	for (size_t i = 0; i < x->nq && !err; i++)
+		err = eval_query(x, &x->q[i], x->wm_ns, end, &qv[i]);
+	for (size_t i = 0; i < x->nq && !err; i++)	/* all or nothing: a failed window is redone */
+		x->q[i].total += qv[i];
+	for (size_t i = 0; i < w.n && !err; i++) {
+		struct seen *sn = seen_get(x, w.keys[i], end);
+
+		if (!sn) {
+			err = -ENOMEM;
+			break;
+		}
+		sn->idle_dollars += w.rows[i].idle_dollars;
+		sn->idle_s += idle_s(&w.rows[i].t);
+		if (w.rows[i].t.held > 0)
+			sn->last_ns = end;
+	}
+	if (!err)
+		err = rerank(x, end);
+	for (size_t i = 0; i < w.n && !err; i++) {
 		struct wl *slot = NULL;
 
 		for (size_t k = 0; k < x->nwl && !slot; k++)
-			if (!strncmp(x->wl[k].ns, key, (size_t)(sep - key)) &&
-			    !x->wl[k].ns[sep - key] && !strcmp(x->wl[k].pod, sep + 1))
+			if (wl_is(&x->wl[k], w.keys[i]))
 				slot = &x->wl[k];
-		if (!slot && x->nwl < x->cfg.top) {
-			struct wl *n = realloc(x->wl, (x->nwl + 1) * sizeof(*n));
-
-			if (!n) {
-				err = -ENOMEM;
-				break;
-			}
-			x->wl = n;
-			slot = &x->wl[x->nwl];
-			*slot = (struct wl){ strndup(key, (size_t)(sep - key)), strdup(sep + 1) };
-			if (!slot->ns || !slot->pod) {
-				free(slot->ns);
-				free(slot->pod);
-				err = -ENOMEM;
-				break;
-			}
-			x->nwl++;
-		}
-		wl_add(slot ? slot : &x->other, r, end);
+		wl_add(slot ? slot : &x->other, &w.rows[i], end);
 	}
-	x->unheld_secs += w.unheld_secs;
-	x->unheld_dollars += w.unheld_dollars;
-out:
+	if (!err) {
+		x->unheld_secs += w.unheld_secs;
+		x->unheld_dollars += w.unheld_dollars;
+	}
 	for (size_t i = 0; i < w.n; i++)
 		free(w.keys[i]);
 	free(w.keys);
 	free(w.rows);
-	free(order);
+	free(qv);
 	return err;
 }
 
@@ -607,6 +712,9 @@ void exporter_free(struct exporter *x)
 		free(x->wl[i].pod);
 	}
 	free(x->wl);
+	for (size_t i = 0; i < x->nseen; i++)
+		free(x->seen[i].key);
+	free(x->seen);
 	pthread_mutex_destroy(&x->mu);
 	free(x);
 }
