@@ -1,14 +1,42 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Small libbpf helpers shared by the agent's BPF modules. */
+/*
+ * Small libbpf helpers shared by the agent's BPF modules, and the user-space side of the BPF
+ * counter registry (common/abi.h, agent/gpuscope.bpf.h): the one name table of enum
+ * gpuscope_err and the families gpuscope_agent_bpf_errors_total{program,error} and
+ * gpuscope_agent_bpf_events_total{program,event}.
+ */
 #ifndef GPUSCOPE_BPFUTIL_H
 #define GPUSCOPE_BPFUTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <linux/types.h>
+#include "common/abi.h"
 
 /*
  * Sum over CPUs of the u64 at `key` of a BPF_MAP_TYPE_PERCPU_ARRAY (the modules' error and
  * event counters). 0 when the map cannot be read.
  */
 uint64_t bpf_percpu_sum(int map_fd, uint32_t key);
+
+/* "cpu", "sched", "cuda", "cupti": the program label of enum gpuscope_prog; NULL if out of range. */
+const char *bpf_prog_name(unsigned prog);
+
+/*
+ * Name of counter code (enum gpuscope_err), NULL for an unused code; *ret_is_error says whether
+ * it counts a failure (bpf_errors_total) or normal work (bpf_events_total).
+ */
+const char *bpf_counter_name(unsigned code, bool *ret_is_error);
+
+/*
+ * Exports program prog's `errors` map (a module's start, after load); map_fd < 0 stops (its
+ * stop, before the skeleton is destroyed). Caller serializes with bpf_counters__metrics()
+ * (run.c's lock).
+ */
+void bpf_counters__set(enum gpuscope_prog prog, int map_fd);
+
+/* Both families over every exported program, each family with HELP and TYPE. */
+void bpf_counters__metrics(FILE *out);
 
 #endif

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/gpu/nvml.h"
 #include "agent/commands.h"
 #include "agent/push/metrics_http.h"
@@ -195,6 +196,7 @@ static void fill_metrics(void *arg, FILE *out)
 			     "gpuscope_agent_unknown_frames_total %" PRIu64 "\n",
 			st.lookups, st.misses, st.clears, st.unknown_frames);
 	}
+	bpf_counters__metrics(out);
 	for (size_t i = 0; i < c->nmods; i++)
 		if (c->mods[i].started && c->mods[i].m->metrics)
 			c->mods[i].m->metrics(c->a, out);

@@ -29,6 +29,7 @@ enum gpuscope_cupti_rec_kind {
 
 #define GPUSCOPE_CUPTI_NAME_NONE 0xffffffffu	/* name_idx when there is no (known) name */
 #define GPUSCOPE_CUPTI_NAME_MAX	 512		/* bytes of a name the agent reads, NUL included */
+#define GPUSCOPE_CUPTI_NAMES_CAP (1u << 15)	/* distinct kernel names per process (name idx) */
 
 /* One completed activity, as the library hands it over. Times are cuptiGetTimestamp() ns. */
 struct gpuscope_cupti_rec {
@@ -48,14 +49,7 @@ struct gpuscope_cupti_rec {
 };
 _Static_assert(sizeof(struct gpuscope_cupti_rec) == 88, "ABI change: bump GPUSCOPE_CUPTI_ABI");
 
-/* Ring-buffer events from src/agent/bpf/cupti.bpf.c. */
-enum gpuscope_cupti_ev_type {
-	GPUSCOPE_EV_CUPTI_LAUNCH = 8,
-	GPUSCOPE_EV_CUPTI_RECS = 9,
-	GPUSCOPE_EV_CUPTI_NAME = 10,
-	GPUSCOPE_EV_CUPTI_CLOCK = 11,
-	GPUSCOPE_EV_CUPTI_DROPS = 12,
-};
+/* Ring-buffer events from src/agent/cupti/cupti.bpf.c; their types: the registry in abi.h. */
 
 /* launch: followed by ustack_len user frames (__u64, innermost first). */
 struct gpuscope_ev_cupti_launch {
@@ -92,17 +86,6 @@ struct gpuscope_ev_cupti_pair {
 	__u32 type, size;
 	__u32 tgid, _pad;
 	__u64 a, b;
-};
-
-/* Per-CPU counters of the cupti BPF program. */
-enum gpuscope_cupti_err {
-	GPUSCOPE_CUPTI_ERR_RINGBUF = 0,	/* ring buffer full: launch/name/clock/drops event lost */
-	GPUSCOPE_CUPTI_ERR_RECS_LOST,	/* activity records lost (ring buffer full or read failed) */
-	GPUSCOPE_CUPTI_ERR_USTACK,	/* no user stack at a launch */
-	GPUSCOPE_CUPTI_ERR_READ,	/* bpf_probe_read_user of records/name failed */
-	GPUSCOPE_CUPTI_ERR_TRUNC,	/* a buffer hit had more than GPUSCOPE_CUPTI_MAX_RECS */
-	GPUSCOPE_CUPTI_ERR_LAUNCHES,	/* not an error: launch probe hits */
-	GPUSCOPE_CUPTI_ERR_MAX = 8,
 };
 
 #endif

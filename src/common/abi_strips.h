@@ -7,10 +7,7 @@
 #ifndef GPUSCOPE_ABI_STRIPS_H
 #define GPUSCOPE_ABI_STRIPS_H
 
-/* Event types 8..11 of enum gpuscope_ev_type (abi.h reserves 4..31 for these programs). */
-#define GPUSCOPE_EV_THREAD_STATE 8	/* struct gpuscope_ev_thread_state */
-#define GPUSCOPE_EV_PROC	 9	/* struct gpuscope_ev_strips_proc */
-#define GPUSCOPE_EV_CUDA_CALL	 10	/* struct gpuscope_ev_cuda_call */
+/* Event types and error codes: the registry in abi.h. */
 
 /* Thread states as the scheduler sees them. */
 enum gpuscope_tstate {
@@ -102,19 +99,6 @@ struct gpuscope_cuda_agg_key {
 struct gpuscope_cuda_agg_val {
 	__u64 count, ns;
 	__u64 first_ns, last_ns;	/* start of the first call, end of the last */
-};
-
-/* Per-CPU error counters of these programs (their own `errors` maps), beyond enum gpuscope_err. */
-enum gpuscope_strips_err {
-	GPUSCOPE_SERR_RINGBUF_FULL = 0,	/* event lost */
-	GPUSCOPE_SERR_KSTACK,		/* bpf_get_stackid(kernel) failed (-EEXIST: bucket taken) */
-	GPUSCOPE_SERR_USTACK,		/* bpf_get_stackid(user) failed */
-	GPUSCOPE_SERR_THREADS_FULL,	/* thread-state map full: thread not followed */
-	GPUSCOPE_SERR_AGG_FULL,		/* aggregation map full: short interval/call lost */
-	GPUSCOPE_SERR_SUMMARY,		/* not an error: short states folded into summaries */
-	GPUSCOPE_SERR_RACE,		/* transition out of order (waking before switch-out ...) */
-	GPUSCOPE_SERR_NEST,		/* CUDA call nested in another probed call (inner ignored) */
-	GPUSCOPE_SERR_MAX = 16,
 };
 
 #endif

@@ -23,7 +23,6 @@
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #define CHUNK_RECS	  4096		/* compact records per buffer probe hit */
-#define NAMES_CAP	  (1u << 15)	/* distinct kernel names per process */
 #define NAMES_BYTES_MAX	  (16u << 20)	/* bytes of kernel names kept */
 #define CLOCK_EVERY_NS	  1000000000ull	/* re-send a clock pair this often */
 #define DEF_BUF_KB	  2048
@@ -49,8 +48,8 @@ struct name_slot {
 	char *str;	/* strdup'ed; NULL: empty slot */
 	uint32_t idx;
 };
-static struct name_slot names[NAMES_CAP * 2];	/* open addressing, load <= 1/2 */
-static const char *names_by_idx[NAMES_CAP];
+static struct name_slot names[GPUSCOPE_CUPTI_NAMES_CAP * 2]; /* open addressing, load <= 1/2 */
+static const char *names_by_idx[GPUSCOPE_CUPTI_NAMES_CAP];
 static uint32_t names_n;
 static size_t names_bytes;
 static unsigned short seen_name_sema, seen_clock_sema, seen_drops_sema;
@@ -146,7 +145,7 @@ static uint32_t name_index(const char *name)
 			return names[i].idx;
 	}
 	len = strlen(name) + 1;
-	if (names_n >= NAMES_CAP || names_bytes + len > NAMES_BYTES_MAX)
+	if (names_n >= GPUSCOPE_CUPTI_NAMES_CAP || names_bytes + len > NAMES_BYTES_MAX)
 		return GPUSCOPE_CUPTI_NAME_NONE;
 	copy = malloc(len);
 	if (!copy)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "test.h"
 #include "strips_testlib.h"
+#include "agent/bpfutil.h"
 #include "agent/agent.h"
 /* strong references: pull the modules from the archive */
 extern const struct agent_module sched_module, cuda_probe_module;
@@ -569,6 +570,7 @@ static long metric(struct agent *a, const struct agent_module *m, const char *na
 	if (!f)
 		return -1;
 	m->metrics(a, f);
+	bpf_counters__metrics(f);	/* what the BPF programs count: one agent-wide family */
 	fclose(f);
 	p = strstr(buf, name);
 	if (p)
@@ -600,8 +602,8 @@ static bool test_strips_thread_churn(void)
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 60000);
 	followed = metric(&a, &sched_module, "gpuscope_agent_sched_threads_followed ");
-	drops = metric(&a, &sched_module, "error=\"ringbuf_full\"} ");
-	full = metric(&a, &sched_module, "error=\"threads_full\"} ");
+	drops = metric(&a, &sched_module, "program=\"sched\",error=\"ringbuf_full\"} ");
+	full = metric(&a, &sched_module, "program=\"sched\",error=\"threads_full\"} ");
 	sched_module.stop(&a);
 	if (!ASSERT_EQ(status, 0, "churn exit status") ||
 	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))

@@ -6,7 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "common/abi.h"
+#include "agent/gpuscope.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -25,13 +25,6 @@ struct {
 	__type(value, __u8);
 } pids SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GPUSCOPE_ERR_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} errors SEC(".maps");
-
 #define SAMPLE_MAX (sizeof(struct gpuscope_ev_cpu_sample) + 2 * GPUSCOPE_MAX_STACK * 8)
 struct scratch {
 	struct gpuscope_ev_cpu_sample ev;
@@ -44,14 +37,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch_map SEC(".maps");
-
-static __always_inline void count_err(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&errors, &which);
-
-	if (v)
-		*v += 1;
-}
 
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)

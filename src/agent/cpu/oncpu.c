@@ -400,8 +400,10 @@ static int module_start(struct agent *a)
 	if (!mod.o) {
 		err = -errno;
 		log_error("CPU sampler: %s", why ? why : strerror(errno));
+		return err;
 	}
-	return err;
+	bpf_counters__set(GPUSCOPE_PROG_CPU, bpf_map__fd(mod.o->skel->maps.errors));
+	return 0;
 }
 
 static int module_tick(struct agent *a)
@@ -413,6 +415,7 @@ static void module_stop(struct agent *a)
 {
 	if (mod.o)
 		oncpu__poll(mod.o, 0);
+	bpf_counters__set(GPUSCOPE_PROG_CPU, -1);
 	oncpu__free(mod.o);
 	mod.o = NULL;
 }
@@ -459,11 +462,6 @@ static void module_metrics(struct agent *a, FILE *out)
 		     "gpuscope_cpu_samples_dropped_total{reason=\"relabel_drop\"} %llu\n",
 		(unsigned long long)s.lost, (unsigned long long)mod.stack_errors,
 		(unsigned long long)mod.batch_errors, (unsigned long long)mod.relabel_dropped);
-	fprintf(out, "# HELP gpuscope_cpu_stack_errors_total Samples kept without a user or kernel stack.\n"
-		     "# TYPE gpuscope_cpu_stack_errors_total counter\n"
-		     "gpuscope_cpu_stack_errors_total{stack=\"user\"} %llu\n"
-		     "gpuscope_cpu_stack_errors_total{stack=\"kernel\"} %llu\n",
-		(unsigned long long)s.ustack_err, (unsigned long long)s.kstack_err);
 }
 
 const struct agent_module oncpu_module = {

@@ -9,7 +9,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "common/abi.h"
+#include "agent/gpuscope.bpf.h"
 #include "common/abi_strips.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -59,21 +59,6 @@ struct {
 	__uint(value_size, GPUSCOPE_MAX_STACK * sizeof(__u64));
 } stacks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GPUSCOPE_SERR_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} errors SEC(".maps");
-
-static __always_inline void count_err(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&errors, &which);
-
-	if (v)
-		*v += 1;
-}
-
 SEC("uprobe")
 int cu_entry(struct pt_regs *ctx)
 {
@@ -86,7 +71,7 @@ int cu_entry(struct pt_regs *ctx)
 	/* deeper on the stack than the open call: nested; else the open one lost its return */
 	if (f && PT_REGS_SP(ctx) < f->sp) {
 		f->depth++;
-		count_err(GPUSCOPE_SERR_NEST);
+		count_err(GPUSCOPE_CERR_NEST);
 		return 0;
 	}
 	nf.start_ns = bpf_ktime_get_ns();
@@ -94,7 +79,7 @@ int cu_entry(struct pt_regs *ctx)
 	nf.cookie = cookie;
 	nf.sp = PT_REGS_SP(ctx);
 	if (bpf_map_update_elem(&inflight, &tid, &nf, BPF_ANY)) {
-		count_err(GPUSCOPE_SERR_AGG_FULL);
+		count_err(GPUSCOPE_CERR_AGG_FULL);
 		return 0;
 	}
 	if (cookie & GPUSCOPE_CUDA_SYNC)
@@ -123,7 +108,7 @@ int cu_return(struct pt_regs *ctx)
 	/* at the return the stack is exactly the caller's: ip is the return address */
 	ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	if (ustack < 0)
-		count_err(GPUSCOPE_SERR_USTACK);
+		count_err(GPUSCOPE_CERR_USTACK);
 	if ((f->cookie & GPUSCOPE_CUDA_SYNC) || dur >= min_call_ns) {
 		struct gpuscope_ev_cuda_call ev = {};
 
@@ -138,7 +123,7 @@ int cu_return(struct pt_regs *ctx)
 		ev.ustack_id = ustack;
 		bpf_get_current_comm(ev.comm, sizeof(ev.comm));
 		if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
-			count_err(GPUSCOPE_SERR_RINGBUF_FULL);
+			count_err(GPUSCOPE_CERR_RINGBUF_FULL);
 	} else {
 		struct gpuscope_cuda_agg_key k = {
 			.tgid = tgid, .tid = tid, .api = f->cookie, .ustack_id = ustack,
@@ -155,7 +140,7 @@ int cu_return(struct pt_regs *ctx)
 			v->ns += dur;
 			v->last_ns = now;
 		} else if (bpf_map_update_elem(&calls, &k, &nv, BPF_NOEXIST)) {
-			count_err(GPUSCOPE_SERR_AGG_FULL);
+			count_err(GPUSCOPE_CERR_AGG_FULL);
 		}
 	}
 	bpf_map_delete_elem(&inflight, &tid);

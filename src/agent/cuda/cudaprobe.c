@@ -447,11 +447,13 @@ static int cuda_start(struct agent *a)
 		goto out_destroy;
 	}
 	C.skel = skel;
+	bpf_counters__set(GPUSCOPE_PROG_CUDA, bpf_map__fd(skel->maps.errors));
 	err = procs__acquire(a, on_tracked, &C);
 	if (err)
 		goto out_rb;
 	return 0;
 out_rb:
+	bpf_counters__set(GPUSCOPE_PROG_CUDA, -1);
 	ring_buffer__free(C.rb);
 	C.rb = NULL;
 	C.skel = NULL;
@@ -516,6 +518,7 @@ static void cuda_stop(struct agent *a)
 	drain_calls();
 	procs__release(on_tracked, &C);
 	detach_all();
+	bpf_counters__set(GPUSCOPE_PROG_CUDA, -1);
 	ring_buffer__free(C.rb);
 	cudaprobe_bpf__destroy(C.skel);
 	C.rb = NULL;
@@ -525,11 +528,10 @@ static void cuda_stop(struct agent *a)
 
 static void cuda_metrics(struct agent *a, FILE *out)
 {
-	int probes = 0, absent = 0, efd;
+	int probes = 0, absent = 0;
 
 	if (!C.skel)
 		return;
-	efd = bpf_map__fd(C.skel->maps.errors);
 	for (int i = 0; i < C.nlibs; i++) {
 		probes += C.libs[i].nlinks;
 		absent += C.libs[i].absent;
@@ -540,12 +542,6 @@ static void cuda_metrics(struct agent *a, FILE *out)
 	fprintf(out, "gpuscope_agent_cuda_functions_absent %d\n", absent);
 	fprintf(out, "gpuscope_agent_cuda_attach_failures_total %" PRIu64 "\n", C.attach_failures);
 	fprintf(out, "gpuscope_agent_cuda_stack_lost_total %" PRIu64 "\n", C.stack_lost);
-	fprintf(out, "gpuscope_agent_cuda_ringbuf_drops_total %" PRIu64 "\n",
-		bpf_percpu_sum(efd, GPUSCOPE_SERR_RINGBUF_FULL));
-	fprintf(out, "gpuscope_agent_cuda_agg_drops_total %" PRIu64 "\n",
-		bpf_percpu_sum(efd, GPUSCOPE_SERR_AGG_FULL));
-	fprintf(out, "gpuscope_agent_cuda_nested_total %" PRIu64 "\n",
-		bpf_percpu_sum(efd, GPUSCOPE_SERR_NEST));
 	fprintf(out, "gpuscope_agent_cuda_batch_errors_total %" PRIu64 "\n", C.batch_errors);
 	fprintf(out, "gpuscope_agent_cuda_relabel_dropped_total %" PRIu64 "\n", C.relabel_dropped);
 	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)

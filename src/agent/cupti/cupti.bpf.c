@@ -10,7 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
-#include "common/abi.h"
+#include "agent/gpuscope.bpf.h"
 #include "common/abi_cupti.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -20,26 +20,11 @@ struct {
 	__uint(max_entries, 32 << 20);	/* resized by the loader */
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GPUSCOPE_CUPTI_ERR_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} errors SEC(".maps");
-
 /* A launch event with room for the deepest stack; only ustack_len frames are meaningful. */
 struct launch_ev {
 	struct gpuscope_ev_cupti_launch ev;
 	__u64 frames[GPUSCOPE_MAX_STACK];
 };
-
-static __always_inline void count(__u32 which, __u64 n)
-{
-	__u64 *v = bpf_map_lookup_elem(&errors, &which);
-
-	if (v)
-		*v += n;
-}
 
 /*
  * Uprobe programs are preemptible (migrate_disable only), so a per-CPU scratch buffer could be
@@ -53,10 +38,10 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	struct launch_ev *e;
 	long n;
 
-	count(GPUSCOPE_CUPTI_ERR_LAUNCHES, 1);
+	count_err(GPUSCOPE_CUPTI_ERR_LAUNCHES);
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+		count_err(GPUSCOPE_CUPTI_ERR_RINGBUF);
 		return 0;
 	}
 	e->ev.type = GPUSCOPE_EV_CUPTI_LAUNCH;
@@ -68,7 +53,7 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	e->ev._pad = 0;
 	n = bpf_get_stack(ctx, e->frames, sizeof(e->frames), BPF_F_USER_STACK);
 	if (n < 0) {
-		count(GPUSCOPE_CUPTI_ERR_USTACK, 1);
+		count_err(GPUSCOPE_CUPTI_ERR_USTACK);
 		n = 0;
 	}
 	e->ev.ustack_len = n / 8;
@@ -96,7 +81,7 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 		cnt = GPUSCOPE_CUPTI_RECS_PER_EV;
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
-		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
+		count_err_n(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
 		return 0;
 	}
 	ev->type = GPUSCOPE_EV_CUPTI_RECS;
@@ -111,8 +96,8 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 		bytes = sizeof(ev->recs);
 	if (bpf_probe_read_user(ev->recs, bytes,
 				(const void *)(c->recs + (__u64)off * sizeof(struct gpuscope_cupti_rec)))) {
-		count(GPUSCOPE_CUPTI_ERR_READ, 1);
-		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
+		count_err(GPUSCOPE_CUPTI_ERR_READ);
+		count_err_n(GPUSCOPE_CUPTI_ERR_RECS_LOST, cnt);
 		ev->err = cnt;
 		ev->n = 0;
 	}
@@ -126,8 +111,8 @@ int BPF_USDT(on_buffer, __u64 recs, __u32 n)
 	struct copy_ctx c = { .recs = recs, .n = n, .tgid = bpf_get_current_pid_tgid() >> 32 };
 
 	if (c.n > GPUSCOPE_CUPTI_MAX_RECS) {
-		count(GPUSCOPE_CUPTI_ERR_TRUNC, 1);
-		count(GPUSCOPE_CUPTI_ERR_RECS_LOST, c.n - GPUSCOPE_CUPTI_MAX_RECS);
+		count_err(GPUSCOPE_CUPTI_ERR_TRUNC);
+		count_err_n(GPUSCOPE_CUPTI_ERR_RECS_LOST, c.n - GPUSCOPE_CUPTI_MAX_RECS);
 		c.n = GPUSCOPE_CUPTI_MAX_RECS;
 	}
 	bpf_loop((c.n + GPUSCOPE_CUPTI_RECS_PER_EV - 1) / GPUSCOPE_CUPTI_RECS_PER_EV, copy_chunk,
@@ -142,7 +127,7 @@ int BPF_USDT(on_name, __u32 idx, __u64 str)
 
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
-		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+		count_err(GPUSCOPE_CUPTI_ERR_RINGBUF);
 		return 0;
 	}
 	ev->type = GPUSCOPE_EV_CUPTI_NAME;
@@ -150,7 +135,7 @@ int BPF_USDT(on_name, __u32 idx, __u64 str)
 	ev->tgid = bpf_get_current_pid_tgid() >> 32;
 	ev->idx = idx;
 	if (bpf_probe_read_user_str(ev->name, sizeof(ev->name), (const void *)str) < 0) {
-		count(GPUSCOPE_CUPTI_ERR_READ, 1);
+		count_err(GPUSCOPE_CUPTI_ERR_READ);
 		ev->name[0] = 0;
 	}
 	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
@@ -168,7 +153,7 @@ static __always_inline int emit_pair(__u32 type, __u64 a, __u64 b)
 	};
 
 	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP))
-		count(GPUSCOPE_CUPTI_ERR_RINGBUF, 1);
+		count_err(GPUSCOPE_CUPTI_ERR_RINGBUF);
 	return 0;
 }
 

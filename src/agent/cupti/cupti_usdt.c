@@ -35,7 +35,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define MAX_LIBS	 32
 #define NPROBES		 5
 #define MAX_PROCS	 256
-#define NAMES_CAP	 (1u << 15)	/* matches the library's table */
 #define LAUNCH_BITS	 18		/* pending launches (all ways) */
 #define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
 #define MAX_DEVICES	 64
@@ -57,7 +56,7 @@ struct proc {
 	bool dead;
 	int64_t cupti_to_mono;		/* mono = cupti + this */
 	char comm[GPUSCOPE_COMM_LEN + 1];
-	char **names;			/* demangled, by library index; NAMES_CAP entries */
+	char **names;		/* demangled, by library index; GPUSCOPE_CUPTI_NAMES_CAP */
 	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
 };
 
@@ -249,7 +248,7 @@ static bool pid_wanted(struct agent *a, pid_t pid)
 static void proc_free_contents(struct proc *p)
 {
 	if (p->names)
-		for (uint32_t i = 0; i < NAMES_CAP; i++)
+		for (uint32_t i = 0; i < GPUSCOPE_CUPTI_NAMES_CAP; i++)
 			free(p->names[i]);
 	free(p->names);
 	memset(p, 0, sizeof(*p));
@@ -280,7 +279,7 @@ static struct proc *proc_get(struct cupti_state *c, pid_t pid)
 	}
 	p = free_slot;
 	p->pid = pid;
-	p->names = calloc(NAMES_CAP, sizeof(*p->names));
+	p->names = calloc(GPUSCOPE_CUPTI_NAMES_CAP, sizeof(*p->names));
 	if (!p->names) {
 		p->pid = 0;
 		return NULL;
@@ -552,7 +551,8 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 	case GPUSCOPE_CUPTI_KERNEL: {
 		const struct launch *l = find_launch(c, p->pid, r->correlation_id);
 		struct raw_stack *rs = NULL;
-		const char *name = r->name_idx < NAMES_CAP ? p->names[r->name_idx] : NULL;
+		const char *name =
+			r->name_idx < GPUSCOPE_CUPTI_NAMES_CAP ? p->names[r->name_idx] : NULL;
 		char unk[40];
 
 		c->st.kernels++;
@@ -642,7 +642,7 @@ static void on_name(struct cupti_state *c, struct proc *p, const struct gpuscope
 	char raw[GPUSCOPE_CUPTI_NAME_MAX + 1], *dem;
 	int status = -1;
 
-	if (ev->idx >= NAMES_CAP || !ev->name[0]) {
+	if (ev->idx >= GPUSCOPE_CUPTI_NAMES_CAP || !ev->name[0]) {
 		c->st.bad_events++;
 		return;
 	}
@@ -796,6 +796,7 @@ static int cupti_start(struct agent *a)
 	attach_known_paths(c);
 	scan_procs(c);
 	c->next_scan_ns = mono_ns() + SCAN_EVERY_NS;
+	bpf_counters__set(GPUSCOPE_PROG_CUPTI, bpf_map__fd(c->skel->maps.errors));
 	S = c;
 	return 0;
 out_free:
@@ -826,6 +827,7 @@ static void cupti_stop(struct agent *a)
 	if (!c)
 		return;
 	drain(c, true);
+	bpf_counters__set(GPUSCOPE_PROG_CUPTI, -1);
 	S = NULL;
 	cupti_free(c);
 }
@@ -843,7 +845,8 @@ void cupti_usdt__stats(struct cupti_stats *ret)
 		ret->lib_drops += c->procs[i].lib_drops;
 		ret->processes += c->procs[i].pid && !c->procs[i].dead;
 	}
-	for (__u32 k = 0; k < GPUSCOPE_CUPTI_ERR_MAX; k++)
+	for (__u32 k = GPUSCOPE_PROG_CUPTI * GPUSCOPE_PROG_RANGE;
+	     k < (GPUSCOPE_PROG_CUPTI + 1) * GPUSCOPE_PROG_RANGE; k++)
 		ret->bpf[k] = bpf_percpu_sum(bpf_map__fd(c->skel->maps.errors), k);
 }
 

@@ -5,6 +5,7 @@
 
 #include <linux/types.h>
 #include <stdint.h>
+#include "common/abi.h"
 #include "common/abi_cupti.h"
 
 struct cupti_stats {
@@ -22,7 +23,7 @@ struct cupti_stats {
 	uint64_t procs_seen, procs_full, processes;
 	uint64_t libs_attached, libs_skipped;
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
-	uint64_t bpf[GPUSCOPE_CUPTI_ERR_MAX];	/* enum gpuscope_cupti_err, summed over CPUs */
+	uint64_t bpf[GPUSCOPE_ERR_MAX];	/* by enum gpuscope_err (cupti range), summed over CPUs */
 };
 
 /* Snapshot of the running module's counters (zeros when not started). Main-loop thread. */

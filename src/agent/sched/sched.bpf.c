@@ -11,7 +11,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "common/abi.h"
+#include "agent/gpuscope.bpf.h"
 #include "common/abi_strips.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -81,13 +81,6 @@ struct {
 	__type(value, struct gpuscope_offcpu_val);
 } offcpu SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GPUSCOPE_SERR_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} errors SEC(".maps");
-
 /* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -95,14 +88,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
-
-static __always_inline void count_err(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&errors, &which);
-
-	if (v)
-		*v += 1;
-}
 
 static __always_inline void count(__u32 which)
 {

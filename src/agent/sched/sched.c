@@ -311,6 +311,7 @@ static int sched_start(struct agent *a)
 		goto out_destroy;
 	}
 	S.skel = skel;
+	bpf_counters__set(GPUSCOPE_PROG_SCHED, bpf_map__fd(skel->maps.errors));
 	err = blocked__init();
 	if (err)
 		log_warn("sched: /proc/kallsyms: %s: blocked reasons from syscalls only",
@@ -328,6 +329,7 @@ static int sched_start(struct agent *a)
 	S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
 	return 0;
 out_rb:
+	bpf_counters__set(GPUSCOPE_PROG_SCHED, -1);
 	blocked__done();
 	ring_buffer__free(S.rb);
 	S.rb = NULL;
@@ -410,6 +412,7 @@ static void sched_stop(struct agent *a)
 	strips_in_sync_map_fd = -1;
 	procs__release(on_tracked, &S);
 	blocked__done();
+	bpf_counters__set(GPUSCOPE_PROG_SCHED, -1);
 	ring_buffer__free(S.rb);
 	sched_bpf__destroy(S.skel);
 	S.rb = NULL;
@@ -418,12 +421,6 @@ static void sched_stop(struct agent *a)
 
 static void sched_metrics(struct agent *a, FILE *out)
 {
-	static const char *const errs[] = {
-		[GPUSCOPE_SERR_RINGBUF_FULL] = "ringbuf_full", [GPUSCOPE_SERR_KSTACK] = "kstack",
-		[GPUSCOPE_SERR_USTACK] = "ustack", [GPUSCOPE_SERR_THREADS_FULL] = "threads_full",
-		[GPUSCOPE_SERR_AGG_FULL] = "offcpu_map_full", [GPUSCOPE_SERR_SUMMARY] = "folded",
-		[GPUSCOPE_SERR_RACE] = "race",
-	};
 	struct procs_stats ps;
 
 	if (!S.skel)
@@ -433,10 +430,6 @@ static void sched_metrics(struct agent *a, FILE *out)
 		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
 	fprintf(out, "gpuscope_agent_sched_events_total %" PRIu64 "\n",
 		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
-	for (size_t i = 0; i < ARRAY_SIZE(errs); i++)
-		if (errs[i])
-			fprintf(out, "gpuscope_agent_sched_bpf_errors_total{error=\"%s\"} %" PRIu64 "\n",
-				errs[i], bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors), i));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;
