@@ -27,6 +27,7 @@
 #include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define TICK_NS			(50 * NSEC_PER_MSEC)
@@ -144,57 +145,49 @@ static void fill_metrics(void *arg, FILE *out)
 {
 	struct run_ctx *c = arg;
 
-	fprintf(out, "# HELP gpuscope_agent_info The agent's node name.\n"
-		     "# TYPE gpuscope_agent_info gauge\n"
-		     "gpuscope_agent_info{node=\"");
-	for (const char *p = c->a->opts.node; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fputc('\\', out);
-		if (*p == '\n')
-			fputs("\\n", out);
-		else
-			fputc(*p, out);
-	}
-	fprintf(out, "\"} 1\n");
-	fprintf(out, "# HELP gpuscope_agent_start_time_seconds Unix time the agent started.\n"
-		     "# TYPE gpuscope_agent_start_time_seconds gauge\n"
-		     "gpuscope_agent_start_time_seconds %.3f\n",
-		c->start_wall_ns / 1e9);
+	prom_family(out, "gpuscope_agent_info", "gauge", "The agent's node name.");
+	prom_sample1(out, "gpuscope_agent_info", "node", c->a->opts.node, 1);
+	prom_gauge(out, "gpuscope_agent_start_time_seconds", "Unix time the agent started.",
+		   c->start_wall_ns / 1e9);
 	pthread_mutex_lock(&c->lock);
-	fprintf(out, "# HELP gpuscope_agent_module_up 1 if the data source runs, 0 if unavailable.\n"
-		     "# TYPE gpuscope_agent_module_up gauge\n");
+	prom_family(out, "gpuscope_agent_module_up", "gauge",
+		    "1 if the data source runs, 0 if unavailable.");
 	for (size_t i = 0; i < c->nmods; i++)
-		fprintf(out, "gpuscope_agent_module_up{module=\"%s\"} %d\n", c->mods[i].m->name,
-			c->mods[i].started);
-	fprintf(out, "# HELP gpuscope_agent_module_tick_errors_total Failed module ticks.\n"
-		     "# TYPE gpuscope_agent_module_tick_errors_total counter\n");
+		prom_sample1(out, "gpuscope_agent_module_up", "module", c->mods[i].m->name,
+			     c->mods[i].started);
+	prom_family(out, "gpuscope_agent_module_tick_errors_total", "counter",
+		    "Failed module ticks.");
 	for (size_t i = 0; i < c->nmods; i++)
-		fprintf(out, "gpuscope_agent_module_tick_errors_total{module=\"%s\"} %" PRIu64 "\n",
-			c->mods[i].m->name, c->mods[i].tick_errors);
-	fprintf(out, "# HELP gpuscope_agent_batch_errors_total Batches that could not be created "
-		     "(ENOMEM): the current one kept growing.\n"
-		     "# TYPE gpuscope_agent_batch_errors_total counter\n"
-		     "gpuscope_agent_batch_errors_total %" PRIu64 "\n", c->batch_errors);
+		prom_sample1_u64(out, "gpuscope_agent_module_tick_errors_total", "module",
+				 c->mods[i].m->name, c->mods[i].tick_errors);
+	prom_counter(out, "gpuscope_agent_batch_errors_total",
+		     "Batches that could not be created (ENOMEM): the current one kept growing.",
+		     c->batch_errors);
 	if (c->a->sym)
 		symbolizer__metrics(c->a->sym, out);
 	if (c->a->stacks) {
 		struct stack_cache_stats st;
 
 		stack_cache__stats(c->a->stacks, &st);
-		fprintf(out, "# HELP gpuscope_agent_stack_cache_lookups_total Raw stacks looked up.\n"
-			     "# TYPE gpuscope_agent_stack_cache_lookups_total counter\n"
-			     "gpuscope_agent_stack_cache_lookups_total %" PRIu64 "\n"
-			     "# HELP gpuscope_agent_stack_cache_misses_total Raw stacks symbolized.\n"
-			     "# TYPE gpuscope_agent_stack_cache_misses_total counter\n"
-			     "gpuscope_agent_stack_cache_misses_total %" PRIu64 "\n"
-			     "# HELP gpuscope_agent_stack_cache_clears_total Times the full cache was "
-			     "cleared.\n"
-			     "# TYPE gpuscope_agent_stack_cache_clears_total counter\n"
-			     "gpuscope_agent_stack_cache_clears_total %" PRIu64 "\n"
-			     "# HELP gpuscope_agent_unknown_frames_total Frames kept as [unknown].\n"
-			     "# TYPE gpuscope_agent_unknown_frames_total counter\n"
-			     "gpuscope_agent_unknown_frames_total %" PRIu64 "\n",
-			st.lookups, st.misses, st.clears, st.unknown_frames);
+		prom_counter(out, "gpuscope_agent_stack_cache_lookups_total", "Raw stacks looked up.",
+			     st.lookups);
+		prom_counter(out, "gpuscope_agent_stack_cache_misses_total", "Raw stacks symbolized.",
+			     st.misses);
+		prom_counter(out, "gpuscope_agent_stack_cache_clears_total",
+			     "Times the full cache was cleared.", st.clears);
+		prom_counter(out, "gpuscope_agent_stack_cache_retries_total",
+			     "Stacks with unknown frames symbolized again.", st.retries);
+		prom_counter(out, "gpuscope_agent_unknown_frames_total", "Frames kept as [unknown].",
+			     st.unknown_frames);
+		prom_family(out, "gpuscope_agent_stacks_truncated_total", "counter",
+			    "Distinct stacks ending in [truncated] (cut_unmapped: cut in user space at "
+			    "an unmapped address).");
+		prom_sample_u64(out, "gpuscope_agent_stacks_truncated_total", NULL, 0, st.truncated);
+		prom_sample1_u64(out, "gpuscope_agent_stacks_truncated_total", "where", "cut_unmapped",
+				 st.cut_unmapped);
+		prom_counter(out, "gpuscope_agent_stack_bpf_frames_dropped_total",
+			     "The agent's own BPF frames removed from the top of kernel stacks.",
+			     st.bpf_frames);
 	}
 	bpf_counters__metrics(out);
 	for (size_t i = 0; i < c->nmods; i++)
@@ -514,6 +507,12 @@ int cmd_run(int argc, char **argv)
 		log_error("run: symbolizer: %s", strerror(errno));
 		goto out_batch;
 	}
+	/* One stack cache for every module that takes stacks, whichever of them run. */
+	a.stacks = stack_cache__new(a.sym, 0);
+	if (!a.stacks) {
+		log_error("run: stack cache: %s", strerror(errno));
+		goto out_batch;
+	}
 	spool = spool__open(o.spool_dir, o.spool_max);
 	if (!spool) {
 		log_error("run: spool '%s': %s", o.spool_dir ? o.spool_dir : "(memory)",
@@ -635,7 +634,7 @@ out_stop_modules:
 out_spool:
 	spool__free(spool);
 out_batch:
-	stack_cache__free(a.stacks);	/* created by the first module that symbolizes stacks */
+	stack_cache__free(a.stacks);
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
 out_curl:

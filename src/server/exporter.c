@@ -14,6 +14,7 @@
 #include "common/batch.h"
 #include "common/hmap.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "server/exporter.h"
 #include "server/query.h"
@@ -570,32 +571,18 @@ static int count_window(struct exporter *x, uint64_t end)
 	return err;
 }
 
-static void label_value(struct buf *b, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			buf_printf(b, "\\%c", *s);
-		else if (*s == '\n')
-			buf_puts(b, "\\n");
-		else
-			buf_put(b, s, 1);
-	}
-}
-
-static void wl_print(struct buf *b, const struct wl *w, const char *ns, const char *pod)
+static void wl_print(FILE *out, const struct wl *w, const char *ns, const char *pod)
 {
 	static const char *const states[3] = { "busy", "idle", "unknown" };
 
-	for (int s = 0; s < 3; s++) {
-		buf_printf(b, "gpuscope_gpu_seconds_total{state=\"%s\",namespace=\"", states[s]);
-		label_value(b, ns);
-		buf_puts(b, "\",pod=\"");
-		label_value(b, pod);
-		buf_printf(b, "\"} %.6f\n", w->secs[s]);
-	}
+	for (int s = 0; s < 3; s++)
+		prom_sample(out, "gpuscope_gpu_seconds_total",
+			    (struct prom_label[]){ { "state", states[s] }, { "namespace", ns },
+						   { "pod", pod } },
+			    3, w->secs[s]);
 }
 
-int exporter_metrics(struct exporter *x, struct buf *out)
+int exporter_metrics(struct exporter *x, FILE *out)
 {
 	uint64_t now = wall_ns(), end, t0;
 	int err = 0;
@@ -618,62 +605,54 @@ int exporter_metrics(struct exporter *x, struct buf *out)
 		}
 	}
 	x->cpu_ns += thread_cpu_ns() - t0;
-	buf_puts(out, "# HELP gpuscope_gpu_seconds_total GPU time by state and holder workload "
-		      "(top workloads by idle cost, the rest as namespace=\"other\").\n"
-		      "# TYPE gpuscope_gpu_seconds_total counter\n");
+	prom_family(out, "gpuscope_gpu_seconds_total", "counter",
+		    "GPU time by state and holder workload (top workloads by idle cost, the rest as "
+		    "namespace=\"other\").");
 	for (size_t i = 0; i < x->nwl; i++)
 		wl_print(out, &x->wl[i], x->wl[i].ns, x->wl[i].pod);
 	wl_print(out, &x->other, "other", "other");
-	buf_printf(out, "gpuscope_gpu_seconds_total{state=\"unheld\",namespace=\"\",pod=\"\"} %.6f\n",
-		   x->unheld_secs);
-	buf_puts(out, "# HELP gpuscope_gpu_idle_cost_dollars_total Dollars of GPU time held but idle"
-		      " (--gpu-hour-price).\n# TYPE gpuscope_gpu_idle_cost_dollars_total counter\n");
-	for (size_t i = 0; i < x->nwl; i++) {
-		buf_puts(out, "gpuscope_gpu_idle_cost_dollars_total{namespace=\"");
-		label_value(out, x->wl[i].ns);
-		buf_puts(out, "\",pod=\"");
-		label_value(out, x->wl[i].pod);
-		buf_printf(out, "\"} %.6f\n", x->wl[i].idle_dollars);
-	}
-	buf_printf(out, "gpuscope_gpu_idle_cost_dollars_total{namespace=\"other\",pod=\"other\"} "
-		   "%.6f\n", x->other.idle_dollars);
-	buf_printf(out, "# HELP gpuscope_gpu_unheld_cost_dollars_total Dollars of GPU time nobody "
-		   "held.\n# TYPE gpuscope_gpu_unheld_cost_dollars_total counter\n"
-		   "gpuscope_gpu_unheld_cost_dollars_total %.6f\n", x->unheld_dollars);
+	prom_sample(out, "gpuscope_gpu_seconds_total",
+		    (struct prom_label[]){ { "state", "unheld" }, { "namespace", "" }, { "pod", "" } },
+		    3, x->unheld_secs);
+	prom_family(out, "gpuscope_gpu_idle_cost_dollars_total", "counter",
+		    "Dollars of GPU time held but idle (--gpu-hour-price).");
+	for (size_t i = 0; i < x->nwl; i++)
+		prom_sample(out, "gpuscope_gpu_idle_cost_dollars_total",
+			    (struct prom_label[]){ { "namespace", x->wl[i].ns },
+						   { "pod", x->wl[i].pod } },
+			    2, x->wl[i].idle_dollars);
+	prom_sample(out, "gpuscope_gpu_idle_cost_dollars_total",
+		    (struct prom_label[]){ { "namespace", "other" }, { "pod", "other" } }, 2,
+		    x->other.idle_dollars);
+	prom_family(out, "gpuscope_gpu_unheld_cost_dollars_total", "counter",
+		    "Dollars of GPU time nobody held.");
+	prom_sample(out, "gpuscope_gpu_unheld_cost_dollars_total", NULL, 0, x->unheld_dollars);
 	if (x->nq)
-		buf_puts(out, "# HELP gpuscope_profile_value_total Profile queries of --export-queries"
-			      " (cpu: samples; other kinds: seconds).\n"
-			      "# TYPE gpuscope_profile_value_total counter\n");
+		prom_family(out, "gpuscope_profile_value_total", "counter",
+			    "Profile queries of --export-queries (cpu: samples; other kinds: seconds).");
 	for (size_t i = 0; i < x->nq; i++) {
 		bool cpu = x->q[i].kind == SAMPLE_CPU;
 
-		buf_printf(out, "gpuscope_profile_value_total{query=\"%s\",unit=\"%s\"} ",
-			   x->q[i].name, cpu ? "samples" : "seconds");
-		if (cpu)
-			buf_printf(out, "%.0f\n", x->q[i].total);
-		else
-			buf_printf(out, "%.9f\n", x->q[i].total / 1e9);
+		prom_sample(out, "gpuscope_profile_value_total",
+			    (struct prom_label[]){ { "query", x->q[i].name },
+						   { "unit", cpu ? "samples" : "seconds" } },
+			    2, cpu ? x->q[i].total : x->q[i].total / 1e9);
 	}
-	buf_printf(out, "# HELP gpuscope_export_window_seconds Data time the counters cover: start"
-		   " (server start) and end (last window).\n"
-		   "# TYPE gpuscope_export_window_seconds gauge\n"
-		   "gpuscope_export_window_seconds{edge=\"start\"} %.3f\n"
-		   "gpuscope_export_window_seconds{edge=\"end\"} %.3f\n",
-		   (double)x->start_ns / 1e9, (double)x->wm_ns / 1e9);
-	buf_printf(out, "# HELP gpuscope_export_windows_total Windows counted, and those that failed"
-		   " (retried at the next scrape).\n# TYPE gpuscope_export_windows_total counter\n"
-		   "gpuscope_export_windows_total{result=\"ok\"} %llu\n"
-		   "gpuscope_export_windows_total{result=\"error\"} %llu\n"
-		   "# HELP gpuscope_export_cpu_seconds_total CPU time spent counting windows.\n"
-		   "# TYPE gpuscope_export_cpu_seconds_total counter\n"
-		   "gpuscope_export_cpu_seconds_total %.6f\n"
-		   "# HELP gpuscope_export_workloads Workloads with series of their own (at most"
-		   " --export-top).\n# TYPE gpuscope_export_workloads gauge\n"
-		   "gpuscope_export_workloads %zu\n",
-		   (unsigned long long)x->windows, (unsigned long long)x->window_errors,
-		   (double)x->cpu_ns / 1e9, x->nwl);
+	prom_family(out, "gpuscope_export_window_seconds", "gauge",
+		    "Data time the counters cover: start (server start) and end (last window).");
+	prom_sample1(out, "gpuscope_export_window_seconds", "edge", "start", x->start_ns / 1e9);
+	prom_sample1(out, "gpuscope_export_window_seconds", "edge", "end", x->wm_ns / 1e9);
+	prom_family(out, "gpuscope_export_windows_total", "counter",
+		    "Windows counted, and those that failed (retried at the next scrape).");
+	prom_sample1_u64(out, "gpuscope_export_windows_total", "result", "ok", x->windows);
+	prom_sample1_u64(out, "gpuscope_export_windows_total", "result", "error", x->window_errors);
+	prom_family(out, "gpuscope_export_cpu_seconds_total", "counter",
+		    "CPU time spent counting windows.");
+	prom_sample(out, "gpuscope_export_cpu_seconds_total", NULL, 0, x->cpu_ns / 1e9);
+	prom_gauge(out, "gpuscope_export_workloads",
+		   "Workloads with series of their own (at most --export-top).", x->nwl);
 	pthread_mutex_unlock(&x->mu);
-	return out->oom ? -ENOMEM : 0;
+	return 0;
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "server/codec.h"
 #include "server/efficiency.h"
 #include "server/store/store.h"
@@ -30,7 +31,10 @@ struct exporter *exporter_new(struct store *st, struct efficiency *e,
 			      const struct exporter_cfg *cfg, char *err, size_t errlen);
 void exporter_free(struct exporter *x);
 
-/* Counts the window that closed since the last call, then appends every counter to out. */
-int exporter_metrics(struct exporter *x, struct buf *out);
+/*
+ * Counts the window that closed since the last call, then writes every counter to out
+ * (common/prom.h). 0 (a window that failed is counted and retried at the next call).
+ */
+int exporter_metrics(struct exporter *x, FILE *out);
 
 #endif

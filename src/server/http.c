@@ -22,6 +22,7 @@
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/netaddr.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/codec.h"
@@ -856,74 +857,76 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 {
 	struct store_stats s;
 	struct buf b = { 0 };
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out;
 
 	h->st->ops->stats(h->st, &s);
-#define M(name, type, help, fmt, ...)                                                              \
-	buf_printf(&b, "# HELP gpuscope_server_" name " " help "\n# TYPE gpuscope_server_" name   \
-		       " " type "\n" fmt, __VA_ARGS__)
-	M("ingest_batches_total", "counter", "Batches accepted (duplicates included).",
-	  "gpuscope_server_ingest_batches_total %llu\n",
-	  (unsigned long long)__atomic_load_n(&h->ingest_batches, __ATOMIC_RELAXED));
-	M("ingest_bytes_total", "counter", "Request body bytes of accepted batches, as sent.",
-	  "gpuscope_server_ingest_bytes_total %llu\n",
-	  (unsigned long long)__atomic_load_n(&h->ingest_bytes, __ATOMIC_RELAXED));
-	M("ingest_samples_total", "counter", "Stack samples stored.",
-	  "gpuscope_server_ingest_samples_total %llu\n", (unsigned long long)s.samples);
-	M("ingest_points_total", "counter", "Metric points stored.",
-	  "gpuscope_server_ingest_points_total %llu\n", (unsigned long long)s.points);
-	M("ingest_intervals_total", "counter", "Intervals stored.",
-	  "gpuscope_server_ingest_intervals_total %llu\n", (unsigned long long)s.intervals);
-	M("ingest_samples_per_second", "gauge", "Stack samples stored per second, last 10 s.",
-	  "gpuscope_server_ingest_samples_per_second %.1f\n", rate_get(h));
-	M("duplicate_batches_total", "counter", "Batches ignored because their id was stored.",
-	  "gpuscope_server_duplicate_batches_total %llu\n",
-	  (unsigned long long)s.duplicate_batches);
-	buf_puts(&b, "# HELP gpuscope_server_rejected_total Requests refused, by reason; nothing of"
-		     " them was stored.\n# TYPE gpuscope_server_rejected_total counter\n");
+	out = open_memstream(&text, &len);
+	if (!out)
+		return MHD_NO;
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+	prom_counter(out, "gpuscope_server_ingest_batches_total",
+		     "Batches accepted (duplicates included).", LOAD(h->ingest_batches));
+	prom_counter(out, "gpuscope_server_ingest_bytes_total",
+		     "Request body bytes of accepted batches, as sent.", LOAD(h->ingest_bytes));
+	prom_counter(out, "gpuscope_server_ingest_samples_total", "Stack samples stored.",
+		     s.samples);
+	prom_counter(out, "gpuscope_server_ingest_points_total", "Metric points stored.", s.points);
+	prom_counter(out, "gpuscope_server_ingest_intervals_total", "Intervals stored.",
+		     s.intervals);
+	prom_gauge(out, "gpuscope_server_ingest_samples_per_second",
+		   "Stack samples stored per second, last 10 s.", rate_get(h));
+	prom_counter(out, "gpuscope_server_duplicate_batches_total",
+		     "Batches ignored because their id was stored.", s.duplicate_batches);
+	prom_family(out, "gpuscope_server_rejected_total", "counter",
+		    "Requests refused, by reason; nothing of them was stored.");
 	for (int i = 0; i < REJ_MAX; i++)
-		buf_printf(&b, "gpuscope_server_rejected_total{reason=\"%s\"} %llu\n",
-			   reject_names[i],
-			   (unsigned long long)__atomic_load_n(&h->rejects[i], __ATOMIC_RELAXED));
-	M("connections", "gauge", "HTTP connections open now.", "gpuscope_server_connections %lld\n",
-	  (long long)__atomic_load_n(&h->connections, __ATOMIC_RELAXED));
-	M("connections_total", "counter", "HTTP connections accepted.",
-	  "gpuscope_server_connections_total %llu\n",
-	  (unsigned long long)__atomic_load_n(&h->connections_total, __ATOMIC_RELAXED));
-	M("http_errors_total", "counter",
-	  "Connection-level refusals and failures (connection limits, TLS handshakes, resets).",
-	  "gpuscope_server_http_errors_total %llu\n",
-	  (unsigned long long)__atomic_load_n(&h->mhd_errors, __ATOMIC_RELAXED));
-	M("store_bytes", "gauge", "Database and WAL size on disk.",
-	  "gpuscope_server_store_bytes %llu\n", (unsigned long long)s.bytes_on_disk);
-	M("rollup_lag_chunks", "gauge", "Sample chunks not yet folded into rollups.",
-	  "gpuscope_server_rollup_lag_chunks %llu\n", (unsigned long long)s.rollup_lag_chunks);
-	M("retention_deleted_total", "counter", "Rows deleted by retention, by table.",
-	  "gpuscope_server_retention_deleted_total{table=\"chunks\"} %llu\n"
-	  "gpuscope_server_retention_deleted_total{table=\"rollups\"} %llu\n",
-	  (unsigned long long)s.raw_chunks_deleted, (unsigned long long)s.rollups_deleted);
-	M("stacks", "gauge", "Distinct stacks stored.", "gpuscope_server_stacks %llu\n",
-	  (unsigned long long)s.stacks);
-	M("locations", "gauge", "Distinct locations stored.", "gpuscope_server_locations %llu\n",
-	  (unsigned long long)s.locations);
-	M("label_sets", "gauge", "Distinct label sets stored.", "gpuscope_server_label_sets %llu\n",
-	  (unsigned long long)s.label_sets);
+		prom_sample1_u64(out, "gpuscope_server_rejected_total", "reason", reject_names[i],
+				 LOAD(h->rejects[i]));
+	prom_gauge(out, "gpuscope_server_connections", "HTTP connections open now.",
+		   LOAD(h->connections));
+	prom_counter(out, "gpuscope_server_connections_total", "HTTP connections accepted.",
+		     LOAD(h->connections_total));
+	prom_counter(out, "gpuscope_server_http_errors_total",
+		     "Connection-level refusals and failures (connection limits, TLS handshakes, "
+		     "resets).",
+		     LOAD(h->mhd_errors));
+#undef LOAD
+	prom_gauge(out, "gpuscope_server_store_bytes", "Database and WAL size on disk.",
+		   s.bytes_on_disk);
+	prom_gauge(out, "gpuscope_server_rollup_lag_chunks",
+		   "Sample chunks not yet folded into rollups.", s.rollup_lag_chunks);
+	prom_family(out, "gpuscope_server_retention_deleted_total", "counter",
+		    "Rows deleted by retention, by table.");
+	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "chunks",
+			 s.raw_chunks_deleted);
+	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "rollups",
+			 s.rollups_deleted);
+	prom_gauge(out, "gpuscope_server_stacks", "Distinct stacks stored.", s.stacks);
+	prom_gauge(out, "gpuscope_server_locations", "Distinct locations stored.", s.locations);
+	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
 	if (h->o.eff) {
 		uint64_t hours, dirty, lag;
 
 		efficiency_stats(h->o.eff, &hours, &dirty, &lag);
-		M("efficiency_rollup_hours", "gauge", "Hours in the efficiency rollup, by state.",
-		  "gpuscope_server_efficiency_rollup_hours{state=\"done\"} %llu\n"
-		  "gpuscope_server_efficiency_rollup_hours{state=\"redo\"} %llu\n"
-		  "gpuscope_server_efficiency_rollup_hours{state=\"waiting\"} %llu\n",
-		  (unsigned long long)hours, (unsigned long long)dirty, (unsigned long long)lag);
+		prom_family(out, "gpuscope_server_efficiency_rollup_hours", "gauge",
+			    "Hours in the efficiency rollup, by state.");
+		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "done",
+				 hours);
+		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "redo",
+				 dirty);
+		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "waiting",
+				 lag);
 	}
-#undef M
 	if (h->o.exp)
-		exporter_metrics(h->o.exp, &b);
-	if (b.oom) {
-		buf_done(&b);
+		exporter_metrics(h->o.exp, out);
+	if (fclose(out)) {
+		free(text);
 		return MHD_NO;
 	}
+	b.p = (uint8_t *)text;
+	b.len = b.cap = len;
 	return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
 }
 

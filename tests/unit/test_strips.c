@@ -403,9 +403,9 @@ static long probes_attached(struct agent *a)
 		return 0;
 	cuda_probe_module.metrics(a, f);
 	fclose(f);
-	p = strstr(buf, "gpuscope_agent_cuda_probes_attached ");
+	p = strstr(buf, "\ngpuscope_agent_cuda_probes_attached ");	/* the sample, not HELP */
 	if (p)
-		n = atol(p + strlen("gpuscope_agent_cuda_probes_attached "));
+		n = atol(p + strlen("\ngpuscope_agent_cuda_probes_attached "));
 	free(buf);
 	return n;
 }
@@ -601,7 +601,7 @@ static bool test_strips_thread_churn(void)
 	}
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 60000);
-	followed = metric(&a, &sched_module, "gpuscope_agent_sched_threads_followed ");
+	followed = metric(&a, &sched_module, "\ngpuscope_agent_sched_threads_followed ");
 	drops = metric(&a, &sched_module, "program=\"sched\",error=\"ringbuf_full\"} ");
 	full = metric(&a, &sched_module, "program=\"sched\",error=\"threads_full\"} ");
 	sched_module.stop(&a);

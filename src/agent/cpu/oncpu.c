@@ -21,6 +21,7 @@
 #include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "oncpu.skel.h"
 
@@ -388,13 +389,8 @@ static int module_start(struct agent *a)
 		.npids = a->opts.npids,
 	};
 	const char *why;
-	int err = 0;
+	int err;
 
-	if (!a->stacks) {
-		a->stacks = stack_cache__new(a->sym, 0);
-		if (!a->stacks)
-			return -errno;
-	}
 	mod.a = a;
 	mod.o = oncpu__new(&opts, module_sample, module_proc, a, &why);
 	if (!mod.o) {
@@ -422,46 +418,23 @@ static void module_stop(struct agent *a)
 
 static void module_metrics(struct agent *a, FILE *out)
 {
-	struct stack_cache_stats cs = { 0 };
 	struct oncpu_stats s;
 
-	/* The stack cache is shared by every module; this one reports it (run.c the symbolizer). */
-	if (a->stacks) {
-		stack_cache__stats(a->stacks, &cs);
-		fprintf(out, "# HELP gpuscope_agent_stack_cache_total Symbolized-stack cache events.\n"
-			     "# TYPE gpuscope_agent_stack_cache_total counter\n"
-			     "gpuscope_agent_stack_cache_total{event=\"lookup\"} %llu\n"
-			     "gpuscope_agent_stack_cache_total{event=\"miss\"} %llu\n"
-			     "gpuscope_agent_stack_cache_total{event=\"clear\"} %llu\n"
-			     "gpuscope_agent_stack_cache_total{event=\"retry\"} %llu\n",
-			(unsigned long long)cs.lookups, (unsigned long long)cs.misses,
-			(unsigned long long)cs.clears, (unsigned long long)cs.retries);
-		fprintf(out, "# HELP gpuscope_agent_stacks_truncated_total Distinct stacks ending in "
-			     "[truncated] (cut_unmapped: cut in user space at an unmapped address).\n"
-			     "# TYPE gpuscope_agent_stacks_truncated_total counter\n"
-			     "gpuscope_agent_stacks_truncated_total %llu\n"
-			     "gpuscope_agent_stacks_truncated_total{where=\"cut_unmapped\"} %llu\n"
-			     "# HELP gpuscope_agent_stack_bpf_frames_dropped_total The agent's own BPF "
-			     "frames removed from the top of kernel stacks.\n"
-			     "# TYPE gpuscope_agent_stack_bpf_frames_dropped_total counter\n"
-			     "gpuscope_agent_stack_bpf_frames_dropped_total %llu\n",
-			(unsigned long long)cs.truncated, (unsigned long long)cs.cut_unmapped,
-			(unsigned long long)cs.bpf_frames);
-	}
 	if (!mod.o)
 		return;
 	oncpu__stats(mod.o, &s);
-	fprintf(out, "# HELP gpuscope_cpu_samples_total CPU samples taken by the BPF sampler.\n"
-		     "# TYPE gpuscope_cpu_samples_total counter\ngpuscope_cpu_samples_total %llu\n",
-		(unsigned long long)s.taken);
-	fprintf(out, "# HELP gpuscope_cpu_samples_dropped_total CPU samples lost, by reason.\n"
-		     "# TYPE gpuscope_cpu_samples_dropped_total counter\n"
-		     "gpuscope_cpu_samples_dropped_total{reason=\"ringbuf_full\"} %llu\n"
-		     "gpuscope_cpu_samples_dropped_total{reason=\"stack_error\"} %llu\n"
-		     "gpuscope_cpu_samples_dropped_total{reason=\"batch_error\"} %llu\n"
-		     "gpuscope_cpu_samples_dropped_total{reason=\"relabel_drop\"} %llu\n",
-		(unsigned long long)s.lost, (unsigned long long)mod.stack_errors,
-		(unsigned long long)mod.batch_errors, (unsigned long long)mod.relabel_dropped);
+	prom_counter(out, "gpuscope_cpu_samples_total", "CPU samples taken by the BPF sampler.",
+		     s.taken);
+	prom_family(out, "gpuscope_cpu_samples_dropped_total", "counter",
+		    "CPU samples lost, by reason.");
+	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "ringbuf_full",
+			 s.lost);
+	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "stack_error",
+			 mod.stack_errors);
+	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "batch_error",
+			 mod.batch_errors);
+	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "relabel_drop",
+			 mod.relabel_dropped);
 }
 
 const struct agent_module oncpu_module = {

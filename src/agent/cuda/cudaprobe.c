@@ -27,6 +27,7 @@
 #include "common/abi_strips.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "cudaprobe.skel.h"
 
@@ -536,20 +537,33 @@ static void cuda_metrics(struct agent *a, FILE *out)
 		probes += C.libs[i].nlinks;
 		absent += C.libs[i].absent;
 	}
-	fprintf(out, "gpuscope_agent_cuda_libs_probed %d\n", C.nlibs);
-	fprintf(out, "gpuscope_agent_cuda_libs_deleted_total %" PRIu64 "\n", C.libs_deleted);
-	fprintf(out, "gpuscope_agent_cuda_probes_attached %d\n", probes);
-	fprintf(out, "gpuscope_agent_cuda_functions_absent %d\n", absent);
-	fprintf(out, "gpuscope_agent_cuda_attach_failures_total %" PRIu64 "\n", C.attach_failures);
-	fprintf(out, "gpuscope_agent_cuda_stack_lost_total %" PRIu64 "\n", C.stack_lost);
-	fprintf(out, "gpuscope_agent_cuda_batch_errors_total %" PRIu64 "\n", C.batch_errors);
-	fprintf(out, "gpuscope_agent_cuda_relabel_dropped_total %" PRIu64 "\n", C.relabel_dropped);
+	prom_gauge(out, "gpuscope_agent_cuda_libs_probed", "CUDA driver libraries probed.",
+		   C.nlibs);
+	prom_counter(out, "gpuscope_agent_cuda_libs_deleted_total",
+		     "Probed libraries deleted or replaced on disk.", C.libs_deleted);
+	prom_gauge(out, "gpuscope_agent_cuda_probes_attached", "Uprobes attached.", probes);
+	prom_gauge(out, "gpuscope_agent_cuda_functions_absent",
+		   "Probed functions a library does not export.", absent);
+	prom_counter(out, "gpuscope_agent_cuda_attach_failures_total", "Uprobes that failed to attach.",
+		     C.attach_failures);
+	prom_counter(out, "gpuscope_agent_cuda_stack_lost_total",
+		     "Calls whose stack was gone from the stack map.", C.stack_lost);
+	prom_counter(out, "gpuscope_agent_cuda_batch_errors_total",
+		     "Records that could not be added to the batch.", C.batch_errors);
+	prom_counter(out, "gpuscope_agent_cuda_relabel_dropped_total",
+		     "Records not sent because a relabel rule dropped the process.",
+		     C.relabel_dropped);
+	prom_family(out, "gpuscope_agent_cuda_calls_total", "counter", "CUDA driver calls, by API.");
 	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
 		if (C.calls[i])
-			fprintf(out,
-				"gpuscope_agent_cuda_calls_total{api=\"%s\"} %" PRIu64 "\n"
-				"gpuscope_agent_cuda_call_seconds_total{api=\"%s\"} %.6f\n",
-				apis[i].name, C.calls[i], apis[i].name, C.call_ns[i] / 1e9);
+			prom_sample1_u64(out, "gpuscope_agent_cuda_calls_total", "api", apis[i].name,
+					 C.calls[i]);
+	prom_family(out, "gpuscope_agent_cuda_call_seconds_total", "counter",
+		    "Time inside CUDA driver calls, by API.");
+	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
+		if (C.calls[i])
+			prom_sample1(out, "gpuscope_agent_cuda_call_seconds_total", "api",
+				     apis[i].name, C.call_ns[i] / 1e9);
 }
 
 const struct agent_module cuda_probe_module = {

@@ -27,6 +27,7 @@
 #include "common/abi_cupti.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "cupti.skel.h"
 
@@ -855,29 +856,48 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	struct cupti_stats s;
 
 	cupti_usdt__stats(&s);
-	fprintf(out, "# TYPE gpuscope_cupti_kernels_total counter\n");
-	fprintf(out, "gpuscope_cupti_kernels_total %" PRIu64 "\n", s.kernels);
-	fprintf(out, "gpuscope_cupti_kernels_joined_total %" PRIu64 "\n", s.joined);
-	fprintf(out, "gpuscope_cupti_kernels_unjoined_total %" PRIu64 "\n", s.unjoined);
-	fprintf(out, "gpuscope_cupti_graph_kernels_total %" PRIu64 "\n", s.graph_kernels);
-	fprintf(out, "gpuscope_cupti_launches_total %" PRIu64 "\n", s.launches);
-	fprintf(out, "gpuscope_cupti_records_total{kind=\"memcpy\"} %" PRIu64 "\n", s.memcpys);
-	fprintf(out, "gpuscope_cupti_records_total{kind=\"memset\"} %" PRIu64 "\n", s.memsets);
-	fprintf(out, "gpuscope_cupti_records_total{kind=\"sync\"} %" PRIu64 "\n", s.syncs);
-	fprintf(out, "gpuscope_cupti_processes %" PRIu64 "\n", s.processes);
-	fprintf(out, "gpuscope_cupti_libraries_attached %" PRIu64 "\n", s.libs_attached);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"cupti\"} %" PRIu64 "\n", s.cupti_drops);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"library\"} %" PRIu64 "\n", s.lib_drops);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"bpf_records\"} %" PRIu64 "\n",
-		s.bpf[GPUSCOPE_CUPTI_ERR_RECS_LOST]);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"bpf_events\"} %" PRIu64 "\n",
-		s.bpf[GPUSCOPE_CUPTI_ERR_RINGBUF]);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"no_clock\"} %" PRIu64 "\n", s.no_clock);
-	fprintf(out, "gpuscope_cupti_drops_total{where=\"agent\"} %" PRIu64 "\n",
-		s.agent_drops + s.busy_dropped + s.batch_errors);
-	fprintf(out, "gpuscope_cupti_launches_evicted_total %" PRIu64 "\n", s.launches_evicted);
-	fprintf(out, "gpuscope_cupti_unknown_names_total %" PRIu64 "\n", s.unknown_names);
-	fprintf(out, "gpuscope_cupti_clock_max_step_ns %" PRIu64 "\n", s.clock_max_step_ns);
+	const struct {
+		const char *where;
+		uint64_t n;
+	} drops[] = {
+		{ "cupti", s.cupti_drops },
+		{ "library", s.lib_drops },
+		{ "bpf_records", s.bpf[GPUSCOPE_CUPTI_ERR_RECS_LOST] },
+		{ "bpf_events", s.bpf[GPUSCOPE_CUPTI_ERR_RINGBUF] },
+		{ "no_clock", s.no_clock },
+		{ "agent", s.agent_drops + s.busy_dropped + s.batch_errors },
+	};
+
+	prom_counter(out, "gpuscope_cupti_kernels_total", "Kernel activity records received.",
+		     s.kernels);
+	prom_counter(out, "gpuscope_cupti_kernels_joined_total",
+		     "Kernels joined with their launch stack.", s.joined);
+	prom_counter(out, "gpuscope_cupti_kernels_unjoined_total",
+		     "Kernels without a launch stack (kept, leaf only).", s.unjoined);
+	prom_counter(out, "gpuscope_cupti_graph_kernels_total", "Kernels launched from CUDA graphs.",
+		     s.graph_kernels);
+	prom_counter(out, "gpuscope_cupti_launches_total", "Launch probe events received.",
+		     s.launches);
+	prom_family(out, "gpuscope_cupti_records_total", "counter",
+		    "Non-kernel activity records received, by kind.");
+	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "memcpy", s.memcpys);
+	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "memset", s.memsets);
+	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "sync", s.syncs);
+	prom_gauge(out, "gpuscope_cupti_processes", "Processes with the CUPTI library seen.",
+		   s.processes);
+	prom_gauge(out, "gpuscope_cupti_libraries_attached", "CUPTI libraries with probes attached.",
+		   s.libs_attached);
+	prom_family(out, "gpuscope_cupti_drops_total", "counter", "Activity records lost, by where.");
+	for (size_t i = 0; i < ARRAY_SIZE(drops); i++)
+		prom_sample1_u64(out, "gpuscope_cupti_drops_total", "where", drops[i].where,
+				 drops[i].n);
+	prom_counter(out, "gpuscope_cupti_launches_evicted_total",
+		     "Pending launches evicted before their kernel record came.", s.launches_evicted);
+	prom_counter(out, "gpuscope_cupti_unknown_names_total",
+		     "Kernel records whose name index was not known.", s.unknown_names);
+	prom_gauge(out, "gpuscope_cupti_clock_max_step_ns",
+		   "Largest change of a process's CUPTI-to-monotonic clock offset.",
+		   s.clock_max_step_ns);
 }
 
 const struct agent_module cupti_module = {

@@ -18,6 +18,7 @@
 #include "agent/agent.h"
 #include "agent/gpu/nvml.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define MAX_GPUS	 64	/* physical GPUs plus MIG devices */
@@ -1074,41 +1075,29 @@ void nvml_poller__free(struct nvml_poller *p)
 	free(p);
 }
 
-/* Label values in the exposition: escape backslash, quote and newline. */
-static void put_label_value(FILE *out, const char *s)
+/* A GPU's labels (gpu, UUID, modelName, mig_uuid of a MIG instance) plus one extra. */
+static size_t gpu_labels(const struct gpu *g, const char *extra_name, const char *extra_value,
+			 struct prom_label ret[5])
 {
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
-			fputc('\\', out);
-		if (*s == '\n') {
-			fputs("\\n", out);
-			continue;
-		}
-		fputc(*s, out);
-	}
-}
+	size_t n = 0;
 
-static void put_labels(FILE *out, const struct gpu *g, const char *extra_name,
-		       const char *extra_value)
-{
-	fprintf(out, "{gpu=\"%s\",UUID=\"", g->idx);
-	put_label_value(out, g->parent >= 0 ? g->parent_uuid : g->uuid);
-	fputs("\",modelName=\"", out);
-	put_label_value(out, g->name);
-	fputc('"', out);
-	if (g->parent >= 0) {
-		fputs(",mig_uuid=\"", out);
-		put_label_value(out, g->uuid);
-		fputc('"', out);
-	}
+	ret[n++] = (struct prom_label){ "gpu", g->idx };
+	ret[n++] = (struct prom_label){ "UUID", g->parent >= 0 ? g->parent_uuid : g->uuid };
+	ret[n++] = (struct prom_label){ "modelName", g->name };
+	if (g->parent >= 0)
+		ret[n++] = (struct prom_label){ "mig_uuid", g->uuid };
 	if (extra_name)
-		fprintf(out, ",%s=\"%s\"", extra_name, extra_value);
-	fputc('}', out);
+		ret[n++] = (struct prom_label){ extra_name, extra_value };
+	return n;
 }
 
-static void header(FILE *out, const char *name, const char *type, const char *help)
+/* One sample of GPU g. */
+static void gpu_sample(FILE *out, const char *name, const struct gpu *g, const char *extra_name,
+		       const char *extra_value, double v)
 {
-	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	struct prom_label l[5];
+
+	prom_sample(out, name, l, gpu_labels(g, extra_name, extra_value, l), v);
 }
 
 void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
@@ -1140,21 +1129,17 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 			if (isnan(snap[i].g[k]))
 				continue;
 			if (!any)
-				header(out, gauge_defs[k].name, "gauge", gauge_defs[k].help);
+				prom_family(out, gauge_defs[k].name, "gauge", gauge_defs[k].help);
 			any = true;
-			fputs(gauge_defs[k].name, out);
-			put_labels(out, &p->gpus[i], NULL, NULL);
-			fprintf(out, " %.17g\n", snap[i].g[k] * gauge_defs[k].scale);
+			gpu_sample(out, gauge_defs[k].name, &p->gpus[i], NULL, NULL,
+				   snap[i].g[k] * gauge_defs[k].scale);
 		}
 	}
 #define PER_GPU(name, type, help, expr)                                                            \
 	do {                                                                                       \
-		header(out, name, type, help);                                                     \
-		for (int i = 0; i < n; i++) {                                                      \
-			fputs(name, out);                                                          \
-			put_labels(out, &p->gpus[i], NULL, NULL);                                  \
-			fprintf(out, " %.17g\n", (double)(expr));                                  \
-		}                                                                                  \
+		prom_family(out, name, type, help);                                                \
+		for (int i = 0; i < n; i++)                                                        \
+			gpu_sample(out, name, &p->gpus[i], NULL, NULL, (double)(expr));            \
 	} while (0)
 	PER_GPU("gpuscope_gpu_busy_seconds_total", "counter",
 		"Utilization-weighted busy time from every driver utilization sample", snap[i].busy_s);
@@ -1179,73 +1164,64 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 				if (!have[w][i])
 					continue;
 				if (!any)
-					header(out, wname[w][q], "gauge",
-					       "Over the driver samples since the previous scrape");
+					prom_family(out, wname[w][q], "gauge",
+						    "Over the driver samples since the previous scrape");
 				any = true;
-				fputs(wname[w][q], out);
-				put_labels(out, &p->gpus[i], NULL, NULL);
-				fprintf(out, " %.17g\n", q ? p99[w][i] : mx[w][i]);
+				gpu_sample(out, wname[w][q], &p->gpus[i], NULL, NULL,
+					   q ? p99[w][i] : mx[w][i]);
 			}
 		}
 	}
-	header(out, "gpuscope_nvml_samples_total", "counter", "Buffered driver samples delivered");
+	prom_family(out, "gpuscope_nvml_samples_total", "counter",
+		    "Buffered driver samples delivered");
 	for (int i = 0; i < n; i++)
-		for (int st = 0; st < ST_MAX; st++) {
-			fputs("gpuscope_nvml_samples_total", out);
-			put_labels(out, &p->gpus[i], "stream", stream_label[st]);
-			fprintf(out, " %" PRIu64 "\n", snap[i].samples[st]);
-		}
-	header(out, "gpuscope_nvml_duplicate_samples_total", "counter",
-	       "Driver samples dropped because their timestamp was already seen");
+		for (int st = 0; st < ST_MAX; st++)
+			gpu_sample(out, "gpuscope_nvml_samples_total", &p->gpus[i], "stream",
+				   stream_label[st], snap[i].samples[st]);
+	prom_family(out, "gpuscope_nvml_duplicate_samples_total", "counter",
+		    "Driver samples dropped because their timestamp was already seen");
 	for (int i = 0; i < n; i++)
-		for (int st = 0; st < ST_MAX; st++) {
-			fputs("gpuscope_nvml_duplicate_samples_total", out);
-			put_labels(out, &p->gpus[i], "stream", stream_label[st]);
-			fprintf(out, " %" PRIu64 "\n", snap[i].dups[st]);
-		}
-	header(out, "gpuscope_nvml_sample_holes_total", "counter",
-	       "Gaps of more than 3x the usual spacing between driver samples (buffer overrun?)");
+		for (int st = 0; st < ST_MAX; st++)
+			gpu_sample(out, "gpuscope_nvml_duplicate_samples_total", &p->gpus[i], "stream",
+				   stream_label[st], snap[i].dups[st]);
+	prom_family(out, "gpuscope_nvml_sample_holes_total", "counter",
+		    "Gaps of more than 3x the usual spacing between driver samples (buffer overrun?)");
 	for (int i = 0; i < n; i++)
-		for (int st = 0; st < ST_MAX; st++) {
-			fputs("gpuscope_nvml_sample_holes_total", out);
-			put_labels(out, &p->gpus[i], "stream", stream_label[st]);
-			fprintf(out, " %" PRIu64 "\n", snap[i].holes[st]);
-		}
-	header(out, "gpuscope_nvml_sample_interval_seconds", "gauge",
-	       "Mean gap between successive points of each stream/source");
+		for (int st = 0; st < ST_MAX; st++)
+			gpu_sample(out, "gpuscope_nvml_sample_holes_total", &p->gpus[i], "stream",
+				   stream_label[st], snap[i].holes[st]);
+	prom_family(out, "gpuscope_nvml_sample_interval_seconds", "gauge",
+		    "Mean gap between successive points of each stream/source");
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < ST_MAX + NVML_SRC_MAX; k++) {
 			const struct gaps *gp = &snap[i].gaps[k];
 
 			if (!gp->n)
 				continue;
-			fputs("gpuscope_nvml_sample_interval_seconds", out);
-			put_labels(out, &p->gpus[i], "stream",
-				   k < ST_MAX ? stream_label[k] : nvml_source_names[k - ST_MAX]);
-			fprintf(out, " %.9f\n", gp->sum_ns / (double)gp->n / 1e9);
+			gpu_sample(out, "gpuscope_nvml_sample_interval_seconds", &p->gpus[i], "stream",
+				   k < ST_MAX ? stream_label[k] : nvml_source_names[k - ST_MAX],
+				   gp->sum_ns / (double)gp->n / 1e9);
 		}
 	free(snap);
 	pthread_mutex_lock(&p->mu);
-	header(out, "gpuscope_nvml_poller_cpu_seconds_total", "counter",
-	       "CPU time of the NVML poller thread");
-	fprintf(out, "gpuscope_nvml_poller_cpu_seconds_total %.9f\n", (double)p->cpu_ns / 1e9);
-	header(out, "gpuscope_nvml_poll_late_total", "counter",
-	       "Polls that fell a whole period behind");
+	prom_family(out, "gpuscope_nvml_poller_cpu_seconds_total", "counter",
+		    "CPU time of the NVML poller thread");
+	prom_sample(out, "gpuscope_nvml_poller_cpu_seconds_total", NULL, 0, (double)p->cpu_ns / 1e9);
+	prom_family(out, "gpuscope_nvml_poll_late_total", "counter",
+		    "Polls that fell a whole period behind");
 	for (int s = 0; s < NVML_SRC_MAX; s++)
-		fprintf(out, "gpuscope_nvml_poll_late_total{source=\"%s\"} %" PRIu64 "\n",
-			nvml_source_names[s], p->late[s]);
-	header(out, "gpuscope_nvml_dropped_total", "counter",
-	       "Per-process records that did not fit the poller's buffers");
-	fprintf(out, "gpuscope_nvml_dropped_total %" PRIu64 "\n", p->sink_drops);
+		prom_sample1_u64(out, "gpuscope_nvml_poll_late_total", "source",
+				 nvml_source_names[s], p->late[s]);
+	prom_counter(out, "gpuscope_nvml_dropped_total",
+		     "Per-process records that did not fit the poller's buffers", p->sink_drops);
 	pthread_mutex_unlock(&p->mu);
-	header(out, "gpuscope_nvml_missing_functions", "gauge",
-	       "NVML functions this driver lacks (their metrics are skipped)");
+	prom_family(out, "gpuscope_nvml_missing_functions", "gauge",
+		    "NVML functions this driver lacks (their metrics are skipped)");
 	int nmissing = *p->missing ? 1 : 0;
 
 	for (const char *c = p->missing; *c; c++)
 		nmissing += *c == ',';
-	fprintf(out, "gpuscope_nvml_missing_functions{functions=\"%s\"} %d\n", p->missing,
-		nmissing);
+	prom_sample1(out, "gpuscope_nvml_missing_functions", "functions", p->missing, nmissing);
 }
 
 void nvml_poller__summary(struct nvml_poller *p, FILE *out)
@@ -1509,12 +1485,14 @@ static void nvml_metrics(struct agent *a, FILE *out)
 		return;
 	nvml_poller__metrics(mod.p, out);
 	pthread_mutex_lock(&mod.qmu);
-	fprintf(out, "# HELP gpuscope_nvml_points_dropped_total NVML points lost before the batch\n"
-		     "# TYPE gpuscope_nvml_points_dropped_total counter\n"
-		     "gpuscope_nvml_points_dropped_total{reason=\"queue_full\"} %" PRIu64 "\n"
-		     "gpuscope_nvml_points_dropped_total{reason=\"label_table_full\"} %" PRIu64 "\n"
-		     "gpuscope_nvml_points_dropped_total{reason=\"batch_refused\"} %" PRIu64 "\n",
-		mod.drops_full, mod.drops_intern, mod.drops_batch);
+	prom_family(out, "gpuscope_nvml_points_dropped_total", "counter",
+		    "NVML points lost before the batch");
+	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "queue_full",
+			 mod.drops_full);
+	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "label_table_full",
+			 mod.drops_intern);
+	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "batch_refused",
+			 mod.drops_batch);
 	pthread_mutex_unlock(&mod.qmu);
 }
 

@@ -19,6 +19,7 @@
 #include "agent/meta/relabel.h"
 #include "common/log.h"
 #include "common/netaddr.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define MAX_PODS	   4096		/* pods cached (a node runs at most a few hundred) */
@@ -1377,29 +1378,37 @@ void meta__stop(void)
 
 void meta__metrics(FILE *out)
 {
-	fprintf(out, "# TYPE gpuscope_meta_k8s_up gauge\ngpuscope_meta_k8s_up %d\n",
-		kw.running ? atomic_load(&kw.up) : 0);
-	fprintf(out, "# TYPE gpuscope_meta_k8s_pods gauge\ngpuscope_meta_k8s_pods %zu\n",
-		meta__npods());
-#define C(name, v)                                                                                 \
-	fprintf(out, "# TYPE gpuscope_meta_" name " counter\ngpuscope_meta_" name " %llu\n",       \
-		(unsigned long long)(v))
-	C("k8s_lists_total", kw.lists);
-	C("k8s_list_errors_total", kw.list_errors);
-	C("k8s_watches_total", kw.watches);
-	C("k8s_watch_events_total", kw.watch_events);
-	C("k8s_watch_gone_total", kw.watch_gone);
-	C("k8s_api_errors_total", kw.api_errors);
-	C("k8s_bad_events_total", kw.bad_events);
-	C("k8s_pods_evicted_total", pc.evicted);
-	C("pid_cache_hits_total", pcache.hits);
-	C("pid_cache_misses_total", pcache.misses);
-	C("pid_cache_evictions_total", pcache.evictions);
-	C("pid_label_rebuilds_total", pcache.rebuilds);
-	C("pid_read_errors_total", pcache.read_errors);
-	C("labels_truncated_total", pcache.overflow);
-	C("relabel_dropped_total", pcache.dropped);
-#undef C
+	prom_gauge(out, "gpuscope_meta_k8s_up", "1 while the pod watch is connected.",
+		   kw.running ? atomic_load(&kw.up) : 0);
+	prom_gauge(out, "gpuscope_meta_k8s_pods", "Pods of this node in the cache.", meta__npods());
+	prom_counter(out, "gpuscope_meta_k8s_lists_total", "Pod lists from the API server.", kw.lists);
+	prom_counter(out, "gpuscope_meta_k8s_list_errors_total", "Pod lists that failed.",
+		     kw.list_errors);
+	prom_counter(out, "gpuscope_meta_k8s_watches_total", "Pod watches started.", kw.watches);
+	prom_counter(out, "gpuscope_meta_k8s_watch_events_total", "Pod watch events received.",
+		     kw.watch_events);
+	prom_counter(out, "gpuscope_meta_k8s_watch_gone_total",
+		     "Watches that ended with 410 Gone (relisted).", kw.watch_gone);
+	prom_counter(out, "gpuscope_meta_k8s_api_errors_total", "Failed API server requests.",
+		     kw.api_errors);
+	prom_counter(out, "gpuscope_meta_k8s_bad_events_total",
+		     "Watch events or list items that could not be parsed.", kw.bad_events);
+	prom_counter(out, "gpuscope_meta_k8s_pods_evicted_total",
+		     "Pods evicted from the cache (deleted, past their grace period).", pc.evicted);
+	prom_counter(out, "gpuscope_meta_pid_cache_hits_total", "Process label lookups cached.",
+		     pcache.hits);
+	prom_counter(out, "gpuscope_meta_pid_cache_misses_total", "Process label lookups built.",
+		     pcache.misses);
+	prom_counter(out, "gpuscope_meta_pid_cache_evictions_total",
+		     "Process label entries evicted.", pcache.evictions);
+	prom_counter(out, "gpuscope_meta_pid_label_rebuilds_total",
+		     "Process labels rebuilt because their pod changed.", pcache.rebuilds);
+	prom_counter(out, "gpuscope_meta_pid_read_errors_total",
+		     "Reads of /proc/PID/cgroup that failed.", pcache.read_errors);
+	prom_counter(out, "gpuscope_meta_labels_truncated_total",
+		     "Label sets cut at the label capacity.", pcache.overflow);
+	prom_counter(out, "gpuscope_meta_relabel_dropped_total",
+		     "Processes a relabel rule dropped.", pcache.dropped);
 }
 
 /* ---- the agent module ---------------------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
 #include "common/batch.h"
+#include "common/prom.h"
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/util.h"
@@ -521,7 +522,8 @@ void pusher__counts(struct pusher *p, struct push_counts *ret)
 
 static void metric(FILE *out, const char *name, const char *type, const char *help, double v)
 {
-	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+	prom_family(out, name, type, help);
+	prom_sample(out, name, NULL, 0, v);
 }
 
 void pusher__metrics(struct pusher *p, FILE *out)

@@ -21,6 +21,7 @@
 #include "common/abi_strips.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "sched.skel.h"
 
@@ -422,40 +423,55 @@ static void sched_stop(struct agent *a)
 static void sched_metrics(struct agent *a, FILE *out)
 {
 	struct procs_stats ps;
+	uint64_t followed = 0;
 
 	if (!S.skel)
 		return;
 	procs__stats(&ps);
-	fprintf(out, "gpuscope_agent_sched_switches_total %" PRIu64 "\n",
-		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
-	fprintf(out, "gpuscope_agent_sched_events_total %" PRIu64 "\n",
-		bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
+	prom_counter(out, "gpuscope_agent_sched_switches_total",
+		     "Context switches of followed threads seen in BPF.",
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
+	prom_counter(out, "gpuscope_agent_sched_events_total",
+		     "Thread-state events the BPF program emitted.",
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;
-		uint64_t n = 0;
 
-		while (!bpf_map_get_next_key(fd, prev, &next) && n < 1000000) {
+		while (!bpf_map_get_next_key(fd, prev, &next) && followed < 1000000) {
 			key = next;
 			prev = &key;
-			n++;
+			followed++;
 		}
-		fprintf(out, "gpuscope_agent_sched_threads_followed %" PRIu64 "\n", n);
 	}
-	fprintf(out, "gpuscope_agent_sched_intervals_total %" PRIu64 "\n", S.intervals);
-	fprintf(out, "gpuscope_agent_sched_summaries_total %" PRIu64 "\n", S.summaries);
-	fprintf(out, "gpuscope_agent_sched_offcpu_samples_total %" PRIu64 "\n",
-		S.offcpu_samples + S.offcpu_agg);
-	fprintf(out, "gpuscope_agent_sched_stack_lost_total %" PRIu64 "\n", S.stack_lost);
-	fprintf(out, "gpuscope_agent_sched_stackmap_clears_total %" PRIu64 "\n", S.stackmap_clears);
-	fprintf(out, "gpuscope_agent_sched_batch_errors_total %" PRIu64 "\n", S.batch_errors);
-	fprintf(out, "gpuscope_agent_sched_relabel_dropped_total %" PRIu64 "\n", S.relabel_dropped);
+	prom_gauge(out, "gpuscope_agent_sched_threads_followed",
+		   "Threads in the BPF thread-state map.", followed);
+	prom_counter(out, "gpuscope_agent_sched_intervals_total",
+		     "Thread-state intervals added to batches.", S.intervals);
+	prom_counter(out, "gpuscope_agent_sched_summaries_total",
+		     "Summary intervals (short states folded) added to batches.", S.summaries);
+	prom_counter(out, "gpuscope_agent_sched_offcpu_samples_total",
+		     "Off-CPU samples added to batches.", S.offcpu_samples + S.offcpu_agg);
+	prom_counter(out, "gpuscope_agent_sched_stack_lost_total",
+		     "Blocked intervals whose stack was gone from the stack map.", S.stack_lost);
+	prom_counter(out, "gpuscope_agent_sched_stackmap_clears_total",
+		     "Times the BPF stack map was cleared.", S.stackmap_clears);
+	prom_counter(out, "gpuscope_agent_sched_batch_errors_total",
+		     "Records that could not be added to the batch.", S.batch_errors);
+	prom_counter(out, "gpuscope_agent_sched_relabel_dropped_total",
+		     "Records not sent because a relabel rule dropped the process.",
+		     S.relabel_dropped);
+	prom_family(out, "gpuscope_agent_sched_blocked_total", "counter",
+		    "Blocked intervals, by reason.");
 	for (int r = 0; r < BLOCKED_MAX; r++)
-		fprintf(out, "gpuscope_agent_sched_blocked_total{reason=\"%s\"} %" PRIu64 "\n",
-			blocked_reason_name(r), S.reasons[r]);
-	fprintf(out, "gpuscope_agent_procs_tracked %" PRIu64 "\n", ps.tracked);
-	fprintf(out, "gpuscope_agent_procs_overflow_total %" PRIu64 "\n", ps.overflow);
-	fprintf(out, "gpuscope_agent_procs_scans_total %" PRIu64 "\n", ps.scans);
+		prom_sample1_u64(out, "gpuscope_agent_sched_blocked_total", "reason",
+				 blocked_reason_name(r), S.reasons[r]);
+	prom_gauge(out, "gpuscope_agent_procs_tracked", "Processes whose threads are followed.",
+		   ps.tracked);
+	prom_counter(out, "gpuscope_agent_procs_overflow_total",
+		     "Processes not followed because the table was full.", ps.overflow);
+	prom_counter(out, "gpuscope_agent_procs_scans_total", "Scans of /proc for GPU processes.",
+		     ps.scans);
 }
 
 const struct agent_module sched_module = {

@@ -20,6 +20,7 @@
 #include "agent/sym/symbolize_int.h"
 #include "common/hmap.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 /* libstdc++'s demangler (C ABI); linked through -lstdc++. */
@@ -1183,14 +1184,22 @@ int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir)
 
 void symbolizer__metrics(const struct symbolizer *s, FILE *out)
 {
-	const char *p = "gpuscope_agent_symbolizer";
-
-	fprintf(out, "%s_frames_total{result=\"resolved\"} %" PRIu64 "\n", p, s->st.resolved);
-	fprintf(out, "%s_frames_total{result=\"unknown\"} %" PRIu64 "\n", p, s->st.unknown);
-	fprintf(out, "%s_elf_opened_total %" PRIu64 "\n", p, s->st.elf_opened);
-	fprintf(out, "%s_elf_cache_hits_total %" PRIu64 "\n", p, s->st.elf_cache_hits);
-	fprintf(out, "%s_maps_reads_total %" PRIu64 "\n", p, s->st.maps_reads);
-	fprintf(out, "%s_perfmap_reads_total %" PRIu64 "\n", p, s->st.perfmap_reads);
-	fprintf(out, "%s_cache_bytes %" PRIu64 "\n", p, s->cache_bytes);
-	fprintf(out, "%s_pids %" PRIu32 "\n", p, s->nprocs);
+	prom_family(out, "gpuscope_agent_symbolizer_frames_total", "counter",
+		    "Frames symbolized, by result.");
+	prom_sample1_u64(out, "gpuscope_agent_symbolizer_frames_total", "result", "resolved",
+			 s->st.resolved);
+	prom_sample1_u64(out, "gpuscope_agent_symbolizer_frames_total", "result", "unknown",
+			 s->st.unknown);
+	prom_counter(out, "gpuscope_agent_symbolizer_elf_opened_total", "ELF files opened.",
+		     s->st.elf_opened);
+	prom_counter(out, "gpuscope_agent_symbolizer_elf_cache_hits_total",
+		     "ELF lookups served from the cache.", s->st.elf_cache_hits);
+	prom_counter(out, "gpuscope_agent_symbolizer_maps_reads_total", "/proc/PID/maps reads.",
+		     s->st.maps_reads);
+	prom_counter(out, "gpuscope_agent_symbolizer_perfmap_reads_total",
+		     "/tmp/perf-PID.map reads.", s->st.perfmap_reads);
+	prom_gauge(out, "gpuscope_agent_symbolizer_cache_bytes", "Bytes of cached symbol tables.",
+		   s->cache_bytes);
+	prom_gauge(out, "gpuscope_agent_symbolizer_pids", "Processes with cached memory maps.",
+		   s->nprocs);
 }
