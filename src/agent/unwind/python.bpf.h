@@ -28,6 +28,10 @@
 
 #define PY_FRAMES_PER_CALL (GPUSCOPE_MAX_STACK / 2 + 1)	/* enough to fill a stack */
 #define PY_THREAD_SCAN 256	/* thread-list steps per cache miss, all interpreters */
+/* py_threads value of a thread without a PyThreadState, with the time it was looked for: it is
+ * looked for again after PY_NO_TSTATE_NS (a C thread may call into Python later). */
+#define PY_NO_TSTATE (1ULL << 63)
+#define PY_NO_TSTATE_NS 1000000000ULL
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -40,7 +44,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, GPUSCOPE_PY_MAX_THREADS);
 	__type(key, __u32);	/* tid */
-	__type(value, __u64);	/* its PyThreadState, checked on every use */
+	__type(value, __u64);	/* its PyThreadState, checked on every use; or PY_NO_TSTATE */
 } py_threads SEC(".maps");
 
 struct {
@@ -151,8 +155,8 @@ static __always_inline __u64 py_find_tstate(struct py_state *ps, const struct gp
 		.is_threads_head = p->is_threads_head, .ts_next = p->ts_next,
 		.ts_thread_id = p->ts_thread_id, .key = ps->tid,
 	};
+	__u64 *cached, now = bpf_ktime_get_ns();
 	__u32 tid = ps->tid;
-	__u64 *cached;
 	int err = 0;
 
 	if (p->tid_is_fsbase) {		/* 3.10: thread_id is pthread_self(), the fs base */
@@ -168,15 +172,24 @@ static __always_inline __u64 py_find_tstate(struct py_state *ps, const struct gp
 	if (cached) {
 		__u64 ts = *cached;
 
-		if (ts && py_read_u64(ts + c.ts_thread_id, &err) == c.key && !err)
+		if (ts & PY_NO_TSTATE) {	/* a native thread, looked at recently */
+			if (now - (ts & ~PY_NO_TSTATE) < PY_NO_TSTATE_NS)
+				return 0;
+		} else if (ts && py_read_u64(ts + c.ts_thread_id, &err) == c.key && !err) {
 			return ts;
+		}
 		bpf_map_delete_elem(&py_threads, &tid);
 	}
 	py_count(GPUSCOPE_PY_STAT_THREAD_SCANS);
 	if (bpf_loop(PY_THREAD_SCAN, py_scan_step, &c, 0) == PY_THREAD_SCAN && !c.found)
 		py_count(GPUSCOPE_PY_STAT_SCAN_LIMIT);
-	if (c.found)
+	if (c.found) {
 		bpf_map_update_elem(&py_threads, &tid, &c.found, BPF_ANY);
+	} else {
+		__u64 neg = PY_NO_TSTATE | now;
+
+		bpf_map_update_elem(&py_threads, &tid, &neg, BPF_ANY);
+	}
 	return c.found;
 }
 

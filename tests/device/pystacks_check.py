@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Checks of issue #13 on the GPU machine against the server's API (tests/device/pystacks_device.sh):
+the main thread's GPU-idle CPU flame graph is >= 80 % under python_cpu_phase; >= 90 % of kernel
+GPU time sits under the Python function that launched it (train_step); <= 5 % of the process's
+CPU samples hold an unknown frame ([unknown] ..., [python]). Also prints the same figures for the
+off-CPU and CUDA-sync stacks, and the heaviest stacks. Usage: pystacks_check.py URL PID"""
+import json
+import sys
+import urllib.parse
+import urllib.request
+
+url, pid = sys.argv[1], sys.argv[2]
+failed = []
+
+
+def get(path, **params):
+    with urllib.request.urlopen("%s%s?%s" % (url, path, urllib.parse.urlencode(params)),
+                                timeout=120) as r:
+        return json.load(r)
+
+
+def fg(kind, sel, **extra):
+    return get("/api/v1/flamegraph", kind=kind, since="30m", selector=sel, **extra)["root"]
+
+
+def presence(node, pred):
+    """Value of the samples whose stack holds a frame matching pred (outermost match counted)."""
+    if node.get("name") != "root" and pred(node["name"]):
+        return node["value"]
+    return sum(presence(k, pred) for k in node.get("children") or [])
+
+
+def heaviest(node, k=8):
+    out = []
+
+    def walk(n, path):
+        kids = n.get("children") or []
+        self_v = n["value"] - sum(c["value"] for c in kids)
+        p = path + ([n["name"]] if n.get("name") != "root" else [])
+        if self_v > 0:
+            out.append((self_v, p))
+        for c in kids:
+            walk(c, p)
+    walk(node, [])
+    for v, p in sorted(out, key=lambda t: -t[0])[:k]:
+        print("   %8d  %s" % (v, ";".join(p)[-300:]))
+
+
+def check(ok, what):
+    print("%s %s" % ("PASS" if ok else "FAIL", what))
+    if not ok:
+        failed.append(what)
+
+
+def unknown(name):
+    return name.startswith("[unknown]") or name == "[python]"
+
+
+proc = '{pid="%s"}' % pid
+main = '{pid="%s",tid="%s"}' % (pid, pid)
+
+idle = fg("cpu", main, gpu_idle="0")
+busy_cpu = idle["value"]
+under = presence(idle, lambda n: n == "python_cpu_phase")
+print("== GPU-idle CPU flame graph, main thread: %d samples" % busy_cpu)
+heaviest(idle)
+check(busy_cpu > 0 and under >= 0.8 * busy_cpu,
+      "GPU-idle CPU of the main thread under python_cpu_phase: %.1f %% (%d of %d samples)" %
+      (100.0 * under / max(busy_cpu, 1), under, busy_cpu))
+
+k = fg("gpu_kernel_ns", proc)
+k_total = k["value"]
+k_step = presence(k, lambda n: n == "train_step")
+k_autograd = presence(k, lambda n: "autograd::Engine::thread_main" in n or
+                      "autograd::Engine::thread_init" in n)
+print("== kernel GPU time: %.1f ms" % (k_total / 1e6))
+heaviest(k, 6)
+print("   under train_step %.1f %%; launched by autograd's device thread (C++ only, no Python "
+      "caller on its stack) %.1f %%" % (100.0 * k_step / max(k_total, 1),
+                                        100.0 * k_autograd / max(k_total, 1)))
+from_python = k_total - k_autograd
+check(k_total > 0 and k_step >= 0.9 * from_python,
+      "kernel GPU time launched from Python threads under train_step: %.1f %% (%.1f of %.1f ms)"
+      % (100.0 * k_step / max(from_python, 1), k_step / 1e6, from_python / 1e6))
+print("INFO all kernel GPU time under train_step: %.1f %%" % (100.0 * k_step / max(k_total, 1)))
+
+c = fg("cpu", proc)
+unk = presence(c, unknown)
+trunc = presence(c, lambda n: n == "[truncated]")
+print("== the process's CPU samples: %d" % c["value"])
+check(c["value"] > 0 and unk <= 0.05 * c["value"],
+      "CPU samples with an unknown frame: %.2f %% (%d of %d); with [truncated]: %.2f %%" %
+      (100.0 * unk / max(c["value"], 1), unk, c["value"], 100.0 * trunc / max(c["value"], 1)))
+for kind in ("offcpu_ns", "cuda_sync_ns"):
+    t = fg(kind, proc)
+    u = presence(t, unknown)
+    print("INFO %s: %.2f %% with an unknown frame, %.2f %% with [truncated], %.2f %% under a "
+          "Python function of the script" % (kind, 100.0 * u / max(t["value"], 1),
+                                             100.0 * presence(t, lambda n: n == "[truncated]") /
+                                             max(t["value"], 1),
+                                             100.0 * presence(t, lambda n: n in (
+                                                 "train_step", "python_cpu_phase", "main")) /
+                                             max(t["value"], 1)))
+print("%d check(s) failed" % len(failed) if failed else "all checks passed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Python frames on the GPU machine (issue #13): gpuscope-server + gpuscope-agent run (every
+# module) around tests/device/pystacks_torch.py with the CUPTI library injected, then the checks
+# of tests/device/pystacks_check.py against the server's API, the agent's Python/unwind counters,
+# its peak RSS and CPU. Needs .dev/agent from tests/device/pack-agent.sh (bin/, lib/,
+# libgpuscope_cupti.so). Results in $OUT: summary.txt, agent-metrics.txt, logs.
+# Usage (repository root, as root): tests/device/pystacks_device.sh [SECONDS]
+set -u
+D=${AGENT_DIR:-$PWD/.dev/agent}
+RET=${OUT:-/tmp/pystacks-device}
+W=$(mktemp -d /tmp/pystacks.XXXX)
+mkdir -p "$RET"
+ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
+uname -r; nvidia-smi -L 2>&1 | head -2
+python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
+cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
+
+ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/server.out" 2> "$W/server.log" &
+spid=$!
+for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
+url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+ours "$D/bin/gpuscope-agent" run --server "$url" --push-interval 2s --metrics-listen 127.0.0.1:9400 \
+	> "$W/agent.out" 2> "$W/agent.log" &
+apid=$!
+sleep 4
+read -r a_ut a_st < <(awk '{print $14, $15}' /proc/$apid/stat)
+t0=$(date +%s.%N)
+CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" \
+	timeout 200 python3 tests/device/pystacks_torch.py "${1:-25}" > "$W/work.out" 2> "$W/work.err"
+t1=$(date +%s.%N)
+read -r b_ut b_st < <(awk '{print $14, $15}' /proc/$apid/stat)
+wpid=$(awk '/^pid /{print $2; exit}' "$W/work.out")
+tail -2 "$W/work.out"; tail -3 "$W/work.err"
+sleep 4	# the last push
+curl -s http://127.0.0.1:9400/metrics > "$RET/agent-metrics.txt"
+grep VmHWM /proc/$apid/status | tee "$W/agent-rss.txt"
+kill -TERM $apid; wait $apid
+python3 - "$a_ut" "$a_st" "$b_ut" "$b_st" "$t0" "$t1" <<'PY' | tee -a "$W/agent-rss.txt"
+import os, sys
+a_ut, a_st, b_ut, b_st, t0, t1 = map(float, sys.argv[1:7])
+cpu = ((b_ut + b_st) - (a_ut + a_st)) / os.sysconf("SC_CLK_TCK")
+print("agent CPU during the loop: %.2f s over %.1f s = %.2f %% of one core" % (cpu, t1 - t0, 100 * cpu / (t1 - t0)))
+PY
+grep -E '^gpuscope_agent_(python|unwind)_' "$RET/agent-metrics.txt" | grep -v ' 0$'
+{
+	echo "python pid $wpid"
+	python3 tests/device/pystacks_check.py "$url" "$wpid"
+	echo "rc $?"
+	cat "$W/agent-rss.txt"
+} 2>&1 | tee "$RET/summary.txt"
+tail -20 "$W/agent.log" > "$RET/agent-log-tail.txt"
+cp "$W/work.err" "$RET/" 2>/dev/null
+kill -TERM $spid; wait $spid
+grep -q "^rc 0" "$RET/summary.txt"
