@@ -46,3 +46,19 @@ $(OUT)/tests/cupti/cupti_launch_bench: tests/cupti/cupti_launch_bench.c $(CUPTI_
 	$(Q)$(CC) -g -O2 -fno-omit-frame-pointer -D_GNU_SOURCE -Isrc -o $@ $< \
 		-L$(OUT)/tests/cupti -lgpuscope_cupti_fake -Wl,-rpath,'$$ORIGIN'
 all: $(OUT)/tests/cupti/cupti_launch_bench
+
+# The libcupti.so.13 stand-in and the application that runs the real library over it
+# (tests/unit/test_cupti_window.c): trace windows through the real control path, no GPU.
+FAKE_CUPTI_DIR := $(OUT)/tests/cupti/fakecupti
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+all: $(FAKE_CUPTI_DIR)/libcupti.so.13 $(OUT)/tests/cupti/cupti_window
+endif
+$(FAKE_CUPTI_DIR)/libcupti.so.13: tests/cupti/fake_cupti.c tests/cupti/fake_cupti.h mk/cupti.mk
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -Wl,-soname,libcupti.so.13 \
+		-o $@ $< -lpthread
+
+$(OUT)/tests/cupti/cupti_window: tests/cupti/cupti_window.c $(FAKE_CUPTI_DIR)/libcupti.so.13
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fno-inline -D_GNU_SOURCE -Isrc -o $@ $< \
+		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN/fakecupti' -ldl

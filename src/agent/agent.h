@@ -15,6 +15,7 @@ struct batch;
 struct symbolizer;
 struct label;
 struct stack_cache;
+struct trace_cfg;
 
 #define AGENT_MAX_PIDS 64
 
@@ -29,6 +30,9 @@ struct agent_opts {
 	const char *relabel_config;	/* --relabel-config FILE (meta.c); NULL: none */
 	uint64_t nvml_interval_ns[6];	/* --nvml-*-interval per enum nvml_source; 0: default,
 					 * UINT64_MAX: off (parsed by nvml_parse_opt()) */
+	const struct trace_cfg *trace;	/* --gpu-trace-* (cupti/window.h); NULL: defaults */
+	const char *server;		/* --server URL (capture requests come from there) */
+	const char *token_file;		/* --token-file */
 };
 
 struct agent {

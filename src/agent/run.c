@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/cupti/window.h"
 #include "agent/gpu/nvml.h"
 #include "agent/commands.h"
 #include "agent/push/metrics_http.h"
@@ -139,6 +140,7 @@ static void usage(FILE *f)
 		"                           %s)\n"
 		"  -v, --verbose            debug logging\n",
 		AGENT_MAX_PIDS, module_names());
+	fputs(trace_usage, f);
 }
 
 static void fill_metrics(void *arg, FILE *out)
@@ -257,8 +259,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES,
+		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT,
 	};
+	static struct trace_cfg trace;
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, OPT_SERVER },
 		{ "push-interval", required_argument, NULL, OPT_INTERVAL },
@@ -284,6 +287,10 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
 		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "modules", required_argument, NULL, OPT_MODULES },
+		{ "gpu-trace-budget", required_argument, NULL, OPT_TRACE_OPT },
+		{ "gpu-trace-window", required_argument, NULL, OPT_TRACE_OPT },
+		{ "gpu-trace-kernel-cost", required_argument, NULL, OPT_TRACE_OPT },
+		{ "gpu-trace-idle-trigger", required_argument, NULL, OPT_TRACE_OPT },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -293,14 +300,20 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	int opt, li = 0;
 
 	optind = 1;
+	trace_cfg_defaults(&trace);
+	ao->trace = &trace;
 	while ((opt = getopt_long(argc, argv, "vh", lopts, &li)) != -1) {
 		switch (opt) {
+		case OPT_TRACE_OPT:	/* cupti/window.c parses the trace-window options */
+			if (trace_parse_opt(&trace, lopts[li].name, optarg) <= 0)
+				return -EINVAL;
+			break;
 		case OPT_NVML_OPT:	/* gpu/nvml.c parses its own rates */
 			if (nvml_parse_opt(ao, lopts[li].name, optarg) <= 0)
 				return -EINVAL;
 			break;
 		case OPT_SERVER:
-			o->server = optarg;
+			o->server = ao->server = optarg;
 			break;
 		case OPT_INTERVAL:
 			if (parse_duration_ns(optarg, &o->push_interval_ns) ||
@@ -335,7 +348,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			ao->all_processes = true;
 			break;
 		case OPT_TOKEN:
-			o->token_file = optarg;
+			o->token_file = ao->token_file = optarg;
 			break;
 		case OPT_CA_FILE:
 			o->ca_file = optarg;

@@ -44,6 +44,7 @@ enum gpuscope_ev_type {
 	GPUSCOPE_EV_CUPTI_NAME = 50,	/* struct gpuscope_ev_cupti_name */
 	GPUSCOPE_EV_CUPTI_CLOCK = 51,	/* struct gpuscope_ev_cupti_pair */
 	GPUSCOPE_EV_CUPTI_DROPS = 52,	/* struct gpuscope_ev_cupti_pair */
+	GPUSCOPE_EV_CUPTI_STATUS = 53,	/* struct gpuscope_ev_cupti_pair (what: gpuscope_cupti_status) */
 };
 
 /*

@@ -17,6 +17,11 @@
  *   name(u32 idx, u64 str)           a new kernel name (NUL-terminated, mangled) got index idx
  *   clock(u64 cupti_ns, u64 mono_ns) a cuptiGetTimestamp() / CLOCK_MONOTONIC pair
  *   drops(u64 cupti, u64 lib)        cumulative records lost: by CUPTI, by the library's bounds
+ *   window(u32 open)                 not fired in normal operation: its semaphore is the switch.
+ *                                    The agent attaches to it for one process (pid-filtered
+ *                                    uprobe: the kernel raises the semaphore in that process
+ *                                    only) to open a trace window there, detaches to close it
+ *   status(u32 what, u64 a, u64 b)   what the library did: enum gpuscope_cupti_status
  */
 #define GPUSCOPE_CUPTI_PROVIDER "gpuscope_cupti"
 
@@ -25,6 +30,15 @@ enum gpuscope_cupti_rec_kind {
 	GPUSCOPE_CUPTI_MEMCPY = 2,
 	GPUSCOPE_CUPTI_MEMSET = 3,
 	GPUSCOPE_CUPTI_SYNC = 4,
+};
+
+/* status probe: what happened, with two numbers (a, b). Times are CLOCK_MONOTONIC ns. */
+enum gpuscope_cupti_status {
+	GPUSCOPE_CUPTI_ST_OPENED = 1,	/* a = open time, b = ns the library spent opening */
+	GPUSCOPE_CUPTI_ST_CLOSED = 2,	/* a = close time, b = ns spent closing (flush included) */
+	GPUSCOPE_CUPTI_ST_BUSY = 3,	/* another CUPTI client holds the subscription; a = time */
+	GPUSCOPE_CUPTI_ST_FAILED = 4,	/* a = time, b = CUptiResult of the call that failed */
+	GPUSCOPE_CUPTI_ST_HELLO = 5,	/* library initialised; a = time, b = close mode */
 };
 
 #define GPUSCOPE_CUPTI_NAME_NONE 0xffffffffu	/* name_idx when there is no (known) name */
@@ -81,10 +95,10 @@ struct gpuscope_ev_cupti_name {
 	char name[GPUSCOPE_CUPTI_NAME_MAX];
 };
 
-/* clock and drops: two numbers each. */
+/* clock, drops and status: two numbers each (status: `what` says which). */
 struct gpuscope_ev_cupti_pair {
 	__u32 type, size;
-	__u32 tgid, _pad;
+	__u32 tgid, what;
 	__u64 a, b;
 };
 

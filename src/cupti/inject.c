@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * libgpuscope_cupti.so: loaded into a CUDA process by CUDA_INJECTION64_PATH. Subscribes to the
- * CUPTI launch callbacks (one USDT probe per launch with its correlation id, on the launching
- * thread) and to activity records (kernels, memcpy, memset, sync), which it hands over in
- * batches: one USDT probe per chunk of a completed buffer, pointing at compact fixed-size records
- * (src/common/abi_cupti.h). No sockets, no files; bounded memory; never blocks or aborts.
+ * libgpuscope_cupti.so: loaded into a CUDA process by CUDA_INJECTION64_PATH. Traces in windows:
+ * while the agent holds the `window` USDT semaphore of this process, it subscribes to the CUPTI
+ * launch callbacks (one USDT probe per launch with its correlation id, on the launching thread)
+ * and to activity records (kernels, memcpy, memset), which it hands over in batches: one USDT
+ * probe per chunk of a completed buffer, pointing at compact fixed-size records
+ * (src/common/abi_cupti.h). Outside a window CUPTI is torn down (cuptiFinalize by default), so
+ * the process runs at full speed. No sockets, no files; bounded memory; never blocks or aborts.
  */
 #include <cupti.h>
 #include <linux/types.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,15 +32,39 @@
 #define DEF_BUF_KB	  2048
 #define DEF_MAX_BUFS	  64
 #define FLUSH_PERIOD_MS	  100
+#define POLL_MS		  10		/* how often the control thread reads the window semaphore */
+#define FINALIZE_WAIT_MS  100		/* wait for a launch callback to finalize on, then do it */
+#define DEF_DEV_BUF_KB	  4096		/* CUPTI device buffer per context (CUPTI's default: 8 MiB) */
+#define DEF_DEV_BUF_POOL  4		/* device buffers per context (CUPTI's default: 250) */
+
+/* What closing a window does (GPUSCOPE_CUPTI_CLOSE); each also disables the activity kinds. */
+enum close_mode {
+	CLOSE_FINALIZE = 0,	/* unsubscribe and cuptiFinalize: CUPTI leaves the process */
+	CLOSE_UNSUBSCRIBE = 1,	/* unsubscribe, keep CUPTI initialised */
+	CLOSE_DISABLE = 2,	/* only disable the callbacks and activity kinds */
+};
 
 static bool debug;
 static size_t buf_bytes = DEF_BUF_KB * 1024;
 static unsigned max_bufs = DEF_MAX_BUFS;
 static unsigned nbufs;			/* buffers handed to CUPTI and not yet returned (atomic) */
 static CUpti_SubscriberHandle subscriber;
+static enum close_mode close_mode;
+static size_t dev_buf_bytes = DEF_DEV_BUF_KB * 1024, dev_buf_pool = DEF_DEV_BUF_POOL;
+
+/*
+ * Window state, owned by the control thread. `subscribed`: we hold the CUPTI subscription;
+ * `registered`: our buffer callbacks are registered (cuptiFinalize forgets them); `gen` counts
+ * windows so a launching thread can drop call depth left over from a window closed mid-call;
+ * `finalize_req`: a launch callback at API exit should call cuptiFinalize (what CUPTI
+ * recommends), `finalized` says one did.
+ */
+static bool window_open, subscribed, registered;
+static unsigned gen = 1;
+static int finalize_req, finalized;
 
 /* Launch state of the current thread: the outermost launch API call and a nested one's id. */
-static __thread unsigned tls_depth;
+static __thread unsigned tls_depth, tls_gen;
 static __thread uint32_t tls_cid, tls_cid2;
 
 /* Completion side, under `lock`: compact chunk, name table, counters, clock. */
@@ -101,7 +129,12 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 				 const void *data)
 {
 	const CUpti_CallbackData *cb = data;
+	unsigned g = __atomic_load_n(&gen, __ATOMIC_RELAXED);
 
+	if (tls_gen != g) {	/* first call of this thread in this window */
+		tls_gen = g;
+		tls_depth = 0;
+	}
 	if (cb->callbackSite == CUPTI_API_ENTER) {
 		if (tls_depth++ == 0) {
 			tls_cid = cb->correlationId;
@@ -115,6 +148,11 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 		return;
 	if (--tls_depth == 0 && PROBE_ENABLED(launch))
 		PROBE_LAUNCH(tls_cid, tls_cid2);
+	if (tls_depth == 0 && __atomic_load_n(&finalize_req, __ATOMIC_ACQUIRE) &&
+	    __atomic_exchange_n(&finalize_req, 0, __ATOMIC_ACQ_REL)) {
+		cuptiFinalize();
+		__atomic_store_n(&finalized, 1, __ATOMIC_RELEASE);
+	}
 }
 
 /* ---- completion thread -------------------------------------------------------------------- */
@@ -352,13 +390,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	__atomic_sub_fetch(&nbufs, 1, __ATOMIC_RELAXED);
 }
 
-static void at_exit(void)
-{
-	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-}
-
-/* ---- set-up ------------------------------------------------------------------------------- */
-
 static const CUpti_CallbackId driver_cbids[] = {
 	CUPTI_DRIVER_TRACE_CBID_cuLaunch,
 	CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
@@ -386,11 +417,14 @@ static const CUpti_CallbackId runtime_cbids[] = {
 	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
 	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
 };
+/*
+ * Only what the agent uses. SYNCHRONIZATION is left off: the agent's always-on driver uprobes
+ * time synchronisations, and CUPTI would instrument every sync call for it.
+ */
 static const CUpti_ActivityKind kinds[] = {
 	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	CUPTI_ACTIVITY_KIND_MEMCPY,
 	CUPTI_ACTIVITY_KIND_MEMSET,
-	CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
 };
 
 static const char *errstr(CUptiResult r)
@@ -402,40 +436,57 @@ static const char *errstr(CUptiResult r)
 	return s;
 }
 
-/*
- * Entry point CUDA calls once it has loaded us. Returns 1 always: a failure here must not stop
- * the application, so we step aside (unsubscribed, activities off) and log only under
- * GPUSCOPE_CUPTI_DEBUG.
- */
-EXPORT int InitializeInjection(void)
+static void status(unsigned what, uint64_t a, uint64_t b)
 {
-	CUptiResult r;
-	unsigned enabled = 0;
+	if (PROBE_ENABLED(status))
+		PROBE_STATUS(what, a, b);
+}
 
-	debug = getenv("GPUSCOPE_CUPTI_DEBUG") && *getenv("GPUSCOPE_CUPTI_DEBUG") &&
-		strcmp(getenv("GPUSCOPE_CUPTI_DEBUG"), "0");
-	buf_bytes = env_ulong("GPUSCOPE_CUPTI_BUFFER_KB", DEF_BUF_KB, 64, 65536) * 1024;
-	max_bufs = env_ulong("GPUSCOPE_CUPTI_MAX_BUFFERS", DEF_MAX_BUFS, 2, 4096);
-
-	r = cuptiSubscribe(&subscriber, on_callback, NULL);
-	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-		dbg("another CUPTI client holds the subscription; stepping aside");
-		return 1;
-	}
-	if (r != CUPTI_SUCCESS) {
-		dbg("cuptiSubscribe: %s; stepping aside", errstr(r));
-		return 1;
-	}
+static void callbacks(uint32_t on)
+{
 	for (size_t i = 0; i < ARRAY_LEN(driver_cbids); i++)
-		cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, driver_cbids[i]);
+		cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, driver_cbids[i]);
 	for (size_t i = 0; i < ARRAY_LEN(runtime_cbids); i++)
-		cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbids[i]);
+		cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbids[i]);
+}
 
-	r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-	if (r != CUPTI_SUCCESS) {
-		dbg("cuptiActivityRegisterCallbacks: %s; stepping aside", errstr(r));
-		goto out_unsubscribe;
+/* Control thread. Subscribes, registers, enables; on any failure leaves nothing enabled. */
+static void open_window(void)
+{
+	uint64_t t0 = mono_now();
+	unsigned enabled = 0;
+	CUptiResult r;
+
+	if (!subscribed) {
+		r = cuptiSubscribe(&subscriber, on_callback, NULL);
+		if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+			dbg("another CUPTI client holds the subscription; no window");
+			status(GPUSCOPE_CUPTI_ST_BUSY, t0, r);
+			return;
+		}
+		if (r != CUPTI_SUCCESS) {
+			dbg("cuptiSubscribe: %s; no window", errstr(r));
+			status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
+			return;
+		}
+		subscribed = true;
 	}
+	if (!registered) {
+		r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+		if (r != CUPTI_SUCCESS) {
+			dbg("cuptiActivityRegisterCallbacks: %s; no window", errstr(r));
+			status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
+			goto out_unsubscribe;
+		}
+		registered = true;
+		/* bounded device memory (a peer's users saw 1 GiB at CUPTI's defaults) */
+		size_t sz = sizeof(dev_buf_bytes);
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz, &dev_buf_bytes);
+		sz = sizeof(dev_buf_pool);
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+					  &dev_buf_pool);
+	}
+	__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED);
 	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
 		r = cuptiActivityEnable(kinds[i]);
 		if (r == CUPTI_SUCCESS)
@@ -443,14 +494,134 @@ EXPORT int InitializeInjection(void)
 		else
 			dbg("cuptiActivityEnable(%d): %s", (int)kinds[i], errstr(r));
 	}
-	if (!enabled)
+	if (!enabled) {
+		status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
 		goto out_unsubscribe;
+	}
+	callbacks(1);
 	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
-	atexit(at_exit);
-	dbg("tracing %u activity kinds, buffers %zu KiB x %u", enabled, buf_bytes / 1024, max_bufs);
-	return 1;
-
+	window_open = true;
+	status(GPUSCOPE_CUPTI_ST_OPENED, t0, mono_now() - t0);
+	dbg("window open: %u activity kinds", enabled);
+	return;
 out_unsubscribe:
 	cuptiUnsubscribe(subscriber);
+	subscribed = false;
+}
+
+/* Control thread (or exit). Disables, hands over what was recorded, then tears down per mode. */
+static void close_window(void)
+{
+	uint64_t t0 = mono_now();
+
+	for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
+		cuptiActivityDisable(kinds[i]);
+	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	window_open = false;
+	if (close_mode == CLOSE_DISABLE) {
+		callbacks(0);
+	} else if (close_mode == CLOSE_UNSUBSCRIBE) {
+		cuptiUnsubscribe(subscriber);
+		subscribed = false;
+	} else {
+		/* CUPTI wants cuptiFinalize at a CUDA API exit: ask the next launch callback */
+		__atomic_store_n(&finalized, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&finalize_req, 1, __ATOMIC_RELEASE);
+		for (int i = 0; i < FINALIZE_WAIT_MS && !__atomic_load_n(&finalized, __ATOMIC_ACQUIRE);
+		     i++) {
+			struct timespec ms = { 0, 1000000 };
+
+			nanosleep(&ms, NULL);
+		}
+		if (__atomic_exchange_n(&finalize_req, 0, __ATOMIC_ACQ_REL))	/* no launch came */
+			cuptiFinalize();
+		else
+			while (!__atomic_load_n(&finalized, __ATOMIC_ACQUIRE))
+				sched_yield();	/* a callback took it and is finalizing now */
+		subscribed = false;
+		registered = false;
+	}
+	status(GPUSCOPE_CUPTI_ST_CLOSED, mono_now(), mono_now() - t0);
+	dbg("window closed (%s)", close_mode == CLOSE_FINALIZE ? "finalize" :
+			       close_mode == CLOSE_UNSUBSCRIBE ? "unsubscribe" : "disable");
+}
+
+/* Follows the agent's switch: the window semaphore of this process. */
+static void *control_main(void *arg)
+{
+	struct timespec poll = { 0, POLL_MS * 1000000L };
+
+	bool refused = false;	/* this request failed: wait for the next one */
+
+	(void)arg;
+	for (;;) {
+		bool want = gpuscope_cupti_window_semaphore != 0;
+
+		if (want && !window_open && !refused) {
+			open_window();
+			refused = !window_open;
+			if (window_open && PROBE_ENABLED(window))
+				PROBE_WINDOW(1);
+		} else if (!want && window_open) {
+			close_window();
+		}
+		if (!want)
+			refused = false;
+		nanosleep(&poll, NULL);
+	}
+	return NULL;
+}
+
+static void at_exit(void)
+{
+	if (window_open)
+		cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/*
+ * Entry point CUDA calls once it has loaded us. Returns 1 always: a failure here must not stop
+ * the application. CUPTI is not touched until the agent opens a window; logs only under
+ * GPUSCOPE_CUPTI_DEBUG.
+ */
+EXPORT int InitializeInjection(void)
+{
+	static const char *const modes[] = { "finalize", "unsubscribe", "disable" };
+	const char *m = getenv("GPUSCOPE_CUPTI_CLOSE");
+	pthread_attr_t attr;
+	pthread_t th;
+	sigset_t all, old;
+	int err;
+
+	debug = getenv("GPUSCOPE_CUPTI_DEBUG") && *getenv("GPUSCOPE_CUPTI_DEBUG") &&
+		strcmp(getenv("GPUSCOPE_CUPTI_DEBUG"), "0");
+	buf_bytes = env_ulong("GPUSCOPE_CUPTI_BUFFER_KB", DEF_BUF_KB, 64, 65536) * 1024;
+	max_bufs = env_ulong("GPUSCOPE_CUPTI_MAX_BUFFERS", DEF_MAX_BUFS, 2, 4096);
+	dev_buf_bytes = env_ulong("GPUSCOPE_CUPTI_DEVICE_BUFFER_KB", DEF_DEV_BUF_KB, 256, 262144) *
+			1024;
+	dev_buf_pool = env_ulong("GPUSCOPE_CUPTI_DEVICE_BUFFERS", DEF_DEV_BUF_POOL, 1, 250);
+	for (size_t i = 0; m && *m && i < ARRAY_LEN(modes); i++)
+		if (!strcmp(m, modes[i]))
+			close_mode = (enum close_mode)i;
+	if (m && *m && strcmp(m, modes[close_mode]))
+		dbg("ignoring GPUSCOPE_CUPTI_CLOSE='%s' (finalize, unsubscribe or disable)", m);
+
+	/* the control thread takes no signals of the application */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	err = pthread_create(&th, &attr, control_main, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		dbg("pthread_create: %s; stepping aside", strerror(err));
+		return 1;
+	}
+	pthread_setname_np(th, "gpuscope-cupti");
+	atexit(at_exit);
+	status(GPUSCOPE_CUPTI_ST_HELLO, mono_now(), close_mode);
+	dbg("ready: windows close by %s; buffers %zu KiB x %u, device buffers %zu KiB x %zu",
+	    modes[close_mode], buf_bytes / 1024, max_bufs, dev_buf_bytes / 1024, dev_buf_pool);
 	return 1;
 }

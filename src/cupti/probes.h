@@ -21,6 +21,8 @@ GPUSCOPE_SEMA(buffer);
 GPUSCOPE_SEMA(name);
 GPUSCOPE_SEMA(clock);
 GPUSCOPE_SEMA(drops);
+GPUSCOPE_SEMA(window);
+GPUSCOPE_SEMA(status);
 
 /* Non-zero while some tracer has the probe attached (the kernel counts attachments). */
 #define PROBE_ENABLED(name) __builtin_expect(gpuscope_cupti_##name##_semaphore != 0, 0)
@@ -39,5 +41,8 @@ GPUSCOPE_SEMA(drops);
 #define PROBE_NAME(idx, str)	 STAP_PROBE2(gpuscope_cupti, name, (unsigned)(idx), (unsigned long)(str))
 #define PROBE_CLOCK(cupti, mono) STAP_PROBE2(gpuscope_cupti, clock, (unsigned long)(cupti), (unsigned long)(mono))
 #define PROBE_DROPS(cupti, lib)	 STAP_PROBE2(gpuscope_cupti, drops, (unsigned long)(cupti), (unsigned long)(lib))
+/* The window probe is never meant to be hit: its semaphore is the agent's per-process switch. */
+#define PROBE_WINDOW(open)	 STAP_PROBE1(gpuscope_cupti, window, (unsigned)(open))
+#define PROBE_STATUS(what, a, b) STAP_PROBE3(gpuscope_cupti, status, (unsigned)(what), (unsigned long)(a), (unsigned long)(b))
 
 #endif

@@ -44,3 +44,17 @@ EXPORT void fake_drops(uint64_t cupti, uint64_t lib)
 {
 	PROBE_DROPS(cupti, lib);
 }
+
+EXPORT void fake_status(uint32_t what, uint64_t a, uint64_t b)
+{
+	if (PROBE_ENABLED(status))
+		PROBE_STATUS(what, a, b);
+}
+
+/* Non-zero while an agent holds this process's trace window open. */
+EXPORT int fake_window(void)
+{
+	if (PROBE_ENABLED(window))
+		PROBE_WINDOW(1);
+	return gpuscope_cupti_window_semaphore != 0;
+}

@@ -142,12 +142,13 @@ int BPF_USDT(on_name, __u32 idx, __u64 str)
 	return 0;
 }
 
-static __always_inline int emit_pair(__u32 type, __u64 a, __u64 b)
+static __always_inline int emit_pair(__u32 type, __u32 what, __u64 a, __u64 b)
 {
 	struct gpuscope_ev_cupti_pair ev = {
 		.type = type,
 		.size = sizeof(ev),
 		.tgid = bpf_get_current_pid_tgid() >> 32,
+		.what = what,
 		.a = a,
 		.b = b,
 	};
@@ -160,11 +161,24 @@ static __always_inline int emit_pair(__u32 type, __u64 a, __u64 b)
 SEC("usdt")
 int BPF_USDT(on_clock, __u64 cupti_ns, __u64 mono_ns)
 {
-	return emit_pair(GPUSCOPE_EV_CUPTI_CLOCK, cupti_ns, mono_ns);
+	return emit_pair(GPUSCOPE_EV_CUPTI_CLOCK, 0, cupti_ns, mono_ns);
 }
 
 SEC("usdt")
 int BPF_USDT(on_drops, __u64 cupti, __u64 lib)
 {
-	return emit_pair(GPUSCOPE_EV_CUPTI_DROPS, cupti, lib);
+	return emit_pair(GPUSCOPE_EV_CUPTI_DROPS, 0, cupti, lib);
+}
+
+SEC("usdt")
+int BPF_USDT(on_status, __u32 what, __u64 a, __u64 b)
+{
+	return emit_pair(GPUSCOPE_EV_CUPTI_STATUS, what, a, b);
+}
+
+/* Attached for one process at a time: the attachment itself (the semaphore) opens its window. */
+SEC("usdt")
+int BPF_USDT(on_window, __u32 open)
+{
+	return 0;
 }

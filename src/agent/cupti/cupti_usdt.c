@@ -4,7 +4,11 @@
  * libgpuscope_cupti*.so file that processes have mapped (system-wide on that file, so later
  * processes are covered too), and joins in user space: launch stacks by (pid, correlation id)
  * with the activity records, into gpu_kernel_ns samples, gpu_kernel/memcpy/memset/cuda_sync
- * intervals and per-GPU gpu_busy intervals (union of kernel executions).
+ * intervals and per-GPU gpu_busy intervals (union of kernel executions). Tracing runs in
+ * windows (window.c decides when): the module opens one in a process by attaching to its
+ * library's `window` probe for that pid only (the kernel raises the probe's semaphore in that
+ * process, and the library turns CUPTI on), and closes it by detaching. Each window becomes a
+ * gpu_trace_window interval, and a gpu_observed interval per GPU it saw (source=kernels).
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -22,6 +26,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/cupti/cupti_usdt.h"
+#include "agent/cupti/window.h"
 #include "agent/sym/symbolize.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
@@ -34,7 +39,7 @@
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 #define MAX_LIBS	 32
-#define NPROBES		 5
+#define NPROBES		 6
 #define MAX_PROCS	 256
 #define LAUNCH_BITS	 18		/* pending launches (all ways) */
 #define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
@@ -43,7 +48,17 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
 #define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
 
-static const char *const probe_names[NPROBES] = { "launch", "buffer", "name", "clock", "drops" };
+static const char *const probe_names[NPROBES] = { "launch", "buffer", "name",
+						  "clock",  "drops",  "status" };
+#define STATUS_WAIT_NS	 (3 * NSEC_PER_SEC)	/* a window's status must come within this */
+
+/* Where a process's window stands. */
+enum win_state {
+	WIN_IDLE = 0,	/* closed; the controller may open one */
+	WIN_ASKED,	/* the window probe is attached; waiting for the library's OPENED */
+	WIN_OPEN,	/* the library traces */
+	WIN_CLOSING,	/* detached; waiting for CLOSED */
+};
 
 struct lib {
 	dev_t dev;
@@ -59,6 +74,21 @@ struct proc {
 	char comm[GPUSCOPE_COMM_LEN + 1];
 	char **names;		/* demangled, by library index; GPUSCOPE_CUPTI_NAMES_CAP */
 	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
+	char *lib_path;			/* the library as this process maps it; NULL: none seen */
+	bool lib_hello;			/* the library announced itself (status HELLO) */
+	/* trace window */
+	enum win_state win;
+	enum trace_reason reason;
+	struct bpf_link *win_link;	/* pid-filtered attachment to the window probe */
+	uint64_t asked_ns, close_at_ns;	/* CLOCK_MONOTONIC */
+	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
+	uint64_t win_kernels, win_launches;
+	uint64_t devices;		/* bit per CUDA device (< 64) whose kernels the window saw */
+	uint64_t all_devices;		/* every device ever seen in this process */
+	bool early;			/* closed early: over its budget */
+	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
+	struct trace_budget budget;
+	uint64_t capture_until_ns;	/* an on-demand capture asked to trace until then */
 };
 
 struct launch {
@@ -101,10 +131,12 @@ struct cupti_state {
 	uint64_t launch_seq;
 	struct raw_stack *stacks;
 	struct busy busy[MAX_DEVICES];
+	struct trace_cfg cfg;
 	struct cupti_stats st;
 };
 
 static struct cupti_state *S;
+static struct cupti_stats last_stats;	/* of the last module stopped */
 
 /* ---- attaching ---------------------------------------------------------------------------- */
 
@@ -121,7 +153,7 @@ static int attach_lib(struct cupti_state *c, const char *path)
 {
 	struct bpf_program *progs[NPROBES] = {
 		c->skel->progs.on_launch, c->skel->progs.on_buffer, c->skel->progs.on_name,
-		c->skel->progs.on_clock,  c->skel->progs.on_drops,
+		c->skel->progs.on_clock,  c->skel->progs.on_drops, c->skel->progs.on_status,
 	};
 	struct lib *l;
 	struct stat sb;
@@ -138,11 +170,15 @@ static int attach_lib(struct cupti_state *c, const char *path)
 	l = &c->libs[c->nlibs];
 	memset(l, 0, sizeof(*l));
 	/* name and clock first: the library re-announces its names when their semaphore moves */
-	static const int order[NPROBES] = { 2, 3, 4, 0, 1 };
+	static const int order[NPROBES] = { 2, 3, 4, 5, 0, 1 };
 	for (int k = 0; k < NPROBES; k++) {
 		i = order[k];
 		l->links[i] = bpf_program__attach_usdt(progs[i], -1, path, GPUSCOPE_CUPTI_PROVIDER,
 						       probe_names[i], NULL);
+		if (!l->links[i] && i == 5) {	/* status: a library from before trace windows */
+			log_debug("cupti: '%s' has no status probe (no trace windows)", path);
+			continue;
+		}
 		if (!l->links[i]) {
 			err = -errno;
 			log_warn("cupti: attach USDT %s:%s in '%s': %s", GPUSCOPE_CUPTI_PROVIDER,
@@ -171,7 +207,13 @@ static bool is_our_lib(const char *path)
 	return !strncmp(base, "libgpuscope_cupti", 17) && strstr(base, ".so");
 }
 
-/* Finds libgpuscope_cupti*.so in every process's maps and attaches to each file once. */
+static bool pid_wanted(struct agent *a, pid_t pid);
+static struct proc *proc_get(struct cupti_state *c, pid_t pid);
+
+/*
+ * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
+ * remembers which processes map it (the ones whose windows the module controls).
+ */
 static void scan_procs(struct cupti_state *c)
 {
 	DIR *d = opendir("/proc");
@@ -200,7 +242,14 @@ static void scan_procs(struct cupti_state *c)
 			if (!is_our_lib(path) || strstr(path, " (deleted)"))
 				continue;
 			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
-			attach_lib(c, full);
+			if (attach_lib(c, full) == 0) {
+				pid_t pid = atoi(de->d_name);
+				struct proc *pr = pid_wanted(c->a, pid) ? proc_get(c, pid) : NULL;
+
+				if (pr && !pr->lib_path)
+					pr->lib_path = strdup(full);
+			}
+			break;
 		}
 		fclose(f);
 	}
@@ -248,6 +297,8 @@ static bool pid_wanted(struct agent *a, pid_t pid)
 
 static void proc_free_contents(struct proc *p)
 {
+	bpf_link__destroy(p->win_link);
+	free(p->lib_path);
 	if (p->names)
 		for (uint32_t i = 0; i < GPUSCOPE_CUPTI_NAMES_CAP; i++)
 			free(p->names[i]);
@@ -378,7 +429,10 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 		rs->n = n;
 		memcpy(rs->frames, frames, 8ull * n);
 	}
-	proc_get(c, ev->tgid);
+	struct proc *p = proc_get(c, ev->tgid);
+
+	if (p)
+		p->win_launches++;
 	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
 	if (ev->cid2)
 		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
@@ -448,8 +502,8 @@ static int span_cmp(const void *x, const void *y)
 /* Emits the union of pending kernel spans that can no longer grow; all of them when force. */
 static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
 {
-	struct label lab[2] = { { "gpu", b->gpu_s } };
-	size_t nlab = 1;
+	struct label lab[3] = { { "gpu", b->gpu_s }, { "source", "kernels" } };
+	size_t nlab = 2;
 	uint64_t horizon = force ? UINT64_MAX : (b->max_end > BUSY_GRACE_NS ? b->max_end - BUSY_GRACE_NS : 0);
 	size_t i = 0, keep = 0;
 
@@ -557,6 +611,11 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		char unk[40];
 
 		c->st.kernels++;
+		p->win_kernels++;
+		if (r->device < 64) {
+			p->devices |= 1ull << r->device;
+			p->all_devices |= 1ull << r->device;
+		}
 		if (!name) {
 			c->st.unknown_names++;
 			snprintf(unk, sizeof(unk), "[unknown kernel #%u]", r->name_idx);
@@ -674,6 +733,269 @@ static void on_clock(struct cupti_state *c, struct proc *p, uint64_t cupti_ns, u
 	c->st.clock_pairs++;
 }
 
+/* ---- trace windows ------------------------------------------------------------------------ */
+
+static const char *win_status(const struct proc *p)
+{
+	return p->refused ? p->refused : p->early ? "closed early" : "traced";
+}
+
+/* The gpu_trace_window interval of a window that ended at end_mono, and what the GPUs saw. */
+static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mono,
+			uint64_t end_mono)
+{
+	struct label lab[BATCH_MAX_LABELS], attrs[6], glab[3];
+	char kern_s[24], launch_s[24], cost_s[24], dev_s[12];
+	size_t nlab, na = 0;
+	int64_t w = c->a->mono_to_wall_ns;
+
+	if (end_mono <= start_mono)
+		end_mono = start_mono + 1;
+	nlab = agent__pid_labels(c->a, p->pid, 0, p->comm, lab, ARRAY_SIZE(lab));
+	snprintf(kern_s, sizeof(kern_s), "%" PRIu64, p->win_kernels);
+	snprintf(launch_s, sizeof(launch_s), "%" PRIu64, p->win_launches);
+	snprintf(cost_s, sizeof(cost_s), "%.0f", p->budget.cost_ns);
+	attrs[na++] = (struct label){ "reason", trace_reason_names[p->reason] };
+	attrs[na++] = (struct label){ "status", win_status(p) };
+	attrs[na++] = (struct label){ "kernels", kern_s };
+	attrs[na++] = (struct label){ "launches", launch_s };
+	if (!p->refused)
+		attrs[na++] = (struct label){ "cost_ns", cost_s };
+	if (nlab && batch__interval(c->a->batch, "gpu_trace_window", lab, nlab, start_mono + w,
+				    end_mono + w, attrs, na))
+		c->st.batch_errors++;
+	if (p->refused)
+		return;
+	/* kernel tracing decided busy/idle on these GPUs for this range (for its process) */
+	for (unsigned d = 0; d < 64; d++) {
+		size_t ng = 0;
+
+		if (!(p->all_devices >> d & 1))
+			continue;
+		snprintf(dev_s, sizeof(dev_s), "%u", d);
+		glab[ng++] = (struct label){ "gpu", dev_s };
+		glab[ng++] = (struct label){ "source", "kernels" };
+		if (c->a->opts.node)
+			glab[ng++] = (struct label){ "node", c->a->opts.node };
+		if (batch__interval(c->a->batch, "gpu_observed", glab, ng, start_mono + w,
+				    end_mono + w, NULL, 0))
+			c->st.batch_errors++;
+	}
+}
+
+static int win_attach(struct cupti_state *c, struct proc *p)
+{
+	p->win_link = bpf_program__attach_usdt(c->skel->progs.on_window, p->pid, p->lib_path,
+					       GPUSCOPE_CUPTI_PROVIDER, "window", NULL);
+	if (!p->win_link) {
+		int err = -errno;
+
+		log_debug("cupti: window probe of pid %d: %s", p->pid, strerror(-err));
+		c->st.win_attach_errors++;
+		return err;
+	}
+	return 0;
+}
+
+static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason why, uint64_t now,
+		     uint64_t len_ns)
+{
+	if (!p->lib_path || win_attach(c, p))
+		return;
+	p->win = WIN_ASKED;
+	p->reason = why;
+	p->asked_ns = now;
+	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : now + len_ns;
+	p->win_kernels = p->win_launches = 0;
+	p->devices = 0;
+	p->early = false;
+	p->refused = NULL;
+	c->st.windows_asked++;
+}
+
+static void win_detach(struct cupti_state *c, struct proc *p, uint64_t now)
+{
+	bpf_link__destroy(p->win_link);
+	p->win_link = NULL;
+	p->win = WIN_CLOSING;
+	p->asked_ns = now;	/* CLOSED must come within STATUS_WAIT_NS of this */
+}
+
+static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b)
+{
+	uint64_t now = mono_ns();
+
+	switch (what) {
+	case GPUSCOPE_CUPTI_ST_HELLO:
+		p->lib_hello = true;
+		break;
+	case GPUSCOPE_CUPTI_ST_OPENED:
+		if (p->win != WIN_ASKED) {	/* opened for another agent, or after we gave up */
+			c->st.win_stray++;
+			break;
+		}
+		p->win = WIN_OPEN;
+		p->opened_ns = a;
+		p->open_cost_ns = b;
+		c->st.windows_opened[p->reason]++;
+		break;
+	case GPUSCOPE_CUPTI_ST_CLOSED:
+		if (p->win != WIN_CLOSING && p->win != WIN_OPEN) {
+			c->st.win_stray++;
+			break;
+		}
+		if (p->win == WIN_OPEN)	/* closed under us (the library exits) */
+			win_detach(c, p, now);
+		/* what the close flushed came through the ring before this event */
+		{
+			struct trace_cost w = { .open_ns = p->open_cost_ns, .close_ns = b,
+						.kernels = p->win_kernels,
+						.length_ns = a > p->opened_ns ? a - p->opened_ns : 0 };
+
+			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS)
+				trace_budget__closed(&p->budget, &c->cfg, p->opened_ns, &w);
+			else
+				p->budget.cost_ns = trace_cost_ns(&c->cfg, &w);
+			c->st.win_cost_ns += (uint64_t)trace_cost_ns(&c->cfg, &w);
+			c->st.win_traced_ns += w.length_ns;
+		}
+		emit_window(c, p, p->opened_ns, a);
+		c->st.windows_closed++;
+		p->win = WIN_IDLE;
+		break;
+	case GPUSCOPE_CUPTI_ST_BUSY:
+	case GPUSCOPE_CUPTI_ST_FAILED:
+		if (p->win != WIN_ASKED)
+			break;
+		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" : "cupti failed";
+		if (what == GPUSCOPE_CUPTI_ST_BUSY)
+			c->st.win_busy++;
+		else
+			c->st.win_failed++;
+		bpf_link__destroy(p->win_link);
+		p->win_link = NULL;
+		emit_window(c, p, a, a + 1);
+		p->win = WIN_IDLE;
+		/* try again one minimum period later (another profiler may be done by then) */
+		p->budget.next_open_ns = now + c->cfg.min_period_ns;
+		break;
+	default:
+		c->st.bad_events++;
+	}
+}
+
+/* GPU idle share of the node over the last idle span; < 0 when unknown. */
+static double (*idle_share_fn)(uint64_t span_ns);
+
+/* Opens and closes windows: captures first, then the idle trigger, then the duty cycle. */
+static void control_windows(struct cupti_state *c)
+{
+	uint64_t now = mono_ns();
+	bool continuous = c->cfg.budget >= 1;
+	double idle = -1;
+
+	if (c->cfg.idle_trigger > 0 && idle_share_fn)
+		idle = idle_share_fn(c->cfg.idle_span_ns);
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &c->procs[i];
+		struct trace_budget *b = &p->budget;
+
+		if (!p->pid || !p->lib_path)
+			continue;
+		if (p->dead) {
+			if (p->win_link) {
+				bpf_link__destroy(p->win_link);
+				p->win_link = NULL;
+			}
+			p->win = WIN_IDLE;
+			continue;
+		}
+		switch (p->win) {
+		case WIN_IDLE:
+			if (p->capture_until_ns > now)
+				win_open(c, p, TRACE_CAPTURE, now, p->capture_until_ns - now);
+			else if (continuous)
+				win_open(c, p, TRACE_CONTINUOUS, now, 0);
+			else if (idle >= c->cfg.idle_trigger && now >= b->last_idle_ns +
+				 c->cfg.idle_cooldown_ns && (double)b->spent_ns + b->cost_ns <=
+				 c->cfg.budget * (double)(now - b->first_open_ns)) {
+				b->last_idle_ns = now;
+				win_open(c, p, TRACE_IDLE, now, trace_budget__window_ns(b, &c->cfg));
+			} else if (now >= b->next_open_ns)
+				win_open(c, p, TRACE_BUDGET, now, trace_budget__window_ns(b, &c->cfg));
+			break;
+		case WIN_ASKED:
+		case WIN_OPEN:
+			if (p->reason == TRACE_CAPTURE && p->capture_until_ns > p->close_at_ns)
+				p->close_at_ns = p->capture_until_ns;
+			if (p->win == WIN_ASKED && now - p->asked_ns > STATUS_WAIT_NS) {
+				/* an old library without windows, or one that is stuck */
+				c->st.win_no_status++;
+				bpf_link__destroy(p->win_link);
+				p->win_link = NULL;
+				p->win = WIN_IDLE;
+				p->budget.next_open_ns = now + c->cfg.max_period_ns;
+				break;
+			}
+			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS &&
+			    trace_budget__overrun(b, &c->cfg, p->win_launches, now - p->asked_ns)) {
+				p->early = true;
+				c->st.win_early++;
+				win_detach(c, p, now);
+			} else if (now >= p->close_at_ns) {
+				win_detach(c, p, now);
+			}
+			break;
+		case WIN_CLOSING:
+			if (now - p->asked_ns > STATUS_WAIT_NS) {	/* no CLOSED: give up on it */
+				c->st.win_no_status++;
+				p->win = WIN_IDLE;
+			}
+			break;
+		}
+	}
+}
+
+int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whylen)
+{
+	struct cupti_state *c = S;
+	uint64_t until = mono_ns() + duration_ns;
+	int n = 0, seen = 0;
+
+	if (!c) {
+		snprintf(why, whylen, "CUDA kernel tracing is not running on this node");
+		return -ENOTSUP;
+	}
+	scan_procs(c);
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &c->procs[i];
+
+		if (!p->pid || p->dead || (pid && p->pid != pid))
+			continue;
+		seen++;
+		if (!p->lib_path)
+			continue;
+		if (p->capture_until_ns < until)
+			p->capture_until_ns = until;
+		n++;
+	}
+	if (!n) {
+		snprintf(why, whylen, pid ? "process %d is not injected (no libgpuscope_cupti)" :
+					    "no process on this node is injected (no libgpuscope_cupti)",
+			 (int)pid);
+		return -ENOENT;
+	}
+	control_windows(c);
+	snprintf(why, whylen, "tracing %d process%s", n, n == 1 ? "" : "es");
+	(void)seen;
+	return n;
+}
+
+void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))
+{
+	idle_share_fn = fn;
+}
+
 static int handle_event(void *ctx, void *data, size_t size)
 {
 	struct cupti_state *c = ctx;
@@ -730,6 +1052,10 @@ static int handle_event(void *ctx, void *data, size_t size)
 			p->lib_drops = hdr->b;
 		}
 		break;
+	case GPUSCOPE_EV_CUPTI_STATUS:
+		if (size >= sizeof(*hdr) && p)
+			on_status(c, p, hdr->what, hdr->a, hdr->b);
+		break;
 	default:
 		c->st.bad_events++;
 	}
@@ -737,6 +1063,7 @@ static int handle_event(void *ctx, void *data, size_t size)
 }
 
 /* ---- module ------------------------------------------------------------------------------- */
+
 
 static void drain(struct cupti_state *c, bool force)
 {
@@ -775,6 +1102,10 @@ static int cupti_start(struct agent *a)
 	if (!c)
 		return -ENOMEM;
 	c->a = a;
+	if (a->opts.trace)
+		c->cfg = *a->opts.trace;
+	else
+		trace_cfg_defaults(&c->cfg);
 	c->launches = calloc(1u << LAUNCH_BITS, sizeof(*c->launches));
 	c->stacks = calloc(1u << STACK_BITS, sizeof(*c->stacks));
 	if (!c->launches || !c->stacks) {
@@ -818,6 +1149,7 @@ static int cupti_tick(struct agent *a)
 		reap_procs(c);
 		c->next_scan_ns = now + SCAN_EVERY_NS;
 	}
+	control_windows(c);
 	return 0;
 }
 
@@ -827,8 +1159,28 @@ static void cupti_stop(struct agent *a)
 
 	if (!c)
 		return;
+	for (int i = 0; i < MAX_PROCS; i++) {	/* close open windows; let CLOSED arrive */
+		bpf_link__destroy(c->procs[i].win_link);
+		c->procs[i].win_link = NULL;
+	}
+	for (int k = 0; k < 20; k++) {
+		bool pending = false;
+
+		ring_buffer__consume(c->rb);
+		for (int i = 0; i < MAX_PROCS; i++) {
+			struct proc *p = &c->procs[i];
+
+			if (p->pid && !p->dead && p->win == WIN_OPEN)
+				win_detach(c, p, mono_ns());
+			pending |= p->pid && !p->dead && p->win == WIN_CLOSING;
+		}
+		if (!pending)
+			break;
+		usleep(25000);
+	}
 	drain(c, true);
 	bpf_counters__set(GPUSCOPE_PROG_CUPTI, -1);
+	cupti_usdt__stats(&last_stats);
 	S = NULL;
 	cupti_free(c);
 }
@@ -837,7 +1189,7 @@ void cupti_usdt__stats(struct cupti_stats *ret)
 {
 	struct cupti_state *c = S;
 
-	memset(ret, 0, sizeof(*ret));
+	*ret = last_stats;
 	if (!c)
 		return;
 	*ret = c->st;
@@ -898,6 +1250,27 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_gauge(out, "gpuscope_cupti_clock_max_step_ns",
 		   "Largest change of a process's CUPTI-to-monotonic clock offset.",
 		   s.clock_max_step_ns);
+	prom_family(out, "gpuscope_cupti_windows_total", "counter",
+		    "Trace windows the library opened, by reason.");
+	for (int r = TRACE_BUDGET; r <= TRACE_CONTINUOUS; r++)
+		prom_sample1_u64(out, "gpuscope_cupti_windows_total", "reason", trace_reason_names[r],
+				 s.windows_opened[r]);
+	prom_family(out, "gpuscope_cupti_windows_refused_total", "counter",
+		    "Windows asked for and not traced, by why.");
+	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "cupti_busy", s.win_busy);
+	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "cupti_failed",
+			 s.win_failed);
+	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "no_status",
+			 s.win_no_status);
+	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "attach",
+			 s.win_attach_errors);
+	prom_counter(out, "gpuscope_cupti_windows_closed_early_total",
+		     "Windows closed early: over their share of the budget.", s.win_early);
+	prom_family(out, "gpuscope_cupti_window_seconds_total", "counter", "Time traced in windows.");
+	prom_sample(out, "gpuscope_cupti_window_seconds_total", NULL, 0, s.win_traced_ns / 1e9);
+	prom_family(out, "gpuscope_cupti_window_cost_seconds_total", "counter",
+		    "Estimated cost of the windows to their processes.");
+	prom_sample(out, "gpuscope_cupti_window_cost_seconds_total", NULL, 0, s.win_cost_ns / 1e9);
 }
 
 const struct agent_module cupti_module = {

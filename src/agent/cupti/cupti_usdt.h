@@ -6,6 +6,8 @@
 #include <linux/types.h>
 #include <stdint.h>
 #include "common/abi.h"
+#include <stddef.h>
+#include <sys/types.h>
 #include "common/abi_cupti.h"
 
 struct cupti_stats {
@@ -24,9 +26,23 @@ struct cupti_stats {
 	uint64_t libs_attached, libs_skipped;
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
 	uint64_t bpf[GPUSCOPE_ERR_MAX];	/* by enum gpuscope_err (cupti range), summed over CPUs */
+	/* trace windows */
+	uint64_t windows_asked, windows_opened[5], windows_closed;	/* opened: by trace_reason */
+	uint64_t win_busy, win_failed, win_no_status, win_attach_errors, win_early, win_stray;
+	uint64_t win_cost_ns, win_traced_ns;
 };
 
 /* Snapshot of the running module's counters (zeros when not started). Main-loop thread. */
 void cupti_usdt__stats(struct cupti_stats *ret);
+
+/*
+ * On-demand capture: traces pid (0: every injected process) for duration_ns from now. Returns
+ * the number of processes that will be traced, -ENOENT when none is injected, -ENOTSUP when
+ * the module is not running; *why says it in words. Main-loop thread.
+ */
+int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whylen);
+
+/* Where the idle trigger reads the node's GPU idle share over the last span (< 0: unknown). */
+void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));
 
 #endif

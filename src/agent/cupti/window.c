@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The trace-window budget controller (window.h). A window's cost is what the library reported
+ * spending to open and close CUPTI plus a per-kernel cost for what CUPTI and the launch probe
+ * add to every traced kernel (measured on an H200: bench/cupti/README.md). The next budget
+ * window opens cost / budget after this one opened, so spent <= budget x elapsed over any run
+ * of windows; windows shrink when that spacing would pass max_period.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "agent/cupti/window.h"
+#include "common/log.h"
+#include "common/util.h"
+
+const char *const trace_reason_names[] = { "none", "budget", "idle", "capture", "continuous" };
+
+const char trace_usage[] =
+	"      --gpu-trace-budget PCT     share of a CUDA process's time that CUPTI kernel tracing\n"
+	"                                 may cost, in windows (default 1%; 100% traces always)\n"
+	"      --gpu-trace-window DUR     length of a budget window (default 500ms)\n"
+	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 6us, H200)\n"
+	"      --gpu-trace-idle-trigger PCT  open a window when a GPU was idle more than PCT of\n"
+	"                                 the last 5 s (default 50%; 0 turns it off)\n";
+
+void trace_cfg_defaults(struct trace_cfg *c)
+{
+	*c = (struct trace_cfg){
+		.budget = 0.01,
+		.window_ns = 500 * NSEC_PER_MSEC,
+		.min_window_ns = 50 * NSEC_PER_MSEC,
+		.min_period_ns = 5 * NSEC_PER_SEC,
+		.max_period_ns = 60 * NSEC_PER_SEC,
+		.kernel_cost_ns = 6000,
+		.idle_trigger = 0.5,
+		.idle_span_ns = 5 * NSEC_PER_SEC,
+		.idle_cooldown_ns = 30 * NSEC_PER_SEC,
+	};
+}
+
+/* "1%", "0.5%", "100%" or a plain fraction "0.01". */
+static int parse_share(const char *s, double *ret)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	if (*end == '%') {
+		v /= 100;
+		end++;
+	}
+	if (*end || v > 1)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
+{
+	uint64_t ns;
+	double v;
+
+	if (!strcmp(name, "gpu-trace-budget")) {
+		if (parse_share(val, &v) || v <= 0) {
+			log_error("--gpu-trace-budget: '%s' is not a share in (0, 100%%]", val);
+			return -EINVAL;
+		}
+		c->budget = v;
+		return 1;
+	}
+	if (!strcmp(name, "gpu-trace-idle-trigger")) {
+		if (parse_share(val, &v)) {
+			log_error("--gpu-trace-idle-trigger: '%s' is not a share in [0, 100%%]", val);
+			return -EINVAL;
+		}
+		c->idle_trigger = v;
+		return 1;
+	}
+	if (!strcmp(name, "gpu-trace-window") || !strcmp(name, "gpu-trace-kernel-cost")) {
+		bool win = name[10] == 'w';
+
+		if (parse_duration_ns(val, &ns) || (win && ns < c->min_window_ns) ||
+		    (!win && ns > NSEC_PER_SEC)) {
+			log_error("--%s: '%s' is not a duration%s", name, val,
+				  win ? " >= 50ms" : " <= 1s");
+			return -EINVAL;
+		}
+		if (win)
+			c->window_ns = ns;
+		else
+			c->kernel_cost_ns = ns;
+		return 1;
+	}
+	return 0;
+}
+
+double trace_cost_ns(const struct trace_cfg *c, const struct trace_cost *w)
+{
+	return (double)w->open_ns + (double)w->close_ns + (double)w->kernels * c->kernel_cost_ns;
+}
+
+uint64_t trace_budget__window_ns(const struct trace_budget *b, const struct trace_cfg *c)
+{
+	return b->window_ns ? b->window_ns : c->window_ns;
+}
+
+void trace_budget__closed(struct trace_budget *b, const struct trace_cfg *c, uint64_t open_ns,
+			  const struct trace_cost *w)
+{
+	double cost = trace_cost_ns(c, w), gap = cost / c->budget;
+	uint64_t len = trace_budget__window_ns(b, c);
+
+	if (!b->windows++)
+		b->first_open_ns = open_ns;
+	b->cost_ns = cost;
+	b->spent_ns += (uint64_t)cost;
+	if (gap < (double)c->min_period_ns)
+		gap = (double)c->min_period_ns;
+	b->next_open_ns = open_ns + (uint64_t)gap;
+	/* keep windows at most max_period apart: shorter windows when each costs too much */
+	if (gap > (double)c->max_period_ns)
+		len = (uint64_t)((double)len * c->max_period_ns / gap);
+	else if (gap < (double)c->max_period_ns / 2)
+		len *= 2;
+	if (len < c->min_window_ns)
+		len = c->min_window_ns;
+	if (len > c->window_ns)
+		len = c->window_ns;
+	b->window_ns = len;
+}
+
+bool trace_budget__overrun(const struct trace_budget *b, const struct trace_cfg *c,
+			   uint64_t kernels, uint64_t elapsed_ns)
+{
+	(void)b;
+	(void)elapsed_ns;
+	if (c->budget >= 1)
+		return false;
+	/* one window may spend what the budget earns over the longest spacing */
+	return (double)kernels * c->kernel_cost_ns > c->budget * (double)c->max_period_ns;
+}
+
+double trace_budget__share(const struct trace_budget *b, uint64_t now_ns)
+{
+	if (!b->windows || now_ns <= b->first_open_ns)
+		return 0;
+	return (double)b->spent_ns / (double)(now_ns - b->first_open_ns);
+}

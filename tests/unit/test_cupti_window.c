@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Trace windows through the real control path, without a GPU: cupti_window runs the real
+ * libgpuscope_cupti.so over the libcupti.so.13 stand-in (tests/cupti/fake_cupti.c), and the real
+ * cupti module opens and closes windows in it by attaching to its `window` probe for that pid.
+ * Checked: kernels only inside gpu_trace_window intervals and every one of them joined to its
+ * launch stack, CUPTI finalized after each window, bounded device buffers, on-demand captures,
+ * "not injected", a CUPTI held by another client, and the budget controller against synthetic
+ * window costs. Needs root and the CUDA toolkit's headers (exit 77 without).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "test.h"
+#include "agent/agent.h"
+#include "agent/cupti/cupti_usdt.h"
+#include "agent/cupti/window.h"
+#include "agent/modules.h"
+#include "agent/sym/symbolize.h"
+#include "common/batch.h"
+#include "common/util.h"
+#include "gpuscope/v1/batch.pb-c.h"
+
+extern char **environ;
+
+static char DIR_[600];	/* .output/tests */
+
+struct run {
+	Gpuscope__V1__Batch *m;
+	struct cupti_stats st;
+	char final[512];	/* the workload's "final ..." line */
+	int capture_rc;
+	char capture_why[128];
+	int not_injected_rc;
+	char not_injected_why[128];
+	uint64_t elapsed_ns;	/* how long the module ran (a loaded machine stretches it) */
+};
+
+static const char *S(const Gpuscope__V1__Batch *m, uint32_t i)
+{
+	return i < m->n_strings ? m->strings[i] : "(bad)";
+}
+
+static const char *attr(const Gpuscope__V1__Batch *m, const Gpuscope__V1__Interval *iv,
+			const char *name)
+{
+	for (size_t i = 0; i + 1 < iv->n_attrs; i += 2)
+		if (!strcmp(S(m, iv->attrs[i]), name))
+			return S(m, iv->attrs[i + 1]);
+	return NULL;
+}
+
+static unsigned long long final_num(const struct run *r, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), " %s=", key);
+	p = strstr(r->final, k);
+	return p ? strtoull(p + strlen(k), NULL, 10) : ~0ull;
+}
+
+/*
+ * Runs cupti_window (held: another CUPTI client) under the module with cfg for run_ms; at
+ * capture_at_ms (if > 0) asks for an on-demand capture of capture_ms.
+ */
+static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int capture_at_ms,
+		       int capture_ms, struct run *ret)
+{
+	int in[2], out[2], status;
+	char prog[700], lib[700], buf[4096];
+	char *argv[] = { prog, lib, held ? "held" : NULL, NULL };
+	posix_spawn_file_actions_t fa;
+	struct agent a = { 0 };
+	size_t len = 0;
+	uint8_t *enc = NULL;
+	size_t enc_len = 0;
+	bool ok = false;
+	pid_t pid;
+	int err;
+
+	memset(ret, 0, sizeof(*ret));
+	snprintf(prog, sizeof(prog), "%s/cupti/cupti_window", DIR_);
+	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
+	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+		return false;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	err = posix_spawn(&pid, prog, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(out[1]);
+	if (!ASSERT_EQ(err, 0, "spawn cupti_window"))
+		return false;
+	while (len < sizeof(buf) - 1 && !strstr(buf, "ready\n")) {
+		ssize_t n = read(out[0], buf + len, sizeof(buf) - 1 - len);
+
+		if (n <= 0)
+			break;
+		len += n;
+		buf[len] = 0;
+	}
+	if (!ASSERT_TRUE(strstr(buf, "ready\n"), "workload ready"))
+		goto out_kill;
+	a.batch = batch__new("test-node");
+	a.opts.node = "test-node";
+	a.opts.trace = cfg;
+	a.sym = symbolizer__new();
+	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	a.opts.npids = 1;	/* other test runs may load the same library */
+	a.opts.pids[0] = pid;
+	if (!ASSERT_TRUE(a.batch, "batch") || !ASSERT_EQ(cupti_module.start(&a), 0, "start"))
+		goto out_kill;
+	uint64_t t0 = mono_ns();
+	bool captured = false;
+
+	for (uint64_t t = 0; t < run_ms * NSEC_PER_MSEC; t = mono_ns() - t0) {
+		if (capture_at_ms > 0 && t >= capture_at_ms * NSEC_PER_MSEC && !captured) {
+			captured = true;
+			ret->capture_rc = cupti_usdt__capture(pid, capture_ms * 1000000ull,
+							      ret->capture_why,
+							      sizeof(ret->capture_why));
+			ret->not_injected_rc = cupti_usdt__capture(1, NSEC_PER_SEC,
+								   ret->not_injected_why,
+								   sizeof(ret->not_injected_why));
+		}
+		cupti_module.tick(&a);
+		usleep(20000);
+	}
+	ret->elapsed_ns = mono_ns() - t0;
+	cupti_module.stop(&a);	/* closes the open window and waits for its records */
+	cupti_usdt__stats(&ret->st);
+	ok = true;
+out_kill:
+	close(in[1]);
+	len = 0;
+	buf[0] = 0;
+	for (;;) {
+		ssize_t n = read(out[0], buf + len, sizeof(buf) - 1 - len);
+
+		if (n <= 0)
+			break;
+		len += n;
+		buf[len] = 0;
+	}
+	if (strstr(buf, "final "))
+		snprintf(ret->final, sizeof(ret->final), "%s", strstr(buf, "final ") + 5);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "  cupti_window exit status %d\n", status);
+		ok = false;
+	}
+	close(out[0]);
+	if (ok && a.batch && ASSERT_EQ(batch__encode(a.batch, &enc, &enc_len), 0, "encode")) {
+		ret->m = batch_decode(enc, enc_len, buf, sizeof(buf));
+		if (!ret->m)
+			fprintf(stderr, "  decode: %s\n", buf);
+		ok = ret->m != NULL;
+	}
+	free(enc);
+	batch__free(a.batch);
+	symbolizer__free(a.sym);
+	return ok;
+}
+
+static struct trace_cfg test_cfg(void)
+{
+	struct trace_cfg c;
+
+	trace_cfg_defaults(&c);
+	c.budget = 0.5;			/* cost per window is tiny here: min_period decides */
+	c.window_ns = 200 * NSEC_PER_MSEC;
+	c.min_period_ns = 600 * NSEC_PER_MSEC;
+	c.kernel_cost_ns = 1000;
+	c.idle_trigger = 0;
+	return c;
+}
+
+static bool test_cupti_window_budget_cycle(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+	size_t windows = 0, kernels = 0, outside = 0, joined = 0;
+	uint64_t ws[16], we[16];
+	bool ok;
+
+	CHECK(run_window(&cfg, false, 2600, 0, 0, &r));
+	for (size_t i = 0; i < r.m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r.m->intervals[i];
+
+		if (strcmp(S(r.m, iv->kind), "gpu_trace_window"))
+			continue;
+		if (windows < 16) {
+			ws[windows] = iv->start_ns;
+			we[windows] = iv->end_ns;
+		}
+		windows++;
+		if (!ASSERT_STREQ(attr(r.m, iv, "reason"), "budget", "window reason") ||
+		    !ASSERT_STREQ(attr(r.m, iv, "status"), "traced", "window status"))
+			return false;
+	}
+	for (size_t i = 0; i < r.m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r.m->intervals[i];
+		bool in = false;
+
+		if (strcmp(S(r.m, iv->kind), "gpu_kernel"))
+			continue;
+		kernels++;
+		for (size_t w = 0; w < windows && w < 16; w++)
+			in |= iv->start_ns >= ws[w] && iv->start_ns <= we[w];
+		outside += !in;
+		joined += attr(r.m, iv, "stack_id") != NULL;
+	}
+	ok = ASSERT_TRUE(windows >= 3 && windows <= r.elapsed_ns / (600 * NSEC_PER_MSEC) + 1,
+			 "a window every 600 ms") &&
+	     ASSERT_EQ(r.st.windows_closed, windows, "every window closed") &&
+	     ASSERT_TRUE(kernels > 100, "kernels traced") &&
+	     ASSERT_EQ(outside, 0, "kernels outside a window") &&
+	     ASSERT_EQ(joined, kernels, "every kernel joined to its launch stack") &&
+	     /* the launch that finalizes CUPTI after a window still reports its stack */
+	     ASSERT_TRUE(r.st.launches >= kernels && r.st.launches <= kernels + windows,
+			 "launch probe hits only inside windows") &&
+	     ASSERT_EQ(final_num(&r, "traced"), kernels, "the agent got every traced kernel") &&
+	     ASSERT_TRUE(final_num(&r, "traced") * 2 < final_num(&r, "launches"),
+			 "most launches ran untraced (outside windows)") &&
+	     ASSERT_EQ(final_num(&r, "finalizes"), windows, "CUPTI finalized after each window") &&
+	     ASSERT_EQ(final_num(&r, "subscribed"), 0, "not subscribed after the last window") &&
+	     ASSERT_EQ(final_num(&r, "kinds"), 0, "no activity kind left enabled") &&
+	     ASSERT_EQ(final_num(&r, "devbuf"), 4 << 20, "device buffer size bounded") &&
+	     ASSERT_EQ(final_num(&r, "pool"), 4, "device buffer pool bounded");
+	if (!ok)
+		fprintf(stderr, "  workload: %s\n", r.final);
+	batch_decode_free(r.m);
+	return ok;
+}
+
+static bool test_cupti_window_capture(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+	size_t captures = 0, budget = 0;
+	uint64_t len = 0;
+	bool ok;
+
+	cfg.min_period_ns = 60 * NSEC_PER_SEC;	/* one budget window, then only the capture */
+	cfg.window_ns = 100 * NSEC_PER_MSEC;
+	CHECK(run_window(&cfg, false, 1500, 400, 500, &r));
+	for (size_t i = 0; i < r.m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r.m->intervals[i];
+		const char *why;
+
+		if (strcmp(S(r.m, iv->kind), "gpu_trace_window"))
+			continue;
+		why = attr(r.m, iv, "reason");
+		if (why && !strcmp(why, "capture")) {
+			captures++;
+			len = iv->end_ns - iv->start_ns;
+		}
+		budget += why && !strcmp(why, "budget");
+	}
+	ok = ASSERT_EQ(r.capture_rc, 1, "capture traces one process") &&
+	     ASSERT_STREQ(r.capture_why, "tracing 1 process", "capture answer") &&
+	     ASSERT_EQ(r.not_injected_rc, -ENOENT, "capture of a process without the library") &&
+	     ASSERT_TRUE(strstr(r.not_injected_why, "not injected"), "says 'not injected'") &&
+	     ASSERT_EQ(budget, 1, "one budget window") && ASSERT_EQ(captures, 1, "one capture") &&
+	     ASSERT_TRUE(len >= 450 * NSEC_PER_MSEC && len < 900 * NSEC_PER_MSEC,
+			 "capture window about 500 ms") &&
+	     ASSERT_EQ(r.st.windows_opened[TRACE_CAPTURE], 1, "counted as capture");
+	if (!ok)
+		fprintf(stderr, "  capture len %llu ns; %s\n", (unsigned long long)len, r.final);
+	batch_decode_free(r.m);
+	return ok;
+}
+
+static bool test_cupti_window_cupti_busy(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+	size_t busy = 0, kernels = 0;
+	bool ok;
+
+	CHECK(run_window(&cfg, true, 1000, 0, 0, &r));
+	for (size_t i = 0; i < r.m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r.m->intervals[i];
+		const char *st = attr(r.m, iv, "status");
+
+		kernels += !strcmp(S(r.m, iv->kind), "gpu_kernel");
+		busy += !strcmp(S(r.m, iv->kind), "gpu_trace_window") && st &&
+			!strcmp(st, "cupti busy");
+	}
+	ok = ASSERT_TRUE(busy >= 1, "a window says another client holds CUPTI") &&
+	     ASSERT_TRUE(r.st.win_busy >= 1, "counted") && ASSERT_EQ(kernels, 0, "no kernels") &&
+	     ASSERT_EQ(final_num(&r, "subscribes"), 0, "never subscribed") &&
+	     ASSERT_EQ(final_num(&r, "finalizes"), 0, "never finalized the other's CUPTI");
+	batch_decode_free(r.m);
+	return ok;
+}
+
+/* Budget controller against synthetic windows: open/close costs, a kernel rate. */
+static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t open_ns,
+		       uint64_t close_ns, uint64_t run_ns, uint64_t *ret_windows,
+		       uint64_t *ret_early)
+{
+	struct trace_budget b = { 0 };
+	uint64_t now = 1000 * NSEC_PER_SEC, end = now + run_ns, spent = 0, start = now;
+
+	*ret_windows = *ret_early = 0;
+	while (now < end) {
+		uint64_t len = trace_budget__window_ns(&b, c), el = 0, k = 0;
+		struct trace_cost w;
+
+		if (now < b.next_open_ns) {
+			now = b.next_open_ns;
+			continue;
+		}
+		/* the module checks for an overrun every 50 ms tick */
+		while (el < len) {
+			el += 50 * NSEC_PER_MSEC;
+			if (el > len)
+				el = len;
+			k = (uint64_t)(kernels_per_s * el / 1e9);
+			if (trace_budget__overrun(&b, c, k, el)) {
+				(*ret_early)++;
+				break;
+			}
+		}
+		w = (struct trace_cost){ open_ns, close_ns, k, el };
+		trace_budget__closed(&b, c, now, &w);
+		spent += (uint64_t)trace_cost_ns(c, &w);
+		(*ret_windows)++;
+		now += el;
+	}
+	return (double)spent / (double)(now - start);
+}
+
+static bool test_cupti_window_budget_controller(void)
+{
+	struct trace_cfg c;
+	uint64_t n, early;
+	double share;
+
+	trace_cfg_defaults(&c);
+	/* launch-bound: 150 k kernels/s, 6 us each, 2 ms to open, 20 ms to close */
+	share = simulate(&c, 150000, 2000000, 20000000, 3600 * NSEC_PER_SEC, &n, &early);
+	if (!ASSERT_TRUE(share <= c.budget * 1.02, "launch-bound share within 1 %") ||
+	    !ASSERT_TRUE(share >= c.budget * 0.5, "and uses most of it") ||
+	    !ASSERT_TRUE(n >= 60, "a window at least every minute"))
+		goto fail;
+	/* quiet process: 100 kernels/s; windows come every min_period */
+	share = simulate(&c, 100, 2000000, 5000000, 600 * NSEC_PER_SEC, &n, &early);
+	if (!ASSERT_TRUE(share <= c.budget, "quiet share within 1 %") ||
+	    !ASSERT_EQ(n, 600 / 5, "one window per min_period"))
+		goto fail;
+	/* a kernel storm: 5 M kernels/s; each window is cut at its allowance */
+	share = simulate(&c, 5e6, 1000000, 1000000, 600 * NSEC_PER_SEC, &n, &early);
+	if (!ASSERT_TRUE(share <= c.budget * 1.02, "storm share within 1 %") ||
+	    !ASSERT_TRUE(n >= 3, "still windows (one tick of a storm costs ~150 s of budget)") ||
+	    !ASSERT_TRUE(early >= 1, "storm windows closed early"))
+		goto fail;
+	/* half a percent */
+	c.budget = 0.005;
+	share = simulate(&c, 150000, 2000000, 20000000, 3600 * NSEC_PER_SEC, &n, &early);
+	if (!ASSERT_TRUE(share <= 0.005 * 1.02, "0.5 % budget held"))
+		goto fail;
+	return true;
+fail:
+	fprintf(stderr, "  share %.4f over %llu windows, %llu early\n", share,
+		(unsigned long long)n, (unsigned long long)early);
+	return false;
+}
+
+static bool test_cupti_window_options(void)
+{
+	struct trace_cfg c;
+
+	trace_cfg_defaults(&c);
+	return ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-budget", "0.5%"), 1, "0.5%") &&
+	       ASSERT_TRUE(c.budget > 0.00499 && c.budget < 0.00501, "budget 0.005") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-budget", "100%"), 1, "100%") &&
+	       ASSERT_TRUE(c.budget == 1, "continuous") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-budget", "0"), -EINVAL, "0 refused") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-budget", "150%"), -EINVAL, ">100% refused") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-window", "2s"), 1, "window") &&
+	       ASSERT_EQ(c.window_ns, 2 * NSEC_PER_SEC, "2 s") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-window", "1ms"), -EINVAL, "too short") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-idle-trigger", "0"), 1, "trigger off") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "nvml-gpm-interval", "1s"), 0, "not ours");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct test_case tests[] = {
+		T(test_cupti_window_budget_controller), T(test_cupti_window_options),
+		T(test_cupti_window_budget_cycle), T(test_cupti_window_capture),
+		T(test_cupti_window_cupti_busy),
+	};
+	char self[512], lib[700];
+	ssize_t n;
+
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 1;
+	self[n] = 0;
+	*strrchr(self, '/') = 0;	/* .output/tests/unit */
+	*strrchr(self, '/') = 0;	/* .output/tests */
+	snprintf(DIR_, sizeof(DIR_), "%s", self);
+	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
+	if (geteuid() != 0 || access(lib, R_OK)) {
+		/* the controller alone needs neither */
+		printf("skip: %s\n", geteuid() ? "needs root for eBPF" : "no CUDA toolkit (no library)");
+		return test_main(tests, 2, argc, argv) ? 1 : 77;
+	}
+	return test_main(tests, ARRAY_SIZE(tests), argc, argv);
+}
