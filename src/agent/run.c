@@ -141,6 +141,9 @@ static void usage(FILE *f)
 		"  -v, --verbose            debug logging\n",
 		AGENT_MAX_PIDS, module_names());
 	fputs(trace_usage, f);
+	fputs("      --cuda-launch-probes       uprobes on the driver's cuLaunch* calls at all times\n"
+	      "                                 (default: launches are seen inside trace windows)\n",
+	      f);
 }
 
 static void fill_metrics(void *arg, FILE *out)
@@ -259,7 +262,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT,
+		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -288,6 +291,8 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "modules", required_argument, NULL, OPT_MODULES },
 		{ "gpu-trace-budget", required_argument, NULL, OPT_TRACE_OPT },
+		{ "gpu-trace-period", required_argument, NULL, OPT_TRACE_OPT },
+		{ "cuda-launch-probes", no_argument, NULL, OPT_LAUNCH_PROBES },
 		{ "gpu-trace-window", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-kernel-cost", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-idle-trigger", required_argument, NULL, OPT_TRACE_OPT },
@@ -311,6 +316,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		case OPT_NVML_OPT:	/* gpu/nvml.c parses its own rates */
 			if (nvml_parse_opt(ao, lopts[li].name, optarg) <= 0)
 				return -EINVAL;
+			break;
+		case OPT_LAUNCH_PROBES:
+			ao->cuda_launch_probes = true;
 			break;
 		case OPT_SERVER:
 			o->server = ao->server = optarg;

@@ -441,6 +441,7 @@ static bool cuda_case(bool del)
 	if (skip())
 		return true;
 	agent_init(&a, 0);
+	a.opts.cuda_launch_probes = true;	/* off by default (issue 14); counted below */
 	if (!mkdtemp(dir))
 		return false;
 	snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);

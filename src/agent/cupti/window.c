@@ -20,7 +20,9 @@ const char trace_usage[] =
 	"      --gpu-trace-budget PCT     share of a CUDA process's time that CUPTI kernel tracing\n"
 	"                                 may cost, in windows (default 1%; 100% traces always)\n"
 	"      --gpu-trace-window DUR     length of a budget window (default 500ms)\n"
-	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 6us, H200)\n"
+	"      --gpu-trace-period DUR     a window this often, whatever it costs (overrides the\n"
+	"                                 budget's spacing; for measurements)\n"
+	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 8us, H200)\n"
 	"      --gpu-trace-idle-trigger PCT  open a window when a GPU was idle more than PCT of\n"
 	"                                 the last 5 s (default 50%; 0 turns it off)\n";
 
@@ -32,7 +34,7 @@ void trace_cfg_defaults(struct trace_cfg *c)
 		.min_window_ns = 50 * NSEC_PER_MSEC,
 		.min_period_ns = 5 * NSEC_PER_SEC,
 		.max_period_ns = 60 * NSEC_PER_SEC,
-		.kernel_cost_ns = 6000,
+		.kernel_cost_ns = 8000,
 		.idle_trigger = 0.5,
 		.idle_span_ns = 5 * NSEC_PER_SEC,
 		.idle_cooldown_ns = 30 * NSEC_PER_SEC,
@@ -80,6 +82,14 @@ int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
 		c->idle_trigger = v;
 		return 1;
 	}
+	if (!strcmp(name, "gpu-trace-period")) {
+		if (parse_duration_ns(val, &ns) || ns < 100 * NSEC_PER_MSEC) {
+			log_error("--gpu-trace-period: '%s' is not a duration >= 100ms", val);
+			return -EINVAL;
+		}
+		c->fixed_period_ns = ns;
+		return 1;
+	}
 	if (!strcmp(name, "gpu-trace-window") || !strcmp(name, "gpu-trace-kernel-cost")) {
 		bool win = name[10] == 'w';
 
@@ -120,7 +130,9 @@ void trace_budget__closed(struct trace_budget *b, const struct trace_cfg *c, uin
 	b->spent_ns += (uint64_t)cost;
 	if (gap < (double)c->min_period_ns)
 		gap = (double)c->min_period_ns;
-	b->next_open_ns = open_ns + (uint64_t)gap;
+	b->next_open_ns = open_ns + (c->fixed_period_ns ? c->fixed_period_ns : (uint64_t)gap);
+	if (c->fixed_period_ns)
+		return;
 	/* keep windows at most max_period apart: shorter windows when each costs too much */
 	if (gap > (double)c->max_period_ns)
 		len = (uint64_t)((double)len * c->max_period_ns / gap);
@@ -138,7 +150,7 @@ bool trace_budget__overrun(const struct trace_budget *b, const struct trace_cfg 
 {
 	(void)b;
 	(void)elapsed_ns;
-	if (c->budget >= 1)
+	if (c->budget >= 1 || c->fixed_period_ns)
 		return false;
 	/* one window may spend what the budget earns over the longest spacing */
 	return (double)kernels * c->kernel_cost_ns > c->budget * (double)c->max_period_ns;

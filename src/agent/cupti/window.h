@@ -29,6 +29,8 @@ struct trace_cfg {
 	uint64_t min_period_ns;		/* no two budget windows closer than this */
 	uint64_t max_period_ns;		/* past this, windows shrink instead of spacing out */
 	uint64_t kernel_cost_ns;	/* cost of tracing one kernel (CUPTI + launch probe) */
+	uint64_t fixed_period_ns;	/* --gpu-trace-period: windows this far apart, whatever
+					 * they cost (benchmarks); 0: from the budget */
 	double idle_trigger;		/* GPU idle share over the last idle_span that opens a
 					 * window; 0: off */
 	uint64_t idle_span_ns;
@@ -40,7 +42,8 @@ void trace_cfg_defaults(struct trace_cfg *c);
 
 /*
  * Parses one agent option of the trace windows: `name` without dashes ("gpu-trace-budget",
- * "gpu-trace-window", "gpu-trace-kernel-cost", "gpu-trace-idle-trigger"), val its argument.
+ * "gpu-trace-window", "gpu-trace-period", "gpu-trace-kernel-cost", "gpu-trace-idle-trigger"),
+ * val its argument.
  * Returns 1 if consumed, 0 if not ours, -EINVAL on a bad value (logged).
  */
 int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val);
