@@ -460,7 +460,8 @@ static void open_window(void)
 	if (!subscribed) {
 		r = cuptiSubscribe(&subscriber, on_callback, NULL);
 		if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-			dbg("another CUPTI client holds the subscription; no window");
+			dbg("another CUPTI client holds the subscription; no window at %llu",
+			    (unsigned long long)t0);
 			status(GPUSCOPE_CUPTI_ST_BUSY, t0, r);
 			return;
 		}
@@ -487,6 +488,7 @@ static void open_window(void)
 					  &dev_buf_pool);
 	}
 	__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED);
+	callbacks(1);	/* before the kinds: every recorded kernel has its launch probe */
 	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
 		r = cuptiActivityEnable(kinds[i]);
 		if (r == CUPTI_SUCCESS)
@@ -496,13 +498,14 @@ static void open_window(void)
 	}
 	if (!enabled) {
 		status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
+		callbacks(0);
 		goto out_unsubscribe;
 	}
-	callbacks(1);
 	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
 	window_open = true;
 	status(GPUSCOPE_CUPTI_ST_OPENED, t0, mono_now() - t0);
-	dbg("window open: %u activity kinds", enabled);
+	dbg("window open at %llu: %u activity kinds, %llu ns", (unsigned long long)t0, enabled,
+	    (unsigned long long)(mono_now() - t0));
 	return;
 out_unsubscribe:
 	cuptiUnsubscribe(subscriber);
@@ -542,8 +545,10 @@ static void close_window(void)
 		registered = false;
 	}
 	status(GPUSCOPE_CUPTI_ST_CLOSED, mono_now(), mono_now() - t0);
-	dbg("window closed (%s)", close_mode == CLOSE_FINALIZE ? "finalize" :
-			       close_mode == CLOSE_UNSUBSCRIBE ? "unsubscribe" : "disable");
+	dbg("window closed at %llu (%s), %llu ns", (unsigned long long)mono_now(),
+	    close_mode == CLOSE_FINALIZE ? "finalize" :
+	    close_mode == CLOSE_UNSUBSCRIBE ? "unsubscribe" : "disable",
+	    (unsigned long long)(mono_now() - t0));
 }
 
 /* Follows the agent's switch: the window semaphore of this process. */
@@ -572,10 +577,18 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
+/* The process exits inside a window: hand over what was recorded and say the window ended. */
 static void at_exit(void)
 {
-	if (window_open)
-		cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	uint64_t t0 = mono_now();
+
+	if (!window_open)
+		return;
+	for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
+		cuptiActivityDisable(kinds[i]);
+	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	window_open = false;
+	status(GPUSCOPE_CUPTI_ST_CLOSED, mono_now(), mono_now() - t0);
 }
 
 /*

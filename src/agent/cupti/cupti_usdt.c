@@ -907,6 +907,11 @@ static void control_windows(struct cupti_state *c)
 				bpf_link__destroy(p->win_link);
 				p->win_link = NULL;
 			}
+			if (p->win == WIN_OPEN || p->win == WIN_CLOSING) {
+				/* died without a CLOSED: the window ends where we noticed */
+				c->st.win_no_status++;
+				emit_window(c, p, p->opened_ns, now);
+			}
 			p->win = WIN_IDLE;
 			continue;
 		}
@@ -1163,7 +1168,7 @@ static void cupti_stop(struct agent *a)
 		bpf_link__destroy(c->procs[i].win_link);
 		c->procs[i].win_link = NULL;
 	}
-	for (int k = 0; k < 20; k++) {
+	for (int k = 0; k < 80; k++) {	/* up to 2 s */
 		bool pending = false;
 
 		ring_buffer__consume(c->rb);

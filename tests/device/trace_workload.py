@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Workloads of the trace-budget benchmark (issue 14; tests/device/trace_budget.sh).
+
+Runs the phases named on the command line in one process, each PHASE_S seconds after a short
+warm-up, and prints one JSON line per step: phase, CLOCK_MONOTONIC start and end (s), units done
+(kernels, tokens or samples), so that steps can be placed inside or outside trace windows.
+Phases: `launch` (t.add_(1) x 2000 then a synchronize: launch-bound), `gpt2` (GPT-2 small from a
+config with random weights, fp16, batch 1, greedy decode of 64 new tokens with the KV cache),
+`train` (bf16 MLP training step, then a Python CPU phase). `prof:NAME` runs NAME inside
+torch.profiler (CPU + CUDA activities); its post-processing is reported apart.
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+
+PHASE_S = float(os.environ.get("PHASE_S", "8"))
+dev = torch.device("cuda")
+
+
+def out(rec):
+    print(json.dumps(rec), flush=True)
+
+
+class Launch:
+    units = 2000
+
+    def __init__(self):
+        self.t = torch.zeros(16, device=dev)
+
+    def step(self):
+        t = self.t
+        for _ in range(2000):
+            t.add_(1)
+        torch.cuda.synchronize()
+
+
+class GPT2:
+    units = 64
+
+    def __init__(self):
+        from transformers import GPT2Config, GPT2LMHeadModel
+        torch.manual_seed(0)
+        self.m = GPT2LMHeadModel(GPT2Config()).to(dev).half().eval()
+        self.ids = torch.randint(0, 50257, (1, 16), device=dev)
+
+    @torch.inference_mode()
+    def step(self):
+        o = self.m(self.ids, use_cache=True)
+        past = o.past_key_values
+        for _ in range(64):
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+            o = self.m(nxt, past_key_values=past, use_cache=True)
+            past = o.past_key_values
+        torch.cuda.synchronize()
+
+
+class Train:
+    units = 256
+
+    def __init__(self):
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(4):
+            layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
+        self.m = torch.nn.Sequential(*layers).to(dev, torch.bfloat16)
+        self.opt = torch.optim.AdamW(self.m.parameters(), lr=1e-4)
+        self.x = torch.randn(256, 2048, device=dev, dtype=torch.bfloat16)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.m(self.x).float().pow(2).mean()
+        loss.backward()
+        self.opt.step()
+        loss.item()
+        s = 0
+        for i in range(20000):  # the CPU phase: a data loader's Python work
+            s += i * i
+
+
+KINDS = {"launch": Launch, "gpt2": GPT2, "train": Train}
+
+
+def run(name):
+    prof = name.startswith("prof:")
+    w = KINDS[name.split(":")[-1]]()
+    for _ in range(3):
+        w.step()
+    ctx = None
+    if prof:
+        from torch.profiler import ProfilerActivity, profile
+        ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        ctx.__enter__()
+    t_start = time.monotonic()
+    steps = []
+    while time.monotonic() - t_start < PHASE_S:
+        t0 = time.monotonic()
+        w.step()
+        steps.append((t0, time.monotonic()))
+    t_end = time.monotonic()
+    post = 0.0
+    if ctx is not None:
+        p0 = time.monotonic()
+        ctx.__exit__(None, None, None)
+        post = time.monotonic() - p0
+    for a, b in steps:
+        out({"phase": name, "t0": a, "t1": b, "units": w.units})
+    out({"phase": name, "summary": 1, "t0": t_start, "t1": t_end, "steps": len(steps),
+         "units": len(steps) * w.units, "rate": len(steps) * w.units / (t_end - t_start),
+         "post_s": post, "pid": os.getpid()})
+
+
+if __name__ == "__main__":
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for ph in sys.argv[1:]:
+        run(ph)
