@@ -44,7 +44,7 @@ agent_start() {	# name, agent options...
 }
 agent_stop() {	# name
 	read -r BUT BST < <(awk '{print $14, $15}' /proc/$apid/stat)
-	echo "agent_cpu $1 $(( (BUT - AUT + BST - AST) )) ticks over $(echo "$(date +%s.%N) - $AT0" | bc) s" \
+	echo "agent_cpu $1 $(( BUT - AUT + BST - AST )) ticks over $(awk -v a="$AT0" -v b="$(date +%s.%N)" 'BEGIN{print b-a}') s" \
 		>> "$W/agent_cpu.txt"
 	sleep 2.5	# last windows closed, records pushed
 	curl -s http://127.0.0.1:9400/metrics > "$W/metrics-$1.txt"
