@@ -22,7 +22,7 @@ const char trace_usage[] =
 	"      --gpu-trace-window DUR     length of a budget window (default 500ms)\n"
 	"      --gpu-trace-period DUR     a window this often, whatever it costs (overrides the\n"
 	"                                 budget's spacing; for measurements)\n"
-	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 8us, H200)\n"
+	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 5us, H200)\n"
 	"      --gpu-trace-idle-trigger PCT  open a window when a GPU was idle more than PCT of\n"
 	"                                 the last 5 s (default 50%; 0 turns it off)\n";
 
@@ -34,7 +34,7 @@ void trace_cfg_defaults(struct trace_cfg *c)
 		.min_window_ns = 50 * NSEC_PER_MSEC,
 		.min_period_ns = 5 * NSEC_PER_SEC,
 		.max_period_ns = 60 * NSEC_PER_SEC,
-		.kernel_cost_ns = 8000,
+		.kernel_cost_ns = 5000,
 		.idle_trigger = 0.5,
 		.idle_span_ns = 5 * NSEC_PER_SEC,
 		.idle_cooldown_ns = 30 * NSEC_PER_SEC,
