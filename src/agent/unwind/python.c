@@ -32,6 +32,9 @@
 #define MAX_FILES	4096		/* binaries whose verdict (Python or not) is remembered */
 #define LINETABLE_MAX	(64u << 10)
 #define NAME_MAX_CHARS	512
+#define RECHECK_NS	(2 * NSEC_PER_SEC)	/* a "not Python" verdict's age before a new look:
+						 * libpython mapped late (loader, dlopen), an
+						 * interpreter caught mid-start */
 
 /* Where a code object keeps what symbolization needs, per version. */
 struct code_layout {
@@ -44,6 +47,7 @@ struct code_layout {
 struct py_proc {
 	pid_t pid;
 	bool python;				/* false: looked at, not (walkable) Python */
+	uint64_t checked_ns;			/* when; a "no" is looked at again later */
 	uint64_t code_type;			/* &PyCode_Type in the process; 0 if unknown */
 	struct code_layout cl;
 };
@@ -312,6 +316,51 @@ static void log_unsupported(struct python *py, pid_t pid, uint32_t version, cons
 		 "only", pid, version >> 24, (version >> 16) & 0xff, version, why);
 }
 
+/*
+ * Checks the offsets against the running interpreter, where it runs already: the main thread
+ * (3.11+: native_thread_id == pid) is on the thread list and its current frame's code object
+ * is a code object. 0 (consistent, or nothing to check yet) or -EPROTO.
+ */
+static int validate(pid_t pid, const struct gpuscope_py_proc *p, uint64_t code_type)
+{
+	uint64_t interp = 0, ts = 0, id, f, code, type;
+	uint8_t owner = 0;
+
+	if (read_u64(pid, p->runtime + p->rt_interp_head, &interp) || !interp)
+		return 0;	/* not initialised yet */
+	if (read_u64(pid, interp + p->is_threads_head, &ts))
+		return -EPROTO;
+	for (int i = 0; ts && i < 256; i++) {
+		if (read_u64(pid, ts + p->ts_thread_id, &id))
+			return -EPROTO;
+		if (p->tid_is_fsbase || id == (uint64_t)pid)
+			break;
+		if (read_u64(pid, ts + p->ts_next, &ts))
+			return -EPROTO;
+	}
+	if (!ts)
+		return p->tid_is_fsbase ? 0 : -EPROTO;
+	if (read_u64(pid, ts + p->ts_frame, &f))
+		return -EPROTO;
+	if (f && p->cf_current != GPUSCOPE_PY_NO_OFFSET && read_u64(pid, f + p->cf_current, &f))
+		return -EPROTO;
+	for (int i = 0; f && i < 16; i++) {	/* the first frame with a code object */
+		if (p->fr_owner != GPUSCOPE_PY_NO_OFFSET && read_mem(pid, f + p->fr_owner, &owner, 1))
+			return -EPROTO;
+		if (owner < 3) {
+			if (read_u64(pid, f + p->fr_code, &code))
+				return -EPROTO;
+			code &= ~(uint64_t)p->code_tag_mask;
+			if (code_type && (read_u64(pid, code + 8, &type) || type != code_type))
+				return -EPROTO;
+			return 0;
+		}
+		if (read_u64(pid, f + p->fr_previous, &f))
+			return -EPROTO;
+	}
+	return 0;
+}
+
 /* Examines one candidate binary of pid. 1: filled *ret; 0: not Python; -errno. */
 static int examine(struct python *py, pid_t pid, const struct candidate *c,
 		   struct gpuscope_py_proc *ret, struct py_proc *pp)
@@ -393,6 +442,11 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 	ret->version = version;
 	pp->code_type = addr[SYM_CODE_TYPE] ? addr[SYM_CODE_TYPE] + bias : 0;
 	pp->cl.location_table = minor >= 11;
+	if (validate(pid, ret, pp->code_type)) {
+		log_unsupported(py, pid, version, "its structures do not match the offsets of this "
+				"version (a modified build?)");
+		return 0;
+	}
 	log_debug("python: pid %d: CPython %u.%u in %s, _PyRuntime 0x%" PRIx64 ", eval loop "
 		  "0x%" PRIx64 "-0x%" PRIx64, pid, version >> 24, minor, c->path, (uint64_t)ret->runtime,
 		  (uint64_t)ret->eval_start, (uint64_t)ret->eval_end);
@@ -416,14 +470,23 @@ static int pid_seen(struct python *py, pid_t pid)
 	__u32 key = (__u32)pid;
 
 	pp = proc_find(py, pid);
-	if (pp)
+	if (pp && (pp->python || mono_ns() - pp->checked_ns < RECHECK_NS))
 		return pp->python;
-	if (py->procs.len >= MAX_PIDS)
+	if (!pp && py->procs.len >= MAX_PIDS)
 		return -ENOSPC;
-	pp = calloc(1, sizeof(*pp));
-	if (!pp)
-		return -ENOMEM;
-	pp->pid = pid;
+	if (!pp) {
+		pp = calloc(1, sizeof(*pp));
+		if (!pp)
+			return -ENOMEM;
+		pp->pid = pid;
+	} else {
+		/* looked at again: still in the map, so forget it there first */
+		uint64_t *v = u64map_find(&py->procs, (uint64_t)pid);
+
+		if (v)
+			*v = 0;
+	}
+	pp->checked_ns = mono_ns();
 	n = find_candidates(pid, cands, 8);
 	if (n < 0) {
 		free(pp);
@@ -447,7 +510,9 @@ static int pid_seen(struct python *py, pid_t pid)
 			py->st.procs++;
 		}
 	}
-	slot = u64map_upsert(&py->procs, (uint64_t)pid, (uint64_t)(uintptr_t)pp, NULL);
+	slot = u64map_upsert(&py->procs, (uint64_t)pid, 0, NULL);
+	if (slot)
+		*slot = (uint64_t)(uintptr_t)pp;
 	if (!slot) {
 		if (pp->python) {
 			bpf_map_delete_elem(py->fd_procs, &key);
