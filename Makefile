@@ -27,7 +27,7 @@ ifneq ($(SANITIZE),)
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SANITIZE)
 endif
-LDLIBS   += -lbpf -lelf -lz -lzstd -lprotobuf-c -lcurl -lmicrohttpd -lsqlite3 -lpcre2-8 -lpthread -lm -ldl -lstdc++
+LDLIBS   += -lbpf -ldw -lelf -lz -lzstd -lprotobuf-c -lcurl -lmicrohttpd -lsqlite3 -lpcre2-8 -lpthread -lm -ldl -lstdc++
 
 .DELETE_ON_ERROR:
 .SECONDARY:

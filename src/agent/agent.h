@@ -16,6 +16,7 @@ struct symbolizer;
 struct label;
 struct stack_cache;
 struct trace_cfg;
+struct unwinder;
 
 #define AGENT_MAX_PIDS 64
 
@@ -41,6 +42,9 @@ struct agent {
 	struct batch *batch;		/* where modules write; thread-safe, flushed by run.c */
 	struct symbolizer *sym;		/* shared symbolizer; main-loop thread only */
 	struct stack_cache *stacks;	/* raw frames -> symbolized locations (stacks.h); main loop only */
+	struct unwinder *unwind;	/* shared BPF user-stack walker's maps and worker (unwind.h);
+					 * created by agent__unwinder(), freed by run.c */
+	bool unwind_tried;
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
 	volatile bool stopping;
 };

@@ -14,6 +14,7 @@
 #include "agent/commands.h"
 #include "agent/cpu/oncpu.h"
 #include "agent/sym/stacks.h"
+#include "agent/unwind/unwind.h"
 #include "agent/sym/symbolize.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
 		"      --top N          print the N top functions (default 20; 0: none)\n"
 		"      --event E        auto (default: cycles if present, else cpu-clock), cpu-clock, cycles\n"
 		"      --no-kernel      do not record kernel stacks\n"
+		"      --frame-pointers user stacks from frame pointers only (no unwind tables)\n"
 		"  -v, --verbose        debug logging\n");
 }
 
@@ -441,7 +443,7 @@ int cmd_record(int argc, char **argv)
 		{ "folded", required_argument, NULL, 'f' },   { "top", required_argument, NULL, 't' },
 		{ "event", required_argument, NULL, 'e' },    { "no-kernel", no_argument, NULL, 'K' },
 		{ "verbose", no_argument, NULL, 'v' },	      { "help", no_argument, NULL, 'h' },
-		{ 0 } };
+		{ "frame-pointers", no_argument, NULL, 'P' }, { 0 } };
 	struct oncpu_opts opts = { .frequency_hz = 99 };
 	pid_t pids[MAX_PIDS];
 	const char *output = NULL, *folded = NULL, *why = NULL;
@@ -450,6 +452,8 @@ int cmd_record(int argc, char **argv)
 	struct oncpu_stats st;
 	struct symbolizer_stats sst;
 	struct oncpu *o = NULL;
+	struct unwinder *uw = NULL;
+	bool no_unwind = false;
 	int c, top = 20, rc = 1, err;
 	char *end;
 	long v;
@@ -510,6 +514,9 @@ int cmd_record(int argc, char **argv)
 		case 'K':
 			opts.no_kernel = true;
 			break;
+		case 'P':
+			no_unwind = true;
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -534,6 +541,18 @@ int cmd_record(int argc, char **argv)
 		goto out;
 	}
 	r.mono_to_wall = mono_to_wall_offset_ns();
+	if (!no_unwind) {
+		uw = unwinder__new(NULL, &why);
+		if (!uw && errno != EPERM)	/* no privilege: the sampler says so below */
+			log_warn("unwind: %s (%s): user stacks from frame pointers only",
+				 why ? why : "cannot start", strerror(errno));
+	}
+	if (uw && opts.npids) {	/* the given processes' tables before the first sample */
+		for (int i = 0; i < opts.npids; i++)
+			unwinder__add_pid(uw, opts.pids[i]);
+		unwinder__settle(uw, 5000);
+	}
+	opts.unwinder = uw;
 	o = oncpu__new(&opts, on_sample, on_proc, &r, &why);
 	if (!o) {
 		log_error("cannot start the CPU sampler: %s (%s)", why ? why : "unknown reason",
@@ -584,6 +603,24 @@ int cmd_record(int argc, char **argv)
 	       (unsigned long long)st.lost, (unsigned long long)r.oom,
 	       (unsigned long long)st.ustack_err, (unsigned long long)r.unknown_frames,
 	       r.pid_comm.len + r.pid_comm.has_zero, r.nstacks);
+	if (uw) {
+		struct unwinder_stats us;
+		uint64_t trunc = 0;
+
+		unwinder__stats(uw, &us);
+		for (int i = 0; i < 16; i++)
+			trunc += us.truncated[i];
+		for (int i = 0; i < 16; i++)
+			if (us.truncated[i])
+				log_debug("unwind: %llu walks truncated for reason %d",
+					  (unsigned long long)us.truncated[i], i);
+		printf("unwind: %llu walks, %llu frames (%llu by tables, %llu by frame pointers), "
+		       "%llu truncated, %llu tables (%llu KiB)\n",
+		       (unsigned long long)us.walks, (unsigned long long)us.frames,
+		       (unsigned long long)us.table_frames, (unsigned long long)us.fp_frames,
+		       (unsigned long long)trunc, (unsigned long long)us.tables,
+		       (unsigned long long)us.table_bytes >> 10);
+	}
 	if (output)
 		printf("wrote %s (pprof: go tool pprof -top %s)\n", output, output);
 	if (folded)
@@ -591,6 +628,7 @@ int cmd_record(int argc, char **argv)
 	rc = 0;
 out:
 	oncpu__free(o);
+	unwinder__free(uw);
 	recorder_done(&r);
 	return rc;
 }

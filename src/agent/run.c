@@ -25,6 +25,7 @@
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
 #include "agent/sym/stacks.h"
+#include "agent/unwind/unwind.h"
 #include "agent/sym/symbolize.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -170,6 +171,8 @@ static void fill_metrics(void *arg, FILE *out)
 		     c->batch_errors);
 	if (c->a->sym)
 		symbolizer__metrics(c->a->sym, out);
+	if (c->a->unwind)
+		unwinder__metrics(c->a->unwind, out);
 	if (c->a->stacks) {
 		struct stack_cache_stats st;
 
@@ -656,6 +659,7 @@ out_spool:
 	spool__free(spool);
 out_batch:
 	stack_cache__free(a.stacks);
+	unwinder__free(a.unwind);	/* created by the first module that takes stacks */
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
 out_curl:

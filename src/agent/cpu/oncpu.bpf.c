@@ -7,11 +7,13 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "agent/gpuscope.bpf.h"
+#include "agent/unwind/unwind.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool filter_pids = false;	/* only sample tgids present in `pids` */
 const volatile bool want_kernel = true;
+const volatile bool use_unwinder = false;	/* unwind.bpf.h's walker; else frame pointers */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -74,8 +76,24 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	kbytes &= 0xfff8;
 	if (kbytes > GPUSCOPE_MAX_STACK * 8)
 		kbytes = GPUSCOPE_MAX_STACK * 8;
-	ubytes = bpf_get_stack(ctx, (void *)s->frames + kbytes, GPUSCOPE_MAX_STACK * 8,
-			       BPF_F_USER_STACK);
+	if (use_unwinder) {
+		struct uwalk st;
+		bool have = true;
+		int n;
+
+		/* a sample in user mode has the user registers; in the kernel, the saved ones */
+		if (!(ctx->regs.ip >> 63))
+			unwind_init(&st, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp);
+		else
+			have = unwind_init_task(&st);
+		n = have ? unwind_walk(&st, (void *)s->frames + kbytes) : 0;
+		ubytes = n > 0 ? n * 8 : 0;
+		if (n < 0)
+			ubytes = -1;
+	} else {
+		ubytes = bpf_get_stack(ctx, (void *)s->frames + kbytes, GPUSCOPE_MAX_STACK * 8,
+				       BPF_F_USER_STACK);
+	}
 	if (ubytes < 0) {
 		count_err(GPUSCOPE_ERR_USTACK);
 		ubytes = 0;

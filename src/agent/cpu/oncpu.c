@@ -19,6 +19,7 @@
 #include "agent/cpu/oncpu.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
+#include "agent/unwind/unwind.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/prom.h"
@@ -36,6 +37,7 @@ struct oncpu {
 	void *ctx;
 	struct bpf_link *exec_link, *exit_link;
 	bool filtering;
+	struct unwinder *unwinder;
 	uint64_t delivered;
 	const char *event;
 };
@@ -194,6 +196,15 @@ struct oncpu *oncpu__new(const struct oncpu_opts *opts, oncpu_cb cb, oncpu_proc_
 	}
 	o->skel->rodata->filter_pids = opts->npids > 0;
 	o->skel->rodata->want_kernel = !opts->no_kernel;
+	if (opts->unwinder) {
+		err = unwinder__prepare(opts->unwinder, o->skel->obj);
+		if (err) {
+			*ret_why = "cannot share the unwinder's maps with the sampler";
+			goto out_destroy;
+		}
+		o->skel->rodata->use_unwinder = true;
+		o->unwinder = opts->unwinder;
+	}
 	/*
 	 * Ring buffer: room for half a second of samples at ~1.5 KiB each (both stacks), so a
 	 * consumer that polls every 100 ms never fills it; at least 1 MiB, a power of two. It
@@ -300,6 +311,8 @@ int oncpu__add_pid(struct oncpu *o, pid_t pid)
 
 	if (!o->filtering)
 		return 0;
+	if (o->unwinder)
+		unwinder__add_pid(o->unwinder, pid);
 	return bpf_map__update_elem(o->skel->maps.pids, &key, sizeof(key), &one, sizeof(one), BPF_ANY);
 }
 
@@ -387,6 +400,7 @@ static int module_start(struct agent *a)
 		.frequency_hz = a->opts.frequency_hz ? a->opts.frequency_hz : 99,
 		.pids = a->opts.pids,
 		.npids = a->opts.npids,
+		.unwinder = agent__unwinder(a),
 	};
 	const char *why;
 	int err;

@@ -21,6 +21,7 @@ struct oncpu_opts {
 	bool no_kernel;			/* skip kernel stacks */
 	enum oncpu_event event;		/* AUTO: hardware cycles if present, else cpu-clock */
 	unsigned ringbuf_mb;		/* 0: sized for 0.5 s of samples, at least 1 MiB */
+	struct unwinder *unwinder;	/* shared user-stack walker; NULL: frame pointers only */
 };
 
 /* Called for each sample from oncpu__poll(); frames: kstack_len kernel then ustack_len user. */

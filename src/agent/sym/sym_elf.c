@@ -217,11 +217,12 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 	int err;
 
 	memset(ret_info, 0, sizeof(*ret_info));
-	memset(ret_syms, 0, sizeof(*ret_syms));
+	if (ret_syms)
+		memset(ret_syms, 0, sizeof(*ret_syms));
 	if (!elf)
 		return -ENOEXEC;
 	err = info_from_elf(elf, ret_info);
-	if (!err) {
+	if (!err && ret_syms) {
 		err = symbols_from_elf(elf, ret_syms, &from_symtab);
 		if (err) {
 			free(ret_info->segs);

@@ -258,18 +258,16 @@ static void evict_images(struct symbolizer *s, struct image *keep)
 	}
 }
 
-/* Opens the file behind mapping m of pid: the exact mapped file through map_files (deleted
- * files, other mount namespaces), else the path inside the process's root. fd or -errno. */
-static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
+int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *mpath, bool deleted,
+		     struct stat *ret_st)
 {
 	char path[PATH_MAX + 64];
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m->start,
-		 m->end);
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && !m->deleted) {
-		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, m->path);
+	if (fd < 0 && !deleted) {
+		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, mpath);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
 	if (fd < 0)
@@ -281,6 +279,11 @@ static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
 		return err;
 	}
 	return fd;
+}
+
+static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
+{
+	return sym_open_mapping(pid, m->start, m->end, m->path, m->deleted, ret_st);
 }
 
 /*
@@ -550,11 +553,7 @@ static struct mapping *find_mapping(struct proc *p, uint64_t addr)
 	return lo < p->nmaps && p->maps[lo].start <= addr ? &p->maps[lo] : NULL;
 }
 
-/*
- * Parses one /proc/PID/maps line into m (path interned). 1: an executable mapping, 0: skip,
- * -errno on ENOMEM.
- */
-static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
+int sym_parse_maps_line(char *line, struct sym_maps_line *m)
 {
 	char *p = line, *end, perms[5];
 	unsigned maj, min;
@@ -588,7 +587,28 @@ static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
 		p[len - 10] = 0;
 		m->deleted = true;
 	}
-	m->path = *p ? intern(s, p) : s->s_anon;
+	m->path = p;
+	return 1;
+}
+
+/*
+ * Parses one /proc/PID/maps line into m (path interned). 1: an executable mapping, 0: skip,
+ * -errno on ENOMEM.
+ */
+static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
+{
+	struct sym_maps_line l;
+
+	memset(m, 0, sizeof(*m));
+	if (sym_parse_maps_line(line, &l) <= 0)
+		return 0;
+	m->start = l.start;
+	m->end = l.end;
+	m->pgoff = l.pgoff;
+	m->dev = l.dev;
+	m->ino = l.ino;
+	m->deleted = l.deleted;
+	m->path = *l.path ? intern(s, l.path) : s->s_anon;
 	return m->path ? 1 : -ENOMEM;
 }
 

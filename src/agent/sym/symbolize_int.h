@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* One symbol of a finished table: 16 bytes, so a table of 1e6 symbols takes 16 MB + names. */
 struct symt_ent {
@@ -73,7 +74,8 @@ int elf_read_info(int fd, struct elf_info *ret);
  * Finishes *ret. 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
  */
 int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab);
-/* Both of the above from an ELF image in memory (the vDSO). 0 or -errno as above. */
+/* Both of the above from an ELF image in memory (the vDSO); ret_syms may be NULL (info only).
+ * 0 or -errno as above. */
 int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);
 /*
  * Looks up named symbols of any type (data too: _PyRuntime) in .symtab, then .dynsym, of an
@@ -84,5 +86,24 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
 		     uint64_t *ret_size);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
+
+/* One executable mapping of /proc/PID/maps; path points into the parsed line. */
+struct sym_maps_line {
+	uint64_t start, end, pgoff, dev, ino;
+	const char *path;	/* "" for anonymous */
+	bool deleted;
+};
+
+/* Parses a /proc/PID/maps line (modified in place). 1: executable mapping, 0: skip. Any thread. */
+int sym_parse_maps_line(char *line, struct sym_maps_line *ret);
+
+struct stat;
+/*
+ * Opens the file behind a mapping of pid: the exact mapped file through /proc/PID/map_files
+ * (deleted files, other mount namespaces), else the path inside the process's root. fd or
+ * -errno; *ret_st filled when not NULL. Any thread.
+ */
+int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *path, bool deleted,
+		     struct stat *ret_st);
 
 #endif

@@ -15,7 +15,6 @@
 #include "agent/unwind/frames.h"
 #include "agent/unwind/unwind_maps.h"
 
-#define UNWIND_SLOTS		4	/* nesting depth per CPU (uprobe preempted, NMI on top) */
 #define UNWIND_PY_ACTIVATIONS	16	/* interpreter activations spliced per stack */
 #define UNWIND_PF_KTHREAD	0x00200000
 
@@ -134,30 +133,28 @@ static __always_inline bool unwind_read(struct uwalk *st, __u64 addr, __u64 *ret
 
 #include "agent/unwind/python.bpf.h"
 
-/* Index of the mapping of p holding pc, or -1. Global: verified once. */
+/*
+ * Index of the mapping of p holding pc, or -1. A branch-free lower bound over all
+ * UNWIND_MAX_MAPS slots (unused ones end at UNWIND_MAP_PAD): one verifier path, no state
+ * explosion. Global: verified once.
+ */
 __noinline int uwalk_find_mapping(struct unwind_proc *p, __u64 pc)
 {
-	__u32 lo = 0, hi, mid;
+	__u32 base = 0, i;
 
 	if (!p)
 		return -1;
-	hi = p->n;
-	if (hi > UNWIND_MAX_MAPS)
-		hi = UNWIND_MAX_MAPS;
-	for (int i = 0; i < 10 && lo < hi; i++) {	/* log2(UNWIND_MAX_MAPS) + 1 */
-		mid = (lo + hi) / 2;
-		if (mid >= UNWIND_MAX_MAPS)
-			return -1;
-		if (p->m[mid].end <= pc)
-			lo = mid + 1;
-		else
-			hi = mid;
+#pragma unroll
+	for (__u32 half = UNWIND_MAX_MAPS / 2; half > 0; half >>= 1) {
+		/* end <= pc: the mapping is below pc (both < 2^63) */
+		__u64 below = ((pc - p->m[(base + half - 1) & (UNWIND_MAX_MAPS - 1)].end) >> 63) ^ 1;
+
+		base += half & -(__u32)below;
 	}
-	if (lo >= UNWIND_MAX_MAPS || lo >= p->n)
+	i = base & (UNWIND_MAX_MAPS - 1);
+	if (i >= p->n || pc < p->m[i].start || pc >= p->m[i].end)
 		return -1;
-	if (p->m[lo].start <= pc && pc < p->m[lo].end)
-		return lo;
-	return -1;
+	return i;
 }
 
 /* The row in effect at vaddr in table `id`, or 0 (UNWIND_ROW_NONE) when none covers it or
@@ -201,16 +198,18 @@ __noinline __u64 uwalk_find_row(__u32 id, __u64 vaddr)
 	if (hi >= nrows)
 		hi = nrows - 1;
 	/* the last row with address <= rel in [lo, hi]; a page holds at most 4096 rows */
-	for (int i = 0; i < 14 && lo < hi; i++) {
+	for (int i = 0; i < 14 && lo < hi; i++) {	/* branch-free steps, as above */
+		__u64 left, mask;
+
 		mid = (lo + hi + 1) / 2;
 		k = UNWIND_HDR_WORDS + npages + 1 + mid;
 		v = bpf_map_lookup_elem(table, &k);
 		if (!v)
 			return 0;
-		if (UNWIND_ROW_ADDR(*v) <= rel)
-			lo = mid;
-		else
-			hi = mid - 1;
+		left = (rel - (__u64)UNWIND_ROW_ADDR(*v)) >> 63;	/* row starts after rel */
+		mask = -left;
+		hi = ((mid - 1) & mask) | (hi & ~mask);
+		lo = (lo & mask) | (mid & ~mask);
 	}
 	k = UNWIND_HDR_WORDS + npages + 1 + lo;
 	v = bpf_map_lookup_elem(table, &k);
@@ -366,6 +365,31 @@ static long native_step(__u64 i, void *ctx)
 	return uwalk_step(ctx) ? 1 : 0;
 }
 
+/*
+ * The walk proper: native frames in a bpf_loop, paused at each interpreter activation for
+ * py_emit(). Global, so each program's verifier pass checks it once.
+ */
+__noinline int uwalk_run(struct uwalk *arg)
+{
+	struct uwalk st;	/* bpf_loop wants its context on this frame's stack */
+
+	if (!arg)
+		return 0;
+	__builtin_memcpy(&st, arg, sizeof(st));
+	py_walk_init(&st);
+	for (int i = 0; i < UNWIND_PY_ACTIVATIONS; i++) {
+		bpf_loop(GPUSCOPE_MAX_STACK, native_step, &st, 0);
+		if (!st.py_pending)
+			break;
+		st.py_pending = 0;
+		py_emit(&st);
+		st.py_done_pc = 1;
+	}
+	py_walk_end(&st);	/* Python frames no activation claimed: after a [truncated] word */
+	__builtin_memcpy(arg, &st, sizeof(st));
+	return 0;
+}
+
 /* Starts a walk from user registers. */
 static __always_inline void unwind_init(struct uwalk *st, __u64 pc, __u64 sp, __u64 bp)
 {
@@ -420,20 +444,13 @@ static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
 	st->mm = (__u64)task->mm;
 	unwind_count(UNWIND_ST_WALKS);
 	p = bpf_map_lookup_elem(&unwind_procs, &st->tgid);
+	if (p && !p->mm)	/* registered by pid before its first walk: adopt this mm */
+		p->mm = st->mm;
 	if (!p || p->mm != st->mm) {
 		unwind_count(UNWIND_ST_NO_PROC);
 		bpf_map_update_elem(&unwind_want, &st->tgid, &st->mm, BPF_NOEXIST);
 	}
-	py_walk_init(st);
-	for (int i = 0; i < UNWIND_PY_ACTIVATIONS; i++) {
-		bpf_loop(GPUSCOPE_MAX_STACK, native_step, st, 0);
-		if (!st->py_pending)
-			break;
-		st->py_pending = 0;
-		py_emit(st);
-		st->py_done_pc = 1;
-	}
-	py_walk_end(st);	/* Python frames no activation claimed: after a [truncated] word */
+	uwalk_run(st);
 	if (!st->done && !st->reason)
 		unwind_stop(st, GPUSCOPE_TRUNC_DEPTH);
 	if (st->reason) {

@@ -9,8 +9,9 @@
  *   [0] npages | nrows << 32    [1] base (ELF vaddr of row address 0, page aligned)
  *   [2 + p], p = 0..npages: index of the row in effect at base + p * 4096
  *   [3 + npages + i]: row i, sorted by address (UNWIND_ROW_* below)
- * unwind_want:   tgid -> mm (task->mm at the request): processes whose mappings the walker needs
- *   (new process, exec, an address in no known mapping). User space drains it.
+ * unwind_want:   tgid -> mm (task->mm at the request; 0 from user space: "read it now"):
+ *   processes whose mappings the walker needs (new process, exec, an address in no known
+ *   mapping). User space drains it.
  */
 #ifndef GPUSCOPE_UNWIND_MAPS_H
 #define GPUSCOPE_UNWIND_MAPS_H
@@ -20,6 +21,9 @@
 #define UNWIND_MAX_TABLES	4096
 #define UNWIND_PAGE_SHIFT	12
 #define UNWIND_HDR_WORDS	2
+#define UNWIND_SLOTS		4	/* scratch stacks per CPU: nesting (uprobe preempted, NMI) */
+/* value of unwind_scratch: __u32 depth, _pad; __u64 frames[UNWIND_SLOTS][GPUSCOPE_MAX_STACK] */
+#define UNWIND_SCRATCH_BYTES(max_stack)	(8 + UNWIND_SLOTS * (max_stack) * 8)
 
 /* A mapping: vaddr in its binary = pc - bias. */
 struct unwind_mapping {
@@ -28,11 +32,14 @@ struct unwind_mapping {
 	__u32 flags;
 };
 
+#define UNWIND_MAP_PAD		0x7fffffffffffffffULL	/* start and end of unused slots */
+
 #define UNWIND_MAP_TABLE	1	/* unwind with the table */
 #define UNWIND_MAP_FP		2	/* no table (JIT, no CFI, over budget, not built yet): rbp chain */
 
 struct unwind_proc {
-	__u64 mm;		/* task->mm the entry was built for: another one means exec */
+	__u64 mm;		/* task->mm the entry was built for: another one means exec;
+				 * 0: registered by pid, the first walk fills it in */
 	__u32 n, _pad;
 	struct unwind_mapping m[UNWIND_MAX_MAPS];
 };

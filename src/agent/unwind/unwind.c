@@ -1,0 +1,656 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The unwinder's user-space half (unwind.h): shared BPF maps, and a worker thread that drains
+ * the walker's requests (unwind_want), reads the process's executable mappings (through the
+ * symbolizer's reader: /proc/PID/map_files, /proc/PID/root), builds tables by build-id and loads
+ * each into its own array behind the unwind_tables hash-of-maps.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "agent/agent.h"
+#include "agent/bpfutil.h"
+#include "agent/sym/symbolize_int.h"
+#include "agent/unwind/frames.h"
+#include "agent/unwind/table.h"
+#include "agent/unwind/unwind.h"
+#include "common/abi.h"
+#include "common/hmap.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define BIN_BUCKETS	4096
+#define PROC_BUCKETS	4096
+#define FILE_BUCKETS	4096
+#define REFRESH_MIN_NS	(200 * NSEC_PER_MSEC)	/* per process, between maps re-reads */
+#define SWEEP_NS	(2 * NSEC_PER_SEC)	/* exited processes leave unwind_procs */
+#define MAP_FLAGS	(BPF_F_INNER_MAP | BPF_F_MMAPABLE)
+
+enum bin_state { BIN_NEW, BIN_READY, BIN_NO_CFI, BIN_TOO_BIG, BIN_FAILED, BIN_EVICTED };
+
+/* One binary (by build-id, else file identity): its table while loaded. */
+struct bin {
+	struct bin *hnext;
+	struct bin *lru_prev, *lru_next;	/* loaded tables, most recently used first */
+	char *key;
+	enum bin_state state;
+	uint32_t id;				/* in unwind_tables while READY */
+	uint64_t bytes;
+	struct elf_seg *segs;
+	int nsegs;
+};
+
+/* A file identity seen in some process -> its bin (saves re-reading the build-id). */
+struct file_ent {
+	struct file_ent *hnext;
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	struct bin *bin;			/* NULL: not ELF */
+};
+
+struct proc_ent {
+	struct proc_ent *hnext;
+	uint32_t tgid;
+	uint64_t mm, refreshed_ns;
+};
+
+struct unwinder {
+	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd;
+	struct unwinder_opts opts;
+	pthread_t thread;
+	bool thread_started;
+	volatile bool stop;
+	pthread_mutex_t lock;			/* stats and the maps' contents vs. metrics */
+	struct unwinder_stats st;
+	struct bin *bins[BIN_BUCKETS];
+	struct bin lru;				/* list head */
+	struct file_ent *files[FILE_BUCKETS];
+	uint32_t nfiles;
+	struct proc_ent *procs[PROC_BUCKETS];
+	uint32_t next_id;
+	uint64_t last_sweep_ns;
+	volatile int pending;			/* requests seen in the last drain */
+	struct bin *vdso;
+	struct unwind_proc *scratch_proc;	/* one value being assembled */
+};
+
+/* ---- tables ------------------------------------------------------------------------------- */
+
+static void lru_del(struct bin *b)
+{
+	if (!b->lru_next)
+		return;
+	b->lru_prev->lru_next = b->lru_next;
+	b->lru_next->lru_prev = b->lru_prev;
+	b->lru_prev = b->lru_next = NULL;
+}
+
+static void lru_add(struct unwinder *u, struct bin *b)
+{
+	b->lru_next = u->lru.lru_next;
+	b->lru_prev = &u->lru;
+	u->lru.lru_next->lru_prev = b;
+	u->lru.lru_next = b;
+}
+
+static void unload(struct unwinder *u, struct bin *b)
+{
+	bpf_map_delete_elem(u->tables_fd, &b->id);
+	lru_del(b);
+	u->st.tables--;
+	u->st.table_bytes -= b->bytes;
+	u->st.evicted++;
+	b->state = BIN_EVICTED;
+	b->id = 0;
+}
+
+/* Loads t into a new inner array and publishes it under a new id. 0 or -errno. */
+static int publish(struct unwinder *u, struct bin *b, const struct uw_table *t)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, o, .map_flags = MAP_FLAGS);
+	size_t len = ((size_t)t->nwords * 8 + 4095) & ~(size_t)4095;
+	uint32_t id = ++u->next_id;
+	void *mem;
+	int fd, err = 0;
+
+	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "unwind_table", 4, 8, t->nwords, &o);
+	if (fd < 0)
+		return -errno;
+	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED) {
+		err = -errno;
+		goto out;
+	}
+	memcpy(mem, t->words, (size_t)t->nwords * 8);
+	munmap(mem, len);
+	if (bpf_map_update_elem(u->tables_fd, &id, &fd, BPF_ANY)) {
+		err = -errno;
+		goto out;
+	}
+	b->id = id;
+out:
+	close(fd);
+	return err;
+}
+
+/* Builds and loads b's table from fd (or memory), evicting LRU tables to stay in budget. */
+static void build_bin(struct unwinder *u, struct bin *b, int fd, const void *mem, size_t len)
+{
+	uint64_t t0 = mono_ns(), budget = u->opts.budget_bytes;
+	struct uw_table t = { 0 };
+	int err;
+
+	err = uw_table_build(fd, mem, len, (uint32_t)(budget / 8 < UINT32_MAX ? budget / 8 : UINT32_MAX),
+			     &t);
+	pthread_mutex_lock(&u->lock);
+	u->st.build_ns += mono_ns() - t0;
+	if (err == -ENODATA || err == -ENOEXEC) {
+		b->state = BIN_NO_CFI;
+		u->st.no_cfi++;
+		goto out;
+	}
+	if (!err && uw_table_bytes(&t) > budget)
+		err = -E2BIG;
+	if (err == -E2BIG) {
+		b->state = BIN_TOO_BIG;
+		u->st.over_budget++;
+		log_warn("unwind: table of %s over the %" PRIu64 " MiB budget: frame pointers there",
+			 b->key, budget >> 20);
+		goto out;
+	}
+	if (err) {
+		b->state = BIN_FAILED;
+		u->st.build_errors++;
+		goto out;
+	}
+	while (u->st.table_bytes + uw_table_bytes(&t) > budget && u->lru.lru_prev != &u->lru)
+		unload(u, u->lru.lru_prev);
+	err = publish(u, b, &t);
+	if (err) {
+		b->state = BIN_FAILED;
+		u->st.build_errors++;
+		log_debug("unwind: loading the table of %s: %s", b->key, strerror(-err));
+		goto out;
+	}
+	b->state = BIN_READY;
+	b->bytes = uw_table_bytes(&t);
+	lru_add(u, b);
+	u->st.built++;
+	u->st.tables++;
+	u->st.table_bytes += b->bytes;
+out:
+	pthread_mutex_unlock(&u->lock);
+	uw_table_done(&t);
+}
+
+static struct bin *bin_get(struct unwinder *u, const char *key, struct elf_info *info)
+{
+	uint64_t h = hash64(key, strlen(key), 0);
+	struct bin *b;
+
+	for (b = u->bins[h % BIN_BUCKETS]; b; b = b->hnext)
+		if (!strcmp(b->key, key))
+			return b;
+	b = calloc(1, sizeof(*b));
+	if (!b || !(b->key = strdup(key))) {
+		free(b);
+		return NULL;
+	}
+	if (info) {
+		b->segs = info->segs;
+		b->nsegs = info->nsegs;
+		info->segs = NULL;
+	}
+	b->hnext = u->bins[h % BIN_BUCKETS];
+	u->bins[h % BIN_BUCKETS] = b;
+	return b;
+}
+
+/* The bin of the file behind a mapping (opened through the symbolizer's reader). */
+static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps_line *l)
+{
+	struct elf_info info = { 0 };
+	struct file_ent *f, *tmp = NULL;
+	struct bin *b = NULL;
+	struct stat st;
+	int64_t mtime;
+	uint64_t h;
+	int fd;
+
+	fd = sym_open_mapping(pid, l->start, l->end, l->path, l->deleted, &st);
+	if (fd < 0)
+		return NULL;
+	mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	h = (st.st_dev * 31 + st.st_ino) * 31 + (uint64_t)mtime;
+	for (f = u->files[h % FILE_BUCKETS]; f; f = f->hnext)
+		if (f->dev == st.st_dev && f->ino == st.st_ino && f->mtime_ns == mtime &&
+		    f->size == (uint64_t)st.st_size)
+			break;
+	if (!f) {
+		f = tmp = calloc(1, sizeof(*f));
+		if (!f)
+			goto out;
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+		f->mtime_ns = mtime;
+		f->size = st.st_size;
+		if (!elf_read_info(fd, &info)) {
+			if (!info.build_id[0])
+				snprintf(info.build_id, sizeof(info.build_id),
+					 "file:%" PRIx64 ":%" PRIu64 ":%" PRId64, f->dev, f->ino, mtime);
+			f->bin = bin_get(u, info.build_id, &info);
+			free(info.segs);
+		}
+		if (u->nfiles < 65536) {	/* bounded: beyond, identities are just re-read */
+			f->hnext = u->files[h % FILE_BUCKETS];
+			u->files[h % FILE_BUCKETS] = f;
+			u->nfiles++;
+			tmp = NULL;
+		}
+	}
+	b = f->bin;
+	if (b && (b->state == BIN_NEW || b->state == BIN_EVICTED)) {
+		build_bin(u, b, fd, NULL, 0);
+	} else if (b && b->state == BIN_READY) {
+		pthread_mutex_lock(&u->lock);
+		lru_del(b);
+		lru_add(u, b);
+		pthread_mutex_unlock(&u->lock);
+	}
+out:
+	close(fd);
+	free(tmp);
+	return b;
+}
+
+/* Our own vDSO: the same code the kernel maps into every 64-bit process. */
+static struct bin *vdso_bin(struct unwinder *u, uint64_t size)
+{
+	uint64_t base = getauxval(AT_SYSINFO_EHDR);
+	struct elf_info info = { 0 };
+	char key[64];
+
+	if (!base)
+		return NULL;
+	snprintf(key, sizeof(key), "vdso:%" PRIx64, size);
+	if (!u->vdso || strcmp(u->vdso->key, key)) {
+		if (elf_read_mem((void *)(uintptr_t)base, size, &info, NULL))
+			return NULL;
+		u->vdso = bin_get(u, key, &info);
+		free(info.segs);
+	}
+	if (u->vdso && (u->vdso->state == BIN_NEW || u->vdso->state == BIN_EVICTED))
+		build_bin(u, u->vdso, -1, (void *)(uintptr_t)base, size);
+	return u->vdso;
+}
+
+/* ---- processes ---------------------------------------------------------------------------- */
+
+static struct proc_ent *proc_find(struct unwinder *u, uint32_t tgid, bool create)
+{
+	struct proc_ent *p;
+
+	for (p = u->procs[tgid % PROC_BUCKETS]; p; p = p->hnext)
+		if (p->tgid == tgid)
+			return p;
+	if (!create || !(p = calloc(1, sizeof(*p))))
+		return NULL;
+	p->tgid = tgid;
+	p->hnext = u->procs[tgid % PROC_BUCKETS];
+	u->procs[tgid % PROC_BUCKETS] = p;
+	u->st.procs++;
+	return p;
+}
+
+static void proc_forget(struct unwinder *u, struct proc_ent *p)
+{
+	struct proc_ent **pp;
+
+	bpf_map_delete_elem(u->procs_fd, &p->tgid);
+	for (pp = &u->procs[p->tgid % PROC_BUCKETS]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == p) {
+			*pp = p->hnext;
+			break;
+		}
+	}
+	u->st.procs--;
+	free(p);
+}
+
+/* Reads tgid's executable mappings and publishes its unwind_procs entry for mm. */
+static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
+{
+	struct unwind_proc *up = u->scratch_proc;
+	struct sym_maps_line l;
+	struct proc_ent *p;
+	size_t cap = 0;
+	char path[64], *line = NULL;
+	uint64_t now = mono_ns();
+	FILE *f;
+	int err = 0;
+
+	p = proc_find(u, tgid, true);
+	if (!p)
+		return -ENOMEM;
+	if (p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS)
+		return 0;
+	p->mm = mm;
+	p->refreshed_ns = now;
+	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
+	f = fopen(path, "re");
+	if (!f) {
+		proc_forget(u, p);
+		return -ESRCH;
+	}
+	u->st.refreshes++;
+	memset(up, 0, sizeof(*up));
+	up->mm = mm;
+	while (getline(&line, &cap, f) > 0 && up->n < UNWIND_MAX_MAPS) {
+		struct unwind_mapping *m = &up->m[up->n];
+		struct bin *b = NULL;
+		uint64_t vaddr;
+
+		if (sym_parse_maps_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
+			continue;
+		m->start = l.start;
+		m->end = l.end;
+		m->flags = UNWIND_MAP_FP;
+		if (!strcmp(l.path, "[vdso]"))
+			b = vdso_bin(u, l.end - l.start);
+		else if (l.path[0] == '/')
+			b = file_bin(u, tgid, &l);
+		if (b && b->state == BIN_READY &&
+		    elf_off_to_vaddr(b->segs, b->nsegs, l.pgoff, &vaddr)) {
+			m->bias = l.start - vaddr;
+			m->table = b->id;
+			m->flags = UNWIND_MAP_TABLE;
+		}
+		log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l.start, l.end,
+			  l.path, m->flags == UNWIND_MAP_TABLE ? "table" : "frame pointers");
+		up->n++;
+	}
+	free(line);
+	fclose(f);
+	for (uint32_t i = up->n; i < UNWIND_MAX_MAPS; i++)	/* the walker searches every slot */
+		up->m[i].start = up->m[i].end = UNWIND_MAP_PAD;
+	/* /proc/PID/maps is sorted by address: the walker's binary search relies on it */
+	if (bpf_map_update_elem(u->procs_fd, &tgid, up, BPF_ANY))
+		err = -errno;
+	return err;
+}
+
+static void sweep(struct unwinder *u)
+{
+	for (int i = 0; i < PROC_BUCKETS; i++) {
+		struct proc_ent *p = u->procs[i], *next;
+
+		for (; p; p = next) {
+			next = p->hnext;
+			if (kill((pid_t)p->tgid, 0) && errno == ESRCH)
+				proc_forget(u, p);
+		}
+	}
+}
+
+static void drain(struct unwinder *u)
+{
+	uint32_t keys[256], key, next;
+	uint64_t mms[256];
+	int n = 0;
+	bool first = true;
+
+	while (n < 256 && !bpf_map_get_next_key(u->want_fd, first ? NULL : &key, &next)) {
+		first = false;
+		key = next;
+		if (!bpf_map_lookup_elem(u->want_fd, &key, &mms[n]))
+			keys[n++] = key;
+	}
+	u->pending = n;
+	for (int i = 0; i < n; i++) {
+		bpf_map_delete_elem(u->want_fd, &keys[i]);
+		u->st.requests++;
+		proc_refresh(u, keys[i], mms[i]);
+	}
+	u->pending = 0;
+}
+
+static void *worker(void *arg)
+{
+	struct unwinder *u = arg;
+	struct timespec ts = { 0, (long)u->opts.poll_ms * 1000000L };
+
+	while (!u->stop) {
+		drain(u);
+		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
+			sweep(u);
+			u->last_sweep_ns = mono_ns();
+		}
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **ret_why)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, inner, .map_flags = MAP_FLAGS);
+	LIBBPF_OPTS(bpf_map_create_opts, outer);
+	LIBBPF_OPTS(bpf_map_create_opts, noprealloc, .map_flags = BPF_F_NO_PREALLOC);
+	struct unwinder *u = calloc(1, sizeof(*u));
+	int err;
+
+	*ret_why = NULL;
+	if (!u)
+		return NULL;
+	u->tables_fd = u->procs_fd = u->want_fd = u->stats_fd = u->scratch_fd = u->template_fd = -1;
+	u->opts.budget_bytes = opts && opts->budget_bytes ? opts->budget_bytes : 256ULL << 20;
+	u->opts.poll_ms = opts && opts->poll_ms ? opts->poll_ms : 20;
+	u->st.budget_bytes = u->opts.budget_bytes;
+	u->lru.lru_next = u->lru.lru_prev = &u->lru;
+	pthread_mutex_init(&u->lock, NULL);
+	u->scratch_proc = calloc(1, sizeof(*u->scratch_proc));
+	if (!u->scratch_proc || elf_lib_init()) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	u->template_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "unwind_inner", 4, 8, 1, &inner);
+	if (u->template_fd < 0) {
+		err = -errno;
+		*ret_why = "the kernel refused an inner unwind-table map (needs Linux >= 5.10 for "
+			   "BPF_F_INNER_MAP and mmapable arrays)";
+		goto out_free;
+	}
+	outer.inner_map_fd = u->template_fd;
+	u->tables_fd = bpf_map_create(BPF_MAP_TYPE_HASH_OF_MAPS, "unwind_tables", 4, 4,
+				      UNWIND_MAX_TABLES, &outer);
+	u->procs_fd = bpf_map_create(BPF_MAP_TYPE_HASH, "unwind_procs", 4,
+				     sizeof(struct unwind_proc), UNWIND_MAX_PROCS, &noprealloc);
+	u->want_fd = bpf_map_create(BPF_MAP_TYPE_HASH, "unwind_want", 4, 8, 1024, NULL);
+	u->stats_fd = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "unwind_stats", 4, 8, UNWIND_ST_MAX,
+				     NULL);
+	u->scratch_fd = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "unwind_scratch", 4,
+				       UNWIND_SCRATCH_BYTES(GPUSCOPE_MAX_STACK), 1, NULL);
+	if (u->tables_fd < 0 || u->procs_fd < 0 || u->want_fd < 0 || u->stats_fd < 0 ||
+	    u->scratch_fd < 0) {
+		err = -errno;
+		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
+		goto out_free;
+	}
+	err = pthread_create(&u->thread, NULL, worker, u);
+	if (err) {
+		err = -err;
+		goto out_free;
+	}
+	u->thread_started = true;
+	return u;
+out_free:
+	unwinder__free(u);
+	errno = -err;
+	return NULL;
+}
+
+void unwinder__free(struct unwinder *u)
+{
+	if (!u)
+		return;
+	u->stop = true;
+	if (u->thread_started)
+		pthread_join(u->thread, NULL);
+	for (int i = 0; i < BIN_BUCKETS; i++) {
+		for (struct bin *b = u->bins[i], *n; b; b = n) {
+			n = b->hnext;
+			free(b->key);
+			free(b->segs);
+			free(b);
+		}
+	}
+	for (int i = 0; i < FILE_BUCKETS; i++) {
+		for (struct file_ent *f = u->files[i], *n; f; f = n) {
+			n = f->hnext;
+			free(f);
+		}
+	}
+	for (int i = 0; i < PROC_BUCKETS; i++) {
+		for (struct proc_ent *p = u->procs[i], *n; p; p = n) {
+			n = p->hnext;
+			free(p);
+		}
+	}
+	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd,
+		      u->template_fd };
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	pthread_mutex_destroy(&u->lock);
+	free(u->scratch_proc);
+	free(u);
+}
+
+int unwinder__prepare(struct unwinder *u, struct bpf_object *obj)
+{
+	static const char *names[] = { "unwind_tables", "unwind_procs", "unwind_want",
+				       "unwind_stats", "unwind_scratch" };
+	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd };
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		struct bpf_map *m = bpf_object__find_map_by_name(obj, names[i]);
+		int err;
+
+		if (!m)
+			continue;
+		err = bpf_map__reuse_fd(m, fds[i]);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int unwinder__add_pid(struct unwinder *u, int pid)
+{
+	uint32_t key = (uint32_t)pid;
+	uint64_t mm = 0;
+
+	return bpf_map_update_elem(u->want_fd, &key, &mm, BPF_ANY) ? -errno : 0;
+}
+
+void unwinder__settle(struct unwinder *u, unsigned timeout_ms)
+{
+	uint64_t end = mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC;
+	uint32_t k;
+
+	while (mono_ns() < end) {
+		if (!u->pending && bpf_map_get_next_key(u->want_fd, NULL, &k))
+			return;
+		usleep(5000);
+	}
+}
+
+void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
+{
+	pthread_mutex_lock(&u->lock);
+	*ret = u->st;
+	pthread_mutex_unlock(&u->lock);
+	ret->walks = bpf_percpu_sum(u->stats_fd, UNWIND_ST_WALKS);
+	ret->frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FRAMES);
+	ret->table_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TABLE_FRAMES);
+	ret->fp_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FP_FRAMES);
+	ret->no_proc = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_PROC);
+	ret->no_table = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_TABLE);
+	ret->nested = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NESTED);
+	for (int i = 0; i < 16; i++)
+		ret->truncated[i] = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TRUNC_BASE + i);
+}
+
+void unwinder__metrics(struct unwinder *u, FILE *out)
+{
+	static const char *reasons[GPUSCOPE_TRUNC_MAX] = {
+		[GPUSCOPE_TRUNC_DEPTH] = "depth",	  [GPUSCOPE_TRUNC_UNMAPPED] = "unmapped",
+		[GPUSCOPE_TRUNC_READ] = "read_fault",	  [GPUSCOPE_TRUNC_NO_PROC] = "no_proc",
+		[GPUSCOPE_TRUNC_BAD_FRAME] = "bad_frame", [GPUSCOPE_TRUNC_UNSUPPORTED] = "unsupported",
+		[GPUSCOPE_TRUNC_PYTHON] = "python",
+	};
+	struct unwinder_stats s;
+	const char *p = "gpuscope_agent_unwind";
+
+	unwinder__stats(u, &s);
+	fprintf(out, "# HELP %s_tables Unwind tables loaded in BPF maps (LRU by build-id).\n"
+		     "# TYPE %s_tables gauge\n%s_tables %" PRIu64 "\n", p, p, p, s.tables);
+	fprintf(out, "# HELP %s_table_bytes Bytes of unwind tables in BPF maps, and the budget.\n"
+		     "# TYPE %s_table_bytes gauge\n%s_table_bytes %" PRIu64 "\n"
+		     "%s_table_bytes{kind=\"budget\"} %" PRIu64 "\n",
+		p, p, p, s.table_bytes, p, s.budget_bytes);
+	fprintf(out, "# HELP %s_binaries_total Binaries by table outcome.\n"
+		     "# TYPE %s_binaries_total counter\n"
+		     "%s_binaries_total{result=\"built\"} %" PRIu64 "\n"
+		     "%s_binaries_total{result=\"no_cfi\"} %" PRIu64 "\n"
+		     "%s_binaries_total{result=\"over_budget\"} %" PRIu64 "\n"
+		     "%s_binaries_total{result=\"evicted\"} %" PRIu64 "\n"
+		     "%s_binaries_total{result=\"error\"} %" PRIu64 "\n",
+		p, p, p, s.built, p, s.no_cfi, p, s.over_budget, p, s.evicted, p, s.build_errors);
+	fprintf(out, "# HELP %s_build_seconds_total Time spent building unwind tables.\n"
+		     "# TYPE %s_build_seconds_total counter\n%s_build_seconds_total %.6f\n",
+		p, p, p, s.build_ns / 1e9);
+	fprintf(out, "# HELP %s_procs Processes with mappings in the walker's map.\n"
+		     "# TYPE %s_procs gauge\n%s_procs %" PRIu64 "\n", p, p, p, s.procs);
+	fprintf(out, "# HELP %s_walks_total User-stack walks in BPF.\n"
+		     "# TYPE %s_walks_total counter\n%s_walks_total %" PRIu64 "\n"
+		     "%s_walks_total{result=\"no_proc\"} %" PRIu64 "\n"
+		     "%s_walks_total{result=\"no_scratch\"} %" PRIu64 "\n",
+		p, p, p, s.walks, p, s.no_proc, p, s.nested);
+	fprintf(out, "# HELP %s_frames_total Native frames walked, by method.\n"
+		     "# TYPE %s_frames_total counter\n"
+		     "%s_frames_total{method=\"table\"} %" PRIu64 "\n"
+		     "%s_frames_total{method=\"frame_pointer\"} %" PRIu64 "\n"
+		     "%s_frames_total{method=\"table_missing\"} %" PRIu64 "\n",
+		p, p, p, s.table_frames, p, s.fp_frames, p, s.no_table);
+	fprintf(out, "# HELP %s_truncated_total Walks that ended early ([truncated] frame), by reason.\n"
+		     "# TYPE %s_truncated_total counter\n", p, p);
+	for (int i = 1; i < GPUSCOPE_TRUNC_MAX; i++)
+		fprintf(out, "%s_truncated_total{reason=\"%s\"} %" PRIu64 "\n", p, reasons[i],
+			s.truncated[i]);
+}
+
+struct unwinder *agent__unwinder(struct agent *a)
+{
+	const char *why;
+
+	if (a->unwind || a->unwind_tried)
+		return a->unwind;
+	a->unwind_tried = true;
+	a->unwind = unwinder__new(NULL, &why);
+	if (!a->unwind && errno != EPERM)	/* no privilege: the modules say so */
+		log_warn("unwind: %s (%s): user stacks from frame pointers only",
+			 why ? why : "cannot start", strerror(errno));
+	return a->unwind;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The unwinder's user-space half: creates the BPF maps every stack-taking program shares
+ * (unwind.bpf.h), and on its own thread answers the walker's requests: reads a process's
+ * executable mappings, builds each binary's unwind table once (keyed by build-id, LRU-evicted
+ * under a byte budget) and loads it, so BPF can walk code without frame pointers.
+ */
+#ifndef GPUSCOPE_UNWIND_H
+#define GPUSCOPE_UNWIND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct bpf_object;
+struct unwinder;
+
+struct unwinder_opts {
+	uint64_t budget_bytes;		/* unwind tables in BPF maps, LRU beyond (0: 256 MiB) */
+	unsigned poll_ms;		/* how often the worker drains requests (0: 20 ms) */
+};
+
+/*
+ * Creates the shared maps and starts the worker thread. NULL with errno set; *ret_why (static)
+ * then says what the kernel lacks (the caller falls back to frame pointers and logs it once).
+ */
+struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **ret_why);
+/* Stops the worker, closes the maps (programs still loaded keep their own references). */
+void unwinder__free(struct unwinder *u);
+
+/*
+ * Before a skeleton loads: points obj's unwind_* maps at the shared ones (bpf_map__reuse_fd).
+ * 0 or -errno. Any thread, before load.
+ */
+int unwinder__prepare(struct unwinder *u, struct bpf_object *obj);
+
+/*
+ * Asks the worker to read pid's mappings and build its tables now, before its first stack
+ * (--pid). 0 or -errno. Any thread.
+ */
+int unwinder__add_pid(struct unwinder *u, int pid);
+
+struct unwinder_stats {
+	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
+	uint64_t built, build_ns, no_cfi, over_budget, evicted, build_errors;
+	uint64_t procs, refreshes, requests;
+	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
+	uint64_t truncated[16];				/* by enum gpuscope_trunc */
+};
+void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret);
+/* Prometheus text lines (gpuscope_agent_unwind_*). Any thread. */
+void unwinder__metrics(struct unwinder *u, FILE *out);
+
+struct agent;
+/*
+ * The agent's unwinder, created on first use (every stack-taking module asks for it). NULL when
+ * the kernel cannot run it: logged once, stacks then come from frame pointers. Main thread.
+ */
+struct unwinder *agent__unwinder(struct agent *a);
+
+/* Waits until the worker has no pending requests (tests, record's start). */
+void unwinder__settle(struct unwinder *u, unsigned timeout_ms);
+
+#endif
