@@ -11,6 +11,7 @@
 #ifndef GPUSCOPE_UNWIND_BPF_H
 #define GPUSCOPE_UNWIND_BPF_H
 
+#include <bpf/bpf_core_read.h>
 #include "common/abi.h"
 #include "agent/unwind/frames.h"
 #include "agent/unwind/unwind_maps.h"
