@@ -27,6 +27,7 @@
 #include "common/abi.h"
 #include "common/hmap.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define BIN_BUCKETS	4096
@@ -601,44 +602,43 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 		[GPUSCOPE_TRUNC_PYTHON] = "python",
 	};
 	struct unwinder_stats s;
-	const char *p = "gpuscope_agent_unwind";
+	const char *n;
 
 	unwinder__stats(u, &s);
-	fprintf(out, "# HELP %s_tables Unwind tables loaded in BPF maps (LRU by build-id).\n"
-		     "# TYPE %s_tables gauge\n%s_tables %" PRIu64 "\n", p, p, p, s.tables);
-	fprintf(out, "# HELP %s_table_bytes Bytes of unwind tables in BPF maps, and the budget.\n"
-		     "# TYPE %s_table_bytes gauge\n%s_table_bytes %" PRIu64 "\n"
-		     "%s_table_bytes{kind=\"budget\"} %" PRIu64 "\n",
-		p, p, p, s.table_bytes, p, s.budget_bytes);
-	fprintf(out, "# HELP %s_binaries_total Binaries by table outcome.\n"
-		     "# TYPE %s_binaries_total counter\n"
-		     "%s_binaries_total{result=\"built\"} %" PRIu64 "\n"
-		     "%s_binaries_total{result=\"no_cfi\"} %" PRIu64 "\n"
-		     "%s_binaries_total{result=\"over_budget\"} %" PRIu64 "\n"
-		     "%s_binaries_total{result=\"evicted\"} %" PRIu64 "\n"
-		     "%s_binaries_total{result=\"error\"} %" PRIu64 "\n",
-		p, p, p, s.built, p, s.no_cfi, p, s.over_budget, p, s.evicted, p, s.build_errors);
-	fprintf(out, "# HELP %s_build_seconds_total Time spent building unwind tables.\n"
-		     "# TYPE %s_build_seconds_total counter\n%s_build_seconds_total %.6f\n",
-		p, p, p, s.build_ns / 1e9);
-	fprintf(out, "# HELP %s_procs Processes with mappings in the walker's map.\n"
-		     "# TYPE %s_procs gauge\n%s_procs %" PRIu64 "\n", p, p, p, s.procs);
-	fprintf(out, "# HELP %s_walks_total User-stack walks in BPF.\n"
-		     "# TYPE %s_walks_total counter\n%s_walks_total %" PRIu64 "\n"
-		     "%s_walks_total{result=\"no_proc\"} %" PRIu64 "\n"
-		     "%s_walks_total{result=\"no_scratch\"} %" PRIu64 "\n",
-		p, p, p, s.walks, p, s.no_proc, p, s.nested);
-	fprintf(out, "# HELP %s_frames_total Native frames walked, by method.\n"
-		     "# TYPE %s_frames_total counter\n"
-		     "%s_frames_total{method=\"table\"} %" PRIu64 "\n"
-		     "%s_frames_total{method=\"frame_pointer\"} %" PRIu64 "\n"
-		     "%s_frames_total{method=\"table_missing\"} %" PRIu64 "\n",
-		p, p, p, s.table_frames, p, s.fp_frames, p, s.no_table);
-	fprintf(out, "# HELP %s_truncated_total Walks that ended early ([truncated] frame), by reason.\n"
-		     "# TYPE %s_truncated_total counter\n", p, p);
+	prom_gauge(out, "gpuscope_agent_unwind_tables",
+		   "Unwind tables loaded in BPF maps (LRU by build-id).", (double)s.tables);
+	prom_gauge(out, "gpuscope_agent_unwind_table_bytes", "Bytes of unwind tables in BPF maps.",
+		   (double)s.table_bytes);
+	prom_gauge(out, "gpuscope_agent_unwind_budget_bytes",
+		   "Budget for unwind tables; least recently used binaries are evicted beyond it.",
+		   (double)s.budget_bytes);
+	n = "gpuscope_agent_unwind_binaries_total";
+	prom_family(out, n, "counter", "Binaries by unwind-table outcome (no_cfi and over_budget "
+				       "unwind with frame pointers).");
+	prom_sample1_u64(out, n, "result", "built", s.built);
+	prom_sample1_u64(out, n, "result", "no_cfi", s.no_cfi);
+	prom_sample1_u64(out, n, "result", "over_budget", s.over_budget);
+	prom_sample1_u64(out, n, "result", "evicted", s.evicted);
+	prom_sample1_u64(out, n, "result", "error", s.build_errors);
+	prom_counter(out, "gpuscope_agent_unwind_build_nanoseconds_total",
+		     "Time spent building unwind tables.", s.build_ns);
+	prom_gauge(out, "gpuscope_agent_unwind_procs",
+		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
+	n = "gpuscope_agent_unwind_walks_total";
+	prom_family(out, n, "counter", "User-stack walks in BPF: all, of processes not known yet "
+				       "(frame pointers), without a free scratch slot (not taken).");
+	prom_sample1_u64(out, n, "result", "all", s.walks);
+	prom_sample1_u64(out, n, "result", "no_proc", s.no_proc);
+	prom_sample1_u64(out, n, "result", "no_scratch", s.nested);
+	n = "gpuscope_agent_unwind_frames_total";
+	prom_family(out, n, "counter", "Native frames walked, by method.");
+	prom_sample1_u64(out, n, "method", "table", s.table_frames);
+	prom_sample1_u64(out, n, "method", "frame_pointer", s.fp_frames);
+	prom_sample1_u64(out, n, "method", "table_evicted", s.no_table);
+	n = "gpuscope_agent_unwind_truncated_total";
+	prom_family(out, n, "counter", "Walks that ended early (a [truncated] frame), by reason.");
 	for (int i = 1; i < GPUSCOPE_TRUNC_MAX; i++)
-		fprintf(out, "%s_truncated_total{reason=\"%s\"} %" PRIu64 "\n", p, reasons[i],
-			s.truncated[i]);
+		prom_sample1_u64(out, n, "reason", reasons[i], s.truncated[i]);
 }
 
 struct unwinder *agent__unwinder(struct agent *a)
