@@ -221,6 +221,7 @@ static void flush_batch(struct run_ctx *c, size_t empty_size)
 		log_warn("run: new batch: %s; keeping the current one", strerror(errno));
 		return;
 	}
+	batch__set_period(fresh, NSEC_PER_SEC / (a->opts.frequency_hz ? a->opts.frequency_hz : 99));
 	a->batch = fresh;
 	pusher__submit(c->pusher, old);
 }
@@ -525,6 +526,8 @@ int cmd_run(int argc, char **argv)
 		log_error("run: new batch: %s", strerror(errno));
 		goto out_curl;
 	}
+	/* the server's pprof gives CPU samples this period, as `record` does */
+	batch__set_period(a.batch, NSEC_PER_SEC / ao.frequency_hz);
 	empty_size = batch__size_estimate(a.batch);
 	a.sym = symbolizer__new();
 	if (!a.sym) {

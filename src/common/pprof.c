@@ -174,6 +174,13 @@ static uint64_t mapping_id(struct pprof *p, const struct location *loc)
 	return m->id;
 }
 
+int pprof__main_mapping(struct pprof *p, const char *module, const char *build_id)
+{
+	struct location l = { .module = module, .build_id = build_id };
+
+	return mapping_id(p, &l) ? 0 : -ENOMEM;
+}
+
 static uint64_t function_id(struct pprof *p, const struct location *loc)
 {
 	int64_t name = str(p, loc->function && *loc->function ? loc->function : "[unknown]");

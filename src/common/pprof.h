@@ -33,6 +33,12 @@ struct pprof *pprof__new(const struct pprof_value_type *types, size_t ntypes,
 			 uint64_t duration_ns);
 void pprof__free(struct pprof *p);
 
+/*
+ * Creates the mapping of (module, build_id) now, before any location: pprof tools name a
+ * profile after its first mapping (the main binary). 0 or -ENOMEM.
+ */
+int pprof__main_mapping(struct pprof *p, const char *module, const char *build_id);
+
 /* Location id (>= 1) for a frame, deduplicated; creates its Function and Mapping. 0 on ENOMEM. */
 uint64_t pprof__location(struct pprof *p, const struct location *loc);
 

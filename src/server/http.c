@@ -236,10 +236,10 @@ static bool selector_refused(struct http_server *h, struct MHD_Connection *c,
 	return true;
 }
 
-/* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle. */
+/* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle, group_by. */
 static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool diff)
 {
-	const char *kind = arg(c, "kind"), *gi = arg(c, "gpu_idle");
+	const char *kind = arg(c, "kind"), *gi = arg(c, "gpu_idle"), *group_by = arg(c, "group_by");
 	int k = SAMPLE_CPU;
 
 	p->q.gpu_idle = -1;
@@ -264,6 +264,18 @@ static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool d
 		p->q.gpu_idle = (int)v;
 	}
 	p->q.sel = p->sel;
+	if (group_by && *group_by) {
+		size_t n = strspn(group_by, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					    "0123456789_,");
+
+		if ((strcmp(group_by, "*") && (group_by[n] || group_by[0] == ',')) ||
+		    strlen(group_by) > 200) {
+			snprintf(p->err, sizeof(p->err), "group_by wants label names separated by "
+				 "commas, not '%.50s'", group_by);
+			return -EINVAL;
+		}
+		p->q.group_by = group_by;
+	}
 	if (!diff)
 		return 0;
 	p->q2 = p->q;
@@ -448,6 +460,60 @@ static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connectio
 	err = query_flamegraph(h->st, &p.q, diff ? &p.q2 : NULL, &b);
 	if (!selector_refused(h, c, p.sel, p.sel2, &ret))
 		ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+out:
+	buf_done(&b);
+	params_done(&p);
+	return ret;
+}
+
+/* GET /api/v1/processes: the processes with the most samples (limit, default 100). */
+static enum MHD_Result do_processes(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *lim = arg(c, "limit");
+	struct params p = { 0 };
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	long limit = 100;
+	int err;
+
+	if (lim && (limit = strtol(lim, NULL, 10)) < 1)
+		limit = 100;
+	if (parse_sample_query(c, &p, false)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
+		goto out;
+	}
+	err = query_processes(h->st, &p.q, (size_t)limit, &b);
+	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
+out:
+	buf_done(&b);
+	params_done(&p);
+	return ret;
+}
+
+/* GET /api/v1/samples: samples over time in `buckets` buckets (default 200, at most 5000). */
+static enum MHD_Result do_samples(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *nb = arg(c, "buckets");
+	struct params p = { 0 };
+	struct buf b = { 0 };
+	enum MHD_Result ret;
+	long buckets = 200;
+	int err;
+
+	if (nb && ((buckets = strtol(nb, NULL, 10)) < 1 || buckets > 5000)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+				  "buckets wants 1 to 5000, not '%.20s'", nb);
+		goto out;
+	}
+	if (parse_sample_query(c, &p, false)) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
+		goto out;
+	}
+	p.q.step_ns = (p.q.to_ns - p.q.from_ns + (uint64_t)buckets - 1) / (uint64_t)buckets;
+	if (!p.q.step_ns)
+		p.q.step_ns = 1;
+	err = query_samples(h->st, &p.q, &b);
+	ret = err ? store_failed(h, c, err) : reply_json(c, &b);
 out:
 	buf_done(&b);
 	params_done(&p);
@@ -988,6 +1054,10 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		return do_flamegraph(h, c, true);
 	if (!strcmp(url, "/api/v1/top"))
 		return do_top(h, c);
+	if (!strcmp(url, "/api/v1/processes"))
+		return do_processes(h, c);
+	if (!strcmp(url, "/api/v1/samples"))
+		return do_samples(h, c);
 	if (!strcmp(url, "/api/v1/pprof"))
 		return do_pprof(h, c);
 	if (!strcmp(url, "/api/v1/labels"))

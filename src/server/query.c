@@ -65,6 +65,102 @@ static uint64_t agg_get(const struct u64map *m, uint64_t id)
 	return v ? *v : 0;
 }
 
+/* ---- grouped aggregations: per stack, the (group, value, value2) entries ---------------- */
+
+struct gent {
+	uint32_t group, next;		/* next: index + 1 of the stack's next entry, 0 ends */
+	uint64_t v, v2;
+};
+
+struct gagg {
+	bool grouped;			/* keys carry a group (store.h STORE_KEY_GROUP) */
+	struct gent *e;
+	size_t n, cap;
+	struct u64map head;		/* stack id -> index + 1 of its first entry */
+	uint64_t *ids;			/* distinct stack ids, for stacks() */
+	size_t nids, capids;
+};
+
+static int gagg_put(struct gagg *g, uint64_t key, uint64_t v, int second)
+{
+	uint64_t stack = g->grouped ? STORE_KEY_LOW(key) : key;
+	uint32_t group = g->grouped ? (uint32_t)STORE_KEY_GROUP(key) : 0;
+	uint64_t *h;
+	int ins;
+
+	h = u64map_upsert(&g->head, stack, 0, &ins);
+	if (!h)
+		return -ENOMEM;
+	if (ins) {
+		if (g->nids == g->capids) {
+			size_t ncap = g->capids ? g->capids * 2 : 1024;
+			uint64_t *n = realloc(g->ids, ncap * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			g->ids = n;
+			g->capids = ncap;
+		}
+		g->ids[g->nids++] = stack;
+	}
+	for (uint64_t i = *h; i; i = g->e[i - 1].next) {
+		if (g->e[i - 1].group == group) {
+			*(second ? &g->e[i - 1].v2 : &g->e[i - 1].v) += v;
+			return 0;
+		}
+	}
+	if (g->n == g->cap) {
+		size_t ncap = g->cap ? g->cap * 2 : 1024;
+		struct gent *n = realloc(g->e, ncap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		g->e = n;
+		g->cap = ncap;
+	}
+	g->e[g->n] = (struct gent){ .group = group, .next = (uint32_t)*h,
+				    .v = second ? 0 : v, .v2 = second ? v : 0 };
+	*h = ++g->n;
+	return 0;
+}
+
+/* Folds an aggregation (store keys) into g; second: its values go to v2. */
+static int gagg_fold(struct gagg *g, const struct u64map *m, int second)
+{
+	int err = 0;
+
+	if (m->has_zero)
+		err = gagg_put(g, 0, m->zero_val, second);
+	for (size_t i = 0; !err && i < m->cap; i++)
+		if (m->keys[i])
+			err = gagg_put(g, m->keys[i], m->vals[i], second);
+	return err;
+}
+
+static void gagg_done(struct gagg *g)
+{
+	free(g->e);
+	free(g->ids);
+	u64map_done(&g->head);
+}
+
+/* Display name of group index gi (1-based; 0: none) for a flame graph root child. */
+static const char *group_display(const struct strtab *groups, const char *group_by, uint32_t gi,
+				 char *buf, size_t len)
+{
+	const char *v = gi && gi <= groups->len ? groups->strs[gi - 1] : "";
+	size_t o = 0;
+
+	for (const char *p = v; *p && o + 1 < len; p++)
+		buf[o++] = *p == STORE_GROUP_SEP[0] ? ' ' : *p;
+	while (o && buf[o - 1] == ' ')
+		o--;
+	buf[o] = 0;
+	if (!o)
+		snprintf(buf, len, "[no %s]", group_by);
+	return buf;
+}
+
 /* ---- flame tree -------------------------------------------------------------------------- */
 
 struct tnode {
@@ -77,7 +173,9 @@ struct tree {
 	size_t len, cap;
 	struct strtab names;
 	struct u64map child;	/* parent << 32 | name -> node index */
-	const struct u64map *agg, *agg2;
+	const struct gagg *g;
+	const struct strtab *groups;	/* group_by: the groups' values */
+	const char *group_by;
 	int err;
 };
 
@@ -105,18 +203,28 @@ static int64_t tree_child(struct tree *t, uint32_t parent, uint32_t name)
 	return (int64_t)t->len++;
 }
 
-static int tree_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
+static int tree_add_one(struct tree *t, const struct gent *e, const struct frame *f, size_t nf)
 {
-	struct tree *t = ctx;
-	uint64_t v = agg_get(t->agg, id), v2 = agg_get(t->agg2, id);
+	uint64_t v = e->v, v2 = e->v2;
 	uint32_t cur = 0;
 	char tmp[256];
 
 	t->n[0].value += v;
 	t->n[0].value2 += v2;
+	if (t->g->grouped) {
+		int64_t name = strtab_intern(&t->names, group_display(t->groups, t->group_by,
+								      e->group, tmp, sizeof(tmp)));
+		int64_t c = name < 0 ? name : tree_child(t, 0, (uint32_t)name);
+
+		if (c < 0)
+			return (int)c;
+		cur = (uint32_t)c;
+		t->n[cur].value += v;
+		t->n[cur].value2 += v2;
+	}
 	if (!nf) {
 		int64_t name = strtab_intern(&t->names, "[unknown]");
-		int64_t c = name < 0 ? name : tree_child(t, 0, (uint32_t)name);
+		int64_t c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);
 
 		if (c < 0)
 			return (int)c;
@@ -137,6 +245,17 @@ static int tree_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t 
 	t->n[cur].self += v;
 	t->n[cur].self2 += v2;
 	return 0;
+}
+
+static int tree_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
+{
+	struct tree *t = ctx;
+	uint64_t *h = u64map_find(&t->g->head, id);
+	int err = 0;
+
+	for (uint64_t i = h ? *h : 0; i && !err; i = t->g->e[i - 1].next)
+		err = tree_add_one(t, &t->g->e[i - 1], f, nf);
+	return err;
 }
 
 static int cmp_child(const void *a, const void *b, void *ctx)
@@ -183,21 +302,28 @@ static int emit_node(struct tree *t, uint32_t idx, bool diff, struct buf *out, i
 int query_flamegraph(struct store *s, const struct store_query *q, const struct store_query *q2,
 		     struct buf *out)
 {
+	struct store_query qa = *q, qb = q2 ? *q2 : *q;
 	struct u64map agg = { 0 }, agg2 = { 0 };
+	struct strtab groups = { 0 };
+	struct gagg g = { .grouped = q->group_by != NULL };
 	struct tree t = { 0 };
-	uint64_t *ids = NULL;
-	size_t nids = 0;
 	int err;
 
-	err = s->ops->aggregate(s, q, &agg);
+	/* One group table for both sides of a diff: their keys name the same groups. */
+	qa.groups = qb.groups = &groups;
+	qb.group_by = qa.group_by;
+	err = s->ops->aggregate(s, &qa, &agg);
 	if (!err && q2)
-		err = s->ops->aggregate(s, q2, &agg2);
+		err = s->ops->aggregate(s, &qb, &agg2);
 	if (!err)
-		err = collect_ids(&agg, q2 ? &agg2 : NULL, &ids, &nids);
+		err = gagg_fold(&g, &agg, 0);
+	if (!err && q2)
+		err = gagg_fold(&g, &agg2, 1);
 	if (err)
 		goto out;
-	t.agg = &agg;
-	t.agg2 = q2 ? &agg2 : NULL;
+	t.g = &g;
+	t.groups = &groups;
+	t.group_by = q->group_by;
 	t.n = calloc(1024, sizeof(*t.n));
 	t.cap = 1024;
 	if (!t.n || strtab_intern(&t.names, "all") < 0) {
@@ -205,25 +331,31 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 		goto out;
 	}
 	t.len = 1;
-	err = s->ops->stacks(s, ids, nids, tree_add_stack, &t);
+	err = s->ops->stacks(s, g.ids, g.nids, tree_add_stack, &t);
 	if (err)
 		goto out;
 	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,", q->kind == SAMPLE_CPU ? "samples" : "ns",
 		   (unsigned long long)t.n[0].value);
 	if (q2)
 		buf_printf(out, "\"total2\":%llu,", (unsigned long long)t.n[0].value2);
+	if (q->group_by) {
+		buf_puts(out, "\"group_by\":");
+		buf_json_str(out, q->group_by);
+		buf_puts(out, ",");
+	}
 	buf_puts(out, "\"root\":");
 	err = emit_node(&t, 0, q2 != NULL, out, 0);
 	buf_puts(out, "}");
 	if (out->oom)
 		err = -ENOMEM;
 out:
-	free(ids);
 	free(t.n);
 	strtab_done(&t.names);
+	strtab_done(&groups);
 	u64map_done(&t.child);
 	u64map_done(&agg);
 	u64map_done(&agg2);
+	gagg_done(&g);
 	return err;
 }
 
@@ -339,19 +471,138 @@ out:
 
 /* ---- pprof ------------------------------------------------------------------------------- */
 
-struct pp {
-	struct pprof *p;
-	const struct u64map *agg;
-	uint64_t *locs;
+#define PP_MAX_LABELS 32
+
+struct node_period {
+	char *node;
+	uint64_t period_ns;		/* 0: unknown */
 };
+
+struct pp {
+	struct store *s;
+	struct pprof *p;
+	const struct gagg *g;
+	const struct strtab *groups;
+	uint64_t *locs;
+	bool cpu;			/* two sample types: samples and cpu ns */
+	struct node_period *periods;	/* per node seen, looked up once */
+	size_t nperiods;
+	struct strtab roots;		/* pass 1: outermost user module -> weight */
+	uint64_t *root_w;		/* per roots index */
+	char **root_bid;		/* its build id (first seen) */
+	size_t nroots;
+	int err;
+};
+
+/* The node's CPU sampling period (cached); 0 when its agent never said. */
+static uint64_t pp_period(struct pp *pp, const char *node)
+{
+	struct node_period *n;
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < pp->nperiods; i++)
+		if (!strcmp(pp->periods[i].node, node))
+			return pp->periods[i].period_ns;
+	if (pp->s->ops->cpu_period && pp->s->ops->cpu_period(pp->s, node, &v))
+		v = 0;
+	n = realloc(pp->periods, (pp->nperiods + 1) * sizeof(*n));
+	if (n) {
+		pp->periods = n;
+		n[pp->nperiods].node = strdup(node);
+		n[pp->nperiods].period_ns = v;
+		if (n[pp->nperiods].node)
+			pp->nperiods++;
+	}
+	return v;
+}
+
+/* Splits a "*" group value into string labels and numeric pid/tid labels, in place in buf. */
+static void pp_labels(char *buf, struct label *sl, size_t *ns, struct pprof_num_label *nl,
+		      size_t *nn, const char **ret_node)
+{
+	char *p = buf;
+
+	*ns = *nn = 0;
+	*ret_node = "";
+	while (p && *p) {
+		char *next = strchr(p, STORE_GROUP_SEP[0]), *eq;
+
+		if (next)
+			*next++ = 0;
+		eq = strchr(p, '=');
+		if (eq) {
+			char *end;
+			long long v;
+
+			*eq = 0;
+			v = strtoll(eq + 1, &end, 10);
+			if ((!strcmp(p, "pid") || !strcmp(p, "tid")) && eq[1] && !*end &&
+			    *nn < PP_MAX_LABELS)
+				nl[(*nn)++] = (struct pprof_num_label){ p, v, NULL };
+			else if (*ns < PP_MAX_LABELS)
+				sl[(*ns)++] = (struct label){ p, eq + 1 };
+			if (!strcmp(p, "node"))
+				*ret_node = eq + 1;
+		}
+		p = next;
+	}
+}
+
+/* Pass 1: weight of each stack's outermost program module (pprof tools name a profile after
+ * its first mapping, which should be the program, not the dynamic loader or libc). */
+static int pp_count_roots(void *ctx, uint64_t id, const struct frame *f, size_t nf)
+{
+	struct pp *pp = ctx;
+	uint64_t *h = u64map_find(&pp->g->head, id), w = 0;
+	int64_t k;
+
+	/* the outermost frame in a program: a file that is not a shared library ("[vdso]",
+	 * "[truncated]", "libc.so.6" are not) */
+	while (nf) {
+		const char *m = f[nf - 1].module, *base = m ? strrchr(m, '/') : NULL;
+
+		base = base ? base + 1 : m;
+		if (!f[nf - 1].kernel && base && *base && *base != '[' && !strstr(base, ".so"))
+			break;
+		nf--;
+	}
+	if (!nf)
+		return 0;
+	for (uint64_t i = h ? *h : 0; i; i = pp->g->e[i - 1].next)
+		w += pp->g->e[i - 1].v;
+	k = strtab_intern(&pp->roots, f[nf - 1].module);
+	if (k < 0)
+		return (int)k;
+	if ((size_t)k >= pp->nroots) {
+		uint64_t *nw = realloc(pp->root_w, ((size_t)k + 1) * sizeof(*nw));
+		char **nb = nw ? realloc(pp->root_bid, ((size_t)k + 1) * sizeof(*nb)) : NULL;
+
+		if (nw)
+			pp->root_w = nw;
+		if (!nb)
+			return -ENOMEM;
+		pp->root_bid = nb;
+		for (size_t j = pp->nroots; j <= (size_t)k; j++) {
+			pp->root_w[j] = 0;
+			pp->root_bid[j] = NULL;
+		}
+		pp->nroots = (size_t)k + 1;
+	}
+	if (!pp->root_bid[k] && f[nf - 1].build_id && *f[nf - 1].build_id)
+		pp->root_bid[k] = strdup(f[nf - 1].build_id);
+	pp->root_w[k] += w;
+	return 0;
+}
 
 static int pp_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 {
 	struct pp *pp = ctx;
-	int64_t v = (int64_t)agg_get(pp->agg, id);
+	uint64_t *h = u64map_find(&pp->g->head, id);
+	struct label sl[PP_MAX_LABELS];
+	struct pprof_num_label nl[PP_MAX_LABELS];
+	char lbuf[4096];
+	int err = 0;
 
-	if (!v)
-		return 0;
 	for (size_t i = 0; i < nf; i++) {
 		struct location l = {
 			.function = f[i].function, .module = f[i].module, .build_id = f[i].build_id,
@@ -363,41 +614,280 @@ static int pp_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf
 		if (!pp->locs[i])
 			return -ENOMEM;
 	}
-	return pprof__sample(pp->p, pp->locs, nf, &v, NULL, 0, NULL, 0);
+	for (uint64_t i = h ? *h : 0; i && !err; i = pp->g->e[i - 1].next) {
+		const struct gent *e = &pp->g->e[i - 1];
+		const char *gv = e->group && e->group <= pp->groups->len ?
+					 pp->groups->strs[e->group - 1] : "";
+		const char *node;
+		int64_t values[2];
+		size_t ns, nn;
+
+		if (!e->v)
+			continue;
+		snprintf(lbuf, sizeof(lbuf), "%s", gv);
+		pp_labels(lbuf, sl, &ns, nl, &nn, &node);
+		values[0] = (int64_t)e->v;
+		values[1] = (int64_t)(e->v * pp_period(pp, node));
+		err = pprof__sample(pp->p, pp->locs, nf, values, sl, ns, nl, nn);
+	}
+	return err;
 }
 
+/*
+ * Like `gpuscope-agent record`'s: CPU profiles carry samples/count and cpu/nanoseconds (each
+ * sample's count times its node's sampling period; Period is that period), other kinds their
+ * nanoseconds; every sample has the labels of its series (pid and tid numeric).
+ */
 int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, size_t *ret_len)
 {
-	struct pprof_value_type vt = { "samples", "count" }, pt = { "cpu", "nanoseconds" };
+	struct pprof_value_type vt[2] = { { "samples", "count" }, { "cpu", "nanoseconds" } };
+	struct pprof_value_type pt = { "cpu", "nanoseconds" };
+	struct store_query qa = *q;
+	struct strtab groups = { 0 };
+	struct gagg g = { .grouped = true };
 	struct u64map agg = { 0 };
-	struct pp pp = { 0 };
-	uint64_t *ids = NULL;
-	size_t nids = 0;
+	struct pp pp = { .s = s, .g = &g, .groups = &groups };
+	uint64_t period = 0;
+	size_t best = SIZE_MAX;
 	int err;
 
-	if (q->kind != SAMPLE_CPU) {
-		vt = (struct pprof_value_type){ sample_kind_name(q->kind), "nanoseconds" };
-		pt = vt;
-	}
-	err = s->ops->aggregate(s, q, &agg);
+	qa.group_by = "*";
+	qa.groups = &groups;
+	err = s->ops->aggregate(s, &qa, &agg);
 	if (!err)
-		err = collect_ids(&agg, NULL, &ids, &nids);
+		err = gagg_fold(&g, &agg, 0);
 	if (err)
 		goto out;
-	pp.p = pprof__new(&vt, 1, pt, 0, q->from_ns, q->to_ns - q->from_ns);
+	pp.cpu = q->kind == SAMPLE_CPU;
+	if (pp.cpu) {
+		/* Period: the first node's that is known (one node per profile, mostly). */
+		for (size_t i = 0; i < groups.len && !period; i++) {
+			const char *n = strstr(groups.strs[i], "node=");
+
+			if (n && (n == groups.strs[i] || n[-1] == STORE_GROUP_SEP[0])) {
+				char node[256];
+
+				snprintf(node, sizeof(node), "%.*s", (int)strcspn(n + 5, STORE_GROUP_SEP),
+					 n + 5);
+				period = pp_period(&pp, node);
+			}
+		}
+	} else {
+		vt[0] = (struct pprof_value_type){ sample_kind_name(q->kind), "nanoseconds" };
+		pt = vt[0];
+	}
+	/* Without a known period a cpu/nanoseconds column would be made up: samples only. */
+	pp.p = pprof__new(vt, pp.cpu && period ? 2 : 1, pt, pp.cpu ? (int64_t)period : 0,
+			  q->from_ns, q->to_ns - q->from_ns);
 	pp.locs = malloc(BATCH_MAX_DEPTH * sizeof(*pp.locs));
-	pp.agg = &agg;
 	if (!pp.p || !pp.locs) {
 		err = -ENOMEM;
 		goto out;
 	}
-	err = s->ops->stacks(s, ids, nids, pp_add_stack, &pp);
+	err = s->ops->stacks(s, g.ids, g.nids, pp_count_roots, &pp);
+	for (size_t i = 0; !err && i < pp.nroots; i++)
+		if (best == SIZE_MAX || pp.root_w[i] > pp.root_w[best])
+			best = i;
+	if (!err && best != SIZE_MAX)
+		err = pprof__main_mapping(pp.p, pp.roots.strs[best], pp.root_bid[best]);
+	if (!err)
+		err = s->ops->stacks(s, g.ids, g.nids, pp_add_stack, &pp);
 	if (!err)
 		err = pprof__encode_gz(pp.p, ret, ret_len);
 out:
 	pprof__free(pp.p);
 	free(pp.locs);
-	free(ids);
+	for (size_t i = 0; i < pp.nperiods; i++)
+		free(pp.periods[i].node);
+	free(pp.periods);
+	for (size_t i = 0; i < pp.nroots; i++)
+		free(pp.root_bid[i]);
+	free(pp.root_bid);
+	free(pp.root_w);
+	strtab_done(&pp.roots);
+	strtab_done(&groups);
+	gagg_done(&g);
 	u64map_done(&agg);
+	return err;
+}
+
+/* ---- processes and samples over time ----------------------------------------------------- */
+
+struct proc {
+	const char *pid, *comm, *pod;	/* into the groups' values (split in place) */
+	uint64_t value, comm_value;	/* comm: the one with the most samples */
+};
+
+static int cmp_proc(const void *a, const void *b)
+{
+	const struct proc *x = a, *y = b;
+
+	if (x->value != y->value)
+		return x->value > y->value ? -1 : 1;
+	return strcmp(x->pid, y->pid);
+}
+
+/* Sums an aggregation's values per group index (keys carry groups). */
+static uint64_t *sum_by_group(const struct u64map *agg, size_t ngroups)
+{
+	uint64_t *sum = calloc(ngroups + 1, sizeof(*sum));
+
+	if (!sum)
+		return NULL;
+	if (agg->has_zero)
+		sum[0] += agg->zero_val;
+	for (size_t i = 0; i < agg->cap; i++)
+		if (agg->keys[i] && STORE_KEY_GROUP(agg->keys[i]) <= ngroups)
+			sum[STORE_KEY_GROUP(agg->keys[i])] += agg->vals[i];
+	return sum;
+}
+
+int query_processes(struct store *s, const struct store_query *q, size_t limit, struct buf *out)
+{
+	struct store_query qa = *q;
+	struct strtab groups = { 0 };
+	struct u64map agg = { 0 }, byp = { 0 };
+	struct proc *pr = NULL;
+	uint64_t *sum = NULL, total = 0;
+	size_t n = 0;
+	int err;
+
+	/* comm is per thread: group by (pid, comm, pod) and keep each pid's busiest comm */
+	qa.group_by = "pid,comm,pod";
+	qa.groups = &groups;
+	qa.step_ns = 0;
+	err = s->ops->aggregate(s, &qa, &agg);
+	if (err)
+		goto out;
+	sum = sum_by_group(&agg, groups.len);
+	pr = calloc(groups.len + 1, sizeof(*pr));
+	if (!sum || !pr) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t gi = 1; gi <= groups.len; gi++) {
+		char *v = groups.strs[gi - 1], *c = strchr(v, STORE_GROUP_SEP[0]), *pod;
+		uint64_t *slot;
+		struct proc *p;
+		int ins;
+
+		total += sum[gi];
+		if (!sum[gi] || !c)
+			continue;
+		*c++ = 0;
+		pod = strchr(c, STORE_GROUP_SEP[0]);
+		if (pod)
+			*pod++ = 0;
+		if (!*v)
+			continue;	/* samples without a pid: in the total only */
+		slot = u64map_upsert(&byp, hash64(v, strlen(v), 7), n, &ins);
+		if (!slot) {
+			err = -ENOMEM;
+			goto out;
+		}
+		p = &pr[*slot];
+		if (ins) {
+			*p = (struct proc){ .pid = v, .comm = c, .pod = pod ? pod : "" };
+			n++;
+		}
+		p->value += sum[gi];
+		if (sum[gi] > p->comm_value) {
+			p->comm_value = sum[gi];
+			p->comm = c;
+		}
+		if (pod && *pod)
+			p->pod = pod;
+	}
+	total += sum[0];
+	qsort(pr, n, sizeof(*pr), cmp_proc);
+	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"count\":%zu,\"processes\":[",
+		   q->kind == SAMPLE_CPU ? "samples" : "ns", (unsigned long long)total, n);
+	for (size_t i = 0; i < n && i < limit; i++) {
+		buf_puts(out, i ? ",{\"pid\":" : "{\"pid\":");
+		buf_json_str(out, pr[i].pid);
+		buf_puts(out, ",\"comm\":");
+		buf_json_str(out, pr[i].comm);
+		if (*pr[i].pod) {
+			buf_puts(out, ",\"pod\":");
+			buf_json_str(out, pr[i].pod);
+		}
+		buf_printf(out, ",\"value\":%llu}", (unsigned long long)pr[i].value);
+	}
+	buf_puts(out, "]}");
+	if (out->oom)
+		err = -ENOMEM;
+out:
+	free(pr);
+	free(sum);
+	u64map_done(&byp);
+	u64map_done(&agg);
+	strtab_done(&groups);
+	return err;
+}
+
+int query_samples(struct store *s, const struct store_query *q, struct buf *out)
+{
+	struct store_query qa = *q;
+	struct strtab groups = { 0 };
+	struct u64map agg = { 0 };
+	size_t nb = (size_t)((q->to_ns - q->from_ns + q->step_ns - 1) / q->step_ns);
+	size_t ng;
+	uint64_t *v = NULL;
+	int err;
+
+	qa.groups = &groups;
+	err = s->ops->aggregate(s, &qa, &agg);
+	if (err)
+		goto out;
+	ng = q->group_by ? groups.len + 1 : 1;
+	v = calloc(ng * (nb ? nb : 1), sizeof(*v));
+	if (!v) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i <= agg.cap; i++) {
+		uint64_t k = i < agg.cap ? agg.keys[i] : 0, val;
+		size_t g, b;
+
+		if (i < agg.cap ? !k : !agg.has_zero)
+			continue;
+		val = i < agg.cap ? agg.vals[i] : agg.zero_val;
+		g = q->group_by ? (size_t)STORE_KEY_GROUP(k) : 0;
+		b = (size_t)STORE_KEY_LOW(k);
+		if (g < ng && b < nb)
+			v[g * nb + b] += val;
+	}
+	buf_printf(out, "{\"unit\":\"%s\",\"from_ms\":%llu,\"step_ms\":%.3f,\"series\":[",
+		   q->kind == SAMPLE_CPU ? "samples" : "ns",
+		   (unsigned long long)(q->from_ns / NSEC_PER_MSEC), q->step_ns / 1e6);
+	for (size_t g = 0, first = 1; g < ng; g++) {
+		uint64_t tot = 0;
+
+		for (size_t b = 0; b < nb; b++)
+			tot += v[g * nb + b];
+		if (q->group_by && !tot)
+			continue;
+		buf_puts(out, first ? "{" : ",{");
+		first = 0;
+		if (q->group_by) {
+			char name[512];
+
+			buf_puts(out, "\"group\":");
+			buf_json_str(out, group_display(&groups, q->group_by, (uint32_t)g, name,
+							sizeof(name)));
+			buf_puts(out, ",");
+		}
+		buf_printf(out, "\"total\":%llu,\"values\":[", (unsigned long long)tot);
+		for (size_t b = 0; b < nb; b++)
+			buf_printf(out, b ? ",%llu" : "%llu", (unsigned long long)v[g * nb + b]);
+		buf_puts(out, "]}");
+	}
+	buf_puts(out, "]}");
+	if (out->oom)
+		err = -ENOMEM;
+out:
+	free(v);
+	u64map_done(&agg);
+	strtab_done(&groups);
 	return err;
 }

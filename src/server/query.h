@@ -14,7 +14,8 @@
 
 /*
  * Flame graph JSON of q (and, when q2 is not NULL, the diff: every node carries value and
- * value2) appended to out. 0 or -errno.
+ * value2) appended to out; with q->group_by the root's children are the groups (their label
+ * values joined by spaces, "[no LABEL]" where absent). 0 or -errno.
  */
 int query_flamegraph(struct store *s, const struct store_query *q, const struct store_query *q2,
 		     struct buf *out);
@@ -22,7 +23,8 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 /* {"functions":[{"name":..,"self":..,"total":..}]} sorted by self, at most limit. */
 int query_top(struct store *s, const struct store_query *q, size_t limit, struct buf *out);
 
-/* gzip'd profile.proto of q; *ret malloc'ed. 0 or -errno. */
+/* gzip'd profile.proto of q, typed and labelled like `gpuscope-agent record`'s (query.c);
+ * *ret malloc'ed. 0 or -errno. */
 int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, size_t *ret_len);
 
 #define QUERY_SERIES_MAX_POINTS (20u << 20)	/* points one series query may read */
@@ -35,6 +37,19 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
  */
 int query_series(struct store *s, const char *name, uint64_t from_ns, uint64_t to_ns,
 		 const struct selector *sel, size_t buckets, struct buf *out);
+
+/*
+ * {"unit","total","count","processes":[{"pid","comm","pod"?,"value"}]}: the processes with the
+ * most samples of q (comm: the name with the most of the process's samples), at most limit.
+ */
+int query_processes(struct store *s, const struct store_query *q, size_t limit, struct buf *out);
+
+/*
+ * Samples over time: {"unit","from_ms","step_ms","series":[{"group"?,"total","values":[..]}]},
+ * one value per q->step_ns bucket from q->from_ns (q->step_ns > 0); one series per group
+ * with q->group_by, else one. 0 or -errno.
+ */
+int query_samples(struct store *s, const struct store_query *q, struct buf *out);
 
 /* Display name of a frame: the function, else "module+0xaddress". Returns buf or a frame string. */
 const char *frame_name(const struct frame *f, char *buf, size_t len);

@@ -38,7 +38,23 @@ struct store_query {
 	const struct selector *sel;	/* NULL: everything */
 	enum sample_kind kind;
 	int gpu_idle;			/* >= 0: keep samples outside that GPU's gpu_busy intervals */
+	/*
+	 * Finer keys for aggregate(), both optional. group_by: comma-separated label names ("*":
+	 * every label); each label set's values of them (store_group_name() format) are interned
+	 * into *groups and the key's high 32 bits are that index + 1. step_ns > 0: the key's low
+	 * 32 bits are the time bucket (t - from_ns) / step_ns instead of the stack id (samples
+	 * older than the raw retention fall in the bucket of their minute).
+	 */
+	const char *group_by;
+	struct strtab *groups;
+	uint64_t step_ns;
 };
+
+/* Group value of a label set for group_by: "*": "name=value" pairs joined by STORE_GROUP_SEP;
+ * else the listed labels' values joined by STORE_GROUP_SEP ("" where absent). */
+#define STORE_GROUP_SEP "\x1f"
+#define STORE_KEY_GROUP(k) ((k) >> 32)		/* 0: no group_by */
+#define STORE_KEY_LOW(k) ((k) & 0xffffffffu)	/* stack id or time bucket */
 
 struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */
@@ -95,6 +111,9 @@ struct store_ops {
 	int (*nodes)(struct store *s,
 		     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
 		     void *ctx);
+	/* The CPU sampling period the node's agent last reported. 0 (*ret_ns set), -ENOENT
+	 * (never reported), -errno. */
+	int (*cpu_period)(struct store *s, const char *node, uint64_t *ret_ns);
 	void (*stats)(struct store *s, struct store_stats *out);
 	void (*close)(struct store *s);
 };

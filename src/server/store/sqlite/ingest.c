@@ -509,6 +509,12 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		if ((rc = sq_step_done(s->st[ST_NODE_UP])))
 			goto out_rollback;
 	}
+	if (m->period_ns) {	/* the node's CPU sampling period, for pprof's Period */
+		sqlite3_bind_text(s->st[ST_PERIOD_SET], 1, S(in, m->node), -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s->st[ST_PERIOD_SET], 2, (int64_t)m->period_ns);
+		if ((rc = sq_step_done(s->st[ST_PERIOD_SET])))
+			goto out_rollback;
+	}
 	if (m->batch_id) {
 		sqlite3_bind_int64(s->st[ST_BATCH_ADD], 1, (int64_t)m->batch_id);
 		sqlite3_bind_text(s->st[ST_BATCH_ADD], 2, S(in, m->node), -1, SQLITE_STATIC);

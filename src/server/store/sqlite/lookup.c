@@ -323,3 +323,27 @@ int sq_nodes(struct store *st,
 	return err;
 }
 
+
+int sq_cpu_period(struct store *st, const char *node, uint64_t *ret_ns)
+{
+	struct sq *s = (struct sq *)st;
+	sqlite3 *db = sq_pool_get(s);
+	sqlite3_stmt *q = NULL;
+	int64_t v = 0;
+	int err;
+
+	if (!db)
+		return -EIO;
+	err = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'period_ns:' || ?1", -1, &q,
+				 NULL) ? -EIO : 0;
+	if (!err) {
+		sqlite3_bind_text(q, 1, node, -1, SQLITE_STATIC);
+		err = sq_step_i64(q, &v);
+		err = err < 0 ? err : err == 0 || v <= 0 ? -ENOENT : 0;
+	}
+	if (!err)
+		*ret_ns = (uint64_t)v;
+	sqlite3_finalize(q);
+	sq_pool_put(s, db);
+	return err;
+}

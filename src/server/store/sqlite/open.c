@@ -40,6 +40,8 @@ static const char *const wsql[ST_MAX] = {
 		       " VALUES (?, ?, ?, ?, ?)",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
+	[ST_PERIOD_SET] = "INSERT INTO meta(key, value) VALUES ('period_ns:' || ?1, ?2) ON CONFLICT(key)"
+			  " DO UPDATE SET value = ?2",
 };
 
 static const char schema[] =
@@ -249,6 +251,7 @@ static const struct store_ops sqlite_ops = {
 	.metric_names = sq_metric_names,
 	.intervals = sq_intervals,
 	.nodes = sq_nodes,
+	.cpu_period = sq_cpu_period,
 	.stats = sq_stats,
 	.close = sq_close,
 };

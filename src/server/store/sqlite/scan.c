@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Sample aggregation of the SQLite store (stack id -> summed value): whole days, hours and
- * minutes from rollups, partial minutes and not-yet-rolled-up chunks raw, in one read snapshot.
+ * Sample aggregation of the SQLite store (stack id -> summed value, optionally per label group
+ * and time bucket): whole days, hours and minutes from rollups, partial minutes and
+ * not-yet-rolled-up chunks raw, in one read snapshot.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/hmap.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
 
@@ -32,8 +34,96 @@ struct agg_ctx {
 	struct node_busy *nodes;
 	size_t nnodes;
 	struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
+	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
 	struct chunk c;
 };
+
+/* The group value of label set l for group_by (store.h) into b. */
+static void group_name(const struct lset *l, const char *group_by, struct buf *b)
+{
+	b->len = 0;
+	if (!strcmp(group_by, "*")) {
+		for (size_t i = 0; i < l->n; i++)
+			buf_printf(b, "%s%s=%s", i ? STORE_GROUP_SEP : "", l->pairs[2 * i],
+				   l->pairs[2 * i + 1]);
+	} else {
+		const char *p = group_by;
+
+		for (int k = 0; *p; k++) {
+			size_t n = strcspn(p, ",");
+
+			if (k)
+				buf_puts(b, STORE_GROUP_SEP);
+			for (size_t i = 0; i < l->n; i++)
+				if (strlen(l->pairs[2 * i]) == n && !strncmp(l->pairs[2 * i], p, n))
+					buf_puts(b, l->pairs[2 * i + 1]);
+			p += n + (p[n] == ',');
+		}
+	}
+	buf_put(b, "", 1);	/* NUL */
+}
+
+/* Group index + 1 of every matching label set (lmu held). 0 or -ENOMEM. */
+static int load_groups(struct agg_ctx *a)
+{
+	struct sq *s = a->s;
+	struct buf b = { 0 };
+	int err = 0;
+
+	a->ls_group = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_group));
+	if (!a->ls_group)
+		return -ENOMEM;
+	for (size_t id = 0; !err && id < a->nmatch && id < s->nlsets; id++) {
+		int64_t g;
+
+		if (!a->match[id] || !s->lsets[id].pairs)
+			continue;
+		group_name(&s->lsets[id], a->q->group_by, &b);
+		g = b.oom ? -ENOMEM : strtab_intern(a->q->groups, (const char *)b.p);
+		if (g < 0 || g >= UINT32_MAX - 1)
+			err = g < 0 ? (int)g : -EOVERFLOW;
+		else
+			a->ls_group[id] = (uint32_t)g + 1;
+	}
+	buf_done(&b);
+	return err;
+}
+
+/* The aggregation key of a sample of label set ls at time t (store.h); 0 or -EOVERFLOW. */
+static int agg_key(const struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t,
+		   uint64_t *ret)
+{
+	const struct store_query *q = a->q;
+	uint64_t low = stack;
+
+	if (q->step_ns) {
+		low = t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
+		if (low > UINT32_MAX)	/* the caller bounds the bucket count */
+			return -EOVERFLOW;
+	}
+	if (!a->ls_group) {
+		*ret = low;
+		return 0;
+	}
+	if (low > UINT32_MAX)
+		return -EOVERFLOW;	/* 4 billion stacks: group_by cannot key them */
+	*ret = (uint64_t)a->ls_group[ls] << 32 | low;
+	return 0;
+}
+
+static int agg_put(struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
+{
+	uint64_t key, *v;
+	int err = agg_key(a, ls, stack, t, &key);
+
+	if (err)
+		return err;
+	v = u64map_upsert(a->agg, key, 0, NULL);
+	if (!v)
+		return -ENOMEM;
+	*v += value;
+	return 0;
+}
 
 static int cmp_busy(const void *a, const void *b)
 {
@@ -144,15 +234,19 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 	return err;
 }
 
+/* One rollup row being folded: its label set and bucket start. */
+struct rollup_row {
+	struct agg_ctx *a;
+	uint64_t ls, t;
+};
+
 /* Adds one rollup entry to the aggregation (rollup_decode callback). */
 static int agg_add(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
 {
-	uint64_t *v = u64map_upsert(ctx, stack, 0, NULL);
+	struct rollup_row *r = ctx;
 
-	if (!v)
-		return -ENOMEM;
-	*v += (uint64_t)sum;
-	return 0;
+	(void)count;
+	return agg_put(r->a, r->ls, stack, r->t, (uint64_t)sum);
 }
 
 enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
@@ -196,17 +290,13 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 		err = chunk_samples_decode(&a->c, sqlite3_column_blob(st, 3),
 					   (size_t)sqlite3_column_bytes(st, 3), t_min);
 		for (size_t i = 0; !err && i < a->c.n; i++) {
-			uint64_t *v, t = a->c.t[i];
+			uint64_t t = a->c.t[i];
 
 			if (!inside && (t < from || t >= to))
 				continue;
 			if (nb && in_busy(nb, t))
 				continue;
-			v = u64map_upsert(a->agg, a->c.stack[i], 0, NULL);
-			if (!v)
-				err = -ENOMEM;
-			else
-				*v += (uint64_t)a->c.value[i];
+			err = agg_put(a, ls, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -223,7 +313,7 @@ static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from
 
 	if (from >= to)
 		return 0;
-	rc = sqlite3_prepare_v2(db, "SELECT labelset, data FROM rollups WHERE level = ?1 AND"
+	rc = sqlite3_prepare_v2(db, "SELECT labelset, data, bucket FROM rollups WHERE level = ?1 AND"
 				" kind = ?2 AND bucket >= ?3 AND bucket < ?4", -1, &st, NULL);
 	if (rc)
 		return -EIO;
@@ -232,12 +322,13 @@ static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from
 	sqlite3_bind_int64(st, 3, (int64_t)from);
 	sqlite3_bind_int64(st, 4, (int64_t)to);
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
+		struct rollup_row r = { a, (uint64_t)sqlite3_column_int64(st, 0),
+					(uint64_t)sqlite3_column_int64(st, 2) };
 
-		if (ls >= a->nmatch || !a->match[ls])
+		if (r.ls >= a->nmatch || !a->match[r.ls])
 			continue;
 		err = rollup_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-				    &tmp, agg_add, a->agg);
+				    &tmp, agg_add, &r);
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;
@@ -311,8 +402,34 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	if (err)
 		goto out;
 	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
-	if (!a.match) {
+	if (!a.match)
 		err = -ENOMEM;
+	if (!err && q->group_by && q->groups) {
+		pthread_rwlock_rdlock(&s->lmu);
+		err = load_groups(&a);
+		pthread_rwlock_unlock(&s->lmu);
+	}
+		err = -ENOMEM;
+	if (err)
+		goto out;
+	if (q->step_ns && q->gpu_idle < 0) {
+		/*
+		 * Each sample's time decides its bucket: raw chunks where they are kept, minute
+		 * rollups before (a sample there counts at its minute's start), plus chunks not
+		 * yet rolled up. Rollups hold only samples before b, raw samples count from b on.
+		 */
+		uint64_t b = floor_to(raw_cut, MINUTE_NS);
+
+		if (from < b) {
+			uint64_t e = to < b ? ceil_to(to, MINUTE_NS) : b;
+
+			err = scan_rollups(&a, db, 0, floor_to(from, MINUTE_NS), e);
+			if (!err)
+				err = scan_chunks(&a, db, SCAN_UNROLLED, wm, from, e);
+			from = e;
+		}
+		if (!err && from < to)
+			err = scan_chunks(&a, db, SCAN_ANY, 0, from, to);
 		goto out;
 	}
 	if (q->gpu_idle >= 0) {
@@ -344,6 +461,7 @@ out:
 		free(a.nodes[i].v);
 	free(a.nodes);
 	free(a.ls_busy);
+	free(a.ls_group);
 	free((void *)a.match);
 	chunk_done(&a.c);
 	return err;

@@ -44,7 +44,7 @@ struct gitem;
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
 	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STACK_GET, ST_STACK_ADD, ST_CHUNK_ADD,
-	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_MAX,
+	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_PERIOD_SET, ST_MAX,
 };
 
 struct sq {
@@ -154,6 +154,7 @@ int sq_metric_names(struct store *st, store_name_cb cb, void *ctx);
 int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
 		 bool *ret_truncated);
+int sq_cpu_period(struct store *st, const char *node, uint64_t *ret_ns);
 int sq_nodes(struct store *st,
 	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
 	     void *ctx);

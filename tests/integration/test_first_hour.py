@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""What a new user meets in the first hour, against a live agent sampling every process of this
+machine: processes ranked by samples, samples over time, the flame graph grouped by process,
+the server's pprof typed and labelled like `record`'s (read by `go tool pprof`), plain HTML for a
+client that takes no gzip, and both /metrics through promtool."""
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lib import go_tool, run  # noqa: E402
+from pushlib import (Agent, PROGS, Scratch, Server, check, cpu_sampler_up, finish, http,  # noqa: E402
+                     need_root_and_binaries, skip, start_workload, wait_until)
+
+need_root_and_binaries()
+tmp = Scratch("first-hour")
+server = Server(tmp.path("data"), log=tmp.path("server.log"))
+server.start()
+work = start_workload(os.path.join(PROGS, "burn"), "60", "2")
+node = "fh-%d" % os.getpid()
+agent = None
+
+
+def raw_get(url, headers=None):
+    """GET with exactly these headers (urllib adds no Accept-Encoding); (status, headers, body)."""
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, r.headers, r.read()
+
+
+try:
+    agent = Agent(server.url, ["--modules", "meta,cpu-sampler", "--push-interval", "1s",
+                               "--frequency", "99", "--node", node], tmp.path("agent.log"))
+    if not cpu_sampler_up(agent):
+        skip("the agent has no CPU sampler module (oncpu) here")
+    pid = str(work.pid)
+    nsel = '{node="%s"}' % node
+    psel = '{node="%s",pid="%s"}' % (node, pid)
+    # burn's two threads get at least a share of a CPU even on a loaded 2-core machine
+    ok = wait_until(lambda: server.query("flamegraph", selector=psel, since="5m")["total"] >= 150, 60)
+    check(ok, "the agent's samples of burn arrive")
+    time.sleep(1.5)
+    now = time.time()
+    rng = {"from": "%.3f" % (now - 300), "to": "%.3f" % now}
+
+    # --- processes ranked by samples: every process of the machine, burn with its comm
+    pr = server.query("processes", selector=nsel, limit=500, **rng)
+    procs = pr["processes"]
+    vals = [p["value"] for p in procs]
+    check(vals == sorted(vals, reverse=True) and sum(vals) <= pr["total"] and pr["count"] >= 5,
+          "processes sorted by samples, %d of them, %d samples" % (pr["count"], pr["total"]))
+    mine = [p for p in procs if p["pid"] == pid]
+    fl = server.query("flamegraph", selector=psel, **rng)
+    check(len(mine) == 1 and mine[0]["comm"] == "burn" and mine[0]["value"] == fl["total"],
+          "burn listed with its comm and as many samples as its flame graph (%r, %d)" %
+          (mine[:1], fl["total"]))
+
+    # --- samples over time: buckets add up to the flame graph's total
+    sm = server.query("samples", selector=psel, buckets=30, **rng)
+    vals = sm["series"][0]["values"] if sm["series"] else []
+    check(len(vals) == 30 and sum(vals) == fl["total"] and abs(sm["step_ms"] - 10000) < 1,
+          "samples over time: 30 buckets of 10 s summing to the flame graph's total (%d vs %d)" %
+          (sum(vals), fl["total"]))
+    check(sum(1 for v in vals if v) >= 2, "samples spread over several buckets (%r)" % vals)
+    sg = server.query("samples", selector=nsel, buckets=10, group_by="pid", **rng)
+    byg = {s["group"]: s["total"] for s in sg["series"]}
+    check(byg.get(pid) == fl["total"], "samples grouped by pid: burn's series (%r)" % byg.get(pid))
+
+    # --- the flame graph of the node grouped by process: one root child per process
+    fg = server.query("flamegraph", selector=nsel, group_by="pid,comm", **rng)
+    kids = {k["name"]: k["value"] for k in fg["root"]["children"]}
+    check(kids.get(pid + " burn") == fl["total"] and sum(kids.values()) == fg["total"],
+          "group_by=pid,comm: root children are processes, '%s burn' has its samples" % pid)
+    fgt = server.query("flamegraph", selector=psel, group_by="thread", **rng)
+    check({k["name"] for k in fgt["root"]["children"]} >= {"burn"} and fgt["total"] == fl["total"],
+          "group_by=thread: the threads of burn (%r)" % [k["name"] for k in fgt["root"]["children"]])
+    st, body = http("%s/api/v1/flamegraph?group_by=a%%20b" % server.url)
+    check(st == 400 and b"group_by" in body, "a bad group_by is a 400 that says why")
+
+    # --- pprof: sample types, period and labels as `gpuscope-agent record`'s
+    st, body = http("%s/api/v1/pprof?selector=%s&from=%s&to=%s" % (
+        server.url, urllib.parse.quote(psel), rng["from"], rng["to"]))
+    pp = tmp.path("cpu.pb.gz")
+    open(pp, "wb").write(body)
+    check(st == 200 and len(gzip.decompress(body)) > 100, "pprof answered")
+    go = go_tool()
+    if go:
+        r = run([go, "tool", "pprof", "-raw", pp], env={"HOME": tmp.dir, "GOFLAGS": "-mod=mod"})
+        check(r.returncode == 0 and "Period: 10101010" in r.stdout and
+              "samples/count cpu/nanoseconds" in r.stdout,
+              "pprof: samples/count and cpu/nanoseconds, Period 1e9/99 ns")
+        check(re.search(r"comm:\[burn\]", r.stdout) is not None and
+              re.search(r"pid:\[%s\]" % pid, r.stdout) is not None and
+              re.search(r"node:\[%s\]" % node, r.stdout) is not None,
+              "pprof samples carry comm, pid and node labels")
+        r = run([go, "tool", "pprof", "-tags", pp], env={"HOME": tmp.dir})
+        check(r.returncode == 0 and re.search(r"comm: Total", r.stdout) and
+              re.search(r"\bburn\b", r.stdout) and re.search(r"tid: Total", r.stdout),
+              "go tool pprof -tags lists comm and tid")
+        r = run([go, "tool", "pprof", "-top", "-tagfocus", "comm=burn", pp], env={"HOME": tmp.dir})
+        check(r.returncode == 0 and "File: burn" in r.stdout and "leaf_alpha" in r.stdout,
+              "pprof: named after the program (File: burn), -tagfocus comm=burn keeps its samples")
+    else:
+        print("go not installed: pprof not read by go tool pprof")
+
+    # --- HTTP: no Accept-Encoding, plain HTML; with gzip, gzip
+    st, hdr, body = raw_get(server.url + "/")
+    check(st == 200 and hdr.get("Content-Encoding") is None and body.lstrip().startswith(b"<!"),
+          "GET / without Accept-Encoding: plain HTML (%r)" % body[:20])
+    st, hdr, body = raw_get(server.url + "/", {"Accept-Encoding": "gzip, deflate"})
+    check(st == 200 and hdr.get("Content-Encoding") == "gzip" and
+          gzip.decompress(body).lstrip().startswith(b"<!"), "GET / with Accept-Encoding: gzip")
+    st, hdr, body = raw_get(server.url + "/", {"Accept-Encoding": "gzip;q=0, br"})
+    check(st == 200 and hdr.get("Content-Encoding") is None, "gzip;q=0 refuses gzip")
+finally:
+    if agent:
+        agent.stop()
+    work.kill()
+    work.wait()
+    server.stop()
+    tmp.cleanup()
+finish()
