@@ -54,6 +54,7 @@ struct http_server {
 	char addr[64];			/* bound address, "ADDR:PORT" */
 	int64_t connections;		/* open now */
 	uint64_t connections_total, mhd_errors;
+	uint64_t cancelled;		/* requests whose client went away before the answer */
 	uint64_t last_mhd_log_ns;
 	uint64_t rejects[REJ_MAX];
 	uint64_t ingest_batches, ingest_bytes, ingest_samples, requests;
@@ -958,6 +959,10 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 		     "Connection-level refusals and failures (connection limits, TLS handshakes, "
 		     "resets).",
 		     LOAD(h->mhd_errors));
+	prom_counter(out, "gpuscope_server_http_cancelled_total",
+		     "Requests whose client closed the connection before the answer was sent "
+		     "(not errors).",
+		     LOAD(h->cancelled));
 #undef LOAD
 	prom_gauge(out, "gpuscope_server_store_bytes", "Database and WAL size on disk.",
 		   s.bytes_on_disk);
@@ -1014,6 +1019,43 @@ static bool authorized(const char *token, struct MHD_Connection *c)
 	return !diff && al == tl;
 }
 
+/*
+ * Whether an Accept-Encoding header (RFC 9110 12.5.3) takes coding: listed (or "*") with a
+ * q-value above 0. No header: only the identity.
+ */
+static bool accepts_encoding(const char *ae, const char *coding)
+{
+	bool star = false, named = false, named_ok = false;
+
+	while (ae && *ae) {
+		size_t n = strcspn(ae, ",;"), len = n;
+		const char *p = ae, *q;
+		double qv = 1;
+
+		while (len && (*p == ' ' || *p == '\t'))
+			p++, len--;
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		q = ae + n;
+		if (*q == ';') {
+			const char *qs = strstr(q, "q=");
+			const char *end = q + strcspn(q, ",");
+
+			if (qs && qs < end)
+				qv = strtod(qs + 2, NULL);
+			q = end;
+		}
+		if (len == strlen(coding) && !strncasecmp(p, coding, len)) {
+			named = true;
+			named_ok = qv > 0;
+		} else if (len == 1 && *p == '*') {
+			star = qv > 0;
+		}
+		ae = *q ? q + 1 : q;
+	}
+	return named ? named_ok : star;
+}
+
 static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, const char *url,
 			     const char *method, struct req *r)
 {
@@ -1028,6 +1070,20 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 
 		if (!a || !get)
 			return reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such page");
+		if (a->encoding && !accepts_encoding(MHD_lookup_connection_value(
+					   c, MHD_HEADER_KIND, "Accept-Encoding"), a->encoding)) {
+			/* A client that takes no gzip (plain curl) gets the file itself. */
+			struct buf plain = { 0 };
+			uint8_t *out;
+			size_t len;
+
+			if (body_decode(a->encoding, a->data, a->len, 64u << 20, NULL, NULL, &out,
+					&len) < 0)
+				return reply_error(h, c, MHD_HTTP_INTERNAL_SERVER_ERROR, REJ_MAX,
+						   "cannot decompress the page");
+			plain = (struct buf){ .p = out, .len = len, .cap = len };
+			return reply(c, MHD_HTTP_OK, a->content_type, &plain, NULL);
+		}
 		resp = MHD_create_response_from_buffer(a->len, (void *)a->data,
 						       MHD_RESPMEM_PERSISTENT);
 		if (!resp)
@@ -1035,6 +1091,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		MHD_add_response_header(resp, "Content-Type", a->content_type);
 		if (a->encoding)
 			MHD_add_response_header(resp, "Content-Encoding", a->encoding);
+		MHD_add_response_header(resp, "Vary", "Accept-Encoding");
 		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
 		MHD_destroy_response(resp);
 		return ret;
@@ -1169,11 +1226,19 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	char msg[256];
 	size_t n;
 
-	__atomic_add_fetch(&h->mhd_errors, 1, __ATOMIC_RELAXED);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '.'))
 		msg[--n] = 0;
+	/* A client that gave up (the UI aborts superseded queries) is not a server error. */
+	if (strstr(msg, "no longer available") || strstr(msg, "reset by peer") ||
+	    strstr(msg, "Broken pipe") || strstr(msg, "closed by") ||
+	    strstr(msg, "disconnected")) {
+		__atomic_add_fetch(&h->cancelled, 1, __ATOMIC_RELAXED);
+		log_debug("http: client went away: %s", msg);
+		return;
+	}
+	__atomic_add_fetch(&h->mhd_errors, 1, __ATOMIC_RELAXED);
 	if ((!last || now - last > 60 * NSEC_PER_SEC) &&
 	    __atomic_compare_exchange_n(&h->last_mhd_log_ns, &last, now, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED))

@@ -73,7 +73,7 @@ struct gent {
 };
 
 struct gagg {
-	bool grouped;			/* keys carry a group (store.h STORE_KEY_GROUP) */
+	bool grouped;			/* group_by: the root's children are the groups */
 	struct gent *e;
 	size_t n, cap;
 	struct u64map head;		/* stack id -> index + 1 of its first entry */
@@ -81,10 +81,8 @@ struct gagg {
 	size_t nids, capids;
 };
 
-static int gagg_put(struct gagg *g, uint64_t key, uint64_t v, int second)
+static int gagg_put(struct gagg *g, uint32_t group, uint64_t stack, uint64_t v, int second)
 {
-	uint64_t stack = g->grouped ? STORE_KEY_LOW(key) : key;
-	uint32_t group = g->grouped ? (uint32_t)STORE_KEY_GROUP(key) : 0;
 	uint64_t *h;
 	int ins;
 
@@ -124,17 +122,15 @@ static int gagg_put(struct gagg *g, uint64_t key, uint64_t v, int second)
 	return 0;
 }
 
-/* Folds an aggregation (store keys) into g; second: its values go to v2. */
-static int gagg_fold(struct gagg *g, const struct u64map *m, int second)
+/* store_query.emit of the first and the second (diff) query. */
+static int gagg_emit(void *ctx, uint32_t group, uint64_t stack, uint64_t v)
 {
-	int err = 0;
+	return gagg_put(ctx, group, stack, v, 0);
+}
 
-	if (m->has_zero)
-		err = gagg_put(g, 0, m->zero_val, second);
-	for (size_t i = 0; !err && i < m->cap; i++)
-		if (m->keys[i])
-			err = gagg_put(g, m->keys[i], m->vals[i], second);
-	return err;
+static int gagg_emit2(void *ctx, uint32_t group, uint64_t stack, uint64_t v)
+{
+	return gagg_put(ctx, group, stack, v, 1);
 }
 
 static void gagg_done(struct gagg *g)
@@ -303,22 +299,22 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 		     struct buf *out)
 {
 	struct store_query qa = *q, qb = q2 ? *q2 : *q;
-	struct u64map agg = { 0 }, agg2 = { 0 };
+	struct u64map agg = { 0 };
 	struct strtab groups = { 0 };
 	struct gagg g = { .grouped = q->group_by != NULL };
 	struct tree t = { 0 };
 	int err;
 
-	/* One group table for both sides of a diff: their keys name the same groups. */
+	/* One group table for both sides of a diff: their indexes name the same groups. */
 	qa.groups = qb.groups = &groups;
 	qb.group_by = qa.group_by;
+	qa.step_ns = qb.step_ns = 0;
+	qa.emit = gagg_emit;
+	qb.emit = gagg_emit2;
+	qa.emit_ctx = qb.emit_ctx = &g;
 	err = s->ops->aggregate(s, &qa, &agg);
 	if (!err && q2)
-		err = s->ops->aggregate(s, &qb, &agg2);
-	if (!err)
-		err = gagg_fold(&g, &agg, 0);
-	if (!err && q2)
-		err = gagg_fold(&g, &agg2, 1);
+		err = s->ops->aggregate(s, &qb, &agg);
 	if (err)
 		goto out;
 	t.g = &g;
@@ -354,7 +350,6 @@ out:
 	strtab_done(&groups);
 	u64map_done(&t.child);
 	u64map_done(&agg);
-	u64map_done(&agg2);
 	gagg_done(&g);
 	return err;
 }
@@ -653,9 +648,10 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
 
 	qa.group_by = "*";
 	qa.groups = &groups;
+	qa.step_ns = 0;
+	qa.emit = gagg_emit;
+	qa.emit_ctx = &g;
 	err = s->ops->aggregate(s, &qa, &agg);
-	if (!err)
-		err = gagg_fold(&g, &agg, 0);
 	if (err)
 		goto out;
 	pp.cpu = q->kind == SAMPLE_CPU;
@@ -727,19 +723,30 @@ static int cmp_proc(const void *a, const void *b)
 	return strcmp(x->pid, y->pid);
 }
 
-/* Sums an aggregation's values per group index (keys carry groups). */
-static uint64_t *sum_by_group(const struct u64map *agg, size_t ngroups)
-{
-	uint64_t *sum = calloc(ngroups + 1, sizeof(*sum));
+/* Sums per (group, bucket): a growing matrix of ng x nb (store_query.emit). */
+struct gsum {
+	uint64_t *v;
+	size_t ng, nb;
+};
 
-	if (!sum)
-		return NULL;
-	if (agg->has_zero)
-		sum[0] += agg->zero_val;
-	for (size_t i = 0; i < agg->cap; i++)
-		if (agg->keys[i] && STORE_KEY_GROUP(agg->keys[i]) <= ngroups)
-			sum[STORE_KEY_GROUP(agg->keys[i])] += agg->vals[i];
-	return sum;
+static int gsum_emit(void *ctx, uint32_t group, uint64_t key, uint64_t value)
+{
+	struct gsum *m = ctx;
+
+	if (key >= m->nb)
+		return 0;	/* a sample at to_ns exactly: outside */
+	if (group >= m->ng) {
+		size_t ng = (size_t)group + 64;
+		uint64_t *v = realloc(m->v, ng * m->nb * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		memset(v + m->ng * m->nb, 0, (ng - m->ng) * m->nb * sizeof(*v));
+		m->v = v;
+		m->ng = ng;
+	}
+	m->v[group * m->nb + key] += value;
+	return 0;
 }
 
 int query_processes(struct store *s, const struct store_query *q, size_t limit, struct buf *out)
@@ -747,6 +754,7 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 	struct store_query qa = *q;
 	struct strtab groups = { 0 };
 	struct u64map agg = { 0 }, byp = { 0 };
+	struct gsum m = { .nb = 1 };
 	struct proc *pr = NULL;
 	uint64_t *sum = NULL, total = 0;
 	size_t n = 0;
@@ -755,13 +763,16 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 	/* comm is per thread: group by (pid, comm, pod) and keep each pid's busiest comm */
 	qa.group_by = "pid,comm,pod";
 	qa.groups = &groups;
-	qa.step_ns = 0;
+	qa.step_ns = q->to_ns - q->from_ns + 1;	/* one bucket */
+	qa.emit = gsum_emit;
+	qa.emit_ctx = &m;
 	err = s->ops->aggregate(s, &qa, &agg);
 	if (err)
 		goto out;
-	sum = sum_by_group(&agg, groups.len);
+	err = gsum_emit(&m, (uint32_t)groups.len, 0, 0);	/* every group has a row */
+	sum = m.v;
 	pr = calloc(groups.len + 1, sizeof(*pr));
-	if (!sum || !pr) {
+	if (err || !pr) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -818,7 +829,7 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 		err = -ENOMEM;
 out:
 	free(pr);
-	free(sum);
+	free(m.v);
 	u64map_done(&byp);
 	u64map_done(&agg);
 	strtab_done(&groups);
@@ -831,32 +842,22 @@ int query_samples(struct store *s, const struct store_query *q, struct buf *out)
 	struct strtab groups = { 0 };
 	struct u64map agg = { 0 };
 	size_t nb = (size_t)((q->to_ns - q->from_ns + q->step_ns - 1) / q->step_ns);
+	struct gsum m = { .nb = nb ? nb : 1 };
 	size_t ng;
-	uint64_t *v = NULL;
+	uint64_t *v;
 	int err;
 
 	qa.groups = &groups;
+	qa.emit = gsum_emit;
+	qa.emit_ctx = &m;
 	err = s->ops->aggregate(s, &qa, &agg);
+	if (!err)
+		err = gsum_emit(&m, (uint32_t)groups.len, 0, 0);	/* every group has a row */
 	if (err)
 		goto out;
+	nb = m.nb;
+	v = m.v;
 	ng = q->group_by ? groups.len + 1 : 1;
-	v = calloc(ng * (nb ? nb : 1), sizeof(*v));
-	if (!v) {
-		err = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i <= agg.cap; i++) {
-		uint64_t k = i < agg.cap ? agg.keys[i] : 0, val;
-		size_t g, b;
-
-		if (i < agg.cap ? !k : !agg.has_zero)
-			continue;
-		val = i < agg.cap ? agg.vals[i] : agg.zero_val;
-		g = q->group_by ? (size_t)STORE_KEY_GROUP(k) : 0;
-		b = (size_t)STORE_KEY_LOW(k);
-		if (g < ng && b < nb)
-			v[g * nb + b] += val;
-	}
 	buf_printf(out, "{\"unit\":\"%s\",\"from_ms\":%llu,\"step_ms\":%.3f,\"series\":[",
 		   q->kind == SAMPLE_CPU ? "samples" : "ns",
 		   (unsigned long long)(q->from_ns / NSEC_PER_MSEC), q->step_ns / 1e6);
@@ -886,7 +887,7 @@ int query_samples(struct store *s, const struct store_query *q, struct buf *out)
 	if (out->oom)
 		err = -ENOMEM;
 out:
-	free(v);
+	free(m.v);
 	u64map_done(&agg);
 	strtab_done(&groups);
 	return err;

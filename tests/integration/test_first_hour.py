@@ -119,6 +119,18 @@ try:
           gzip.decompress(body).lstrip().startswith(b"<!"), "GET / with Accept-Encoding: gzip")
     st, hdr, body = raw_get(server.url + "/", {"Accept-Encoding": "gzip;q=0, br"})
     check(st == 200 and hdr.get("Content-Encoding") is None, "gzip;q=0 refuses gzip")
+    # --- a request the client gives up on (the UI aborts superseded queries) is no error
+    import socket
+    for _ in range(10):
+        so = socket.create_connection(("127.0.0.1", server.port))
+        so.sendall(b"GET /api/v1/pprof?since=1h HTTP/1.1\r\nHost: x\r\n\r\n")
+        so.close()
+    time.sleep(1)
+    log = open(server.log, errors="replace").read()
+    check("warning: http" not in log and "error: http" not in log,
+          "cancelled requests: no error in the server log (%r)" % log[-300:])
+    st, body = http(server.url + "/metrics")
+    check(b"gpuscope_server_http_cancelled_total" in body, "cancelled requests counted apart")
 finally:
     if agent:
         agent.stop()

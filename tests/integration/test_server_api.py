@@ -92,6 +92,29 @@ def run(store_args):
         fns = {f["name"]: f for f in top["functions"]}
         check(top["functions"][0]["name"] == "matmul" and fns["matmul"]["self"] == 60, "top")
         check(fns["main"]["total"] == 100 and fns["main"]["self"] == 10, f"top main {fns['main']}")
+        # processes ranked by samples; samples over time; flame graph grouped by process
+        pr = s.get_json(f"/api/v1/processes?{rng}")
+        check([(p["pid"], p["comm"], p["value"]) for p in pr["processes"]] ==
+              [("1", "train", 100), ("2", "other", 50)] and pr["total"] == 150, f"processes {pr}")
+        sm = s.get_json(f"/api/v1/samples?buckets=10&from={T / 1e9:.3f}"
+                        f"&to={(T + 1000 * MS) / 1e9:.3f}")
+        check(sm["series"][0]["values"] == [20] * 5 + [10] * 5 and sm["step_ms"] == 100,
+              f"samples in 100 ms buckets {sm}")
+        sm = s.get_json(f"/api/v1/samples?buckets=2&group_by=comm&from={T / 1e9:.3f}"
+                        f"&to={(T + 1000 * MS) / 1e9:.3f}")
+        check({x["group"]: x["values"] for x in sm["series"]} ==
+              {"train": [50, 50], "other": [50, 0]}, f"samples by comm {sm}")
+        fg = s.get_json(f"/api/v1/flamegraph?{rng}&group_by=pid,comm")
+        check({k["name"]: k["value"] for k in fg["root"]["children"]} ==
+              {"1 train": 100, "2 other": 50} and
+              find(find(find(fg["root"], "1 train"), "main"), "step")["value"] == 90,
+              f"flame graph grouped by pid,comm {[k['name'] for k in fg['root']['children']]}")
+        fg = s.get_json(f"/api/v1/flamegraph?{rng}&group_by=gpu")
+        check({k["name"]: k["value"] for k in fg["root"]["children"]} == {"[no gpu]": 150},
+              "a label the samples lack: one [no gpu] group")
+        d = s.get_json(f"/api/v1/diff?{rng}&group_by=comm&selector={PID1}&selector2={PID2}")
+        check({k["name"]: (k["value"], k["value2"]) for k in d["root"]["children"]} ==
+              {"train": (100, 0), "other": (0, 50)}, "diff grouped by comm")
         # diff: A = pid 1, B = pid 2
         d = s.get_json(f"/api/v1/diff?{rng}&selector={PID1}&selector2={PID2}")
         check(d["root"]["value"] == 100 and d["root"]["value2"] == 50, f"diff root {d['root']}")

@@ -39,22 +39,30 @@ struct store_query {
 	enum sample_kind kind;
 	int gpu_idle;			/* >= 0: keep samples outside that GPU's gpu_busy intervals */
 	/*
-	 * Finer keys for aggregate(), both optional. group_by: comma-separated label names ("*":
-	 * every label); each label set's values of them (store_group_name() format) are interned
-	 * into *groups and the key's high 32 bits are that index + 1. step_ns > 0: the key's low
-	 * 32 bits are the time bucket (t - from_ns) / step_ns instead of the stack id (samples
-	 * older than the raw retention fall in the bucket of their minute).
+	 * Finer answers from aggregate(), when emit is set: every matching sample's (group, key,
+	 * value) goes to emit (a nonzero return stops and is returned) instead of into agg; key
+	 * is the stack id, or with step_ns > 0 the time bucket (t - from_ns) / step_ns (samples
+	 * older than the raw retention count at the start of their minute). group is 0 without
+	 * group_by, else the index + 1 in *groups of the label set's value of group_by:
+	 * comma-separated label names, their values joined by STORE_GROUP_SEP ("" where absent),
+	 * or "*": every label as name=value, joined by STORE_GROUP_SEP.
 	 */
 	const char *group_by;
 	struct strtab *groups;
 	uint64_t step_ns;
+	int (*emit)(void *ctx, uint32_t group, uint64_t key, uint64_t value);
+	void *emit_ctx;
 };
 
-/* Group value of a label set for group_by: "*": "name=value" pairs joined by STORE_GROUP_SEP;
- * else the listed labels' values joined by STORE_GROUP_SEP ("" where absent). */
 #define STORE_GROUP_SEP "\x1f"
-#define STORE_KEY_GROUP(k) ((k) >> 32)		/* 0: no group_by */
-#define STORE_KEY_LOW(k) ((k) & 0xffffffffu)	/* stack id or time bucket */
+
+struct buf;
+
+/* Writes the group value (NUL-terminated) of a label set (n name/value pairs) into b. */
+void store_group_name(const char *const *pairs, size_t n, const char *group_by, struct buf *b);
+/* Interns that value into groups; *ret = its index + 1. tmp: scratch. 0 or -errno. */
+int store_group_index(struct strtab *groups, const char *const *pairs, size_t n,
+		      const char *group_by, struct buf *tmp, uint32_t *ret);
 
 struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */

@@ -282,6 +282,36 @@ static bool in_busy(const struct node_busy *nb, uint64_t t)
 	return lo && t < nb->v[lo - 1].end;
 }
 
+/* store_query.emit: each matching set's group index + 1 (0 without group_by), by position
+ * in match. 0 or -errno. */
+static int emit_groups(const struct store_query *q, const struct ch_lsets *match, uint32_t **ret)
+{
+	uint32_t *g = calloc(match->n ? match->n : 1, sizeof(*g));
+	struct buf tmp = { 0 };
+	int err = 0;
+
+	if (!g)
+		return -ENOMEM;
+	for (size_t i = 0; q->group_by && q->groups && !err && i < match->n; i++)
+		err = store_group_index(q->groups, match->v[i].pairs, match->v[i].n, q->group_by,
+					&tmp, &g[i]);
+	buf_done(&tmp);
+	if (err) {
+		free(g);
+		return err;
+	}
+	*ret = g;
+	return 0;
+}
+
+/* The emit key of a sample at t (bucket with step_ns) or its stack. */
+static uint64_t emit_key(const struct store_query *q, uint64_t t, uint64_t stack)
+{
+	if (!q->step_ns)
+		return stack;
+	return t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
+}
+
 /* gpu_idle: raw samples of the matching sets, minus those inside their node's merged gpu_busy
  * intervals of that GPU (the SQLite store's rule). */
 static int aggregate_idle(struct ch *c, const struct store_query *q, const struct ch_lsets *all,
@@ -289,9 +319,13 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 {
 	struct buf sql = { 0 }, ans = { 0 };
 	struct node_busy *nodes = NULL;
+	uint32_t *groups = NULL;
 	size_t nnodes = 0;
 	struct rbr r;
 	int err;
+
+	if (q->emit && (err = emit_groups(q, match, &groups)))
+		return err;
 
 	buf_printf(&sql, "SELECT labelset, start_ns, end_ns FROM %s.intervals WHERE kind = 'gpu_busy'"
 		   " AND end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
@@ -372,6 +406,12 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 				nb = &nodes[i];
 		if (nb && in_busy(nb, t))
 			continue;
+		if (q->emit) {
+			uint32_t g = ls && groups ? groups[ls - match->v] : 0;
+
+			err = q->emit(q->emit_ctx, g, emit_key(q, t, stack), v);
+			continue;
+		}
 		a = u64map_upsert(agg, stack, 0, NULL);
 		if (!a)
 			err = -ENOMEM;
@@ -386,8 +426,99 @@ out:
 	for (size_t i = 0; i < nnodes; i++)
 		free(nodes[i].v);
 	free(nodes);
+	free(groups);
 	buf_done(&sql);
 	buf_done(&ans);
+	return err;
+}
+
+/*
+ * store_query.emit: sums per (label set, stack or time bucket), raw samples where kept and
+ * minute rollups before (a rolled-up sample counts at its minute's start), then each row
+ * to emit with its label set's group.
+ */
+static int aggregate_emit(struct ch *c, const struct store_query *q, const struct ch_lsets *match,
+			  uint64_t raw_cut)
+{
+	uint64_t from = q->from_ns, to = q->to_ns, b = floor_to(raw_cut, ch_level_ns[0]);
+	struct buf sql = { 0 }, ans = { 0 }, ids = { 0 };
+	uint32_t *groups = NULL;
+	struct plan p = { 0 };
+	struct rbr r;
+	int err, nsrc = 0;
+
+	err = emit_groups(q, match, &groups);
+	if (err)
+		return err;
+	for (int i = 0; i <= CH_LEVELS; i++)
+		p.lo[i] = UINT64_MAX;
+	if (q->step_ns) {
+		if (from < b)
+			plan_add(&p, 1, floor_to(from, ch_level_ns[0]),
+				 to < b ? ceil_to(to, ch_level_ns[0]) : b);
+		plan_add(&p, 0, from > b ? from : b, to);
+	} else {
+		uint64_t m1, m2;
+
+		if (from < raw_cut)
+			from = floor_to(from, ch_level_ns[0]);
+		if (to < raw_cut)
+			to = ceil_to(to, ch_level_ns[0]);
+		m1 = ceil_to(from, ch_level_ns[0]);
+		m2 = floor_to(to, ch_level_ns[0]);
+		if (m1 >= m2) {
+			plan_add(&p, 0, from, to);
+		} else {
+			plan_levels(&p, 0, m1, m2);
+			plan_add(&p, 0, from, m1);
+			plan_add(&p, 0, m2, to);
+		}
+	}
+	ch_lsets_ids(match, &ids);
+	buf_puts(&sql, "SELECT labelset, k, sum(v) FROM (");
+	for (int src = 0; src <= CH_LEVELS; src++) {
+		uint64_t dlo = src ? day_of(p.lo[src]) : first_day(p.lo[src]);
+		uint64_t dhi = day_of(p.hi[src] - 1);
+		const char *tc = src ? "bucket" : "t";
+
+		if (!p.cond[src].len)
+			continue;
+		buf_printf(&sql, "%sSELECT labelset, ", nsrc++ ? " UNION ALL " : "");
+		if (q->step_ns)
+			buf_printf(&sql, "if(%s > %llu, intDiv(%s - %llu, %llu), 0)", tc,
+				   (unsigned long long)q->from_ns, tc, (unsigned long long)q->from_ns,
+				   (unsigned long long)q->step_ns);
+		else
+			buf_puts(&sql, "stack");
+		buf_printf(&sql, " AS k, sum(value) AS v FROM %s.%s WHERE kind = %d AND day >= %llu"
+			   " AND day <= %llu AND (", c->db, src ? ch_level_table[src - 1] : "samples",
+			   q->kind, (unsigned long long)dlo, (unsigned long long)dhi);
+		buf_put(&sql, p.cond[src].p, p.cond[src].len);
+		buf_puts(&sql, ") AND labelset IN (");
+		buf_put(&sql, ids.p, ids.len);
+		buf_puts(&sql, ") GROUP BY labelset, k");
+	}
+	buf_puts(&sql, ") GROUP BY labelset, k");
+	if (nsrc)
+		err = select_rb(c, &sql, &ans);
+	r = (struct rbr){ ans.p, ans.p + ans.len, false };
+	while (!err && nsrc && rbr_more(&r)) {
+		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
+		uint64_t k = rbr_u64(&r), v = rbr_u64(&r);
+
+		if (ls)
+			err = q->emit(q->emit_ctx, groups[ls - match->v], k, v);
+	}
+	if (!err && r.bad) {
+		store_set_error("clickhouse: malformed aggregation answer");
+		err = -EIO;
+	}
+	for (int i = 0; i <= CH_LEVELS; i++)
+		buf_done(&p.cond[i]);
+	free(groups);
+	buf_done(&sql);
+	buf_done(&ans);
+	buf_done(&ids);
 	return err;
 }
 
@@ -417,6 +548,10 @@ int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	}
 	for (int i = 0; i <= CH_LEVELS; i++)
 		p.lo[i] = UINT64_MAX;
+	if (q->emit) {
+		err = aggregate_emit(c, q, &match, raw_cut);
+		goto out;
+	}
 	if (from < raw_cut)
 		from = floor_to(from, ch_level_ns[0]);
 	if (to < raw_cut)

@@ -38,31 +38,6 @@ struct agg_ctx {
 	struct chunk c;
 };
 
-/* The group value of label set l for group_by (store.h) into b. */
-static void group_name(const struct lset *l, const char *group_by, struct buf *b)
-{
-	b->len = 0;
-	if (!strcmp(group_by, "*")) {
-		for (size_t i = 0; i < l->n; i++)
-			buf_printf(b, "%s%s=%s", i ? STORE_GROUP_SEP : "", l->pairs[2 * i],
-				   l->pairs[2 * i + 1]);
-	} else {
-		const char *p = group_by;
-
-		for (int k = 0; *p; k++) {
-			size_t n = strcspn(p, ",");
-
-			if (k)
-				buf_puts(b, STORE_GROUP_SEP);
-			for (size_t i = 0; i < l->n; i++)
-				if (strlen(l->pairs[2 * i]) == n && !strncmp(l->pairs[2 * i], p, n))
-					buf_puts(b, l->pairs[2 * i + 1]);
-			p += n + (p[n] == ',');
-		}
-	}
-	buf_put(b, "", 1);	/* NUL */
-}
-
 /* Group index + 1 of every matching label set (lmu held). 0 or -ENOMEM. */
 static int load_groups(struct agg_ctx *a)
 {
@@ -74,51 +49,28 @@ static int load_groups(struct agg_ctx *a)
 	if (!a->ls_group)
 		return -ENOMEM;
 	for (size_t id = 0; !err && id < a->nmatch && id < s->nlsets; id++) {
-		int64_t g;
-
 		if (!a->match[id] || !s->lsets[id].pairs)
 			continue;
-		group_name(&s->lsets[id], a->q->group_by, &b);
-		g = b.oom ? -ENOMEM : strtab_intern(a->q->groups, (const char *)b.p);
-		if (g < 0 || g >= UINT32_MAX - 1)
-			err = g < 0 ? (int)g : -EOVERFLOW;
-		else
-			a->ls_group[id] = (uint32_t)g + 1;
+		err = store_group_index(a->q->groups, (const char *const *)s->lsets[id].pairs,
+					s->lsets[id].n, a->q->group_by, &b, &a->ls_group[id]);
 	}
 	buf_done(&b);
 	return err;
 }
 
-/* The aggregation key of a sample of label set ls at time t (store.h); 0 or -EOVERFLOW. */
-static int agg_key(const struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t,
-		   uint64_t *ret)
-{
-	const struct store_query *q = a->q;
-	uint64_t low = stack;
-
-	if (q->step_ns) {
-		low = t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
-		if (low > UINT32_MAX)	/* the caller bounds the bucket count */
-			return -EOVERFLOW;
-	}
-	if (!a->ls_group) {
-		*ret = low;
-		return 0;
-	}
-	if (low > UINT32_MAX)
-		return -EOVERFLOW;	/* 4 billion stacks: group_by cannot key them */
-	*ret = (uint64_t)a->ls_group[ls] << 32 | low;
-	return 0;
-}
-
 static int agg_put(struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
 {
-	uint64_t key, *v;
-	int err = agg_key(a, ls, stack, t, &key);
+	const struct store_query *q = a->q;
+	uint64_t *v;
 
-	if (err)
-		return err;
-	v = u64map_upsert(a->agg, key, 0, NULL);
+	if (q->emit) {
+		uint64_t key = stack;
+
+		if (q->step_ns)
+			key = t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
+		return q->emit(q->emit_ctx, a->ls_group ? a->ls_group[ls] : 0, key, value);
+	}
+	v = u64map_upsert(a->agg, stack, 0, NULL);
 	if (!v)
 		return -ENOMEM;
 	*v += value;
@@ -404,15 +356,14 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
 	if (!a.match)
 		err = -ENOMEM;
-	if (!err && q->group_by && q->groups) {
+	if (!err && q->emit && q->group_by && q->groups) {
 		pthread_rwlock_rdlock(&s->lmu);
 		err = load_groups(&a);
 		pthread_rwlock_unlock(&s->lmu);
 	}
-		err = -ENOMEM;
 	if (err)
 		goto out;
-	if (q->step_ns && q->gpu_idle < 0) {
+	if (q->emit && q->step_ns && q->gpu_idle < 0) {
 		/*
 		 * Each sample's time decides its bucket: raw chunks where they are kept, minute
 		 * rollups before (a sample there counts at its minute's start), plus chunks not
