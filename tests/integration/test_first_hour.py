@@ -68,7 +68,11 @@ try:
     check(len(vals) == 30 and sum(vals) == fl["total"] and abs(sm["step_ms"] - 10000) < 1,
           "samples over time: 30 buckets of 10 s summing to the flame graph's total (%d vs %d)" %
           (sum(vals), fl["total"]))
-    check(sum(1 for v in vals if v) >= 2, "samples spread over several buckets (%r)" % vals)
+    near = {"from": "%.3f" % (now - 30), "to": "%.3f" % now}
+    v1 = server.query("samples", selector=psel, buckets=30, **near)["series"][0]["values"]
+    check(sum(1 for v in v1 if v) >= 2 and
+          sum(v1) == server.query("flamegraph", selector=psel, **near)["total"],
+          "1 s buckets: samples spread over several, adding up (%r)" % v1)
     sg = server.query("samples", selector=nsel, buckets=10, group_by="pid", **rng)
     byg = {s["group"]: s["total"] for s in sg["series"]}
     check(byg.get(pid) == fl["total"], "samples grouped by pid: burn's series (%r)" % byg.get(pid))
