@@ -1883,7 +1883,21 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 		buf_puts(out, ",\"selector\":");
 		buf_json_str(out, sb.oom ? "" : (char *)sb.p);
 		buf_done(&sb);
-		buf_printf(out, ",\"processes\":%zu", r->nholders);
+		buf_printf(out, ",\"processes\":%zu,\"holders\":[", r->nholders);
+		pthread_mutex_lock(&e->tmu);
+		for (size_t k = 0; k < r->nholders && k < 64; k++) {
+			const struct holder_info *hi = &e->holders[r->holders[k] - 1];
+
+			buf_printf(out, "%s{\"node\":", k ? "," : "");
+			buf_json_str(out, hi->node);
+			buf_puts(out, ",\"pid\":");
+			buf_json_str(out, hi->pid);
+			buf_puts(out, ",\"comm\":");
+			buf_json_str(out, hi->comm);
+			buf_puts(out, "}");
+		}
+		pthread_mutex_unlock(&e->tmu);
+		buf_puts(out, "]");
 		json_tally(out, &r->t);
 		json_dollars(out, "held_dollars", r->held_dollars);
 		json_dollars(out, "idle_dollars", r->idle_dollars);

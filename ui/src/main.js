@@ -10,6 +10,7 @@ import * as State from './state.js';
 import { Timeline } from './timeline.js';
 import { Flame, topFunctions } from './flame.js';
 import { SelectorBox } from './selector.js';
+import { showEfficiency } from './efficiency.js';
 import { $, el, fmtTime, fmtDate, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
 
 const S = State.load();
@@ -28,6 +29,11 @@ const presets = [['5m', 5 * 60e3], ['15m', 15 * 60e3], ['1h', 3600e3], ['6h', 6 
 
 const header = el('header', {},
 	el('div', { class: 'brand' }, el('span', { class: 'logo' }), 'gpuscope'),
+	el('a', { class: 'nav on', href: location.pathname }, 'Timeline'),
+	el('a', { class: 'nav', id: 'nav-eff', href: `${location.pathname}?view=efficiency`,
+		onclick: (e) => {	// keep the range in view
+			e.currentTarget.href = `${location.pathname}?view=efficiency&from=${Math.round(S.from)}&to=${Math.round(S.to)}`;
+		} }, 'Efficiency'),
 	el('label', { class: 'field' }, 'Node', nodeSel),
 	el('label', { class: 'field' }, 'GPU', gpuSel),
 	el('label', { class: 'field' }, 'Process', procSel),
@@ -587,5 +593,9 @@ window.addEventListener('keydown', (e) => {
 });
 window.addEventListener('popstate', () => location.reload());
 
-syncControls();
-boot();
+if (S.view === 'efficiency') {
+	app.efficiency = showEfficiency($('#app'), S);
+} else {
+	syncControls();
+	boot();
+}

@@ -2,10 +2,11 @@
 // The whole view state lives in the URL's query string, so a link reproduces the view:
 // node, gpu, pid; view window from/to and brushed range bfrom/bto (Unix ms); selector `sel`,
 // sample `kind`, `idle` (only while the GPU was idle), search `q`, flame-graph `focus` (frame
-// path joined by ';'), and the diff baseline afrom/ato.
+// path joined by ';'), the diff baseline afrom/ato; `view=efficiency` is the Efficiency page
+// (grouped `by` a label).
 
 const NUM = ['from', 'to', 'bfrom', 'bto', 'afrom', 'ato'];
-const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus'];
+const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus', 'view', 'by'];
 const BOOL = ['idle'];
 
 export const KINDS = [

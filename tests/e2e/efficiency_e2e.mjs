@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end test of the Efficiency page in a real browser (Debian's chromium, playwright-core)
+// against a real gpuscope-server holding the efficiency fixture
+// (tests/integration/efficiency_fixture.py): rows and values, sorting by a column, and the click
+// from a row to that workload's GPU-idle flame graph with the right selector and GPU.
+// Usage: node tests/e2e/efficiency_e2e.mjs --url URL --from MS --to MS --out DIR
+import { chromium } from '../../ui/node_modules/playwright-core/index.mjs';
+import { mkdtempSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const arg = (n, d) => {
+	const i = process.argv.indexOf(n);
+	return i > 0 ? process.argv[i + 1] : d;
+};
+const URL0 = arg('--url'), FROM = +arg('--from'), TO = +arg('--to'), OUT = arg('--out', '.output/e2e');
+mkdirSync(OUT, { recursive: true });
+
+let failures = 0;
+const errors = [];
+function check(cond, what) {
+	console.log(`  ${cond ? 'ok  ' : 'FAIL'} ${what}`);
+	if (!cond) failures++;
+}
+
+const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'gpuscope-chromium-')), {
+	executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1440, height: 900 },
+	args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+		'--disable-component-update', '--disable-sync'],
+});
+const page = ctx.pages()[0] || (await ctx.newPage());
+page.on('console', (m) => {
+	if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+});
+page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+page.on('response', (r) => {
+	if (r.status() >= 400) errors.push(`HTTP ${r.status()} ${r.url()}`);
+});
+const rows = () => page.$$eval('#eff-table tbody tr', (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+
+try {
+	console.log('efficiency page');
+	await page.goto(`${URL0}/?view=efficiency&from=${FROM}&to=${TO}`);
+	await page.waitForSelector('#eff-table tbody tr', { timeout: 20000 });
+	let r = await rows();
+	check(JSON.stringify(r.map((x) => x[0])) === JSON.stringify(['team-b', 'team-a', '(unheld) n1/GPU 2']),
+		`rows by idle dollars: ${r.map((x) => x[0]).join(', ')}`);
+	const b = r[0];
+	check(b[2] === '1.00' && b[3] === '0.50' && b[4] === '0.50' && b[6] === '50%' && b[7] === '$2.00' && b[8] === 'kernels',
+		`team-b: held ${b[2]} busy ${b[3]} idle ${b[4]} util ${b[6]} idle ${b[7]} source ${b[8]}`);
+	check(b[9].startsWith('load_batch 80%'), `team-b causes start with the data loader: ${b[9]}`);
+	check(r[1][7] === '$0.37' && r[1][5] === '0.01', `team-a: idle ${r[1][7]}, unknown ${r[1][5]}`);
+	check(r[2][7] === '$1.67' && r[2][8] === 'nvml', `unheld GPU 2: ${r[2][7]} ${r[2][8]}`);
+	const tot = await page.textContent('#eff-totals');
+	check(tot.includes('idle 0.59 ($2.37)'), `totals: ${tot}`);
+	await page.screenshot({ path: join(OUT, 'efficiency.png'), fullPage: true });
+
+	console.log('sort');
+	await page.click('#eff-table th[data-col="0"]');
+	r = await rows();
+	check(r[0][0] === 'team-a' && r[1][0] === 'team-b', `by workload, ascending: ${r.map((x) => x[0]).join(', ')}`);
+	await page.click('#eff-table th[data-col="0"]');
+	r = await rows();
+	check(r[0][0] === 'team-b', 'by workload, descending');
+	await page.click('#eff-table th[data-col="6"]');
+	r = await rows();
+	check(r[0][0] === 'team-a' && r[0][6] === '91%', `by utilization, highest first: ${r[0][0]} ${r[0][6]}`);
+	check(await page.$eval('#eff-table th[data-col="6"]', (t) => t.classList.contains('desc')), 'sorted column marked');
+
+	console.log('group by pod');
+	await page.selectOption('#eff-by', 'pod');
+	await page.waitForFunction(() => [...document.querySelectorAll('#eff-table tbody tr')].some((t) => t.dataset.workload === 'train-b'), null, { timeout: 20000 });
+	check((await page.evaluate(() => new URLSearchParams(location.search).get('by'))) === 'pod', 'by=pod in the URL');
+
+	console.log('click-through to the GPU-idle flame graph');
+	await page.click('#eff-table tr[data-workload="train-b"] a.idle-link');
+	await page.waitForFunction(() => window.__gpuscope && window.__gpuscope.loads && window.__gpuscope.loads.flame > 0, null, { timeout: 20000 });
+	await page.waitForTimeout(300);
+	const st = await page.evaluate(() => ({ ...window.__gpuscope.state }));
+	check(st.sel === '{pod="train-b",node="n1"}' && st.idle === true && st.gpu === '1' && st.node === 'n1' && st.pid === '200',
+		`view: sel ${st.sel} idle ${st.idle} node ${st.node} gpu ${st.gpu} pid ${st.pid}`);
+	check(st.from === FROM && st.to === TO, `same range: ${st.from}..${st.to}`);
+	const fr = await page.evaluate(() => window.__gpuscope.flame.frames(40));
+	const total = await page.evaluate(() => window.__gpuscope.flame.value[0] || 0);
+	const lb = fr.find((f) => f.name === 'load_batch');
+	check(total === 3600 * 5, `idle flame graph: ${total} samples (5 per idle second)`);
+	check(lb && Math.abs(lb.share - 0.8) < 1e-3, `load_batch is 80% of it: ${lb && lb.share}`);
+	await page.screenshot({ path: join(OUT, 'efficiency-idle-flame.png'), fullPage: true });
+
+	console.log('back to the page');
+	await page.goBack();
+	await page.waitForSelector('#eff-table tbody tr', { timeout: 20000 });
+	check((await rows())[0][0] === 'train-b', 'back on the Efficiency page, by pod');
+	check(!errors.length, `no console errors or failed requests${errors.length ? ': ' + errors.join(' | ') : ''}`);
+} catch (e) {
+	console.log(`  FAIL ${e.stack || e}`);
+	failures++;
+} finally {
+	await ctx.close();
+}
+console.log(failures ? `${failures} check(s) failed` : 'all checks passed');
+process.exit(failures ? 1 : 0);
