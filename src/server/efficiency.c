@@ -578,6 +578,9 @@ static int interval_in(void *ctx, const char *kind, const char *const *labels, s
 	(void)nattrs;
 	if (!*gpu)
 		return 0;
+	if (!strcmp(kind, "gpu_observed") && *pair_get(labels, n, "source") &&
+	    strcmp(pair_get(labels, n, "source"), "kernels"))
+		return 0;	/* metric sources are read from their points */
 	pthread_mutex_lock(&c->e->tmu);
 	gid = gpu_id(c->e, pair_get(labels, n, "node"), gpu, pair_get(labels, n, "gpu_uuid"),
 		     pair_get(labels, n, "gpu_model"));
@@ -783,8 +786,8 @@ static int compute_raw(struct efficiency *e, uint64_t from, uint64_t to, int64_t
 		err = st->ops->intervals(st, "gpu_busy", from, to, NULL, SIZE_MAX, interval_in, &c,
 					 &trunc);
 	if (!err)
-		err = st->ops->intervals(st, "gpu_trace_window", from, to, NULL, SIZE_MAX,
-					 interval_in, &c, &trunc);
+		err = st->ops->intervals(st, "gpu_observed", from, to, NULL, SIZE_MAX, interval_in,
+					 &c, &trunc);
 	for (size_t i = 0; i < c.n && !err; i++)
 		err = periods(&c, &c.s[i]);
 	for (size_t i = 0; i < c.ng && !err; i++) {
@@ -958,7 +961,7 @@ void efficiency_ingested(struct efficiency *e, const struct Gpuscope__V1__Batch 
 	for (size_t i = 0; i < m->n_intervals; i++) {
 		const char *k = m->strings[m->intervals[i]->kind];
 
-		if (strcmp(k, "gpu_busy") && strcmp(k, "gpu_trace_window"))
+		if (strcmp(k, "gpu_busy") && strcmp(k, "gpu_observed"))
 			continue;
 		lo = m->intervals[i]->start_ns < lo ? m->intervals[i]->start_ns : lo;
 		hi = m->intervals[i]->end_ns > hi ? m->intervals[i]->end_ns : hi;

@@ -2,7 +2,7 @@
 /*
  * GPU efficiency per workload (docs/efficiency.md): for each (node, GPU) and each process that
  * held it, GPU time held, busy, idle and unknown, decided per range by the best busy source
- * (kernel trace windows, GPM, NVML utilization), grouped by a workload label and priced per
+ * (kernels inside trace windows, GPM, NVML utilization), grouped by a workload label and priced per
  * GPU-hour; plus the CPU causes of the idle time. Hours that have passed are kept in an
  * in-memory hourly rollup built by a background thread, so a 30-day answer reads the rollup and
  * computes only the partial hours at both ends from stored records.

@@ -3,7 +3,7 @@
 10-second cycles, as a tests/tools/batchgen script. Known answer:
 
 - GPU 0 (NVIDIA H200): held by pod train-a (namespace team-a, pid 100) the whole range; kernel
-  trace window over [T, T+D-TAIL), busy 9 s of every 10 (gpu_busy intervals); in the tail the
+  trace window (gpu_observed source=kernels) over [T, T+D-TAIL), busy 9 s of every 10 (gpu_busy intervals); in the tail the
   kernels go on but no window or metric covers the gaps, so 1 s per cycle is *unknown*.
 - GPU 1 (NVIDIA H200): held by pod train-b (team-b, pid 200); trace window the whole range, busy
   5 s of every 10; NVML utilization reads 100 throughout (the kernels source wins). While the GPU
@@ -37,12 +37,15 @@ def script(t0, d_s, node="n1"):
     b_main = b_cpu + ",tid=200,thread=train"
     b_loader = b_cpu + ",tid=201,thread=loader"
     end = t0 + d_s * S
-    L.append(f"interval gpu_trace_window gpu=0 {t0} {end - tail_s(d_s) * S} reason=budget")
-    L.append(f"interval gpu_trace_window gpu=1 {t0} {end} reason=budget")
+    # As the cupti module writes them: the process's window, and per GPU what kernels decided.
+    L.append(f"interval gpu_trace_window {a_cpu} {t0} {end - tail_s(d_s) * S} reason=budget")
+    L.append(f"interval gpu_trace_window {b_cpu} {t0} {end} reason=budget")
+    L.append(f"interval gpu_observed gpu=0,source=kernels {t0} {end - tail_s(d_s) * S} -")
+    L.append(f"interval gpu_observed gpu=1,source=kernels {t0} {end} -")
     for k in range(d_s // 10):
         c = t0 + k * 10 * S
-        L.append(f"interval gpu_busy gpu=0 {c} {c + 9 * S} -")
-        L.append(f"interval gpu_busy gpu=1 {c} {c + 5 * S} -")
+        L.append(f"interval gpu_busy gpu=0,source=kernels {c} {c + 9 * S} -")
+        L.append(f"interval gpu_busy gpu=1,source=kernels {c} {c + 5 * S} -")
         for j in range(10):
             L.append(f"sample {c + j * S + 1 * MS} cpu 1 {a_cpu} main;train_loop;cuda_launch")
         for j in range(50):
