@@ -615,17 +615,48 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Label names and values per answer: the default and the most a client may ask for. */
+#define LABELS_DEFAULT_LIMIT 10000
+#define LABELS_MAX_LIMIT     100000
+
+/* An optional integer parameter in [min, max]; *ret untouched when absent. 0 or -EINVAL. */
+static int parse_count(struct MHD_Connection *c, const char *key, unsigned long long min,
+		       unsigned long long max, unsigned long long *ret, char *err, size_t errlen)
+{
+	const char *v = arg(c, key);
+	unsigned long long n;
+	char *end;
+
+	if (!v)
+		return 0;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (!*v || *end || errno || n < min || n > max || *v == '-') {
+		snprintf(err, errlen, "'%s' must be an integer in %llu..%llu, not '%.40s'", key, min,
+			 max, v);
+		return -EINVAL;
+	}
+	*ret = n;
+	return 0;
+}
+
 static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c,
 				 const char *label)
 {
 	struct names_ctx nc = { .label = label };
 	struct selector *sel = NULL;
 	uint64_t from = 0, to = 0;
+	unsigned long long limit = LABELS_DEFAULT_LIMIT, offset = 0;
 	struct buf b = { 0 };
 	enum MHD_Result ret;
 	char err[256];
 	int rc;
 
+	if (parse_count(c, "limit", 1, LABELS_MAX_LIMIT, &limit, err, sizeof(err)) ||
+	    parse_count(c, "offset", 0, UINT32_MAX, &offset, err, sizeof(err))) {
+		ret = reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+		goto out;
+	}
 	if ((arg(c, "from") || arg(c, "since") || arg(c, "to")) ?
 		    parse_range(c, "from", "to", &from, &to, err, sizeof(err)) :
 		    (to = UINT64_MAX, 0)) {
@@ -645,12 +676,16 @@ static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c
 	}
 	qsort(nc.t.strs, nc.t.len, sizeof(char *), cmp_str);
 	buf_puts(&b, label ? "{\"values\":[" : "{\"labels\":[");
-	for (size_t i = 0; i < nc.t.len; i++) {
-		if (i)
+	for (size_t i = offset; i < nc.t.len && i < offset + limit; i++) {
+		if (i > offset)
 			buf_put(&b, ",", 1);
 		buf_json_str(&b, nc.t.strs[i]);
 	}
-	buf_puts(&b, "]}");
+	/* Sorted, so offset pages are stable while no new value arrives. */
+	buf_printf(&b, "],\"total\":%zu", nc.t.len);
+	if (offset + limit < nc.t.len)
+		buf_printf(&b, ",\"next_offset\":%llu", offset + limit);
+	buf_puts(&b, "}");
 	ret = reply_json(c, &b);
 out:
 	/* strtab's index no longer matches the sorted array; free the strings directly. */

@@ -144,6 +144,12 @@ def run(store_args):
         # labels, values, nodes, stacks
         check(s.get_json("/api/v1/labels")["labels"] == ["comm", "gpu", "node", "pid"], "labels")
         check(s.get_json("/api/v1/label/comm/values")["values"] == ["other", "train"], "values")
+        v = s.get_json("/api/v1/label/comm/values?limit=1")
+        check(v["values"] == ["other"] and v["total"] == 2 and v["next_offset"] == 1, f"page 1: {v}")
+        v = s.get_json("/api/v1/label/comm/values?limit=1&offset=1")
+        check(v["values"] == ["train"] and "next_offset" not in v, f"page 2: {v}")
+        code, _, _ = s.request("/api/v1/label/comm/values?limit=0")
+        check(code == 400, f"limit=0 refused: {code}")
         v = s.get_json(f"/api/v1/label/comm/values?selector={PID2}")
         check(v["values"] == ["other"], "values with selector")
         nodes = s.get_json("/api/v1/nodes")["nodes"]

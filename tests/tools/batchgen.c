@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <sys/random.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,7 @@ struct load_opts {
 	const char *node;			/* every agent the same node, consecutive spans */
 	int agents, cpus, hz, nstacks, threads;
 	uint64_t batch_ns, start_ns, span_ns;	/* simulated time per batch, start, total per agent */
+	uint64_t pace_ns;			/* wall time between an agent's pushes; 0: flat out */
 	double seconds;				/* wall-clock limit */
 };
 
@@ -244,6 +246,8 @@ struct agent_sim {
 	uint64_t seed;
 	uint64_t samples, batches, bytes, failures;
 	double busy_s;
+	double lat_s[1024];			/* per-request latency, the first 1024 */
+	size_t nlat;
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -315,6 +319,7 @@ static void *agent_main(void *arg)
 	CURL *curl = curl_easy_init();
 	uint64_t t = o->start_ns + (o->node ? (uint64_t)a->id * o->span_ns : 0);
 	uint64_t end = t + o->span_ns, deadline = mono_ns() + (uint64_t)(o->seconds * 1e9);
+	uint64_t pace0 = mono_ns() + (o->pace_ns ? (uint64_t)a->id * 7919 * NSEC_PER_MSEC % o->pace_ns : 0);
 	char hdr_enc[64];
 
 	if (o->node)
@@ -420,12 +425,29 @@ static void *agent_main(void *arg)
 				break;
 			}
 			free(buf);
+			if (o->pace_ns) {
+				/* A real agent's cadence: one push per interval, agents spread. */
+				uint64_t due = pace0 + a->batches * o->pace_ns, now = mono_ns();
+
+				if (due >= deadline) {
+					free(z);
+					break;
+				}
+				if (due > now) {
+					struct timespec ts = { (time_t)((due - now) / NSEC_PER_SEC),
+							       (long)((due - now) % NSEC_PER_SEC) };
+
+					nanosleep(&ts, NULL);
+				}
+			}
 			t0 = mono_ns();
 			curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (const char *)z);
 			curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)zlen);
 			if (curl_easy_perform(curl) == CURLE_OK)
 				curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
 			a->busy_s += (double)(mono_ns() - t0) / 1e9;
+			if (a->nlat < sizeof(a->lat_s) / sizeof(a->lat_s[0]))
+				a->lat_s[a->nlat++] = (double)(mono_ns() - t0) / 1e9;
 			free(z);
 			if (code != 204) {
 				a->failures++;
@@ -455,6 +477,13 @@ static void *agent_main(void *arg)
 	return NULL;
 }
 
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
+
 static int cmd_load(struct load_opts *o)
 {
 	struct agent_sim *a = calloc((size_t)o->agents, sizeof(*a));
@@ -477,10 +506,30 @@ static int cmd_load(struct load_opts *o)
 		fails += a[i].failures;
 	}
 	dt = (double)(mono_ns() - t0) / 1e9;
-	printf("agents %d batches %llu samples %llu wire_bytes %llu seconds %.2f samples_per_s %.0f"
-	       " failures %llu\n",
-	       o->agents, (unsigned long long)batches, (unsigned long long)samples,
-	       (unsigned long long)bytes, dt, (double)samples / dt, (unsigned long long)fails);
+	{
+		size_t nl = 0;
+		double *lat = NULL, p50 = 0, p99 = 0, mx = 0;
+
+		for (int i = 0; i < o->agents; i++)
+			nl += a[i].nlat;
+		lat = malloc((nl ? nl : 1) * sizeof(*lat));
+		nl = 0;
+		for (int i = 0; lat && i < o->agents; i++)
+			for (size_t k = 0; k < a[i].nlat; k++)
+				lat[nl++] = a[i].lat_s[k];
+		if (lat && nl) {
+			qsort(lat, nl, sizeof(*lat), cmp_double);
+			p50 = lat[nl / 2];
+			p99 = lat[nl * 99 / 100];
+			mx = lat[nl - 1];
+		}
+		free(lat);
+		printf("agents %d batches %llu samples %llu wire_bytes %llu seconds %.2f samples_per_s"
+		       " %.0f failures %llu p50_ms %.1f p99_ms %.1f max_ms %.1f\n",
+		       o->agents, (unsigned long long)batches, (unsigned long long)samples,
+		       (unsigned long long)bytes, dt, (double)samples / dt, (unsigned long long)fails,
+		       p50 * 1e3, p99 * 1e3, mx * 1e3);
+	}
 	free(a);
 	free(th);
 	curl_global_cleanup();
@@ -502,6 +551,7 @@ int main(int argc, char **argv)
 		{ "span", required_argument, NULL, 'p' },
 		{ "batch", required_argument, NULL, 'b' },
 		{ "node", required_argument, NULL, 'n' },
+		{ "interval", required_argument, NULL, 'i' },
 		{ 0 },
 	};
 	struct load_opts o = { .enc = "none", .agents = 4, .cpus = 16, .hz = 99, .nstacks = 3000,
@@ -535,6 +585,10 @@ int main(int argc, char **argv)
 			if (parse_duration_ns(optarg, &o.batch_ns))
 				return 2;
 			break;
+		case 'i':
+			if (parse_duration_ns(optarg, &o.pace_ns))
+				return 2;
+			break;
 		default:
 			return 2;
 		}
@@ -548,6 +602,7 @@ int main(int argc, char **argv)
 			"       batchgen load --url URL/api/v1/ingest [--agents N] [--cpus 16] [--hz 99]\n"
 			"                [--stacks 3000] [--seconds 20] [--start T] [--span DUR]\n"
 			"                [--batch 10s] [--encoding zstd] [--token T] [--node NAME]\n"
+			"                [--interval 10s]   (each agent pushes once per interval, kept-alive)\n"
 			"       (--node: all agents are that node, agent i covering the i-th --span)\n");
 	return 2;
 }
