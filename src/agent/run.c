@@ -649,10 +649,14 @@ out_stop_modules:
 	pusher__stop(c.pusher, mono_ns() + STOP_GRACE_NS);
 	metrics_http__stop(mh);
 	pusher__counts(c.pusher, &pc);
+	/* This run's samples and an earlier run's spooled ones apart, so that "X of Y" adds up. */
 	log_info("run: done: %" PRIu64 " of %" PRIu64 " samples delivered in %" PRIu64
-		 " batches, %" PRIu64 " rejected by the server, %" PRIu64 " dropped, %" PRIu64
-		 " batches left in the spool", pc.samples_pushed, pc.samples_submitted,
-		 pc.batches_pushed, pc.samples_rejected, pc.samples_dropped, pc.spool_files);
+		 " batches (%" PRIu64 " split after a 413), %" PRIu64 " rejected by the server, %"
+		 PRIu64 " dropped, %" PRIu64 " batches left in the spool; %" PRIu64
+		 " more samples from an earlier run's spool delivered",
+		 pc.samples_pushed - pc.samples_pushed_earlier, pc.samples_submitted,
+		 pc.batches_pushed, pc.batches_split, pc.samples_rejected, pc.samples_dropped,
+		 pc.spool_files, pc.samples_pushed_earlier);
 	signal_agent = NULL;
 	if (!o.spool_dir && spool__count(spool))
 		log_warn("run: %zu undelivered batches in the memory spool are lost "

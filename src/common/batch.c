@@ -1313,3 +1313,123 @@ void batch_time_bounds(const struct Gpuscope__V1__Batch *m, uint64_t *ret_min, u
 	*ret_min = lo;
 	*ret_max = hi;
 }
+
+/* ---- splitting (the agent's answer to 413) ------------------------------------------------ */
+
+/* Labels of a pairs array (string indexes) as struct label; n pairs. */
+static size_t split_labels(const Gpuscope__V1__Batch *m, const uint32_t *p, size_t n,
+			   struct label *out)
+{
+	for (size_t k = 0; k + 1 < n && k / 2 < BATCH_MAX_LABELS; k += 2)
+		out[k / 2] = (struct label){ m->strings[p[k]], m->strings[p[k + 1]] };
+	return (n / 2) < BATCH_MAX_LABELS ? n / 2 : BATCH_MAX_LABELS;
+}
+
+/* Stack `idx` of m added to b (cached per half in ids[], -1 until added). */
+static int64_t split_stack(const Gpuscope__V1__Batch *m, struct batch *b, int64_t *ids,
+			   uint32_t idx)
+{
+	const Gpuscope__V1__Stack *st = m->stacks[idx];
+	struct location fr[BATCH_MAX_DEPTH];
+
+	if (ids[idx] >= 0)
+		return ids[idx];
+	for (size_t k = 0; k < st->n_locations; k++) {
+		const Gpuscope__V1__Location *l = m->locations[st->locations[k]];
+
+		fr[k] = (struct location){ .function = m->strings[l->function],
+					   .module = m->strings[l->module],
+					   .build_id = m->strings[l->build_id],
+					   .file = m->strings[l->file],
+					   .line = l->line,
+					   .address = l->address,
+					   .kernel = l->kernel,
+					   .inlined = l->inlined };
+	}
+	ids[idx] = batch__stack(b, fr, st->n_locations);
+	return ids[idx];
+}
+
+int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct batch **ret_b)
+{
+	struct label labels[BATCH_MAX_LABELS], attrs[BATCH_MAX_LABELS];
+	struct batch *half[2] = { NULL, NULL };
+	int64_t *ids[2] = { NULL, NULL };
+	Gpuscope__V1__Batch *m;
+	size_t total = 0, r = 0;
+	char err[256];
+	int rc = 0;
+
+	m = batch_decode(raw, len, err, sizeof(err));
+	if (!m)
+		return errno == ENOMEM ? -ENOMEM : -EINVAL;
+	for (size_t i = 0; i < m->n_samples; i++)
+		total += m->samples[i]->n_stack;
+	for (size_t i = 0; i < m->n_series; i++)
+		total += m->series[i]->n_value;
+	total += m->n_intervals;
+	if (total < 2) {
+		rc = -E2BIG;
+		goto out;
+	}
+	for (int h = 0; h < 2; h++) {
+		half[h] = batch__new(m->strings[m->node]);
+		ids[h] = malloc((m->n_stacks ? m->n_stacks : 1) * sizeof(int64_t));
+		if (!half[h] || !ids[h]) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		memset(ids[h], 0xff, (m->n_stacks ? m->n_stacks : 1) * sizeof(int64_t));
+		batch__set_period(half[h], m->period_ns);
+	}
+	/* Records in wire order: the first half of them to half[0], the rest to half[1]. */
+	for (size_t i = 0; i < m->n_samples && !rc; i++) {
+		const Gpuscope__V1__SampleGroup *g = m->samples[i];
+		const Gpuscope__V1__LabelSet *ls = m->label_sets[g->label_set];
+		size_t nl = split_labels(m, ls->pairs, ls->n_pairs, labels);
+		uint64_t t = 0;
+
+		for (size_t k = 0; k < g->n_stack && !rc; k++, r++) {
+			int h = r >= total / 2;
+			int64_t sid = split_stack(m, half[h], ids[h], g->stack[k]);
+
+			t += (uint64_t)g->time_delta_ns[k];
+			rc = sid < 0 ? (int)sid :
+			     batch__sample(half[h], t, labels, nl, sid, (enum sample_kind)g->kind,
+					   g->n_value ? g->value[k] : 1);
+		}
+	}
+	for (size_t i = 0; i < m->n_series && !rc; i++) {
+		const Gpuscope__V1__MetricSeries *ms = m->series[i];
+		const Gpuscope__V1__LabelSet *ls = m->label_sets[ms->label_set];
+		size_t nl = split_labels(m, ls->pairs, ls->n_pairs, labels);
+		uint64_t t = 0;
+
+		for (size_t k = 0; k < ms->n_value && !rc; k++, r++) {
+			t += (uint64_t)ms->time_delta_ns[k];
+			rc = batch__metric(half[r >= total / 2], m->strings[ms->name], labels, nl, t,
+					   ms->value[k]);
+		}
+	}
+	for (size_t i = 0; i < m->n_intervals && !rc; i++, r++) {
+		const Gpuscope__V1__Interval *iv = m->intervals[i];
+		const Gpuscope__V1__LabelSet *ls = m->label_sets[iv->label_set];
+		size_t nl = split_labels(m, ls->pairs, ls->n_pairs, labels);
+		size_t na = split_labels(m, iv->attrs, iv->n_attrs, attrs);
+
+		rc = batch__interval(half[r >= total / 2], m->strings[iv->kind], labels, nl,
+				     iv->start_ns, iv->end_ns, attrs, na);
+	}
+	if (!rc) {
+		*ret_a = half[0];
+		*ret_b = half[1];
+		half[0] = half[1] = NULL;
+	}
+out:
+	batch__free(half[0]);
+	batch__free(half[1]);
+	free(ids[0]);
+	free(ids[1]);
+	batch_decode_free(m);
+	return rc;
+}

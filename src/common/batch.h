@@ -146,6 +146,15 @@ struct Gpuscope__V1__Batch *batch_decode_scanned(struct batch_scan *s, const uin
 						 size_t len, char *err, size_t errlen);
 void batch_decode_free(struct Gpuscope__V1__Batch *m);
 
+/*
+ * The agent's answer to a 413: splits an encoded (uncompressed) batch into two halves by
+ * record count (samples, then metric points, then intervals, in wire order), each rebuilt with
+ * only the strings, stacks and label sets it uses. 0 with *ret_a and *ret_b (free with
+ * batch__free()); -E2BIG when it holds fewer than 2 records; -EINVAL when it does not decode;
+ * -ENOMEM.
+ */
+int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct batch **ret_b);
+
 /* Earliest and latest time (Unix ns) of a decoded batch's samples, points and intervals;
  * *ret_min > *ret_max when it holds none. */
 void batch_time_bounds(const struct Gpuscope__V1__Batch *m, uint64_t *ret_min,

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Growable buffers, JSON escaping, zstd blobs and bounded gzip/zstd body decompression. */
+/* Growable buffers, JSON escaping and zstd blobs. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <zlib.h>
 #include <zstd.h>
 #include "common/util.h"
 #include "server/codec.h"
@@ -155,119 +154,3 @@ int zblob_unpack(const void *in, size_t len, size_t max, struct buf *b)
 	return 0;
 }
 
-static int gunzip(const uint8_t *in, size_t len, size_t max, struct buf *b, body_check_fn check,
-		  void *ctx)
-{
-	z_stream zs = { 0 };
-	int rc, err = 0;
-
-	/* 15 + 32: zlib or gzip header, detected. */
-	if (inflateInit2(&zs, 15 + 32) != Z_OK)
-		return -ENOMEM;
-	zs.next_in = (Bytef *)in;
-	zs.avail_in = (uInt)len;
-	for (;;) {
-		size_t room = b->len < max ? (max - b->len) : 0;
-		size_t chunk = room < 65536 ? room + 1 : 65536;	/* +1 detects "over max" */
-
-		if (!buf_reserve(b, chunk)) {
-			err = -ENOMEM;
-			break;
-		}
-		zs.next_out = b->p + b->len;
-		zs.avail_out = (uInt)chunk;
-		rc = inflate(&zs, Z_NO_FLUSH);
-		b->len += chunk - zs.avail_out;
-		if (b->len > max) {
-			err = -E2BIG;
-			break;
-		}
-		if (check && (err = check(ctx, b->p, b->len)))
-			break;
-		if (rc == Z_STREAM_END) {
-			if (zs.avail_in)
-				err = -EINVAL;	/* trailing garbage */
-			break;
-		}
-		if (rc != Z_OK) {
-			err = rc == Z_MEM_ERROR ? -ENOMEM : -EINVAL;
-			break;
-		}
-		if (!zs.avail_in && zs.avail_out) {
-			err = -EINVAL;	/* truncated */
-			break;
-		}
-	}
-	inflateEnd(&zs);
-	return err;
-}
-
-static int unzstd(const uint8_t *in, size_t len, size_t max, struct buf *b, body_check_fn check,
-		  void *ctx)
-{
-	ZSTD_DCtx *dc = ZSTD_createDCtx();
-	ZSTD_inBuffer ib = { in, len, 0 };
-	size_t rc = 1;
-	int err = 0;
-
-	if (!dc)
-		return -ENOMEM;
-	ZSTD_DCtx_setParameter(dc, ZSTD_d_windowLogMax, 27);
-	while (ib.pos < ib.size || rc != 0) {
-		size_t room = b->len < max ? (max - b->len) : 0;
-		size_t chunk = room < 131072 ? room + 1 : 131072;
-		ZSTD_outBuffer ob;
-
-		if (!buf_reserve(b, chunk)) {
-			err = -ENOMEM;
-			break;
-		}
-		ob = (ZSTD_outBuffer){ b->p + b->len, chunk, 0 };
-		rc = ZSTD_decompressStream(dc, &ob, &ib);
-		if (ZSTD_isError(rc)) {
-			err = -EINVAL;
-			break;
-		}
-		b->len += ob.pos;
-		if (b->len > max) {
-			err = -E2BIG;
-			break;
-		}
-		if (check && (err = check(ctx, b->p, b->len)))
-			break;
-		if (rc == 0 && ib.pos == ib.size)
-			break;
-		if (ib.pos == ib.size && ob.pos < chunk && rc != 0) {
-			err = -EINVAL;	/* truncated frame */
-			break;
-		}
-	}
-	ZSTD_freeDCtx(dc);
-	return err;
-}
-
-int body_decode(const char *encoding, const uint8_t *in, size_t len, size_t max,
-		body_check_fn check, void *ctx, uint8_t **out, size_t *out_len)
-{
-	struct buf b = { 0 };
-	int err;
-
-	*out = NULL;
-	*out_len = 0;
-	if (!encoding || !*encoding || !strcasecmp(encoding, "identity"))
-		return len > max ? -E2BIG : check ? check(ctx, in, len) : 0;
-	if (!strcasecmp(encoding, "gzip") || !strcasecmp(encoding, "x-gzip") ||
-	    !strcasecmp(encoding, "deflate"))
-		err = gunzip(in, len, max, &b, check, ctx);
-	else if (!strcasecmp(encoding, "zstd"))
-		err = unzstd(in, len, max, &b, check, ctx);
-	else
-		return -EPROTONOSUPPORT;
-	if (err) {
-		buf_done(&b);
-		return err;
-	}
-	*out = b.p ? b.p : malloc(1);
-	*out_len = b.len;
-	return *out ? 0 : -ENOMEM;
-}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Byte-level helpers of the server: a growable buffer, varints, zstd-compressed blobs, request
- * body decompression (gzip, zstd) with an output bound, and JSON string escaping.
+ * Byte-level helpers of the server: a growable buffer, varints, zstd-compressed blobs and JSON
+ * string escaping (request bodies are decompressed by common/compress.h).
  */
 #ifndef GPUSCOPE_CODEC_H
 #define GPUSCOPE_CODEC_H
@@ -86,22 +86,5 @@ static inline int64_t rd_svarint(struct rd *r)
 int zblob_pack(const uint8_t *in, size_t len, int level, uint8_t **out, size_t *out_len);
 /* Decompresses a zblob into b (appending); at most max bytes. 0 or -EINVAL/-E2BIG/-ENOMEM. */
 int zblob_unpack(const void *in, size_t len, size_t max, struct buf *b);
-
-/*
- * Called with the whole output so far after each decompressed chunk (once for an identity
- * body): returns 0 to go on, or -errno to stop decompressing with that error (so a bomb is
- * refused after a bounded amount of output, see batch_scan()).
- */
-typedef int (*body_check_fn)(void *ctx, const uint8_t *p, size_t len);
-
-/*
- * Decompresses a request body. encoding: NULL/"identity", "gzip" (or "deflate"), "zstd".
- * Output at most max bytes (-E2BIG beyond), -EINVAL for corrupt or truncated input,
- * -EPROTONOSUPPORT for an unknown encoding, or check's error. check may be NULL. On success
- * *out is malloc'ed (or NULL with *out_len 0 for an identity body, which the caller uses in
- * place).
- */
-int body_decode(const char *encoding, const uint8_t *in, size_t len, size_t max,
-		body_check_fn check, void *ctx, uint8_t **out, size_t *out_len);
 
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/batch.h"
+#include "common/compress.h"
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/prom.h"
@@ -364,8 +365,8 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	/* Memory for decoding stays proportional to what was sent: the scan refuses a bomb while
 	 * it is being decompressed, before protobuf-c allocates anything. */
 	batch_scan_init(&scan, BATCH_DECODE_BASE + (uint64_t)BATCH_DECODE_RATIO * r->body.len);
-	rc = body_decode(enc, r->body.p, r->body.len, h->o.max_body, scan_chunk, &scan, &raw,
-			 &raw_len);
+	rc = decompress_buf(enc, r->body.p, r->body.len, h->o.max_body, scan_chunk, &scan, &raw,
+			    &raw_len);
 	if (rc == -E2BIG && scan.why[0])
 		return reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", scan.why);
 	if (rc == -E2BIG)

@@ -56,8 +56,9 @@ def http(url, token=None, timeout=10):
 class Server:
     """gpuscope-server with its data in data_dir, on 127.0.0.1:port."""
 
-    def __init__(self, data_dir, port=None, token_file=None, log=None):
+    def __init__(self, data_dir, port=None, token_file=None, log=None, args=()):
         self.data_dir, self.port, self.token_file = data_dir, port or free_port(), token_file
+        self.args = list(args)
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = log or os.path.join(data_dir + "-server.log")
         self.p = None
@@ -66,6 +67,7 @@ class Server:
         argv = [SERVER, "--data", self.data_dir, "--listen", "127.0.0.1:%d" % self.port]
         if self.token_file:
             argv += ["--token-file", self.token_file]
+        argv += self.args
         self.p = subprocess.Popen(argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
         ok = wait_until(lambda: self.p.poll() is not None or
                         http(self.url + "/metrics")[0] != 0, timeout)
@@ -143,13 +145,16 @@ class Agent:
         return self.p.returncode
 
     def summary(self):
-        """Counts from the agent's last line: delivered, submitted, batches, rejected, dropped,
-        left in the spool."""
-        m = re.findall(r"run: done: (\d+) of (\d+) samples delivered in (\d+) batches, (\d+) "
-                       r"rejected by the server, (\d+) dropped, (\d+) batches left", self.read_log())
+        """Counts from the agent's last line: delivered (of this run's samples), submitted,
+        batches, split (413s), rejected, dropped, left in the spool, earlier (samples of an
+        earlier run's spool delivered)."""
+        m = re.findall(r"run: done: (\d+) of (\d+) samples delivered in (\d+) batches \((\d+) "
+                       r"split after a 413\), (\d+) rejected by the server, (\d+) dropped, (\d+) "
+                       r"batches left in the spool; (\d+) more samples", self.read_log())
         if not m:
             return None
-        k = ("delivered", "submitted", "batches", "rejected", "dropped", "spooled")
+        k = ("delivered", "submitted", "batches", "split", "rejected", "dropped", "spooled",
+             "earlier")
         return dict(zip(k, map(int, m[-1])))
 
 

@@ -316,5 +316,79 @@ static bool test_batch_threads(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
+/* batch_split: halves by record count, each self-contained, nothing lost or duplicated. */
+static bool test_batch_split(void)
+{
+	struct batch *b = batch__new("n1"), *h[2] = { NULL, NULL };
+	struct label l1[] = { { "pid", "1" }, { "comm", "a" } }, at[] = { { "state", "R" } };
+	Gpuscope__V1__Batch *m[2] = { NULL, NULL };
+	uint8_t *buf = NULL;
+	size_t len = 0, samples = 0, points = 0, ivs = 0;
+	int64_t sa = batch__stack(b, frames_a, 3), sk = batch__stack(b, frames_k, 2);
+	uint64_t tsum = 0, want = 0;
+	bool ok = false;
+
+	for (int i = 0; i < 10; i++) {
+		batch__sample(b, 1000 + i, l1, 2, i % 2 ? sa : sk, SAMPLE_CPU, 1);
+		want += 1000 + i;
+	}
+	for (int i = 0; i < 4; i++)
+		batch__metric(b, "gpu_util", l1, 1, 5000 + i, i);
+	for (int i = 0; i < 3; i++)
+		batch__interval(b, "thread_state", l1, 2, 7000 + i, 7100 + i, at, 1);
+	batch__set_period(b, 1234);
+	if (!ASSERT_EQ(batch__encode(b, &buf, &len), 0, "encode") ||
+	    !ASSERT_EQ(batch_split(buf, len, &h[0], &h[1]), 0, "split"))
+		goto out;
+	for (int k = 0; k < 2; k++) {
+		m[k] = roundtrip(h[k]);
+		if (!ASSERT_TRUE(m[k], "half decodes"))
+			goto out;
+		CHECK(ASSERT_STREQ(str(m[k], m[k]->node), "n1", "node") &&
+		      ASSERT_EQ(m[k]->period_ns, 1234, "period"));
+		for (size_t i = 0; i < m[k]->n_samples; i++) {
+			uint64_t t = 0;
+
+			for (size_t j = 0; j < m[k]->samples[i]->n_stack; j++) {
+				t += (uint64_t)m[k]->samples[i]->time_delta_ns[j];
+				tsum += t;
+				samples++;
+			}
+		}
+		for (size_t i = 0; i < m[k]->n_series; i++)
+			points += m[k]->series[i]->n_value;
+		ivs += m[k]->n_intervals;
+	}
+	/* 17 records: 8 to the first half (10 samples... first 8), the rest to the second. */
+	ok = ASSERT_EQ(samples, 10, "samples") && ASSERT_EQ(tsum, want, "sample times") &&
+	     ASSERT_EQ(points, 4, "points") && ASSERT_EQ(ivs, 3, "intervals") &&
+	     ASSERT_EQ(m[0]->n_series + m[0]->n_intervals, 0, "first half: samples only") &&
+	     ASSERT_EQ(m[0]->n_stacks, 2, "first half: only its stacks");
+out:
+	batch_decode_free(m[0]);
+	batch_decode_free(m[1]);
+	batch__free(h[0]);
+	batch__free(h[1]);
+	free(buf);
+	batch__free(b);
+	return ok;
+}
+
+static bool test_batch_split_single(void)
+{
+	struct batch *b = batch__new("n1"), *h[2] = { NULL, NULL };
+	struct label l1[] = { { "pid", "1" } };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	bool ok;
+
+	batch__metric(b, "x", l1, 1, 5, 1);
+	ok = ASSERT_EQ(batch__encode(b, &buf, &len), 0, "encode") &&
+	     ASSERT_EQ(batch_split(buf, len, &h[0], &h[1]), -E2BIG, "one record cannot split");
+	free(buf);
+	batch__free(b);
+	return ok;
+}
+
+TEST_MAIN(T(test_batch_split), T(test_batch_split_single), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
 	  T(test_batch_kind_names), T(test_batch_decode_refuses), T(test_batch_threads))

@@ -2,6 +2,7 @@
 /* Spool: FIFO order, byte bound with oldest-first drops counted, crash-safe reopen, memory mode. */
 #include <dirent.h>
 #include <errno.h>
+#include <sys/mount.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -172,5 +173,49 @@ static bool test_spool_unwritable_dir(void)
 	return ASSERT_TRUE(!s, "open fails") && ASSERT_TRUE(errno != 0, "errno set");
 }
 
-TEST_MAIN(T(test_spool_disk_fifo_and_reopen), T(test_spool_bound_drops_oldest),
+/* A full disk drops the oldest batches, as the byte bound does (a small tmpfs; root only). */
+static bool test_spool_disk_full_drops_oldest(void)
+{
+	char *dir = tmpdir();
+	struct spool *s = NULL;
+	struct spool_stats st;
+	uint8_t buf[40000];
+	bool ok = false, mounted = false;
+	int err = 0, n = 0;
+
+	if (!ASSERT_TRUE(dir, "mkdtemp"))
+		return false;
+	if (geteuid() || mount("tmpfs", dir, "tmpfs", 0, "size=256k")) {
+		printf("  (skipped: needs root to mount a small tmpfs)\n");
+		ok = true;
+		goto out;
+	}
+	mounted = true;
+	s = spool__open(dir, 1 << 30);	/* the bound is far: only the disk limits */
+	if (!ASSERT_TRUE(s, "open"))
+		goto out;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7);
+	for (n = 1; n <= 20 && !err; n++) {
+		buf[0] = (uint8_t)n;
+		err = spool__put(s, buf, sizeof(buf), COMPRESS_ZSTD, (uint64_t)n);
+	}
+	spool__stats(s, &st);
+	if (!ASSERT_EQ(err, 0, "every put queued (the oldest made room)") ||
+	    !ASSERT_TRUE(st.disk_full_drops > 0, "some dropped for the full disk") ||
+	    !ASSERT_EQ(st.dropped_batches, st.disk_full_drops, "all drops were full-disk drops") ||
+	    !ASSERT_EQ(st.files + st.dropped_batches, 20, "kept + dropped = put"))
+		goto out;
+	/* The newest survive: the queue holds exactly the last st.files batches. */
+	ok = expect_fifo(s, (int)(20 - st.files + 1), (int)st.files, sizeof(buf));
+out:
+	spool__free(s);
+	if (mounted)
+		umount2(dir, MNT_DETACH);
+	rmrf(dir);
+	free(dir);
+	return ok;
+}
+
+TEST_MAIN(T(test_spool_disk_full_drops_oldest), T(test_spool_disk_fifo_and_reopen), T(test_spool_bound_drops_oldest),
 	  T(test_spool_memory), T(test_spool_unwritable_dir))

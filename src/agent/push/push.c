@@ -20,13 +20,18 @@
 #define QUEUE_MAX	16		/* pending batches between the main loop and this thread */
 #define BODY_MAX	1024		/* bytes of a server answer kept for the log */
 
-enum post_result { POST_OK, POST_REJECTED, POST_FAILED };
+enum post_result { POST_OK, POST_REJECTED, POST_TOO_LARGE, POST_FAILED };
+
+/* Halvings of one batch at most (2^12 pieces) before a 413 is taken as final. */
+#define SPLIT_DEPTH_MAX 12
 
 /* Counters, updated with __atomic builtins: written by the push thread, read by /metrics. */
 struct counters {
 	uint64_t batches_submitted, samples_submitted;
 	uint64_t batches_pushed, samples_pushed, bytes_pushed, raw_bytes_pushed;
 	uint64_t batches_rejected, samples_rejected;
+	uint64_t batches_split;		/* 413 answers that made us send a batch in halves */
+	uint64_t samples_pushed_earlier;	/* of samples_pushed: from an earlier run's spool */
 	uint64_t push_failures, batches_spooled;
 	uint64_t queue_dropped_batches, queue_dropped_samples;
 	uint64_t encode_errors, encode_error_samples, encode_cpu_ns;
@@ -54,6 +59,8 @@ struct pusher {
 	uint64_t next_retry_ns;
 	bool down;
 	unsigned rand_state;
+	uint64_t inherited_left;	/* spool entries an earlier run left, not handled yet */
+	uint64_t spool_dropped_seen;	/* the spool's dropped_batches when last looked at */
 	struct counters c;
 };
 
@@ -175,6 +182,9 @@ static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 	curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status >= 200 && status < 300) {
 		r = POST_OK;
+	} else if (status == 413) {
+		snprintf(why, whylen, "HTTP 413: %s", one_line(&ans));
+		r = POST_TOO_LARGE;
 	} else if (status >= 400 && status < 500 && status != 401 && status != 403 &&
 		   status != 408 && status != 429) {
 		snprintf(why, whylen, "HTTP %ld: %s", status, one_line(&ans));
@@ -246,6 +256,86 @@ static void to_spool(struct pusher *p, const uint8_t *data, size_t len, uint64_t
 			 nsamples, strerror(-err));
 }
 
+/*
+ * After a 413: decompresses the batch, splits it in two (batch_split) and sends each half,
+ * splitting again while the server still says 413. A half the server cannot take alone (one
+ * record, or SPLIT_DEPTH_MAX halvings) is rejected and counted; a half that meets a network
+ * failure goes to the spool. Nothing is dropped silently.
+ */
+static void send_split(struct pusher *p, const uint8_t *data, size_t len, enum compression enc,
+		       uint64_t nsamples, unsigned depth, const char *why413)
+{
+	struct batch *half[2] = { NULL, NULL };
+	uint8_t *raw = NULL;
+	size_t raw_len = 0;
+	int err;
+
+	err = decompress_buf(compression_name(enc), data, len, (size_t)1 << 31, NULL, NULL, &raw,
+			     &raw_len);
+	if (!err)
+		err = depth >= SPLIT_DEPTH_MAX ? -E2BIG :
+		      batch_split(raw ? raw : data, raw ? raw_len : len, &half[0], &half[1]);
+	free(raw);
+	if (err) {
+		note_rejected(p, nsamples, err == -E2BIG ? why413 : "413, and the batch does not split");
+		return;
+	}
+	INC(p, batches_split, 1);
+	log_info("push: server answered 413 for a batch of %" PRIu64 " samples; sending it in "
+		 "halves (%s)", nsamples, why413);
+	for (int h = 0; h < 2; h++) {
+		char why[BODY_MAX + 64];
+		uint64_t n = batch__nsamples(half[h]);
+		uint8_t *z = NULL;
+		size_t zlen = 0, rlen = 0;
+
+		err = push_encode(half[h], p->o.compression, &z, &zlen, &rlen);
+		batch__free(half[h]);
+		half[h] = NULL;
+		if (err) {
+			INC(p, encode_errors, 1);
+			INC(p, encode_error_samples, n);
+			log_error("push: encoding half of a split batch: %s (dropped, counted)",
+				  strerror(-err));
+			continue;
+		}
+		switch (post(p, z, zlen, p->o.compression, why, sizeof(why))) {
+		case POST_OK:
+			note_ok(p, zlen, rlen, n);
+			break;
+		case POST_REJECTED:
+			note_rejected(p, n, why);
+			break;
+		case POST_TOO_LARGE:
+			send_split(p, z, zlen, p->o.compression, n, depth + 1, why);
+			break;
+		case POST_FAILED:
+			note_failure(p, why);
+			to_spool(p, z, zlen, n);
+			break;
+		}
+		free(z);
+	}
+}
+
+/* Spool entries an earlier run left are the oldest: the first ones handled or dropped. */
+static bool take_inherited(struct pusher *p)
+{
+	struct spool_stats st;
+	uint64_t d;
+
+	if (!p->inherited_left)
+		return false;
+	spool__stats(p->spool, &st);
+	d = st.dropped_batches - p->spool_dropped_seen;
+	p->spool_dropped_seen = st.dropped_batches;
+	p->inherited_left -= d < p->inherited_left ? d : p->inherited_left;
+	if (!p->inherited_left)
+		return false;
+	p->inherited_left--;
+	return true;
+}
+
 /* Sends spooled batches oldest-first until the spool is empty, a send fails or the deadline. */
 static void drain(struct pusher *p, uint64_t deadline_ns)
 {
@@ -269,11 +359,19 @@ static void drain(struct pusher *p, uint64_t deadline_ns)
 		switch (post(p, data, len, enc, why, sizeof(why))) {
 		case POST_OK:
 			note_ok(p, len, 0, nsamples);
+			if (take_inherited(p))
+				INC(p, samples_pushed_earlier, nsamples);
 			spool__pop(p->spool);
 			break;
 		case POST_REJECTED:
 			note_rejected(p, nsamples, why);
+			take_inherited(p);
 			spool__pop(p->spool);
+			break;
+		case POST_TOO_LARGE:
+			take_inherited(p);
+			spool__pop(p->spool);	/* its halves are delivered or spooled anew */
+			send_split(p, data, len, enc, nsamples, 0, why);
 			break;
 		case POST_FAILED:
 			note_failure(p, why);
@@ -313,6 +411,9 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 		break;
 	case POST_REJECTED:
 		note_rejected(p, nsamples, why);
+		break;
+	case POST_TOO_LARGE:
+		send_split(p, data, len, p->o.compression, nsamples, 0, why);
 		break;
 	case POST_FAILED:
 		note_failure(p, why);
@@ -392,6 +493,13 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 	if (!p->o.timeout_ns)
 		p->o.timeout_ns = 10 * NSEC_PER_SEC;
 	p->spool = spool;
+	{
+		struct spool_stats st;
+
+		spool__stats(spool, &st);
+		p->inherited_left = st.files;
+		p->spool_dropped_seen = st.dropped_batches;
+	}
 	p->rand_state = (unsigned)(wall_ns() ^ (uint64_t)getpid());
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_init(&ca);
@@ -513,6 +621,8 @@ void pusher__counts(struct pusher *p, struct push_counts *ret)
 		.samples_pushed = GET(p, samples_pushed),
 		.batches_rejected = GET(p, batches_rejected),
 		.samples_rejected = GET(p, samples_rejected),
+		.samples_pushed_earlier = GET(p, samples_pushed_earlier),
+		.batches_split = GET(p, batches_split),
 		.samples_dropped = GET(p, queue_dropped_samples) + GET(p, encode_error_samples) +
 				   st.dropped_samples,
 		.spool_files = st.files,
@@ -554,6 +664,12 @@ void pusher__metrics(struct pusher *p, FILE *out)
 	       GET(p, batches_rejected));
 	metric(out, "gpuscope_agent_samples_rejected_total", "counter",
 	       "Stack samples in batches the server refused.", GET(p, samples_rejected));
+	metric(out, "gpuscope_agent_batches_split_total", "counter",
+	       "Batches the server found too large (413), sent again in halves.",
+	       GET(p, batches_split));
+	metric(out, "gpuscope_agent_spool_disk_full_drops_total", "counter",
+	       "Oldest spooled batches dropped because the spool's disk was full.",
+	       st.disk_full_drops);
 	metric(out, "gpuscope_agent_batches_spooled_total", "counter",
 	       "Batches written to the spool while the server was unreachable.",
 	       GET(p, batches_spooled));

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "agent/push/compress.h"
+#include "common/compress.h"
 
 struct batch;
 struct spool;
@@ -56,6 +56,8 @@ struct push_counts {
 	uint64_t batches_rejected, samples_rejected;	/* refused with a 4xx, dropped */
 	uint64_t samples_dropped;	/* push queue overflow, spool bound, encode errors */
 	uint64_t spool_files, spool_samples_dropped;
+	uint64_t samples_pushed_earlier;	/* of samples_pushed: an earlier run's spool */
+	uint64_t batches_split;			/* 413s answered by sending halves */
 };
 void pusher__counts(struct pusher *p, struct push_counts *ret);
 

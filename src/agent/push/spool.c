@@ -259,7 +259,14 @@ int spool__put(struct spool *s, const uint8_t *data, size_t len, enum compressio
 		drop_oldest_locked(s);
 	e.seq = s->next_seq++;
 	if (s->dir) {
-		err = write_file(s, &e, data, len);
+		/* A full disk drops the oldest batches too, as the byte bound does: one policy,
+		 * the newest data is what an operator wants after an outage. */
+		while ((err = write_file(s, &e, data, len)) == -ENOSPC || err == -EDQUOT) {
+			if (s->head == s->len)
+				break;
+			s->st.disk_full_drops++;
+			drop_oldest_locked(s);
+		}
 	} else {
 		e.data = malloc(len ? len : 1);
 		err = e.data ? 0 : -ENOMEM;

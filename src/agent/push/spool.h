@@ -3,14 +3,15 @@
  * The agent's bounded outage queue: compressed batches the server has not acknowledged yet,
  * oldest first. On disk (one fsync'd file per batch, written under a temporary name then
  * renamed, so a crash never leaves a half batch) or, without --spool-dir, in memory. Past the
- * byte bound the oldest batches are dropped and counted. Thread-safe (one mutex).
+ * byte bound, or when the disk is full, the oldest batches are dropped and counted (one drop
+ * policy for both). Thread-safe (one mutex).
  */
 #ifndef GPUSCOPE_AGENT_SPOOL_H
 #define GPUSCOPE_AGENT_SPOOL_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "agent/push/compress.h"
+#include "common/compress.h"
 
 struct spool;
 
@@ -18,6 +19,7 @@ struct spool_stats {
 	uint64_t files, bytes;			/* queued now */
 	uint64_t dropped_batches, dropped_samples, dropped_bytes;	/* oldest dropped past the bound */
 	uint64_t write_errors;			/* disk writes that failed (batch dropped, counted) */
+	uint64_t disk_full_drops;		/* of dropped_batches: oldest dropped for a full disk */
 };
 
 /*
@@ -30,7 +32,8 @@ void spool__free(struct spool *s);
 
 /*
  * Appends one compressed batch holding nsamples stack samples (copied). Drops the oldest
- * batches while over the bound; a batch larger than the whole bound is dropped itself.
+ * batches while over the bound or while the disk is full (ENOSPC, EDQUOT); a batch larger than
+ * the whole bound, or one that fits no disk space at all, is dropped itself.
  * Returns 0 when queued, -E2BIG when dropped for size, or -errno on a write error (counted).
  */
 int spool__put(struct spool *s, const uint8_t *data, size_t len, enum compression enc,
