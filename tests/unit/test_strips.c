@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "test.h"
+#include "agent/unwind/unwind.h"
 #include "strips_testlib.h"
 #include "agent/bpfutil.h"
 #include "agent/agent.h"
@@ -107,6 +108,7 @@ static void agent_done(struct agent *a)
 {
 	batch__free(a->batch);
 	stack_cache__free(a->stacks);
+	unwinder__free(a->unwind);
 	symbolizer__free(a->sym);
 }
 
@@ -633,5 +635,55 @@ out:
 	return ok;
 }
 
+/*
+ * A frame-pointer program waiting in pthread_cond_wait (glibc without frame pointers): the
+ * off-CPU stack goes through glibc by its unwind tables and reaches the function that waits.
+ */
+static bool test_strips_offcpu_cond_wait(void)
+{
+	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	int gofd = -1, status, blocked = 0, full = 0;
+	bool ok = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	go(gofd);
+	status = run_until_exit(&a, &sched_module, pid, 10000);
+	sched_module.stop(&a);
+	if (!ASSERT_EQ(status, 0, "workload exit status") ||
+	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+
+		if (strcmp(r->thread, "waiter") || r->stack < 0 ||
+		    !(r->sample ? !strcmp(r->kind, "offcpu_ns") : !strcmp(r->state, "blocked")))
+			continue;
+		blocked++;
+		if (strstr(r->frames, "run_waiter;wait_for_work;pthread_cond_wait"))
+			full++;
+		else if (blocked - full <= 3)
+			fprintf(stderr, "  waiter blocked without its caller: [%s]\n", r->frames);
+	}
+	fprintf(stderr, "  %d of %d blocked records of the waiter reach run_waiter;wait_for_work\n",
+		full, blocked);
+	ok = ASSERT_TRUE(blocked >= 10, "the waiter blocked") &&
+	     ASSERT_TRUE(full * 10 >= blocked * 9, "90 % of its off-CPU stacks name the waiting function");
+out:
+	free(rs.r);
+	agent_done(&a);
+	return ok;
+}
+
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
-	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn))
+	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait))

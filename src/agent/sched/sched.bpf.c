@@ -13,6 +13,7 @@
 #include <bpf/bpf_core_read.h>
 #include "agent/gpuscope.bpf.h"
 #include "common/abi_strips.h"
+#include "agent/unwind/unwind.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -23,6 +24,7 @@ const volatile bool track_all = false;		/* every process, not only `tracked` tgi
 const volatile __u64 min_interval_ns = 1000000;	/* shorter intervals go into summaries */
 const volatile __u64 max_summary_ns = 20000000;	/* a summary is flushed once it spans this */
 const volatile bool want_stacks = true;
+const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind_stacks ids) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -248,7 +250,15 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					t->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
 					if (t->kstack_id < 0)
 						count_err(GPUSCOPE_SERR_KSTACK);
-					if (prev->mm) {
+					if (prev->mm && use_unwinder) {
+						/* prev is current: its saved user registers */
+						struct uwalk st;
+
+						t->ustack_id = unwind_init_task(&st) ?
+								       unwind_stackid(&st) : -1;
+						if (t->ustack_id < 0)
+							count_err(GPUSCOPE_SERR_USTACK);
+					} else if (prev->mm) {
 						t->ustack_id = bpf_get_stackid(ctx, &stacks,
 									       BPF_F_USER_STACK);
 						if (t->ustack_id < 0)

@@ -26,6 +26,7 @@
 #include "sched.skel.h"
 
 #include "agent/sym/stacks.h"
+#include "agent/unwind/unwind.h"
 #include "agent/sym/symbolize.h"
 
 #define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
@@ -35,6 +36,7 @@ struct sched_state {
 	struct sched_bpf *skel;
 	struct ring_buffer *rb;
 	struct agent *a;
+	struct unwinder *uw;		/* user stacks from unwind_stacks; NULL: from `stacks` */
 	uint64_t next_stackmap_check_ns;
 	/* counters for /metrics */
 	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
@@ -56,6 +58,8 @@ static void on_tracked(pid_t pid, bool tracked, void *ctx)
 	/* read its maps while it lives: stacks of a short-lived process resolve after its exit */
 	if (tracked && s->a->sym)
 		symbolizer__pid_seen(s->a->sym, pid);
+	if (tracked && s->uw)	/* its unwind tables before its first blocked stack */
+		unwinder__add_pid(s->uw, pid);
 	if (tracked)
 		err = bpf_map_update_elem(bpf_map__fd(s->skel->maps.tracked), &key, &one, BPF_ANY);
 	else
@@ -83,7 +87,8 @@ static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32
 {
 	static __u64 kf[GPUSCOPE_MAX_STACK], uf[GPUSCOPE_MAX_STACK];
 	int fd = bpf_map__fd(s->skel->maps.stacks);
-	int nk = read_stack(fd, kid, kf), nu = read_stack(fd, uid, uf);
+	int nk = read_stack(fd, kid, kf);
+	int nu = s->uw ? unwinder__read_stack(s->uw, uid, uf) : read_stack(fd, uid, uf);
 	int64_t id = -1;
 
 	*ret_reason = blocked__classify(kf, nk, sys, cuda_sync);
@@ -292,6 +297,13 @@ static int sched_start(struct agent *a)
 	if (!skel)
 		return -errno;
 	skel->rodata->track_all = a->opts.all_processes;
+	S.uw = agent__unwinder(a);
+	if (S.uw) {
+		err = unwinder__prepare(S.uw, skel->obj);
+		if (err)
+			goto out_destroy;
+		skel->rodata->use_unwinder = true;
+	}
 	/* needs tracefs; without it procs.c finds new GPU processes by its periodic scans */
 	bpf_program__set_autoattach(skel->progs.on_openat, false);
 	err = sched_bpf__load(skel);

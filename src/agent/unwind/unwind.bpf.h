@@ -16,6 +16,8 @@
 #include "agent/unwind/frames.h"
 #include "agent/unwind/unwind_maps.h"
 
+#define UNWIND_EEXIST		17
+#define UNWIND_ENOSPC		28
 #define UNWIND_PY_ACTIVATIONS	16	/* interpreter activations spliced per stack */
 #define UNWIND_PF_KTHREAD	0x00200000
 
@@ -56,9 +58,17 @@ struct {
 	__type(value, __u64);
 } unwind_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, UNWIND_MAX_STACKS);
+	__type(key, __u32);
+	__type(value, struct unwind_stack);
+} unwind_stacks SEC(".maps");
+
 struct unwind_scratch {
 	__u32 depth, _pad;
-	__u64 frames[UNWIND_SLOTS][GPUSCOPE_MAX_STACK];
+	__u64 frames[UNWIND_SLOTS][1 + GPUSCOPE_MAX_STACK];	/* [0]: unwind_stacks header */
 };
 
 struct {
@@ -117,7 +127,7 @@ static __always_inline bool unwind_push(struct uwalk *st, __u64 word)
 	s = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!s || slot >= UNWIND_SLOTS)
 		return false;
-	s->frames[slot][n] = word;
+	s->frames[slot][1 + n] = word;
 	st->n = n + 1;
 	return true;
 }
@@ -421,11 +431,12 @@ static __always_inline bool unwind_init_task(struct uwalk *st)
 }
 
 /*
- * Walks the user stack from st's registers into frames (GPUSCOPE_MAX_STACK words): native
- * frames innermost first, Python frames spliced in, one GPUSCOPE_FRAME_TRUNCATED word last when
- * cut short. Returns the number of words, or -1 when no scratch slot was free (counted).
+ * Walks the user stack from st's registers into a scratch slot: native frames innermost first,
+ * Python frames spliced in, one GPUSCOPE_FRAME_TRUNCATED word last when cut short. Returns
+ * the scratch (words at frames[st->slot][1 .. st->n]; release with unwind_release()), or NULL
+ * when no slot was free (counted).
  */
-static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
+static __always_inline struct unwind_scratch *unwind_take(struct uwalk *st)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_scratch *s;
@@ -434,12 +445,12 @@ static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
 
 	s = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!s)
-		return -1;
+		return NULL;
 	slot = __sync_fetch_and_add(&s->depth, 1);
 	if (slot >= UNWIND_SLOTS) {
 		__sync_fetch_and_add(&s->depth, -1);
 		unwind_count(UNWIND_ST_NESTED);
-		return -1;
+		return NULL;
 	}
 	st->slot = slot;
 	st->mm = (__u64)task->mm;
@@ -454,20 +465,85 @@ static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
 	uwalk_run(st);
 	if (!st->done && !st->reason)
 		unwind_stop(st, GPUSCOPE_TRUNC_DEPTH);
+	n = st->n;
 	if (st->reason) {
 		unwind_count(UNWIND_ST_TRUNC_BASE + (st->reason & 15));
-		n = st->n;
 		if (n < GPUSCOPE_MAX_STACK && slot < UNWIND_SLOTS)
-			s->frames[slot][n] = GPUSCOPE_FRAME_TRUNCATED | st->reason;
-		st->n = n + 1;
+			s->frames[slot][1 + n] = GPUSCOPE_FRAME_TRUNCATED | st->reason;
+		n++;
 	}
+	st->n = n > GPUSCOPE_MAX_STACK ? GPUSCOPE_MAX_STACK : n;
+	return s;
+}
+
+static __always_inline void unwind_release(struct unwind_scratch *s)
+{
+	__sync_fetch_and_add(&s->depth, -1);
+}
+
+/*
+ * Walks into frames (room for GPUSCOPE_MAX_STACK words). Returns the number of words, or -1
+ * when no scratch slot was free (counted).
+ */
+static __always_inline int unwind_walk(struct uwalk *st, __u64 *frames)
+{
+	struct unwind_scratch *s = unwind_take(st);
+	__u32 n, slot;
+
+	if (!s)
+		return -1;
 	n = st->n;
+	slot = st->slot;
 	if (n > GPUSCOPE_MAX_STACK)
 		n = GPUSCOPE_MAX_STACK;
 	if (slot < UNWIND_SLOTS)
-		bpf_probe_read_kernel(frames, n * sizeof(__u64), s->frames[slot]);
-	__sync_fetch_and_add(&s->depth, -1);
+		bpf_probe_read_kernel(frames, n * sizeof(__u64), &s->frames[slot][1]);
+	unwind_release(s);
 	return n;
+}
+
+/*
+ * Walks and keeps the stack in unwind_stacks under an id derived from its words (the same
+ * stack always gets the same id), for programs that aggregate by stack or report it later
+ * (off-CPU, CUDA calls). Returns the id (>= 0) or -errno: -ENOSPC no scratch slot or the map
+ * is full, -EEXIST another stack holds the id (counted). Read with unwinder__read_stack().
+ */
+static __always_inline __s32 unwind_stackid(struct uwalk *st)
+{
+	struct unwind_scratch *s = unwind_take(st);
+	__u64 h = 0xcbf29ce484222325ULL, *old;
+	__u32 n, slot, id;
+	__s32 ret;
+
+	if (!s)
+		return -UNWIND_ENOSPC;
+	n = st->n;
+	slot = st->slot;
+	if (slot >= UNWIND_SLOTS) {
+		unwind_release(s);
+		return -UNWIND_ENOSPC;
+	}
+	for (__u32 i = 0; i < GPUSCOPE_MAX_STACK; i++) {
+		if (i >= n)
+			break;
+		h = (h ^ s->frames[slot][1 + i]) * 0x100000001b3ULL;
+	}
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	s->frames[slot][0] = (h & ~0xffULL) | n;	/* header: hash and word count */
+	id = (__u32)(h >> 33) & 0x7fffffff;
+	old = bpf_map_lookup_elem(&unwind_stacks, &id);
+	if (old) {
+		ret = *old == s->frames[slot][0] ? (__s32)id : -UNWIND_EEXIST;
+	} else {
+		ret = bpf_map_update_elem(&unwind_stacks, &id, s->frames[slot], BPF_NOEXIST);
+		ret = ret && ret != -UNWIND_EEXIST ? -UNWIND_ENOSPC : (__s32)id;
+	}
+	if (ret < 0)
+		unwind_count(ret == -UNWIND_EEXIST ? UNWIND_ST_STACK_COLLISION : UNWIND_ST_STACK_FULL);
+	unwind_release(s);
+	return ret;
 }
 
 #endif

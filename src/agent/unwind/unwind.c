@@ -66,7 +66,8 @@ struct proc_ent {
 };
 
 struct unwinder {
-	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd;
+	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd, stacks_fd;
+	uint64_t last_stacks_check_ns;
 	struct unwinder_opts opts;
 	pthread_t thread;
 	bool thread_started;
@@ -425,6 +426,30 @@ static void drain(struct unwinder *u)
 	u->pending = 0;
 }
 
+/*
+ * unwind_stacks only grows (an id stays while its stack may still be reported): clear it when
+ * nearly full. Stacks of threads blocked right now are lost then (their producers count it).
+ */
+static void check_stacks(struct unwinder *u)
+{
+	uint32_t key, next, n = 0;
+	bool first = true;
+
+	while (!bpf_map_get_next_key(u->stacks_fd, first ? NULL : &key, &next)) {
+		first = false;
+		key = next;
+		n++;
+	}
+	if (n < UNWIND_MAX_STACKS * 3 / 4)
+		return;
+	first = true;
+	while (!bpf_map_get_next_key(u->stacks_fd, NULL, &next))
+		bpf_map_delete_elem(u->stacks_fd, &next);
+	pthread_mutex_lock(&u->lock);
+	u->st.stack_clears++;
+	pthread_mutex_unlock(&u->lock);
+}
+
 static void *worker(void *arg)
 {
 	struct unwinder *u = arg;
@@ -435,6 +460,10 @@ static void *worker(void *arg)
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
 			sweep(u);
 			u->last_sweep_ns = mono_ns();
+		}
+		if (mono_ns() - u->last_stacks_check_ns > NSEC_PER_SEC) {
+			check_stacks(u);
+			u->last_stacks_check_ns = mono_ns();
 		}
 		nanosleep(&ts, NULL);
 	}
@@ -455,6 +484,7 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 	if (!u)
 		return NULL;
 	u->tables_fd = u->procs_fd = u->want_fd = u->stats_fd = u->scratch_fd = u->template_fd = -1;
+	u->stacks_fd = -1;
 	u->opts.budget_bytes = opts && opts->budget_bytes ? opts->budget_bytes : 256ULL << 20;
 	u->opts.poll_ms = opts && opts->poll_ms ? opts->poll_ms : 20;
 	u->st.budget_bytes = u->opts.budget_bytes;
@@ -482,8 +512,10 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 				     NULL);
 	u->scratch_fd = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "unwind_scratch", 4,
 				       UNWIND_SCRATCH_BYTES(GPUSCOPE_MAX_STACK), 1, NULL);
+	u->stacks_fd = bpf_map_create(BPF_MAP_TYPE_HASH, "unwind_stacks", 4,
+				      sizeof(struct unwind_stack), UNWIND_MAX_STACKS, &noprealloc);
 	if (u->tables_fd < 0 || u->procs_fd < 0 || u->want_fd < 0 || u->stats_fd < 0 ||
-	    u->scratch_fd < 0) {
+	    u->scratch_fd < 0 || u->stacks_fd < 0) {
 		err = -errno;
 		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
 		goto out_free;
@@ -529,7 +561,7 @@ void unwinder__free(struct unwinder *u)
 		}
 	}
 	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd,
-		      u->template_fd };
+		      u->template_fd, u->stacks_fd };
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -541,8 +573,9 @@ void unwinder__free(struct unwinder *u)
 int unwinder__prepare(struct unwinder *u, struct bpf_object *obj)
 {
 	static const char *names[] = { "unwind_tables", "unwind_procs", "unwind_want",
-				       "unwind_stats", "unwind_scratch" };
-	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd };
+				       "unwind_stats", "unwind_scratch", "unwind_stacks" };
+	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd,
+		      u->stacks_fd };
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		struct bpf_map *m = bpf_object__find_map_by_name(obj, names[i]);
@@ -563,6 +596,20 @@ int unwinder__add_pid(struct unwinder *u, int pid)
 	uint64_t mm = 0;
 
 	return bpf_map_update_elem(u->want_fd, &key, &mm, BPF_ANY) ? -errno : 0;
+}
+
+int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames)
+{
+	struct unwind_stack st;
+	uint32_t key = (uint32_t)id, n;
+
+	if (id < 0 || bpf_map_lookup_elem(u->stacks_fd, &key, &st))
+		return 0;
+	n = st.words[0] & 0xff;
+	if (n > GPUSCOPE_MAX_STACK)
+		n = GPUSCOPE_MAX_STACK;
+	memcpy(frames, st.words + 1, n * sizeof(*frames));
+	return (int)n;
 }
 
 void unwinder__settle(struct unwinder *u, unsigned timeout_ms)
@@ -589,6 +636,8 @@ void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
 	ret->no_proc = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_PROC);
 	ret->no_table = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_TABLE);
 	ret->nested = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NESTED);
+	ret->stack_full = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_FULL);
+	ret->stack_collisions = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_COLLISION);
 	for (int i = 0; i < 16; i++)
 		ret->truncated[i] = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TRUNC_BASE + i);
 }
@@ -635,6 +684,13 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 	prom_sample1_u64(out, n, "method", "table", s.table_frames);
 	prom_sample1_u64(out, n, "method", "frame_pointer", s.fp_frames);
 	prom_sample1_u64(out, n, "method", "table_evicted", s.no_table);
+	n = "gpuscope_agent_unwind_kept_stacks_lost_total";
+	prom_family(out, n, "counter", "Stacks for later (off-CPU, CUDA calls) not kept: map full, "
+				       "id taken by another stack; clears of the map.");
+	prom_sample1_u64(out, n, "reason", "full", s.stack_full);
+	prom_sample1_u64(out, n, "reason", "collision", s.stack_collisions);
+	prom_counter(out, "gpuscope_agent_unwind_kept_stacks_clears_total",
+		     "Times the kept-stacks map was cleared near full.", s.stack_clears);
 	n = "gpuscope_agent_unwind_truncated_total";
 	prom_family(out, n, "counter", "Walks that ended early (a [truncated] frame), by reason.");
 	for (int i = 1; i < GPUSCOPE_TRUNC_MAX; i++)

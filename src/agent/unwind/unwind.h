@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <linux/types.h>
 
 struct bpf_object;
 struct unwinder;
@@ -40,11 +41,19 @@ int unwinder__prepare(struct unwinder *u, struct bpf_object *obj);
  */
 int unwinder__add_pid(struct unwinder *u, int pid);
 
+/*
+ * The frames of a stack kept by unwind_stackid() (unwind.bpf.h) into frames (room for
+ * GPUSCOPE_MAX_STACK words). The word count, 0 when the id is unknown (cleared, or < 0). Any
+ * thread.
+ */
+int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames);
+
 struct unwinder_stats {
 	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
 	uint64_t built, build_ns, no_cfi, over_budget, evicted, build_errors;
 	uint64_t procs, refreshes, requests;
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
+	uint64_t stack_full, stack_collisions, stack_clears;
 	uint64_t truncated[16];				/* by enum gpuscope_trunc */
 };
 void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret);

@@ -22,8 +22,17 @@
 #define UNWIND_PAGE_SHIFT	12
 #define UNWIND_HDR_WORDS	2
 #define UNWIND_SLOTS		4	/* scratch stacks per CPU: nesting (uprobe preempted, NMI) */
-/* value of unwind_scratch: __u32 depth, _pad; __u64 frames[UNWIND_SLOTS][GPUSCOPE_MAX_STACK] */
-#define UNWIND_SCRATCH_BYTES(max_stack)	(8 + UNWIND_SLOTS * (max_stack) * 8)
+/* value of unwind_scratch: __u32 depth, _pad; __u64 frames[UNWIND_SLOTS][1 + max_stack] */
+#define UNWIND_SCRATCH_BYTES(max_stack)	(8 + UNWIND_SLOTS * (1 + (max_stack)) * 8)
+#define UNWIND_MAX_STACKS	16384	/* unwind_stacks entries; user space clears it near full */
+
+/*
+ * unwind_stacks: id -> one stack kept by unwind_stackid(): words[0] = hash & ~0xff | count,
+ * then count frame words (frames.h). 1 KiB, allocated per entry.
+ */
+struct unwind_stack {
+	__u64 words[128];
+};
 
 /* A mapping: vaddr in its binary = pc - bias. */
 struct unwind_mapping {
@@ -73,6 +82,8 @@ enum unwind_stat {
 	UNWIND_ST_NO_PROC,		/* walks of a process without an entry (frame pointers only) */
 	UNWIND_ST_NO_TABLE,		/* mapping marked as table but the table is gone (evicted) */
 	UNWIND_ST_NESTED,		/* no free scratch slot (deep nesting): stack not taken */
+	UNWIND_ST_STACK_FULL,		/* unwind_stacks full: stack not kept */
+	UNWIND_ST_STACK_COLLISION,	/* another stack holds the id: stack not kept */
 	UNWIND_ST_TRUNC_BASE,		/* + enum gpuscope_trunc: walks ended early, by reason */
 	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16,
 };

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Off-CPU workload built with frame pointers (glibc has none): thread "waiter" blocks in
+ * pthread_cond_wait() through main -> run_waiter -> wait_for_work; thread "signaler" wakes it
+ * every 30 ms. Usage: condwait SECONDS (reads one byte on stdin first when given "-").
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static volatile int stop, work;
+
+__attribute__((noinline)) void wait_for_work(void)
+{
+	pthread_mutex_lock(&mu);
+	while (!work && !stop)
+		pthread_cond_wait(&cv, &mu);
+	work = 0;
+	pthread_mutex_unlock(&mu);
+}
+
+__attribute__((noinline)) void *run_waiter(void *arg)
+{
+	pthread_setname_np(pthread_self(), "waiter");
+	while (!stop)
+		wait_for_work();
+	return NULL;
+}
+
+static void *signaler(void *arg)
+{
+	while (!stop) {
+		usleep(30000);
+		pthread_mutex_lock(&mu);
+		work = 1;
+		pthread_cond_signal(&cv);
+		pthread_mutex_unlock(&mu);
+	}
+	pthread_mutex_lock(&mu);
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	double secs = argc > 1 ? atof(argv[1]) : 2;
+	pthread_t w, s;
+	char c;
+
+	if (argc > 2 && !strcmp(argv[2], "-") && read(0, &c, 1) != 1)
+		return 1;
+	pthread_create(&w, NULL, run_waiter, NULL);
+	pthread_create(&s, NULL, signaler, NULL);
+	usleep((useconds_t)(secs * 1e6));
+	stop = 1;
+	pthread_join(s, NULL);
+	pthread_join(w, NULL);
+	return 0;
+}
