@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 BIN = shutil.which("clickhouse-server") or "/usr/sbin/clickhouse-server"
@@ -74,8 +75,10 @@ class ClickHouse:
         self.url = f"http://127.0.0.1:{self.http}"
 
     def configure(self, shards):
-        shard_xml = "".join(f"<shard><replica><host>127.0.0.1</host><port>{p}</port></replica>"
-                            "</shard>" for p in shards)
+        # Distributed tables reach the other shards as this user, with its password.
+        shard_xml = "".join(f"<shard><replica><host>127.0.0.1</host><port>{p}</port>"
+                            f"<user>default</user><password>{self.password}</password>"
+                            "</replica></shard>" for p in shards)
         with open(os.path.join(self.dir, "config.xml"), "w") as f:
             f.write(CONFIG.format(dir=self.dir, http=self.http, tcp=self.tcp, inter=self.inter,
                                   cluster=CLUSTER, shards=shard_xml))
@@ -111,9 +114,8 @@ class ClickHouse:
         self.proc = None
 
     def query(self, sql):
-        req = urllib.request.Request(self.url + "/", data=sql.encode(), method="POST")
-        if self.password:
-            req.add_header("X-ClickHouse-Key", self.password)
+        url = self.url + "/?" + urllib.parse.urlencode({"password": self.password})
+        req = urllib.request.Request(url, data=sql.encode(), method="POST")
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.read().decode()
 

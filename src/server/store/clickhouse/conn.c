@@ -184,6 +184,7 @@ int ch_exec(struct ch *c, int url_index, const char *sql, const void *body, size
 		store_set_error("clickhouse: out of memory");
 		return -ENOMEM;
 	}
+	log_debug("clickhouse: %.*s", 2000, sql);
 	start = url_index >= 0 ? (size_t)url_index :
 				 __atomic_fetch_add(&c->next_url, 1, __ATOMIC_RELAXED) % c->nurls;
 	tries = url_index >= 0 ? 1 : c->nurls;

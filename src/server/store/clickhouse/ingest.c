@@ -3,10 +3,10 @@
  * Ingest into ClickHouse. Every id is a content hash (label sets, locations, stacks, series),
  * so any front-end computes the same ids with no shared state. A batch is: its dictionaries
  * (idempotent: AggregatingMergeTree min/max extents, ReplacingMergeTree rows), then one RowBinary
- * INSERT per fact table (one part each, whole or nothing, on the node's shard), then its row in
- * `batches`. A retry (a lost answer, a front-end killed mid-batch) finds what already landed --
- * the batch row, or each fact table's first row of this batch by primary key -- and inserts
- * only the rest, so a batch is never stored twice. 2xx only after every INSERT returned, with
+ * INSERT per fact table and day (one part each, whole or nothing, on the node's shard), then its
+ * row in `batches`. A retry (a lost answer, a front-end killed mid-batch) finds what already
+ * landed -- the batch row, or each part's first row by primary key -- and inserts only the
+ * rest, so a batch is never stored twice. 2xx only after every INSERT returned, with
  * insert_distributed_sync=1 (the shard has it, not a spool on the way).
  */
 #include <errno.h>
@@ -174,15 +174,65 @@ static int dictionaries(struct cing *in, struct buf *locs, struct buf *stacks, s
 	return err || key.oom || locs->oom || stacks->oom || series->oom ? -ENOMEM : 0;
 }
 
-static void fact_head(const struct cing *in, struct buf *b)
+/* The rows of one fact table that fall on one day: one INSERT, one part. */
+struct part {
+	uint64_t day;
+	struct buf rows, probe;		/* probe: primary-key condition finding its first row */
+	bool stored;			/* found by a retry: an earlier attempt stored it */
+};
+
+struct parts {
+	struct part *v;
+	size_t n;
+	bool oom;
+};
+
+static struct part *part_of(struct parts *p, uint64_t day)
 {
-	rb_u32(b, (uint32_t)in->day);
-	rb_u64(b, in->node_id);
-	rb_u64(b, in->batch);
+	struct part *n;
+
+	for (size_t i = 0; i < p->n; i++)
+		if (p->v[i].day == day)
+			return &p->v[i];
+	n = realloc(p->v, (p->n + 1) * sizeof(*n));
+	if (!n) {
+		p->oom = true;
+		return NULL;
+	}
+	p->v = n;
+	n = &p->v[p->n++];
+	memset(n, 0, sizeof(*n));
+	n->day = day;
+	return n;
 }
 
-/* Sample rows; *probe gets a primary-key condition that finds this batch's first row. */
-static void sample_rows(struct cing *in, struct buf *b, struct buf *probe, uint64_t *ret_n)
+static void parts_done(struct parts *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		buf_done(&p->v[i].rows);
+		buf_done(&p->v[i].probe);
+	}
+	free(p->v);
+	memset(p, 0, sizeof(*p));
+}
+
+static bool parts_oom(const struct parts *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->v[i].rows.oom || p->v[i].probe.oom)
+			return true;
+	return p->oom;
+}
+
+static void fact_head(const struct cing *in, struct part *pt)
+{
+	rb_u32(&pt->rows, (uint32_t)pt->day);
+	rb_u64(&pt->rows, in->node_id);
+	rb_u64(&pt->rows, in->batch);
+}
+
+/* Sample rows, by day. */
+static void sample_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 
@@ -191,17 +241,22 @@ static void sample_rows(struct cing *in, struct buf *b, struct buf *probe, uint6
 		uint64_t t = 0, lo = UINT64_MAX, hi = 0, ls = in->ls_id[sg->label_set];
 
 		for (size_t i = 0; i < sg->n_stack; i++) {
+			struct part *pt;
+
 			t += (uint64_t)sg->time_delta_ns[i];
-			fact_head(in, b);
-			rb_u8(b, (uint8_t)sg->kind);
-			rb_u64(b, ls);
-			rb_u64(b, t);
-			rb_u64(b, in->stack_id[sg->stack[i]]);
-			rb_u64(b, (uint64_t)(sg->n_value ? sg->value[i] : 1));
+			pt = part_of(ps, t / CH_DAY_NS);
+			if (!pt)
+				return;
+			fact_head(in, pt);
+			rb_u8(&pt->rows, (uint8_t)sg->kind);
+			rb_u64(&pt->rows, ls);
+			rb_u64(&pt->rows, t);
+			rb_u64(&pt->rows, in->stack_id[sg->stack[i]]);
+			rb_u64(&pt->rows, (uint64_t)(sg->n_value ? sg->value[i] : 1));
 			lo = t < lo ? t : lo;
 			hi = t > hi ? t : hi;
-			if (!probe->len)
-				buf_printf(probe, "kind = %u AND labelset = %llu AND t = %llu",
+			if (!pt->probe.len)
+				buf_printf(&pt->probe, "kind = %u AND labelset = %llu AND t = %llu",
 					   (unsigned)sg->kind, (unsigned long long)ls,
 					   (unsigned long long)t);
 		}
@@ -211,7 +266,7 @@ static void sample_rows(struct cing *in, struct buf *b, struct buf *probe, uint6
 	}
 }
 
-static void point_rows(struct cing *in, struct buf *b, struct buf *probe, uint64_t *ret_n)
+static void point_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 
@@ -220,16 +275,21 @@ static void point_rows(struct cing *in, struct buf *b, struct buf *probe, uint64
 		uint64_t t = 0, lo = UINT64_MAX, hi = 0, id = series_id(in, ms);
 
 		for (size_t i = 0; i < ms->n_value; i++) {
+			struct part *pt;
+
 			t += (uint64_t)ms->time_delta_ns[i];
-			fact_head(in, b);
-			rb_u64(b, id);
-			rb_u64(b, t);
-			rb_f64(b, ms->value[i]);
+			pt = part_of(ps, t / CH_DAY_NS);
+			if (!pt)
+				return;
+			fact_head(in, pt);
+			rb_u64(&pt->rows, id);
+			rb_u64(&pt->rows, t);
+			rb_f64(&pt->rows, ms->value[i]);
 			lo = t < lo ? t : lo;
 			hi = t > hi ? t : hi;
-			if (!probe->len)
-				buf_printf(probe, "series = %llu AND t = %llu", (unsigned long long)id,
-					   (unsigned long long)t);
+			if (!pt->probe.len)
+				buf_printf(&pt->probe, "series = %llu AND t = %llu",
+					   (unsigned long long)id, (unsigned long long)t);
 		}
 		if (ms->n_value)
 			touch(in, ms->label_set, lo, hi);
@@ -237,7 +297,8 @@ static void point_rows(struct cing *in, struct buf *b, struct buf *probe, uint64
 	}
 }
 
-static void interval_rows(struct cing *in, struct buf *b, struct buf *probe)
+/* Interval rows, by the day they start. */
+static void interval_rows(struct cing *in, struct parts *ps)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 
@@ -245,8 +306,12 @@ static void interval_rows(struct cing *in, struct buf *b, struct buf *probe)
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
 		const char *names[BATCH_MAX_LABELS], *vals[BATCH_MAX_LABELS];
 		char nums[BATCH_MAX_LABELS][24];
+		struct part *pt = part_of(ps, iv->start_ns / CH_DAY_NS);
+		struct buf *b = pt ? &pt->rows : NULL;
 		size_t na = 0;
 
+		if (!pt)
+			return;
 		for (size_t k = 0; k + 1 < iv->n_attrs && na < BATCH_MAX_LABELS; k += 2) {
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
 			char *end;
@@ -264,7 +329,7 @@ static void interval_rows(struct cing *in, struct buf *b, struct buf *probe)
 			names[na] = name;
 			vals[na++] = val;
 		}
-		fact_head(in, b);
+		fact_head(in, pt);
 		rb_str(b, S(in, iv->kind));
 		rb_u64(b, in->ls_id[iv->label_set]);
 		rb_u64(b, iv->start_ns);
@@ -277,10 +342,11 @@ static void interval_rows(struct cing *in, struct buf *b, struct buf *probe)
 		for (size_t k = 0; k < na; k++)
 			rb_str(b, vals[k]);
 		touch(in, iv->label_set, iv->start_ns, iv->end_ns);
-		if (!probe->len) {
-			buf_puts(probe, "kind = ");
-			sql_str(probe, S(in, iv->kind));
-			buf_printf(probe, " AND start_ns = %llu", (unsigned long long)iv->start_ns);
+		if (!pt->probe.len) {
+			buf_puts(&pt->probe, "kind = ");
+			sql_str(&pt->probe, S(in, iv->kind));
+			buf_printf(&pt->probe, " AND start_ns = %llu",
+				   (unsigned long long)iv->start_ns);
 		}
 	}
 }
@@ -314,43 +380,55 @@ static int labelset_rows(struct cing *in, struct buf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
+static const char *const fact_tables[3] = { "samples", "points", "intervals" };
+
 /*
- * What of this batch is already stored: bit 0 the batch row (all of it), bits 1-3 the samples,
- * points and intervals parts. -errno if ClickHouse cannot say.
+ * What of this batch is already stored: 1 if its batch row is (all of it is), else 0 with each
+ * part's `stored` set if its first row is there (one part is all or nothing). -errno if
+ * ClickHouse cannot say.
  */
-static int landed(struct cing *in, const struct buf *probes)
+static int landed(struct cing *in, struct parts *ps)
 {
-	static const char *const tables[3] = { "samples", "points", "intervals" };
 	struct buf q = { 0 }, ans = { 0 };
-	unsigned long long v[4] = { 0 };
-	int rc, found = 0;
+	char *p, *end;
+	int rc;
 
 	buf_printf(&q, "SELECT (SELECT count() FROM %s.batches WHERE day = %llu AND id = %llu)",
 		   in->c->db, (unsigned long long)in->day, (unsigned long long)in->batch);
 	for (int t = 0; t < 3; t++) {
-		if (!probes[t].len) {
-			buf_puts(&q, ", 0");
-			continue;
+		for (size_t i = 0; i < ps[t].n; i++) {
+			const struct part *pt = &ps[t].v[i];
+
+			buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE day = %llu AND batch = %llu"
+				   " AND ", in->c->db, fact_tables[t], (unsigned long long)pt->day,
+				   (unsigned long long)in->batch);
+			buf_put(&q, pt->probe.p, pt->probe.len);
+			buf_puts(&q, ")");
 		}
-		buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE day = %llu AND batch = %llu AND ",
-			   in->c->db, tables[t], (unsigned long long)in->day,
-			   (unsigned long long)in->batch);
-		buf_put(&q, probes[t].p, probes[t].len);
-		buf_puts(&q, ")");
 	}
 	buf_puts(&q, " FORMAT TSV");
 	buf_put(&q, "", 1);
 	rc = q.oom ? -ENOMEM : ch_exec(in->c, -1, (char *)q.p, NULL, 0, NULL, &ans);
 	buf_put(&ans, "", 1);
-	if (!rc && sscanf((char *)ans.p, "%llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3]) != 4) {
-		store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
-		rc = -EIO;
+	p = (char *)ans.p;
+	if (!rc) {
+		bool whole = strtoull(p, &end, 10) > 0;
+
+		rc = end == p ? -EIO : whole;
+		for (int t = 0; t < 3 && rc == 0; t++) {
+			for (size_t i = 0; i < ps[t].n && rc == 0; i++) {
+				p = end;
+				ps[t].v[i].stored = strtoull(p, &end, 10) > 0;
+				if (end == p)
+					rc = -EIO;
+			}
+		}
+		if (rc == -EIO)
+			store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
 	}
-	for (int i = 0; i < 4; i++)
-		found |= v[i] ? 1 << i : 0;
 	buf_done(&q);
 	buf_done(&ans);
-	return rc ? rc : found;
+	return rc;
 }
 
 int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
@@ -358,8 +436,7 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	struct ch *c = (struct ch *)st;
 	struct cing in = { .c = c, .m = m };
 	struct buf lsets = { 0 }, locs = { 0 }, stacks = { 0 }, series = { 0 };
-	struct buf facts[3] = { { 0 } }, probes[3] = { { 0 } };
-	static const char *const fact_tables[3] = { "samples", "points", "intervals" };
+	struct parts facts[3] = { { 0 } };
 	struct u64map added = { 0 };
 	uint64_t t0 = batch_t0(m), nsamples = 0, npoints = 0;
 	int rc = 0, have = 0;
@@ -385,36 +462,37 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 		rc = dictionaries(&in, &locs, &stacks, &series, &added);
 	if (rc)
 		goto out;
-	sample_rows(&in, &facts[0], &probes[0], &nsamples);
-	point_rows(&in, &facts[1], &probes[1], &npoints);
-	interval_rows(&in, &facts[2], &probes[2]);
+	sample_rows(&in, &facts[0], &nsamples);
+	point_rows(&in, &facts[1], &npoints);
+	interval_rows(&in, &facts[2]);
 	rc = labelset_rows(&in, &lsets);
 	for (int t = 0; t < 3 && !rc; t++)
-		if (facts[t].oom || probes[t].oom)
+		if (parts_oom(&facts[t]))
 			rc = -ENOMEM;
 	if (rc)
 		goto out;
 	if (in.batch) {
-		have = landed(&in, probes);
-		if (have < 0) {
-			rc = have;
+		rc = landed(&in, facts);
+		if (rc < 0)
 			goto out;
-		}
-		if (have & 1) {
+		if (rc) {
 			__atomic_add_fetch(&c->n_dups, 1, __ATOMIC_RELAXED);
-			rc = 1;
 			goto out;
 		}
+		for (int t = 0; t < 3; t++)
+			for (size_t i = 0; i < facts[t].n; i++)
+				have += facts[t].v[i].stored;
 		if (have)
-			log_info("batch %llu: part of an earlier attempt is stored, adding the rest",
-				 (unsigned long long)in.batch);
+			log_info("batch %llu: %d parts of an earlier attempt are stored, adding the rest",
+				 (unsigned long long)in.batch, have);
 	}
 	if ((rc = insert(c, "labelsets_in", &lsets)) || (rc = insert(c, "locations", &locs)) ||
 	    (rc = insert(c, "stacks", &stacks)) || (rc = insert(c, "series", &series)))
 		goto out;
 	for (int t = 0; t < 3 && !rc; t++)
-		if (!(have & (2 << t)))
-			rc = insert(c, fact_tables[t], &facts[t]);
+		for (size_t i = 0; i < facts[t].n && !rc; i++)
+			if (!facts[t].v[i].stored)
+				rc = insert(c, fact_tables[t], &facts[t].v[i].rows);
 	if (rc)
 		goto out;
 	if (in.batch) {
@@ -447,10 +525,8 @@ out:
 	buf_done(&locs);
 	buf_done(&stacks);
 	buf_done(&series);
-	for (int t = 0; t < 3; t++) {
-		buf_done(&facts[t]);
-		buf_done(&probes[t]);
-	}
+	for (int t = 0; t < 3; t++)
+		parts_done(&facts[t]);
 	u64map_done(&added);
 	free(in.ls_id);
 	free(in.ls_first);

@@ -32,12 +32,6 @@ static uint64_t day_of(uint64_t t)
 	return t / CH_DAY_NS;
 }
 
-/* First day partition that can hold raw rows at or after t: a batch's rows sit in the day of
- * its first record, at most a day before their own. */
-static uint64_t first_day(uint64_t t)
-{
-	return t >= CH_DAY_NS ? day_of(t) - 1 : 0;
-}
 
 /* ---- label sets ----------------------------------------------------------------------------- */
 
@@ -391,7 +385,7 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	buf_printf(&sql, "SELECT labelset, t, stack, value FROM %s.samples WHERE kind = %d AND"
 		   " t >= %llu AND t < %llu AND day >= %llu AND day <= %llu AND labelset IN (",
 		   c->db, q->kind, (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
-		   (unsigned long long)first_day(q->from_ns), (unsigned long long)day_of(q->to_ns));
+		   (unsigned long long)day_of(q->from_ns), (unsigned long long)day_of(q->to_ns));
 	ch_lsets_ids(match, &sql);
 	buf_puts(&sql, ")");
 	err = select_rb(c, &sql, &ans);
@@ -568,7 +562,7 @@ int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	ch_lsets_ids(&match, &ids);
 	buf_puts(&sql, "SELECT stack, sum(v) FROM (");
 	for (int src = 0; src <= CH_LEVELS; src++) {
-		uint64_t dlo = src ? day_of(p.lo[src]) : first_day(p.lo[src]);
+		uint64_t dlo = day_of(p.lo[src]);
 		uint64_t dhi = day_of(p.hi[src] - 1);
 
 		if (!p.cond[src].len)
@@ -824,7 +818,7 @@ int ch_series(struct store *st, const char *name, uint64_t from, uint64_t to,
 		buf_printf(&sql, "%s%llu", i ? "," : "", (unsigned long long)sv[i].id);
 	buf_printf(&sql, ") AND t >= %llu AND t < %llu AND day >= %llu AND day <= %llu"
 		   " ORDER BY indexOf([", (unsigned long long)from, (unsigned long long)to,
-		   (unsigned long long)first_day(from), (unsigned long long)day_of(to));
+		   (unsigned long long)day_of(from), (unsigned long long)day_of(to));
 	for (size_t i = 0; i < ns; i++)
 		buf_printf(&sql, "%s%llu", i ? "," : "", (unsigned long long)sv[i].id);
 	buf_puts(&sql, "], series), t");

@@ -3,7 +3,7 @@
  * Retention of the ClickHouse store. ClickHouse 18.16 has no TTL, so the maintenance thread
  * lists each shard's active partitions (one per day) and drops the days past retention:
  * raw samples past min(--raw-retention, --retention), everything else past --retention. A
- * partition goes once its whole day is older (a batch crossing midnight goes with its first day;
+ * partition goes once its whole day is older (rows by their own time, intervals by their start;
  * a rollup row once its bucket is older, as in the SQLite store). Dictionaries are not collected.
  */
 #include <errno.h>

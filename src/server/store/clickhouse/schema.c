@@ -2,8 +2,8 @@
 /*
  * The ClickHouse schema (docs/clickhouse.md), created on every URL at start. ClickHouse 18.16:
  * no TTL (retention drops day partitions), no column codecs, no ON CLUSTER without ZooKeeper
- * (so each shard's URL gets the DDL). Fact tables are partitioned by the day of their batch's
- * first record, so one batch is one part per table: inserted whole or not at all.
+ * (so each shard's URL gets the DDL). Fact rows are partitioned by their own day (intervals by
+ * their start); a batch is one INSERT, hence one part, per (table, day): whole or not at all.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -13,7 +13,9 @@
 #include "common/log.h"
 #include "server/store/clickhouse/ch.h"
 
-/* One table: its columns, engine clause (MergeTree family) and sharding key. */
+/* One table: its columns, engine clause (MergeTree family) and sharding key. Rollups name the
+ * columns to sum: a SummingMergeTree sums every other numeric column outside the sort key too,
+ * the partition column `day` included (merged rows would move to day 2d). */
 struct table {
 	const char *name, *columns, *engine, *shard_key;
 };
@@ -28,13 +30,13 @@ static const struct table tables[] = {
 	  "MergeTree() PARTITION BY day ORDER BY (kind, labelset, t)", "node_id" },
 	{ "samples_1m", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
 	  " value Int64, n UInt64",
-	  "SummingMergeTree() PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
+	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
 	{ "samples_1h", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
 	  " value Int64, n UInt64",
-	  "SummingMergeTree() PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
+	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
 	{ "samples_1d", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
 	  " value Int64, n UInt64",
-	  "SummingMergeTree() PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
+	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
 	{ "points", FACT_COLS "series UInt64, t UInt64, v Float64",
 	  "MergeTree() PARTITION BY day ORDER BY (series, t)", "node_id" },
 	{ "intervals", FACT_COLS "kind String, labelset UInt64, start_ns UInt64, end_ns UInt64,"
