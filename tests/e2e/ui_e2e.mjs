@@ -114,7 +114,8 @@ try {
 	const bands = await page.evaluate(() => window.__gpuscope.timeline.rows.filter((r) => r.kind === 'busy').map((r) => r.items.length));
 	check(bands.join() === '2,1', `busy intervals per GPU band: ${bands.join(',')} (want 2,1)`);
 	check(['100 train', '101 dataloader', '102 pin_memory'].every((x) => tl.includes(x)), 'one CPU strip per thread of process 100');
-	check((await page.$$('.panel')).length === 3, 'three GPU metric panels');
+	check((await page.$$('.panel:not([data-panel="cpu"])')).length === 3, 'three GPU metric panels');
+	check((await page.$$('.panel[data-panel="cpu"]')).length === 1, 'a CPU samples panel');
 	const pts = await page.evaluate(() => window.__gpuscope.timeline.plots.map((p) => p.cols.x.length));
 	const plotW = await page.evaluate(() => window.__gpuscope.timeline.plotW);
 	check(pts.every((n) => n > 100 && n <= Math.round(plotW)), `metric series downsampled to the plot width (${pts.join(',')} points, ${Math.round(plotW)} px)`);
@@ -281,7 +282,26 @@ try {
 	n0 = await loads('flame');
 	await page.goto(`${URL0}/?node=node-b`);
 	await waitLoad('flame', 0);
-	check((await page.$$('.panel')).length === 0, 'node-b: no GPU panels');
+	check((await page.$$('.panel:not([data-panel="cpu"])')).length === 0, 'node-b: no GPU panels');
+	check((await page.$$('.panel[data-panel="cpu"]')).length === 1, 'node-b: its CPU samples panel');
+	{
+		// empty states say why: no GPU, no kernel traces, no thread states
+		const notes = await page.evaluate(() => window.__gpuscope.timeline.rows.filter((r) => r.head).map((r) => `${r.head}: ${r.note || ''}`).join(' | '));
+		check(/no GPU metrics from this node/.test(notes), `node-b: the timeline says why there is no GPU (${notes.slice(0, 160)})`);
+		check(/--all-processes/.test(notes), 'node-b: the empty thread strips say how to get them (--all-processes)');
+		n0 = await loads('flame');
+		await page.click('#kinds [data-kind="gpu_kernel_ns"]');
+		await waitLoad('flame', n0);
+		const why = await page.textContent('#flame-empty');
+		check(await page.isVisible('#flame-empty') && why.includes('CUDA_INJECTION64_PATH'), `node-b: the empty GPU-kernel view names CUDA_INJECTION64_PATH (${why.slice(0, 80)})`);
+		n0 = await loads('flame');
+		await page.click('#kinds [data-kind="offcpu_ns"]');
+		await waitLoad('flame', n0);
+		check((await page.textContent('#flame-empty')).includes('--all-processes'), 'node-b: the empty off-CPU view says which processes are followed');
+		n0 = await loads('flame');
+		await page.click('#kinds [data-kind="cpu"]');
+		await waitLoad('flame', n0);
+	}
 	const fb = await frames();
 	check(fb.find((f) => f.name === 'matmul') && near(fb.find((f) => f.name === 'matmul').share, 1), 'node-b: matmul is 100%');
 	check(await page.isDisabled('#idle'), 'node-b: GPU-idle toggle disabled');
@@ -296,6 +316,106 @@ try {
 	await page.click('#tl-empty button');
 	await waitLoad('timeline', 1);
 	check(!(await page.isVisible('#tl-empty')), '"Jump to the latest data" brings the data back');
+
+	// 11b. the first hour: process picker, samples chart and brush, flame graph of the process,
+	// group-by, URL round trip with pid=, dates on multi-day ranges, no stale search share
+	console.log('first hour');
+	await page.goto(`${URL0}/?node=node-a&gpu=0&from=${T0 - 1000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	const all = expected(T0 - 1000, T0 + 61000);
+	await page.click('#proc');
+	await page.waitForSelector('#proc-list .picker-item', { timeout: 10000 });
+	const rows = await page.$$eval('#proc-list .picker-item', (xs) => xs.map((x) => x.textContent));
+	check(rows.length === 2 && rows[0].startsWith('100train') && rows[1].startsWith('200logger') && /90\.9%/.test(rows[0]),
+		`picker: processes ranked by CPU samples with their names and shares (${rows.join(' | ')})`);
+	await page.fill('#proc-search', 'logg');
+	const rows2 = await page.$$eval('#proc-list .picker-item', (xs) => xs.map((x) => x.dataset.pid));
+	check(rows2.join() === '200', `picker: search by name (${rows2.join()})`);
+	n0 = await loads('flame');
+	await page.click('#proc-list .picker-item[data-pid="200"]');
+	await waitLoad('flame', n0);
+	await page.waitForTimeout(300);
+	const u1 = new URL(page.url()).searchParams;
+	check(u1.get('pid') === '200' && u1.get('fl') === 'proc', `picking a process: pid=200, fl=proc in the URL (${u1})`);
+	await checkFlame(expected(T0 - 1000, T0 + 61000, { comm: 'logger' }), 'the flame graph follows the picked process');
+	n0 = await loads('flame');
+	await page.click('#scope [data-scope=""]');
+	await waitLoad('flame', n0);
+	check((await rootValue()) === all.n, `"Whole node" brings every process back (${await rootValue()})`);
+	// the samples chart: the node's samples per second add up to the view's samples; brushing it
+	const cpu = await page.evaluate(() => {
+		const p = window.__gpuscope.timeline.plots.find((x) => x.def.id === 'cpu');
+		const x = p.cols.x, step = x.length > 1 ? x[1] - x[0] : 0;
+		return { sum: p.cols.node.reduce((a, b) => a + b, 0) * step / 1000, proc: p.cols.proc.reduce((a, b) => a + (b || 0), 0) * step / 1000 };
+	});
+	check(Math.abs(cpu.sum - all.n) < 0.5 && Math.abs(cpu.proc - 600) < 0.5, `samples chart: ${cpu.sum.toFixed(1)} samples of the node (want ${all.n}), ${cpu.proc.toFixed(1)} of the process (want 600)`);
+	n0 = await loads('flame');
+	const cb = await page.evaluate(([a, b]) => {
+		const tl = window.__gpuscope.timeline, r = document.querySelector('.panel[data-panel="cpu"]').getBoundingClientRect();
+		const rr = tl.root.getBoundingClientRect();
+		return { x0: rr.left + tl.xOf(a), x1: rr.left + tl.xOf(b), y: r.top + r.height / 2 };
+	}, [T0 + 31000, T0 + 39000]);
+	await page.mouse.move(cb.x0, cb.y);
+	await page.mouse.down();
+	await page.mouse.move(cb.x1, cb.y, { steps: 6 });
+	await page.mouse.up();
+	await waitLoad('flame', n0);
+	const br2 = await page.evaluate(() => [window.__gpuscope.state.bfrom, window.__gpuscope.state.bto]);
+	check(Math.abs(br2[0] - (T0 + 31000)) < 300 && Math.abs(br2[1] - (T0 + 39000)) < 300, `brush on the samples chart: ~[31 s, 39 s) (${((br2[0] - T0) / 1000).toFixed(2)}, ${((br2[1] - T0) / 1000).toFixed(2)})`);
+	await checkFlame(expected(br2[0], br2[1]), 'brushed on the samples chart');
+	await shot('first-hour');
+	// group the root by process
+	n0 = await loads('flame');
+	await page.selectOption('#groupby', 'pid,comm');
+	await waitLoad('flame', n0);
+	const g1 = await frames();
+	const groups = g1.filter((f) => f.depth === 1).map((f) => f.name).sort();
+	check(groups.join() === '100 train,200 logger', `group by process: the root's children are processes (${groups.join(', ')})`);
+	check(new URL(page.url()).searchParams.get('grp') === 'pid,comm', 'group-by is in the URL');
+	n0 = await loads('flame');
+	await page.selectOption('#groupby', 'thread');
+	await waitLoad('flame', n0);
+	const g2 = (await frames()).filter((f) => f.depth === 1).map((f) => f.name).sort();
+	check(g2.join() === 'logger,train', `group by thread (${g2.join(', ')})`);
+	n0 = await loads('flame');
+	await page.selectOption('#groupby', '');
+	await waitLoad('flame', n0);
+	// URL round trip with pid=: a pid without samples here stays, a followed process reloads as such
+	await page.goto(`${URL0}/?node=node-a&gpu=0&pid=4242&from=${T0 - 1000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.waitForTimeout(500);
+	check((await page.evaluate(() => window.__gpuscope.state.pid)) === '4242' && new URL(page.url()).searchParams.get('pid') === '4242',
+		'pid= of the URL is kept though it has no samples here');
+	check((await page.textContent('#proc')).includes('4242 (no CPU samples here)'), `the picker says so (${await page.textContent('#proc')})`);
+	await page.goto(`${URL0}/?node=node-a&gpu=0&pid=200&fl=proc&grp=comm&from=${T0 - 1000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	check((await rootValue()) === 600 && (await frames()).filter((f) => f.depth === 1).map((f) => f.name).join() === 'logger',
+		'URL with pid=200&fl=proc&grp=comm: the process\'s flame graph, grouped');
+	// dates on a multi-day range
+	await page.goto(`${URL0}/?node=node-a&gpu=0&from=${T0 - 2 * 86400e3}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	const title = await page.evaluate(() => document.querySelector('#tl-card .sec-sub').textContent);
+	const chips = await page.textContent('.flame-info');
+	check((title.match(/\d{4}-\d\d-\d\d/g) || []).length === 2 && (chips.match(/\d{4}-\d\d-\d\d/g) || []).length >= 2,
+		`a multi-day range shows dates (${title}; ${chips.slice(0, 90)})`);
+	// no stale search share: the share follows the graph of the new kind
+	await page.goto(`${URL0}/?node=node-a&gpu=0&from=${T0 - 1000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.fill('#search', 'decode_jpeg');
+	await page.waitForTimeout(400);
+	const m1 = await page.textContent('#match');
+	n0 = await loads('flame');
+	await page.click('#kinds [data-kind="cuda_sync_ns"]');
+	await waitLoad('flame', n0);
+	const m2 = await page.evaluate(() => {
+		const e = document.querySelector('#match'), r = window.__gpuscope.flame.search('decode_jpeg');
+		return { hidden: e.classList.contains('hidden'), text: e.textContent, share: r ? r.share : null };
+	});
+	check(m2.hidden ? !m2.share : !m2.text.includes(m1.replace('matched: ', '')) || m2.share > 0,
+		`search share after switching kind is the new graph's (${m1} -> ${m2.hidden ? 'hidden' : m2.text})`);
+	await page.fill('#search', '');
+	await page.waitForTimeout(300);
 
 	// 12. no agent yet (an empty server)
 	if (EMPTY) {

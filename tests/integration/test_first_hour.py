@@ -44,7 +44,7 @@ try:
     nsel = '{node="%s"}' % node
     psel = '{node="%s",pid="%s"}' % (node, pid)
     # burn's two threads get at least a share of a CPU even on a loaded 2-core machine
-    ok = wait_until(lambda: server.query("flamegraph", selector=psel, since="5m")["total"] >= 150, 60)
+    ok = wait_until(lambda: server.query("flamegraph", selector=psel, since="5m")["total"] >= 300, 90)
     check(ok, "the agent's samples of burn arrive")
     time.sleep(1.5)
     now = time.time()
@@ -113,6 +113,20 @@ try:
               "pprof: named after the program (File: burn), -tagfocus comm=burn keeps its samples")
     else:
         print("go not installed: pprof not read by go tool pprof")
+
+    # --- the web UI in a real browser against this live agent (tests/e2e/ui_live.mjs)
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    if os.access("/usr/bin/chromium", os.X_OK) and os.path.exists(
+            os.path.join(root, "ui/node_modules/playwright-core/package.json")):
+        r = subprocess.run(["node", os.path.join(root, "tests/e2e/ui_live.mjs"), "--url", server.url,
+                            "--node", node, "--pid", pid, "--comm", "burn",
+                            "--out", os.path.join(root, ".output/e2e-live")],
+                           capture_output=True, text=True, timeout=180)
+        print(r.stdout + r.stderr)
+        check(r.returncode == 0, "UI against the live agent: picker, samples chart and brush, "
+              "group-by, URL round trip (tests/e2e/ui_live.mjs)")
+    else:
+        print("chromium or playwright-core missing: the live UI check did not run")
 
     # --- HTTP: no Accept-Encoding, plain HTML; with gzip, gzip
     st, hdr, body = raw_get(server.url + "/")

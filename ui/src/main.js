@@ -11,7 +11,8 @@ import { Timeline } from './timeline.js';
 import { Flame, topFunctions } from './flame.js';
 import { SelectorBox } from './selector.js';
 import { showEfficiency } from './efficiency.js';
-import { $, el, fmtTime, fmtDate, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
+import { ProcPicker } from './picker.js';
+import { $, el, fmtTime, fmtDate, fmtRange, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
 
 const S = State.load();
 const app = {
@@ -23,7 +24,7 @@ window.__gpuscope = app;
 // ---- shell --------------------------------------------------------------------------------
 const nodeSel = el('select', { id: 'node', title: 'node' });
 const gpuSel = el('select', { id: 'gpu', title: 'GPU of the node' });
-const procSel = el('select', { id: 'proc', title: 'process whose threads get CPU strips' });
+const procBox = el('div', { class: 'picker-box' });
 const rangeLbl = el('span', { class: 'range-label' });
 const presets = [['5m', 5 * 60e3], ['15m', 15 * 60e3], ['1h', 3600e3], ['6h', 6 * 3600e3], ['24h', 86400e3]];
 
@@ -36,7 +37,7 @@ const header = el('header', {},
 		} }, 'Efficiency'),
 	el('label', { class: 'field' }, 'Node', nodeSel),
 	el('label', { class: 'field' }, 'GPU', gpuSel),
-	el('label', { class: 'field' }, 'Process', procSel),
+	el('div', { class: 'field' }, 'Process', procBox),
 	el('div', { class: 'spacer' }),
 	el('div', { class: 'seg', id: 'presets' }, ...presets.map(([n, ms]) =>
 		el('button', { class: 'btn', onclick: () => setView(viewEnd() - ms, viewEnd(), true) }, n)),
@@ -70,6 +71,19 @@ const idleBox = el('input', { type: 'checkbox', id: 'idle', onchange: () => {
 } });
 const idleLbl = el('label', { class: 'toggle', title: 'keep only samples taken while the selected GPU ran no kernel' }, idleBox,
 	el('span', { id: 'idle-text' }, 'only while the GPU was idle'));
+const scopeSeg = el('div', { class: 'seg', id: 'scope', title: 'the flame graph of the selected process, or of every process of the node' },
+	el('button', { class: 'btn', 'data-scope': 'proc', onclick: () => setScope('proc') }, 'This process'),
+	el('button', { class: 'btn', 'data-scope': '', onclick: () => setScope('') }, 'Whole node'));
+const GROUPS = [['', 'no grouping'], ['comm', 'process name'], ['pid,comm', 'process'], ['thread', 'thread'], ['pod', 'pod']];
+const groupSel = el('select', { id: 'groupby', class: 'groupby', title: 'group the flame graph\'s root by a label' },
+	...GROUPS.map(([v, n]) => el('option', { value: v }, n)));
+groupSel.addEventListener('focus', () => fillGroupLabels());
+groupSel.addEventListener('change', () => {
+	S.grp = groupSel.value;
+	S.focus = '';
+	commit(true);
+	loadFlame();
+});
 const search = el('input', { type: 'search', id: 'search', placeholder: 'search frames (regex)', value: S.q });
 const matchLbl = el('span', { class: 'match hidden', id: 'match' });
 const cmpBtn = el('button', { class: 'btn', id: 'cmp', onclick: () => toggleCompare() }, 'Compare…');
@@ -83,7 +97,8 @@ const selRoot = el('div', { class: 'sel' });
 const flameSec = el('section', { class: 'card', id: 'flame-card' },
 	el('div', { class: 'sec-head' }, el('h2', {}, 'Flame graph'), flameInfo),
 	el('div', { class: 'toolbar' }, selRoot),
-	el('div', { class: 'toolbar' }, kindSeg, idleLbl, el('div', { class: 'spacer' }), search, matchLbl, cmpBtn,
+	el('div', { class: 'toolbar' }, scopeSeg, el('label', { class: 'field dark' }, 'Group by', groupSel), kindSeg, idleLbl,
+		el('div', { class: 'spacer' }), search, matchLbl, cmpBtn,
 		el('button', { class: 'btn', title: 'zoom the flame graph out to the root', onclick: () => flame.zoomTo(0) }, 'Reset zoom')),
 	el('div', { class: 'flame-row' }, el('div', { class: 'flame-scroll' }, flameEmpty, flameBox),
 		el('div', { class: 'top-box' }, el('div', { class: 'top-head' }, 'Top functions'), topTable)));
@@ -126,6 +141,40 @@ const selector = new SelectorBox(selRoot, {
 	},
 });
 selector.value = S.sel;
+const picker = new ProcPicker(procBox, {
+	onPick: (pid) => {
+		S.pid = pid;
+		S.fl = 'proc';	// picking a process: its flame graph too (the toggle goes back)
+		S.focus = '';
+		commit(true);
+		loadTimeline();
+		loadFlame();
+	},
+});
+app.picker = picker;
+
+function setScope(v) {
+	if ((S.fl || '') === v) return;
+	S.fl = v;
+	S.focus = '';
+	commit(true);
+	loadFlame();
+}
+
+// every label name of the node's data as a group-by choice, besides the usual ones
+let groupLabelsDone = false;
+async function fillGroupLabels() {
+	if (groupLabelsDone) return;
+	groupLabelsDone = true;
+	try {
+		const names = await selector.labels();
+		const have = new Set(GROUPS.map(([v]) => v));
+		for (const n of names) if (!have.has(n)) groupSel.append(el('option', { value: n }, n));
+		groupSel.value = S.grp || '';
+	} catch (e) {
+		groupLabelsDone = false;
+	}
+}
 app.timeline = timeline;
 app.flame = flame;
 
@@ -165,7 +214,12 @@ function syncControls() {
 	cmpBtn.textContent = cmp ? 'Stop comparing' : 'Compare…';
 	cmpBtn.classList.toggle('on', cmp);
 	$('#zoomsel').disabled = S.bfrom === undefined;
-	tlTitle.textContent = S.from ? `${fmtDate(S.from)} → ${fmtTime(S.to, S.to - S.from < 10e3 ? 1 : 1000)}` : '';
+	tlTitle.textContent = S.from ? fmtRange(S.from, S.to, true) : '';
+	for (const b of scopeSeg.children) b.classList.toggle('on', b.dataset.scope === (S.fl === 'proc' && S.pid ? 'proc' : ''));
+	scopeSeg.firstChild.disabled = !S.pid;
+	scopeSeg.firstChild.textContent = S.pid ? `Process ${picker.name(S.pid)}` : 'This process';
+	if (S.grp && ![...groupSel.options].some((o) => o.value === S.grp)) groupSel.append(el('option', { value: S.grp }, S.grp));
+	groupSel.value = S.grp || '';
 }
 
 function setView(from, to, push) {
@@ -310,49 +364,48 @@ async function boot() {
 async function loadNodeChoices() {
 	const sel = `{${nodeMatcher()}}`;
 	const wide = { from: S.from - 86400e3, to: S.to + 86400e3 };
-	let gpus = [], pids = [];
+	let gpus = [], pr = { processes: [], total: 0 };
 	try {
-		[gpus, pids] = await Promise.all([
+		[gpus, pr] = await Promise.all([
 			api.get('label/gpu/values', { ...wide, selector: sel }).then((r) => r.values || []),
-			api.get('label/pid/values', { ...wide, selector: sel }).then((r) => r.values || []),
+			// the processes by CPU samples in the view: one request, names included
+			api.get('processes', { from: S.from, to: S.to, selector: sel, limit: 1000 }),
 		]);
 	} catch (e) {
 		return failed(e);
 	}
 	gpus.sort((a, b) => a - b);
 	app.gpus = gpus;
-	if (!gpus.includes(S.gpu)) S.gpu = gpus[0];
-	gpuSel.replaceChildren(...(gpus.length ? gpus.map((g) => el('option', { value: g }, `GPU ${g}`)) : [el('option', { value: '' }, 'none')]));
+	// a GPU or process named by the URL stays, even without data in this view
+	if (S.gpu === undefined || S.gpu === '') S.gpu = gpus[0];
+	const gopts = gpus.includes(S.gpu) || S.gpu === undefined ? gpus : [...gpus, S.gpu];
+	gpuSel.replaceChildren(...(gopts.length ? gopts.map((g) => el('option', { value: g }, gpus.includes(g) ? `GPU ${g}` : `GPU ${g} (no data)`))
+		: [el('option', { value: '' }, 'none')]));
 	gpuSel.value = S.gpu || '';
-	gpuSel.disabled = !gpus.length;
-	// name each process by its comm
-	pids = pids.sort((a, b) => a - b).slice(0, 64);
-	// the comm of the main thread (tid = pid), else any
-	const comm = (p, main) => api.get('label/comm/values', { ...wide, selector: `{${nodeMatcher()},pid="${p}"${main ? `,tid="${p}"` : ''}}` })
-		.then((r) => (r.values || [])[0] || '').catch(() => '');
-	const comms = await Promise.all(pids.map((p) => comm(p, true).then((c) => c || comm(p, false))));
-	app.procs = pids.map((p, i) => ({ pid: p, comm: comms[i] }));
-	if (!pids.includes(S.pid)) {
-		// the process that runs kernels on the selected GPU, else the first one
-		let pick = pids[0];
+	gpuSel.disabled = !gopts.length;
+	app.procs = pr.processes || [];
+	picker.setItems(app.procs, pr.total || 0, pr.count);
+	if (S.pid === undefined || S.pid === '') {
+		// the process that runs kernels on the selected GPU, else the busiest one
+		let pick = app.procs.length ? app.procs[0].pid : undefined;
 		if (S.gpu !== undefined) {
 			try {
 				const r = await api.get('label/pid/values', { ...wide, selector: `{${nodeMatcher()},gpu="${S.gpu}"}` });
-				const g = (r.values || []).find((p) => pids.includes(p));
+				const g = (r.values || []).find((p) => app.procs.some((x) => x.pid === p)) || (r.values || [])[0];
 				if (g) pick = g;
 			} catch (e) {
-				/* keep the first */
+				/* keep the busiest */
 			}
 		}
 		S.pid = pick;
 	}
-	procSel.replaceChildren(...(pids.length ? app.procs.map((p) => el('option', { value: p.pid }, `${p.pid} ${p.comm}`)) : [el('option', { value: '' }, 'none')]));
-	procSel.value = S.pid || '';
+	picker.value = S.pid;
 }
 
 nodeSel.addEventListener('change', async () => {
 	S.node = nodeSel.value;
 	S.gpu = S.pid = undefined;
+	S.fl = '';
 	await loadNodeChoices();
 	commit(true);
 	refresh();
@@ -361,11 +414,6 @@ gpuSel.addEventListener('change', () => {
 	S.gpu = gpuSel.value;
 	commit(true);
 	refresh();
-});
-procSel.addEventListener('change', () => {
-	S.pid = procSel.value;
-	commit(true);
-	loadTimeline();
 });
 
 function refresh() {
@@ -392,8 +440,17 @@ async function loadTimeline() {
 	const series = (name) => api.get('series', { name, from, to, buckets, selector: gsel }, opt)
 		.then((r) => (r.series || []).filter((s) => !s.labels || !s.labels.pid)[0] || null);
 	const intervals = (kind, selector, limit) => api.get('intervals', { kind, from, to, selector, limit }, opt);
-	let res;
+	// CPU samples over time: the node, and the selected process beside it
+	const cbuckets = Math.max(30, Math.min(1000, Math.round(timeline.plotW / 3)));
+	const samples = (selector) => api.get('samples', { from, to, buckets: cbuckets, selector, kind: 'cpu' }, opt)
+		.then((r) => ((r.series || [])[0] || { values: [] }).values).catch((e) => {
+			if (e.kind === 'notfound') return null;	// an older server
+			throw e;
+		});
+	let res, cpuNode, cpuProc;
 	try {
+		[cpuNode, cpuProc] = await Promise.all([samples(`{${nodeMatcher()}}`),
+			S.pid ? samples(`{${nodeMatcher()},pid="${S.pid}"}`) : null]);
 		res = await Promise.all([
 			...(hasGpu ? METRICS.map(series) : METRICS.map(() => null)),
 			hasGpu ? intervals('gpu_busy', `{${nodeMatcher()}}`, 40000) : null,	// every GPU of the node
@@ -414,6 +471,14 @@ async function loadTimeline() {
 		return j;
 	};
 	const metrics = {};
+	let cpuTotal = 0;
+	if (cpuNode && cpuNode.length) {
+		const step = (to - from) / cpuNode.length, perSec = 1000 / step;
+		cpuTotal = cpuNode.reduce((a, b) => a + b, 0);
+		metrics.cpu = { x: cpuNode.map((_, i) => from + (i + 0.5) * step), node: cpuNode.map((v) => v * perSec),
+			proc: cpuProc ? cpuProc.map((v) => v * perSec) : cpuNode.map(() => null),
+			labels: { node: `all of ${S.node}`, proc: S.pid ? `${picker.name(S.pid)}` : 'process' } };
+	}
 	const u = join([cols(util), cols(sm, 100), cols(tensor, 100)]);
 	if (u) metrics.util = { x: u[0], util: u[1], sm: u[2], tensor: u[3] };
 	const m = join([cols(used), cols(total)]);
@@ -451,30 +516,37 @@ async function loadTimeline() {
 		if (!threadMap.has(id)) threadMap.set(id, { tid: id, name: l.thread || l.comm || '', items: [] });
 		threadMap.get(id).items.push({ s: t.start_ms, e: t.end_ms, state: (t.attrs && t.attrs.state) || 'running', attrs: t.attrs || {} });
 	}
+	const kernelsNone = hasGpu && to - from <= KERNEL_SPAN && !streams.size;
+	const threadsNone = S.pid && to - from <= THREAD_SPAN && !threadMap.size;
 	const data = {
 		metrics: Object.keys(metrics).length ? metrics : null,
+		gpuNote: hasGpu ? '' : 'no GPU metrics from this node: the agent found no NVIDIA driver (libnvidia-ml) here; CPU samples and thread states still come',
 		busy: hasGpu && (busyItems.length || ext) ? busyItems : null, busyExtent: ext,
 		busyAll: hasGpu ? [...busyBy.entries()].sort((a, b) => +a[0] - +b[0]) : [],
 		gpuLabel: hasGpu ? `GPU ${S.gpu}` : '',
 		streams: [...streams.entries()].sort((a, b) => (+a[0] - +b[0]) || (a[0] < b[0] ? -1 : 1))
 			.map(([s, items]) => ({ label: `stream ${s}`, items: items.sort((a, b) => a.s - b.s) })),
 		kernelsTruncated: !!(kernels && kernels.truncated),
-		kernelsNote: hasGpu && to - from > KERNEL_SPAN ? `zoom to ${fmtDur(KERNEL_SPAN)} or less to see each kernel` : '',
-		threadsNote: S.pid && to - from > THREAD_SPAN ? `zoom to ${fmtDur(THREAD_SPAN)} or less to see each thread's states` : '',
+		kernelsNote: hasGpu && to - from > KERNEL_SPAN ? `zoom to ${fmtDur(KERNEL_SPAN)} or less to see each kernel`
+			: kernelsNone ? 'no kernel traces here: they come from CUPTI inside the CUDA process; start it with CUDA_INJECTION64_PATH=<gpuscope>/libgpuscope_cupti.so' : '',
+		threadsNote: S.pid && to - from > THREAD_SPAN ? `zoom to ${fmtDur(THREAD_SPAN)} or less to see each thread's states`
+			: threadsNone ? `no thread states of ${picker.name(S.pid)} here: the agent records them for GPU processes, --pid PID, or every process with --all-processes (make run does)` : '',
 		threads: [...threadMap.values()].sort((a, b) => +a.tid - +b.tid).slice(0, 128)
 			.map((t) => ({ label: `${t.tid} ${t.name}`, items: t.items.sort((a, b) => a.s - b.s) })),
 		threadsTruncated: !!(threads && threads.truncated) || threadMap.size > 128,
 		procLabel: procLabel(),
 	};
-	const empty = !data.metrics && !busyItems.length && !data.streams.length && !data.threads.length &&
-		!(data.kernelsNote && ext);
+	const gpuData = (data.metrics && Object.keys(data.metrics).some((k) => k !== 'cpu')) || busyItems.length ||
+		data.streams.length || (to - from > KERNEL_SPAN && ext);
+	const empty = !cpuTotal && !gpuData && !data.threads.length;
 	tlNote.classList.toggle('hidden', !empty);
 	if (empty) {
 		const n = app.nodes.find((x) => x.node === S.node) || {};
-		tlNote.replaceChildren(el('div', { class: 'empty-title' }, `No data from ${S.node} in this range`),
-			el('div', {}, n.last_ms ? `Its data spans ${fmtDate(n.first_ms || n.last_ms)} → ${fmtDate(n.last_ms)}. ` : '',
-				'Pick another range, node or process, or jump to the latest data.'),
-			el('button', { class: 'btn primary', onclick: () => jumpLatest() }, 'Jump to the latest data'));
+		const inside = n.last_ms && n.last_ms >= from && (n.first_ms || n.last_ms) <= to;
+		tlNote.replaceChildren(el('div', { class: 'empty-title' }, inside ? `Nothing from ${S.node} in this range matches` : `No data from ${S.node} in this range`),
+			el('div', {}, n.last_ms ? `Its data spans ${fmtRange(n.first_ms || n.last_ms, n.last_ms, true)}. ` : '',
+				inside ? 'Pick another process or GPU, or widen the range.' : 'Pick another range or node, or jump to the latest data.'),
+			inside ? null : el('button', { class: 'btn primary', onclick: () => jumpLatest() }, 'Jump to the latest data'));
 	}
 	timeline.setData(data);
 	if (!empty && !app.timings.firstPaint) {
@@ -495,9 +567,16 @@ function procLabel() {
 
 // ---- flame graph data ---------------------------------------------------------------------
 let flAbort = null;
+// why a kind may have no samples at all, before the generic advice
+const KIND_WHY = {
+	offcpu_ns: 'off-CPU stacks are recorded for the processes whose thread states the agent follows (GPU processes, --pid PID, or --all-processes); ',
+	gpu_kernel_ns: 'GPU kernel time comes from CUPTI inside the CUDA process: start it with CUDA_INJECTION64_PATH=<gpuscope>/libgpuscope_cupti.so; ',
+	cuda_sync_ns: 'CUDA sync time comes from the agent\'s uprobes on libcuda in processes that use the GPU; ',
+};
 
 function flameSelector() {
-	return S.sel ? withMatcher(S.sel, 'node', S.node) : `{${nodeMatcher()}}`;
+	const s = S.sel ? withMatcher(S.sel, 'node', S.node) : `{${nodeMatcher()}}`;
+	return S.fl === 'proc' && S.pid ? withMatcher(s, 'pid', S.pid) : s;
 }
 
 async function loadFlame() {
@@ -508,7 +587,8 @@ async function loadFlame() {
 	const b = S.bfrom !== undefined ? [S.bfrom, S.bto] : [S.from, S.to];
 	const selectorStr = flameSelector();
 	const diff = S.afrom !== undefined;
-	const p = { from: b[0], to: b[1], selector: selectorStr, kind: S.kind, gpu_idle: S.idle && S.gpu !== undefined ? S.gpu : undefined };
+	const p = { from: b[0], to: b[1], selector: selectorStr, kind: S.kind, gpu_idle: S.idle && S.gpu !== undefined ? S.gpu : undefined,
+		group_by: S.grp || undefined };
 	let r;
 	try {
 		r = diff ? await api.get('diff', { ...p, from: S.afrom, to: S.ato, from2: b[0], to2: b[1], selector2: selectorStr }, { signal: ac.signal })
@@ -527,12 +607,13 @@ async function loadFlame() {
 	const unit = r.unit || (S.kind === 'cpu' ? 'samples' : 'ns');
 	const total = diff ? (root.value || 0) + (root.value2 || 0) : root.value || 0;
 	const kindName = State.KINDS.find(([k]) => k === S.kind)[1];
-	const rng = (a, z) => `${fmtTime(a, z - a < 10e3 ? 1 : 1000)} – ${fmtTime(z, z - a < 10e3 ? 1 : 1000)} (${fmtDur(z - a)})`;
+	const rng = (a, z) => `${fmtRange(a, z)} (${fmtDur(z - a)})`;
 	flameInfo.replaceChildren(...[
 		el('span', { class: 'chip' }, kindName),
 		diff ? el('span', { class: 'chip a' }, 'A ', rng(S.afrom, S.ato)) : null,
 		el('span', { class: 'chip' + (diff ? ' b' : '') }, diff ? 'B ' : '', S.bfrom !== undefined ? rng(b[0], b[1]) : `whole view · ${rng(b[0], b[1])}`),
 		el('span', { class: 'chip mono' }, selectorStr),
+		S.grp ? el('span', { class: 'chip' }, `grouped by ${S.grp}`) : null,
 		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle' }, `GPU ${S.gpu} idle only`) : null,
 		el('span', { class: 'chip' }, diff ? `A ${fmtValue(root.value || 0, unit)} · B ${fmtValue(root.value2 || 0, unit)}` : fmtValue(total, unit)),
 		diff ? el('span', { class: 'legend-diff' }, el('i', { class: 'up' }), 'more in B', el('i', { class: 'down' }), 'less in B') : null,
@@ -542,9 +623,10 @@ async function loadFlame() {
 		flameEmpty.replaceChildren(el('div', { class: 'empty-title' }, `No ${kindName} samples here`),
 			el('div', {}, diff && S.bfrom === undefined ? 'Now drag on the timeline to select range B to compare with A.'
 				: 'Nothing matches this range and selector: ' + (S.idle ? 'the GPU may never have been idle in it (untick "only while the GPU was idle"); ' : '') +
-				'widen the range, try another sample kind, or clear the selector.'));
+				(KIND_WHY[S.kind] || '') + 'widen the range, try another sample kind' + (S.fl === 'proc' ? ', the whole node' : '') + ', or clear the selector.'));
 		flameEmpty.classList.remove('hidden');
 		topBody.replaceChildren();
+		matchLbl.classList.add('hidden');	// no stale share of the previous graph
 	} else {
 		flameEmpty.classList.add('hidden');
 		flame.setTree(root, { unit, kind: S.kind, diff, focus: S.focus });

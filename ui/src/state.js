@@ -2,11 +2,12 @@
 // The whole view state lives in the URL's query string, so a link reproduces the view:
 // node, gpu, pid; view window from/to and brushed range bfrom/bto (Unix ms); selector `sel`,
 // sample `kind`, `idle` (only while the GPU was idle), search `q`, flame-graph `focus` (frame
-// path joined by ';'), the diff baseline afrom/ato; `view=efficiency` is the Efficiency page
-// (grouped `by` a label).
+// path joined by ';'), `fl=proc` (the flame graph of the selected process, else the whole
+// node), `grp` (group the flame graph's root by these labels), the diff baseline afrom/ato;
+// `view=efficiency` is the Efficiency page (grouped `by` a label).
 
 const NUM = ['from', 'to', 'bfrom', 'bto', 'afrom', 'ato'];
-const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus', 'view', 'by'];
+const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus', 'view', 'by', 'fl', 'grp'];
 const BOOL = ['idle'];
 
 export const KINDS = [

@@ -28,12 +28,16 @@ const PANELS = [
 			{ key: 'pmin', label: 'min', color: 'rgba(240,62,62,0.35)', width: 0.75 },
 			{ key: 'power', label: 'power', color: '#e03131' }],
 		bands: [{ series: [1, 2], fill: 'rgba(240,62,62,0.12)' }] },
+	{ id: 'cpu', title: 'CPU samples / s', fmt: (v) => (v >= 100 ? Math.round(v) : v.toPrecision(2)) + '/s',
+		range: (mn, mx) => [0, Math.max(mx * 1.1, 1)], series: [
+			{ key: 'node', label: 'node', color: '#495057', fill: 'rgba(73,80,87,0.12)' },
+			{ key: 'proc', label: 'process', color: '#2f9e44', fill: 'rgba(47,158,68,0.22)' }] },
 ];
 
 function timeStep(spanMs, px) {
 	const steps = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 10e3, 15e3, 30e3, 60e3, 120e3,
 		300e3, 600e3, 900e3, 1800e3, 3600e3, 7200e3, 3 * 3600e3, 6 * 3600e3, 12 * 3600e3, 86400e3];
-	const want = spanMs / Math.max(2, px / 110);
+	const want = spanMs / Math.max(2, px / (spanMs >= 12 * 3600e3 ? 140 : 110));
 	for (const s of steps) if (s >= want) return s;
 	return steps[steps.length - 1];
 }
@@ -137,7 +141,7 @@ export class Timeline {
 			}, data, chart);
 			// keep the legend: swatches, and values under the pointer
 			legend.replaceChildren(...def.series.filter((s) => !s.key.startsWith('pm')).map((s) =>
-				el('span', { class: 'lg' }, el('i', { style: `background:${s.color}` }), s.label,
+				el('span', { class: 'lg' }, el('i', { style: `background:${s.color}` }), (cols.labels && cols.labels[s.key]) || s.label,
 					el('b', { 'data-key': s.key }, ''))));
 			this.plots.push({ def, u, cols, legend });
 		}
@@ -159,6 +163,7 @@ export class Timeline {
 				rows.push({ label: `GPU ${g}${sel ? ' ◂' : ''}`, kind: 'busy', selected: sel, items: sel ? d.busy : items, extent: ext });
 			}
 		}
+		if (d && d.gpuNote) rows.push({ head: 'GPU', note: d.gpuNote });
 		if (d && d.kernelsNote) rows.push({ head: 'Kernels by stream', note: d.kernelsNote });
 		if (d && d.threadsNote) rows.push({ head: d.procLabel || 'CPU threads', note: d.threadsNote });
 		if (d && d.streams && d.streams.length) {
@@ -217,7 +222,9 @@ export class Timeline {
 			c.moveTo(x, 18);
 			c.lineTo(x, 26);
 			c.stroke();
-			const label = fmtTime(t, step), hw = c.measureText(label).width / 2;
+			// ticks a day or more apart, or views spanning days, name the date
+			const d = new Date(t), date = `${String(d.getMonth() + 1).padStart(2, '0')}-${String(d.getDate()).padStart(2, '0')}`;
+			const label = span >= 12 * 3600e3 ? `${date} ${fmtTime(t, step).slice(0, 5)}` : fmtTime(t, step), hw = c.measureText(label).width / 2;
 			if (x + hw <= w - 2 && x - hw >= LEFT - 40) c.fillText(label, x, 4);
 		}
 		c.textAlign = 'left';

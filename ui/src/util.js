@@ -35,6 +35,15 @@ export function fmtDate(ms) {
 	return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${fmtTime(ms)}`;
 }
 
+const dayOf = (ms) => new Date(ms).toDateString();
+
+// A time range: times only within one day, dates too when it spans days (or `always`).
+export function fmtRange(a, z, always = false) {
+	const step = z - a < 10e3 ? 1 : 1000;
+	if (dayOf(a) !== dayOf(z) || z - a >= 86400e3) return `${fmtDate(a)} → ${fmtDate(z)}`;
+	return always ? `${fmtDate(a)} → ${fmtTime(z, step)}` : `${fmtTime(a, step)} – ${fmtTime(z, step)}`;
+}
+
 // Duration in ms → "12.3 µs", "4.50 ms", "1.20 s", "3m 05s", "2h 10m".
 export function fmtDur(ms) {
 	const a = Math.abs(ms);
