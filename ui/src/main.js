@@ -12,7 +12,7 @@ import { Flame, topFunctions } from './flame.js';
 import { SelectorBox } from './selector.js';
 import { showEfficiency } from './efficiency.js';
 import { ProcPicker } from './picker.js';
-import { $, el, fmtTime, fmtDate, fmtRange, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
+import { $, el, fmtRange, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
 
 const S = State.load();
 const app = {
