@@ -1113,8 +1113,8 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 			uint8_t *out;
 			size_t len;
 
-			if (body_decode(a->encoding, a->data, a->len, 64u << 20, NULL, NULL, &out,
-					&len) < 0)
+			if (decompress_buf(a->encoding, a->data, a->len, 64u << 20, NULL, NULL, &out,
+					   &len) < 0)
 				return reply_error(h, c, MHD_HTTP_INTERNAL_SERVER_ERROR, REJ_MAX,
 						   "cannot decompress the page");
 			plain = (struct buf){ .p = out, .len = len, .cap = len };
