@@ -471,7 +471,7 @@ static int aggregate_emit(struct ch *c, const struct store_query *q, const struc
 	ch_lsets_ids(match, &ids);
 	buf_puts(&sql, "SELECT labelset, k, sum(v) FROM (");
 	for (int src = 0; src <= CH_LEVELS; src++) {
-		uint64_t dlo = src ? day_of(p.lo[src]) : first_day(p.lo[src]);
+		uint64_t dlo = day_of(p.lo[src]);
 		uint64_t dhi = day_of(p.hi[src] - 1);
 		const char *tc = src ? "bucket" : "t";
 
