@@ -154,6 +154,28 @@ static double price_of(const struct eff_cfg *c, const char *model)
 
 /* ---- tables ------------------------------------------------------------------------------- */
 
+/*
+ * Grows the zero-filled array *p of *cap elements of size bytes so that index i exists (doubling
+ * from 64). 0 or -ENOMEM (the array is unchanged).
+ */
+static int grow_to(void **p, size_t *cap, size_t i, size_t size)
+{
+	size_t ncap = *cap ? *cap : 64;
+	char *n;
+
+	if (i < *cap)
+		return 0;
+	while (ncap <= i)
+		ncap *= 2;
+	n = realloc(*p, ncap * size);
+	if (!n)
+		return -ENOMEM;
+	memset(n + *cap * size, 0, (ncap - *cap) * size);
+	*p = n;
+	*cap = ncap;
+	return 0;
+}
+
 static const char *pair_get(const char *const *pairs, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -176,16 +198,8 @@ static int64_t gpu_id(struct efficiency *e, const char *node, const char *gpu, c
 		return id;
 	if (id >= MAX_IDS)
 		return -E2BIG;
-	if ((size_t)id >= e->capg) {
-		size_t ncap = e->capg ? e->capg * 2 : 64;
-		struct gpu_info *n = realloc(e->gpus, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		memset(n + e->capg, 0, (ncap - e->capg) * sizeof(*n));
-		e->gpus = n;
-		e->capg = ncap;
-	}
+	if (grow_to((void **)&e->gpus, &e->capg, (size_t)id, sizeof(*e->gpus)))
+		return -ENOMEM;
 	g = &e->gpus[id];
 	if (!g->node) {
 		g->node = strdup(node);
@@ -236,16 +250,8 @@ static int64_t holder_id(struct efficiency *e, const char *node, const char *pid
 	id = (int64_t)e->nholders++;
 	if (id + 1 >= MAX_IDS)
 		return -E2BIG;
-	if ((size_t)id >= e->caph) {
-		size_t ncap = e->caph ? e->caph * 2 : 64;
-		struct holder_info *n = realloc(e->holders, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		memset(n + e->caph, 0, (ncap - e->caph) * sizeof(*n));
-		e->holders = n;
-		e->caph = ncap;
-	}
+	if (grow_to((void **)&e->holders, &e->caph, (size_t)id, sizeof(*e->holders)))
+		return -ENOMEM;
 	if (!e->holders[id].node) {
 		e->holders[id].node = strdup(node);
 		e->holders[id].pid = strdup(pid);
@@ -431,19 +437,8 @@ struct collect {
 
 static struct gdat *gdat_of(struct collect *c, uint32_t id)
 {
-	if (id >= c->ng) {
-		size_t ncap = c->ng ? c->ng : 16;
-		struct gdat *n;
-
-		while (ncap <= id)
-			ncap *= 2;
-		n = realloc(c->g, ncap * sizeof(*n));
-		if (!n)
-			return NULL;
-		memset(n + c->ng, 0, (ncap - c->ng) * sizeof(*n));
-		c->g = n;
-		c->ng = ncap;
-	}
+	if (grow_to((void **)&c->g, &c->ng, id, sizeof(*c->g)))
+		return NULL;
 	c->g[id].seen = true;
 	return &c->g[id];
 }
@@ -838,19 +833,8 @@ static struct hour_roll *hour_slot(struct efficiency *e, uint64_t t)
 	if (!e->r_start || t < e->r_start)
 		return NULL;
 	i = (size_t)((t - e->r_start) / HOUR_NS);
-	if (i >= e->nhours) {
-		size_t ncap = e->nhours ? e->nhours : 64;
-		struct hour_roll *n;
-
-		while (ncap <= i)
-			ncap *= 2;
-		n = realloc(e->hours, ncap * sizeof(*n));
-		if (!n)
-			return NULL;
-		memset(n + e->nhours, 0, (ncap - e->nhours) * sizeof(*n));
-		e->hours = n;
-		e->nhours = ncap;
-	}
+	if (grow_to((void **)&e->hours, &e->nhours, i, sizeof(*e->hours)))
+		return NULL;
 	return &e->hours[i];
 }
 
@@ -1529,16 +1513,8 @@ static int fn_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	k = strtab_intern(&fs->names, nf ? frame_name(&f[0], tmp, sizeof(tmp)) : "[unknown]");
 	if (k < 0)
 		return (int)k;
-	if ((size_t)k >= fs->cap) {
-		size_t ncap = fs->cap ? fs->cap * 2 : 256;
-		double *n = realloc(fs->self, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		memset(n + fs->cap, 0, (ncap - fs->cap) * sizeof(*n));
-		fs->self = n;
-		fs->cap = ncap;
-	}
+	if (grow_to((void **)&fs->self, &fs->cap, (size_t)k, sizeof(*fs->self)))
+		return -ENOMEM;
 	fs->self[k] += (double)*v;
 	return 0;
 }

@@ -60,6 +60,7 @@ static void usage(FILE *f)
 		"                           /metrics (default 20; the rest count as 'other')\n"
 		"  --settle DUR             records arrive up to this late: efficiency hours and\n"
 		"                           /metrics windows close this far behind now (default 30s)\n"
+		"  --no-efficiency-rollup   compute efficiency from records only (benchmarks)\n"
 		"  -v, --verbose            debug logging\n");
 }
 
@@ -166,6 +167,7 @@ int main(int argc, char **argv)
 		{ "export-queries", required_argument, NULL, 'Q' },
 		{ "export-top", required_argument, NULL, 'N' },
 		{ "settle", required_argument, NULL, 'S' },
+		{ "no-efficiency-rollup", no_argument, NULL, 'U' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "store", required_argument, NULL, O_STORE },
@@ -285,6 +287,9 @@ int main(int argc, char **argv)
 			xc.top = n;
 			break;
 		}
+		case 'U':
+			ec.no_rollup = true;
+			break;
 		case 'S':
 			if (parse_duration_ns(optarg, &ec.settle_ns)) {
 				log_error("--settle: '%s' is not a duration (30s)", optarg);

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers shared by the Python integration tests: paths, processes, assertions."""
+"""Helpers shared by the Python integration tests: paths, processes, assertions, ports, PromQL."""
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, ".output")
@@ -65,3 +69,25 @@ def wait_until(fn, timeout, step=0.1):
             return v
         time.sleep(step)
     return fn()
+
+
+def free_port():
+    """A loopback TCP port nothing listens on (at the time of the call)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def prom_query(prom_port, q, t=None):
+    """An instant PromQL query to a Prometheus on loopback: [(labels, value, time)]."""
+    args = {"query": q}
+    if t is not None:
+        args["time"] = f"{t:.3f}"
+    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode(args)
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = json.load(r)
+    if body.get("status") != "success":
+        raise RuntimeError(f"{q}: {body}")
+    return [(x["metric"], float(x["value"][1]), x["value"][0]) for x in body["data"]["result"]]

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lib import (AGENT, OUT, PROGS, ROOT, check, finish, skip,  # noqa: E402,F401 (re-exported)
+from lib import (AGENT, OUT, PROGS, ROOT, check, finish, free_port, skip,  # noqa: E402,F401 (re-exported)
                  start_workload, wait_until)
 
 SERVER = os.path.join(OUT, "gpuscope-server")
@@ -29,14 +29,6 @@ def need_root_and_binaries(server=True):
     for b in [AGENT, CLI] + ([SERVER] if server else []):
         if not os.access(b, os.X_OK):
             skip("%s is not built" % os.path.basename(b))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def http(url, token=None, timeout=10):

@@ -19,7 +19,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpuscope_server import Server, encode, now_ns, skip_if_unbuilt  # noqa: E402
-from lib import check, finish, skip, wait_until  # noqa: E402
+from lib import check, finish, free_port, prom_query, skip, wait_until  # noqa: E402
 import efficiency_fixture as fx  # noqa: E402
 
 PROM = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -40,25 +40,7 @@ QUERIES = """queries:
 """
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def query(prom_port, q, t=None):
-    args = {"query": q}
-    if t is not None:
-        args["time"] = f"{t:.3f}"
-    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode(args)
-    with urllib.request.urlopen(url, timeout=5) as r:
-        body = json.load(r)
-    if body.get("status") != "success":
-        raise RuntimeError(f"{q}: {body}")
-    return [(x["metric"], float(x["value"][1]), x["value"][0]) for x in body["data"]["result"]]
+query = prom_query
 
 
 def one(prom_port, q, t=None):

@@ -9,16 +9,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import AGENT, OUT, ROOT, check, finish, skip, wait_until  # noqa: E402
+from lib import AGENT, OUT, ROOT, check, finish, free_port, prom_query, skip, wait_until  # noqa: E402
 
 TRACE = os.path.join(ROOT, "tests", "data", "nvml", "h200x8.trace.gz")
 REPLAY = os.path.join(OUT, "tests", "nvml", "libnvidia-ml.so.1")
@@ -60,22 +58,8 @@ def expected():
     return exp
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def query(prom_port, q):
-    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
-    with urllib.request.urlopen(url, timeout=5) as r:
-        body = json.load(r)
-    if body.get("status") != "success":
-        raise RuntimeError(f"{q}: {body}")
-    return {json.dumps(x["metric"], sort_keys=True): float(x["value"][1])
-            for x in body["data"]["result"]}
+    return {json.dumps(m, sort_keys=True): v for m, v, _ in prom_query(prom_port, q)}
 
 
 def one(prom_port, q):
