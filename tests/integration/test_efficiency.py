@@ -104,6 +104,27 @@ def main():
         ans = s.get_json(f"/api/v1/efficiency?{rng()}&causes=0&selector=" + q('{gpu="2"}'))
         check(ans["workloads"] == [] and len(ans["unheld"]) == 1, "selector on GPU labels")
 
+        # The source ladder on node n2: GPM over NVML, NVML alone, a hole in both is unknown.
+        T2 = T + 2 * H
+        L = ["node n2", f"sample {T2 + S} cpu 1 pid=300,comm=infer,namespace=team-c,pod=infer-0 main"]
+        g = "gpu=0,gpu_uuid=GPU-dddd,gpu_model=NVIDIA%20H200"
+        for t in range(1, 101):
+            L.append(f"metric gpu_process_memory_bytes {g},pid=300,comm=infer {T2 + t * S} 1e9")
+            if t <= 60:
+                L.append(f"metric gpu_sm_active {g} {T2 + t * S} 0.25")
+            if not 81 <= t <= 90:
+                L.append(f"metric gpu_utilization {g} {T2 + t * S} 80")
+        code, _ = s.ingest(encode("\n".join(L) + "\n"))
+        ans = s.get_json(f"/api/v1/efficiency?{rng(T2, T2 + 100 * S)}&causes=0&selector=" +
+                         q('{node="n2"}'))
+        w = rows(ans).get("team-c", {})
+        check(code == 204 and close(w.get("held_gpu_hours"), 100 / 3600) and
+              close(w.get("busy_gpu_hours"), 39 / 3600) and close(w.get("idle_gpu_hours"), 51 / 3600)
+              and close(w.get("unknown_gpu_hours"), 10 / 3600) and
+              close(w.get("sources", {}).get("gpm"), 60 / 3600) and
+              close(w.get("sources", {}).get("nvml"), 30 / 3600),
+              f"source ladder: gpm 60 s at 25 %, nvml 30 s at 80 %, 10 s unknown: {w}")
+
         # Bad input: 4xx with a message.
         for path, want, what in [
             (f"by=nosuchlabel&{rng()}", 400, "unknown label 'nosuchlabel'"),
