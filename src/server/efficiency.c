@@ -24,6 +24,7 @@
 #define UTIL_CAP_NS	NSEC_PER_SEC		/* a utilization sample speaks for at most 1 s */
 #define HOLD_CAP_NS	(10 * NSEC_PER_SEC)	/* a process sample, at most 10 s */
 #define MAX_IDS		(1u << 20)		/* GPUs and holders the tables can name */
+#define ROLL_MAX_NS	(24 * HOUR_NS)		/* hours rolled up in one pass while catching up */
 #define CAUSE_FUNCS	5
 #define CAUSE_INTERVALS	2000000			/* thread states read per causes row */
 
@@ -838,30 +839,55 @@ static struct hour_roll *hour_slot(struct efficiency *e, uint64_t t)
 	return &e->hours[i];
 }
 
-/* Rolls up one hour from stored records. */
-static int roll_hour(struct efficiency *e, uint64_t h)
+/*
+ * Rolls up the hours of [h0, h1) from stored records in one pass (one read of the records: the
+ * store's interval scan is bounded below only, so hour by hour would reread what follows).
+ */
+static int roll_range(struct efficiency *e, uint64_t h0, uint64_t h1)
 {
-	struct acc a = { 0 };
-	struct hour_roll *slot;
-	int err;
+	size_t nh = (size_t)((h1 - h0) / HOUR_NS), *cnt = calloc(nh + 1, sizeof(size_t));
+	struct hour_ent **per = calloc(nh + 1, sizeof(*per));
+	struct acc a = { .by_hour = true };
+	int err = cnt && per ? 0 : -ENOMEM;
 
-	err = compute_raw(e, h, h + HOUR_NS, -1, &a, NULL, NULL);
-	if (err) {
-		acc_done(&a);
-		return err;
+	if (!err)
+		err = compute_raw(e, h0, h1, -1, &a, NULL, NULL);
+	for (size_t i = 0; i < a.n && !err; i++)
+		cnt[a.hour[i] - h0 / HOUR_NS]++;
+	for (size_t k = 0; k < nh && !err; k++) {
+		per[k] = malloc((cnt[k] ? cnt[k] : 1) * sizeof(**per));
+		if (!per[k])
+			err = -ENOMEM;
+		cnt[k] = 0;
 	}
-	pthread_mutex_lock(&e->rmu);
-	slot = hour_slot(e, h);
-	if (slot) {
-		free(slot->v);
-		slot->v = a.v;
-		slot->n = a.n;
-		slot->done = true;
-		a.v = NULL;
+	for (size_t i = 0; i < a.n && !err; i++) {
+		size_t k = a.hour[i] - h0 / HOUR_NS;
+
+		per[k][cnt[k]++] = a.v[i];
 	}
-	pthread_mutex_unlock(&e->rmu);
+	if (!err) {
+		pthread_mutex_lock(&e->rmu);
+		for (size_t k = 0; k < nh && !err; k++) {
+			struct hour_roll *slot = hour_slot(e, h0 + k * HOUR_NS);
+
+			if (!slot) {
+				err = -ENOMEM;
+				break;
+			}
+			free(slot->v);
+			slot->v = per[k];
+			slot->n = cnt[k];
+			slot->done = true;
+			per[k] = NULL;
+		}
+		pthread_mutex_unlock(&e->rmu);
+	}
+	for (size_t k = 0; per && k < nh; k++)
+		free(per[k]);
+	free(per);
+	free(cnt);
 	acc_done(&a);
-	return slot ? 0 : -ENOMEM;
+	return err;
 }
 
 static void *rollup_main(void *arg)
@@ -870,7 +896,7 @@ static void *rollup_main(void *arg)
 
 	pthread_mutex_lock(&e->rmu);
 	while (!e->stopping) {
-		uint64_t now = wall_ns(), target = floor_h(now - e->cfg.settle_ns), h = 0;
+		uint64_t now = wall_ns(), target = floor_h(now - e->cfg.settle_ns), h = 0, h1 = 0;
 		struct timespec ts;
 		bool work = false;
 
@@ -890,11 +916,14 @@ static void *rollup_main(void *arg)
 				if (e->hours[i].dirty) {
 					e->hours[i].dirty = false;
 					h = e->r_start + i * HOUR_NS;
+					h1 = h + HOUR_NS;
 					work = true;
 				}
 			}
 			if (!work && e->r_wm < target) {
+				/* up to a day at a time while catching up */
 				h = e->r_wm;
+				h1 = target - h > ROLL_MAX_NS ? h + ROLL_MAX_NS : target;
 				work = true;
 			}
 		}
@@ -902,13 +931,13 @@ static void *rollup_main(void *arg)
 			int err;
 
 			pthread_mutex_unlock(&e->rmu);
-			err = roll_hour(e, h);
+			err = roll_range(e, h, h1);
 			pthread_mutex_lock(&e->rmu);
 			if (err) {
-				log_warn("efficiency rollup of hour %llu: %s, retrying",
+				log_warn("efficiency rollup from %llu: %s, retrying",
 					 (unsigned long long)(h / NSEC_PER_SEC), strerror(-err));
 			} else if (h == e->r_wm) {
-				e->r_wm += HOUR_NS;
+				e->r_wm = h1;
 				continue;
 			} else {
 				continue;
