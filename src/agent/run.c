@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/cupti/capture_poll.h"
 #include "agent/cupti/window.h"
 #include "agent/gpu/nvml.h"
 #include "agent/commands.h"
@@ -610,6 +611,8 @@ int cmd_run(int argc, char **argv)
 			 o.metrics_listen, metrics_http__port(mh));
 	}
 
+	if (capture_poll__start(&a))
+		log_warn("run: capture requests from the server are off (thread not started)");
 	now = mono_ns();
 	next_push = now + o.push_interval_ns;
 	if (o.duration_ns)
@@ -619,8 +622,11 @@ int cmd_run(int argc, char **argv)
 
 		pthread_mutex_lock(&c.lock);
 		tick_modules(&c, empty_size);
+		/* a capture window that just ended: push its records now, not at the next interval */
+		bool captured = capture_poll__tick();
 		now = mono_ns();
-		if (now >= next_push || batch__size_estimate(a.batch) > EARLY_FLUSH_BYTES) {
+		if (now >= next_push || captured ||
+		    batch__size_estimate(a.batch) > EARLY_FLUSH_BYTES) {
 			flush_batch(&c, empty_size);
 			while (next_push <= now)
 				next_push += o.push_interval_ns;
@@ -635,6 +641,7 @@ int cmd_run(int argc, char **argv)
 	rc = 0;
 
 out_stop_modules:
+	capture_poll__stop();
 	pthread_mutex_lock(&c.lock);
 	if (rc == 0)
 		tick_modules(&c, empty_size);	/* drain what the modules still hold */

@@ -278,7 +278,7 @@ static void print_server_error(long status, const struct http_body *b)
 	json_decref(j);
 }
 
-int http_get(const struct query *q, const char *url, struct http_body *ret)
+static int http_do(const struct query *q, const char *url, bool post, struct http_body *ret)
 {
 	struct http_body b = { 0 };
 	struct curl_slist *hdrs = NULL;
@@ -307,8 +307,10 @@ int http_get(const struct query *q, const char *url, struct http_body *ret)
 			goto out;
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
 	}
-	log_debug("GET %s", url);
+	log_debug("%s %s", post ? "POST" : "GET", url);
 	curl_easy_setopt(c, CURLOPT_URL, url);
+	if (post)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "gpuscope-cli");
 	if (q->ca_file)
@@ -340,6 +342,16 @@ out:
 	curl_slist_free_all(hdrs);
 	curl_easy_cleanup(c);
 	return r;
+}
+
+int http_get(const struct query *q, const char *url, struct http_body *ret)
+{
+	return http_do(q, url, false, ret);
+}
+
+int http_post(const struct query *q, const char *url, struct http_body *ret)
+{
+	return http_do(q, url, true, ret);
 }
 
 int write_output(const char *path, const void *data, size_t len)

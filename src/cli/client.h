@@ -63,6 +63,8 @@ struct http_body {
  * returns -1; on a 2xx returns 0 with *ret filled (caller frees ret->data).
  */
 int http_get(const struct query *q, const char *url, struct http_body *ret);
+/* The same as a POST with an empty body (the arguments are in the URL's query). */
+int http_post(const struct query *q, const char *url, struct http_body *ret);
 
 /*
  * http_get() and parse the answer as a JSON object. On any failure prints one line and returns

@@ -9,5 +9,6 @@ int cmd_pprof(int argc, char **argv);		/* pprof.c */
 int cmd_timeline(int argc, char **argv);	/* timeline.c */
 int cmd_doctor(int argc, char **argv);		/* doctor.c */
 int cmd_report(int argc, char **argv);		/* report.c */
+int cmd_capture(int argc, char **argv);		/* capture.c */
 
 #endif

@@ -10,6 +10,7 @@ static const struct subcmd commands[] = {
 	{ "timeline", cmd_timeline, "print per-thread CPU strips of a process in the terminal" },
 	{ "report", cmd_report, "GPU-hours, idle dollars and idle causes per workload" },
 	{ "doctor", cmd_doctor, "check this node for everything the agent needs" },
+	{ "capture", cmd_capture, "deep-capture a node's GPU work into a Perfetto trace" },
 };
 
 int main(int argc, char **argv)

@@ -26,6 +26,7 @@
 #include "common/prom.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
+#include "server/capture.h"
 #include "server/codec.h"
 #include "server/efficiency.h"
 #include "server/exporter.h"
@@ -1092,6 +1093,26 @@ static bool accepts_encoding(const char *ae, const char *coding)
 	return named ? named_ok : star;
 }
 
+static const char *capture_arg(void *ctx, const char *name)
+{
+	return arg(ctx, name);
+}
+
+/* Captures and the trace export (server/capture.c). */
+static enum MHD_Result do_capture(struct http_server *h, struct MHD_Connection *c, const char *url,
+				  const char *method)
+{
+	struct buf b = { 0 };
+	unsigned code = capture_handle(h->st, url, !strcmp(method, MHD_HTTP_METHOD_POST),
+				       capture_arg, c, &b);
+
+	if (b.oom) {
+		buf_done(&b);
+		return MHD_NO;
+	}
+	return reply(c, code, "application/json", &b, NULL);
+}
+
 static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, const char *url,
 			     const char *method, struct req *r)
 {
@@ -1139,6 +1160,8 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 					   "use POST");
 		return do_ingest(h, c, r);
 	}
+	if (capture_path(url))
+		return do_capture(h, c, url, method);
 	if (!get)
 		return reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY, "use GET");
 	if (!strcmp(url, "/api/v1/flamegraph"))

@@ -81,6 +81,7 @@ struct proc {
 	enum trace_reason reason;
 	struct bpf_link *win_link;	/* pid-filtered attachment to the window probe */
 	uint64_t asked_ns, close_at_ns;	/* CLOCK_MONOTONIC */
+	uint64_t len_ns;		/* asked length; counted from OPENED */
 	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
 	uint64_t win_kernels, win_launches;
 	uint64_t devices;		/* bit per CUDA device (< 64) whose kernels the window saw */
@@ -88,7 +89,7 @@ struct proc {
 	bool early;			/* closed early: over its budget */
 	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
 	struct trace_budget budget;
-	uint64_t capture_until_ns;	/* an on-demand capture asked to trace until then */
+	uint64_t capture_ns;		/* an on-demand capture of this length waits to open */
 };
 
 struct launch {
@@ -806,35 +807,48 @@ static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason wh
 	p->reason = why;
 	p->asked_ns = now;
 	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : now + len_ns;
+	p->len_ns = len_ns;
 	p->win_kernels = p->win_launches = 0;
 	p->devices = 0;
 	p->early = false;
 	p->refused = NULL;
 	c->st.windows_asked++;
+	log_debug("cupti: pid %d: window asked (%s)", p->pid, trace_reason_names[why]);
 }
 
 static void win_detach(struct cupti_state *c, struct proc *p, uint64_t now)
 {
+	uint64_t t0 = mono_ns();
+
 	bpf_link__destroy(p->win_link);
+	log_debug("cupti: detach took %.1f ms", (mono_ns() - t0) / 1e6);
 	p->win_link = NULL;
 	p->win = WIN_CLOSING;
 	p->asked_ns = now;	/* CLOSED must come within STATUS_WAIT_NS of this */
+	log_debug("cupti: pid %d: window released (%s)", p->pid, trace_reason_names[p->reason]);
 }
 
 static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b)
 {
 	uint64_t now = mono_ns();
 
+	log_debug("cupti: pid %d: status %u (%" PRIu64 ", %" PRIu64 ") in state %d", p->pid, what, a,
+		  b, p->win);
 	switch (what) {
 	case GPUSCOPE_CUPTI_ST_HELLO:
 		p->lib_hello = true;
 		break;
 	case GPUSCOPE_CUPTI_ST_OPENED:
-		if (p->win != WIN_ASKED) {	/* opened for another agent, or after we gave up */
-			c->st.win_stray++;
+		/* CLOSING: released before the library saw the switch; it closes right after */
+		if (p->win != WIN_ASKED && p->win != WIN_CLOSING) {
+			c->st.win_stray++;	/* opened for another agent, or after we gave up */
 			break;
 		}
-		p->win = WIN_OPEN;
+		if (p->win == WIN_ASKED) {
+			p->win = WIN_OPEN;
+			if (p->reason != TRACE_CONTINUOUS && now + p->len_ns > p->close_at_ns)
+				p->close_at_ns = now + p->len_ns;	/* the length it was asked */
+		}
 		p->opened_ns = a;
 		p->open_cost_ns = b;
 		c->st.windows_opened[p->reason]++;
@@ -917,9 +931,10 @@ static void control_windows(struct cupti_state *c)
 		}
 		switch (p->win) {
 		case WIN_IDLE:
-			if (p->capture_until_ns > now)
-				win_open(c, p, TRACE_CAPTURE, now, p->capture_until_ns - now);
-			else if (continuous)
+			if (p->capture_ns) {
+				win_open(c, p, TRACE_CAPTURE, now, p->capture_ns);
+				p->capture_ns = 0;
+			} else if (continuous)
 				win_open(c, p, TRACE_CONTINUOUS, now, 0);
 			else if (idle >= c->cfg.idle_trigger && now >= b->last_idle_ns +
 				 c->cfg.idle_cooldown_ns && (double)b->spent_ns + b->cost_ns <=
@@ -931,8 +946,15 @@ static void control_windows(struct cupti_state *c)
 			break;
 		case WIN_ASKED:
 		case WIN_OPEN:
-			if (p->reason == TRACE_CAPTURE && p->capture_until_ns > p->close_at_ns)
-				p->close_at_ns = p->capture_until_ns;
+			if (p->capture_ns && p->reason == TRACE_CAPTURE) {	/* a second capture */
+				if (now + p->capture_ns > p->close_at_ns)
+					p->close_at_ns = now + p->capture_ns;
+				p->capture_ns = 0;
+			} else if (p->capture_ns && p->reason == TRACE_CONTINUOUS) {
+				p->capture_ns = 0;	/* traced anyway */
+			} else if (p->capture_ns) {
+				p->close_at_ns = now;	/* end this window: the capture is next */
+			}
 			if (p->win == WIN_ASKED && now - p->asked_ns > STATUS_WAIT_NS) {
 				/* an old library without windows, or one that is stuck */
 				c->st.win_no_status++;
@@ -964,7 +986,6 @@ static void control_windows(struct cupti_state *c)
 int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whylen)
 {
 	struct cupti_state *c = S;
-	uint64_t until = mono_ns() + duration_ns;
 	int n = 0, seen = 0;
 
 	if (!c) {
@@ -980,8 +1001,8 @@ int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whyle
 		seen++;
 		if (!p->lib_path)
 			continue;
-		if (p->capture_until_ns < until)
-			p->capture_until_ns = until;
+		if (p->capture_ns < duration_ns)
+			p->capture_ns = duration_ns;
 		n++;
 	}
 	if (!n) {
@@ -994,6 +1015,21 @@ int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whyle
 	snprintf(why, whylen, "tracing %d process%s", n, n == 1 ? "" : "es");
 	(void)seen;
 	return n;
+}
+
+bool cupti_usdt__capturing(pid_t pid)
+{
+	struct cupti_state *c = S;
+
+	for (int i = 0; c && i < MAX_PROCS; i++) {
+		const struct proc *p = &c->procs[i];
+
+		if (!p->pid || p->dead || !p->lib_path || (pid && p->pid != pid))
+			continue;
+		if (p->capture_ns || (p->win != WIN_IDLE && p->reason == TRACE_CAPTURE))
+			return true;
+	}
+	return false;
 }
 
 void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))

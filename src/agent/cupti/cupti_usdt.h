@@ -4,6 +4,7 @@
 #define GPUSCOPE_CUPTI_USDT_H
 
 #include <linux/types.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/abi.h"
 #include <stddef.h>
@@ -41,6 +42,9 @@ void cupti_usdt__stats(struct cupti_stats *ret);
  * the module is not running; *why says it in words. Main-loop thread.
  */
 int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whylen);
+
+/* Is pid (0: any process) still in, or waiting for, a capture window? Main-loop thread. */
+bool cupti_usdt__capturing(pid_t pid);
 
 /* Where the idle trigger reads the node's GPU idle share over the last span (< 0: unknown). */
 void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));

@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The agent's side of on-demand captures (gpuscope capture, the UI's Capture button): a thread
+ * asks the server for this node's capture requests every second; the main loop opens the trace
+ * windows (cupti_usdt__capture); once a window's time is over the thread posts the answer
+ * (status ok / not_injected / unavailable, the window's range) to the server.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "agent/agent.h"
+#include "agent/cupti/capture_poll.h"
+#include "agent/cupti/cupti_usdt.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define QMAX		16
+#define POLL_NS		NSEC_PER_SEC
+#define RESP_MAX	(64 << 10)
+
+enum { Q_FREE = 0, Q_NEW, Q_TRACING, Q_READY };
+
+struct req {
+	int state;
+	uint64_t id, duration_ns;
+	uint32_t pid;
+	int rc;
+	char why[200];
+	uint64_t from_wall, until_mono, to_wall;
+};
+
+static struct {
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started, stop;
+	struct req q[QMAX];
+	char server[512], node[256];
+	const char *token_file;
+	struct agent *a;
+	uint64_t polls, poll_errors, answered;
+} P = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+struct resp {
+	char *p;
+	size_t n;
+};
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *ctx)
+{
+	struct resp *r = ctx;
+	size_t n = sz * nm;
+	char *np;
+
+	if (r->n + n > RESP_MAX)
+		return 0;
+	np = realloc(r->p, r->n + n + 1);
+	if (!np)
+		return 0;
+	memcpy(np + r->n, d, n);
+	r->n += n;
+	np[r->n] = 0;
+	r->p = np;
+	return n;
+}
+
+/* GET or POST (empty body) url; the answer's JSON in *ret. 0 or -1. */
+static int call(CURL *cu, const char *url, bool post, json_t **ret)
+{
+	struct curl_slist *hdr = NULL;
+	struct resp r = { 0 };
+	char auth[600];
+	long code = 0;
+	int err = -1;
+
+	*ret = NULL;
+	if (P.token_file) {
+		FILE *f = fopen(P.token_file, "re");
+		char tok[512] = "";
+
+		if (f) {
+			if (fgets(tok, sizeof(tok), f))
+				tok[strcspn(tok, "\r\n")] = 0;
+			fclose(f);
+		}
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+		hdr = curl_slist_append(hdr, auth);
+	}
+	curl_easy_reset(cu);
+	curl_easy_setopt(cu, CURLOPT_URL, url);
+	curl_easy_setopt(cu, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(cu, CURLOPT_WRITEDATA, &r);
+	if (hdr)
+		curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hdr);
+	if (post)
+		curl_easy_setopt(cu, CURLOPT_POSTFIELDS, "");
+	if (curl_easy_perform(cu) == CURLE_OK &&
+	    !curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &code) && code / 100 == 2) {
+		*ret = r.p ? json_loads(r.p, 0, NULL) : NULL;
+		err = 0;
+	}
+	curl_slist_free_all(hdr);
+	free(r.p);
+	return err;
+}
+
+static void take_requests(CURL *cu)
+{
+	char url[1024];
+	json_t *j, *caps, *c;
+	char *node = curl_easy_escape(cu, P.node, 0);
+	size_t i;
+
+	snprintf(url, sizeof(url), "%s/api/v1/capture/pending?node=%s", P.server, node ? node : "");
+	curl_free(node);
+	P.polls++;
+	if (call(cu, url, false, &j)) {
+		P.poll_errors++;
+		return;
+	}
+	caps = json_object_get(j, "captures");
+	json_array_foreach(caps, i, c) {
+		uint64_t id = json_integer_value(json_object_get(c, "id"));
+		uint64_t ms = json_integer_value(json_object_get(c, "duration_ms"));
+		uint32_t pid = json_integer_value(json_object_get(c, "pid"));
+
+		pthread_mutex_lock(&P.mu);
+		for (int k = 0; k < QMAX; k++)
+			if (P.q[k].state == Q_FREE) {
+				P.q[k] = (struct req){ .state = Q_NEW, .id = id, .pid = pid,
+						       .duration_ns = ms * NSEC_PER_MSEC };
+				break;
+			}
+		pthread_mutex_unlock(&P.mu);
+	}
+	json_decref(j);
+}
+
+static void post_answers(CURL *cu)
+{
+	for (int k = 0; k < QMAX; k++) {
+		struct req r;
+		char url[1400], *msg;
+		json_t *j = NULL;
+		const char *st;
+
+		pthread_mutex_lock(&P.mu);
+		r = P.q[k];
+		pthread_mutex_unlock(&P.mu);
+		if (r.state != Q_READY)
+			continue;
+		st = r.rc >= 0 ? "ok" : r.rc == -ENOENT ? "not_injected" : "unavailable";
+		msg = curl_easy_escape(cu, r.why, 0);
+		snprintf(url, sizeof(url),
+			 "%s/api/v1/capture/result?id=%" PRIu64 "&status=%s&message=%s&from=%" PRIu64
+			 "&to=%" PRIu64,
+			 P.server, r.id, st, msg ? msg : "", r.from_wall,
+			 r.rc >= 0 ? r.to_wall : r.from_wall);
+		curl_free(msg);
+		if (call(cu, url, true, &j) == 0) {
+			P.answered++;
+			pthread_mutex_lock(&P.mu);
+			P.q[k].state = Q_FREE;
+			pthread_mutex_unlock(&P.mu);
+		}
+		json_decref(j);
+	}
+}
+
+static void *poll_main(void *arg)
+{
+	CURL *cu = curl_easy_init();
+
+	(void)arg;
+	if (!cu)
+		return NULL;
+	pthread_mutex_lock(&P.mu);
+	while (!P.stop) {
+		struct timespec ts;
+
+		pthread_mutex_unlock(&P.mu);
+		take_requests(cu);
+		post_answers(cu);
+		pthread_mutex_lock(&P.mu);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		if (!P.stop)
+			pthread_cond_timedwait(&P.cv, &P.mu, &ts);
+	}
+	pthread_mutex_unlock(&P.mu);
+	curl_easy_cleanup(cu);
+	return NULL;
+}
+
+int capture_poll__start(struct agent *a)
+{
+	int err;
+
+	if (!a->opts.server || P.started)
+		return 0;
+	snprintf(P.server, sizeof(P.server), "%s", a->opts.server);
+	P.server[strcspn(P.server, "?#")] = 0;
+	while (*P.server && P.server[strlen(P.server) - 1] == '/')
+		P.server[strlen(P.server) - 1] = 0;
+	snprintf(P.node, sizeof(P.node), "%s", a->opts.node ? a->opts.node : "");
+	P.token_file = a->opts.token_file;
+	P.a = a;
+	P.stop = false;
+	memset(P.q, 0, sizeof(P.q));
+	err = pthread_create(&P.th, NULL, poll_main, NULL);
+	if (err)
+		return -err;
+	P.started = true;
+	return 0;
+}
+
+bool capture_poll__tick(void)
+{
+	uint64_t now = mono_ns();
+	bool wake = false, ended = false;
+
+	if (!P.started)
+		return false;
+	pthread_mutex_lock(&P.mu);
+	for (int k = 0; k < QMAX; k++) {
+		struct req *r = &P.q[k];
+
+		if (r->state == Q_NEW) {
+			r->rc = cupti_usdt__capture(r->pid, r->duration_ns, r->why, sizeof(r->why));
+			r->from_wall = now + P.a->mono_to_wall_ns;
+			r->until_mono = now + r->duration_ns;
+			r->state = r->rc >= 0 ? Q_TRACING : Q_READY;
+			log_info("capture %" PRIu64 ": %s", r->id, r->why);
+			wake |= r->rc < 0;
+		} else if (r->state == Q_TRACING && now >= r->until_mono &&
+			   !cupti_usdt__capturing(r->pid)) {
+			/* the window closed and its records are in the batch: push, then answer */
+			r->state = Q_READY;
+			r->to_wall = now + P.a->mono_to_wall_ns;
+			wake = ended = true;
+		}
+	}
+	if (wake)
+		pthread_cond_signal(&P.cv);
+	pthread_mutex_unlock(&P.mu);
+	return ended;
+}
+
+void capture_poll__stop(void)
+{
+	if (!P.started)
+		return;
+	pthread_mutex_lock(&P.mu);
+	P.stop = true;
+	pthread_cond_signal(&P.cv);
+	pthread_mutex_unlock(&P.mu);
+	pthread_join(P.th, NULL);
+	P.started = false;
+}
