@@ -113,7 +113,8 @@ static json_t *post_json(const struct query *q, const char *url)
 	return j;
 }
 
-/* Has a capture window of pid (0: any) ending at or after to_ns - 1 s reached the server? */
+/* Has a capture window of pid (0: any) that ended after the request (from_ns) reached the
+ * server? */
 static bool window_arrived(const struct query *q, const char *enode, long pid, uint64_t from_ns,
 			   uint64_t to_ns)
 {
@@ -139,7 +140,7 @@ static bool window_arrived(const struct query *q, const char *enode, long pid, u
 								     "reason"));
 		double end_ms = json_number_value(json_object_get(iv, "end_ms"));
 
-		if (why && !strcmp(why, "capture") && end_ms * 1e6 >= (double)to_ns - 1e9)
+		if (why && !strcmp(why, "capture") && end_ms * 1e6 >= (double)from_ns)
 			found = true;
 	}
 	json_decref(j);
