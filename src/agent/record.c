@@ -14,6 +14,8 @@
 #include "agent/commands.h"
 #include "agent/cpu/oncpu.h"
 #include "agent/sym/stacks.h"
+#include "agent/unwind/python.h"
+#include "agent/unwind/python_abi.h"
 #include "agent/unwind/unwind.h"
 #include "agent/sym/symbolize.h"
 #include "common/hmap.h"
@@ -620,6 +622,22 @@ int cmd_record(int argc, char **argv)
 		       (unsigned long long)us.table_frames, (unsigned long long)us.fp_frames,
 		       (unsigned long long)trunc, (unsigned long long)us.tables,
 		       (unsigned long long)us.table_bytes >> 10);
+		if (unwinder__python(uw)) {
+			struct python_stats ps;
+
+			python__stats(unwinder__python(uw), &ps);
+			if (ps.bpf[GPUSCOPE_PY_STAT_WALKS] || ps.unsupported)
+				printf("python: %llu stacks with Python frames, %llu frames (%llu "
+				       "unreadable, %llu after a [truncated] gap), %llu stacks of "
+				       "threads without a Python thread state, %llu unsupported "
+				       "interpreters\n",
+				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_WALKS],
+				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_FRAMES],
+				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_READ_FAILED],
+				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_UNREACHED],
+				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_NO_THREAD],
+				       (unsigned long long)ps.unsupported);
+		}
 	}
 	if (output)
 		printf("wrote %s (pprof: go tool pprof -top %s)\n", output, output);

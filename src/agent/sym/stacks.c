@@ -151,11 +151,15 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 		}
 		err = symbolizer__user(c->sym, pid, w - (i > 0), &f);
 		if (i > 0 && mapped && err && f.module && !strcmp(f.module, "[unknown]")) {
-			/* outside every mapping: a garbage return address, not a frame */
+			/* outside every mapping: a garbage return address, not a frame. The walk
+			 * goes on after a [truncated] word of its own (Python frames no native
+			 * frame led to, python.bpf.h): that one stands for this gap too. */
 			special(c, &st->locs[st->n++], "[truncated]");
 			c->stats.truncated++;
 			c->stats.cut_unmapped++;
-			break;
+			while (++i < nu && GPUSCOPE_FRAME_TAG(uframes[i]) != GPUSCOPE_FRAME_TAG_TRUNCATED)
+				;
+			continue;
 		}
 		mapped |= !(err && f.module && !strcmp(f.module, "[unknown]"));
 		fill(c, &st->locs[st->n++], &f, err);

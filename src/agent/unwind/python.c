@@ -25,6 +25,7 @@
 #include "common/batch.h"
 #include "common/hmap.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define MAX_CODES	(1u << 16)	/* cached code objects, all processes; cleared when full */
@@ -930,18 +931,27 @@ void python__metrics(const struct python *py, FILE *out)
 		[GPUSCOPE_PY_STAT_EVAL_EMPTY] = "eval_without_frames",
 	};
 	struct python_stats st;
+	const char *n;
 
 	python__stats(py, &st);
+	n = "gpuscope_agent_python_walk_total";
+	prom_family(out, n, "counter",
+		    "CPython walk in BPF: stacks with Python frames (walks), frames written, threads "
+		    "without a thread state, thread-list walks and their bound, unreadable frames "
+		    "([python]), stacks out of room, frames after a [truncated] gap (unreached), "
+		    "eval-loop activations without a frame left.");
 	for (int i = 0; i < GPUSCOPE_PY_STAT_MAX; i++)
 		if (walk[i])
-			fprintf(out, "gpuscope_agent_python_walk_total{event=\"%s\"} %" PRIu64 "\n",
-				walk[i], st.bpf[i]);
-	fprintf(out, "gpuscope_agent_python_processes %" PRIu64 "\n", st.procs);
-	fprintf(out, "gpuscope_agent_python_unsupported_total %" PRIu64 "\n", st.unsupported);
-	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"read\"} %" PRIu64 "\n",
-		st.code_reads);
-	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"failed\"} %" PRIu64 "\n",
-		st.code_failed);
-	fprintf(out, "gpuscope_agent_python_code_objects_total{result=\"cached\"} %" PRIu64 "\n",
-		st.code_cache_hits);
+			prom_sample1_u64(out, n, "event", walk[i], st.bpf[i]);
+	prom_gauge(out, "gpuscope_agent_python_processes",
+		   "Processes whose CPython interpreter the BPF walker follows.", (double)st.procs);
+	prom_counter(out, "gpuscope_agent_python_unsupported_total",
+		     "Processes with a CPython the walker cannot follow (version, build): native "
+		     "frames only.", st.unsupported);
+	n = "gpuscope_agent_python_code_objects_total";
+	prom_family(out, n, "counter", "Code objects symbolized: read from the process, failed "
+				       "(shown as [python]), answered from the cache.");
+	prom_sample1_u64(out, n, "result", "read", st.code_reads);
+	prom_sample1_u64(out, n, "result", "failed", st.code_failed);
+	prom_sample1_u64(out, n, "result", "cached", st.code_cache_hits);
 }

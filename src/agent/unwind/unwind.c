@@ -22,6 +22,7 @@
 #include "agent/bpfutil.h"
 #include "agent/sym/symbolize_int.h"
 #include "agent/unwind/frames.h"
+#include "agent/unwind/python.h"
 #include "agent/unwind/table.h"
 #include "agent/unwind/unwind.h"
 #include "common/abi.h"
@@ -84,6 +85,7 @@ struct unwinder {
 	volatile int pending;			/* requests seen in the last drain */
 	struct bin *vdso;
 	struct unwind_proc *scratch_proc;	/* one value being assembled */
+	struct python *py;			/* CPython frames (python.h); NULL: none */
 };
 
 /* ---- tables ------------------------------------------------------------------------------- */
@@ -319,6 +321,7 @@ static void proc_forget(struct unwinder *u, struct proc_ent *p)
 	struct proc_ent **pp;
 
 	bpf_map_delete_elem(u->procs_fd, &p->tgid);
+	python__pid_gone(u->py, (pid_t)p->tgid);
 	for (pp = &u->procs[p->tgid % PROC_BUCKETS]; *pp; pp = &(*pp)->hnext) {
 		if (*pp == p) {
 			*pp = p->hnext;
@@ -346,8 +349,12 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
 		return -ENOMEM;
 	if (p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS)
 		return 0;
+	if (p->mm && mm && p->mm != mm)	/* exec: another image, maybe another interpreter */
+		python__pid_gone(u->py, (pid_t)tgid);
 	p->mm = mm;
 	p->refreshed_ns = now;
+	/* A Python interpreter: its frames from now on, while the tables below are built. */
+	python__pid_seen(u->py, (pid_t)tgid);
 	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
 	f = fopen(path, "re");
 	if (!f) {
@@ -520,6 +527,11 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
 		goto out_free;
 	}
+	u->py = python__new();
+	if (u->py)
+		python__set_default(u->py);
+	else
+		log_warn("python: %s: Python processes keep native frames only", strerror(errno));
 	err = pthread_create(&u->thread, NULL, worker, u);
 	if (err) {
 		err = -err;
@@ -566,6 +578,7 @@ void unwinder__free(struct unwinder *u)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	pthread_mutex_destroy(&u->lock);
+	python__free(u->py);
 	free(u->scratch_proc);
 	free(u);
 }
@@ -587,7 +600,12 @@ int unwinder__prepare(struct unwinder *u, struct bpf_object *obj)
 		if (err)
 			return err;
 	}
-	return 0;
+	return u->py ? python__share_maps(u->py, obj) : 0;
+}
+
+struct python *unwinder__python(struct unwinder *u)
+{
+	return u ? u->py : NULL;
 }
 
 int unwinder__add_pid(struct unwinder *u, int pid)
@@ -695,6 +713,8 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 	prom_family(out, n, "counter", "Walks that ended early (a [truncated] frame), by reason.");
 	for (int i = 1; i < GPUSCOPE_TRUNC_MAX; i++)
 		prom_sample1_u64(out, n, "reason", reasons[i], s.truncated[i]);
+	if (u->py)
+		python__metrics(u->py, out);
 }
 
 struct unwinder *agent__unwinder(struct agent *a)

@@ -67,6 +67,9 @@ struct agent;
  */
 struct unwinder *agent__unwinder(struct agent *a);
 
+/* The CPython side (python.h) the unwinder feeds with processes; NULL without one. */
+struct python *unwinder__python(struct unwinder *u);
+
 /* Waits until the worker has no pending requests (tests, record's start). */
 void unwinder__settle(struct unwinder *u, unsigned timeout_ms);
 
