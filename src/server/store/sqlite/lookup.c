@@ -245,6 +245,8 @@ int sq_metric_names(struct store *st, store_name_cb cb, void *ctx)
 	return err;
 }
 
+#define IVL_LONG_NS	(600 * NSEC_PER_SEC)	/* longer intervals are looked up by length */
+
 int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
 		 bool *ret_truncated)
@@ -258,9 +260,18 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 	*ret_truncated = false;
 	if (!db)
 		return -EIO;
-	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, labelset, start_ns, end_ns, attrs FROM"
-				      " intervals WHERE kind = ?3 AND end_ns > ?1 AND start_ns < ?2"
-				      " ORDER BY start_ns, id" :
+	/*
+	 * With a kind, two bounded index ranges instead of "end_ns > from" (which reads every
+	 * interval after from: a range a month back read the whole month): intervals ending in
+	 * [from, to + LONG) by (kind, end_ns), plus the rare longer ones by (kind, length).
+	 */
+	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, labelset, start_ns, end_ns, attrs FROM ("
+				      " SELECT id, kind, labelset, start_ns, end_ns, attrs FROM intervals"
+				      " WHERE kind = ?3 AND end_ns > ?1 AND end_ns < ?2 + ?4"
+				      " AND start_ns < ?2 UNION ALL"
+				      " SELECT id, kind, labelset, start_ns, end_ns, attrs FROM intervals"
+				      " WHERE kind = ?3 AND (end_ns - start_ns) >= ?4 AND end_ns >= ?2 + ?4"
+				      " AND start_ns < ?2) ORDER BY start_ns, id" :
 					  "SELECT kind, labelset, start_ns, end_ns, attrs FROM"
 				      " intervals WHERE end_ns > ?1 AND start_ns < ?2"
 				      " ORDER BY start_ns, id", -1, &q, NULL)) {
@@ -269,8 +280,10 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 	}
 	sqlite3_bind_int64(q, 1, (int64_t)from);
 	sqlite3_bind_int64(q, 2, (int64_t)to);
-	if (kind)
+	if (kind) {
 		sqlite3_bind_text(q, 3, kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(q, 4, (int64_t)IVL_LONG_NS);
+	}
 	while (!err && sqlite3_step(q) == SQLITE_ROW) {
 		uint64_t ls = (uint64_t)sqlite3_column_int64(q, 1);
 		const char *attrs[2 * BATCH_MAX_LABELS];

@@ -72,7 +72,9 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS intervals(id INTEGER PRIMARY KEY, kind TEXT, labelset INTEGER,"
 	" start_ns INTEGER, end_ns INTEGER, attrs BLOB);"
 	"CREATE INDEX IF NOT EXISTS intervals_ke ON intervals(kind, end_ns);"
-	"CREATE INDEX IF NOT EXISTS intervals_e ON intervals(end_ns);";
+	"CREATE INDEX IF NOT EXISTS intervals_e ON intervals(end_ns);"
+	/* the long intervals of a kind, for a range query bounded on both sides (lookup.c) */
+	"CREATE INDEX IF NOT EXISTS intervals_klen ON intervals(kind, (end_ns - start_ns));";
 
 /* ---- connections ------------------------------------------------------------------------ */
 
