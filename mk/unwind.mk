@@ -20,3 +20,9 @@ $(UWFIX_OUT)/nofp_burn: $(UWFIX_SRC)/nofp_burn.c $(UWFIX_OUT)/libnofp.so mk/unwi
 	$(Q)$(CC) $(UWFIX_CFLAGS) -fPIE -pie -o $@ $< -L$(UWFIX_OUT) -lnofp -Wl,-rpath,'$$ORIGIN' -ldl
 
 $(OUT)/tests/unit/test_unwind_table: $(UWFIX_BINS)
+
+# Benchmark driver: table build time, rows and bytes per binary (bench/unwind/README.md).
+all: $(OUT)/bench/unwind/tablebench
+$(OUT)/bench/unwind/tablebench: bench/unwind/tablebench.c $(ALL_LIBS)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)

@@ -11,10 +11,12 @@
 #include <bpf/bpf_tracing.h>
 #include "agent/gpuscope.bpf.h"
 #include "common/abi_strips.h"
+#include "agent/unwind/unwind.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u64 min_call_ns = 100000;
+const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind_stacks ids) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -87,6 +89,32 @@ int cu_entry(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * A short call counted per (thread, API, stack). Its own frame: the keys stay off the stack of
+ * cu_return(), whose walk needs the room.
+ */
+static __noinline void count_call(struct inflight *f, __u64 id, __s32 ustack, __u64 now)
+{
+	__u64 dur = now - f->start_ns;
+	struct gpuscope_cuda_agg_key k = {
+		.tgid = id >> 32, .tid = (__u32)id, .api = f->cookie, .ustack_id = ustack,
+		.entry_ip = f->entry_ip,
+	};
+	struct gpuscope_cuda_agg_val nv = {
+		.count = 1, .ns = dur, .first_ns = f->start_ns, .last_ns = now,
+	};
+	struct gpuscope_cuda_agg_val *v = bpf_map_lookup_elem(&calls, &k);
+
+	if (v) {
+		/* one thread updates its own keys: no atomics needed */
+		v->count++;
+		v->ns += dur;
+		v->last_ns = now;
+	} else if (bpf_map_update_elem(&calls, &k, &nv, BPF_NOEXIST)) {
+		count_err(GPUSCOPE_CERR_AGG_FULL);
+	}
+}
+
 SEC("uretprobe")
 int cu_return(struct pt_regs *ctx)
 {
@@ -106,42 +134,38 @@ int cu_return(struct pt_regs *ctx)
 	dur = now - f->start_ns;
 	cookie = f->cookie;
 	/* at the return the stack is exactly the caller's: ip is the return address */
-	ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (use_unwinder) {
+		struct uwalk st;
+
+		unwind_init(&st, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		st.first = 0;	/* a return address: its call is what the tables describe */
+		ustack = unwind_stackid(&st);
+	} else {
+		ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	}
 	if (ustack < 0)
 		count_err(GPUSCOPE_CERR_USTACK);
 	if ((f->cookie & GPUSCOPE_CUDA_SYNC) || dur >= min_call_ns) {
-		struct gpuscope_ev_cuda_call ev = {};
+		/* reserved, not built on the stack: the walker needs the room */
+		struct gpuscope_ev_cuda_call *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 
-		ev.hdr.type = GPUSCOPE_EV_CUDA_CALL;
-		ev.hdr.size = sizeof(ev);
-		ev.start_ns = f->start_ns;
-		ev.end_ns = now;
-		ev.entry_ip = f->entry_ip;
-		ev.tgid = tgid;
-		ev.tid = tid;
-		ev.api = f->cookie;
-		ev.ustack_id = ustack;
-		bpf_get_current_comm(ev.comm, sizeof(ev.comm));
-		if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+		if (!ev) {
 			count_err(GPUSCOPE_CERR_RINGBUF_FULL);
-	} else {
-		struct gpuscope_cuda_agg_key k = {
-			.tgid = tgid, .tid = tid, .api = f->cookie, .ustack_id = ustack,
-			.entry_ip = f->entry_ip,
-		};
-		struct gpuscope_cuda_agg_val nv = {
-			.count = 1, .ns = dur, .first_ns = f->start_ns, .last_ns = now,
-		};
-		struct gpuscope_cuda_agg_val *v = bpf_map_lookup_elem(&calls, &k);
-
-		if (v) {
-			/* one thread updates its own keys: no atomics needed */
-			v->count++;
-			v->ns += dur;
-			v->last_ns = now;
-		} else if (bpf_map_update_elem(&calls, &k, &nv, BPF_NOEXIST)) {
-			count_err(GPUSCOPE_CERR_AGG_FULL);
+		} else {
+			ev->hdr.type = GPUSCOPE_EV_CUDA_CALL;
+			ev->hdr.size = sizeof(*ev);
+			ev->start_ns = f->start_ns;
+			ev->end_ns = now;
+			ev->entry_ip = f->entry_ip;
+			ev->tgid = tgid;
+			ev->tid = tid;
+			ev->api = f->cookie;
+			ev->ustack_id = ustack;
+			bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+			bpf_ringbuf_submit(ev, 0);
 		}
+	} else {
+		count_call(f, id, ustack, now);
 	}
 	bpf_map_delete_elem(&inflight, &tid);
 	if (cookie & GPUSCOPE_CUDA_SYNC)

@@ -32,6 +32,7 @@
 #include "cudaprobe.skel.h"
 
 #include "agent/sym/stacks.h"
+#include "agent/unwind/unwind.h"
 
 #define LIBS_MAX	  16			/* distinct libcuda files probed */
 #define WATCH_MAX	  PROCS_MAX
@@ -80,6 +81,7 @@ struct watch {
 };
 
 struct cuda_state {
+	struct unwinder *uw;		/* user stacks from unwind_stacks; NULL: from `stacks` */
 	struct cudaprobe_bpf *skel;
 	struct ring_buffer *rb;
 	struct agent *a;
@@ -327,7 +329,9 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
 	int64_t id = -1;
 
 	uf[n++] = entry_ip;	/* the API function itself: the leaf */
-	if (ustack_id >= 0) {
+	if (ustack_id >= 0 && C.uw) {
+		n += unwinder__read_stack(C.uw, ustack_id, uf + 1);
+	} else if (ustack_id >= 0) {
 		__u32 key = ustack_id;
 
 		if (!bpf_map_lookup_elem(bpf_map__fd(C.skel->maps.stacks), &key, uf + 1))
@@ -445,6 +449,13 @@ static int cuda_start(struct agent *a)
 		if (err)
 			goto out_destroy;
 		C.shared_sync = true;
+	}
+	C.uw = agent__unwinder(a);
+	if (C.uw) {
+		err = unwinder__prepare(C.uw, skel->obj);
+		if (err)
+			goto out_destroy;
+		skel->rodata->use_unwinder = true;
 	}
 	err = cudaprobe_bpf__load(skel);
 	if (err)

@@ -12,8 +12,11 @@
 #include <bpf/usdt.bpf.h>
 #include "agent/gpuscope.bpf.h"
 #include "common/abi_cupti.h"
+#include "agent/unwind/unwind.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -51,7 +54,16 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	e->ev.cid = cid;
 	e->ev.cid2 = cid2;
 	e->ev._pad = 0;
-	n = bpf_get_stack(ctx, e->frames, sizeof(e->frames), BPF_F_USER_STACK);
+	if (use_unwinder) {
+		struct uwalk st;
+
+		/* at the probe: the exact pc inside the injection library's callback */
+		unwind_init(&st, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+		n = unwind_walk(&st, e->frames);
+		n = n < 0 ? -1 : n * 8;
+	} else {
+		n = bpf_get_stack(ctx, e->frames, sizeof(e->frames), BPF_F_USER_STACK);
+	}
 	if (n < 0) {
 		count_err(GPUSCOPE_CUPTI_ERR_USTACK);
 		n = 0;

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/unwind/unwind.h"
 #include "agent/bpfutil.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
@@ -1153,7 +1154,18 @@ static int cupti_start(struct agent *a)
 		err = -ENOMEM;
 		goto out_free;
 	}
-	c->skel = cupti_bpf__open_and_load();
+	c->skel = cupti_bpf__open();
+	if (c->skel && agent__unwinder(a)) {
+		err = unwinder__prepare(agent__unwinder(a), c->skel->obj);
+		if (!err)
+			c->skel->rodata->use_unwinder = true;
+	}
+	if (c->skel && cupti_bpf__load(c->skel)) {
+		err = -errno;
+		cupti_bpf__destroy(c->skel);
+		c->skel = NULL;
+		errno = -err;
+	}
 	if (!c->skel) {
 		err = -errno;
 		log_warn("cupti: load BPF: %s", strerror(-err));

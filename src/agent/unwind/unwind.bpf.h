@@ -376,28 +376,31 @@ static long native_step(__u64 i, void *ctx)
 	return uwalk_step(ctx) ? 1 : 0;
 }
 
+/* One interpreter activation: native frames up to the next eval-loop frame, then py_emit(). */
+static long activation_step(__u64 i, void *ctx)
+{
+	struct uwalk *st = ctx;
+
+	bpf_loop(GPUSCOPE_MAX_STACK, native_step, st, 0);
+	if (!st->py_pending)
+		return 1;
+	st->py_pending = 0;
+	py_emit(st);
+	st->py_done_pc = 1;
+	return 0;
+}
+
 /*
  * The walk proper: native frames in a bpf_loop, paused at each interpreter activation for
- * py_emit(). Global, so each program's verifier pass checks it once.
+ * py_emit(); the activations themselves in an outer bpf_loop, so the verifier checks one
+ * activation, not UNWIND_PY_ACTIVATIONS unrolled copies. A static subprogram: st stays a
+ * pointer to the caller's stack, as bpf_loop wants.
  */
-__noinline int uwalk_run(struct uwalk *arg)
+static __noinline int uwalk_run(struct uwalk *st)
 {
-	struct uwalk st;	/* bpf_loop wants its context on this frame's stack */
-
-	if (!arg)
-		return 0;
-	__builtin_memcpy(&st, arg, sizeof(st));
-	py_walk_init(&st);
-	for (int i = 0; i < UNWIND_PY_ACTIVATIONS; i++) {
-		bpf_loop(GPUSCOPE_MAX_STACK, native_step, &st, 0);
-		if (!st.py_pending)
-			break;
-		st.py_pending = 0;
-		py_emit(&st);
-		st.py_done_pc = 1;
-	}
-	py_walk_end(&st);	/* Python frames no activation claimed: after a [truncated] word */
-	__builtin_memcpy(arg, &st, sizeof(st));
+	py_walk_init(st);
+	bpf_loop(UNWIND_PY_ACTIVATIONS, activation_step, st, 0);
+	py_walk_end(st);	/* Python frames no activation claimed: after a [truncated] word */
 	return 0;
 }
 

@@ -724,6 +724,10 @@ struct unwinder *agent__unwinder(struct agent *a)
 	if (a->unwind || a->unwind_tried)
 		return a->unwind;
 	a->unwind_tried = true;
+	if (getenv("GPUSCOPE_FRAME_POINTERS")) {	/* comparisons and benchmarks */
+		log_info("unwind: GPUSCOPE_FRAME_POINTERS set: user stacks from frame pointers only");
+		return NULL;
+	}
 	a->unwind = unwinder__new(NULL, &why);
 	if (!a->unwind && errno != EPERM)	/* no privilege: the modules say so */
 		log_warn("unwind: %s (%s): user stacks from frame pointers only",
