@@ -21,6 +21,7 @@ VDIR = os.path.join(ROOT, ".output", "k8s-validate")
 VALIDATE = os.path.join(ROOT, "tests", "k8s", "validate.cjs")
 MANIFEST = os.path.join(ROOT, "deploy", "kubernetes", "gpuscope.yaml")
 EXAMPLES = [os.path.join(ROOT, "deploy", "examples", f) for f in ("pytorchjob.yaml", "raycluster.yaml")]
+CLICKHOUSE = os.path.join(ROOT, "deploy", "kubernetes", "gpuscope-server-clickhouse.yaml")
 fails = []
 
 
@@ -77,9 +78,9 @@ def flags(args):
 def main():
     if not check(install(), "kubernetes-models installed from the npm registry"):
         return 1
-    r = validate(MANIFEST, *EXAMPLES)
+    r = validate(MANIFEST, CLICKHOUSE, *EXAMPLES)
     print(r.stderr.strip())
-    check(r.returncode == 0, "deploy/kubernetes/gpuscope.yaml and deploy/examples/ valid")
+    check(r.returncode == 0, "deploy/kubernetes/ (SQLite and ClickHouse variants) and deploy/examples/ valid")
 
     text = open(MANIFEST).read()
     broken(text, "hostPID: true", "hostPID: \"yes\"", "hostPID must be boolean")
@@ -194,6 +195,12 @@ def main():
             h = subprocess.run([server_bin, "--help"], capture_output=True, text=True, timeout=30)
             for fl in flags(server["args"]):
                 check(fl in h.stdout + h.stderr, "gpuscope-server takes %s" % fl)
+            chd = json.loads(validate(CLICKHOUSE, dump=True).stdout)
+            chs = by_kind(chd, "Deployment", "gpuscope-server")[0]
+            check(chs["spec"]["replicas"] > 1, "ClickHouse variant: several stateless front-ends")
+            chargs = chs["spec"]["template"]["spec"]["containers"][0]["args"]
+            for fl in flags(chargs):
+                check(fl in h.stdout + h.stderr, "gpuscope-server takes %s (ClickHouse variant)" % fl)
 
         # the init container's copy script, run for real on a stand-in /opt/gpuscope/lib
         init = pod["initContainers"][0]
