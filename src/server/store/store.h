@@ -161,6 +161,34 @@ struct Gpuscope__V1__Location;
 uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 			     const struct Gpuscope__V1__Location *l, struct buf *key);
 
+/* gpu_idle: per node, the gpu_busy intervals of one GPU, merged (busy.c). */
+struct busy {
+	uint64_t start, end;
+};
+
+struct node_busy {
+	const char *node;	/* not owned */
+	struct busy *v;
+	size_t n, cap;
+};
+
+struct busy_set {
+	struct node_busy *nodes;
+	size_t n;
+};
+
+/* The node's list (added empty if new); NULL on ENOMEM. */
+struct node_busy *busy_node(struct busy_set *bs, const char *node);
+/* Appends [start, end) to node's list. 0 or -ENOMEM. */
+int busy_add(struct busy_set *bs, const char *node, uint64_t start, uint64_t end);
+/* Sorts each node's intervals and merges overlapping ones (after the last busy_add). */
+void busy_merge(struct busy_set *bs);
+/* The node's merged list, NULL if it has none. */
+const struct node_busy *busy_find(const struct busy_set *bs, const char *node);
+/* Whether t lies inside one of nb's merged intervals. */
+bool busy_in(const struct node_busy *nb, uint64_t t);
+void busy_done(struct busy_set *bs);
+
 /*
  * Why the last failed store call on this thread failed, for the HTTP answer ("" if the backend
  * gave no reason). Backends set it with store_set_error() before returning -errno; a backend

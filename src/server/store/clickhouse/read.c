@@ -244,38 +244,6 @@ static void plan_levels(struct plan *p, int lv, uint64_t from, uint64_t to)
 	plan_add(p, 1 + lv, b, to);
 }
 
-struct busy {
-	uint64_t start, end;
-};
-
-struct node_busy {
-	const char *node;
-	struct busy *v;
-	size_t n, cap;
-};
-
-static int cmp_busy(const void *a, const void *b)
-{
-	const struct busy *x = a, *y = b;
-
-	return x->start < y->start ? -1 : x->start > y->start;
-}
-
-static bool in_busy(const struct node_busy *nb, uint64_t t)
-{
-	size_t lo = 0, hi = nb->n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (nb->v[mid].start <= t)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo && t < nb->v[lo - 1].end;
-}
-
 /* store_query.emit: each matching set's group index + 1 (0 without group_by), by position
  * in match. 0 or -errno. */
 static int emit_groups(const struct store_query *q, const struct ch_lsets *match, uint32_t **ret)
@@ -312,9 +280,8 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 			  const struct ch_lsets *match, struct u64map *agg)
 {
 	struct buf sql = { 0 }, ans = { 0 };
-	struct node_busy *nodes = NULL;
+	struct busy_set busy = { 0 };
 	uint32_t *groups = NULL;
-	size_t nnodes = 0;
 	struct rbr r;
 	int err;
 
@@ -329,55 +296,12 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	r = (struct rbr){ ans.p, ans.p + ans.len, false };
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(all, rbr_u64(&r));
-		struct busy b = { rbr_u64(&r), 0 };
-		struct node_busy *nb = NULL;
+		uint64_t start = rbr_u64(&r), end = rbr_u64(&r);
 
-		b.end = rbr_u64(&r);
-		if (!ls || ls->gpu != q->gpu_idle)
-			continue;
-		for (size_t i = 0; i < nnodes && !nb; i++)
-			if (!strcmp(nodes[i].node, ls->node))
-				nb = &nodes[i];
-		if (!nb) {
-			struct node_busy *n = realloc(nodes, (nnodes + 1) * sizeof(*n));
-
-			if (!n) {
-				err = -ENOMEM;
-				break;
-			}
-			nodes = n;
-			nb = &nodes[nnodes++];
-			*nb = (struct node_busy){ .node = ls->node };
-		}
-		if (nb->n == nb->cap) {
-			size_t ncap = nb->cap ? nb->cap * 2 : 64;
-			struct busy *v = realloc(nb->v, ncap * sizeof(*v));
-
-			if (!v) {
-				err = -ENOMEM;
-				break;
-			}
-			nb->v = v;
-			nb->cap = ncap;
-		}
-		nb->v[nb->n++] = b;
+		if (ls && ls->gpu == q->gpu_idle)
+			err = busy_add(&busy, ls->node, start, end);
 	}
-	for (size_t i = 0; i < nnodes && !err; i++) {
-		struct node_busy *nb = &nodes[i];
-		size_t k = 0;
-
-		qsort(nb->v, nb->n, sizeof(*nb->v), cmp_busy);
-		for (size_t j = 1; j < nb->n; j++) {
-			if (nb->v[j].start <= nb->v[k].end) {
-				if (nb->v[j].end > nb->v[k].end)
-					nb->v[k].end = nb->v[j].end;
-			} else {
-				nb->v[++k] = nb->v[j];
-			}
-		}
-		if (nb->n)
-			nb->n = k + 1;
-	}
+	busy_merge(&busy);
 	if (err)
 		goto out;
 	sql.len = 0;
@@ -393,12 +317,9 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
 		uint64_t t = rbr_u64(&r), stack = rbr_u64(&r), v = rbr_u64(&r), *a;
-		const struct node_busy *nb = NULL;
+		const struct node_busy *nb = ls ? busy_find(&busy, ls->node) : NULL;
 
-		for (size_t i = 0; ls && i < nnodes && !nb; i++)
-			if (!strcmp(nodes[i].node, ls->node))
-				nb = &nodes[i];
-		if (nb && in_busy(nb, t))
+		if (nb && busy_in(nb, t))
 			continue;
 		if (q->emit) {
 			uint32_t g = ls && groups ? groups[ls - match->v] : 0;
@@ -417,9 +338,7 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 		err = -EIO;
 	}
 out:
-	for (size_t i = 0; i < nnodes; i++)
-		free(nodes[i].v);
-	free(nodes);
+	busy_done(&busy);
 	free(groups);
 	buf_done(&sql);
 	buf_done(&ans);

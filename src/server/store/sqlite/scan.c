@@ -14,26 +14,14 @@
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
 
-struct busy {
-	uint64_t start, end;
-};
-
-/* gpu_busy intervals of one node, merged and sorted. */
-struct node_busy {
-	const char *node;
-	struct busy *v;
-	size_t n, cap;
-};
-
 struct agg_ctx {
 	struct sq *s;
 	const struct store_query *q;
 	struct u64map *agg;
 	const uint8_t *match;		/* label set id -> selected */
 	size_t nmatch;
-	struct node_busy *nodes;
-	size_t nnodes;
-	struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
+	struct busy_set busy;
+	const struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
 	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
 	struct chunk c;
 };
@@ -77,29 +65,6 @@ static int agg_put(struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t, u
 	return 0;
 }
 
-static int cmp_busy(const void *a, const void *b)
-{
-	const struct busy *x = a, *y = b;
-
-	return x->start < y->start ? -1 : x->start > y->start;
-}
-
-static bool in_busy(const struct node_busy *nb, uint64_t t)
-{
-	size_t lo = 0, hi = nb->n;
-
-	/* Last interval starting at or before t. */
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (nb->v[mid].start <= t)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo && t < nb->v[lo - 1].end;
-}
-
 static int load_busy(struct agg_ctx *a, sqlite3 *db)
 {
 	struct sq *s = a->s;
@@ -115,60 +80,18 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 	/* lmu only per label set looked up: its node string stays valid unlocked. */
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
-		struct busy b = { (uint64_t)sqlite3_column_int64(st, 1),
-				  (uint64_t)sqlite3_column_int64(st, 2) };
-		struct node_busy *nb = NULL;
 		struct lset l;
 
 		if (!sq_lset_get(s, ls, &l) || l.gpu != a->q->gpu_idle)
 			continue;
-		for (size_t i = 0; i < a->nnodes && !nb; i++)
-			if (!strcmp(a->nodes[i].node, l.node))
-				nb = &a->nodes[i];
-		if (!nb) {
-			struct node_busy *n = realloc(a->nodes, (a->nnodes + 1) * sizeof(*n));
-
-			if (!n) {
-				err = -ENOMEM;
-				break;
-			}
-			a->nodes = n;
-			nb = &a->nodes[a->nnodes++];
-			*nb = (struct node_busy){ .node = l.node };
-		}
-		if (nb->n == nb->cap) {
-			size_t ncap = nb->cap ? nb->cap * 2 : 64;
-			struct busy *v = realloc(nb->v, ncap * sizeof(*v));
-
-			if (!v) {
-				err = -ENOMEM;
-				break;
-			}
-			nb->v = v;
-			nb->cap = ncap;
-		}
-		nb->v[nb->n++] = b;
+		err = busy_add(&a->busy, l.node, (uint64_t)sqlite3_column_int64(st, 1),
+			       (uint64_t)sqlite3_column_int64(st, 2));
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;
 	sqlite3_finalize(st);
 	/* Sort and merge overlapping intervals, then point every label set at its node's list. */
-	for (size_t i = 0; i < a->nnodes && !err; i++) {
-		struct node_busy *nb = &a->nodes[i];
-		size_t k = 0;
-
-		qsort(nb->v, nb->n, sizeof(*nb->v), cmp_busy);
-		for (size_t j = 1; j < nb->n; j++) {
-			if (nb->v[j].start <= nb->v[k].end) {
-				if (nb->v[j].end > nb->v[k].end)
-					nb->v[k].end = nb->v[j].end;
-			} else {
-				nb->v[++k] = nb->v[j];
-			}
-		}
-		if (nb->n)
-			nb->n = k + 1;
-	}
+	busy_merge(&a->busy);
 	if (!err) {
 		a->ls_busy = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_busy));
 		if (!a->ls_busy)
@@ -179,9 +102,7 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 
 		if (!a->match[id] || !sq_lset_get(s, id, &l))
 			continue;
-		for (size_t i = 0; i < a->nnodes; i++)
-			if (!strcmp(a->nodes[i].node, l.node))
-				a->ls_busy[id] = &a->nodes[i];
+		a->ls_busy[id] = busy_find(&a->busy, l.node);
 	}
 	return err;
 }
@@ -246,7 +167,7 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 
 			if (!inside && (t < from || t >= to))
 				continue;
-			if (nb && in_busy(nb, t))
+			if (nb && busy_in(nb, t))
 				continue;
 			err = agg_put(a, ls, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
@@ -408,9 +329,7 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 		err = scan_chunks(&a, db, SCAN_UNROLLED, wm, from, to);
 out:
 	sq_pool_put(s, db);
-	for (size_t i = 0; i < a.nnodes; i++)
-		free(a.nodes[i].v);
-	free(a.nodes);
+	busy_done(&a.busy);
 	free(a.ls_busy);
 	free(a.ls_group);
 	free((void *)a.match);
