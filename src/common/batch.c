@@ -232,6 +232,13 @@ uint64_t batch__id(const struct batch *b)
 	return b->batch_id;
 }
 
+void batch__set_id(struct batch *b, uint64_t id)
+{
+	pthread_mutex_lock(&b->mu);
+	b->batch_id = id | 1;
+	pthread_mutex_unlock(&b->mu);
+}
+
 void batch__set_period(struct batch *b, uint64_t period_ns)
 {
 	pthread_mutex_lock(&b->mu);

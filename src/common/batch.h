@@ -52,6 +52,8 @@ void batch__reset(struct batch *b);
  * draws a new one, so callers may cache stack ids per (batch id).
  */
 uint64_t batch__id(const struct batch *b);
+/* Sets the id (made odd, never 0): the server derives its parts' ids from a batch's. */
+void batch__set_id(struct batch *b, uint64_t id);
 
 /* Deduplicated: the same frame list returns the same stack id within one batch. >= 0 or -errno. */
 int64_t batch__stack(struct batch *b, const struct location *frames, size_t n);

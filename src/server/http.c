@@ -31,6 +31,7 @@
 #include "server/efficiency.h"
 #include "server/exporter.h"
 #include "server/http.h"
+#include "server/ingest.h"
 #include "server/query.h"
 #include "server/selector.h"
 #include "server/ui_assets.h"
@@ -59,7 +60,7 @@ struct http_server {
 	uint64_t cancelled;		/* requests whose client went away before the answer */
 	uint64_t last_mhd_log_ns;
 	uint64_t rejects[REJ_MAX];
-	uint64_t ingest_batches, ingest_bytes, ingest_samples, requests;
+	uint64_t ingest_batches, ingest_parts, ingest_bytes, ingest_samples, requests;
 	pthread_mutex_t rmu;		/* rate ring */
 	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
 };
@@ -352,6 +353,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	char err[256] = "";
 	uint64_t t0 = mono_ns(), t_dec, tmin, tmax, now;
 	struct batch_scan scan;
+	struct ingest_result parts = { 0 };
 	int rc;
 
 	if (r->over)
@@ -407,11 +409,16 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	}
 	err[0] = 0;
 	t_dec = mono_ns();
-	rc = h->st->ops->ingest(h->st, m, err, sizeof(err));
+	/* A large batch goes in parts, each its own group commit: other pushes are committed
+	 * between them instead of waiting for all of it. A part already stored is a duplicate. */
+	rc = ingest_store(h->st, m, raw ? raw : r->body.p, raw ? raw_len : r->body.len,
+			  INGEST_PART_RECORDS, &parts, err, sizeof(err));
+	if (rc == 0 && parts.duplicate_parts == parts.parts)
+		rc = 1;
 	if (rc == 0)
 		efficiency_ingested(h->o.eff, m);
-	log_debug("ingest: %zu bytes, decode %.1f ms, store %.1f ms", r->body.len,
-		  (double)(t_dec - t0) / 1e6, (double)(mono_ns() - t_dec) / 1e6);
+	log_debug("ingest: %zu bytes, decode %.1f ms, store %.1f ms in %u part(s)", r->body.len,
+		  (double)(t_dec - t0) / 1e6, (double)(mono_ns() - t_dec) / 1e6, parts.parts);
 	for (size_t i = 0; i < m->n_samples; i++)
 		n += m->samples[i]->n_stack;
 	batch_decode_free(m);
@@ -421,6 +428,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 		return reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_STORE, "%s", err);
 	}
 	__atomic_add_fetch(&h->ingest_batches, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ingest_parts, parts.parts, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&h->ingest_bytes, r->body.len, __ATOMIC_RELAXED);
 	if (rc == 0) {
 		__atomic_add_fetch(&h->ingest_samples, n, __ATOMIC_RELAXED);
@@ -972,6 +980,9 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 	prom_counter(out, "gpuscope_server_ingest_batches_total",
 		     "Batches accepted (duplicates included).", LOAD(h->ingest_batches));
+	prom_counter(out, "gpuscope_server_ingest_parts_total",
+		     "Group commits the accepted batches took (a large batch is stored in parts).",
+		     LOAD(h->ingest_parts));
 	prom_counter(out, "gpuscope_server_ingest_bytes_total",
 		     "Request body bytes of accepted batches, as sent.", LOAD(h->ingest_bytes));
 	prom_counter(out, "gpuscope_server_ingest_samples_total", "Stack samples stored.",
