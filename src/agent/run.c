@@ -151,9 +151,10 @@ static void usage(FILE *f)
 static void fill_metrics(void *arg, FILE *out)
 {
 	struct run_ctx *c = arg;
+	struct prom_label info[] = { { "node", c->a->opts.node }, { "version", GPUSCOPE_VERSION } };
 
-	prom_family(out, "gpuscope_agent_info", "gauge", "The agent's node name.");
-	prom_sample1(out, "gpuscope_agent_info", "node", c->a->opts.node, 1);
+	prom_family(out, "gpuscope_agent_info", "gauge", "The agent's node name and version.");
+	prom_sample(out, "gpuscope_agent_info", info, 2, 1);
 	prom_gauge(out, "gpuscope_agent_start_time_seconds", "Unix time the agent started.",
 		   c->start_wall_ns / 1e9);
 	pthread_mutex_lock(&c->lock);

@@ -8,6 +8,9 @@
 #include <stdint.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* The version of every gpuscope binary (the _info metrics, --version). */
+#define GPUSCOPE_VERSION "0.1.0"
+
 #define NSEC_PER_SEC  1000000000ULL
 #define NSEC_PER_MSEC 1000000ULL
 

@@ -576,7 +576,7 @@ static void wl_print(FILE *out, const struct wl *w, const char *ns, const char *
 	static const char *const states[3] = { "busy", "idle", "unknown" };
 
 	for (int s = 0; s < 3; s++)
-		prom_sample(out, "gpuscope_gpu_seconds_total",
+		prom_sample(out, "gpuscope_server_gpu_seconds_total",
 			    (struct prom_label[]){ { "state", states[s] }, { "namespace", ns },
 						   { "pod", pod } },
 			    3, w->secs[s]);
@@ -605,28 +605,28 @@ int exporter_metrics(struct exporter *x, FILE *out)
 		}
 	}
 	x->cpu_ns += thread_cpu_ns() - t0;
-	prom_family(out, "gpuscope_gpu_seconds_total", "counter",
+	prom_family(out, "gpuscope_server_gpu_seconds_total", "counter",
 		    "GPU time by state and holder workload (top workloads by idle cost, the rest as "
 		    "namespace=\"other\").");
 	for (size_t i = 0; i < x->nwl; i++)
 		wl_print(out, &x->wl[i], x->wl[i].ns, x->wl[i].pod);
 	wl_print(out, &x->other, "other", "other");
-	prom_sample(out, "gpuscope_gpu_seconds_total",
+	prom_sample(out, "gpuscope_server_gpu_seconds_total",
 		    (struct prom_label[]){ { "state", "unheld" }, { "namespace", "" }, { "pod", "" } },
 		    3, x->unheld_secs);
-	prom_family(out, "gpuscope_gpu_idle_cost_dollars_total", "counter",
+	prom_family(out, "gpuscope_server_gpu_idle_cost_dollars_total", "counter",
 		    "Dollars of GPU time held but idle (--gpu-hour-price).");
 	for (size_t i = 0; i < x->nwl; i++)
-		prom_sample(out, "gpuscope_gpu_idle_cost_dollars_total",
+		prom_sample(out, "gpuscope_server_gpu_idle_cost_dollars_total",
 			    (struct prom_label[]){ { "namespace", x->wl[i].ns },
 						   { "pod", x->wl[i].pod } },
 			    2, x->wl[i].idle_dollars);
-	prom_sample(out, "gpuscope_gpu_idle_cost_dollars_total",
+	prom_sample(out, "gpuscope_server_gpu_idle_cost_dollars_total",
 		    (struct prom_label[]){ { "namespace", "other" }, { "pod", "other" } }, 2,
 		    x->other.idle_dollars);
-	prom_family(out, "gpuscope_gpu_unheld_cost_dollars_total", "counter",
+	prom_family(out, "gpuscope_server_gpu_unheld_cost_dollars_total", "counter",
 		    "Dollars of GPU time nobody held.");
-	prom_sample(out, "gpuscope_gpu_unheld_cost_dollars_total", NULL, 0, x->unheld_dollars);
+	prom_sample(out, "gpuscope_server_gpu_unheld_cost_dollars_total", NULL, 0, x->unheld_dollars);
 	if (x->nq)
 		prom_family(out, "gpuscope_profile_value_total", "counter",
 			    "Profile queries of --export-queries (cpu: samples; other kinds: seconds).");
@@ -638,18 +638,18 @@ int exporter_metrics(struct exporter *x, FILE *out)
 						   { "unit", cpu ? "samples" : "seconds" } },
 			    2, cpu ? x->q[i].total : x->q[i].total / 1e9);
 	}
-	prom_family(out, "gpuscope_export_window_seconds", "gauge",
+	prom_family(out, "gpuscope_server_export_window_seconds", "gauge",
 		    "Data time the counters cover: start (server start) and end (last window).");
-	prom_sample1(out, "gpuscope_export_window_seconds", "edge", "start", x->start_ns / 1e9);
-	prom_sample1(out, "gpuscope_export_window_seconds", "edge", "end", x->wm_ns / 1e9);
-	prom_family(out, "gpuscope_export_windows_total", "counter",
+	prom_sample1(out, "gpuscope_server_export_window_seconds", "edge", "start", x->start_ns / 1e9);
+	prom_sample1(out, "gpuscope_server_export_window_seconds", "edge", "end", x->wm_ns / 1e9);
+	prom_family(out, "gpuscope_server_export_windows_total", "counter",
 		    "Windows counted, and those that failed (retried at the next scrape).");
-	prom_sample1_u64(out, "gpuscope_export_windows_total", "result", "ok", x->windows);
-	prom_sample1_u64(out, "gpuscope_export_windows_total", "result", "error", x->window_errors);
-	prom_family(out, "gpuscope_export_cpu_seconds_total", "counter",
+	prom_sample1_u64(out, "gpuscope_server_export_windows_total", "result", "ok", x->windows);
+	prom_sample1_u64(out, "gpuscope_server_export_windows_total", "result", "error", x->window_errors);
+	prom_family(out, "gpuscope_server_export_cpu_seconds_total", "counter",
 		    "CPU time spent counting windows.");
-	prom_sample(out, "gpuscope_export_cpu_seconds_total", NULL, 0, x->cpu_ns / 1e9);
-	prom_gauge(out, "gpuscope_export_workloads",
+	prom_sample(out, "gpuscope_server_export_cpu_seconds_total", NULL, 0, x->cpu_ns / 1e9);
+	prom_gauge(out, "gpuscope_server_export_workloads",
 		   "Workloads with series of their own (at most --export-top).", x->nwl);
 	pthread_mutex_unlock(&x->mu);
 	return 0;

@@ -978,6 +978,8 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 	if (!out)
 		return MHD_NO;
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+	prom_family(out, "gpuscope_server_info", "gauge", "The server's version.");
+	prom_sample1(out, "gpuscope_server_info", "version", GPUSCOPE_VERSION, 1);
 	prom_counter(out, "gpuscope_server_ingest_batches_total",
 		     "Batches accepted (duplicates included).", LOAD(h->ingest_batches));
 	prom_counter(out, "gpuscope_server_ingest_parts_total",
@@ -1029,13 +1031,13 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 		uint64_t hours, dirty, lag;
 
 		efficiency_stats(h->o.eff, &hours, &dirty, &lag);
-		prom_family(out, "gpuscope_server_efficiency_rollup_hours", "gauge",
-			    "Hours in the efficiency rollup, by state.");
-		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "done",
+		prom_family(out, "gpuscope_server_efficiency_hourly_rollups", "gauge",
+			    "Hourly buckets of the efficiency rollup, by state.");
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "done",
 				 hours);
-		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "redo",
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "redo",
 				 dirty);
-		prom_sample1_u64(out, "gpuscope_server_efficiency_rollup_hours", "state", "waiting",
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "waiting",
 				 lag);
 	}
 	if (h->o.exp)

@@ -93,7 +93,7 @@ def main():
 
         def covered():
             try:
-                v = query(prom_port, 'gpuscope_export_window_seconds{edge="end"}')
+                v = query(prom_port, 'gpuscope_server_export_window_seconds{edge="end"}')
             except OSError:
                 return False
             return len(v) == 2 and min(x[1] for x in v) * 1e9 >= end_ns + 2 * S
@@ -106,7 +106,7 @@ def main():
         a = exp["team-a"]
         # Server A: every workload has its series.
         states = {(m["state"], m.get("namespace", ""), m.get("pod", "")): v
-                  for m, v, _ in query(prom_port, 'gpuscope_gpu_seconds_total{job="a"}')}
+                  for m, v, _ in query(prom_port, 'gpuscope_server_gpu_seconds_total{job="a"}')}
         for st in ("busy", "idle", "unknown"):
             for ns, pod, e in (("team-b", "train-b", b), ("team-a", "train-a", a)):
                 check(close(states.get((st, ns, pod)), e[st]),
@@ -115,30 +115,30 @@ def main():
         check(close(states.get(("unheld", "", "")), exp["unheld"]["held"]),
               f"A: unheld seconds {states.get(('unheld', '', ''))}")
         dollars = {(m["namespace"], m["pod"]): v for m, v, _ in
-                   query(prom_port, 'gpuscope_gpu_idle_cost_dollars_total{job="a"}')}
+                   query(prom_port, 'gpuscope_server_gpu_idle_cost_dollars_total{job="a"}')}
         check(close(dollars.get(("team-b", "train-b")), b["idle_dollars"]) and
               close(dollars.get(("team-a", "train-a")), a["idle_dollars"]),
               f"A: idle dollars {dollars}")
-        check(close(one(prom_port, 'gpuscope_gpu_unheld_cost_dollars_total{job="a"}'),
+        check(close(one(prom_port, 'gpuscope_server_gpu_unheld_cost_dollars_total{job="a"}'),
                     exp["unheld"]["dollars"]), "A: unheld dollars")
         # Server B, --export-top 1: bounded, and nothing lost.
         states = {(m["state"], m.get("namespace", ""), m.get("pod", "")): v
-                  for m, v, _ in query(prom_port, 'gpuscope_gpu_seconds_total{job="b"}')}
+                  for m, v, _ in query(prom_port, 'gpuscope_server_gpu_seconds_total{job="b"}')}
         check(len(states) == 7 and ("idle", "team-b", "train-b") in states,
               f"B: train-b (highest idle cost) + other + unheld: {sorted(states)}")
         for st in ("busy", "idle", "unknown"):
             got = sum(v for (s_, ns, _), v in states.items() if s_ == st)
             check(close(got, a[st] + b[st]), f"B: {st} seconds add up: {got} want {a[st] + b[st]}")
-        got = one(prom_port, 'sum(gpuscope_gpu_idle_cost_dollars_total{job="b"})')
+        got = one(prom_port, 'sum(gpuscope_server_gpu_idle_cost_dollars_total{job="b"})')
         check(close(got, a["idle_dollars"] + b["idle_dollars"], 2e-6), f"B: idle dollars add up {got}")
         # The alert of docs/efficiency.md is one PromQL expression.
-        alert = query(prom_port, 'increase(gpuscope_gpu_idle_cost_dollars_total{job="a"}[5m]) > 0.01')
+        alert = query(prom_port, 'increase(gpuscope_server_gpu_idle_cost_dollars_total{job="a"}[5m]) > 0.01')
         check([m["pod"] for m, _, _ in alert] == ["train-b"], f"alert rule fires for train-b: {alert}")
 
         # Profile queries equal the flame graph over the range the counters cover, read from
         # the same scrape.
         r = query(prom_port, 'gpuscope_profile_value_total{job="a"} or '
-                  'gpuscope_export_window_seconds{job="a"}')
+                  'gpuscope_server_export_window_seconds{job="a"}')
         vals = {m.get("query") or m.get("edge"): (v, t) for m, v, t in r}
         t_scrape = vals["end"][1]
         check(len({t for _, t in vals.values()}) == 1, "one scrape")
@@ -153,8 +153,8 @@ def main():
         check(vals["train_b_idle_cpu"][0] == fg["total"],
               f"train_b_idle_cpu {vals['train_b_idle_cpu'][0]} = flame graph total {fg['total']}")
         check(t_scrape > 0, "scrape time")
-        cpu = s.metric("gpuscope_export_cpu_seconds_total")
-        n = s.metric('gpuscope_export_windows_total{result="ok"}')
+        cpu = s.metric("gpuscope_server_export_cpu_seconds_total")
+        n = s.metric('gpuscope_server_export_windows_total{result="ok"}')
         print(f"exporter: {n:.0f} windows, {cpu * 1e3 / max(n, 1):.2f} ms CPU per window")
     finally:
         if prom:

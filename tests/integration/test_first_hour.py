@@ -47,7 +47,8 @@ try:
     ok = wait_until(lambda: server.query("flamegraph", selector=psel, since="5m")["total"] >= 300, 90)
     check(ok, "the agent's samples of burn arrive")
     time.sleep(1.5)
-    now = time.time()
+    # the range ends 5 s ago: its samples have all arrived (1 s pushes), so totals hold still
+    now = time.time() - 5
     rng = {"from": "%.3f" % (now - 300), "to": "%.3f" % now}
 
     # --- processes ranked by samples: every process of the machine, burn with its comm
@@ -137,6 +138,66 @@ try:
           gzip.decompress(body).lstrip().startswith(b"<!"), "GET / with Accept-Encoding: gzip")
     st, hdr, body = raw_get(server.url + "/", {"Accept-Encoding": "gzip;q=0, br"})
     check(st == 200 and hdr.get("Content-Encoding") is None, "gzip;q=0 refuses gzip")
+    # --- both /metrics pass promtool, with one prefix scheme and versioned _info: an agent with
+    # every module (NVML from the replay library of the H200 trace) beside the server
+    promtool = shutil.which("promtool")
+    out = os.path.join(os.path.dirname(__file__), "..", "..", ".output")
+    replay = os.path.join(out, "tests", "nvml", "libnvidia-ml.so.1")
+    trace = os.path.join(os.path.dirname(__file__), "..", "data", "nvml", "h200.trace.gz")
+    alog = tmp.path("agent-all.log")
+    # cuda_probe stays off: on a shared test machine it attaches to every libcuda stand-in of
+    # other test runs, which holds /metrics for seconds (its families: test_cuda_probe)
+    env = dict(os.environ, GPUSCOPE_NVML_REPLAY=trace, GPUSCOPE_NVML_REPLAY_SPEED="10",
+               GPUSCOPE_AGENT_MODULES_OFF="cuda_probe")
+    full = subprocess.Popen([os.path.join(out, "gpuscope-agent"), "run", "--server", server.url,
+                             "--push-interval", "1s", "--node", node + "-all", "--metrics-listen",
+                             "127.0.0.1:0"] + (["--nvml-library", replay] if os.path.exists(replay) else []),
+                            stdout=open(alog, "ab"), stderr=subprocess.STDOUT, env=env)
+    try:
+        m = wait_until(lambda: full.poll() is not None or
+                       re.search(r"metrics: (http://\S+/metrics)", open(alog, errors="replace").read()), 60)
+        check(full.poll() is None and m, "agent with every module up (%s)" % open(alog).read()[-300:])
+        time.sleep(3)
+        got = wait_until(lambda: m and http(m.group(1), timeout=20)[1], 60) if m else b""
+        texts = {"agent": (got or b"").decode(), "server": http(server.url + "/metrics")[1].decode()}
+        for who, text in texts.items():
+            fams = re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)
+            names = {f for f, _ in fams}
+            helps = set(re.findall(r"^# HELP (\S+) ", text, re.M))
+            samples = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
+            check(len(fams) >= 20 and names == helps, "%s: %d families, each with HELP and TYPE" % (who, len(fams)))
+            own = "gpuscope_%s_" % who
+            odd = sorted(n for n in names if not n.startswith(own) and not n.startswith("DCGM_FI_"))
+            check(not odd, "%s: every family is %s* (or dcgm-exporter's DCGM_FI_*) %r" % (who, own, odd[:5]))
+            untyped = sorted(x for x in samples if not any(x == n or x.startswith(n + "_") for n in names))
+            check(not untyped, "%s: every sample belongs to a declared family %r" % (who, untyped[:5]))
+            labels = set(re.findall(r"[{,]([a-zA-Z_][a-zA-Z0-9_]*)=\"", "\n".join(
+                l for l in text.splitlines() if l.startswith("gpuscope_"))))
+            check(all(l == l.lower() for l in labels), "%s: snake_case labels on gpuscope_* (%s)" % (who, sorted(labels)))
+            check(re.search(r'^gpuscope_%s_info\{[^}]*version="[^"]+"' % who, text, re.M) is not None,
+                  "%s: gpuscope_%s_info carries the version" % (who, who))
+            if promtool:
+                # dcgm-exporter's families keep its camelCase labels (UUID, modelName): the one
+                # lint promtool may report, and only on DCGM_FI_* families
+                r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+                lint = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+                other = [l for l in lint if not re.match(
+                    r"DCGM_FI_\S+ label names should be written in 'snake_case' not 'camelCase'$", l)]
+                check(r.returncode in (0, 3) and not other,
+                      "%s: promtool check metrics: clean but for dcgm-exporter's own labels (%d lines; %s)" %
+                      (who, len(lint), "; ".join(other[:6])))
+        if not promtool:
+            print("promtool missing (Debian: prometheus): not run")
+        check("DCGM_FI_DEV_GPU_UTIL" in texts["agent"] or not os.path.exists(replay),
+              "the agent's NVML families are dcgm-exporter's names")
+    finally:
+        full.terminate()
+        try:
+            full.wait(60)
+        except subprocess.TimeoutExpired:
+            full.kill()
+            full.wait()
+
     # --- a request the client gives up on (the UI aborts superseded queries) is no error
     import socket
     for _ in range(10):

@@ -357,15 +357,15 @@ def run(tmp, a, b):
         rest.append(line)
     metrics = {}
     for line in rest:
-        if line.startswith("gpuscope_meta_"):
+        if line.startswith("gpuscope_agent_meta_"):
             k, v = line.split()
             metrics[k] = int(v)
     check(p.returncode == 0, "labels exits 0 (rc %d)" % p.returncode)
-    check(metrics.get("gpuscope_meta_k8s_lists_total") == 2, "metrics: 2 lists (%s)" % metrics.get("gpuscope_meta_k8s_lists_total"))
-    check(metrics.get("gpuscope_meta_k8s_watches_total") == 3, "metrics: 3 watches")
-    check(metrics.get("gpuscope_meta_k8s_watch_gone_total") == 1, "metrics: one 410 Gone")
-    check(metrics.get("gpuscope_meta_k8s_pods") == 2, "metrics: 2 pods cached (one deleted, in grace)")
-    check(metrics.get("gpuscope_meta_k8s_bad_events_total") == 0, "metrics: no bad events")
+    check(metrics.get("gpuscope_agent_meta_k8s_lists_total") == 2, "metrics: 2 lists (%s)" % metrics.get("gpuscope_agent_meta_k8s_lists_total"))
+    check(metrics.get("gpuscope_agent_meta_k8s_watches_total") == 3, "metrics: 3 watches")
+    check(metrics.get("gpuscope_agent_meta_k8s_watch_gone_total") == 1, "metrics: one 410 Gone")
+    check(metrics.get("gpuscope_agent_meta_k8s_pods") == 2, "metrics: 2 pods cached (one deleted, in grace)")
+    check(metrics.get("gpuscope_agent_meta_k8s_bad_events_total") == 0, "metrics: no bad events")
     pods = [(r[1].get("watch"), r[1].get("resourceVersion"), r[1].get("continue"))
             for r in api.requests if r[0] == "/api/v1/pods"]
     check(pods == [(None, None, None), (None, None, "tok-1"), ("true", "100", None), ("true", "103", None),

@@ -111,7 +111,7 @@ def main():
             return
         # The trace plays in 16/SPEED s; the last drain comes <= 1 s later; then a scrape.
         def all_busy():
-            got = query(prom_port, 'gpuscope_gpu_busy_seconds_total{mig_uuid=""}')
+            got = query(prom_port, 'gpuscope_agent_gpu_busy_seconds_total{mig_uuid=""}')
             got = {json.loads(k)["gpu"]: v for k, v in got.items()}
             return all(abs(got.get(g, -1) - e["busy"]) < 1e-9 for g, e in exp.items())
         # utilization buffers are drained every 4th run: every GPU's last samples within ~4 s
@@ -132,7 +132,7 @@ def main():
         print(f"scrapes that failed: {failed:.0f}")
         for g, e in sorted(exp.items()):
             sel = f'{{gpu="{g}",mig_uuid=""}}'
-            pmax = one(prom_port, f"max_over_time(gpuscope_gpu_power_watts_max{sel}[5m])")
+            pmax = one(prom_port, f"max_over_time(gpuscope_agent_gpu_power_watts_max{sel}[5m])")
             if failed == 0:
                 check(pmax is not None and abs(pmax - e["power_max"]) < 1e-9,
                       f"gpu {g}: max of per-scrape power max = {pmax} W, trace max "
@@ -140,11 +140,11 @@ def main():
             else:
                 check(pmax is None or pmax <= e["power_max"] + 1e-9,
                       f"gpu {g}: per-scrape power max {pmax} <= trace max {e['power_max']}")
-            p99 = one(prom_port, f"max_over_time(gpuscope_gpu_power_watts_p99{sel}[5m])")
+            p99 = one(prom_port, f"max_over_time(gpuscope_agent_gpu_power_watts_p99{sel}[5m])")
             check((p99 is None and failed) or (p99 is not None and p99 <= e["power_max"]),
                   f"gpu {g}: p99 {p99} <= max")
-            busy = one(prom_port, f"gpuscope_gpu_busy_seconds_total{sel}")
-            idle = one(prom_port, f"gpuscope_gpu_idle_seconds_total{sel}")
+            busy = one(prom_port, f"gpuscope_agent_gpu_busy_seconds_total{sel}")
+            idle = one(prom_port, f"gpuscope_agent_gpu_idle_seconds_total{sel}")
             check(busy is not None and abs(busy - e["busy"]) < 1e-9,
                   f"gpu {g}: busy {busy} s == {e['busy']:.9f} s from {e['nutil']} samples")
             check(idle is not None and abs(idle - e["idle"]) < 1e-9,
@@ -152,12 +152,12 @@ def main():
             fb = one(prom_port, f"DCGM_FI_DEV_FB_TOTAL{sel}")
             check(fb is not None and abs(fb - e["fb_total_mib"]) < 1e-6,
                   f"gpu {g}: FB total {fb} MiB")
-        errs = query(prom_port, 'gpuscope_nvml_errors_total{mig_uuid=""} > 0')
+        errs = query(prom_port, 'gpuscope_agent_nvml_errors_total{mig_uuid=""} > 0')
         check([json.loads(k)["gpu"] for k in errs] == ["5"],
               f"NVML errors only on gpu 5, which fell off the bus for 1.5 s ({list(errs)})")
-        check(one(prom_port, 'gpuscope_gpu_events_total{gpu="3",mig_uuid=""}') == 1,
+        check(one(prom_port, 'gpuscope_agent_gpu_events_total{gpu="3",mig_uuid=""}') == 1,
               "the Xid event of gpu 3 is counted")
-        check(one(prom_port, 'sum(gpuscope_nvml_points_dropped_total)') == 0,
+        check(one(prom_port, 'sum(gpuscope_agent_nvml_points_dropped_total)') == 0,
               "no point dropped on the way to the batch")
     finally:
         for p in (prom, agent):

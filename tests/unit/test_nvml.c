@@ -283,8 +283,8 @@ static bool multi_gpu(void)
 	nvml_poller__metrics(p, f);
 	fclose(f);
 	{
-		const char *l5 = strstr(m, "gpuscope_nvml_errors_total{gpu=\"5\"");
-		const char *l4 = strstr(m, "gpuscope_nvml_errors_total{gpu=\"4\"");
+		const char *l5 = strstr(m, "gpuscope_agent_nvml_errors_total{gpu=\"5\"");
+		const char *l4 = strstr(m, "gpuscope_agent_nvml_errors_total{gpu=\"4\"");
 
 		CHECK(ASSERT_TRUE(l5 && l4, "errors lines"));
 		CHECK(ASSERT_TRUE(atof(strchr(strchr(l5, '}'), ' ')) > 0, "gpu 5 errors > 0"));
@@ -386,7 +386,7 @@ static bool old_driver(void)
 	f = open_memstream(&m, &mlen);
 	nvml_poller__metrics(p, f);
 	fclose(f);
-	CHECK(ASSERT_TRUE(strstr(m, "gpuscope_nvml_missing_functions{functions=\"") != NULL,
+	CHECK(ASSERT_TRUE(strstr(m, "gpuscope_agent_nvml_missing_functions{functions=\"") != NULL,
 			  "missing functions on /metrics"));
 	free(m);
 	nvml_poller__free(p);

@@ -143,6 +143,7 @@ const selector = new SelectorBox(selRoot, {
 selector.value = S.sel;
 const picker = new ProcPicker(procBox, {
 	onPick: (pid) => {
+		if (S.pid === pid && S.fl === 'proc') return;
 		S.pid = pid;
 		S.fl = 'proc';	// picking a process: its flame graph too (the toggle goes back)
 		S.focus = '';

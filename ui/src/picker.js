@@ -87,10 +87,8 @@ export class ProcPicker {
 			class: 'picker-item' + (p.pid === this.pid ? ' on' : ''), 'data-pid': p.pid,
 			onclick: () => {
 				this.close();
-				if (p.pid !== this.pid) {
-					this.value = p.pid;
-					this.onPick(p.pid);
-				}
+				this.value = p.pid;
+				this.onPick(p.pid);	// also the current one: its flame graph
 			},
 		}, el('span', { class: 'pid' }, p.pid), el('span', { class: 'comm' }, p.comm || '?'),
 		p.pod ? el('span', { class: 'pod' }, p.pod) : null,

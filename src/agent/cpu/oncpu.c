@@ -437,17 +437,17 @@ static void module_metrics(struct agent *a, FILE *out)
 	if (!mod.o)
 		return;
 	oncpu__stats(mod.o, &s);
-	prom_counter(out, "gpuscope_cpu_samples_total", "CPU samples taken by the BPF sampler.",
+	prom_counter(out, "gpuscope_agent_cpu_samples_total", "CPU samples taken by the BPF sampler.",
 		     s.taken);
-	prom_family(out, "gpuscope_cpu_samples_dropped_total", "counter",
+	prom_family(out, "gpuscope_agent_cpu_samples_dropped_total", "counter",
 		    "CPU samples lost, by reason.");
-	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "ringbuf_full",
+	prom_sample1_u64(out, "gpuscope_agent_cpu_samples_dropped_total", "reason", "ringbuf_full",
 			 s.lost);
-	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "stack_error",
+	prom_sample1_u64(out, "gpuscope_agent_cpu_samples_dropped_total", "reason", "stack_error",
 			 mod.stack_errors);
-	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "batch_error",
+	prom_sample1_u64(out, "gpuscope_agent_cpu_samples_dropped_total", "reason", "batch_error",
 			 mod.batch_errors);
-	prom_sample1_u64(out, "gpuscope_cpu_samples_dropped_total", "reason", "relabel_drop",
+	prom_sample1_u64(out, "gpuscope_agent_cpu_samples_dropped_total", "reason", "relabel_drop",
 			 mod.relabel_dropped);
 }
 

@@ -1273,57 +1273,57 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		{ "agent", s.agent_drops + s.busy_dropped + s.batch_errors },
 	};
 
-	prom_counter(out, "gpuscope_cupti_kernels_total", "Kernel activity records received.",
+	prom_counter(out, "gpuscope_agent_cupti_kernels_total", "Kernel activity records received.",
 		     s.kernels);
-	prom_counter(out, "gpuscope_cupti_kernels_joined_total",
+	prom_counter(out, "gpuscope_agent_cupti_kernels_joined_total",
 		     "Kernels joined with their launch stack.", s.joined);
-	prom_counter(out, "gpuscope_cupti_kernels_unjoined_total",
+	prom_counter(out, "gpuscope_agent_cupti_kernels_unjoined_total",
 		     "Kernels without a launch stack (kept, leaf only).", s.unjoined);
-	prom_counter(out, "gpuscope_cupti_graph_kernels_total", "Kernels launched from CUDA graphs.",
+	prom_counter(out, "gpuscope_agent_cupti_graph_kernels_total", "Kernels launched from CUDA graphs.",
 		     s.graph_kernels);
-	prom_counter(out, "gpuscope_cupti_launches_total", "Launch probe events received.",
+	prom_counter(out, "gpuscope_agent_cupti_launches_total", "Launch probe events received.",
 		     s.launches);
-	prom_family(out, "gpuscope_cupti_records_total", "counter",
+	prom_family(out, "gpuscope_agent_cupti_records_total", "counter",
 		    "Non-kernel activity records received, by kind.");
-	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "memcpy", s.memcpys);
-	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "memset", s.memsets);
-	prom_sample1_u64(out, "gpuscope_cupti_records_total", "kind", "sync", s.syncs);
-	prom_gauge(out, "gpuscope_cupti_processes", "Processes with the CUPTI library seen.",
+	prom_sample1_u64(out, "gpuscope_agent_cupti_records_total", "kind", "memcpy", s.memcpys);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_records_total", "kind", "memset", s.memsets);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_records_total", "kind", "sync", s.syncs);
+	prom_gauge(out, "gpuscope_agent_cupti_processes", "Processes with the CUPTI library seen.",
 		   s.processes);
-	prom_gauge(out, "gpuscope_cupti_libraries_attached", "CUPTI libraries with probes attached.",
+	prom_gauge(out, "gpuscope_agent_cupti_libraries_attached", "CUPTI libraries with probes attached.",
 		   s.libs_attached);
-	prom_family(out, "gpuscope_cupti_drops_total", "counter", "Activity records lost, by where.");
+	prom_family(out, "gpuscope_agent_cupti_drops_total", "counter", "Activity records lost, by where.");
 	for (size_t i = 0; i < ARRAY_SIZE(drops); i++)
-		prom_sample1_u64(out, "gpuscope_cupti_drops_total", "where", drops[i].where,
+		prom_sample1_u64(out, "gpuscope_agent_cupti_drops_total", "where", drops[i].where,
 				 drops[i].n);
-	prom_counter(out, "gpuscope_cupti_launches_evicted_total",
+	prom_counter(out, "gpuscope_agent_cupti_launches_evicted_total",
 		     "Pending launches evicted before their kernel record came.", s.launches_evicted);
-	prom_counter(out, "gpuscope_cupti_unknown_names_total",
+	prom_counter(out, "gpuscope_agent_cupti_unknown_names_total",
 		     "Kernel records whose name index was not known.", s.unknown_names);
-	prom_gauge(out, "gpuscope_cupti_clock_max_step_ns",
+	prom_gauge(out, "gpuscope_agent_cupti_clock_max_step_seconds",
 		   "Largest change of a process's CUPTI-to-monotonic clock offset.",
-		   s.clock_max_step_ns);
-	prom_family(out, "gpuscope_cupti_windows_total", "counter",
+		   s.clock_max_step_ns / 1e9);
+	prom_family(out, "gpuscope_agent_cupti_windows_total", "counter",
 		    "Trace windows the library opened, by reason.");
 	for (int r = TRACE_BUDGET; r <= TRACE_CONTINUOUS; r++)
-		prom_sample1_u64(out, "gpuscope_cupti_windows_total", "reason", trace_reason_names[r],
+		prom_sample1_u64(out, "gpuscope_agent_cupti_windows_total", "reason", trace_reason_names[r],
 				 s.windows_opened[r]);
-	prom_family(out, "gpuscope_cupti_windows_refused_total", "counter",
+	prom_family(out, "gpuscope_agent_cupti_windows_refused_total", "counter",
 		    "Windows asked for and not traced, by why.");
-	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "cupti_busy", s.win_busy);
-	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "cupti_failed",
+	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "cupti_busy", s.win_busy);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "cupti_failed",
 			 s.win_failed);
-	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "no_status",
+	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "no_status",
 			 s.win_no_status);
-	prom_sample1_u64(out, "gpuscope_cupti_windows_refused_total", "why", "attach",
+	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "attach",
 			 s.win_attach_errors);
-	prom_counter(out, "gpuscope_cupti_windows_closed_early_total",
+	prom_counter(out, "gpuscope_agent_cupti_windows_closed_early_total",
 		     "Windows closed early: over their share of the budget.", s.win_early);
-	prom_family(out, "gpuscope_cupti_window_seconds_total", "counter", "Time traced in windows.");
-	prom_sample(out, "gpuscope_cupti_window_seconds_total", NULL, 0, s.win_traced_ns / 1e9);
-	prom_family(out, "gpuscope_cupti_window_cost_seconds_total", "counter",
+	prom_family(out, "gpuscope_agent_cupti_window_seconds_total", "counter", "Time traced in windows.");
+	prom_sample(out, "gpuscope_agent_cupti_window_seconds_total", NULL, 0, s.win_traced_ns / 1e9);
+	prom_family(out, "gpuscope_agent_cupti_window_cost_seconds_total", "counter",
 		    "Estimated cost of the windows to their processes.");
-	prom_sample(out, "gpuscope_cupti_window_cost_seconds_total", NULL, 0, s.win_cost_ns / 1e9);
+	prom_sample(out, "gpuscope_agent_cupti_window_cost_seconds_total", NULL, 0, s.win_cost_ns / 1e9);
 }
 
 const struct agent_module cupti_module = {

@@ -1075,15 +1075,20 @@ void nvml_poller__free(struct nvml_poller *p)
 	free(p);
 }
 
-/* A GPU's labels (gpu, UUID, modelName, mig_uuid of a MIG instance) plus one extra. */
-static size_t gpu_labels(const struct gpu *g, const char *extra_name, const char *extra_value,
-			 struct prom_label ret[5])
+/*
+ * A GPU's labels (gpu, UUID, modelName, mig_uuid of a MIG instance) plus one extra. dcgm:
+ * dcgm-exporter's DCGM_FI_* families keep its label names; ours are snake_case (uuid,
+ * model_name).
+ */
+static size_t gpu_labels(const struct gpu *g, bool dcgm, const char *extra_name,
+			 const char *extra_value, struct prom_label ret[5])
 {
 	size_t n = 0;
 
 	ret[n++] = (struct prom_label){ "gpu", g->idx };
-	ret[n++] = (struct prom_label){ "UUID", g->parent >= 0 ? g->parent_uuid : g->uuid };
-	ret[n++] = (struct prom_label){ "modelName", g->name };
+	ret[n++] = (struct prom_label){ dcgm ? "UUID" : "uuid",
+					g->parent >= 0 ? g->parent_uuid : g->uuid };
+	ret[n++] = (struct prom_label){ dcgm ? "modelName" : "model_name", g->name };
 	if (g->parent >= 0)
 		ret[n++] = (struct prom_label){ "mig_uuid", g->uuid };
 	if (extra_name)
@@ -1095,9 +1100,10 @@ static size_t gpu_labels(const struct gpu *g, const char *extra_name, const char
 static void gpu_sample(FILE *out, const char *name, const struct gpu *g, const char *extra_name,
 		       const char *extra_value, double v)
 {
+	bool dcgm = !strncmp(name, "DCGM_FI_", 8);
 	struct prom_label l[5];
 
-	prom_sample(out, name, l, gpu_labels(g, extra_name, extra_value, l), v);
+	prom_sample(out, name, l, gpu_labels(g, dcgm, extra_name, extra_value, l), v);
 }
 
 void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
@@ -1141,20 +1147,20 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 		for (int i = 0; i < n; i++)                                                        \
 			gpu_sample(out, name, &p->gpus[i], NULL, NULL, (double)(expr));            \
 	} while (0)
-	PER_GPU("gpuscope_gpu_busy_seconds_total", "counter",
+	PER_GPU("gpuscope_agent_gpu_busy_seconds_total", "counter",
 		"Utilization-weighted busy time from every driver utilization sample", snap[i].busy_s);
-	PER_GPU("gpuscope_gpu_idle_seconds_total", "counter",
+	PER_GPU("gpuscope_agent_gpu_idle_seconds_total", "counter",
 		"Time covered by driver utilization samples that read 0%", snap[i].idle_s);
-	PER_GPU("gpuscope_gpu_sampled_seconds_total", "counter",
+	PER_GPU("gpuscope_agent_gpu_sampled_seconds_total", "counter",
 		"Time covered by driver utilization samples", snap[i].sampled_s);
-	PER_GPU("gpuscope_nvml_errors_total", "counter", "Failed NVML calls", snap[i].errors);
-	PER_GPU("gpuscope_nvml_backoffs_total", "counter",
+	PER_GPU("gpuscope_agent_nvml_errors_total", "counter", "Failed NVML calls", snap[i].errors);
+	PER_GPU("gpuscope_agent_nvml_backoffs_total", "counter",
 		"Times polling of this GPU backed off after errors", snap[i].lost_backoffs);
-	PER_GPU("gpuscope_gpu_events_total", "counter", "Driver events (Xid, ECC)", snap[i].events);
+	PER_GPU("gpuscope_agent_gpu_events_total", "counter", "Driver events (Xid, ECC)", snap[i].events);
 #undef PER_GPU
 	static const char *const wname[2][2] = {
-		{ "gpuscope_gpu_utilization_max", "gpuscope_gpu_utilization_p99" },
-		{ "gpuscope_gpu_power_watts_max", "gpuscope_gpu_power_watts_p99" },
+		{ "gpuscope_agent_gpu_utilization_max", "gpuscope_agent_gpu_utilization_p99" },
+		{ "gpuscope_agent_gpu_power_watts_max", "gpuscope_agent_gpu_power_watts_p99" },
 	};
 	for (int w = 0; w < 2; w++) {
 		for (int q = 0; q < 2; q++) {
@@ -1172,25 +1178,25 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 			}
 		}
 	}
-	prom_family(out, "gpuscope_nvml_samples_total", "counter",
+	prom_family(out, "gpuscope_agent_nvml_samples_total", "counter",
 		    "Buffered driver samples delivered");
 	for (int i = 0; i < n; i++)
 		for (int st = 0; st < ST_MAX; st++)
-			gpu_sample(out, "gpuscope_nvml_samples_total", &p->gpus[i], "stream",
+			gpu_sample(out, "gpuscope_agent_nvml_samples_total", &p->gpus[i], "stream",
 				   stream_label[st], snap[i].samples[st]);
-	prom_family(out, "gpuscope_nvml_duplicate_samples_total", "counter",
+	prom_family(out, "gpuscope_agent_nvml_duplicate_samples_total", "counter",
 		    "Driver samples dropped because their timestamp was already seen");
 	for (int i = 0; i < n; i++)
 		for (int st = 0; st < ST_MAX; st++)
-			gpu_sample(out, "gpuscope_nvml_duplicate_samples_total", &p->gpus[i], "stream",
+			gpu_sample(out, "gpuscope_agent_nvml_duplicate_samples_total", &p->gpus[i], "stream",
 				   stream_label[st], snap[i].dups[st]);
-	prom_family(out, "gpuscope_nvml_sample_holes_total", "counter",
+	prom_family(out, "gpuscope_agent_nvml_sample_holes_total", "counter",
 		    "Gaps of more than 3x the usual spacing between driver samples (buffer overrun?)");
 	for (int i = 0; i < n; i++)
 		for (int st = 0; st < ST_MAX; st++)
-			gpu_sample(out, "gpuscope_nvml_sample_holes_total", &p->gpus[i], "stream",
+			gpu_sample(out, "gpuscope_agent_nvml_sample_holes_total", &p->gpus[i], "stream",
 				   stream_label[st], snap[i].holes[st]);
-	prom_family(out, "gpuscope_nvml_sample_interval_seconds", "gauge",
+	prom_family(out, "gpuscope_agent_nvml_sample_interval_seconds", "gauge",
 		    "Mean gap between successive points of each stream/source");
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < ST_MAX + NVML_SRC_MAX; k++) {
@@ -1198,30 +1204,30 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 
 			if (!gp->n)
 				continue;
-			gpu_sample(out, "gpuscope_nvml_sample_interval_seconds", &p->gpus[i], "stream",
+			gpu_sample(out, "gpuscope_agent_nvml_sample_interval_seconds", &p->gpus[i], "stream",
 				   k < ST_MAX ? stream_label[k] : nvml_source_names[k - ST_MAX],
 				   gp->sum_ns / (double)gp->n / 1e9);
 		}
 	free(snap);
 	pthread_mutex_lock(&p->mu);
-	prom_family(out, "gpuscope_nvml_poller_cpu_seconds_total", "counter",
+	prom_family(out, "gpuscope_agent_nvml_poller_cpu_seconds_total", "counter",
 		    "CPU time of the NVML poller thread");
-	prom_sample(out, "gpuscope_nvml_poller_cpu_seconds_total", NULL, 0, (double)p->cpu_ns / 1e9);
-	prom_family(out, "gpuscope_nvml_poll_late_total", "counter",
+	prom_sample(out, "gpuscope_agent_nvml_poller_cpu_seconds_total", NULL, 0, (double)p->cpu_ns / 1e9);
+	prom_family(out, "gpuscope_agent_nvml_poll_late_total", "counter",
 		    "Polls that fell a whole period behind");
 	for (int s = 0; s < NVML_SRC_MAX; s++)
-		prom_sample1_u64(out, "gpuscope_nvml_poll_late_total", "source",
+		prom_sample1_u64(out, "gpuscope_agent_nvml_poll_late_total", "source",
 				 nvml_source_names[s], p->late[s]);
-	prom_counter(out, "gpuscope_nvml_dropped_total",
+	prom_counter(out, "gpuscope_agent_nvml_dropped_total",
 		     "Per-process records that did not fit the poller's buffers", p->sink_drops);
 	pthread_mutex_unlock(&p->mu);
-	prom_family(out, "gpuscope_nvml_missing_functions", "gauge",
+	prom_family(out, "gpuscope_agent_nvml_missing_functions", "gauge",
 		    "NVML functions this driver lacks (their metrics are skipped)");
 	int nmissing = *p->missing ? 1 : 0;
 
 	for (const char *c = p->missing; *c; c++)
 		nmissing += *c == ',';
-	prom_sample1(out, "gpuscope_nvml_missing_functions", "functions", p->missing, nmissing);
+	prom_sample1(out, "gpuscope_agent_nvml_missing_functions", "functions", p->missing, nmissing);
 }
 
 void nvml_poller__summary(struct nvml_poller *p, FILE *out)
@@ -1485,13 +1491,13 @@ static void nvml_metrics(struct agent *a, FILE *out)
 		return;
 	nvml_poller__metrics(mod.p, out);
 	pthread_mutex_lock(&mod.qmu);
-	prom_family(out, "gpuscope_nvml_points_dropped_total", "counter",
+	prom_family(out, "gpuscope_agent_nvml_points_dropped_total", "counter",
 		    "NVML points lost before the batch");
-	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "queue_full",
+	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason", "queue_full",
 			 mod.drops_full);
-	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "label_table_full",
+	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason", "label_table_full",
 			 mod.drops_intern);
-	prom_sample1_u64(out, "gpuscope_nvml_points_dropped_total", "reason", "batch_refused",
+	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason", "batch_refused",
 			 mod.drops_batch);
 	pthread_mutex_unlock(&mod.qmu);
 }

@@ -1378,36 +1378,36 @@ void meta__stop(void)
 
 void meta__metrics(FILE *out)
 {
-	prom_gauge(out, "gpuscope_meta_k8s_up", "1 while the pod watch is connected.",
+	prom_gauge(out, "gpuscope_agent_meta_k8s_up", "1 while the pod watch is connected.",
 		   kw.running ? atomic_load(&kw.up) : 0);
-	prom_gauge(out, "gpuscope_meta_k8s_pods", "Pods of this node in the cache.", meta__npods());
-	prom_counter(out, "gpuscope_meta_k8s_lists_total", "Pod lists from the API server.", kw.lists);
-	prom_counter(out, "gpuscope_meta_k8s_list_errors_total", "Pod lists that failed.",
+	prom_gauge(out, "gpuscope_agent_meta_k8s_pods", "Pods of this node in the cache.", meta__npods());
+	prom_counter(out, "gpuscope_agent_meta_k8s_lists_total", "Pod lists from the API server.", kw.lists);
+	prom_counter(out, "gpuscope_agent_meta_k8s_list_errors_total", "Pod lists that failed.",
 		     kw.list_errors);
-	prom_counter(out, "gpuscope_meta_k8s_watches_total", "Pod watches started.", kw.watches);
-	prom_counter(out, "gpuscope_meta_k8s_watch_events_total", "Pod watch events received.",
+	prom_counter(out, "gpuscope_agent_meta_k8s_watches_total", "Pod watches started.", kw.watches);
+	prom_counter(out, "gpuscope_agent_meta_k8s_watch_events_total", "Pod watch events received.",
 		     kw.watch_events);
-	prom_counter(out, "gpuscope_meta_k8s_watch_gone_total",
+	prom_counter(out, "gpuscope_agent_meta_k8s_watch_gone_total",
 		     "Watches that ended with 410 Gone (relisted).", kw.watch_gone);
-	prom_counter(out, "gpuscope_meta_k8s_api_errors_total", "Failed API server requests.",
+	prom_counter(out, "gpuscope_agent_meta_k8s_api_errors_total", "Failed API server requests.",
 		     kw.api_errors);
-	prom_counter(out, "gpuscope_meta_k8s_bad_events_total",
+	prom_counter(out, "gpuscope_agent_meta_k8s_bad_events_total",
 		     "Watch events or list items that could not be parsed.", kw.bad_events);
-	prom_counter(out, "gpuscope_meta_k8s_pods_evicted_total",
+	prom_counter(out, "gpuscope_agent_meta_k8s_pods_evicted_total",
 		     "Pods evicted from the cache (deleted, past their grace period).", pc.evicted);
-	prom_counter(out, "gpuscope_meta_pid_cache_hits_total", "Process label lookups cached.",
+	prom_counter(out, "gpuscope_agent_meta_pid_cache_hits_total", "Process label lookups cached.",
 		     pcache.hits);
-	prom_counter(out, "gpuscope_meta_pid_cache_misses_total", "Process label lookups built.",
+	prom_counter(out, "gpuscope_agent_meta_pid_cache_misses_total", "Process label lookups built.",
 		     pcache.misses);
-	prom_counter(out, "gpuscope_meta_pid_cache_evictions_total",
+	prom_counter(out, "gpuscope_agent_meta_pid_cache_evictions_total",
 		     "Process label entries evicted.", pcache.evictions);
-	prom_counter(out, "gpuscope_meta_pid_label_rebuilds_total",
+	prom_counter(out, "gpuscope_agent_meta_pid_label_rebuilds_total",
 		     "Process labels rebuilt because their pod changed.", pcache.rebuilds);
-	prom_counter(out, "gpuscope_meta_pid_read_errors_total",
+	prom_counter(out, "gpuscope_agent_meta_pid_read_errors_total",
 		     "Reads of /proc/PID/cgroup that failed.", pcache.read_errors);
-	prom_counter(out, "gpuscope_meta_labels_truncated_total",
+	prom_counter(out, "gpuscope_agent_meta_labels_truncated_total",
 		     "Label sets cut at the label capacity.", pcache.overflow);
-	prom_counter(out, "gpuscope_meta_relabel_dropped_total",
+	prom_counter(out, "gpuscope_agent_meta_relabel_dropped_total",
 		     "Processes a relabel rule dropped.", pcache.dropped);
 }
 

@@ -687,8 +687,9 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 	prom_sample1_u64(out, n, "result", "over_budget", s.over_budget);
 	prom_sample1_u64(out, n, "result", "evicted", s.evicted);
 	prom_sample1_u64(out, n, "result", "error", s.build_errors);
-	prom_counter(out, "gpuscope_agent_unwind_build_nanoseconds_total",
-		     "Time spent building unwind tables.", s.build_ns);
+	prom_family(out, "gpuscope_agent_unwind_build_seconds_total", "counter",
+		    "Time spent building unwind tables.");
+	prom_sample(out, "gpuscope_agent_unwind_build_seconds_total", NULL, 0, s.build_ns / 1e9);
 	prom_gauge(out, "gpuscope_agent_unwind_procs",
 		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
 	n = "gpuscope_agent_unwind_walks_total";
