@@ -38,7 +38,7 @@ CUPTI_DUMP := $(OUT)/tests/cupti/cupti_dump
 all: $(CUPTI_DUMP)
 $(CUPTI_DUMP): $(call obj,tests/cupti/cupti_dump.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) -static -o $@ $< $(ALL_LIBS) -lbpf -lelf -lz -lzstd -lprotobuf-c -lstdc++ \
+	$(Q)$(CC) -static -o $@ $< $(ALL_LIBS) -lbpf -ldw -lelf -lz -lzstd -llzma -lbz2 -lprotobuf-c -lstdc++ \
 		-lpthread -lm
 
 $(OUT)/tests/cupti/cupti_launch_bench: tests/cupti/cupti_launch_bench.c $(CUPTI_FAKE)
