@@ -574,8 +574,8 @@ static int interval_in(void *ctx, const char *kind, const char *const *labels, s
 	(void)nattrs;
 	if (!*gpu)
 		return 0;
-	if (!strcmp(kind, "gpu_observed") && *pair_get(labels, n, "source") &&
-	    strcmp(pair_get(labels, n, "source"), "kernels"))
+	if ((!strcmp(kind, "gpu_observed") || !strcmp(kind, "gpu_busy")) &&
+	    *pair_get(labels, n, "source") && strcmp(pair_get(labels, n, "source"), "kernels"))
 		return 0;	/* metric sources are read from their points */
 	pthread_mutex_lock(&c->e->tmu);
 	gid = gpu_id(c->e, pair_get(labels, n, "node"), gpu, pair_get(labels, n, "gpu_uuid"),

@@ -35,7 +35,9 @@ def script():
     lines.append(f"sample {T} offcpu_ns 5000000 pid=1,comm=train main;step;futex_wait")
     lines.append(f"sample {T + MS} offcpu_ns 3000000 pid=1,comm=train main;step;read")
     # GPU 0 busy during [T, T+300ms): samples of pid 1 at 0..290 ms are busy, others idle
-    lines.append(f"interval gpu_busy gpu=0 {T} {T + 300 * MS} -")
+    lines.append(f"interval gpu_busy gpu=0,source=kernels {T} {T + 300 * MS} -")
+    # a trace window saw GPU 0 over [T, T+800ms): after it nobody knows (unknown, not idle)
+    lines.append(f"interval gpu_observed gpu=0,source=kernels {T} {T + 800 * MS} -")
     lines.append(f"interval gpu_kernel gpu=0,pid=1 {T + 10 * MS} {T + 20 * MS} name=gemm,stream=7")
     # a CPU launch naming its stack (batch index 0: main;step;matmul, the first stack)
     lines.append(f"interval cuda_launch pid=1,comm=train {T + 9 * MS} {T + 10 * MS} stack_id=0")
@@ -82,11 +84,12 @@ def run(store_args):
         # time range: the first 295 ms only holds samples 0..29 of each pid
         fg = s.get_json(f"/api/v1/flamegraph?from={T / 1e9:.3f}&to={(T + 295 * MS) / 1e9:.3f}")
         check(fg["total"] == 60, f"narrow range: {fg['total']}")
-        # gpu_idle: samples outside [T, T+300ms) -> pid1 70, pid2 20
+        # gpu_idle: samples in [T+300ms, T+800ms) -> pid1 50, pid2 20; pid 1's last 20
+        # (800..990 ms) fall where no source observed the GPU: unknown, not kept
         fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=0")
-        check(fg["total"] == 90, f"gpu_idle total {fg['total']}")
+        check(fg["total"] == 70, f"gpu_idle total {fg['total']}")
         fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=0&selector={PID1}")
-        check(fg["total"] == 70, f"gpu_idle pid 1: {fg['total']}")
+        check(fg["total"] == 50, f"gpu_idle pid 1: {fg['total']}")
         # top
         top = s.get_json(f"/api/v1/top?{rng}")
         fns = {f["name"]: f for f in top["functions"]}
@@ -142,7 +145,8 @@ def run(store_args):
         iv = s.get_json(f"/api/v1/intervals?{rng}&limit=1")
         check(len(iv["intervals"]) == 1 and iv["truncated"], "limit")
         # labels, values, nodes, stacks
-        check(s.get_json("/api/v1/labels")["labels"] == ["comm", "gpu", "node", "pid"], "labels")
+        check(s.get_json("/api/v1/labels")["labels"] == ["comm", "gpu", "node", "pid", "source"],
+              "labels")
         check(s.get_json("/api/v1/label/comm/values")["values"] == ["other", "train"], "values")
         v = s.get_json("/api/v1/label/comm/values?limit=1")
         check(v["values"] == ["other"] and v["total"] == 2 and v["next_offset"] == 1, f"page 1: {v}")

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/cupti/cupti_usdt.h"
 #include "agent/gpu/nvml.h"
 #include "common/log.h"
 #include "common/prom.h"
@@ -1397,6 +1398,139 @@ static void intern_reset(void)
 	mod.ninterned = 0;
 }
 
+/*
+ * GPU busy/idle between trace windows (issue 14): each utilization point speaks for the time
+ * since the previous one of its GPU (at most 1 s): 0 says idle, full says busy, anything in
+ * between says "partly busy" and decides nothing (the GPU-idle filter calls that unknown).
+ * Contiguous spans become gpu_observed / gpu_busy intervals labelled with their source:
+ * nvml (gpu_utilization, the driver's sample period) or gpm (gpu_sm_active, the GPM window).
+ */
+#define SPAN_GPUS	64
+#define SPAN_MAX_NS	(10 * NSEC_PER_SEC)	/* emit a long span in pieces */
+#define SPAN_GAP_NS	NSEC_PER_SEC		/* a point speaks for at most this long */
+
+#define RECENT		64		/* utilization points kept per GPU for the idle trigger */
+
+struct span_src {
+	char gpu[24];			/* "": free */
+	uint64_t last_t;		/* previous point */
+	uint64_t s[2], e[2];		/* pending [observed, busy] span; e == 0: none */
+	struct {
+		uint64_t t, dur;
+		bool idle;
+	} recent[RECENT];		/* ring of the last points (nvml source) */
+	unsigned nrecent;
+};
+static struct span_src spans[2][SPAN_GPUS];	/* [nvml, gpm] */
+static const char *const span_names[2] = { "nvml", "gpm" };
+
+static void span_emit(struct agent *a, int src, struct span_src *g, int which)
+{
+	struct label lab[3] = { { "gpu", g->gpu }, { "source", span_names[src] } };
+	size_t n = 2;
+
+	if (!g->e[which])
+		return;
+	if (a->opts.node)
+		lab[n++] = (struct label){ "node", a->opts.node };
+	if (a->batch && batch__interval(a->batch, which ? "gpu_busy" : "gpu_observed", lab, n,
+					g->s[which], g->e[which], NULL, 0))
+		mod.drops_batch++;
+	g->e[which] = 0;
+}
+
+static void span_add(struct agent *a, int src, struct span_src *g, int which, uint64_t s,
+		     uint64_t e)
+{
+	if (g->e[which] && (s > g->e[which] + NSEC_PER_MSEC || e - g->s[which] > SPAN_MAX_NS))
+		span_emit(a, src, g, which);
+	if (!g->e[which])
+		g->s[which] = s;
+	g->e[which] = e;
+}
+
+static void span_point(struct agent *a, const struct qpoint *qp)
+{
+	int src = !strcmp(qp->name, "gpu_utilization") ? 0 :
+		  !strcmp(qp->name, "gpu_sm_active") ? 1 : -1;
+	const char *gpu = NULL;
+	struct span_src *g = NULL;
+	double full = src == 0 ? 100 : 1;
+
+	if (src < 0)
+		return;
+	for (size_t i = 0; i < qp->nl && !gpu; i++)
+		if (!strcmp(qp->l[i].name, "gpu"))
+			gpu = qp->l[i].value;
+	if (!gpu || strlen(gpu) >= sizeof(g->gpu))
+		return;
+	for (int i = 0; i < SPAN_GPUS && !g; i++)
+		if (!strcmp(spans[src][i].gpu, gpu))
+			g = &spans[src][i];
+	for (int i = 0; i < SPAN_GPUS && !g; i++)
+		if (!spans[src][i].gpu[0]) {
+			g = &spans[src][i];
+			strcpy(g->gpu, gpu);
+		}
+	if (!g)
+		return;
+	if (g->last_t && qp->t_ns > g->last_t) {
+		uint64_t s = qp->t_ns - g->last_t > SPAN_GAP_NS ? qp->t_ns - SPAN_GAP_NS : g->last_t;
+		unsigned k = g->nrecent++ % RECENT;
+
+		g->recent[k].t = qp->t_ns;
+		g->recent[k].dur = qp->t_ns - s;
+		g->recent[k].idle = qp->v <= 0;
+
+		if (qp->v <= 0 || qp->v >= full) {
+			span_add(a, src, g, 0, s, qp->t_ns);
+			if (qp->v >= full)
+				span_add(a, src, g, 1, s, qp->t_ns);
+		} else {	/* partly busy: ends what was known */
+			span_emit(a, src, g, 0);
+			span_emit(a, src, g, 1);
+		}
+	}
+	if (qp->t_ns > g->last_t)
+		g->last_t = qp->t_ns;
+}
+
+/*
+ * The largest idle share of any GPU over the last span_ns (by its utilization points), or -1
+ * when no GPU has points covering at least half of it. The cupti module's idle trigger reads
+ * it (main-loop thread, like nvml_tick).
+ */
+static double idle_share(uint64_t span_ns)
+{
+	uint64_t now = wall_ns();
+	double best = -1;
+
+	for (int i = 0; i < SPAN_GPUS; i++) {
+		const struct span_src *g = &spans[0][i];
+		uint64_t tot = 0, idle = 0;
+
+		if (!g->gpu[0])
+			continue;
+		for (unsigned k = 0; k < RECENT && k < g->nrecent; k++)
+			if (g->recent[k].t + span_ns >= now) {
+				tot += g->recent[k].dur;
+				idle += g->recent[k].idle ? g->recent[k].dur : 0;
+			}
+		if (tot >= span_ns / 2 && (double)idle / tot > best)
+			best = (double)idle / tot;
+	}
+	return best;
+}
+
+static void spans_flush(struct agent *a)
+{
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < SPAN_GPUS; i++) {
+			span_emit(a, k, &spans[k][i], 0);
+			span_emit(a, k, &spans[k][i], 1);
+		}
+}
+
 /* Main loop, run.c's lock held: moves the queued points into a->batch. */
 static int nvml_tick(struct agent *a)
 {
@@ -1405,8 +1539,11 @@ static int nvml_tick(struct agent *a)
 		const struct qpoint *qp = &mod.q[mod.head];
 		int err = -EINVAL;
 
-		if (a->batch && qp->name)
+		if (a->batch && qp->name) {
 			err = batch__metric(a->batch, qp->name, qp->l, qp->nl, qp->t_ns, qp->v);
+			if (!err)
+				span_point(a, qp);
+		}
 		else if (a->batch)
 			err = batch__interval(a->batch, "gpu_event", qp->l, qp->nl, qp->t_ns,
 					      qp->t_ns, qp->attrs, qp->na);
@@ -1459,6 +1596,7 @@ static int nvml_start(struct agent *a)
 	err = nvml_poller__start(mod.p);
 	if (err)
 		goto out_free;
+	cupti_usdt__set_idle_source(idle_share);	/* the trace-window idle trigger */
 	log_info("nvml: polling %d device(s)", nvml_poller__ngpus(mod.p));
 	return 0;
 out_free:
@@ -1477,6 +1615,9 @@ static void nvml_stop(struct agent *a)
 	nvml_poller__free(mod.p);	/* joins the poller: nothing pushes after this */
 	mod.p = NULL;
 	nvml_tick(a);
+	cupti_usdt__set_idle_source(NULL);
+	spans_flush(a);
+	memset(spans, 0, sizeof(spans));
 	free(mod.q);
 	mod.q = NULL;
 	mod.head = mod.len = 0;

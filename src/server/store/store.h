@@ -37,7 +37,9 @@ struct store_query {
 	uint64_t from_ns, to_ns;
 	const struct selector *sel;	/* NULL: everything */
 	enum sample_kind kind;
-	int gpu_idle;			/* >= 0: keep samples outside that GPU's gpu_busy intervals */
+	int gpu_idle;			/* >= 0: keep samples where that GPU was idle: inside its
+					 * gpu_observed intervals (some source decided) and outside
+					 * its gpu_busy ones; not observed is unknown, not idle */
 	/*
 	 * Finer answers from aggregate(), when emit is set: every matching sample's (group, key,
 	 * value) goes to emit (a nonzero return stops and is returned) instead of into agg; key

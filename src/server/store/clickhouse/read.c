@@ -274,13 +274,13 @@ static uint64_t emit_key(const struct store_query *q, uint64_t t, uint64_t stack
 	return t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
 }
 
-/* gpu_idle: raw samples of the matching sets, minus those inside their node's merged gpu_busy
- * intervals of that GPU (the SQLite store's rule). */
+/* gpu_idle: raw samples of the matching sets inside their node's merged gpu_observed intervals
+ * of that GPU and outside its gpu_busy ones (the SQLite store's rule: no source is unknown). */
 static int aggregate_idle(struct ch *c, const struct store_query *q, const struct ch_lsets *all,
 			  const struct ch_lsets *match, struct u64map *agg)
 {
 	struct buf sql = { 0 }, ans = { 0 };
-	struct busy_set busy = { 0 };
+	struct busy_set busy = { 0 }, obs = { 0 };
 	uint32_t *groups = NULL;
 	struct rbr r;
 	int err;
@@ -288,20 +288,21 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	if (q->emit && (err = emit_groups(q, match, &groups)))
 		return err;
 
-	buf_printf(&sql, "SELECT labelset, start_ns, end_ns FROM %s.intervals WHERE kind = 'gpu_busy'"
-		   " AND end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
+	buf_printf(&sql, "SELECT labelset, start_ns, end_ns, toUInt64(kind = 'gpu_observed') FROM %s."
+		   "intervals WHERE kind IN ('gpu_busy', 'gpu_observed') AND end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
 		   (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
 		   (unsigned long long)day_of(q->to_ns));
 	err = select_rb(c, &sql, &ans);
 	r = (struct rbr){ ans.p, ans.p + ans.len, false };
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(all, rbr_u64(&r));
-		uint64_t start = rbr_u64(&r), end = rbr_u64(&r);
+		uint64_t start = rbr_u64(&r), end = rbr_u64(&r), observed = rbr_u64(&r);
 
 		if (ls && ls->gpu == q->gpu_idle)
-			err = busy_add(&busy, ls->node, start, end);
+			err = busy_add(observed ? &obs : &busy, ls->node, start, end);
 	}
 	busy_merge(&busy);
+	busy_merge(&obs);
 	if (err)
 		goto out;
 	sql.len = 0;
@@ -318,9 +319,12 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
 		uint64_t t = rbr_u64(&r), stack = rbr_u64(&r), v = rbr_u64(&r), *a;
 		const struct node_busy *nb = ls ? busy_find(&busy, ls->node) : NULL;
+		const struct node_busy *no = ls ? busy_find(&obs, ls->node) : NULL;
 
 		if (nb && busy_in(nb, t))
 			continue;
+		if (!no || !busy_in(no, t))
+			continue;	/* no source covers t: unknown, not idle */
 		if (q->emit) {
 			uint32_t g = ls && groups ? groups[ls - match->v] : 0;
 
@@ -339,6 +343,7 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	}
 out:
 	busy_done(&busy);
+	busy_done(&obs);
 	free(groups);
 	buf_done(&sql);
 	buf_done(&ans);

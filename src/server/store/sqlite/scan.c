@@ -20,8 +20,9 @@ struct agg_ctx {
 	struct u64map *agg;
 	const uint8_t *match;		/* label set id -> selected */
 	size_t nmatch;
-	struct busy_set busy;
+	struct busy_set busy, obs;	/* gpu_busy; gpu_observed (some source decided) */
 	const struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
+	const struct node_busy **ls_obs;	/* ... and its observed list */
 	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
 	struct chunk c;
 };
@@ -71,8 +72,10 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 	sqlite3_stmt *st;
 	int rc, err = 0;
 
-	rc = sqlite3_prepare_v2(db, "SELECT labelset, start_ns, end_ns FROM intervals WHERE"
-				" kind = 'gpu_busy' AND end_ns > ?1 AND start_ns < ?2", -1, &st, NULL);
+	/* idle = observed (by some source: kernels, gpm, nvml) and not busy; unknown otherwise */
+	rc = sqlite3_prepare_v2(db, "SELECT labelset, start_ns, end_ns, kind = 'gpu_observed' FROM"
+				" intervals WHERE kind IN ('gpu_busy', 'gpu_observed') AND end_ns > ?1"
+				" AND start_ns < ?2", -1, &st, NULL);
 	if (rc)
 		return -EIO;
 	sqlite3_bind_int64(st, 1, (int64_t)a->q->from_ns);
@@ -84,7 +87,8 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 
 		if (!sq_lset_get(s, ls, &l) || l.gpu != a->q->gpu_idle)
 			continue;
-		err = busy_add(&a->busy, l.node, (uint64_t)sqlite3_column_int64(st, 1),
+		err = busy_add(sqlite3_column_int(st, 3) ? &a->obs : &a->busy, l.node,
+			       (uint64_t)sqlite3_column_int64(st, 1),
 			       (uint64_t)sqlite3_column_int64(st, 2));
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -92,9 +96,11 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 	sqlite3_finalize(st);
 	/* Sort and merge overlapping intervals, then point every label set at its node's list. */
 	busy_merge(&a->busy);
+	busy_merge(&a->obs);
 	if (!err) {
 		a->ls_busy = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_busy));
-		if (!a->ls_busy)
+		a->ls_obs = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_obs));
+		if (!a->ls_busy || !a->ls_obs)
 			err = -ENOMEM;
 	}
 	for (size_t id = 0; !err && id < a->nmatch; id++) {
@@ -103,6 +109,7 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 		if (!a->match[id] || !sq_lset_get(s, id, &l))
 			continue;
 		a->ls_busy[id] = busy_find(&a->busy, l.node);
+		a->ls_obs[id] = busy_find(&a->obs, l.node);
 	}
 	return err;
 }
@@ -154,12 +161,13 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
 		uint64_t t_min = (uint64_t)sqlite3_column_int64(st, 1);
 		uint64_t t_max = (uint64_t)sqlite3_column_int64(st, 2);
-		const struct node_busy *nb;
+		const struct node_busy *nb, *no;
 		bool inside = t_min >= from && t_max < to;
 
 		if (ls >= a->nmatch || !a->match[ls])
 			continue;
 		nb = a->ls_busy ? a->ls_busy[ls] : NULL;
+		no = a->ls_obs ? a->ls_obs[ls] : NULL;
 		err = chunk_samples_decode(&a->c, sqlite3_column_blob(st, 3),
 					   (size_t)sqlite3_column_bytes(st, 3), t_min);
 		for (size_t i = 0; !err && i < a->c.n; i++) {
@@ -169,6 +177,8 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 				continue;
 			if (nb && busy_in(nb, t))
 				continue;
+			if (a->ls_obs && (!no || !busy_in(no, t)))
+				continue;	/* no source covers t: unknown, not idle */
 			err = agg_put(a, ls, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
 	}
@@ -330,7 +340,9 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 out:
 	sq_pool_put(s, db);
 	busy_done(&a.busy);
+	busy_done(&a.obs);
 	free(a.ls_busy);
+	free(a.ls_obs);
 	free(a.ls_group);
 	free((void *)a.match);
 	chunk_done(&a.c);
