@@ -82,7 +82,7 @@ try:
         check(0.95e6 <= wins[0]["dur"] <= 10e6, "window lasts >= 1 s: %.0f us" % wins[0]["dur"])
     check(all(e["ts"] >= 0 for e in ev if "ts" in e), "times relative to the range start")
     check(tr["otherData"]["truncated"] is False, "not truncated")
-    check(agent.metric('gpuscope_cupti_windows_total{reason="capture"}') == 1,
+    check(agent.metric('gpuscope_agent_cupti_windows_total{reason="capture"}') == 1,
           "the agent counted one capture window")
 
     # a process without the library: 'not injected', a trace all the same

@@ -38,9 +38,9 @@ try:
                             "--gpu-trace-budget", "50%", "--gpu-trace-window", "200ms",
                             "--gpu-trace-idle-trigger", "90%"], os.path.join(tmp, "agent.log"))
     end = time.time() + 40
-    while time.time() < end and agent.metric('gpuscope_cupti_windows_total{reason="idle"}') < 1:
+    while time.time() < end and agent.metric('gpuscope_agent_cupti_windows_total{reason="idle"}') < 1:
         time.sleep(0.5)
-    check(agent.metric('gpuscope_cupti_windows_total{reason="idle"}') >= 1,
+    check(agent.metric('gpuscope_agent_cupti_windows_total{reason="idle"}') >= 1,
           "an idle GPU in the NVML replay opened a window (reason=idle)")
     time.sleep(12)	# the replay's 16 s play out; spans are emitted as they close
     rc = agent.stop()
