@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "test.h"
 #include "agent/unwind/table.c"
+#include "agent/sym/symbolize_int.h"
 
 static char fixdir[PATH_MAX + 32];
 
@@ -206,8 +207,21 @@ static bool test_unwind_table_markers(void)
 	if (f)
 		pclose(f);
 	if (ASSERT_TRUE(plt != 0, "fixture has a .plt")) {
+		struct symt syms;
+		bool from_symtab;
+		long i;
+
 		row = uw_table_lookup(&t, plt + 16 + 4);	/* inside the first PLT entry */
 		ok &= ASSERT_EQ(UNWIND_ROW_KIND(row), UNWIND_ROW_PLT, "PLT entry marked");
+		/* and the symbolizer names it [plt], not the symbol before it (_init) */
+		fd = open(fixture("libnofp.so"), O_RDONLY | O_CLOEXEC);
+		if (ASSERT_EQ(elf_lib_init(), 0, "libelf") &&
+		    ASSERT_EQ(elf_read_symbols(fd, &syms, &from_symtab), 0, "symbols")) {
+			i = symt_find(&syms, plt + 16 + 4);
+			ok &= ASSERT_STREQ(i >= 0 ? symt_name(&syms, i) : NULL, "[plt]", "PLT name");
+			symt_done(&syms);
+		}
+		close(fd);
 	}
 	ok &= ASSERT_EQ(uw_table_build(-1, "not elf", 7, 0, &(struct uw_table){ 0 }), -ENOEXEC,
 			"not ELF: -ENOEXEC");

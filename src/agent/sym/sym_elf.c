@@ -143,6 +143,35 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 	return 0;
 }
 
+/*
+ * PLT stubs have no symbols: without one of their own, their addresses would take the name of
+ * whatever precedes them (_init). Each PLT section becomes one "[plt]" symbol.
+ */
+static int add_plt(Elf *elf, struct symt *ret)
+{
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	GElf_Shdr sh;
+
+	if (elf_getshdrstrndx(elf, &shstrndx))
+		return 0;
+	while ((scn = elf_nextscn(elf, scn))) {
+		const char *name;
+		int err;
+
+		if (!gelf_getshdr(scn, &sh) || !(sh.sh_flags & SHF_EXECINSTR) || !sh.sh_size)
+			continue;
+		name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (!name || (strcmp(name, ".plt") && strcmp(name, ".plt.sec") &&
+			      strcmp(name, ".plt.got")))
+			continue;
+		err = symt_add(ret, sh.sh_addr, sh.sh_size, "[plt]", 5, -1, 0);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
 static int symbols_from_elf(Elf *elf, struct symt *ret, bool *ret_from_symtab)
 {
 	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
@@ -187,6 +216,9 @@ static int symbols_from_elf(Elf *elf, struct symt *ret, bool *ret_from_symtab)
 		err = -ENODATA;
 		goto out_free;
 	}
+	err = add_plt(elf, ret);
+	if (err)
+		goto out_free;
 	/* Zero-size symbols (assembly) reach to the next one, but not further than 64 KiB. */
 	err = symt_finish(ret, 64 << 10);
 out_free:

@@ -18,38 +18,38 @@
 #define REG_RSP 7
 #define REG_RA  16
 
+/* Rows being built, already in their final 8-byte form (address relative to base). */
 struct rows {
-	__u64 *r;		/* UNWIND_ROW() with the absolute vaddr kept aside in a */
-	uint64_t *a;
+	__u64 *r;
 	size_t n, cap;
+	uint64_t base;		/* the first FDE's page: FDE starts come sorted */
 	uint32_t max;
 };
 
 static int rows_add(struct rows *rs, uint64_t addr, __u64 row)
 {
-	if (rs->n && rs->a[rs->n - 1] == addr) {	/* a later rule for the same address wins */
+	uint64_t rel = addr - rs->base;
+
+	if (addr < rs->base || rel > UINT32_MAX)
+		return -E2BIG;
+	row = (row & ~0xffffffffULL) | rel;
+	if (rs->n && UNWIND_ROW_ADDR(rs->r[rs->n - 1]) == rel) {	/* a later rule wins */
 		rs->r[rs->n - 1] = row;
 		return 0;
 	}
-	if (rs->n && rs->r[rs->n - 1] >> 32 == row >> 32 && rs->a[rs->n - 1] < addr)
+	if (rs->n && rs->r[rs->n - 1] >> 32 == row >> 32)
 		return 0;	/* same rule as the row before: it just goes on */
 	if (rs->max && rs->n >= rs->max)
 		return -E2BIG;
 	if (rs->n == rs->cap) {
-		size_t ncap = rs->cap ? rs->cap * 2 : 4096;
+		size_t ncap = rs->cap ? rs->cap + rs->cap / 2 : 4096;
 		__u64 *nr = realloc(rs->r, ncap * sizeof(*nr));
-		uint64_t *na;
 
 		if (!nr)
 			return -ENOMEM;
 		rs->r = nr;
-		na = realloc(rs->a, ncap * sizeof(*na));
-		if (!na)
-			return -ENOMEM;
-		rs->a = na;
 		rs->cap = ncap;
 	}
-	rs->a[rs->n] = addr;
 	rs->r[rs->n++] = row;
 	return 0;
 }
@@ -271,17 +271,14 @@ static Elf_Scn *find_section(Elf *elf, const char *name, GElf_Shdr *ret)
 
 static int finish(struct rows *rs, struct uw_table *t)
 {
-	uint64_t base, last;
+	uint64_t last;
 	size_t nwords;
 	__u64 *w;
 
 	if (!rs->n)
 		return -ENODATA;
-	base = rs->a[0] & ~((1ULL << UNWIND_PAGE_SHIFT) - 1);
-	last = rs->a[rs->n - 1];
-	if (last - base > UINT32_MAX)
-		return -E2BIG;
-	t->npages = (uint32_t)((last - base) >> UNWIND_PAGE_SHIFT) + 1;
+	last = UNWIND_ROW_ADDR(rs->r[rs->n - 1]);
+	t->npages = (uint32_t)(last >> UNWIND_PAGE_SHIFT) + 1;
 	nwords = UNWIND_HDR_WORDS + t->npages + 1 + rs->n;
 	if (nwords > UINT32_MAX)
 		return -E2BIG;
@@ -289,22 +286,20 @@ static int finish(struct rows *rs, struct uw_table *t)
 	if (!w)
 		return -ENOMEM;
 	w[0] = t->npages | (__u64)rs->n << 32;
-	w[1] = base;
+	w[1] = rs->base;
 	/* page p: the row in effect at its start (the last row at or before it) */
 	for (size_t p = 0, i = 0; p <= t->npages; p++) {
-		uint64_t at = base + ((uint64_t)p << UNWIND_PAGE_SHIFT);
+		uint64_t at = (uint64_t)p << UNWIND_PAGE_SHIFT;
 
-		while (i + 1 < rs->n && rs->a[i + 1] <= at)
+		while (i + 1 < rs->n && UNWIND_ROW_ADDR(rs->r[i + 1]) <= at)
 			i++;
 		w[UNWIND_HDR_WORDS + p] = i;
 	}
-	for (size_t i = 0; i < rs->n; i++)
-		w[UNWIND_HDR_WORDS + t->npages + 1 + i] = (rs->r[i] & ~0xffffffffULL) |
-							  (uint32_t)(rs->a[i] - base);
+	memcpy(w + UNWIND_HDR_WORDS + t->npages + 1, rs->r, rs->n * sizeof(*w));
 	t->words = w;
 	t->nwords = nwords;
 	t->nrows = rs->n;
-	t->base = base;
+	t->base = rs->base;
 	return 0;
 }
 
@@ -338,6 +333,7 @@ static int build(Elf *elf, uint32_t max_rows, struct uw_table *t)
 		goto out;
 	}
 	t->fdes = nstarts;
+	rs.base = nstarts ? starts[0] & ~((1ULL << UNWIND_PAGE_SHIFT) - 1) : 0;
 	for (size_t i = 0; i < nstarts; i++) {
 		uint64_t addr = starts[i], limit = i + 1 < nstarts ? starts[i + 1] : UINT64_MAX;
 
@@ -382,7 +378,6 @@ out:
 		dwarf_cfi_end(cfi);
 	free(starts);
 	free(rs.r);
-	free(rs.a);
 	return err;
 }
 
