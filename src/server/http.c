@@ -38,12 +38,12 @@
 
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_MAX,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_CARDINALITY, REJ_MAX,
 };
 
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit", "cardinality",
 };
 
 #define RATE_SLOTS 16
@@ -423,6 +423,8 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 		n += m->samples[i]->n_stack;
 	batch_decode_free(m);
 	free(raw);
+	if (rc == -EDQUOT)	/* the node's cardinality this hour: it may retry later */
+		return reply_error(h, c, MHD_HTTP_TOO_MANY_REQUESTS, REJ_CARDINALITY, "%s", err);
 	if (rc < 0) {
 		log_warn("ingest: %s", err);
 		return reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_STORE, "%s", err);

@@ -51,6 +51,11 @@ static void usage(FILE *f)
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
 		"  --threads N              HTTP event-loop threads (default 8)\n"
+		"  --max-new-label-sets-per-hour N\n"
+		"                           per node; a batch past it is refused 429 (default\n"
+		"                           10000; 0: no limit)\n"
+		"  --max-new-stacks-per-hour N\n"
+		"                           per node, likewise (default 200000; 0: no limit)\n"
 		"  --gpu-hour-price P       dollars per GPU-hour: '3.50' for every GPU, or\n"
 		"                           'MODEL=3.50' for GPUs whose gpu_model is MODEL\n"
 		"                           (repeatable; without it dollars are unknown)\n"
@@ -144,7 +149,7 @@ int main(int argc, char **argv)
 {
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD,
 	};
 	static const struct option opts[] = {
@@ -163,6 +168,8 @@ int main(int argc, char **argv)
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "max-new-label-sets-per-hour", required_argument, NULL, O_MAX_NEW_LS },
+		{ "max-new-stacks-per-hour", required_argument, NULL, O_MAX_NEW_STACKS },
 		{ "gpu-hour-price", required_argument, NULL, 'P' },
 		{ "export-queries", required_argument, NULL, 'Q' },
 		{ "export-top", required_argument, NULL, 'N' },
@@ -185,6 +192,8 @@ int main(int argc, char **argv)
 		.retention_ns = 30 * 86400 * NSEC_PER_SEC,
 		.raw_retention_ns = 86400 * NSEC_PER_SEC,
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
+		.max_new_label_sets_per_hour = 10000,
+		.max_new_stacks_per_hour = 200000,
 	};
 	struct http_opts ho = {
 		.max_body = 64 << 20,
@@ -266,6 +275,22 @@ int main(int argc, char **argv)
 		case O_THREADS:
 			ho.threads = parse_count("threads", optarg, 256);
 			break;
+		case O_MAX_NEW_LS:
+		case O_MAX_NEW_STACKS: {
+			uint64_t *dst = c == O_MAX_NEW_LS ? &so.max_new_label_sets_per_hour :
+							    &so.max_new_stacks_per_hour;
+			char *end;
+
+			errno = 0;
+			*dst = strtoull(optarg, &end, 10);
+			if (errno || !*optarg || *end || *optarg == '-') {
+				log_error("--%s: '%s' is not a count (0: no limit)",
+					  c == O_MAX_NEW_LS ? "max-new-label-sets-per-hour" :
+							      "max-new-stacks-per-hour", optarg);
+				return 2;
+			}
+			break;
+		}
 		case 'P':
 			if (eff_cfg_add_price(&ec, optarg, err, sizeof(err))) {
 				log_error("%s", err);

@@ -4,7 +4,8 @@
 (30 M empty label sets) and its sample-group and unknown-field cousins answer 413 quickly with
 peak RSS growth under 64 MB; 64 labels of a 64 KiB string refused before the store; timestamps
 outside [now - retention, now + 1 day] refused 400; every refusal counted and nothing stored;
-a normal upload afterwards still stored."""
+a normal upload afterwards still stored; per-node cardinality limits (new label sets and stacks
+per hour) answer 429."""
 import gzip
 import json
 import time
@@ -108,7 +109,34 @@ def main():
         raise
     finally:
         s.stop()
+    cardinality()
     print("ok")
+
+
+def cardinality():
+    """Per node and hour: new label sets and stacks past the limit refused 429, counted."""
+    s = Server(args=["--max-new-label-sets-per-hour", "5", "--max-new-stacks-per-hour", "50"]).start()
+    now = now_ns()
+
+    def batch(node, pids, stacks=1):
+        lines = [f"node {node}"]
+        for p in pids:
+            for k in range(stacks):
+                lines.append(f"sample {now - 10**9} cpu 1 pid={p} main;f{p}_{k}")
+        return encode("\n".join(lines) + "\n")
+    try:
+        check(s.ingest(batch("a", [1, 2, 3]))[0] == 204, "3 new label sets")
+        code, body = s.ingest(batch("a", [4, 5, 6]))
+        check(code == 429 and b"cardinality limit" in body, f"3 more (6 > 5): {code} {body[:160]!r}")
+        check(s.ingest(batch("a", [1, 2, 3, 4, 5]))[0] == 204, "known ones and 2 new (5)")
+        check(s.ingest(batch("b", [1, 2, 3]))[0] == 204, "another node has its own count")
+        code, body = s.ingest(batch("b", [1], stacks=60))
+        check(code == 429 and b"stacks" in body, f"60 new stacks: {code} {body[:160]!r}")
+        check(s.metric('gpuscope_server_rejected_total{reason="cardinality"}') == 2, "counted")
+        fg = s.get_json("/api/v1/flamegraph?since=1h")
+        check(fg["total"] == 11, f"nothing of the refused stored: {fg['total']}")
+    finally:
+        s.stop()
 
 
 main()

@@ -23,6 +23,9 @@ struct store_opts {
 	uint64_t retention_ns;		/* everything (rollups, series, intervals) */
 	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
 	uint64_t enforce_period_ns;	/* how often retention and rollups run */
+	/* Cardinality per node and clock hour (sqlite): label sets and stacks seen for the first
+	 * time; a batch past either is refused whole (ingest returns -EDQUOT). 0: no limit. */
+	uint64_t max_new_label_sets_per_hour, max_new_stacks_per_hour;
 
 	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
 	 * schema is created on each; any of them answers), the remote_servers cluster whose

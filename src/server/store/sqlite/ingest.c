@@ -27,6 +27,7 @@ struct ingest {
 	const Gpuscope__V1__Batch *m;
 	struct ls_pending *ls;		/* per batch label set */
 	uint64_t *loc_gid, *stack_gid;
+	uint64_t new_ls, new_stacks;	/* rows this batch adds */
 	char *err;
 	size_t errlen;
 };
@@ -110,6 +111,7 @@ static int map_label_sets(struct ingest *in)
 			return -EIO;
 		p->id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 		p->is_new = true;
+		in->new_ls++;
 	}
 	return 0;
 }
@@ -205,6 +207,7 @@ static int map_stacks(struct ingest *in)
 			}
 			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 			err = cache_new(s, &s->stack_ids, hash, id);
+			in->new_stacks++;
 		}
 		in->stack_gid[i] = id;
 	}
@@ -476,6 +479,56 @@ struct gitem {
 	struct gitem *next;
 };
 
+/*
+ * The node's new label sets and stacks this clock hour, with what the batch adds: -EDQUOT and
+ * a reason when past a limit; else the counts are taken when add is true. wmu held.
+ */
+static int cardinality(struct ingest *in, bool add)
+{
+	struct sq *s = in->s;
+	const char *node = S(in, in->m->node);
+	uint64_t h = hash64(node, strlen(node), 29), hour = wall_ns() / (3600 * NSEC_PER_SEC);
+	struct node_card *c = NULL;
+
+	for (size_t i = 0; i < s->ncard && !c; i++)
+		if (s->card[i].node_hash == h)
+			c = &s->card[i];
+	if (!c) {
+		if (s->ncard == s->capcard) {
+			size_t ncap = s->capcard ? s->capcard * 2 : 64;
+			struct node_card *n = realloc(s->card, ncap * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			s->card = n;
+			s->capcard = ncap;
+		}
+		c = &s->card[s->ncard++];
+		*c = (struct node_card){ .node_hash = h, .hour = hour };
+	}
+	if (c->hour != hour)
+		*c = (struct node_card){ .node_hash = h, .hour = hour };
+	if (s->max_new_ls && c->new_ls + in->new_ls > s->max_new_ls) {
+		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
+			 "label sets this hour, past the limit of %llu (--max-new-label-sets-per-hour)",
+			 node, (unsigned long long)(c->new_ls + in->new_ls),
+			 (unsigned long long)s->max_new_ls);
+		return -EDQUOT;
+	}
+	if (s->max_new_stacks && c->new_stacks + in->new_stacks > s->max_new_stacks) {
+		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
+			 "stacks this hour, past the limit of %llu (--max-new-stacks-per-hour)", node,
+			 (unsigned long long)(c->new_stacks + in->new_stacks),
+			 (unsigned long long)s->max_new_stacks);
+		return -EDQUOT;
+	}
+	if (add) {
+		c->new_ls += in->new_ls;
+		c->new_stacks += in->new_stacks;
+	}
+	return 0;
+}
+
 /* Stores one batch inside the open transaction, under a savepoint: whole or not at all. */
 static int ingest_one(struct sq *s, struct gitem *g)
 {
@@ -498,8 +551,14 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		sqlite3_exec(s->w, "RELEASE b", NULL, NULL, NULL);
 		return 1;
 	}
-	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)) ||
-	    (rc = store_samples(in, &g->nsamples)) || (rc = store_series(in, &g->npoints)) ||
+	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)))
+		goto out_rollback;
+	if ((rc = cardinality(in, false)) == -EDQUOT) {
+		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+		sq_dedup_reset(s);
+		return rc;
+	}
+	if (rc || (rc = store_samples(in, &g->nsamples)) || (rc = store_series(in, &g->npoints)) ||
 	    (rc = store_intervals(in)) || (rc = finish_label_sets(in, &first, &last)))
 		goto out_rollback;
 	if (first != UINT64_MAX) {
@@ -526,6 +585,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		rc = -EIO;
 		goto out_rollback;
 	}
+	cardinality(in, true);
 	return 0;
 out_rollback:
 	snprintf(in->err, in->errlen, "store: %s",

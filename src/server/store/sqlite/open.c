@@ -233,6 +233,7 @@ static void sq_close(struct store *st)
 		sqlite3_close(s->pool[i]);
 	sq_lsets_done(s);
 	sq_dedup_reset(s);
+	free(s->card);
 	pthread_mutex_destroy(&s->gmu);
 	pthread_cond_destroy(&s->gcond);
 	pthread_mutex_destroy(&s->wmu);
@@ -269,6 +270,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	s->base.ops = &sqlite_ops;
 	s->o = *opts;
+	s->max_new_ls = opts->max_new_label_sets_per_hour;
+	s->max_new_stacks = opts->max_new_stacks_per_hour;
 	s->gtail = &s->ghead;
 	pthread_mutex_init(&s->gmu, NULL);
 	pthread_cond_init(&s->gcond, NULL);

@@ -78,6 +78,13 @@ struct sq {
 
 	/* Counters (updated with __atomic builtins). */
 	uint64_t n_samples, n_points, n_intervals, n_batches, n_dups;
+
+	/* New label sets and stacks per node in the current clock hour (wmu). */
+	struct node_card {
+		uint64_t node_hash, hour, new_ls, new_stacks;
+	} *card;
+	size_t ncard, capcard;
+	uint64_t max_new_ls, max_new_stacks;
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
 };
 
