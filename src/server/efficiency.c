@@ -1424,6 +1424,8 @@ static int group(struct efficiency *e, struct acc *acc, const char *by, const st
 	return 0;
 }
 
+static const char *best_source(const struct eff_tally *t);
+
 /* ---- causes ------------------------------------------------------------------------------- */
 
 struct cause_ctx {
@@ -1686,6 +1688,9 @@ static int causes(struct efficiency *e, const struct row *r, const char *by, uin
 	buf_json_str(out, node);
 	buf_puts(out, ",\"gpu\":");
 	buf_json_str(out, gpu);
+	/* The flame graph's GPU-idle filter knows kernels only: say when another source decided. */
+	buf_puts(out, ",\"source\":");
+	buf_json_str(out, best_source(&best->t));
 	buf_puts(out, ",\"selector\":");
 	buf_json_str(out, (char *)sb.p);
 	buf_puts(out, ",\"from_ms\":");
