@@ -5,7 +5,8 @@
 # gpuscope-server on loopback, for S seconds, while a UI-style flame graph query over the last
 # hour runs every 5 s. Reports acknowledged vs stored batches and samples, ingest latency
 # (p50/p99/max), query latency during the load, and the server's RSS and open descriptors at
-# the end. Usage: bench/fleet/run.sh [AGENTS=1000] [SECONDS=300]
+# the end. Usage: [CPUS=16] bench/fleet/run.sh [AGENTS=1000] [SECONDS=300] (CPUS: per simulated
+# node, all sampled at 99 Hz)
 set -eu
 cd "$(dirname "$0")/../.."
 agents=${1:-1000} secs=${2:-300}
@@ -23,6 +24,7 @@ auth="Authorization: Bearer bench-token"
 rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
 .output/tests/tools/batchgen load --url "$url/api/v1/ingest" --token bench-token \
 	--agents "$agents" --interval 10s --seconds "$secs" --encoding zstd --stacks 500 \
+	--cpus "${CPUS:-16}" \
 	>"$tmp/load" 2>"$tmp/load.err" &
 lpid=$!
 : >"$tmp/q"
