@@ -1029,6 +1029,23 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 	prom_gauge(out, "gpuscope_server_stacks", "Distinct stacks stored.", s.stacks);
 	prom_gauge(out, "gpuscope_server_locations", "Distinct locations stored.", s.locations);
 	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
+	prom_gauge(out, "gpuscope_server_store_samples_held", "Raw samples in the store now.",
+		   (double)s.samples_held);
+	if (s.samples_held)
+		prom_gauge(out, "gpuscope_server_store_bytes_per_sample",
+			   "Store bytes on disk (dictionaries, rollups, series and intervals "
+			   "included) per raw sample held.",
+			   (double)s.bytes_on_disk / (double)s.samples_held);
+	prom_family(out, "gpuscope_server_dictionary_deleted_total", "counter",
+		    "Dictionary rows no retained record could use, deleted after retention.");
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "stacks",
+			 s.gc_stacks);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "locations",
+			 s.gc_locations);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "label_sets",
+			 s.gc_label_sets);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
+			 s.gc_series);
 	if (h->o.eff) {
 		uint64_t hours, dirty, lag;
 

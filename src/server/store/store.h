@@ -76,6 +76,8 @@ struct store_stats {
 	uint64_t raw_chunks_deleted, rollups_deleted;
 	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
 	uint64_t stacks, locations, label_sets;	/* known */
+	uint64_t samples_held;			/* raw samples in the store now */
+	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */
 };
 
 struct frame {

@@ -177,8 +177,16 @@ static int map_stacks(struct ingest *in)
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	struct buf key = { 0 };
+	uint64_t tmin, tmax, today;
 	int err = 0;
 
+	/* The day a stack was last used: its batch's newest record (records are retained by
+	 * their time, so the stack is needed as long as that day is). */
+	batch_time_bounds(m, &tmin, &tmax);
+	today = (tmin <= tmax ? tmax : wall_ns()) / DAY_NS;
+
+	if (s->stack_day.len > DEDUP_CACHE_MAX)
+		u64map_done(&s->stack_day);	/* bounded: forgetting costs an UPDATE */
 	for (size_t i = 0; i < m->n_stacks && !err; i++) {
 		const Gpuscope__V1__Stack *st = m->stacks[i];
 		uint64_t hash, id;
@@ -197,10 +205,28 @@ static int map_stacks(struct ingest *in)
 			err = rc;
 			break;
 		}
-		if (!rc) {
+		if (rc) {
+			/* in use today: dictionary GC keeps it while retained data may use it */
+			uint64_t *d = u64map_upsert(&s->stack_day, id, 0, NULL);
+
+			if (!d) {
+				err = -ENOMEM;
+				break;
+			}
+			if (*d < today + 1) {
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)id);
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
+				if (sq_step_done(s->st[ST_STACK_DAY])) {
+					err = -EIO;
+					break;
+				}
+				*d = today + 1;
+			}
+		} else {
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
 			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, key.p ? (void *)key.p : "",
 					  (int)key.len, SQLITE_STATIC);
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
 				err = -EIO;
 				break;
@@ -208,6 +234,8 @@ static int map_stacks(struct ingest *in)
 			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 			err = cache_new(s, &s->stack_ids, hash, id);
 			in->new_stacks++;
+			if (!err && !u64map_upsert(&s->stack_day, id, today + 1, NULL))
+				err = -ENOMEM;
 		}
 		in->stack_gid[i] = id;
 	}
@@ -468,6 +496,7 @@ void sq_dedup_reset(struct sq *s)
 	u64map_done(&s->loc_ids);
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
+	u64map_done(&s->stack_day);
 }
 
 /* One batch waiting for (or in) a group commit. */

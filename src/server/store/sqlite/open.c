@@ -30,7 +30,8 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LOC_ADD] = "INSERT INTO locations(hash, function, module, build_id, file, line, address,"
 		       " flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
-	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs) VALUES (?, ?)",
+	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs, day) VALUES (?, ?, ?)",
+	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
 			 " VALUES (?, ?, ?, ?, ?, ?)",
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
@@ -56,7 +57,7 @@ static const char schema[] =
 	" function TEXT, module TEXT, build_id TEXT, file TEXT, line INTEGER, address INTEGER,"
 	" flags INTEGER);"
 	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" locs BLOB NOT NULL);"
+	" locs BLOB NOT NULL, day INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
 	" t_min INTEGER, t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS chunks_kt ON chunks(kind, t_min);"
@@ -204,12 +205,18 @@ static void sq_stats(struct store *st, struct store_stats *o)
 					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
 
 		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
-		o->stacks = (uint64_t)query_i64(db, "SELECT coalesce(max(id), 0) FROM stacks");
-		o->locations = (uint64_t)query_i64(db, "SELECT coalesce(max(id), 0) FROM locations");
+		o->stacks = (uint64_t)query_i64(db, "SELECT count(*) FROM stacks");
+		o->locations = (uint64_t)query_i64(db, "SELECT count(*) FROM locations");
+		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
 		sq_pool_put(s, db);
 	}
+	o->gc_stacks = __atomic_load_n(&s->n_gc_stacks, __ATOMIC_RELAXED);
+	o->gc_locations = __atomic_load_n(&s->n_gc_locations, __ATOMIC_RELAXED);
+	o->gc_label_sets = __atomic_load_n(&s->n_gc_lsets, __ATOMIC_RELAXED);
+	o->gc_series = __atomic_load_n(&s->n_gc_series, __ATOMIC_RELAXED);
 	pthread_rwlock_rdlock(&s->lmu);
-	o->label_sets = s->nlsets ? s->nlsets - 1 : 0;
+	for (size_t i = 1; i < s->nlsets; i++)
+		o->label_sets += s->lsets[i].pairs != NULL;
 	pthread_rwlock_unlock(&s->lmu);
 }
 
@@ -232,6 +239,7 @@ static void sq_close(struct store *st)
 	for (int i = 0; i < s->npool; i++)
 		sqlite3_close(s->pool[i]);
 	sq_lsets_done(s);
+	sq_graveyard_free(s);
 	sq_dedup_reset(s);
 	free(s->card);
 	pthread_mutex_destroy(&s->gmu);
@@ -258,6 +266,28 @@ static const struct store_ops sqlite_ops = {
 	.stats = sq_stats,
 	.close = sq_close,
 };
+
+/*
+ * Stores made before dictionary GC have no stacks.day (the last day a batch used the stack):
+ * added, and every stack counts as used today. 0 or -EIO.
+ */
+static int migrate_stack_day(struct sq *s)
+{
+	sqlite3_stmt *st;
+	bool have = false;
+	char sql[128];
+
+	if (sqlite3_prepare_v2(s->w, "SELECT 1 FROM pragma_table_info('stacks') WHERE name = 'day'",
+			       -1, &st, NULL))
+		return -EIO;
+	have = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	if (have)
+		return 0;
+	snprintf(sql, sizeof(sql), "ALTER TABLE stacks ADD COLUMN day INTEGER NOT NULL DEFAULT %llu",
+		 (unsigned long long)(wall_ns() / DAY_NS));
+	return sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
+}
 
 struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen)
 {
@@ -296,6 +326,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
 		sqlite3_free(emsg);
+		goto out_close;
+	}
+	if (migrate_stack_day(s)) {
+		snprintf(err, errlen, "schema of '%s': stacks.day: %s", s->path, sqlite3_errmsg(s->w));
 		goto out_close;
 	}
 	for (int i = 0; i < ST_MAX; i++) {

@@ -2,20 +2,23 @@
 /*
  * Retention of the SQLite store: what is older than --retention (raw chunks: older than
  * --raw-retention and rolled up) is deleted in bounded rounds, so ingest is never blocked long.
+ * The dictionaries follow: label sets, stacks and locations no retained record can use.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "common/log.h"
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
 /* Runs one bounded DELETE; returns rows deleted or -EIO. */
-static int64_t delete_round(struct sq *s, const char *sql, int64_t a, int64_t b)
+static int64_t delete_round_locked(struct sq *s, const char *sql, int64_t a, int64_t b)
 {
 	sqlite3_stmt *st = NULL;
 	int64_t n = -EIO;
 
-	pthread_mutex_lock(&s->wmu);
 	if (sqlite3_prepare_v2(s->w, sql, -1, &st, NULL) == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, a);
 		sqlite3_bind_int64(st, 2, b);
@@ -26,8 +29,31 @@ static int64_t delete_round(struct sq *s, const char *sql, int64_t a, int64_t b)
 	if (n < 0)
 		log_warn("retention: %s", sqlite3_errmsg(s->w));
 	sqlite3_finalize(st);
+	return n;
+}
+
+static int64_t delete_round(struct sq *s, const char *sql, int64_t a, int64_t b)
+{
+	int64_t n;
+
+	pthread_mutex_lock(&s->wmu);
+	n = delete_round_locked(s, sql, a, b);
 	pthread_mutex_unlock(&s->wmu);
 	return n;
+}
+
+/* Every round of sql, wmu held throughout (the dictionaries: ingest must not reuse a row
+ * that is going). */
+static int64_t delete_all_locked(struct sq *s, const char *sql, int64_t a, int64_t b)
+{
+	int64_t total = 0, n;
+
+	do {
+		n = delete_round_locked(s, sql, a, b);
+		if (n > 0)
+			total += n;
+	} while (n == DELETE_ROUND && !s->stopping);
+	return total;
 }
 
 static int64_t delete_all(struct sq *s, const char *sql, int64_t a, int64_t b)
@@ -64,5 +90,212 @@ void sq_enforce_retention(struct sq *s)
 			  " end_ns < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	n = delete_all(s, "DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE t < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
+	sq_gc_dictionaries(s);
 }
 
+
+/* ---- dictionary GC ------------------------------------------------------------------------ */
+
+/* Frees what the previous round unpublished, and keeps this round's for the next. */
+static void graveyard_rotate(struct sq *s)
+{
+	for (size_t i = 0; i < s->ngrave_old; i++)
+		free(s->graveyard_old[i]);
+	free(s->graveyard_old);
+	s->graveyard_old = s->graveyard;
+	s->ngrave_old = s->ngrave;
+	s->graveyard = NULL;
+	s->ngrave = 0;
+}
+
+void sq_graveyard_free(struct sq *s)
+{
+	graveyard_rotate(s);
+	graveyard_rotate(s);
+}
+
+/*
+ * Label sets whose last record is older than the cut: every record of them is gone (records
+ * older than retention are deleted; a day rollup may reach a day past its bucket, hence the
+ * extra day in the cut), and so are their series. wmu held. Returns how many, or -errno.
+ */
+static int64_t gc_label_sets(struct sq *s, int64_t cut)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t n = 0;
+	uint64_t *ids = NULL;
+	size_t nids = 0, cap = 0;
+	int err = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT id FROM labelsets WHERE last_ns < ?1", -1, &st, NULL))
+		return -EIO;
+	sqlite3_bind_int64(st, 1, cut);
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		if (nids == cap) {
+			size_t ncap = cap ? cap * 2 : 256;
+			uint64_t *v = realloc(ids, ncap * sizeof(*v));
+
+			if (!v) {
+				err = -ENOMEM;
+				break;
+			}
+			ids = v;
+			cap = ncap;
+		}
+		ids[nids++] = (uint64_t)sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	if (err || !nids)
+		goto out;
+	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
+		err = -EIO;
+		goto out;
+	}
+	/* their series have no points left: points older than retention are gone */
+	{
+		char sql[160];
+
+		snprintf(sql, sizeof(sql), "DELETE FROM series WHERE labelset IN (SELECT id FROM"
+			 " labelsets WHERE last_ns < %lld)", (long long)cut);
+		err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
+		n = sqlite3_changes(s->w);
+		__atomic_add_fetch(&s->n_gc_series, (uint64_t)n, __ATOMIC_RELAXED);
+		snprintf(sql, sizeof(sql), "DELETE FROM labelsets WHERE last_ns < %lld", (long long)cut);
+		if (!err)
+			err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
+	}
+	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
+		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+		err = -EIO;
+		goto out;
+	}
+	/* Unpublish them; queries that copied the table before may still read the pairs. */
+	pthread_rwlock_wrlock(&s->lmu);
+	{
+		char ***g = realloc(s->graveyard, (s->ngrave + nids) * sizeof(*g));
+
+		if (g)
+			s->graveyard = g;
+		for (size_t i = 0; i < nids; i++) {
+			uint64_t id = ids[i];
+
+			if (id >= s->nlsets || !s->lsets[id].pairs)
+				continue;
+			if (g)
+				s->graveyard[s->ngrave++] = s->lsets[id].pairs;
+			/* without room in the graveyard, the pairs stay allocated (leak, never a
+			 * use after free) */
+			s->lsets[id].pairs = NULL;
+			s->lsets[id].n = 0;
+			s->lsets[id].node = "";
+			s->lsets[id].gpu = -1;
+		}
+		/* the content hash -> id index, rebuilt from what is left */
+		u64map_done(&s->ls_ids);
+	}
+	if (!sqlite3_prepare_v2(s->w, "SELECT hash, id FROM labelsets", -1, &st, NULL)) {
+		while (sqlite3_step(st) == SQLITE_ROW)
+			if (!u64map_upsert(&s->ls_ids, (uint64_t)sqlite3_column_int64(st, 0),
+					   (uint64_t)sqlite3_column_int64(st, 1), NULL))
+				break;
+		sqlite3_finalize(st);
+	}
+	pthread_rwlock_unlock(&s->lmu);
+	n = (int64_t)nids;
+	__atomic_add_fetch(&s->n_gc_lsets, (uint64_t)n, __ATOMIC_RELAXED);
+out:
+	free(ids);
+	return err ? err : n;
+}
+
+/*
+ * Locations no stack refers to (after stacks went): the stacks' varint location lists are
+ * read whole, then the rest is deleted. wmu held. Returns how many, or -errno.
+ */
+static int64_t gc_locations(struct sq *s)
+{
+	struct u64map used = { 0 };
+	sqlite3_stmt *st = NULL, *del = NULL;
+	int64_t n = 0;
+	int err = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT locs FROM stacks", -1, &st, NULL))
+		return -EIO;
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		const uint8_t *p = sqlite3_column_blob(st, 0);
+		size_t len = (size_t)sqlite3_column_bytes(st, 0), i = 0;
+
+		while (i < len) {
+			uint64_t v = 0;
+			int shift = 0;
+
+			while (i < len && shift < 64) {
+				v |= (uint64_t)(p[i] & 0x7f) << shift;
+				shift += 7;
+				if (!(p[i++] & 0x80))
+					break;
+			}
+			if (!u64map_upsert(&used, v, 1, NULL))
+				err = -ENOMEM;
+		}
+	}
+	sqlite3_finalize(st);
+	if (err)
+		goto out;
+	if (sqlite3_prepare_v2(s->w, "SELECT id FROM locations", -1, &st, NULL) ||
+	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE id = ?", -1, &del, NULL)) {
+		err = -EIO;
+		goto out;
+	}
+	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
+		err = -EIO;
+		goto out;
+	}
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
+
+		if (u64map_find(&used, id))
+			continue;
+		sqlite3_bind_int64(del, 1, (int64_t)id);
+		err = sq_step_done(del);
+		n++;
+	}
+	sqlite3_reset(st);
+	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
+		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+		err = -EIO;
+	}
+out:
+	sqlite3_finalize(st);
+	sqlite3_finalize(del);
+	u64map_done(&used);
+	if (!err)
+		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
+	return err ? err : n;
+}
+
+void sq_gc_dictionaries(struct sq *s)
+{
+	uint64_t now = wall_ns(), keep = s->o.retention_ns + DAY_NS;
+	int64_t cut = now > keep ? (int64_t)(now - keep) : 0, nl, ns = 0;
+	/* a stack last used on day d serves records of day d at most */
+	int64_t cut_day = cut / (int64_t)DAY_NS - 1;
+
+	if (cut <= 0)
+		return;
+	graveyard_rotate(s);
+	pthread_mutex_lock(&s->wmu);
+	nl = gc_label_sets(s, cut);
+	if (cut_day > 0) {
+		ns = delete_all_locked(s, "DELETE FROM stacks WHERE id IN (SELECT id FROM stacks WHERE"
+				       " day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
+		__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
+	}
+	if (ns > 0)
+		gc_locations(s);
+	if (nl > 0 || ns > 0)
+		sq_dedup_reset(s);	/* the caches may name deleted rows */
+	pthread_mutex_unlock(&s->wmu);
+	if (nl < 0)
+		log_warn("retention: label sets: %s", strerror((int)-nl));
+}

@@ -44,7 +44,8 @@ struct gitem;
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
 	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STACK_GET, ST_STACK_ADD, ST_CHUNK_ADD,
-	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_PERIOD_SET, ST_MAX,
+	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_PERIOD_SET,
+	ST_STACK_DAY, ST_MAX,
 };
 
 struct sq {
@@ -61,6 +62,7 @@ struct sq {
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
 	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
+	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
 	sqlite3 *pool[POOL_MAX];
@@ -86,6 +88,12 @@ struct sq {
 	size_t ncard, capcard;
 	uint64_t max_new_ls, max_new_stacks;
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
+	uint64_t n_gc_stacks, n_gc_locations, n_gc_lsets, n_gc_series;	/* dictionary GC */
+
+	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
+	 * dropping lmu); maintenance thread only. */
+	char ***graveyard, ***graveyard_old;
+	size_t ngrave, ngrave_old;
 };
 
 /* ---- open.c: connections ---- */
@@ -141,8 +149,13 @@ void sq_dedup_reset(struct sq *s);
 void *sq_maint_main(void *arg);
 
 /* ---- retention.c ---- */
-/* Deletes what is past retention, in bounded rounds (maintenance thread). */
+/* Deletes what is past retention, in bounded rounds, then the dictionary rows no retained
+ * record can use (maintenance thread). */
 void sq_enforce_retention(struct sq *s);
+/* The dictionary part: label sets (and their series), stacks, locations. */
+void sq_gc_dictionaries(struct sq *s);
+/* Frees the label-set pairs GC unpublished (at close). */
+void sq_graveyard_free(struct sq *s);
 
 /* ---- scan.c: sample aggregation over rollups and raw chunks ---- */
 int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *agg);
