@@ -279,15 +279,8 @@ static int seg_add(struct seglist *l, uint64_t s, uint64_t e, double v)
 {
 	if (s >= e)
 		return 0;
-	if (l->n == l->cap) {
-		size_t ncap = l->cap ? l->cap * 2 : 64;
-		struct seg *n = realloc(l->v, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		l->v = n;
-		l->cap = ncap;
-	}
+	if (grow_to((void **)&l->v, &l->cap, l->n, sizeof(*l->v)))
+		return -ENOMEM;
 	l->v[l->n++] = (struct seg){ s, e, v };
 	return 0;
 }
@@ -464,15 +457,8 @@ static int series_begin(void *ctx, uint64_t id, const char *const *pairs, size_t
 		return (int)(gid < 0 ? gid : hid);
 	if (c->only_gpu >= 0 && gid != c->only_gpu)
 		return 0;
-	if (c->n == c->cap) {
-		size_t ncap = c->cap ? c->cap * 2 : 32;
-		struct sbuf *ns = realloc(c->s, ncap * sizeof(*ns));
-
-		if (!ns)
-			return -ENOMEM;
-		c->s = ns;
-		c->cap = ncap;
-	}
+	if (grow_to((void **)&c->s, &c->cap, c->n, sizeof(*c->s)))
+		return -ENOMEM;
 	s = &c->s[c->n];
 	*s = (struct sbuf){ .gpu = (uint32_t)gid, .holder = (uint32_t)hid, .src = c->src,
 			    .scale = c->scale, .cap_ns = c->src < 0 ? HOLD_CAP_NS : UTIL_CAP_NS };
@@ -493,15 +479,8 @@ static int series_point(void *ctx, uint64_t id, uint64_t t, double v)
 	s = &c->s[*k - 1];
 	if (!isfinite(v))
 		return 0;
-	if (s->n == s->cap) {
-		size_t ncap = s->cap ? s->cap * 2 : 256;
-		struct pt *n = realloc(s->p, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->p = n;
-		s->cap = ncap;
-	}
+	if (grow_to((void **)&s->p, &s->cap, s->n, sizeof(*s->p)))
+		return -ENOMEM;
 	s->p[s->n++] = (struct pt){ t, v };
 	return 0;
 }
