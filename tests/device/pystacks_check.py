@@ -91,6 +91,22 @@ print("== the process's CPU samples: %d" % c["value"])
 check(c["value"] > 0 and unk <= 0.05 * c["value"],
       "CPU samples with an unknown frame: %.2f %% (%d of %d); with [truncated]: %.2f %%" %
       (100.0 * unk / max(c["value"], 1), unk, c["value"], 100.0 * trunc / max(c["value"], 1)))
+def tally(node):
+    """Samples with each unknown frame name (a stack counted once per name)."""
+    seen = {}
+
+    def walk(n, names):
+        if n.get("name") != "root" and unknown(n["name"]) and n["name"] not in names:
+            seen[n["name"]] = seen.get(n["name"], 0) + n["value"]
+            names = names | {n["name"]}
+        for k in n.get("children") or []:
+            walk(k, names)
+    walk(node, frozenset())
+    return seen
+
+
+for name, v in sorted(tally(c).items(), key=lambda kv: -kv[1])[:10]:
+    print("   %6.2f %%  %s" % (100.0 * v / max(c["value"], 1), name))
 for kind in ("offcpu_ns", "cuda_sync_ns"):
     t = fg(kind, proc)
     u = presence(t, unknown)

@@ -86,6 +86,12 @@ native = total(st, lambda f: below(f, "stage_zlib", r"deflate|compress|libz"))
 if not check(native >= 0.7 * zl, "zlib.compress's native frames (libz) under stage_zlib in %d of %d"
              % (native, zl)):
     show(st, lambda f: "stage_zlib" in f)
+interp = total(st, lambda f: any(x.startswith("[unknown] python3") for x in f))
+check(interp == 0, "no unnamed interpreter frames ([unknown] python3.11) in %d samples" % interp)
+base = total(st, lambda f: contiguous(f, ["PyEval_EvalCode", "_PyEval_EvalFrameDefault",
+                                          "<module>", "main", "run_stages"]))
+check(base >= 0.95 * in_stages, "PyEval_EvalCode;_PyEval_EvalFrameDefault;<module>;main;run_stages"
+      " in %d of %d samples" % (base, in_stages))
 unknown_py = total(st, lambda f: "[python]" in f)
 check(unknown_py <= 0.02 * max(total(st), 1), "unreadable Python frames: %d of %d samples" %
       (unknown_py, total(st)))

@@ -150,6 +150,10 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 			continue;
 		}
 		err = symbolizer__user(c->sym, pid, w - (i > 0), &f);
+		if (err && pysym__elide && pysym__elide(pid, w - (i > 0))) {
+			mapped = true;	/* the interpreter's own plumbing (python.h) */
+			continue;
+		}
 		if (i > 0 && mapped && err && f.module && !strcmp(f.module, "[unknown]")) {
 			/* outside every mapping: a garbage return address, not a frame. The walk
 			 * goes on after a [truncated] word of its own (Python frames no native

@@ -7,6 +7,7 @@
 #ifndef GPUSCOPE_UNWIND_PYSYM_H
 #define GPUSCOPE_UNWIND_PYSYM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -20,5 +21,11 @@ struct location;
  */
 int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret)
 	__attribute__((weak));
+
+/*
+ * True when addr, an unresolved native frame of process pid, is an unnamed frame of the
+ * Python interpreter itself, which the stack cache leaves out (python.h, python__internal()).
+ */
+bool pysym__elide(pid_t pid, uint64_t addr) __attribute__((weak));
 
 #endif

@@ -50,6 +50,7 @@ struct py_proc {
 	bool python;				/* false: looked at, not (walkable) Python */
 	uint64_t checked_ns;			/* when; a "no" is looked at again later */
 	uint64_t code_type;			/* &PyCode_Type in the process; 0 if unknown */
+	uint64_t interp_lo, interp_hi;		/* the interpreter binary's mappings */
 	struct code_layout cl;
 };
 
@@ -220,7 +221,8 @@ static uint32_t minor_from_name(const char *base)
 /* ---- detection ------------------------------------------------------------------------ */
 
 struct candidate {
-	uint64_t start, end, pgoff;
+	uint64_t start, end, pgoff;	/* the file's first mapping */
+	uint64_t lo, hi;		/* every mapping of the file */
 	char path[PATH_MAX];
 };
 
@@ -262,11 +264,18 @@ static int find_candidates(pid_t pid, struct candidate *ret, int max)
 			    strcmp(file, exe))
 				continue;
 		}
-		for (int i = 0; i < n; i++)
-			dup |= !strcmp(ret[i].path, file);
+		for (int i = 0; i < n && !dup; i++) {
+			if (strcmp(ret[i].path, file))
+				continue;
+			dup = true;
+			if (c.end > ret[i].hi)
+				ret[i].hi = c.end;
+		}
 		if (dup)
 			continue;
 		snprintf(c.path, sizeof(c.path), "%s", file);
+		c.lo = c.start;
+		c.hi = c.end;
 		ret[n++] = c;
 	}
 	free(line);
@@ -437,6 +446,8 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 		return 0;
 	}
 #endif
+	pp->interp_lo = c->lo;
+	pp->interp_hi = c->hi;
 	ret->runtime = addr[SYM_RUNTIME] + bias;
 	ret->eval_start = addr[SYM_EVAL] + bias;
 	ret->eval_end = ret->eval_start + size[SYM_EVAL];
@@ -801,6 +812,28 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 	return 0;
 }
 
+bool python__internal(struct python *py, pid_t pid, uint64_t addr)
+{
+	struct py_proc *pp;
+	bool in = false;
+
+	if (!py)
+		return false;
+	pthread_mutex_lock(&py->lock);
+	pp = proc_find(py, pid);
+	if (pp && pp->python && addr >= pp->interp_lo && addr < pp->interp_hi) {
+		in = true;
+		py->st.elided++;
+	}
+	pthread_mutex_unlock(&py->lock);
+	return in;
+}
+
+bool pysym__elide(pid_t pid, uint64_t addr)
+{
+	return python__internal(default_py, pid, addr);
+}
+
 int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret)
 {
 	if (!default_py) {
@@ -954,4 +987,8 @@ void python__metrics(const struct python *py, FILE *out)
 	prom_sample1_u64(out, n, "result", "read", st.code_reads);
 	prom_sample1_u64(out, n, "result", "failed", st.code_failed);
 	prom_sample1_u64(out, n, "result", "cached", st.code_cache_hits);
+	prom_counter(out, "gpuscope_agent_python_internal_frames_elided_total",
+		     "Unnamed native frames of the interpreter itself (static functions of a "
+		     "stripped python or libpython) left out of the distinct stacks symbolized.",
+		     st.elided);
 }

@@ -57,6 +57,17 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 uint32_t python__line(const uint8_t *lt, size_t n, uint32_t firstline, bool location_table,
 		      uint64_t off);
 
+/*
+ * Whether addr, a native frame of process pid that did not resolve to a function, lies in
+ * the interpreter binary (python3.X or libpython3.X) of a Python process: its static
+ * functions, which a stripped build does not name. The stack cache leaves such frames out:
+ * they are the interpreter's plumbing between the Python frames spliced in around them (a
+ * stack reads <module>;main;stage;deflate, as the Python code calls zlib), and they would
+ * otherwise put an [unknown] frame into every stack of the process. Counted
+ * (gpuscope_agent_python_internal_frames_elided_total). Named interpreter functions stay.
+ */
+bool python__internal(struct python *py, pid_t pid, uint64_t addr);
+
 /* The location of a GPUSCOPE_FRAME_PY_UNKNOWN word ("[python]"). */
 void python__unknown_frame(struct python *py, struct location *ret);
 
@@ -64,6 +75,7 @@ struct python_stats {
 	uint64_t procs;			/* Python processes followed now */
 	uint64_t unsupported;		/* processes with a CPython this agent cannot walk */
 	uint64_t code_reads, code_failed, code_cache_hits;
+	uint64_t elided;		/* interpreter frames left out (python__internal()) */
 	uint64_t bpf[16];		/* enum gpuscope_py_stat, summed over CPUs */
 };
 void python__stats(const struct python *py, struct python_stats *ret);
