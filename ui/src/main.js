@@ -370,7 +370,12 @@ async function loadNodeChoices() {
 		[gpus, pr] = await Promise.all([
 			api.get('label/gpu/values', { ...wide, selector: sel }).then((r) => r.values || []),
 			// the processes by CPU samples in the view: one request, names included
-			api.get('processes', { from: S.from, to: S.to, selector: sel, limit: 1000 }),
+			api.get('processes', { from: S.from, to: S.to, selector: sel, limit: 1000 }).catch((e) => {
+				if (e.kind !== 'notfound') throw e;
+				// an older server (or ui/dev/mock.mjs): the pids, unranked and unnamed
+				return api.get('label/pid/values', { ...wide, selector: sel })
+					.then((r) => ({ processes: (r.values || []).map((pid) => ({ pid, comm: '', value: 0 })), total: 0 }));
+			}),
 		]);
 	} catch (e) {
 		return failed(e);
