@@ -223,19 +223,14 @@ static int64_t gc_locations(struct sq *s)
 		return -EIO;
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
 		const uint8_t *p = sqlite3_column_blob(st, 0);
-		size_t len = (size_t)sqlite3_column_bytes(st, 0), i = 0;
+		struct rd r = { p, p + sqlite3_column_bytes(st, 0), false };
 
-		while (i < len) {
-			uint64_t v = 0;
-			int shift = 0;
+		while (!err && r.p < r.end) {
+			uint64_t v = rd_uvarint(&r);
 
-			while (i < len && shift < 64) {
-				v |= (uint64_t)(p[i] & 0x7f) << shift;
-				shift += 7;
-				if (!(p[i++] & 0x80))
-					break;
-			}
-			if (!u64map_upsert(&used, v, 1, NULL))
+			if (r.bad)
+				err = -EIO;	/* a corrupt stack: keep every location */
+			else if (!u64map_upsert(&used, v, 1, NULL))
 				err = -ENOMEM;
 		}
 	}
