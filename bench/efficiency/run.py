@@ -56,8 +56,8 @@ def cpu_ticks(pid):
 def wait_rollup(s, want, timeout=3600):
     t0 = time.time()
     while time.time() - t0 < timeout:
-        done = s.metric('gpuscope_server_efficiency_rollup_hours{state="done"}')
-        waiting = s.metric('gpuscope_server_efficiency_rollup_hours{state="waiting"}')
+        done = s.metric('gpuscope_server_efficiency_hourly_rollups{state="done"}')
+        waiting = s.metric('gpuscope_server_efficiency_hourly_rollups{state="waiting"}')
         if done >= want and waiting == 0:
             return time.time() - t0
         time.sleep(0.5)
@@ -117,12 +117,12 @@ def main():
         per, exp = [], []
         for _ in range(4):
             time.sleep(15)
-            c0, e0 = cpu_ticks(s.proc.pid), s.metric("gpuscope_export_cpu_seconds_total")
+            c0, e0 = cpu_ticks(s.proc.pid), s.metric("gpuscope_server_export_cpu_seconds_total")
             t = time.time()
             s.request("/metrics")
             wall = time.time() - t
             per.append(cpu_ticks(s.proc.pid) - c0)
-            exp.append(s.metric("gpuscope_export_cpu_seconds_total") - e0)
+            exp.append(s.metric("gpuscope_server_export_cpu_seconds_total") - e0)
         print(f"/metrics scrape after 15 s (16 GPUs live): exporter {statistics.median(exp) * 1e3:.1f} ms"
               f" CPU, whole process {statistics.median(per) * 1e3:.0f} ms CPU"
               f" (clock ticks of 10 ms), last scrape {wall * 1e3:.0f} ms wall")

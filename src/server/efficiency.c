@@ -1667,7 +1667,8 @@ static int causes(struct efficiency *e, const struct row *r, const char *by, uin
 	buf_json_str(out, node);
 	buf_puts(out, ",\"gpu\":");
 	buf_json_str(out, gpu);
-	/* The flame graph's GPU-idle filter knows kernels only: say when another source decided. */
+	/* Which source decided this GPU's idle time (the flame graph's filter sees whole idle
+	 * intervals only: fractional NVML/GPM idle time is not all in it). */
 	buf_puts(out, ",\"source\":");
 	buf_json_str(out, best_source(&best->t));
 	buf_puts(out, ",\"selector\":");
