@@ -546,6 +546,13 @@ static int cmp_cloc(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static void id_list(struct buf *b, const uint64_t *ids, size_t n)
 {
 	if (!n)
@@ -607,6 +614,16 @@ int ch_stacks(struct store *st, const uint64_t *ids, size_t n,
 	sql.len = 0;
 	buf_printf(&sql, "SELECT id, any(function), any(module), any(build_id), any(file), any(line),"
 		   " any(address), any(flags) FROM %s.locations WHERE id IN (", c->db);
+	/* Stacks share most of their frames: ask for each location once. */
+	qsort(lids, nl, sizeof(*lids), cmp_u64);
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < nl; i++)
+			if (!k || lids[i] != lids[k - 1])
+				lids[k++] = lids[i];
+		nl = k;
+	}
 	id_list(&sql, lids, nl);
 	buf_puts(&sql, ") GROUP BY id");
 	err = select_rb(c, &sql, &lans);
