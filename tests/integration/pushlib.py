@@ -184,3 +184,16 @@ class Scratch:
     def cleanup(self):
         if not os.environ.get("GPUSCOPE_KEEP_TEST_DIRS"):
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_cupti_window():
+    """tests/cupti/cupti_window running the real libgpuscope_cupti.so over the libcupti
+    stand-in (runs until its stdin closes); skips where the CUDA toolkit was absent at build."""
+    lib = os.path.join(OUT, "libgpuscope_cupti.so")
+    app = os.path.join(OUT, "tests", "cupti", "cupti_window")
+    if not os.access(lib, os.R_OK) or not os.access(app, os.X_OK):
+        skip("no CUDA toolkit here: libgpuscope_cupti.so / cupti_window not built")
+    p = subprocess.Popen([app, lib], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if p.stdout.readline().strip() != "ready":
+        raise RuntimeError("cupti_window did not start")
+    return p

@@ -17,22 +17,15 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import (CLI, OUT, Agent, Server, check, finish, http,  # noqa: E402
-                     need_root_and_binaries, skip)
+from pushlib import (CLI, Agent, Server, check, finish, http,  # noqa: E402
+                     need_root_and_binaries, start_cupti_window)
 
 need_root_and_binaries()
-LIB = os.path.join(OUT, "libgpuscope_cupti.so")
-APP = os.path.join(OUT, "tests", "cupti", "cupti_window")
-if not os.access(LIB, os.R_OK) or not os.access(APP, os.X_OK):
-    skip("no CUDA toolkit here: libgpuscope_cupti.so / cupti_window not built")
 
 tmp = tempfile.mkdtemp(prefix="gpuscope-capture-")
 srv = Server(os.path.join(tmp, "data"))
 srv.start()
-# cupti_window runs until its stdin closes
-app = subprocess.Popen([APP, LIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-if app.stdout.readline().strip() != "ready":
-    raise RuntimeError("cupti_window did not start")
+app = start_cupti_window()
 agent = None
 try:
     # budget windows as short and rare as allowed: the capture is what this test looks at

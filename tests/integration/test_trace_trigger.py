@@ -7,29 +7,22 @@ server. Checked: a GPU that the replay shows idle opens a trace window with reas
 agent labels NVML-derived ranges gpu_observed/gpu_busy source=nvml, and only where the
 utilization points say 0 (idle) or 100 (busy) -- partly busy points decide nothing (unknown)."""
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pushlib import (OUT, ROOT, Agent, Server, check, finish,  # noqa: E402
-                     need_root_and_binaries, skip)
+                     need_root_and_binaries, start_cupti_window)
 
 need_root_and_binaries()
-LIB = os.path.join(OUT, "libgpuscope_cupti.so")
-APP = os.path.join(OUT, "tests", "cupti", "cupti_window")
 TRACE = os.path.join(ROOT, "tests", "data", "nvml", "h200x8.trace.gz")
 REPLAY = os.path.join(OUT, "tests", "nvml", "libnvidia-ml.so.1")
-if not os.access(LIB, os.R_OK) or not os.access(APP, os.X_OK):
-    skip("no CUDA toolkit here: libgpuscope_cupti.so / cupti_window not built")
 
 tmp = tempfile.mkdtemp(prefix="gpuscope-trigger-")
 srv = Server(os.path.join(tmp, "data"))
 srv.start()
-app = subprocess.Popen([APP, LIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-if app.stdout.readline().strip() != "ready":
-    raise RuntimeError("cupti_window did not start")
+app = start_cupti_window()
 os.environ.update(GPUSCOPE_NVML_REPLAY=TRACE, GPUSCOPE_NVML_REPLAY_SPEED="1")
 agent = None
 try:

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "spawn.h"
 #include "agent/agent.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
@@ -22,8 +23,6 @@
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "../cupti/scenario.h"
-
-extern char **environ;
 
 static Gpuscope__V1__Batch *M;
 static struct cupti_stats ST;
@@ -104,40 +103,21 @@ static bool run_scenario(void)
 	int in[2], out[2], status;
 	char prog[700], buf[4096];
 	char *argv[] = { prog, NULL };
-	posix_spawn_file_actions_t fa;
 	struct agent a = { 0 };
 	size_t len = 0;
 	unsigned long long c0 = 0, m0 = 0;
 	uint8_t *enc = NULL;
 	size_t enc_len = 0;
 	pid_t pid;
-	int err;
 
 	if (done)
 		return ok;
 	done = true;
 	snprintf(prog, sizeof(prog), "%s/cupti_replay", REPLAY_DIR);
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+	buf[0] = 0;
+	pid = spawn_ready(argv, &in[1], &out[0], buf, sizeof(buf), &len);
+	if (!ASSERT_TRUE(pid > 0, "spawn cupti_replay"))
 		return false;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-	err = posix_spawn(&pid, prog, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	close(in[0]);
-	close(out[1]);
-	if (!ASSERT_EQ(err, 0, "spawn cupti_replay"))
-		return false;
-
-	/* wait for "ready": the fake library is mapped, so the module's /proc scan finds it */
-	while (len < sizeof(buf) - 1 && !strstr(buf, "ready\n")) {
-		ssize_t n = read(out[0], buf + len, sizeof(buf) - 1 - len);
-
-		if (n <= 0)
-			break;
-		len += n;
-		buf[len] = 0;
-	}
 	a.batch = batch__new("test-node");
 	a.opts.node = "test-node";
 	a.sym = symbolizer__new();

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "spawn.h"
 #include "agent/agent.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
@@ -23,8 +24,6 @@
 #include "common/batch.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
-
-extern char **environ;
 
 static char DIR_[600];	/* .output/tests */
 
@@ -73,37 +72,20 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	int in[2], out[2], status;
 	char prog[700], lib[700], buf[4096];
 	char *argv[] = { prog, lib, held ? "held" : NULL, NULL };
-	posix_spawn_file_actions_t fa;
 	struct agent a = { 0 };
 	size_t len = 0;
 	uint8_t *enc = NULL;
 	size_t enc_len = 0;
 	bool ok = false;
 	pid_t pid;
-	int err;
 
 	memset(ret, 0, sizeof(*ret));
 	snprintf(prog, sizeof(prog), "%s/cupti/cupti_window", DIR_);
 	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+	buf[0] = 0;
+	pid = spawn_ready(argv, &in[1], &out[0], buf, sizeof(buf), &len);
+	if (!ASSERT_TRUE(pid > 0, "spawn cupti_window"))
 		return false;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-	err = posix_spawn(&pid, prog, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	close(in[0]);
-	close(out[1]);
-	if (!ASSERT_EQ(err, 0, "spawn cupti_window"))
-		return false;
-	while (len < sizeof(buf) - 1 && !strstr(buf, "ready\n")) {
-		ssize_t n = read(out[0], buf + len, sizeof(buf) - 1 - len);
-
-		if (n <= 0)
-			break;
-		len += n;
-		buf[len] = 0;
-	}
 	if (!ASSERT_TRUE(strstr(buf, "ready\n"), "workload ready"))
 		goto out_kill;
 	a.batch = batch__new("test-node");
