@@ -186,6 +186,8 @@ def retention(cl, store_args):
             lines.append(f"sample {t + i * 10**6} cpu 1 age={age} main;{age}_fn")
         lines.append(f"metric temp age={age} {t} 1")
         lines.append(f"interval gpu_busy age={age},gpu=0 {t + 10**9} {t + 2 * 10**9} -")
+        # GPU 5: observed idle over the samples (gpu_idle=5 below keeps them all)
+        lines.append(f"interval gpu_observed age={age},gpu=5,source=nvml {t} {t + 10**9} -")
     # One front-end keeps 10 days and takes the data; one keeping 4 days drops what is older.
     keep = Server(store_args=store_args, args=["--retention", "10d"]).start()
     code, body = keep.ingest(encode("\n".join(lines) + "\n"))

@@ -28,6 +28,8 @@ def main():
             lines.append(f"sample {t + i * 10**6} cpu 1 age={age} main;{age}_fn")
         lines.append(f"metric temp age={age} {t} 1")
         lines.append(f"interval gpu_busy age={age},gpu=0 {t + 10**9} {t + 2 * 10**9} -")
+        # GPU 5: observed idle over the samples (gpu_idle=5 below keeps them all)
+        lines.append(f"interval gpu_observed age={age},gpu=5,source=nvml {t} {t + 10**9} -")
     try:
         code, body = s.ingest(encode("\n".join(lines) + "\n"))
         check(code == 204, f"ingest {code} {body}")
