@@ -246,6 +246,9 @@ static int load_e2e(struct loader *l, uint64_t t0)
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0, t0 + 20000 * MS, NULL, 0)));
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0 + 30000 * MS, t0 + 50000 * MS, NULL, 0)));
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g1, 1, t0, t0 + 40000 * MS, NULL, 0)));
+		/* the kernel trace window covered the whole minute (busy/idle known throughout) */
+		TRY(added(l, batch__interval(l->b, "gpu_observed", g0, 1, t0, t0 + 60000 * MS, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_observed", g1, 1, t0, t0 + 60000 * MS, NULL, 0)));
 	}
 	/* idle windows: train blocks on the data queue, the loader runs; busy: loader sleeps */
 	{
@@ -326,6 +329,8 @@ static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpu
 			struct label lb[] = { { "gpu", gs } };
 
 			TRY(added(l, batch__interval(l->b, "gpu_busy", lb, 1, t, t + 8 * NSEC_PER_SEC, NULL, 0)));
+			TRY(added(l, batch__interval(l->b, "gpu_observed", lb, 1, t, t + 10 * NSEC_PER_SEC,
+						     NULL, 0)));
 		}
 		TRY(post(l));
 	}
