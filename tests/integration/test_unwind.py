@@ -23,7 +23,7 @@ folded = os.path.join(tmp, "cpu.folded")
 
 
 def record(pid, seconds, *extra):
-    r = run([AGENT, "record", "--duration", "%ds" % seconds, "--frequency", "499", "--pid", str(pid),
+    r = run([AGENT, "record", "--duration", "%ds" % seconds, "--frequency", "999", "--pid", str(pid),
              "--folded", folded, "--top", "0"] + list(extra))
     print(r.stdout[-1500:], r.stderr[-1500:])
     stacks = {}
@@ -40,15 +40,19 @@ def share(stacks, frag):
 
 
 # --- shares and chains without frame pointers -----------------------------------------------------
-w = start_workload(BURN, "9")
-r, stacks = record(w.pid, 6)
+# (a loaded 2-core machine gives the workload a fraction of a CPU: 8 s at 999 Hz keeps the
+# binomial noise of a share near 1 point, a third of the tolerance)
+w = start_workload(BURN, "11")
+r, stacks = record(w.pid, 8)
 w.wait()
 total = sum(stacks.values())
-check(r.returncode == 0 and total > 300, "record exits 0 with enough samples (%d)" % total)
-for frag, want in (("burn_loop;phase_alpha;leaf_alpha", 50), ("burn_loop;phase_lib;nofp_lib_outer;nofp_lib_leaf", 30),
-                   ("burn_loop;phase_vdso;", 20)):
-    got = share(stacks, ";main;" + frag)
-    check(abs(got - want) <= 3, "full chain main;%s: %.1f%% within 3 points of %d%%" % (frag, got, want))
+check(r.returncode == 0 and total > 800, "record exits 0 with enough samples (%d)" % total)
+for phase, leaf, want in (("phase_alpha", "leaf_alpha", 50), ("phase_lib", "nofp_lib_outer;nofp_lib_leaf", 30),
+                          ("phase_vdso", "vdso_leaf;", 20)):
+    got = share(stacks, ";main;burn_loop;%s;" % phase)
+    check(abs(got - want) <= 3, "main;burn_loop;%s: %.1f%% within 3 points of %d%%" % (phase, got, want))
+    check(share(stacks, ";main;burn_loop;%s;%s" % (phase, leaf)) > want - 6,
+          "full chain main;burn_loop;%s;%s" % (phase, leaf))
 vdso = share(stacks, ";main;burn_loop;phase_vdso;vdso_leaf;clock_gettime")
 vdso_leaf = sum(n for s, n in stacks.items() if re.search(r";main;burn_loop;phase_vdso;vdso_leaf;clock_gettime[^;]*;__vdso_clock_gettime", s))
 check(vdso_leaf > 0, "a vDSO leaf under main;burn_loop;phase_vdso;vdso_leaf;clock_gettime (%d samples, %.1f%%)" % (vdso_leaf, vdso))
@@ -68,7 +72,7 @@ check(r.returncode == 0 and share(fp, ";main;") < 50,
 
 # --- dlopen after start ------------------------------------------------------------------------------
 w = start_workload(BURN, "7", "dlopen")
-r, stacks = record(w.pid, 6)
+r, stacks = record(w.pid, 5)
 w.wait()
 late = {s: n for s, n in stacks.items() if "nofp_late_leaf" in s}
 full = sum(n for s, n in late.items() if ";main;burn_loop;phase_lib;nofp_late_outer;nofp_late_leaf" in s)

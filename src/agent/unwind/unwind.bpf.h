@@ -21,9 +21,13 @@
 #define UNWIND_PY_ACTIVATIONS	16	/* interpreter activations spliced per stack */
 #define UNWIND_PF_KTHREAD	0x00200000
 
+/*
+ * Only a shape: user space creates the real maps (unwind.c) and every program reuses them. No
+ * BPF_F_INNER_MAP here, so a program that runs without the unwinder (use_unwinder false, maps
+ * created by libbpf) still loads on kernels older than 5.10.
+ */
 struct unwind_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_INNER_MAP);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);

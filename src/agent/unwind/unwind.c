@@ -502,6 +502,13 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		err = -ENOMEM;
 		goto out_free;
 	}
+	/* the walker's helpers: bpf_loop (5.17), bpf_task_pt_regs (5.15) */
+	if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_PERF_EVENT, BPF_FUNC_loop, NULL) == 0 ||
+	    libbpf_probe_bpf_helper(BPF_PROG_TYPE_PERF_EVENT, BPF_FUNC_task_pt_regs, NULL) == 0) {
+		err = -ENOTSUP;
+		*ret_why = "the kernel lacks bpf_loop or bpf_task_pt_regs (needs Linux >= 5.17)";
+		goto out_free;
+	}
 	u->template_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "unwind_inner", 4, 8, 1, &inner);
 	if (u->template_fd < 0) {
 		err = -errno;
