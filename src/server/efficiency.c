@@ -1821,6 +1821,7 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 		sel = selector_parse(rq->selector, err, errlen);
 		if (!sel)
 			return -EINVAL;
+		selector_set_deadline(sel, mono_ns() + 2 * NSEC_PER_SEC);
 	}
 	rc = gather(e, rq->from_ns, rq->to_ns, &acc, &rolled_ns);
 	if (!rc && !acc.n) {
@@ -1830,6 +1831,12 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 	}
 	if (!rc)
 		rc = group(e, &acc, by, sel, rq->from_ns, rq->to_ns, &a);
+	if (!rc && selector_failed(sel)) {
+		/* An answer missing the label sets a regex gave up on is not served. */
+		snprintf(err, errlen, "the selector's regex exceeded its matching limits or the 2 s "
+			 "budget on some label value: simplify it");
+		rc = -EINVAL;
+	}
 	if (rc)
 		goto out;
 	if (!by_known(by) && !by_seen(&a, by)) {
