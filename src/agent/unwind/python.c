@@ -472,6 +472,30 @@ static struct py_proc *proc_find(struct python *py, pid_t pid)
 	return v ? (struct py_proc *)(uintptr_t)*v : NULL;
 }
 
+/*
+ * u64map has no delete: a process forgotten leaves a zero value behind. Rebuilds the map
+ * with the live entries only; returns how many there are.
+ */
+static size_t procs_compact(struct python *py)
+{
+	struct u64map live = { 0 };
+
+	for (size_t i = 0; i < py->procs.cap; i++) {
+		uint64_t *slot;
+
+		if (!py->procs.keys[i] || !py->procs.vals[i])
+			continue;
+		slot = u64map_upsert(&live, py->procs.keys[i], py->procs.vals[i], NULL);
+		if (!slot) {	/* ENOMEM: keep the old map */
+			u64map_done(&live);
+			return py->procs.len;
+		}
+	}
+	u64map_done(&py->procs);
+	py->procs = live;
+	return live.len;
+}
+
 static int pid_seen(struct python *py, pid_t pid)
 {
 	struct candidate cands[8];
@@ -484,7 +508,7 @@ static int pid_seen(struct python *py, pid_t pid)
 	pp = proc_find(py, pid);
 	if (pp && (pp->python || mono_ns() - pp->checked_ns < RECHECK_NS))
 		return pp->python;
-	if (!pp && py->procs.len >= MAX_PIDS)
+	if (!pp && py->procs.len >= MAX_PIDS && procs_compact(py) >= MAX_PIDS)
 		return -ENOSPC;
 	if (!pp) {
 		pp = calloc(1, sizeof(*pp));
