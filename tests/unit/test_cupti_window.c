@@ -276,7 +276,8 @@ static bool test_cupti_window_capture(void)
 	     ASSERT_STREQ(r.capture_why, "tracing 1 process", "capture answer") &&
 	     ASSERT_EQ(r.not_injected_rc, -ENOENT, "capture of a process without the library") &&
 	     ASSERT_TRUE(strstr(r.not_injected_why, "not injected"), "says 'not injected'") &&
-	     ASSERT_EQ(budget, 1, "one budget window") && ASSERT_EQ(captures, 1, "one capture") &&
+	     ASSERT_TRUE(budget >= 1, "a budget window first") &&
+	     ASSERT_EQ(captures, 1, "one capture") &&
 	     /* a loaded machine adds ticks (and the ~130 ms detach) to the end */
 	     ASSERT_TRUE(len >= 450 * NSEC_PER_MSEC && len < 3 * NSEC_PER_SEC,
 			 "capture window of 500 ms or a little more") &&
