@@ -24,10 +24,8 @@ $(UI_ASSETS_O): $(UI_ASSETS_C) src/server/ui_assets.h
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
-# The archive's recipe is `ar rcs $@ $^`: an extra prerequisite goes into it. The server's
-# reference is weak (ui_assets.h), which does not pull an archive member: -u does.
+# The archive's recipe is `ar rcs $@ $^`: an extra prerequisite goes into it.
 $(SERVER_LIB): $(UI_ASSETS_O)
-$(SERVER_BIN): LDFLAGS += -Wl,--undefined=ui_asset_find
 
 # e2e fixture loader: builds batches with src/common/batch.h and POSTs them to a server.
 UI_FIXTURE := $(OUT)/tests/tools/ui_fixture

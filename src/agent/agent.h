@@ -13,7 +13,6 @@
 
 struct batch;
 struct symbolizer;
-struct label;
 struct stack_cache;
 struct trace_cfg;
 struct unwinder;
@@ -62,25 +61,5 @@ struct agent_module {
 	void (*stop)(struct agent *a);
 	void (*metrics)(struct agent *a, FILE *out);
 };
-
-/*
- * The labels of a sample or interval of process pid (thread tid; 0 for process-wide records):
- * node, pid, comm (the process's name), and when tid != 0 also tid and thread (the thread's
- * name, i.e. `comm` as given: the kernel's task comm of tid); then container/pod/namespace
- * from meta__pid_labels() when the k8s module is linked. `comm` is the name the caller has
- * (BPF's task comm); for tid != pid the process name is read from /proc/PID/comm (cached,
- * bounded) and falls back to `comm` if the process is gone. Returns the number of labels
- * written (<= max), or 0 when a relabel rule drops the process: the caller then sends nothing
- * for it (and counts it). The strings stay valid until the next call on the same thread (and as
- * long as the agent for node). Any thread.
- */
-size_t agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
-			 struct label *ret, size_t max);
-
-/*
- * Container/pod/namespace labels of pid (src/agent/meta/meta.c, the k8s module). Weak: NULL when
- * not linked. Returns the number of labels written (<= max); the strings belong to meta.c.
- */
-size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max) __attribute__((weak));
 
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "agent/commands.h"
 #include "agent/cpu/oncpu.h"
+#include "agent/meta/procfs.h"
 #include "agent/sym/stacks.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/python_abi.h"
@@ -80,19 +81,12 @@ static void usage(FILE *f)
 static int64_t proc_comm(struct recorder *r, pid_t pid, const char *fallback)
 {
 	uint64_t *slot = u64map_find(&r->pid_comm, (uint64_t)pid);
-	char path[64], buf[64] = "";
+	char buf[PROCFS_COMM_LEN];
 	int64_t idx;
-	FILE *f;
 
 	if (slot && *slot)
 		return (int64_t)*slot - 1;
-	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	f = fopen(path, "r");
-	if (f) {
-		if (fgets(buf, sizeof(buf), f))
-			buf[strcspn(buf, "\n")] = 0;
-		fclose(f);
-	}
+	procfs_comm(pid, buf, sizeof(buf));
 	idx = strtab_intern(&r->names, *buf ? buf : fallback);
 	if (idx >= 0 && !u64map_upsert(&r->pid_comm, (uint64_t)pid, (uint64_t)idx + 1, NULL))
 		return -ENOMEM;

@@ -87,7 +87,7 @@ static const char *module_names(void)
 
 	buf[0] = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
-		if (all[i] && off < sizeof(buf))
+		if (off < sizeof(buf))
 			off += snprintf(buf + off, sizeof(buf) - off, "%s%s", off ? "," : "",
 					all[i]->name);
 	return buf;
@@ -451,7 +451,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			bool known = false;
 
 			for (size_t i = 0; i < ARRAY_SIZE(all); i++)
-				known |= all[i] && strlen(all[i]->name) == (size_t)(e - p) &&
+				known |= strlen(all[i]->name) == (size_t)(e - p) &&
 					 !strncmp(all[i]->name, p, e - p);
 			if (!known) {
 				log_error("--modules: unknown module '%.*s' (have: %s)", (int)(e - p), p,
@@ -567,7 +567,7 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
 		struct mod_state *ms;
 
-		if (!all[i] || !in_list(o.modules, all[i]->name))
+		if (!in_list(o.modules, all[i]->name))
 			continue;
 		ms = &mods[c.nmods++];
 		*ms = (struct mod_state){ .m = all[i] };

@@ -1153,7 +1153,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 	if (!strcmp(url, "/metrics") && get)
 		return do_metrics(h, c);
 	if (strncmp(url, "/api/", 5)) {
-		const struct ui_asset *a = ui_asset_find ? ui_asset_find(url) : NULL;
+		const struct ui_asset *a = ui_asset_find(url);
 		struct MHD_Response *resp;
 		enum MHD_Result ret;
 

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The web UI's files, compiled into the server by the UI's build. The server calls
- * ui_asset_find() for every request outside /api/ and /metrics; the symbol is weak, so a server
- * built without the UI links and answers 404 there.
+ * The web UI's files, compiled into the server by the UI's build (mk/ui.mk). The server calls
+ * ui_asset_find() for every request outside /api/ and /metrics.
  */
 #ifndef GPUSCOPE_UI_ASSETS_H
 #define GPUSCOPE_UI_ASSETS_H
@@ -21,6 +20,5 @@ struct ui_asset {
  * the UI's choice), or NULL. Static data; thread-safe.
  */
 const struct ui_asset *ui_asset_find(const char *path);
-#pragma weak ui_asset_find
 
 #endif

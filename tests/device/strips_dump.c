@@ -19,8 +19,7 @@
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 
-extern const struct agent_module sched_module, cuda_probe_module;
-extern const struct agent_module nvml_module __attribute__((weak));
+#include "agent/modules.h"
 
 static volatile sig_atomic_t stop;
 
@@ -180,7 +179,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (want_nvml && &nvml_module)
+	if (want_nvml)
 		mods[2] = &nvml_module;
 	out = !strcmp(argv[1], "-") ? stdout : fopen(argv[1], "w");
 	if (!out) {

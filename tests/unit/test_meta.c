@@ -149,7 +149,7 @@ static bool test_meta_cgroup_self(void)
 	if (!strstr(text, "kubepods") && !strstr(text, "docker") && !strstr(text, "crio") &&
 	    !strstr(text, "containerd") && !strstr(text, "libpod"))
 		CHECK(ASSERT_STREQ(cg.container_id, "", "no container invented"));
-	n = meta__pid_labels(getpid(), l, 32);
+	meta__pid_labels(getpid(), l, 32, &n);
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(l[i].name, "cgroup"))
 			has_cgroup = ASSERT_STREQ(l[i].value, cg.path, "cgroup label");
@@ -228,7 +228,7 @@ static bool real_cgroup(const char *hier, bool v2)
 		ok = true;
 		goto out;
 	}
-	n = meta__pid_labels(child, l, 32);
+	meta__pid_labels(child, l, 32, &n);
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(l[i].name, "container_id"))
 			got_id = l[i].value;
@@ -306,7 +306,7 @@ static bool test_meta_pod_labels(void)
 	o.relabel_config = cfg;
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start without Kubernetes"));
 
-	n = meta__pid_labels(4242, l, 64);
+	meta__pid_labels(4242, l, 64, &n);
 	ok = ASSERT_STREQ(get(l, n, "pod_uid"), UID, "unresolved pod: uid kept") &&
 	     ASSERT_STREQ(get(l, n, "container_id"), ID64, "container id") &&
 	     ASSERT_TRUE(!get(l, n, "pod"), "no pod name yet");
@@ -314,7 +314,7 @@ static bool test_meta_pod_labels(void)
 	j = json_loads(pod_json, 0, NULL);
 	pod_upsert(pod_from_json(j));
 	json_decref(j);
-	n = meta__pid_labels(4242, l, 64);
+	meta__pid_labels(4242, l, 64, &n);
 	ok = ok && ASSERT_STREQ(get(l, n, "pod"), "bert-worker-1", "pod") &&
 	     ASSERT_STREQ(get(l, n, "namespace"), "ml", "namespace") &&
 	     ASSERT_STREQ(get(l, n, "container"), "pytorch", "container name via containerID") &&
@@ -329,7 +329,7 @@ static bool test_meta_pod_labels(void)
 	     ASSERT_TRUE(!get(l, n, "__meta_kubernetes_pod_name"), "__ labels removed");
 	/* deleted pods keep labelling late samples */
 	pod_mark_deleted(UID);
-	n = meta__pid_labels(4242, l, 64);
+	meta__pid_labels(4242, l, 64, &n);
 	ok = ok && ASSERT_STREQ(get(l, n, "pod"), "bert-worker-1", "deleted pod within grace");
 	meta__stop();
 
@@ -338,9 +338,9 @@ static bool test_meta_pod_labels(void)
 	fprintf(f, "- source_labels: [namespace]\n  regex: prod\n  action: keep\n");
 	fclose(f);
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start"));
-	n = meta__pid_labels(4242, l, 64);
-	ok = ok && ASSERT_EQ(n, 1, "one label") && ASSERT_STREQ(get(l, n, "__drop__"), "1", "dropped");
-	n = meta__pid_labels(999999999, l, 64);
+	ok = ok && ASSERT_EQ(meta__pid_labels(4242, l, 64, &n), LABELS_DROPPED, "dropped") &&
+	     ASSERT_EQ(n, 0, "no labels");
+	meta__pid_labels(999999999, l, 64, &n);
 	ok = ok && ASSERT_EQ(n, 0, "missing process: no labels");
 	meta__stop();
 
@@ -410,5 +410,102 @@ static bool test_meta_promoted_forms(void)
 	return ok;
 }
 
+/*
+ * The label builder's capacity: a Kubeflow pod with 20 more pod labels, all promoted by a
+ * labelmap rule and two replace rules, then what every producer adds (CUPTI: gpu; thread
+ * states and CUDA calls: ns_pid; NVML per-process series: the GPU's four labels). Nothing is
+ * cut and nothing is counted as truncated; a pod past the capacity is cut in meta's share only
+ * (counted), and the producers' labels still fit.
+ */
+static bool label_capacity(int extra, bool want_truncated)
+{
+	char root[] = "/tmp/gpuscope-meta-XXXXXX", path[256], cfg[300];
+	char pod[16384], extra_labels[8192] = "";
+	static const char *const producer[][2] = {
+		{ "gpu", "0" }, { "ns_pid", "17" }, { "gpu_uuid", "GPU-x" }, { "gpu_model", "H200" },
+		{ "mig_uuid", "MIG-y" },
+	};
+	struct agent a = { .opts.node = "gpu-node-7" };
+	struct meta_opts o = { 0 };
+	struct agent_labels L;
+	uint64_t truncated;
+	size_t off = 0;
+	bool ok = true;
+	json_t *j;
+	FILE *f;
+
+	for (int i = 0; i < extra; i++)
+		off += snprintf(extra_labels + off, sizeof(extra_labels) - off,
+				",\"app.example.com/feature-%02d\":\"value-%02d\"", i, i);
+	snprintf(pod, sizeof(pod),
+		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"bert-worker-1\",\"namespace\":\"ml\","
+		 "\"uid\":\"" UID "\",\"labels\":{\"training.kubeflow.org/job-name\":\"bert\","
+		 "\"training.kubeflow.org/replica-type\":\"worker\","
+		 "\"training.kubeflow.org/replica-index\":\"1\",\"team\":\"nlp\"%s},"
+		 "\"ownerReferences\":[{\"kind\":\"PyTorchJob\",\"name\":\"bert\",\"controller\":true}]},"
+		 "\"spec\":{\"nodeName\":\"gpu-node-7\"},\"status\":{\"containerStatuses\":[{\"name\":"
+		 "\"pytorch\",\"containerID\":\"containerd://" ID64 "\"}]}}",
+		 extra_labels);
+	CHECK(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/4242", root);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/4242/cgroup", root);
+	f = fopen(path, "w");
+	fprintf(f, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" UID_
+		   ".slice/cri-containerd-" ID64 ".scope\n");
+	fclose(f);
+	snprintf(cfg, sizeof(cfg), "%s/relabel.yaml", root);
+	f = fopen(cfg, "w");
+	fprintf(f, "- action: labelmap\n  regex: __meta_kubernetes_pod_label_(.+)\n"
+		   "- source_labels: [__meta_kubernetes_pod_node_name]\n  target_label: k8s_node\n"
+		   "- source_labels: [namespace, pod]\n  separator: /\n  target_label: workload\n");
+	fclose(f);
+	o.proc_root = root;
+	o.relabel_config = cfg;
+	CHECK(ASSERT_EQ(meta__start(&o), 0, "start without Kubernetes"));
+	j = json_loads(pod, 0, NULL);
+	pod_upsert(pod_from_json(j));
+	json_decref(j);
+	truncated = pcache.overflow;
+	ok = ASSERT_EQ(agent__pid_labels(&a, 4242, 4243, "worker", &L), LABELS_KEPT, "kept") &&
+	     ASSERT_STREQ(get(L.l, L.n, "kubeflow_job"), "bert", "kubeflow job") &&
+	     ASSERT_STREQ(get(L.l, L.n, "pod"), "bert-worker-1", "pod");
+	if (!want_truncated) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "value-%02d", extra - 1);
+		ok = ok &&
+		     ASSERT_STREQ(get(L.l, L.n, "workload"), "ml/bert-worker-1", "relabel replace") &&
+		     ASSERT_STREQ(get(L.l, L.n, "k8s_node"), "gpu-node-7", "relabel from meta") &&
+		     ASSERT_STREQ(get(L.l, L.n, "training_kubeflow_org_replica_index"), "1",
+					"labelmap of a Kubeflow label") &&
+		     ASSERT_STREQ(get(L.l, L.n, "app_example_com_feature_00"), "value-00",
+				  "first promoted pod label") &&
+		     ASSERT_TRUE(extra == 0 || !strcmp(get(L.l, L.n, "app_example_com_feature_19") ?:
+						       "", want), "last promoted pod label") &&
+		     ASSERT_EQ(pcache.overflow, truncated, "nothing truncated");
+	} else {
+		ok = ok && ASSERT_TRUE(pcache.overflow > truncated, "truncation counted");
+	}
+	printf("  %d extra pod labels: %zu labels before the producers' own\n", extra, L.n);
+	for (size_t i = 0; i < ARRAY_SIZE(producer); i++)
+		ok = ok && ASSERT_EQ(agent_labels__add(&L, producer[i][0], producer[i][1]), 0,
+				     "a producer's label fits");
+	ok = ok && ASSERT_TRUE(ARRAY_SIZE(producer) <= AGENT_LABELS_RESERVE, "reserve covers them");
+	meta__stop();
+	unlink(cfg);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/4242", root);
+	rmdir(path);
+	rmdir(root);
+	return ok;
+}
+
+static bool test_meta_label_capacity(void)
+{
+	return label_capacity(20, false) && label_capacity(60, true);
+}
+
 TEST_MAIN(T(test_meta_cgroup_fixtures), T(test_meta_cgroup_files), T(test_meta_cgroup_self),
-	  T(test_meta_real_cgroups), T(test_meta_pod_labels), T(test_meta_promoted_forms))
+	  T(test_meta_real_cgroups), T(test_meta_pod_labels), T(test_meta_promoted_forms),
+	  T(test_meta_label_capacity))

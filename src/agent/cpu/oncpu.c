@@ -17,6 +17,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/cpu/oncpu.h"
+#include "agent/meta/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "agent/unwind/unwind.h"
@@ -366,14 +367,12 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 {
 	struct agent *a = ctx;
 	char comm[GPUSCOPE_COMM_LEN + 1];
-	struct label labels[64];	/* node, pid, comm, tid, thread + pod metadata + relabeling */
-	size_t nl;
+	struct agent_labels L;
 	int64_t stack;
 
 	memcpy(comm, ev->comm, GPUSCOPE_COMM_LEN);
 	comm[GPUSCOPE_COMM_LEN] = 0;
-	nl = agent__pid_labels(a, ev->tgid, ev->tid, comm, labels, ARRAY_SIZE(labels));
-	if (!nl) {
+	if (agent__pid_labels(a, ev->tgid, ev->tid, comm, &L) == LABELS_DROPPED) {
 		mod.relabel_dropped++;
 		return;
 	}
@@ -383,7 +382,8 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 		mod.stack_errors++;
 		return;
 	}
-	if (batch__sample(a->batch, ev->ktime_ns + a->mono_to_wall_ns, labels, nl, stack, SAMPLE_CPU, 1))
+	if (batch__sample(a->batch, ev->ktime_ns + a->mono_to_wall_ns, L.l, L.n, stack, SAMPLE_CPU,
+			  1))
 		mod.batch_errors++;
 }
 

@@ -348,12 +348,13 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 			 uint64_t end, uint64_t calls, uint64_t ns, int64_t stack_id, bool sample)
 {
 	struct agent *a = C.a;
-	struct label lbl[STRIPS_MAX_LABELS], attrs[5];
+	struct agent_labels L;
+	struct label attrs[5];
 	char ncalls[24], total[24], sid[24];
-	size_t nl = strips_labels(a, pid, tid, thread, lbl), na = 0;
+	size_t na = 0;
 	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
 
-	if (!nl) {	/* dropped by a relabel rule */
+	if (strips_labels(a, pid, tid, thread, &L) == LABELS_DROPPED) {
 		C.relabel_dropped++;
 		return;
 	}
@@ -366,10 +367,10 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 		snprintf(sid, sizeof(sid), "%" PRId64, stack_id);
 		attrs[na++] = (struct label){ "stack_id", sid };
 	}
-	if (batch__interval(a->batch, "cuda_api", lbl, nl, wstart, wend, attrs, na))
+	if (batch__interval(a->batch, "cuda_api", L.l, L.n, wstart, wend, attrs, na))
 		C.batch_errors++;
 	if (sample && stack_id >= 0 &&
-	    batch__sample(a->batch, wend, lbl, nl, stack_id, SAMPLE_CUDA_SYNC_NS, (int64_t)ns))
+	    batch__sample(a->batch, wend, L.l, L.n, stack_id, SAMPLE_CUDA_SYNC_NS, (int64_t)ns))
 		C.batch_errors++;
 }
 
@@ -387,7 +388,7 @@ static int on_event(void *ctx, void *data, size_t len)
 		return 0;
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
-	strips_thread_name(ev->tid, thread);
+	procfs_comm_seen(ev->tid, thread);
 	C.events++;
 	C.calls[api]++;
 	C.call_ns[api] += ev->end_ns - ev->start_ns;

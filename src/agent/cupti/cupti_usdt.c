@@ -28,6 +28,7 @@
 #include "agent/bpfutil.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
+#include "agent/meta/labels.h"
 #include "agent/sym/symbolize.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
@@ -311,8 +312,6 @@ static void proc_free_contents(struct proc *p)
 static struct proc *proc_get(struct cupti_state *c, pid_t pid)
 {
 	struct proc *p, *free_slot = NULL, *dead = NULL;
-	char fn[64];
-	FILE *f;
 
 	for (int i = 0; i < MAX_PROCS; i++) {
 		p = &c->procs[i];
@@ -338,13 +337,7 @@ static struct proc *proc_get(struct cupti_state *c, pid_t pid)
 		p->pid = 0;
 		return NULL;
 	}
-	snprintf(fn, sizeof(fn), "/proc/%d/comm", pid);
-	f = fopen(fn, "re");
-	if (f) {
-		if (fgets(p->comm, sizeof(p->comm), f))
-			p->comm[strcspn(p->comm, "\n")] = 0;
-		fclose(f);
-	}
+	procfs_comm(pid, p->comm, sizeof(p->comm));
 	if (c->a->sym)
 		symbolizer__pid_seen(c->a->sym, pid);	/* read its maps while it lives */
 	c->st.procs_seen++;
@@ -572,9 +565,8 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 {
 	char dev_s[12], stream_s[12], cid_s[12], sid_s[24], gid_s[12], nid_s[24], bytes_s[24];
 	char grid_s[40], block_s[40], sub_s[12];
-	struct label lab[BATCH_MAX_LABELS];
+	struct agent_labels L;
 	struct label attrs[12];
-	size_t nlab;
 	uint64_t s, e;
 	size_t na = 0;
 	int64_t sid = -1;
@@ -593,15 +585,15 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 	e = r->end_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
 	snprintf(dev_s, sizeof(dev_s), "%u", r->device);
 	/* node, pid, comm, container labels (valid until the next call), then gpu */
-	nlab = agent__pid_labels(c->a, p->pid, 0, p->comm, lab, ARRAY_SIZE(lab) - 1);
-	if (!nlab) {	/* a relabel rule dropped the process; the GPU was busy all the same */
+	if (agent__pid_labels(c->a, p->pid, 0, p->comm, &L) == LABELS_DROPPED) {
+		/* a relabel rule dropped the process; the GPU was busy all the same */
 		c->st.filtered++;
 		if (r->kind == GPUSCOPE_CUPTI_KERNEL)
 			busy_add(c, r->device, s, e);
 		return;
 	}
 	if (r->kind != GPUSCOPE_CUPTI_SYNC)
-		lab[nlab++] = (struct label){ "gpu", dev_s };
+		agent_labels__add(&L, "gpu", dev_s);	/* the capacity keeps room for it */
 	snprintf(stream_s, sizeof(stream_s), "%u", r->stream);
 
 	switch (r->kind) {
@@ -637,7 +629,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		sid = build_stack(c, rs, name);
 		if (sid < 0)
 			c->st.batch_errors++;
-		else if (batch__sample(c->a->batch, s, lab, nlab, sid, SAMPLE_GPU_KERNEL_NS,
+		else if (batch__sample(c->a->batch, s, L.l, L.n, sid, SAMPLE_GPU_KERNEL_NS,
 				       (int64_t)(e - s)))
 			c->st.batch_errors++;
 		snprintf(cid_s, sizeof(cid_s), "%u", r->correlation_id);
@@ -660,7 +652,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 			attrs[na++] = (struct label){ "graph_node_id", nid_s };
 			c->st.graph_kernels++;
 		}
-		err = batch__interval(c->a->batch, "gpu_kernel", lab, nlab, s, e, attrs, na);
+		err = batch__interval(c->a->batch, "gpu_kernel", L.l, L.n, s, e, attrs, na);
 		busy_add(c, r->device, s, e);
 		break;
 	}
@@ -677,7 +669,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 							      memcpy_kind(r->subkind) : sub_s };
 		attrs[na++] = (struct label){ "stream", stream_s };
 		err = batch__interval(c->a->batch, r->kind == GPUSCOPE_CUPTI_MEMCPY ? "memcpy" : "memset",
-				      lab, nlab, s, e, attrs, na);
+				      L.l, L.n, s, e, attrs, na);
 		break;
 	case GPUSCOPE_CUPTI_SYNC: {
 		/* CUpti_ActivitySynchronizationType */
@@ -688,7 +680,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		attrs[na++] = (struct label){ "type", r->subkind < ARRAY_SIZE(types) ?
 							      types[r->subkind] : "unknown" };
 		attrs[na++] = (struct label){ "stream", stream_s };
-		err = batch__interval(c->a->batch, "cuda_sync", lab, nlab, s, e, attrs, na);
+		err = batch__interval(c->a->batch, "cuda_sync", L.l, L.n, s, e, attrs, na);
 		break;
 	}
 	default:
@@ -746,14 +738,16 @@ static const char *win_status(const struct proc *p)
 static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mono,
 			uint64_t end_mono)
 {
-	struct label lab[BATCH_MAX_LABELS], attrs[6], glab[3];
+	struct agent_labels L;
+	struct label attrs[6], glab[3];
 	char kern_s[24], launch_s[24], cost_s[24], dev_s[12];
-	size_t nlab, na = 0;
+	size_t na = 0;
 	int64_t w = c->a->mono_to_wall_ns;
+	bool kept;
 
 	if (end_mono <= start_mono)
 		end_mono = start_mono + 1;
-	nlab = agent__pid_labels(c->a, p->pid, 0, p->comm, lab, ARRAY_SIZE(lab));
+	kept = agent__pid_labels(c->a, p->pid, 0, p->comm, &L) == LABELS_KEPT;
 	snprintf(kern_s, sizeof(kern_s), "%" PRIu64, p->win_kernels);
 	snprintf(launch_s, sizeof(launch_s), "%" PRIu64, p->win_launches);
 	snprintf(cost_s, sizeof(cost_s), "%.0f", p->budget.cost_ns);
@@ -763,7 +757,7 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 	attrs[na++] = (struct label){ "launches", launch_s };
 	if (!p->refused)
 		attrs[na++] = (struct label){ "cost_ns", cost_s };
-	if (nlab && batch__interval(c->a->batch, "gpu_trace_window", lab, nlab, start_mono + w,
+	if (kept && batch__interval(c->a->batch, "gpu_trace_window", L.l, L.n, start_mono + w,
 				    end_mono + w, attrs, na))
 		c->st.batch_errors++;
 	if (p->refused)

@@ -18,6 +18,7 @@
 #include "agent/agent.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/gpu/nvml.h"
+#include "agent/meta/labels.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/util.h"
@@ -27,7 +28,6 @@
 #define PROC_CAP	 64	/* processes per GPU per call */
 #define PROC_UTIL_MAX	 4096	/* per-process utilization samples per call */
 #define WIN_CAP		 4096	/* samples kept between two scrapes, for max/p99 */
-#define COMM_CACHE	 64
 #define BUSY_GAP_CAP_US	 1000000ULL	/* a util sample covers at most 1 s before it */
 #define SKEW_MIN_NS	 NSEC_PER_MSEC	/* correct NVML timestamps for wall-clock steps above 1 ms */
 #define BACKOFF_MIN_NS	 (100 * NSEC_PER_MSEC)
@@ -137,12 +137,6 @@ struct gpu {
 	struct gpu_stats s;
 };
 
-struct comm_ent {
-	unsigned pid;
-	uint64_t at_ns;
-	char comm[20];
-};
-
 struct nvml_poller {
 	struct nvml_fns f;
 	struct nvml_cfg cfg;
@@ -164,7 +158,6 @@ struct nvml_poller {
 	uint64_t warm_mono_ns, warm_cpu_ns;	/* CPU time after the first second */
 	uint64_t last_loop_mono_ns;		/* when cpu_ns was read */
 	char missing[1024];
-	struct comm_ent comms[COMM_CACHE];
 	pthread_mutex_t mu;
 	pthread_t thread;
 	bool started;
@@ -623,44 +616,18 @@ static void poll_fields(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	pthread_mutex_unlock(&p->mu);
 }
 
-/* comm of pid from /proc, cached for 10 s; "" when the process is not visible here. */
-static const char *comm_of(struct nvml_poller *p, unsigned pid, uint64_t now)
-{
-	struct comm_ent *e = &p->comms[pid % COMM_CACHE];
-	char path[40];
-	ssize_t n;
-	int fd;
-
-	if (e->pid == pid && now - e->at_ns < 10 * NSEC_PER_SEC)
-		return e->comm;
-	e->pid = pid;
-	e->at_ns = now;
-	e->comm[0] = 0;
-	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return e->comm;
-	n = read(fd, e->comm, sizeof(e->comm) - 1);
-	close(fd);
-	if (n <= 0)
-		n = 0;
-	e->comm[n] = 0;
-	e->comm[strcspn(e->comm, "\n")] = 0;
-	return e->comm;
-}
-
-static size_t proc_labels(struct nvml_poller *p, struct gpu *g, struct label *l, char *pidbuf,
-			  size_t pidlen, unsigned pid, uint64_t now)
+/*
+ * A per-process point's labels: the GPU's and pid. The sink labels the process (the agent's
+ * label builder in `run`: comm, container, pod, relabel rules).
+ */
+static size_t proc_labels(struct gpu *g, struct label *l, char *pidbuf, size_t pidlen,
+			  unsigned pid)
 {
 	size_t n = g->nlab;
-	const char *comm;
 
 	memcpy(l, g->lab, n * sizeof(*l));
 	snprintf(pidbuf, pidlen, "%u", pid);
 	l[n++] = (struct label){ "pid", pidbuf };
-	comm = comm_of(p, pid, now);
-	if (*comm)
-		l[n++] = (struct label){ "comm", comm };
 	return n;
 }
 
@@ -713,7 +680,7 @@ out:
 static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 {
 	nvmlProcessInfo_t pi[PROC_CAP];
-	struct label l[6];
+	struct label l[ARRAY_SIZE(((struct gpu *)0)->lab) + 1];
 	char pidbuf[16];
 	unsigned int n;
 	nvmlReturn_t r;
@@ -739,7 +706,7 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 				if (us[i].timeStamp <= seen)
 					continue;
 				/* Each sample carries its own pid: label with that, never another. */
-				nl = proc_labels(p, g, l, pidbuf, sizeof(pidbuf), us[i].pid, now);
+				nl = proc_labels(g, l, pidbuf, sizeof(pidbuf), us[i].pid);
 				t = us[i].timeStamp * 1000ULL - (uint64_t)skew;
 				emit(p, "gpu_process_sm_util", l, nl, t, us[i].smUtil);
 				emit(p, "gpu_process_mem_util", l, nl, t, us[i].memUtil);
@@ -760,8 +727,7 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 		} else if (check(p, g, r, "nvmlDeviceGetComputeRunningProcesses_v3",
 				 &g->procmem_off) > 0) {
 			for (unsigned i = 0; i < n && i < PROC_CAP; i++) {
-				size_t nl = proc_labels(p, g, l, pidbuf, sizeof(pidbuf), pi[i].pid,
-							now);
+				size_t nl = proc_labels(g, l, pidbuf, sizeof(pidbuf), pi[i].pid);
 
 				emit(p, "gpu_process_memory_bytes", l, nl, t,
 				     (double)pi[i].usedGpuMemory);
@@ -1301,8 +1267,9 @@ struct qpoint {
 	const char *name;	/* metric name; NULL for a gpu_event */
 	uint64_t t_ns;
 	double v;
+	pid_t pid;		/* per-process point: labelled by the label builder at tick; else 0 */
 	uint8_t nl, na;
-	struct label l[QLAB];	/* interned */
+	struct label l[QLAB];	/* interned; the GPU's (no pid) */
 	struct label attrs[2];	/* interned */
 };
 
@@ -1314,7 +1281,7 @@ static struct {
 	size_t head, len;
 	char *interned[INTERN_CAP];
 	size_t ninterned;
-	uint64_t drops_full, drops_intern, drops_batch;
+	uint64_t drops_full, drops_intern, drops_batch, drops_relabel, drops_labels;
 } mod = { .qmu = PTHREAD_MUTEX_INITIALIZER };
 
 /* Caller holds qmu. NULL when the table is full or memory is short. */
@@ -1358,10 +1325,15 @@ static void q_push(const char *name, const struct label *l, size_t n, uint64_t t
 		goto out;
 	}
 	qp = &mod.q[(mod.head + mod.len) % QCAP];
-	if (n > QLAB)
-		n = QLAB;
-	if (na > 2)
-		na = 2;
+	qp->pid = 0;
+	if (n && !strcmp(l[n - 1].name, "pid")) {	/* proc_labels(): the GPU's, then pid */
+		qp->pid = (pid_t)atoi(l[n - 1].value);
+		n--;
+	}
+	if (n > QLAB || na > 2) {	/* the poller never makes more: no silent cut */
+		mod.drops_labels++;
+		goto out;
+	}
 	qp->name = name ? intern(name) : NULL;
 	if ((name && !qp->name) || !intern_labels(qp->l, l, n) ||
 	    !intern_labels(qp->attrs, attrs, na)) {
@@ -1537,20 +1509,35 @@ static int nvml_tick(struct agent *a)
 	pthread_mutex_lock(&mod.qmu);
 	while (mod.len) {
 		const struct qpoint *qp = &mod.q[mod.head];
+		const struct label *l = qp->l;
+		size_t nl = qp->nl;
+		struct agent_labels L;
 		int err = -EINVAL;
 
+		if (qp->pid) {
+			/* the process's labels (comm, container, pod, relabeling), then the GPU's */
+			if (agent__pid_labels(a, qp->pid, 0, NULL, &L) == LABELS_DROPPED) {
+				mod.drops_relabel++;
+				goto next;
+			}
+			for (size_t i = 0; i < qp->nl; i++)
+				agent_labels__add(&L, qp->l[i].name, qp->l[i].value);
+			l = L.l;
+			nl = L.n;
+		}
 		if (a->batch && qp->name) {
-			err = batch__metric(a->batch, qp->name, qp->l, qp->nl, qp->t_ns, qp->v);
+			err = batch__metric(a->batch, qp->name, l, nl, qp->t_ns, qp->v);
 			if (!err)
 				span_point(a, qp);
 		}
 		else if (a->batch)
-			err = batch__interval(a->batch, "gpu_event", qp->l, qp->nl, qp->t_ns,
+			err = batch__interval(a->batch, "gpu_event", l, nl, qp->t_ns,
 					      qp->t_ns, qp->attrs, qp->na);
 		if (err == -ENOSPC)
 			break;	/* the batch is full: keep the rest for the next one */
 		if (err)
 			mod.drops_batch++;
+next:
 		mod.head = (mod.head + 1) % QCAP;
 		mod.len--;
 	}
@@ -1640,6 +1627,10 @@ static void nvml_metrics(struct agent *a, FILE *out)
 			 mod.drops_intern);
 	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason", "batch_refused",
 			 mod.drops_batch);
+	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason",
+			 "too_many_labels", mod.drops_labels);
+	prom_sample1_u64(out, "gpuscope_agent_nvml_points_dropped_total", "reason", "relabel_drop",
+			 mod.drops_relabel);
 	pthread_mutex_unlock(&mod.qmu);
 }
 

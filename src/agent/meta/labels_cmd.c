@@ -40,10 +40,14 @@ static void usage(FILE *f)
 
 static void format(pid_t pid, char *buf, size_t len)
 {
-	struct label l[64];
-	size_t n = meta__pid_labels(pid, l, 64), o;
+	struct label l[AGENT_LABELS_CAP];
+	size_t n, o;
 
 	o = (size_t)snprintf(buf, len, "%d", (int)pid);
+	if (meta__pid_labels(pid, l, AGENT_LABELS_CAP, &n) == LABELS_DROPPED) {
+		snprintf(buf + o, len - o, " (dropped by a relabel rule)");
+		return;
+	}
 	for (size_t i = 0; i < n && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, " %s=%s", l[i].name, l[i].value);
 }

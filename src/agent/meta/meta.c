@@ -1007,6 +1007,7 @@ struct pid_entry {
 	size_t packed_len;
 	uint16_t n;
 	bool gone;		/* the process had exited when read */
+	bool dropped;		/* a keep/drop relabel rule dropped the process */
 };
 
 static struct {
@@ -1068,16 +1069,10 @@ static int add_pod_labels(struct lset *ls, const struct pod *p, const struct met
 		err = err ?: lset_set(ls, "__meta_kubernetes_pod_container_name", cname);
 	err = err ?: lset_set(ls, "__meta_kubernetes_pod_controller_kind", p->owner_kind);
 	err = err ?: lset_set(ls, "__meta_kubernetes_pod_controller_name", p->owner_name);
-	for (size_t i = 0; i < p->nlabels; i++) {
+	for (size_t i = 0; i < p->nlabels; i++)
 		if (!strcmp(p->labels[i].name, "group-name"))
 			kubeflow_group = p->labels[i].value;
-		snprintf(name, sizeof(name), "__meta_kubernetes_pod_label_%s", p->labels[i].name);
-		sanitize(name);
-		err = err ?: lset_set(ls, name, p->labels[i].value);
-		snprintf(name, sizeof(name), "__meta_kubernetes_pod_labelpresent_%s", p->labels[i].name);
-		sanitize(name);
-		err = err ?: lset_set(ls, name, "true");
-	}
+	/* promoted (Kubeflow, Ray) before the pod's own: those survive a pod with too many labels */
 	for (size_t k = 0; k < ARRAY_SIZE(promoted); k++) {
 		if (promoted[k].needs_kubeflow_group &&
 		    !(kubeflow_group && !strcmp(kubeflow_group, "kubeflow.org")))
@@ -1086,6 +1081,14 @@ static int add_pod_labels(struct lset *ls, const struct pod *p, const struct met
 			if (!strcmp(p->labels[i].name, promoted[k].k8s_label) &&
 			    !lset_get(ls, promoted[k].label))
 				err = err ?: lset_set(ls, promoted[k].label, p->labels[i].value);
+	}
+	for (size_t i = 0; i < p->nlabels; i++) {
+		snprintf(name, sizeof(name), "__meta_kubernetes_pod_label_%s", p->labels[i].name);
+		sanitize(name);
+		err = err ?: lset_set(ls, name, p->labels[i].value);
+		snprintf(name, sizeof(name), "__meta_kubernetes_pod_labelpresent_%s", p->labels[i].name);
+		sanitize(name);
+		err = err ?: lset_set(ls, name, "true");
 	}
 	return err == -ENOSPC ? 0 : err;
 }
@@ -1131,15 +1134,15 @@ static void build_labels(struct pid_entry *e)
 	e->packed = malloc(PACKED_MAX);
 	if (!e->packed)
 		pcache.overflow++;	/* no labels this time; the strings are freed below */
-	if (kept == 0) {
+	e->dropped = kept == 0;
+	if (e->dropped) {
 		lset_done(&ls);
-		lset_set(&ls, "__drop__", "1");
 		pcache.dropped++;
 	}
 	for (size_t i = 0; i < ls.n; i++) {
 		size_t nl = strlen(ls.l[i].name) + 1, vl = strlen(ls.l[i].value) + 1;
 
-		if (kept != 0 && ls.l[i].name[0] == '_' && ls.l[i].name[1] == '_')
+		if (ls.l[i].name[0] == '_' && ls.l[i].name[1] == '_')
 			continue;
 		if (!e->packed)
 			break;
@@ -1194,24 +1197,25 @@ static int read_cgroup(pid_t pid, struct meta_cgroup *ret)
 	return meta__parse_cgroup_file(text, ret);
 }
 
-size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
+int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 {
 	static __thread char tls[PACKED_MAX];
 	struct meta_cgroup cg;
 	struct pid_entry *e;
-	bool fresh = false;
+	bool fresh = false, dropped;
 	size_t n = 0;
 	const char *s;
 	int rc = 0;
 
-	if (pid <= 0 || !max)
-		return 0;
+	*ret_n = 0;
+	if (pid <= 0)
+		return LABELS_KEPT;
 	pthread_mutex_lock(&pcache.mu);
 	if (!pcache.e) {
 		pcache.e = calloc(PID_CACHE_SIZE, sizeof(*pcache.e));
 		if (!pcache.e) {
 			pthread_mutex_unlock(&pcache.mu);
-			return 0;
+			return LABELS_KEPT;
 		}
 	}
 	e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
@@ -1223,7 +1227,7 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 		pthread_mutex_lock(&pcache.mu);
 		if (!pcache.e) {	/* meta__stop() meanwhile */
 			pthread_mutex_unlock(&pcache.mu);
-			return 0;
+			return LABELS_KEPT;
 		}
 		e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
 	}
@@ -1238,6 +1242,7 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 			pcache.read_errors++;
 			e->n = 0;
 			e->packed_len = 0;
+			e->dropped = false;
 		} else {
 			e->cg = cg;
 			build_labels(e);
@@ -1257,8 +1262,10 @@ size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max)
 		ret[n].value = s;
 		s += strlen(s) + 1;
 	}
+	dropped = e->dropped;
 	pthread_mutex_unlock(&pcache.mu);
-	return n;
+	*ret_n = n;
+	return dropped ? LABELS_DROPPED : LABELS_KEPT;
 }
 
 /* ---- start / stop / metrics ---------------------------------------------------------------------- */
@@ -1297,6 +1304,7 @@ int meta__start(const struct meta_opts *o)
 	pcache.rules = rules;
 	pid_cache_clear();
 	pthread_mutex_unlock(&pcache.mu);
+	agent_labels__set_meta(meta__pid_labels);
 
 	api = env_or(o->api_url, "GPUSCOPE_K8S_API", NULL);
 	if (!api && getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
@@ -1346,6 +1354,7 @@ out_free:
 
 void meta__stop(void)
 {
+	agent_labels__set_meta(NULL);
 	if (kw.running) {
 		pthread_mutex_lock(&kw.mu);
 		atomic_store(&kw.stopping, true);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 #include "agent/agent.h"
+#include "agent/meta/labels.h"
 #include "common/batch.h"
 
 /* What a process's cgroup path tells, without asking anyone. */
@@ -38,13 +39,14 @@ int meta__parse_cgroup_file(const char *text, struct meta_cgroup *ret);
 
 /*
  * The metadata labels of a process (container, pod, namespace, owner, Kubeflow and KubeRay
- * labels, systemd_unit or cgroup, then relabeled), at most max of them; returns how many were
- * written. The strings live in a thread-local buffer: valid until the next call on the same
- * thread. If a keep/drop relabel rule drops the process, the single label {"__drop__", "1"} is
- * returned: the caller should discard its samples (names starting with "__" are never labels).
- * Returns 0 for a process that is gone. Any thread; cached per pid (re-read every 10 s).
+ * labels, systemd_unit or cgroup, then relabeled), at most max of them (more are counted in
+ * gpuscope_meta_labels_truncated_total); *ret_n says how many were written (0 for a process that
+ * is gone). The strings live in a thread-local buffer: valid until the next call on the same
+ * thread. Returns LABELS_KEPT, or LABELS_DROPPED when a keep/drop relabel rule drops the
+ * process (no labels; the caller sends nothing for it and counts it). Any thread; cached per pid
+ * (re-read every 10 s). Producers call agent__pid_labels() (labels.h), which calls this.
  */
-size_t meta__pid_labels(pid_t pid, struct label *ret, size_t max);
+int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n);
 
 /* Where the Kubernetes API is; every field NULL/0 takes the in-cluster default. */
 struct meta_opts {

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/meta/labels.h"
+#include "agent/meta/procfs.h"
 #include "agent/sched/strips.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -41,7 +43,7 @@ static struct {
 	struct pending pending[PENDING_MAX];
 	size_t npending;
 	struct { procs_hook_fn fn; void *ctx; } hooks[HOOKS_MAX];
-	uint64_t generation, next_rescan_ns, next_light_ns;
+	uint64_t next_rescan_ns, next_light_ns;
 	struct { pid_t pid; uint64_t vsize; } vs[VSIZE_SLOTS];	/* direct-mapped by pid */
 	struct procs_stats st;
 } P;
@@ -66,49 +68,8 @@ static bool in_pid_opt(pid_t pid)
 	return false;
 }
 
-static void read_comm(pid_t pid, char *comm, size_t len)
-{
-	char path[64];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	comm[0] = 0;
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	if (fgets(comm, (int)len, f))
-		comm[strcspn(comm, "\n")] = 0;
-	fclose(f);
-}
-
-static pid_t read_ns_pid(pid_t pid)
-{
-	char path[64], line[256];
-	pid_t ns = pid;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return pid;
-	while (fgets(line, sizeof(line), f)) {
-		char *p, *last = NULL;
-
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		for (p = strtok(line + 6, " \t\n"); p; p = strtok(NULL, " \t\n"))
-			last = p;
-		if (last)
-			ns = atoi(last);
-		break;
-	}
-	fclose(f);
-	return ns;
-}
-
 static void notify(pid_t pid, bool tracked)
 {
-	P.generation++;
 	for (int i = 0; i < HOOKS_MAX; i++)
 		if (P.hooks[i].fn)
 			P.hooks[i].fn(pid, tracked, P.hooks[i].ctx);
@@ -130,9 +91,9 @@ static void track(pid_t pid, enum proc_why why)
 	memset(p, 0, sizeof(*p));
 	p->pid = pid;
 	p->why = why;
-	p->ns_pid = read_ns_pid(pid);
+	p->ns_pid = procfs_nspid(pid);
 	p->tracked_since_ns = mono_ns();
-	read_comm(pid, p->comm, sizeof(p->comm));
+	procfs_comm(pid, p->comm, sizeof(p->comm));
 	P.st.tracked++;
 	log_debug("tracking pid %d '%s' (%d)", pid, p->comm, why);
 	notify(pid, true);
@@ -417,80 +378,22 @@ void procs__hint_exit(pid_t pid)
 	untrack(pid);
 }
 
-const struct proc_info *procs__get(pid_t pid)
-{
-	return find(pid);
-}
-
-size_t procs__list(pid_t *out, size_t max)
-{
-	for (size_t i = 0; i < P.nprocs && i < max; i++)
-		out[i] = P.procs[i].pid;
-	return P.nprocs;
-}
-
-uint64_t procs__generation(void)
-{
-	return P.generation;
-}
-
 void procs__stats(struct procs_stats *s)
 {
 	*s = P.st;
 	s->tracked = P.nprocs;
 }
 
-#define TNAME_SLOTS 4096
-static struct {
-	pid_t tid;
-	char name[16];
-} tnames[TNAME_SLOTS];
-
-void strips_thread_name(pid_t tid, const char *name)
+int strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread,
+		  struct agent_labels *ret)
 {
-	size_t slot = (size_t)tid % TNAME_SLOTS;
-
-	tnames[slot].tid = tid;
-	snprintf(tnames[slot].name, sizeof(tnames[slot].name), "%.15s", name);
-}
-
-static const char *thread_name(pid_t tid)
-{
-	size_t slot = (size_t)tid % TNAME_SLOTS;
-	char path[64], buf[32];
-	ssize_t n;
-	int fd;
-
-	if (tnames[slot].tid == tid)
-		return tnames[slot].name;
-	snprintf(path, sizeof(path), "/proc/%d/comm", tid);	/* /proc/TID works for threads */
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return NULL;
-	buf[n] = 0;
-	buf[strcspn(buf, "\n")] = 0;
-	strips_thread_name(tid, buf);
-	return tnames[slot].name;
-}
-
-size_t strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread, struct label *lbl)
-{
-	static char ns[16];
 	const struct proc_info *p = find(pid);
-	size_t n;
 
-	if (!thread)
-		thread = thread_name(tid);
-	n = agent__pid_labels(a, pid, tid, thread ? thread : "", lbl, STRIPS_MAX_LABELS - 1);
-	if (!n)		/* dropped by a relabel rule: the caller sends nothing */
-		return 0;
+	if (agent__pid_labels(a, pid, tid, thread, ret) == LABELS_DROPPED)
+		return LABELS_DROPPED;
 	if (p && p->ns_pid != p->pid) {
-		snprintf(ns, sizeof(ns), "%d", p->ns_pid);
-		lbl[n++] = (struct label){ "ns_pid", ns };
+		snprintf(ret->ns_pid, sizeof(ret->ns_pid), "%d", p->ns_pid);
+		agent_labels__add(ret, "ns_pid", ret->ns_pid);
 	}
-	return n;
+	return LABELS_KEPT;
 }

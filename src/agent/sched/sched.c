@@ -120,17 +120,17 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 {
 	struct agent *a = s->a;
 	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], sid[24], ns[3][24];
-	struct label lbl[STRIPS_MAX_LABELS], attrs[8];
-	size_t nl, na = 0;
+	struct agent_labels L;
+	struct label attrs[8];
+	size_t na = 0;
 	uint64_t start = ev->start_ns + a->mono_to_wall_ns, end = ev->end_ns + a->mono_to_wall_ns;
 	int st = ev->state;
 	int err;
 
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
-	strips_thread_name(ev->tid, thread);
-	nl = strips_labels(a, ev->tgid, ev->tid, thread, lbl);
-	if (!nl) {
+	procfs_comm_seen(ev->tid, thread);
+	if (strips_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
 		s->relabel_dropped++;
 		return;
 	}
@@ -165,7 +165,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			if (id >= 0) {
 				snprintf(sid, sizeof(sid), "%" PRId64, id);
 				attrs[na++] = (struct label){ "stack_id", sid };
-				err = batch__sample(a->batch, end, lbl, nl, id, SAMPLE_OFFCPU_NS,
+				err = batch__sample(a->batch, end, L.l, L.n, id, SAMPLE_OFFCPU_NS,
 						    (int64_t)(ev->end_ns - ev->start_ns));
 				if (err)
 					s->batch_errors++;
@@ -174,7 +174,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			}
 		}
 	}
-	err = batch__interval(a->batch, "thread_state", lbl, nl, start, end, attrs, na);
+	err = batch__interval(a->batch, "thread_state", L.l, L.n, start, end, attrs, na);
 	if (err)
 		s->batch_errors++;
 	else
@@ -230,10 +230,9 @@ static void drain_offcpu(struct sched_state *s)
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct gpuscope_offcpu_val v;
-		struct label lbl[STRIPS_MAX_LABELS];
+		struct agent_labels L;
 		enum blocked_reason r;
 		int64_t id;
-		size_t nl;
 
 		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) &&
 		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i])))
@@ -242,12 +241,11 @@ static void drain_offcpu(struct sched_state *s)
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;
-		nl = strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, lbl);
-		if (!nl) {
+		if (strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) == LABELS_DROPPED) {
 			s->relabel_dropped++;
 			continue;
 		}
-		if (batch__sample(s->a->batch, now, lbl, nl, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
+		if (batch__sample(s->a->batch, now, L.l, L.n, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
 			s->batch_errors++;
 		else
 			s->offcpu_agg++;

@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "agent/meta/labels.h"
 
 struct agent;
-struct label;
 
 #define PROCS_MAX 4096	/* tracked processes; beyond this new ones are counted, not tracked */
 
@@ -54,12 +54,6 @@ void procs__hint_exec(pid_t pid);
 void procs__hint_fork(pid_t child, pid_t parent);
 void procs__hint_exit(pid_t pid);
 
-/* Tracking state of pid, or NULL. The pointer is valid until the next procs__* call. */
-const struct proc_info *procs__get(pid_t pid);
-/* Copies up to max tracked pids into out; returns how many are tracked in all. */
-size_t procs__list(pid_t *out, size_t max);
-/* Increments on every change of the tracked set. */
-uint64_t procs__generation(void);
 /* Does /proc/PID/maps name libcuda (or /dev/nvidia*)? 1 yes, 0 no, -errno. For tests too. */
 int procs__check_gpu(pid_t pid, enum proc_why *ret_why);
 
@@ -68,17 +62,14 @@ struct procs_stats {
 };
 void procs__stats(struct procs_stats *s);
 
-#define STRIPS_MAX_LABELS 16
-
 /*
  * The labels of a thread's records: agent__pid_labels() (node, pid, comm, tid, thread, container
  * ...) plus ns_pid when the process lives in another pid namespace. thread may be NULL: the
- * name last seen for tid (strips_thread_name) is used. Returns the count (<= STRIPS_MAX_LABELS);
- * strings valid until the next call.
+ * name procfs has for tid (procfs_comm_seen() from the BPF events, else /proc). Returns
+ * LABELS_KEPT or LABELS_DROPPED (labels.h).
  */
-size_t strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread, struct label *lbl);
-/* Remembers the name of tid (bounded direct-mapped cache). */
-void strips_thread_name(pid_t tid, const char *name);
+int strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread,
+		  struct agent_labels *ret);
 
 /* Blocked reasons (thread_state attr `reason`). */
 enum blocked_reason {

@@ -130,7 +130,7 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 			switch (GPUSCOPE_FRAME_TAG(w)) {
 			case GPUSCOPE_FRAME_TAG_PY:
 				special(c, loc, "[python]");
-				if (!(i + 1 < nu && pysym__frame &&
+				if (!(i + 1 < nu &&
 				      !pysym__frame(pid, GPUSCOPE_FRAME_PAYLOAD(w), uframes[i + 1], loc)))
 					st->nunknown++;
 				i++;

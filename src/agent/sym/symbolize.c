@@ -16,6 +16,7 @@
 #include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "agent/meta/procfs.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/symbolize_int.h"
 #include "common/hmap.h"
@@ -742,32 +743,6 @@ static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 
 /* ---- perf maps ------------------------------------------------------------------------ */
 
-/* pid as its own pid namespace numbers it (last NSpid field), for /tmp/perf-<nspid>.map. */
-static pid_t read_nspid(pid_t pid)
-{
-	char path[64], *line = NULL;
-	size_t cap = 0;
-	pid_t ns = pid;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return pid;
-	while (getline(&line, &cap, f) > 0) {
-		char *p, *tok, *save = NULL;
-
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		for (p = line + 6; (tok = strtok_r(p, " \t\n", &save)); p = NULL)
-			ns = (pid_t)atoi(tok);
-		break;
-	}
-	free(line);
-	fclose(f);
-	return ns > 0 ? ns : pid;
-}
-
 /* Parses a perf map ("START SIZE name", hex, later lines win) into p->pm. 0 or -errno. */
 static int perfmap_read(struct symbolizer *s, struct proc *p, const char *path)
 {
@@ -828,7 +803,7 @@ static long perfmap_lookup(struct symbolizer *s, struct proc *p, uint64_t addr)
 		return -1;
 	p->pm_check_ns = now;
 	if (!p->nspid)
-		p->nspid = read_nspid(p->pid);
+		p->nspid = procfs_nspid(p->pid);
 	snprintf(path, sizeof(path), "/proc/%d/root/tmp/perf-%d.map", p->pid, p->nspid);
 	if (stat(path, &st))
 		return -1;

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The Python side of stack symbolization: a GPUSCOPE_FRAME_PY word and its offset word (frames.h)
- * become a location. Implemented by the CPython walker's user-space part; weak, so the stack
- * cache shows "[python]" while it is not linked.
+ * become a location. Implemented by the CPython walker's user-space part (python.c).
  */
 #ifndef GPUSCOPE_UNWIND_PYSYM_H
 #define GPUSCOPE_UNWIND_PYSYM_H
@@ -19,8 +18,7 @@ struct location;
  * 0, or -errno when unreadable (the caller then shows "[python]"). Strings stay valid as long
  * as the agent's symbolizer. Main-loop thread only.
  */
-int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret)
-	__attribute__((weak));
+int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret);
 
 /*
  * True when addr, an unresolved native frame of process pid, is an unnamed frame of the

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The agent's one label builder (labels.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include "agent/agent.h"
+#include "agent/meta/labels.h"
+
+static labels_meta_fn meta_fn;	/* atomic: set by meta__start/stop, read by any producer */
+
+void agent_labels__set_meta(labels_meta_fn fn)
+{
+	__atomic_store_n(&meta_fn, fn, __ATOMIC_RELEASE);
+}
+
+int agent_labels__add(struct agent_labels *l, const char *name, const char *value)
+{
+	if (l->n == AGENT_LABELS_CAP)
+		return -ENOSPC;
+	l->l[l->n++] = (struct label){ .name = name, .value = value };
+	return 0;
+}
+
+int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
+		      struct agent_labels *ret)
+{
+	labels_meta_fn meta = __atomic_load_n(&meta_fn, __ATOMIC_ACQUIRE);
+	size_t m = 0;
+
+	ret->n = 0;
+	if (a && a->opts.node)
+		agent_labels__add(ret, "node", a->opts.node);
+	snprintf(ret->pid, sizeof(ret->pid), "%d", (int)pid);
+	agent_labels__add(ret, "pid", ret->pid);
+	if (comm)
+		snprintf(ret->thread, sizeof(ret->thread), "%s", comm);
+	else if (!procfs_comm(tid ? tid : pid, ret->thread, sizeof(ret->thread)))
+		ret->thread[0] = 0;
+	if (tid == 0 || tid == pid || !procfs_comm(pid, ret->comm, sizeof(ret->comm)))
+		snprintf(ret->comm, sizeof(ret->comm), "%s", ret->thread);
+	agent_labels__add(ret, "comm", ret->comm);
+	if (tid != 0) {
+		snprintf(ret->tid, sizeof(ret->tid), "%d", (int)tid);
+		agent_labels__add(ret, "tid", ret->tid);
+		agent_labels__add(ret, "thread", ret->thread);
+	}
+	if (meta && meta(pid, ret->l + ret->n, AGENT_LABELS_CAP - AGENT_LABELS_RESERVE - ret->n,
+			 &m) == LABELS_DROPPED) {
+		ret->n = 0;
+		return LABELS_DROPPED;
+	}
+	ret->n += m;
+	return LABELS_KEPT;
+}

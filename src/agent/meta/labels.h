@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The one label builder of the agent: the label set of a process or thread, as every producer
+ * (CPU samples, thread states, CUDA calls, CUPTI records, NVML per-process series) sends it.
+ * One capacity (AGENT_LABELS_CAP, the batch's own limit) with room kept for the producer's
+ * labels, and an explicit result when a relabel rule drops the process.
+ */
+#ifndef GPUSCOPE_AGENT_LABELS_H
+#define GPUSCOPE_AGENT_LABELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include "agent/meta/procfs.h"
+#include "common/batch.h"
+
+#define AGENT_LABELS_CAP     BATCH_MAX_LABELS	/* labels of one record, all sources */
+#define AGENT_LABELS_RESERVE 8			/* kept for the producer's own (gpu, ns_pid...) */
+
+enum labels_result {
+	LABELS_KEPT = 0,
+	LABELS_DROPPED = 1,	/* a keep/drop relabel rule dropped the process: send nothing */
+};
+
+struct agent;
+
+/* A label set being built. The strings it formats live in it; the others must outlive it. */
+struct agent_labels {
+	struct label l[AGENT_LABELS_CAP];
+	size_t n;
+	char pid[16], tid[16];
+	char comm[PROCFS_COMM_LEN], thread[PROCFS_COMM_LEN];
+	char ns_pid[16];	/* for the producers that add it (strips_labels) */
+};
+
+/*
+ * The labels of process pid (thread tid; 0 for process-wide records) into ret: node, pid, comm
+ * (the process's name), and when tid != 0 also tid and thread (the task's name: `comm` as given,
+ * or read from /proc when NULL); then the metadata labels (container, pod, namespace,
+ * Kubeflow/Ray, relabeling) when the meta module runs. For tid != pid the process name is read from /proc and
+ * falls back to `comm` if the process is gone; with tid == 0 and comm NULL it is read from /proc
+ * too. Returns LABELS_KEPT or LABELS_DROPPED. Meta labels may use the builder's capacity less
+ * AGENT_LABELS_RESERVE; beyond that they are cut and counted by meta. Strings of meta labels stay
+ * valid until the next call on the same thread. Any thread.
+ */
+int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
+		      struct agent_labels *ret);
+
+/*
+ * Where the metadata labels come from: meta__pid_labels() (meta.h) while the meta module runs
+ * (meta__start() plugs it in, meta__stop() unplugs it with NULL); without it a record has the
+ * process labels only. Same contract as meta__pid_labels().
+ */
+typedef int (*labels_meta_fn)(pid_t pid, struct label *ret, size_t max, size_t *ret_n);
+void agent_labels__set_meta(labels_meta_fn fn);
+
+/* Adds name=value (strings not copied). 0, or -ENOSPC when the set is full (caller counts). */
+int agent_labels__add(struct agent_labels *l, const char *name, const char *value);
+
+#endif
