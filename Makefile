@@ -2,6 +2,8 @@
 # One Makefile for everything. Output goes to .output/. Components add rules in mk/*.mk;
 # sources are discovered by directory, so adding a file needs no Makefile edit:
 #   src/common/*.c            -> .output/libgpuscope_common.a (linked into every binary)
+# Each binary links only the libraries it uses (*_LDLIBS below; mk/*.mk add theirs): the server
+# needs neither libbpf nor clang, bpftool or the build host's BTF.
 #   proto/**/*.proto          -> .output/proto/*.pb-c.[ch] -> .output/libgpuscope_proto.a
 #   src/agent/*/X.bpf.c       -> .output/bpf/X.bpf.o -> .output/X.skel.h (beside its loader X.c)
 #   src/agent/**/*.c          -> .output/libgpuscope_agent.a (main.c excluded) + gpuscope-agent
@@ -27,11 +29,16 @@ ifneq ($(SANITIZE),)
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SANITIZE)
 endif
-LDLIBS   += -lbpf -ldw -lelf -lz -lzstd -lprotobuf-c -lcurl -lmicrohttpd -lsqlite3 -lpcre2-8 -lpthread -lm -ldl -lstdc++
+COMMON_LDLIBS := -lprotobuf-c -lzstd -lz -lpthread -lm
+AGENT_LDLIBS  := -lbpf -ldw -lelf -lcurl -lmicrohttpd -ldl -lstdc++
+SERVER_LDLIBS := -lsqlite3 -lpcre2-8 -lmicrohttpd -lcurl
+CLI_LDLIBS    := -lbpf -lcurl -ldl
+# Tests and tools that link several parts take the union (recursive: mk/*.mk add to the parts).
+LDLIBS    = $(AGENT_LDLIBS) $(SERVER_LDLIBS) $(CLI_LDLIBS) $(COMMON_LDLIBS)
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all test run clean deps format-check bench
+.PHONY: all test run clean deps bench
 
 all:
 
@@ -131,17 +138,15 @@ $(SERVER_LIB): $(call obj,$(SERVER_SRCS))
 	$(call progress,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-# Whole archive: modules and subcommands are referenced weakly, which pulls nothing from an .a.
-$(AGENT_BIN): $(call obj,src/agent/main.c) $(ALL_LIBS)
+$(AGENT_BIN): $(call obj,src/agent/main.c) $(AGENT_LIB) $(COMMON_LIB) $(PROTO_LIB)
 	$(call progress,LINK,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
-		$(ALL_LIBS) $(LDLIBS)
-$(SERVER_BIN): $(call obj,src/server/main.c) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(COMMON_LDLIBS)
+$(SERVER_BIN): $(call obj,src/server/main.c) $(SERVER_LIB) $(COMMON_LIB) $(PROTO_LIB)
 	$(call progress,LINK,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
-$(CLI_BIN): $(call obj,$(CLI_SRCS)) $(ALL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LDLIBS) $(COMMON_LDLIBS)
+$(CLI_BIN): $(call obj,$(CLI_SRCS)) $(COMMON_LIB) $(PROTO_LIB)
 	$(call progress,LINK,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRCS)) $(ALL_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LDLIBS) $(COMMON_LDLIBS)
 
 $(OUT)/tests/unit/%: $(call obj,tests/unit/%.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
@@ -167,9 +172,6 @@ run:
 	$(Q)echo "make run: building gpuscope into $(abspath $(OUT))/ (first time: a minute or two)"
 	$(Q)$(MAKE) --no-print-directory all PROGRESS=1
 	$(Q)scripts/run
-
-format-check:
-	$(Q)clang-format --dry-run --Werror $(filter-out %.bpf.c,$(call rwildcard,src,*.c) $(call rwildcard,src,*.h))
 
 clean:
 	rm -rf $(OUT)

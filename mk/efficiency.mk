@@ -1,3 +1,3 @@
 # SPDX-License-Identifier: Apache-2.0
 # efficiency: the server's --export-queries file is YAML, read with libyaml.
-LDLIBS += -lyaml
+SERVER_LDLIBS += -lyaml

@@ -1,3 +1,3 @@
 # SPDX-License-Identifier: Apache-2.0
 # Kubernetes metadata (src/agent/meta/meta.c): JSON from the API server through jansson.
-LDLIBS += -ljansson
+AGENT_LDLIBS += -ljansson

@@ -5,7 +5,7 @@ BATCHGEN := $(OUT)/tests/tools/batchgen
 all: $(BATCHGEN)
 $(BATCHGEN): $(call obj,tests/tools/batchgen.c) $(COMMON_LIB) $(PROTO_LIB)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(PROTO_LIB) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(PROTO_LIB) -lcurl $(COMMON_LDLIBS)
 
 # libFuzzer targets: clang with -fsanitize=fuzzer,address,undefined over the sources they test.
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=gnu11 \

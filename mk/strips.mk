@@ -15,5 +15,5 @@ $(STRIPS_STANDIN): tests/cuda/libcuda_standin.c
 STRIPS_DUMP := $(OUT)/strips-dump
 all: $(STRIPS_DUMP)
 $(STRIPS_DUMP): $(call obj,tests/device/strips_dump.c) $(ALL_LIBS)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(AGENT_LIB) -Wl,--no-whole-archive \
-		$(ALL_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LIB) $(COMMON_LIB) $(PROTO_LIB) $(AGENT_LDLIBS) \
+		$(COMMON_LDLIBS)

@@ -34,7 +34,7 @@ all: $(UI_FIXTURE)
 endif
 $(UI_FIXTURE): $(call obj,tests/tools/ui_fixture.c) $(COMMON_LIB) $(PROTO_LIB)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(PROTO_LIB) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(COMMON_LIB) $(PROTO_LIB) -lcurl $(COMMON_LDLIBS)
 
 .PHONY: ui
 ui: $(UI_ASSETS_C)

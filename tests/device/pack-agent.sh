@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Packs the built binaries for the GPU machine: DEST/{bin,lib}/ with every shared library they
 # need that is not glibc's (the GPU machine's image lacks libbpf, libmicrohttpd, ...).
-# Run here after `make`: tests/device/pack-agent.sh /work/main/.dev/agent; then name
-# `.dev/agent` in the device tool's carry and, there,
+# Run after `make`: tests/device/pack-agent.sh [DEST] (default .dev/agent, relative to the
+# repository root); copy DEST to the GPU machine and, there,
 #   export LD_LIBRARY_PATH=$PWD/.dev/agent/lib PATH=$PWD/.dev/agent/bin:$PATH
 set -euo pipefail
 cd "$(dirname "$0")/../.."
