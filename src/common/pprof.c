@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include "common/compress.h"
 #include "common/hmap.h"
 #include "common/pprof.h"
 #include "common/util.h"
@@ -301,35 +301,6 @@ out_free:
 	return -ENOMEM;
 }
 
-static int gzip_buf(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len)
-{
-	z_stream z = { 0 };
-	size_t cap = compressBound(len) + 64;
-	uint8_t *out = malloc(cap);
-	int err = -ENOMEM;
-
-	if (!out)
-		return -ENOMEM;
-	if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-		goto out_free;
-	z.next_in = (Bytef *)in;
-	z.avail_in = len;
-	z.next_out = out;
-	z.avail_out = cap;
-	if (deflate(&z, Z_FINISH) != Z_STREAM_END) {
-		deflateEnd(&z);
-		err = -EIO;
-		goto out_free;
-	}
-	*ret_len = z.total_out;
-	deflateEnd(&z);
-	*ret = out;
-	return 0;
-out_free:
-	free(out);
-	return err;
-}
-
 int pprof__encode_gz(struct pprof *p, uint8_t **ret, size_t *ret_len)
 {
 	Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
@@ -359,7 +330,7 @@ int pprof__encode_gz(struct pprof *p, uint8_t **ret, size_t *ret_len)
 	if (!raw)
 		return -ENOMEM;
 	perftools__profiles__profile__pack(&prof, raw);
-	err = gzip_buf(raw, len, ret, ret_len);
+	err = compress_buf(COMPRESS_GZIP, raw, len, ret, ret_len);
 	free(raw);
 	return err;
 }

@@ -203,3 +203,16 @@ char *fmt_duration(uint64_t ns, char *buf, size_t len)
 		snprintf(buf, len, "%.0fus", ns / 1e3);
 	return buf;
 }
+
+uint64_t backoff_ns(uint64_t base_ns, uint64_t max_ns, unsigned attempt, unsigned *seed)
+{
+	uint64_t d = base_ns;
+
+	for (unsigned i = 1; i < attempt && d < max_ns; i++)
+		d *= 2;
+	if (d > max_ns)
+		d = max_ns;
+	if (seed)
+		d = d / 2 + (uint64_t)((double)(d / 2) * (rand_r(seed) / (RAND_MAX + 1.0)));
+	return d;
+}

@@ -47,6 +47,13 @@ int64_t mono_to_wall_offset_ns(void);
 /* 64-bit FNV-1a, for dedup keys; not for security. */
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
 
+/*
+ * The one exponential backoff: the delay before retry number `attempt` (1 for the first retry)
+ * is base_ns doubled per attempt, capped at max_ns; with seed non-NULL, "equal jitter" (half
+ * fixed, half random from rand_r(seed)) so that many clients do not retry in step.
+ */
+uint64_t backoff_ns(uint64_t base_ns, uint64_t max_ns, unsigned attempt, unsigned *seed);
+
 /* Format ns as "1.234s"/"12.3ms"/"45us" into buf; returns buf. */
 char *fmt_duration(uint64_t ns, char *buf, size_t len);
 

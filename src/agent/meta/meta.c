@@ -937,13 +937,17 @@ static int k8s_watch(void)
 	return err;
 }
 
-/* Sleeps s seconds or until stop; returns false if stopping. */
-static bool backoff_sleep(unsigned s)
+/* Sleeps before retry number `attempt` (backoff_ns()) or until stop; false if stopping. */
+static bool backoff_sleep(unsigned attempt)
 {
+	static unsigned seed;
+	uint64_t d = backoff_ns(NSEC_PER_SEC, BACKOFF_MAX_S * NSEC_PER_SEC, attempt, &seed);
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += s;
+	d += (uint64_t)ts.tv_nsec;
+	ts.tv_sec += d / NSEC_PER_SEC;
+	ts.tv_nsec = d % NSEC_PER_SEC;
 	pthread_mutex_lock(&kw.mu);
 	while (!atomic_load(&kw.stopping)) {
 		if (pthread_cond_timedwait(&kw.cond, &kw.mu, &ts) == ETIMEDOUT)
@@ -955,7 +959,7 @@ static bool backoff_sleep(unsigned s)
 
 static void *k8s_thread(void *arg)
 {
-	unsigned backoff = 1;
+	unsigned attempt = 1;	/* retries in a row */
 
 	while (!atomic_load(&kw.stopping)) {
 		uint64_t t0, events;
@@ -966,12 +970,11 @@ static void *k8s_thread(void *arg)
 			if (err == -ECANCELED)
 				break;
 			if (err) {
-				if (!backoff_sleep(backoff))
+				if (!backoff_sleep(attempt++))
 					break;
-				backoff = backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : backoff * 2;
 				continue;
 			}
-			backoff = 1;
+			attempt = 1;
 		}
 		t0 = mono_ns();
 		events = kw.watch_events;
@@ -986,12 +989,11 @@ static void *k8s_thread(void *arg)
 			continue;
 		}
 		if (err) {
-			if (!backoff_sleep(backoff))
+			if (!backoff_sleep(attempt++))
 				break;
-			backoff = backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : backoff * 2;
 			continue;
 		}
-		backoff = 1;
+		attempt = 1;
 	}
 	return NULL;
 }

@@ -201,15 +201,8 @@ out:
 
 static void schedule_retry(struct pusher *p)
 {
-	uint64_t d = p->o.retry_base_ns;
-
-	for (unsigned i = 1; i < p->failures_in_row && d < p->o.retry_max_ns; i++)
-		d *= 2;
-	if (d > p->o.retry_max_ns)
-		d = p->o.retry_max_ns;
-	/* Equal jitter: half fixed, half random, so that many agents do not retry in step. */
-	d = d / 2 + (uint64_t)((double)(d / 2) * (rand_r(&p->rand_state) / (RAND_MAX + 1.0)));
-	p->next_retry_ns = mono_ns() + d;
+	p->next_retry_ns = mono_ns() + backoff_ns(p->o.retry_base_ns, p->o.retry_max_ns,
+						   p->failures_in_row, &p->rand_state);
 }
 
 static void note_ok(struct pusher *p, size_t bytes, size_t raw, uint64_t nsamples)
