@@ -63,6 +63,7 @@ struct mseries {
 
 struct ivl {
 	uint32_t kind, ls;
+	uint32_t stack;		/* 1 + stack index; 0: none */
 	uint64_t start, end;
 	size_t attr_off;	/* into batch.attrs */
 	uint32_t nattrs;	/* pairs */
@@ -552,7 +553,8 @@ out_unlock:
 }
 
 int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
-		    uint64_t start_ns, uint64_t end_ns, const struct label *attrs, size_t nattrs)
+		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
+		    size_t nattrs)
 {
 	uint32_t pairs[2 * BATCH_MAX_LABELS];
 	struct ivl iv = { .start = start_ns, .end = end_ns };
@@ -570,6 +572,11 @@ int batch__interval(struct batch *b, const char *kind, const struct label *label
 		err = -ENOSPC;
 		goto out_unlock;
 	}
+	if (stack_id >= (int64_t)nstacks(b) || stack_id < -1) {
+		err = -EINVAL;
+		goto out_unlock;
+	}
+	iv.stack = stack_id >= 0 ? (uint32_t)stack_id + 1 : 0;
 	if ((i = intern(b, kind)) < 0) {
 		err = (int)i;
 		goto out_unlock;
@@ -812,6 +819,7 @@ static int build_message(struct batch *b, struct encode_ctx *c, Gpuscope__V1__Ba
 		pi->label_set = iv->ls;
 		pi->start_ns = iv->start;
 		pi->end_ns = iv->end;
+		pi->stack = iv->stack;
 		pi->n_attrs = 2 * iv->nattrs;
 		pi->attrs = iv->nattrs ? &VEC_AT(b->attrs, uint32_t, iv->attr_off) : NULL;
 		m->intervals[i] = pi;
@@ -1224,6 +1232,8 @@ static int validate(const Gpuscope__V1__Batch *m, uint64_t *budget, char *err, s
 			FAIL("interval %zu: label set %u out of range", i, iv->label_set);
 		if (iv->end_ns < iv->start_ns || (int64_t)iv->end_ns < 0)
 			FAIL("interval %zu: end before start", i);
+		if (iv->stack > m->n_stacks)
+			FAIL("interval %zu: stack %u out of range", i, iv->stack);
 		if (check_pairs(m, iv->attrs, iv->n_attrs, "interval", i, BATCH_MAX_ATTR_BYTES,
 				budget, err, errlen))
 			return -EINVAL;
@@ -1252,9 +1262,9 @@ struct Gpuscope__V1__Batch *batch_decode_scanned(struct batch_scan *s, const uin
 		errno = EINVAL;
 		return NULL;
 	}
-	if (m->version != BATCH_VERSION) {
-		snprintf(err, errlen, "unsupported batch version %u (this server reads %d)",
-			 m->version, BATCH_VERSION);
+	if (m->version < BATCH_VERSION_MIN || m->version > BATCH_VERSION) {
+		snprintf(err, errlen, "unsupported batch version %u (this server reads %d to %d)",
+			 m->version, BATCH_VERSION_MIN, BATCH_VERSION);
 		gpuscope__v1__batch__free_unpacked(m, NULL);
 		errno = EPROTONOSUPPORT;
 		return NULL;
@@ -1423,9 +1433,12 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 		const Gpuscope__V1__LabelSet *ls = m->label_sets[iv->label_set];
 		size_t nl = split_labels(m, ls->pairs, ls->n_pairs, labels);
 		size_t na = split_labels(m, iv->attrs, iv->n_attrs, attrs);
+		int h = r >= total / 2;
+		int64_t sid = iv->stack ? split_stack(m, half[h], ids[h], iv->stack - 1) : -1;
 
-		rc = batch__interval(half[r >= total / 2], m->strings[iv->kind], labels, nl,
-				     iv->start_ns, iv->end_ns, attrs, na);
+		rc = iv->stack && sid < 0 ? (int)sid :
+		     batch__interval(half[h], m->strings[iv->kind], labels, nl, iv->start_ns,
+				     iv->end_ns, sid, attrs, na);
 	}
 	if (!rc) {
 		*ret_a = half[0];

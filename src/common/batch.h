@@ -68,11 +68,13 @@ int batch__metric(struct batch *b, const char *name, const struct label *labels,
 
 /*
  * One interval [start_ns, end_ns) of `kind` ("thread_state", "gpu_kernel", "gpu_busy",
- * "cuda_api", "memcpy", ...); attrs are free-form name/value pairs (state, cpu, stack_id as
- * decimal, kernel name, stream, ...). 0 or -errno.
+ * "cuda_api", "memcpy", ...) with its stack (a batch__stack() id; -1: none; Interval.stack on
+ * the wire); attrs are free-form name/value pairs (state, cpu, kernel name, stream, ...).
+ * 0 or -errno (-EINVAL for a stack id this batch does not have).
  */
 int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
-		    uint64_t start_ns, uint64_t end_ns, const struct label *attrs, size_t nattrs);
+		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
+		    size_t nattrs);
 
 /* Record counts, for logs and flush decisions. */
 size_t batch__nsamples(const struct batch *b);
@@ -88,7 +90,8 @@ void batch__set_period(struct batch *b, uint64_t period_ns);
  * Limits, checked by the batch (-E2BIG / -ENOSPC) and by batch_decode() on the server side.
  * A producer that gets -ENOSPC should flush the batch and retry.
  */
-#define BATCH_VERSION		1
+#define BATCH_VERSION		2		/* 2: Interval.stack; 1 (stack in attrs) is read too */
+#define BATCH_VERSION_MIN	1
 #define BATCH_MAX_DEPTH		1024		/* frames per stack */
 #define BATCH_MAX_LABELS	64		/* labels per label set, attrs per interval */
 #define BATCH_MAX_STRLEN	65536		/* bytes per string, NUL excluded */

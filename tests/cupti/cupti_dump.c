@@ -102,7 +102,7 @@ static void flush(struct batch *b)
 				(unsigned long long)iv->start_ns, (unsigned long long)iv->end_ns,
 				pairs_get(m, iv->attrs, iv->n_attrs, "stream"),
 				pairs_get(m, iv->attrs, iv->n_attrs, "graph_id"),
-				pairs_get(m, iv->attrs, iv->n_attrs, "stack_id")[0] ? "1" : "0",
+				iv->stack ? "1" : "0",
 				pairs_get(m, iv->attrs, iv->n_attrs, "correlation_id"),
 				pairs_get(m, iv->attrs, iv->n_attrs, "name"));
 		else if (!strcmp(kind, "gpu_busy"))

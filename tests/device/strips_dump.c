@@ -105,9 +105,8 @@ static int flush(struct agent *a, FILE *out, uint64_t *nrec)
 		      m->label_sets[iv->label_set]->n_pairs);
 		fputs(",\"attrs\":", out);
 		pairs(out, m, iv->attrs, iv->n_attrs);
-		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2)
-			if (!strcmp(S(m, iv->attrs[k]), "stack_id"))
-				sid = atol(S(m, iv->attrs[k + 1]));
+		if (iv->stack)
+			sid = (long)iv->stack - 1;
 		if (sid >= 0)
 			frames(out, m, (uint32_t)sid);
 		fputs("}\n", out);

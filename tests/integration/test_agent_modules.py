@@ -98,7 +98,7 @@ def run(mods):
         replay.stdin.write(b"g")
         replay.stdin.flush()
     try:
-        rc = agent.wait(60)
+        rc = agent.wait(150)
     except subprocess.TimeoutExpired:
         agent.kill()
         rc = agent.wait()

@@ -180,7 +180,8 @@ def run(store_args):
         check(fg["total"] == 450, f"three nodes: {fg['total']}")
 
         # bad input: 4xx, JSON error, counted, nothing stored
-        version2 = bytes([0x08, 0x02, 0x12, 0x00, 0x12, 0x01, ord("x"), 0x18, 0x01])
+        # a version after this server's (it reads 1 and 2)
+        version3 = bytes([0x08, 0x03, 0x12, 0x00, 0x12, 0x01, ord("x"), 0x18, 0x01])
         bad = [
             ("garbage", b"\xff\xff\xff\xff\xff", None, 400, "malformed"),
             ("truncated", raw[: len(raw) // 2], None, 400, "malformed"),
@@ -190,7 +191,7 @@ def run(store_args):
             ("unknown encoding", raw, "br", 415, "unknown_encoding"),
             ("too large", b"\x00" * (1 << 20 + 1), None, 413, "too_large"),
             ("gzip bomb", gzip.compress(b"\x00" * (4 << 20)), "gzip", 413, "too_large"),
-            ("version 2", version2, None, 400, "unsupported_version"),
+            ("version 3", version3, None, 400, "unsupported_version"),
         ]
         for what, body, enc, want, reason in bad:
             before = s.metric(f'gpuscope_server_rejected_total{{reason="{reason}"}}')
@@ -199,7 +200,7 @@ def run(store_args):
             check("error" in json.loads(resp), f"{what}: JSON error")
             after = s.metric(f'gpuscope_server_rejected_total{{reason="{reason}"}}')
             check(after == before + 1, f"{what}: counted as {reason}")
-        code, resp = s.ingest(version2)
+        code, resp = s.ingest(version3)
         check(b"version" in resp, f"version error says so: {resp}")
         for what, path in [("selector", f"/api/v1/flamegraph?selector={q('{comm=')}"),
                            ("regex", f"/api/v1/flamegraph?selector={BADRE}"),

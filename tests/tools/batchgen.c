@@ -204,8 +204,16 @@ static int cmd_encode(const char *enc)
 				err = -EINVAL;
 				goto bad;
 			}
+			int64_t stack = -1;
+
+			/* stack_id=N (a batch stack index) becomes Interval.stack */
+			for (size_t k = 0; k < na; k++)
+				if (!strcmp(attrs[k].name, "stack_id")) {
+					stack = strtoll(attrs[k].value, NULL, 10);
+					attrs[k--] = attrs[--na];
+				}
 			err = batch__interval(b, f[1], labels, nl, strtoull(f[3], NULL, 10),
-					      strtoull(f[4], NULL, 10), attrs, na);
+					      strtoull(f[4], NULL, 10), stack, attrs, na);
 		} else {
 			err = -EINVAL;
 		}

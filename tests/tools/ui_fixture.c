@@ -116,30 +116,25 @@ static int thread_state(struct loader *l, uint64_t s, uint64_t e, const char *pi
 			const char *thread, const char *state, const char *reason, int64_t st)
 {
 	struct label lb[] = { { "comm", "train" }, { "pid", pid }, { "thread", thread }, { "tid", tid } };
-	char sid[24];
-	struct label at[3] = { { "state", state } };
+	struct label at[2] = { { "state", state } };
 	size_t na = 1;
 
 	if (reason)
 		at[na++] = (struct label){ "reason", reason };
-	if (st >= 0) {
-		snprintf(sid, sizeof(sid), "%" PRId64, st);
-		at[na++] = (struct label){ "stack_id", sid };
-	}
-	return added(l, batch__interval(l->b, "thread_state", lb, 4, s, e, at, na));
+	return added(l, batch__interval(l->b, "thread_state", lb, 4, s, e, st >= 0 ? st : -1, at,
+					na));
 }
 
 static int kernel(struct loader *l, uint64_t s, uint64_t e, const char *gpu, const char *pid,
 		  const char *name, const char *stream, int64_t st, unsigned corr)
 {
 	struct label lb[] = { { "gpu", gpu }, { "pid", pid } };
-	char sid[24], c[16];
+	char c[16];
 	struct label at[] = { { "name", name }, { "stream", stream }, { "device", gpu },
-			      { "correlation_id", c }, { "stack_id", sid } };
+			      { "correlation_id", c } };
 
-	snprintf(sid, sizeof(sid), "%" PRId64, st);
 	snprintf(c, sizeof(c), "%u", corr);
-	TRY(added(l, batch__interval(l->b, "gpu_kernel", lb, 2, s, e, at, 5)));
+	TRY(added(l, batch__interval(l->b, "gpu_kernel", lb, 2, s, e, st, at, 4)));
 	/* GPU time attributed to the launching CPU stack */
 	return sample(l, s, pid, pid, "train", st, SAMPLE_GPU_KERNEL_NS, (int64_t)(e - s));
 }
@@ -243,12 +238,12 @@ static int load_e2e(struct loader *l, uint64_t t0)
 	{
 		struct label g0[] = { { "gpu", "0" } }, g1[] = { { "gpu", "1" } };
 
-		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0, t0 + 20000 * MS, NULL, 0)));
-		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0 + 30000 * MS, t0 + 50000 * MS, NULL, 0)));
-		TRY(added(l, batch__interval(l->b, "gpu_busy", g1, 1, t0, t0 + 40000 * MS, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0, t0 + 20000 * MS, -1, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0 + 30000 * MS, t0 + 50000 * MS, -1, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_busy", g1, 1, t0, t0 + 40000 * MS, -1, NULL, 0)));
 		/* the kernel trace window covered the whole minute (busy/idle known throughout) */
-		TRY(added(l, batch__interval(l->b, "gpu_observed", g0, 1, t0, t0 + 60000 * MS, NULL, 0)));
-		TRY(added(l, batch__interval(l->b, "gpu_observed", g1, 1, t0, t0 + 60000 * MS, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_observed", g0, 1, t0, t0 + 60000 * MS, -1, NULL, 0)));
+		TRY(added(l, batch__interval(l->b, "gpu_observed", g1, 1, t0, t0 + 60000 * MS, -1, NULL, 0)));
 	}
 	/* idle windows: train blocks on the data queue, the loader runs; busy: loader sleeps */
 	{
@@ -328,9 +323,9 @@ static int load_bench(struct loader *l, uint64_t t0, unsigned secs, unsigned gpu
 		for (t = t0; t < end; t += 10 * NSEC_PER_SEC) {
 			struct label lb[] = { { "gpu", gs } };
 
-			TRY(added(l, batch__interval(l->b, "gpu_busy", lb, 1, t, t + 8 * NSEC_PER_SEC, NULL, 0)));
+			TRY(added(l, batch__interval(l->b, "gpu_busy", lb, 1, t, t + 8 * NSEC_PER_SEC, -1, NULL, 0)));
 			TRY(added(l, batch__interval(l->b, "gpu_observed", lb, 1, t, t + 10 * NSEC_PER_SEC,
-						     NULL, 0)));
+						     -1, NULL, 0)));
 		}
 		TRY(post(l));
 	}

@@ -116,6 +116,8 @@ static int recs_from_batch(struct batch *b, struct recs *out)
 		r.start_ns = iv->start_ns;
 		r.end_ns = iv->end_ns;
 		rec_labels(m, iv->label_set, iv->attrs, iv->n_attrs, &r);
+		if (iv->stack)	/* Interval.stack (batch version 2) */
+			r.stack = (int)iv->stack - 1;
 		rec_frames(m, r.stack, r.frames, sizeof(r.frames));
 		out->r = realloc(out->r, (out->n + 1) * sizeof(r));
 		out->r[out->n++] = r;

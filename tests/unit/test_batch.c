@@ -64,8 +64,8 @@ static bool test_batch_roundtrip(void)
 	    !ASSERT_EQ(batch__sample(b, 5000, l1, 2, sk, SAMPLE_OFFCPU_NS, 777), 0, "offcpu") ||
 	    !ASSERT_EQ(batch__metric(b, "gpu_utilization", gl, 1, 100, 50.5), 0, "m1") ||
 	    !ASSERT_EQ(batch__metric(b, "gpu_utilization", gl, 1, 200, 75), 0, "m2") ||
-	    !ASSERT_EQ(batch__interval(b, "thread_state", l1, 2, 10, 20, attrs, 2), 0, "ivl") ||
-	    !ASSERT_EQ(batch__interval(b, "gpu_busy", gl, 1, 30, 40, NULL, 0), 0, "busy"))
+	    !ASSERT_EQ(batch__interval(b, "thread_state", l1, 2, 10, 20, -1, attrs, 2), 0, "ivl") ||
+	    !ASSERT_EQ(batch__interval(b, "gpu_busy", gl, 1, 30, 40, -1, NULL, 0), 0, "busy"))
 		goto out;
 	if (!ASSERT_EQ(batch__nsamples(b), 4, "nsamples"))
 		goto out;
@@ -186,7 +186,7 @@ static bool test_batch_limits(void)
 	    !ASSERT_EQ(batch__sample(b, 1, dup, 2, st, SAMPLE_CPU, 1), -EINVAL, "dup label") ||
 	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, 99, SAMPLE_CPU, 1), -EINVAL, "bad stack id") ||
 	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, st, SAMPLE_KIND_MAX, 1), -EINVAL, "bad kind") ||
-	    !ASSERT_EQ(batch__interval(b, "k", NULL, 0, 5, 4, NULL, 0), -EINVAL, "end < start") ||
+	    !ASSERT_EQ(batch__interval(b, "k", NULL, 0, 5, 4, -1, NULL, 0), -EINVAL, "end < start") ||
 	    !ASSERT_EQ(batch__metric(b, "", NULL, 0, 1, 1), -EINVAL, "empty metric name"))
 		goto out;
 	ok = ASSERT_EQ(batch__nsamples(b), 1, "only the valid sample");
@@ -237,8 +237,8 @@ static bool test_batch_decode_refuses(void)
 	m.strings = strings;
 	m.node = 1;
 	CHECK(ASSERT_TRUE(!refuses(&m, "minimal valid batch"), "minimal accepted"));
-	m.version = 2;
-	CHECK(ASSERT_TRUE(refuses(&m, "version 2"), "version"));
+	m.version = BATCH_VERSION + 1;
+	CHECK(ASSERT_TRUE(refuses(&m, "a version after this server's"), "version"));
 	m.version = 0;
 	CHECK(ASSERT_TRUE(refuses(&m, "version 0"), "version missing"));
 	m.version = 1;
@@ -335,7 +335,7 @@ static bool test_batch_split(void)
 	for (int i = 0; i < 4; i++)
 		batch__metric(b, "gpu_util", l1, 1, 5000 + i, i);
 	for (int i = 0; i < 3; i++)
-		batch__interval(b, "thread_state", l1, 2, 7000 + i, 7100 + i, at, 1);
+		batch__interval(b, "thread_state", l1, 2, 7000 + i, 7100 + i, -1, at, 1);
 	batch__set_period(b, 1234);
 	if (!ASSERT_EQ(batch__encode(b, &buf, &len), 0, "encode") ||
 	    !ASSERT_EQ(batch_split(buf, len, &h[0], &h[1]), 0, "split"))
@@ -390,5 +390,94 @@ static bool test_batch_split_single(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_batch_split), T(test_batch_split_single), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
+/*
+ * Interval.stack (version 2): typed, through encode, decode and a 413 split (the half that gets
+ * the interval gets its stack); a stack the batch lacks is refused; version 1 (the stack as
+ * attr "stack_id") is still read.
+ */
+static bool test_batch_interval_stack(void)
+{
+	struct batch *b = batch__new("n1"), *h[2] = { NULL, NULL };
+	struct label l1[] = { { "pid", "1" } }, at[] = { { "state", "blocked" } };
+	Gpuscope__V1__Batch *m = NULL, *hm[2] = { NULL, NULL };
+	Gpuscope__V1__Interval iv = GPUSCOPE__V1__INTERVAL__INIT, *ivp = &iv, **orig;
+	size_t norig;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int64_t sa = batch__stack(b, frames_a, 3), sk = batch__stack(b, frames_k, 2);
+	bool ok = false;
+
+	CHECK(ASSERT_EQ(batch__interval(b, "thread_state", l1, 1, 10, 20, 7, at, 1), -EINVAL,
+			"a stack the batch lacks"));
+	for (int i = 0; i < 4; i++)
+		if (!ASSERT_EQ(batch__interval(b, "thread_state", l1, 1, 10 + i, 20 + i,
+					       i < 2 ? -1 : i == 2 ? sa : sk, at, 1), 0, "interval"))
+			goto out;
+	m = roundtrip(b);
+	if (!ASSERT_TRUE(m, "decode") || !ASSERT_EQ(m->version, 2, "version 2") ||
+	    !ASSERT_EQ(m->intervals[0]->stack, 0, "none") ||
+	    !ASSERT_EQ(m->intervals[2]->stack, sa + 1, "1 + stack index") ||
+	    !ASSERT_EQ(m->intervals[3]->stack, sk + 1, "other stack") ||
+	    !ASSERT_EQ(m->intervals[2]->n_attrs, 2, "no stack_id text in attrs"))
+		goto out;
+	if (!ASSERT_EQ(batch__encode(b, &buf, &len), 0, "encode") ||
+	    !ASSERT_EQ(batch_split(buf, len, &h[0], &h[1]), 0, "split"))
+		goto out;
+	hm[1] = roundtrip(h[1]);
+	if (!ASSERT_TRUE(hm[1], "second half decodes") ||
+	    !ASSERT_EQ(hm[1]->n_intervals, 2, "second half: the stacked intervals") ||
+	    !ASSERT_EQ(hm[1]->n_stacks, 2, "with their stacks") ||
+	    !ASSERT_STREQ(str(hm[1], hm[1]->locations[hm[1]->stacks[hm[1]->intervals[0]->stack - 1]
+						   ->locations[0]]->function),
+			  "leaf", "the same frames"))
+		goto out;
+	/* version 1: the stack as an attr, still accepted */
+	hm[0] = roundtrip(h[0]);
+	if (!ASSERT_TRUE(hm[0], "first half decodes"))
+		goto out;
+	hm[0]->version = 1;
+	free(buf);
+	len = gpuscope__v1__batch__get_packed_size(hm[0]);
+	buf = malloc(len);
+	gpuscope__v1__batch__pack(hm[0], buf);
+	{
+		char err[128];
+		Gpuscope__V1__Batch *v1 = batch_decode(buf, len, err, sizeof(err));
+
+		ok = ASSERT_TRUE(v1, "version 1 read") && ASSERT_EQ(v1->version, 1, "as sent");
+		batch_decode_free(v1);
+	}
+	/* an Interval.stack past the batch's stacks is refused */
+	iv.kind = m->intervals[0]->kind;
+	iv.label_set = 0;
+	iv.stack = (uint32_t)m->n_stacks + 1;
+	orig = m->intervals;
+	norig = m->n_intervals;
+	m->intervals = &ivp;
+	m->n_intervals = 1;
+	free(buf);
+	len = gpuscope__v1__batch__get_packed_size(m);
+	buf = malloc(len);
+	gpuscope__v1__batch__pack(m, buf);
+	{
+		char err[128];
+		Gpuscope__V1__Batch *bad = batch_decode(buf, len, err, sizeof(err));
+
+		ok = ok && ASSERT_TRUE(!bad && strstr(err, "stack"), "stack out of range refused");
+		batch_decode_free(bad);
+	}
+	m->intervals = orig;	/* the decoder's own, for batch_decode_free() */
+	m->n_intervals = norig;
+out:
+	batch_decode_free(m);
+	batch_decode_free(hm[0]);
+	batch_decode_free(hm[1]);
+	batch__free(h[0]);
+	batch__free(h[1]);
+	free(buf);
+	batch__free(b);
+	return ok;
+}
+
+TEST_MAIN(T(test_batch_split), T(test_batch_split_single), T(test_batch_interval_stack), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
 	  T(test_batch_kind_names), T(test_batch_decode_refuses), T(test_batch_threads))

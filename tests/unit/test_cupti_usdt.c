@@ -42,9 +42,19 @@ static const char *pairs_get(const uint32_t *pairs, size_t n, const char *name)
 	return NULL;
 }
 
+/* An interval's attr; "stack_id" is its Interval.stack (batch version 2) as a decimal index. */
 static const char *attr(const Gpuscope__V1__Interval *iv, const char *name)
 {
-	return pairs_get(iv->attrs, iv->n_attrs, name);
+	static char sid[4][24];
+	static unsigned k;
+
+	if (strcmp(name, "stack_id"))
+		return pairs_get(iv->attrs, iv->n_attrs, name);
+	if (!iv->stack)
+		return NULL;
+	k = (k + 1) % 4;
+	snprintf(sid[k], sizeof(sid[k]), "%u", iv->stack - 1);
+	return sid[k];
 }
 
 static const char *label(uint32_t ls, const char *name)

@@ -43,9 +43,18 @@ static const char *S(const Gpuscope__V1__Batch *m, uint32_t i)
 	return i < m->n_strings ? m->strings[i] : "(bad)";
 }
 
+/* An interval's attr; "stack_id" is its Interval.stack (batch version 2) as a decimal index. */
 static const char *attr(const Gpuscope__V1__Batch *m, const Gpuscope__V1__Interval *iv,
 			const char *name)
 {
+	static char sid[24];
+
+	if (!strcmp(name, "stack_id")) {
+		if (!iv->stack)
+			return NULL;
+		snprintf(sid, sizeof(sid), "%u", iv->stack - 1);
+		return sid;
+	}
 	for (size_t i = 0; i + 1 < iv->n_attrs; i += 2)
 		if (!strcmp(S(m, iv->attrs[i]), name))
 			return S(m, iv->attrs[i + 1]);

@@ -350,7 +350,7 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 	struct agent *a = C.a;
 	struct agent_labels L;
 	struct label attrs[5];
-	char ncalls[24], total[24], sid[24];
+	char ncalls[24], total[24];
 	size_t na = 0;
 	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
 
@@ -363,11 +363,7 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 	attrs[na++] = (struct label){ "api", apis[api].name };
 	attrs[na++] = (struct label){ "calls", ncalls };
 	attrs[na++] = (struct label){ "total_ns", total };
-	if (stack_id >= 0) {
-		snprintf(sid, sizeof(sid), "%" PRId64, stack_id);
-		attrs[na++] = (struct label){ "stack_id", sid };
-	}
-	if (batch__interval(a->batch, "cuda_api", L.l, L.n, wstart, wend, attrs, na))
+	if (batch__interval(a->batch, "cuda_api", L.l, L.n, wstart, wend, stack_id, attrs, na))
 		C.batch_errors++;
 	if (sample && stack_id >= 0 &&
 	    batch__sample(a->batch, wend, L.l, L.n, stack_id, SAMPLE_CUDA_SYNC_NS, (int64_t)ns))

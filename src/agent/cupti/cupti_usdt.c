@@ -231,6 +231,9 @@ static void scan_procs(struct cupti_state *c)
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
+		/* with --pid, other processes' libraries are not ours to probe (nor to wait for) */
+		if (!pid_wanted(c->a, atoi(de->d_name)))
+			continue;
 		snprintf(fn, sizeof(fn), "/proc/%s/maps", de->d_name);
 		f = fopen(fn, "re");
 		if (!f)
@@ -525,7 +528,7 @@ static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
 				s = b->emitted_end;
 			}
 			if (e > s) {
-				if (batch__interval(c->a->batch, "gpu_busy", lab, nlab, s, e, NULL, 0))
+				if (batch__interval(c->a->batch, "gpu_busy", lab, nlab, s, e, -1, NULL, 0))
 					c->st.batch_errors++;
 				else
 					c->st.busy_intervals++;
@@ -563,7 +566,7 @@ static const char *memcpy_kind(unsigned k)
 
 static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
 {
-	char dev_s[12], stream_s[12], cid_s[12], sid_s[24], gid_s[12], nid_s[24], bytes_s[24];
+	char dev_s[12], stream_s[12], cid_s[12], gid_s[12], nid_s[24], bytes_s[24];
 	char grid_s[40], block_s[40], sub_s[12];
 	struct agent_labels L;
 	struct label attrs[12];
@@ -641,10 +644,6 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		attrs[na++] = (struct label){ "correlation_id", cid_s };
 		attrs[na++] = (struct label){ "grid", grid_s };
 		attrs[na++] = (struct label){ "block", block_s };
-		if (sid >= 0 && l && rs) {
-			snprintf(sid_s, sizeof(sid_s), "%" PRId64, sid);
-			attrs[na++] = (struct label){ "stack_id", sid_s };
-		}
 		if (r->graph_id) {
 			snprintf(gid_s, sizeof(gid_s), "%u", r->graph_id);
 			snprintf(nid_s, sizeof(nid_s), "%" PRIu64, (uint64_t)r->graph_node_id);
@@ -652,7 +651,9 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 			attrs[na++] = (struct label){ "graph_node_id", nid_s };
 			c->st.graph_kernels++;
 		}
-		err = batch__interval(c->a->batch, "gpu_kernel", L.l, L.n, s, e, attrs, na);
+		/* the launch stack only when joined (else sid is the kernel name alone) */
+		err = batch__interval(c->a->batch, "gpu_kernel", L.l, L.n, s, e,
+				      sid >= 0 && l && rs ? sid : -1, attrs, na);
 		busy_add(c, r->device, s, e);
 		break;
 	}
@@ -669,7 +670,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 							      memcpy_kind(r->subkind) : sub_s };
 		attrs[na++] = (struct label){ "stream", stream_s };
 		err = batch__interval(c->a->batch, r->kind == GPUSCOPE_CUPTI_MEMCPY ? "memcpy" : "memset",
-				      L.l, L.n, s, e, attrs, na);
+				      L.l, L.n, s, e, -1, attrs, na);
 		break;
 	case GPUSCOPE_CUPTI_SYNC: {
 		/* CUpti_ActivitySynchronizationType */
@@ -680,7 +681,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		attrs[na++] = (struct label){ "type", r->subkind < ARRAY_SIZE(types) ?
 							      types[r->subkind] : "unknown" };
 		attrs[na++] = (struct label){ "stream", stream_s };
-		err = batch__interval(c->a->batch, "cuda_sync", L.l, L.n, s, e, attrs, na);
+		err = batch__interval(c->a->batch, "cuda_sync", L.l, L.n, s, e, -1, attrs, na);
 		break;
 	}
 	default:
@@ -758,7 +759,7 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 	if (!p->refused)
 		attrs[na++] = (struct label){ "cost_ns", cost_s };
 	if (kept && batch__interval(c->a->batch, "gpu_trace_window", L.l, L.n, start_mono + w,
-				    end_mono + w, attrs, na))
+				    end_mono + w, -1, attrs, na))
 		c->st.batch_errors++;
 	if (p->refused)
 		return;
@@ -774,7 +775,7 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 		if (c->a->opts.node)
 			glab[ng++] = (struct label){ "node", c->a->opts.node };
 		if (batch__interval(c->a->batch, "gpu_observed", glab, ng, start_mono + w,
-				    end_mono + w, NULL, 0))
+				    end_mono + w, -1, NULL, 0))
 			c->st.batch_errors++;
 	}
 }

@@ -1406,7 +1406,7 @@ static void span_emit(struct agent *a, int src, struct span_src *g, int which)
 	if (a->opts.node)
 		lab[n++] = (struct label){ "node", a->opts.node };
 	if (a->batch && batch__interval(a->batch, which ? "gpu_busy" : "gpu_observed", lab, n,
-					g->s[which], g->e[which], NULL, 0))
+					g->s[which], g->e[which], -1, NULL, 0))
 		mod.drops_batch++;
 	g->e[which] = 0;
 }
@@ -1531,8 +1531,8 @@ static int nvml_tick(struct agent *a)
 				span_point(a, qp);
 		}
 		else if (a->batch)
-			err = batch__interval(a->batch, "gpu_event", l, nl, qp->t_ns,
-					      qp->t_ns, qp->attrs, qp->na);
+			err = batch__interval(a->batch, "gpu_event", l, nl, qp->t_ns, qp->t_ns, -1,
+					      qp->attrs, qp->na);
 		if (err == -ENOSPC)
 			break;	/* the batch is full: keep the rest for the next one */
 		if (err)

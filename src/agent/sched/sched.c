@@ -119,7 +119,8 @@ static const char *state_name(int st)
 static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_state *ev)
 {
 	struct agent *a = s->a;
-	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], sid[24], ns[3][24];
+	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], ns[3][24];
+	int64_t stack = -1;	/* BLOCKED: the stack at the switch-out */
 	struct agent_labels L;
 	struct label attrs[8];
 	size_t na = 0;
@@ -163,8 +164,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 
 			attrs[na++] = (struct label){ "reason", blocked_reason_name(r) };
 			if (id >= 0) {
-				snprintf(sid, sizeof(sid), "%" PRId64, id);
-				attrs[na++] = (struct label){ "stack_id", sid };
+				stack = id;
 				err = batch__sample(a->batch, end, L.l, L.n, id, SAMPLE_OFFCPU_NS,
 						    (int64_t)(ev->end_ns - ev->start_ns));
 				if (err)
@@ -174,7 +174,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			}
 		}
 	}
-	err = batch__interval(a->batch, "thread_state", L.l, L.n, start, end, attrs, na);
+	err = batch__interval(a->batch, "thread_state", L.l, L.n, start, end, stack, attrs, na);
 	if (err)
 		s->batch_errors++;
 	else

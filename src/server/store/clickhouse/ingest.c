@@ -304,8 +304,8 @@ static void interval_rows(struct cing *in, struct parts *ps)
 
 	for (size_t i = 0; i < m->n_intervals; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
-		const char *names[BATCH_MAX_LABELS], *vals[BATCH_MAX_LABELS];
-		char nums[BATCH_MAX_LABELS][24];
+		const char *names[BATCH_MAX_LABELS + 1], *vals[BATCH_MAX_LABELS + 1];
+		char nums[BATCH_MAX_LABELS + 1][24];	/* + Interval.stack */
 		struct part *pt = part_of(ps, iv->start_ns / CH_DAY_NS);
 		struct buf *b = pt ? &pt->rows : NULL;
 		size_t na = 0;
@@ -316,11 +316,12 @@ static void interval_rows(struct cing *in, struct parts *ps)
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
 			char *end;
 
-			if (!strcmp(name, "stack_id")) {
+			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
 				unsigned long long sid = strtoull(val, &end, 10);
 
-				/* Batch-local index -> global id; an invalid one is dropped. */
-				if (!*val || *end || sid >= m->n_stacks)
+				/* Batch-local index -> global id; an invalid one (or one that
+				 * Interval.stack gives too) is dropped. */
+				if (!*val || *end || sid >= m->n_stacks || iv->stack)
 					continue;
 				snprintf(nums[na], sizeof(nums[na]), "%llu",
 					 (unsigned long long)in->stack_id[sid]);
@@ -328,6 +329,13 @@ static void interval_rows(struct cing *in, struct parts *ps)
 			}
 			names[na] = name;
 			vals[na++] = val;
+		}
+		if (iv->stack) {	/* version 2; batch_decode() checked the range */
+			snprintf(nums[na], sizeof(nums[na]), "%llu",
+				 (unsigned long long)in->stack_id[iv->stack - 1]);
+			names[na] = "stack_id";
+			vals[na] = nums[na];
+			na++;
 		}
 		fact_head(in, pt);
 		rb_str(b, S(in, iv->kind));

@@ -407,11 +407,12 @@ static int store_intervals(struct ingest *in)
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
 			char num[24], *end;
 
-			if (!strcmp(name, "stack_id")) {
+			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
 				unsigned long long sid = strtoull(val, &end, 10);
 
-				/* Batch-local index -> global id; an invalid one is dropped. */
-				if (!*val || *end || sid >= m->n_stacks)
+				/* Batch-local index -> global id; an invalid one (or one that
+				 * Interval.stack gives too) is dropped. */
+				if (!*val || *end || sid >= m->n_stacks || iv->stack)
 					continue;
 				snprintf(num, sizeof(num), "%llu",
 					 (unsigned long long)in->stack_gid[sid]);
@@ -419,6 +420,14 @@ static int store_intervals(struct ingest *in)
 			}
 			buf_put(&attrs, name, strlen(name) + 1);
 			buf_put(&attrs, val, strlen(val) + 1);
+		}
+		if (iv->stack) {	/* version 2; batch_decode() checked the range */
+			char num[24];
+
+			snprintf(num, sizeof(num), "%llu",
+				 (unsigned long long)in->stack_gid[iv->stack - 1]);
+			buf_put(&attrs, "stack_id", sizeof("stack_id"));
+			buf_put(&attrs, num, strlen(num) + 1);
 		}
 		if (attrs.oom) {
 			err = -ENOMEM;
