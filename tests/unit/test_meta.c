@@ -278,6 +278,40 @@ static const char *get(const struct label *l, size_t n, const char *name)
 	return NULL;
 }
 
+/*
+ * A fake /proc in root (mkdtemp template, char[26]) for GPUSCOPE_PROC_ROOT: pid 4242 in a
+ * containerd container of pod UID; the relabel config written to cfg (char[300]). path
+ * (char[256]) gets the cgroup file's name. false if the directory cannot be made.
+ */
+static bool fake_proc(char *root, char *path, char *cfg, const char *relabel)
+{
+	FILE *f;
+
+	if (!mkdtemp(root))
+		return false;
+	snprintf(path, 256, "%s/4242", root);
+	mkdir(path, 0755);
+	snprintf(path, 256, "%s/4242/cgroup", root);
+	f = fopen(path, "w");
+	fprintf(f, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" UID_
+		   ".slice/cri-containerd-" ID64 ".scope\n");
+	fclose(f);
+	snprintf(cfg, 300, "%s/relabel.yaml", root);
+	f = fopen(cfg, "w");
+	fputs(relabel, f);
+	fclose(f);
+	return true;
+}
+
+static void fake_proc_rm(const char *root, char *path, const char *cfg)
+{
+	unlink(cfg);
+	unlink(path);
+	snprintf(path, 256, "%s/4242", root);
+	rmdir(path);
+	rmdir(root);
+}
+
 /* Pod labels via a fake /proc (GPUSCOPE_PROC_ROOT), the pod cache and a relabel config. */
 static bool test_meta_pod_labels(void)
 {
@@ -289,19 +323,10 @@ static bool test_meta_pod_labels(void)
 	bool ok;
 	FILE *f;
 
-	CHECK(mkdtemp(root));
-	snprintf(path, sizeof(path), "%s/4242", root);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/4242/cgroup", root);
-	f = fopen(path, "w");
-	fprintf(f, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" UID_
-		   ".slice/cri-containerd-" ID64 ".scope\n");
-	fclose(f);
-	snprintf(cfg, sizeof(cfg), "%s/relabel.yaml", root);
-	f = fopen(cfg, "w");
-	fprintf(f, "- action: labelmap\n  regex: __meta_kubernetes_pod_label_(team)\n"
-		   "- source_labels: [__meta_kubernetes_pod_node_name]\n  target_label: k8s_node\n");
-	fclose(f);
+	CHECK(fake_proc(root, path, cfg,
+			"- action: labelmap\n  regex: __meta_kubernetes_pod_label_(team)\n"
+			"- source_labels: [__meta_kubernetes_pod_node_name]\n"
+			"  target_label: k8s_node\n"));
 	o.proc_root = root;
 	o.relabel_config = cfg;
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start without Kubernetes"));
@@ -349,11 +374,7 @@ static bool test_meta_pod_labels(void)
 	fprintf(f, "- source_labels: [namespace]\n  action: keeep\n");
 	fclose(f);
 	ok = ok && ASSERT_EQ(meta__start(&o), -EINVAL, "malformed config refused");
-	unlink(cfg);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/4242", root);
-	rmdir(path);
-	rmdir(root);
+	fake_proc_rm(root, path, cfg);
 	return ok;
 }
 
@@ -432,7 +453,6 @@ static bool label_capacity(int extra, bool want_truncated)
 	size_t off = 0;
 	bool ok = true;
 	json_t *j;
-	FILE *f;
 
 	for (int i = 0; i < extra; i++)
 		off += snprintf(extra_labels + off, sizeof(extra_labels) - off,
@@ -446,20 +466,12 @@ static bool label_capacity(int extra, bool want_truncated)
 		 "\"spec\":{\"nodeName\":\"gpu-node-7\"},\"status\":{\"containerStatuses\":[{\"name\":"
 		 "\"pytorch\",\"containerID\":\"containerd://" ID64 "\"}]}}",
 		 extra_labels);
-	CHECK(mkdtemp(root));
-	snprintf(path, sizeof(path), "%s/4242", root);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/4242/cgroup", root);
-	f = fopen(path, "w");
-	fprintf(f, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" UID_
-		   ".slice/cri-containerd-" ID64 ".scope\n");
-	fclose(f);
-	snprintf(cfg, sizeof(cfg), "%s/relabel.yaml", root);
-	f = fopen(cfg, "w");
-	fprintf(f, "- action: labelmap\n  regex: __meta_kubernetes_pod_label_(.+)\n"
-		   "- source_labels: [__meta_kubernetes_pod_node_name]\n  target_label: k8s_node\n"
-		   "- source_labels: [namespace, pod]\n  separator: /\n  target_label: workload\n");
-	fclose(f);
+	CHECK(fake_proc(root, path, cfg,
+			"- action: labelmap\n  regex: __meta_kubernetes_pod_label_(.+)\n"
+			"- source_labels: [__meta_kubernetes_pod_node_name]\n"
+			"  target_label: k8s_node\n"
+			"- source_labels: [namespace, pod]\n  separator: /\n"
+			"  target_label: workload\n"));
 	o.proc_root = root;
 	o.relabel_config = cfg;
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start without Kubernetes"));
@@ -493,11 +505,7 @@ static bool label_capacity(int extra, bool want_truncated)
 				     "a producer's label fits");
 	ok = ok && ASSERT_TRUE(ARRAY_SIZE(producer) <= AGENT_LABELS_RESERVE, "reserve covers them");
 	meta__stop();
-	unlink(cfg);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/4242", root);
-	rmdir(path);
-	rmdir(root);
+	fake_proc_rm(root, path, cfg);
 	return ok;
 }
 
