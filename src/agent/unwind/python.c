@@ -221,15 +221,18 @@ static uint32_t minor_from_name(const char *base)
 /* ---- detection ------------------------------------------------------------------------ */
 
 struct candidate {
-	uint64_t start, end, pgoff;	/* the file's first mapping */
-	uint64_t lo, hi;		/* every mapping of the file */
+	uint64_t start, end, pgoff;	/* the file's first executable mapping */
+	uint64_t lo, hi;		/* its executable mappings, first to last */
+	bool deleted;
 	char path[PATH_MAX];
 };
 
-/* The first mapping of each file named python* or libpython*, and of the main executable. */
+/* The executable mappings of each file named python* or libpython*, and of the main
+ * executable (through the symbolizer's maps parser). */
 static int find_candidates(pid_t pid, struct candidate *ret, int max)
 {
 	char path[64], exe[PATH_MAX] = "", *line = NULL;
+	struct sym_maps_line l;
 	size_t cap = 0;
 	int n = 0;
 	ssize_t len;
@@ -243,40 +246,30 @@ static int find_candidates(pid_t pid, struct candidate *ret, int max)
 	if (!f)
 		return errno == ENOENT ? -ESRCH : -errno;
 	while (getline(&line, &cap, f) > 0 && n < max) {
-		struct candidate c;
-		char perms[8], *file;
-		int off = 0;
+		const char *base;
 		bool dup = false;
 
-		if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %*s %*s %n", &c.start,
-			   &c.end, perms, &c.pgoff, &off) < 4 || !off)
+		if (sym_parse_maps_line(line, &l) <= 0 || l.path[0] != '/')
 			continue;
-		file = line + off;
-		file[strcspn(file, "\n")] = 0;
-		if (file[0] != '/')
+		base = strrchr(l.path, '/') + 1;
+		/* python3.12, libpython3.12.so.1.0; not extension modules
+		 * (_asyncio.cpython-312-x86_64-linux-gnu.so) */
+		if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9) &&
+		    strcmp(l.path, exe))
 			continue;
-		{
-			const char *base = strrchr(file, '/') + 1;
-
-			/* python3.12, libpython3.12.so.1.0; not extension modules
-			 * (_asyncio.cpython-312-x86_64-linux-gnu.so) */
-			if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9) &&
-			    strcmp(file, exe))
-				continue;
-		}
 		for (int i = 0; i < n && !dup; i++) {
-			if (strcmp(ret[i].path, file))
+			if (strcmp(ret[i].path, l.path))
 				continue;
 			dup = true;
-			if (c.end > ret[i].hi)
-				ret[i].hi = c.end;
+			if (l.end > ret[i].hi)
+				ret[i].hi = l.end;
 		}
 		if (dup)
 			continue;
-		snprintf(c.path, sizeof(c.path), "%s", file);
-		c.lo = c.start;
-		c.hi = c.end;
-		ret[n++] = c;
+		ret[n] = (struct candidate){ .start = l.start, .end = l.end, .pgoff = l.pgoff,
+					     .lo = l.start, .hi = l.end, .deleted = l.deleted };
+		snprintf(ret[n].path, sizeof(ret[n].path), "%s", l.path);
+		n++;
 	}
 	free(line);
 	fclose(f);
@@ -286,30 +279,6 @@ static int find_candidates(pid_t pid, struct candidate *ret, int max)
 enum { SYM_RUNTIME, SYM_EVAL, SYM_CODE_TYPE, SYM_VERSION, SYM_N };
 static const char *const sym_names[SYM_N] = { "_PyRuntime", "_PyEval_EvalFrameDefault",
 					      "PyCode_Type", "Py_Version" };
-
-/* Opens the file behind a mapping: map_files first (deleted files, other namespaces). */
-static int open_candidate(pid_t pid, const struct candidate *c, struct stat *st)
-{
-	char path[PATH_MAX + 80];
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, c->start,
-		 c->end);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, c->path);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	}
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, st)) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	return fd;
-}
 
 static void log_unsupported(struct python *py, pid_t pid, uint32_t version, const char *why)
 {
@@ -381,7 +350,7 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 	struct stat st;
 	int fd, n, err;
 
-	fd = open_candidate(pid, c, &st);
+	fd = sym_open_mapping(pid, c->start, c->end, c->path, c->deleted, &st);
 	if (fd < 0)
 		return fd == -ENOENT ? -ESRCH : 0;
 	{
