@@ -19,7 +19,4 @@ void gpuscope_log(enum log_level lvl, const char *fmt, ...) __attribute__((forma
 #define log_info(...)  log_at(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_at(LOG_DEBUG, __VA_ARGS__)
 
-/* Defensive check for can't-happen conditions (sqlite style): evaluates to x, logs once. */
-#define NEVER(x) ((x) ? (log_error("NEVER: %s at %s:%d", #x, __FILE__, __LINE__), 1) : 0)
-
 #endif
