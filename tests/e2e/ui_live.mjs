@@ -64,13 +64,14 @@ try {
 		return p ? { node: p.cols.node.filter((v) => v > 0).length, proc: p.cols.proc.filter((v) => v > 0).length } : null;
 	});
 	check(cpu && cpu.node > 0 && cpu.proc > 0, `samples chart: buckets with samples, node ${cpu && cpu.node}, process ${cpu && cpu.proc}`);
-	// brush the last minute on the samples chart
+	// brush the last minute on the samples chart, up to 3 s before the page opened (the agent
+	// may have been up for only a few seconds more than that)
 	n0 = await loads('flame');
 	const b = await page.evaluate(([a, z]) => {
 		const tl = window.__gpuscope.timeline, r = document.querySelector('.panel[data-panel="cpu"]').getBoundingClientRect();
 		const rr = tl.root.getBoundingClientRect();
 		return { x0: rr.left + tl.xOf(a), x1: rr.left + tl.xOf(z), y: r.top + r.height / 2 };
-	}, [now - 60e3, now - 8e3]);
+	}, [now - 60e3, now - 3e3]);
 	await page.mouse.move(b.x0, b.y);
 	await page.mouse.down();
 	await page.mouse.move(b.x1, b.y, { steps: 6 });
