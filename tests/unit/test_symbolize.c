@@ -5,6 +5,7 @@
  * through a pipe, and the test resolves them; plus a perf map and /proc/kallsyms.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
@@ -303,11 +304,31 @@ static bool test_symbolize_stripped_dynsym(void)
 	readelf_build_id(c.path, bid, sizeof(bid));
 	ok = check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path, bid) &&
 	     check_sym(s, c.pid, addr_of(&c, "symfix_beta"), "symfix_beta", 3, c.path, bid);
-	/* A static function is not in .dynsym: unresolved, but the frame keeps its mapping. */
-	ok = ok &&
-	     ASSERT_EQ(symbolizer__user(s, c.pid, addr_of(&c, "symfix_local"), &f), -ENOENT, "local") &&
-	     ASSERT_TRUE(!f.function, "no function") && ASSERT_STREQ(f.module, c.path, "module") &&
-	     ASSERT_STREQ(f.build_id, bid, "build_id") && ASSERT_TRUE(f.map_limit > f.map_start, "map");
+	/* A static function is not in .dynsym: named after where its FDE starts (unnamed), the
+	 * same name for every address inside it, with its mapping. */
+	if (ok) {
+		uint64_t a = addr_of(&c, "symfix_local");
+		char want[128];
+		const char *name;
+
+		ok = ASSERT_EQ(symbolizer__user(s, c.pid, a, &f), 0, "local") &&
+		     ASSERT_TRUE(f.function && f.unnamed, "unnamed function") &&
+		     ASSERT_EQ(f.sym_offset, 2, "2 bytes in (the fixture reports that)") &&
+		     ASSERT_STREQ(f.module, c.path, "module") &&
+		     ASSERT_STREQ(f.build_id, bid, "build_id") &&
+		     ASSERT_TRUE(f.map_limit > f.map_start, "map");
+		if (ok) {
+			/* text's file offsets are its ELF addresses in this PIE */
+			snprintf(want, sizeof(want), "symfix_stripped+0x%" PRIx64, f.file_offset - 2);
+			ok = ASSERT_STREQ(f.function, want, "module+0xSTART");
+		}
+		name = f.function;
+		ok = ok && ASSERT_EQ(symbolizer__user(s, c.pid, a + 3, &f), 0, "inside") &&
+		     ASSERT_TRUE(f.function == name, "same name") && ASSERT_EQ(f.sym_offset, 5, "offset");
+		/* a global next to it keeps its own name */
+		ok = ok && check_sym(s, c.pid, addr_of(&c, "symfix_alpha"), "symfix_alpha", 5, c.path,
+				     bid);
+	}
 out:
 	child_stop(&c);
 	symbolizer__free(s);
@@ -329,8 +350,10 @@ static bool test_symbolize_debug_file(void)
 		goto out;
 	readelf_build_id(c.path, bid, sizeof(bid));
 	ok = ASSERT_EQ(symbolizer__set_debug_dir(s, NULL), 0, "no debug dir") &&
-	     ASSERT_EQ(symbolizer__user(s, c.pid, addr_of(&c, "symfix_alpha"), &f), -ENOENT,
+	     ASSERT_EQ(symbolizer__user(s, c.pid, addr_of(&c, "symfix_alpha"), &f), 0,
 		       "without the debug file") &&
+	     ASSERT_TRUE(f.unnamed && !strncmp(f.function, "symfix_nodebug+0x", 17),
+			 "unnamed, after its CFI") &&
 	     ASSERT_STREQ(f.module, c.path, "module") && ASSERT_STREQ(f.build_id, bid, "build_id");
 	symbolizer__free(s);
 	s = symbolizer__new();

@@ -19,6 +19,7 @@
 #include "agent/meta/procfs.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/symbolize_int.h"
+#include "agent/unwind/table.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/prom.h"
@@ -79,6 +80,11 @@ struct image {
 	bool pinned;			/* the vDSO: built from memory, never evicted */
 	uint64_t load_failed_ns;	/* last failed open (file gone): retried later */
 	struct symt tab;
+	/* Stripped code (no .symtab): where its functions start, from the CFI's FDEs, as
+	 * offsets from fde_base; names "module+0xSTART" where no symbol covers an address. */
+	uint32_t *fde;
+	size_t nfde;
+	uint64_t fde_base;
 	size_t bytes;
 	struct u64map names;		/* symbol index -> interned display (demangled) name */
 };
@@ -182,6 +188,9 @@ static void image_unload(struct symbolizer *s, struct image *img)
 	list_del(&img->lru);
 	s->cache_bytes -= img->bytes;
 	symt_done(&img->tab);
+	free(img->fde);
+	img->fde = NULL;
+	img->nfde = 0;
 	u64map_done(&img->names);
 	memset(&img->names, 0, sizeof(img->names));
 	img->bytes = 0;
@@ -325,6 +334,62 @@ static int load_debug_file(struct symbolizer *s, struct image *img, pid_t pid, i
 	return err;
 }
 
+/*
+ * Function starts of a binary without .symtab, from its FDEs (one per function, also for the
+ * static functions .dynsym leaves out). Nothing kept when it has no CFI or text over 4 GiB.
+ */
+static void load_fde_starts(struct image *img, int fd)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	const char *source;
+	uint64_t *starts;
+	size_t n, k = 0;
+
+	if (!elf)
+		return;
+	if (!uw_fde_starts(elf, &starts, &n, &source)) {
+		if (n && starts[n - 1] - starts[0] <= UINT32_MAX &&
+		    (img->fde = malloc(n * sizeof(*img->fde)))) {
+			img->fde_base = starts[0];
+			for (size_t i = 0; i < n; i++)
+				if (!k || starts[i] - img->fde_base != img->fde[k - 1])
+					img->fde[k++] = (uint32_t)(starts[i] - img->fde_base);
+			img->nfde = k;
+		}
+		free(starts);
+	}
+	elf_end(elf);
+}
+
+/* "module+0xSTART" for vaddr in an FDE of img's stripped code, with *ret_start; NULL if none. */
+static const char *fde_name(struct symbolizer *s, struct image *img, const char *module,
+			    uint64_t vaddr, uint64_t *ret_start)
+{
+	const char *base = strrchr(module, '/');
+	size_t lo = 0, hi = img->nfde;
+	uint64_t rel, start;
+	char buf[300];
+
+	if (!img->nfde || vaddr < img->fde_base || vaddr - img->fde_base > UINT32_MAX)
+		return NULL;
+	rel = vaddr - img->fde_base;
+	while (hi - lo > 1) {	/* the last start <= rel */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (img->fde[mid] <= rel)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	/* past the last FDE: only as far as a function reaches (as symt_finish's 64 KiB) */
+	if (lo + 1 == img->nfde && rel - img->fde[lo] >= (64 << 10))
+		return NULL;
+	start = img->fde_base + img->fde[lo];
+	*ret_start = start;
+	snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, base ? base + 1 : module, start);
+	return intern(s, buf);
+}
+
 /* Loads img's symbols, reopening the file through pid's mapping m. 0 or -errno. */
 static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const struct mapping *m)
 {
@@ -359,18 +424,35 @@ static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const 
 	}
 	s->st.elf_opened++;
 	err = elf_read_symbols(fd, &img->tab, &from_symtab);
+	if (err == -ENODATA || (!err && !from_symtab))
+		load_fde_starts(img, fd);
 	close(fd);
-	if ((err == -ENODATA || (!err && !from_symtab)) && img->build_id[0] && s->debug_dir)
+	if ((err == -ENODATA || (!err && !from_symtab)) && img->build_id[0] && s->debug_dir) {
+		const struct symt_ent *before = img->tab.e;
+
 		err = load_debug_file(s, img, pid, err);
+		if (!err && img->tab.e != before && img->fde) {
+			/* a .symtab from the debug file: it names them all */
+			free(img->fde);
+			img->fde = NULL;
+			img->nfde = 0;
+		}
+	}
+	if (err == -ENODATA && img->nfde)
+		err = 0;	/* no symbols at all, but function bounds from the CFI */
 	if (err == -ENODATA || err == -ENOEXEC) {
 		img->no_symbols = true;
 		return err;
 	}
-	if (err)
+	if (err) {
+		free(img->fde);
+		img->fde = NULL;
+		img->nfde = 0;
 		return err;
+	}
 	img->loaded = true;
 	img->load_failed_ns = 0;
-	img->bytes = symt_bytes(&img->tab);
+	img->bytes = symt_bytes(&img->tab) + img->nfde * sizeof(*img->fde);
 	s->cache_bytes += img->bytes;
 	list_add_head(&s->loaded, &img->lru);
 	evict_images(s, img);
@@ -871,16 +953,21 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 	}
 	if (m && m->img) {
 		struct image *img = m->img;
-		uint64_t vaddr;
+		uint64_t vaddr, start;
 
 		ret->build_id = img->build_id;
 		if (!image_load(s, img, pid, m) &&
-		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr) &&
-		    (i = symt_find(&img->tab, vaddr)) >= 0) {
-			if (!img->pinned)
+		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr)) {
+			if ((i = symt_find(&img->tab, vaddr)) >= 0) {
+				ret->function = display_name(s, &img->names, &img->tab, i);
+				ret->sym_offset = vaddr - img->tab.e[i].addr;
+			} else if ((ret->function = fde_name(s, img, m->path, vaddr, &start))) {
+				ret->sym_offset = vaddr - start;
+				ret->unnamed = true;
+				s->st.unnamed++;
+			}
+			if (ret->function && !img->pinned)
 				list_move_head(&s->loaded, &img->lru);
-			ret->function = display_name(s, &img->names, &img->tab, i);
-			ret->sym_offset = vaddr - img->tab.e[i].addr;
 		}
 	} else if ((i = perfmap_lookup(s, p, addr)) >= 0) {
 		ret->function = intern(s, symt_name(&p->pm, i));
@@ -897,7 +984,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		s->st.unknown++;
 		return -ENOENT;
 	}
-	s->st.resolved++;
+	s->st.resolved += !ret->unnamed;
 	return 0;
 }
 
@@ -1180,11 +1267,14 @@ int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir)
 void symbolizer__metrics(const struct symbolizer *s, FILE *out)
 {
 	prom_family(out, "gpuscope_agent_symbolizer_frames_total", "counter",
-		    "Frames symbolized, by result.");
+		    "Frames symbolized, by result (unnamed: stripped code, named module+0xSTART "
+		    "after the function's start in its call-frame information).");
 	prom_sample1_u64(out, "gpuscope_agent_symbolizer_frames_total", "result", "resolved",
 			 s->st.resolved);
 	prom_sample1_u64(out, "gpuscope_agent_symbolizer_frames_total", "result", "unknown",
 			 s->st.unknown);
+	prom_sample1_u64(out, "gpuscope_agent_symbolizer_frames_total", "result", "unnamed",
+			 s->st.unnamed);
 	prom_counter(out, "gpuscope_agent_symbolizer_elf_opened_total", "ELF files opened.",
 		     s->st.elf_opened);
 	prom_counter(out, "gpuscope_agent_symbolizer_elf_cache_hits_total",

@@ -23,6 +23,7 @@ struct sym_frame {
 	uint64_t map_start, map_limit, map_pgoff;	/* the mapping (for pprof Mapping) */
 	uint64_t sym_offset;	/* addr - symbol start; 0 if unresolved */
 	bool kernel;
+	bool unnamed;		/* function is "module+0xSTART": stripped code, bounds from its CFI */
 };
 
 /* New symbolizer with default limits. Returns NULL with errno set; free with symbolizer__free(). */
@@ -31,10 +32,11 @@ struct symbolizer *symbolizer__new(void);
 void symbolizer__free(struct symbolizer *s);
 
 /*
- * Resolve a user-space address of process pid (host pid). 0: function resolved; -ENOENT: not
- * resolved but *ret filled (module and offsets when the mapping is known, function NULL; module
- * "[unknown]" when no mapping contains addr); other -errno: bad arguments. Callers pass addr-1
- * for return addresses themselves. Main-loop thread only.
+ * Resolve a user-space address of process pid (host pid). 0: function resolved (in stripped
+ * code, a function no symbol covers is named "module+0xSTART" after its CFI: ret->unnamed);
+ * -ENOENT: not resolved but *ret filled (module and offsets when the mapping is known, function
+ * NULL; module "[unknown]" when no mapping contains addr); other -errno: bad arguments. Callers
+ * pass addr-1 for return addresses themselves. Main-loop thread only.
  */
 int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret);
 
@@ -53,7 +55,7 @@ int symbolizer__pid_seen(struct symbolizer *s, pid_t pid);
 void symbolizer__pid_gone(struct symbolizer *s, pid_t pid);
 
 struct symbolizer_stats {
-	uint64_t resolved, unknown, elf_opened, elf_cache_hits, maps_reads, perfmap_reads;
+	uint64_t resolved, unknown, unnamed, elf_opened, elf_cache_hits, maps_reads, perfmap_reads;
 };
 void symbolizer__stats(const struct symbolizer *s, struct symbolizer_stats *ret);
 

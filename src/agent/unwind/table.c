@@ -303,6 +303,26 @@ static int finish(struct rows *rs, struct uw_table *t)
 	return 0;
 }
 
+int uw_fde_starts(Elf *elf, uint64_t **ret, size_t *ret_n, const char **ret_source)
+{
+	GElf_Shdr sh;
+	Elf_Scn *scn;
+
+	if (elf_kind(elf) != ELF_K_ELF)
+		return -ENOEXEC;
+	scn = find_section(elf, ".eh_frame_hdr", &sh);
+	if (scn && !hdr_starts(scn, &sh, ret, ret_n)) {
+		*ret_source = ".eh_frame";
+		return 0;
+	}
+	scn = find_section(elf, ".debug_frame", &sh);
+	if (scn && !debug_frame_starts(elf, scn, ret, ret_n)) {
+		*ret_source = ".debug_frame";
+		return 0;
+	}
+	return -ENODATA;
+}
+
 static int build(Elf *elf, uint32_t max_rows, struct uw_table *t)
 {
 	struct rows rs = { .max = max_rows };
@@ -310,23 +330,16 @@ static int build(Elf *elf, uint32_t max_rows, struct uw_table *t)
 	Dwarf *dbg = NULL;
 	uint64_t *starts = NULL;
 	size_t nstarts = 0;
-	GElf_Shdr sh;
-	Elf_Scn *scn;
 	int err;
 
-	if (elf_kind(elf) != ELF_K_ELF)
-		return -ENOEXEC;
-	scn = find_section(elf, ".eh_frame_hdr", &sh);
-	if (scn && !(err = hdr_starts(scn, &sh, &starts, &nstarts))) {
+	err = uw_fde_starts(elf, &starts, &nstarts, &t->source);
+	if (err)
+		return err;
+	if (!strcmp(t->source, ".eh_frame")) {
 		cfi = dwarf_getcfi_elf(elf);
-		t->source = ".eh_frame";
-	} else if ((scn = find_section(elf, ".debug_frame", &sh)) &&
-		   !(err = debug_frame_starts(elf, scn, &starts, &nstarts))) {
+	} else {
 		dbg = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
 		cfi = dbg ? dwarf_getcfi(dbg) : NULL;
-		t->source = ".debug_frame";
-	} else {
-		return -ENODATA;
 	}
 	if (!cfi) {
 		err = -ENODATA;

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <libelf.h>
 #include <linux/types.h>
 #include "agent/unwind/unwind_maps.h"
 
@@ -29,6 +30,13 @@ struct uw_table {
  */
 int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows, struct uw_table *ret);
 void uw_table_done(struct uw_table *t);
+
+/*
+ * Where the binary's FDEs start (ELF vaddrs, sorted, duplicates possible): from .eh_frame_hdr's
+ * search table, else .debug_frame. *ret_source: ".eh_frame" or ".debug_frame". 0, -ENODATA (no
+ * CFI), -ENOEXEC, -ENOMEM; free(*ret). Also the symbolizer's function bounds in stripped code.
+ */
+int uw_fde_starts(Elf *elf, uint64_t **ret, size_t *ret_n, const char **ret_source);
 
 /* The row in effect at ELF vaddr in t (what the BPF walker finds), or 0 (UNWIND_ROW_NONE). */
 __u64 uw_table_lookup(const struct uw_table *t, uint64_t vaddr);
