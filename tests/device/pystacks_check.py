@@ -5,6 +5,7 @@ GPU time sits under the Python function that launched it (train_step); <= 5 % of
 CPU samples hold an unknown frame ([unknown] ..., [python]). Also prints the same figures for the
 off-CPU and CUDA-sync stacks, and the heaviest stacks. Usage: pystacks_check.py URL PID"""
 import json
+import re
 import sys
 import urllib.parse
 import urllib.request
@@ -91,6 +92,11 @@ print("== the process's CPU samples: %d" % c["value"])
 check(c["value"] > 0 and unk <= 0.05 * c["value"],
       "CPU samples with an unknown frame: %.2f %% (%d of %d); with [truncated]: %.2f %%" %
       (100.0 * unk / max(c["value"], 1), unk, c["value"], 100.0 * trunc / max(c["value"], 1)))
+unnamed = presence(c, lambda n: re.match(r"[^\[;]+\+0x[0-9a-f]+$", n) is not None)
+print("INFO CPU samples with an unnamed frame of stripped code (module+0xSTART, its CFI's "
+      "function start): %.2f %% (%d)" % (100.0 * unnamed / max(c["value"], 1), unnamed))
+
+
 def tally(node):
     """Samples with each unknown frame name (a stack counted once per name)."""
     seen = {}

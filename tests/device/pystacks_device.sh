@@ -20,6 +20,8 @@ ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/serve
 spid=$!
 for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+# BPF run time per program (fdinfo's run_time_ns / run_cnt) while the loop runs
+sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null || echo 1 > /proc/sys/kernel/bpf_stats_enabled
 ours "$D/bin/gpuscope-agent" run --server "$url" --push-interval 2s --metrics-listen 127.0.0.1:9400 \
 	> "$W/agent.out" 2> "$W/agent.log" &
 apid=$!
@@ -33,21 +35,28 @@ read -r b_ut b_st < <(awk '{print $14, $15}' /proc/$apid/stat)
 wpid=$(awk '/^pid /{print $2; exit}' "$W/work.out")
 tail -2 "$W/work.out"; tail -3 "$W/work.err"
 sleep 4	# the last push
-curl -s http://127.0.0.1:9400/metrics > "$RET/agent-metrics.txt"
+python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9400/metrics', timeout=30).read().decode())" > "$RET/agent-metrics.txt"
 grep VmHWM /proc/$apid/status | tee "$W/agent-rss.txt"
-kill -TERM $apid; wait $apid
+for f in /proc/$apid/fdinfo/*; do
+	grep -q '^prog_tag' "$f" 2>/dev/null || continue
+	awk -v fd="${f##*/}" '/^prog_type|^prog_id|^run_time_ns|^run_cnt/{printf "%s=%s ", $1, $2} END{print "fd=" fd}' "$f"
+done | tee "$RET/bpf-progs.txt" | awk '{delete v; for(i=1;i<=NF;i++){split($i,a,"=");v[a[1]]=a[2]} if (v["run_cnt:"]>0) printf "bpf prog %s type %s: %d runs, %.0f ns/run\n", v["prog_id:"], v["prog_type:"], v["run_cnt:"], v["run_time_ns:"]/v["run_cnt:"]}' | tee "$W/bpf-stats.txt"
+kill -TERM $apid
+for _ in $(seq 300); do kill -0 $apid 2>/dev/null || break; sleep 0.1; done
+kill -KILL $apid 2>/dev/null; wait $apid
 python3 - "$a_ut" "$a_st" "$b_ut" "$b_st" "$t0" "$t1" <<'PY' | tee -a "$W/agent-rss.txt"
 import os, sys
 a_ut, a_st, b_ut, b_st, t0, t1 = map(float, sys.argv[1:7])
 cpu = ((b_ut + b_st) - (a_ut + a_st)) / os.sysconf("SC_CLK_TCK")
 print("agent CPU during the loop: %.2f s over %.1f s = %.2f %% of one core" % (cpu, t1 - t0, 100 * cpu / (t1 - t0)))
 PY
-grep -E '^gpuscope_agent_(python|unwind)_' "$RET/agent-metrics.txt" | grep -v ' 0$'
+grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_' "$RET/agent-metrics.txt" | grep -v ' 0$'
 {
 	echo "python pid $wpid"
 	python3 tests/device/pystacks_check.py "$url" "$wpid"
 	echo "rc $?"
 	cat "$W/agent-rss.txt"
+	cat "$W/bpf-stats.txt"
 } 2>&1 | tee "$RET/summary.txt"
 tail -20 "$W/agent.log" > "$RET/agent-log-tail.txt"
 cp "$W/work.err" "$RET/" 2>/dev/null
