@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* gpuscope-agent: dispatches to the subcommands declared in commands.h. */
+#include <malloc.h>
 #include "agent/commands.h"
 #include "common/subcmd.h"
 
@@ -12,6 +13,14 @@ static const struct subcmd commands[] = {
 
 int main(int argc, char **argv)
 {
+	/*
+	 * Big, short-lived buffers (an unwind table being built, a library's symbol table) go
+	 * to their own mappings and back to the kernel when freed: a fixed threshold keeps glibc
+	 * from raising it after the first big free and keeping the next ones on the heap, and two
+	 * arenas keep the worker threads from each holding freed memory of their own.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
+	mallopt(M_ARENA_MAX, 2);
 	return subcmd_main("gpuscope-agent", commands, sizeof(commands) / sizeof(commands[0]), argc,
 			   argv);
 }

@@ -269,33 +269,42 @@ static Elf_Scn *find_section(Elf *elf, const char *name, GElf_Shdr *ret)
 
 /* ---- the table -------------------------------------------------------------------------- */
 
+/*
+ * Turns the rows into the map's layout in place: the buffer grows by the header and page index
+ * and the rows move up (no second copy of a libtorch-size table at the build's peak).
+ */
 static int finish(struct rows *rs, struct uw_table *t)
 {
+	size_t nwords, head;
+	const __u64 *rows;
 	uint64_t last;
-	size_t nwords;
 	__u64 *w;
 
 	if (!rs->n)
 		return -ENODATA;
 	last = UNWIND_ROW_ADDR(rs->r[rs->n - 1]);
 	t->npages = (uint32_t)(last >> UNWIND_PAGE_SHIFT) + 1;
-	nwords = UNWIND_HDR_WORDS + t->npages + 1 + rs->n;
+	head = UNWIND_HDR_WORDS + t->npages + 1;
+	nwords = head + rs->n;
 	if (nwords > UINT32_MAX)
 		return -E2BIG;
-	w = malloc(nwords * sizeof(*w));
+	w = realloc(rs->r, nwords * sizeof(*w));
 	if (!w)
 		return -ENOMEM;
+	rs->r = NULL;
+	rs->cap = 0;
+	memmove(w + head, w, rs->n * sizeof(*w));
+	rows = w + head;
 	w[0] = t->npages | (__u64)rs->n << 32;
 	w[1] = rs->base;
 	/* page p: the row in effect at its start (the last row at or before it) */
 	for (size_t p = 0, i = 0; p <= t->npages; p++) {
 		uint64_t at = (uint64_t)p << UNWIND_PAGE_SHIFT;
 
-		while (i + 1 < rs->n && UNWIND_ROW_ADDR(rs->r[i + 1]) <= at)
+		while (i + 1 < rs->n && UNWIND_ROW_ADDR(rows[i + 1]) <= at)
 			i++;
 		w[UNWIND_HDR_WORDS + p] = i;
 	}
-	memcpy(w + UNWIND_HDR_WORDS + t->npages + 1, rs->r, rs->n * sizeof(*w));
 	t->words = w;
 	t->nwords = nwords;
 	t->nrows = rs->n;
