@@ -442,6 +442,8 @@ int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels,
 
 	if ((unsigned)kind >= SAMPLE_KIND_MAX)
 		return -EINVAL;
+	if ((int64_t)time_ns <= 0)
+		return -ERANGE;	/* the server refuses the whole batch for one such time */
 	pthread_mutex_lock(&b->mu);
 	if (stack_id < 0 || (size_t)stack_id >= nstacks(b)) {
 		err = -EINVAL;
@@ -506,6 +508,8 @@ int batch__metric(struct batch *b, const char *name, const struct label *labels,
 
 	if (!name || !*name)
 		return -EINVAL;
+	if ((int64_t)time_ns <= 0)
+		return -ERANGE;
 	pthread_mutex_lock(&b->mu);
 	if (b->nrecords >= BATCH_MAX_RECORDS) {
 		err = -ENOSPC;
@@ -564,6 +568,8 @@ int batch__interval(struct batch *b, const char *kind, const struct label *label
 
 	if (!kind || !*kind || end_ns < start_ns)
 		return -EINVAL;
+	if ((int64_t)start_ns <= 0 || (int64_t)end_ns <= 0)
+		return -ERANGE;
 	if (nattrs > BATCH_MAX_LABELS)
 		return -E2BIG;
 	pthread_mutex_lock(&b->mu);

@@ -58,7 +58,11 @@ void batch__set_id(struct batch *b, uint64_t id);
 /* Deduplicated: the same frame list returns the same stack id within one batch. >= 0 or -errno. */
 int64_t batch__stack(struct batch *b, const struct location *frames, size_t n);
 
-/* A stack sample at time_ns (Unix ns). Labels are copied. 0 or -errno. */
+/*
+ * A stack sample at time_ns (Unix ns). Labels are copied. 0 or -errno (-ERANGE: a time at or
+ * before 1970, i.e. <= 0 as the wire's int64, which the server refuses with the whole batch;
+ * likewise for metric points and intervals).
+ */
 int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels, size_t nlabels,
 		  int64_t stack_id, enum sample_kind kind, int64_t value);
 

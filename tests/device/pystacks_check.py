@@ -3,7 +3,8 @@
 the main thread's GPU-idle CPU flame graph is >= 80 % under python_cpu_phase; >= 90 % of kernel
 GPU time sits under the Python function that launched it (train_step); <= 5 % of the process's
 CPU samples hold an unknown frame ([unknown] ..., [python]). Also prints the same figures for the
-off-CPU and CUDA-sync stacks, and the heaviest stacks. Usage: pystacks_check.py URL PID"""
+off-CPU and CUDA-sync stacks, and the heaviest stacks. Usage: pystacks_check.py URL PID [FROM TO]
+(FROM TO: the loop's bounds in Unix seconds)"""
 import json
 import re
 import sys
@@ -11,6 +12,9 @@ import urllib.parse
 import urllib.request
 
 url, pid = sys.argv[1], sys.argv[2]
+# the loop's bounds (Unix s), from the workload's phase lines: the GPU-idle check looks there,
+# not at `import torch` and the model's set-up, which also run while the GPU is idle
+loop = {"from": sys.argv[3], "to": sys.argv[4]} if len(sys.argv) > 4 else {"since": "30m"}
 failed = []
 
 
@@ -21,7 +25,9 @@ def get(path, **params):
 
 
 def fg(kind, sel, **extra):
-    return get("/api/v1/flamegraph", kind=kind, since="30m", selector=sel, **extra)["root"]
+    if "from" not in extra:
+        extra["since"] = "30m"
+    return get("/api/v1/flamegraph", kind=kind, selector=sel, **extra)["root"]
 
 
 def presence(node, pred):
@@ -44,7 +50,8 @@ def heaviest(node, k=8):
             walk(c, p)
     walk(node, [])
     for v, p in sorted(out, key=lambda t: -t[0])[:k]:
-        print("   %8d  %s" % (v, ";".join(p)[-300:]))
+        t = ";".join(p)
+        print("   %8d  %s" % (v, t if len(t) <= 400 else t[:180] + " ... " + t[-215:]))
 
 
 def check(ok, what):
@@ -60,7 +67,7 @@ def unknown(name):
 proc = '{pid="%s"}' % pid
 main = '{pid="%s",tid="%s"}' % (pid, pid)
 
-idle = fg("cpu", main, gpu_idle="0")
+idle = fg("cpu", main, gpu_idle="0", **loop)
 busy_cpu = idle["value"]
 under = presence(idle, lambda n: n == "python_cpu_phase")
 print("== GPU-idle CPU flame graph, main thread: %d samples" % busy_cpu)
@@ -113,6 +120,14 @@ def tally(node):
 
 for name, v in sorted(tally(c).items(), key=lambda kv: -kv[1])[:10]:
     print("   %6.2f %%  %s" % (100.0 * v / max(c["value"], 1), name))
+if "from" in loop:
+    cl = fg("cpu", proc, **loop)
+    print("INFO during the loop only: %d samples, %.2f %% with an unknown frame, %.2f %% with "
+          "[truncated]" % (cl["value"], 100.0 * presence(cl, unknown) / max(cl["value"], 1),
+                           100.0 * presence(cl, lambda n: n == "[truncated]") /
+                           max(cl["value"], 1)))
+    for name, v in sorted(tally(cl).items(), key=lambda kv: -kv[1])[:5]:
+        print("   %6.2f %%  %s" % (100.0 * v / max(cl["value"], 1), name))
 for kind in ("offcpu_ns", "cuda_sync_ns"):
     t = fg(kind, proc)
     u = presence(t, unknown)

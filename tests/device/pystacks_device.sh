@@ -53,7 +53,10 @@ PY
 grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_' "$RET/agent-metrics.txt" | grep -v ' 0$'
 {
 	echo "python pid $wpid"
-	python3 tests/device/pystacks_check.py "$url" "$wpid"
+	python3 tests/device/pystacks_check.py "$url" "$wpid" $(python3 -c '
+import json, sys
+ph = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{\"cpu\"")]
+print("%.3f %.3f" % (ph[0]["cpu"][0] / 1e9, ph[-1]["gpu"][1] / 1e9) if ph else "")' "$W/work.out")
 	echo "rc $?"
 	cat "$W/agent-rss.txt"
 	cat "$W/bpf-stats.txt"

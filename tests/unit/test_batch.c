@@ -290,7 +290,7 @@ static void *producer(void *p)
 	struct label l[] = { { "tid", "1" } };
 
 	for (int i = 0; i < a->n; i++)
-		batch__sample(a->b, (uint64_t)i, l, 1, a->stack, SAMPLE_CPU, 1);
+		batch__sample(a->b, (uint64_t)i + 1, l, 1, a->stack, SAMPLE_CPU, 1);
 	return NULL;
 }
 

@@ -29,6 +29,7 @@
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
 #include "agent/meta/labels.h"
+#include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
@@ -106,7 +107,6 @@ struct raw_stack {
 	uint64_t hash;		/* 0: empty */
 	uint32_t pid, n;
 	__u64 frames[GPUSCOPE_MAX_STACK];
-	struct location *locs;	/* n + 1 once symbolized (locs[0]: the kernel leaf), or NULL */
 };
 
 struct span {
@@ -420,8 +420,6 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 	slot = h & ((1u << STACK_BITS) - 1);
 	rs = &c->stacks[slot];
 	if (rs->hash != h) {
-		free(rs->locs);
-		rs->locs = NULL;
 		rs->hash = h;
 		rs->pid = ev->tgid;
 		rs->n = n;
@@ -436,41 +434,46 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
 }
 
+/* The profiler's own frames on top of a launch stack: our callback and CUPTI's dispatch. */
+static bool instrumentation_frame(const struct location *l)
+{
+	const char *m = l->module, *base;
+
+	if (!m || l->kernel)
+		return false;
+	base = strrchr(m, '/');
+	base = base ? base + 1 : m;
+	return !strncmp(base, "libgpuscope_cupti", 17) || !strncmp(base, "libcupti.so", 11);
+}
+
 /*
- * The batch stack of a kernel: its name as the leaf over the launching stack, symbolized once
- * per distinct launch stack (cached in the slot). rs NULL: the leaf alone.
+ * The batch stack of a kernel: its name as the leaf over the launching stack, symbolized by the
+ * agent's one stack cache (Python frames, [truncated] and unnamed code as in every other stack
+ * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone.
  */
 static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs, const char *leaf)
 {
 	struct location only = { .function = leaf, .module = "[gpu]" };
+	struct location locs[GPUSCOPE_MAX_STACK + 1];
+	const struct sym_stack *st;
+	uint32_t skip = 0, n;
 
-	if (!rs)
+	if (!rs || !c->a->stacks)
 		return batch__stack(c->a->batch, &only, 1);
-	if (!rs->locs) {
-		rs->locs = calloc(rs->n + 1, sizeof(*rs->locs));
-		if (!rs->locs)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < rs->n; i++) {
-			struct location *l = &rs->locs[i + 1];
-			struct sym_frame f = { 0 };
-			/* frame 0 is the probe's own address; the others are return addresses */
-			uint64_t ip = rs->frames[i] - (i > 0);
-
-			l->address = rs->frames[i];
-			l->module = "[unknown]";
-			int r = c->a->sym ? symbolizer__user(c->a->sym, rs->pid, ip, &f) : -ENOSYS;
-
-			if ((r == 0 || r == -ENOENT) && f.module) {
-				l->function = f.function;
-				l->module = f.module;
-				l->build_id = f.build_id;
-				l->address = f.file_offset;
-			}
-		}
-		c->st.stacks_symbolized++;
-	}
-	rs->locs[0] = only;
-	return batch__stack(c->a->batch, rs->locs, rs->n + 1);
+	st = stack_cache__get(c->a->stacks, rs->pid, NULL, 0, rs->frames, rs->n);
+	if (!st)
+		return -ENOMEM;
+	while (skip < st->n && instrumentation_frame(&st->locs[skip]))
+		skip++;
+	if (skip == st->n)
+		skip = 0;	/* nothing but our frames: keep them rather than nothing */
+	n = st->n - skip;
+	if (n > GPUSCOPE_MAX_STACK)
+		n = GPUSCOPE_MAX_STACK;
+	locs[0] = only;
+	memcpy(&locs[1], &st->locs[skip], n * sizeof(*locs));
+	c->st.stacks_symbolized++;
+	return batch__stack(c->a->batch, locs, n + 1);
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -580,7 +583,9 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		c->st.no_clock++;
 		return;
 	}
-	if (r->end_ns < r->start_ns) {
+	if (!r->start_ns || r->end_ns < r->start_ns) {
+		/* CUPTI leaves 0 where it has no timestamp (records flushed at a window's
+		 * close): as a time it would land before 1970 and cost the whole batch */
 		c->st.bad_records++;
 		return;
 	}
@@ -1124,8 +1129,6 @@ static void cupti_free(struct cupti_state *c)
 	for (int i = 0; i < MAX_DEVICES; i++)
 		free(c->busy[i].pend);
 	free(c->launches);
-	for (uint32_t i = 0; c->stacks && i < (1u << STACK_BITS); i++)
-		free(c->stacks[i].locs);
 	free(c->stacks);
 	free(c);
 }
