@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Store bytes per sample on a live machine (issue #16): gpuscope-server (SQLite) and
-# gpuscope-agent run (every module but cuda_probe, CPU samples of every process at 99 Hz, 10 s
-# pushes) for MINUTES while the machine does whatever it does (builds, tests: short-lived
-# processes). Every minute: samples held, label sets, stacks, locations, store bytes and
-# gpuscope_server_store_bytes_per_sample from the server's /metrics; at the end, SQLite's dbstat
-# per table and bytes per sample with and without intervals. Usage: bench/store/run.sh [MINUTES=60]
+# gpuscope-agent run (CPU samples of every process at 99 Hz, 10 s pushes; every module but
+# cuda_probe and cupti, which would attach to the test suites' stand-in CUDA processes:
+# MODULES_OFF=cuda_probe keeps cupti) for MINUTES while the machine does whatever it does
+# (builds, tests: short-lived processes). Every minute: samples held, label sets, stacks,
+# locations, store bytes and gpuscope_server_store_bytes_per_sample from the server's /metrics;
+# at the end, SQLite's dbstat per table and bytes per sample with and without intervals.
+# Usage: bench/store/run.sh [MINUTES=60]
 set -eu
 cd "$(dirname "$0")/../.."
 mins=${1:-60}
@@ -16,7 +18,7 @@ trap 'kill $apid $spid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; true' EXIT
 spid=$!
 for _ in $(seq 50); do grep -q listening "$tmp/out" && break; sleep 0.1; done
 url=$(sed -n 's/listening on //p' "$tmp/out")
-GPUSCOPE_AGENT_MODULES_OFF=cuda_probe .output/gpuscope-agent run --server "$url" \
+GPUSCOPE_AGENT_MODULES_OFF=${MODULES_OFF-cuda_probe,cupti} .output/gpuscope-agent run --server "$url" \
 	--push-interval 10s --frequency 99 --node bench-store >"$tmp/agent.out" 2>"$tmp/agent.err" &
 apid=$!
 metric() { awk -v n="$1" '$1 == n {print $2}' "$tmp/m"; }
