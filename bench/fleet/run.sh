@@ -11,15 +11,11 @@ set -eu
 cd "$(dirname "$0")/../.."
 agents=${1:-1000} secs=${2:-300}
 make -s -j2 .output/gpuscope-server .output/tests/tools/batchgen
-tmp=$(mktemp -d /tmp/gpuscope-bench-fleet.XXXXXX)
-trap 'kill $pid 2>/dev/null; rm -rf "$tmp"; true' EXIT
+. bench/lib.sh
+bench_tmp fleet
 echo bench-token > "$tmp/token"
 ulimit -n 65536 2>/dev/null || true
-.output/gpuscope-server --data "$tmp/data" --listen 127.0.0.1:0 --token-file "$tmp/token" \
-	--max-connections-per-address $((agents + 64)) >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 50); do grep -q listening "$tmp/out" && break; sleep 0.1; done
-url=$(sed -n 's/listening on //p' "$tmp/out")
+bench_server --token-file "$tmp/token" --max-connections-per-address $((agents + 64))
 auth="Authorization: Bearer bench-token"
 rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
 .output/tests/tools/batchgen load --url "$url/api/v1/ingest" --token bench-token \

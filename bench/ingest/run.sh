@@ -9,12 +9,9 @@ set -eu
 cd "$(dirname "$0")/../.."
 agents=${1:-4} secs=${2:-20}
 make -s -j2 .output/gpuscope-server .output/tests/tools/batchgen
-tmp=$(mktemp -d /tmp/gpuscope-bench-ingest.XXXXXX)
-trap 'kill $pid 2>/dev/null; rm -rf "$tmp"; true' EXIT
-.output/gpuscope-server --data "$tmp/data" --listen 127.0.0.1:0 >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 50); do grep -q listening "$tmp/out" && break; sleep 0.1; done
-url=$(sed -n 's/listening on //p' "$tmp/out")
+. bench/lib.sh
+bench_tmp ingest
+bench_server
 cpu0=$(awk '{print $14 + $15}' /proc/$pid/stat)
 load0=$(cut -d' ' -f1 /proc/loadavg)
 res=$(.output/tests/tools/batchgen load --url "$url/api/v1/ingest" --agents "$agents" \

@@ -12,15 +12,13 @@ set -eu
 cd "$(dirname "$0")/../.."
 mins=${1:-60}
 make -s -j2 .output/gpuscope-server .output/gpuscope-agent
-tmp=$(mktemp -d /tmp/gpuscope-bench-store.XXXXXX)
-trap 'kill $apid $spid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; true' EXIT
-.output/gpuscope-server --data "$tmp/data" --listen 127.0.0.1:0 >"$tmp/out" 2>"$tmp/err" &
-spid=$!
-for _ in $(seq 50); do grep -q listening "$tmp/out" && break; sleep 0.1; done
-url=$(sed -n 's/listening on //p' "$tmp/out")
+. bench/lib.sh
+bench_tmp store
+bench_server
 GPUSCOPE_AGENT_MODULES_OFF=${MODULES_OFF-cuda_probe,cupti} .output/gpuscope-agent run --server "$url" \
 	--push-interval 10s --frequency 99 --node bench-store >"$tmp/agent.out" 2>"$tmp/agent.err" &
 apid=$!
+bench_pids="$bench_pids $apid"
 metric() { awk -v n="$1" '$1 == n {print $2}' "$tmp/m"; }
 printf '%-6s %12s %10s %9s %10s %9s %14s\n' min samples label_sets stacks locations store_MB \
 	bytes/sample
@@ -43,4 +41,3 @@ sqlite3 -readonly "$db" "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize)
 		printf "  %-28s %10.1f MB %8.2f B/sample\n", $1, $2 / 1e6, $2 / n}
 		END {printf "  all %.1f MB = %.2f B/sample; without intervals %.1f MB = %.2f B/sample\n",
 			t / 1e6, t / n, ni / 1e6, ni / n}'
-grep -E "^gpuscope_agent_push_(samples|batches)" "$tmp/agent.out" 2>/dev/null | head -5 || true
