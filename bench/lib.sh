@@ -7,7 +7,7 @@
 bench_tmp() {
 	tmp=$(mktemp -d "/tmp/gpuscope-bench-$1.XXXXXX")
 	bench_pids=""
-	trap 'kill $bench_pids 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; true' EXIT
+	trap 'kill $bench_pids 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 }
 
 # bench_server [ARGS...]: starts .output/gpuscope-server --data $tmp/data on a free loopback
