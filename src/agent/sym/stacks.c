@@ -150,7 +150,7 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 			continue;
 		}
 		err = symbolizer__user(c->sym, pid, w - (i > 0), &f);
-		if ((err || f.unnamed) && pysym__elide && pysym__elide(pid, w - (i > 0))) {
+		if ((err || f.unnamed) && pysym__elide(pid, w - (i > 0))) {
 			mapped = true;	/* the interpreter's own plumbing (python.h) */
 			continue;
 		}

@@ -21,9 +21,9 @@ struct location;
 int pysym__frame(pid_t pid, uint64_t code_addr, uint64_t offset, struct location *ret);
 
 /*
- * True when addr, an unresolved native frame of process pid, is an unnamed frame of the
- * Python interpreter itself, which the stack cache leaves out (python.h, python__internal()).
+ * True when addr, an unnamed native frame of process pid (unresolved, or module+0xSTART), is
+ * the Python interpreter's own, which the stack cache leaves out (python.h, python__internal()).
  */
-bool pysym__elide(pid_t pid, uint64_t addr) __attribute__((weak));
+bool pysym__elide(pid_t pid, uint64_t addr);
 
 #endif
