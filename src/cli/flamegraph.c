@@ -62,6 +62,14 @@ int cmd_flamegraph(int argc, char **argv)
 	snprintf(subtitle, sizeof(subtitle), "%s%s%s  kind %s%s%s%s%s", a, z[0] ? " .. " : "", z,
 		 q.kind ? q.kind : "cpu", q.selector ? "  " : "", q.selector ? q.selector : "",
 		 q.gpu_idle ? "  while idle: gpu " : "", q.gpu_idle ? q.gpu_idle : "");
+	if (json_is_object(json_object_get(j, "traced"))) {
+		size_t at = strlen(subtitle);
+
+		/* kernel time exists only inside CUPTI windows */
+		snprintf(subtitle + at, sizeof(subtitle) - at, "  kernels traced in %.1f%% of the range",
+			 100.0 * json_number_value(json_object_get(json_object_get(j, "traced"),
+								   "fraction")));
+	}
 	f = open_memstream(&svg, &svg_len);
 	if (!f) {
 		fprintf(stderr, "gpuscope: out of memory\n");

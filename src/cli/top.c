@@ -74,6 +74,20 @@ static void print_range(json_t *j, double total, bool ns)
 	printf("%s → %s UTC (%s), total %s%s\n", a, b, d, v, ns ? "" : " samples");
 }
 
+/* Kernel time exists only inside CUPTI windows: say how much of the range they covered. */
+static void print_traced(json_t *j)
+{
+	json_t *tr = json_object_get(j, "traced");
+	double f = json_number_value(json_object_get(tr, "fraction"));
+
+	if (!json_is_object(tr))
+		return;
+	printf("kernels traced in %.1f%% of the range (%lld CUPTI window(s)%s); the rest of the "
+	       "time is not in these figures\n", 100.0 * f,
+	       (long long)json_integer_value(json_object_get(tr, "windows")),
+	       json_is_true(json_object_get(tr, "truncated")) ? ", more not counted" : "");
+}
+
 /* Prints the table; returns 0, or 1 after printing what is wrong with the answer. */
 static int print_top(const struct query *q, json_t *j)
 {
@@ -107,6 +121,7 @@ static int print_top(const struct query *q, json_t *j)
 		total = sum_self;	/* every sample has exactly one leaf */
 	qsort(fns, n, sizeof(*fns), strcmp(q->sort, "total") ? by_self : by_total);
 	print_range(j, total, ns);
+	print_traced(j);
 	printf("%12s %7s %12s %7s  %s\n", "SELF", "SELF%", "TOTAL", "TOTAL%", "FUNCTION");
 	for (i = 0; i < n && (long)i < q->limit; i++) {
 		char s[32], t[32];

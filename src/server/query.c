@@ -295,6 +295,72 @@ static int emit_node(struct tree *t, uint32_t idx, bool diff, struct buf *out, i
 	return out->oom ? -ENOMEM : err;
 }
 
+/* ---- traced share of a range (kernel time comes only from CUPTI windows) ------------------- */
+
+#define TRACE_WINDOWS_MAX 100000
+
+struct spans {
+	uint64_t (*v)[2];
+	size_t n, cap;
+	uint64_t from, to;
+};
+
+static int span_in(void *ctx, const char *kind, const char *const *labels, size_t nlabels,
+		   uint64_t start, uint64_t end, const char *const *attrs, size_t nattrs)
+{
+	struct spans *sp = ctx;
+
+	(void)kind, (void)labels, (void)nlabels, (void)attrs, (void)nattrs;
+	if (sp->n == sp->cap) {
+		size_t ncap = sp->cap ? sp->cap * 2 : 64;
+		void *nv = realloc(sp->v, ncap * sizeof(*sp->v));
+
+		if (!nv)
+			return -ENOMEM;
+		sp->v = nv;
+		sp->cap = ncap;
+	}
+	sp->v[sp->n][0] = start < sp->from ? sp->from : start;
+	sp->v[sp->n][1] = end > sp->to ? sp->to : end;
+	sp->n++;
+	return 0;
+}
+
+/*
+ * "traced":{...}: the share of [from, to) that CUPTI windows (gpu_trace_window intervals of
+ * the selected processes, any reason) covered, their count, and whether the count was capped.
+ * Outside windows no kernel is recorded: a kernel flame graph is of the traced share only.
+ */
+static int emit_traced(struct store *s, const struct store_query *q, struct buf *out)
+{
+	struct spans sp = { .from = q->from_ns, .to = q->to_ns };
+	uint64_t covered = 0, end = 0;
+	bool truncated = false;
+	int err;
+
+	err = s->ops->intervals(s, "gpu_trace_window", q->from_ns, q->to_ns, q->sel,
+				TRACE_WINDOWS_MAX, span_in, &sp, &truncated);
+	if (err) {
+		free(sp.v);
+		return err;
+	}
+	/* sorted by start: the union is one pass */
+	for (size_t i = 0; i < sp.n; i++) {
+		uint64_t a = sp.v[i][0] > end ? sp.v[i][0] : end, b = sp.v[i][1];
+
+		if (b > a) {
+			covered += b - a;
+			end = b;
+		}
+	}
+	buf_puts(out, "\"traced\":{\"fraction\":");
+	buf_json_num(out, q->to_ns > q->from_ns ? (double)covered / (double)(q->to_ns - q->from_ns)
+						 : 0.0);
+	buf_printf(out, ",\"windows\":%zu,\"truncated\":%s},", sp.n, truncated ? "true" : "false");
+	free(sp.v);
+	return 0;
+}
+
 int query_flamegraph(struct store *s, const struct store_query *q, const struct store_query *q2,
 		     struct buf *out)
 {
@@ -338,6 +404,11 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 		buf_puts(out, "\"group_by\":");
 		buf_json_str(out, q->group_by);
 		buf_puts(out, ",");
+	}
+	if (q->kind == SAMPLE_GPU_KERNEL_NS && !q2) {
+		err = emit_traced(s, q, out);
+		if (err)
+			goto out;
 	}
 	buf_puts(out, "\"root\":");
 	err = emit_node(&t, 0, q2 != NULL, out, 0);
@@ -438,10 +509,16 @@ int query_top(struct store *s, const struct store_query *q, size_t limit, struct
 	for (size_t i = 0; i < t.names.len; i++)
 		order[i] = i;
 	qsort_r(order, t.names.len, sizeof(*order), cmp_top, t.st);
-	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"from_ms\":%llu,\"to_ms\":%llu,"
-		   "\"functions\":[", q->kind == SAMPLE_CPU ? "samples" : "ns",
-		   (unsigned long long)total, (unsigned long long)(q->from_ns / NSEC_PER_MSEC),
+	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"from_ms\":%llu,\"to_ms\":%llu,",
+		   q->kind == SAMPLE_CPU ? "samples" : "ns", (unsigned long long)total,
+		   (unsigned long long)(q->from_ns / NSEC_PER_MSEC),
 		   (unsigned long long)(q->to_ns / NSEC_PER_MSEC));
+	if (q->kind == SAMPLE_GPU_KERNEL_NS) {
+		err = emit_traced(s, q, out);
+		if (err)
+			goto out;
+	}
+	buf_puts(out, "\"functions\":[");
 	for (size_t i = 0; i < t.names.len && i < limit; i++) {
 		const struct fn_stat *f = &t.st[order[i]];
 

@@ -97,6 +97,24 @@ try {
 	const s2 = await p2.evaluate(() => ({ pid: window.__gpuscope.state.pid, grp: window.__gpuscope.state.grp, v: window.__gpuscope.flame.value[0] }));
 	check(s2.pid === PID && s2.grp === 'pid,comm' && s2.v === v, `the URL reproduces pid, group-by and the flame graph (${s2.v} vs ${v} samples)`);
 	void whole;
+	// kernel time says how much of the range CUPTI windows covered (none here: no CUDA process)
+	n0 = await loads('flame');
+	await page.click('#kinds [data-kind="gpu_kernel_ns"]');
+	await waitLoad('flame', n0);
+	const traced = await page.textContent('#traced').catch(() => '');
+	check(/kernels traced in [0-9.]+% of the range · \d+ windows?/.test(traced), `kernel flame graph: the traced share of the range (${traced})`);
+	// Capture: the node's agent answers through the server (here: no CUDA tracing on this node,
+	// said so); the trace downloads as Chrome JSON (this agent records no intervals: may be empty)
+	await page.click('#capture');
+	await page.waitForSelector('#capture-link', { timeout: 60000 });
+	const note = await page.textContent('#capture-note');
+	const tr = await page.evaluate(async () => {
+		const r = await fetch(document.querySelector('#capture-link').getAttribute('href'));
+		const j = r.ok ? await r.json() : null;
+		return { status: r.status, events: j && Array.isArray(j.traceEvents) ? j.traceEvents.length : -1 };
+	});
+	check(/Capture of .* done/.test(note) && tr.status === 200 && tr.events >= 0,
+		`Capture button: the agent answered (${note.slice(0, 160)}), trace of ${tr.events} events (HTTP ${tr.status})`);
 } catch (e) {
 	failures++;
 	console.log(`FAIL exception: ${e.stack || e}`);

@@ -77,6 +77,25 @@ try:
     check(tr["otherData"]["truncated"] is False, "not truncated")
     check(agent.metric('gpuscope_agent_cupti_windows_total{reason="capture"}') == 1,
           "the agent counted one capture window")
+    # kernel time says which share of a range the windows covered: the windows' union over
+    # the range, also in `top`
+    lo, hi = frm - 10 * 10**9, to + 10 * 10**9
+    span = {"from": "%.9f" % (lo / 1e9), "to": "%.9f" % (hi / 1e9)}
+    ws = sorted((max(w["start_ms"] * 1e6, lo), min(w["end_ms"] * 1e6, hi)) for w in srv.query(
+        "intervals", kind="gpu_trace_window", selector='{node="capnode"}', **span)["intervals"])
+    covered, end = 0, lo
+    for a, b in ws:
+        a = max(a, end)
+        if b > a:
+            covered, end = covered + b - a, b
+    want = covered / (hi - lo)
+    for ep in ("flamegraph", "top"):
+        t = srv.query(ep, kind="gpu_kernel_ns", selector='{node="capnode"}', **span).get("traced")
+        check(t is not None and t["windows"] == len(ws) and abs(t["fraction"] - want) < 0.001,
+              "%s: kernels traced in %.3f of the range (windows %s; want %.3f)"
+              % (ep, t and t["fraction"], t and t["windows"], want))
+    t = srv.query("flamegraph", kind="cpu", selector='{node="capnode"}', **span)
+    check("traced" not in t, "CPU flame graphs carry no traced share")
 
     # a process without the library: 'not injected', a trace all the same
     out2 = os.path.join(tmp, "trace2.json")

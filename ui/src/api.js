@@ -39,12 +39,12 @@ export function url(path, params = {}) {
 	return `/api/v1/${path}${qs ? '?' + qs : ''}`;
 }
 
-export async function get(path, params = {}, { signal } = {}) {
+export async function get(path, params = {}, { signal, method } = {}) {
 	let r;
 	stats.requests++;
 	const headers = token ? { Authorization: `Bearer ${token}` } : {};
 	try {
-		r = await fetch(url(path, params), { signal, headers });
+		r = await fetch(url(path, params), { signal, headers, method: method || 'GET' });
 	} catch (e) {
 		if (e.name === 'AbortError') throw e;
 		throw new ApiError('unreachable', `the server did not answer (${e.message})`);
@@ -68,3 +68,6 @@ export async function get(path, params = {}, { signal } = {}) {
 		throw new ApiError('server', `${path}: the answer is not JSON`);
 	}
 }
+
+// A POST with its parameters in the query string (the capture requests), answered like get().
+export const post = (path, params = {}, opts = {}) => get(path, params, { ...opts, method: 'POST' });

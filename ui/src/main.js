@@ -44,7 +44,10 @@ const header = el('header', {},
 	el('button', { class: 'btn', title: 'the latest data of this node', onclick: () => jumpLatest() }, 'latest')),
 	el('button', { class: 'btn icon', title: 'zoom out (−)', onclick: () => zoom(2) }, '−'),
 	el('button', { class: 'btn icon', title: 'zoom in (+)', onclick: () => zoom(0.5) }, '+'),
-	el('button', { class: 'btn icon', title: 'reload', onclick: () => refresh() }, '↻'));
+	el('button', { class: 'btn icon', title: 'reload', onclick: () => refresh() }, '↻'),
+	el('button', { class: 'btn', id: 'capture', title: 'trace every kernel of this node (or the selected process) for 5 s, then download the trace for Perfetto',
+		onclick: () => capture() }, 'Capture'));
+const captureNote = el('div', { class: 'banner hidden', id: 'capture-note' });
 const banner = el('div', { class: 'banner hidden', id: 'banner' });
 
 const tlTitle = el('span', { class: 'sec-sub' });
@@ -103,7 +106,45 @@ const flameSec = el('section', { class: 'card', id: 'flame-card' },
 	el('div', { class: 'flame-row' }, el('div', { class: 'flame-scroll' }, flameEmpty, flameBox),
 		el('div', { class: 'top-box' }, el('div', { class: 'top-head' }, 'Top functions'), topTable)));
 
-$('#app').append(header, banner, el('main', {}, timelineSec, flameSec));
+$('#app').append(header, captureNote, banner, el('main', {}, timelineSec, flameSec));
+
+// ---- deep capture: the node's agent opens a CUPTI window now (server: /api/v1/capture) ---------
+const CAPTURE_MS = 5000;
+
+async function capture() {
+	if (!S.node) return;
+	const show = (...xs) => {
+		captureNote.replaceChildren(...xs);
+		captureNote.classList.remove('hidden');
+	};
+	const pid = S.fl === 'proc' && S.pid ? S.pid : undefined;
+	const what = `${S.node}${pid ? ` pid ${pid}` : ''}`;
+	let c;
+	try {
+		c = await api.post('capture', { node: S.node, pid, duration: `${CAPTURE_MS}ms` });
+		show(`Capture of ${what}: asked the agent for ${CAPTURE_MS / 1000} s of tracing…`);
+		const give_up = Date.now() + CAPTURE_MS + 60e3;
+		while (c.state === 'pending' || c.state === 'delivered') {
+			if (Date.now() > give_up) break;
+			await new Promise((r) => setTimeout(r, 500));
+			c = await api.get('capture/status', { id: c.id });
+		}
+	} catch (e) {
+		show(`Capture of ${what} failed: ${e.message}`);
+		return;
+	}
+	if (c.state !== 'done' || c.from_ms === undefined) {
+		show(`Capture of ${what}: ${c.state === 'expired' ? 'no agent of this node took the request (is it running, and pointed at this server?)' : `no answer (${c.state})`}`);
+		return;
+	}
+	// not injected: no window; the trace of the last seconds still has CPU, strips, GPU metrics
+	const [from, to] = c.to_ms > c.from_ms ? [c.from_ms, c.to_ms] : [Date.now() - CAPTURE_MS, Date.now()];
+	const href = api.url('trace', { node: S.node, pid, from, to });
+	const why = c.status && c.status !== 'ok' ? ` (${c.status}${c.message ? ': ' + c.message : ''}: no GPU kernels in it; CPU, thread states and GPU metrics are)` : '';
+	show(`Capture of ${what} done${why}: `, el('a', { href, download: `gpuscope-${S.node}-${c.id}.json`, id: 'capture-link' }, 'download the trace'),
+		' (Chrome trace JSON: open it in ui.perfetto.dev) · ', el('button', { class: 'btn', onclick: () => setView(from - 5e3, to + 5e3, true) }, 'show it on the timeline'));
+	app.capture = c;
+}
 
 // ---- components ---------------------------------------------------------------------------
 const stackCache = new Map();
@@ -621,6 +662,8 @@ async function loadFlame() {
 		el('span', { class: 'chip mono' }, selectorStr),
 		S.grp ? el('span', { class: 'chip' }, `grouped by ${S.grp}`) : null,
 		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle' }, `GPU ${S.gpu} idle only`) : null,
+		r.traced ? el('span', { class: 'chip', id: 'traced', title: 'GPU kernels are recorded only inside CUPTI trace windows (the budget, triggers, captures): this flame graph covers that share of the range' },
+			`kernels traced in ${(100 * r.traced.fraction).toFixed(r.traced.fraction < 0.1 ? 2 : 1)}% of the range · ${r.traced.windows} window${r.traced.windows === 1 ? '' : 's'}${r.traced.truncated ? '+' : ''}`) : null,
 		el('span', { class: 'chip' }, diff ? `A ${fmtValue(root.value || 0, unit)} · B ${fmtValue(root.value2 || 0, unit)}` : fmtValue(total, unit)),
 		diff ? el('span', { class: 'legend-diff' }, el('i', { class: 'up' }), 'more in B', el('i', { class: 'down' }), 'less in B') : null,
 	].filter(Boolean));
