@@ -39,6 +39,9 @@ def script():
     # a trace window saw GPU 0 over [T, T+800ms): after it nobody knows (unknown, not idle)
     lines.append(f"interval gpu_observed gpu=0,source=kernels {T} {T + 800 * MS} -")
     lines.append(f"interval gpu_kernel gpu=0,pid=1 {T + 10 * MS} {T + 20 * MS} name=gemm,stream=7")
+    # its kernel time, inside a CUPTI window of 60 s (a tenth of the 10-minute range)
+    lines.append(f"sample {T + 10 * MS} gpu_kernel_ns 10000000 pid=1,comm=train,gpu=0 main;step;gemm")
+    lines.append(f"interval gpu_trace_window pid=1,comm=train {T} {T + 60000 * MS} reason=budget")
     # a CPU launch naming its stack (batch index 0: main;step;matmul, the first stack)
     lines.append(f"interval cuda_launch pid=1,comm=train {T + 9 * MS} {T + 10 * MS} stack_id=0")
     # metric: 1000 points 1 ms apart, value = i
@@ -137,6 +140,13 @@ def run(store_args):
         sr = s.get_json(f"/api/v1/series?name=gpu_utilization&buckets=5000&{rng}")
         check(len(sr["series"][0]["points"]) == 1000, "raw points when fewer than buckets")
         check(s.get_json("/api/v1/metric_names")["names"] == ["gpu_utilization"], "names")
+        # kernel time: the traced share of the range (one 60 s window in 10 minutes)
+        for ep in ("flamegraph", "top"):
+            tr = s.get_json(f"/api/v1/{ep}?{rng}&kind=gpu_kernel_ns&selector={PID1}").get("traced")
+            check(tr and tr["windows"] == 1 and abs(tr["fraction"] - 0.1) < 1e-6 and
+                  not tr["truncated"], f"{ep}: traced {tr}")
+        tr = s.get_json(f"/api/v1/flamegraph?{rng}&kind=gpu_kernel_ns&selector={PID2}")["traced"]
+        check(tr["windows"] == 0 and tr["fraction"] == 0, f"no window of pid 2: {tr}")
         # intervals
         iv = s.get_json(f"/api/v1/intervals?{rng}&kind=gpu_kernel")
         check(len(iv["intervals"]) == 1 and iv["intervals"][0]["attrs"]["name"] == "gemm",
