@@ -8,6 +8,7 @@
 #include "common/pprof.h"
 #include "common/util.h"
 #include "server/query.h"
+#include "server/selector.h"
 
 const char *frame_name(const struct frame *f, char *buf, size_t len)
 {
@@ -326,6 +327,22 @@ static int span_in(void *ctx, const char *kind, const char *const *labels, size_
 	return 0;
 }
 
+/* Length of the union of sp's spans (added sorted by start). */
+static uint64_t spans_union(const struct spans *sp)
+{
+	uint64_t covered = 0, end = 0;
+
+	for (size_t i = 0; i < sp->n; i++) {
+		uint64_t a = sp->v[i][0] > end ? sp->v[i][0] : end, b = sp->v[i][1];
+
+		if (b > a) {
+			covered += b - a;
+			end = b;
+		}
+	}
+	return covered;
+}
+
 /*
  * "traced":{...}: the share of [from, to) that CUPTI windows (gpu_trace_window intervals of
  * the selected processes, any reason) covered, their count, and whether the count was capped.
@@ -334,8 +351,8 @@ static int span_in(void *ctx, const char *kind, const char *const *labels, size_
 static int emit_traced(struct store *s, const struct store_query *q, struct buf *out)
 {
 	struct spans sp = { .from = q->from_ns, .to = q->to_ns };
-	uint64_t covered = 0, end = 0;
 	bool truncated = false;
+	uint64_t covered;
 	int err;
 
 	err = s->ops->intervals(s, "gpu_trace_window", q->from_ns, q->to_ns, q->sel,
@@ -344,21 +361,99 @@ static int emit_traced(struct store *s, const struct store_query *q, struct buf 
 		free(sp.v);
 		return err;
 	}
-	/* sorted by start: the union is one pass */
-	for (size_t i = 0; i < sp.n; i++) {
-		uint64_t a = sp.v[i][0] > end ? sp.v[i][0] : end, b = sp.v[i][1];
-
-		if (b > a) {
-			covered += b - a;
-			end = b;
-		}
-	}
+	covered = spans_union(&sp);
 	buf_puts(out, "\"traced\":{\"fraction\":");
 	buf_json_num(out, q->to_ns > q->from_ns ? (double)covered / (double)(q->to_ns - q->from_ns)
 						 : 0.0);
 	buf_printf(out, ",\"windows\":%zu,\"truncated\":%s},", sp.n, truncated ? "true" : "false");
 	free(sp.v);
 	return 0;
+}
+
+/* ---- who decided busy/idle for a GPU-idle flame graph -------------------------------------- */
+
+#define SOURCES_MAX 4
+
+struct observed {
+	struct spans sp[SOURCES_MAX + 1];	/* per source, then all of them */
+	char names[SOURCES_MAX][16];
+	int nsrc;
+	char gpu[16];
+	bool other;			/* a source past SOURCES_MAX: only in the total */
+};
+
+static const char *pair_value(const char *const *labels, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(labels[2 * i], name))
+			return labels[2 * i + 1];
+	return "";
+}
+
+static int observed_in(void *ctx, const char *kind, const char *const *labels, size_t nlabels,
+		       uint64_t start, uint64_t end, const char *const *attrs, size_t nattrs)
+{
+	struct observed *o = ctx;
+	const char *src = pair_value(labels, nlabels, "source");
+	int i, err;
+
+	if (strcmp(pair_value(labels, nlabels, "gpu"), o->gpu))
+		return 0;
+	for (i = 0; i < o->nsrc && strcmp(o->names[i], src); i++)
+		;
+	if (i == o->nsrc && o->nsrc < SOURCES_MAX)
+		snprintf(o->names[o->nsrc++], sizeof(o->names[0]), "%s", *src ? src : "?");
+	else if (i == o->nsrc)
+		o->other = true;
+	if (i < o->nsrc) {
+		err = span_in(&o->sp[i], kind, labels, nlabels, start, end, attrs, nattrs);
+		if (err)
+			return err;
+	}
+	return span_in(&o->sp[SOURCES_MAX], kind, labels, nlabels, start, end, attrs, nattrs);
+}
+
+/*
+ * "gpu_sources":{...} of a GPU-idle query: the share of the range in which some source
+ * observed that GPU (outside it busy/idle is unknown and no sample is kept), and each source's
+ * share (kernels: CUPTI windows; nvml, gpm: the driver's counters). The GPU's intervals carry
+ * node labels only, so the selector's node matcher chooses them.
+ */
+static int emit_gpu_sources(struct store *s, const struct store_query *q, struct buf *out)
+{
+	static const char *const node_level[] = { "node" };
+	struct observed o = { .nsrc = 0 };
+	double range = q->to_ns > q->from_ns ? (double)(q->to_ns - q->from_ns) : 1.0;
+	struct selector *nsel;
+	bool truncated = false;
+	int err;
+
+	for (int i = 0; i <= SOURCES_MAX; i++) {
+		o.sp[i].from = q->from_ns;
+		o.sp[i].to = q->to_ns;
+	}
+	snprintf(o.gpu, sizeof(o.gpu), "%d", q->gpu_idle);
+	nsel = selector_restrict(q->sel, node_level, 1);
+	if (!nsel)
+		return -ENOMEM;
+	err = s->ops->intervals(s, "gpu_observed", q->from_ns, q->to_ns, nsel, TRACE_WINDOWS_MAX,
+				observed_in, &o, &truncated);
+	selector_free(nsel);
+	if (!err) {
+		buf_printf(out, "\"gpu_sources\":{\"gpu\":%d,\"observed\":", q->gpu_idle);
+		buf_json_num(out, (double)spans_union(&o.sp[SOURCES_MAX]) / range);
+		buf_puts(out, ",\"by_source\":{");
+		for (int i = 0; i < o.nsrc; i++) {
+			buf_printf(out, "%s", i ? "," : "");
+			buf_json_str(out, o.names[i]);
+			buf_puts(out, ":");
+			buf_json_num(out, (double)spans_union(&o.sp[i]) / range);
+		}
+		buf_printf(out, "},\"truncated\":%s},", truncated || o.other ? "true" : "false");
+	}
+	for (int i = 0; i <= SOURCES_MAX; i++)
+		free(o.sp[i].v);
+	return err;
 }
 
 int query_flamegraph(struct store *s, const struct store_query *q, const struct store_query *q2,
@@ -407,6 +502,11 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 	}
 	if (q->kind == SAMPLE_GPU_KERNEL_NS && !q2) {
 		err = emit_traced(s, q, out);
+		if (err)
+			goto out;
+	}
+	if (q->gpu_idle >= 0 && !q2) {
+		err = emit_gpu_sources(s, q, out);
 		if (err)
 			goto out;
 	}

@@ -230,6 +230,56 @@ static int parse_matcher(struct matcher *m, const char **p, char *err, size_t er
 	return 0;
 }
 
+/* An empty selector with its match limits; NULL on ENOMEM. */
+static struct selector *selector_new(void)
+{
+	struct selector *sel = calloc(1, sizeof(*sel));
+
+	if (sel)
+		sel->mctx = pcre2_match_context_create(NULL);
+	if (!sel || !sel->mctx) {
+		free(sel);
+		return NULL;
+	}
+	pcre2_set_match_limit(sel->mctx, RE_MATCH_LIMIT);
+	pcre2_set_depth_limit(sel->mctx, RE_DEPTH_LIMIT);
+	pcre2_set_heap_limit(sel->mctx, RE_HEAP_LIMIT_KIB);
+	return sel;
+}
+
+struct selector *selector_restrict(const struct selector *sel, const char *const *names,
+				   size_t nnames)
+{
+	struct selector *r = selector_new();
+
+	if (!r) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	r->deadline_ns = sel ? sel->deadline_ns : 0;
+	for (size_t i = 0; sel && i < sel->n; i++) {
+		const struct matcher *m = &sel->m[i];
+		struct matcher *c = &r->m[r->n];
+		bool keep = false;
+
+		for (size_t k = 0; k < nnames && !keep; k++)
+			keep = !strcmp(m->name, names[k]);
+		if (!keep)
+			continue;
+		c->op = m->op;
+		c->name = strdup(m->name);
+		c->value = strdup(m->value);
+		c->re = m->re ? pcre2_code_copy(m->re) : NULL;
+		r->n++;
+		if (!c->name || !c->value || (m->re && !c->re)) {
+			selector_free(r);
+			errno = ENOMEM;
+			return NULL;
+		}
+	}
+	return r;
+}
+
 struct selector *selector_parse(const char *s, char *err, size_t errlen)
 {
 	struct selector *sel;
@@ -241,18 +291,12 @@ struct selector *selector_parse(const char *s, char *err, size_t errlen)
 		errno = EINVAL;
 		return NULL;
 	}
-	sel = calloc(1, sizeof(*sel));
-	if (sel)
-		sel->mctx = pcre2_match_context_create(NULL);
-	if (!sel || !sel->mctx) {
-		free(sel);
+	sel = selector_new();
+	if (!sel) {
 		snprintf(err, errlen, "out of memory");
 		errno = ENOMEM;
 		return NULL;
 	}
-	pcre2_set_match_limit(sel->mctx, RE_MATCH_LIMIT);
-	pcre2_set_depth_limit(sel->mctx, RE_DEPTH_LIMIT);
-	pcre2_set_heap_limit(sel->mctx, RE_HEAP_LIMIT_KIB);
 	skip_ws(&s);
 	braces = *s == '{';
 	if (braces)

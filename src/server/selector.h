@@ -23,6 +23,13 @@ struct selector;
  */
 struct selector *selector_parse(const char *s, char *err, size_t errlen);
 void selector_free(struct selector *sel);
+/*
+ * A new selector with only sel's matchers on these label names (sel NULL: matches all), e.g.
+ * the node-level part of a process selector, for records that carry node labels only (a
+ * GPU's busy/observed intervals). NULL with errno on ENOMEM. Free with selector_free().
+ */
+struct selector *selector_restrict(const struct selector *sel, const char *const *names,
+				   size_t nnames);
 
 /*
  * Whether the label set (name/value strings, alternating; npairs names) matches. NULL sel

@@ -93,6 +93,14 @@ def run(store_args):
         check(fg["total"] == 70, f"gpu_idle total {fg['total']}")
         fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=0&selector={PID1}")
         check(fg["total"] == 50, f"gpu_idle pid 1: {fg['total']}")
+        # which source decided, and for how much of the range (0.8 s of 10 min; the rest unknown)
+        src = fg.get("gpu_sources") or {}
+        check(src.get("gpu") == 0 and abs(src.get("observed", -1) - 0.8 / 600) < 1e-9 and
+              src.get("by_source") == {"kernels": src.get("observed")} and not src.get("truncated"),
+              f"gpu_idle: the deciding source and its share: {src}")
+        node2 = q('{node="n2"}')
+        src = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=0&selector={node2}")["gpu_sources"]
+        check(src["observed"] == 0 and src["by_source"] == {}, f"another node's GPU: no source {src}")
         # top
         top = s.get_json(f"/api/v1/top?{rng}")
         fns = {f["name"]: f for f in top["functions"]}

@@ -661,7 +661,9 @@ async function loadFlame() {
 		el('span', { class: 'chip' + (diff ? ' b' : '') }, diff ? 'B ' : '', S.bfrom !== undefined ? rng(b[0], b[1]) : `whole view · ${rng(b[0], b[1])}`),
 		el('span', { class: 'chip mono' }, selectorStr),
 		S.grp ? el('span', { class: 'chip' }, `grouped by ${S.grp}`) : null,
-		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle' }, `GPU ${S.gpu} idle only`) : null,
+		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle', id: 'idle-sources',
+			title: 'busy/idle is known only where a source observed the GPU: CUPTI kernels (windows), GPM or NVML counters; elsewhere it is unknown and no sample is kept' },
+			`GPU ${S.gpu} idle only${sourcesText(r.gpu_sources)}`) : null,
 		r.traced ? el('span', { class: 'chip', id: 'traced', title: 'GPU kernels are recorded only inside CUPTI trace windows (the budget, triggers, captures): this flame graph covers that share of the range' },
 			`kernels traced in ${(100 * r.traced.fraction).toFixed(r.traced.fraction < 0.1 ? 2 : 1)}% of the range · ${r.traced.windows} window${r.traced.windows === 1 ? '' : 's'}${r.traced.truncated ? '+' : ''}`) : null,
 		el('span', { class: 'chip' }, diff ? `A ${fmtValue(root.value || 0, unit)} · B ${fmtValue(root.value2 || 0, unit)}` : fmtValue(total, unit)),
@@ -685,6 +687,14 @@ async function loadFlame() {
 	app.loads.flame++;
 	app.timings.flame = performance.now() - t0;
 	flameBox.dataset.loads = String(app.loads.flame);
+}
+
+// " · decided by nvml 80%, kernels 3% · unknown 20%" from a GPU-idle answer's gpu_sources
+function sourcesText(g) {
+	if (!g) return '';
+	const pct = (f) => `${(100 * f).toFixed(f > 0 && f < 0.01 ? 2 : 0)}%`;
+	const by = Object.entries(g.by_source || {}).sort((a, b) => b[1] - a[1]).map(([k, f]) => `${k} ${pct(f)}`);
+	return (by.length ? ` · decided by ${by.join(', ')}` : ' · no source observed it') + ` · unknown ${pct(Math.max(0, 1 - g.observed))}`;
 }
 
 function renderTop(root, unit, diff) {
