@@ -8,6 +8,8 @@
 #include <libelf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "agent/sym/symbolize_int.h"
 
 #ifndef NT_GNU_BUILD_ID
@@ -134,7 +136,8 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 		       (bind == STB_GLOBAL ? 32 : bind == STB_WEAK ? 16 : 0);
 		for (const char *p = name; *p == '_' && prio > 0 && p - name < 4; p++)
 			prio--;
-		err = symt_add(t, sym.st_value, sym.st_size, name, strlen(name), prio, 0);
+		err = t->ext ? symt_add_ext(t, sym.st_value, sym.st_size, sym.st_name, prio)
+			     : symt_add(t, sym.st_value, sym.st_size, name, strlen(name), prio, 0);
 		if (err)
 			return err;
 		added++;
@@ -172,7 +175,48 @@ static int add_plt(Elf *elf, struct symt *ret)
 	return 0;
 }
 
-static int symbols_from_elf(Elf *elf, struct symt *ret, bool *ret_from_symtab)
+static void unmap_strtab(struct symt *t)
+{
+	if (t->ext_map)
+		munmap(t->ext_map, t->ext_map_len);
+	t->ext = NULL;
+	t->ext_len = 0;
+	t->ext_map = NULL;
+	t->ext_map_len = 0;
+}
+
+/*
+ * Maps section strndx of the file open as fd (a symbol table's names) into t->ext, so names are
+ * referenced rather than copied. Nothing when fd < 0 (an image in memory) or it cannot be.
+ */
+static void map_strtab(Elf *elf, int fd, size_t strndx, struct symt *t)
+{
+	Elf_Scn *scn = elf_getscn(elf, strndx);
+	long page = sysconf(_SC_PAGESIZE);
+	GElf_Shdr sh;
+	uint64_t off;
+	void *m;
+
+	unmap_strtab(t);
+	if (fd < 0 || !scn || !gelf_getshdr(scn, &sh) || sh.sh_type != SHT_STRTAB || !sh.sh_size ||
+	    sh.sh_size >= SYMT_EXT || page <= 0)
+		return;
+	off = sh.sh_offset & ~((uint64_t)page - 1);
+	m = mmap(NULL, sh.sh_size + (sh.sh_offset - off), PROT_READ, MAP_PRIVATE, fd, (off_t)off);
+	if (m == MAP_FAILED)
+		return;
+	t->ext_map = m;
+	t->ext_map_len = sh.sh_size + (sh.sh_offset - off);
+	t->ext = (const char *)m + (sh.sh_offset - off);
+	t->ext_len = sh.sh_size;
+	if (t->ext[t->ext_len - 1]) {	/* not NUL-terminated: copy names instead */
+		unmap_strtab(t);
+		return;
+	}
+	madvise(m, t->ext_map_len, MADV_RANDOM);	/* lookups touch a page each, no readahead */
+}
+
+static int symbols_from_elf(Elf *elf, int fd, struct symt *ret, bool *ret_from_symtab)
 {
 	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
 	GElf_Shdr sh_symtab, sh_dynsym, sh;
@@ -202,16 +246,20 @@ static int symbols_from_elf(Elf *elf, struct symt *ret, bool *ret_from_symtab)
 		}
 	}
 	if (symtab) {
+		map_strtab(elf, fd, sh_symtab.sh_link, ret);
 		err = add_symbols(elf, symtab, &sh_symtab, exec_scn, nscn, ret, &added);
 		if (err)
 			goto out_free;
 	}
 	*ret_from_symtab = added > 0;
 	if (!added && dynsym) {
+		map_strtab(elf, fd, sh_dynsym.sh_link, ret);
 		err = add_symbols(elf, dynsym, &sh_dynsym, exec_scn, nscn, ret, &added);
 		if (err)
 			goto out_free;
 	}
+	if (!added)
+		unmap_strtab(ret);
 	if (!added) {
 		err = -ENODATA;
 		goto out_free;
@@ -237,7 +285,7 @@ int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab)
 	*ret_from_symtab = false;
 	if (!elf)
 		return -ENOEXEC;
-	err = symbols_from_elf(elf, ret, ret_from_symtab);
+	err = symbols_from_elf(elf, fd, ret, ret_from_symtab);
 	elf_end(elf);
 	return err;
 }
@@ -255,7 +303,7 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 		return -ENOEXEC;
 	err = info_from_elf(elf, ret_info);
 	if (!err && ret_syms) {
-		err = symbols_from_elf(elf, ret_syms, &from_symtab);
+		err = symbols_from_elf(elf, -1, ret_syms, &from_symtab);
 		if (err) {
 			free(ret_info->segs);
 			ret_info->segs = NULL;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "agent/sym/symbolize_int.h"
 
 int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, size_t name_len,
@@ -26,7 +27,7 @@ int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, siz
 
 		while (ncap < t->slen + name_len + 1)
 			ncap *= 2;
-		if (ncap > UINT32_MAX)
+		if (ncap >= SYMT_EXT)
 			return -ENOMEM;
 		n = realloc(t->strs, ncap);
 		if (!n)
@@ -40,6 +41,26 @@ int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, siz
 					   .aux = aux, .prio = prio, .seq = (uint32_t)t->nb };
 	t->nb++;
 	t->slen += name_len + 1;
+	return 0;
+}
+
+int symt_add_ext(struct symt *t, uint64_t addr, uint64_t size, size_t ext_off, int32_t prio)
+{
+	if (ext_off >= t->ext_len || ext_off >= SYMT_EXT)
+		return -E2BIG;
+	if (t->nb == t->bcap) {
+		size_t ncap = t->bcap ? t->bcap * 2 : 256;
+		struct symt_build *n = realloc(t->b, ncap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		t->b = n;
+		t->bcap = ncap;
+	}
+	t->b[t->nb] = (struct symt_build){ .addr = addr, .size = size,
+					   .name = (uint32_t)ext_off | SYMT_EXT, .prio = prio,
+					   .seq = (uint32_t)t->nb };
+	t->nb++;
 	return 0;
 }
 
@@ -150,6 +171,8 @@ size_t symt_bytes(const struct symt *t)
 
 void symt_done(struct symt *t)
 {
+	if (t->ext_map)
+		munmap(t->ext_map, t->ext_map_len);
 	free(t->e);
 	free(t->aux);
 	free(t->strs);
