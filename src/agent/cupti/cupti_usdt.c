@@ -86,6 +86,7 @@ struct proc {
 	uint64_t asked_ns, close_at_ns;	/* CLOCK_MONOTONIC */
 	uint64_t len_ns;		/* asked length; counted from OPENED */
 	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
+	uint64_t emitted_ns;	/* a long window's gpu_trace_window interval reaches this far */
 	uint64_t win_kernels, win_launches;
 	uint64_t devices;		/* bit per CUDA device (< 64) whose kernels the window saw */
 	uint64_t all_devices;		/* every device ever seen in this process */
@@ -850,7 +851,7 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 			if (p->reason != TRACE_CONTINUOUS && now + p->len_ns > p->close_at_ns)
 				p->close_at_ns = now + p->len_ns;	/* the length it was asked */
 		}
-		p->opened_ns = a;
+		p->opened_ns = p->emitted_ns = a;
 		p->open_cost_ns = b;
 		c->st.windows_opened[p->reason]++;
 		break;
@@ -874,7 +875,7 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 			c->st.win_cost_ns += (uint64_t)trace_cost_ns(&c->cfg, &w);
 			c->st.win_traced_ns += w.length_ns;
 		}
-		emit_window(c, p, p->opened_ns, a);
+		emit_window(c, p, p->emitted_ns, a);
 		c->st.windows_closed++;
 		p->win = WIN_IDLE;
 		break;
@@ -898,6 +899,9 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 		c->st.bad_events++;
 	}
 }
+
+/* How often an open continuous window reports the stretch it has covered. */
+#define WINDOW_PIECE_NS (5 * NSEC_PER_SEC)
 
 /* GPU idle share of the node over the last idle span; < 0 when unknown. */
 static double (*idle_share_fn)(uint64_t span_ns);
@@ -925,7 +929,7 @@ static void control_windows(struct cupti_state *c)
 			if (p->win == WIN_OPEN || p->win == WIN_CLOSING) {
 				/* died without a CLOSED: the window ends where we noticed */
 				c->st.win_no_status++;
-				emit_window(c, p, p->opened_ns, now);
+				emit_window(c, p, p->emitted_ns, now);
 			}
 			p->win = WIN_IDLE;
 			continue;
@@ -964,6 +968,13 @@ static void control_windows(struct cupti_state *c)
 				p->win = WIN_IDLE;
 				p->budget.next_open_ns = now + c->cfg.max_period_ns;
 				break;
+			}
+			if (p->win == WIN_OPEN && p->reason == TRACE_CONTINUOUS &&
+			    now - p->emitted_ns >= WINDOW_PIECE_NS) {
+				/* a window that stays open is reported in pieces, so the range it
+				 * covered so far counts as traced (flame graphs' traced share) */
+				emit_window(c, p, p->emitted_ns, now);
+				p->emitted_ns = now;
 			}
 			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS &&
 			    trace_budget__overrun(b, &c->cfg, p->win_launches, now - p->asked_ns)) {

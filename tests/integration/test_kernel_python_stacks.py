@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Kernel GPU time under the Python function that launched it, no GPU: Debian's python3 loads the
+libcupti stand-in and the real libgpuscope_cupti.so with ctypes (as CUDA_INJECTION64_PATH would),
+and launches "kernels" from named Python functions (train_step -> forward / backward). A real
+server and `gpuscope-agent run` (cupti module, real eBPF, the .eh_frame walker and the CPython
+walker) trace it continuously. Checked through the server's API: the kernel-time flame graph has
+>= 90 % of its time under train_step, each kernel under the Python function that launched it,
+no frame of the injection library or of CUPTI between the kernel and its caller, and the share
+of the range the windows covered."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pushlib import (OUT, Agent, Server, check, finish, need_root_and_binaries,  # noqa: E402
+                     skip, wait_until)
+
+need_root_and_binaries()
+LIB = os.path.join(OUT, "libgpuscope_cupti.so")
+FAKE = os.path.join(OUT, "tests", "cupti", "fakecupti", "libcupti.so.13")
+if not os.access(LIB, os.R_OK) or not os.access(FAKE, os.R_OK):
+    skip("no CUDA toolkit here: libgpuscope_cupti.so / the libcupti stand-in not built")
+
+WORKLOAD = r'''
+import ctypes, os, sys, time
+cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)   # the stand-in, by its soname
+inj = ctypes.CDLL(sys.argv[2])
+if inj.InitializeInjection() != 1:
+    sys.exit(4)
+cupti.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
+                                    ctypes.c_uint64]
+GEMM, SOFTMAX = b"_Z10gemm_tiledPfS_S_i", b"_Z7softmaxPf"
+
+def forward():
+    cupti.fake_cupti_launch(GEMM, 0, 7, 300000)
+
+def backward():
+    cupti.fake_cupti_launch(GEMM, 0, 7, 600000)
+    cupti.fake_cupti_launch(SOFTMAX, 0, 13, 100000)
+
+def train_step():
+    forward()
+    backward()
+
+def main():
+    print("ready", flush=True)
+    end = time.time() + float(sys.argv[3])
+    while time.time() < end:
+        train_step()
+        time.sleep(0.002)
+
+main()
+'''
+
+
+def presence(node, pred):
+    if node.get("name") != "all" and pred(node["name"]):
+        return node["value"]
+    return sum(presence(k, pred) for k in node.get("children") or [])
+
+
+def paths(node, path=()):
+    """(value, frames root..leaf) of every leaf-most node with self time."""
+    kids = node.get("children") or []
+    p = path + ((node["name"],) if node.get("name") != "all" else ())
+    own = node["value"] - sum(k["value"] for k in kids)
+    out = [(own, p)] if own > 0 else []
+    for k in kids:
+        out += paths(k, p)
+    return out
+
+
+tmp = tempfile.mkdtemp(prefix="gpuscope-kpy-")
+srv = Server(os.path.join(tmp, "data"))
+srv.start()
+script = os.path.join(tmp, "launch.py")
+open(script, "w").write(WORKLOAD)
+env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(FAKE))
+app = subprocess.Popen(["/usr/bin/python3", script, FAKE, LIB, "30"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env)
+agent = None
+try:
+    check(app.stdout.readline().strip() == "ready", "python3 loaded the injection library")
+    agent = Agent(srv.url, ["--node", "kpy", "--pid", str(app.pid), "--push-interval", "1s",
+                            "--modules", "cupti", "--gpu-trace-budget", "100%"],
+                  os.path.join(tmp, "agent.log"))
+    sel = '{node="kpy",pid="%d"}' % app.pid
+    ok = wait_until(lambda: srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel,
+                                      since="5m")["total"] >= 200 * 10**6, 60)
+    check(ok, "kernel time of the Python process arrives")
+    # the continuous window reports the stretch it covered every few seconds
+    wait_until(lambda: (srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel,
+                                  since="5m").get("traced") or {}).get("windows", 0) >= 1, 30)
+    time.sleep(1.5)
+    fg = srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel, since="5m")
+    root, total = fg["root"], fg["total"]
+    under = presence(root, lambda n: n == "train_step")
+    check(total > 0 and under >= 0.9 * total,
+          "kernel GPU time under train_step: %.1f %% of %.0f ms" %
+          (100.0 * under / max(total, 1), total / 1e6))
+    leaves = paths(root)
+    for v, p in sorted(leaves, key=lambda t: -t[0])[:4]:
+        print("  %8.1f ms  %s" % (v / 1e6, ";".join(p)[-300:]))
+
+    def caller(p, kernel):
+        """The innermost Python function of the script above the kernel's frame."""
+        for f in reversed(p[:-1]):
+            if f in ("forward", "backward", "train_step", "main", "<module>"):
+                return f
+        return None
+    by = {}
+    for v, p in leaves:
+        if p and p[-1].startswith(("gemm_tiled", "softmax")):
+            by.setdefault((p[-1].split("(")[0], caller(p, p[-1])), 0)
+            by[(p[-1].split("(")[0], caller(p, p[-1]))] += v
+    gemm_fwd, gemm_bwd = by.get(("gemm_tiled", "forward"), 0), by.get(("gemm_tiled", "backward"), 0)
+    soft_bwd = by.get(("softmax", "backward"), 0)
+    # forward launches 300 us of gemm, backward 600 us of gemm and 100 us of softmax
+    check(gemm_fwd > 0 and 1.7 < gemm_bwd / gemm_fwd < 2.3,
+          "gemm under forward and backward, 1:2 as launched (%.1f / %.1f ms)" %
+          (gemm_fwd / 1e6, gemm_bwd / 1e6))
+    check(soft_bwd > 0 and by.get(("softmax", "forward"), 0) == 0,
+          "softmax only under backward (%.1f ms)" % (soft_bwd / 1e6))
+    instr = presence(root, lambda n: n in ("on_callback",) or "libcupti" in n or
+                     "libgpuscope_cupti" in n)
+    check(instr == 0, "no frame of the injection library or CUPTI in the stacks (%d ns)" % instr)
+    tr = fg.get("traced") or {}
+    check(tr.get("windows", 0) >= 1 and tr.get("fraction", 0) > 0,
+          "the traced share of the range: %.3f in %s window(s)" %
+          (tr.get("fraction", 0), tr.get("windows")))
+finally:
+    if agent:
+        agent.stop()
+    app.kill()
+    app.wait()
+    srv.stop()
+finish()
