@@ -80,6 +80,9 @@ int batch__interval(struct batch *b, const char *kind, const struct label *label
 		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
 		    size_t nattrs);
 
+/* Lets times <= 0 through (test tools that send what a broken agent would, to the server). */
+void batch__allow_any_time(struct batch *b);
+
 /* Record counts, for logs and flush decisions. */
 size_t batch__nsamples(const struct batch *b);
 size_t batch__size_estimate(const struct batch *b);	/* bytes once encoded, roughly */

@@ -184,6 +184,12 @@ static bool test_batch_limits(void)
 	    !ASSERT_EQ(batch__sample(b, 1, many, BATCH_MAX_LABELS, st, SAMPLE_CPU, 1), 0,
 		       "max labels ok") ||
 	    !ASSERT_EQ(batch__sample(b, 1, dup, 2, st, SAMPLE_CPU, 1), -EINVAL, "dup label") ||
+	    /* a time the server would refuse the whole batch for stays out of it */
+	    !ASSERT_EQ(batch__sample(b, 0, many, 1, st, SAMPLE_CPU, 1), -ERANGE, "time 0") ||
+	    !ASSERT_EQ(batch__sample(b, (uint64_t)-5, many, 1, st, SAMPLE_CPU, 1), -ERANGE,
+		       "time before 1970") ||
+	    !ASSERT_EQ(batch__metric(b, "m", many, 1, 0, 1.0), -ERANGE, "metric at 0") ||
+	    !ASSERT_EQ(batch__interval(b, "k", many, 1, 0, 5, -1, NULL, 0), -ERANGE, "interval at 0") ||
 	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, 99, SAMPLE_CPU, 1), -EINVAL, "bad stack id") ||
 	    !ASSERT_EQ(batch__sample(b, 1, NULL, 0, st, SAMPLE_KIND_MAX, 1), -EINVAL, "bad kind") ||
 	    !ASSERT_EQ(batch__interval(b, "k", NULL, 0, 5, 4, -1, NULL, 0), -EINVAL, "end < start") ||
