@@ -21,9 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
-#include <zstd.h>
 #include "common/batch.h"
+#include "common/compress.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 
@@ -89,49 +88,13 @@ static size_t parse_frames(char *s, struct location *out)
 	return n;
 }
 
+/* The body as the agent would send it with Content-Encoding enc ("zstd", "gzip", "none"). */
 static int pack_body(const char *enc, const uint8_t *in, size_t len, uint8_t **out,
-		    size_t *out_len)
+		     size_t *out_len)
 {
-	if (!strcmp(enc, "gzip")) {
-		z_stream zs = { 0 };
-		size_t cap = compressBound(len) + 64;
-		uint8_t *o = malloc(cap);
+	int c = compression_parse(enc);
 
-		if (!o || deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-			free(o);
-			return -ENOMEM;
-		}
-		zs.next_in = (Bytef *)in;
-		zs.avail_in = (uInt)len;
-		zs.next_out = o;
-		zs.avail_out = (uInt)cap;
-		deflate(&zs, Z_FINISH);
-		*out_len = zs.total_out;
-		deflateEnd(&zs);
-		*out = o;
-		return 0;
-	}
-	if (!strcmp(enc, "zstd")) {
-		size_t cap = ZSTD_compressBound(len), n;
-		uint8_t *o = malloc(cap);
-
-		if (!o)
-			return -ENOMEM;
-		n = ZSTD_compress(o, cap, in, len, 1);
-		if (ZSTD_isError(n)) {
-			free(o);
-			return -EINVAL;
-		}
-		*out = o;
-		*out_len = n;
-		return 0;
-	}
-	*out = malloc(len ? len : 1);
-	if (!*out)
-		return -ENOMEM;
-	memcpy(*out, in, len);
-	*out_len = len;
-	return 0;
+	return c < 0 ? c : compress_buf((enum compression)c, in, len, out, out_len);
 }
 
 static int cmd_encode(const char *enc)
