@@ -424,8 +424,9 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 	pp->code_type = addr[SYM_CODE_TYPE] ? addr[SYM_CODE_TYPE] + bias : 0;
 	pp->cl.location_table = minor >= 11;
 	if (validate(pid, ret, pp->code_type)) {
-		log_unsupported(py, pid, version, "its structures do not match the offsets of this "
-				"version (a modified build?)");
+		log_unsupported(py, pid, version, "its structures did not match the offsets of this "
+				"version when read (a modified build, or state changing under the "
+				"read: looked at again every 2 s)");
 		return 0;
 	}
 	log_debug("python: pid %d: CPython %u.%u in %s, _PyRuntime 0x%" PRIx64 ", eval loop "
