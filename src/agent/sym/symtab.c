@@ -9,18 +9,28 @@
 #include <sys/mman.h>
 #include "agent/sym/symbolize_int.h"
 
+/* Room for one more candidate. 0 or -ENOMEM. */
+static int build_room(struct symt *t)
+{
+	size_t ncap;
+	struct symt_build *n;
+
+	if (t->nb < t->bcap)
+		return 0;
+	ncap = t->bcap ? t->bcap * 2 : 256;
+	n = realloc(t->b, ncap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	t->b = n;
+	t->bcap = ncap;
+	return 0;
+}
+
 int symt_add(struct symt *t, uint64_t addr, uint64_t size, const char *name, size_t name_len,
 	     int32_t prio, uint32_t aux)
 {
-	if (t->nb == t->bcap) {
-		size_t ncap = t->bcap ? t->bcap * 2 : 256;
-		struct symt_build *n = realloc(t->b, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->b = n;
-		t->bcap = ncap;
-	}
+	if (build_room(t))
+		return -ENOMEM;
 	if (t->slen + name_len + 1 > t->scap) {
 		size_t ncap = t->scap ? t->scap : 4096;
 		char *n;
@@ -48,15 +58,8 @@ int symt_add_ext(struct symt *t, uint64_t addr, uint64_t size, size_t ext_off, i
 {
 	if (ext_off >= t->ext_len || ext_off >= SYMT_EXT)
 		return -E2BIG;
-	if (t->nb == t->bcap) {
-		size_t ncap = t->bcap ? t->bcap * 2 : 256;
-		struct symt_build *n = realloc(t->b, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->b = n;
-		t->bcap = ncap;
-	}
+	if (build_room(t))
+		return -ENOMEM;
 	t->b[t->nb] = (struct symt_build){ .addr = addr, .size = size,
 					   .name = (uint32_t)ext_off | SYMT_EXT, .prio = prio,
 					   .seq = (uint32_t)t->nb };
