@@ -624,13 +624,19 @@ int cmd_record(int argc, char **argv)
 				printf("python: %llu stacks with Python frames, %llu frames (%llu "
 				       "unreadable, %llu after a [truncated] gap), %llu stacks of "
 				       "threads without a Python thread state, %llu unsupported "
-				       "interpreters\n",
+				       "interpreters; code objects: %llu read from the process, %llu "
+				       "named from BPF's copy (gone or replaced: %llu), %llu not "
+				       "named\n",
 				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_WALKS],
 				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_FRAMES],
 				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_READ_FAILED],
 				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_UNREACHED],
 				       (unsigned long long)ps.bpf[GPUSCOPE_PY_STAT_NO_THREAD],
-				       (unsigned long long)ps.unsupported);
+				       (unsigned long long)ps.unsupported,
+				       (unsigned long long)ps.code_reads,
+				       (unsigned long long)ps.code_bpf_names,
+				       (unsigned long long)ps.code_replaced,
+				       (unsigned long long)ps.code_failed);
 		}
 	}
 	if (output)

@@ -7,6 +7,9 @@ usage: pystacks_work.py MODE SECONDS
   threads  two Python threads named pyw-a / pyw-b burning in work_a / work_b
   gen      a generator (gen_stage) and an async function (async_stage), half the time each
   recurse  recursion 300 frames deep (recurse), burning at the bottom
+  young    code that dies young: module bodies compiled and run once (young_N.py, each with
+           its own function young_work_N burning ~1 ms), freed right after, their addresses
+           reused by the next ones (as imports do)
 Prints "ready" once running, then exits after SECONDS."""
 import asyncio
 import ctypes
@@ -107,6 +110,22 @@ def recurse(depth, deadline):
     return 0
 
 
+YOUNG = '''
+def young_work_%d():
+    spin(1_000_000)
+young_work_%d()
+'''
+
+
+def run_young(deadline):
+    i = 0
+    while time.monotonic() < deadline:
+        code = compile(YOUNG % (i, i), "young_%d.py" % i, "exec")
+        exec(code, {"spin": spin})
+        del code
+        i += 1
+
+
 def main():
     mode, seconds = sys.argv[1], float(sys.argv[2])
     deadline = time.monotonic() + seconds
@@ -117,6 +136,8 @@ def main():
         run_threads(deadline)
     elif mode == "gen":
         run_gen(deadline)
+    elif mode == "young":
+        run_young(deadline)
     elif mode == "recurse":
         sys.setrecursionlimit(1000)
         recurse(300, deadline)

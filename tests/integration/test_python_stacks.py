@@ -4,8 +4,8 @@
 the `python3` on PATH may be another one). `record`: a script's known shares in named functions
 within 3 points, <module>;main;run_stages;stage_* chains, zlib.compress's native frames (libz)
 under the Python frame that called it; a generator and an async function under their callers;
-recursion 300 deep cut honestly (one [truncated] frame, at the root end); a process that exits
-while sampled. `run` with a real server: two Python threads, each with its own Python stack
+recursion 300 deep cut honestly (one [truncated] frame, at the root end); code objects freed
+right after they ran (named from what BPF copied); a process that exits while sampled. `run` with a real server: two Python threads, each with its own Python stack
 (thread label), and the walk's counters on /metrics."""
 import os
 import re
@@ -136,6 +136,28 @@ def cut_honestly(f):
 honest = total(st, cut_honestly)
 check(honest >= 0.9 * rec, "one [truncated] frame at the root, then >= 40 recurse frames: %d of %d"
       % (honest, rec))
+
+# --- code that dies young: module bodies run once and freed (imports), addresses reused -----------
+st = record("young", 8, 6)
+young = total(st, lambda f: "run_young" in f and "spin" in f)	# the exec'd code burning
+show(st, lambda f: "run_young" in f, 4)
+check(young >= 300, "samples of young code burning: %d" % young)
+
+
+def young_named(f):
+    """...;run_young;(exec's native frames);<module>;young_work_N;spin: body and function named."""
+    if "run_young" not in f or "spin" not in f:
+        return False
+    i = f.index("spin")
+    return i >= 2 and f[i - 2] == "<module>" and re.fullmatch(r"young_work_\d+", f[i - 1])
+
+
+yn = total(st, young_named)
+yp = total(st, lambda f: "run_young" in f and "[python]" in f)
+if not check(yn >= 0.97 * young and yp <= 0.01 * young,
+             "young code named (<module>;young_work_N;spin) in %d of %d samples; [python] in %d"
+             % (yn, young, yp)):
+    show(st, lambda f: "run_young" in f and "spin" in f and not young_named(f), 6)
 
 # --- a process that exits while sampled ---------------------------------------------------------
 st = record("shares", 5, 8)

@@ -73,6 +73,7 @@ static bool check_interpreter(const char *python)
 	char path[] = "/tmp/gpuscope-test-python-XXXXXX", cmd[512], line[1024];
 	uint64_t code = 0, checked_lines = 0, codes = 0;
 	struct python *py = NULL;
+	uint32_t stamp = 0;
 	bool ok = false, saw_end = false;
 	pid_t pid = 0;
 	FILE *f = NULL;
@@ -119,7 +120,15 @@ static bool check_interpreter(const char *python)
 			*bar = 0;
 			code = addr;
 			codes++;
-			if (!ASSERT_EQ(python__frame(py, pid, code, 0, &loc), 0, want) ||
+			if (!ASSERT_EQ(python__code_stamp(py, pid, code, &stamp), 0, "stamp"))
+				goto out;
+			/* another stamp: another object than the one at that address now */
+			if (!ASSERT_EQ(python__frame(py, pid, code, (uint64_t)(stamp ^ 1) << 32, &loc),
+				       -ENOENT, "replaced code object") ||
+			    !ASSERT_STREQ(loc.function, "[python]", "replaced code object's name"))
+				goto out;
+			if (!ASSERT_EQ(python__frame(py, pid, code, (uint64_t)stamp << 32, &loc), 0,
+				       want) ||
 			    !ASSERT_STREQ(loc.function, want, "qualified name") ||
 			    !ASSERT_STREQ(loc.file, bar + 1, "file"))
 				goto out;
@@ -128,7 +137,8 @@ static bool check_interpreter(const char *python)
 		if (sscanf(line, "L %" SCNu64 " %" SCNu64 " %u", &addr, &off, &want_line) != 3 ||
 		    addr != code)
 			continue;
-		if (!ASSERT_EQ(python__frame(py, pid, code, off, &loc), 0, "frame") ||
+		if (!ASSERT_EQ(python__frame(py, pid, code, off | (uint64_t)stamp << 32, &loc), 0,
+			       "frame") ||
 		    !ASSERT_EQ(loc.line, want_line, line))
 			goto out;
 		checked_lines++;

@@ -13,8 +13,11 @@
  *     the native walk's reason (GPUSCOPE_TRUNC_PYTHON when it ended normally), so the Python
  *     callers are kept and the gap is shown, never papered over.
  * A Python frame is GPUSCOPE_FRAME_PY(code object) then the byte offset of its current (3.13+)
- * or last executed (3.10-3.12) instruction from the start of the bytecode; an unreadable frame
- * is one GPUSCOPE_FRAME_PY_UNKNOWN and ends the Python walk. Counted in py_stats.
+ * or last executed (3.10-3.12) instruction from the start of the bytecode, with the code
+ * object's stamp in the high half (python_abi.h); an unreadable frame is one
+ * GPUSCOPE_FRAME_PY_UNKNOWN and ends the Python walk. Counted in py_stats. The first time a
+ * code object is walked, its names are copied into py_names, so user space can name it after
+ * the object is freed.
  *
  * The thread's PyThreadState is found without guessing: the interpreters' thread lists from
  * _PyRuntime are walked (bounded) for the entry whose native_thread_id is the tid (3.10: whose
@@ -47,6 +50,22 @@ struct {
 	__type(value, __u64);	/* its PyThreadState, checked on every use; or PY_NO_TSTATE */
 } py_threads SEC(".maps");
 
+/* Names of code objects, copied while their frames run (python_abi.h); read by python.c. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, GPUSCOPE_PY_MAX_NAMES);
+	__type(key, struct gpuscope_py_code_key);
+	__type(value, struct gpuscope_py_name);
+} py_names SEC(".maps");
+
+/* Room to build a py_names value (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gpuscope_py_name);
+} py_name_room SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, GPUSCOPE_PY_STAT_MAX);
@@ -70,6 +89,7 @@ struct py_state {
 	__u8 code_tag_mask;
 	__u8 all;		/* push every frame left, not one activation's (py_walk_end()) */
 	__u16 fr_previous, fr_code, fr_instr, fr_owner, fr_is_entry, co_code;
+	__u16 co_firstlineno, co_filename;	/* co_filename GPUSCOPE_PY_NO_OFFSET: no stamps */
 };
 _Static_assert(sizeof(struct py_state) <= sizeof(((struct uwalk *)0)->py),
 	       "struct py_state must fit in struct uwalk's py[]");
@@ -117,6 +137,8 @@ static __always_inline void py_walk_init(struct uwalk *st)
 	ps->fr_owner = p->fr_owner;
 	ps->fr_is_entry = p->fr_is_entry;
 	ps->co_code = p->co_code;
+	ps->co_firstlineno = p->co_firstlineno;
+	ps->co_filename = p->co_filename;
 }
 
 struct py_scan {
@@ -219,6 +241,63 @@ static __always_inline void py_start(struct uwalk *st)
 	ps->state = PY_WALK_ACTIVE;
 }
 
+/*
+ * Copies part of a str object's characters into dst: the first cap bytes (tail 0) or the last
+ * ones (tail 1). Returns the bytes copied; *len and *state from the object.
+ */
+static __always_inline __u32 py_copy_str(__u64 obj, const struct gpuscope_py_proc *p, __u8 *dst,
+					 __u32 cap, int tail, __u64 *len, __u32 *state)
+{
+	__u64 hdr[3] = {};	/* length, hash, state (+ padding) at offset 16 */
+	__u64 bytes, from;
+	__u32 kind;
+
+	if (!obj || bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(obj + 16)))
+		return 0;
+	*len = hdr[0];
+	*state = (__u32)hdr[2];
+	kind = (*state >> 2) & 7;
+	if (!((*state >> 5) & 1) || (kind != 1 && kind != 2 && kind != 4) || hdr[0] > (1 << 20))
+		return 0;	/* not a compact str: python.c says so */
+	bytes = hdr[0] * kind;
+	from = obj + ((*state >> 6) & 1 ? p->str_ascii : p->str_compact);
+	if (bytes > cap) {
+		if (tail)
+			from += bytes - cap;	/* cap is a multiple of 4: on a character */
+		bytes = cap;
+	}
+	bytes &= 0x3ff;
+	if (bytes > cap || bpf_probe_read_user(dst, bytes, (const void *)from))
+		return 0;
+	return (__u32)bytes;
+}
+
+/* A code object not in py_names: its names copied there while its frame runs. */
+static __always_inline void py_name_code(const struct gpuscope_py_code_key *k, __u32 firstlineno,
+					 const __u64 *w)
+{
+	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &k->tgid);
+	__u32 zero = 0;
+	struct gpuscope_py_name *v = bpf_map_lookup_elem(&py_name_room, &zero);
+	__u64 name;
+
+	if (!p || !v)
+		return;
+	name = p->co_name_word == 2 ? w[2] : w[1];
+	v->firstlineno = firstlineno;
+	v->name_len = v->file_len = 0;
+	v->name_state = v->file_state = 0;
+	v->name_bytes = py_copy_str(name, p, v->name, GPUSCOPE_PY_NAME_BYTES, 0, &v->name_len,
+				    &v->name_state);
+	v->file_bytes = py_copy_str(w[0], p, v->file, GPUSCOPE_PY_FILE_BYTES, 1, &v->file_len,
+				    &v->file_state);
+	if (!v->name_bytes || bpf_map_update_elem(&py_names, k, v, BPF_NOEXIST)) {
+		py_count(GPUSCOPE_PY_STAT_NAME_FAILED);
+		return;
+	}
+	py_count(GPUSCOPE_PY_STAT_NAMED);
+}
+
 /* Pushes one frame (a bpf_loop callback over st): 1 ends the loop. */
 static long py_step(__u64 i, void *ctx)
 {
@@ -264,6 +343,19 @@ static long py_step(__u64 i, void *ctx)
 	}
 	if (err || !code || code >= (1ULL << 56))
 		goto read_failed;
+	if (ps->co_filename != GPUSCOPE_PY_NO_OFFSET) {
+		struct gpuscope_py_code_key k = { .tgid = st->tgid, .code = code };
+		__u64 w[3] = {};
+		__u32 fl = 0;
+
+		if (bpf_probe_read_user(&fl, 4, (const void *)(code + ps->co_firstlineno)) ||
+		    bpf_probe_read_user(w, sizeof(w), (const void *)(code + ps->co_filename)))
+			goto read_failed;
+		k.stamp = gpuscope_py_stamp(fl, w[0], w[1], w[2]);
+		off = (off & 0xffffffffULL) | (__u64)k.stamp << 32;
+		if (!bpf_map_lookup_elem(&py_names, &k))
+			py_name_code(&k, fl, w);
+	}
 	if (!unwind_push(st, GPUSCOPE_FRAME_PY(code)) || !unwind_push(st, off))
 		return 1;
 	py_count(GPUSCOPE_PY_STAT_FRAMES);

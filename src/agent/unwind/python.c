@@ -51,6 +51,7 @@ struct py_proc {
 	uint64_t checked_ns;			/* when; a "no" is looked at again later */
 	uint64_t code_type;			/* &PyCode_Type in the process; 0 if unknown */
 	uint64_t interp_lo, interp_hi;		/* the interpreter binary's mappings */
+	bool stamped;				/* BPF stamps its code objects (python_abi.h) */
 	struct code_layout cl;
 };
 
@@ -65,7 +66,7 @@ struct py_code {
 struct python {
 	pthread_mutex_t lock;			/* the unwinder's thread finds processes, the main
 						 * loop symbolizes */
-	int fd_procs, fd_threads, fd_stats;
+	int fd_procs, fd_threads, fd_stats, fd_names;
 	struct u64map procs;			/* pid -> struct py_proc * */
 	struct u64map files;			/* hash(dev, ino, mtime) -> 1 + verdict (1: Python) */
 	struct u64map codes;			/* hash(pid, code) -> struct py_code * */
@@ -415,6 +416,17 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 		return 0;
 	}
 #endif
+	/* what the BPF walker reads to stamp and name code objects (python_abi.h) */
+	ret->co_firstlineno = pp->cl.firstlineno;
+	ret->co_filename = pp->cl.filename;
+	ret->str_ascii = pp->cl.ascii_size;
+	ret->str_compact = pp->cl.compact_size;
+	ret->co_name_word = pp->cl.qualname ? 2 : 1;
+	if (pp->cl.name != pp->cl.filename + 8 ||
+	    (pp->cl.qualname && pp->cl.qualname != pp->cl.filename + 16) ||
+	    !fits16(pp->cl.firstlineno) || !fits16(pp->cl.filename))
+		ret->co_filename = GPUSCOPE_PY_NO_OFFSET;	/* no stamps, no names in BPF */
+	pp->stamped = ret->co_filename != GPUSCOPE_PY_NO_OFFSET;
 	pp->interp_lo = c->lo;
 	pp->interp_hi = c->hi;
 	ret->runtime = addr[SYM_RUNTIME] + bias;
@@ -605,15 +617,43 @@ static size_t put_utf8(char *out, uint32_t c)
 	return 4;
 }
 
+/*
+ * Characters of a compact str object (state: its state word; raw: nbytes of its characters,
+ * 1, 2 or 4 bytes each) as UTF-8 into buf, at most NAME_MAX_CHARS. 0 or -ENOTSUP.
+ */
+static int str_decode(uint32_t state, const void *raw, size_t nbytes, char *buf, size_t cap)
+{
+	uint32_t kind = (state >> 2) & 7, width = kind;
+	size_t n, o = 0;
+
+	if (!((state >> 5) & 1) || !kind || kind == 3 || kind > 4)
+		return -ENOTSUP;	/* not compact: a legacy string, not used for names */
+	n = nbytes / width;
+	if (n > NAME_MAX_CHARS)
+		n = NAME_MAX_CHARS;
+	for (size_t i = 0; i < n && o + 5 < cap; i++) {
+		uint32_t c;
+
+		if (width == 1)
+			c = ((const uint8_t *)raw)[i];
+		else if (width == 2)
+			c = ((const uint16_t *)raw)[i];
+		else
+			c = ((const uint32_t *)raw)[i];
+		o += put_utf8(buf + o, c ? c : '?');
+	}
+	buf[o] = 0;
+	return 0;
+}
+
 /* A str object of the process as UTF-8 into buf (truncated to NAME_MAX_CHARS). 0 or -errno. */
 static int read_str(pid_t pid, const struct code_layout *cl, uint64_t addr, char *buf,
 		    size_t cap)
 {
 	uint32_t raw32[NAME_MAX_CHARS];
-	uint8_t *raw = (uint8_t *)raw32;
 	uint64_t length;
-	uint32_t state, kind, width;
-	size_t n, o = 0;
+	uint32_t state, width;
+	size_t n;
 	int err;
 
 	if (!addr)
@@ -623,37 +663,76 @@ static int read_str(pid_t pid, const struct code_layout *cl, uint64_t addr, char
 		err = read_mem(pid, addr + 32, &state, 4);
 	if (err)
 		return err;
-	kind = (state >> 2) & 7;
-	if (!((state >> 5) & 1) || !kind || kind == 3 || kind > 4)
-		return -ENOTSUP;	/* not compact: a legacy string, not used for names */
-	width = kind;
+	width = (state >> 2) & 7;
+	if (!((state >> 5) & 1) || !width || width == 3 || width > 4)
+		return -ENOTSUP;
 	n = length < NAME_MAX_CHARS ? length : NAME_MAX_CHARS;
-	err = read_mem(pid, addr + ((state >> 6) & 1 ? cl->ascii_size : cl->compact_size), raw,
+	err = read_mem(pid, addr + ((state >> 6) & 1 ? cl->ascii_size : cl->compact_size), raw32,
 		       n * width);
-	if (err)
-		return err;
-	for (size_t i = 0; i < n && o + 5 < cap; i++) {
-		uint32_t c = width == 1 ? raw[i] : width == 2 ? ((uint16_t *)raw)[i]
-							     : ((uint32_t *)raw)[i];
+	return err ? err : str_decode(state, raw32, n * width, buf, cap);
+}
 
-		o += put_utf8(buf + o, c ? c : '?');
-	}
-	buf[o] = 0;
+/*
+ * The stamp of the code object at code as it is now (python_abi.h); -errno if unreadable.
+ * A process whose layout gives no stamps: 0, as BPF writes then.
+ */
+static int code_stamp(const struct py_proc *pp, uint64_t code, uint32_t *ret)
+{
+	uint64_t w[3];
+	uint32_t fl;
+
+	*ret = 0;
+	if (!pp->stamped)
+		return 0;
+	if (read_mem(pp->pid, code + pp->cl.firstlineno, &fl, 4) ||
+	    read_mem(pp->pid, code + pp->cl.filename, w, sizeof(w)))
+		return -EFAULT;
+	*ret = gpuscope_py_stamp(fl, w[0], w[1], w[2]);
 	return 0;
 }
 
-static struct py_code *code_read(struct python *py, const struct py_proc *pp, uint64_t code)
+static struct py_code *code_new(struct python *py, const char *name, const char *file,
+				int32_t firstline, bool location_table, size_t ltlen)
+{
+	struct py_code *c = calloc(1, sizeof(*c) + ltlen);
+	int64_t iname, ifile;
+
+	if (!c)
+		return NULL;
+	iname = strtab_intern(&py->strs, name);
+	ifile = strtab_intern(&py->strs, file);
+	if (iname < 0 || ifile < 0) {
+		free(c);
+		return NULL;
+	}
+	c->name = py->strs.strs[iname];
+	c->file = py->strs.strs[ifile];
+	c->firstline = firstline > 0 ? (uint32_t)firstline : 0;
+	c->location_table = location_table;
+	c->nlt = (uint32_t)ltlen;
+	return c;
+}
+
+/* The code object at code, read from the process; NULL if gone or no longer that object. */
+static struct py_code *code_read(struct python *py, const struct py_proc *pp, uint64_t code,
+				 uint32_t stamp)
 {
 	const struct code_layout *cl = &pp->cl;
 	char name[NAME_MAX_CHARS * 4 + 8], file[NAME_MAX_CHARS * 4 + 8];
 	uint64_t type = 0, pname = 0, pfile = 0, plt = 0, ltlen = 0;
 	int32_t firstline = 0;
 	struct py_code *c;
-	int64_t iname, ifile;
+	uint32_t now;
 	pid_t pid = pp->pid;
 
 	if (read_u64(pid, code + 8, &type) || (pp->code_type && type != pp->code_type))
 		return NULL;	/* freed or not a code object */
+	if (code_stamp(pp, code, &now))
+		return NULL;
+	if (now != stamp) {	/* another code object at that address now */
+		py->st.code_replaced++;
+		return NULL;
+	}
 	if (read_u64(pid, code + (cl->qualname ? cl->qualname : cl->name), &pname) ||
 	    read_u64(pid, code + cl->filename, &pfile) ||
 	    read_u64(pid, code + cl->linetable, &plt) ||
@@ -664,23 +743,42 @@ static struct py_code *code_read(struct python *py, const struct py_proc *pp, ui
 		snprintf(file, sizeof(file), "?");
 	if (!plt || read_u64(pid, plt + 16, &ltlen) || ltlen > LINETABLE_MAX)
 		ltlen = 0;
-	c = calloc(1, sizeof(*c) + ltlen);
+	c = code_new(py, name, file, firstline, cl->location_table, ltlen);
 	if (!c)
 		return NULL;
 	if (ltlen && read_mem(pid, plt + 32, c->lt, ltlen))
-		ltlen = 0;
-	iname = strtab_intern(&py->strs, name);
-	ifile = strtab_intern(&py->strs, file);
-	if (iname < 0 || ifile < 0) {
-		free(c);
-		return NULL;
-	}
-	c->name = py->strs.strs[iname];
-	c->file = py->strs.strs[ifile];
-	c->firstline = firstline > 0 ? (uint32_t)firstline : 0;
-	c->location_table = cl->location_table;
-	c->nlt = (uint32_t)ltlen;
+		c->nlt = 0;
 	py->st.code_reads++;
+	return c;
+}
+
+/*
+ * The names BPF copied while a frame of the code object ran (py_names): for code objects gone
+ * before user space looked. No line table there: lines of such frames are unknown (0).
+ */
+static struct py_code *code_from_bpf(struct python *py, pid_t pid, uint64_t code, uint32_t stamp)
+{
+	struct gpuscope_py_code_key k = { .tgid = (__u32)pid, .stamp = stamp, .code = code };
+	struct gpuscope_py_name v;
+	char name[NAME_MAX_CHARS * 4 + 8], file[NAME_MAX_CHARS * 4 + 16];
+	uint32_t fkind;
+	struct py_code *c;
+	size_t o = 0;
+
+	if (py->fd_names < 0 || bpf_map_lookup_elem(py->fd_names, &k, &v))
+		return NULL;
+	fkind = (v.file_state >> 2) & 7;
+	if (v.name_bytes > sizeof(v.name) || v.file_bytes > sizeof(v.file) ||
+	    str_decode(v.name_state, v.name, v.name_bytes, name, sizeof(name)))
+		return NULL;
+	if (fkind && v.file_bytes < v.file_len * fkind)
+		o = (size_t)snprintf(file, sizeof(file), "...");	/* its start was cut */
+	if (!v.file_bytes || str_decode(v.file_state, v.file, v.file_bytes, file + o,
+					 sizeof(file) - o))
+		snprintf(file, sizeof(file), "?");
+	c = code_new(py, name, file, (int32_t)v.firstlineno, false, 0);
+	if (c)
+		py->st.code_bpf_names++;
 	return c;
 }
 
@@ -764,23 +862,30 @@ void python__unknown_frame(struct python *py, struct location *ret)
 	ret->build_id = "";
 }
 
-int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
+int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t word,
 		  struct location *ret)
 {
-	uint64_t key[2] = { (uint64_t)pid, code }, h = hash64(key, sizeof(key), 0x7079), *slot;
+	uint64_t offset = word & 0xffffffffULL;
+	uint32_t stamp = (uint32_t)(word >> 32);
+	uint64_t key[3] = { (uint64_t)pid, code, stamp }, h, *slot;
 	struct py_proc *pp;
 	struct py_code *c = NULL;
 
 	python__unknown_frame(py, ret);
 	if (!py)
 		return -ENOENT;
+	h = hash64(key, sizeof(key), 0x7079);
 	pthread_mutex_lock(&py->lock);
 	slot = u64map_find(&py->codes, h);
 	if (slot) {
 		c = (struct py_code *)(uintptr_t)*slot;
 		py->st.code_cache_hits++;
-	} else if ((pp = proc_find(py, pid)) && pp->python) {
-		c = code_read(py, pp, code);
+	} else {
+		pp = proc_find(py, pid);
+		if (pp && pp->python)
+			c = code_read(py, pp, code, stamp);
+		if (!c)	/* gone (or the process is): what BPF copied while it ran */
+			c = code_from_bpf(py, pid, code, stamp);
 		if (c) {
 			if (py->ncodes == MAX_CODES)
 				codes_clear(py);
@@ -800,10 +905,25 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
 	}
 	ret->function = c->name;
 	ret->file = c->file;
-	ret->line = python__line(c->lt, c->nlt, c->firstline, c->location_table, offset);
+	ret->line = c->nlt ? python__line(c->lt, c->nlt, c->firstline, c->location_table, offset)
+			   : 0;
 	ret->address = offset;
 	pthread_mutex_unlock(&py->lock);
 	return 0;
+}
+
+int python__code_stamp(struct python *py, pid_t pid, uint64_t code, uint32_t *ret)
+{
+	struct py_proc *pp;
+	int err = -ENOENT;
+
+	*ret = 0;
+	pthread_mutex_lock(&py->lock);
+	pp = proc_find(py, pid);
+	if (pp && pp->python)
+		err = code_stamp(pp, code, ret);
+	pthread_mutex_unlock(&py->lock);
+	return err;
 }
 
 bool python__internal(struct python *py, pid_t pid, uint64_t addr)
@@ -857,7 +977,7 @@ struct python *python__new(void)
 	if (!py)
 		return NULL;
 	pthread_mutex_init(&py->lock, NULL);
-	py->fd_procs = py->fd_threads = py->fd_stats = -1;
+	py->fd_procs = py->fd_threads = py->fd_stats = py->fd_names = -1;
 	py->code_list = calloc(MAX_CODES, sizeof(*py->code_list));
 	if (!py->code_list) {
 		err = -ENOMEM;
@@ -869,7 +989,10 @@ struct python *python__new(void)
 					sizeof(__u64), GPUSCOPE_PY_MAX_THREADS, NULL);
 	py->fd_stats = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "py_stats", sizeof(__u32),
 				      sizeof(__u64), GPUSCOPE_PY_STAT_MAX, NULL);
-	if (py->fd_procs < 0 || py->fd_threads < 0 || py->fd_stats < 0) {
+	py->fd_names = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "py_names",
+				      sizeof(struct gpuscope_py_code_key),
+				      sizeof(struct gpuscope_py_name), GPUSCOPE_PY_MAX_NAMES, NULL);
+	if (py->fd_procs < 0 || py->fd_threads < 0 || py->fd_stats < 0 || py->fd_names < 0) {
 		err = -errno;
 		goto out_free;
 	}
@@ -900,16 +1023,18 @@ void python__free(struct python *py)
 		close(py->fd_threads);
 	if (py->fd_stats >= 0)
 		close(py->fd_stats);
+	if (py->fd_names >= 0)
+		close(py->fd_names);
 	pthread_mutex_destroy(&py->lock);
 	free(py);
 }
 
 int python__share_maps(struct python *py, struct bpf_object *obj)
 {
-	static const char *const names[3] = { "py_procs", "py_threads", "py_stats" };
-	int fds[3] = { py->fd_procs, py->fd_threads, py->fd_stats };
+	static const char *const names[4] = { "py_procs", "py_threads", "py_stats", "py_names" };
+	int fds[4] = { py->fd_procs, py->fd_threads, py->fd_stats, py->fd_names };
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		struct bpf_map *m = bpf_object__find_map_by_name(obj, names[i]);
 		int err;
 
@@ -956,6 +1081,8 @@ void python__metrics(const struct python *py, FILE *out)
 		[GPUSCOPE_PY_STAT_TRUNCATED] = "truncated",
 		[GPUSCOPE_PY_STAT_UNREACHED] = "unreached",
 		[GPUSCOPE_PY_STAT_EVAL_EMPTY] = "eval_without_frames",
+		[GPUSCOPE_PY_STAT_NAMED] = "code_named",
+		[GPUSCOPE_PY_STAT_NAME_FAILED] = "code_name_failed",
 	};
 	struct python_stats st;
 	const char *n;
@@ -966,7 +1093,8 @@ void python__metrics(const struct python *py, FILE *out)
 		    "CPython walk in BPF: stacks with Python frames (walks), frames written, threads "
 		    "without a thread state, thread-list walks and their bound, unreadable frames "
 		    "([python]), stacks out of room, frames after a [truncated] gap (unreached), "
-		    "eval-loop activations without a frame left.");
+		    "eval-loop activations without a frame left, code objects whose names BPF "
+		    "copied (code_named) or could not copy.");
 	for (int i = 0; i < GPUSCOPE_PY_STAT_MAX; i++)
 		if (walk[i])
 			prom_sample1_u64(out, n, "event", walk[i], st.bpf[i]);
@@ -976,9 +1104,13 @@ void python__metrics(const struct python *py, FILE *out)
 		     "Processes with a CPython the walker cannot follow (version, build): native "
 		     "frames only.", st.unsupported);
 	n = "gpuscope_agent_python_code_objects_total";
-	prom_family(out, n, "counter", "Code objects symbolized: read from the process, failed "
-				       "(shown as [python]), answered from the cache.");
+	prom_family(out, n, "counter", "Code objects symbolized: read from the process, named from "
+				       "what BPF copied while they ran (gone before user space "
+				       "looked: no line), failed (shown as [python]), answered from "
+				       "the cache; replaced: another object at the address by then.");
 	prom_sample1_u64(out, n, "result", "read", st.code_reads);
+	prom_sample1_u64(out, n, "result", "bpf_copy", st.code_bpf_names);
+	prom_sample1_u64(out, n, "result", "replaced", st.code_replaced);
 	prom_sample1_u64(out, n, "result", "failed", st.code_failed);
 	prom_sample1_u64(out, n, "result", "cached", st.code_cache_hits);
 	prom_counter(out, "gpuscope_agent_python_internal_frames_elided_total",

@@ -3,8 +3,9 @@
  * CPython support, user side: finds the interpreter of a process (python3.X executable or
  * libpython3.X.so, static or dynamic; 3.10 to 3.14), tells the BPF walker (python.bpf.h)
  * where _PyRuntime and the eval loop are and which offsets to read, and symbolizes the frames
- * it emits (code object -> qualified name, file, line) from process memory, cached per
- * (pid, code object). Main-loop thread only.
+ * it emits (code object -> qualified name, file, line) from process memory or, for objects
+ * gone by then, from the names BPF copied while they ran; cached per (pid, code object,
+ * stamp). Main-loop thread only.
  */
 #ifndef GPUSCOPE_UNWIND_PYTHON_H
 #define GPUSCOPE_UNWIND_PYTHON_H
@@ -42,12 +43,17 @@ int python__pid_seen(struct python *py, pid_t pid);
 void python__pid_gone(struct python *py, pid_t pid);
 
 /*
- * The location of a Python frame word pair (GPUSCOPE_FRAME_PY(code), offset) of process pid:
- * function = qualified name, file, line, module "[python]". 0, or -ENOENT when the code
- * object could not be read (*ret then says "[python]", counted). Strings live as long as py.
+ * The location of a Python frame word pair (GPUSCOPE_FRAME_PY(code), word) of process pid
+ * (word: instruction offset | stamp << 32, python_abi.h): function = qualified name, file,
+ * line, module "[python]". Read from the process while the code object with that stamp is
+ * there, else from the names BPF copied while it ran (line 0: unknown). 0, or -ENOENT when
+ * neither has it (*ret then says "[python]", counted). Strings live as long as py.
  */
-int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t offset,
+int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t word,
 		  struct location *ret);
+
+/* The stamp of the code object at code in pid as it is now (tests). 0 or -errno. */
+int python__code_stamp(struct python *py, pid_t pid, uint64_t code, uint32_t *ret);
 
 /*
  * The line of the instruction at byte offset off of a code object whose co_linetable is lt
@@ -75,6 +81,8 @@ struct python_stats {
 	uint64_t procs;			/* Python processes followed now */
 	uint64_t unsupported;		/* processes with a CPython this agent cannot walk */
 	uint64_t code_reads, code_failed, code_cache_hits;
+	uint64_t code_bpf_names;	/* named from py_names: the object was gone */
+	uint64_t code_replaced;		/* another object at the address (stamp differs) */
 	uint64_t elided;		/* interpreter frames left out (python__internal()) */
 	uint64_t bpf[16];		/* enum gpuscope_py_stat, summed over CPUs */
 };

@@ -10,6 +10,7 @@
 #define GPUSCOPE_PY_MAX_PROCS	4096	/* Python processes followed at once */
 #define GPUSCOPE_PY_MAX_THREADS	16384	/* cached tid -> PyThreadState (LRU) */
 #define GPUSCOPE_PY_NO_OFFSET	0xffff
+#define GPUSCOPE_PY_MAX_NAMES	16384	/* code objects named in BPF (LRU, all processes) */
 
 /* How frames chain into C activations of the eval loop. */
 enum gpuscope_py_layout {
@@ -21,10 +22,12 @@ enum gpuscope_py_layout {
 };
 
 /*
- * The instruction word that follows GPUSCOPE_FRAME_PY(code) is the byte offset of the frame's
- * current (3.13+) or last executed (3.10-3.12) instruction from the start of the code
- * object's bytecode: 2 * f_lasti in 3.10, instr_ptr/prev_instr - co_code_adaptive after.
- * A frame before its first instruction gives 0.
+ * The instruction word that follows GPUSCOPE_FRAME_PY(code): its low 32 bits are the byte
+ * offset of the frame's current (3.13+) or last executed (3.10-3.12) instruction from the
+ * start of the code object's bytecode (2 * f_lasti in 3.10, instr_ptr/prev_instr -
+ * co_code_adaptive after; 0 before the first instruction); its high 32 bits are the code
+ * object's stamp (gpuscope_py_stamp()), which tells a code object from a later one that the
+ * allocator put at the same address.
  */
 struct gpuscope_py_proc {
 	__u64 runtime;		/* address of _PyRuntime in the process */
@@ -47,8 +50,55 @@ struct gpuscope_py_proc {
 	__u16 fr_owner;		/* owner (3.12+); GPUSCOPE_PY_NO_OFFSET before */
 	__u16 fr_is_entry;	/* is_entry (3.11); GPUSCOPE_PY_NO_OFFSET otherwise */
 	__u16 co_code;		/* bytecode start in a code object (co_code_adaptive), 3.11+ */
+	__u16 co_firstlineno;	/* int co_firstlineno */
+	__u16 co_filename;	/* co_filename; co_name follows it, then co_qualname (3.11+) or
+				 * co_linetable (3.10): three pointers read at once */
+	__u16 str_ascii;	/* sizeof(PyASCIIObject): where an ASCII str's characters start */
+	__u16 str_compact;	/* sizeof(PyCompactUnicodeObject): where other compact strs' do */
+	__u8 co_name_word;	/* which of those three pointers names the code: 2 (co_qualname,
+				 * 3.11+) or 1 (co_name, 3.10) */
+	__u8 _pad2[7];
 };
-_Static_assert(sizeof(struct gpuscope_py_proc) == 64, "python ABI change");
+_Static_assert(sizeof(struct gpuscope_py_proc) == 80, "python ABI change");
+
+/*
+ * The stamp of a code object: a mix of what never changes while it lives (co_firstlineno and
+ * the file, name and qualified-name objects it points to). Same function in BPF and user
+ * space. A new code object at a freed one's address has another stamp unless all four match.
+ */
+static inline __u32 gpuscope_py_stamp(__u32 firstlineno, __u64 w0, __u64 w1, __u64 w2)
+{
+	__u64 h = ((__u64)firstlineno + 1) * 0x9e3779b97f4a7c15ULL;
+
+	h = (h ^ w0) * 0xff51afd7ed558ccdULL;
+	h = (h ^ (h >> 31) ^ w1) * 0xc4ceb9fe1a85ec53ULL;
+	h = (h ^ (h >> 29) ^ w2) * 0x9e3779b97f4a7c15ULL;
+	return (__u32)(h >> 32);
+}
+
+/*
+ * Names of code objects, copied by BPF when a frame of a code object not in map py_names is
+ * walked: the code object is alive then (the frame runs it), while user space may read the
+ * process only after the object is gone (module bodies during imports, lambdas, exec'd code).
+ * Keyed by (tgid, code address, stamp). Raw characters of the str objects (1, 2 or 4 bytes
+ * each per the state word): the first ones of the name, the last ones of the file name.
+ */
+#define GPUSCOPE_PY_NAME_BYTES	128
+#define GPUSCOPE_PY_FILE_BYTES	192
+struct gpuscope_py_code_key {
+	__u32 tgid;
+	__u32 stamp;
+	__u64 code;
+};
+
+struct gpuscope_py_name {
+	__u64 name_len, file_len;	/* in characters */
+	__u32 name_state, file_state;	/* the str objects' state words (kind, compact, ascii) */
+	__u32 firstlineno;
+	__u16 name_bytes, file_bytes;	/* bytes copied into name[] and file[] */
+	__u8 name[GPUSCOPE_PY_NAME_BYTES];
+	__u8 file[GPUSCOPE_PY_FILE_BYTES];
+};
 
 /* Per-CPU counters of the Python walk (map py_stats), summed over CPUs by python.c. */
 enum gpuscope_py_stat {
@@ -62,6 +112,8 @@ enum gpuscope_py_stat {
 	GPUSCOPE_PY_STAT_UNREACHED,	/* native walk ended above the eval loop: the remaining
 					 * Python frames follow a [truncated] word */
 	GPUSCOPE_PY_STAT_EVAL_EMPTY,	/* an eval-loop activation with no Python frame left */
+	GPUSCOPE_PY_STAT_NAMED,		/* code objects whose names BPF copied (py_names misses) */
+	GPUSCOPE_PY_STAT_NAME_FAILED,	/* ... whose names could not be read or stored */
 	GPUSCOPE_PY_STAT_MAX = 16,
 };
 
