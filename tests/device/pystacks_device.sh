@@ -22,9 +22,24 @@ for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; d
 url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
 # BPF run time per program (fdinfo's run_time_ns / run_cnt) while the loop runs
 sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null || echo 1 > /proc/sys/kernel/bpf_stats_enabled
+# AGENT_ARGS: more agent options (e.g. --gpu-trace-budget 100% for kernels in every step)
 ours "$D/bin/gpuscope-agent" run --server "$url" --push-interval 2s --metrics-listen 127.0.0.1:9400 \
-	> "$W/agent.out" 2> "$W/agent.log" &
+	${AGENT_ARGS:-} > "$W/agent.out" 2> "$W/agent.log" &
 apid=$!
+smaps_by_name() {	# pid: resident MB by mapping (heap and anonymous, BPF maps, files)
+	awk '/^[0-9a-f]+-[0-9a-f]+ /{n = NF >= 6 ? $6 : "[anon]"; if (n ~ /^anon_inode:bpf/) n = "bpf:" $NF}
+		/^Rss:/{r[n] += $2} END{for (k in r) if (r[k] >= 1024) printf "%8.1f MB  %s\n", r[k] / 1024, k}' \
+		/proc/$1/smaps | sort -rn | head -25
+}
+( peak=0; while kill -0 $apid 2>/dev/null; do	# the agent's memory at its peak, once a second
+	r=$(awk '/^VmRSS/{print $2}' /proc/$apid/status 2>/dev/null)
+	if [ "${r:-0}" -gt "$peak" ]; then
+		peak=$r; { echo "VmRSS $r kB at $(date +%T)"; grep -E '^(RssAnon|RssFile|RssShmem)' \
+			/proc/$apid/status; smaps_by_name $apid; } > "$RET/agent-peak.txt.tmp" &&
+			mv "$RET/agent-peak.txt.tmp" "$RET/agent-peak.txt"
+	fi
+	sleep 1
+done ) &
 sleep 4
 read -r a_ut a_st < <(awk '{print $14, $15}' /proc/$apid/stat)
 t0=$(date +%s.%N)
@@ -37,6 +52,7 @@ tail -2 "$W/work.out"; tail -3 "$W/work.err"
 sleep 4	# the last push
 python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9400/metrics', timeout=30).read().decode())" > "$RET/agent-metrics.txt"
 grep VmHWM /proc/$apid/status | tee "$W/agent-rss.txt"
+smaps_by_name $apid > "$RET/agent-smaps.txt"	# and at the end of the loop
 for f in /proc/$apid/fdinfo/*; do
 	grep -q '^prog_tag' "$f" 2>/dev/null || continue
 	awk -v fd="${f##*/}" '/^prog_type|^prog_id|^run_time_ns|^run_cnt/{printf "%s=%s ", $1, $2} END{print "fd=" fd}' "$f"

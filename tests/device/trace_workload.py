@@ -94,6 +94,7 @@ def run(name):
         ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         ctx.__enter__()
     t_start = time.monotonic()
+    print("started %s %.6f" % (name, t_start), file=sys.stderr, flush=True)
     steps = []
     while time.monotonic() - t_start < PHASE_S:
         t0 = time.monotonic()

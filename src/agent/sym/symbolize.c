@@ -142,6 +142,7 @@ struct symbolizer {
 	char *debug_dir;		/* NULL: no separate debug files */
 	/* kernel */
 	struct symt ksyms;		/* aux: index into kmods + 1 */
+	unsigned k_unknown_logged;	/* unknown kernel addresses logged */
 	struct kmodule *kmods;
 	size_t nkmods;
 	struct u64map knames;
@@ -1154,6 +1155,13 @@ int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *re
 		i = symt_find(&s->ksyms, addr);	/* new modules or BPF programs */
 	if (i < 0) {
 		s->st.unknown++;
+		if (s->k_unknown_logged < 8) {	/* what the kernel's unknown frames are */
+			s->k_unknown_logged++;
+			log_info("symbolizer: kernel address 0x%" PRIx64 " is in no text symbol of "
+				 "/proc/kallsyms (%zu symbols, first 0x%" PRIx64 "); shown as "
+				 "[unknown] [kernel.kallsyms] (first 8 logged)", addr,
+				 s->ksyms.n, s->ksyms.n ? s->ksyms.e[0].addr : 0);
+		}
 		return -ENOENT;
 	}
 	{

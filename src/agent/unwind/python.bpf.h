@@ -58,13 +58,23 @@ struct {
 	__type(value, struct gpuscope_py_name);
 } py_names SEC(".maps");
 
-/* Room to build a py_names value (too big for the BPF stack). */
+/* Room to stamp a code object and build its py_names value (the BPF stack has no room left
+ * under the native walk's frames: 512 bytes for the whole chain of calls). */
+struct py_room {
+	struct gpuscope_py_code_key k;
+	__u64 w[3];		/* co_filename, co_name, co_qualname (3.10: co_linetable) */
+	__u64 hdr[3];		/* a str object's length, hash, state */
+	__u32 firstlineno;
+	__u32 _pad;
+	struct gpuscope_py_name v;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct gpuscope_py_name);
-} py_name_room SEC(".maps");
+	__type(value, struct py_room);
+} py_room SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -245,21 +255,21 @@ static __always_inline void py_start(struct uwalk *st)
  * Copies part of a str object's characters into dst: the first cap bytes (tail 0) or the last
  * ones (tail 1). Returns the bytes copied; *len and *state from the object.
  */
-static __always_inline __u32 py_copy_str(__u64 obj, const struct gpuscope_py_proc *p, __u8 *dst,
-					 __u32 cap, int tail, __u64 *len, __u32 *state)
+static __always_inline __u32 py_copy_str(struct py_room *r, __u64 obj,
+					 const struct gpuscope_py_proc *p, __u8 *dst, __u32 cap,
+					 int tail, __u64 *len, __u32 *state)
 {
-	__u64 hdr[3] = {};	/* length, hash, state (+ padding) at offset 16 */
 	__u64 bytes, from;
 	__u32 kind;
 
-	if (!obj || bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(obj + 16)))
+	if (!obj || bpf_probe_read_user(r->hdr, sizeof(r->hdr), (const void *)(obj + 16)))
 		return 0;
-	*len = hdr[0];
-	*state = (__u32)hdr[2];
+	*len = r->hdr[0];
+	*state = (__u32)r->hdr[2];
 	kind = (*state >> 2) & 7;
-	if (!((*state >> 5) & 1) || (kind != 1 && kind != 2 && kind != 4) || hdr[0] > (1 << 20))
+	if (!((*state >> 5) & 1) || (kind != 1 && kind != 2 && kind != 4) || r->hdr[0] > (1 << 20))
 		return 0;	/* not a compact str: python.c says so */
-	bytes = hdr[0] * kind;
+	bytes = r->hdr[0] * kind;
 	from = obj + ((*state >> 6) & 1 ? p->str_ascii : p->str_compact);
 	if (bytes > cap) {
 		if (tail)
@@ -272,26 +282,24 @@ static __always_inline __u32 py_copy_str(__u64 obj, const struct gpuscope_py_pro
 	return (__u32)bytes;
 }
 
-/* A code object not in py_names: its names copied there while its frame runs. */
-static __always_inline void py_name_code(const struct gpuscope_py_code_key *k, __u32 firstlineno,
-					 const __u64 *w)
+/* A code object not in py_names (r->k): its names copied there while its frame runs. */
+static __always_inline void py_name_code(struct py_room *r)
 {
-	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &k->tgid);
-	__u32 zero = 0;
-	struct gpuscope_py_name *v = bpf_map_lookup_elem(&py_name_room, &zero);
+	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &r->k.tgid);
+	struct gpuscope_py_name *v = &r->v;
 	__u64 name;
 
-	if (!p || !v)
+	if (!p)
 		return;
-	name = p->co_name_word == 2 ? w[2] : w[1];
-	v->firstlineno = firstlineno;
+	name = p->co_name_word == 2 ? r->w[2] : r->w[1];
+	v->firstlineno = r->firstlineno;
 	v->name_len = v->file_len = 0;
 	v->name_state = v->file_state = 0;
-	v->name_bytes = py_copy_str(name, p, v->name, GPUSCOPE_PY_NAME_BYTES, 0, &v->name_len,
+	v->name_bytes = py_copy_str(r, name, p, v->name, GPUSCOPE_PY_NAME_BYTES, 0, &v->name_len,
 				    &v->name_state);
-	v->file_bytes = py_copy_str(w[0], p, v->file, GPUSCOPE_PY_FILE_BYTES, 1, &v->file_len,
-				    &v->file_state);
-	if (!v->name_bytes || bpf_map_update_elem(&py_names, k, v, BPF_NOEXIST)) {
+	v->file_bytes = py_copy_str(r, r->w[0], p, v->file, GPUSCOPE_PY_FILE_BYTES, 1,
+				    &v->file_len, &v->file_state);
+	if (!v->name_bytes || bpf_map_update_elem(&py_names, &r->k, v, BPF_NOEXIST)) {
 		py_count(GPUSCOPE_PY_STAT_NAME_FAILED);
 		return;
 	}
@@ -344,17 +352,21 @@ static long py_step(__u64 i, void *ctx)
 	if (err || !code || code >= (1ULL << 56))
 		goto read_failed;
 	if (ps->co_filename != GPUSCOPE_PY_NO_OFFSET) {
-		struct gpuscope_py_code_key k = { .tgid = st->tgid, .code = code };
-		__u64 w[3] = {};
-		__u32 fl = 0;
+		__u32 zero = 0;
+		struct py_room *r = bpf_map_lookup_elem(&py_room, &zero);
 
-		if (bpf_probe_read_user(&fl, 4, (const void *)(code + ps->co_firstlineno)) ||
-		    bpf_probe_read_user(w, sizeof(w), (const void *)(code + ps->co_filename)))
+		if (!r)
 			goto read_failed;
-		k.stamp = gpuscope_py_stamp(fl, w[0], w[1], w[2]);
-		off = (off & 0xffffffffULL) | (__u64)k.stamp << 32;
-		if (!bpf_map_lookup_elem(&py_names, &k))
-			py_name_code(&k, fl, w);
+		if (bpf_probe_read_user(&r->firstlineno, 4,
+					(const void *)(code + ps->co_firstlineno)) ||
+		    bpf_probe_read_user(r->w, sizeof(r->w), (const void *)(code + ps->co_filename)))
+			goto read_failed;
+		r->k.tgid = st->tgid;
+		r->k.code = code;
+		r->k.stamp = gpuscope_py_stamp(r->firstlineno, r->w[0], r->w[1], r->w[2]);
+		off = (off & 0xffffffffULL) | (__u64)r->k.stamp << 32;
+		if (!bpf_map_lookup_elem(&py_names, &r->k))
+			py_name_code(r);
 	}
 	if (!unwind_push(st, GPUSCOPE_FRAME_PY(code)) || !unwind_push(st, off))
 		return 1;

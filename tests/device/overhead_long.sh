@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Steady-state cost of gpuscope's defaults on the GPU machine (issue 14: <= 1 % by default), to
+# a resolution the 6-second interleaved rounds of trace_budget.sh could not give: one injected
+# process per workload (launch, gpt2, train of trace_workload.py) runs for the whole test while
+# the agent (every module, default --gpu-trace-budget 1%) is started and stopped around it:
+# off, on, off, on, off, on, off, BLOCK_S seconds each. Each on block is compared with the mean
+# of the off blocks on both sides (drift of clocks and temperature cancels); the off/off ratios
+# are the noise floor. The agent's first WARM_S seconds after each start (unwind tables and
+# symbols of the process's libraries: a one-off burst, reported as agent CPU) are left out of
+# the on blocks. Needs $D (default .dev/agent) from tests/device/pack-agent.sh with
+# libgpuscope_cupti.so and the workload beside it. Results in $OUT: summary.txt, raw.tar.gz.
+# Usage (repository root, as root): tests/device/overhead_long.sh [WORKLOADS...]
+set -u
+D=${D:-$PWD/.dev/agent}
+RET=${OUT:-/tmp/overhead-long}
+BLOCK_S=${BLOCK_S:-15}
+WARM_S=${WARM_S:-10}
+W=$(mktemp -d /tmp/overhead.XXXX)
+mkdir -p "$RET"
+exec > >(tee "$RET/log.txt") 2>&1
+ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
+mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
+nvidia-smi -L; uname -r
+cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
+export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
+ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/server.out" 2> "$W/server.log" &
+spid=$!
+for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
+url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+for wl in ${@:-launch gpt2 train}; do
+	total=$((7 * BLOCK_S + 3 * (WARM_S + 3) + 5))
+	CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" PHASE_S=$total \
+		timeout $((total + 120)) python3 tests/device/trace_workload.py "$wl" \
+		> "$W/$wl.jsonl" 2> "$W/$wl.err" &
+	wpid=$!
+	for _ in $(seq 1200); do grep -q '^started' "$W/$wl.err" && break; sleep 0.1; done
+	marks=$W/$wl.marks
+	for b in 1 2 3 4 5 6 7; do
+		if [ $((b % 2)) -eq 0 ]; then
+			ours "$D/bin/gpuscope-agent" run --server "$url" --push-interval 10s \
+				--metrics-listen 127.0.0.1:9400 > "$W/agent-$wl-$b.out" 2> "$W/agent-$wl-$b.log" &
+			apid=$!
+			sleep "$WARM_S"
+			read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
+			echo "on $(mono)" >> "$marks"
+			sleep "$BLOCK_S"
+			echo "end $(mono)" >> "$marks"
+			read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
+			echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $BLOCK_S" >> "$marks"
+			curl -s http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b.txt"
+			kill -TERM $apid; wait $apid
+			sleep 3
+		else
+			echo "off $(mono)" >> "$marks"
+			sleep "$BLOCK_S"
+			echo "end $(mono)" >> "$marks"
+		fi
+	done
+	wait $wpid
+	tail -2 "$W/$wl.err"
+done
+kill -TERM $spid; wait $spid
+grep -h 'trace_windows_total\|windows_closed_early\|trace_spent' "$W"/metrics-*.txt | sort | uniq -c | head -20
+python3 tests/device/overhead_analyze.py "$W" "$(getconf CLK_TCK)" | tee "$RET/summary.txt"
+tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .
