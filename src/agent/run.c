@@ -184,7 +184,10 @@ static void fill_metrics(void *arg, FILE *out)
 		prom_counter(out, "gpuscope_agent_stack_cache_misses_total", "Raw stacks symbolized.",
 			     st.misses);
 		prom_counter(out, "gpuscope_agent_stack_cache_clears_total",
-			     "Times the full cache was cleared.", st.clears);
+			     "Times the full cache was cleared (65536 stacks or 32 MiB).", st.clears);
+		prom_gauge(out, "gpuscope_agent_stack_cache_bytes",
+			   "Memory of the symbolized stacks held (one location per frame).",
+			   (double)st.bytes);
 		prom_counter(out, "gpuscope_agent_stack_cache_retries_total",
 			     "Stacks with unknown frames symbolized again.", st.retries);
 		prom_counter(out, "gpuscope_agent_unknown_frames_total", "Frames kept as [unknown].",

@@ -61,6 +61,6 @@ for wl in ${@:-launch gpt2 train}; do
 	tail -2 "$W/$wl.err"
 done
 kill -TERM $spid; wait $spid
-grep -h 'trace_windows_total\|windows_closed_early\|trace_spent' "$W"/metrics-*.txt | sort | uniq -c | head -20
+grep -h 'trace_window\|closed_early\|ringbuf_full\|records_lost' "$W"/metrics-*.txt | grep -v '^#' | grep -v ' 0$' | sort | uniq -c | head -30
 python3 tests/device/overhead_analyze.py "$W" "$(getconf CLK_TCK)" | tee "$RET/summary.txt"
 tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .

@@ -702,7 +702,53 @@ static bool test_symbolize_kallsyms(void)
 	return ok;
 }
 
+/*
+ * A kernel function longer than 4 KiB (bpf_check() is ~12 KiB): an address near its end is
+ * still that function (kallsyms has no sizes; each symbol reaches to the next).
+ */
+static bool test_symbolize_kallsyms_long_function(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	char line[512], name[256], prev[256] = "", best[256] = "", type;
+	unsigned long long addr, prev_addr = 0, best_addr = 0, best_len = 0;
+	struct sym_frame f;
+	bool ok;
+	FILE *k;
+
+	CHECK(ASSERT_TRUE(s, "new"));
+	k = fopen("/proc/kallsyms", "r");
+	while (k && fgets(line, sizeof(line), k)) {
+		if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
+		    strchr(line, '['))
+			break;	/* the core kernel's symbols come first, then modules' */
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;	/* text symbols, as the symbolizer reads them */
+		if (prev[0] && addr > prev_addr && addr - prev_addr > best_len &&
+		    addr - prev_addr < (64u << 10) && strncmp(prev, "__pfx_", 6)) {
+			best_len = addr - prev_addr;
+			best_addr = prev_addr;
+			strcpy(best, prev);
+		}
+		strcpy(prev, name);
+		prev_addr = addr;
+	}
+	if (k)
+		fclose(k);
+	if (best_len <= 4096) {
+		fprintf(stderr, "  no kernel function over 4 KiB found: skipped\n");
+		symbolizer__free(s);
+		return true;
+	}
+	ok = ASSERT_EQ(symbolizer__kernel(s, best_addr + best_len - 8, &f), 0, best) &&
+	     ASSERT_STREQ(f.function, best, "the long function's name at its end") &&
+	     ASSERT_EQ(f.sym_offset, best_len - 8, "offset");
+	fprintf(stderr, "  %s: %llu bytes, resolved at +%llu\n", best, best_len, best_len - 8);
+	symbolizer__free(s);
+	return ok;
+}
+
 TEST_MAIN(T(test_symbolize_pie_shlib_cxx), T(test_symbolize_nopie), T(test_symbolize_stripped_dynsym),
 	  T(test_symbolize_debug_file), T(test_symbolize_metrics), T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
 	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
-	  T(test_symbolize_unknown), T(test_symbolize_kallsyms))
+	  T(test_symbolize_unknown), T(test_symbolize_kallsyms),
+	  T(test_symbolize_kallsyms_long_function))

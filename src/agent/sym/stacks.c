@@ -18,6 +18,7 @@ struct stack_cache {
 	struct u64map index;		/* key -> (struct sym_stack *) */
 	struct sym_stack **stacks;	/* owned, for freeing */
 	size_t len, max;
+	size_t bytes, max_bytes;	/* of the stacks held; cleared past max_bytes */
 	struct strtab names;		/* "[unknown] module" names, kept across clears */
 	struct stack_cache_stats stats;
 };
@@ -30,6 +31,7 @@ struct stack_cache *stack_cache__new(struct symbolizer *s, size_t max_stacks)
 		return NULL;
 	c->sym = s;
 	c->max = max_stacks ? max_stacks : 65536;
+	c->max_bytes = STACK_CACHE_MAX_BYTES;
 	c->stacks = calloc(c->max, sizeof(*c->stacks));
 	if (!c->stacks) {
 		free(c);
@@ -44,6 +46,7 @@ static void clear(struct stack_cache *c)
 	for (size_t i = 0; i < c->len; i++)
 		free(c->stacks[i]);
 	c->len = 0;
+	c->bytes = 0;
 	u64map_done(&c->index);
 }
 
@@ -178,6 +181,7 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 {
 	uint64_t key = hash64(&pid, sizeof(pid), nk);
 	struct sym_stack *st;
+	size_t need;
 	uint64_t *slot;
 	int inserted;
 
@@ -195,19 +199,22 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 		return st;
 	}
 	c->stats.misses++;
-	if (c->len == c->max) {
+	need = sizeof(*st) + (size_t)(nk + nu) * sizeof(struct location);
+	if (c->len == c->max || c->bytes + need > c->max_bytes) {
 		clear(c);
 		c->stats.clears++;
 	}
-	st = calloc(1, sizeof(*st) + (nk + nu) * sizeof(struct location));
+	st = calloc(1, need);
 	if (!st)
 		return NULL;
+	c->bytes += need;
 	st->key = key;
 	st->cap = nk + nu;
 	symbolize(c, st, pid, kframes, nk, uframes, nu);
 	c->stats.unknown_frames += st->nunknown;
 	slot = u64map_upsert(&c->index, key, (uint64_t)(uintptr_t)st, &inserted);
 	if (!slot) {
+		c->bytes -= need;
 		free(st);
 		return NULL;
 	}
@@ -218,6 +225,8 @@ const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const
 void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret)
 {
 	*ret = c->stats;
+	ret->bytes = c->bytes;
+	ret->stacks = c->len;
 }
 
 int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,

@@ -29,11 +29,13 @@ struct sym_stack {
 };
 
 /*
- * Cache over symbolizer s, holding at most max_stacks (0: 65536); when full it is cleared and
+ * Cache over symbolizer s, holding at most max_stacks (0: 65536) and STACK_CACHE_MAX_BYTES of
+ * them (56 bytes a frame: ~6 KB for a 100-frame PyTorch stack); when full it is cleared and
  * the clear counted. Returns NULL with errno set. Strings in the returned stacks live as long as
  * the cache and the symbolizer.
  */
 #define STACK_RETRY_NS (500 * 1000 * 1000ULL)
+#define STACK_CACHE_MAX_BYTES (32u << 20)
 
 struct stack_cache *stack_cache__new(struct symbolizer *s, size_t max_stacks);
 void stack_cache__free(struct stack_cache *c);
@@ -53,6 +55,7 @@ struct stack_cache_stats {
 	uint64_t truncated;	/* stacks ending in [truncated] (symbolized once each) */
 	uint64_t cut_unmapped;	/* ...of which cut here at an address outside every mapping */
 	uint64_t bpf_frames;	/* the agent's own BPF frames dropped from kernel stacks */
+	uint64_t stacks, bytes;	/* held now, and their memory */
 };
 void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *ret);
 

@@ -269,6 +269,11 @@ static int symbols_from_elf(Elf *elf, int fd, struct symt *ret, bool *ret_from_s
 		goto out_free;
 	/* Zero-size symbols (assembly) reach to the next one, but not further than 64 KiB. */
 	err = symt_finish(ret, 64 << 10);
+	/* The parse touched every name; from now on a lookup touches a page each. Dropping the
+	 * pages (clean, re-read from the page cache when needed) keeps them out of the agent's
+	 * resident memory: libtorch_cpu's names held ~20 MB there. */
+	if (!err && ret->ext_map)
+		madvise(ret->ext_map, ret->ext_map_len, MADV_DONTNEED);
 out_free:
 	if (err)
 		symt_done(ret);

@@ -31,6 +31,7 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define PROC_BUCKETS  4096
 #define FILE_BUCKETS  8192
 #define IMAGE_BUCKETS 8192
+#define KSYM_MAX_SIZE (256u << 10)	/* longest kernel function assumed (kallsyms has no sizes) */
 #define KERNEL_REREAD_NS (60 * NSEC_PER_SEC)	/* a kallsyms read costs ~120 ms of CPU */
 #define PERFMAP_MAX_LINES (1u << 21)
 
@@ -1106,8 +1107,9 @@ static int kallsyms_read(struct symbolizer *s)
 		err = -EPERM;
 		goto out_free;
 	}
-	/* No sizes in kallsyms: each symbol reaches to the next, the last one 4 KiB. */
-	err = symt_finish(&t, 4096);
+	/* No sizes in kallsyms: each symbol reaches to the next (bpf_check() alone is 12 KiB:
+	 * a 4 KiB cap left the tails of large functions unknown), at most KSYM_MAX_SIZE. */
+	err = symt_finish(&t, KSYM_MAX_SIZE);
 	if (err)
 		goto out_free;
 	for (size_t i = 0; i < nmods; i++)
