@@ -219,7 +219,7 @@ def retention(cl, store_args):
         days = set()
         for srv in cl.servers:
             days |= set(srv.query("SELECT DISTINCT partition FROM system.parts WHERE database ="
-                                  " 'ret' AND active AND table = 'samples_1m_local'").split())
+                                  " 'ret' AND active AND table = 'samples_rollup_local'").split())
         check(str(ages["old"] // DAY) not in days and str(ages["mid"] // DAY) in days,
               f"rollup day partitions left: {sorted(days)}")
         print("retention: old day partitions dropped, mid kept in rollups, new whole")
