@@ -3,10 +3,11 @@
  * Ingest into ClickHouse. Every id is a content hash (label sets, locations, stacks, series),
  * so any front-end computes the same ids with no shared state. A batch is: its dictionaries
  * (idempotent: AggregatingMergeTree min/max extents, ReplacingMergeTree rows), then one RowBinary
- * INSERT per fact table and day (one part each, whole or nothing, on the node's shard), then its
- * row in `batches`. A retry (a lost answer, a front-end killed mid-batch) finds what already
- * landed -- the batch row, or each part's first row by primary key -- and inserts only the
- * rest, so a batch is never stored twice. 2xx only after every INSERT returned, with
+ * INSERT per fact table and day (one part each, whole or nothing, on the node's shard): raw
+ * sample runs, their rollups (every level, summed here from the batch), points, intervals. A
+ * retry (a lost answer, a front-end killed mid-batch) finds what already landed -- each part's
+ * first row by primary key, a rollup part's marker row -- and inserts only the rest, so a batch
+ * is never stored twice; all of it found is a duplicate. 2xx only after every INSERT returned, with
  * insert_distributed_sync=1 (the shard has it, not a spool on the way).
  */
 #include <errno.h>
@@ -297,7 +298,7 @@ static struct part *rollup_part(struct rollacc *ra, uint64_t day)
 		rb_u64(&pt->rows, 1);
 		buf_uvarint(&pt->rows, 0);
 		buf_uvarint(&pt->rows, 0);
-		buf_printf(&pt->probe, "level = 255 AND labelset = %llu AND bucket = %llu",
+		buf_printf(&pt->probe, "level = 255 AND kind = 0 AND labelset = %llu AND bucket = %llu",
 			   (unsigned long long)ra->in->batch,
 			   (unsigned long long)(day * CH_DAY_NS));
 	}
@@ -634,9 +635,9 @@ static const char *const fact_tables[NFACT] = { "samples_raw", "samples_rollup",
 						"intervals" };
 
 /*
- * What of this batch is already stored: 1 if its batch row is (all of it is), else 0 with each
- * part's `stored` set if its first row is there (one part is all or nothing). -errno if
- * ClickHouse cannot say.
+ * What of this batch is already stored: each part's `stored` set if its first row is there (one
+ * part is all or nothing; a rollup part by its marker row); 1 if every part is (a duplicate),
+ * else 0. -errno if ClickHouse cannot say.
  */
 static int landed(struct cing *in, struct parts *ps)
 {
@@ -644,12 +645,14 @@ static int landed(struct cing *in, struct parts *ps)
 	char *p, *end;
 	int rc;
 
-	buf_printf(&q, "SELECT (SELECT count() FROM %s.batches WHERE day = %llu AND id = %llu)",
-		   in->c->db, (unsigned long long)in->day, (unsigned long long)in->batch);
+	int nparts = 0, nstored = 0;
+
+	buf_puts(&q, "SELECT 0");
 	for (int t = 0; t < NFACT; t++) {
 		for (size_t i = 0; i < ps[t].n; i++) {
 			const struct part *pt = &ps[t].v[i];
 
+			nparts++;
 			buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE ", in->c->db,
 				   fact_tables[t]);
 			buf_put(&q, pt->probe.p, pt->probe.len);
@@ -662,17 +665,19 @@ static int landed(struct cing *in, struct parts *ps)
 	buf_put(&ans, "", 1);
 	p = (char *)ans.p;
 	if (!rc) {
-		bool whole = strtoull(p, &end, 10) > 0;
-
-		rc = end == p ? -EIO : whole;
+		strtoull(p, &end, 10);
+		rc = end == p ? -EIO : 0;
 		for (int t = 0; t < NFACT && rc == 0; t++) {
 			for (size_t i = 0; i < ps[t].n && rc == 0; i++) {
 				p = end;
 				ps[t].v[i].stored = strtoull(p, &end, 10) > 0;
+				nstored += ps[t].v[i].stored;
 				if (end == p)
 					rc = -EIO;
 			}
 		}
+		if (!rc)
+			rc = nparts && nstored == nparts;
 		if (rc == -EIO)
 			store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
 	}
@@ -747,19 +752,6 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 				rc = insert(c, fact_tables[t], &facts[t].v[i].rows);
 	if (rc)
 		goto out;
-	if (in.batch) {
-		struct buf b = { 0 };
-
-		rb_u32(&b, (uint32_t)in.day);
-		rb_u64(&b, in.node_id);
-		rb_u64(&b, in.batch);
-		rb_str(&b, S(&in, m->node));
-		rb_u64(&b, wall_ns());
-		rc = insert(c, "batches", &b);
-		buf_done(&b);
-		if (rc)
-			goto out;
-	}
 	/* Remember the dictionary rows now stored, so later batches skip them. */
 	pthread_mutex_lock(&c->dmu);
 	for (size_t i = 0; i < added.cap; i++)

@@ -19,7 +19,7 @@ static const struct {
 	bool raw;
 } parted[] = {
 	{ "samples_raw", true }, { "samples_rollup", false }, { "points", false },
-	{ "intervals", false }, { "batches", false },
+	{ "intervals", false },
 };
 
 static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_day)

@@ -25,8 +25,6 @@ struct table {
 
 static const struct table tables[] = {
 	{ "meta", "key String, value UInt64", "ReplacingMergeTree() ORDER BY key", NULL },
-	{ "batches", "day UInt32, node_id UInt64, id UInt64, node String, t UInt64",
-	  "MergeTree() PARTITION BY day ORDER BY id", "node_id" },
 	/* Raw samples: one row per (batch, kind, label set, day) run, times as deltas. */
 	{ "samples_raw", FACT_COLS "kind UInt8, labelset UInt64, t0 UInt64, t1 UInt64,"
 	  " dt_hi Array(UInt16), dt_lo Array(UInt16), stacks Array(UInt64), vals Array(Int64)",
@@ -193,7 +191,8 @@ static int table_empty(struct ch *c, size_t i, const char *table, const char *sf
  */
 static int migrate_v1(struct ch *c, size_t i, const char *sfx, char *err, size_t errlen)
 {
-	static const char *const old[] = { "samples", "samples_1m", "samples_1h", "samples_1d" };
+	static const char *const old[] = { "samples", "samples_1m", "samples_1h", "samples_1d",
+					   "batches" };
 	int rc;
 
 	log_info("clickhouse %s: database '%s' has gpuscope schema 1: migrating to %d", c->urls[i],
