@@ -24,7 +24,7 @@ from gpuscope_server import BATCHGEN, Server  # noqa: E402
 HZ = os.sysconf("SC_CLK_TCK")
 # Schema 2 (schema 1 had samples + samples_1m/1h/1d fed by materialized views)
 SAMPLE_TABLES = ("samples_raw", "samples_rollup")
-TABLES = SAMPLE_TABLES + ("labelsets", "stacks", "locations", "batches")
+TABLES = SAMPLE_TABLES + ("labelsets", "stacks", "locations")
 
 
 def cpu_s(pid):
