@@ -22,6 +22,9 @@ import clickhouse  # noqa: E402
 from gpuscope_server import BATCHGEN, Server  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
+# Schema 2 (schema 1 had samples + samples_1m/1h/1d fed by materialized views)
+SAMPLE_TABLES = ("samples_raw", "samples_rollup")
+TABLES = SAMPLE_TABLES + ("labelsets", "stacks", "locations")
 
 
 def cpu_s(pid):
@@ -58,9 +61,7 @@ def run(name, store_args, ch, agents, secs, fill_hz):
         res = load(srv.url, "--agents", str(agents), "--seconds", str(secs))
         if ch:
             k_ins = cpu_s(chp)
-            ch.query("OPTIMIZE TABLE bench.samples FINAL")
-            for t in ("samples_1m", "samples_1h", "samples_1d", "labelsets", "stacks",
-                      "locations", "batches"):
+            for t in TABLES:
                 ch.query(f"OPTIMIZE TABLE bench.{t} FINAL")
             nbytes = int(ch.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE"
                                   " database = 'bench' AND active"))
@@ -104,7 +105,7 @@ def run(name, store_args, ch, agents, secs, fill_hz):
         if ch:
             # Rollup parts are merged in the background; measure once they are.
             t0 = time.time()
-            for t in ("samples", "samples_1m", "samples_1h", "samples_1d"):
+            for t in SAMPLE_TABLES:
                 ch.query(f"OPTIMIZE TABLE bench.{t} FINAL")
             print(f"  after OPTIMIZE FINAL ({time.time() - t0:.0f} s):")
             for label, q in [("1 h", f"from={end - 3600}&to={end}"),

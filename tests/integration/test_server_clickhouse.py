@@ -9,6 +9,8 @@ tables sharded by node, a password) behind stateless gpuscope-server front-ends:
 - a real agent (eBPF CPU samples) pushing through front-end A while shard 2 is down: ingest and
   queries answer 503 naming the shard, the agent spools, and once the shard is back every
   sample it took is in the flame graph read through front-end B;
+- a database of schema 1 (one row per sample, view-fed rollups) is migrated at start, with the
+  same answers after;
 - retention drops whole day partitions past --retention (raw samples past --raw-retention,
   rollups kept), nothing newer."""
 import json
@@ -219,12 +221,76 @@ def retention(cl, store_args):
         days = set()
         for srv in cl.servers:
             days |= set(srv.query("SELECT DISTINCT partition FROM system.parts WHERE database ="
-                                  " 'ret' AND active AND table = 'samples_1m_local'").split())
+                                  " 'ret' AND active AND table = 'samples_rollup_local'").split())
         check(str(ages["old"] // DAY) not in days and str(ages["mid"] // DAY) in days,
               f"rollup day partitions left: {sorted(days)}")
         print("retention: old day partitions dropped, mid kept in rollups, new whole")
     finally:
         s.stop()
+
+
+def to_schema1(srv, db):
+    """Rewrites one shard's tables of db as gpuscope schema 1 had them: one row per sample in
+    samples_local, rollups in samples_1m/1h/1d_local, schema 1 in meta_local."""
+    day = DAY
+    srv.query(f"CREATE TABLE {db}.samples_local (day UInt32, node_id UInt64, batch UInt64,"
+              " kind UInt8, labelset UInt64, t UInt64, stack UInt64, value Int64) ENGINE ="
+              " MergeTree() PARTITION BY day ORDER BY (kind, labelset, t)")
+    srv.query(f"INSERT INTO {db}.samples_local SELECT day, node_id, batch, kind, labelset,"
+              " t0 + d, stack, value FROM (SELECT day, node_id, batch, kind, labelset, t0,"
+              " arrayCumSum(arrayMap((h, l) -> bitShiftLeft(toUInt64(h), 16) + l, dt_hi, dt_lo))"
+              " AS ds, stacks, if(empty(vals), arrayMap(x -> toInt64(1), stacks), vals) AS vs"
+              f" FROM {db}.samples_raw_local) ARRAY JOIN ds AS d, stacks AS stack, vs AS value")
+    for lv, name in enumerate(("samples_1m", "samples_1h", "samples_1d")):
+        srv.query(f"CREATE TABLE {db}.{name}_local (day UInt32, kind UInt8, labelset UInt64,"
+                  " bucket UInt64, stack UInt64, value Int64, n UInt64) ENGINE ="
+                  " SummingMergeTree((value, n)) PARTITION BY day ORDER BY"
+                  " (kind, labelset, bucket, stack)")
+        srv.query(f"INSERT INTO {db}.{name}_local SELECT toUInt32(intDiv(bucket, {day})), kind,"
+                  f" labelset, bucket, stack, value, 1 FROM {db}.samples_rollup_local ARRAY JOIN"
+                  f" sMap.stack AS stack, sMap.value AS value WHERE level = {lv}")
+    for t in ("samples_raw", "samples_rollup"):
+        srv.query(f"DROP TABLE {db}.{t}_local")
+        srv.query(f"DROP TABLE IF EXISTS {db}.{t}")
+    srv.query(f"DROP TABLE {db}.meta_local")
+    srv.query(f"CREATE TABLE {db}.meta_local (key String, value UInt64) ENGINE ="
+              " ReplacingMergeTree() ORDER BY key")
+    srv.query(f"INSERT INTO {db}.meta_local VALUES ('schema', 1)")
+
+
+def migration(cl, store_args):
+    """A database of schema 1 is migrated at start: the same answers before and after."""
+    now = now_ns()
+    a = Server(store_args=store_args).start()
+    for n in range(3):	# one batch per node (both shards get some)
+        lines = [f"node mig{n}"]
+        t0 = now - 3 * 3600 * 10**9 - n * 10**9
+        for i in range(400):
+            lines.append(f"sample {t0 + i * 7 * 10**9 + i * 977} cpu {1 + i % 3} pid={i % 5}"
+                         f" main;f{i % 11};g{(i * 3 + n) % 17}")
+        code, body = a.ingest(encode("\n".join(lines) + "\n"))
+        check(code == 204, f"ingest {code} {body}")
+    qs = [f"from={(now - 4 * 3600 * 10**9) / 1e9:.3f}&to={now / 1e9:.3f}",
+          f"from={(now - 3 * 3600 * 10**9 + 17 * 10**9) / 1e9:.3f}"
+          f"&to={(now - 2 * 3600 * 10**9 - 3 * 10**9) / 1e9:.3f}&selector=" + q('{pid="2"}')]
+    want = [a.get_json("/api/v1/flamegraph?" + x) for x in qs]
+    a.stop()
+    check(want[0]["total"] == sum(1 + i % 3 for i in range(400)) * 3, f"stored: {want[0]['total']}")
+    for srv in cl.servers:
+        to_schema1(srv, "mig")
+    b = Server(store_args=store_args).start()
+    try:
+        got = [b.get_json("/api/v1/flamegraph?" + x) for x in qs]
+        check(got == want, f"same answers after the migration: {got[0]['total']} vs "
+              f"{want[0]['total']}, {got[1]['total']} vs {want[1]['total']}")
+        for srv in cl.servers:
+            v = srv.query("SELECT max(value) FROM mig.meta_local WHERE key = 'schema'").strip()
+            left = srv.query("SELECT count() FROM system.tables WHERE database = 'mig' AND"
+                             " name LIKE 'samples_1%'").strip()
+            check(v == "2" and left == "0", f"schema {v}, old rollup tables left {left}")
+        print(f"migration from schema 1: same answers ({want[0]['total']} samples)")
+    finally:
+        b.stop()
 
 
 def main():
@@ -248,6 +314,8 @@ def main():
         cl.servers[0].query("INSERT INTO future.meta_local VALUES ('schema', 99)")
         refused(args("future"), "newer")
         print(f"start-up refusals: exit 2, one line ({time.time() - t0:.1f}s)")
+        migration(cl, args("mig"))
+        print(f"  ({time.time() - t0:.1f}s)")
         kill_one_front_end(cl, args("gs"))
         print(f"  ({time.time() - t0:.1f}s)")
         shard_outage(cl, args("gs"))

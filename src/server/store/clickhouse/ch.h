@@ -16,7 +16,7 @@
 #include "server/codec.h"
 #include "server/store/store.h"
 
-#define CH_SCHEMA_VERSION	1
+#define CH_SCHEMA_VERSION	2
 #define CH_POOL_MAX		16		/* idle curl handles kept (keep-alive connections) */
 #define CH_DEDUP_MAX		(1u << 20)	/* dictionary ids remembered as inserted */
 #define CH_DAY_NS		(86400 * NSEC_PER_SEC)
@@ -24,7 +24,6 @@
 #define CH_IDS_MASK		0x7fffffffffffffffULL	/* ids fit Int64 (SQL) and stay positive */
 
 extern const uint64_t ch_level_ns[CH_LEVELS];
-extern const char *const ch_level_table[CH_LEVELS];	/* samples_1m, samples_1h, samples_1d */
 
 struct ch {
 	struct store base;

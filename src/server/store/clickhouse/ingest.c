@@ -3,10 +3,11 @@
  * Ingest into ClickHouse. Every id is a content hash (label sets, locations, stacks, series),
  * so any front-end computes the same ids with no shared state. A batch is: its dictionaries
  * (idempotent: AggregatingMergeTree min/max extents, ReplacingMergeTree rows), then one RowBinary
- * INSERT per fact table and day (one part each, whole or nothing, on the node's shard), then its
- * row in `batches`. A retry (a lost answer, a front-end killed mid-batch) finds what already
- * landed -- the batch row, or each part's first row by primary key -- and inserts only the
- * rest, so a batch is never stored twice. 2xx only after every INSERT returned, with
+ * INSERT per fact table and day (one part each, whole or nothing, on the node's shard): raw
+ * sample runs, their rollups (every level, summed here from the batch), points, intervals. A
+ * retry (a lost answer, a front-end killed mid-batch) finds what already landed -- each part's
+ * first row by primary key, a rollup part's marker row -- and inserts only the rest, so a batch
+ * is never stored twice; all of it found is a duplicate. 2xx only after every INSERT returned, with
  * insert_distributed_sync=1 (the shard has it, not a spool on the way).
  */
 #include <errno.h>
@@ -224,6 +225,12 @@ static bool parts_oom(const struct parts *p)
 	return p->oom;
 }
 
+static void probe_head(const struct cing *in, struct part *pt)
+{
+	buf_printf(&pt->probe, "day = %llu AND batch = %llu AND ", (unsigned long long)pt->day,
+		   (unsigned long long)in->batch);
+}
+
 static void fact_head(const struct cing *in, struct part *pt)
 {
 	rb_u32(&pt->rows, (uint32_t)pt->day);
@@ -231,39 +238,271 @@ static void fact_head(const struct cing *in, struct part *pt)
 	rb_u64(&pt->rows, in->batch);
 }
 
-/* Sample rows, by day. */
-static void sample_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
+/* One sample of a group, for sorting by time and cutting into rows. */
+struct smp {
+	uint64_t t, stack;
+	int64_t value;
+};
+
+static int cmp_smp(const void *a, const void *b)
+{
+	const struct smp *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Entries of one rollup bucket being summed: stack -> value. */
+struct rent {
+	uint64_t stack;
+	int64_t value;
+};
+
+struct lvacc {
+	uint64_t bucket;	/* UINT64_MAX: nothing summed */
+	uint64_t n;		/* samples */
+	struct u64map idx;	/* stack -> index + 1 in e */
+	struct rent *e;
+	size_t ne, cap;
+};
+
+/* The rollup rows of one (kind, label set) run of time-sorted samples: minute buckets folded
+ * into hours, hours into days, as each bucket closes. */
+struct rollacc {
+	struct cing *in;
+	struct parts *ps;
+	uint8_t kind;
+	uint64_t ls;
+	struct lvacc lv[CH_LEVELS];
+	bool oom;
+};
+
+static int cmp_rent(const void *a, const void *b)
+{
+	const struct rent *x = a, *y = b;
+
+	return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+/* A part of the rollup table starts with its marker row (level 255, the batch id as label
+ * set): a retry finds the part by it, and it never sums with another batch's. */
+static struct part *rollup_part(struct rollacc *ra, uint64_t day)
+{
+	struct part *pt = part_of(ra->ps, day);
+
+	if (pt && !pt->rows.len) {
+		rb_u8(&pt->rows, 255);
+		rb_u8(&pt->rows, 0);
+		rb_u64(&pt->rows, ra->in->batch);
+		rb_u64(&pt->rows, day * CH_DAY_NS);
+		rb_u64(&pt->rows, ra->in->node_id);
+		rb_u64(&pt->rows, 1);
+		buf_uvarint(&pt->rows, 0);
+		buf_uvarint(&pt->rows, 0);
+		buf_printf(&pt->probe, "level = 255 AND kind = 0 AND labelset = %llu AND bucket = %llu",
+			   (unsigned long long)ra->in->batch,
+			   (unsigned long long)(day * CH_DAY_NS));
+	}
+	return pt;
+}
+
+static void roll_add(struct rollacc *ra, int lv, uint64_t bucket, uint64_t stack, int64_t value,
+		     uint64_t n);
+
+/* Writes level lv's current bucket as one row and folds it into the level above. */
+static void roll_flush(struct rollacc *ra, int lv)
+{
+	struct lvacc *a = &ra->lv[lv];
+	struct part *pt;
+
+	if (a->bucket == UINT64_MAX)
+		return;
+	qsort(a->e, a->ne, sizeof(*a->e), cmp_rent);
+	pt = rollup_part(ra, a->bucket / CH_DAY_NS);
+	if (!pt) {
+		ra->oom = true;
+	} else {
+		struct buf *b = &pt->rows;
+
+		rb_u8(b, (uint8_t)lv);
+		rb_u8(b, ra->kind);
+		rb_u64(b, ra->ls);
+		rb_u64(b, a->bucket);
+		rb_u64(b, ra->in->node_id);
+		rb_u64(b, a->n);
+		buf_uvarint(b, a->ne);
+		for (size_t i = 0; i < a->ne; i++)
+			rb_u64(b, a->e[i].stack);
+		buf_uvarint(b, a->ne);
+		for (size_t i = 0; i < a->ne; i++)
+			rb_u64(b, (uint64_t)a->e[i].value);
+	}
+	if (lv + 1 < CH_LEVELS) {
+		uint64_t up = a->bucket / ch_level_ns[lv + 1] * ch_level_ns[lv + 1];
+
+		for (size_t i = 0; i < a->ne; i++)
+			roll_add(ra, lv + 1, up, a->e[i].stack, a->e[i].value, i ? 0 : a->n);
+	}
+	/* Empty it for the next bucket (the map's slots are reused). */
+	if (a->idx.cap)
+		memset(a->idx.keys, 0, a->idx.cap * sizeof(*a->idx.keys));
+	a->idx.len = 0;
+	a->ne = 0;
+	a->n = 0;
+	a->bucket = UINT64_MAX;
+}
+
+static void roll_add(struct rollacc *ra, int lv, uint64_t bucket, uint64_t stack, int64_t value,
+		     uint64_t n)
+{
+	struct lvacc *a = &ra->lv[lv];
+	uint64_t *slot;
+	int ins;
+
+	if (a->bucket != bucket) {
+		roll_flush(ra, lv);
+		a->bucket = bucket;
+	}
+	a->n += n;
+	slot = u64map_upsert(&a->idx, stack, 0, &ins);	/* stack ids are never 0 */
+	if (!slot) {
+		ra->oom = true;
+		return;
+	}
+	if (ins) {
+		if (a->ne == a->cap) {
+			size_t ncap = a->cap ? a->cap * 2 : 256;
+			struct rent *ne = realloc(a->e, ncap * sizeof(*ne));
+
+			if (!ne) {
+				ra->oom = true;
+				return;
+			}
+			a->e = ne;
+			a->cap = ncap;
+		}
+		a->e[a->ne] = (struct rent){ stack, 0 };
+		*slot = ++a->ne;
+	}
+	a->e[*slot - 1].value += value;
+}
+
+static void roll_done(struct rollacc *ra)
+{
+	for (int lv = 0; lv < CH_LEVELS; lv++) {
+		u64map_done(&ra->lv[lv].idx);
+		free(ra->lv[lv].e);
+	}
+}
+
+/*
+ * Raw rows of n time-sorted samples of one (kind, label set): one row per day and run whose
+ * gaps fit 32 bits, times as t0 plus deltas split into high and low 16 bits (two arrays that
+ * zstd packs far better than whole ns times: 18.16 has no Delta codec), values omitted when
+ * all are 1 (CPU samples).
+ */
+static void raw_rows(struct cing *in, struct parts *ps, uint8_t kind, uint64_t ls,
+		     const struct smp *v, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		uint64_t day = v[i].t / CH_DAY_NS;
+		size_t j = i + 1;
+		bool ones = v[i].value == 1;
+		struct part *pt;
+		struct buf *b;
+
+		while (j < n && v[j].t / CH_DAY_NS == day && v[j].t - v[j - 1].t <= UINT32_MAX) {
+			ones &= v[j].value == 1;
+			j++;
+		}
+		pt = part_of(ps, day);
+		if (!pt)
+			return;
+		b = &pt->rows;
+		if (!pt->probe.len) {
+			probe_head(in, pt);
+			buf_printf(&pt->probe, "kind = %u AND labelset = %llu AND t0 = %llu",
+				   (unsigned)kind, (unsigned long long)ls,
+				   (unsigned long long)v[i].t);
+		}
+		fact_head(in, pt);
+		rb_u8(b, kind);
+		rb_u64(b, ls);
+		rb_u64(b, v[i].t);
+		rb_u64(b, v[j - 1].t);
+		buf_uvarint(b, j - i);
+		for (size_t k = i; k < j; k++) {
+			uint16_t hi = (uint16_t)((k > i ? v[k].t - v[k - 1].t : 0) >> 16);
+
+			buf_put(b, &hi, 2);
+		}
+		buf_uvarint(b, j - i);
+		for (size_t k = i; k < j; k++) {
+			uint16_t lo = (uint16_t)(k > i ? v[k].t - v[k - 1].t : 0);
+
+			buf_put(b, &lo, 2);
+		}
+		buf_uvarint(b, j - i);
+		for (size_t k = i; k < j; k++)
+			rb_u64(b, v[k].stack);
+		buf_uvarint(b, ones ? 0 : j - i);
+		for (size_t k = i; k < j && !ones; k++)
+			rb_u64(b, (uint64_t)v[k].value);
+		i = j;
+	}
+}
+
+/* Sample rows (raw, by day) and their rollup rows (minute, hour, day buckets, by day). */
+static int sample_rows(struct cing *in, struct parts *raw, struct parts *roll, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
+	struct rollacc ra = { .in = in, .ps = roll };
+	struct smp *v = NULL;
+	size_t cap = 0;
+	int err = 0;
 
-	for (size_t g = 0; g < m->n_samples; g++) {
+	for (int lv = 0; lv < CH_LEVELS; lv++)
+		ra.lv[lv].bucket = UINT64_MAX;
+	for (size_t g = 0; g < m->n_samples && !err; g++) {
 		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
-		uint64_t t = 0, lo = UINT64_MAX, hi = 0, ls = in->ls_id[sg->label_set];
+		uint64_t t = 0, ls = in->ls_id[sg->label_set];
+		bool sorted = true;
 
-		for (size_t i = 0; i < sg->n_stack; i++) {
-			struct part *pt;
+		if (!sg->n_stack)
+			continue;
+		if (sg->n_stack > cap) {
+			struct smp *nv = realloc(v, sg->n_stack * sizeof(*nv));
 
-			t += (uint64_t)sg->time_delta_ns[i];
-			pt = part_of(ps, t / CH_DAY_NS);
-			if (!pt)
-				return;
-			fact_head(in, pt);
-			rb_u8(&pt->rows, (uint8_t)sg->kind);
-			rb_u64(&pt->rows, ls);
-			rb_u64(&pt->rows, t);
-			rb_u64(&pt->rows, in->stack_id[sg->stack[i]]);
-			rb_u64(&pt->rows, (uint64_t)(sg->n_value ? sg->value[i] : 1));
-			lo = t < lo ? t : lo;
-			hi = t > hi ? t : hi;
-			if (!pt->probe.len)
-				buf_printf(&pt->probe, "kind = %u AND labelset = %llu AND t = %llu",
-					   (unsigned)sg->kind, (unsigned long long)ls,
-					   (unsigned long long)t);
+			if (!nv) {
+				err = -ENOMEM;
+				break;
+			}
+			v = nv;
+			cap = sg->n_stack;
 		}
-		if (sg->n_stack)
-			touch(in, sg->label_set, lo, hi);
+		for (size_t i = 0; i < sg->n_stack; i++) {
+			t += (uint64_t)sg->time_delta_ns[i];
+			v[i] = (struct smp){ t, in->stack_id[sg->stack[i]],
+					     sg->n_value ? sg->value[i] : 1 };
+			sorted &= !i || v[i - 1].t <= t;
+		}
+		if (!sorted)
+			qsort(v, sg->n_stack, sizeof(*v), cmp_smp);
+		touch(in, sg->label_set, v[0].t, v[sg->n_stack - 1].t);
+		raw_rows(in, raw, (uint8_t)sg->kind, ls, v, sg->n_stack);
+		ra.kind = (uint8_t)sg->kind;
+		ra.ls = ls;
+		for (size_t i = 0; i < sg->n_stack; i++)
+			roll_add(&ra, 0, v[i].t / ch_level_ns[0] * ch_level_ns[0], v[i].stack,
+				 v[i].value, 1);
+		for (int lv = 0; lv < CH_LEVELS; lv++)
+			roll_flush(&ra, lv);
 		*ret_n += sg->n_stack;
 	}
+	if (ra.oom)
+		err = -ENOMEM;
+	roll_done(&ra);
+	free(v);
+	return err;
 }
 
 static void point_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
@@ -287,9 +526,11 @@ static void point_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
 			rb_f64(&pt->rows, ms->value[i]);
 			lo = t < lo ? t : lo;
 			hi = t > hi ? t : hi;
-			if (!pt->probe.len)
+			if (!pt->probe.len) {
+				probe_head(in, pt);
 				buf_printf(&pt->probe, "series = %llu AND t = %llu",
 					   (unsigned long long)id, (unsigned long long)t);
+			}
 		}
 		if (ms->n_value)
 			touch(in, ms->label_set, lo, hi);
@@ -351,6 +592,7 @@ static void interval_rows(struct cing *in, struct parts *ps)
 			rb_str(b, vals[k]);
 		touch(in, iv->label_set, iv->start_ns, iv->end_ns);
 		if (!pt->probe.len) {
+			probe_head(in, pt);
 			buf_puts(&pt->probe, "kind = ");
 			sql_str(&pt->probe, S(in, iv->kind));
 			buf_printf(&pt->probe, " AND start_ns = %llu",
@@ -388,12 +630,14 @@ static int labelset_rows(struct cing *in, struct buf *b)
 	return b->oom ? -ENOMEM : 0;
 }
 
-static const char *const fact_tables[3] = { "samples", "points", "intervals" };
+#define NFACT 4
+static const char *const fact_tables[NFACT] = { "samples_raw", "samples_rollup", "points",
+						"intervals" };
 
 /*
- * What of this batch is already stored: 1 if its batch row is (all of it is), else 0 with each
- * part's `stored` set if its first row is there (one part is all or nothing). -errno if
- * ClickHouse cannot say.
+ * What of this batch is already stored: each part's `stored` set if its first row is there (one
+ * part is all or nothing; a rollup part by its marker row); 1 if every part is (a duplicate),
+ * else 0. -errno if ClickHouse cannot say.
  */
 static int landed(struct cing *in, struct parts *ps)
 {
@@ -401,15 +645,16 @@ static int landed(struct cing *in, struct parts *ps)
 	char *p, *end;
 	int rc;
 
-	buf_printf(&q, "SELECT (SELECT count() FROM %s.batches WHERE day = %llu AND id = %llu)",
-		   in->c->db, (unsigned long long)in->day, (unsigned long long)in->batch);
-	for (int t = 0; t < 3; t++) {
+	int nparts = 0, nstored = 0;
+
+	buf_puts(&q, "SELECT 0");
+	for (int t = 0; t < NFACT; t++) {
 		for (size_t i = 0; i < ps[t].n; i++) {
 			const struct part *pt = &ps[t].v[i];
 
-			buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE day = %llu AND batch = %llu"
-				   " AND ", in->c->db, fact_tables[t], (unsigned long long)pt->day,
-				   (unsigned long long)in->batch);
+			nparts++;
+			buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE ", in->c->db,
+				   fact_tables[t]);
 			buf_put(&q, pt->probe.p, pt->probe.len);
 			buf_puts(&q, ")");
 		}
@@ -420,17 +665,19 @@ static int landed(struct cing *in, struct parts *ps)
 	buf_put(&ans, "", 1);
 	p = (char *)ans.p;
 	if (!rc) {
-		bool whole = strtoull(p, &end, 10) > 0;
-
-		rc = end == p ? -EIO : whole;
-		for (int t = 0; t < 3 && rc == 0; t++) {
+		strtoull(p, &end, 10);
+		rc = end == p ? -EIO : 0;
+		for (int t = 0; t < NFACT && rc == 0; t++) {
 			for (size_t i = 0; i < ps[t].n && rc == 0; i++) {
 				p = end;
 				ps[t].v[i].stored = strtoull(p, &end, 10) > 0;
+				nstored += ps[t].v[i].stored;
 				if (end == p)
 					rc = -EIO;
 			}
 		}
+		if (!rc)
+			rc = nparts && nstored == nparts;
 		if (rc == -EIO)
 			store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
 	}
@@ -444,7 +691,7 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	struct ch *c = (struct ch *)st;
 	struct cing in = { .c = c, .m = m };
 	struct buf lsets = { 0 }, locs = { 0 }, stacks = { 0 }, series = { 0 };
-	struct parts facts[3] = { { 0 } };
+	struct parts facts[NFACT] = { { 0 } };
 	struct u64map added = { 0 };
 	uint64_t t0 = batch_t0(m), nsamples = 0, npoints = 0;
 	int rc = 0, have = 0;
@@ -470,11 +717,13 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 		rc = dictionaries(&in, &locs, &stacks, &series, &added);
 	if (rc)
 		goto out;
-	sample_rows(&in, &facts[0], &nsamples);
-	point_rows(&in, &facts[1], &npoints);
-	interval_rows(&in, &facts[2]);
+	rc = sample_rows(&in, &facts[0], &facts[1], &nsamples);
+	if (rc)
+		goto out;
+	point_rows(&in, &facts[2], &npoints);
+	interval_rows(&in, &facts[3]);
 	rc = labelset_rows(&in, &lsets);
-	for (int t = 0; t < 3 && !rc; t++)
+	for (int t = 0; t < NFACT && !rc; t++)
 		if (parts_oom(&facts[t]))
 			rc = -ENOMEM;
 	if (rc)
@@ -487,7 +736,7 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 			__atomic_add_fetch(&c->n_dups, 1, __ATOMIC_RELAXED);
 			goto out;
 		}
-		for (int t = 0; t < 3; t++)
+		for (int t = 0; t < NFACT; t++)
 			for (size_t i = 0; i < facts[t].n; i++)
 				have += facts[t].v[i].stored;
 		if (have)
@@ -497,25 +746,12 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	if ((rc = insert(c, "labelsets_in", &lsets)) || (rc = insert(c, "locations", &locs)) ||
 	    (rc = insert(c, "stacks", &stacks)) || (rc = insert(c, "series", &series)))
 		goto out;
-	for (int t = 0; t < 3 && !rc; t++)
+	for (int t = 0; t < NFACT && !rc; t++)
 		for (size_t i = 0; i < facts[t].n && !rc; i++)
 			if (!facts[t].v[i].stored)
 				rc = insert(c, fact_tables[t], &facts[t].v[i].rows);
 	if (rc)
 		goto out;
-	if (in.batch) {
-		struct buf b = { 0 };
-
-		rb_u32(&b, (uint32_t)in.day);
-		rb_u64(&b, in.node_id);
-		rb_u64(&b, in.batch);
-		rb_str(&b, S(&in, m->node));
-		rb_u64(&b, wall_ns());
-		rc = insert(c, "batches", &b);
-		buf_done(&b);
-		if (rc)
-			goto out;
-	}
 	/* Remember the dictionary rows now stored, so later batches skip them. */
 	pthread_mutex_lock(&c->dmu);
 	for (size_t i = 0; i < added.cap; i++)
@@ -533,7 +769,7 @@ out:
 	buf_done(&locs);
 	buf_done(&stacks);
 	buf_done(&series);
-	for (int t = 0; t < 3; t++)
+	for (int t = 0; t < NFACT; t++)
 		parts_done(&facts[t]);
 	u64map_done(&added);
 	free(in.ls_id);

@@ -246,6 +246,52 @@ static void plan_levels(struct plan *p, int lv, uint64_t from, uint64_t to)
 	plan_add(p, 1 + lv, b, to);
 }
 
+/*
+ * Appends "SELECT labelset, t, stack, value FROM ..." over the plan's sources: raw runs
+ * unrolled by ARRAY JOIN (times from t0 and the deltas' running sum) and rollup maps (t is the
+ * bucket's start), restricted to kind and the label sets in ids. 0 if the plan is empty.
+ */
+static int plan_rows(struct ch *c, const struct plan *p, int kind, const struct buf *ids,
+		     struct buf *sql)
+{
+	int nsrc = 0, nroll = 0;
+
+	if (p->cond[0].len) {
+		buf_printf(sql, "SELECT labelset, t0 + d AS t, stack, value FROM (SELECT labelset, t0,"
+			   " arrayCumSum(arrayMap((h, l) -> bitShiftLeft(toUInt64(h), 16) + l, dt_hi,"
+			   " dt_lo)) AS ds, stacks, if(empty(vals), arrayMap(x -> toInt64(1), stacks),"
+			   " vals) AS vs FROM %s.samples_raw WHERE kind = %d AND day >= %llu AND"
+			   " day <= %llu AND t1 >= %llu AND t0 < %llu AND labelset IN (", c->db, kind,
+			   (unsigned long long)day_of(p->lo[0]),
+			   (unsigned long long)day_of(p->hi[0] - 1), (unsigned long long)p->lo[0],
+			   (unsigned long long)p->hi[0]);
+		buf_put(sql, ids->p, ids->len);
+		buf_puts(sql, ")) ARRAY JOIN ds AS d, stacks AS stack, vs AS value WHERE ");
+		buf_put(sql, p->cond[0].p, p->cond[0].len);
+		nsrc++;
+	}
+	for (int lv = 0; lv < CH_LEVELS; lv++) {
+		if (!p->cond[1 + lv].len)
+			continue;
+		if (nroll++ == 0) {
+			buf_printf(sql, "%sSELECT labelset, bucket AS t, stack, value FROM"
+				   " %s.samples_rollup ARRAY JOIN sMap.stack AS stack, sMap.value AS"
+				   " value WHERE kind = %d AND labelset IN (", nsrc ? " UNION ALL " : "",
+				   c->db, kind);
+			buf_put(sql, ids->p, ids->len);
+			buf_puts(sql, ") AND (");
+		} else {
+			buf_puts(sql, " OR ");
+		}
+		buf_printf(sql, "(level = %d AND (", lv);
+		buf_put(sql, p->cond[1 + lv].p, p->cond[1 + lv].len);
+		buf_puts(sql, "))");
+	}
+	if (nroll)
+		buf_puts(sql, ")");
+	return nsrc + nroll;
+}
+
 /* store_query.emit: each matching set's group index + 1 (0 without group_by), by position
  * in match. 0 or -errno. */
 static int emit_groups(const struct store_query *q, const struct ch_lsets *match, uint32_t **ret)
@@ -309,12 +355,17 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 		goto out;
 	sql.len = 0;
 	ans.len = 0;
-	buf_printf(&sql, "SELECT labelset, t, stack, value FROM %s.samples WHERE kind = %d AND"
-		   " t >= %llu AND t < %llu AND day >= %llu AND day <= %llu AND labelset IN (",
-		   c->db, q->kind, (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
-		   (unsigned long long)day_of(q->from_ns), (unsigned long long)day_of(q->to_ns));
-	ch_lsets_ids(match, &sql);
-	buf_puts(&sql, ")");
+	{
+		struct plan p = { 0 };
+		struct buf ids = { 0 };
+
+		p.lo[0] = UINT64_MAX;
+		plan_add(&p, 0, q->from_ns, q->to_ns);
+		ch_lsets_ids(match, &ids);
+		plan_rows(c, &p, q->kind, &ids, &sql);
+		buf_done(&p.cond[0]);
+		buf_done(&ids);
+	}
 	err = select_rb(c, &sql, &ans);
 	r = (struct rbr){ ans.p, ans.p + ans.len, false };
 	while (!err && rbr_more(&r)) {
@@ -395,29 +446,15 @@ static int aggregate_emit(struct ch *c, const struct store_query *q, const struc
 		}
 	}
 	ch_lsets_ids(match, &ids);
-	buf_puts(&sql, "SELECT labelset, k, sum(v) FROM (");
-	for (int src = 0; src <= CH_LEVELS; src++) {
-		uint64_t dlo = day_of(p.lo[src]);
-		uint64_t dhi = day_of(p.hi[src] - 1);
-		const char *tc = src ? "bucket" : "t";
-
-		if (!p.cond[src].len)
-			continue;
-		buf_printf(&sql, "%sSELECT labelset, ", nsrc++ ? " UNION ALL " : "");
-		if (q->step_ns)
-			buf_printf(&sql, "if(%s > %llu, intDiv(%s - %llu, %llu), 0)", tc,
-				   (unsigned long long)q->from_ns, tc, (unsigned long long)q->from_ns,
-				   (unsigned long long)q->step_ns);
-		else
-			buf_puts(&sql, "stack");
-		buf_printf(&sql, " AS k, sum(value) AS v FROM %s.%s WHERE kind = %d AND day >= %llu"
-			   " AND day <= %llu AND (", c->db, src ? ch_level_table[src - 1] : "samples",
-			   q->kind, (unsigned long long)dlo, (unsigned long long)dhi);
-		buf_put(&sql, p.cond[src].p, p.cond[src].len);
-		buf_puts(&sql, ") AND labelset IN (");
-		buf_put(&sql, ids.p, ids.len);
-		buf_puts(&sql, ") GROUP BY labelset, k");
-	}
+	buf_puts(&sql, "SELECT labelset, ");
+	if (q->step_ns)
+		buf_printf(&sql, "if(t > %llu, intDiv(t - %llu, %llu), 0)",
+			   (unsigned long long)q->from_ns, (unsigned long long)q->from_ns,
+			   (unsigned long long)q->step_ns);
+	else
+		buf_puts(&sql, "stack");
+	buf_puts(&sql, " AS k, sum(value) FROM (");
+	nsrc = plan_rows(c, &p, q->kind, &ids, &sql);
 	buf_puts(&sql, ") GROUP BY labelset, k");
 	if (nsrc)
 		err = select_rb(c, &sql, &ans);
@@ -486,26 +523,13 @@ int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 		plan_add(&p, 0, m2, to);
 	}
 	ch_lsets_ids(&match, &ids);
-	buf_puts(&sql, "SELECT stack, sum(v) FROM (");
-	for (int src = 0; src <= CH_LEVELS; src++) {
-		uint64_t dlo = day_of(p.lo[src]);
-		uint64_t dhi = day_of(p.hi[src] - 1);
-
-		if (!p.cond[src].len)
-			continue;
-		buf_printf(&sql, "%sSELECT stack, sum(value) AS v FROM %s.%s WHERE kind = %d AND"
-			   " day >= %llu AND day <= %llu AND (", nsrc++ ? " UNION ALL " : "", c->db,
-			   src ? ch_level_table[src - 1] : "samples", q->kind,
-			   (unsigned long long)dlo, (unsigned long long)dhi);
-		buf_put(&sql, p.cond[src].p, p.cond[src].len);
-		buf_puts(&sql, ") AND labelset IN (");
-		buf_put(&sql, ids.p, ids.len);
-		buf_puts(&sql, ") GROUP BY stack");
-	}
+	buf_puts(&sql, "SELECT stack, sum(value) FROM (");
+	nsrc = plan_rows(c, &p, q->kind, &ids, &sql);
 	buf_puts(&sql, ") GROUP BY stack");
-	err = select_rb(c, &sql, &ans);
+	if (nsrc)
+		err = select_rb(c, &sql, &ans);
 	r = (struct rbr){ ans.p, ans.p + ans.len, false };
-	while (!err && rbr_more(&r)) {
+	while (!err && nsrc && rbr_more(&r)) {
 		uint64_t stack = rbr_u64(&r), v = rbr_u64(&r), *a;
 
 		a = u64map_upsert(agg, stack, 0, NULL);

@@ -18,8 +18,8 @@ static const struct {
 	const char *name;
 	bool raw;
 } parted[] = {
-	{ "samples", true }, { "samples_1m", false }, { "samples_1h", false },
-	{ "samples_1d", false }, { "points", false }, { "intervals", false }, { "batches", false },
+	{ "samples_raw", true }, { "samples_rollup", false }, { "points", false },
+	{ "intervals", false },
 };
 
 static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_day)
@@ -64,7 +64,7 @@ static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_
 			n++;
 			if (parted[t].raw)
 				__atomic_add_fetch(&c->n_raw_dropped, 1, __ATOMIC_RELAXED);
-			else if (!strncmp(parted[t].name, "samples_", 8))
+			else if (!strcmp(parted[t].name, "samples_rollup"))
 				__atomic_add_fetch(&c->n_rollup_dropped, 1, __ATOMIC_RELAXED);
 		}
 	}

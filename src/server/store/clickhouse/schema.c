@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The ClickHouse schema (docs/clickhouse.md), created on every URL at start. ClickHouse 18.16:
- * no TTL (retention drops day partitions), no column codecs, no ON CLUSTER without ZooKeeper
+ * no TTL (retention drops day partitions), no column codecs (so times are stored as deltas in
+ * arrays, by us), no ON CLUSTER without ZooKeeper
  * (so each shard's URL gets the DDL). Fact rows are partitioned by their own day (intervals by
  * their start); a batch is one INSERT, hence one part, per (table, day): whole or not at all.
  */
@@ -24,19 +25,17 @@ struct table {
 
 static const struct table tables[] = {
 	{ "meta", "key String, value UInt64", "ReplacingMergeTree() ORDER BY key", NULL },
-	{ "batches", "day UInt32, node_id UInt64, id UInt64, node String, t UInt64",
-	  "MergeTree() PARTITION BY day ORDER BY id", "node_id" },
-	{ "samples", FACT_COLS "kind UInt8, labelset UInt64, t UInt64, stack UInt64, value Int64",
-	  "MergeTree() PARTITION BY day ORDER BY (kind, labelset, t)", "node_id" },
-	{ "samples_1m", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
-	  " value Int64, n UInt64",
-	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
-	{ "samples_1h", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
-	  " value Int64, n UInt64",
-	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
-	{ "samples_1d", "day UInt32, kind UInt8, labelset UInt64, bucket UInt64, stack UInt64,"
-	  " value Int64, n UInt64",
-	  "SummingMergeTree((value, n)) PARTITION BY day ORDER BY (kind, labelset, bucket, stack)", "rand()" },
+	/* Raw samples: one row per (batch, kind, label set, day) run, times as deltas. */
+	{ "samples_raw", FACT_COLS "kind UInt8, labelset UInt64, t0 UInt64, t1 UInt64,"
+	  " dt_hi Array(UInt16), dt_lo Array(UInt16), stacks Array(UInt64), vals Array(Int64)",
+	  "MergeTree() PARTITION BY day ORDER BY (kind, labelset, t0)", "node_id" },
+	/* Rollups of every level, written by the front-end from the batch it holds: one row per
+	 * (level, kind, label set, bucket) whose sMap sums by stack when parts merge. n (samples)
+	 * is the plain column that SummingMergeTree needs to sum the map at all; node_id shards. */
+	{ "samples_rollup", "level UInt8, kind UInt8, labelset UInt64, bucket UInt64,"
+	  " node_id UInt64, n UInt64, sMap Nested(stack UInt64, value Int64)",
+	  "SummingMergeTree() PARTITION BY intDiv(bucket, 86400000000000)"
+	  " ORDER BY (level, kind, labelset, bucket, node_id)", "node_id" },
 	{ "points", FACT_COLS "series UInt64, t UInt64, v Float64",
 	  "MergeTree() PARTITION BY day ORDER BY (series, t)", "node_id" },
 	{ "intervals", FACT_COLS "kind String, labelset UInt64, start_ns UInt64, end_ns UInt64,"
@@ -57,7 +56,6 @@ static const struct table tables[] = {
 };
 
 const uint64_t ch_level_ns[CH_LEVELS] = { 60 * NSEC_PER_SEC, 3600 * NSEC_PER_SEC, CH_DAY_NS };
-const char *const ch_level_table[CH_LEVELS] = { "samples_1m", "samples_1h", "samples_1d" };
 
 /* Runs one DDL statement on URL i; the reason goes to err. */
 static int ddl(struct ch *c, size_t i, char *err, size_t errlen, const char *fmt, ...)
@@ -127,39 +125,24 @@ static int check_server(struct ch *c, size_t i, char *err, size_t errlen)
 	return rc;
 }
 
-/* Materialized views folding raw samples into each rollup level. */
-static int rollup_views(struct ch *c, size_t i, const char *sfx, char *err, size_t errlen)
+/* Label set extents: a Null table's inserts folded into min/max states. */
+static int labelsets_view(struct ch *c, size_t i, const char *sfx, char *err, size_t errlen)
 {
-	static const char *const mv[CH_LEVELS] = { "samples_1m_mv", "samples_1h_mv",
-						   "samples_1d_mv" };
-	int rc = 0;
-
-	for (int lv = 0; lv < CH_LEVELS && !rc; lv++)
-		rc = ddl(c, i, err, errlen,
-			 "CREATE MATERIALIZED VIEW IF NOT EXISTS %s.%s TO %s.%s%s AS SELECT"
-			 " toUInt32(intDiv(t, %llu)) AS day, kind, labelset,"
-			 " intDiv(t, %llu) * %llu AS bucket, stack, sum(value) AS value,"
-			 " count() AS n FROM %s.samples%s GROUP BY day, kind, labelset, bucket, stack",
-			 c->db, mv[lv], c->db, ch_level_table[lv], sfx,
-			 (unsigned long long)CH_DAY_NS, (unsigned long long)ch_level_ns[lv],
-			 (unsigned long long)ch_level_ns[lv], c->db, sfx);
-	if (!rc)
-		rc = ddl(c, i, err, errlen,
-			 "CREATE MATERIALIZED VIEW IF NOT EXISTS %s.labelsets_mv TO %s.labelsets%s AS"
-			 " SELECT id, any(node) AS node, any(names) AS names, any(values) AS values,"
-			 " minState(first_ns) AS first_ns, maxState(last_ns) AS last_ns"
-			 " FROM %s.labelsets_in%s GROUP BY id", c->db, c->db, sfx, c->db, sfx);
-	return rc;
+	return ddl(c, i, err, errlen,
+		   "CREATE MATERIALIZED VIEW IF NOT EXISTS %s.labelsets_mv TO %s.labelsets%s AS"
+		   " SELECT id, any(node) AS node, any(names) AS names, any(values) AS values,"
+		   " minState(first_ns) AS first_ns, maxState(last_ns) AS last_ns"
+		   " FROM %s.labelsets_in%s GROUP BY id", c->db, c->db, sfx, c->db, sfx);
 }
 
-static int schema_version(struct ch *c, size_t i, char *err, size_t errlen)
+/* The schema version URL i holds (0: a new database) in *ret. */
+static int schema_version(struct ch *c, size_t i, unsigned long long *ret, char *err,
+			  size_t errlen)
 {
 	const char *meta = c->clustered ? "meta_local" : "meta";
 	struct buf b = { 0 };
-	unsigned long long v;
-	int rc;
-
 	char *sql = NULL;
+	int rc;
 
 	if (asprintf(&sql, "SELECT max(value) FROM %s.%s WHERE key = 'schema'", c->db, meta) < 0) {
 		snprintf(err, errlen, "out of memory");
@@ -168,34 +151,100 @@ static int schema_version(struct ch *c, size_t i, char *err, size_t errlen)
 	rc = ch_exec(c, (int)i, sql, NULL, 0, NULL, &b);	/* URL i's own table */
 	free(sql);
 	buf_put(&b, "", 1);
-	if (rc) {
+	if (rc)
 		snprintf(err, errlen, "%s", store_strerror());
-		goto out;
-	}
-	v = strtoull((char *)b.p, NULL, 10);
-	if (v > CH_SCHEMA_VERSION) {
-		snprintf(err, errlen, "clickhouse %s: database '%s' has gpuscope schema %llu, newer"
-			 " than this gpuscope-server (%d): upgrade the server", c->urls[i], c->db, v,
-			 CH_SCHEMA_VERSION);
-		rc = -EPROTONOSUPPORT;
-	} else if (v < CH_SCHEMA_VERSION) {
-		rc = ddl(c, i, err, errlen, "INSERT INTO %s.%s VALUES ('schema', %d)", c->db, meta,
-			 CH_SCHEMA_VERSION);
-	}
-out:
+	else
+		*ret = strtoull((char *)b.p, NULL, 10);
 	buf_done(&b);
 	return rc;
+}
+
+/* Whether URL i's table (local name) holds no rows; -errno if it cannot say. */
+static int table_empty(struct ch *c, size_t i, const char *table, const char *sfx, char *err,
+		       size_t errlen)
+{
+	struct buf b = { 0 };
+	char *sql = NULL;
+	int rc;
+
+	if (asprintf(&sql, "SELECT count() FROM %s.%s%s", c->db, table, sfx) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = ch_exec(c, (int)i, sql, NULL, 0, NULL, &b);
+	free(sql);
+	buf_put(&b, "", 1);
+	if (rc)
+		snprintf(err, errlen, "%s", store_strerror());
+	else
+		rc = strtoull((char *)b.p, NULL, 10) == 0;
+	buf_done(&b);
+	return rc;
+}
+
+/*
+ * Schema 1 (one row per sample in `samples`, three materialized views re-grouping every insert
+ * into samples_1m/1h/1d) to 2, on URL i's own tables: raw rows copied as runs of one sample,
+ * rollup rows folded into one map per bucket, then the old views and tables dropped. Old
+ * front-ends must be stopped first (their inserts would go to the dropped tables). A copy
+ * that an interrupted migration finished is not repeated (its table is not empty).
+ */
+static int migrate_v1(struct ch *c, size_t i, const char *sfx, char *err, size_t errlen)
+{
+	static const char *const old[] = { "samples", "samples_1m", "samples_1h", "samples_1d",
+					   "batches" };
+	int rc;
+
+	log_info("clickhouse %s: database '%s' has gpuscope schema 1: migrating to %d", c->urls[i],
+		 c->db, CH_SCHEMA_VERSION);
+	rc = table_empty(c, i, "samples_raw", sfx, err, errlen);
+	if (rc == 1)
+		rc = ddl(c, i, err, errlen,
+			 "INSERT INTO %s.samples_raw%s SELECT day, node_id, batch, kind, labelset, t,"
+			 " t, [toUInt16(0)], [toUInt16(0)], [stack], if(value = 1, emptyArrayInt64(),"
+			 " [value]) FROM %s.samples%s", c->db, sfx, c->db, sfx);
+	if (rc >= 0)
+		rc = table_empty(c, i, "samples_rollup", sfx, err, errlen);
+	for (int lv = 0; lv < CH_LEVELS && rc == 1; lv++)
+		rc = ddl(c, i, err, errlen,
+			 "INSERT INTO %s.samples_rollup%s (level, kind, labelset, bucket, node_id, n,"
+			 " sMap.stack, sMap.value) SELECT %d, kind, labelset, bucket, 0, sum(n),"
+			 " groupArray(stack), groupArray(value) FROM (SELECT kind, labelset, bucket,"
+			 " stack, sum(value) AS value, sum(n) AS n FROM %s.%s%s GROUP BY kind,"
+			 " labelset, bucket, stack) GROUP BY kind, labelset, bucket", c->db, sfx, lv,
+			 c->db, old[1 + lv], sfx) ?: 1;
+	for (int lv = 0; lv < CH_LEVELS && rc >= 0; lv++)
+		rc = ddl(c, i, err, errlen, "DROP TABLE IF EXISTS %s.%s_mv", c->db, old[1 + lv]);
+	for (size_t t = 0; t < sizeof(old) / sizeof(old[0]) && rc >= 0; t++) {
+		rc = ddl(c, i, err, errlen, "DROP TABLE IF EXISTS %s.%s%s", c->db, old[t], sfx);
+		if (rc >= 0 && c->clustered)
+			rc = ddl(c, i, err, errlen, "DROP TABLE IF EXISTS %s.%s", c->db, old[t]);
+	}
+	return rc < 0 ? rc : 0;
 }
 
 int ch_schema(struct ch *c, char *err, size_t errlen)
 {
 	const char *sfx = c->clustered ? "_local" : "";
+	unsigned long long v = 0;
 	int rc = 0;
 
 	for (size_t i = 0; i < c->nurls && !rc; i++) {
 		rc = check_server(c, i, err, errlen);
 		if (!rc)
 			rc = ddl(c, i, err, errlen, "CREATE DATABASE IF NOT EXISTS %s", c->db);
+		/* meta first: a database from a newer gpuscope is refused before anything else */
+		if (!rc)
+			rc = ddl(c, i, err, errlen, "CREATE TABLE IF NOT EXISTS %s.meta%s (%s) ENGINE = %s",
+				 c->db, sfx, tables[0].columns, tables[0].engine);
+		if (!rc)
+			rc = schema_version(c, i, &v, err, errlen);
+		if (!rc && v > CH_SCHEMA_VERSION) {
+			snprintf(err, errlen, "clickhouse %s: database '%s' has gpuscope schema %llu,"
+				 " newer than this gpuscope-server (%d): upgrade the server",
+				 c->urls[i], c->db, v, CH_SCHEMA_VERSION);
+			rc = -EPROTONOSUPPORT;
+		}
 		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]) && !rc; t++) {
 			rc = ddl(c, i, err, errlen, "CREATE TABLE IF NOT EXISTS %s.%s%s (%s) ENGINE = %s",
 				 c->db, tables[t].name, sfx, tables[t].columns, tables[t].engine);
@@ -207,9 +256,12 @@ int ch_schema(struct ch *c, char *err, size_t errlen)
 					 tables[t].shard_key);
 		}
 		if (!rc)
-			rc = schema_version(c, i, err, errlen);
-		if (!rc)
-			rc = rollup_views(c, i, sfx, err, errlen);
+			rc = labelsets_view(c, i, sfx, err, errlen);
+		if (!rc && v == 1)
+			rc = migrate_v1(c, i, sfx, err, errlen);
+		if (!rc && v < CH_SCHEMA_VERSION)
+			rc = ddl(c, i, err, errlen, "INSERT INTO %s.meta%s VALUES ('schema', %d)", c->db,
+				 sfx, CH_SCHEMA_VERSION);
 	}
 	return rc;
 }
