@@ -72,7 +72,8 @@ struct gpuscope_ev_cupti_launch {
 	__u32 tgid, tid;
 	__u32 cid, cid2;
 	__u32 ustack_len;
-	__u32 _pad;
+	__u32 probe_ns;		/* this probe's own BPF run time (the stack walk): part of what a
+				 * window costs the process (window.h) */
 };
 _Static_assert(sizeof(struct gpuscope_ev_cupti_launch) == 40, "ABI change");
 

@@ -348,10 +348,14 @@ static bool test_cupti_window_continuous(void)
 	return ok;
 }
 
-/* Budget controller against synthetic windows: open/close costs, a kernel rate. */
+/*
+ * Budget controller against synthetic windows: open/close costs, a kernel rate, the launch
+ * probe's measured BPF time per launch. Returns the share of time spent as the cost model
+ * counts it.
+ */
 static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t open_ns,
-		       uint64_t close_ns, uint64_t run_ns, uint64_t *ret_windows,
-		       uint64_t *ret_early)
+		       uint64_t close_ns, uint64_t probe_ns, uint64_t run_ns,
+		       uint64_t *ret_windows, uint64_t *ret_early)
 {
 	struct trace_budget b = { 0 };
 	uint64_t now = 1000 * NSEC_PER_SEC, end = now + run_ns, spent = 0, start = now;
@@ -371,12 +375,12 @@ static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t
 			if (el > len)
 				el = len;
 			k = (uint64_t)(kernels_per_s * el / 1e9);
-			if (trace_budget__overrun(&b, c, k, el)) {
+			if (trace_budget__overrun(&b, c, k, k * probe_ns, el)) {
 				(*ret_early)++;
 				break;
 			}
 		}
-		w = (struct trace_cost){ open_ns, close_ns, k, el };
+		w = (struct trace_cost){ open_ns, close_ns, k, el, k, k * probe_ns };
 		trace_budget__closed(&b, c, now, &w);
 		spent += (uint64_t)trace_cost_ns(c, &w);
 		(*ret_windows)++;
@@ -393,25 +397,38 @@ static bool test_cupti_window_budget_controller(void)
 
 	trace_cfg_defaults(&c);
 	/* launch-bound: 150 k kernels/s, 6 us each, 2 ms to open, 20 ms to close */
-	share = simulate(&c, 150000, 2000000, 20000000, 3600 * NSEC_PER_SEC, &n, &early);
+	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);
 	if (!ASSERT_TRUE(share <= c.budget * 1.02, "launch-bound share within 1 %") ||
 	    !ASSERT_TRUE(share >= c.budget * 0.5, "and uses most of it") ||
 	    !ASSERT_TRUE(n >= 60, "a window at least every minute"))
 		goto fail;
 	/* quiet process: 100 kernels/s; windows come every min_period */
-	share = simulate(&c, 100, 2000000, 5000000, 600 * NSEC_PER_SEC, &n, &early);
+	share = simulate(&c, 100, 2000000, 5000000, 0, 600 * NSEC_PER_SEC, &n, &early);
 	if (!ASSERT_TRUE(share <= c.budget, "quiet share within 1 %") ||
 	    !ASSERT_EQ(n, 600 / 5, "one window per min_period"))
 		goto fail;
 	/* a kernel storm: 5 M kernels/s; each window is cut at its allowance */
-	share = simulate(&c, 5e6, 1000000, 1000000, 600 * NSEC_PER_SEC, &n, &early);
+	share = simulate(&c, 5e6, 1000000, 1000000, 0, 600 * NSEC_PER_SEC, &n, &early);
 	if (!ASSERT_TRUE(share <= c.budget * 1.02, "storm share within 1 %") ||
 	    !ASSERT_TRUE(n >= 3, "still windows (one tick of a storm costs ~150 s of budget)") ||
 	    !ASSERT_TRUE(early >= 1, "storm windows closed early"))
 		goto fail;
+	/* launch-bound with deep Python stacks: the launch probe's BPF walk measured at 14 us a
+	 * launch on the H200 (4x CUPTI's own cost): windows space out to hold the budget */
+	{
+		uint64_t n_cheap, n_deep;
+
+		share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n_cheap,
+				 &early);
+		share = simulate(&c, 150000, 2000000, 20000000, 14000, 3600 * NSEC_PER_SEC, &n_deep,
+				 &early);
+		if (!ASSERT_TRUE(share <= c.budget * 1.02, "deep-stack launch-bound share within 1 %") ||
+		    !ASSERT_TRUE(n_deep < n_cheap, "fewer windows when the probe costs more"))
+			goto fail;
+	}
 	/* half a percent */
 	c.budget = 0.005;
-	share = simulate(&c, 150000, 2000000, 20000000, 3600 * NSEC_PER_SEC, &n, &early);
+	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);
 	if (!ASSERT_TRUE(share <= 0.005 * 1.02, "0.5 % budget held"))
 		goto fail;
 	return true;

@@ -39,7 +39,7 @@ struct launch_ev {
 SEC("usdt")
 int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 id = bpf_get_current_pid_tgid(), t0 = bpf_ktime_get_ns(), dt;
 	struct launch_ev *e;
 	long n;
 
@@ -55,7 +55,6 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	e->ev.tid = (__u32)id;
 	e->ev.cid = cid;
 	e->ev.cid2 = cid2;
-	e->ev._pad = 0;
 	if (use_unwinder) {
 		struct uwalk st;
 
@@ -72,6 +71,8 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	}
 	e->ev.ustack_len = n / 8;
 	e->ev.size = sizeof(e->ev) + (n / 8) * 8;
+	dt = bpf_ktime_get_ns() - t0;
+	e->ev.probe_ns = dt > 0xffffffffULL ? 0xffffffffU : (__u32)dt;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	return 0;
 }

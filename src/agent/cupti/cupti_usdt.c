@@ -88,6 +88,7 @@ struct proc {
 	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
 	uint64_t emitted_ns;	/* a long window's gpu_trace_window interval reaches this far */
 	uint64_t win_kernels, win_launches;
+	uint64_t win_probe_ns;		/* the launch probes' BPF time in this window */
 	uint64_t devices;		/* bit per CUDA device (< 64) whose kernels the window saw */
 	uint64_t all_devices;		/* every device ever seen in this process */
 	bool early;			/* closed early: over its budget */
@@ -428,8 +429,10 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 	}
 	struct proc *p = proc_get(c, ev->tgid);
 
-	if (p)
+	if (p) {
 		p->win_launches++;
+		p->win_probe_ns += ev->probe_ns;
+	}
 	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
 	if (ev->cid2)
 		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
@@ -810,7 +813,7 @@ static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason wh
 	p->asked_ns = now;
 	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : now + len_ns;
 	p->len_ns = len_ns;
-	p->win_kernels = p->win_launches = 0;
+	p->win_kernels = p->win_launches = p->win_probe_ns = 0;
 	p->devices = 0;
 	p->early = false;
 	p->refused = NULL;
@@ -866,7 +869,9 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 		{
 			struct trace_cost w = { .open_ns = p->open_cost_ns, .close_ns = b,
 						.kernels = p->win_kernels,
-						.length_ns = a > p->opened_ns ? a - p->opened_ns : 0 };
+						.length_ns = a > p->opened_ns ? a - p->opened_ns : 0,
+						.launches = p->win_launches,
+						.probe_ns = p->win_probe_ns };
 
 			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS)
 				trace_budget__closed(&p->budget, &c->cfg, p->opened_ns, &w);
@@ -977,7 +982,8 @@ static void control_windows(struct cupti_state *c)
 				p->emitted_ns = now;
 			}
 			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS &&
-			    trace_budget__overrun(b, &c->cfg, p->win_launches, now - p->asked_ns)) {
+			    trace_budget__overrun(b, &c->cfg, p->win_launches, p->win_probe_ns,
+						  now - p->asked_ns)) {
 				p->early = true;
 				c->st.win_early++;
 				win_detach(c, p, now);

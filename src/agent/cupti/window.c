@@ -22,7 +22,8 @@ const char trace_usage[] =
 	"      --gpu-trace-window DUR     length of a budget window (default 500ms)\n"
 	"      --gpu-trace-period DUR     a window this often, whatever it costs (overrides the\n"
 	"                                 budget's spacing; for measurements)\n"
-	"      --gpu-trace-kernel-cost DUR  cost of tracing one kernel (default 5us, H200)\n"
+	"      --gpu-trace-kernel-cost DUR  CUPTI's cost of tracing one kernel (default 3500ns,\n"
+	"                                 H200); the launch probe's own cost is measured\n"
 	"      --gpu-trace-idle-trigger PCT  open a window when a GPU was idle more than PCT of\n"
 	"                                 the last 5 s (default 50%; 0 turns it off)\n";
 
@@ -34,7 +35,7 @@ void trace_cfg_defaults(struct trace_cfg *c)
 		.min_window_ns = 50 * NSEC_PER_MSEC,
 		.min_period_ns = 5 * NSEC_PER_SEC,
 		.max_period_ns = 60 * NSEC_PER_SEC,
-		.kernel_cost_ns = 5000,
+		.kernel_cost_ns = 3500,
 		.idle_trigger = 0.5,
 		.idle_span_ns = 5 * NSEC_PER_SEC,
 		.idle_cooldown_ns = 30 * NSEC_PER_SEC,
@@ -110,7 +111,8 @@ int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
 
 double trace_cost_ns(const struct trace_cfg *c, const struct trace_cost *w)
 {
-	return (double)w->open_ns + (double)w->close_ns + (double)w->kernels * c->kernel_cost_ns;
+	return (double)w->open_ns + (double)w->close_ns + (double)w->kernels * c->kernel_cost_ns +
+	       (double)w->probe_ns + (double)w->launches * TRACE_UPROBE_TRAP_NS;
 }
 
 uint64_t trace_budget__window_ns(const struct trace_budget *b, const struct trace_cfg *c)
@@ -146,14 +148,15 @@ void trace_budget__closed(struct trace_budget *b, const struct trace_cfg *c, uin
 }
 
 bool trace_budget__overrun(const struct trace_budget *b, const struct trace_cfg *c,
-			   uint64_t kernels, uint64_t elapsed_ns)
+			   uint64_t kernels, uint64_t probe_ns, uint64_t elapsed_ns)
 {
 	(void)b;
 	(void)elapsed_ns;
 	if (c->budget >= 1 || c->fixed_period_ns)
 		return false;
 	/* one window may spend what the budget earns over the longest spacing */
-	return (double)kernels * c->kernel_cost_ns > c->budget * (double)c->max_period_ns;
+	return (double)kernels * (c->kernel_cost_ns + TRACE_UPROBE_TRAP_NS) + (double)probe_ns >
+	       c->budget * (double)c->max_period_ns;
 }
 
 double trace_budget__share(const struct trace_budget *b, uint64_t now_ns)
