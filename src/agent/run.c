@@ -632,6 +632,7 @@ int cmd_run(int argc, char **argv)
 		if (now >= next_push || captured ||
 		    batch__size_estimate(a.batch) > EARLY_FLUSH_BYTES) {
 			flush_batch(&c, empty_size);
+			symbolizer__trim(a.sym);	/* names read since: out of RSS */
 			while (next_push <= now)
 				next_push += o.push_interval_ns;
 		}

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "agent/meta/procfs.h"
@@ -1272,6 +1273,14 @@ int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir)
 	free(s->debug_dir);
 	s->debug_dir = d;
 	return 0;
+}
+
+void symbolizer__trim(struct symbolizer *s)
+{
+	for (size_t b = 0; s && b < IMAGE_BUCKETS; b++)
+		for (struct image *img = s->images[b]; img; img = img->hnext)
+			if (img->loaded && img->tab.ext_map)
+				madvise(img->tab.ext_map, img->tab.ext_map_len, MADV_DONTNEED);
 }
 
 void symbolizer__metrics(const struct symbolizer *s, FILE *out)
