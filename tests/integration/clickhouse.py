@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -116,8 +117,12 @@ class ClickHouse:
     def query(self, sql):
         url = self.url + "/?" + urllib.parse.urlencode({"password": self.password})
         req = urllib.request.Request(url, data=sql.encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.read().decode()
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:	# ClickHouse says why in the body
+            raise RuntimeError("ClickHouse %s: %s\n  for: %s" % (
+                e.code, e.read().decode(errors="replace")[:800], sql[:300])) from None
 
     def logtext(self):
         out = []
