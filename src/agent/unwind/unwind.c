@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,6 +121,7 @@ static void unload(struct unwinder *u, struct bin *b)
 }
 
 #define PUBLISH_CHUNK (1u << 20)
+#define WORKER_NICE 10
 
 /* Loads t into a new inner array and publishes it under a new id. 0 or -errno. */
 static int publish(struct unwinder *u, struct bin *b, const struct uw_table *t)
@@ -471,6 +474,9 @@ static void *worker(void *arg)
 	struct unwinder *u = arg;
 	struct timespec ts = { 0, (long)u->opts.poll_ms * 1000000L };
 
+	/* Table builds are background work (a PyTorch process's take 7-10 s of a core): below
+	 * the workloads on a busy node; walks fall back to frame pointers until a table is in. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
 	while (!u->stop) {
 		drain(u);
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
