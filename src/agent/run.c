@@ -305,6 +305,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "gpu-trace-window", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-kernel-cost", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-idle-trigger", required_argument, NULL, OPT_TRACE_OPT },
+		{ "gpu-trace-sync-trigger", required_argument, NULL, OPT_TRACE_OPT },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}

@@ -90,11 +90,11 @@ class Server:
 class Agent:
     """gpuscope-agent run pushing to server_url; /metrics on a free port."""
 
-    def __init__(self, server_url, args, log):
+    def __init__(self, server_url, args, log, modules_off="sched,cuda_probe"):
         self.log = log
         self.argv = [AGENT, "run", "--server", server_url, "--metrics-listen", "127.0.0.1:0"] + args
-        # these tests count CPU samples: the off-CPU and CUDA probe modules stay off
-        env = dict(os.environ, GPUSCOPE_AGENT_MODULES_OFF="sched,cuda_probe")
+        # these tests count CPU samples: the off-CPU and CUDA probe modules stay off by default
+        env = dict(os.environ, GPUSCOPE_AGENT_MODULES_OFF=modules_off)
         self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                                   env=env)
         m = wait_until(lambda: self.p.poll() is not None or
@@ -186,14 +186,16 @@ class Scratch:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def start_cupti_window():
+def start_cupti_window(*extra):
     """tests/cupti/cupti_window running the real libgpuscope_cupti.so over the libcupti
-    stand-in (runs until its stdin closes); skips where the CUDA toolkit was absent at build."""
+    stand-in (runs until its stdin closes); skips where the CUDA toolkit was absent at build.
+    extra: its mode argument ("held", "sync:LIBCUDA:SECONDS")."""
     lib = os.path.join(OUT, "libgpuscope_cupti.so")
     app = os.path.join(OUT, "tests", "cupti", "cupti_window")
     if not os.access(lib, os.R_OK) or not os.access(app, os.X_OK):
         skip("no CUDA toolkit here: libgpuscope_cupti.so / cupti_window not built")
-    p = subprocess.Popen([app, lib], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([app, lib, *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
     if p.stdout.readline().strip() != "ready":
         raise RuntimeError("cupti_window did not start")
     return p

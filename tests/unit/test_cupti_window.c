@@ -453,6 +453,11 @@ static bool test_cupti_window_options(void)
 	       ASSERT_EQ(c.window_ns, 2 * NSEC_PER_SEC, "2 s") &&
 	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-window", "1ms"), -EINVAL, "too short") &&
 	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-idle-trigger", "0"), 1, "trigger off") &&
+	       ASSERT_TRUE(c.sync_trigger == 0.5, "sync trigger on by default") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-sync-trigger", "30%"), 1, "sync trigger") &&
+	       ASSERT_TRUE(c.sync_trigger > 0.299 && c.sync_trigger < 0.301, "sync 0.3") &&
+	       ASSERT_TRUE(c.idle_trigger == 0, "idle trigger left alone") &&
+	       ASSERT_EQ(trace_parse_opt(&c, "gpu-trace-sync-trigger", "x"), -EINVAL, "bad share") &&
 	       ASSERT_EQ(trace_parse_opt(&c, "nvml-gpm-interval", "1s"), 0, "not ours");
 }
 

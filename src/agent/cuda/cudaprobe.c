@@ -21,6 +21,7 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
 #include "agent/sched/strips.h"
 #include "common/abi.h"
@@ -344,6 +345,59 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
 	return id;
 }
 
+/*
+ * Time each process spent in synchronize calls, per second (CLOCK_MONOTONIC), for the trace
+ * windows' sync trigger (cupti_usdt__set_sync_source()). A call counts in the second it ended.
+ */
+#define SYNC_PROCS 256
+#define SYNC_SECS 32
+static struct sync_acc {
+	pid_t pid;
+	uint64_t sec[SYNC_SECS], ns[SYNC_SECS];
+} sync_acc[SYNC_PROCS];
+
+static void sync_account(pid_t pid, uint64_t end_ns, uint64_t ns)
+{
+	struct sync_acc *s = &sync_acc[(uint32_t)pid % SYNC_PROCS];
+	uint64_t sec = end_ns / NSEC_PER_SEC;
+	unsigned i = sec % SYNC_SECS;
+
+	if (s->pid != pid) {	/* a new process in that slot: the old one's seconds go */
+		memset(s, 0, sizeof(*s));
+		s->pid = pid;
+	}
+	if (s->sec[i] != sec) {
+		s->sec[i] = sec;
+		s->ns[i] = 0;
+	}
+	s->ns[i] += ns;
+}
+
+static double sync_sum(const struct sync_acc *s, uint64_t from_sec, uint64_t to_sec)
+{
+	uint64_t ns = 0;
+
+	for (unsigned i = 0; i < SYNC_SECS; i++)
+		if (s->sec[i] >= from_sec && s->sec[i] < to_sec)
+			ns += s->ns[i];
+	return (double)ns / ((double)(to_sec - from_sec) * NSEC_PER_SEC);
+}
+
+/* Share of the span (whole seconds, the current one left out) pid spent in sync calls. */
+static double sync_share(pid_t pid, uint64_t now_ns, uint64_t span_ns, double *ret_before)
+{
+	const struct sync_acc *s = &sync_acc[(uint32_t)pid % SYNC_PROCS];
+	uint64_t now = now_ns / NSEC_PER_SEC, span = span_ns / NSEC_PER_SEC;
+
+	*ret_before = -1;
+	if (!span || span * 2 > SYNC_SECS || now < 2 * span)
+		return -1;
+	if (s->pid != pid)
+		return 0;	/* no sync call seen */
+	*ret_before = sync_sum(s, now - 2 * span, now - span);
+	return sync_sum(s, now - span, now);
+}
+
 static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api, uint64_t start,
 			 uint64_t end, uint64_t calls, uint64_t ns, int64_t stack_id, bool sample)
 {
@@ -358,6 +412,8 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 		C.relabel_dropped++;
 		return;
 	}
+	if (sample)
+		sync_account(pid, end, ns);
 	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
 	snprintf(total, sizeof(total), "%" PRIu64, ns);
 	attrs[na++] = (struct label){ "api", apis[api].name };
@@ -467,6 +523,8 @@ static int cuda_start(struct agent *a)
 	err = procs__acquire(a, on_tracked, &C);
 	if (err)
 		goto out_rb;
+	memset(sync_acc, 0, sizeof(sync_acc));
+	cupti_usdt__set_sync_source(sync_share);	/* the trace windows' sync trigger */
 	return 0;
 out_rb:
 	bpf_counters__set(GPUSCOPE_PROG_CUDA, -1);
@@ -530,6 +588,7 @@ static void cuda_stop(struct agent *a)
 {
 	if (!C.skel)
 		return;
+	cupti_usdt__set_sync_source(NULL);
 	ring_buffer__consume(C.rb);
 	drain_calls();
 	procs__release(on_tracked, &C);

@@ -910,6 +910,26 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 
 /* GPU idle share of the node over the last idle span; < 0 when unknown. */
 static double (*idle_share_fn)(uint64_t span_ns);
+/* A process's CUDA sync-wait share (cuda_probe); NULL when that module is off. */
+static cupti_sync_share_fn sync_share_fn;
+
+/* Within its budget so far, so a trigger may open a window (not more often than the cooldown). */
+static bool trigger_allowed(const struct cupti_state *c, const struct trace_budget *b, uint64_t now)
+{
+	return now >= b->last_idle_ns + c->cfg.idle_cooldown_ns &&
+	       (double)b->spent_ns + b->cost_ns <= c->cfg.budget * (double)(now - b->first_open_ns);
+}
+
+/* Did pid's share of time in synchronize calls jump (sync trigger)? */
+static bool sync_jumped(const struct cupti_state *c, pid_t pid, uint64_t now)
+{
+	double before = -1, share;
+
+	if (c->cfg.sync_trigger <= 0 || !sync_share_fn)
+		return false;
+	share = sync_share_fn(pid, now, c->cfg.idle_span_ns, &before);
+	return share >= c->cfg.sync_trigger && before >= 0 && share >= before + TRACE_SYNC_JUMP;
+}
 
 /* Opens and closes windows: captures first, then the idle trigger, then the duty cycle. */
 static void control_windows(struct cupti_state *c)
@@ -946,11 +966,12 @@ static void control_windows(struct cupti_state *c)
 				p->capture_ns = 0;
 			} else if (continuous)
 				win_open(c, p, TRACE_CONTINUOUS, now, 0);
-			else if (idle >= c->cfg.idle_trigger && now >= b->last_idle_ns +
-				 c->cfg.idle_cooldown_ns && (double)b->spent_ns + b->cost_ns <=
-				 c->cfg.budget * (double)(now - b->first_open_ns)) {
+			else if (idle >= c->cfg.idle_trigger && trigger_allowed(c, b, now)) {
 				b->last_idle_ns = now;
 				win_open(c, p, TRACE_IDLE, now, trace_budget__window_ns(b, &c->cfg));
+			} else if (trigger_allowed(c, b, now) && sync_jumped(c, p->pid, now)) {
+				b->last_idle_ns = now;
+				win_open(c, p, TRACE_SYNC, now, trace_budget__window_ns(b, &c->cfg));
 			} else if (now >= b->next_open_ns)
 				win_open(c, p, TRACE_BUDGET, now, trace_budget__window_ns(b, &c->cfg));
 			break;
@@ -1053,6 +1074,11 @@ bool cupti_usdt__capturing(pid_t pid)
 void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))
 {
 	idle_share_fn = fn;
+}
+
+void cupti_usdt__set_sync_source(cupti_sync_share_fn fn)
+{
+	sync_share_fn = fn;
 }
 
 static int handle_event(void *ctx, void *data, size_t size)
@@ -1320,7 +1346,7 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		   s.clock_max_step_ns / 1e9);
 	prom_family(out, "gpuscope_agent_cupti_windows_total", "counter",
 		    "Trace windows the library opened, by reason.");
-	for (int r = TRACE_BUDGET; r <= TRACE_CONTINUOUS; r++)
+	for (int r = TRACE_BUDGET; r < TRACE_REASONS; r++)
 		prom_sample1_u64(out, "gpuscope_agent_cupti_windows_total", "reason", trace_reason_names[r],
 				 s.windows_opened[r]);
 	prom_family(out, "gpuscope_agent_cupti_windows_refused_total", "counter",

@@ -28,7 +28,7 @@ struct cupti_stats {
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
 	uint64_t bpf[GPUSCOPE_ERR_MAX];	/* by enum gpuscope_err (cupti range), summed over CPUs */
 	/* trace windows */
-	uint64_t windows_asked, windows_opened[5], windows_closed;	/* opened: by trace_reason */
+	uint64_t windows_asked, windows_opened[8], windows_closed;	/* opened: by trace_reason */
 	uint64_t win_busy, win_failed, win_no_status, win_attach_errors, win_early, win_stray;
 	uint64_t win_cost_ns, win_traced_ns;
 };
@@ -48,5 +48,13 @@ bool cupti_usdt__capturing(pid_t pid);
 
 /* Where the idle trigger reads the node's GPU idle share over the last span (< 0: unknown). */
 void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));
+
+/*
+ * Where the sync trigger reads a process's share of time in CUDA synchronize calls over the
+ * span ending at now_ns and over the span before it (*ret_before); < 0: not known.
+ */
+typedef double (*cupti_sync_share_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns,
+				      double *ret_before);
+void cupti_usdt__set_sync_source(cupti_sync_share_fn fn);
 
 #endif

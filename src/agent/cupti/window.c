@@ -14,7 +14,8 @@
 #include "common/log.h"
 #include "common/util.h"
 
-const char *const trace_reason_names[] = { "none", "budget", "idle", "capture", "continuous" };
+const char *const trace_reason_names[] = { "none", "budget", "idle", "capture", "continuous",
+					    "sync_wait" };
 
 const char trace_usage[] =
 	"      --gpu-trace-budget PCT     share of a CUDA process's time that CUPTI kernel tracing\n"
@@ -25,7 +26,10 @@ const char trace_usage[] =
 	"      --gpu-trace-kernel-cost DUR  CUPTI's cost of tracing one kernel (default 3500ns,\n"
 	"                                 H200); the launch probe's own cost is measured\n"
 	"      --gpu-trace-idle-trigger PCT  open a window when a GPU was idle more than PCT of\n"
-	"                                 the last 5 s (default 50%; 0 turns it off)\n";
+	"                                 the last 5 s (default 50%; 0 turns it off)\n"
+	"      --gpu-trace-sync-trigger PCT  open a window when a process spent more than PCT of\n"
+	"                                 the last 5 s in CUDA synchronize calls, 25 points\n"
+	"                                 more than the 5 s before (default 50%; 0: off)\n";
 
 void trace_cfg_defaults(struct trace_cfg *c)
 {
@@ -37,6 +41,7 @@ void trace_cfg_defaults(struct trace_cfg *c)
 		.max_period_ns = 60 * NSEC_PER_SEC,
 		.kernel_cost_ns = 3500,
 		.idle_trigger = 0.5,
+		.sync_trigger = 0.5,
 		.idle_span_ns = 5 * NSEC_PER_SEC,
 		.idle_cooldown_ns = 30 * NSEC_PER_SEC,
 	};
@@ -75,12 +80,15 @@ int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
 		c->budget = v;
 		return 1;
 	}
-	if (!strcmp(name, "gpu-trace-idle-trigger")) {
+	if (!strcmp(name, "gpu-trace-idle-trigger") || !strcmp(name, "gpu-trace-sync-trigger")) {
 		if (parse_share(val, &v)) {
-			log_error("--gpu-trace-idle-trigger: '%s' is not a share in [0, 100%%]", val);
+			log_error("--%s: '%s' is not a share in [0, 100%%]", name, val);
 			return -EINVAL;
 		}
-		c->idle_trigger = v;
+		if (name[10] == 'i')
+			c->idle_trigger = v;
+		else
+			c->sync_trigger = v;
 		return 1;
 	}
 	if (!strcmp(name, "gpu-trace-period")) {

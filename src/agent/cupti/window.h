@@ -19,6 +19,8 @@ enum trace_reason {
 	TRACE_IDLE,		/* the GPU was idle for more than the trigger share */
 	TRACE_CAPTURE,		/* on demand (gpuscope capture, the UI) */
 	TRACE_CONTINUOUS,	/* --gpu-trace-budget 100%: always open */
+	TRACE_SYNC,		/* the process's CUDA sync wait jumped */
+	TRACE_REASONS,
 };
 extern const char *const trace_reason_names[];
 
@@ -34,9 +36,15 @@ struct trace_cfg {
 					 * they cost (benchmarks); 0: from the budget */
 	double idle_trigger;		/* GPU idle share over the last idle_span that opens a
 					 * window; 0: off */
+	double sync_trigger;		/* a process's share of time in CUDA synchronize calls over
+					 * the last idle_span that opens a window when it is also
+					 * SYNC_JUMP above the span before; 0: off */
 	uint64_t idle_span_ns;
 	uint64_t idle_cooldown_ns;	/* no idle-triggered window closer than this */
 };
+
+/* How far a process's sync-wait share must rise over the span before for the sync trigger. */
+#define TRACE_SYNC_JUMP 0.25
 
 /* Defaults; then the --gpu-trace-* options in o (if set). */
 void trace_cfg_defaults(struct trace_cfg *c);
@@ -67,7 +75,7 @@ struct trace_cost {
 struct trace_budget {
 	uint64_t next_open_ns;		/* earliest next budget window (CLOCK_MONOTONIC) */
 	uint64_t window_ns;		/* length of the next budget window; 0: cfg's */
-	uint64_t last_idle_ns;		/* last idle-triggered window */
+	uint64_t last_idle_ns;		/* last idle- or sync-triggered window */
 	double cost_ns;			/* estimated cost of the last window */
 	uint64_t spent_ns, elapsed_ns;	/* totals since the first window: cost, wall time */
 	uint64_t first_open_ns;

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The trace windows' sync trigger, no GPU: tests/cupti/cupti_window runs the real
+libgpuscope_cupti.so over the libcupti stand-in and, after 7 quiet seconds, waits 20 ms in
+cuCtxSynchronize of the libcuda stand-in after every step (its sync-wait share jumps from 0 to
+~95 %). A real agent (cupti and cuda_probe modules, 1 % budget, NVML off so the idle trigger
+cannot fire) sees the jump through its driver probes and opens a window with reason=sync_wait;
+the window reaches the server as a gpu_trace_window interval; none opened before the jump."""
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pushlib import (OUT, Agent, Server, check, finish,  # noqa: E402
+                     need_root_and_binaries, start_cupti_window)
+
+need_root_and_binaries()
+LIBCUDA = os.path.join(OUT, "tests", "cuda", "libcuda.so.1")
+tmp = tempfile.mkdtemp(prefix="gpuscope-sync-trigger-")
+srv = Server(os.path.join(tmp, "data"))
+srv.start()
+QUIET = 7
+app = start_cupti_window("sync:%s:%d" % (LIBCUDA, QUIET))
+t_app = time.time()
+agent = None
+try:
+    agent = Agent(srv.url, ["--node", "synctrig", "--pid", str(app.pid), "--push-interval", "1s",
+                            "--modules", "cupti,cuda_probe", "--no-gpu",
+                            "--gpu-trace-window", "200ms", "--gpu-trace-sync-trigger", "50%"],
+                  os.path.join(tmp, "agent.log"), modules_off="")
+    m = 'gpuscope_agent_cupti_windows_total{reason="sync_wait"}'
+    early = None
+    end = time.time() + 45
+    while time.time() < end and agent.metric(m) < 1:
+        if early is None and time.time() >= t_app + QUIET - 1:
+            early = agent.metric(m)	# just before the waits start
+        time.sleep(0.5)
+    check(early == 0, "no sync_wait window while the process did not wait (%s)" % early)
+    check(agent.metric(m) >= 1, "the jump in sync wait opened a window (reason=sync_wait) %.1f s "
+          "after the waits began" % (time.time() - t_app - QUIET))
+    check(agent.metric('gpuscope_agent_cuda_calls_total{api="cuCtxSynchronize"}') > 0,
+          "the driver probes saw the synchronize calls")
+    time.sleep(2)
+    rc = agent.stop()
+    check(rc == 0, "agent exits 0 (%s)" % rc)
+    agent = None
+    rng = {"from": "%.3f" % (time.time() - 3600), "to": "%.3f" % (time.time() + 3600)}
+    win = srv.query("intervals", kind="gpu_trace_window", selector='{node="synctrig"}', **rng)
+    reasons = sorted({w["attrs"].get("reason") for w in win["intervals"]})
+    check("sync_wait" in reasons, "gpu_trace_window reasons %s include sync_wait" % reasons)
+finally:
+    if agent:
+        agent.stop()
+    app.stdin.close()
+    app.wait(timeout=30)
+    srv.stop()
+finish()
