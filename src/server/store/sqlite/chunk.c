@@ -5,12 +5,47 @@
 #include <string.h>
 #include "server/store/sqlite/chunk.h"
 
+/*
+ * zstd, or a 0 byte and the bytes as they are where that is shorter (small chunks: a zstd
+ * frame costs ~10 bytes of header). A zstd frame starts with its magic number, never 0.
+ */
 static int pack(struct buf *b, uint8_t **ret, size_t *ret_len)
 {
-	int err = b->oom ? -ENOMEM : zblob_pack(b->p, b->len, CHUNK_ZLEVEL, ret, ret_len);
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err = b->oom ? -ENOMEM : zblob_pack(b->p, b->len, CHUNK_ZLEVEL, &z, &zlen);
 
+	if (!err && zlen > b->len) {
+		free(z);
+		z = malloc(b->len + 1);
+		if (z) {
+			z[0] = 0;
+			memcpy(z + 1, b->p, b->len);
+			zlen = b->len + 1;
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	if (!err) {
+		*ret = z;
+		*ret_len = zlen;
+	}
 	buf_done(b);
 	return err;
+}
+
+/* The bytes pack() wrapped, appended to b; at most max. 0 or -EINVAL/-E2BIG/-ENOMEM. */
+static int unpack(const void *blob, size_t len, size_t max, struct buf *b)
+{
+	const uint8_t *p = blob;
+
+	if (len && !p[0]) {
+		if (len - 1 > max)
+			return -E2BIG;
+		buf_put(b, p + 1, len - 1);
+		return b->oom ? -ENOMEM : 0;
+	}
+	return zblob_unpack(blob, len, max, b);
 }
 
 int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len)
@@ -51,7 +86,7 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 
 	c->n = 0;
 	c->raw.len = 0;
-	err = zblob_unpack(blob, len, CHUNK_MAX_BLOB, &c->raw);
+	err = unpack(blob, len, CHUNK_MAX_BLOB, &c->raw);
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
@@ -114,7 +149,7 @@ int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf
 	int err;
 
 	tmp->len = 0;
-	err = zblob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	err = unpack(blob, len, CHUNK_MAX_BLOB, tmp);
 	if (err)
 		return err;
 	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
@@ -166,7 +201,7 @@ int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 	int err;
 
 	tmp->len = 0;
-	err = zblob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	err = unpack(blob, len, CHUNK_MAX_BLOB, tmp);
 	if (err)
 		return err;
 	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
@@ -185,4 +220,269 @@ int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 			return err;
 	}
 	return r.bad ? -EINVAL : 0;
+}
+
+void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_svarint(b, (int64_t)(ids[i] - ids[i - 1]));
+		else
+			buf_uvarint(b, ids[0]);
+	}
+}
+
+int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n)
+{
+	struct rd r = { blob, (const uint8_t *)blob + len, false };
+	uint64_t v = 0;
+	size_t n = 0;
+
+	int err = 0;
+
+	while (r.p < r.end && !err) {
+		if (n == max) {
+			err = -E2BIG;
+			break;
+		}
+		v = n ? v + (uint64_t)rd_svarint(&r) : rd_uvarint(&r);
+		if (r.bad || (int64_t)v <= 0)
+			err = -EINVAL;
+		else
+			ids[n++] = v;
+	}
+	*ret_n = n;
+	return err;
+}
+
+/* ---- interval chunks ---------------------------------------------------------------------- */
+
+/*
+ * The chunk's string table: string -> index, by content (open addressing over FNV-1a; local,
+ * so that the fuzzer builds this file with codec.c alone).
+ */
+struct stab {
+	uint32_t *slot;		/* index + 1, 0: empty; cap slots, a power of two */
+	size_t cap;
+	const char **v;
+	size_t n, capv;
+};
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static int64_t stab_add(struct stab *t, const char *s)
+{
+	size_t i;
+
+	if (2 * (t->n + 1) > t->cap) {	/* at most half full */
+		size_t ncap = t->cap ? 2 * t->cap : 64;
+		uint32_t *ns = calloc(ncap, sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		for (size_t k = 0; k < t->n; k++) {
+			for (i = fnv1a(t->v[k]) & (ncap - 1); ns[i]; i = (i + 1) & (ncap - 1))
+				;
+			ns[i] = (uint32_t)k + 1;
+		}
+		free(t->slot);
+		t->slot = ns;
+		t->cap = ncap;
+	}
+	for (i = fnv1a(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
+		if (!strcmp(t->v[t->slot[i] - 1], s))
+			return t->slot[i] - 1;
+	if (t->n == t->capv) {
+		size_t ncap = t->capv ? t->capv * 2 : 64;
+		const char **nv = realloc(t->v, ncap * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		t->v = nv;
+		t->capv = ncap;
+	}
+	t->v[t->n] = s;
+	t->slot[i] = (uint32_t)++t->n;
+	return (int64_t)t->n - 1;
+}
+
+int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
+{
+	struct stab t = { 0 };
+	struct buf b = { 0 };
+	uint32_t *ai = NULL;
+	size_t na = 0;
+	uint64_t prev;
+	int err = 0;
+
+	for (size_t i = 0; i < n; i++)
+		na += 2 * r[i].nattrs;
+	ai = malloc((na ? na : 1) * sizeof(*ai));
+	if (!ai)
+		return -ENOMEM;
+	na = 0;
+	for (size_t i = 0; i < n && !err; i++) {
+		for (size_t k = 0; k < 2 * r[i].nattrs && !err; k++) {
+			int64_t x = stab_add(&t, r[i].attrs[k]);
+
+			if (x < 0)
+				err = (int)x;
+			else
+				ai[na++] = (uint32_t)x;
+		}
+	}
+	if (err)
+		goto out;
+	buf_uvarint(&b, n);
+	buf_uvarint(&b, r[0].seq);
+	buf_uvarint(&b, t.n);
+	for (size_t i = 0; i < t.n; i++)
+		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].labelset);
+	prev = r[0].start;
+	for (size_t i = 0; i < n; i++) {
+		buf_uvarint(&b, r[i].start - prev);
+		prev = r[i].start;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].end - r[i].start);
+	prev = r[0].seq;
+	for (size_t i = 0; i < n; i++) {
+		buf_svarint(&b, (int64_t)(r[i].seq - prev));
+		prev = r[i].seq;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].nattrs);
+	for (size_t i = 0; i < na; i++)
+		buf_uvarint(&b, ai[i]);
+	err = pack(&b, ret, ret_len);
+out:
+	buf_done(&b);
+	free(t.slot);
+	free(t.v);
+	free(ai);
+	return err;
+}
+
+void ichunk_done(struct ichunk *c)
+{
+	buf_done(&c->raw);
+	free(c->seq);
+	free(c->labelset);
+	free(c->start);
+	free(c->end);
+	free(c->attr0);
+	free(c->nattrs);
+	free(c->strs);
+	free(c->attrs);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Grows *v (elements of size sz, capacity *cap) to hold n. 0 or -ENOMEM. */
+static int grow(void *v, size_t *cap, size_t n, size_t sz)
+{
+	void *nv;
+
+	if (n <= *cap)
+		return 0;
+	nv = realloc(*(void **)v, n * sz);
+	if (!nv)
+		return -ENOMEM;
+	*(void **)v = nv;
+	*cap = n;
+	return 0;
+}
+
+int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min)
+{
+	uint64_t nstr, seq, t = t_min;
+	size_t cap = c->cap, na = 0;
+	struct rd r;
+	int err;
+
+	c->n = c->nstr = c->nattr = 0;
+	c->raw.len = 0;
+	err = unpack(blob, len, CHUNK_MAX_BLOB, &c->raw);
+	if (err)
+		return err;
+	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
+	c->n = rd_uvarint(&r);
+	seq = rd_uvarint(&r);
+	nstr = rd_uvarint(&r);
+	if (r.bad || c->n > c->raw.len || c->n > CHUNK_MAX || nstr > (size_t)(r.end - r.p))
+		goto bad;
+	if (grow(&c->strs, &c->capstr, nstr, sizeof(*c->strs)))
+		goto nomem;
+	for (uint64_t i = 0; i < nstr; i++) {
+		const uint8_t *z = memchr(r.p, 0, (size_t)(r.end - r.p));
+
+		if (!z)
+			goto bad;
+		c->strs[i] = (const char *)r.p;
+		r.p = z + 1;
+	}
+	c->nstr = nstr;
+	if (grow(&c->seq, &cap, c->n, sizeof(uint64_t)) ||
+	    (cap = c->cap, grow(&c->labelset, &cap, c->n, sizeof(uint64_t))) ||
+	    (cap = c->cap, grow(&c->start, &cap, c->n, sizeof(uint64_t))) ||
+	    (cap = c->cap, grow(&c->end, &cap, c->n, sizeof(uint64_t))) ||
+	    (cap = c->cap, grow(&c->attr0, &cap, c->n, sizeof(size_t))) ||
+	    (cap = c->cap, grow(&c->nattrs, &cap, c->n, sizeof(size_t))))
+		goto nomem;
+	c->cap = cap;
+	for (size_t i = 0; i < c->n; i++)
+		c->labelset[i] = rd_uvarint(&r);
+	for (size_t i = 0; i < c->n; i++) {
+		t += rd_uvarint(&r);
+		c->start[i] = t;
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		uint64_t d = rd_uvarint(&r);
+
+		if (d > UINT64_MAX - c->start[i])
+			goto bad;
+		c->end[i] = c->start[i] + d;
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		seq += (uint64_t)rd_svarint(&r);
+		c->seq[i] = seq;
+	}
+	for (size_t i = 0; i < c->n && !r.bad; i++) {
+		uint64_t k = rd_uvarint(&r);
+
+		if (k > (size_t)(r.end - r.p))
+			goto bad;	/* every attr takes two bytes at least */
+		c->attr0[i] = na;
+		c->nattrs[i] = k;
+		na += k;
+	}
+	if (r.bad)
+		goto bad;
+	if (grow(&c->attrs, &c->capattr, 2 * na, sizeof(*c->attrs)))
+		goto nomem;
+	for (size_t i = 0; i < 2 * na; i++) {
+		uint64_t x = rd_uvarint(&r);
+
+		if (r.bad || x >= nstr)
+			goto bad;
+		c->attrs[i] = c->strs[x];
+	}
+	c->nattr = na;
+	if (r.bad)
+		goto bad;
+	return 0;
+nomem:
+	c->n = 0;
+	return -ENOMEM;
+bad:
+	c->n = 0;
+	return -EINVAL;
 }

@@ -2,8 +2,9 @@
 /*
  * The SQLite backend's blob formats, each encoder beside its decoder: sample chunks, metric
  * point chunks and rollup rows. Pure functions over bytes (no database, no store state), so a
- * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is zstd-compressed; a
- * decoder never reads past its input and answers -EINVAL for anything it cannot parse.
+ * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is a zstd frame, or (schema
+ * 2, when zstd would not make it smaller) a 0 byte and the bytes themselves; a decoder never
+ * reads past its input and answers -EINVAL for anything it cannot parse.
  */
 #ifndef GPUSCOPE_STORE_SQLITE_CHUNK_H
 #define GPUSCOPE_STORE_SQLITE_CHUNK_H
@@ -79,5 +80,48 @@ int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *cou
  */
 int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 		  int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
+
+/*
+ * A stack's location ids (schema 2): the first as a uvarint, each next one as the svarint
+ * difference to the one before (a stack's new locations get consecutive ids). Appends to b.
+ */
+void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b);
+/*
+ * Decodes a stack's location ids into ids (at most max; more is -E2BIG). 0 or -EINVAL (a
+ * truncated or out-of-range varint); *ret_n is set either way, to the ids decoded before any
+ * fault.
+ */
+int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n);
+
+/* One interval before encoding; attrs are 2 * nattrs name/value strings (not owned). */
+struct irow {
+	uint64_t seq;		/* store-wide order of arrival: ties of start are answered in it */
+	uint64_t labelset, start, end;
+	const char *const *attrs;
+	size_t nattrs;
+};
+
+/*
+ * Interval chunk (before compression): uvarint n, uvarint seq of the first row, uvarint
+ * number of distinct strings then each NUL-terminated (the attr names and values), then
+ * columns of n: label set ids (uvarint), start deltas from t_min = r[0].start (uvarint, starts
+ * sorted ascending), lengths end - start (uvarint), seq deltas from the previous row's
+ * (svarint), attr counts (uvarint), then every attr as two string indexes (uvarint). r sorted
+ * by start, n >= 1, end >= start. *ret malloc'ed (caller frees). 0/-errno.
+ */
+int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded interval chunk; zero-initialized is empty and reusable. Strings point into raw. */
+struct ichunk {
+	struct buf raw;
+	size_t n, cap, nstr, capstr, nattr, capattr;
+	uint64_t *seq, *labelset, *start, *end;
+	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */
+	const char **strs, **attrs;
+};
+
+/* Decodes an interval chunk whose first start is t_min into c (reusing its arrays). 0/-errno. */
+int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min);
+void ichunk_done(struct ichunk *c);
 
 #endif

@@ -126,6 +126,34 @@ static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
 		p->last = t1;
 }
 
+int sq_intern(struct sq *s, const char *str, uint64_t *ret)
+{
+	size_t len = strlen(str);
+	uint64_t hash, id;
+	int rc;
+
+	if (!len) {
+		*ret = 0;
+		return 0;
+	}
+	hash = hash64(str, len, 17);
+	rc = dedup_id(s, &s->str_ids, ST_STR_GET, hash, &id);
+	if (rc < 0)
+		return rc;
+	if (!rc) {
+		sqlite3_bind_int64(s->st[ST_STR_ADD], 1, (int64_t)hash);
+		sqlite3_bind_text(s->st[ST_STR_ADD], 2, str, (int)len, SQLITE_STATIC);
+		if (sq_step_done(s->st[ST_STR_ADD]))
+			return -EIO;
+		id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+		rc = cache_new(s, &s->str_ids, hash, id);
+		if (rc)
+			return rc;
+	}
+	*ret = id;
+	return 0;
+}
+
 static int map_locations(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
@@ -136,8 +164,9 @@ static int map_locations(struct ingest *in)
 	for (size_t i = 0; i < m->n_locations && !err; i++) {
 		const Gpuscope__V1__Location *l = m->locations[i];
 		uint32_t flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
+		const uint32_t str[4] = { l->function, l->module, l->build_id, l->file };
 		sqlite3_stmt *st = s->st[ST_LOC_ADD];
-		uint64_t hash, id;
+		uint64_t hash, id, sid;
 		int rc;
 
 		hash = store_location_hash(m, l, &key);
@@ -151,11 +180,15 @@ static int map_locations(struct ingest *in)
 			break;
 		}
 		if (!rc) {
+			for (int k = 0; k < 4 && !err; k++) {
+				err = sq_intern(s, S(in, str[k]), &sid);
+				sqlite3_bind_int64(st, 2 + k, (int64_t)sid);
+			}
+			if (err) {
+				sqlite3_clear_bindings(st);
+				break;
+			}
 			sqlite3_bind_int64(st, 1, (int64_t)hash);
-			sqlite3_bind_text(st, 2, S(in, l->function), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 3, S(in, l->module), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 4, S(in, l->build_id), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 5, S(in, l->file), -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st, 6, l->line);
 			sqlite3_bind_int64(st, 7, (int64_t)l->address);
 			sqlite3_bind_int64(st, 8, flags);
@@ -176,10 +209,13 @@ static int map_stacks(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
-	struct buf key = { 0 };
-	uint64_t tmin, tmax, today;
+	struct buf key = { 0 }, blob = { 0 };
+	uint64_t tmin, tmax, today, *ids = NULL;
 	int err = 0;
 
+	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
 	/* The day a stack was last used: its batch's newest record (records are retained by
 	 * their time, so the stack is needed as long as that day is). */
 	batch_time_bounds(m, &tmin, &tmax);
@@ -192,9 +228,12 @@ static int map_stacks(struct ingest *in)
 		uint64_t hash, id;
 		int rc;
 
+		/* the content hash is over the plain varint ids, the stored blob delta-coded */
 		key.len = 0;
-		for (size_t k = 0; k < st->n_locations; k++)
-			buf_uvarint(&key, in->loc_gid[st->locations[k]]);
+		for (size_t k = 0; k < st->n_locations && k < BATCH_MAX_DEPTH; k++) {
+			ids[k] = in->loc_gid[st->locations[k]];
+			buf_uvarint(&key, ids[k]);
+		}
 		if (key.oom) {
 			err = -ENOMEM;
 			break;
@@ -223,9 +262,16 @@ static int map_stacks(struct ingest *in)
 				*d = today + 1;
 			}
 		} else {
+			blob.len = 0;
+			stack_locs_encode(ids, st->n_locations < BATCH_MAX_DEPTH ? st->n_locations :
+				 BATCH_MAX_DEPTH, &blob);
+			if (blob.oom) {
+				err = -ENOMEM;
+				break;
+			}
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
-			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, key.p ? (void *)key.p : "",
-					  (int)key.len, SQLITE_STATIC);
+			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, blob.p ? (void *)blob.p : "",
+					  (int)blob.len, SQLITE_STATIC);
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
 				err = -EIO;
@@ -240,6 +286,8 @@ static int map_stacks(struct ingest *in)
 		in->stack_gid[i] = id;
 	}
 	buf_done(&key);
+	buf_done(&blob);
+	free(ids);
 	return err;
 }
 
@@ -392,20 +440,84 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 	return err;
 }
 
+/* Sort order of a batch's intervals before chunking: kind, then start, then arrival. */
+struct iv_sort {
+	const char *kind;
+	struct irow r;
+};
+
+static int cmp_iv(const void *a, const void *b)
+{
+	const struct iv_sort *x = a, *y = b;
+	int c = strcmp(x->kind, y->kind);
+
+	if (c)
+		return c;
+	if (x->r.start != y->r.start)
+		return x->r.start < y->r.start ? -1 : 1;
+	return x->r.seq < y->r.seq ? -1 : x->r.seq > y->r.seq;
+}
+
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_IVL_ADD];
+	uint64_t t_max = 0;
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		if (r[i].end > t_max)
+			t_max = r[i].end;
+	err = chunk_intervals_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (int64_t)r[0].start);
+	sqlite3_bind_int64(st, 3, (int64_t)t_max);
+	sqlite3_bind_int64(st, 4, (int64_t)n);
+	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+/*
+ * Intervals go into chunks per kind, sorted by start, at most CHUNK_MAX and CHUNK_SPAN_NS of
+ * starts each; each keeps its order of arrival (seq) for the answer's ties.
+ */
 static int store_intervals(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
-	sqlite3_stmt *st = in->s->st[ST_IVL_ADD];
-	struct buf attrs = { 0 };
+	struct sq *s = in->s;
+	size_t n = m->n_intervals, nattr = 0, start = 0;
+	struct iv_sort *v = NULL;
+	struct irow *r = NULL;
+	const char **attrs = NULL;
+	char (*num)[24] = NULL;
 	int err = 0;
 
-	for (size_t i = 0; i < m->n_intervals && !err; i++) {
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		nattr += m->intervals[i]->n_attrs + 2;
+	v = malloc(n * sizeof(*v));
+	attrs = malloc(nattr * sizeof(*attrs));
+	num = malloc(nattr * sizeof(*num));	/* a converted stack id per attr slot */
+	r = malloc(n * sizeof(*r));
+	if (!v || !attrs || !num || !r) {
+		err = -ENOMEM;
+		goto out;
+	}
+	nattr = 0;
+	for (size_t i = 0; i < n; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
+		const char **a = attrs + nattr;
+		size_t na = 0;
 
-		attrs.len = 0;
-		for (size_t k = 0; k < iv->n_attrs; k += 2) {
+		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2) {
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
-			char num[24], *end;
+			char *end;
 
 			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
 				unsigned long long sid = strtoull(val, &end, 10);
@@ -414,35 +526,47 @@ static int store_intervals(struct ingest *in)
 				 * Interval.stack gives too) is dropped. */
 				if (!*val || *end || sid >= m->n_stacks || iv->stack)
 					continue;
-				snprintf(num, sizeof(num), "%llu",
+				snprintf(num[nattr + na], sizeof(num[0]), "%llu",
 					 (unsigned long long)in->stack_gid[sid]);
-				val = num;
+				val = num[nattr + na];
 			}
-			buf_put(&attrs, name, strlen(name) + 1);
-			buf_put(&attrs, val, strlen(val) + 1);
+			a[na++] = name;
+			a[na++] = val;
 		}
 		if (iv->stack) {	/* version 2; batch_decode() checked the range */
-			char num[24];
-
-			snprintf(num, sizeof(num), "%llu",
+			snprintf(num[nattr + na], sizeof(num[0]), "%llu",
 				 (unsigned long long)in->stack_gid[iv->stack - 1]);
-			buf_put(&attrs, "stack_id", sizeof("stack_id"));
-			buf_put(&attrs, num, strlen(num) + 1);
+			a[na++] = "stack_id";
+			a[na] = num[nattr + na - 1];
+			na++;
 		}
-		if (attrs.oom) {
-			err = -ENOMEM;
-			break;
-		}
+		nattr += na;
 		ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
-		sqlite3_bind_text(st, 1, S(in, iv->kind), -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (int64_t)in->ls[iv->label_set].id);
-		sqlite3_bind_int64(st, 3, (int64_t)iv->start_ns);
-		sqlite3_bind_int64(st, 4, (int64_t)iv->end_ns);
-		sqlite3_bind_blob(st, 5, attrs.p ? (void *)attrs.p : "", (int)attrs.len,
-				  SQLITE_STATIC);
-		err = sq_step_done(st);
+		v[i] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
+			.labelset = in->ls[iv->label_set].id, .start = iv->start_ns,
+			.end = iv->end_ns < iv->start_ns ? iv->start_ns : iv->end_ns, .attrs = a,
+			.nattrs = na / 2 } };
 	}
-	buf_done(&attrs);
+	qsort(v, n, sizeof(*v), cmp_iv);
+	for (size_t i = 1; i <= n && !err; i++) {
+		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
+		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
+			continue;
+		for (size_t k = start; k < i; k++)
+			r[k - start] = v[k].r;
+		err = sq_put_interval_chunk(s, v[start].kind, r, i - start);
+		start = i;
+	}
+	if (!err) {
+		s->ivl_seq += n;
+		sqlite3_bind_int64(s->st[ST_IVL_SEQ], 1, (int64_t)s->ivl_seq);
+		err = sq_step_done(s->st[ST_IVL_SEQ]);
+	}
+out:
+	free(v);
+	free(r);
+	free(attrs);
+	free(num);
 	return err;
 }
 
@@ -505,6 +629,7 @@ void sq_dedup_reset(struct sq *s)
 	u64map_done(&s->loc_ids);
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
+	u64map_done(&s->str_ids);
 	u64map_done(&s->stack_day);
 }
 
@@ -572,7 +697,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 {
 	struct ingest *in = &g->in;
 	const Gpuscope__V1__Batch *m = in->m;
-	uint64_t first, last;
+	uint64_t first, last, seq0 = s->ivl_seq;
 	int64_t seen;
 	int rc;
 
@@ -629,6 +754,7 @@ out_rollback:
 	snprintf(in->err, in->errlen, "store: %s",
 		 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
 	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+	s->ivl_seq = seq0;
 	/* The dedup caches may name rows that the rollback removed. */
 	sq_dedup_reset(s);
 	return rc < 0 ? rc : -EIO;

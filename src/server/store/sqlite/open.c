@@ -29,6 +29,8 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
 	[ST_LOC_ADD] = "INSERT INTO locations(hash, function, module, build_id, file, line, address,"
 		       " flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+	[ST_STR_GET] = "SELECT id FROM strings WHERE hash = ?",
+	[ST_STR_ADD] = "INSERT INTO strings(hash, s) VALUES (?, ?)",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
 	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs, day) VALUES (?, ?, ?)",
 	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
@@ -37,25 +39,33 @@ static const char *const wsql[ST_MAX] = {
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
 	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
 	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
-	[ST_IVL_ADD] = "INSERT INTO intervals(kind, labelset, start_ns, end_ns, attrs)"
-		       " VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ivl_seq'",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
 	[ST_PERIOD_SET] = "INSERT INTO meta(key, value) VALUES ('period_ns:' || ?1, ?2) ON CONFLICT(key)"
 			  " DO UPDATE SET value = ?2",
 };
 
+/*
+ * Schema 2 (docs/server.md "Storage"): locations refer to interned strings, stacks hold their
+ * location ids delta-coded, intervals are stored in compressed chunks. A store of schema 1 is
+ * migrated in place at open (migrate.c).
+ */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
-	"INSERT OR IGNORE INTO meta VALUES ('schema', 1), ('rollup_wm', 0);"
+	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
 	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" labels BLOB NOT NULL, first_ns INTEGER, last_ns INTEGER);"
+	/* function, module, build-id and file names, each once; id 0 (no row) is "" */
+	"CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
+	" s TEXT NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" function TEXT, module TEXT, build_id TEXT, file TEXT, line INTEGER, address INTEGER,"
-	" flags INTEGER);"
+	" function INTEGER, module INTEGER, build_id INTEGER, file INTEGER, line INTEGER,"
+	" address INTEGER, flags INTEGER);"
 	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" locs BLOB NOT NULL, day INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
@@ -70,12 +80,14 @@ static const char schema[] =
 	" t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS points_st ON points(series, t_min);"
 	"CREATE INDEX IF NOT EXISTS points_t ON points(t_max);"
-	"CREATE TABLE IF NOT EXISTS intervals(id INTEGER PRIMARY KEY, kind TEXT, labelset INTEGER,"
-	" start_ns INTEGER, end_ns INTEGER, attrs BLOB);"
-	"CREATE INDEX IF NOT EXISTS intervals_ke ON intervals(kind, end_ns);"
-	"CREATE INDEX IF NOT EXISTS intervals_e ON intervals(end_ns);"
-	/* the long intervals of a kind, for a range query bounded on both sides (lookup.c) */
-	"CREATE INDEX IF NOT EXISTS intervals_klen ON intervals(kind, (end_ns - start_ns));";
+	/* intervals of one kind and batch, starts within CHUNK_SPAN_NS: t_min the first start,
+	 * t_max the last end (chunk.h has the blob) */
+	"CREATE TABLE IF NOT EXISTS ivchunks(id INTEGER PRIMARY KEY, kind TEXT, t_min INTEGER,"
+	" t_max INTEGER, n INTEGER, data BLOB);"
+	"CREATE INDEX IF NOT EXISTS ivchunks_ke ON ivchunks(kind, t_max);"
+	"CREATE INDEX IF NOT EXISTS ivchunks_e ON ivchunks(t_max);"
+	/* the chunks holding long intervals, for a range query bounded on both sides (lookup.c) */
+	"CREATE INDEX IF NOT EXISTS ivchunks_klen ON ivchunks(kind, (t_max - t_min));";
 
 /* ---- connections ------------------------------------------------------------------------ */
 
@@ -292,7 +304,9 @@ static int migrate_stack_day(struct sq *s)
 struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen)
 {
 	struct sq *s = calloc(1, sizeof(*s));
-	char *emsg = NULL;
+	char *emsg = NULL, sql[96];
+	uint64_t t0 = 0;
+	int ver;
 
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -323,21 +337,65 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "cannot open '%s'", s->path);
 		goto out_close;
 	}
+	ver = sq_schema_version(s);
+	if (ver < 0) {
+		snprintf(err, errlen, "reading the schema version of '%s': %s", s->path,
+			 sqlite3_errmsg(s->w));
+		goto out_close;
+	}
+	if (ver > SQ_SCHEMA_VERSION) {
+		snprintf(err, errlen, "'%s' has schema %d, written by a newer gpuscope-server (this one"
+			 " reads %d and older): run that version, or give another --data", s->path,
+			 ver, SQ_SCHEMA_VERSION);
+		goto out_close;
+	}
+	/* An older store is migrated in one transaction: all of it, or the old store as it was. */
+	if (ver && ver < SQ_SCHEMA_VERSION) {
+		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
+		t0 = mono_ns();
+		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) || migrate_stack_day(s)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
+		if (sq_migrate_v1_rename(s, err, errlen))
+			goto out_rollback;
+	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
 		sqlite3_free(emsg);
-		goto out_close;
-	}
-	if (migrate_stack_day(s)) {
-		snprintf(err, errlen, "schema of '%s': stacks.day: %s", s->path, sqlite3_errmsg(s->w));
-		goto out_close;
+		goto out_rollback;
 	}
 	for (int i = 0; i < ST_MAX; i++) {
 		if (sqlite3_prepare_v3(s->w, wsql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
 				       NULL)) {
 			snprintf(err, errlen, "prepare '%s': %s", wsql[i], sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
+	}
+	if (ver && ver < SQ_SCHEMA_VERSION && sq_migrate_v1_copy(s, err, errlen))
+		goto out_rollback;
+	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
+		 SQ_SCHEMA_VERSION);
+	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
+	    (ver && ver < SQ_SCHEMA_VERSION && sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL))) {
+		snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+		goto out_rollback;
+	}
+	if (ver && ver < SQ_SCHEMA_VERSION)
+		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
+			 (double)(mono_ns() - t0) / 1e9);
+	{
+		sqlite3_stmt *q;
+		int64_t seq = 0;
+
+		if (sqlite3_prepare_v2(s->w, "SELECT value FROM meta WHERE key = 'ivl_seq'", -1, &q,
+				       NULL) || sq_step_i64(q, &seq) < 0) {
+			snprintf(err, errlen, "reading '%s': %s", s->path, sqlite3_errmsg(s->w));
+			sqlite3_finalize(q);
 			goto out_close;
 		}
+		sqlite3_finalize(q);
+		s->ivl_seq = (uint64_t)seq;
 	}
 	if (sq_lsets_load(s)) {
 		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));
@@ -349,6 +407,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	s->maint_started = true;
 	return &s->base;
+out_rollback:
+	if (!sqlite3_get_autocommit(s->w))
+		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
 out_close:
 	sq_close(&s->base);
 	return NULL;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
@@ -86,8 +87,9 @@ void sq_enforce_retention(struct sq *s)
 	__atomic_add_fetch(&s->n_rollups_deleted, (uint64_t)n, __ATOMIC_RELAXED);
 	n = delete_all(s, "DELETE FROM points WHERE id IN (SELECT id FROM points WHERE t_max < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
-	n = delete_all(s, "DELETE FROM intervals WHERE id IN (SELECT id FROM intervals WHERE"
-			  " end_ns < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
+	/* a chunk goes once its last interval is older (queries leave out the older ones) */
+	n = delete_all(s, "DELETE FROM ivchunks WHERE id IN (SELECT id FROM ivchunks WHERE"
+			  " t_max < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	n = delete_all(s, "DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE t < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	sq_gc_dictionaries(s);
@@ -216,25 +218,29 @@ static int64_t gc_locations(struct sq *s)
 {
 	struct u64map used = { 0 };
 	sqlite3_stmt *st = NULL, *del = NULL;
+	uint64_t *ids;
 	int64_t n = 0;
 	int err = 0;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT locs FROM stacks", -1, &st, NULL))
+	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	if (sqlite3_prepare_v2(s->w, "SELECT locs FROM stacks", -1, &st, NULL)) {
+		free(ids);
 		return -EIO;
+	}
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		const uint8_t *p = sqlite3_column_blob(st, 0);
-		struct rd r = { p, p + sqlite3_column_bytes(st, 0), false };
+		size_t n_ids = 0;
 
-		while (!err && r.p < r.end) {
-			uint64_t v = rd_uvarint(&r);
-
-			if (r.bad)
-				err = -EIO;	/* a corrupt stack: keep every location */
-			else if (!u64map_upsert(&used, v, 1, NULL))
+		/* a corrupt stack: keep every location */
+		err = stack_locs_decode(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0),
+					ids, BATCH_MAX_DEPTH, &n_ids) ? -EIO : 0;
+		for (size_t k = 0; !err && k < n_ids; k++)
+			if (!u64map_upsert(&used, ids[k], 1, NULL))
 				err = -ENOMEM;
-		}
 	}
 	sqlite3_finalize(st);
+	free(ids);
 	if (err)
 		goto out;
 	if (sqlite3_prepare_v2(s->w, "SELECT id FROM locations", -1, &st, NULL) ||
@@ -266,6 +272,12 @@ out:
 	u64map_done(&used);
 	if (!err)
 		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
+	/* then the names no location uses any more */
+	if (!err && n > 0 && sqlite3_exec(s->w, "DELETE FROM strings WHERE id NOT IN (SELECT function"
+					  " FROM locations UNION SELECT module FROM locations UNION"
+					  " SELECT build_id FROM locations UNION SELECT file FROM"
+					  " locations)", NULL, NULL, NULL))
+		log_warn("retention: strings: %s", sqlite3_errmsg(s->w));
 	return err ? err : n;
 }
 

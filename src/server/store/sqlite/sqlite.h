@@ -43,8 +43,8 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STACK_GET, ST_STACK_ADD, ST_CHUNK_ADD,
-	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_PERIOD_SET,
+	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STR_GET, ST_STR_ADD, ST_STACK_GET, ST_STACK_ADD,
+	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ, ST_NODE_UP, ST_PERIOD_SET,
 	ST_STACK_DAY, ST_MAX,
 };
 
@@ -61,7 +61,8 @@ struct sq {
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
-	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
+	struct u64map loc_ids, stack_ids, series_ids, str_ids;	/* content hash -> id */
+	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
@@ -142,8 +143,24 @@ void sq_lsets_done(struct sq *s);
 
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
+/* The id of str in the strings table, added if new; "" is 0 (no row). wmu held. 0/-errno. */
+int sq_intern(struct sq *s, const char *str, uint64_t *ret);
+/* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n);
 /* Forgets the hash -> id caches (after a rollback, they may name rows that are gone). */
 void sq_dedup_reset(struct sq *s);
+
+/* ---- migrate.c: older schemas ---- */
+#define SQ_SCHEMA_VERSION 2
+/* The store's schema version: 0 for a new (empty) database, or -EIO. */
+int sq_schema_version(struct sq *s);
+/*
+ * Renames the tables of schema 1 that schema 2 replaces, before the schema is created; then
+ * sq_migrate_v1_copy() fills the new tables from them and drops them. Both inside one
+ * transaction the caller opened. 0 or -errno (reason in err).
+ */
+int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen);
+int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
@@ -174,6 +191,15 @@ int sq_metric_names(struct store *st, store_name_cb cb, void *ctx);
 int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
 		 bool *ret_truncated);
+/*
+ * Every stored interval of kind (NULL: all) overlapping [from, to) and not past retention, to
+ * cb in no particular order, on db (a read connection, in the caller's snapshot). 0, -errno or
+ * cb's nonzero return.
+ */
+int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+		     int (*cb)(void *ctx, const char *kind, uint64_t labelset, uint64_t start,
+			       uint64_t end, const char *const *attrs, size_t nattrs),
+		     void *ctx);
 int sq_cpu_period(struct store *st, const char *node, uint64_t *ret_ns);
 int sq_nodes(struct store *st,
 	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),

@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Older schemas of the SQLite store, brought to the current one in place at open, inside one
+ * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations get
+ * their names from the strings table, stacks' location ids are delta-coded, intervals move from
+ * one row each into chunks (docs/server.md "Storage").
+ */
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/batch.h"
+#include "common/log.h"
+#include "server/store/sqlite/sqlite.h"
+
+int sq_schema_version(struct sq *s)
+{
+	sqlite3_stmt *st;
+	int64_t v = 0;
+	int rc;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT 1 FROM sqlite_master WHERE name = 'meta'", -1, &st,
+			       NULL))
+		return -EIO;
+	rc = sq_step_i64(st, &v);
+	sqlite3_finalize(st);
+	if (rc <= 0)
+		return rc;
+	if (sqlite3_prepare_v2(s->w, "SELECT value FROM meta WHERE key = 'schema'", -1, &st, NULL))
+		return -EIO;
+	rc = sq_step_i64(st, &v);
+	sqlite3_finalize(st);
+	if (rc < 0)
+		return rc;
+	/* a meta table without a version: a store from before versions were written */
+	return rc ? (int)v : 1;
+}
+
+int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen)
+{
+	/* The indexes follow their table; schema 2's have other names. */
+	if (sqlite3_exec(s->w, "ALTER TABLE locations RENAME TO v1_locations;"
+			       " ALTER TABLE intervals RENAME TO v1_intervals;", NULL, NULL, NULL)) {
+		snprintf(err, errlen, "migrating schema 1: %s", sqlite3_errmsg(s->w));
+		return -EIO;
+	}
+	return 0;
+}
+
+static int copy_locations(struct sq *s)
+{
+	sqlite3_stmt *sel = NULL, *ins = NULL;
+	int err = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file, line,"
+				     " address, flags FROM v1_locations", -1, &sel, NULL) ||
+	    sqlite3_prepare_v2(s->w, "INSERT INTO locations(id, hash, function, module, build_id,"
+				     " file, line, address, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			       -1, &ins, NULL)) {
+		err = -EIO;
+		goto out;
+	}
+	while (!err && sqlite3_step(sel) == SQLITE_ROW) {
+		for (int k = 0; k < 9 && !err; k++) {
+			if (k >= 2 && k <= 5) {
+				const char *t = (const char *)sqlite3_column_text(sel, k);
+				uint64_t sid = 0;
+
+				err = sq_intern(s, t ? t : "", &sid);
+				sqlite3_bind_int64(ins, k + 1, (int64_t)sid);
+			} else {
+				sqlite3_bind_int64(ins, k + 1, sqlite3_column_int64(sel, k));
+			}
+		}
+		if (!err)
+			err = sq_step_done(ins);
+	}
+out:
+	sqlite3_finalize(sel);
+	sqlite3_finalize(ins);
+	return err;
+}
+
+/* Schema 1 stored plain uvarint location ids; schema 2 delta-codes them. */
+static int recode_stacks(struct sq *s)
+{
+	sqlite3_stmt *sel = NULL, *up = NULL;
+	uint64_t *ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	struct buf b = { 0 };
+	int err = ids ? 0 : -ENOMEM;
+
+	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, locs FROM stacks", -1, &sel, NULL) ||
+		     sqlite3_prepare_v2(s->w, "UPDATE stacks SET locs = ?2 WHERE id = ?1", -1, &up,
+					NULL)))
+		err = -EIO;
+	while (!err && sqlite3_step(sel) == SQLITE_ROW) {
+		const uint8_t *p = sqlite3_column_blob(sel, 1);
+		struct rd r = { p, p + sqlite3_column_bytes(sel, 1), false };
+		size_t n = 0;
+
+		while (r.p < r.end && n < BATCH_MAX_DEPTH) {
+			uint64_t v = rd_uvarint(&r);
+
+			if (r.bad)
+				break;
+			ids[n++] = v;
+		}
+		b.len = 0;
+		stack_locs_encode(ids, n, &b);
+		if (b.oom) {
+			err = -ENOMEM;
+			break;
+		}
+		sqlite3_bind_int64(up, 1, sqlite3_column_int64(sel, 0));
+		sqlite3_bind_blob(up, 2, b.p ? (void *)b.p : "", (int)b.len, SQLITE_STATIC);
+		err = sq_step_done(up);
+	}
+	sqlite3_finalize(sel);
+	sqlite3_finalize(up);
+	buf_done(&b);
+	free(ids);
+	return err;
+}
+
+static int cmp_irow(const void *a, const void *b)
+{
+	const struct irow *x = a, *y = b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* One chunk being gathered from schema 1's rows: the rows and copies of their attrs. */
+struct ivacc {
+	char *kind;
+	struct irow *r;
+	size_t n, cap;
+	struct buf strs;	/* attr blobs, back to back */
+	size_t *off, *len;	/* row i's attr blob in strs */
+	const char **attrs;
+	size_t nattrs;		/* strings in strs */
+	uint64_t t0;		/* the first end */
+};
+
+static int ivacc_flush(struct sq *s, struct ivacc *a)
+{
+	size_t na = 0;
+	int err;
+
+	if (!a->n)
+		return 0;
+	if (a->strs.oom)
+		return -ENOMEM;
+	free(a->attrs);
+	a->attrs = malloc((a->nattrs ? a->nattrs : 1) * sizeof(*a->attrs));
+	if (!a->attrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < a->n; i++) {
+		const char *p = (const char *)a->strs.p + a->off[i];
+		size_t k = 0;
+
+		a->r[i].attrs = a->attrs + na;
+		for (size_t o = 0; o < a->len[i]; o += strnlen(p + o, a->len[i] - o) + 1)
+			a->attrs[na + k++] = p + o;
+		a->r[i].nattrs = k / 2;
+		na += k;
+	}
+	qsort(a->r, a->n, sizeof(*a->r), cmp_irow);
+	err = sq_put_interval_chunk(s, a->kind, a->r, a->n);
+	a->n = a->nattrs = 0;
+	a->strs.len = 0;
+	return err;
+}
+
+/*
+ * Schema 1's intervals, one row each, into chunks of one kind: read in (kind, end) order along
+ * its index (no sort of the whole table), cut every CHUNK_SPAN_NS of ends or CHUNK_MAX rows; a
+ * row's id is its arrival order.
+ */
+static int copy_intervals(struct sq *s)
+{
+	sqlite3_stmt *sel = NULL, *up = NULL;
+	struct ivacc a = { 0 };
+	int64_t max_id = 0;
+	int err = 0;
+
+	a.cap = CHUNK_MAX;
+	a.r = malloc(a.cap * sizeof(*a.r));
+	a.off = malloc(a.cap * sizeof(*a.off));
+	a.len = malloc(a.cap * sizeof(*a.len));
+	if (!a.r || !a.off || !a.len) {
+		err = -ENOMEM;
+		goto out;
+	}
+	if (sqlite3_prepare_v2(s->w, "SELECT kind, id, labelset, start_ns, end_ns, attrs FROM"
+				     " v1_intervals ORDER BY kind, end_ns", -1, &sel, NULL)) {
+		err = -EIO;
+		goto out;
+	}
+	while (!err && sqlite3_step(sel) == SQLITE_ROW) {
+		const char *kind = (const char *)sqlite3_column_text(sel, 0);
+		int64_t id = sqlite3_column_int64(sel, 1);
+		uint64_t start = (uint64_t)sqlite3_column_int64(sel, 3);
+		uint64_t end = (uint64_t)sqlite3_column_int64(sel, 4);
+		const char *blob = sqlite3_column_blob(sel, 5);
+		size_t len = (size_t)sqlite3_column_bytes(sel, 5), na = 0;
+
+		kind = kind ? kind : "";
+		if (a.n && (strcmp(a.kind, kind) || a.n == a.cap || end - a.t0 >= CHUNK_SPAN_NS))
+			err = ivacc_flush(s, &a);
+		if (err)
+			break;
+		if (!a.n) {
+			free(a.kind);
+			a.kind = strdup(kind);
+			if (!a.kind) {
+				err = -ENOMEM;
+				break;
+			}
+			a.t0 = end;
+		}
+		for (size_t o = 0; blob && o < len; o += strnlen(blob + o, len - o) + 1)
+			na++;
+		a.nattrs += na;
+		a.off[a.n] = a.strs.len;
+		a.len[a.n] = len;
+		if (len)
+			buf_put(&a.strs, blob, len);
+		a.r[a.n++] = (struct irow){ .seq = (uint64_t)id,
+			.labelset = (uint64_t)sqlite3_column_int64(sel, 2), .start = start,
+			.end = end < start ? start : end };
+		if (id > max_id)
+			max_id = id;
+	}
+	if (!err)
+		err = ivacc_flush(s, &a);
+	if (!err && sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'ivl_seq'", -1,
+				       &up, NULL))
+		err = -EIO;
+	if (!err) {
+		sqlite3_bind_int64(up, 1, max_id);
+		err = sq_step_done(up);
+		s->ivl_seq = (uint64_t)max_id;
+	}
+out:
+	sqlite3_finalize(sel);
+	sqlite3_finalize(up);
+	free(a.kind);
+	free(a.r);
+	free(a.off);
+	free(a.len);
+	free(a.attrs);
+	buf_done(&a.strs);
+	return err;
+}
+
+int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen)
+{
+	const char *what = "locations";
+	int rc = copy_locations(s);
+
+	if (!rc) {
+		what = "stacks";
+		rc = recode_stacks(s);
+	}
+	if (!rc) {
+		what = "intervals";
+		rc = copy_intervals(s);
+	}
+	if (!rc) {
+		what = "dropping the old tables";
+		rc = sqlite3_exec(s->w, "DROP TABLE v1_locations; DROP TABLE v1_intervals;", NULL,
+				  NULL, NULL) ? -EIO : 0;
+	}
+	if (rc) {
+		snprintf(err, errlen, "migrating schema 1 to 2: %s: %s", what,
+			 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+		sq_dedup_reset(s);
+	}
+	return rc;
+}
