@@ -4,7 +4,8 @@
 # (bench/store/record.sh) into a fresh gpuscope-server (SQLite), so two server versions are
 # compared on the same input. Prints what /metrics reports once every chunk is rolled up, then
 # SQLite's dbstat per table (with its indexes) and per index, per raw sample held.
-# Usage: [SERVER=path/to/gpuscope-server] bench/store/replay.sh SPOOL_DIR [SERVER_ARGS...]
+# Usage: [SERVER=path/to/gpuscope-server] [KEEP=DIR] bench/store/replay.sh SPOOL_DIR [SERVER_ARGS...]
+# (KEEP: copy the database there at the end)
 # (no cardinality limit unless SERVER_ARGS sets one: the recording has no server to refuse it)
 set -eu
 cd "$(dirname "$0")/../.."
@@ -40,13 +41,14 @@ db="$tmp/data/gpuscope.db"
 echo "dbstat per table (with its indexes), per raw sample held:"
 sqlite3 -readonly "$db" "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize), count(*)
 	FROM dbstat s LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1 ORDER BY 2 DESC" |
-	awk -F'|' -v n="$samples" '{t += $2; if ($1 !~ /interval|ivl/) ni += $2;
+	awk -F'|' -v n="$samples" '{t += $2; if ($1 !~ /interval|ivchunk/) ni += $2;
 		printf "  %-28s %10.2f MB %8.2f B/sample\n", $1, $2 / 1e6, $2 / n}
 		END {printf "  all %.1f MB = %.2f B/sample; without intervals %.1f MB = %.2f B/sample\n",
 			t / 1e6, t / n, ni / 1e6, ni / n}'
 echo "per index and table b-tree:"
 sqlite3 -readonly "$db" "SELECT name, sum(pgsize) FROM dbstat GROUP BY 1 ORDER BY 2 DESC" |
 	awk -F'|' -v n="$samples" '{printf "  %-28s %10.2f MB %8.2f B/sample\n", $1, $2 / 1e6, $2 / n}'
+[ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$db" "$KEEP/"; }
 echo "rows:"
 for t in $(sqlite3 -readonly "$db" "SELECT name FROM sqlite_master WHERE type = 'table'"); do
 	printf '  %-20s %s\n' "$t" "$(sqlite3 -readonly "$db" "SELECT count(*) FROM $t")"

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Sample chunks, point chunks and rollup rows: encoders beside their decoders (chunk.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "server/store/sqlite/chunk.h"
@@ -281,6 +282,10 @@ static int64_t stab_add(struct stab *t, const char *s)
 {
 	size_t i;
 
+	for (i = t->cap ? fnv1a(s) & (t->cap - 1) : 0; t->cap && t->slot[i];
+	     i = (i + 1) & (t->cap - 1))
+		if (!strcmp(t->v[t->slot[i] - 1], s))
+			return t->slot[i] - 1;
 	if (2 * (t->n + 1) > t->cap) {	/* at most half full */
 		size_t ncap = t->cap ? 2 * t->cap : 64;
 		uint32_t *ns = calloc(ncap, sizeof(*ns));
@@ -295,10 +300,9 @@ static int64_t stab_add(struct stab *t, const char *s)
 		free(t->slot);
 		t->slot = ns;
 		t->cap = ncap;
+		for (i = fnv1a(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
+			;
 	}
-	for (i = fnv1a(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
-		if (!strcmp(t->v[t->slot[i] - 1], s))
-			return t->slot[i] - 1;
 	if (t->n == t->capv) {
 		size_t ncap = t->capv ? t->capv * 2 : 64;
 		const char **nv = realloc(t->v, ncap * sizeof(*nv));
@@ -313,29 +317,75 @@ static int64_t stab_add(struct stab *t, const char *s)
 	return (int64_t)t->n - 1;
 }
 
+/* The value of a canonical decimal ("0", or digits without a leading 0, < 2^64) into *ret. */
+static bool decimal(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	if (!*s || (s[0] == '0' && s[1]))
+		return false;
+	for (i = 0; s[i]; i++) {
+		if (s[i] < '0' || s[i] > '9' || i == 19)
+			return false;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	*ret = v;
+	return true;
+}
+
+/* A row's attr names, as one string (names joined by NUL, doubled NUL at the end). */
+static void shape_key(const struct irow *r, struct buf *b)
+{
+	b->len = 0;
+	for (size_t k = 0; k < r->nattrs; k++)
+		buf_put(b, r->attrs[2 * k], strlen(r->attrs[2 * k]) + 1);
+	buf_put(b, "", 1);
+}
+
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
 {
-	struct stab t = { 0 };
-	struct buf b = { 0 };
-	uint32_t *ai = NULL;
-	size_t na = 0;
+	struct stab t = { 0 }, shapes = { 0 };
+	struct buf b = { 0 }, keys = { 0 }, key = { 0 };
+	uint32_t *shape = NULL;
+	size_t *koff = NULL;
 	uint64_t prev;
 	int err = 0;
 
-	for (size_t i = 0; i < n; i++)
-		na += 2 * r[i].nattrs;
-	ai = malloc((na ? na : 1) * sizeof(*ai));
-	if (!ai)
-		return -ENOMEM;
-	na = 0;
+	/* shapes (the rows' lists of attr names) by content: keys holds each row's, in order */
+	shape = malloc(n * sizeof(*shape));
+	koff = malloc(n * sizeof(*koff));
+	if (!shape || !koff) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		shape_key(&r[i], &key);
+		koff[i] = keys.len;
+		buf_put(&keys, key.p, key.len);
+	}
+	if (keys.oom || key.oom) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n && !err; i++) {
+		int64_t x = stab_add(&shapes, (const char *)keys.p + koff[i]);
+
+		if (x < 0)
+			err = (int)x;
+		else
+			shape[i] = (uint32_t)x;
+	}
+	/* names and the values that are not decimal numbers go to the string table */
 	for (size_t i = 0; i < n && !err; i++) {
 		for (size_t k = 0; k < 2 * r[i].nattrs && !err; k++) {
-			int64_t x = stab_add(&t, r[i].attrs[k]);
+			uint64_t v;
+			int64_t x = 0;
 
+			if (k % 2 == 0 || !decimal(r[i].attrs[k], &v))
+				x = stab_add(&t, r[i].attrs[k]);
 			if (x < 0)
 				err = (int)x;
-			else
-				ai[na++] = (uint32_t)x;
 		}
 	}
 	if (err)
@@ -345,6 +395,17 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 	buf_uvarint(&b, t.n);
 	for (size_t i = 0; i < t.n; i++)
 		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
+	buf_uvarint(&b, shapes.n);
+	for (size_t i = 0; i < shapes.n; i++) {
+		const char *p = shapes.v[i];
+		size_t k = 0;
+
+		for (const char *q = p; *q; q += strlen(q) + 1)
+			k++;
+		buf_uvarint(&b, k);
+		for (; *p; p += strlen(p) + 1)
+			buf_uvarint(&b, (uint64_t)stab_add(&t, p));	/* present: no growth */
+	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].labelset);
 	prev = r[0].start;
@@ -360,21 +421,37 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 		prev = r[i].seq;
 	}
 	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, r[i].nattrs);
-	for (size_t i = 0; i < na; i++)
-		buf_uvarint(&b, ai[i]);
+		buf_uvarint(&b, shape[i]);
+	/* values: 2 x string index, or 2 x number + 1 */
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < r[i].nattrs; k++) {
+			const char *val = r[i].attrs[2 * k + 1];
+			uint64_t v;
+
+			if (decimal(val, &v) && v < (1ull << 63))
+				buf_uvarint(&b, 2 * v + 1);
+			else
+				buf_uvarint(&b, 2 * (uint64_t)stab_add(&t, val));
+		}
+	}
 	err = pack(&b, ret, ret_len);
 out:
 	buf_done(&b);
+	buf_done(&keys);
+	buf_done(&key);
 	free(t.slot);
 	free(t.v);
-	free(ai);
+	free(shapes.slot);
+	free(shapes.v);
+	free(shape);
+	free(koff);
 	return err;
 }
 
 void ichunk_done(struct ichunk *c)
 {
 	buf_done(&c->raw);
+	buf_done(&c->num);
 	free(c->seq);
 	free(c->labelset);
 	free(c->start);
@@ -383,6 +460,9 @@ void ichunk_done(struct ichunk *c)
 	free(c->nattrs);
 	free(c->strs);
 	free(c->attrs);
+	free(c->shape0);
+	free(c->shapen);
+	free(c->shapes);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -403,9 +483,9 @@ static int grow(void *v, size_t *cap, size_t n, size_t sz)
 
 int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min)
 {
-	uint64_t nstr, seq, t = t_min;
-	size_t cap = c->cap, na = 0;
-	struct rd r;
+	uint64_t nstr, nshape, seq, t = t_min;
+	size_t cap = c->cap, na = 0, nsn = 0, nnum = 0;
+	struct rd r, vals;
 	int err;
 
 	c->n = c->nstr = c->nattr = 0;
@@ -430,6 +510,32 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		r.p = z + 1;
 	}
 	c->nstr = nstr;
+	/* shapes: each a list of name string indexes, flattened into shapes[] */
+	nshape = rd_uvarint(&r);
+	if (r.bad || nshape > (size_t)(r.end - r.p))
+		goto bad;
+	cap = c->capshape;
+	if (grow(&c->shape0, &c->capshape, nshape, sizeof(size_t)) ||
+	    grow(&c->shapen, &cap, nshape, sizeof(size_t)))
+		goto nomem;
+	cap = c->cap;
+	for (uint64_t i = 0; i < nshape; i++) {
+		uint64_t k = rd_uvarint(&r);
+
+		if (r.bad || k > (size_t)(r.end - r.p))
+			goto bad;
+		if (grow(&c->shapes, &c->capshapes, nsn + k, sizeof(*c->shapes)))
+			goto nomem;
+		c->shape0[i] = nsn;
+		c->shapen[i] = k;
+		for (uint64_t j = 0; j < k; j++) {
+			uint64_t x = rd_uvarint(&r);
+
+			if (r.bad || x >= nstr)
+				goto bad;
+			c->shapes[nsn++] = c->strs[x];
+		}
+	}
 	if (grow(&c->seq, &cap, c->n, sizeof(uint64_t)) ||
 	    (cap = c->cap, grow(&c->labelset, &cap, c->n, sizeof(uint64_t))) ||
 	    (cap = c->cap, grow(&c->start, &cap, c->n, sizeof(uint64_t))) ||
@@ -455,29 +561,50 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		seq += (uint64_t)rd_svarint(&r);
 		c->seq[i] = seq;
 	}
-	for (size_t i = 0; i < c->n && !r.bad; i++) {
+	for (size_t i = 0; i < c->n; i++) {
 		uint64_t k = rd_uvarint(&r);
 
-		if (k > (size_t)(r.end - r.p))
-			goto bad;	/* every attr takes two bytes at least */
-		c->attr0[i] = na;
-		c->nattrs[i] = k;
-		na += k;
-	}
-	if (r.bad)
-		goto bad;
-	if (grow(&c->attrs, &c->capattr, 2 * na, sizeof(*c->attrs)))
-		goto nomem;
-	for (size_t i = 0; i < 2 * na; i++) {
-		uint64_t x = rd_uvarint(&r);
-
-		if (r.bad || x >= nstr)
+		if (r.bad || k >= nshape)
 			goto bad;
-		c->attrs[i] = c->strs[x];
+		c->attr0[i] = na;
+		c->nattrs[i] = k;	/* the row's shape until the values are read */
+		na += c->shapen[k];
+	}
+	/* values, 2 x string index or 2 x number + 1: counted first, so the numbers' text
+	 * (c->num) is sized once and never moves */
+	vals = r;
+	for (size_t i = 0; i < na; i++) {
+		uint64_t v = rd_uvarint(&vals);
+
+		if (vals.bad || (!(v & 1) && v / 2 >= nstr))
+			goto bad;
+		nnum += v & 1;
+	}
+	c->num.len = 0;
+	if (grow(&c->attrs, &c->capattr, 2 * na, sizeof(*c->attrs)) ||
+	    !buf_reserve(&c->num, nnum * 21 + 1))
+		goto nomem;
+	for (size_t i = 0; i < c->n; i++) {
+		size_t k = c->nattrs[i];
+		const char **a = c->attrs + 2 * c->attr0[i];
+
+		for (size_t j = 0; j < c->shapen[k]; j++) {
+			uint64_t v = rd_uvarint(&r);
+
+			a[2 * j] = c->shapes[c->shape0[k] + j];
+			if (v & 1) {
+				char *o = (char *)c->num.p + c->num.len;
+
+				c->num.len += (size_t)snprintf(o, 21, "%llu",
+							       (unsigned long long)(v >> 1)) + 1;
+				a[2 * j + 1] = o;
+			} else {
+				a[2 * j + 1] = c->strs[v / 2];
+			}
+		}
+		c->nattrs[i] = c->shapen[k];
 	}
 	c->nattr = na;
-	if (r.bad)
-		goto bad;
 	return 0;
 nomem:
 	c->n = 0;

@@ -102,22 +102,27 @@ struct irow {
 };
 
 /*
- * Interval chunk (before compression): uvarint n, uvarint seq of the first row, uvarint
- * number of distinct strings then each NUL-terminated (the attr names and values), then
- * columns of n: label set ids (uvarint), start deltas from t_min = r[0].start (uvarint, starts
- * sorted ascending), lengths end - start (uvarint), seq deltas from the previous row's
- * (svarint), attr counts (uvarint), then every attr as two string indexes (uvarint). r sorted
- * by start, n >= 1, end >= start. *ret malloc'ed (caller frees). 0/-errno.
+ * Interval chunk (before compression): uvarint n, uvarint seq of the first row; the chunk's
+ * strings: uvarint count, each NUL-terminated (attr names, and values that are not decimal
+ * numbers); its shapes (the distinct lists of attr names): uvarint count, each a uvarint k
+ * and k name indexes; then columns of n: label set ids (uvarint), start deltas from t_min =
+ * r[0].start (uvarint, starts sorted ascending), lengths end - start (uvarint), seq deltas
+ * from the previous row's (svarint), shape indexes (uvarint); then every row's attr values in
+ * its shape's order, uvarint 2 x string index, or 2 x number + 1 for a canonical decimal
+ * ("0", "17"; answered as the same text). r sorted by start, n >= 1, end >= start. *ret
+ * malloc'ed (caller frees). 0/-errno.
  */
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
 
-/* A decoded interval chunk; zero-initialized is empty and reusable. Strings point into raw. */
+/* A decoded interval chunk; zero-initialized is empty and reusable. Strings point into raw
+ * and num. */
 struct ichunk {
-	struct buf raw;
-	size_t n, cap, nstr, capstr, nattr, capattr;
+	struct buf raw, num;		/* num: the text of numeric values */
+	size_t n, cap, nstr, capstr, nattr, capattr, capshape, capshapes;
 	uint64_t *seq, *labelset, *start, *end;
 	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */
-	const char **strs, **attrs;
+	size_t *shape0, *shapen;	/* shape k's names: shapes[shape0[k]], shapen[k] of them */
+	const char **strs, **attrs, **shapes;
 };
 
 /* Decodes an interval chunk whose first start is t_min into c (reusing its arrays). 0/-errno. */

@@ -105,8 +105,11 @@ int sq_open_conn(struct sq *s, sqlite3 **ret)
 	}
 	sqlite3_busy_timeout(db, 60000);
 	/* synchronous=FULL: a COMMIT has reached the disk before ingest answers 204. */
+	/* journal_size_limit: the WAL shrinks back after a checkpoint past a burst (its bytes
+	 * count in the store's bytes per sample). */
 	rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;",
+			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;"
+			      " PRAGMA journal_size_limit=4194304;",
 			  NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		log_error("sqlite pragmas: %s", sqlite3_errmsg(db));
