@@ -265,26 +265,28 @@ int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, s
 struct stab {
 	uint32_t *slot;		/* index + 1, 0: empty; cap slots, a power of two */
 	size_t cap;
-	const char **v;
+	const char **v;		/* the keys: bytes and their lengths */
+	size_t *len;
 	size_t n, capv;
 };
 
-static uint64_t fnv1a(const char *s)
+static uint64_t fnv1a(const char *s, size_t len)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
 	return h;
 }
 
-static int64_t stab_add(struct stab *t, const char *s)
+/* The index of key s (len bytes, any content) in t, added if new; -ENOMEM. */
+static int64_t stab_addn(struct stab *t, const char *s, size_t len)
 {
 	size_t i;
 
-	for (i = t->cap ? fnv1a(s) & (t->cap - 1) : 0; t->cap && t->slot[i];
+	for (i = t->cap ? fnv1a(s, len) & (t->cap - 1) : 0; t->cap && t->slot[i];
 	     i = (i + 1) & (t->cap - 1))
-		if (!strcmp(t->v[t->slot[i] - 1], s))
+		if (t->len[t->slot[i] - 1] == len && !memcmp(t->v[t->slot[i] - 1], s, len))
 			return t->slot[i] - 1;
 	if (2 * (t->n + 1) > t->cap) {	/* at most half full */
 		size_t ncap = t->cap ? 2 * t->cap : 64;
@@ -293,28 +295,45 @@ static int64_t stab_add(struct stab *t, const char *s)
 		if (!ns)
 			return -ENOMEM;
 		for (size_t k = 0; k < t->n; k++) {
-			for (i = fnv1a(t->v[k]) & (ncap - 1); ns[i]; i = (i + 1) & (ncap - 1))
+			for (i = fnv1a(t->v[k], t->len[k]) & (ncap - 1); ns[i];
+			     i = (i + 1) & (ncap - 1))
 				;
 			ns[i] = (uint32_t)k + 1;
 		}
 		free(t->slot);
 		t->slot = ns;
 		t->cap = ncap;
-		for (i = fnv1a(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
+		for (i = fnv1a(s, len) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
 			;
 	}
 	if (t->n == t->capv) {
 		size_t ncap = t->capv ? t->capv * 2 : 64;
 		const char **nv = realloc(t->v, ncap * sizeof(*nv));
+		size_t *nl = nv ? realloc(t->len, ncap * sizeof(*nl)) : NULL;
 
-		if (!nv)
+		if (nv)
+			t->v = nv;
+		if (!nl)
 			return -ENOMEM;
-		t->v = nv;
+		t->len = nl;
 		t->capv = ncap;
 	}
 	t->v[t->n] = s;
+	t->len[t->n] = len;
 	t->slot[i] = (uint32_t)++t->n;
 	return (int64_t)t->n - 1;
+}
+
+static int64_t stab_add(struct stab *t, const char *s)
+{
+	return stab_addn(t, s, strlen(s));
+}
+
+static void stab_done(struct stab *t)
+{
+	free(t->slot);
+	free(t->v);
+	free(t->len);
 }
 
 /* The value of a canonical decimal ("0", or digits without a leading 0, < 2^64) into *ret. */
@@ -334,13 +353,13 @@ static bool decimal(const char *s, uint64_t *ret)
 	return true;
 }
 
-/* A row's attr names, as one string (names joined by NUL, doubled NUL at the end). */
+/* A row's attr names as one key: each NUL-terminated, after their count. */
 static void shape_key(const struct irow *r, struct buf *b)
 {
 	b->len = 0;
+	buf_uvarint(b, r->nattrs);
 	for (size_t k = 0; k < r->nattrs; k++)
 		buf_put(b, r->attrs[2 * k], strlen(r->attrs[2 * k]) + 1);
-	buf_put(b, "", 1);
 }
 
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
@@ -348,20 +367,23 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 	struct stab t = { 0 }, shapes = { 0 };
 	struct buf b = { 0 }, keys = { 0 }, key = { 0 };
 	uint32_t *shape = NULL;
-	size_t *koff = NULL;
+	size_t *koff = NULL, *klen = NULL, *rep = NULL;	/* rep: a row of each shape */
 	uint64_t prev;
 	int err = 0;
 
 	/* shapes (the rows' lists of attr names) by content: keys holds each row's, in order */
 	shape = malloc(n * sizeof(*shape));
 	koff = malloc(n * sizeof(*koff));
-	if (!shape || !koff) {
+	klen = malloc(n * sizeof(*klen));
+	rep = malloc(n * sizeof(*rep));
+	if (!shape || !koff || !klen || !rep) {
 		err = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
 		shape_key(&r[i], &key);
 		koff[i] = keys.len;
+		klen[i] = key.len;
 		buf_put(&keys, key.p, key.len);
 	}
 	if (keys.oom || key.oom) {
@@ -369,12 +391,15 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 		goto out;
 	}
 	for (size_t i = 0; i < n && !err; i++) {
-		int64_t x = stab_add(&shapes, (const char *)keys.p + koff[i]);
+		int64_t x = stab_addn(&shapes, (const char *)keys.p + koff[i], klen[i]);
 
-		if (x < 0)
+		if (x < 0) {
 			err = (int)x;
-		else
+		} else {
 			shape[i] = (uint32_t)x;
+			if ((size_t)x + 1 == shapes.n)
+				rep[x] = i;	/* new: this row is its first */
+		}
 	}
 	/* names and the values that are not decimal numbers go to the string table */
 	for (size_t i = 0; i < n && !err; i++) {
@@ -397,14 +422,11 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
 	buf_uvarint(&b, shapes.n);
 	for (size_t i = 0; i < shapes.n; i++) {
-		const char *p = shapes.v[i];
-		size_t k = 0;
+		const struct irow *x = &r[rep[i]];
 
-		for (const char *q = p; *q; q += strlen(q) + 1)
-			k++;
-		buf_uvarint(&b, k);
-		for (; *p; p += strlen(p) + 1)
-			buf_uvarint(&b, (uint64_t)stab_add(&t, p));	/* present: no growth */
+		buf_uvarint(&b, x->nattrs);
+		for (size_t k = 0; k < x->nattrs; k++)	/* present: no growth */
+			buf_uvarint(&b, (uint64_t)stab_add(&t, x->attrs[2 * k]));
 	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].labelset);
@@ -439,12 +461,12 @@ out:
 	buf_done(&b);
 	buf_done(&keys);
 	buf_done(&key);
-	free(t.slot);
-	free(t.v);
-	free(shapes.slot);
-	free(shapes.v);
+	stab_done(&t);
+	stab_done(&shapes);
 	free(shape);
 	free(koff);
+	free(klen);
+	free(rep);
 	return err;
 }
 
