@@ -48,7 +48,7 @@ sqlite3 -readonly "$db" "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize), cou
 echo "per index and table b-tree:"
 sqlite3 -readonly "$db" "SELECT name, sum(pgsize) FROM dbstat GROUP BY 1 ORDER BY 2 DESC" |
 	awk -F'|' -v n="$samples" '{printf "  %-28s %10.2f MB %8.2f B/sample\n", $1, $2 / 1e6, $2 / n}'
-[ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$db" "$KEEP/"; }
+[ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$db" "$db-wal" "$KEEP/" 2>/dev/null || true; }
 echo "rows:"
 for t in $(sqlite3 -readonly "$db" "SELECT name FROM sqlite_master WHERE type = 'table'"); do
 	printf '  %-20s %s\n' "$t" "$(sqlite3 -readonly "$db" "SELECT count(*) FROM $t")"
