@@ -362,13 +362,26 @@ static void shape_key(const struct irow *r, struct buf *b)
 		buf_put(b, r->attrs[2 * k], strlen(r->attrs[2 * k]) + 1);
 }
 
+/* Row order of a chunk: label set, start, arrival. */
+static int cmp_row(const void *a, const void *b, void *ctx)
+{
+	const struct irow *r = ctx, *x = &r[*(const size_t *)a], *y = &r[*(const size_t *)b];
+
+	if (x->labelset != y->labelset)
+		return x->labelset < y->labelset ? -1 : 1;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
 {
 	struct stab t = { 0 }, shapes = { 0 };
 	struct buf b = { 0 }, keys = { 0 }, key = { 0 };
 	uint32_t *shape = NULL;
 	size_t *koff = NULL, *klen = NULL, *rep = NULL;	/* rep: a row of each shape */
-	uint64_t prev;
+	size_t *o = NULL;	/* the order rows are written in */
+	uint64_t prev, t_min = UINT64_MAX;
 	int err = 0;
 
 	/* shapes (the rows' lists of attr names) by content: keys holds each row's, in order */
@@ -376,7 +389,8 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 	koff = malloc(n * sizeof(*koff));
 	klen = malloc(n * sizeof(*klen));
 	rep = malloc(n * sizeof(*rep));
-	if (!shape || !koff || !klen || !rep) {
+	o = malloc(n * sizeof(*o));
+	if (!shape || !koff || !klen || !rep || !o) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -415,8 +429,14 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 	}
 	if (err)
 		goto out;
+	for (size_t i = 0; i < n; i++) {
+		o[i] = i;
+		if (r[i].start < t_min)
+			t_min = r[i].start;
+	}
+	qsort_r(o, n, sizeof(*o), cmp_row, (void *)r);
 	buf_uvarint(&b, n);
-	buf_uvarint(&b, r[0].seq);
+	buf_uvarint(&b, r[o[0]].seq);
 	buf_uvarint(&b, t.n);
 	for (size_t i = 0; i < t.n; i++)
 		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
@@ -429,25 +449,27 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 			buf_uvarint(&b, (uint64_t)stab_add(&t, x->attrs[2 * k]));
 	}
 	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, r[i].labelset);
-	prev = r[0].start;
+		buf_uvarint(&b, r[o[i]].end - r[o[i]].start);
+	/* rows by (label set, start): a thread's states follow each other, each starting where
+	 * the one before ended, so most start deltas are 0 */
 	for (size_t i = 0; i < n; i++) {
-		buf_uvarint(&b, r[i].start - prev);
-		prev = r[i].start;
+		buf_uvarint(&b, r[o[i]].labelset - (i ? r[o[i - 1]].labelset : 0));
+		if (i && r[o[i]].labelset == r[o[i - 1]].labelset)
+			buf_svarint(&b, (int64_t)(r[o[i]].start - r[o[i - 1]].end));
+		else
+			buf_uvarint(&b, r[o[i]].start - t_min);
+	}
+	prev = r[o[0]].seq;
+	for (size_t i = 0; i < n; i++) {
+		buf_svarint(&b, (int64_t)(r[o[i]].seq - prev));
+		prev = r[o[i]].seq;
 	}
 	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, r[i].end - r[i].start);
-	prev = r[0].seq;
-	for (size_t i = 0; i < n; i++) {
-		buf_svarint(&b, (int64_t)(r[i].seq - prev));
-		prev = r[i].seq;
-	}
-	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, shape[i]);
+		buf_uvarint(&b, shape[o[i]]);
 	/* values: 2 x string index, or 2 x number + 1 */
 	for (size_t i = 0; i < n; i++) {
-		for (size_t k = 0; k < r[i].nattrs; k++) {
-			const char *val = r[i].attrs[2 * k + 1];
+		for (size_t k = 0; k < r[o[i]].nattrs; k++) {
+			const char *val = r[o[i]].attrs[2 * k + 1];
 			uint64_t v;
 
 			if (decimal(val, &v) && v < (1ull << 63))
@@ -467,6 +489,7 @@ out:
 	free(koff);
 	free(klen);
 	free(rep);
+	free(o);
 	return err;
 }
 
@@ -567,17 +590,19 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		goto nomem;
 	c->cap = cap;
 	for (size_t i = 0; i < c->n; i++)
-		c->labelset[i] = rd_uvarint(&r);
-	for (size_t i = 0; i < c->n; i++) {
-		t += rd_uvarint(&r);
-		c->start[i] = t;
-	}
-	for (size_t i = 0; i < c->n; i++) {
+		c->end[i] = rd_uvarint(&r);	/* the length until the start is known */
+	/* label set deltas and starts interleaved; a start follows its row's label set */
+	for (size_t i = 0; i < c->n && !r.bad; i++) {
 		uint64_t d = rd_uvarint(&r);
 
-		if (d > UINT64_MAX - c->start[i])
+		c->labelset[i] = d + (i ? c->labelset[i - 1] : 0);
+		if (i && !d)	/* after the same label set's row: from its end */
+			c->start[i] = c->end[i - 1] + (uint64_t)rd_svarint(&r);
+		else
+			c->start[i] = t + rd_uvarint(&r);
+		if (c->end[i] > UINT64_MAX - c->start[i])
 			goto bad;
-		c->end[i] = c->start[i] + d;
+		c->end[i] += c->start[i];
 	}
 	for (size_t i = 0; i < c->n; i++) {
 		seq += (uint64_t)rd_svarint(&r);

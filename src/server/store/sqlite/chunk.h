@@ -105,12 +105,14 @@ struct irow {
  * Interval chunk (before compression): uvarint n, uvarint seq of the first row; the chunk's
  * strings: uvarint count, each NUL-terminated (attr names, and values that are not decimal
  * numbers); its shapes (the distinct lists of attr names): uvarint count, each a uvarint k
- * and k name indexes; then columns of n: label set ids (uvarint), start deltas from t_min =
- * r[0].start (uvarint, starts sorted ascending), lengths end - start (uvarint), seq deltas
- * from the previous row's (svarint), shape indexes (uvarint); then every row's attr values in
- * its shape's order, uvarint 2 x string index, or 2 x number + 1 for a canonical decimal
- * ("0", "17"; answered as the same text). r sorted by start, n >= 1, end >= start. *ret
- * malloc'ed (caller frees). 0/-errno.
+ * and k name indexes. Then the rows, in (label set, start, seq) order, as columns of n:
+ * lengths end - start (uvarint); label set (uvarint delta from the row before) each followed
+ * by its start: after a row of the same label set the svarint difference to that row's end
+ * (a thread's next state starts where the last ended: 0), else the uvarint delta from t_min
+ * (the least start); seq deltas from the previous row's (svarint); shape indexes (uvarint);
+ * then every row's attr values in its shape's order, uvarint 2 x string index, or 2 x number
+ * + 1 for a canonical decimal ("0", "17"; answered as the same text). n >= 1, end >= start.
+ * *ret malloc'ed (caller frees). 0/-errno.
  */
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
 
@@ -125,7 +127,8 @@ struct ichunk {
 	const char **strs, **attrs, **shapes;
 };
 
-/* Decodes an interval chunk whose first start is t_min into c (reusing its arrays). 0/-errno. */
+/* Decodes an interval chunk whose least start is t_min into c (reusing its arrays); rows come
+ * in the chunk's order (label set, start). 0/-errno. */
 int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min);
 void ichunk_done(struct ichunk *c);
 
