@@ -20,6 +20,7 @@ struct ls_pending {
 	uint64_t id, hash, first, last;
 	struct buf blob;
 	bool is_new;
+	bool refused;		/* new past the node's cardinality limit: its records are dropped */
 };
 
 struct ingest {
@@ -28,6 +29,8 @@ struct ingest {
 	struct ls_pending *ls;		/* per batch label set */
 	uint64_t *loc_gid, *stack_gid;
 	uint64_t new_ls, new_stacks;	/* rows this batch adds */
+	uint64_t dropped_ls, dropped_records;	/* refused by the cardinality limit */
+	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
 };
@@ -83,10 +86,15 @@ static int map_label_sets(struct ingest *in)
 		int64_t id;
 		int rc;
 
+		p->blob.len = 0;
 		p->hash = store_label_set(m, i, pairs, NULL, &p->blob);
 		if (p->blob.oom)
 			return -ENOMEM;
 		p->first = UINT64_MAX;
+		p->id = 0;
+		p->is_new = false;
+		if (p->refused)
+			continue;
 		pthread_rwlock_rdlock(&s->lmu);
 		v = u64map_find(&s->ls_ids, p->hash);
 		if (v)
@@ -333,6 +341,10 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 
 		if (!n)
 			continue;
+		if (in->ls[sg->label_set].refused) {
+			in->dropped_records += n;
+			continue;
+		}
 		r = malloc(n * sizeof(*r));
 		if (!r)
 			return -ENOMEM;
@@ -401,6 +413,10 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 
 		if (!n)
 			continue;
+		if (in->ls[ms->label_set].refused) {
+			in->dropped_records += n;
+			continue;
+		}
 		buf_puts(&key, name);
 		buf_put(&key, &ls, sizeof(ls));
 		hash = key.oom ? 0 : hash64(key.p, key.len, 14);
@@ -510,11 +526,16 @@ static int store_intervals(struct ingest *in)
 		goto out;
 	}
 	nattr = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0, j = 0; i < m->n_intervals; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
 		const char **a = attrs + nattr;
 		size_t na = 0;
 
+		if (in->ls[iv->label_set].refused) {
+			in->dropped_records++;
+			n--;
+			continue;
+		}
 		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2) {
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
 			char *end;
@@ -542,13 +563,13 @@ static int store_intervals(struct ingest *in)
 		}
 		nattr += na;
 		ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
-		v[i] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
+		v[j++] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
 			.labelset = in->ls[iv->label_set].id, .start = iv->start_ns,
 			.end = iv->end_ns < iv->start_ns ? iv->start_ns : iv->end_ns, .attrs = a,
 			.nattrs = na / 2 } };
 	}
 	qsort(v, n, sizeof(*v), cmp_iv);
-	for (size_t i = 1; i <= n && !err; i++) {
+	for (size_t i = 1; n && i <= n && !err; i++) {
 		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
 		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
 			continue;
@@ -558,7 +579,7 @@ static int store_intervals(struct ingest *in)
 		start = i;
 	}
 	if (!err) {
-		s->ivl_seq += n;
+		s->ivl_seq += m->n_intervals;
 		sqlite3_bind_int64(s->st[ST_IVL_SEQ], 1, (int64_t)s->ivl_seq);
 		err = sq_step_done(s->st[ST_IVL_SEQ]);
 	}
@@ -607,6 +628,8 @@ static void publish_label_sets(struct ingest *in)
 		struct ls_pending *p = &in->ls[i];
 		struct lset *l;
 
+		if (p->refused)
+			continue;
 		if (p->is_new || p->id >= s->nlsets || !s->lsets[p->id].pairs) {
 			if (sq_lset_put(s, p->id, p->hash, p->blob.p, p->blob.len, p->first, p->last))
 				log_warn("label set %llu: out of memory, not queryable until restart",
@@ -644,15 +667,19 @@ struct gitem {
 
 /*
  * The node's new label sets and stacks this clock hour, with what the batch adds: -EDQUOT and
- * a reason when past a limit; else the counts are taken when add is true. wmu held.
+ * a reason when past a limit, *ret_room then the new label sets the node may still add when
+ * only the label-set limit is passed (else UINT64_MAX); the counts are taken when add is true.
+ * wmu held.
  */
-static int cardinality(struct ingest *in, bool add)
+static int cardinality(struct ingest *in, bool add, uint64_t *ret_room)
 {
 	struct sq *s = in->s;
 	const char *node = S(in, in->m->node);
 	uint64_t h = hash64(node, strlen(node), 29), hour = wall_ns() / (3600 * NSEC_PER_SEC);
 	struct node_card *c = NULL;
+	bool over_ls;
 
+	*ret_room = UINT64_MAX;
 	for (size_t i = 0; i < s->ncard && !c; i++)
 		if (s->card[i].node_hash == h)
 			c = &s->card[i];
@@ -671,13 +698,6 @@ static int cardinality(struct ingest *in, bool add)
 	}
 	if (c->hour != hour)
 		*c = (struct node_card){ .node_hash = h, .hour = hour };
-	if (s->max_new_ls && c->new_ls + in->new_ls > s->max_new_ls) {
-		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
-			 "label sets this hour, past the limit of %llu (--max-new-label-sets-per-hour)",
-			 node, (unsigned long long)(c->new_ls + in->new_ls),
-			 (unsigned long long)s->max_new_ls);
-		return -EDQUOT;
-	}
 	if (s->max_new_stacks && c->new_stacks + in->new_stacks > s->max_new_stacks) {
 		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
 			 "stacks this hour, past the limit of %llu (--max-new-stacks-per-hour)", node,
@@ -685,11 +705,76 @@ static int cardinality(struct ingest *in, bool add)
 			 (unsigned long long)s->max_new_stacks);
 		return -EDQUOT;
 	}
+	over_ls = s->max_new_ls && c->new_ls + in->new_ls > s->max_new_ls;
+	if (over_ls) {
+		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
+			 "label sets this hour, past the limit of %llu (--max-new-label-sets-per-hour)",
+			 node, (unsigned long long)(c->new_ls + in->new_ls),
+			 (unsigned long long)s->max_new_ls);
+		*ret_room = c->new_ls < s->max_new_ls ? s->max_new_ls - c->new_ls : 0;
+		return -EDQUOT;
+	}
 	if (add) {
 		c->new_ls += in->new_ls;
 		c->new_stacks += in->new_stacks;
+		if (in->dropped_ls && !c->warned) {
+			log_warn("cardinality: node '%.100s' passed --max-new-label-sets-per-hour (%llu):"
+				 " the records of its further new label sets are dropped until the hour"
+				 " turns (gpuscope_server_cardinality_dropped_total)", node,
+				 (unsigned long long)s->max_new_ls);
+			c->warned = true;
+		}
 	}
 	return 0;
+}
+
+/* Records of the batch whose label set is not refused. */
+static size_t kept_records(const struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->n_samples; i++)
+		n += in->ls[m->samples[i]->label_set].refused ? 0 : m->samples[i]->n_stack;
+	for (size_t i = 0; i < m->n_series; i++)
+		n += in->ls[m->series[i]->label_set].refused ? 0 : m->series[i]->n_value;
+	for (size_t i = 0; i < m->n_intervals; i++)
+		n += !in->ls[m->intervals[i]->label_set].refused;
+	return n;
+}
+
+/*
+ * Past the node's label-set limit: the records of known label sets, and of the first new ones
+ * up to the limit, are kept; the other new label sets are refused and their records dropped
+ * (counted). The dictionaries are mapped again without them, under the same savepoint. 0,
+ * -EDQUOT (nothing of the batch would be kept: the agent retries it later), -errno.
+ */
+static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
+{
+	uint64_t dummy;
+	int rc;
+
+	if (sqlite3_exec(s->w, "ROLLBACK TO b", NULL, NULL, NULL))
+		return -EIO;
+	sq_dedup_reset(s);	/* the caches may name rows the rollback removed */
+	for (size_t i = 0; i < in->m->n_label_sets; i++) {
+		struct ls_pending *p = &in->ls[i];
+
+		if (!p->is_new)
+			continue;
+		if (room) {
+			room--;
+			continue;
+		}
+		p->refused = true;
+		in->dropped_ls++;
+	}
+	if (!kept_records(in))
+		return -EDQUOT;
+	in->new_ls = in->new_stacks = 0;
+	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)))
+		return rc;
+	return cardinality(in, false, &dummy);
 }
 
 /* Stores one batch inside the open transaction, under a savepoint: whole or not at all. */
@@ -697,7 +782,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 {
 	struct ingest *in = &g->in;
 	const Gpuscope__V1__Batch *m = in->m;
-	uint64_t first, last, seq0 = s->ivl_seq;
+	uint64_t first, last, seq0 = s->ivl_seq, room;
 	int64_t seen;
 	int rc;
 
@@ -716,7 +801,10 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	}
 	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)))
 		goto out_rollback;
-	if ((rc = cardinality(in, false)) == -EDQUOT) {
+	rc = cardinality(in, false, &room);
+	if (rc == -EDQUOT && room != UINT64_MAX)
+		rc = refuse_new_label_sets(s, in, room);
+	if (rc == -EDQUOT) {
 		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
 		sq_dedup_reset(s);
 		return rc;
@@ -748,7 +836,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		rc = -EIO;
 		goto out_rollback;
 	}
-	cardinality(in, true);
+	cardinality(in, true, &room);
 	return 0;
 out_rollback:
 	snprintf(in->err, in->errlen, "store: %s",
@@ -800,6 +888,9 @@ static void run_group(struct sq *s, struct gitem *list)
 		__atomic_add_fetch(&s->n_samples, g->nsamples, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_points, g->npoints, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_intervals, g->in.m->n_intervals, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_card_dropped_ls, g->in.dropped_ls, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_card_dropped_records, g->in.dropped_records,
+				   __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->wmu);

@@ -229,6 +229,10 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->gc_locations = __atomic_load_n(&s->n_gc_locations, __ATOMIC_RELAXED);
 	o->gc_label_sets = __atomic_load_n(&s->n_gc_lsets, __ATOMIC_RELAXED);
 	o->gc_series = __atomic_load_n(&s->n_gc_series, __ATOMIC_RELAXED);
+	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
+							    __ATOMIC_RELAXED);
+	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,
+							 __ATOMIC_RELAXED);
 	pthread_rwlock_rdlock(&s->lmu);
 	for (size_t i = 1; i < s->nlsets; i++)
 		o->label_sets += s->lsets[i].pairs != NULL;

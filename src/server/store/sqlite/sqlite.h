@@ -85,11 +85,13 @@ struct sq {
 	/* New label sets and stacks per node in the current clock hour (wmu). */
 	struct node_card {
 		uint64_t node_hash, hour, new_ls, new_stacks;
+		bool warned;	/* logged that its new label sets are being refused */
 	} *card;
 	size_t ncard, capcard;
 	uint64_t max_new_ls, max_new_stacks;
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
 	uint64_t n_gc_stacks, n_gc_locations, n_gc_lsets, n_gc_series;	/* dictionary GC */
+	uint64_t n_card_dropped_ls, n_card_dropped_records;	/* past the label-set limit */
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
