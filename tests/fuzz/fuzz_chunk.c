@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the SQLite store's blob decoders (src/server/store/sqlite/chunk.c). The
- * first byte picks the format (bits 0-1: samples, points, rollup) and whether the rest is the
- * stored zstd blob (bit 2 clear) or the payload before compression (bit 2 set, packed here, so
- * the fuzzer reaches the varint layer directly). Whatever decodes is encoded again and must
- * decode to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
+ * first byte picks the format (bits 0-1: samples, points, rollup, then with bit 3 clear interval
+ * chunks, set stack location lists) and whether the rest is the stored zstd blob (bit 2 clear)
+ * or the payload before compression (bit 2 set, packed here, so the fuzzer reaches the varint
+ * layer directly). Whatever decodes is encoded again and must decode to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -163,6 +163,99 @@ out:
 	entries_done(&f);
 }
 
+/* A decoded interval row as text, for comparing two decodes as multisets of rows. */
+static char *row_text(const struct ichunk *c, size_t i)
+{
+	struct buf b = { 0 };
+
+	buf_printf(&b, "%llu %llu %llu %llu", (unsigned long long)c->labelset[i],
+		   (unsigned long long)c->start[i], (unsigned long long)c->end[i],
+		   (unsigned long long)c->seq[i]);
+	for (size_t k = 0; k < 2 * c->nattrs[i]; k++) {
+		buf_put(&b, "\x1f", 1);
+		buf_puts(&b, c->attrs[2 * c->attr0[i] + k]);
+	}
+	buf_put(&b, "", 1);
+	return b.oom ? NULL : (char *)b.p;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The rows of c as sorted text lines; NULL on ENOMEM. */
+static char **rows_text(const struct ichunk *c)
+{
+	char **v = calloc(c->n ? c->n : 1, sizeof(*v));
+
+	for (size_t i = 0; v && i < c->n; i++)
+		if (!(v[i] = row_text(c, i)))
+			abort();
+	if (v)
+		qsort(v, c->n, sizeof(*v), cmp_str);
+	return v;
+}
+
+static void intervals(const uint8_t *blob, size_t len)
+{
+	struct ichunk c = { 0 }, d = { 0 };
+	struct irow *r = NULL;
+	char **x = NULL, **y = NULL;
+	uint8_t *z = NULL;
+	uint64_t t_min = UINT64_MAX;
+	size_t zlen;
+
+	if (chunk_intervals_decode(&c, blob, len, T_MIN) || !c.n)
+		goto out;
+	r = malloc(c.n * sizeof(*r));
+	if (!r)
+		goto out;
+	for (size_t i = 0; i < c.n; i++) {
+		r[i] = (struct irow){ c.seq[i], c.labelset[i], c.start[i], c.end[i],
+				      c.attrs + 2 * c.attr0[i], c.nattrs[i] };
+		if (c.start[i] < t_min)
+			t_min = c.start[i];
+	}
+	if (chunk_intervals_encode(r, c.n, &z, &zlen))
+		goto out;
+	if (chunk_intervals_decode(&d, z, zlen, t_min) || d.n != c.n)
+		abort();
+	x = rows_text(&c);
+	y = rows_text(&d);
+	for (size_t i = 0; x && y && i < c.n; i++)
+		if (strcmp(x[i], y[i]))
+			abort();
+out:
+	for (size_t i = 0; x && i < c.n; i++)
+		free(x[i]);
+	for (size_t i = 0; y && i < c.n; i++)
+		free(y[i]);
+	free(x);
+	free(y);
+	free(z);
+	free(r);
+	ichunk_done(&c);
+	ichunk_done(&d);
+}
+
+static void stack_locs(const uint8_t *blob, size_t len)
+{
+	uint64_t a[1024], b[1024];
+	size_t na = 0, nb = 0;
+	struct buf e = { 0 };
+
+	if (stack_locs_decode(blob, len, a, 1024, &na))
+		return;
+	stack_locs_encode(a, na, &e);
+	if (e.oom)
+		abort();
+	if (stack_locs_decode(e.p, e.len, b, 1024, &nb) || na != nb ||
+	    memcmp(a, b, na * sizeof(*a)))
+		abort();
+	buf_done(&e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *packed = NULL;
@@ -187,8 +280,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 1:
 		points(data, size);
 		break;
-	default:
+	case 2:
 		rollup(data, size);
+		break;
+	default:
+		if (mode & 8)
+			stack_locs(data, size);
+		else
+			intervals(data, size);
 		break;
 	}
 	free(packed);

@@ -43,7 +43,10 @@ static int unpack(const void *blob, size_t len, size_t max, struct buf *b)
 	if (len && !p[0]) {
 		if (len - 1 > max)
 			return -E2BIG;
-		buf_put(b, p + 1, len - 1);
+		if (!buf_reserve(b, len))	/* b->p set even for an empty payload */
+			return -ENOMEM;
+		if (len > 1)
+			buf_put(b, p + 1, len - 1);
 		return b->oom ? -ENOMEM : 0;
 	}
 	return zblob_unpack(blob, len, max, b);
@@ -235,10 +238,9 @@ void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b)
 
 int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n)
 {
-	struct rd r = { blob, (const uint8_t *)blob + len, false };
+	struct rd r = { blob, blob ? (const uint8_t *)blob + len : NULL, false };
 	uint64_t v = 0;
 	size_t n = 0;
-
 	int err = 0;
 
 	while (r.p < r.end && !err) {
@@ -628,7 +630,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		nnum += v & 1;
 	}
 	c->num.len = 0;
-	if (grow(&c->attrs, &c->capattr, 2 * na, sizeof(*c->attrs)) ||
+	if (grow(&c->attrs, &c->capattr, 2 * na + 1, sizeof(*c->attrs)) ||
 	    !buf_reserve(&c->num, nnum * 21 + 1))
 		goto nomem;
 	for (size_t i = 0; i < c->n; i++) {
