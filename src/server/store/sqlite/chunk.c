@@ -662,3 +662,103 @@ bad:
 	c->n = 0;
 	return -EINVAL;
 }
+
+/* ---- location blocks ---------------------------------------------------------------------- */
+
+int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len)
+{
+	struct buf b = { 0 };
+	uint64_t prev = 0;
+
+	buf_uvarint(&b, n);
+	for (size_t i = 0; i < n; i++) {
+		buf_uvarint(&b, r[i].id - prev);
+		prev = r[i].id;
+	}
+	for (int k = 0; k < 4; k++)
+		for (size_t i = 0; i < n; i++)
+			buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].line);
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].address);
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, r[i].flags);
+	return pack(&b, ret, ret_len);
+}
+
+int loc_block_decode(struct lblock *b, const void *blob, size_t len)
+{
+	uint64_t id = 0;
+	struct rd r;
+	int err;
+
+	b->n = 0;
+	b->raw.len = 0;
+	err = unpack(blob, len, CHUNK_MAX_BLOB, &b->raw);
+	if (err)
+		return err;
+	r = (struct rd){ b->raw.p, b->raw.p + b->raw.len, false };
+	b->n = rd_uvarint(&r);
+	if (r.bad || b->n > (size_t)(r.end - r.p)) {
+		b->n = 0;
+		return -EINVAL;
+	}
+	if (grow(&b->r, &b->cap, b->n ? b->n : 1, sizeof(*b->r))) {
+		b->n = 0;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		uint64_t d = rd_uvarint(&r);
+
+		if (i && !d)
+			r.bad = true;	/* ids strictly ascending */
+		id += d;
+		b->r[i].id = id;
+	}
+	for (int k = 0; k < 4 && !r.bad; k++) {
+		for (size_t i = 0; i < b->n; i++) {
+			const uint8_t *z = memchr(r.p, 0, (size_t)(r.end - r.p));
+
+			if (!z) {
+				r.bad = true;
+				break;
+			}
+			b->r[i].str[k] = (const char *)r.p;
+			r.p = z + 1;
+		}
+	}
+	for (size_t i = 0; i < b->n; i++)
+		b->r[i].line = rd_uvarint(&r);
+	for (size_t i = 0; i < b->n; i++)
+		b->r[i].address = rd_uvarint(&r);
+	for (size_t i = 0; i < b->n; i++)
+		b->r[i].flags = rd_uvarint(&r);
+	if (r.bad) {
+		b->n = 0;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+const struct lrow *loc_block_find(const struct lblock *b, uint64_t id)
+{
+	size_t lo = 0, hi = b->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (b->r[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < b->n && b->r[lo].id == id ? &b->r[lo] : NULL;
+}
+
+void lblock_done(struct lblock *b)
+{
+	buf_done(&b->raw);
+	free(b->r);
+	memset(b, 0, sizeof(*b));
+}

@@ -93,6 +93,34 @@ void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b);
  */
 int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n);
 
+/* One location before encoding; the strings are not owned. */
+struct lrow {
+	uint64_t id;
+	const char *str[4];	/* function, module, build-id, file */
+	uint64_t line, address, flags;
+};
+
+/*
+ * Location block (before compression): a batch's new locations, ids ascending: uvarint n, n id
+ * deltas (uvarint, the first from 0), then the strings column by column (n functions, n
+ * modules, n build-ids, n files, each NUL-terminated: names of one program side by side compress
+ * well), then n lines, n addresses, n flags (uvarint). *ret malloc'ed (caller frees). 0/-errno.
+ */
+int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded location block; zero-initialized is empty and reusable. Strings point into raw. */
+struct lblock {
+	struct buf raw;
+	size_t n, cap;
+	struct lrow *r;
+};
+
+/* Decodes a location block into b (reusing its arrays). 0/-errno. */
+int loc_block_decode(struct lblock *b, const void *blob, size_t len);
+/* The row of location id in b (ids ascending), NULL if absent. */
+const struct lrow *loc_block_find(const struct lblock *b, uint64_t id);
+void lblock_done(struct lblock *b);
+
 /* One interval before encoding; attrs are 2 * nattrs name/value strings (not owned). */
 struct irow {
 	uint64_t seq;		/* store-wide order of arrival: ties of start are answered in it */

@@ -30,6 +30,7 @@ struct ingest {
 	uint64_t *loc_gid, *stack_gid;
 	uint64_t new_ls, new_stacks;	/* rows this batch adds */
 	uint64_t dropped_ls, dropped_records;	/* refused by the cardinality limit */
+	uint64_t loc_seq0, ivl_seq0;	/* the store's counters when the batch's savepoint began */
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
@@ -134,47 +135,48 @@ static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
 		p->last = t1;
 }
 
-int sq_intern(struct sq *s, const char *str, uint64_t *ret)
+int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n)
 {
-	size_t len = strlen(str);
-	uint64_t hash, id;
-	int rc;
+	sqlite3_stmt *st = s->st[ST_LOCBLOCK_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
 
-	if (!len) {
-		*ret = 0;
+	if (!n)
 		return 0;
-	}
-	hash = hash64(str, len, 17);
-	rc = dedup_id(s, &s->str_ids, ST_STR_GET, hash, &id);
-	if (rc < 0)
-		return rc;
-	if (!rc) {
-		sqlite3_bind_int64(s->st[ST_STR_ADD], 1, (int64_t)hash);
-		sqlite3_bind_text(s->st[ST_STR_ADD], 2, str, (int)len, SQLITE_STATIC);
-		if (sq_step_done(s->st[ST_STR_ADD]))
-			return -EIO;
-		id = (uint64_t)sqlite3_last_insert_rowid(s->w);
-		rc = cache_new(s, &s->str_ids, hash, id);
-		if (rc)
-			return rc;
-	}
-	*ret = id;
-	return 0;
+	err = loc_block_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)r[0].id);
+	sqlite3_bind_int64(st, 2, (int64_t)r[n - 1].id);
+	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
 }
 
+/*
+ * The batch's locations to global ids: known ones by content hash (cache, then the locations
+ * table), new ones numbered after the last and stored together as one block (a few if many).
+ */
 static int map_locations(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	struct buf key = { 0 };
+	struct lrow *r = NULL;
+	size_t nr = 0;
 	int err = 0;
 
+	if (!m->n_locations)
+		return 0;
+	r = malloc((m->n_locations < LOC_BLOCK_MAX ? m->n_locations : LOC_BLOCK_MAX) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
 	for (size_t i = 0; i < m->n_locations && !err; i++) {
 		const Gpuscope__V1__Location *l = m->locations[i];
-		uint32_t flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
-		const uint32_t str[4] = { l->function, l->module, l->build_id, l->file };
 		sqlite3_stmt *st = s->st[ST_LOC_ADD];
-		uint64_t hash, id, sid;
+		uint64_t hash, id;
 		int rc;
 
 		hash = store_location_hash(m, l, &key);
@@ -188,28 +190,32 @@ static int map_locations(struct ingest *in)
 			break;
 		}
 		if (!rc) {
-			for (int k = 0; k < 4 && !err; k++) {
-				err = sq_intern(s, S(in, str[k]), &sid);
-				sqlite3_bind_int64(st, 2 + k, (int64_t)sid);
-			}
-			if (err) {
-				sqlite3_clear_bindings(st);
-				break;
-			}
+			id = ++s->loc_seq;
 			sqlite3_bind_int64(st, 1, (int64_t)hash);
-			sqlite3_bind_int64(st, 6, l->line);
-			sqlite3_bind_int64(st, 7, (int64_t)l->address);
-			sqlite3_bind_int64(st, 8, flags);
+			sqlite3_bind_int64(st, 2, (int64_t)id);
 			if (sq_step_done(st)) {
 				err = -EIO;
 				break;
 			}
-			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 			err = cache_new(s, &s->loc_ids, hash, id);
+			r[nr++] = (struct lrow){ id, { S(in, l->function), S(in, l->module),
+				S(in, l->build_id), S(in, l->file) }, l->line, l->address,
+				(l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u) };
+			if (!err && nr == LOC_BLOCK_MAX) {
+				err = sq_put_loc_block(s, r, nr);
+				nr = 0;
+			}
 		}
 		in->loc_gid[i] = id;
 	}
+	if (!err && nr)
+		err = sq_put_loc_block(s, r, nr);
+	if (!err && s->loc_seq != in->loc_seq0) {
+		sqlite3_bind_int64(s->st[ST_LOC_SEQ], 1, (int64_t)s->loc_seq);
+		err = sq_step_done(s->st[ST_LOC_SEQ]);
+	}
 	buf_done(&key);
+	free(r);
 	return err;
 }
 
@@ -652,7 +658,6 @@ void sq_dedup_reset(struct sq *s)
 	u64map_done(&s->loc_ids);
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
-	u64map_done(&s->str_ids);
 	u64map_done(&s->stack_day);
 }
 
@@ -756,6 +761,7 @@ static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
 
 	if (sqlite3_exec(s->w, "ROLLBACK TO b", NULL, NULL, NULL))
 		return -EIO;
+	s->loc_seq = in->loc_seq0;
 	sq_dedup_reset(s);	/* the caches may name rows the rollback removed */
 	for (size_t i = 0; i < in->m->n_label_sets; i++) {
 		struct ls_pending *p = &in->ls[i];
@@ -782,10 +788,12 @@ static int ingest_one(struct sq *s, struct gitem *g)
 {
 	struct ingest *in = &g->in;
 	const Gpuscope__V1__Batch *m = in->m;
-	uint64_t first, last, seq0 = s->ivl_seq, room;
+	uint64_t first, last, room;
 	int64_t seen;
 	int rc;
 
+	in->loc_seq0 = s->loc_seq;
+	in->ivl_seq0 = s->ivl_seq;
 	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
 		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
 		return -EIO;
@@ -806,6 +814,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		rc = refuse_new_label_sets(s, in, room);
 	if (rc == -EDQUOT) {
 		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+		s->loc_seq = in->loc_seq0;
 		sq_dedup_reset(s);
 		return rc;
 	}
@@ -842,7 +851,8 @@ out_rollback:
 	snprintf(in->err, in->errlen, "store: %s",
 		 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
 	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
-	s->ivl_seq = seq0;
+	s->ivl_seq = in->ivl_seq0;
+	s->loc_seq = in->loc_seq0;
 	/* The dedup caches may name rows that the rollback removed. */
 	sq_dedup_reset(s);
 	return rc < 0 ? rc : -EIO;

@@ -21,12 +21,51 @@ struct cloc {
 	uint64_t address;
 };
 
-static int64_t fetch_loc(sqlite3_stmt *gl, uint64_t lid, struct u64map *idx, struct cloc **locs,
+/* The location blocks a sq_stacks() call decoded lately (a stack's locations are mostly in
+ * the blocks of the batches that brought them). */
+#define LC_SLOTS 16
+
+struct lcache {
+	sqlite3_stmt *gb;		/* the block holding a location id */
+	struct lblock b[LC_SLOTS];
+	uint64_t first[LC_SLOTS], last[LC_SLOTS];
+	size_t n, next;
+};
+
+/* The row of location lid, NULL if the store has none (unknown location). */
+static const struct lrow *lcache_find(struct lcache *lc, uint64_t lid, int *ret_err)
+{
+	size_t k;
+
+	for (k = 0; k < lc->n; k++)
+		if (lid >= lc->first[k] && lid <= lc->last[k])
+			return loc_block_find(&lc->b[k], lid);
+	sqlite3_bind_int64(lc->gb, 1, (int64_t)lid);
+	if (sqlite3_step(lc->gb) != SQLITE_ROW) {
+		sqlite3_reset(lc->gb);
+		return NULL;
+	}
+	k = lc->n < LC_SLOTS ? lc->n++ : lc->next++ % LC_SLOTS;
+	lc->first[k] = (uint64_t)sqlite3_column_int64(lc->gb, 0);
+	lc->last[k] = (uint64_t)sqlite3_column_int64(lc->gb, 1);
+	*ret_err = loc_block_decode(&lc->b[k], sqlite3_column_blob(lc->gb, 2),
+				    (size_t)sqlite3_column_bytes(lc->gb, 2));
+	sqlite3_reset(lc->gb);
+	if (*ret_err) {
+		lc->last[k] = 0;	/* never matches */
+		lc->first[k] = 1;
+		return NULL;
+	}
+	return lid <= lc->last[k] ? loc_block_find(&lc->b[k], lid) : NULL;
+}
+
+static int64_t fetch_loc(struct lcache *lc, uint64_t lid, struct u64map *idx, struct cloc **locs,
 			 size_t *nlocs, size_t *cap, struct buf *strs)
 {
+	const struct lrow *r;
 	struct cloc *c;
 	uint64_t *v;
-	int ins;
+	int ins, err = 0;
 
 	v = u64map_upsert(idx, lid, *nlocs, &ins);
 	if (!v)
@@ -44,22 +83,21 @@ static int64_t fetch_loc(sqlite3_stmt *gl, uint64_t lid, struct u64map *idx, str
 	}
 	c = &(*locs)[*nlocs];
 	memset(c, 0, sizeof(*c));
-	sqlite3_bind_int64(gl, 1, (int64_t)lid);
-	if (sqlite3_step(gl) == SQLITE_ROW) {
+	r = lcache_find(lc, lid, &err);
+	if (err)
+		return err;
+	if (r) {
 		for (int k = 0; k < 4; k++) {
-			const char *t = (const char *)sqlite3_column_text(gl, k);
-
 			c->off[k] = strs->len;
-			buf_put(strs, t ? t : "", strlen(t ? t : "") + 1);
+			buf_put(strs, r->str[k], strlen(r->str[k]) + 1);
 		}
-		c->line = (uint32_t)sqlite3_column_int64(gl, 4);
-		c->address = (uint64_t)sqlite3_column_int64(gl, 5);
-		c->flags = (uint32_t)sqlite3_column_int64(gl, 6);
+		c->line = (uint32_t)r->line;
+		c->address = r->address;
+		c->flags = (uint32_t)r->flags;
 	} else {
 		for (int k = 0; k < 4; k++)
 			c->off[k] = SIZE_MAX;
 	}
-	sqlite3_reset(gl);
 	if (strs->oom)
 		return -ENOMEM;
 	return (int64_t)(*nlocs)++;
@@ -70,7 +108,8 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	      void *ctx)
 {
 	struct sq *s = (struct sq *)st;
-	sqlite3_stmt *gs = NULL, *gl = NULL;
+	sqlite3_stmt *gs = NULL;
+	struct lcache lc = { 0 };
 	struct frame *frames = NULL;
 	uint64_t *lids = NULL;
 	struct u64map idx = { 0 };
@@ -91,11 +130,8 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	}
 	if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) ||
 	    sqlite3_prepare_v2(db, "SELECT locs FROM stacks WHERE id = ?", -1, &gs, NULL) ||
-	    sqlite3_prepare_v2(db, "SELECT (SELECT s FROM strings WHERE id = l.function),"
-			       " (SELECT s FROM strings WHERE id = l.module),"
-			       " (SELECT s FROM strings WHERE id = l.build_id),"
-			       " (SELECT s FROM strings WHERE id = l.file), line, address, flags"
-			       " FROM locations l WHERE id = ?", -1, &gl, NULL)) {
+	    sqlite3_prepare_v2(db, "SELECT id, last, data FROM locblocks WHERE id <= ?1"
+			       " ORDER BY id DESC LIMIT 1", -1, &lc.gb, NULL)) {
 		err = -EIO;
 		goto out;
 	}
@@ -111,7 +147,8 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 					  (size_t)sqlite3_column_bytes(gs, 0), lids,
 					  BATCH_MAX_DEPTH, &nl);
 			for (size_t k = 0; k < nl && !err; k++) {
-				int64_t x = fetch_loc(gl, lids[k], &idx, &locs, &nlocs, &cap, &strs);
+				int64_t x = fetch_loc(&lc, lids[k], &idx, &locs, &nlocs, &cap,
+						      &strs);
 
 				if (x < 0)
 					err = (int)x;
@@ -139,7 +176,9 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	}
 out:
 	sqlite3_finalize(gs);
-	sqlite3_finalize(gl);
+	sqlite3_finalize(lc.gb);
+	for (size_t k = 0; k < LC_SLOTS; k++)
+		lblock_done(&lc.b[k]);
 	sq_pool_put(s, db);
 	u64map_done(&idx);
 	buf_done(&strs);

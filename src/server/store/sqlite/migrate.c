@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Older schemas of the SQLite store, brought to the current one in place at open, inside one
- * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations get
- * their names from the strings table, stacks' location ids are delta-coded, intervals move from
- * one row each into chunks (docs/server.md "Storage").
+ * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations move
+ * from one row each into compressed blocks, stacks' location ids are delta-coded, intervals move
+ * from one row each into chunks (docs/server.md "Storage").
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -48,37 +48,72 @@ int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* Schema 1's locations, one row each with their names, into blocks of consecutive ids. */
 static int copy_locations(struct sq *s)
 {
-	sqlite3_stmt *sel = NULL, *ins = NULL;
-	int err = 0;
+	sqlite3_stmt *sel = NULL, *ins = NULL, *seq = NULL;
+	struct lrow *r = malloc(LOC_BLOCK_MAX * sizeof(*r));
+	struct buf strs = { 0 };
+	size_t nr = 0, off[LOC_BLOCK_MAX][4];
+	int err = r ? 0 : -ENOMEM;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file, line,"
-				     " address, flags FROM v1_locations", -1, &sel, NULL) ||
-	    sqlite3_prepare_v2(s->w, "INSERT INTO locations(id, hash, function, module, build_id,"
-				     " file, line, address, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			       -1, &ins, NULL)) {
+	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file,"
+					      " line, address, flags FROM v1_locations ORDER BY id",
+					-1, &sel, NULL) ||
+		     sqlite3_prepare_v2(s->w, "INSERT INTO locations(hash, id) VALUES (?, ?)", -1,
+					&ins, NULL)))
 		err = -EIO;
-		goto out;
-	}
-	while (!err && sqlite3_step(sel) == SQLITE_ROW) {
-		for (int k = 0; k < 9 && !err; k++) {
-			if (k >= 2 && k <= 5) {
-				const char *t = (const char *)sqlite3_column_text(sel, k);
-				uint64_t sid = 0;
+	while (!err) {
+		int rc = sqlite3_step(sel);
 
-				err = sq_intern(s, t ? t : "", &sid);
-				sqlite3_bind_int64(ins, k + 1, (int64_t)sid);
-			} else {
-				sqlite3_bind_int64(ins, k + 1, sqlite3_column_int64(sel, k));
-			}
-		}
-		if (!err)
+		if (rc == SQLITE_ROW) {
+			sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 1));
+			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
 			err = sq_step_done(ins);
+			r[nr] = (struct lrow){ .id = (uint64_t)sqlite3_column_int64(sel, 0),
+				.line = (uint64_t)sqlite3_column_int64(sel, 6),
+				.address = (uint64_t)sqlite3_column_int64(sel, 7),
+				.flags = (uint64_t)sqlite3_column_int64(sel, 8) };
+			for (int k = 0; k < 4; k++) {
+				const char *t = (const char *)sqlite3_column_text(sel, 2 + k);
+
+				off[nr][k] = strs.len;
+				buf_put(&strs, t ? t : "", strlen(t ? t : "") + 1);
+			}
+			s->loc_seq = r[nr].id;
+			nr++;
+		} else if (rc != SQLITE_DONE) {
+			err = -EIO;
+		}
+		if (err || strs.oom || (nr < LOC_BLOCK_MAX && rc == SQLITE_ROW) || !nr) {
+			if (strs.oom)
+				err = -ENOMEM;
+			if (err || rc != SQLITE_ROW)
+				break;
+			continue;
+		}
+		/* a block's worth (or the last rows): strings resolved now, strs may have moved */
+		for (size_t i = 0; i < nr; i++)
+			for (int k = 0; k < 4; k++)
+				r[i].str[k] = (const char *)strs.p + off[i][k];
+		err = sq_put_loc_block(s, r, nr);
+		nr = 0;
+		strs.len = 0;
+		if (rc != SQLITE_ROW)
+			break;
 	}
-out:
+	if (!err && sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'loc_seq'", -1,
+				       &seq, NULL))
+		err = -EIO;
+	if (!err) {
+		sqlite3_bind_int64(seq, 1, (int64_t)s->loc_seq);
+		err = sq_step_done(seq);
+	}
 	sqlite3_finalize(sel);
 	sqlite3_finalize(ins);
+	sqlite3_finalize(seq);
+	buf_done(&strs);
+	free(r);
 	return err;
 }
 

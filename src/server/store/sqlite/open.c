@@ -27,10 +27,9 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
 	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
-	[ST_LOC_ADD] = "INSERT INTO locations(hash, function, module, build_id, file, line, address,"
-		       " flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-	[ST_STR_GET] = "SELECT id FROM strings WHERE hash = ?",
-	[ST_STR_ADD] = "INSERT INTO strings(hash, s) VALUES (?, ?)",
+	[ST_LOC_ADD] = "INSERT INTO locations(hash, id) VALUES (?, ?)",
+	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
 	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs, day) VALUES (?, ?, ?)",
 	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
@@ -48,24 +47,25 @@ static const char *const wsql[ST_MAX] = {
 };
 
 /*
- * Schema 2 (docs/server.md "Storage"): locations refer to interned strings, stacks hold their
- * location ids delta-coded, intervals are stored in compressed chunks. A store of schema 1 is
- * migrated in place at open (migrate.c).
+ * Schema 2 (docs/server.md "Storage"): locations are stored in compressed blocks (a batch's new
+ * ones together) with a content hash -> id table, stacks hold their location ids delta-coded,
+ * intervals are stored in compressed chunks. A store of schema 1 is migrated in place at open
+ * (migrate.c).
  */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
-	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0);"
+	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
 	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" labels BLOB NOT NULL, first_ns INTEGER, last_ns INTEGER);"
-	/* function, module, build-id and file names, each once; id 0 (no row) is "" */
-	"CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" s TEXT NOT NULL);"
-	"CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" function INTEGER, module INTEGER, build_id INTEGER, file INTEGER, line INTEGER,"
-	" address INTEGER, flags INTEGER);"
+	/* locations: content hash -> id; their contents in blocks of consecutive ids, a block
+	 * keyed by its first id, `last` its last (chunk.h has the blob) */
+	"CREATE TABLE IF NOT EXISTS locations(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL)"
+	" WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" locs BLOB NOT NULL, day INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
@@ -392,17 +392,21 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
 	{
-		sqlite3_stmt *q;
-		int64_t seq = 0;
+		sqlite3_stmt *q = NULL;
+		int64_t ivl = 0, loc = 0;
 
-		if (sqlite3_prepare_v2(s->w, "SELECT value FROM meta WHERE key = 'ivl_seq'", -1, &q,
-				       NULL) || sq_step_i64(q, &seq) < 0) {
+		if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'ivl_seq'),"
+				       " (SELECT value FROM meta WHERE key = 'loc_seq')", -1, &q, NULL) ||
+		    sqlite3_step(q) != SQLITE_ROW) {
 			snprintf(err, errlen, "reading '%s': %s", s->path, sqlite3_errmsg(s->w));
 			sqlite3_finalize(q);
 			goto out_close;
 		}
+		ivl = sqlite3_column_int64(q, 0);
+		loc = sqlite3_column_int64(q, 1);
 		sqlite3_finalize(q);
-		s->ivl_seq = (uint64_t)seq;
+		s->ivl_seq = (uint64_t)ivl;
+		s->loc_seq = (uint64_t)loc;
 	}
 	if (sq_lsets_load(s)) {
 		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));

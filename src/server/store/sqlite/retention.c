@@ -210,15 +210,39 @@ out:
 	return err ? err : n;
 }
 
+static int u64_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 256;
+		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = ncap;
+	}
+	(*v)[(*n)++] = x;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 /*
- * Locations no stack refers to (after stacks went): the stacks' varint location lists are
- * read whole, then the rest is deleted. wmu held. Returns how many, or -errno.
+ * Locations no stack refers to (after stacks went): the stacks' location lists are read whole,
+ * then the rest is deleted, and the blocks none of whose locations is left. wmu held. Returns
+ * how many locations, or -errno.
  */
 static int64_t gc_locations(struct sq *s)
 {
 	struct u64map used = { 0 };
 	sqlite3_stmt *st = NULL, *del = NULL;
-	uint64_t *ids;
+	uint64_t *ids, *dead = NULL, *deadb = NULL, *live = NULL;
+	size_t ndead = 0, capdead = 0, ndeadb = 0, capdeadb = 0, nlive = 0;
 	int64_t n = 0;
 	int err = 0;
 
@@ -243,25 +267,71 @@ static int64_t gc_locations(struct sq *s)
 	free(ids);
 	if (err)
 		goto out;
-	if (sqlite3_prepare_v2(s->w, "SELECT id FROM locations", -1, &st, NULL) ||
-	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE id = ?", -1, &del, NULL)) {
+	if (sqlite3_prepare_v2(s->w, "SELECT hash, id FROM locations", -1, &st, NULL) ||
+	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE hash = ?", -1, &del, NULL)) {
 		err = -EIO;
 		goto out;
 	}
+	/* what to delete first, then deleted (not while the same table is being read) */
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t id = (uint64_t)sqlite3_column_int64(st, 1);
+
+		if (u64map_find(&used, id))
+			continue;
+		if (u64_push(&dead, &ndead, &capdead, (uint64_t)sqlite3_column_int64(st, 0)))
+			err = -ENOMEM;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	/* the blocks none of whose locations a stack uses */
+	live = malloc((used.len ? used.len : 1) * sizeof(*live));
+	if (!live)
+		err = -ENOMEM;
+	for (size_t i = 0; !err && i < used.cap; i++)
+		if (used.keys[i])
+			live[nlive++] = used.keys[i];
+	if (!err) {
+		qsort(live, nlive, sizeof(*live), cmp_u64);
+		if (sqlite3_prepare_v2(s->w, "SELECT id, last FROM locblocks", -1, &st, NULL))
+			err = -EIO;
+	}
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
+		uint64_t last = (uint64_t)sqlite3_column_int64(st, 1);
+		size_t lo = 0, hi = nlive;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (live[mid] < first)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < nlive && live[lo] <= last)
+			continue;
+		if (u64_push(&deadb, &ndeadb, &capdeadb, first))
+			err = -ENOMEM;
+	}
+	if (err)
+		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
 		err = -EIO;
 		goto out;
 	}
-	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
-
-		if (u64map_find(&used, id))
-			continue;
-		sqlite3_bind_int64(del, 1, (int64_t)id);
+	for (size_t i = 0; !err && i < ndead; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)dead[i]);
 		err = sq_step_done(del);
 		n++;
 	}
-	sqlite3_reset(st);
+	sqlite3_finalize(del);
+	del = NULL;
+	if (!err && sqlite3_prepare_v2(s->w, "DELETE FROM locblocks WHERE id = ?", -1, &del, NULL))
+		err = -EIO;
+	for (size_t i = 0; !err && i < ndeadb; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)deadb[i]);
+		err = sq_step_done(del);
+	}
 	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
 		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
 		err = -EIO;
@@ -270,14 +340,11 @@ out:
 	sqlite3_finalize(st);
 	sqlite3_finalize(del);
 	u64map_done(&used);
+	free(dead);
+	free(deadb);
+	free(live);
 	if (!err)
 		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
-	/* then the names no location uses any more */
-	if (!err && n > 0 && sqlite3_exec(s->w, "DELETE FROM strings WHERE id NOT IN (SELECT function"
-					  " FROM locations UNION SELECT module FROM locations UNION"
-					  " SELECT build_id FROM locations UNION SELECT file FROM"
-					  " locations)", NULL, NULL, NULL))
-		log_warn("retention: strings: %s", sqlite3_errmsg(s->w));
 	return err ? err : n;
 }
 

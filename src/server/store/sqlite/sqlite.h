@@ -43,9 +43,9 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STR_GET, ST_STR_ADD, ST_STACK_GET, ST_STACK_ADD,
-	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ, ST_NODE_UP, ST_PERIOD_SET,
-	ST_STACK_DAY, ST_MAX,
+	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
+	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
+	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_MAX,
 };
 
 struct sq {
@@ -61,8 +61,9 @@ struct sq {
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
-	struct u64map loc_ids, stack_ids, series_ids, str_ids;	/* content hash -> id */
+	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
+	uint64_t loc_seq;		/* the last location id given (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
@@ -145,8 +146,9 @@ void sq_lsets_done(struct sq *s);
 
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
-/* The id of str in the strings table, added if new; "" is 0 (no row). wmu held. 0/-errno. */
-int sq_intern(struct sq *s, const char *str, uint64_t *ret);
+#define LOC_BLOCK_MAX	4096	/* locations per block */
+/* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
+int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
 /* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
 int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n);
 /* Forgets the hash -> id caches (after a rollback, they may name rows that are gone). */
