@@ -120,7 +120,7 @@ def main():
         s.stop()
         db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
         check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == 2, "schema 2")
-        check(not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('intervals', 'v1_intervals',"
+        check(not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('intervals', 'v1_intervals', 'v1_stacks',"
                              " 'v1_locations')").fetchall(), "old tables gone")
         db.execute("UPDATE meta SET value = 3 WHERE key = 'schema'")
         db.commit()

@@ -762,3 +762,99 @@ void lblock_done(struct lblock *b)
 	free(b->r);
 	memset(b, 0, sizeof(*b));
 }
+
+/* ---- stack blocks ------------------------------------------------------------------------- */
+
+int stack_block_encode(const uint64_t *ids, const uint8_t *const *locs, const size_t *lens,
+		       size_t n, uint8_t **ret, size_t *ret_len)
+{
+	struct buf b = { 0 };
+	uint64_t prev = 0;
+
+	buf_uvarint(&b, n);
+	for (size_t i = 0; i < n; i++) {
+		buf_uvarint(&b, ids[i] - prev);
+		prev = ids[i];
+	}
+	for (size_t i = 0; i < n; i++)
+		buf_uvarint(&b, lens[i]);
+	for (size_t i = 0; i < n; i++)
+		if (lens[i])
+			buf_put(&b, locs[i], lens[i]);
+	return pack(&b, ret, ret_len);
+}
+
+int stack_block_decode(struct sblock *b, const void *blob, size_t len)
+{
+	size_t cap;
+	uint64_t id = 0;
+	struct rd r;
+	int err;
+
+	b->n = 0;
+	b->raw.len = 0;
+	err = unpack(blob, len, CHUNK_MAX_BLOB, &b->raw);
+	if (err)
+		return err;
+	r = (struct rd){ b->raw.p, b->raw.p + b->raw.len, false };
+	b->n = rd_uvarint(&r);
+	if (r.bad || b->n > (size_t)(r.end - r.p)) {
+		b->n = 0;
+		return -EINVAL;
+	}
+	cap = b->cap;
+	if (grow(&b->id, &cap, b->n + 1, sizeof(*b->id)) ||
+	    (cap = b->cap, grow(&b->locs, &cap, b->n + 1, sizeof(*b->locs))) ||
+	    (cap = b->cap, grow(&b->len, &cap, b->n + 1, sizeof(*b->len)))) {
+		b->n = 0;
+		return -ENOMEM;
+	}
+	b->cap = cap;
+	for (size_t i = 0; i < b->n; i++) {
+		uint64_t d = rd_uvarint(&r);
+
+		if (i && !d)
+			r.bad = true;	/* ids strictly ascending */
+		id += d;
+		b->id[i] = id;
+	}
+	for (size_t i = 0; i < b->n; i++)
+		b->len[i] = rd_uvarint(&r);
+	for (size_t i = 0; i < b->n && !r.bad; i++) {
+		if (b->len[i] > (size_t)(r.end - r.p)) {
+			r.bad = true;
+			break;
+		}
+		b->locs[i] = r.p;
+		r.p += b->len[i];
+	}
+	if (r.bad) {
+		b->n = 0;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+ptrdiff_t stack_block_find(const struct sblock *b, uint64_t id)
+{
+	size_t lo = 0, hi = b->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (b->id[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < b->n && b->id[lo] == id ? (ptrdiff_t)lo : -1;
+}
+
+void sblock_done(struct sblock *b)
+{
+	buf_done(&b->raw);
+	free(b->id);
+	free(b->locs);
+	free(b->len);
+	memset(b, 0, sizeof(*b));
+}

@@ -93,6 +93,31 @@ void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b);
  */
 int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n);
 
+/*
+ * Stack block (before compression): a batch's new stacks, ids ascending: uvarint n, n id deltas
+ * (uvarint, the first from 0), n lengths (uvarint), then each stack's location list
+ * (stack_locs_encode(), the stacks of one program share long runs) back to back. ids, locs
+ * and lens are n entries; locs[i] points at lens[i] bytes. *ret malloc'ed (caller frees).
+ * 0/-errno.
+ */
+int stack_block_encode(const uint64_t *ids, const uint8_t *const *locs, const size_t *lens,
+		       size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded stack block; zero-initialized is empty and reusable. locs point into raw. */
+struct sblock {
+	struct buf raw;
+	size_t n, cap;
+	uint64_t *id;
+	const uint8_t **locs;
+	size_t *len;
+};
+
+/* Decodes a stack block into b (reusing its arrays). 0/-errno. */
+int stack_block_decode(struct sblock *b, const void *blob, size_t len);
+/* The index of stack id in b (ids ascending), -1 if absent. */
+ptrdiff_t stack_block_find(const struct sblock *b, uint64_t id);
+void sblock_done(struct sblock *b);
+
 /* One location before encoding; the strings are not owned. */
 struct lrow {
 	uint64_t id;

@@ -30,7 +30,8 @@ struct ingest {
 	uint64_t *loc_gid, *stack_gid;
 	uint64_t new_ls, new_stacks;	/* rows this batch adds */
 	uint64_t dropped_ls, dropped_records;	/* refused by the cardinality limit */
-	uint64_t loc_seq0, ivl_seq0;	/* the store's counters when the batch's savepoint began */
+	/* the store's counters when the batch's savepoint began */
+	uint64_t loc_seq0, stack_seq0, ivl_seq0;
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
@@ -219,17 +220,79 @@ static int map_locations(struct ingest *in)
 	return err;
 }
 
+int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
+		       const size_t *lens, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_STACKBLOCK_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	if (!n)
+		return 0;
+	err = stack_block_encode(ids, locs, lens, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)ids[0]);
+	sqlite3_bind_int64(st, 2, (int64_t)ids[n - 1]);
+	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+/* The batch's new stacks, gathered for their block. */
+struct stack_pending {
+	uint64_t *id;
+	size_t *off, *len, n;
+	struct buf locs;
+};
+
+static int stacks_flush(struct sq *s, struct stack_pending *p)
+{
+	const uint8_t **v;
+	int err;
+
+	if (!p->n)
+		return 0;
+	if (p->locs.oom)
+		return -ENOMEM;
+	v = malloc(p->n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++)
+		v[i] = p->locs.p + p->off[i];
+	err = sq_put_stack_block(s, p->id, v, p->len, p->n);
+	free(v);
+	p->n = 0;
+	p->locs.len = 0;
+	return err;
+}
+
+/*
+ * The batch's stacks to global ids: known ones by content hash (their day moved to today), new
+ * ones numbered after the last and stored together as one block (a few if many).
+ */
 static int map_stacks(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
-	struct buf key = { 0 }, blob = { 0 };
+	struct buf key = { 0 };
+	struct stack_pending p = { 0 };
 	uint64_t tmin, tmax, today, *ids = NULL;
+	size_t maxn = m->n_stacks < STACK_BLOCK_MAX ? m->n_stacks : STACK_BLOCK_MAX;
 	int err = 0;
 
+	if (!m->n_stacks)
+		return 0;
 	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
+	p.id = malloc(maxn * sizeof(*p.id));
+	p.off = malloc(maxn * sizeof(*p.off));
+	p.len = malloc(maxn * sizeof(*p.len));
+	if (!ids || !p.id || !p.off || !p.len) {
+		err = -ENOMEM;
+		goto out;
+	}
 	/* The day a stack was last used: its batch's newest record (records are retained by
 	 * their time, so the stack is needed as long as that day is). */
 	batch_time_bounds(m, &tmin, &tmax);
@@ -239,12 +302,13 @@ static int map_stacks(struct ingest *in)
 		u64map_done(&s->stack_day);	/* bounded: forgetting costs an UPDATE */
 	for (size_t i = 0; i < m->n_stacks && !err; i++) {
 		const Gpuscope__V1__Stack *st = m->stacks[i];
+		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
 		uint64_t hash, id;
 		int rc;
 
-		/* the content hash is over the plain varint ids, the stored blob delta-coded */
+		/* the content hash is over the plain varint ids, the stored list delta-coded */
 		key.len = 0;
-		for (size_t k = 0; k < st->n_locations && k < BATCH_MAX_DEPTH; k++) {
+		for (size_t k = 0; k < nl; k++) {
 			ids[k] = in->loc_gid[st->locations[k]];
 			buf_uvarint(&key, ids[k]);
 		}
@@ -267,7 +331,7 @@ static int map_stacks(struct ingest *in)
 				break;
 			}
 			if (*d < today + 1) {
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)id);
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)hash);
 				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
 				if (sq_step_done(s->st[ST_STACK_DAY])) {
 					err = -EIO;
@@ -276,31 +340,40 @@ static int map_stacks(struct ingest *in)
 				*d = today + 1;
 			}
 		} else {
-			blob.len = 0;
-			stack_locs_encode(ids, st->n_locations < BATCH_MAX_DEPTH ? st->n_locations :
-				 BATCH_MAX_DEPTH, &blob);
-			if (blob.oom) {
-				err = -ENOMEM;
-				break;
-			}
+			id = ++s->stack_seq;
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
-			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, blob.p ? (void *)blob.p : "",
-					  (int)blob.len, SQLITE_STATIC);
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)id);
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
 				err = -EIO;
 				break;
 			}
-			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+			p.id[p.n] = id;
+			p.off[p.n] = p.locs.len;
+			stack_locs_encode(ids, nl, &p.locs);
+			p.len[p.n] = p.locs.len - p.off[p.n];
+			p.n++;
 			err = cache_new(s, &s->stack_ids, hash, id);
 			in->new_stacks++;
 			if (!err && !u64map_upsert(&s->stack_day, id, today + 1, NULL))
 				err = -ENOMEM;
+			if (!err && p.n == STACK_BLOCK_MAX)
+				err = stacks_flush(s, &p);
 		}
 		in->stack_gid[i] = id;
 	}
+	if (!err)
+		err = stacks_flush(s, &p);
+	if (!err && s->stack_seq != in->stack_seq0) {
+		sqlite3_bind_int64(s->st[ST_STACK_SEQ], 1, (int64_t)s->stack_seq);
+		err = sq_step_done(s->st[ST_STACK_SEQ]);
+	}
+out:
 	buf_done(&key);
-	buf_done(&blob);
+	buf_done(&p.locs);
+	free(p.id);
+	free(p.off);
+	free(p.len);
 	free(ids);
 	return err;
 }
@@ -762,6 +835,7 @@ static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
 	if (sqlite3_exec(s->w, "ROLLBACK TO b", NULL, NULL, NULL))
 		return -EIO;
 	s->loc_seq = in->loc_seq0;
+	s->stack_seq = in->stack_seq0;
 	sq_dedup_reset(s);	/* the caches may name rows the rollback removed */
 	for (size_t i = 0; i < in->m->n_label_sets; i++) {
 		struct ls_pending *p = &in->ls[i];
@@ -793,6 +867,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	int rc;
 
 	in->loc_seq0 = s->loc_seq;
+	in->stack_seq0 = s->stack_seq;
 	in->ivl_seq0 = s->ivl_seq;
 	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
 		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
@@ -815,6 +890,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	if (rc == -EDQUOT) {
 		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
 		s->loc_seq = in->loc_seq0;
+		s->stack_seq = in->stack_seq0;
 		sq_dedup_reset(s);
 		return rc;
 	}
@@ -853,6 +929,7 @@ out_rollback:
 	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
 	s->ivl_seq = in->ivl_seq0;
 	s->loc_seq = in->loc_seq0;
+	s->stack_seq = in->stack_seq0;
 	/* The dedup caches may name rows that the rollback removed. */
 	sq_dedup_reset(s);
 	return rc < 0 ? rc : -EIO;

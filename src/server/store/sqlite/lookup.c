@@ -59,6 +59,51 @@ static const struct lrow *lcache_find(struct lcache *lc, uint64_t lid, int *ret_
 	return lid <= lc->last[k] ? loc_block_find(&lc->b[k], lid) : NULL;
 }
 
+/* Likewise the stack blocks. */
+struct scache {
+	sqlite3_stmt *gb;
+	struct sblock b[LC_SLOTS];
+	uint64_t first[LC_SLOTS], last[LC_SLOTS];
+	size_t n, next;
+};
+
+/* Stack id's location list (*ret_p, *ret_len bytes): 0 found, 1 unknown (or a block that does
+ * not decode), -errno. */
+static int scache_find(struct scache *sc, uint64_t id, const uint8_t **ret_p, size_t *ret_len)
+{
+	ptrdiff_t x;
+	size_t k;
+	int err;
+
+	for (k = 0; k < sc->n; k++)
+		if (id >= sc->first[k] && id <= sc->last[k])
+			break;
+	if (k == sc->n) {
+		sqlite3_bind_int64(sc->gb, 1, (int64_t)id);
+		if (sqlite3_step(sc->gb) != SQLITE_ROW) {
+			sqlite3_reset(sc->gb);
+			return 1;
+		}
+		k = sc->n < LC_SLOTS ? sc->n++ : sc->next++ % LC_SLOTS;
+		sc->first[k] = (uint64_t)sqlite3_column_int64(sc->gb, 0);
+		sc->last[k] = (uint64_t)sqlite3_column_int64(sc->gb, 1);
+		err = stack_block_decode(&sc->b[k], sqlite3_column_blob(sc->gb, 2),
+					 (size_t)sqlite3_column_bytes(sc->gb, 2));
+		sqlite3_reset(sc->gb);
+		if (err) {
+			sc->first[k] = 1;	/* never matches */
+			sc->last[k] = 0;
+			return err == -EINVAL ? 1 : err;
+		}
+	}
+	x = stack_block_find(&sc->b[k], id);
+	if (x < 0)
+		return 1;
+	*ret_p = sc->b[k].locs[x];
+	*ret_len = sc->b[k].len[x];
+	return 0;
+}
+
 static int64_t fetch_loc(struct lcache *lc, uint64_t lid, struct u64map *idx, struct cloc **locs,
 			 size_t *nlocs, size_t *cap, struct buf *strs)
 {
@@ -108,7 +153,7 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	      void *ctx)
 {
 	struct sq *s = (struct sq *)st;
-	sqlite3_stmt *gs = NULL;
+	struct scache sc = { 0 };
 	struct lcache lc = { 0 };
 	struct frame *frames = NULL;
 	uint64_t *lids = NULL;
@@ -129,7 +174,8 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 		goto out;
 	}
 	if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) ||
-	    sqlite3_prepare_v2(db, "SELECT locs FROM stacks WHERE id = ?", -1, &gs, NULL) ||
+	    sqlite3_prepare_v2(db, "SELECT id, last, data FROM stackblocks WHERE id <= ?1"
+			       " ORDER BY id DESC LIMIT 1", -1, &sc.gb, NULL) ||
 	    sqlite3_prepare_v2(db, "SELECT id, last, data FROM locblocks WHERE id <= ?1"
 			       " ORDER BY id DESC LIMIT 1", -1, &lc.gb, NULL)) {
 		err = -EIO;
@@ -138,14 +184,19 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	for (size_t i = 0; i < n && !err; i++) {
 		size_t nf = 0;
 
-		sqlite3_bind_int64(gs, 1, (int64_t)ids[i]);
-		if (sqlite3_step(gs) == SQLITE_ROW) {
+		const uint8_t *sp = NULL;
+		size_t sl = 0;
+		int rc = scache_find(&sc, ids[i], &sp, &sl);
+
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
+		if (!rc) {
 			size_t nl = 0;
 
 			/* a stack that does not decode answers the frames before the fault */
-			stack_locs_decode(sqlite3_column_blob(gs, 0),
-					  (size_t)sqlite3_column_bytes(gs, 0), lids,
-					  BATCH_MAX_DEPTH, &nl);
+			stack_locs_decode(sp, sl, lids, BATCH_MAX_DEPTH, &nl);
 			for (size_t k = 0; k < nl && !err; k++) {
 				int64_t x = fetch_loc(&lc, lids[k], &idx, &locs, &nlocs, &cap,
 						      &strs);
@@ -156,7 +207,6 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 					fl[nf++] = (size_t)x;
 			}
 		}
-		sqlite3_reset(gs);
 		if (err)
 			break;
 		/* Resolve offsets now: strs may have moved while fetching. */
@@ -175,10 +225,12 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 		err = cb(ctx, ids[i], frames, nf);
 	}
 out:
-	sqlite3_finalize(gs);
+	sqlite3_finalize(sc.gb);
 	sqlite3_finalize(lc.gb);
-	for (size_t k = 0; k < LC_SLOTS; k++)
+	for (size_t k = 0; k < LC_SLOTS; k++) {
 		lblock_done(&lc.b[k]);
+		sblock_done(&sc.b[k]);
+	}
 	sq_pool_put(s, db);
 	u64map_done(&idx);
 	buf_done(&strs);

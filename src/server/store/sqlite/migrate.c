@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Older schemas of the SQLite store, brought to the current one in place at open, inside one
- * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations move
- * from one row each into compressed blocks, stacks' location ids are delta-coded, intervals move
- * from one row each into chunks (docs/server.md "Storage").
+ * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations and
+ * stacks move from one row each into compressed blocks (a stack's location ids delta-coded),
+ * intervals from one row each into chunks (docs/server.md "Storage").
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -41,6 +41,7 @@ int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen)
 {
 	/* The indexes follow their table; schema 2's have other names. */
 	if (sqlite3_exec(s->w, "ALTER TABLE locations RENAME TO v1_locations;"
+			       " ALTER TABLE stacks RENAME TO v1_stacks;"
 			       " ALTER TABLE intervals RENAME TO v1_intervals;", NULL, NULL, NULL)) {
 		snprintf(err, errlen, "migrating schema 1: %s", sqlite3_errmsg(s->w));
 		return -EIO;
@@ -117,44 +118,83 @@ static int copy_locations(struct sq *s)
 	return err;
 }
 
-/* Schema 1 stored plain uvarint location ids; schema 2 delta-codes them. */
-static int recode_stacks(struct sq *s)
+/* Schema 1's stacks, one row each with plain uvarint location ids, into blocks of consecutive
+ * ids with the ids delta-coded. */
+static int copy_stacks(struct sq *s)
 {
-	sqlite3_stmt *sel = NULL, *up = NULL;
+	sqlite3_stmt *sel = NULL, *ins = NULL, *seq = NULL;
 	uint64_t *ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	uint64_t *sid = malloc(STACK_BLOCK_MAX * sizeof(*sid));
+	size_t *off = malloc(STACK_BLOCK_MAX * sizeof(*off));
+	size_t *lens = malloc(STACK_BLOCK_MAX * sizeof(*lens));
+	const uint8_t **locs = malloc(STACK_BLOCK_MAX * sizeof(*locs));
 	struct buf b = { 0 };
-	int err = ids ? 0 : -ENOMEM;
+	size_t nr = 0;
+	int err = ids && sid && off && lens && locs ? 0 : -ENOMEM;
 
-	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, locs FROM stacks", -1, &sel, NULL) ||
-		     sqlite3_prepare_v2(s->w, "UPDATE stacks SET locs = ?2 WHERE id = ?1", -1, &up,
-					NULL)))
+	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, locs, day FROM v1_stacks ORDER BY id",
+					-1, &sel, NULL) ||
+		     sqlite3_prepare_v2(s->w, "INSERT INTO stacks(hash, id, day) VALUES (?, ?, ?)", -1,
+					&ins, NULL)))
 		err = -EIO;
-	while (!err && sqlite3_step(sel) == SQLITE_ROW) {
-		const uint8_t *p = sqlite3_column_blob(sel, 1);
-		struct rd r = { p, p + sqlite3_column_bytes(sel, 1), false };
-		size_t n = 0;
+	while (!err) {
+		int rc = sqlite3_step(sel);
 
-		while (r.p < r.end && n < BATCH_MAX_DEPTH) {
-			uint64_t v = rd_uvarint(&r);
+		if (rc == SQLITE_ROW) {
+			const uint8_t *p = sqlite3_column_blob(sel, 2);
+			struct rd r = { p, p ? p + sqlite3_column_bytes(sel, 2) : NULL, false };
+			size_t n = 0;
 
-			if (r.bad)
-				break;
-			ids[n++] = v;
+			while (r.p < r.end && n < BATCH_MAX_DEPTH) {
+				uint64_t v = rd_uvarint(&r);
+
+				if (r.bad)
+					break;
+				ids[n++] = v;
+			}
+			sid[nr] = (uint64_t)sqlite3_column_int64(sel, 0);
+			off[nr] = b.len;
+			stack_locs_encode(ids, n, &b);
+			lens[nr] = b.len - off[nr];
+			sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 1));
+			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
+			sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 3));
+			err = sq_step_done(ins);
+			s->stack_seq = sid[nr];
+			nr++;
+		} else if (rc != SQLITE_DONE) {
+			err = -EIO;
 		}
-		b.len = 0;
-		stack_locs_encode(ids, n, &b);
-		if (b.oom) {
+		if (!err && b.oom)
 			err = -ENOMEM;
+		if (err)
 			break;
+		if (nr && (nr == STACK_BLOCK_MAX || rc != SQLITE_ROW)) {
+			for (size_t i = 0; i < nr; i++)
+				locs[i] = b.p + off[i];
+			err = sq_put_stack_block(s, sid, locs, lens, nr);
+			nr = 0;
+			b.len = 0;
 		}
-		sqlite3_bind_int64(up, 1, sqlite3_column_int64(sel, 0));
-		sqlite3_bind_blob(up, 2, b.p ? (void *)b.p : "", (int)b.len, SQLITE_STATIC);
-		err = sq_step_done(up);
+		if (rc != SQLITE_ROW)
+			break;
+	}
+	if (!err && sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'stack_seq'", -1,
+				       &seq, NULL))
+		err = -EIO;
+	if (!err) {
+		sqlite3_bind_int64(seq, 1, (int64_t)s->stack_seq);
+		err = sq_step_done(seq);
 	}
 	sqlite3_finalize(sel);
-	sqlite3_finalize(up);
+	sqlite3_finalize(ins);
+	sqlite3_finalize(seq);
 	buf_done(&b);
 	free(ids);
+	free(sid);
+	free(off);
+	free(lens);
+	free(locs);
 	return err;
 }
 
@@ -298,7 +338,7 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen)
 
 	if (!rc) {
 		what = "stacks";
-		rc = recode_stacks(s);
+		rc = copy_stacks(s);
 	}
 	if (!rc) {
 		what = "intervals";
@@ -306,8 +346,8 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen)
 	}
 	if (!rc) {
 		what = "dropping the old tables";
-		rc = sqlite3_exec(s->w, "DROP TABLE v1_locations; DROP TABLE v1_intervals;", NULL,
-				  NULL, NULL) ? -EIO : 0;
+		rc = sqlite3_exec(s->w, "DROP TABLE v1_locations; DROP TABLE v1_stacks;"
+				  " DROP TABLE v1_intervals;", NULL, NULL, NULL) ? -EIO : 0;
 	}
 	if (rc) {
 		snprintf(err, errlen, "migrating schema 1 to 2: %s: %s", what,

@@ -31,8 +31,10 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
-	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs, day) VALUES (?, ?, ?)",
-	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
+	[ST_STACK_ADD] = "INSERT INTO stacks(hash, id, day) VALUES (?, ?, ?)",
+	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE hash = ?1",
+	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
 			 " VALUES (?, ?, ?, ?, ?, ?)",
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
@@ -47,14 +49,15 @@ static const char *const wsql[ST_MAX] = {
 };
 
 /*
- * Schema 2 (docs/server.md "Storage"): locations are stored in compressed blocks (a batch's new
- * ones together) with a content hash -> id table, stacks hold their location ids delta-coded,
- * intervals are stored in compressed chunks. A store of schema 1 is migrated in place at open
+ * Schema 2 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
+ * batch's new ones together) beside a content hash -> id table each, a stack's location ids
+ * delta-coded; intervals are stored in compressed chunks. A store of schema 1 is migrated in place at open
  * (migrate.c).
  */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
-	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0);"
+	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0),"
+	" ('stack_seq', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
@@ -66,8 +69,12 @@ static const char schema[] =
 	" WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
-	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" locs BLOB NOT NULL, day INTEGER NOT NULL DEFAULT 0);"
+	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
+	 * GC), their location lists in blocks */
+	"CREATE TABLE IF NOT EXISTS stacks(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL,"
+	" day INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS stackblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
 	" t_min INTEGER, t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS chunks_kt ON chunks(kind, t_min);"
@@ -396,7 +403,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		int64_t ivl = 0, loc = 0;
 
 		if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'ivl_seq'),"
-				       " (SELECT value FROM meta WHERE key = 'loc_seq')", -1, &q, NULL) ||
+				       " (SELECT value FROM meta WHERE key = 'loc_seq'),"
+				       " (SELECT value FROM meta WHERE key = 'stack_seq')", -1, &q,
+				       NULL) ||
 		    sqlite3_step(q) != SQLITE_ROW) {
 			snprintf(err, errlen, "reading '%s': %s", s->path, sqlite3_errmsg(s->w));
 			sqlite3_finalize(q);
@@ -404,6 +413,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		}
 		ivl = sqlite3_column_int64(q, 0);
 		loc = sqlite3_column_int64(q, 1);
+		s->stack_seq = (uint64_t)sqlite3_column_int64(q, 2);
 		sqlite3_finalize(q);
 		s->ivl_seq = (uint64_t)ivl;
 		s->loc_seq = (uint64_t)loc;

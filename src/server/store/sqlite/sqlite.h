@@ -45,7 +45,7 @@ enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
 	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
-	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_MAX,
+	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_MAX,
 };
 
 struct sq {
@@ -63,7 +63,7 @@ struct sq {
 	sqlite3_stmt *st[ST_MAX];
 	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
-	uint64_t loc_seq;		/* the last location id given (wmu) */
+	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
@@ -147,6 +147,10 @@ void sq_lsets_done(struct sq *s);
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
 #define LOC_BLOCK_MAX	4096	/* locations per block */
+#define STACK_BLOCK_MAX	4096	/* stacks per block */
+/* Stores n stacks (ids ascending, their encoded location lists) as one block. 0/-errno. */
+int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
+		       const size_t *lens, size_t n);
 /* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
 int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
 /* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
