@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the SQLite store's blob decoders (src/server/store/sqlite/chunk.c). The
- * first byte picks the format (bits 0-1: samples, points, rollup, then with bit 3 clear interval
- * chunks, set stack location lists) and whether the rest is the stored zstd blob (bit 2 clear)
+ * first byte picks the format (bits 0-1: samples, points, rollup, then by bits 3-4: interval
+ * chunks, stack location lists, location blocks, stack blocks) and whether the rest is the stored zstd blob (bit 2 clear)
  * or the payload before compression (bit 2 set, packed here, so the fuzzer reaches the varint
  * layer directly). Whatever decodes is encoded again and must decode to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
  */
@@ -256,6 +256,60 @@ static void stack_locs(const uint8_t *blob, size_t len)
 	buf_done(&e);
 }
 
+static void loc_block(const uint8_t *blob, size_t len)
+{
+	struct lblock b = { 0 }, c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen;
+
+	if (loc_block_decode(&b, blob, len))
+		goto out;
+	for (size_t i = 0; i < b.n; i++)
+		if (loc_block_find(&b, b.r[i].id) != &b.r[i])
+			abort();
+	if (loc_block_encode(b.r, b.n, &z, &zlen))
+		goto out;
+	if (loc_block_decode(&c, z, zlen) || c.n != b.n)
+		abort();
+	for (size_t i = 0; i < b.n; i++) {
+		if (c.r[i].id != b.r[i].id || c.r[i].line != b.r[i].line ||
+		    c.r[i].address != b.r[i].address || c.r[i].flags != b.r[i].flags)
+			abort();
+		for (int k = 0; k < 4; k++)
+			if (strcmp(c.r[i].str[k], b.r[i].str[k]))
+				abort();
+	}
+out:
+	free(z);
+	lblock_done(&b);
+	lblock_done(&c);
+}
+
+static void stack_block(const uint8_t *blob, size_t len)
+{
+	struct sblock b = { 0 }, c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen;
+
+	if (stack_block_decode(&b, blob, len))
+		goto out;
+	for (size_t i = 0; i < b.n; i++)
+		if (stack_block_find(&b, b.id[i]) != (ptrdiff_t)i)
+			abort();
+	if (stack_block_encode(b.id, b.locs, b.len, b.n, &z, &zlen))
+		goto out;
+	if (stack_block_decode(&c, z, zlen) || c.n != b.n)
+		abort();
+	for (size_t i = 0; i < b.n; i++)
+		if (c.id[i] != b.id[i] || c.len[i] != b.len[i] ||
+		    (b.len[i] && memcmp(c.locs[i], b.locs[i], b.len[i])))
+			abort();
+out:
+	free(z);
+	sblock_done(&b);
+	sblock_done(&c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *packed = NULL;
@@ -284,10 +338,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rollup(data, size);
 		break;
 	default:
-		if (mode & 8)
-			stack_locs(data, size);
-		else
+		switch ((mode >> 3) & 3) {
+		case 0:
 			intervals(data, size);
+			break;
+		case 1:
+			stack_locs(data, size);
+			break;
+		case 2:
+			loc_block(data, size);
+			break;
+		default:
+			stack_block(data, size);
+			break;
+		}
 		break;
 	}
 	free(packed);
