@@ -92,13 +92,15 @@ static void samples(const uint8_t *blob, size_t len)
 	if (!r)
 		goto out;
 	for (size_t i = 0; i < c.n; i++)
-		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i] };
+		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.mixed ? c.labelset[i] : 0 };
 	if (chunk_samples_encode(r, c.n, &z, &zlen))
 		goto out;
 	if (chunk_samples_decode(&d, z, zlen, c.t[0]) || d.n != c.n)
 		abort();
+	/* one label set in the end is the chunk row's (here r[0]'s) */
 	for (size_t i = 0; i < c.n; i++)
-		if (d.t[i] != c.t[i] || d.stack[i] != c.stack[i] || d.value[i] != c.value[i])
+		if (d.t[i] != c.t[i] || d.stack[i] != c.stack[i] || d.value[i] != c.value[i] ||
+		    (d.mixed ? d.labelset[i] : r[0].labelset) != r[i].labelset)
 			abort();
 out:
 	free(z);

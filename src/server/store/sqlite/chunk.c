@@ -58,14 +58,20 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *
 	bool all_one = true;
 	uint64_t prev = r[0].t;
 
-	for (size_t i = 0; i < n; i++)
+	bool mixed = false;
+
+	for (size_t i = 0; i < n; i++) {
 		all_one &= r[i].value == 1;
+		mixed |= r[i].labelset != r[0].labelset;
+	}
 	buf_uvarint(&b, n);
-	buf_uvarint(&b, all_one);
+	buf_uvarint(&b, (all_one ? 1u : 0u) | (mixed ? 2u : 0u));
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, r[i].t - prev);
 		prev = r[i].t;
 	}
+	for (size_t i = 0; i < n && mixed; i++)
+		buf_uvarint(&b, r[i].labelset);
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].stack);
 	for (size_t i = 0; i < n && !all_one; i++)
@@ -79,6 +85,7 @@ void chunk_done(struct chunk *c)
 	free(c->t);
 	free(c->stack);
 	free(c->value);
+	free(c->labelset);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -94,8 +101,14 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
-	c->n = rd_uvarint(&r);
-	c->all_one = rd_uvarint(&r) & 1;
+	{
+		uint64_t flags;
+
+		c->n = rd_uvarint(&r);
+		flags = rd_uvarint(&r);
+		c->all_one = flags & 1;
+		c->mixed = flags & 2;
+	}
 	if (r.bad || c->n > c->raw.len || c->n > CHUNK_MAX) {
 		c->n = 0;
 		return -EINVAL;
@@ -104,11 +117,13 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 		free(c->t);
 		free(c->stack);
 		free(c->value);
+		free(c->labelset);
 		c->t = malloc(c->n * sizeof(*c->t));
 		c->stack = malloc(c->n * sizeof(*c->stack));
 		c->value = malloc(c->n * sizeof(*c->value));
+		c->labelset = malloc(c->n * sizeof(*c->labelset));
 		c->cap = c->n;
-		if (!c->t || !c->stack || !c->value) {
+		if (!c->t || !c->stack || !c->value || !c->labelset) {
 			c->cap = 0;
 			c->n = 0;
 			return -ENOMEM;
@@ -118,6 +133,8 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 		t += rd_uvarint(&r);
 		c->t[i] = t;
 	}
+	for (size_t i = 0; i < c->n && c->mixed; i++)
+		c->labelset[i] = rd_uvarint(&r);
 	for (size_t i = 0; i < c->n; i++)
 		c->stack[i] = rd_uvarint(&r);
 	for (size_t i = 0; i < c->n; i++)

@@ -23,6 +23,7 @@ struct srow {
 	uint64_t t;
 	uint64_t stack;
 	int64_t value;
+	uint64_t labelset;	/* schema 2: a chunk may hold several (the kind's of a batch) */
 };
 
 /* One metric point before encoding. */
@@ -32,9 +33,11 @@ struct prow {
 };
 
 /*
- * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1), then n time deltas
- * from t_min = r[0].t (uvarint, times sorted ascending), n stack ids (uvarint), n values
- * (svarint) unless all are 1. r sorted by t, n >= 1. *ret malloc'ed (caller frees). 0/-errno.
+ * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1; bit 1: several label
+ * sets), then n time deltas from t_min = r[0].t (uvarint, times sorted ascending), n label set
+ * ids (uvarint) if several, n stack ids (uvarint), n values (svarint) unless all are 1. With one
+ * label set it is the chunk row's. r sorted by t, n >= 1. *ret malloc'ed (caller frees).
+ * 0/-errno.
  */
 int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len);
 
@@ -42,8 +45,8 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *
 struct chunk {
 	struct buf raw;
 	size_t n;
-	bool all_one;
-	uint64_t *t, *stack;
+	bool all_one, mixed;	/* mixed: labelset[] holds each sample's label set */
+	uint64_t *t, *stack, *labelset;
 	int64_t *value;
 	size_t cap;
 };

@@ -385,14 +385,17 @@ static int cmp_srow(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-static int put_sample_chunk(struct ingest *in, uint64_t ls, int kind, const struct srow *r,
-			    size_t n)
+static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, size_t n)
 {
 	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
+	uint64_t ls = r[0].labelset;
 	uint8_t *z = NULL;
 	size_t zlen = 0;
 	int err;
 
+	for (size_t i = 1; i < n && ls; i++)
+		if (r[i].labelset != ls)
+			ls = 0;	/* several: each sample carries its own */
 	err = chunk_samples_encode(r, n, &z, &zlen);
 	if (err)
 		return err;
@@ -407,44 +410,75 @@ static int put_sample_chunk(struct ingest *in, uint64_t ls, int kind, const stru
 	return err;
 }
 
+/*
+ * A batch's samples go into chunks per kind, every label set's together (a node of short-lived
+ * threads sends a few samples per label set and push: one chunk each cost more in row and
+ * compression overhead than the samples), sorted by time, at most CHUNK_MAX and CHUNK_SPAN_NS
+ * each; a chunk of one label set names it in its row, else 0 and each sample has its own.
+ */
 static int store_samples(struct ingest *in, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
+	size_t total = 0;
+	struct srow *r;
+	uint8_t *done;
 	int err = 0;
 
-	for (size_t g = 0; g < m->n_samples && !err; g++) {
-		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
-		size_t n = sg->n_stack, start = 0;
-		struct srow *r;
-		uint64_t t = 0;
+	for (size_t g = 0; g < m->n_samples; g++)
+		total += m->samples[g]->n_stack;
+	if (!total)
+		return 0;
+	r = malloc(total * sizeof(*r));
+	done = calloc(m->n_samples, 1);
+	if (!r || !done) {
+		free(r);
+		free(done);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < m->n_samples && !err; k++) {
+		Gpuscope__V1__SampleKind kind = m->samples[k]->kind;
+		size_t n = 0, start = 0;
 
+		if (done[k])
+			continue;
+		/* every group of this kind */
+		for (size_t g = k; g < m->n_samples; g++) {
+			const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+			uint64_t t = 0, t0 = UINT64_MAX, t1 = 0;
+
+			if (done[g] || sg->kind != kind)
+				continue;
+			done[g] = 1;
+			if (!sg->n_stack)
+				continue;
+			if (in->ls[sg->label_set].refused) {
+				in->dropped_records += sg->n_stack;
+				continue;
+			}
+			for (size_t i = 0; i < sg->n_stack; i++) {
+				t += (uint64_t)sg->time_delta_ns[i];
+				r[n + i] = (struct srow){ t, in->stack_gid[sg->stack[i]],
+							  sg->n_value ? sg->value[i] : 1,
+							  in->ls[sg->label_set].id };
+				t0 = t < t0 ? t : t0;
+				t1 = t > t1 ? t : t1;
+			}
+			ls_touch(in, sg->label_set, t0, t1);
+			n += sg->n_stack;
+		}
 		if (!n)
 			continue;
-		if (in->ls[sg->label_set].refused) {
-			in->dropped_records += n;
-			continue;
-		}
-		r = malloc(n * sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++) {
-			t += (uint64_t)sg->time_delta_ns[i];
-			r[i].t = t;
-			r[i].stack = in->stack_gid[sg->stack[i]];
-			r[i].value = sg->n_value ? sg->value[i] : 1;
-		}
 		qsort(r, n, sizeof(*r), cmp_srow);
-		ls_touch(in, sg->label_set, r[0].t, r[n - 1].t);
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;
-			err = put_sample_chunk(in, in->ls[sg->label_set].id, sg->kind, r + start,
-					       i - start);
+			err = put_sample_chunk(in, (int)kind, r + start, i - start);
 			start = i;
 		}
-		free(r);
 		*ret_n += n;
 	}
+	free(r);
+	free(done);
 	return err;
 }
 

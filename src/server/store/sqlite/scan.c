@@ -161,22 +161,25 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 		const struct node_busy *nb, *no;
 		bool inside = t_min >= from && t_max < to;
 
-		if (ls >= a->nmatch || !a->match[ls])
+		/* ls 0: a chunk of several label sets, filtered per sample */
+		if (ls && (ls >= a->nmatch || !a->match[ls]))
 			continue;
-		nb = a->ls_busy ? a->ls_busy[ls] : NULL;
-		no = a->ls_obs ? a->ls_obs[ls] : NULL;
 		err = chunk_samples_decode(&a->c, sqlite3_column_blob(st, 3),
 					   (size_t)sqlite3_column_bytes(st, 3), t_min);
 		for (size_t i = 0; !err && i < a->c.n; i++) {
-			uint64_t t = a->c.t[i];
+			uint64_t t = a->c.t[i], l = a->c.mixed ? a->c.labelset[i] : ls;
 
 			if (!inside && (t < from || t >= to))
 				continue;
+			if (l >= a->nmatch || !a->match[l])
+				continue;
+			nb = a->ls_busy ? a->ls_busy[l] : NULL;
+			no = a->ls_obs ? a->ls_obs[l] : NULL;
 			if (nb && busy_in(nb, t))
 				continue;
 			if (a->ls_obs && (!no || !busy_in(no, t)))
 				continue;	/* no source covers t: unknown, not idle */
-			err = agg_put(a, ls, a->c.stack[i], t, (uint64_t)a->c.value[i]);
+			err = agg_put(a, l, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
