@@ -51,8 +51,8 @@ static const char *const wsql[ST_MAX] = {
 /*
  * Schema 2 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
  * batch's new ones together) beside a content hash -> id table each, a stack's location ids
- * delta-coded; intervals are stored in compressed chunks. A store of schema 1 is migrated in place at open
- * (migrate.c).
+ * delta-coded; samples and intervals in compressed chunks per kind and batch. A store of
+ * schema 1 is migrated in place at open (migrate.c).
  */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
@@ -87,8 +87,8 @@ static const char schema[] =
 	" t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS points_st ON points(series, t_min);"
 	"CREATE INDEX IF NOT EXISTS points_t ON points(t_max);"
-	/* intervals of one kind and batch, starts within CHUNK_SPAN_NS: t_min the first start,
-	 * t_max the last end (chunk.h has the blob) */
+	/* intervals of one kind and batch (starts within CHUNK_SPAN_NS; migrated ones: ends),
+	 * t_min the least start, t_max the last end (chunk.h has the blob) */
 	"CREATE TABLE IF NOT EXISTS ivchunks(id INTEGER PRIMARY KEY, kind TEXT, t_min INTEGER,"
 	" t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS ivchunks_ke ON ivchunks(kind, t_max);"
