@@ -728,8 +728,8 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 	for (size_t i = 0; i < b->n; i++) {
 		uint64_t d = rd_uvarint(&r);
 
-		if (i && !d)
-			r.bad = true;	/* ids strictly ascending */
+		if ((i && !d) || d > UINT64_MAX - id)
+			r.bad = true;	/* ids strictly ascending, no wrap */
 		id += d;
 		b->r[i].id = id;
 	}
@@ -830,8 +830,8 @@ int stack_block_decode(struct sblock *b, const void *blob, size_t len)
 	for (size_t i = 0; i < b->n; i++) {
 		uint64_t d = rd_uvarint(&r);
 
-		if (i && !d)
-			r.bad = true;	/* ids strictly ascending */
+		if ((i && !d) || d > UINT64_MAX - id)
+			r.bad = true;	/* ids strictly ascending, no wrap */
 		id += d;
 		b->id[i] = id;
 	}
