@@ -37,7 +37,7 @@ samples=$(metric gpuscope_server_store_samples_held)
 echo "dbstat of $db (bytes per table with its indexes, per raw sample held: $samples)"
 sqlite3 -readonly "$db" "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize)
 	FROM dbstat s LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1 ORDER BY 2 DESC" |
-	awk -F'|' -v n="$samples" '{t += $2; if ($1 !~ /interval/) ni += $2;
+	awk -F'|' -v n="$samples" '{t += $2; if ($1 !~ /interval|ivchunk/) ni += $2;
 		printf "  %-28s %10.1f MB %8.2f B/sample\n", $1, $2 / 1e6, $2 / n}
 		END {printf "  all %.1f MB = %.2f B/sample; without intervals %.1f MB = %.2f B/sample\n",
 			t / 1e6, t / n, ni / 1e6, ni / n}'

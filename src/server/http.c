@@ -1046,6 +1046,13 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 			 s.gc_label_sets);
 	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
 			 s.gc_series);
+	prom_family(out, "gpuscope_server_cardinality_dropped_total", "counter",
+		    "New label sets refused past --max-new-label-sets-per-hour, and their records "
+		    "(samples, points, intervals) dropped; the rest of their batches was stored.");
+	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "label_sets",
+			 s.cardinality_dropped_label_sets);
+	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "records",
+			 s.cardinality_dropped_records);
 	if (h->o.eff) {
 		uint64_t hours, dirty, lag;
 

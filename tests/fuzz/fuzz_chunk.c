@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the SQLite store's blob decoders (src/server/store/sqlite/chunk.c). The
- * first byte picks the format (bits 0-1: samples, points, rollup) and whether the rest is the
- * stored zstd blob (bit 2 clear) or the payload before compression (bit 2 set, packed here, so
- * the fuzzer reaches the varint layer directly). Whatever decodes is encoded again and must
- * decode to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
+ * first byte picks the format (bits 0-1: samples, points, rollup, then by bits 3-4: interval
+ * chunks, stack location lists, location blocks, stack blocks) and whether the rest is the
+ * stored blob (bit 2 clear) or the payload before compression (bit 2 set, packed here, so the
+ * fuzzer reaches the varint layer directly). Whatever decodes is encoded again and must decode
+ * to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -92,13 +93,15 @@ static void samples(const uint8_t *blob, size_t len)
 	if (!r)
 		goto out;
 	for (size_t i = 0; i < c.n; i++)
-		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i] };
+		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.mixed ? c.labelset[i] : 0 };
 	if (chunk_samples_encode(r, c.n, &z, &zlen))
 		goto out;
 	if (chunk_samples_decode(&d, z, zlen, c.t[0]) || d.n != c.n)
 		abort();
+	/* one label set in the end is the chunk row's (here r[0]'s) */
 	for (size_t i = 0; i < c.n; i++)
-		if (d.t[i] != c.t[i] || d.stack[i] != c.stack[i] || d.value[i] != c.value[i])
+		if (d.t[i] != c.t[i] || d.stack[i] != c.stack[i] || d.value[i] != c.value[i] ||
+		    (d.mixed ? d.labelset[i] : r[0].labelset) != r[i].labelset)
 			abort();
 out:
 	free(z);
@@ -163,6 +166,153 @@ out:
 	entries_done(&f);
 }
 
+/* A decoded interval row as text, for comparing two decodes as multisets of rows. */
+static char *row_text(const struct ichunk *c, size_t i)
+{
+	struct buf b = { 0 };
+
+	buf_printf(&b, "%llu %llu %llu %llu", (unsigned long long)c->labelset[i],
+		   (unsigned long long)c->start[i], (unsigned long long)c->end[i],
+		   (unsigned long long)c->seq[i]);
+	for (size_t k = 0; k < 2 * c->nattrs[i]; k++) {
+		buf_put(&b, "\x1f", 1);
+		buf_puts(&b, c->attrs[2 * c->attr0[i] + k]);
+	}
+	buf_put(&b, "", 1);
+	return b.oom ? NULL : (char *)b.p;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The rows of c as sorted text lines; NULL on ENOMEM. */
+static char **rows_text(const struct ichunk *c)
+{
+	char **v = calloc(c->n ? c->n : 1, sizeof(*v));
+
+	for (size_t i = 0; v && i < c->n; i++)
+		if (!(v[i] = row_text(c, i)))
+			abort();
+	if (v)
+		qsort(v, c->n, sizeof(*v), cmp_str);
+	return v;
+}
+
+static void intervals(const uint8_t *blob, size_t len)
+{
+	struct ichunk c = { 0 }, d = { 0 };
+	struct irow *r = NULL;
+	char **x = NULL, **y = NULL;
+	uint8_t *z = NULL;
+	uint64_t t_min = UINT64_MAX;
+	size_t zlen;
+
+	if (chunk_intervals_decode(&c, blob, len, T_MIN) || !c.n)
+		goto out;
+	r = malloc(c.n * sizeof(*r));
+	if (!r)
+		goto out;
+	for (size_t i = 0; i < c.n; i++) {
+		r[i] = (struct irow){ c.seq[i], c.labelset[i], c.start[i], c.end[i],
+				      c.attrs + 2 * c.attr0[i], c.nattrs[i] };
+		if (c.start[i] < t_min)
+			t_min = c.start[i];
+	}
+	if (chunk_intervals_encode(r, c.n, &z, &zlen))
+		goto out;
+	if (chunk_intervals_decode(&d, z, zlen, t_min) || d.n != c.n)
+		abort();
+	x = rows_text(&c);
+	y = rows_text(&d);
+	for (size_t i = 0; x && y && i < c.n; i++)
+		if (strcmp(x[i], y[i]))
+			abort();
+out:
+	for (size_t i = 0; x && i < c.n; i++)
+		free(x[i]);
+	for (size_t i = 0; y && i < c.n; i++)
+		free(y[i]);
+	free(x);
+	free(y);
+	free(z);
+	free(r);
+	ichunk_done(&c);
+	ichunk_done(&d);
+}
+
+static void stack_locs(const uint8_t *blob, size_t len)
+{
+	uint64_t a[1024], b[1024];
+	size_t na = 0, nb = 0;
+	struct buf e = { 0 };
+
+	if (stack_locs_decode(blob, len, a, 1024, &na))
+		return;
+	stack_locs_encode(a, na, &e);
+	if (e.oom)
+		abort();
+	if (stack_locs_decode(e.p, e.len, b, 1024, &nb) || na != nb ||
+	    memcmp(a, b, na * sizeof(*a)))
+		abort();
+	buf_done(&e);
+}
+
+static void loc_block(const uint8_t *blob, size_t len)
+{
+	struct lblock b = { 0 }, c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen;
+
+	if (loc_block_decode(&b, blob, len))
+		goto out;
+	for (size_t i = 0; i < b.n; i++)
+		if (loc_block_find(&b, b.r[i].id) != &b.r[i])
+			abort();
+	if (loc_block_encode(b.r, b.n, &z, &zlen))
+		goto out;
+	if (loc_block_decode(&c, z, zlen) || c.n != b.n)
+		abort();
+	for (size_t i = 0; i < b.n; i++) {
+		if (c.r[i].id != b.r[i].id || c.r[i].line != b.r[i].line ||
+		    c.r[i].address != b.r[i].address || c.r[i].flags != b.r[i].flags)
+			abort();
+		for (int k = 0; k < 4; k++)
+			if (strcmp(c.r[i].str[k], b.r[i].str[k]))
+				abort();
+	}
+out:
+	free(z);
+	lblock_done(&b);
+	lblock_done(&c);
+}
+
+static void stack_block(const uint8_t *blob, size_t len)
+{
+	struct sblock b = { 0 }, c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen;
+
+	if (stack_block_decode(&b, blob, len))
+		goto out;
+	for (size_t i = 0; i < b.n; i++)
+		if (stack_block_find(&b, b.id[i]) != (ptrdiff_t)i)
+			abort();
+	if (stack_block_encode(b.id, b.locs, b.len, b.n, &z, &zlen))
+		goto out;
+	if (stack_block_decode(&c, z, zlen) || c.n != b.n)
+		abort();
+	for (size_t i = 0; i < b.n; i++)
+		if (c.id[i] != b.id[i] || c.len[i] != b.len[i] ||
+		    (b.len[i] && memcmp(c.locs[i], b.locs[i], b.len[i])))
+			abort();
+out:
+	free(z);
+	sblock_done(&b);
+	sblock_done(&c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *packed = NULL;
@@ -187,8 +337,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 1:
 		points(data, size);
 		break;
-	default:
+	case 2:
 		rollup(data, size);
+		break;
+	default:
+		switch ((mode >> 3) & 3) {
+		case 0:
+			intervals(data, size);
+			break;
+		case 1:
+			stack_locs(data, size);
+			break;
+		case 2:
+			loc_block(data, size);
+			break;
+		default:
+			stack_block(data, size);
+			break;
+		}
 		break;
 	}
 	free(packed);

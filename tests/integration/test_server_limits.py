@@ -114,7 +114,10 @@ def main():
 
 
 def cardinality():
-    """Per node and hour: new label sets and stacks past the limit refused 429, counted."""
+    """Per node and hour: past the new-stacks limit a batch is refused 429; past the new-label-sets
+    limit the known label sets' records (and the new ones' up to the limit) are stored and only
+    the further new label sets are refused, their records dropped and counted; a batch with
+    nothing left is refused 429 (the agent retries it later)."""
     s = Server(args=["--max-new-label-sets-per-hour", "5", "--max-new-stacks-per-hour", "50"]).start()
     now = now_ns()
 
@@ -123,20 +126,34 @@ def cardinality():
         for p in pids:
             for k in range(stacks):
                 lines.append(f"sample {now - 10**9} cpu 1 pid={p} main;f{p}_{k}")
+            lines.append(f"interval thread_state pid={p} {now - 10**9} {now} state=running")
         return encode("\n".join(lines) + "\n")
     try:
         check(s.ingest(batch("a", [1, 2, 3]))[0] == 204, "3 new label sets")
         code, body = s.ingest(batch("a", [4, 5, 6]))
-        check(code == 429 and b"cardinality limit" in body, f"3 more (6 > 5): {code} {body[:160]!r}")
-        check(s.ingest(batch("a", [1, 2, 3, 4, 5]))[0] == 204, "known ones and 2 new (5)")
+        check(code == 204, f"3 more (6 > 5): 4 and 5 stored, 6 refused: {code} {body[:160]!r}")
+        code, body = s.ingest(batch("a", [7]))
+        check(code == 429 and b"cardinality limit" in body, f"only a new one, none left: {code} {body[:160]!r}")
+        check(s.ingest(batch("a", [1, 2, 3, 4, 5]))[0] == 204, "known ones")
+        check(s.ingest(batch("a", [1, 8]))[0] == 204, "a known one stored, a new one refused")
         check(s.ingest(batch("b", [1, 2, 3]))[0] == 204, "another node has its own count")
         code, body = s.ingest(batch("b", [1], stacks=60))
         check(code == 429 and b"stacks" in body, f"60 new stacks: {code} {body[:160]!r}")
         check(s.metric('gpuscope_server_rejected_total{reason="cardinality"}') == 2, "counted")
+        check(s.metric('gpuscope_server_cardinality_dropped_total{what="label_sets"}') == 2,
+              "refused label sets counted (6, 8)")
+        check(s.metric('gpuscope_server_cardinality_dropped_total{what="records"}') == 4,
+              "their records counted (a sample and an interval each)")
         fg = s.get_json("/api/v1/flamegraph?since=1h")
-        check(fg["total"] == 11, f"nothing of the refused stored: {fg['total']}")
+        check(fg["total"] == 14, f"nothing of the refused stored: {fg['total']}")
+        pids = s.get_json("/api/v1/label/pid/values?since=1h&selector=%7Bnode%3D%22a%22%7D")["values"]
+        check(sorted(pids) == ["1", "2", "3", "4", "5"], f"label sets of node a: {pids}")
+        iv = s.get_json("/api/v1/intervals?kind=thread_state&since=1h&selector=%7Bnode%3D%22a%22%7D")
+        check(sorted(x["labels"]["pid"] for x in iv["intervals"]) ==
+              ["1", "1", "1", "2", "2", "3", "3", "4", "4", "5", "5"], f"intervals of node a: {iv}")
+        check(s.get_json("/api/v1/flamegraph?since=1h&selector=%7Bpid%3D%226%22%7D")["total"] == 0,
+              "no sample of a refused label set")
     finally:
         s.stop()
-
 
 main()

@@ -5,6 +5,8 @@ stack and leaf function) recorded four days ago, 50 processes now. Restarted wit
 of one day, the server deletes the old records and then the label sets, stacks and locations
 only they used; what is left answers as before, and /metrics counts what went and the bytes
 per sample held."""
+import os
+import sqlite3
 import sys
 import time
 
@@ -90,6 +92,13 @@ def main():
         check(fg["total"] == 3 and leaf is not None and leaf["value"] == 3,
               f"the returning process has its samples and frames: {fg['total']}")
         check(s.metric("gpuscope_server_label_sets") == NEW_PROCS + 1, "its label set is back")
+        s.stop()
+        # the location blocks of the old batches went with their last location: the first
+        # batch's block also holds main and common_loop (still used), the three others none
+        db = sqlite3.connect(os.path.join(data, "gpuscope.db"))
+        blocks = db.execute("SELECT count(*) FROM locblocks").fetchone()[0]
+        db.close()
+        check(blocks == 3, f"location blocks left: {blocks} (the first old one, new, returning)")
     except Exception:
         print(s.logtext(), file=sys.stderr)
         raise

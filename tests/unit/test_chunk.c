@@ -128,5 +128,57 @@ static bool test_chunk_rollup(void)
 	return ok;
 }
 
+/* Schema 2: a chunk of several label sets carries each sample's; small payloads stay raw. */
+static bool test_chunk_samples_mixed(void)
+{
+	struct srow r[3] = { { 1000, 7, 1, 4 }, { 1500, 9, 1, 2 }, { 1500, 7, 1, 4 } };
+	struct chunk c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = ASSERT_EQ(chunk_samples_encode(r, 3, &z, &zlen), 0, "encode") &&
+		  ASSERT_EQ(z[0], 0, "stored raw (zstd would be longer)") &&
+		  ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode") &&
+		  ASSERT_TRUE(c.mixed && c.all_one, "mixed, all ones") &&
+		  ASSERT_EQ(c.labelset[0], 4, "ls 0") && ASSERT_EQ(c.labelset[1], 2, "ls 1") &&
+		  ASSERT_EQ(c.labelset[2], 4, "ls 2") && ASSERT_EQ(c.stack[1], 9, "stack");
+
+	free(z);
+	chunk_done(&c);
+	return ok;
+}
+
+/* Interval chunks: rows come back by (label set, start), with their arrival order, attrs of
+ * different shapes (two sharing a first name), decimal values as the same text. */
+static bool test_chunk_intervals(void)
+{
+	const char *a0[] = { "state", "blocked", "reason", "futex", "stack_id", "17" };
+	const char *a1[] = { "state", "running" };
+	const char *a2[] = { "state", "007", "cpu", "0" };
+	struct irow r[3] = { { 10, 5, 2000, 3000, a0, 3 }, { 11, 5, 1000, 2000, a1, 1 },
+			     { 12, 3, 2000, 2500, a2, 2 } };
+	struct ichunk c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, &z, &zlen), 0, "encode") &&
+		  ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 1000), 0, "decode") &&
+		  ASSERT_EQ(c.n, 3, "n");
+
+	/* order: (3, 2000), (5, 1000), (5, 2000) */
+	ok = ok && ASSERT_EQ(c.labelset[0], 3, "ls") && ASSERT_EQ(c.seq[0], 12, "seq") &&
+	     ASSERT_EQ(c.start[1], 1000, "start") && ASSERT_EQ(c.end[1], 2000, "end") &&
+	     ASSERT_EQ(c.seq[1], 11, "seq") && ASSERT_EQ(c.start[2], 2000, "after its end") &&
+	     ASSERT_EQ(c.end[2], 3000, "end") && ASSERT_EQ(c.nattrs[2], 3, "3 attrs") &&
+	     ASSERT_EQ(c.nattrs[1], 1, "1 attr");
+	for (size_t k = 0; ok && k < 6; k++)
+		ok = ASSERT_STREQ(c.attrs[2 * c.attr0[2] + k], a0[k], "attr of row 2");
+	for (size_t k = 0; ok && k < 4; k++)
+		ok = ASSERT_STREQ(c.attrs[2 * c.attr0[0] + k], a2[k], "attr of row 0");
+	ok = ok && ASSERT_STREQ(c.attrs[2 * c.attr0[1] + 1], "running", "attr of row 1");
+	ok = ok && ASSERT_EQ(chunk_intervals_decode(&c, z, zlen - 1, 1000) < 0, 1, "truncated");
+	free(z);
+	ichunk_done(&c);
+	return ok;
+}
+
 TEST_MAIN(T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
-	  T(test_chunk_rollup))
+	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_intervals))

@@ -24,7 +24,9 @@ struct store_opts {
 	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
 	uint64_t enforce_period_ns;	/* how often retention and rollups run */
 	/* Cardinality per node and clock hour (sqlite): label sets and stacks seen for the first
-	 * time; a batch past either is refused whole (ingest returns -EDQUOT). 0: no limit. */
+	 * time. Past the stack limit a batch is refused whole (ingest returns -EDQUOT); past the
+	 * label-set limit only its further new label sets are, their records dropped and counted
+	 * (-EDQUOT when nothing of the batch is left). 0: no limit. */
 	uint64_t max_new_label_sets_per_hour, max_new_stacks_per_hour;
 
 	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
@@ -78,6 +80,8 @@ struct store_stats {
 	uint64_t stacks, locations, label_sets;	/* known */
 	uint64_t samples_held;			/* raw samples in the store now */
 	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */
+	/* new label sets refused past the cardinality limit, and their records dropped */
+	uint64_t cardinality_dropped_label_sets, cardinality_dropped_records;
 };
 
 struct frame {

@@ -2,8 +2,9 @@
 /*
  * The SQLite backend's blob formats, each encoder beside its decoder: sample chunks, metric
  * point chunks and rollup rows. Pure functions over bytes (no database, no store state), so a
- * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is zstd-compressed; a
- * decoder never reads past its input and answers -EINVAL for anything it cannot parse.
+ * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is a zstd frame, or (schema
+ * 2, when zstd would not make it smaller) a 0 byte and the bytes themselves; a decoder never
+ * reads past its input and answers -EINVAL for anything it cannot parse.
  */
 #ifndef GPUSCOPE_STORE_SQLITE_CHUNK_H
 #define GPUSCOPE_STORE_SQLITE_CHUNK_H
@@ -22,6 +23,7 @@ struct srow {
 	uint64_t t;
 	uint64_t stack;
 	int64_t value;
+	uint64_t labelset;	/* schema 2: a chunk may hold several (the kind's of a batch) */
 };
 
 /* One metric point before encoding. */
@@ -31,9 +33,11 @@ struct prow {
 };
 
 /*
- * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1), then n time deltas
- * from t_min = r[0].t (uvarint, times sorted ascending), n stack ids (uvarint), n values
- * (svarint) unless all are 1. r sorted by t, n >= 1. *ret malloc'ed (caller frees). 0/-errno.
+ * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1; bit 1: several label
+ * sets), then n time deltas from t_min = r[0].t (uvarint, times sorted ascending), n label set
+ * ids (uvarint) if several, n stack ids (uvarint), n values (svarint) unless all are 1. With one
+ * label set it is the chunk row's. r sorted by t, n >= 1. *ret malloc'ed (caller frees).
+ * 0/-errno.
  */
 int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len);
 
@@ -41,8 +45,8 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *
 struct chunk {
 	struct buf raw;
 	size_t n;
-	bool all_one;
-	uint64_t *t, *stack;
+	bool all_one, mixed;	/* mixed: labelset[] holds each sample's label set */
+	uint64_t *t, *stack, *labelset;
 	int64_t *value;
 	size_t cap;
 };
@@ -79,5 +83,109 @@ int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *cou
  */
 int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 		  int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
+
+/*
+ * A stack's location ids (schema 2): the first as a uvarint, each next one as the svarint
+ * difference to the one before (a stack's new locations get consecutive ids). Appends to b.
+ */
+void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b);
+/*
+ * Decodes a stack's location ids into ids (at most max; more is -E2BIG). 0 or -EINVAL (a
+ * truncated or out-of-range varint); *ret_n is set either way, to the ids decoded before any
+ * fault.
+ */
+int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n);
+
+/*
+ * Stack block (before compression): a batch's new stacks, ids ascending: uvarint n, n id deltas
+ * (uvarint, the first from 0), n lengths (uvarint), then each stack's location list
+ * (stack_locs_encode(), the stacks of one program share long runs) back to back. ids, locs
+ * and lens are n entries; locs[i] points at lens[i] bytes. *ret malloc'ed (caller frees).
+ * 0/-errno.
+ */
+int stack_block_encode(const uint64_t *ids, const uint8_t *const *locs, const size_t *lens,
+		       size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded stack block; zero-initialized is empty and reusable. locs point into raw. */
+struct sblock {
+	struct buf raw;
+	size_t n, cap;
+	uint64_t *id;
+	const uint8_t **locs;
+	size_t *len;
+};
+
+/* Decodes a stack block into b (reusing its arrays). 0/-errno. */
+int stack_block_decode(struct sblock *b, const void *blob, size_t len);
+/* The index of stack id in b (ids ascending), -1 if absent. */
+ptrdiff_t stack_block_find(const struct sblock *b, uint64_t id);
+void sblock_done(struct sblock *b);
+
+/* One location before encoding; the strings are not owned. */
+struct lrow {
+	uint64_t id;
+	const char *str[4];	/* function, module, build-id, file */
+	uint64_t line, address, flags;
+};
+
+/*
+ * Location block (before compression): a batch's new locations, ids ascending: uvarint n, n id
+ * deltas (uvarint, the first from 0), then the strings column by column (n functions, n
+ * modules, n build-ids, n files, each NUL-terminated: names of one program side by side compress
+ * well), then n lines, n addresses, n flags (uvarint). *ret malloc'ed (caller frees). 0/-errno.
+ */
+int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded location block; zero-initialized is empty and reusable. Strings point into raw. */
+struct lblock {
+	struct buf raw;
+	size_t n, cap;
+	struct lrow *r;
+};
+
+/* Decodes a location block into b (reusing its arrays). 0/-errno. */
+int loc_block_decode(struct lblock *b, const void *blob, size_t len);
+/* The row of location id in b (ids ascending), NULL if absent. */
+const struct lrow *loc_block_find(const struct lblock *b, uint64_t id);
+void lblock_done(struct lblock *b);
+
+/* One interval before encoding; attrs are 2 * nattrs name/value strings (not owned). */
+struct irow {
+	uint64_t seq;		/* store-wide order of arrival: ties of start are answered in it */
+	uint64_t labelset, start, end;
+	const char *const *attrs;
+	size_t nattrs;
+};
+
+/*
+ * Interval chunk (before compression): uvarint n, uvarint seq of the first row; the chunk's
+ * strings: uvarint count, each NUL-terminated (attr names, and values that are not decimal
+ * numbers); its shapes (the distinct lists of attr names): uvarint count, each a uvarint k
+ * and k name indexes. Then the rows, in (label set, start, seq) order, as columns of n:
+ * lengths end - start (uvarint); label set (uvarint delta from the row before) each followed
+ * by its start: after a row of the same label set the svarint difference to that row's end
+ * (a thread's next state starts where the last ended: 0), else the uvarint delta from t_min
+ * (the least start); seq deltas from the previous row's (svarint); shape indexes (uvarint);
+ * then every row's attr values in its shape's order, uvarint 2 x string index, or 2 x number
+ * + 1 for a canonical decimal ("0", "17"; answered as the same text). n >= 1, end >= start.
+ * *ret malloc'ed (caller frees). 0/-errno.
+ */
+int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
+
+/* A decoded interval chunk; zero-initialized is empty and reusable. Strings point into raw
+ * and num. */
+struct ichunk {
+	struct buf raw, num;		/* num: the text of numeric values */
+	size_t n, cap, nstr, capstr, nattr, capattr, capshape, capshapes;
+	uint64_t *seq, *labelset, *start, *end;
+	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */
+	size_t *shape0, *shapen;	/* shape k's names: shapes[shape0[k]], shapen[k] of them */
+	const char **strs, **attrs, **shapes;
+};
+
+/* Decodes an interval chunk whose least start is t_min into c (reusing its arrays); rows come
+ * in the chunk's order (label set, start). 0/-errno. */
+int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min);
+void ichunk_done(struct ichunk *c);
 
 #endif

@@ -20,6 +20,7 @@ struct ls_pending {
 	uint64_t id, hash, first, last;
 	struct buf blob;
 	bool is_new;
+	bool refused;		/* new past the node's cardinality limit: its records are dropped */
 };
 
 struct ingest {
@@ -28,6 +29,10 @@ struct ingest {
 	struct ls_pending *ls;		/* per batch label set */
 	uint64_t *loc_gid, *stack_gid;
 	uint64_t new_ls, new_stacks;	/* rows this batch adds */
+	uint64_t dropped_ls, dropped_records;	/* refused by the cardinality limit */
+	/* the store's counters when the batch's savepoint began */
+	uint64_t loc_seq0, stack_seq0, ivl_seq0;
+	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
 };
@@ -83,10 +88,15 @@ static int map_label_sets(struct ingest *in)
 		int64_t id;
 		int rc;
 
+		p->blob.len = 0;
 		p->hash = store_label_set(m, i, pairs, NULL, &p->blob);
 		if (p->blob.oom)
 			return -ENOMEM;
 		p->first = UINT64_MAX;
+		p->id = 0;
+		p->is_new = false;
+		if (p->refused)
+			continue;
 		pthread_rwlock_rdlock(&s->lmu);
 		v = u64map_find(&s->ls_ids, p->hash);
 		if (v)
@@ -126,16 +136,46 @@ static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
 		p->last = t1;
 }
 
+int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_LOCBLOCK_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	if (!n)
+		return 0;
+	err = loc_block_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)r[0].id);
+	sqlite3_bind_int64(st, 2, (int64_t)r[n - 1].id);
+	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+/*
+ * The batch's locations to global ids: known ones by content hash (cache, then the locations
+ * table), new ones numbered after the last and stored together as one block (a few if many).
+ */
 static int map_locations(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	struct buf key = { 0 };
+	struct lrow *r = NULL;
+	size_t nr = 0;
 	int err = 0;
 
+	if (!m->n_locations)
+		return 0;
+	r = malloc((m->n_locations < LOC_BLOCK_MAX ? m->n_locations : LOC_BLOCK_MAX) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
 	for (size_t i = 0; i < m->n_locations && !err; i++) {
 		const Gpuscope__V1__Location *l = m->locations[i];
-		uint32_t flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
 		sqlite3_stmt *st = s->st[ST_LOC_ADD];
 		uint64_t hash, id;
 		int rc;
@@ -151,35 +191,108 @@ static int map_locations(struct ingest *in)
 			break;
 		}
 		if (!rc) {
+			id = ++s->loc_seq;
 			sqlite3_bind_int64(st, 1, (int64_t)hash);
-			sqlite3_bind_text(st, 2, S(in, l->function), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 3, S(in, l->module), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 4, S(in, l->build_id), -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 5, S(in, l->file), -1, SQLITE_STATIC);
-			sqlite3_bind_int64(st, 6, l->line);
-			sqlite3_bind_int64(st, 7, (int64_t)l->address);
-			sqlite3_bind_int64(st, 8, flags);
+			sqlite3_bind_int64(st, 2, (int64_t)id);
 			if (sq_step_done(st)) {
 				err = -EIO;
 				break;
 			}
-			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 			err = cache_new(s, &s->loc_ids, hash, id);
+			r[nr++] = (struct lrow){ id, { S(in, l->function), S(in, l->module),
+				S(in, l->build_id), S(in, l->file) }, l->line, l->address,
+				(l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u) };
+			if (!err && nr == LOC_BLOCK_MAX) {
+				err = sq_put_loc_block(s, r, nr);
+				nr = 0;
+			}
 		}
 		in->loc_gid[i] = id;
 	}
+	if (!err && nr)
+		err = sq_put_loc_block(s, r, nr);
+	if (!err && s->loc_seq != in->loc_seq0) {
+		sqlite3_bind_int64(s->st[ST_LOC_SEQ], 1, (int64_t)s->loc_seq);
+		err = sq_step_done(s->st[ST_LOC_SEQ]);
+	}
 	buf_done(&key);
+	free(r);
 	return err;
 }
 
+int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
+		       const size_t *lens, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_STACKBLOCK_ADD];
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	if (!n)
+		return 0;
+	err = stack_block_encode(ids, locs, lens, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)ids[0]);
+	sqlite3_bind_int64(st, 2, (int64_t)ids[n - 1]);
+	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+/* The batch's new stacks, gathered for their block. */
+struct stack_pending {
+	uint64_t *id;
+	size_t *off, *len, n;
+	struct buf locs;
+};
+
+static int stacks_flush(struct sq *s, struct stack_pending *p)
+{
+	const uint8_t **v;
+	int err;
+
+	if (!p->n)
+		return 0;
+	if (p->locs.oom)
+		return -ENOMEM;
+	v = malloc(p->n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++)
+		v[i] = p->locs.p + p->off[i];
+	err = sq_put_stack_block(s, p->id, v, p->len, p->n);
+	free(v);
+	p->n = 0;
+	p->locs.len = 0;
+	return err;
+}
+
+/*
+ * The batch's stacks to global ids: known ones by content hash (their day moved to today), new
+ * ones numbered after the last and stored together as one block (a few if many).
+ */
 static int map_stacks(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	struct buf key = { 0 };
-	uint64_t tmin, tmax, today;
+	struct stack_pending p = { 0 };
+	uint64_t tmin, tmax, today, *ids = NULL;
+	size_t maxn = m->n_stacks < STACK_BLOCK_MAX ? m->n_stacks : STACK_BLOCK_MAX;
 	int err = 0;
 
+	if (!m->n_stacks)
+		return 0;
+	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	p.id = malloc(maxn * sizeof(*p.id));
+	p.off = malloc(maxn * sizeof(*p.off));
+	p.len = malloc(maxn * sizeof(*p.len));
+	if (!ids || !p.id || !p.off || !p.len) {
+		err = -ENOMEM;
+		goto out;
+	}
 	/* The day a stack was last used: its batch's newest record (records are retained by
 	 * their time, so the stack is needed as long as that day is). */
 	batch_time_bounds(m, &tmin, &tmax);
@@ -189,12 +302,16 @@ static int map_stacks(struct ingest *in)
 		u64map_done(&s->stack_day);	/* bounded: forgetting costs an UPDATE */
 	for (size_t i = 0; i < m->n_stacks && !err; i++) {
 		const Gpuscope__V1__Stack *st = m->stacks[i];
+		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
 		uint64_t hash, id;
 		int rc;
 
+		/* the content hash is over the plain varint ids, the stored list delta-coded */
 		key.len = 0;
-		for (size_t k = 0; k < st->n_locations; k++)
-			buf_uvarint(&key, in->loc_gid[st->locations[k]]);
+		for (size_t k = 0; k < nl; k++) {
+			ids[k] = in->loc_gid[st->locations[k]];
+			buf_uvarint(&key, ids[k]);
+		}
 		if (key.oom) {
 			err = -ENOMEM;
 			break;
@@ -214,7 +331,7 @@ static int map_stacks(struct ingest *in)
 				break;
 			}
 			if (*d < today + 1) {
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)id);
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)hash);
 				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
 				if (sq_step_done(s->st[ST_STACK_DAY])) {
 					err = -EIO;
@@ -223,23 +340,41 @@ static int map_stacks(struct ingest *in)
 				*d = today + 1;
 			}
 		} else {
+			id = ++s->stack_seq;
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
-			sqlite3_bind_blob(s->st[ST_STACK_ADD], 2, key.p ? (void *)key.p : "",
-					  (int)key.len, SQLITE_STATIC);
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)id);
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
 				err = -EIO;
 				break;
 			}
-			id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+			p.id[p.n] = id;
+			p.off[p.n] = p.locs.len;
+			stack_locs_encode(ids, nl, &p.locs);
+			p.len[p.n] = p.locs.len - p.off[p.n];
+			p.n++;
 			err = cache_new(s, &s->stack_ids, hash, id);
 			in->new_stacks++;
 			if (!err && !u64map_upsert(&s->stack_day, id, today + 1, NULL))
 				err = -ENOMEM;
+			if (!err && p.n == STACK_BLOCK_MAX)
+				err = stacks_flush(s, &p);
 		}
 		in->stack_gid[i] = id;
 	}
+	if (!err)
+		err = stacks_flush(s, &p);
+	if (!err && s->stack_seq != in->stack_seq0) {
+		sqlite3_bind_int64(s->st[ST_STACK_SEQ], 1, (int64_t)s->stack_seq);
+		err = sq_step_done(s->st[ST_STACK_SEQ]);
+	}
+out:
 	buf_done(&key);
+	buf_done(&p.locs);
+	free(p.id);
+	free(p.off);
+	free(p.len);
+	free(ids);
 	return err;
 }
 
@@ -250,14 +385,17 @@ static int cmp_srow(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-static int put_sample_chunk(struct ingest *in, uint64_t ls, int kind, const struct srow *r,
-			    size_t n)
+static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, size_t n)
 {
 	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
+	uint64_t ls = r[0].labelset;
 	uint8_t *z = NULL;
 	size_t zlen = 0;
 	int err;
 
+	for (size_t i = 1; i < n && ls; i++)
+		if (r[i].labelset != ls)
+			ls = 0;	/* several: each sample carries its own */
 	err = chunk_samples_encode(r, n, &z, &zlen);
 	if (err)
 		return err;
@@ -272,40 +410,75 @@ static int put_sample_chunk(struct ingest *in, uint64_t ls, int kind, const stru
 	return err;
 }
 
+/*
+ * A batch's samples go into chunks per kind, every label set's together (a node of short-lived
+ * threads sends a few samples per label set and push: one chunk each cost more in row and
+ * compression overhead than the samples), sorted by time, at most CHUNK_MAX and CHUNK_SPAN_NS
+ * each; a chunk of one label set names it in its row, else 0 and each sample has its own.
+ */
 static int store_samples(struct ingest *in, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
+	size_t total = 0;
+	struct srow *r;
+	uint8_t *done;
 	int err = 0;
 
-	for (size_t g = 0; g < m->n_samples && !err; g++) {
-		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
-		size_t n = sg->n_stack, start = 0;
-		struct srow *r;
-		uint64_t t = 0;
+	for (size_t g = 0; g < m->n_samples; g++)
+		total += m->samples[g]->n_stack;
+	if (!total)
+		return 0;
+	r = malloc(total * sizeof(*r));
+	done = calloc(m->n_samples, 1);
+	if (!r || !done) {
+		free(r);
+		free(done);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < m->n_samples && !err; k++) {
+		Gpuscope__V1__SampleKind kind = m->samples[k]->kind;
+		size_t n = 0, start = 0;
 
+		if (done[k])
+			continue;
+		/* every group of this kind */
+		for (size_t g = k; g < m->n_samples; g++) {
+			const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+			uint64_t t = 0, t0 = UINT64_MAX, t1 = 0;
+
+			if (done[g] || sg->kind != kind)
+				continue;
+			done[g] = 1;
+			if (!sg->n_stack)
+				continue;
+			if (in->ls[sg->label_set].refused) {
+				in->dropped_records += sg->n_stack;
+				continue;
+			}
+			for (size_t i = 0; i < sg->n_stack; i++) {
+				t += (uint64_t)sg->time_delta_ns[i];
+				r[n + i] = (struct srow){ t, in->stack_gid[sg->stack[i]],
+							  sg->n_value ? sg->value[i] : 1,
+							  in->ls[sg->label_set].id };
+				t0 = t < t0 ? t : t0;
+				t1 = t > t1 ? t : t1;
+			}
+			ls_touch(in, sg->label_set, t0, t1);
+			n += sg->n_stack;
+		}
 		if (!n)
 			continue;
-		r = malloc(n * sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++) {
-			t += (uint64_t)sg->time_delta_ns[i];
-			r[i].t = t;
-			r[i].stack = in->stack_gid[sg->stack[i]];
-			r[i].value = sg->n_value ? sg->value[i] : 1;
-		}
 		qsort(r, n, sizeof(*r), cmp_srow);
-		ls_touch(in, sg->label_set, r[0].t, r[n - 1].t);
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;
-			err = put_sample_chunk(in, in->ls[sg->label_set].id, sg->kind, r + start,
-					       i - start);
+			err = put_sample_chunk(in, (int)kind, r + start, i - start);
 			start = i;
 		}
-		free(r);
 		*ret_n += n;
 	}
+	free(r);
+	free(done);
 	return err;
 }
 
@@ -353,6 +526,10 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 
 		if (!n)
 			continue;
+		if (in->ls[ms->label_set].refused) {
+			in->dropped_records += n;
+			continue;
+		}
 		buf_puts(&key, name);
 		buf_put(&key, &ls, sizeof(ls));
 		hash = key.oom ? 0 : hash64(key.p, key.len, 14);
@@ -392,20 +569,89 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 	return err;
 }
 
+/* Sort order of a batch's intervals before chunking: kind, then start, then arrival. */
+struct iv_sort {
+	const char *kind;
+	struct irow r;
+};
+
+static int cmp_iv(const void *a, const void *b)
+{
+	const struct iv_sort *x = a, *y = b;
+	int c = strcmp(x->kind, y->kind);
+
+	if (c)
+		return c;
+	if (x->r.start != y->r.start)
+		return x->r.start < y->r.start ? -1 : 1;
+	return x->r.seq < y->r.seq ? -1 : x->r.seq > y->r.seq;
+}
+
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_IVL_ADD];
+	uint64_t t_max = 0;
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		if (r[i].end > t_max)
+			t_max = r[i].end;
+	err = chunk_intervals_encode(r, n, &z, &zlen);
+	if (err)
+		return err;
+	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (int64_t)r[0].start);
+	sqlite3_bind_int64(st, 3, (int64_t)t_max);
+	sqlite3_bind_int64(st, 4, (int64_t)n);
+	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
+	err = sq_step_done(st);
+	free(z);
+	return err;
+}
+
+/*
+ * Intervals go into chunks per kind, sorted by start, at most CHUNK_MAX and CHUNK_SPAN_NS of
+ * starts each; each keeps its order of arrival (seq) for the answer's ties.
+ */
 static int store_intervals(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
-	sqlite3_stmt *st = in->s->st[ST_IVL_ADD];
-	struct buf attrs = { 0 };
+	struct sq *s = in->s;
+	size_t n = m->n_intervals, nattr = 0, start = 0;
+	struct iv_sort *v = NULL;
+	struct irow *r = NULL;
+	const char **attrs = NULL;
+	char (*num)[24] = NULL;
 	int err = 0;
 
-	for (size_t i = 0; i < m->n_intervals && !err; i++) {
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		nattr += m->intervals[i]->n_attrs + 2;
+	v = malloc(n * sizeof(*v));
+	attrs = malloc(nattr * sizeof(*attrs));
+	num = malloc(nattr * sizeof(*num));	/* a converted stack id per attr slot */
+	r = malloc(n * sizeof(*r));
+	if (!v || !attrs || !num || !r) {
+		err = -ENOMEM;
+		goto out;
+	}
+	nattr = 0;
+	for (size_t i = 0, j = 0; i < m->n_intervals; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
+		const char **a = attrs + nattr;
+		size_t na = 0;
 
-		attrs.len = 0;
-		for (size_t k = 0; k < iv->n_attrs; k += 2) {
+		if (in->ls[iv->label_set].refused) {
+			in->dropped_records++;
+			n--;
+			continue;
+		}
+		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2) {
 			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
-			char num[24], *end;
+			char *end;
 
 			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
 				unsigned long long sid = strtoull(val, &end, 10);
@@ -414,35 +660,47 @@ static int store_intervals(struct ingest *in)
 				 * Interval.stack gives too) is dropped. */
 				if (!*val || *end || sid >= m->n_stacks || iv->stack)
 					continue;
-				snprintf(num, sizeof(num), "%llu",
+				snprintf(num[nattr + na], sizeof(num[0]), "%llu",
 					 (unsigned long long)in->stack_gid[sid]);
-				val = num;
+				val = num[nattr + na];
 			}
-			buf_put(&attrs, name, strlen(name) + 1);
-			buf_put(&attrs, val, strlen(val) + 1);
+			a[na++] = name;
+			a[na++] = val;
 		}
 		if (iv->stack) {	/* version 2; batch_decode() checked the range */
-			char num[24];
-
-			snprintf(num, sizeof(num), "%llu",
+			snprintf(num[nattr + na], sizeof(num[0]), "%llu",
 				 (unsigned long long)in->stack_gid[iv->stack - 1]);
-			buf_put(&attrs, "stack_id", sizeof("stack_id"));
-			buf_put(&attrs, num, strlen(num) + 1);
+			a[na++] = "stack_id";
+			a[na] = num[nattr + na - 1];
+			na++;
 		}
-		if (attrs.oom) {
-			err = -ENOMEM;
-			break;
-		}
+		nattr += na;
 		ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
-		sqlite3_bind_text(st, 1, S(in, iv->kind), -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (int64_t)in->ls[iv->label_set].id);
-		sqlite3_bind_int64(st, 3, (int64_t)iv->start_ns);
-		sqlite3_bind_int64(st, 4, (int64_t)iv->end_ns);
-		sqlite3_bind_blob(st, 5, attrs.p ? (void *)attrs.p : "", (int)attrs.len,
-				  SQLITE_STATIC);
-		err = sq_step_done(st);
+		v[j++] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
+			.labelset = in->ls[iv->label_set].id, .start = iv->start_ns,
+			.end = iv->end_ns < iv->start_ns ? iv->start_ns : iv->end_ns, .attrs = a,
+			.nattrs = na / 2 } };
 	}
-	buf_done(&attrs);
+	qsort(v, n, sizeof(*v), cmp_iv);
+	for (size_t i = 1; n && i <= n && !err; i++) {
+		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
+		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
+			continue;
+		for (size_t k = start; k < i; k++)
+			r[k - start] = v[k].r;
+		err = sq_put_interval_chunk(s, v[start].kind, r, i - start);
+		start = i;
+	}
+	if (!err) {
+		s->ivl_seq += m->n_intervals;
+		sqlite3_bind_int64(s->st[ST_IVL_SEQ], 1, (int64_t)s->ivl_seq);
+		err = sq_step_done(s->st[ST_IVL_SEQ]);
+	}
+out:
+	free(v);
+	free(r);
+	free(attrs);
+	free(num);
 	return err;
 }
 
@@ -483,6 +741,8 @@ static void publish_label_sets(struct ingest *in)
 		struct ls_pending *p = &in->ls[i];
 		struct lset *l;
 
+		if (p->refused)
+			continue;
 		if (p->is_new || p->id >= s->nlsets || !s->lsets[p->id].pairs) {
 			if (sq_lset_put(s, p->id, p->hash, p->blob.p, p->blob.len, p->first, p->last))
 				log_warn("label set %llu: out of memory, not queryable until restart",
@@ -519,15 +779,19 @@ struct gitem {
 
 /*
  * The node's new label sets and stacks this clock hour, with what the batch adds: -EDQUOT and
- * a reason when past a limit; else the counts are taken when add is true. wmu held.
+ * a reason when past a limit, *ret_room then the new label sets the node may still add when
+ * only the label-set limit is passed (else UINT64_MAX); the counts are taken when add is true.
+ * wmu held.
  */
-static int cardinality(struct ingest *in, bool add)
+static int cardinality(struct ingest *in, bool add, uint64_t *ret_room)
 {
 	struct sq *s = in->s;
 	const char *node = S(in, in->m->node);
 	uint64_t h = hash64(node, strlen(node), 29), hour = wall_ns() / (3600 * NSEC_PER_SEC);
 	struct node_card *c = NULL;
+	bool over_ls;
 
+	*ret_room = UINT64_MAX;
 	for (size_t i = 0; i < s->ncard && !c; i++)
 		if (s->card[i].node_hash == h)
 			c = &s->card[i];
@@ -546,13 +810,6 @@ static int cardinality(struct ingest *in, bool add)
 	}
 	if (c->hour != hour)
 		*c = (struct node_card){ .node_hash = h, .hour = hour };
-	if (s->max_new_ls && c->new_ls + in->new_ls > s->max_new_ls) {
-		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
-			 "label sets this hour, past the limit of %llu (--max-new-label-sets-per-hour)",
-			 node, (unsigned long long)(c->new_ls + in->new_ls),
-			 (unsigned long long)s->max_new_ls);
-		return -EDQUOT;
-	}
 	if (s->max_new_stacks && c->new_stacks + in->new_stacks > s->max_new_stacks) {
 		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
 			 "stacks this hour, past the limit of %llu (--max-new-stacks-per-hour)", node,
@@ -560,11 +817,78 @@ static int cardinality(struct ingest *in, bool add)
 			 (unsigned long long)s->max_new_stacks);
 		return -EDQUOT;
 	}
+	over_ls = s->max_new_ls && c->new_ls + in->new_ls > s->max_new_ls;
+	if (over_ls) {
+		snprintf(in->err, in->errlen, "cardinality limit: node '%.100s' would add %llu new "
+			 "label sets this hour, past the limit of %llu (--max-new-label-sets-per-hour)",
+			 node, (unsigned long long)(c->new_ls + in->new_ls),
+			 (unsigned long long)s->max_new_ls);
+		*ret_room = c->new_ls < s->max_new_ls ? s->max_new_ls - c->new_ls : 0;
+		return -EDQUOT;
+	}
 	if (add) {
 		c->new_ls += in->new_ls;
 		c->new_stacks += in->new_stacks;
+		if (in->dropped_ls && !c->warned) {
+			log_warn("cardinality: node '%.100s' passed --max-new-label-sets-per-hour (%llu):"
+				 " the records of its further new label sets are dropped until the hour"
+				 " turns (gpuscope_server_cardinality_dropped_total)", node,
+				 (unsigned long long)s->max_new_ls);
+			c->warned = true;
+		}
 	}
 	return 0;
+}
+
+/* Records of the batch whose label set is not refused. */
+static size_t kept_records(const struct ingest *in)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->n_samples; i++)
+		n += in->ls[m->samples[i]->label_set].refused ? 0 : m->samples[i]->n_stack;
+	for (size_t i = 0; i < m->n_series; i++)
+		n += in->ls[m->series[i]->label_set].refused ? 0 : m->series[i]->n_value;
+	for (size_t i = 0; i < m->n_intervals; i++)
+		n += !in->ls[m->intervals[i]->label_set].refused;
+	return n;
+}
+
+/*
+ * Past the node's label-set limit: the records of known label sets, and of the first new ones
+ * up to the limit, are kept; the other new label sets are refused and their records dropped
+ * (counted). The dictionaries are mapped again without them, under the same savepoint. 0,
+ * -EDQUOT (nothing of the batch would be kept: the agent retries it later), -errno.
+ */
+static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
+{
+	uint64_t dummy;
+	int rc;
+
+	if (sqlite3_exec(s->w, "ROLLBACK TO b", NULL, NULL, NULL))
+		return -EIO;
+	s->loc_seq = in->loc_seq0;
+	s->stack_seq = in->stack_seq0;
+	sq_dedup_reset(s);	/* the caches may name rows the rollback removed */
+	for (size_t i = 0; i < in->m->n_label_sets; i++) {
+		struct ls_pending *p = &in->ls[i];
+
+		if (!p->is_new)
+			continue;
+		if (room) {
+			room--;
+			continue;
+		}
+		p->refused = true;
+		in->dropped_ls++;
+	}
+	if (!kept_records(in))
+		return -EDQUOT;
+	in->new_ls = in->new_stacks = 0;
+	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)))
+		return rc;
+	return cardinality(in, false, &dummy);
 }
 
 /* Stores one batch inside the open transaction, under a savepoint: whole or not at all. */
@@ -572,10 +896,13 @@ static int ingest_one(struct sq *s, struct gitem *g)
 {
 	struct ingest *in = &g->in;
 	const Gpuscope__V1__Batch *m = in->m;
-	uint64_t first, last;
+	uint64_t first, last, room;
 	int64_t seen;
 	int rc;
 
+	in->loc_seq0 = s->loc_seq;
+	in->stack_seq0 = s->stack_seq;
+	in->ivl_seq0 = s->ivl_seq;
 	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
 		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
 		return -EIO;
@@ -591,8 +918,13 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	}
 	if ((rc = map_label_sets(in)) || (rc = map_locations(in)) || (rc = map_stacks(in)))
 		goto out_rollback;
-	if ((rc = cardinality(in, false)) == -EDQUOT) {
+	rc = cardinality(in, false, &room);
+	if (rc == -EDQUOT && room != UINT64_MAX)
+		rc = refuse_new_label_sets(s, in, room);
+	if (rc == -EDQUOT) {
 		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+		s->loc_seq = in->loc_seq0;
+		s->stack_seq = in->stack_seq0;
 		sq_dedup_reset(s);
 		return rc;
 	}
@@ -623,12 +955,15 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		rc = -EIO;
 		goto out_rollback;
 	}
-	cardinality(in, true);
+	cardinality(in, true, &room);
 	return 0;
 out_rollback:
 	snprintf(in->err, in->errlen, "store: %s",
 		 rc == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
 	sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
+	s->ivl_seq = in->ivl_seq0;
+	s->loc_seq = in->loc_seq0;
+	s->stack_seq = in->stack_seq0;
 	/* The dedup caches may name rows that the rollback removed. */
 	sq_dedup_reset(s);
 	return rc < 0 ? rc : -EIO;
@@ -674,6 +1009,9 @@ static void run_group(struct sq *s, struct gitem *list)
 		__atomic_add_fetch(&s->n_samples, g->nsamples, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_points, g->npoints, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_intervals, g->in.m->n_intervals, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_card_dropped_ls, g->in.dropped_ls, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_card_dropped_records, g->in.dropped_records,
+				   __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->wmu);

@@ -21,12 +21,96 @@ struct cloc {
 	uint64_t address;
 };
 
-static int64_t fetch_loc(sqlite3_stmt *gl, uint64_t lid, struct u64map *idx, struct cloc **locs,
+/* The location blocks a sq_stacks() call decoded lately (a stack's locations are mostly in
+ * the blocks of the batches that brought them). */
+#define LC_SLOTS 16
+
+struct lcache {
+	sqlite3_stmt *gb;		/* the block holding a location id */
+	struct lblock b[LC_SLOTS];
+	uint64_t first[LC_SLOTS], last[LC_SLOTS];
+	size_t n, next;
+};
+
+/* The row of location lid, NULL if the store has none (unknown location). */
+static const struct lrow *lcache_find(struct lcache *lc, uint64_t lid, int *ret_err)
+{
+	size_t k;
+
+	for (k = 0; k < lc->n; k++)
+		if (lid >= lc->first[k] && lid <= lc->last[k])
+			return loc_block_find(&lc->b[k], lid);
+	sqlite3_bind_int64(lc->gb, 1, (int64_t)lid);
+	if (sqlite3_step(lc->gb) != SQLITE_ROW) {
+		sqlite3_reset(lc->gb);
+		return NULL;
+	}
+	k = lc->n < LC_SLOTS ? lc->n++ : lc->next++ % LC_SLOTS;
+	lc->first[k] = (uint64_t)sqlite3_column_int64(lc->gb, 0);
+	lc->last[k] = (uint64_t)sqlite3_column_int64(lc->gb, 1);
+	*ret_err = loc_block_decode(&lc->b[k], sqlite3_column_blob(lc->gb, 2),
+				    (size_t)sqlite3_column_bytes(lc->gb, 2));
+	sqlite3_reset(lc->gb);
+	if (*ret_err) {
+		lc->last[k] = 0;	/* never matches */
+		lc->first[k] = 1;
+		return NULL;
+	}
+	return lid <= lc->last[k] ? loc_block_find(&lc->b[k], lid) : NULL;
+}
+
+/* Likewise the stack blocks. */
+struct scache {
+	sqlite3_stmt *gb;
+	struct sblock b[LC_SLOTS];
+	uint64_t first[LC_SLOTS], last[LC_SLOTS];
+	size_t n, next;
+};
+
+/* Stack id's location list (*ret_p, *ret_len bytes): 0 found, 1 unknown (or a block that does
+ * not decode), -errno. */
+static int scache_find(struct scache *sc, uint64_t id, const uint8_t **ret_p, size_t *ret_len)
+{
+	ptrdiff_t x;
+	size_t k;
+	int err;
+
+	for (k = 0; k < sc->n; k++)
+		if (id >= sc->first[k] && id <= sc->last[k])
+			break;
+	if (k == sc->n) {
+		sqlite3_bind_int64(sc->gb, 1, (int64_t)id);
+		if (sqlite3_step(sc->gb) != SQLITE_ROW) {
+			sqlite3_reset(sc->gb);
+			return 1;
+		}
+		k = sc->n < LC_SLOTS ? sc->n++ : sc->next++ % LC_SLOTS;
+		sc->first[k] = (uint64_t)sqlite3_column_int64(sc->gb, 0);
+		sc->last[k] = (uint64_t)sqlite3_column_int64(sc->gb, 1);
+		err = stack_block_decode(&sc->b[k], sqlite3_column_blob(sc->gb, 2),
+					 (size_t)sqlite3_column_bytes(sc->gb, 2));
+		sqlite3_reset(sc->gb);
+		if (err) {
+			sc->first[k] = 1;	/* never matches */
+			sc->last[k] = 0;
+			return err == -EINVAL ? 1 : err;
+		}
+	}
+	x = stack_block_find(&sc->b[k], id);
+	if (x < 0)
+		return 1;
+	*ret_p = sc->b[k].locs[x];
+	*ret_len = sc->b[k].len[x];
+	return 0;
+}
+
+static int64_t fetch_loc(struct lcache *lc, uint64_t lid, struct u64map *idx, struct cloc **locs,
 			 size_t *nlocs, size_t *cap, struct buf *strs)
 {
+	const struct lrow *r;
 	struct cloc *c;
 	uint64_t *v;
-	int ins;
+	int ins, err = 0;
 
 	v = u64map_upsert(idx, lid, *nlocs, &ins);
 	if (!v)
@@ -44,22 +128,21 @@ static int64_t fetch_loc(sqlite3_stmt *gl, uint64_t lid, struct u64map *idx, str
 	}
 	c = &(*locs)[*nlocs];
 	memset(c, 0, sizeof(*c));
-	sqlite3_bind_int64(gl, 1, (int64_t)lid);
-	if (sqlite3_step(gl) == SQLITE_ROW) {
+	r = lcache_find(lc, lid, &err);
+	if (err)
+		return err;
+	if (r) {
 		for (int k = 0; k < 4; k++) {
-			const char *t = (const char *)sqlite3_column_text(gl, k);
-
 			c->off[k] = strs->len;
-			buf_put(strs, t ? t : "", strlen(t ? t : "") + 1);
+			buf_put(strs, r->str[k], strlen(r->str[k]) + 1);
 		}
-		c->line = (uint32_t)sqlite3_column_int64(gl, 4);
-		c->address = (uint64_t)sqlite3_column_int64(gl, 5);
-		c->flags = (uint32_t)sqlite3_column_int64(gl, 6);
+		c->line = (uint32_t)r->line;
+		c->address = r->address;
+		c->flags = (uint32_t)r->flags;
 	} else {
 		for (int k = 0; k < 4; k++)
 			c->off[k] = SIZE_MAX;
 	}
-	sqlite3_reset(gl);
 	if (strs->oom)
 		return -ENOMEM;
 	return (int64_t)(*nlocs)++;
@@ -70,8 +153,10 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 	      void *ctx)
 {
 	struct sq *s = (struct sq *)st;
-	sqlite3_stmt *gs = NULL, *gl = NULL;
+	struct scache sc = { 0 };
+	struct lcache lc = { 0 };
 	struct frame *frames = NULL;
+	uint64_t *lids = NULL;
 	struct u64map idx = { 0 };
 	struct cloc *locs = NULL;
 	size_t nlocs = 0, cap = 0, *fl = NULL;
@@ -83,36 +168,45 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 		return -EIO;
 	frames = malloc(BATCH_MAX_DEPTH * sizeof(*frames));
 	fl = malloc(BATCH_MAX_DEPTH * sizeof(*fl));
-	if (!frames || !fl) {
+	lids = malloc(BATCH_MAX_DEPTH * sizeof(*lids));
+	if (!frames || !fl || !lids) {
 		err = -ENOMEM;
 		goto out;
 	}
 	if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) ||
-	    sqlite3_prepare_v2(db, "SELECT locs FROM stacks WHERE id = ?", -1, &gs, NULL) ||
-	    sqlite3_prepare_v2(db, "SELECT function, module, build_id, file, line, address, flags"
-			       " FROM locations WHERE id = ?", -1, &gl, NULL)) {
+	    sqlite3_prepare_v2(db, "SELECT id, last, data FROM stackblocks WHERE id <= ?1"
+			       " ORDER BY id DESC LIMIT 1", -1, &sc.gb, NULL) ||
+	    sqlite3_prepare_v2(db, "SELECT id, last, data FROM locblocks WHERE id <= ?1"
+			       " ORDER BY id DESC LIMIT 1", -1, &lc.gb, NULL)) {
 		err = -EIO;
 		goto out;
 	}
 	for (size_t i = 0; i < n && !err; i++) {
 		size_t nf = 0;
 
-		sqlite3_bind_int64(gs, 1, (int64_t)ids[i]);
-		if (sqlite3_step(gs) == SQLITE_ROW) {
-			struct rd r = { sqlite3_column_blob(gs, 0), NULL, false };
+		const uint8_t *sp = NULL;
+		size_t sl = 0;
+		int rc = scache_find(&sc, ids[i], &sp, &sl);
 
-			r.end = r.p + sqlite3_column_bytes(gs, 0);
-			while (r.p < r.end && nf < BATCH_MAX_DEPTH && !r.bad && !err) {
-				int64_t k = fetch_loc(gl, rd_uvarint(&r), &idx, &locs, &nlocs, &cap,
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
+		if (!rc) {
+			size_t nl = 0;
+
+			/* a stack that does not decode answers the frames before the fault */
+			stack_locs_decode(sp, sl, lids, BATCH_MAX_DEPTH, &nl);
+			for (size_t k = 0; k < nl && !err; k++) {
+				int64_t x = fetch_loc(&lc, lids[k], &idx, &locs, &nlocs, &cap,
 						      &strs);
 
-				if (k < 0)
-					err = (int)k;
+				if (x < 0)
+					err = (int)x;
 				else
-					fl[nf++] = (size_t)k;
+					fl[nf++] = (size_t)x;
 			}
 		}
-		sqlite3_reset(gs);
 		if (err)
 			break;
 		/* Resolve offsets now: strs may have moved while fetching. */
@@ -131,14 +225,19 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 		err = cb(ctx, ids[i], frames, nf);
 	}
 out:
-	sqlite3_finalize(gs);
-	sqlite3_finalize(gl);
+	sqlite3_finalize(sc.gb);
+	sqlite3_finalize(lc.gb);
+	for (size_t k = 0; k < LC_SLOTS; k++) {
+		lblock_done(&lc.b[k]);
+		sblock_done(&sc.b[k]);
+	}
 	sq_pool_put(s, db);
 	u64map_done(&idx);
 	buf_done(&strs);
 	free(locs);
 	free(frames);
 	free(fl);
+	free(lids);
 	return err;
 }
 
@@ -245,7 +344,123 @@ int sq_metric_names(struct store *st, store_name_cb cb, void *ctx)
 	return err;
 }
 
-#define IVL_LONG_NS	(600 * NSEC_PER_SEC)	/* longer intervals are looked up by length */
+#define IVL_LONG_NS	(600 * NSEC_PER_SEC)	/* chunks spanning longer are looked up by length */
+
+/* One interval of the answer: where it is among the decoded chunks. */
+struct ivref {
+	uint64_t start, seq;
+	uint32_t chunk, row;
+};
+
+static int cmp_ivref(const void *a, const void *b)
+{
+	const struct ivref *x = a, *y = b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The interval chunks a query decoded and kept, with what it keeps of them. */
+struct ivscan {
+	struct ichunk *c;
+	char **kind;
+	size_t n, cap;
+	struct ivref *r;
+	size_t nr, capr;
+	struct u64map ls_ok;	/* label set id -> 1 (no match) or 2 (match) */
+};
+
+static void ivscan_done(struct ivscan *v)
+{
+	for (size_t i = 0; i < v->n; i++) {
+		ichunk_done(&v->c[i]);
+		free(v->kind[i]);
+	}
+	free(v->c);
+	free(v->kind);
+	free(v->r);
+	u64map_done(&v->ls_ok);
+}
+
+/* Whether label set ls matches sel (cached per query); false for a label set GC removed. */
+static int ls_matches(struct sq *s, struct ivscan *v, const struct selector *sel, uint64_t ls)
+{
+	uint64_t *m = u64map_upsert(&v->ls_ok, ls, 0, NULL);
+	struct lset l;
+
+	if (!m)
+		return -ENOMEM;
+	if (!*m)
+		*m = sq_lset_get(s, ls, &l) &&
+		     selector_match(sel, (const char *const *)l.pairs, l.n) ? 2 : 1;
+	return *m == 2;
+}
+
+/*
+ * The interval chunks of kind (NULL: all) that may hold an interval overlapping [from, to).
+ * With a kind, two bounded index ranges instead of "t_max > from" (which reads every chunk
+ * after from: a range a month back read the whole month): chunks ending in [from, to + LONG)
+ * by (kind, t_max), plus the rare longer ones by (kind, length). Columns: kind, t_min, data.
+ */
+static int ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+			  sqlite3_stmt **ret)
+{
+	sqlite3_stmt *q;
+
+	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, t_min, data FROM ivchunks WHERE kind = ?3"
+				      " AND t_max > ?1 AND t_max < ?2 + ?4 AND t_min < ?2 UNION ALL"
+				      " SELECT kind, t_min, data FROM ivchunks WHERE kind = ?3 AND"
+				      " (t_max - t_min) >= ?4 AND t_max >= ?2 + ?4 AND t_min < ?2" :
+					  "SELECT kind, t_min, data FROM ivchunks WHERE t_max > ?1"
+				      " AND t_min < ?2", -1, &q, NULL))
+		return -EIO;
+	sqlite3_bind_int64(q, 1, (int64_t)from);
+	sqlite3_bind_int64(q, 2, (int64_t)to);
+	if (kind) {
+		sqlite3_bind_text(q, 3, kind, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(q, 4, (int64_t)IVL_LONG_NS);
+	}
+	*ret = q;
+	return 0;
+}
+
+/* Intervals ending before this are past retention: gone, whether or not their chunk is. */
+static uint64_t retention_cut(const struct sq *s)
+{
+	uint64_t now = wall_ns();
+
+	return now > s->o.retention_ns ? now - s->o.retention_ns : 0;
+}
+
+int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+		     int (*cb)(void *ctx, const char *kind, uint64_t labelset, uint64_t start,
+			       uint64_t end, const char *const *attrs, size_t nattrs),
+		     void *ctx)
+{
+	sqlite3_stmt *q = NULL;
+	struct ichunk c = { 0 };
+	uint64_t cut = retention_cut(s);
+	int err = ivchunks_query(db, kind, from, to, &q);
+
+	if (err)
+		return err;
+	while (!err && sqlite3_step(q) == SQLITE_ROW) {
+		const char *k = (const char *)sqlite3_column_text(q, 0);
+
+		err = chunk_intervals_decode(&c, sqlite3_column_blob(q, 2),
+					     (size_t)sqlite3_column_bytes(q, 2),
+					     (uint64_t)sqlite3_column_int64(q, 1));
+		/* what retention deletes by whole chunks is gone for queries already */
+		for (size_t i = 0; !err && i < c.n; i++)
+			if (c.end[i] > from && c.start[i] < to && c.end[i] >= cut)
+				err = cb(ctx, k ? k : "", c.labelset[i], c.start[i], c.end[i],
+					 c.attrs + 2 * c.attr0[i], c.nattrs[i]);
+	}
+	sqlite3_finalize(q);
+	ichunk_done(&c);
+	return err;
+}
 
 int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
@@ -253,64 +468,98 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 {
 	struct sq *s = (struct sq *)st;
 	sqlite3 *db = sq_pool_get(s);
+	struct ivscan v = { 0 };
 	sqlite3_stmt *q = NULL;
-	size_t n = 0;
+	struct ichunk c = { 0 };
+	uint64_t cut = retention_cut(s);
 	int err = 0;
 
 	*ret_truncated = false;
 	if (!db)
 		return -EIO;
-	/*
-	 * With a kind, two bounded index ranges instead of "end_ns > from" (which reads every
-	 * interval after from: a range a month back read the whole month): intervals ending in
-	 * [from, to + LONG) by (kind, end_ns), plus the rare longer ones by (kind, length).
-	 */
-	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, labelset, start_ns, end_ns, attrs FROM ("
-				      " SELECT id, kind, labelset, start_ns, end_ns, attrs FROM intervals"
-				      " WHERE kind = ?3 AND end_ns > ?1 AND end_ns < ?2 + ?4"
-				      " AND start_ns < ?2 UNION ALL"
-				      " SELECT id, kind, labelset, start_ns, end_ns, attrs FROM intervals"
-				      " WHERE kind = ?3 AND (end_ns - start_ns) >= ?4 AND end_ns >= ?2 + ?4"
-				      " AND start_ns < ?2) ORDER BY start_ns, id" :
-					  "SELECT kind, labelset, start_ns, end_ns, attrs FROM"
-				      " intervals WHERE end_ns > ?1 AND start_ns < ?2"
-				      " ORDER BY start_ns, id", -1, &q, NULL)) {
-		err = -EIO;
+	err = ivchunks_query(db, kind, from, to, &q);
+	if (err)
 		goto out;
-	}
-	sqlite3_bind_int64(q, 1, (int64_t)from);
-	sqlite3_bind_int64(q, 2, (int64_t)to);
-	if (kind) {
-		sqlite3_bind_text(q, 3, kind, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(q, 4, (int64_t)IVL_LONG_NS);
-	}
+	/* every overlapping interval of a matching label set, then sorted by (start, arrival) */
 	while (!err && sqlite3_step(q) == SQLITE_ROW) {
-		uint64_t ls = (uint64_t)sqlite3_column_int64(q, 1);
-		const char *attrs[2 * BATCH_MAX_LABELS];
-		const char *p = sqlite3_column_blob(q, 4);
-		size_t len = (size_t)sqlite3_column_bytes(q, 4), na = 0, off = 0;
-		struct lset lc, *l = &lc;
+		const char *k = (const char *)sqlite3_column_text(q, 0);
+		size_t nr0 = v.nr;
 
-		if (!sq_lset_get(s, ls, &lc))
+		err = chunk_intervals_decode(&c, sqlite3_column_blob(q, 2),
+					     (size_t)sqlite3_column_bytes(q, 2),
+					     (uint64_t)sqlite3_column_int64(q, 1));
+		for (size_t i = 0; !err && i < c.n; i++) {
+			int m;
+
+			/* what retention deletes by whole chunks is gone for queries already */
+			if (c.end[i] <= from || c.start[i] >= to || c.end[i] < cut)
+				continue;
+			m = ls_matches(s, &v, sel, c.labelset[i]);
+			if (m <= 0) {
+				err = m;
+				continue;
+			}
+			if (v.nr == v.capr) {
+				size_t ncap = v.capr ? 2 * v.capr : 1024;
+				struct ivref *nv = realloc(v.r, ncap * sizeof(*nv));
+
+				if (!nv) {
+					err = -ENOMEM;
+					break;
+				}
+				v.r = nv;
+				v.capr = ncap;
+			}
+			v.r[v.nr++] = (struct ivref){ c.start[i], c.seq[i], (uint32_t)v.n,
+						      (uint32_t)i };
+		}
+		if (err || v.nr == nr0)
 			continue;
-		if (!selector_match(sel, (const char *const *)l->pairs, l->n))
-			continue;
-		if (n == limit) {
+		/* keep the chunk: the answer points into it */
+		if (v.n == v.cap) {
+			size_t ncap = v.cap ? 2 * v.cap : 64;
+			struct ichunk *nc = realloc(v.c, ncap * sizeof(*nc));
+			char **nk = nc ? realloc(v.kind, ncap * sizeof(*nk)) : NULL;
+
+			if (nc)
+				v.c = nc;
+			if (!nc || !nk) {
+				err = -ENOMEM;
+				break;
+			}
+			v.kind = nk;
+			v.cap = ncap;
+		}
+		v.kind[v.n] = strdup(k ? k : "");
+		if (!v.kind[v.n]) {
+			err = -ENOMEM;
+			break;
+		}
+		v.c[v.n++] = c;
+		memset(&c, 0, sizeof(c));
+	}
+	if (err)
+		goto out;
+	qsort(v.r, v.nr, sizeof(*v.r), cmp_ivref);
+	for (size_t i = 0; i < v.nr && !err; i++) {
+		const struct ivref *r = &v.r[i];
+		const struct ichunk *ch = &v.c[r->chunk];
+		struct lset l;
+
+		if (i == limit) {
 			*ret_truncated = true;
 			break;
 		}
-		while (p && off < len && na < 2 * BATCH_MAX_LABELS) {
-			attrs[na++] = p + off;
-			off += strnlen(p + off, len - off) + 1;
-		}
-		err = cb(ctx, (const char *)sqlite3_column_text(q, 0), (const char *const *)l->pairs,
-			 l->n, (uint64_t)sqlite3_column_int64(q, 2),
-			 (uint64_t)sqlite3_column_int64(q, 3), attrs, na / 2);
-		n++;
+		if (!sq_lset_get(s, ch->labelset[r->row], &l))
+			continue;	/* removed by GC meanwhile */
+		err = cb(ctx, v.kind[r->chunk], (const char *const *)l.pairs, l.n, r->start,
+			 ch->end[r->row], ch->attrs + 2 * ch->attr0[r->row], ch->nattrs[r->row]);
 	}
 out:
 	sqlite3_finalize(q);
 	sq_pool_put(s, db);
+	ichunk_done(&c);
+	ivscan_done(&v);
 	return err;
 }
 

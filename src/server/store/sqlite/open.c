@@ -27,37 +27,54 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
 	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
-	[ST_LOC_ADD] = "INSERT INTO locations(hash, function, module, build_id, file, line, address,"
-		       " flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+	[ST_LOC_ADD] = "INSERT INTO locations(hash, id) VALUES (?, ?)",
+	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
-	[ST_STACK_ADD] = "INSERT INTO stacks(hash, locs, day) VALUES (?, ?, ?)",
-	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
+	[ST_STACK_ADD] = "INSERT INTO stacks(hash, id, day) VALUES (?, ?, ?)",
+	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE hash = ?1",
+	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
 			 " VALUES (?, ?, ?, ?, ?, ?)",
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
 	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
 	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
-	[ST_IVL_ADD] = "INSERT INTO intervals(kind, labelset, start_ns, end_ns, attrs)"
-		       " VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ivl_seq'",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
 	[ST_PERIOD_SET] = "INSERT INTO meta(key, value) VALUES ('period_ns:' || ?1, ?2) ON CONFLICT(key)"
 			  " DO UPDATE SET value = ?2",
 };
 
+/*
+ * Schema 2 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
+ * batch's new ones together) beside a content hash -> id table each, a stack's location ids
+ * delta-coded; samples and intervals in compressed chunks per kind and batch. A store of
+ * schema 1 is migrated in place at open (migrate.c).
+ */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
-	"INSERT OR IGNORE INTO meta VALUES ('schema', 1), ('rollup_wm', 0);"
+	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0),"
+	" ('stack_seq', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
 	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" labels BLOB NOT NULL, first_ns INTEGER, last_ns INTEGER);"
-	"CREATE TABLE IF NOT EXISTS locations(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" function TEXT, module TEXT, build_id TEXT, file TEXT, line INTEGER, address INTEGER,"
-	" flags INTEGER);"
-	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" locs BLOB NOT NULL, day INTEGER NOT NULL DEFAULT 0);"
+	/* locations: content hash -> id; their contents in blocks of consecutive ids, a block
+	 * keyed by its first id, `last` its last (chunk.h has the blob) */
+	"CREATE TABLE IF NOT EXISTS locations(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL)"
+	" WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
+	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
+	 * GC), their location lists in blocks */
+	"CREATE TABLE IF NOT EXISTS stacks(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL,"
+	" day INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS stackblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
 	" t_min INTEGER, t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS chunks_kt ON chunks(kind, t_min);"
@@ -70,12 +87,14 @@ static const char schema[] =
 	" t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS points_st ON points(series, t_min);"
 	"CREATE INDEX IF NOT EXISTS points_t ON points(t_max);"
-	"CREATE TABLE IF NOT EXISTS intervals(id INTEGER PRIMARY KEY, kind TEXT, labelset INTEGER,"
-	" start_ns INTEGER, end_ns INTEGER, attrs BLOB);"
-	"CREATE INDEX IF NOT EXISTS intervals_ke ON intervals(kind, end_ns);"
-	"CREATE INDEX IF NOT EXISTS intervals_e ON intervals(end_ns);"
-	/* the long intervals of a kind, for a range query bounded on both sides (lookup.c) */
-	"CREATE INDEX IF NOT EXISTS intervals_klen ON intervals(kind, (end_ns - start_ns));";
+	/* intervals of one kind and batch (starts within CHUNK_SPAN_NS; migrated ones: ends),
+	 * t_min the least start, t_max the last end (chunk.h has the blob) */
+	"CREATE TABLE IF NOT EXISTS ivchunks(id INTEGER PRIMARY KEY, kind TEXT, t_min INTEGER,"
+	" t_max INTEGER, n INTEGER, data BLOB);"
+	"CREATE INDEX IF NOT EXISTS ivchunks_ke ON ivchunks(kind, t_max);"
+	"CREATE INDEX IF NOT EXISTS ivchunks_e ON ivchunks(t_max);"
+	/* the chunks holding long intervals, for a range query bounded on both sides (lookup.c) */
+	"CREATE INDEX IF NOT EXISTS ivchunks_klen ON ivchunks(kind, (t_max - t_min));";
 
 /* ---- connections ------------------------------------------------------------------------ */
 
@@ -93,8 +112,11 @@ int sq_open_conn(struct sq *s, sqlite3 **ret)
 	}
 	sqlite3_busy_timeout(db, 60000);
 	/* synchronous=FULL: a COMMIT has reached the disk before ingest answers 204. */
+	/* journal_size_limit: the WAL shrinks back after a checkpoint past a burst (its bytes
+	 * count in the store's bytes per sample). */
 	rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;",
+			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;"
+			      " PRAGMA journal_size_limit=4194304;",
 			  NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		log_error("sqlite pragmas: %s", sqlite3_errmsg(db));
@@ -214,6 +236,10 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->gc_locations = __atomic_load_n(&s->n_gc_locations, __ATOMIC_RELAXED);
 	o->gc_label_sets = __atomic_load_n(&s->n_gc_lsets, __ATOMIC_RELAXED);
 	o->gc_series = __atomic_load_n(&s->n_gc_series, __ATOMIC_RELAXED);
+	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
+							    __ATOMIC_RELAXED);
+	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,
+							 __ATOMIC_RELAXED);
 	pthread_rwlock_rdlock(&s->lmu);
 	for (size_t i = 1; i < s->nlsets; i++)
 		o->label_sets += s->lsets[i].pairs != NULL;
@@ -292,7 +318,9 @@ static int migrate_stack_day(struct sq *s)
 struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen)
 {
 	struct sq *s = calloc(1, sizeof(*s));
-	char *emsg = NULL;
+	char *emsg = NULL, sql[96];
+	uint64_t t0 = 0;
+	int ver;
 
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -323,21 +351,82 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "cannot open '%s'", s->path);
 		goto out_close;
 	}
+	ver = sq_schema_version(s);
+	if (ver < 0) {
+		snprintf(err, errlen, "reading the schema version of '%s': %s", s->path,
+			 sqlite3_errmsg(s->w));
+		goto out_close;
+	}
+	if (ver > SQ_SCHEMA_VERSION) {
+		snprintf(err, errlen, "'%s' has schema %d, written by a newer gpuscope-server (this one"
+			 " reads %d and older): run that version, or give another --data", s->path,
+			 ver, SQ_SCHEMA_VERSION);
+		goto out_close;
+	}
+	/* An older store is migrated in one transaction: all of it, or the old store as it was. */
+	if (ver && ver < SQ_SCHEMA_VERSION) {
+		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
+		t0 = mono_ns();
+		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) || migrate_stack_day(s)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
+		if (sq_migrate_v1_rename(s, err, errlen))
+			goto out_rollback;
+	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
 		sqlite3_free(emsg);
-		goto out_close;
-	}
-	if (migrate_stack_day(s)) {
-		snprintf(err, errlen, "schema of '%s': stacks.day: %s", s->path, sqlite3_errmsg(s->w));
-		goto out_close;
+		goto out_rollback;
 	}
 	for (int i = 0; i < ST_MAX; i++) {
 		if (sqlite3_prepare_v3(s->w, wsql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
 				       NULL)) {
 			snprintf(err, errlen, "prepare '%s': %s", wsql[i], sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
+	}
+	if (ver && ver < SQ_SCHEMA_VERSION && sq_migrate_v1_copy(s, err, errlen))
+		goto out_rollback;
+	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
+		 SQ_SCHEMA_VERSION);
+	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
+	    (ver && ver < SQ_SCHEMA_VERSION && sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL))) {
+		snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+		goto out_rollback;
+	}
+	if (ver && ver < SQ_SCHEMA_VERSION) {
+		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
+			 (double)(mono_ns() - t0) / 1e9);
+		/* The old rows' pages are free now (a tenth is left): give them back to the disk.
+		 * Needs room for a copy of what is left; without it the pages are reused later. */
+		t0 = mono_ns();
+		if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))
+			log_warn("store: vacuum after the migration: %s (the free pages are reused)",
+				 sqlite3_errmsg(s->w));
+		else
+			log_info("store: '%s' vacuumed in %.1f s", s->path,
+				 (double)(mono_ns() - t0) / 1e9);
+	}
+	{
+		sqlite3_stmt *q = NULL;
+		int64_t ivl = 0, loc = 0;
+
+		if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'ivl_seq'),"
+				       " (SELECT value FROM meta WHERE key = 'loc_seq'),"
+				       " (SELECT value FROM meta WHERE key = 'stack_seq')", -1, &q,
+				       NULL) ||
+		    sqlite3_step(q) != SQLITE_ROW) {
+			snprintf(err, errlen, "reading '%s': %s", s->path, sqlite3_errmsg(s->w));
+			sqlite3_finalize(q);
 			goto out_close;
 		}
+		ivl = sqlite3_column_int64(q, 0);
+		loc = sqlite3_column_int64(q, 1);
+		s->stack_seq = (uint64_t)sqlite3_column_int64(q, 2);
+		sqlite3_finalize(q);
+		s->ivl_seq = (uint64_t)ivl;
+		s->loc_seq = (uint64_t)loc;
 	}
 	if (sq_lsets_load(s)) {
 		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));
@@ -349,6 +438,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	s->maint_started = true;
 	return &s->base;
+out_rollback:
+	if (!sqlite3_get_autocommit(s->w))
+		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
 out_close:
 	sq_close(&s->base);
 	return NULL;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/batch.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
@@ -86,8 +87,9 @@ void sq_enforce_retention(struct sq *s)
 	__atomic_add_fetch(&s->n_rollups_deleted, (uint64_t)n, __ATOMIC_RELAXED);
 	n = delete_all(s, "DELETE FROM points WHERE id IN (SELECT id FROM points WHERE t_max < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
-	n = delete_all(s, "DELETE FROM intervals WHERE id IN (SELECT id FROM intervals WHERE"
-			  " end_ns < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
+	/* a chunk goes once its last interval is older (queries leave out the older ones) */
+	n = delete_all(s, "DELETE FROM ivchunks WHERE id IN (SELECT id FROM ivchunks WHERE"
+			  " t_max < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	n = delete_all(s, "DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE t < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	sq_gc_dictionaries(s);
@@ -208,54 +210,253 @@ out:
 	return err ? err : n;
 }
 
+static int u64_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 256;
+		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = ncap;
+	}
+	(*v)[(*n)++] = x;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 /*
- * Locations no stack refers to (after stacks went): the stacks' varint location lists are
- * read whole, then the rest is deleted. wmu held. Returns how many, or -errno.
+ * Stack blocks after stacks went: a block none of whose stacks is left is deleted, one with
+ * some left is written again with those only (its key, the first id, may change), so that a
+ * stack GC removed is unknown to queries. wmu held. 0 or -errno.
+ */
+static int gc_stack_blocks(struct sq *s)
+{
+	struct u64map live = { 0 };
+	struct sblock b = { 0 };
+	sqlite3_stmt *st = NULL, *del = NULL;
+	uint64_t *gone = NULL, *ids = NULL;
+	size_t ngone = 0, capgone = 0;
+	struct keep {
+		uint8_t *z;
+		size_t zlen;
+		uint64_t first, last;
+	} *keep = NULL;
+	size_t nkeep = 0, capkeep = 0;
+	const uint8_t **locs = NULL;
+	size_t *lens = NULL;
+	int err = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT id FROM stacks", -1, &st, NULL))
+		return -EIO;
+	while (!err && sqlite3_step(st) == SQLITE_ROW)
+		if (!u64map_upsert(&live, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
+			err = -ENOMEM;
+	sqlite3_finalize(st);
+	st = NULL;
+	if (!err && sqlite3_prepare_v2(s->w, "SELECT id, data FROM stackblocks", -1, &st, NULL))
+		err = -EIO;
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
+		size_t nl = 0;
+
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 1),
+				       (size_t)sqlite3_column_bytes(st, 1)))
+			continue;	/* corrupt: left alone */
+		free(ids);
+		free(locs);
+		free(lens);
+		ids = malloc((b.n + 1) * sizeof(*ids));
+		locs = malloc((b.n + 1) * sizeof(*locs));
+		lens = malloc((b.n + 1) * sizeof(*lens));
+		if (!ids || !locs || !lens) {
+			err = -ENOMEM;
+			break;
+		}
+		for (size_t i = 0; i < b.n; i++) {
+			if (!u64map_find(&live, b.id[i]))
+				continue;
+			ids[nl] = b.id[i];
+			locs[nl] = b.locs[i];
+			lens[nl++] = b.len[i];
+		}
+		if (nl == b.n)
+			continue;
+		if (u64_push(&gone, &ngone, &capgone, first)) {
+			err = -ENOMEM;
+			break;
+		}
+		if (!nl)
+			continue;
+		if (nkeep == capkeep) {
+			size_t ncap = capkeep ? 2 * capkeep : 16;
+			struct keep *nk = realloc(keep, ncap * sizeof(*nk));
+
+			if (!nk) {
+				err = -ENOMEM;
+				break;
+			}
+			keep = nk;
+			capkeep = ncap;
+		}
+		keep[nkeep] = (struct keep){ NULL, 0, ids[0], ids[nl - 1] };
+		err = stack_block_encode(ids, locs, lens, nl, &keep[nkeep].z, &keep[nkeep].zlen);
+		if (!err)
+			nkeep++;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (err || (!ngone && !nkeep))
+		goto out;
+	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
+	    sqlite3_prepare_v2(s->w, "DELETE FROM stackblocks WHERE id = ?", -1, &del, NULL) ||
+	    sqlite3_prepare_v2(s->w, "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)", -1,
+			       &st, NULL))
+		err = -EIO;
+	for (size_t i = 0; !err && i < ngone; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)gone[i]);
+		err = sq_step_done(del);
+	}
+	for (size_t i = 0; !err && i < nkeep; i++) {
+		sqlite3_bind_int64(st, 1, (int64_t)keep[i].first);
+		sqlite3_bind_int64(st, 2, (int64_t)keep[i].last);
+		sqlite3_bind_blob(st, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
+		err = sq_step_done(st);
+	}
+	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
+		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+		err = -EIO;
+	}
+out:
+	sqlite3_finalize(st);
+	sqlite3_finalize(del);
+	for (size_t i = 0; i < nkeep; i++)
+		free(keep[i].z);
+	free(keep);
+	free(gone);
+	free(ids);
+	free(locs);
+	free(lens);
+	sblock_done(&b);
+	u64map_done(&live);
+	return err;
+}
+
+/*
+ * Locations no stack refers to (after stacks went): the stacks' location lists are read whole,
+ * then the rest is deleted, and the blocks none of whose locations is left. wmu held. Returns
+ * how many locations, or -errno.
  */
 static int64_t gc_locations(struct sq *s)
 {
 	struct u64map used = { 0 };
 	sqlite3_stmt *st = NULL, *del = NULL;
+	uint64_t *ids, *dead = NULL, *deadb = NULL, *live = NULL;
+	size_t ndead = 0, capdead = 0, ndeadb = 0, capdeadb = 0, nlive = 0;
+	struct sblock sb = { 0 };
 	int64_t n = 0;
 	int err = 0;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT locs FROM stacks", -1, &st, NULL))
+	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	/* the stack blocks hold only stacks still known (gc_stack_blocks() went first) */
+	if (sqlite3_prepare_v2(s->w, "SELECT data FROM stackblocks", -1, &st, NULL)) {
+		free(ids);
 		return -EIO;
+	}
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		const uint8_t *p = sqlite3_column_blob(st, 0);
-		struct rd r = { p, p + sqlite3_column_bytes(st, 0), false };
+		/* a corrupt block or stack: keep every location */
+		err = stack_block_decode(&sb, sqlite3_column_blob(st, 0),
+					 (size_t)sqlite3_column_bytes(st, 0)) ? -EIO : 0;
+		for (size_t i = 0; !err && i < sb.n; i++) {
+			size_t n_ids = 0;
 
-		while (!err && r.p < r.end) {
-			uint64_t v = rd_uvarint(&r);
-
-			if (r.bad)
-				err = -EIO;	/* a corrupt stack: keep every location */
-			else if (!u64map_upsert(&used, v, 1, NULL))
-				err = -ENOMEM;
+			err = stack_locs_decode(sb.locs[i], sb.len[i], ids, BATCH_MAX_DEPTH, &n_ids) ?
+				      -EIO : 0;
+			for (size_t k = 0; !err && k < n_ids; k++)
+				if (!u64map_upsert(&used, ids[k], 1, NULL))
+					err = -ENOMEM;
 		}
 	}
 	sqlite3_finalize(st);
+	st = NULL;
+	sblock_done(&sb);
+	free(ids);
 	if (err)
 		goto out;
-	if (sqlite3_prepare_v2(s->w, "SELECT id FROM locations", -1, &st, NULL) ||
-	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE id = ?", -1, &del, NULL)) {
+	if (sqlite3_prepare_v2(s->w, "SELECT hash, id FROM locations", -1, &st, NULL) ||
+	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE hash = ?", -1, &del, NULL)) {
 		err = -EIO;
 		goto out;
 	}
+	/* what to delete first, then deleted (not while the same table is being read) */
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t id = (uint64_t)sqlite3_column_int64(st, 1);
+
+		if (u64map_find(&used, id))
+			continue;
+		if (u64_push(&dead, &ndead, &capdead, (uint64_t)sqlite3_column_int64(st, 0)))
+			err = -ENOMEM;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	/* the blocks none of whose locations a stack uses */
+	live = malloc((used.len ? used.len : 1) * sizeof(*live));
+	if (!live)
+		err = -ENOMEM;
+	for (size_t i = 0; !err && i < used.cap; i++)
+		if (used.keys[i])
+			live[nlive++] = used.keys[i];
+	if (!err) {
+		qsort(live, nlive, sizeof(*live), cmp_u64);
+		if (sqlite3_prepare_v2(s->w, "SELECT id, last FROM locblocks", -1, &st, NULL))
+			err = -EIO;
+	}
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
+		uint64_t last = (uint64_t)sqlite3_column_int64(st, 1);
+		size_t lo = 0, hi = nlive;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (live[mid] < first)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < nlive && live[lo] <= last)
+			continue;
+		if (u64_push(&deadb, &ndeadb, &capdeadb, first))
+			err = -ENOMEM;
+	}
+	if (err)
+		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
 		err = -EIO;
 		goto out;
 	}
-	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
-
-		if (u64map_find(&used, id))
-			continue;
-		sqlite3_bind_int64(del, 1, (int64_t)id);
+	for (size_t i = 0; !err && i < ndead; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)dead[i]);
 		err = sq_step_done(del);
 		n++;
 	}
-	sqlite3_reset(st);
+	sqlite3_finalize(del);
+	del = NULL;
+	if (!err && sqlite3_prepare_v2(s->w, "DELETE FROM locblocks WHERE id = ?", -1, &del, NULL))
+		err = -EIO;
+	for (size_t i = 0; !err && i < ndeadb; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)deadb[i]);
+		err = sq_step_done(del);
+	}
 	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
 		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
 		err = -EIO;
@@ -264,6 +465,9 @@ out:
 	sqlite3_finalize(st);
 	sqlite3_finalize(del);
 	u64map_done(&used);
+	free(dead);
+	free(deadb);
+	free(live);
 	if (!err)
 		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
 	return err ? err : n;
@@ -282,11 +486,11 @@ void sq_gc_dictionaries(struct sq *s)
 	pthread_mutex_lock(&s->wmu);
 	nl = gc_label_sets(s, cut);
 	if (cut_day > 0) {
-		ns = delete_all_locked(s, "DELETE FROM stacks WHERE id IN (SELECT id FROM stacks WHERE"
-				       " day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
+		ns = delete_all_locked(s, "DELETE FROM stacks WHERE hash IN (SELECT hash FROM stacks"
+				       " WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
 		__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
 	}
-	if (ns > 0)
+	if (ns > 0 && !gc_stack_blocks(s))
 		gc_locations(s);
 	if (nl > 0 || ns > 0)
 		sq_dedup_reset(s);	/* the caches may name deleted rows */

@@ -223,7 +223,8 @@ static int rollup_round(struct sq *s)
 		for (size_t i = 0; i < c.n && !err; i++) {
 			for (int lv = 0; lv < LEVELS && !err; lv++) {
 				uint64_t b = c.t[i] / sq_level_ns[lv] * sq_level_ns[lv];
-				struct racc *acc = round_get(&rr, (uint64_t)lv, kind, b, ls);
+				struct racc *acc = round_get(&rr, (uint64_t)lv, kind, b,
+							     c.mixed ? c.labelset[i] : ls);
 
 				if (!acc || racc_add(acc, c.stack[i], c.value[i], 1))
 					err = -ENOMEM;

@@ -66,34 +66,31 @@ static int agg_put(struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t, u
 	return 0;
 }
 
+/* One gpu_busy or gpu_observed interval: on that GPU's list of its node (sq_interval_scan cb). */
+static int busy_in_range(void *ctx, const char *kind, uint64_t ls, uint64_t start, uint64_t end,
+			 const char *const *attrs, size_t nattrs)
+{
+	struct agg_ctx *a = ctx;
+	struct lset l;
+
+	(void)attrs;
+	(void)nattrs;
+	/* lmu only per label set looked up: its node string stays valid unlocked. */
+	if (!sq_lset_get(a->s, ls, &l) || l.gpu != a->q->gpu_idle)
+		return 0;
+	return busy_add(!strcmp(kind, "gpu_observed") ? &a->obs : &a->busy, l.node, start, end);
+}
+
 static int load_busy(struct agg_ctx *a, sqlite3 *db)
 {
 	struct sq *s = a->s;
-	sqlite3_stmt *st;
-	int rc, err = 0;
+	int err;
 
 	/* idle = observed (by some source: kernels, gpm, nvml) and not busy; unknown otherwise */
-	rc = sqlite3_prepare_v2(db, "SELECT labelset, start_ns, end_ns, kind = 'gpu_observed' FROM"
-				" intervals WHERE kind IN ('gpu_busy', 'gpu_observed') AND end_ns > ?1"
-				" AND start_ns < ?2", -1, &st, NULL);
-	if (rc)
-		return -EIO;
-	sqlite3_bind_int64(st, 1, (int64_t)a->q->from_ns);
-	sqlite3_bind_int64(st, 2, (int64_t)a->q->to_ns);
-	/* lmu only per label set looked up: its node string stays valid unlocked. */
-	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
-		struct lset l;
-
-		if (!sq_lset_get(s, ls, &l) || l.gpu != a->q->gpu_idle)
-			continue;
-		err = busy_add(sqlite3_column_int(st, 3) ? &a->obs : &a->busy, l.node,
-			       (uint64_t)sqlite3_column_int64(st, 1),
-			       (uint64_t)sqlite3_column_int64(st, 2));
-	}
-	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
-		err = -EIO;
-	sqlite3_finalize(st);
+	err = sq_interval_scan(s, db, "gpu_busy", a->q->from_ns, a->q->to_ns, busy_in_range, a);
+	if (!err)
+		err = sq_interval_scan(s, db, "gpu_observed", a->q->from_ns, a->q->to_ns,
+				       busy_in_range, a);
 	/* Sort and merge overlapping intervals, then point every label set at its node's list. */
 	busy_merge(&a->busy);
 	busy_merge(&a->obs);
@@ -164,22 +161,25 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 		const struct node_busy *nb, *no;
 		bool inside = t_min >= from && t_max < to;
 
-		if (ls >= a->nmatch || !a->match[ls])
+		/* ls 0: a chunk of several label sets, filtered per sample */
+		if (ls && (ls >= a->nmatch || !a->match[ls]))
 			continue;
-		nb = a->ls_busy ? a->ls_busy[ls] : NULL;
-		no = a->ls_obs ? a->ls_obs[ls] : NULL;
 		err = chunk_samples_decode(&a->c, sqlite3_column_blob(st, 3),
 					   (size_t)sqlite3_column_bytes(st, 3), t_min);
 		for (size_t i = 0; !err && i < a->c.n; i++) {
-			uint64_t t = a->c.t[i];
+			uint64_t t = a->c.t[i], l = a->c.mixed ? a->c.labelset[i] : ls;
 
 			if (!inside && (t < from || t >= to))
 				continue;
+			if (l >= a->nmatch || !a->match[l])
+				continue;
+			nb = a->ls_busy ? a->ls_busy[l] : NULL;
+			no = a->ls_obs ? a->ls_obs[l] : NULL;
 			if (nb && busy_in(nb, t))
 				continue;
 			if (a->ls_obs && (!no || !busy_in(no, t)))
 				continue;	/* no source covers t: unknown, not idle */
-			err = agg_put(a, ls, a->c.stack[i], t, (uint64_t)a->c.value[i]);
+			err = agg_put(a, l, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)

@@ -43,9 +43,9 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_STACK_GET, ST_STACK_ADD, ST_CHUNK_ADD,
-	ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_NODE_UP, ST_PERIOD_SET,
-	ST_STACK_DAY, ST_MAX,
+	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
+	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
+	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_MAX,
 };
 
 struct sq {
@@ -62,6 +62,8 @@ struct sq {
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
 	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
+	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
+	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
@@ -84,11 +86,13 @@ struct sq {
 	/* New label sets and stacks per node in the current clock hour (wmu). */
 	struct node_card {
 		uint64_t node_hash, hour, new_ls, new_stacks;
+		bool warned;	/* logged that its new label sets are being refused */
 	} *card;
 	size_t ncard, capcard;
 	uint64_t max_new_ls, max_new_stacks;
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
 	uint64_t n_gc_stacks, n_gc_locations, n_gc_lsets, n_gc_series;	/* dictionary GC */
+	uint64_t n_card_dropped_ls, n_card_dropped_records;	/* past the label-set limit */
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
@@ -142,8 +146,29 @@ void sq_lsets_done(struct sq *s);
 
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
+#define LOC_BLOCK_MAX	4096	/* locations per block */
+#define STACK_BLOCK_MAX	4096	/* stacks per block */
+/* Stores n stacks (ids ascending, their encoded location lists) as one block. 0/-errno. */
+int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
+		       const size_t *lens, size_t n);
+/* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
+int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
+/* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n);
 /* Forgets the hash -> id caches (after a rollback, they may name rows that are gone). */
 void sq_dedup_reset(struct sq *s);
+
+/* ---- migrate.c: older schemas ---- */
+#define SQ_SCHEMA_VERSION 2
+/* The store's schema version: 0 for a new (empty) database, or -EIO. */
+int sq_schema_version(struct sq *s);
+/*
+ * Renames the tables of schema 1 that schema 2 replaces, before the schema is created; then
+ * sq_migrate_v1_copy() fills the new tables from them and drops them. Both inside one
+ * transaction the caller opened. 0 or -errno (reason in err).
+ */
+int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen);
+int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
@@ -174,6 +199,15 @@ int sq_metric_names(struct store *st, store_name_cb cb, void *ctx);
 int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		 const struct selector *sel, size_t limit, store_interval_cb cb, void *ctx,
 		 bool *ret_truncated);
+/*
+ * Every stored interval of kind (NULL: all) overlapping [from, to) and not past retention, to
+ * cb in no particular order, on db (a read connection, in the caller's snapshot). 0, -errno or
+ * cb's nonzero return.
+ */
+int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+		     int (*cb)(void *ctx, const char *kind, uint64_t labelset, uint64_t start,
+			       uint64_t end, const char *const *attrs, size_t nattrs),
+		     void *ctx);
 int sq_cpu_period(struct store *st, const char *node, uint64_t *ret_ns);
 int sq_nodes(struct store *st,
 	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Stacks and locations live in blocks (a batch's new ones together): dictionary GC deletes the
+stacks no retained record uses, writes a block that keeps some of its stacks again with those
+only (so a deleted stack is unknown, 404, as before blocks), deletes a block with none left, and
+the stacks and frames left answer as before."""
+import os
+import sqlite3
+import sys
+import time
+
+from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+
+skip_if_unbuilt()
+DAY = 86400 * 10**9
+
+
+def wait(cond, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def main():
+    now = now_ns()
+    old = now - 4 * DAY
+    s = Server(args=["--retention", "5d", "--retention-period", "1h"]).start()
+    data = s.data
+    try:
+        # old batch: stacks 1 (main;gone) and 2 (main;kept); new batch: 2 again and 3 (main;fresh)
+        code, body = s.ingest(encode(f"node n\nsample {old} cpu 1 pid=1 main;gone\n"
+                                     f"sample {old + 1} cpu 1 pid=1 main;kept\n"))
+        check(code == 204, f"old batch {code} {body}")
+        code, body = s.ingest(encode(f"node n\nsample {now} cpu 1 pid=2 main;kept\n"
+                                     f"sample {now + 1} cpu 1 pid=2 main;fresh\n"))
+        check(code == 204, f"new batch {code} {body}")
+        names = {i: [f["function"] for f in s.get_json(f"/api/v1/stack/{i}")["frames"]] for i in (1, 2, 3)}
+        check(names == {1: ["gone", "main"], 2: ["kept", "main"], 3: ["fresh", "main"]}, f"stacks {names}")
+        check(s.metric("gpuscope_server_stacks") == 3 and s.metric("gpuscope_server_locations") == 4,
+              "3 stacks, 4 locations")
+    finally:
+        s.stop()
+    s = Server(data=data, args=["--retention", "1d", "--retention-period", "300ms"]).start()
+    try:
+        check(wait(lambda: s.metric("gpuscope_server_stacks") == 2 and
+                   s.metric("gpuscope_server_locations") == 3),
+              f"GC: stacks {s.metric('gpuscope_server_stacks')}, locations {s.metric('gpuscope_server_locations')}")
+        code, _, _ = s.request("/api/v1/stack/1")
+        check(code == 404, f"a deleted stack is unknown: {code}")
+        for i, want in ((2, ["kept", "main"]), (3, ["fresh", "main"])):
+            got = [f["function"] for f in s.get_json(f"/api/v1/stack/{i}")["frames"]]
+            check(got == want, f"stack {i}: {got}")
+        fg = s.get_json(f"/api/v1/flamegraph?from={(now - 60 * 10**9) / 1e9:.3f}&to={(now + 60 * 10**9) / 1e9:.3f}")
+        check(fg["total"] == 2, f"recent samples: {fg['total']}")
+    except Exception:
+        print(s.logtext(), file=sys.stderr)
+        raise
+    finally:
+        s.stop()
+    db = sqlite3.connect(os.path.join(data, "gpuscope.db"))
+    blocks = db.execute("SELECT id, last FROM stackblocks ORDER BY id").fetchall()
+    db.close()
+    check(blocks == [(2, 2), (3, 3)], f"the old block written again with stack 2 only: {blocks}")
+    print("ok")
+
+
+main()
