@@ -111,7 +111,8 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 
 	uint64_t end = run_ms * NSEC_PER_MSEC;
 
-	for (uint64_t t = 0; t < end; t = mono_ns() - t0) {
+	/* (a capture asked for is always made: one slow tick on a loaded machine can pass end) */
+	for (uint64_t t = 0; t < end || (capture_at_ms > 0 && !captured); t = mono_ns() - t0) {
 		if (capture_at_ms > 0 && t >= capture_at_ms * NSEC_PER_MSEC && !captured) {
 			captured = true;
 			/* a loaded machine may be late: the window still gets its time after */

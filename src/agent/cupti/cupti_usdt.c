@@ -431,7 +431,10 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 
 	if (p) {
 		p->win_launches++;
-		p->win_probe_ns += ev->probe_ns;
+		/* uprobe programs are preemptible: a probe preempted on a loaded machine measures
+		 * the wait too; the walk itself takes well under TRACE_PROBE_MAX_NS */
+		p->win_probe_ns += ev->probe_ns < TRACE_PROBE_MAX_NS ? ev->probe_ns
+								      : TRACE_PROBE_MAX_NS;
 	}
 	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
 	if (ev->cid2)

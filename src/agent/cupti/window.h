@@ -70,6 +70,9 @@ struct trace_cost {
 /* What a uprobe hit costs besides its BPF program (trap, single-step, return): measured ~1.5 us
  * on x86-64 kernels of 2024-2026; the program's own time is measured per launch. */
 #define TRACE_UPROBE_TRAP_NS 1500
+/* A launch probe's measured run time counts up to this (a 127-frame walk with Python frames
+ * takes ~15 us on an H200 host; more is preemption of the probe, not its work). */
+#define TRACE_PROBE_MAX_NS 50000
 
 /* Per-process controller state. Zero-initialised: the first window opens at once. */
 struct trace_budget {
