@@ -186,6 +186,13 @@ class Scratch:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def window_reasons(srv, node):
+    """The reasons of the gpu_trace_window intervals the server holds for node (last hour)."""
+    rng = {"from": "%.3f" % (time.time() - 3600), "to": "%.3f" % (time.time() + 3600)}
+    win = srv.query("intervals", kind="gpu_trace_window", selector='{node="%s"}' % node, **rng)
+    return sorted({w["attrs"].get("reason") for w in win["intervals"]})
+
+
 def start_cupti_window(*extra):
     """tests/cupti/cupti_window running the real libgpuscope_cupti.so over the libcupti
     stand-in (runs until its stdin closes); skips where the CUDA toolkit was absent at build.

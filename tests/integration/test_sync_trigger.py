@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pushlib import (OUT, Agent, Server, check, finish,  # noqa: E402
-                     need_root_and_binaries, start_cupti_window)
+                     need_root_and_binaries, start_cupti_window, window_reasons)
 
 need_root_and_binaries()
 LIBCUDA = os.path.join(OUT, "tests", "cuda", "libcuda.so.1")
@@ -45,9 +45,7 @@ try:
     rc = agent.stop()
     check(rc == 0, "agent exits 0 (%s)" % rc)
     agent = None
-    rng = {"from": "%.3f" % (time.time() - 3600), "to": "%.3f" % (time.time() + 3600)}
-    win = srv.query("intervals", kind="gpu_trace_window", selector='{node="synctrig"}', **rng)
-    reasons = sorted({w["attrs"].get("reason") for w in win["intervals"]})
+    reasons = window_reasons(srv, "synctrig")
     check("sync_wait" in reasons, "gpu_trace_window reasons %s include sync_wait" % reasons)
 finally:
     if agent:

@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pushlib import (OUT, ROOT, Agent, Server, check, finish,  # noqa: E402
-                     need_root_and_binaries, start_cupti_window)
+                     need_root_and_binaries, start_cupti_window, window_reasons)
 
 need_root_and_binaries()
 TRACE = os.path.join(ROOT, "tests", "data", "nvml", "h200x8.trace.gz")
@@ -40,8 +40,7 @@ try:
     check(rc == 0, "agent exits 0 (%s)" % rc)
     agent = None
     rng = {"from": "%.3f" % (time.time() - 3600), "to": "%.3f" % (time.time() + 3600)}
-    win = srv.query("intervals", kind="gpu_trace_window", selector='{node="trig"}', **rng)
-    reasons = sorted({w["attrs"].get("reason") for w in win["intervals"]})
+    reasons = window_reasons(srv, "trig")
     check("idle" in reasons, "gpu_trace_window reasons %s include idle" % reasons)
     obs = srv.query("intervals", kind="gpu_observed", selector='{node="trig",source="nvml"}',
                     limit=100000, **rng)["intervals"]

@@ -704,6 +704,28 @@ int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_
 	return pack(&b, ret, ret_len);
 }
 
+/*
+ * The start of a location or stack block: the blob unpacked into raw, r reading it, the
+ * entry count read (at most one per remaining byte). 0 or -errno (*n then 0).
+ */
+static int block_open(struct buf *raw, const void *blob, size_t len, struct rd *r, size_t *n)
+{
+	int err;
+
+	raw->len = 0;
+	*n = 0;
+	err = unpack(blob, len, CHUNK_MAX_BLOB, raw);
+	if (err)
+		return err;
+	*r = (struct rd){ raw->p, raw->p + raw->len, false };
+	*n = rd_uvarint(r);
+	if (r->bad || *n > (size_t)(r->end - r->p)) {
+		*n = 0;
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 {
 	uint64_t id = 0;
@@ -711,16 +733,9 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 	int err;
 
 	b->n = 0;
-	b->raw.len = 0;
-	err = unpack(blob, len, CHUNK_MAX_BLOB, &b->raw);
+	err = block_open(&b->raw, blob, len, &r, &b->n);
 	if (err)
 		return err;
-	r = (struct rd){ b->raw.p, b->raw.p + b->raw.len, false };
-	b->n = rd_uvarint(&r);
-	if (r.bad || b->n > (size_t)(r.end - r.p)) {
-		b->n = 0;
-		return -EINVAL;
-	}
 	if (grow(&b->r, &b->cap, b->n ? b->n : 1, sizeof(*b->r))) {
 		b->n = 0;
 		return -ENOMEM;
@@ -809,16 +824,9 @@ int stack_block_decode(struct sblock *b, const void *blob, size_t len)
 	int err;
 
 	b->n = 0;
-	b->raw.len = 0;
-	err = unpack(blob, len, CHUNK_MAX_BLOB, &b->raw);
+	err = block_open(&b->raw, blob, len, &r, &b->n);
 	if (err)
 		return err;
-	r = (struct rd){ b->raw.p, b->raw.p + b->raw.len, false };
-	b->n = rd_uvarint(&r);
-	if (r.bad || b->n > (size_t)(r.end - r.p)) {
-		b->n = 0;
-		return -EINVAL;
-	}
 	cap = b->cap;
 	if (grow(&b->id, &cap, b->n + 1, sizeof(*b->id)) ||
 	    (cap = b->cap, grow(&b->locs, &cap, b->n + 1, sizeof(*b->locs))) ||

@@ -163,6 +163,14 @@ int sq_step_done(sqlite3_stmt *st)
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -EIO;
 }
 
+int sq_end_write(sqlite3 *db, int err)
+{
+	if (!err && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+		return 0;
+	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	return -EIO;
+}
+
 /* Runs a single-value query; *ret set if a row came back. 1 found, 0 none, -EIO. */
 int sq_step_i64(sqlite3_stmt *st, int64_t *ret)
 {

@@ -166,8 +166,7 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 		if (!err)
 			err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 	}
-	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
-		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 		goto out;
 	}
@@ -330,8 +329,7 @@ static int gc_stack_blocks(struct sq *s)
 		sqlite3_bind_blob(st, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
 		err = sq_step_done(st);
 	}
-	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
-		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 	}
 out:
@@ -457,8 +455,7 @@ static int64_t gc_locations(struct sq *s)
 		sqlite3_bind_int64(del, 1, (int64_t)deadb[i]);
 		err = sq_step_done(del);
 	}
-	if (err || sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)) {
-		sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 	}
 out:

@@ -110,6 +110,9 @@ sqlite3 *sq_pool_get(struct sq *s);
 void sq_pool_put(struct sq *s, sqlite3 *db);
 /* Steps a statement to its end and resets it. 0 or -EIO. */
 int sq_step_done(sqlite3_stmt *st);
+/* Ends db's write transaction: COMMIT when err is 0, else (or when COMMIT fails) ROLLBACK.
+ * 0 when committed, -EIO when rolled back. */
+int sq_end_write(sqlite3 *db, int err);
 /* Runs a single-value query; *ret set if a row came back. 1 found, 0 none, -EIO. */
 int sq_step_i64(sqlite3_stmt *st, int64_t *ret);
 /* The raw-chunk retention: min(raw_retention, retention). */
