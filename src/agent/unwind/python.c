@@ -621,13 +621,22 @@ static size_t put_utf8(char *out, uint32_t c)
  * Characters of a compact str object (state: its state word; raw: nbytes of its characters,
  * 1, 2 or 4 bytes each) as UTF-8 into buf, at most NAME_MAX_CHARS. 0 or -ENOTSUP.
  */
+/* Bytes per character of a str object from its state word; 0 if not a compact str (a legacy
+ * string, not used for names). */
+static uint32_t str_width(uint32_t state)
+{
+	uint32_t kind = (state >> 2) & 7;
+
+	return (state >> 5) & 1 && (kind == 1 || kind == 2 || kind == 4) ? kind : 0;
+}
+
 static int str_decode(uint32_t state, const void *raw, size_t nbytes, char *buf, size_t cap)
 {
-	uint32_t kind = (state >> 2) & 7, width = kind;
+	uint32_t width = str_width(state);
 	size_t n, o = 0;
 
-	if (!((state >> 5) & 1) || !kind || kind == 3 || kind > 4)
-		return -ENOTSUP;	/* not compact: a legacy string, not used for names */
+	if (!width)
+		return -ENOTSUP;
 	n = nbytes / width;
 	if (n > NAME_MAX_CHARS)
 		n = NAME_MAX_CHARS;
@@ -663,8 +672,8 @@ static int read_str(pid_t pid, const struct code_layout *cl, uint64_t addr, char
 		err = read_mem(pid, addr + 32, &state, 4);
 	if (err)
 		return err;
-	width = (state >> 2) & 7;
-	if (!((state >> 5) & 1) || !width || width == 3 || width > 4)
+	width = str_width(state);
+	if (!width)
 		return -ENOTSUP;
 	n = length < NAME_MAX_CHARS ? length : NAME_MAX_CHARS;
 	err = read_mem(pid, addr + ((state >> 6) & 1 ? cl->ascii_size : cl->compact_size), raw32,
