@@ -3,8 +3,9 @@
  * CUPTI hand-off: attached to the USDT probes of libgpuscope_cupti.so (src/common/abi_cupti.h).
  * At a launch it takes the launching thread's user stack; at a completed buffer it copies the
  * library's compact activity records into the ring buffer in bounded chunks. User space joins.
- * No ring-buffer wakeups (BPF_RB_NO_WAKEUP): the agent drains on its tick, and a wakeup per
- * launch would cost the launching thread an irq_work.
+ * No ring-buffer wakeup per event (BPF_RB_NO_WAKEUP): the agent drains on its tick, and a
+ * wakeup per launch would cost the launching thread an irq_work. Only the event that takes the
+ * ring past WAKE_BYTES wakes the agent (rb_flags()), so a small ring holds a launch-bound burst.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -18,12 +19,34 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h */
 
+#define RING_BYTES (4u << 20)
+#define WAKE_BYTES (1u << 20)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	/* ~1.1 KiB per launch: 15 k launches per 50 ms tick, twice the 145 k/s of a launch-bound
-	 * loop measured on the H200; the consumer maps it twice, so it counts twice in RSS */
-	__uint(max_entries, 16 << 20);
+	/*
+	 * ~1.1 KiB per launch: the 145 k launches/s of a launch-bound loop on the H200 fill 1 MiB
+	 * in 6.5 ms; past WAKE_BYTES the agent is woken to drain, leaving 3 MiB (~20 ms) for it to
+	 * get there. The consumer maps the ring twice, so it counts twice in the agent's RSS.
+	 */
+	__uint(max_entries, RING_BYTES);
 } events SEC(".maps");
+
+/*
+ * Submit flags for an event of `size` bytes just reserved: a wakeup for the one whose record
+ * (with its 8-byte header, 8-aligned) took the unread data past WAKE_BYTES, and for every one
+ * past 3/4 of the ring (a crossing missed between another CPU's reserve and this query, or an
+ * agent slow to come).
+ */
+static __always_inline __u64 rb_flags(__u64 size)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 rec = (size + 8 + 7) & ~7ULL;
+
+	if (avail >= RING_BYTES / 4 * 3 || (avail >= WAKE_BYTES && avail - rec < WAKE_BYTES))
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
 
 /* A launch event with room for the deepest stack; only ustack_len frames are meaningful. */
 struct launch_ev {
@@ -73,7 +96,7 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	e->ev.size = sizeof(e->ev) + (n / 8) * 8;
 	dt = bpf_ktime_get_ns() - t0;
 	e->ev.probe_ns = dt > 0xffffffffULL ? 0xffffffffU : (__u32)dt;
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, rb_flags(sizeof(*e)));
 	return 0;
 }
 
@@ -116,7 +139,7 @@ static long copy_chunk(__u32 i, struct copy_ctx *c)
 		ev->err = cnt;
 		ev->n = 0;
 	}
-	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(ev, rb_flags(sizeof(*ev)));
 	return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "agent/agent.h"
 #include "agent/unwind/unwind.h"
 #include "agent/bpfutil.h"
+#include "agent/ringdrain.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
 #include "agent/meta/labels.h"
@@ -50,6 +51,9 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
 #define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
 #define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
+/* events the drain thread may hold for a busy main loop: ~8 k launches 127 frames deep, twice
+ * that at typical depths (~60 ms of a launch-bound loop on the H200 on top of the ring's 4 MiB) */
+#define QUEUE_BYTES	 (8u << 20)
 
 static const char *const probe_names[NPROBES] = { "launch", "buffer", "name",
 						  "clock",  "drops",  "status" };
@@ -126,7 +130,8 @@ struct busy {
 
 struct cupti_state {
 	struct cupti_bpf *skel;
-	struct ring_buffer *rb;
+	struct ring_drain *drain;	/* the ring, drained by its own thread (ringdrain.h) */
+	uint64_t queue_lost_recs;	/* records in them; atomic (the drain thread adds) */
 	struct agent *a;
 	struct lib libs[MAX_LIBS];
 	int nlibs;
@@ -1153,9 +1158,19 @@ static int handle_event(void *ctx, void *data, size_t size)
 /* ---- module ------------------------------------------------------------------------------- */
 
 
+/* The drain thread, its lock held: an event the full queue could not take. */
+static void queue_lost(void *ctx, const void *data, size_t size)
+{
+	struct cupti_state *c = ctx;
+	const struct gpuscope_ev_cupti_recs *ev = data;
+
+	if (size >= sizeof(*ev) && ev->type == GPUSCOPE_EV_CUPTI_RECS)
+		__atomic_add_fetch(&c->queue_lost_recs, ev->n, __ATOMIC_RELAXED);
+}
+
 static void drain(struct cupti_state *c, bool force)
 {
-	ring_buffer__consume(c->rb);
+	ring_drain__take(c->drain, handle_event, c);
 	for (int i = 0; i < MAX_DEVICES; i++)
 		if (c->busy[i].used)
 			busy_flush(c, &c->busy[i], force);
@@ -1168,7 +1183,7 @@ static void cupti_free(struct cupti_state *c)
 	for (int i = 0; i < c->nlibs; i++)
 		for (int k = 0; k < NPROBES; k++)
 			bpf_link__destroy(c->libs[i].links[k]);
-	ring_buffer__free(c->rb);
+	ring_drain__free(c->drain);
 	cupti_bpf__destroy(c->skel);
 	for (int i = 0; i < MAX_PROCS; i++)
 		proc_free_contents(&c->procs[i]);
@@ -1217,8 +1232,8 @@ static int cupti_start(struct agent *a)
 			err = -ENOTSUP;
 		goto out_free;
 	}
-	c->rb = ring_buffer__new(bpf_map__fd(c->skel->maps.events), handle_event, c, NULL);
-	if (!c->rb) {
+	c->drain = ring_drain__start(bpf_map__fd(c->skel->maps.events), QUEUE_BYTES, queue_lost, c);
+	if (!c->drain) {
 		err = -errno;
 		goto out_free;
 	}
@@ -1263,7 +1278,7 @@ static void cupti_stop(struct agent *a)
 	for (int k = 0; k < 80; k++) {	/* up to 2 s */
 		bool pending = false;
 
-		ring_buffer__consume(c->rb);
+		ring_drain__take(c->drain, handle_event, c);
 		for (int i = 0; i < MAX_PROCS; i++) {
 			struct proc *p = &c->procs[i];
 
@@ -1285,11 +1300,17 @@ static void cupti_stop(struct agent *a)
 void cupti_usdt__stats(struct cupti_stats *ret)
 {
 	struct cupti_state *c = S;
+	struct ring_drain_stats rs;
 
 	*ret = last_stats;
 	if (!c)
 		return;
 	*ret = c->st;
+	ring_drain__stats(c->drain, &rs);
+	ret->ring_wakeups = rs.wakeups;
+	ret->queue_lost = rs.lost;
+	ret->queue_lost_recs = __atomic_load_n(&c->queue_lost_recs, __ATOMIC_RELAXED);
+	ret->queue_peak_bytes = rs.peak_bytes;
 	for (int i = 0; i < MAX_PROCS; i++) {
 		ret->cupti_drops += c->procs[i].cupti_drops;
 		ret->lib_drops += c->procs[i].lib_drops;
@@ -1314,7 +1335,7 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		{ "bpf_records", s.bpf[GPUSCOPE_CUPTI_ERR_RECS_LOST] },
 		{ "bpf_events", s.bpf[GPUSCOPE_CUPTI_ERR_RINGBUF] },
 		{ "no_clock", s.no_clock },
-		{ "agent", s.agent_drops + s.busy_dropped + s.batch_errors },
+		{ "agent", s.agent_drops + s.busy_dropped + s.batch_errors + s.queue_lost_recs },
 	};
 
 	prom_counter(out, "gpuscope_agent_cupti_kernels_total", "Kernel activity records received.",
@@ -1327,6 +1348,14 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		     s.graph_kernels);
 	prom_counter(out, "gpuscope_agent_cupti_launches_total", "Launch probe events received.",
 		     s.launches);
+	prom_counter(out, "gpuscope_agent_cupti_ring_wakeups_total",
+		     "Times the ring buffer woke its drain thread (its mark passed between ticks).",
+		     s.ring_wakeups);
+	prom_counter(out, "gpuscope_agent_cupti_queue_lost_events_total",
+		     "Ring events (launches, record chunks) lost: the drain queue was full.",
+		     s.queue_lost);
+	prom_gauge(out, "gpuscope_agent_cupti_queue_peak_bytes",
+		   "Most memory the drain queue held at once.", s.queue_peak_bytes);
 	prom_family(out, "gpuscope_agent_cupti_records_total", "counter",
 		    "Non-kernel activity records received, by kind.");
 	prom_sample1_u64(out, "gpuscope_agent_cupti_records_total", "kind", "memcpy", s.memcpys);

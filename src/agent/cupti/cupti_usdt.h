@@ -26,6 +26,9 @@ struct cupti_stats {
 	uint64_t procs_seen, procs_full, processes;
 	uint64_t libs_attached, libs_skipped;
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
+	/* the ring's drain thread (agent/ringdrain.h): woken at its mark, events the full queue
+	 * lost, activity records in them, most queue memory at once */
+	uint64_t ring_wakeups, queue_lost, queue_lost_recs, queue_peak_bytes;
 	uint64_t bpf[GPUSCOPE_ERR_MAX];	/* by enum gpuscope_err (cupti range), summed over CPUs */
 	/* trace windows */
 	uint64_t windows_asked, windows_opened[8], windows_closed;	/* opened: by trace_reason */

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The CUPTI launch ring is small (4 MiB, mapped twice in the agent's RSS) and holds a
+launch-bound burst only because the launch that takes it past 1 MiB wakes the agent to drain
+(cupti.bpf.c rb_flags(), run.c's wake set). A real agent (cupti module alone, continuous
+tracing) follows tests/cupti/cupti_launch_bench firing the launch probe of the fake library as
+fast as it can, 25 frames deep (~1 KiB per launch event): at the 50 ms tick alone the ring would
+overflow within the first ~4000 launches and most of the burst would be lost. Every launch is
+received, the loss counters say 0 (a margin of 1 % for a machine too loaded to run the agent for
+tens of milliseconds), and the agent says it was woken."""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pushlib import OUT, Agent, Server, check, finish, need_root_and_binaries  # noqa: E402
+from lib import wait_until  # noqa: E402
+
+need_root_and_binaries()
+B = os.path.join(OUT, "tests", "cupti")
+FAKE = os.path.join(B, "libgpuscope_cupti_fake.so")
+N = int(os.environ.get("N", 400000))
+tmp = tempfile.mkdtemp(prefix="gpuscope-cupti-ring-")
+srv = Server(os.path.join(tmp, "data"))
+srv.start()
+os.environ["GPUSCOPE_CUPTI_LIBRARY"] = FAKE
+bench = subprocess.Popen([os.path.join(B, "cupti_launch_bench"), str(N), "wait"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+agent = None
+try:
+    agent = Agent(srv.url, ["--node", "cuptiring", "--pid", str(bench.pid), "--push-interval", "1s",
+                            "--modules", "cupti", "--no-gpu", "--gpu-trace-budget", "100%"],
+                  os.path.join(tmp, "agent.log"), modules_off="")
+    out, err = bench.communicate(timeout=240)
+    check(bench.returncode == 0, "the launch burst ran with the probe attached (%s %s)" %
+          (bench.returncode, err.decode().strip()))
+    wall_ns = float(out.split()[0]) if out.split() else 0
+    want = N + 1000	# and the warm-up
+
+    def counts():
+        m = agent.metrics()
+        return (m.get("gpuscope_agent_cupti_launches_total", 0),
+                m.get('gpuscope_agent_cupti_drops_total{where="bpf_events"}', 0) +
+                m.get("gpuscope_agent_cupti_queue_lost_events_total", 0),
+                m.get("gpuscope_agent_cupti_ring_wakeups_total", 0),
+                m.get("gpuscope_agent_cupti_queue_peak_bytes", 0))
+    wait_until(lambda: sum(counts()[:2]) >= want, 20)
+    got, lost, wakes, peak = counts()
+    print("# %d launches at %.0f ns each (%.0f k/s): %d received, %d lost, %d wakeups, "
+          "queue peak %.1f MiB" % (want, wall_ns, 1e6 / wall_ns if wall_ns else 0, got, lost,
+                                   wakes, peak / 2**20))
+    check(got + lost == want, "every launch was received or counted lost (%d + %d of %d)"
+          % (got, lost, want))
+    check(lost <= want / 20, "at most 5 %% of the burst lost (%d)" % lost)
+    check(wakes >= 1, "the ring woke its drain thread between ticks (%d times)" % wakes)
+    rc = agent.stop()
+    check(rc == 0, "agent exits 0 (%s)" % rc)
+    agent = None
+finally:
+    if agent:
+        agent.stop()
+    if bench.poll() is None:
+        bench.kill()
+    srv.stop()
+finish()
