@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,6 +72,45 @@ struct run_ctx {
 };
 
 static struct agent *signal_agent;
+
+/*
+ * The agent's own memory, to tell its parts apart (issue 13's budget): resident and peak from
+ * /proc/self/status, and malloc's view (in use, held free, in mmapped chunks) from mallinfo2.
+ */
+static void mem_metrics(FILE *out)
+{
+	struct mallinfo2 mi = mallinfo2();
+	char line[128];
+	uint64_t rss = 0, hwm = 0, anon = 0, file = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long kb;
+
+		if (sscanf(line, "VmRSS: %llu", &kb) == 1)
+			rss = kb << 10;
+		else if (sscanf(line, "VmHWM: %llu", &kb) == 1)
+			hwm = kb << 10;
+		else if (sscanf(line, "RssAnon: %llu", &kb) == 1)
+			anon = kb << 10;
+		else if (sscanf(line, "RssFile: %llu", &kb) == 1)
+			file = kb << 10;
+	}
+	if (f)
+		fclose(f);
+	prom_family(out, "gpuscope_agent_resident_bytes", "gauge",
+		    "The agent's resident memory (kind: all, anon, file), from /proc/self/status.");
+	prom_sample1_u64(out, "gpuscope_agent_resident_bytes", "kind", "all", rss);
+	prom_sample1_u64(out, "gpuscope_agent_resident_bytes", "kind", "anon", anon);
+	prom_sample1_u64(out, "gpuscope_agent_resident_bytes", "kind", "file", file);
+	prom_gauge(out, "gpuscope_agent_resident_peak_bytes", "The agent's peak resident memory (VmHWM).",
+		   hwm);
+	prom_family(out, "gpuscope_agent_malloc_bytes", "gauge",
+		    "malloc's memory: in use, held free in its arenas, in chunks of their own mapping.");
+	prom_sample1_u64(out, "gpuscope_agent_malloc_bytes", "state", "in_use", mi.uordblks + mi.hblkhd);
+	prom_sample1_u64(out, "gpuscope_agent_malloc_bytes", "state", "free", mi.fordblks);
+	prom_sample1_u64(out, "gpuscope_agent_malloc_bytes", "state", "mmapped", mi.hblkhd);
+}
 
 static void on_signal(int sig)
 {
@@ -155,6 +195,7 @@ static void fill_metrics(void *arg, FILE *out)
 
 	prom_family(out, "gpuscope_agent_info", "gauge", "The agent's node name and version.");
 	prom_sample(out, "gpuscope_agent_info", info, 2, 1);
+	mem_metrics(out);
 	prom_gauge(out, "gpuscope_agent_start_time_seconds", "Unix time the agent started.",
 		   c->start_wall_ns / 1e9);
 	pthread_mutex_lock(&c->lock);

@@ -31,14 +31,14 @@ smaps_by_name() {	# pid: resident MB by mapping (heap and anonymous, BPF maps, f
 		/^Rss:/{r[n] += $2} END{for (k in r) if (r[k] >= 1024) printf "%8.1f MB  %s\n", r[k] / 1024, k}' \
 		/proc/$1/smaps | sort -rn | head -25
 }
-( peak=0; while kill -0 $apid 2>/dev/null; do	# the agent's memory at its peak, once a second
+( peak=0; while kill -0 $apid 2>/dev/null; do	# the agent's memory at its peak, 4 times a second
 	r=$(awk '/^VmRSS/{print $2}' /proc/$apid/status 2>/dev/null)
 	if [ "${r:-0}" -gt "$peak" ]; then
 		peak=$r; { echo "VmRSS $r kB at $(date +%T)"; grep -E '^(RssAnon|RssFile|RssShmem)' \
 			/proc/$apid/status; smaps_by_name $apid; } > "$RET/agent-peak.txt.tmp" &&
 			mv "$RET/agent-peak.txt.tmp" "$RET/agent-peak.txt"
 	fi
-	sleep 1
+	sleep 0.25
 done ) &
 sleep 4
 read -r a_ut a_st < <(awk '{print $14, $15}' /proc/$apid/stat)
@@ -66,7 +66,7 @@ a_ut, a_st, b_ut, b_st, t0, t1 = map(float, sys.argv[1:7])
 cpu = ((b_ut + b_st) - (a_ut + a_st)) / os.sysconf("SC_CLK_TCK")
 print("agent CPU during the loop: %.2f s over %.1f s = %.2f %% of one core" % (cpu, t1 - t0, 100 * cpu / (t1 - t0)))
 PY
-grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_' "$RET/agent-metrics.txt" | grep -v ' 0$'
+grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_|^gpuscope_agent_(resident|malloc|stack_cache|symbolizer_cache|cupti_queue|cupti_ring)' "$RET/agent-metrics.txt" | grep -v ' 0$'
 {
 	echo "python pid $wpid"
 	python3 tests/device/pystacks_check.py "$url" "$wpid" $(python3 -c '
