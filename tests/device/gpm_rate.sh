@@ -37,7 +37,7 @@ for iv in 10ms 20ms 50ms 100ms; do
 	wp=$!
 	for _ in $(seq 300); do grep -q ready "$W/work-$iv.out" && break; sleep 0.1; done
 	/usr/bin/time -f "%U %S %e" -o "$W/time-$iv.txt" "$D/bin/gpuscope-agent" nvml-record --no-record \
-		--out /dev/null --duration "$((secs - 1))s" --points "$W/p-$iv.csv" "${lib[@]}" \
+		--duration "$((secs - 1))s" --points "$W/p-$iv.csv" "${lib[@]}" \
 		--nvml-gpm-interval "$iv" --nvml-memory-interval 0 --nvml-slow-interval 0 \
 		--nvml-process-interval 0 --nvml-fields-interval 0 > "$W/rec-$iv.log" 2>&1
 	wait $wp
