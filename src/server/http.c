@@ -998,6 +998,9 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 		   "Stack samples stored per second, last 10 s.", rate_get(h));
 	prom_counter(out, "gpuscope_server_duplicate_batches_total",
 		     "Batches ignored because their id was stored.", s.duplicate_batches);
+	prom_counter(out, "gpuscope_server_store_commits_total",
+		     "Group commits of the store: each stored every batch (part) queued while the"
+		     " one before it ran.", s.commits);
 	prom_family(out, "gpuscope_server_rejected_total", "counter",
 		    "Requests refused, by reason; nothing of them was stored.");
 	for (int i = 0; i < REJ_MAX; i++)

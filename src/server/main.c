@@ -33,6 +33,9 @@ static void usage(FILE *f)
 		"  --clickhouse-cluster NAME  remote_servers cluster: Distributed tables by node\n"
 		"  --clickhouse-database DB default gpuscope\n"
 		"  --clickhouse-user USER   --clickhouse-password-file FILE  credentials\n"
+		"  --clickhouse-commit-delay DUR\n"
+		"                           a batch waits up to this long for others to share its\n"
+		"                           INSERTs (fewer, larger ClickHouse parts; default 500ms)\n"
 		"  --listen ADDR:PORT       127.0.0.1:7070 by default, 0.0.0.0:7070 once a token\n"
 		"                           is set; [::]:PORT for IPv6 and IPv4; port 0 picks one\n"
 		"  --retention DUR          keep data this long (default 30d)\n"
@@ -50,7 +53,8 @@ static void usage(FILE *f)
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
-		"  --threads N              HTTP event-loop threads (default 8)\n"
+		"  --threads N              HTTP event-loop threads (default 8; with ClickHouse 32:\n"
+		"                           an ingest waits on its thread for its group commit)\n"
 		"  --max-new-label-sets-per-hour N\n"
 		"                           per node; a batch past it is refused 429 (default\n"
 		"                           10000; 0: no limit)\n"
@@ -150,7 +154,7 @@ int main(int argc, char **argv)
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
 		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
-		O_CH_USER, O_CH_PASSWORD,
+		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY,
 	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
@@ -183,6 +187,7 @@ int main(int argc, char **argv)
 		{ "clickhouse-database", required_argument, NULL, O_CH_DB },
 		{ "clickhouse-user", required_argument, NULL, O_CH_USER },
 		{ "clickhouse-password-file", required_argument, NULL, O_CH_PASSWORD },
+		{ "clickhouse-commit-delay", required_argument, NULL, O_CH_COMMIT_DELAY },
 		{ 0 },
 	};
 	const char *urls[16];
@@ -194,13 +199,14 @@ int main(int argc, char **argv)
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
 		.max_new_label_sets_per_hour = 10000,
 		.max_new_stacks_per_hour = 200000,
+		.ch_commit_delay_ns = 500 * NSEC_PER_MSEC,
 	};
 	struct http_opts ho = {
 		.max_body = 64 << 20,
 		.max_connections = 8192,
 		.max_per_address = 256,
 		.idle_timeout_s = 30,
-		.threads = 8,
+		.threads = 0,		/* 8, or 32 with ClickHouse (below) */
 	};
 	uint64_t size, ns;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
@@ -357,6 +363,14 @@ int main(int argc, char **argv)
 				return 2;
 			so.ch_password = ch_password;
 			break;
+		case O_CH_COMMIT_DELAY:
+			if (parse_duration_ns(optarg, &so.ch_commit_delay_ns) ||
+			    so.ch_commit_delay_ns > 10 * NSEC_PER_SEC) {
+				log_error("--clickhouse-commit-delay '%s': a duration up to 10s (0: none)",
+					  optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -367,6 +381,8 @@ int main(int argc, char **argv)
 	}
 	so.ch_urls = urls;
 	so.ch_nurls = nurls;
+	if (!ho.threads)
+		ho.threads = so.backend && !strcmp(so.backend, "clickhouse") ? 32 : 8;
 	if (optind != argc || (so.backend && !strcmp(so.backend, "clickhouse") ? !nurls : !so.dir)) {
 		usage(stderr);
 		return 2;

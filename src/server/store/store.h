@@ -7,6 +7,7 @@
 #ifndef GPUSCOPE_STORE_H
 #define GPUSCOPE_STORE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,8 @@ struct store_opts {
 	const char *const *ch_urls;
 	size_t ch_nurls;
 	const char *ch_cluster, *ch_database, *ch_user, *ch_password;
+	/* clickhouse: how long a batch may wait for others to share its INSERTs (group commit) */
+	uint64_t ch_commit_delay_ns;
 };
 
 /* What a query asks for; from < to, Unix ns, [from, to). */
@@ -75,6 +78,7 @@ struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */
 	uint64_t samples, points, intervals;	/* stored since start */
 	uint64_t batches, duplicate_batches;
+	uint64_t commits;		/* group commits: each stored one or more batches */
 	uint64_t raw_chunks_deleted, rollups_deleted;
 	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
 	uint64_t stacks, locations, label_sets;	/* known */
@@ -199,6 +203,36 @@ const struct node_busy *busy_find(const struct busy_set *bs, const char *node);
 /* Whether t lies inside one of nb's merged intervals. */
 bool busy_in(const struct node_busy *nb, uint64_t t);
 void busy_done(struct busy_set *bs);
+
+/*
+ * Group commit (commitq.c): concurrent ingests queue up; one of them (the leader) takes every
+ * queued item (at most max) and runs them together; the others wait. With delay_ns, the leader
+ * first waits until the oldest queued item has waited delay_ns (or max are queued).
+ * store_commitq_run() returns once the run holding `it` returned (it->next is the leader's to
+ * use until then). `run` gets the items as a list of n; it may not keep them. Items are
+ * embedded first in the caller's own struct. Any thread.
+ */
+struct store_commitq_item {
+	struct store_commitq_item *next;
+	uint64_t queued_ns;		/* monotonic, when queued */
+	bool done;
+};
+
+struct store_commitq {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;		/* CLOCK_MONOTONIC */
+	struct store_commitq_item *head, **tail;
+	size_t queued;
+	bool leader;
+	uint64_t delay_ns;
+	uint64_t commits;		/* runs so far (mu) */
+};
+
+void store_commitq_init(struct store_commitq *q, uint64_t delay_ns);
+void store_commitq_done(struct store_commitq *q);
+void store_commitq_run(struct store_commitq *q, struct store_commitq_item *it, size_t max,
+		       void (*run)(void *ctx, struct store_commitq_item *list, size_t n),
+		       void *ctx);
 
 /*
  * Why the last failed store call on this thread failed, for the HTTP answer ("" if the backend

@@ -38,6 +38,8 @@ struct ch {
 	int npool;
 	unsigned next_url;		/* round robin start (atomic) */
 
+	struct store_commitq commitq;	/* group commit of concurrent batches (ingest.c) */
+
 	pthread_mutex_t dmu;		/* dictionary ids already inserted (content hash ids) */
 	struct u64map seen;
 

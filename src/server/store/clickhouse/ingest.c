@@ -633,51 +633,110 @@ static int labelset_rows(struct cing *in, struct buf *b)
 #define NFACT 4
 static const char *const fact_tables[NFACT] = { "samples_raw", "samples_rollup", "points",
 						"intervals" };
+#define NDICT 4
+static const char *const dict_tables[NDICT] = { "labelsets_in", "locations", "stacks", "series" };
+#define GROUP_MAX 64	/* batches in one group commit */
+
+/* One batch prepared for a group commit: its rows, ready to be joined with other batches'. */
+struct chb {
+	struct store_commitq_item q;	/* first: the queue's list is a list of chbs */
+	uint64_t batch;			/* id; 0: none (no probe, no dedup) */
+	struct buf dict[NDICT];		/* dictionary rows, in dict_tables order */
+	struct parts facts[NFACT];	/* fact rows by table and day */
+	struct u64map added;		/* dictionary ids these rows add */
+	uint64_t nsamples, npoints, nintervals;
+	bool dicts_stored;		/* its dictionary rows' INSERTs returned */
+	int rc;				/* set by the commit: 0, 1 (duplicate), -errno */
+	char *err;
+	size_t errlen;
+};
+
+static int nparts(const struct chb *b)
+{
+	int n = 0;
+
+	for (int t = 0; t < NFACT; t++)
+		n += (int)b->facts[t].n;
+	return n;
+}
+
+static bool all_stored(const struct chb *b)
+{
+	for (int t = 0; t < NFACT; t++)
+		for (size_t i = 0; i < b->facts[t].n; i++)
+			if (!b->facts[t].v[i].stored)
+				return false;
+	return true;
+}
+
+static void fail(struct chb *b, int rc)
+{
+	b->rc = rc;
+	snprintf(b->err, b->errlen, "%s", rc == -ENOMEM ? "store: out of memory" : store_strerror());
+}
 
 /*
- * What of this batch is already stored: each part's `stored` set if its first row is there (one
- * part is all or nothing; a rollup part by its marker row); 1 if every part is (a duplicate),
- * else 0. -errno if ClickHouse cannot say.
+ * What of the group's batches is already stored, in one query: each part's `stored` set if its
+ * first row is there (one part is all or nothing; a rollup part by its marker row). A batch all
+ * of whose parts are there is a duplicate (rc 1). 0, or -errno if ClickHouse cannot say.
  */
-static int landed(struct cing *in, struct parts *ps)
+static int landed(struct ch *c, struct chb **v, size_t n)
 {
 	struct buf q = { 0 }, ans = { 0 };
 	char *p, *end;
-	int rc;
-
-	int nparts = 0, nstored = 0;
+	int rc, nq = 0;
 
 	buf_puts(&q, "SELECT 0");
-	for (int t = 0; t < NFACT; t++) {
-		for (size_t i = 0; i < ps[t].n; i++) {
-			const struct part *pt = &ps[t].v[i];
+	for (size_t b = 0; b < n; b++) {
+		if (!v[b]->batch || v[b]->rc)
+			continue;
+		for (int t = 0; t < NFACT; t++) {
+			for (size_t i = 0; i < v[b]->facts[t].n; i++) {
+				const struct part *pt = &v[b]->facts[t].v[i];
 
-			nparts++;
-			buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE ", in->c->db,
-				   fact_tables[t]);
-			buf_put(&q, pt->probe.p, pt->probe.len);
-			buf_puts(&q, ")");
+				buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE ", c->db,
+					   fact_tables[t]);
+				buf_put(&q, pt->probe.p, pt->probe.len);
+				buf_puts(&q, ")");
+				nq++;
+			}
 		}
+	}
+	if (!nq) {
+		buf_done(&q);
+		return 0;
 	}
 	buf_puts(&q, " FORMAT TSV");
 	buf_put(&q, "", 1);
-	rc = q.oom ? -ENOMEM : ch_exec(in->c, -1, (char *)q.p, NULL, 0, NULL, &ans);
+	rc = q.oom ? -ENOMEM : ch_exec(c, -1, (char *)q.p, NULL, 0, NULL, &ans);
 	buf_put(&ans, "", 1);
 	p = (char *)ans.p;
 	if (!rc) {
 		strtoull(p, &end, 10);
 		rc = end == p ? -EIO : 0;
-		for (int t = 0; t < NFACT && rc == 0; t++) {
-			for (size_t i = 0; i < ps[t].n && rc == 0; i++) {
-				p = end;
-				ps[t].v[i].stored = strtoull(p, &end, 10) > 0;
-				nstored += ps[t].v[i].stored;
-				if (end == p)
-					rc = -EIO;
+		for (size_t b = 0; b < n && !rc; b++) {
+			int have = 0;
+
+			if (!v[b]->batch || v[b]->rc)
+				continue;
+			for (int t = 0; t < NFACT && !rc; t++) {
+				for (size_t i = 0; i < v[b]->facts[t].n && !rc; i++) {
+					p = end;
+					v[b]->facts[t].v[i].stored = strtoull(p, &end, 10) > 0;
+					have += v[b]->facts[t].v[i].stored;
+					if (end == p)
+						rc = -EIO;
+				}
+			}
+			if (rc)
+				break;
+			if (have && have == nparts(v[b])) {
+				v[b]->rc = 1;
+			} else if (have) {
+				log_info("batch %llu: %d parts of an earlier attempt are stored, adding"
+					 " the rest", (unsigned long long)v[b]->batch, have);
 			}
 		}
-		if (!rc)
-			rc = nparts && nstored == nparts;
 		if (rc == -EIO)
 			store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
 	}
@@ -686,19 +745,146 @@ static int landed(struct cing *in, struct parts *ps)
 	return rc;
 }
 
-int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+/* Inserts the rows of n buffers as one INSERT (one part per day partition). */
+static int insert_joint(struct ch *c, const char *table, struct buf **rows, size_t n,
+			struct buf *tmp)
 {
-	struct ch *c = (struct ch *)st;
+	if (n == 1)
+		return insert(c, table, rows[0]);
+	tmp->len = 0;
+	for (size_t i = 0; i < n; i++)
+		buf_put(tmp, rows[i]->p, rows[i]->len);
+	return insert(c, table, tmp);
+}
+
+/*
+ * The leader's part of a group commit: every batch of the group that is not a duplicate is
+ * stored with one INSERT per dictionary table and one per (fact table, day), so that a
+ * ClickHouse part (the unit of its cost: 20-40 files, merges) holds many batches. A fact part
+ * lives in one day partition, so each batch's rows of a (table, day) land in one part, whole
+ * or not at all, and a retry's probe finds them. The first failed INSERT stops the commit:
+ * each batch not yet wholly stored gets that error (a retry probes and adds what is missing),
+ * one wholly stored gets 0. Two batches with one id in the group: the later one answers as a
+ * duplicate of the first (never stored twice).
+ */
+static void commit_group(void *ctx, struct store_commitq_item *list, size_t n)
+{
+	struct ch *c = ctx;
+	struct chb **v = calloc(n, sizeof(*v));
+	struct buf **rows = calloc(n, sizeof(*rows));
+	struct part **pts = calloc(n, sizeof(*pts));
+	struct buf tmp = { 0 };
+	size_t k = 0;
+	int rc = 0;
+
+	for (struct store_commitq_item *it = list; it && k < n; it = it->next)
+		if (v)
+			v[k++] = (struct chb *)it;
+	if (!v || !rows || !pts) {
+		for (struct store_commitq_item *it = list; it; it = it->next)
+			fail((struct chb *)it, -ENOMEM);
+		goto out;
+	}
+	for (size_t b = 0; b < n; b++)
+		v[b]->rc = 0;
+	/* A later batch with the id of an earlier one waits for that one's outcome. */
+	for (size_t b = 1; b < n; b++)
+		for (size_t a = 0; a < b && v[b]->batch; a++)
+			if (v[a]->batch == v[b]->batch && v[a]->rc != 2) {
+				v[b]->rc = 2;
+				break;
+			}
+	rc = landed(c, v, n);
+	/* Dictionaries first: no stored fact names a stack or label set that is not there. */
+	for (int d = 0; d < NDICT && !rc; d++) {
+		size_t m = 0;
+
+		for (size_t b = 0; b < n; b++)
+			if (!v[b]->rc && v[b]->dict[d].len)
+				rows[m++] = &v[b]->dict[d];
+		if (m)
+			rc = insert_joint(c, dict_tables[d], rows, m, &tmp);
+	}
+	for (size_t b = 0; b < n && !rc; b++)
+		v[b]->dicts_stored = true;
+	for (int t = 0; t < NFACT && !rc; t++) {
+		for (;;) {
+			uint64_t day = UINT64_MAX;
+			size_t m = 0;
+
+			/* The next day with unstored parts of this table. */
+			for (size_t b = 0; b < n; b++)
+				for (size_t i = 0; !v[b]->rc && i < v[b]->facts[t].n; i++)
+					if (!v[b]->facts[t].v[i].stored && v[b]->facts[t].v[i].day < day)
+						day = v[b]->facts[t].v[i].day;
+			if (day == UINT64_MAX)
+				break;
+			for (size_t b = 0; b < n; b++) {
+				for (size_t i = 0; !v[b]->rc && i < v[b]->facts[t].n; i++) {
+					struct part *pt = &v[b]->facts[t].v[i];
+
+					if (!pt->stored && pt->day == day) {
+						pts[m] = pt;
+						rows[m++] = &pt->rows;
+					}
+				}
+			}
+			rc = insert_joint(c, fact_tables[t], rows, m, &tmp);
+			if (rc)
+				break;
+			for (size_t i = 0; i < m; i++)
+				pts[i]->stored = true;
+		}
+	}
+	for (size_t b = 0; b < n; b++) {
+		struct chb *x = v[b];
+
+		if (x->rc == 2) {	/* the outcome of the first batch with its id */
+			for (size_t a = 0; a < b; a++) {
+				if (v[a]->batch == x->batch && v[a]->rc != 2) {
+					x->rc = v[a]->rc < 0 ? v[a]->rc : 1;
+					if (x->rc < 0)
+						snprintf(x->err, x->errlen, "%s", v[a]->err);
+					break;
+				}
+			}
+		} else if (!x->rc && rc && (!x->dicts_stored || !all_stored(x))) {
+			fail(x, rc);
+		}
+		if (x->rc == 1) {
+			__atomic_add_fetch(&c->n_dups, 1, __ATOMIC_RELAXED);
+			continue;
+		}
+		if (x->rc)
+			continue;
+		/* Remember the dictionary rows now stored, so later batches skip them. */
+		pthread_mutex_lock(&c->dmu);
+		for (size_t i = 0; i < x->added.cap; i++)
+			if (x->added.keys[i] && !u64map_upsert(&c->seen, x->added.keys[i], 0, NULL))
+				break;
+		pthread_mutex_unlock(&c->dmu);
+		__atomic_add_fetch(&c->n_samples, x->nsamples, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&c->n_points, x->npoints, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&c->n_intervals, x->nintervals, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&c->n_batches, 1, __ATOMIC_RELAXED);
+	}
+out:
+	buf_done(&tmp);
+	free(v);
+	free(rows);
+	free(pts);
+}
+
+/* Prepares the rows of batch m into b (ids, dictionaries, facts by table and day). 0 or -errno. */
+static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
+{
 	struct cing in = { .c = c, .m = m };
-	struct buf lsets = { 0 }, locs = { 0 }, stacks = { 0 }, series = { 0 };
-	struct parts facts[NFACT] = { { 0 } };
-	struct u64map added = { 0 };
-	uint64_t t0 = batch_t0(m), nsamples = 0, npoints = 0;
-	int rc = 0, have = 0;
+	uint64_t t0 = batch_t0(m);
+	int rc = 0;
 
 	in.node_id = ch_id(hash64(S(&in, m->node), strlen(S(&in, m->node)), 16));
 	in.day = (t0 == UINT64_MAX ? wall_ns() : t0) / CH_DAY_NS;
-	in.batch = m->batch_id;
+	in.batch = b->batch = m->batch_id;
 	in.ls_id = calloc(m->n_label_sets + 1, sizeof(*in.ls_id));
 	in.ls_first = malloc((m->n_label_sets + 1) * sizeof(*in.ls_first));
 	in.ls_last = calloc(m->n_label_sets + 1, sizeof(*in.ls_last));
@@ -711,71 +897,47 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	for (size_t i = 0; i <= m->n_label_sets; i++)
 		in.ls_first[i] = UINT64_MAX;
 	/* Label set ids first (series ids hash them); their extents after the facts. */
-	rc = labelset_rows(&in, &lsets);
-	lsets.len = 0;
+	rc = labelset_rows(&in, &b->dict[0]);
+	b->dict[0].len = 0;
 	if (!rc)
-		rc = dictionaries(&in, &locs, &stacks, &series, &added);
+		rc = dictionaries(&in, &b->dict[1], &b->dict[2], &b->dict[3], &b->added);
+	if (!rc)
+		rc = sample_rows(&in, &b->facts[0], &b->facts[1], &b->nsamples);
 	if (rc)
 		goto out;
-	rc = sample_rows(&in, &facts[0], &facts[1], &nsamples);
-	if (rc)
-		goto out;
-	point_rows(&in, &facts[2], &npoints);
-	interval_rows(&in, &facts[3]);
-	rc = labelset_rows(&in, &lsets);
+	point_rows(&in, &b->facts[2], &b->npoints);
+	interval_rows(&in, &b->facts[3]);
+	b->nintervals = m->n_intervals;
+	rc = labelset_rows(&in, &b->dict[0]);
 	for (int t = 0; t < NFACT && !rc; t++)
-		if (parts_oom(&facts[t]))
+		if (parts_oom(&b->facts[t]))
 			rc = -ENOMEM;
-	if (rc)
-		goto out;
-	if (in.batch) {
-		rc = landed(&in, facts);
-		if (rc < 0)
-			goto out;
-		if (rc) {
-			__atomic_add_fetch(&c->n_dups, 1, __ATOMIC_RELAXED);
-			goto out;
-		}
-		for (int t = 0; t < NFACT; t++)
-			for (size_t i = 0; i < facts[t].n; i++)
-				have += facts[t].v[i].stored;
-		if (have)
-			log_info("batch %llu: %d parts of an earlier attempt are stored, adding the rest",
-				 (unsigned long long)in.batch, have);
-	}
-	if ((rc = insert(c, "labelsets_in", &lsets)) || (rc = insert(c, "locations", &locs)) ||
-	    (rc = insert(c, "stacks", &stacks)) || (rc = insert(c, "series", &series)))
-		goto out;
-	for (int t = 0; t < NFACT && !rc; t++)
-		for (size_t i = 0; i < facts[t].n && !rc; i++)
-			if (!facts[t].v[i].stored)
-				rc = insert(c, fact_tables[t], &facts[t].v[i].rows);
-	if (rc)
-		goto out;
-	/* Remember the dictionary rows now stored, so later batches skip them. */
-	pthread_mutex_lock(&c->dmu);
-	for (size_t i = 0; i < added.cap; i++)
-		if (added.keys[i] && !u64map_upsert(&c->seen, added.keys[i], 0, NULL))
-			break;
-	pthread_mutex_unlock(&c->dmu);
-	__atomic_add_fetch(&c->n_samples, nsamples, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&c->n_points, npoints, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&c->n_intervals, m->n_intervals, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&c->n_batches, 1, __ATOMIC_RELAXED);
 out:
-	if (rc < 0)
-		snprintf(err, errlen, "%s", rc == -ENOMEM ? "store: out of memory" : store_strerror());
-	buf_done(&lsets);
-	buf_done(&locs);
-	buf_done(&stacks);
-	buf_done(&series);
-	for (int t = 0; t < NFACT; t++)
-		parts_done(&facts[t]);
-	u64map_done(&added);
 	free(in.ls_id);
 	free(in.ls_first);
 	free(in.ls_last);
 	free(in.loc_id);
 	free(in.stack_id);
+	return rc;
+}
+
+int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t errlen)
+{
+	struct ch *c = (struct ch *)st;
+	struct chb b = { .err = err, .errlen = errlen };
+	int rc;
+
+	rc = prepare(c, m, &b);
+	if (rc)
+		snprintf(err, errlen, "store: out of memory");
+	else
+		store_commitq_run(&c->commitq, &b.q, GROUP_MAX, commit_group, c);
+	if (!rc)
+		rc = b.rc;
+	for (int d = 0; d < NDICT; d++)
+		buf_done(&b.dict[d]);
+	for (int t = 0; t < NFACT; t++)
+		parts_done(&b.facts[t]);
+	u64map_done(&b.added);
 	return rc;
 }

@@ -68,6 +68,7 @@ static void ch_stats(struct store *st, struct store_stats *o)
 	o->intervals = __atomic_load_n(&c->n_intervals, __ATOMIC_RELAXED);
 	o->batches = __atomic_load_n(&c->n_batches, __ATOMIC_RELAXED);
 	o->duplicate_batches = __atomic_load_n(&c->n_dups, __ATOMIC_RELAXED);
+	o->commits = __atomic_load_n(&c->commitq.commits, __ATOMIC_RELAXED);
 	o->raw_chunks_deleted = __atomic_load_n(&c->n_raw_dropped, __ATOMIC_RELAXED);
 	o->rollups_deleted = __atomic_load_n(&c->n_rollup_dropped, __ATOMIC_RELAXED);
 	/* Rows before background merges fold duplicates: an upper bound. */
@@ -95,6 +96,7 @@ static void ch_close(struct store *st)
 	free(c->urls);
 	free(c->db);
 	u64map_done(&c->seen);
+	store_commitq_done(&c->commitq);
 	pthread_mutex_destroy(&c->pmu);
 	pthread_mutex_destroy(&c->dmu);
 	pthread_mutex_destroy(&c->mmu);
@@ -158,6 +160,7 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
 	c->base.ops = &clickhouse_ops;
 	c->o = *opts;
 	c->clustered = opts->ch_cluster != NULL;
+	store_commitq_init(&c->commitq, opts->ch_commit_delay_ns);
 	pthread_mutex_init(&c->pmu, NULL);
 	pthread_mutex_init(&c->dmu, NULL);
 	pthread_mutex_init(&c->mmu, NULL);

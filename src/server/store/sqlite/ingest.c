@@ -770,11 +770,10 @@ void sq_dedup_reset(struct sq *s)
 
 /* One batch waiting for (or in) a group commit. */
 struct gitem {
+	struct store_commitq_item q;	/* first: the queue's list is a list of gitems */
 	struct ingest in;
 	int rc;
-	bool done;
 	uint64_t nsamples, npoints;
-	struct gitem *next;
 };
 
 /*
@@ -976,13 +975,16 @@ out_rollback:
  * batch in one transaction, each under its own savepoint, and commits once, so that one fsync
  * covers many batches. Every caller returns only after the COMMIT that holds its batch.
  */
-static void run_group(struct sq *s, struct gitem *list)
+static void run_group(void *ctx, struct store_commitq_item *items, size_t n)
 {
+	struct gitem *list = (struct gitem *)items;
+	struct sq *s = ctx;
 	int rc;
 
+	(void)n;
 	pthread_mutex_lock(&s->wmu);
 	rc = sq_step_done(s->st[ST_BEGIN]);
-	for (struct gitem *g = list; g; g = g->next) {
+	for (struct gitem *g = list; g; g = (struct gitem *)g->q.next) {
 		if (rc) {
 			g->rc = -EIO;
 			snprintf(g->in.err, g->in.errlen, "store: %s", sqlite3_errmsg(s->w));
@@ -992,7 +994,7 @@ static void run_group(struct sq *s, struct gitem *list)
 	}
 	if (!rc && sq_step_done(s->st[ST_COMMIT])) {
 		rc = -EIO;
-		for (struct gitem *g = list; g; g = g->next) {
+		for (struct gitem *g = list; g; g = (struct gitem *)g->q.next) {
 			if (g->rc >= 0) {
 				g->rc = -EIO;
 				snprintf(g->in.err, g->in.errlen, "store: commit: %s",
@@ -1002,7 +1004,7 @@ static void run_group(struct sq *s, struct gitem *list)
 		sq_step_done(s->st[ST_ROLLBACK]);
 		sq_dedup_reset(s);
 	}
-	for (struct gitem *g = list; g; g = g->next) {
+	for (struct gitem *g = list; g; g = (struct gitem *)g->q.next) {
 		if (g->rc)
 			continue;
 		publish_label_sets(&g->in);
@@ -1031,36 +1033,7 @@ int sq_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 		g.rc = -ENOMEM;
 		goto out_free;
 	}
-	pthread_mutex_lock(&s->gmu);
-	*s->gtail = &g;
-	s->gtail = &g.next;
-	while (!g.done) {
-		struct gitem *list, **cut;
-		int n = 0;
-
-		if (s->gleader) {
-			pthread_cond_wait(&s->gcond, &s->gmu);
-			continue;
-		}
-		s->gleader = true;
-		list = s->ghead;
-		for (cut = &s->ghead; *cut && n < GROUP_MAX; cut = &(*cut)->next)
-			n++;
-		s->ghead = *cut;
-		*cut = NULL;
-		if (!s->ghead)
-			s->gtail = &s->ghead;
-		pthread_mutex_unlock(&s->gmu);
-		run_group(s, list);
-		pthread_mutex_lock(&s->gmu);
-		for (struct gitem *it = list, *next; it; it = next) {
-			next = it->next;
-			it->done = true;
-		}
-		s->gleader = false;
-		pthread_cond_broadcast(&s->gcond);
-	}
-	pthread_mutex_unlock(&s->gmu);
+	store_commitq_run(&s->commitq, &g.q, GROUP_MAX, run_group, s);
 out_free:
 	for (size_t i = 0; in->ls && i < m->n_label_sets; i++)
 		buf_done(&in->ls[i].blob);

@@ -228,6 +228,7 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->intervals = __atomic_load_n(&s->n_intervals, __ATOMIC_RELAXED);
 	o->batches = __atomic_load_n(&s->n_batches, __ATOMIC_RELAXED);
 	o->duplicate_batches = __atomic_load_n(&s->n_dups, __ATOMIC_RELAXED);
+	o->commits = __atomic_load_n(&s->commitq.commits, __ATOMIC_RELAXED);
 	o->raw_chunks_deleted = __atomic_load_n(&s->n_raw_deleted, __ATOMIC_RELAXED);
 	o->rollups_deleted = __atomic_load_n(&s->n_rollups_deleted, __ATOMIC_RELAXED);
 	if (db) {
@@ -276,8 +277,7 @@ static void sq_close(struct store *st)
 	sq_graveyard_free(s);
 	sq_dedup_reset(s);
 	free(s->card);
-	pthread_mutex_destroy(&s->gmu);
-	pthread_cond_destroy(&s->gcond);
+	store_commitq_done(&s->commitq);
 	pthread_mutex_destroy(&s->wmu);
 	pthread_mutex_destroy(&s->pmu);
 	pthread_mutex_destroy(&s->mmu);
@@ -338,9 +338,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	s->o = *opts;
 	s->max_new_ls = opts->max_new_label_sets_per_hour;
 	s->max_new_stacks = opts->max_new_stacks_per_hour;
-	s->gtail = &s->ghead;
-	pthread_mutex_init(&s->gmu, NULL);
-	pthread_cond_init(&s->gcond, NULL);
+	store_commitq_init(&s->commitq, 0);
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->pmu, NULL);
 	pthread_mutex_init(&s->mmu, NULL);

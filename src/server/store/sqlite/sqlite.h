@@ -53,10 +53,7 @@ struct sq {
 	struct store_opts o;
 	char *path;
 
-	pthread_mutex_t gmu;		/* group commit queue */
-	pthread_cond_t gcond;
-	struct gitem *ghead, **gtail;
-	bool gleader;
+	struct store_commitq commitq;	/* group commit */
 
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
