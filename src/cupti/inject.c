@@ -9,6 +9,7 @@
  * the process runs at full speed. No sockets, no files; bounded memory; never blocks or aborts.
  */
 #include <cupti.h>
+#include <dlfcn.h>
 #include <linux/types.h>
 #include <pthread.h>
 #include <sched.h>
@@ -450,6 +451,46 @@ static void callbacks(uint32_t on)
 		cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbids[i]);
 }
 
+/*
+ * The UUID of each device the process sees, for the agent to put kernels on the GPU NVML knows
+ * by that UUID: a record's device is CUDA's ordinal in this process, which CUDA_VISIBLE_DEVICES
+ * and a container's device list renumber. From the libcuda already loaded (never loads one);
+ * nothing when the driver is not initialised yet (the next window tries again).
+ */
+static void report_devices(void)
+{
+	typedef int (*count_fn)(int *);
+	typedef int (*get_fn)(int *, int);
+	typedef int (*uuid_fn)(unsigned char *, int);
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	count_fn count;
+	get_fn get;
+	uuid_fn uuid;
+	int n = 0;
+
+	if (!h)
+		return;
+	count = (count_fn)dlsym(h, "cuDeviceGetCount");
+	get = (get_fn)dlsym(h, "cuDeviceGet");
+	uuid = (uuid_fn)dlsym(h, "cuDeviceGetUuid_v2");
+	if (!uuid)
+		uuid = (uuid_fn)dlsym(h, "cuDeviceGetUuid");
+	if (count && get && uuid && count(&n) == 0) {
+		for (int i = 0; i < n && i < GPUSCOPE_CUPTI_MAX_ORDINALS; i++) {
+			unsigned char u[16];
+			uint64_t a, b;
+			int dev;
+
+			if (get(&dev, i) || uuid(u, dev))
+				continue;
+			memcpy(&a, u, 8);
+			memcpy(&b, u + 8, 8);
+			status(GPUSCOPE_CUPTI_ST_DEVICE + i, a, b);
+		}
+	}
+	dlclose(h);	/* only drops the reference RTLD_NOLOAD took */
+}
+
 /* Control thread. Subscribes, registers, enables; on any failure leaves nothing enabled. */
 static void open_window(void)
 {
@@ -503,6 +544,7 @@ static void open_window(void)
 	}
 	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
 	window_open = true;
+	report_devices();
 	status(GPUSCOPE_CUPTI_ST_OPENED, t0, mono_now() - t0);
 	dbg("window open at %llu: %u activity kinds, %llu ns", (unsigned long long)t0, enabled,
 	    (unsigned long long)(mono_now() - t0));

@@ -5,6 +5,9 @@
  * synchronize calls sleep until the queued work is done; the rest return at once.
  */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -99,4 +102,67 @@ CUresult cuMemcpyHtoD_v2(uintptr_t dst, const void *src, size_t n)
 CUresult cuMemcpyHtoD_v2_ptds(uintptr_t dst, const void *src, size_t n)
 {
 	return cuMemcpyHtoD_v2(dst, src, n);
+}
+
+/*
+ * Devices: GPUSCOPE_STANDIN_UUIDS="GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx,..." lists the
+ * UUIDs of ordinals 0, 1, ... (as NVML prints them); one device of UUID 0 without it.
+ */
+static int uuids(unsigned char (*ret)[16], int max)
+{
+	const char *s = getenv("GPUSCOPE_STANDIN_UUIDS");
+	int n = 0;
+
+	if (!s || !*s) {
+		memset(ret[0], 0, 16);
+		return 1;
+	}
+	while (*s && n < max) {
+		int k = 0;
+
+		if (!strncmp(s, "GPU-", 4))
+			s += 4;
+		for (; *s && *s != ',' && k < 16; s++) {
+			unsigned v;
+
+			if (*s == '-')
+				continue;
+			if (sscanf(s, "%2x", &v) != 1)
+				break;
+			ret[n][k++] = (unsigned char)v;
+			s++;
+		}
+		while (*s && *s != ',')
+			s++;
+		if (*s == ',')
+			s++;
+		if (k == 16)
+			n++;
+	}
+	return n;
+}
+
+CUresult cuDeviceGetCount(int *n)
+{
+	unsigned char u[8][16];
+
+	*n = uuids(u, 8);
+	return 0;
+}
+
+CUresult cuDeviceGet(int *dev, int ordinal)
+{
+	*dev = ordinal;
+	return 0;
+}
+
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev)
+{
+	unsigned char u[8][16];
+	int n = uuids(u, 8);
+
+	if (dev < 0 || dev >= n)
+		return 101;	/* CUDA_ERROR_INVALID_DEVICE */
+	memcpy(uuid, u[dev], 16);
+	return 0;
 }

@@ -94,7 +94,12 @@ struct proc {
 	uint64_t win_kernels, win_launches;
 	uint64_t win_probe_ns;		/* the launch probes' BPF time in this window */
 	uint64_t devices;		/* bit per CUDA device (< 64) whose kernels the window saw */
-	uint64_t all_devices;		/* every device ever seen in this process */
+	uint64_t all_devices;		/* every GPU (gpu_of()) ever seen in this process */
+	/* by CUDA ordinal: the UUID the library reported, and NVML's index of it + 1 (0: not
+	 * resolved yet, 0xffff: NVML does not know it) */
+	unsigned char dev_uuid[MAX_DEVICES][16];
+	uint16_t nvml_gpu[MAX_DEVICES];
+	uint64_t uuid_known;		/* ordinals with dev_uuid set */
 	bool early;			/* closed early: over its budget */
 	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
 	struct trace_budget budget;
@@ -579,8 +584,74 @@ static const char *memcpy_kind(unsigned k)
 	return k < ARRAY_SIZE(names) ? names[k] : "unknown";
 }
 
+static int (*gpu_index_fn)(const char *uuid);
+
+void cupti_usdt__set_gpu_index(int (*fn)(const char *uuid))
+{
+	gpu_index_fn = fn;
+}
+
+#define GPU_UNKNOWN 0xffff
+
+/*
+ * The GPU a record of this process ran on, as the node numbers it: NVML's index of the device
+ * with the UUID the library reported for that CUDA ordinal (CUDA_VISIBLE_DEVICES and a
+ * container's device list renumber ordinals); the ordinal itself until then (one GPU, or no
+ * NVML: the two agree or nothing else numbers the GPUs).
+ */
+static uint32_t gpu_of(struct cupti_state *c, struct proc *p, uint32_t ordinal)
+{
+	const unsigned char *u;
+	char uuid[40];
+	int idx;
+
+	if (ordinal >= MAX_DEVICES || !(p->uuid_known >> ordinal & 1))
+		return ordinal;
+	if (p->nvml_gpu[ordinal])
+		return p->nvml_gpu[ordinal] == GPU_UNKNOWN ? ordinal : p->nvml_gpu[ordinal] - 1u;
+	if (!gpu_index_fn)	/* NVML not (yet) running: ask again at the next record */
+		return ordinal;
+	u = p->dev_uuid[ordinal];
+	snprintf(uuid, sizeof(uuid),
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+		 u[15]);
+	idx = gpu_index_fn(uuid);
+	if (idx < 0 || idx >= GPU_UNKNOWN - 1) {
+		p->nvml_gpu[ordinal] = GPU_UNKNOWN;
+		c->st.devices_unmapped++;
+		log_info("cupti: pid %d: CUDA device %u (%s) is not among NVML's GPUs: kernels stay "
+			 "on gpu %u", p->pid, ordinal, uuid, ordinal);
+		return ordinal;
+	}
+	p->nvml_gpu[ordinal] = (uint16_t)(idx + 1);
+	c->st.devices_mapped++;
+	if (idx != (int)ordinal)
+		log_info("cupti: pid %d: CUDA device %u is NVML's gpu %d (%s)", p->pid, ordinal, idx,
+			 uuid);
+	return (uint32_t)idx;
+}
+
+/* Status DEVICE: the ordinal's UUID (16 bytes in a, b); resolved against NVML at first use. */
+static void on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b)
+{
+	unsigned char u[16];
+
+	if (ordinal >= MAX_DEVICES)
+		return;
+	memcpy(u, &a, 8);
+	memcpy(u + 8, &b, 8);
+	if ((p->uuid_known >> ordinal & 1) && !memcmp(u, p->dev_uuid[ordinal], 16))
+		return;
+	memcpy(p->dev_uuid[ordinal], u, 16);
+	p->uuid_known |= 1ull << ordinal;
+	p->nvml_gpu[ordinal] = 0;
+}
+
 static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
 {
+	char gpu_s[12];
+	uint32_t gpu;
 	char dev_s[12], stream_s[12], cid_s[12], gid_s[12], nid_s[24], bytes_s[24];
 	char grid_s[40], block_s[40], sub_s[12];
 	struct agent_labels L;
@@ -603,17 +674,19 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 	}
 	s = r->start_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
 	e = r->end_ns + p->cupti_to_mono + c->a->mono_to_wall_ns;
+	gpu = gpu_of(c, p, r->device);
 	snprintf(dev_s, sizeof(dev_s), "%u", r->device);
+	snprintf(gpu_s, sizeof(gpu_s), "%u", gpu);
 	/* node, pid, comm, container labels (valid until the next call), then gpu */
 	if (agent__pid_labels(c->a, p->pid, 0, p->comm, &L) == LABELS_DROPPED) {
 		/* a relabel rule dropped the process; the GPU was busy all the same */
 		c->st.filtered++;
 		if (r->kind == GPUSCOPE_CUPTI_KERNEL)
-			busy_add(c, r->device, s, e);
+			busy_add(c, gpu, s, e);
 		return;
 	}
 	if (r->kind != GPUSCOPE_CUPTI_SYNC)
-		agent_labels__add(&L, "gpu", dev_s);	/* the capacity keeps room for it */
+		agent_labels__add(&L, "gpu", gpu_s);	/* the capacity keeps room for it */
 	snprintf(stream_s, sizeof(stream_s), "%u", r->stream);
 
 	switch (r->kind) {
@@ -626,9 +699,9 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 
 		c->st.kernels++;
 		p->win_kernels++;
-		if (r->device < 64) {
-			p->devices |= 1ull << r->device;
-			p->all_devices |= 1ull << r->device;
+		if (gpu < 64) {
+			p->devices |= 1ull << gpu;
+			p->all_devices |= 1ull << gpu;
 		}
 		if (!name) {
 			c->st.unknown_names++;
@@ -671,7 +744,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		/* the launch stack only when joined (else sid is the kernel name alone) */
 		err = batch__interval(c->a->batch, "gpu_kernel", L.l, L.n, s, e,
 				      sid >= 0 && l && rs ? sid : -1, attrs, na);
-		busy_add(c, r->device, s, e);
+		busy_add(c, gpu, s, e);
 		break;
 	}
 	case GPUSCOPE_CUPTI_MEMCPY:
@@ -847,6 +920,11 @@ static void on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint
 
 	log_debug("cupti: pid %d: status %u (%" PRIu64 ", %" PRIu64 ") in state %d", p->pid, what, a,
 		  b, p->win);
+	if (what >= GPUSCOPE_CUPTI_ST_DEVICE &&
+	    what < GPUSCOPE_CUPTI_ST_DEVICE + GPUSCOPE_CUPTI_MAX_ORDINALS) {
+		on_device(p, what - GPUSCOPE_CUPTI_ST_DEVICE, a, b);
+		return;
+	}
 	switch (what) {
 	case GPUSCOPE_CUPTI_ST_HELLO:
 		p->lib_hello = true;
@@ -1348,6 +1426,13 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		     s.graph_kernels);
 	prom_counter(out, "gpuscope_agent_cupti_launches_total", "Launch probe events received.",
 		     s.launches);
+	prom_family(out, "gpuscope_agent_cupti_devices_total", "counter",
+		    "CUDA devices of injected processes put on NVML's GPU by UUID (mapped), or left "
+		    "under their CUDA ordinal (unmapped: NVML off or without that UUID).");
+	prom_sample1_u64(out, "gpuscope_agent_cupti_devices_total", "result", "mapped",
+			 s.devices_mapped);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_devices_total", "result", "unmapped",
+			 s.devices_unmapped);
 	prom_counter(out, "gpuscope_agent_cupti_ring_wakeups_total",
 		     "Times the ring buffer woke its drain thread (its mark passed between ticks).",
 		     s.ring_wakeups);

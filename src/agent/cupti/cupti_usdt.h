@@ -29,6 +29,8 @@ struct cupti_stats {
 	/* the ring's drain thread (agent/ringdrain.h): woken at its mark, events the full queue
 	 * lost, activity records in them, most queue memory at once */
 	uint64_t ring_wakeups, queue_lost, queue_lost_recs, queue_peak_bytes;
+	/* CUDA ordinals put on NVML's GPU by their UUID, and ones NVML did not know */
+	uint64_t devices_mapped, devices_unmapped;
 	uint64_t bpf[GPUSCOPE_ERR_MAX];	/* by enum gpuscope_err (cupti range), summed over CPUs */
 	/* trace windows */
 	uint64_t windows_asked, windows_opened[8], windows_closed;	/* opened: by trace_reason */
@@ -48,6 +50,12 @@ int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whyle
 
 /* Is pid (0: any process) still in, or waiting for, a capture window? Main-loop thread. */
 bool cupti_usdt__capturing(pid_t pid);
+
+/*
+ * Where CUDA device UUIDs ("xxxxxxxx-xxxx-..." without the GPU-/MIG- prefix) become NVML's
+ * index (-1: unknown): the nvml module, while it runs. Main-loop thread.
+ */
+void cupti_usdt__set_gpu_index(int (*fn)(const char *uuid));
 
 /* Where the idle trigger reads the node's GPU idle share over the last span (< 0: unknown). */
 void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));

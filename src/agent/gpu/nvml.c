@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -1548,6 +1549,22 @@ next:
 	return 0;
 }
 
+/* NVML's index of the GPU or MIG instance with this UUID (hex without its GPU-/MIG- prefix). */
+static int gpu_index(const char *uuid)
+{
+	const struct nvml_poller *p = mod.p;
+
+	for (int i = 0; p && i < p->ngpus; i++) {
+		const char *u = p->gpus[i].uuid;
+
+		if (!strncmp(u, "GPU-", 4) || !strncmp(u, "MIG-", 4))
+			u += 4;
+		if (!strcasecmp(u, uuid))
+			return atoi(p->gpus[i].idx);
+	}
+	return -1;
+}
+
 static int nvml_start(struct agent *a)
 {
 	struct nvml_sink sink = { .ctx = a, .metric = q_metric, .event = q_event };
@@ -1584,6 +1601,7 @@ static int nvml_start(struct agent *a)
 	if (err)
 		goto out_free;
 	cupti_usdt__set_idle_source(idle_share);	/* the trace-window idle trigger */
+	cupti_usdt__set_gpu_index(gpu_index);		/* kernels on NVML's GPU numbers */
 	log_info("nvml: polling %d device(s)", nvml_poller__ngpus(mod.p));
 	return 0;
 out_free:
@@ -1603,6 +1621,7 @@ static void nvml_stop(struct agent *a)
 	mod.p = NULL;
 	nvml_tick(a);
 	cupti_usdt__set_idle_source(NULL);
+	cupti_usdt__set_gpu_index(NULL);
 	spans_flush(a);
 	memset(spans, 0, sizeof(spans));
 	free(mod.q);
