@@ -19,15 +19,12 @@ WARM_S=${WARM_S:-10}
 W=$(mktemp -d /tmp/overhead.XXXX)
 mkdir -p "$RET"
 exec > >(tee "$RET/log.txt") 2>&1
-ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
+. "$(dirname "$0")/lib.sh"
 mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
 nvidia-smi -L; uname -r
-cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
+cupti_dir=$(cupti_lib_dir)
 export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
-ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/server.out" 2> "$W/server.log" &
-spid=$!
-for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
-url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+start_server
 BLOCKS=${BLOCKS:-5}
 log() { echo "$(date +%T) $*"; }
 for wl in ${@:-launch gpt2 train}; do

@@ -11,15 +11,12 @@ D=${AGENT_DIR:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/pystacks-device}
 W=$(mktemp -d /tmp/pystacks.XXXX)
 mkdir -p "$RET"
-ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
+. "$(dirname "$0")/lib.sh"
 uname -r; nvidia-smi -L 2>&1 | head -2
 python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
-cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
+cupti_dir=$(cupti_lib_dir)
 
-ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/server.out" 2> "$W/server.log" &
-spid=$!
-for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
-url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+start_server
 # BPF run time per program (fdinfo's run_time_ns / run_cnt) while the loop runs
 sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null || echo 1 > /proc/sys/kernel/bpf_stats_enabled
 # AGENT_ARGS: more agent options (e.g. --gpu-trace-budget 100% for kernels in every step)

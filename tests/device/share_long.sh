@@ -16,13 +16,10 @@ RET=${OUT:-/tmp/share-long}
 phase=${1:-gpt2} span=${2:-300}
 W=$(mktemp -d /tmp/share.XXXX)
 mkdir -p "$RET"
-ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }	# background only: $! is then our binary
-cupti_dir=$(python3 -c "import glob,os,nvidia; p=[q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so*', recursive=True)]; print(os.path.dirname(sorted(p)[0]) if p else '')" 2>/dev/null)
+. "$(dirname "$0")/lib.sh"
+cupti_dir=$(cupti_lib_dir)
 export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
-ours "$D/bin/gpuscope-server" --data "$W/store" --listen 127.0.0.1:0 > "$W/server.out" 2> "$W/server.log" &
-spid=$!
-for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
-url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
+start_server
 ours "$D/bin/gpuscope-agent" run --server "$url" --node share --push-interval 5s \
 	--metrics-listen 127.0.0.1:9400 > "$W/agent.out" 2> "$W/agent.log" &
 apid=$!
