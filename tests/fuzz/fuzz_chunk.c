@@ -80,32 +80,61 @@ static int same(const struct entries *x, const struct entries *y, bool third)
 	return 1;
 }
 
+static int cmp_srow(const void *a, const void *b)
+{
+	const struct srow *x = a, *y = b;
+
+	if (x->labelset != y->labelset)
+		return x->labelset < y->labelset ? -1 : 1;
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	if (x->stack != y->stack)
+		return x->stack < y->stack ? -1 : 1;
+	return x->value < y->value ? -1 : x->value > y->value;
+}
+
+/* Samples come back in the encoder's order (format 2: by label set, then time): compared as
+ * sorted lists, with and without a sampling period. */
 static void samples(const uint8_t *blob, size_t len)
 {
 	struct chunk c = { 0 }, d = { 0 };
-	struct srow *r = NULL;
+	struct srow *r = NULL, *q = NULL;
 	uint8_t *z = NULL;
 	size_t zlen;
+	uint64_t t_min = UINT64_MAX;
 
 	if (chunk_samples_decode(&c, blob, len, T_MIN) || !c.n)
 		goto out;
 	r = malloc(c.n * sizeof(*r));
-	if (!r)
+	q = malloc(c.n * sizeof(*q));
+	if (!r || !q)
 		goto out;
-	for (size_t i = 0; i < c.n; i++)
+	for (size_t i = 0; i < c.n; i++) {
 		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.mixed ? c.labelset[i] : 0 };
-	if (chunk_samples_encode(r, c.n, &z, &zlen))
-		goto out;
-	if (chunk_samples_decode(&d, z, zlen, c.t[0]) || d.n != c.n)
-		abort();
-	/* one label set in the end is the chunk row's (here r[0]'s) */
-	for (size_t i = 0; i < c.n; i++)
-		if (d.t[i] != c.t[i] || d.stack[i] != c.stack[i] || d.value[i] != c.value[i] ||
-		    (d.mixed ? d.labelset[i] : r[0].labelset) != r[i].labelset)
+		t_min = c.t[i] < t_min ? c.t[i] : t_min;
+	}
+	qsort(r, c.n, sizeof(*r), cmp_srow);
+	for (uint64_t period = 0; period <= 10101010; period += 10101010) {
+		free(z);
+		z = NULL;
+		if (chunk_samples_encode(r, c.n, period, &z, &zlen))
+			goto out;
+		if (chunk_samples_decode(&d, z, zlen, t_min) || d.n != c.n)
 			abort();
+		/* one label set in the end is the chunk row's (here 0, as r's) */
+		for (size_t i = 0; i < c.n; i++)
+			q[i] = (struct srow){ d.t[i], d.stack[i], d.value[i],
+					      d.mixed ? d.labelset[i] : r[0].labelset };
+		qsort(q, c.n, sizeof(*q), cmp_srow);
+		for (size_t i = 0; i < c.n; i++)
+			if (q[i].t != r[i].t || q[i].stack != r[i].stack || q[i].value != r[i].value ||
+			    q[i].labelset != r[i].labelset)
+				abort();
+	}
 out:
 	free(z);
 	free(r);
+	free(q);
 	chunk_done(&c);
 	chunk_done(&d);
 }

@@ -13,6 +13,7 @@ from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
 
 skip_if_unbuilt()
 q = urllib.parse.quote
+SCHEMA = 3  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V1 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);
@@ -92,7 +93,8 @@ def main():
     try:
         s.start()
         log = s.logtext()
-        check("migrating to 2" in log and "migrated to schema 2" in log, f"migration logged: {log}")
+        check(f"migrating to {SCHEMA}" in log and f"migrated to schema {SCHEMA}" in log,
+              f"migration logged: {log}")
         st = s.get_json("/api/v1/stack/1")["frames"]
         check([f["function"] for f in st] == ["schedule", "work", "main"], f"stack 1 {st}")
         check(st[2]["module"] == "/usr/bin/app" and st[2]["file"] == "app.c" and st[2]["line"] == 10
@@ -119,17 +121,19 @@ def main():
         check(ends == [5, 2, 3, 4], f"after ingest (ms after t) {ends} {iv}")
         s.stop()
         db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-        check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == 2, "schema 2")
+        check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == SCHEMA,
+              f"schema {SCHEMA}")
         check(not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('intervals', 'v1_intervals', 'v1_stacks',"
                              " 'v1_locations')").fetchall(), "old tables gone")
-        db.execute("UPDATE meta SET value = 3 WHERE key = 'schema'")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA + 1,))
         db.commit()
         db.close()
         try:
             s.start()
             check(False, "a newer schema is refused")
         except RuntimeError:
-            check("schema 3, written by a newer gpuscope-server" in s.logtext(), f"refused: {s.logtext()}")
+            check(f"schema {SCHEMA + 1}, written by a newer gpuscope-server" in s.logtext(),
+                  f"refused: {s.logtext()}")
     except Exception:
         print(s.logtext(), file=sys.stderr)
         raise

@@ -13,7 +13,7 @@ static bool test_chunk_samples(void)
 	size_t zlen = 0;
 	bool ok = false;
 
-	if (!ASSERT_EQ(chunk_samples_encode(r, 3, &z, &zlen), 0, "encode"))
+	if (!ASSERT_EQ(chunk_samples_encode(r, 3, 0, &z, &zlen), 0, "encode"))
 		goto out;
 	if (!ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode") ||
 	    !ASSERT_EQ(c.n, 3, "n") || !ASSERT_EQ(c.all_one, 0, "values kept"))
@@ -128,21 +128,128 @@ static bool test_chunk_rollup(void)
 	return ok;
 }
 
-/* Schema 2: a chunk of several label sets carries each sample's; small payloads stay raw. */
+/* A chunk of several label sets carries each sample's; samples come back in time order, ties
+ * by label set (format 2), or as given where their ties were the other way round (then the
+ * chunk is format 1); small payloads stay raw. */
 static bool test_chunk_samples_mixed(void)
 {
 	struct srow r[3] = { { 1000, 7, 1, 4 }, { 1500, 9, 1, 2 }, { 1500, 7, 1, 4 } };
+	struct srow q[3] = { { 1000, 7, 1, 4 }, { 1500, 9, 1, 4 }, { 1500, 7, 1, 2 } };
 	struct chunk c = { 0 };
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool ok = ASSERT_EQ(chunk_samples_encode(r, 3, &z, &zlen), 0, "encode") &&
+	bool ok = ASSERT_EQ(chunk_samples_encode(r, 3, 0, &z, &zlen), 0, "encode") &&
 		  ASSERT_EQ(z[0], 0, "stored raw (zstd would be longer)") &&
+		  ASSERT_EQ(z[1], 0, "format 2") &&
 		  ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode") &&
-		  ASSERT_TRUE(c.mixed && c.all_one, "mixed, all ones") &&
-		  ASSERT_EQ(c.labelset[0], 4, "ls 0") && ASSERT_EQ(c.labelset[1], 2, "ls 1") &&
-		  ASSERT_EQ(c.labelset[2], 4, "ls 2") && ASSERT_EQ(c.stack[1], 9, "stack");
+		  ASSERT_TRUE(c.mixed && c.all_one, "mixed, all ones");
 
+	for (size_t i = 0; ok && i < 3; i++)
+		ok = ASSERT_EQ(c.t[i], r[i].t, "t") && ASSERT_EQ(c.labelset[i], r[i].labelset, "ls") &&
+		     ASSERT_EQ(c.stack[i], r[i].stack, "stack");
 	free(z);
+	z = NULL;
+	ok = ok && ASSERT_EQ(chunk_samples_encode(q, 3, 0, &z, &zlen), 0, "encode") &&
+	     ASSERT_EQ(z[1], 3, "format 1: n first") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode");
+	for (size_t i = 0; ok && i < 3; i++)
+		ok = ASSERT_EQ(c.labelset[i], q[i].labelset, "ls") &&
+		     ASSERT_EQ(c.stack[i], q[i].stack, "stack");
+	free(z);
+	chunk_done(&c);
+	return ok;
+}
+
+static int cmp_srow_all(const void *a, const void *b)
+{
+	const struct srow *x = a, *y = b;
+
+	if (x->labelset != y->labelset)
+		return x->labelset < y->labelset ? -1 : 1;
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	if (x->stack != y->stack)
+		return x->stack < y->stack ? -1 : 1;
+	return x->value < y->value ? -1 : x->value > y->value;
+}
+
+/*
+ * Format 2 round trip over what a node sends: threads sampled near every period with jitter,
+ * stacks that repeat and ones that don't (more than move-to-front keeps), off-CPU values that
+ * are the gap less the run time and ones that are not, extreme values and times; with and
+ * without a period. Every sample comes back, nothing else.
+ */
+static bool test_chunk_samples_v2(void)
+{
+	enum { N = 5000 };
+	struct srow *r = calloc(N, sizeof(*r)), *d = calloc(N, sizeof(*d));
+	struct chunk c = { 0 };
+	uint64_t seed = 42, t0 = 1796279143162609111ull;
+	bool ok = r && d;
+
+	for (int round = 0; ok && round < 4; round++) {
+		uint64_t period = round & 1 ? 10101010 : 0, tmin = UINT64_MAX;
+		uint8_t *z = NULL;
+		size_t zlen = 0;
+
+		for (size_t i = 0; i < N; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			r[i].labelset = 1 + (seed >> 33) % 37;
+			r[i].t = t0 + (i / 37) * 10101010 + (seed >> 40) % 9000;
+			r[i].stack = (seed >> 20) % 5 ? 1 + (seed >> 50) % 40 : 1 + (seed >> 24);
+			r[i].value = round >= 2 ? (int64_t)(seed >> 30) - (int64_t)(1ull << 33) : 1;
+			if (i == 7)
+				r[i].value = INT64_MIN;
+			if (i == 8 && round >= 2)
+				r[i].t = t0 + (1ull << 40);
+			tmin = r[i].t < tmin ? r[i].t : tmin;
+		}
+		ok = ASSERT_EQ(chunk_samples_encode(r, N, period, &z, &zlen), 0, "encode") &&
+		     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, tmin), 0, "decode") &&
+		     ASSERT_EQ(c.n, N, "n") && ASSERT_TRUE(c.mixed, "mixed");
+		for (size_t i = 0; ok && i < N; i++)
+			d[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.labelset[i] };
+		qsort(r, N, sizeof(*r), cmp_srow_all);
+		qsort(d, N, sizeof(*d), cmp_srow_all);
+		for (size_t i = 0; ok && i < N; i++)
+			ok = ASSERT_EQ(d[i].t, r[i].t, "t") && ASSERT_EQ(d[i].stack, r[i].stack, "stack") &&
+			     ASSERT_EQ(d[i].value, r[i].value, "value") &&
+			     ASSERT_EQ(d[i].labelset, r[i].labelset, "label set");
+		ok = ok && ASSERT_EQ(chunk_samples_decode(&c, z, zlen - 1, tmin) < 0, 1, "truncated");
+		free(z);
+	}
+	free(r);
+	free(d);
+	chunk_done(&c);
+	return ok;
+}
+
+/* A format-1 chunk (schema 2 stores) still decodes: time order, label sets per sample. */
+static bool test_chunk_samples_v1(void)
+{
+	struct buf b = { 0 };
+	struct chunk c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok;
+
+	buf_uvarint(&b, 2);	/* n */
+	buf_uvarint(&b, 2);	/* mixed, values kept */
+	buf_uvarint(&b, 0);	/* times: 100, 130 */
+	buf_uvarint(&b, 30);
+	buf_uvarint(&b, 5);	/* label sets */
+	buf_uvarint(&b, 3);
+	buf_uvarint(&b, 11);	/* stacks */
+	buf_uvarint(&b, 12);
+	buf_svarint(&b, -7);	/* values */
+	buf_svarint(&b, 9);
+	ok = ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 100), 0, "decode") &&
+	     ASSERT_EQ(c.n, 2, "n") && ASSERT_EQ(c.t[1], 130, "t") &&
+	     ASSERT_EQ(c.labelset[0], 5, "ls") && ASSERT_EQ(c.stack[1], 12, "stack") &&
+	     ASSERT_EQ(c.value[0], -7, "value");
+	free(z);
+	buf_done(&b);
 	chunk_done(&c);
 	return ok;
 }
@@ -180,5 +287,64 @@ static bool test_chunk_intervals(void)
 	return ok;
 }
 
+/*
+ * Format 2's values: a summary's running_ns is stored as "the length less the numbers before"
+ * and answered as the same text; numbers that cannot be (past 2^62, "007", one that is not the
+ * rest of the length) keep their text. A format-1 chunk (schema 2 stores) still decodes.
+ */
+static bool test_chunk_intervals_summary(void)
+{
+	const char *a0[] = { "blocked_ns", "0", "runnable_ns", "20470", "running_ns", "333384",
+			     "state", "running", "summary", "1" };
+	const char *a1[] = { "blocked_ns", "5000000000000000000", "runnable_ns", "007",
+			     "running_ns", "999", "state", "running" };
+	const char *a2[] = { "running_ns", "0", "blocked_ns", "353854" };
+	struct irow r[3] = { { 1, 9, 1000, 1000 + 353854, a0, 5 },
+			     { 2, 9, 1000 + 353854, 1000 + 353854 + 999, a1, 4 },
+			     { 3, 8, 500, 500 + 353854, a2, 2 } };
+	struct ichunk c = { 0 };
+	struct buf b = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, &z, &zlen), 0, "encode") &&
+		  ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 500), 0, "decode") &&
+		  ASSERT_EQ(c.n, 3, "n");
+
+	/* order: (8, 500), (9, 1000), (9, 1000 + 353854) */
+	for (size_t k = 0; ok && k < 4; k++)
+		ok = ASSERT_STREQ(c.attrs[2 * c.attr0[0] + k], a2[k], "attr of row 0");
+	for (size_t k = 0; ok && k < 10; k++)
+		ok = ASSERT_STREQ(c.attrs[2 * c.attr0[1] + k], a0[k], "attr of row 1");
+	for (size_t k = 0; ok && k < 8; k++)
+		ok = ASSERT_STREQ(c.attrs[2 * c.attr0[2] + k], a1[k], "attr of row 2");
+	free(z);
+	z = NULL;
+	/* format 1: n 1, seq 4, strings "state" "running", one shape [0], length 10, label set
+	 * 2 from t_min, seq delta 0, shape 0, value 2 x 1 */
+	buf_uvarint(&b, 1);
+	buf_uvarint(&b, 4);
+	buf_uvarint(&b, 2);
+	buf_put(&b, "state\0running\0", 14);
+	buf_uvarint(&b, 1);
+	buf_uvarint(&b, 1);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 10);
+	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 0);
+	buf_svarint(&b, 0);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 2);
+	ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+	     ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 100), 0, "format 1") &&
+	     ASSERT_EQ(c.n, 1, "n") && ASSERT_EQ(c.seq[0], 4, "seq") &&
+	     ASSERT_EQ(c.end[0], 110, "end") && ASSERT_EQ(c.labelset[0], 2, "ls") &&
+	     ASSERT_STREQ(c.attrs[1], "running", "value");
+	free(z);
+	buf_done(&b);
+	ichunk_done(&c);
+	return ok;
+}
+
 TEST_MAIN(T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
-	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_intervals))
+	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
+	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary))

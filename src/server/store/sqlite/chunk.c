@@ -52,13 +52,64 @@ static int unpack(const void *blob, size_t len, size_t max, struct buf *b)
 	return zblob_unpack(blob, len, max, b);
 }
 
-int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len)
+/*
+ * Sample chunk, format 2 (chunk.h): samples by (label set, time), so that a thread's samples
+ * sit together: its stacks repeat (move-to-front coded) and its times step by the sampling
+ * period (coded as whole periods and the remainder, in columns of their own).
+ */
+#define MTF_MAX	32	/* stacks remembered per label set */
+
+struct sorder {
+	const struct srow *r;
+	size_t i;
+};
+
+static int cmp_sorder(const void *a, const void *b)
+{
+	const struct sorder *x = a, *y = b;
+
+	if (x->r->labelset != y->r->labelset)
+		return x->r->labelset < y->r->labelset ? -1 : 1;
+	if (x->r->t != y->r->t)
+		return x->r->t < y->r->t ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Move-to-front over a label set's recent stacks: s's 1-based position before it moved to the
+ * front, or 0 when absent (then pushed in front, the oldest dropped past MTF_MAX). */
+static size_t mtf_code(uint64_t *v, size_t *n, uint64_t s)
+{
+	size_t k;
+
+	for (k = 0; k < *n && v[k] != s; k++)
+		;
+	if (k == *n) {
+		if (*n < MTF_MAX)
+			(*n)++;
+		k = *n - 1;
+		memmove(v + 1, v, k * sizeof(*v));
+		v[0] = s;
+		return 0;
+	}
+	memmove(v + 1, v, k * sizeof(*v));
+	v[0] = s;
+	return k + 1;
+}
+
+/* The whole periods in d (rounded to the nearest). */
+static uint64_t periods(uint64_t d, uint64_t p)
+{
+	uint64_t q = d / p;
+
+	return d - q * p > p / 2 ? q + 1 : q;
+}
+
+/* Format 1 (time order, plain columns): where format 2 could not give the order back. */
+static int samples_encode_v1(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len)
 {
 	struct buf b = { 0 };
-	bool all_one = true;
+	bool all_one = true, mixed = false;
 	uint64_t prev = r[0].t;
-
-	bool mixed = false;
 
 	for (size_t i = 0; i < n; i++) {
 		all_one &= r[i].value == 1;
@@ -79,6 +130,88 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *
 	return pack(&b, ret, ret_len);
 }
 
+int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint8_t **ret,
+			 size_t *ret_len)
+{
+	struct buf b = { 0 }, col[7] = { 0 };	/* first t, periods, remainders, mtf, literals,
+						 * values, values as gaps */
+	struct sorder *o = malloc(n * sizeof(*o));
+	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0;
+	size_t ngroups = 0, nmtf = 0;
+	bool all_one = true, gaps;
+
+	/* Decoders give format 2's samples back by (time, label set): a chunk in time order whose
+	 * ties of time are not in label-set order is written in format 1 (ingest: two threads
+	 * sampled in the same nanosecond, listed the other way round). */
+	for (size_t i = 1; i < n; i++) {
+		if (r[i].t == r[i - 1].t && r[i].labelset < r[i - 1].labelset) {
+			free(o);
+			return samples_encode_v1(r, n, ret, ret_len);
+		}
+	}
+	if (!o)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		o[i] = (struct sorder){ &r[i], i };
+		all_one &= r[i].value == 1;
+		t_min = r[i].t < t_min ? r[i].t : t_min;
+	}
+	qsort(o, n, sizeof(*o), cmp_sorder);
+	for (size_t i = 0; i < n; i++) {
+		const struct srow *x = o[i].r;
+		size_t k;
+
+		if (!i || x->labelset != o[i - 1].r->labelset) {
+			ngroups++;
+			nmtf = 0;
+			buf_uvarint(&col[0], x->t - t_min);
+			buf_svarint(&col[6], x->value);
+		} else {
+			uint64_t d = x->t - o[i - 1].r->t, q = period_ns ? periods(d, period_ns) : d;
+
+			buf_uvarint(&col[1], q);
+			if (period_ns)
+				buf_svarint(&col[2], (int64_t)(d - q * period_ns));
+			buf_svarint(&col[6], (int64_t)(d - (uint64_t)x->value));
+		}
+		buf_svarint(&col[5], x->value);
+		k = mtf_code(mtf, &nmtf, x->stack);
+		buf_uvarint(&col[3], k);
+		if (!k) {
+			buf_svarint(&col[4], (int64_t)(x->stack - prev_lit));
+			prev_lit = x->stack;
+		}
+	}
+	gaps = !all_one && col[6].len < col[5].len;
+	buf_uvarint(&b, 0);	/* format 2 (format 1 starts with n >= 1) */
+	buf_uvarint(&b, 2);
+	buf_uvarint(&b, n);
+	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u));
+	buf_uvarint(&b, period_ns);
+	if (ngroups > 1) {
+		uint64_t prev = 0;
+
+		buf_uvarint(&b, ngroups);
+		for (size_t i = 1, start = 0; i <= n; i++) {
+			if (i < n && o[i].r->labelset == o[start].r->labelset)
+				continue;
+			buf_uvarint(&b, o[start].r->labelset - prev);
+			buf_uvarint(&b, i - start);
+			prev = o[start].r->labelset;
+			start = i;
+		}
+	}
+	for (int k = 0; k < 7; k++)	/* an empty column has no bytes (p NULL) */
+		if (col[k].len && (k < 5 || (!all_one && k == (gaps ? 6 : 5))))
+			buf_put(&b, col[k].p, col[k].len);
+	for (int k = 0; k < 7; k++) {
+		b.oom |= col[k].oom;
+		buf_done(&col[k]);
+	}
+	free(o);
+	return pack(&b, ret, ret_len);
+}
+
 void chunk_done(struct chunk *c)
 {
 	buf_done(&c->raw);
@@ -86,13 +219,192 @@ void chunk_done(struct chunk *c)
 	free(c->stack);
 	free(c->value);
 	free(c->labelset);
+	free(c->perm);
+	free(c->tmp);
 	memset(c, 0, sizeof(*c));
+}
+
+/* Sizes c's arrays for c->n samples. 0 or -ENOMEM (c emptied). */
+static int chunk_reserve(struct chunk *c)
+{
+	if (c->n <= c->cap)
+		return 0;
+	free(c->t);
+	free(c->stack);
+	free(c->value);
+	free(c->labelset);
+	c->t = malloc(c->n * sizeof(*c->t));
+	c->stack = malloc(c->n * sizeof(*c->stack));
+	c->value = malloc(c->n * sizeof(*c->value));
+	c->labelset = malloc(c->n * sizeof(*c->labelset));
+	c->cap = c->n;
+	if (!c->t || !c->stack || !c->value || !c->labelset) {
+		c->cap = 0;
+		c->n = 0;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Format 1: in time order, every column plain. */
+static int samples_decode_v1(struct chunk *c, struct rd *r, uint64_t t)
+{
+	uint64_t flags;
+
+	c->n = rd_uvarint(r);
+	flags = rd_uvarint(r);
+	c->all_one = flags & 1;
+	c->mixed = flags & 2;
+	if (r->bad || c->n > c->raw.len || c->n > CHUNK_MAX)
+		return -EINVAL;
+	if (chunk_reserve(c))
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n; i++) {
+		t += rd_uvarint(r);
+		c->t[i] = t;
+	}
+	for (size_t i = 0; i < c->n && c->mixed; i++)
+		c->labelset[i] = rd_uvarint(r);
+	for (size_t i = 0; i < c->n; i++)
+		c->stack[i] = rd_uvarint(r);
+	for (size_t i = 0; i < c->n; i++)
+		c->value[i] = c->all_one ? 1 : rd_svarint(r);
+	return r->bad ? -EINVAL : 0;
+}
+
+static int cmp_by_time(const void *a, const void *b, void *ctx)
+{
+	const uint64_t *t = ctx;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (t[x] != t[y])
+		return t[x] < t[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Puts a decoded format-2 chunk (by label set, then time) in time order, ties by label set then
+ * as written: the order format 1 had, so that every reader sees the samples as before. */
+static int time_order(struct chunk *c)
+{
+	uint64_t *u[3] = { c->t, c->stack, c->labelset };
+
+	if (c->n > c->capscratch) {
+		free(c->perm);
+		free(c->tmp);
+		c->perm = malloc(c->n * sizeof(*c->perm));
+		c->tmp = malloc(c->n * sizeof(*c->tmp));
+		c->capscratch = c->perm && c->tmp ? c->n : 0;
+		if (!c->capscratch)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->n; i++)
+		c->perm[i] = (uint32_t)i;
+	qsort_r(c->perm, c->n, sizeof(*c->perm), cmp_by_time, c->t);
+	for (int k = 0; k < 3; k++) {
+		for (size_t i = 0; i < c->n; i++)
+			c->tmp[i] = u[k][c->perm[i]];
+		memcpy(u[k], c->tmp, c->n * sizeof(*c->tmp));
+	}
+	for (size_t i = 0; i < c->n; i++)
+		c->tmp[i] = (uint64_t)c->value[c->perm[i]];
+	for (size_t i = 0; i < c->n; i++)
+		c->value[i] = (int64_t)c->tmp[i];
+	return 0;
+}
+
+/* Format 2 (chunk_samples_encode()). A group starts where the label set changes (their ids
+ * strictly ascend); d, a sample's time less the one before in its group, waits in value[]
+ * until the values are read. */
+static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
+{
+	uint64_t flags, period, ngroups = 1, ls = 0, mtf[MTF_MAX], lit = 0;
+	size_t nmtf = 0, nlit = 0;
+	struct rd lr;
+
+	c->n = rd_uvarint(r);
+	flags = rd_uvarint(r);
+	period = rd_uvarint(r);
+	c->all_one = flags & 1;
+	c->mixed = flags & 2;
+	if (c->mixed)
+		ngroups = rd_uvarint(r);
+	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX || flags > 7 ||
+	    !ngroups || ngroups > c->n || (c->mixed && ngroups < 2) ||
+	    (c->all_one && (flags & 4)))
+		return -EINVAL;
+	if (chunk_reserve(c))
+		return -ENOMEM;
+	for (size_t i = 0, k = 0; k < ngroups; k++) {
+		uint64_t d = c->mixed ? rd_uvarint(r) : 0, cnt = c->mixed ? rd_uvarint(r) : c->n;
+
+		if (r->bad || (k && !d) || d > UINT64_MAX - ls || !cnt || cnt > c->n - i ||
+		    (k + 1 == ngroups && i + cnt != c->n))
+			return -EINVAL;
+		ls += d;
+		for (uint64_t j = 0; j < cnt; j++)
+			c->labelset[i + j] = ls;
+		i += cnt;
+	}
+#define FIRST(i) (!(i) || c->labelset[i] != c->labelset[(i) - 1])
+	for (size_t i = 0; i < c->n; i++)
+		if (FIRST(i))
+			c->t[i] = t_min + rd_uvarint(r);
+	for (size_t i = 0; i < c->n; i++)
+		if (!FIRST(i))
+			c->value[i] = (int64_t)(rd_uvarint(r) * (period ? period : 1));
+	for (size_t i = 0; i < c->n; i++) {
+		if (FIRST(i))
+			continue;
+		if (period)	/* modulo 2^64, as written */
+			c->value[i] = (int64_t)((uint64_t)c->value[i] + (uint64_t)rd_svarint(r));
+		c->t[i] = c->t[i - 1] + (uint64_t)c->value[i];
+	}
+	/* stacks: move-to-front indexes, then the literals where they are 0 */
+	for (size_t i = 0; i < c->n; i++) {
+		c->stack[i] = rd_uvarint(r);
+		if (c->stack[i] > MTF_MAX)
+			return -EINVAL;
+		nlit += !c->stack[i];
+	}
+	lr = *r;
+	for (size_t i = 0; i < nlit; i++)
+		rd_svarint(r);
+	if (r->bad)
+		return -EINVAL;
+	for (size_t i = 0; i < c->n; i++) {
+		uint64_t k = c->stack[i];
+
+		if (FIRST(i))
+			nmtf = 0;
+		if (!k) {
+			lit += (uint64_t)rd_svarint(&lr);
+			c->stack[i] = lit;
+		} else if (k > nmtf) {
+			return -EINVAL;
+		} else {
+			c->stack[i] = mtf[k - 1];
+		}
+		mtf_code(mtf, &nmtf, c->stack[i]);
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->all_one)
+			c->value[i] = 1;
+		else if (!(flags & 4) || FIRST(i))
+			c->value[i] = rd_svarint(r);
+		else	/* the time since the sample before, less this */
+			c->value[i] = (int64_t)((uint64_t)c->value[i] - (uint64_t)rd_svarint(r));
+	}
+#undef FIRST
+	if (!c->mixed)
+		memset(c->labelset, 0, c->n * sizeof(*c->labelset));
+	if (r->bad)
+		return -EINVAL;
+	return c->mixed ? time_order(c) : 0;
 }
 
 int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t t_min)
 {
 	struct rd r;
-	uint64_t t = t_min;
 	int err;
 
 	c->n = 0;
@@ -101,49 +413,15 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
-	{
-		uint64_t flags;
-
-		c->n = rd_uvarint(&r);
-		flags = rd_uvarint(&r);
-		c->all_one = flags & 1;
-		c->mixed = flags & 2;
+	if (r.p < r.end && !r.p[0]) {
+		r.p++;
+		err = rd_uvarint(&r) == 2 ? samples_decode_v2(c, &r, t_min) : -EINVAL;
+	} else {
+		err = samples_decode_v1(c, &r, t_min);
 	}
-	if (r.bad || c->n > c->raw.len || c->n > CHUNK_MAX) {
+	if (err)
 		c->n = 0;
-		return -EINVAL;
-	}
-	if (c->n > c->cap) {
-		free(c->t);
-		free(c->stack);
-		free(c->value);
-		free(c->labelset);
-		c->t = malloc(c->n * sizeof(*c->t));
-		c->stack = malloc(c->n * sizeof(*c->stack));
-		c->value = malloc(c->n * sizeof(*c->value));
-		c->labelset = malloc(c->n * sizeof(*c->labelset));
-		c->cap = c->n;
-		if (!c->t || !c->stack || !c->value || !c->labelset) {
-			c->cap = 0;
-			c->n = 0;
-			return -ENOMEM;
-		}
-	}
-	for (size_t i = 0; i < c->n; i++) {
-		t += rd_uvarint(&r);
-		c->t[i] = t;
-	}
-	for (size_t i = 0; i < c->n && c->mixed; i++)
-		c->labelset[i] = rd_uvarint(&r);
-	for (size_t i = 0; i < c->n; i++)
-		c->stack[i] = rd_uvarint(&r);
-	for (size_t i = 0; i < c->n; i++)
-		c->value[i] = c->all_one ? 1 : rd_svarint(&r);
-	if (r.bad) {
-		c->n = 0;
-		return -EINVAL;
-	}
-	return 0;
+	return err;
 }
 
 int chunk_points_encode(const struct prow *r, size_t n, uint8_t **ret, size_t *ret_len)
@@ -393,6 +671,80 @@ static int cmp_row(const void *a, const void *b, void *ctx)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* Numbers at or past this are stored as strings (4 x number + 1 must fit). */
+#define NUM_MAX	(1ull << 62)
+
+/* The value tags of format 2: uvarint 4 x string index, 4 x number + 1, or 2: the row's length
+ * (end - start) less the numbers of its columns written before (a thread-state summary's
+ * running_ns is its length less runnable_ns and blocked_ns). acc: the sum so far, UINT64_MAX
+ * once it does not fit. */
+static uint64_t acc_add(uint64_t acc, uint64_t v)
+{
+	return acc > UINT64_MAX - v ? UINT64_MAX : acc + v;
+}
+
+/*
+ * Format 2's values, a column per attr name (in the order the shapes first name them): each
+ * row's values of that name in row order. 0 or -ENOMEM.
+ */
+static int put_values(struct buf *b, const struct irow *r, const size_t *o, size_t n,
+		      struct stab *t, const struct stab *shapes, const size_t *rep)
+{
+	uint64_t *acc = calloc(n, sizeof(*acc));
+	size_t *cols = NULL, ncols = 0, capcols = 0;
+	int err = 0;
+
+	if (!acc)
+		return -ENOMEM;
+	for (size_t i = 0; i < shapes->n && !err; i++) {
+		const struct irow *x = &r[rep[i]];
+
+		for (size_t k = 0; k < x->nattrs && !err; k++) {
+			size_t name = (size_t)stab_add(t, x->attrs[2 * k]), c;
+
+			for (c = 0; c < ncols && cols[c] != name; c++)
+				;
+			if (c < ncols)
+				continue;
+			if (ncols == capcols) {
+				size_t ncap = capcols ? 2 * capcols : 16;
+				size_t *nv = realloc(cols, ncap * sizeof(*nv));
+
+				if (!nv) {
+					err = -ENOMEM;
+					break;
+				}
+				cols = nv;
+				capcols = ncap;
+			}
+			cols[ncols++] = name;
+		}
+	}
+	for (size_t c = 0; c < ncols && !err; c++) {
+		for (size_t i = 0; i < n; i++) {
+			const struct irow *x = &r[o[i]];
+			uint64_t len = x->end - x->start;
+
+			for (size_t k = 0; k < x->nattrs; k++) {
+				const char *val = x->attrs[2 * k + 1];
+				uint64_t v;
+
+				if ((size_t)stab_add(t, x->attrs[2 * k]) != cols[c])
+					continue;
+				if (!decimal(val, &v) || v >= NUM_MAX) {
+					buf_uvarint(b, 4 * (uint64_t)stab_add(t, val));
+					continue;
+				}
+				buf_uvarint(b, acc[i] <= len && len - acc[i] == v ? 2 : 4 * v + 1);
+				acc[i] = acc_add(acc[i], v);
+			}
+		}
+	}
+	free(cols);
+	free(acc);
+	return err;
+}
+
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
 {
 	struct stab t = { 0 }, shapes = { 0 };
@@ -440,7 +792,7 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 			uint64_t v;
 			int64_t x = 0;
 
-			if (k % 2 == 0 || !decimal(r[i].attrs[k], &v))
+			if (k % 2 == 0 || !decimal(r[i].attrs[k], &v) || v >= NUM_MAX)
 				x = stab_add(&t, r[i].attrs[k]);
 			if (x < 0)
 				err = (int)x;
@@ -454,6 +806,8 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 			t_min = r[i].start;
 	}
 	qsort_r(o, n, sizeof(*o), cmp_row, (void *)r);
+	buf_uvarint(&b, 0);	/* format 2 (format 1 starts with n >= 1) */
+	buf_uvarint(&b, 2);
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, r[o[0]].seq);
 	buf_uvarint(&b, t.n);
@@ -485,18 +839,9 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, shape[o[i]]);
-	/* values: 2 x string index, or 2 x number + 1 */
-	for (size_t i = 0; i < n; i++) {
-		for (size_t k = 0; k < r[o[i]].nattrs; k++) {
-			const char *val = r[o[i]].attrs[2 * k + 1];
-			uint64_t v;
-
-			if (decimal(val, &v) && v < (1ull << 63))
-				buf_uvarint(&b, 2 * v + 1);
-			else
-				buf_uvarint(&b, 2 * (uint64_t)stab_add(&t, val));
-		}
-	}
+	err = put_values(&b, r, o, n, &t, &shapes, rep);
+	if (err)
+		goto out;
 	err = pack(&b, ret, ret_len);
 out:
 	buf_done(&b);
@@ -527,6 +872,7 @@ void ichunk_done(struct ichunk *c)
 	free(c->shape0);
 	free(c->shapen);
 	free(c->shapes);
+	free(c->acc);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -545,10 +891,79 @@ static int grow(void *v, size_t *cap, size_t n, size_t sz)
 	return 0;
 }
 
+/* Writes v's decimal text into c->num (sized for it) and returns it. */
+static const char *num_text(struct ichunk *c, uint64_t v)
+{
+	char *o = (char *)c->num.p + c->num.len;
+
+	c->num.len += (size_t)snprintf(o, 21, "%llu", (unsigned long long)v) + 1;
+	return o;
+}
+
+/*
+ * Format 2's values (put_values()): column by column, each row's values of that name. nattrs[i]
+ * holds row i's shape. The values were checked (tags, string indexes) and counted; a derived
+ * value past its row's length sets r->bad. 0 or -ENOMEM.
+ */
+static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
+{
+	const char **cols = NULL;
+	size_t ncols = 0, capcols = 0;
+	int err = 0;
+
+	if (grow(&c->acc, &c->capacc, c->n, sizeof(*c->acc)))
+		return -ENOMEM;
+	memset(c->acc, 0, c->n * sizeof(*c->acc));
+	for (size_t k = 0; k < nshape && !err; k++) {
+		for (size_t j = 0; j < c->shapen[k] && !err; j++) {
+			const char *name = c->shapes[c->shape0[k] + j];
+			size_t x;
+
+			for (x = 0; x < ncols && cols[x] != name; x++)
+				;
+			if (x == ncols && !(err = grow(&cols, &capcols, ncols + 1, sizeof(*cols))))
+				cols[ncols++] = name;
+		}
+	}
+	for (size_t x = 0; x < ncols && !err && !r->bad; x++) {
+		for (size_t i = 0; i < c->n && !r->bad; i++) {
+			size_t k = c->nattrs[i];
+			const char **a = c->attrs + 2 * c->attr0[i];
+			uint64_t len = c->end[i] - c->start[i];
+
+			for (size_t j = 0; j < c->shapen[k] && !r->bad; j++) {
+				uint64_t v;
+
+				if (a[2 * j] != cols[x])
+					continue;
+				v = rd_uvarint(r);
+				if (!(v & 3)) {
+					a[2 * j + 1] = c->strs[v / 4];
+					continue;
+				}
+				if ((v & 3) == 2) {
+					if (c->acc[i] > len) {
+						r->bad = true;
+						break;
+					}
+					v = len - c->acc[i];
+				} else {
+					v >>= 2;
+				}
+				a[2 * j + 1] = num_text(c, v);
+				c->acc[i] = acc_add(c->acc[i], v);
+			}
+		}
+	}
+	free(cols);
+	return err;
+}
+
 int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min)
 {
 	uint64_t nstr, nshape, seq, t = t_min;
 	size_t cap = c->cap, na = 0, nsn = 0, nnum = 0;
+	int fmt = 1;
 	struct rd r, vals;
 	int err;
 
@@ -558,6 +973,12 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
+	if (r.p < r.end && !r.p[0]) {
+		r.p++;
+		if (rd_uvarint(&r) != 2)
+			goto bad;
+		fmt = 2;
+	}
 	c->n = rd_uvarint(&r);
 	seq = rd_uvarint(&r);
 	nstr = rd_uvarint(&r);
@@ -636,15 +1057,17 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		c->nattrs[i] = k;	/* the row's shape until the values are read */
 		na += c->shapen[k];
 	}
-	/* values, 2 x string index or 2 x number + 1: counted first, so the numbers' text
-	 * (c->num) is sized once and never moves */
+	/* values (format 1: 2 x string index or 2 x number + 1; format 2: put_values()): counted
+	 * first, so the numbers' text (c->num) is sized once and never moves */
 	vals = r;
 	for (size_t i = 0; i < na; i++) {
 		uint64_t v = rd_uvarint(&vals);
 
-		if (vals.bad || (!(v & 1) && v / 2 >= nstr))
+		if (fmt == 1 && (vals.bad || (!(v & 1) && v / 2 >= nstr)))
 			goto bad;
-		nnum += v & 1;
+		if (fmt == 2 && (vals.bad || (v & 3) == 3 || (!(v & 3) && v / 4 >= nstr)))
+			goto bad;
+		nnum += fmt == 1 ? v & 1 : (v & 3) != 0;
 	}
 	c->num.len = 0;
 	if (grow(&c->attrs, &c->capattr, 2 * na + 1, sizeof(*c->attrs)) ||
@@ -654,22 +1077,22 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		size_t k = c->nattrs[i];
 		const char **a = c->attrs + 2 * c->attr0[i];
 
-		for (size_t j = 0; j < c->shapen[k]; j++) {
-			uint64_t v = rd_uvarint(&r);
-
+		for (size_t j = 0; j < c->shapen[k]; j++)
 			a[2 * j] = c->shapes[c->shape0[k] + j];
-			if (v & 1) {
-				char *o = (char *)c->num.p + c->num.len;
+		if (fmt == 1) {
+			for (size_t j = 0; j < c->shapen[k]; j++) {
+				uint64_t v = rd_uvarint(&r);
 
-				c->num.len += (size_t)snprintf(o, 21, "%llu",
-							       (unsigned long long)(v >> 1)) + 1;
-				a[2 * j + 1] = o;
-			} else {
-				a[2 * j + 1] = c->strs[v / 2];
+				a[2 * j + 1] = v & 1 ? num_text(c, v >> 1) : c->strs[v / 2];
 			}
 		}
-		c->nattrs[i] = c->shapen[k];
 	}
+	if (fmt == 2 && values_v2(c, &r, nshape))
+		goto nomem;
+	for (size_t i = 0; i < c->n; i++)
+		c->nattrs[i] = c->shapen[c->nattrs[i]];
+	if (r.bad)
+		goto bad;
 	c->nattr = na;
 	return 0;
 nomem:

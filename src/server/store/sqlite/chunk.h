@@ -33,13 +33,26 @@ struct prow {
 };
 
 /*
- * Sample chunk (before zstd): uvarint n, flags (bit 0: every value is 1; bit 1: several label
- * sets), then n time deltas from t_min = r[0].t (uvarint, times sorted ascending), n label set
- * ids (uvarint) if several, n stack ids (uvarint), n values (svarint) unless all are 1. With one
- * label set it is the chunk row's. r sorted by t, n >= 1. *ret malloc'ed (caller frees).
- * 0/-errno.
+ * Sample chunk (before zstd), format 2: uvarint 0 and 2 (format 1 began with n >= 1), uvarint
+ * n, flags (bit 0: every value is 1; bit 1: several label sets; bit 2: values as gaps), the
+ * sampling period P in ns (0: none). The samples are in (label set, time) order, in groups of
+ * one label set: with several, uvarint count g and g x (label set id delta from the group before,
+ * ascending, the first from 0; size); with one it is the chunk row's. Then columns: each group's
+ * first time less t_min (uvarint); for the other samples d, the time less the one before in the
+ * group, as q = d / P rounded to the nearest (uvarint) in one column and d - q P (svarint) in
+ * the next (without P: d in the first, the second empty); n stack codes (uvarint: 0 a literal,
+ * k the k-th most recent distinct stack of the group, at most 32 kept); the literals (svarint
+ * difference to the literal before); unless every value is 1, n values (svarint), or with bit 2
+ * a group's first value and then d less the value (off-CPU samples: the time the thread ran
+ * between two blocks; the encoder picks the shorter). Format 1: uvarint n, flags (bits 0-1),
+ * then n time deltas from t_min (uvarint, time order), n label set ids (uvarint) if several, n
+ * stack ids (uvarint), n values (svarint) unless all are 1 (still read; written for r in time
+ * order whose ties of time are not in label-set order, so that decoding gives r's order back).
+ * r sorted by time (else decoding gives it by time, ties by label set), n >= 1; t_min is the
+ * least r[i].t. *ret malloc'ed (caller frees). 0/-errno.
  */
-int chunk_samples_encode(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len);
+int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint8_t **ret,
+			 size_t *ret_len);
 
 /* A decoded sample chunk in struct-of-arrays form; zero-initialized is empty and reusable. */
 struct chunk {
@@ -49,9 +62,13 @@ struct chunk {
 	uint64_t *t, *stack, *labelset;
 	int64_t *value;
 	size_t cap;
+	uint32_t *perm;		/* scratch of format 2's reordering */
+	uint64_t *tmp;
+	size_t capscratch;
 };
 
-/* Decodes a sample chunk whose first time is t_min into c (reusing its arrays). 0/-errno. */
+/* Decodes a sample chunk whose least time is t_min into c (reusing its arrays), in time order
+ * (ties: format 2 by label set, then as given to the encoder; format 1 as written). 0/-errno. */
 int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t t_min);
 void chunk_done(struct chunk *c);
 
@@ -158,16 +175,21 @@ struct irow {
 };
 
 /*
- * Interval chunk (before compression): uvarint n, uvarint seq of the first row; the chunk's
- * strings: uvarint count, each NUL-terminated (attr names, and values that are not decimal
+ * Interval chunk (before compression), format 2: uvarint 0, uvarint 2, uvarint n, uvarint seq
+ * of the first row; the chunk's strings: uvarint count, each NUL-terminated (attr names, and values that are not decimal
  * numbers); its shapes (the distinct lists of attr names): uvarint count, each a uvarint k
  * and k name indexes. Then the rows, in (label set, start, seq) order, as columns of n:
  * lengths end - start (uvarint); label set (uvarint delta from the row before) each followed
  * by its start: after a row of the same label set the svarint difference to that row's end
  * (a thread's next state starts where the last ended: 0), else the uvarint delta from t_min
  * (the least start); seq deltas from the previous row's (svarint); shape indexes (uvarint);
- * then every row's attr values in its shape's order, uvarint 2 x string index, or 2 x number
- * + 1 for a canonical decimal ("0", "17"; answered as the same text). n >= 1, end >= start.
+ * then the attr values, a column per attr name (names in the order the shapes first list
+ * them), each row's values of that name in row order: uvarint 4 x string index, 4 x number + 1
+ * for a canonical decimal below 2^62 ("0", "17"; answered as the same text), or 2 for the
+ * decimal that is the row's length (end - start) less the numbers of the row's columns before
+ * (a thread-state summary's running_ns). Format 2 starts with uvarint 0 and 2; format 1 (still
+ * read) has no such prefix and its values row by row, 2 x string index or 2 x number + 1.
+ * n >= 1, end >= start.
  * *ret malloc'ed (caller frees). 0/-errno.
  */
 int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
@@ -181,6 +203,8 @@ struct ichunk {
 	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */
 	size_t *shape0, *shapen;	/* shape k's names: shapes[shape0[k]], shapen[k] of them */
 	const char **strs, **attrs, **shapes;
+	uint64_t *acc;			/* format 2: each row's numbers so far */
+	size_t capacc;
 };
 
 /* Decodes an interval chunk whose least start is t_min into c (reusing its arrays); rows come

@@ -396,7 +396,7 @@ static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, s
 	for (size_t i = 1; i < n && ls; i++)
 		if (r[i].labelset != ls)
 			ls = 0;	/* several: each sample carries its own */
-	err = chunk_samples_encode(r, n, &z, &zlen);
+	err = chunk_samples_encode(r, n, in->m->period_ns, &z, &zlen);
 	if (err)
 		return err;
 	sqlite3_bind_int64(st, 1, (int64_t)ls);

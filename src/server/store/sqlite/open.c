@@ -49,10 +49,11 @@ static const char *const wsql[ST_MAX] = {
 };
 
 /*
- * Schema 2 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
+ * Schema 3 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
  * batch's new ones together) beside a content hash -> id table each, a stack's location ids
- * delta-coded; samples and intervals in compressed chunks per kind and batch. A store of
- * schema 1 is migrated in place at open (migrate.c).
+ * delta-coded; samples and intervals in compressed chunks per kind and batch. Schema 3 has the
+ * tables of schema 2; its chunks are written in format 2 (chunk.h), which schema 2's servers
+ * cannot read, and read in both. Older stores are migrated in place at open (migrate.c).
  */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
@@ -377,7 +378,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
-		if (sq_migrate_v1_rename(s, err, errlen))
+		if (ver < 2 && sq_migrate_v1_rename(s, err, errlen))
 			goto out_rollback;
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
@@ -392,7 +393,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		}
 	}
-	if (ver && ver < SQ_SCHEMA_VERSION && sq_migrate_v1_copy(s, err, errlen))
+	if (ver && ver < 2 && sq_migrate_v1_copy(s, err, errlen))
 		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
@@ -401,9 +402,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 		goto out_rollback;
 	}
-	if (ver && ver < SQ_SCHEMA_VERSION) {
+	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
+	if (ver && ver < 2) {
 		/* The old rows' pages are free now (a tenth is left): give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();

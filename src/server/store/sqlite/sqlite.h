@@ -159,7 +159,9 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 void sq_dedup_reset(struct sq *s);
 
 /* ---- migrate.c: older schemas ---- */
-#define SQ_SCHEMA_VERSION 2
+/* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
+ * tables and its format-1 chunks are read as they are, so it only gets the new version. */
+#define SQ_SCHEMA_VERSION 3
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
