@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The CUPTI module's state, shared by its two files: cupti_usdt.c (attaching, processes,
+ * launches and records, the module) and winctl.c (trace windows: who opens them, when they
+ * close, what they report). Main-loop thread only, like the module.
+ */
+#ifndef GPUSCOPE_AGENT_CUPTI_INT_H
+#define GPUSCOPE_AGENT_CUPTI_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "agent/agent.h"
+#include "agent/cupti/cupti_usdt.h"
+#include "agent/cupti/window.h"
+#include "common/abi_cupti.h"
+#include "common/util.h"
+
+struct bpf_link;
+struct ring_drain;
+
+#define MAX_LIBS	 32
+#define NPROBES		 6
+#define MAX_PROCS	 256
+#define LAUNCH_BITS	 18		/* pending launches (all ways) */
+#define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
+#define MAX_DEVICES	 64
+#define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
+#define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
+#define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
+/* events the drain thread may hold for a busy main loop: ~8 k launches 127 frames deep, twice
+ * that at typical depths (~60 ms of a launch-bound loop on the H200 on top of the ring's 4 MiB) */
+#define QUEUE_BYTES	 (8u << 20)
+
+#define STATUS_WAIT_NS	 (3 * NSEC_PER_SEC)	/* a window's status must come within this */
+
+/* Where a process's window stands. */
+enum win_state {
+	WIN_IDLE = 0,	/* closed; the controller may open one */
+	WIN_ASKED,	/* the window probe is attached; waiting for the library's OPENED */
+	WIN_OPEN,	/* the library traces */
+	WIN_CLOSING,	/* detached; waiting for CLOSED */
+};
+
+struct lib {
+	dev_t dev;
+	ino_t ino;
+	struct bpf_link *links[NPROBES];
+};
+
+struct proc {
+	pid_t pid;			/* 0: free slot */
+	bool have_clock;
+	bool dead;
+	int64_t cupti_to_mono;		/* mono = cupti + this */
+	char comm[GPUSCOPE_COMM_LEN + 1];
+	char **names;		/* demangled, by library index; GPUSCOPE_CUPTI_NAMES_CAP */
+	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
+	char *lib_path;			/* the library as this process maps it; NULL: none seen */
+	bool lib_hello;			/* the library announced itself (status HELLO) */
+	/* trace window */
+	enum win_state win;
+	enum trace_reason reason;
+	struct bpf_link *win_link;	/* pid-filtered attachment to the window probe */
+	uint64_t asked_ns, close_at_ns;	/* CLOCK_MONOTONIC */
+	uint64_t len_ns;		/* asked length; counted from OPENED */
+	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
+	uint64_t emitted_ns;	/* a long window's gpu_trace_window interval reaches this far */
+	uint64_t win_kernels, win_launches;
+	uint64_t win_probe_ns;		/* the launch probes' BPF time in this window */
+	uint64_t devices;		/* bit per GPU (gpu_of(), < 64) whose kernels the window saw */
+	uint64_t all_devices;		/* every GPU (gpu_of()) ever seen in this process */
+	/* by CUDA ordinal: the UUID the library reported, and NVML's index of it + 1 (0: not
+	 * resolved yet, 0xffff: NVML does not know it) */
+	unsigned char dev_uuid[MAX_DEVICES][16];
+	uint16_t nvml_gpu[MAX_DEVICES];
+	uint64_t uuid_known;		/* ordinals with dev_uuid set */
+	bool early;			/* closed early: over its budget */
+	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
+	struct trace_budget budget;
+	uint64_t capture_ns;		/* an on-demand capture of this length waits to open */
+};
+
+struct launch {
+	uint32_t pid, cid;
+	uint32_t tid;
+	uint32_t stack_slot;
+	uint64_t stack_hash;
+	uint64_t seq;		/* insertion order, for replacing the oldest way */
+};
+
+struct raw_stack {
+	uint64_t hash;		/* 0: empty */
+	uint32_t pid, n;
+	__u64 frames[GPUSCOPE_MAX_STACK];
+};
+
+struct span {
+	uint64_t start, end;
+};
+
+struct busy {
+	bool used;
+	uint32_t device;
+	char gpu_s[12];
+	struct span *pend;
+	size_t n;
+	uint64_t max_end, emitted_end;
+};
+
+struct cupti_state {
+	struct cupti_bpf *skel;
+	struct ring_drain *drain;	/* the ring, drained by its own thread (ringdrain.h) */
+	uint64_t queue_lost_recs;	/* records in them; atomic (the drain thread adds) */
+	struct agent *a;
+	struct lib libs[MAX_LIBS];
+	int nlibs;
+	uint64_t next_scan_ns;
+	struct proc procs[MAX_PROCS];
+	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
+	uint64_t launch_seq;
+	struct raw_stack *stacks;
+	struct busy busy[MAX_DEVICES];
+	struct trace_cfg cfg;
+	struct cupti_stats st;
+};
+
+extern struct cupti_state *cupti_live;	/* NULL while the module is not running */
+
+/* cupti_usdt.c */
+void cupti_scan_procs(struct cupti_state *c);
+void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b);
+
+/* winctl.c */
+void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b);
+void cupti_control_windows(struct cupti_state *c);
+void cupti_win_detach(struct cupti_state *c, struct proc *p, uint64_t now);
+
+#endif

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Trace windows of the CUPTI module (issue 14): each injected process's window opened by the
+ * budget, the idle and sync triggers, a capture or continuous tracing; closed when its time or
+ * budget is up; reported as gpu_trace_window intervals and the GPUs it observed. The window
+ * switch is the pid-filtered attachment to the library's window probe (its semaphore).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <bpf/libbpf.h>
+#include "agent/cupti/cupti_int.h"
+#include "agent/meta/labels.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "cupti.skel.h"
+
+/* ---- trace windows ------------------------------------------------------------------------ */
+
+static const char *win_status(const struct proc *p)
+{
+	return p->refused ? p->refused : p->early ? "closed early" : "traced";
+}
+
+/* The gpu_trace_window interval of a window that ended at end_mono, and what the GPUs saw. */
+static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mono,
+			uint64_t end_mono)
+{
+	struct agent_labels L;
+	struct label attrs[6], glab[3];
+	char kern_s[24], launch_s[24], cost_s[24], dev_s[12];
+	size_t na = 0;
+	int64_t w = c->a->mono_to_wall_ns;
+	bool kept;
+
+	if (end_mono <= start_mono)
+		end_mono = start_mono + 1;
+	kept = agent__pid_labels(c->a, p->pid, 0, p->comm, &L) == LABELS_KEPT;
+	snprintf(kern_s, sizeof(kern_s), "%" PRIu64, p->win_kernels);
+	snprintf(launch_s, sizeof(launch_s), "%" PRIu64, p->win_launches);
+	snprintf(cost_s, sizeof(cost_s), "%.0f", p->budget.cost_ns);
+	attrs[na++] = (struct label){ "reason", trace_reason_names[p->reason] };
+	attrs[na++] = (struct label){ "status", win_status(p) };
+	attrs[na++] = (struct label){ "kernels", kern_s };
+	attrs[na++] = (struct label){ "launches", launch_s };
+	if (!p->refused)
+		attrs[na++] = (struct label){ "cost_ns", cost_s };
+	if (kept && batch__interval(c->a->batch, "gpu_trace_window", L.l, L.n, start_mono + w,
+				    end_mono + w, -1, attrs, na))
+		c->st.batch_errors++;
+	if (p->refused)
+		return;
+	/* kernel tracing decided busy/idle on these GPUs for this range (for its process) */
+	for (unsigned d = 0; d < 64; d++) {
+		size_t ng = 0;
+
+		if (!(p->all_devices >> d & 1))
+			continue;
+		snprintf(dev_s, sizeof(dev_s), "%u", d);
+		glab[ng++] = (struct label){ "gpu", dev_s };
+		glab[ng++] = (struct label){ "source", "kernels" };
+		if (c->a->opts.node)
+			glab[ng++] = (struct label){ "node", c->a->opts.node };
+		if (batch__interval(c->a->batch, "gpu_observed", glab, ng, start_mono + w,
+				    end_mono + w, -1, NULL, 0))
+			c->st.batch_errors++;
+	}
+}
+
+static int win_attach(struct cupti_state *c, struct proc *p)
+{
+	p->win_link = bpf_program__attach_usdt(c->skel->progs.on_window, p->pid, p->lib_path,
+					       GPUSCOPE_CUPTI_PROVIDER, "window", NULL);
+	if (!p->win_link) {
+		int err = -errno;
+
+		log_debug("cupti: window probe of pid %d: %s", p->pid, strerror(-err));
+		c->st.win_attach_errors++;
+		return err;
+	}
+	return 0;
+}
+
+static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason why, uint64_t now,
+		     uint64_t len_ns)
+{
+	if (!p->lib_path || win_attach(c, p))
+		return;
+	p->win = WIN_ASKED;
+	p->reason = why;
+	p->asked_ns = now;
+	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : now + len_ns;
+	p->len_ns = len_ns;
+	p->win_kernels = p->win_launches = p->win_probe_ns = 0;
+	p->devices = 0;
+	p->early = false;
+	p->refused = NULL;
+	c->st.windows_asked++;
+	log_debug("cupti: pid %d: window asked (%s)", p->pid, trace_reason_names[why]);
+}
+
+void cupti_win_detach(struct cupti_state *c, struct proc *p, uint64_t now)
+{
+	uint64_t t0 = mono_ns();
+
+	bpf_link__destroy(p->win_link);
+	log_debug("cupti: detach took %.1f ms", (mono_ns() - t0) / 1e6);
+	p->win_link = NULL;
+	p->win = WIN_CLOSING;
+	p->asked_ns = now;	/* CLOSED must come within STATUS_WAIT_NS of this */
+	log_debug("cupti: pid %d: window released (%s)", p->pid, trace_reason_names[p->reason]);
+}
+
+void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b)
+{
+	uint64_t now = mono_ns();
+
+	log_debug("cupti: pid %d: status %u (%" PRIu64 ", %" PRIu64 ") in state %d", p->pid, what, a,
+		  b, p->win);
+	if (what >= GPUSCOPE_CUPTI_ST_DEVICE &&
+	    what < GPUSCOPE_CUPTI_ST_DEVICE + GPUSCOPE_CUPTI_MAX_ORDINALS) {
+		cupti_on_device(p, what - GPUSCOPE_CUPTI_ST_DEVICE, a, b);
+		return;
+	}
+	switch (what) {
+	case GPUSCOPE_CUPTI_ST_HELLO:
+		p->lib_hello = true;
+		break;
+	case GPUSCOPE_CUPTI_ST_OPENED:
+		/* CLOSING: released before the library saw the switch; it closes right after */
+		if (p->win != WIN_ASKED && p->win != WIN_CLOSING) {
+			c->st.win_stray++;	/* opened for another agent, or after we gave up */
+			break;
+		}
+		if (p->win == WIN_ASKED) {
+			p->win = WIN_OPEN;
+			if (p->reason != TRACE_CONTINUOUS && now + p->len_ns > p->close_at_ns)
+				p->close_at_ns = now + p->len_ns;	/* the length it was asked */
+		}
+		p->opened_ns = p->emitted_ns = a;
+		p->open_cost_ns = b;
+		c->st.windows_opened[p->reason]++;
+		break;
+	case GPUSCOPE_CUPTI_ST_CLOSED:
+		if (p->win != WIN_CLOSING && p->win != WIN_OPEN) {
+			c->st.win_stray++;
+			break;
+		}
+		if (p->win == WIN_OPEN)	/* closed under us (the library exits) */
+			cupti_win_detach(c, p, now);
+		/* what the close flushed came through the ring before this event */
+		{
+			struct trace_cost w = { .open_ns = p->open_cost_ns, .close_ns = b,
+						.kernels = p->win_kernels,
+						.length_ns = a > p->opened_ns ? a - p->opened_ns : 0,
+						.launches = p->win_launches,
+						.probe_ns = p->win_probe_ns };
+
+			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS)
+				trace_budget__closed(&p->budget, &c->cfg, p->opened_ns, &w);
+			else
+				p->budget.cost_ns = trace_cost_ns(&c->cfg, &w);
+			c->st.win_cost_ns += (uint64_t)trace_cost_ns(&c->cfg, &w);
+			c->st.win_traced_ns += w.length_ns;
+		}
+		emit_window(c, p, p->emitted_ns, a);
+		c->st.windows_closed++;
+		p->win = WIN_IDLE;
+		break;
+	case GPUSCOPE_CUPTI_ST_BUSY:
+	case GPUSCOPE_CUPTI_ST_FAILED:
+		if (p->win != WIN_ASKED)
+			break;
+		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" : "cupti failed";
+		if (what == GPUSCOPE_CUPTI_ST_BUSY)
+			c->st.win_busy++;
+		else
+			c->st.win_failed++;
+		bpf_link__destroy(p->win_link);
+		p->win_link = NULL;
+		emit_window(c, p, a, a + 1);
+		p->win = WIN_IDLE;
+		/* try again one minimum period later (another profiler may be done by then) */
+		p->budget.next_open_ns = now + c->cfg.min_period_ns;
+		break;
+	default:
+		c->st.bad_events++;
+	}
+}
+
+/* How often an open continuous window reports the stretch it has covered. */
+#define WINDOW_PIECE_NS (5 * NSEC_PER_SEC)
+
+/* GPU idle share of the node over the last idle span; < 0 when unknown. */
+static double (*idle_share_fn)(uint64_t span_ns);
+/* A process's CUDA sync-wait share (cuda_probe); NULL when that module is off. */
+static cupti_sync_share_fn sync_share_fn;
+
+/* Within its budget so far, so a trigger may open a window (not more often than the cooldown). */
+static bool trigger_allowed(const struct cupti_state *c, const struct trace_budget *b, uint64_t now)
+{
+	return now >= b->last_idle_ns + c->cfg.idle_cooldown_ns &&
+	       (double)b->spent_ns + b->cost_ns <= c->cfg.budget * (double)(now - b->first_open_ns);
+}
+
+/* Did pid's share of time in synchronize calls jump (sync trigger)? */
+static bool sync_jumped(const struct cupti_state *c, pid_t pid, uint64_t now)
+{
+	double before = -1, share;
+
+	if (c->cfg.sync_trigger <= 0 || !sync_share_fn)
+		return false;
+	share = sync_share_fn(pid, now, c->cfg.idle_span_ns, &before);
+	return share >= c->cfg.sync_trigger && before >= 0 && share >= before + TRACE_SYNC_JUMP;
+}
+
+/* Opens and closes windows: captures first, then the idle trigger, then the duty cycle. */
+void cupti_control_windows(struct cupti_state *c)
+{
+	uint64_t now = mono_ns();
+	bool continuous = c->cfg.budget >= 1;
+	double idle = -1;
+
+	if (c->cfg.idle_trigger > 0 && idle_share_fn)
+		idle = idle_share_fn(c->cfg.idle_span_ns);
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &c->procs[i];
+		struct trace_budget *b = &p->budget;
+
+		if (!p->pid || !p->lib_path)
+			continue;
+		if (p->dead) {
+			if (p->win_link) {
+				bpf_link__destroy(p->win_link);
+				p->win_link = NULL;
+			}
+			if (p->win == WIN_OPEN || p->win == WIN_CLOSING) {
+				/* died without a CLOSED: the window ends where we noticed */
+				c->st.win_no_status++;
+				emit_window(c, p, p->emitted_ns, now);
+			}
+			p->win = WIN_IDLE;
+			continue;
+		}
+		switch (p->win) {
+		case WIN_IDLE:
+			if (p->capture_ns) {
+				win_open(c, p, TRACE_CAPTURE, now, p->capture_ns);
+				p->capture_ns = 0;
+			} else if (continuous)
+				win_open(c, p, TRACE_CONTINUOUS, now, 0);
+			else if (idle >= c->cfg.idle_trigger && trigger_allowed(c, b, now)) {
+				b->last_idle_ns = now;
+				win_open(c, p, TRACE_IDLE, now, trace_budget__window_ns(b, &c->cfg));
+			} else if (trigger_allowed(c, b, now) && sync_jumped(c, p->pid, now)) {
+				b->last_idle_ns = now;
+				win_open(c, p, TRACE_SYNC, now, trace_budget__window_ns(b, &c->cfg));
+			} else if (now >= b->next_open_ns)
+				win_open(c, p, TRACE_BUDGET, now, trace_budget__window_ns(b, &c->cfg));
+			break;
+		case WIN_ASKED:
+		case WIN_OPEN:
+			if (p->capture_ns && p->reason == TRACE_CAPTURE) {	/* a second capture */
+				if (now + p->capture_ns > p->close_at_ns)
+					p->close_at_ns = now + p->capture_ns;
+				p->capture_ns = 0;
+			} else if (p->capture_ns && p->reason == TRACE_CONTINUOUS) {
+				p->capture_ns = 0;	/* traced anyway */
+			} else if (p->capture_ns) {
+				p->close_at_ns = now;	/* end this window: the capture is next */
+			}
+			if (p->win == WIN_ASKED && now - p->asked_ns > STATUS_WAIT_NS) {
+				/* an old library without windows, or one that is stuck */
+				c->st.win_no_status++;
+				bpf_link__destroy(p->win_link);
+				p->win_link = NULL;
+				p->win = WIN_IDLE;
+				p->budget.next_open_ns = now + c->cfg.max_period_ns;
+				break;
+			}
+			if (p->win == WIN_OPEN && p->reason == TRACE_CONTINUOUS &&
+			    now - p->emitted_ns >= WINDOW_PIECE_NS) {
+				/* a window that stays open is reported in pieces, so the range it
+				 * covered so far counts as traced (flame graphs' traced share) */
+				emit_window(c, p, p->emitted_ns, now);
+				p->emitted_ns = now;
+			}
+			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS &&
+			    trace_budget__overrun(b, &c->cfg, p->win_launches, p->win_probe_ns,
+						  now - p->asked_ns)) {
+				p->early = true;
+				c->st.win_early++;
+				cupti_win_detach(c, p, now);
+			} else if (now >= p->close_at_ns) {
+				cupti_win_detach(c, p, now);
+			}
+			break;
+		case WIN_CLOSING:
+			if (now - p->asked_ns > STATUS_WAIT_NS) {	/* no CLOSED: give up on it */
+				c->st.win_no_status++;
+				p->win = WIN_IDLE;
+			}
+			break;
+		}
+	}
+}
+
+int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whylen)
+{
+	struct cupti_state *c = cupti_live;
+	int n = 0, seen = 0;
+
+	if (!c) {
+		snprintf(why, whylen, "CUDA kernel tracing is not running on this node");
+		return -ENOTSUP;
+	}
+	cupti_scan_procs(c);
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &c->procs[i];
+
+		if (!p->pid || p->dead || (pid && p->pid != pid))
+			continue;
+		seen++;
+		if (!p->lib_path)
+			continue;
+		if (p->capture_ns < duration_ns)
+			p->capture_ns = duration_ns;
+		n++;
+	}
+	if (!n) {
+		snprintf(why, whylen, pid ? "process %d is not injected (no libgpuscope_cupti)" :
+					    "no process on this node is injected (no libgpuscope_cupti)",
+			 (int)pid);
+		return -ENOENT;
+	}
+	cupti_control_windows(c);
+	snprintf(why, whylen, "tracing %d process%s", n, n == 1 ? "" : "es");
+	(void)seen;
+	return n;
+}
+
+bool cupti_usdt__capturing(pid_t pid)
+{
+	struct cupti_state *c = cupti_live;
+
+	for (int i = 0; c && i < MAX_PROCS; i++) {
+		const struct proc *p = &c->procs[i];
+
+		if (!p->pid || p->dead || !p->lib_path || (pid && p->pid != pid))
+			continue;
+		if (p->capture_ns || (p->win != WIN_IDLE && p->reason == TRACE_CAPTURE))
+			return true;
+	}
+	return false;
+}
+
+void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))
+{
+	idle_share_fn = fn;
+}
+
+void cupti_usdt__set_sync_source(cupti_sync_share_fn fn)
+{
+	sync_share_fn = fn;
+}
+
