@@ -35,7 +35,7 @@ static void usage(FILE *f)
 		"  --clickhouse-user USER   --clickhouse-password-file FILE  credentials\n"
 		"  --clickhouse-commit-delay DUR\n"
 		"                           a batch waits up to this long for others to share its\n"
-		"                           INSERTs (fewer, larger ClickHouse parts; default 500ms)\n"
+		"                           INSERTs (fewer, larger ClickHouse parts; default 1s)\n"
 		"  --listen ADDR:PORT       127.0.0.1:7070 by default, 0.0.0.0:7070 once a token\n"
 		"                           is set; [::]:PORT for IPv6 and IPv4; port 0 picks one\n"
 		"  --retention DUR          keep data this long (default 30d)\n"
@@ -53,7 +53,7 @@ static void usage(FILE *f)
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
-		"  --threads N              HTTP event-loop threads (default 8; with ClickHouse 32:\n"
+		"  --threads N              HTTP event-loop threads (default 8; with ClickHouse 64:\n"
 		"                           an ingest waits on its thread for its group commit)\n"
 		"  --max-new-label-sets-per-hour N\n"
 		"                           per node; a batch past it is refused 429 (default\n"
@@ -199,14 +199,14 @@ int main(int argc, char **argv)
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
 		.max_new_label_sets_per_hour = 10000,
 		.max_new_stacks_per_hour = 200000,
-		.ch_commit_delay_ns = 500 * NSEC_PER_MSEC,
+		.ch_commit_delay_ns = NSEC_PER_SEC,
 	};
 	struct http_opts ho = {
 		.max_body = 64 << 20,
 		.max_connections = 8192,
 		.max_per_address = 256,
 		.idle_timeout_s = 30,
-		.threads = 0,		/* 8, or 32 with ClickHouse (below) */
+		.threads = 0,		/* 8, or 64 with ClickHouse (below) */
 	};
 	uint64_t size, ns;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
@@ -382,7 +382,7 @@ int main(int argc, char **argv)
 	so.ch_urls = urls;
 	so.ch_nurls = nurls;
 	if (!ho.threads)
-		ho.threads = so.backend && !strcmp(so.backend, "clickhouse") ? 32 : 8;
+		ho.threads = so.backend && !strcmp(so.backend, "clickhouse") ? 64 : 8;
 	if (optind != argc || (so.backend && !strcmp(so.backend, "clickhouse") ? !nurls : !so.dir)) {
 		usage(stderr);
 		return 2;

@@ -148,7 +148,7 @@ def main():
         batches = make_batches(6, "gcc", t0)
         for s in cl.servers:
             s.query(f"CREATE MATERIALIZED VIEW {db}.fail_ls ENGINE = Null AS SELECT"
-                    f" throwIf(id > 0) AS x FROM {db}.labelsets_in_local")
+                    f" throwIf(id > 0) AS x FROM {db}.labelsets_local")
         codes = post_all(srv, batches)
         check(all(c >= 500 for c, _ in codes), f"every batch of the failed INSERT fails: {codes}")
         check(total(srv, "gcc", t0) == 0 and all(stored(ch, db, batch_id(b)) == (0, 0)

@@ -304,7 +304,9 @@ def main():
         f.write("wrong\n")
 
     def args(db, pw=pwfile):
-        return cl.server_args(db) + ["--clickhouse-password-file", pw]
+        # a short group-commit wait: these cases post one batch at a time
+        return cl.server_args(db) + ["--clickhouse-password-file", pw,
+                                     "--clickhouse-commit-delay", "200ms"]
     try:
         refused(["--store", "clickhouse", "--clickhouse-url",
                  f"http://127.0.0.1:{clickhouse.free_port()}"], "clickhouse")

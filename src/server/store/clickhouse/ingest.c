@@ -178,7 +178,7 @@ static int dictionaries(struct cing *in, struct buf *locs, struct buf *stacks, s
 /* The rows of one fact table that fall on one day: one INSERT, one part. */
 struct part {
 	uint64_t day;
-	struct buf rows, probe;		/* probe: primary-key condition finding its first row */
+	struct buf rows, probe;		/* probe: its first row's key, a tuple (probe_cols) */
 	bool stored;			/* found by a retry: an earlier attempt stored it */
 };
 
@@ -227,7 +227,7 @@ static bool parts_oom(const struct parts *p)
 
 static void probe_head(const struct cing *in, struct part *pt)
 {
-	buf_printf(&pt->probe, "day = %llu AND batch = %llu AND ", (unsigned long long)pt->day,
+	buf_printf(&pt->probe, "(%llu, %llu, ", (unsigned long long)pt->day,
 		   (unsigned long long)in->batch);
 }
 
@@ -298,7 +298,7 @@ static struct part *rollup_part(struct rollacc *ra, uint64_t day)
 		rb_u64(&pt->rows, 1);
 		buf_uvarint(&pt->rows, 0);
 		buf_uvarint(&pt->rows, 0);
-		buf_printf(&pt->probe, "level = 255 AND kind = 0 AND labelset = %llu AND bucket = %llu",
+		buf_printf(&pt->probe, "(%llu, %llu)",
 			   (unsigned long long)ra->in->batch,
 			   (unsigned long long)(day * CH_DAY_NS));
 	}
@@ -420,7 +420,7 @@ static void raw_rows(struct cing *in, struct parts *ps, uint8_t kind, uint64_t l
 		b = &pt->rows;
 		if (!pt->probe.len) {
 			probe_head(in, pt);
-			buf_printf(&pt->probe, "kind = %u AND labelset = %llu AND t0 = %llu",
+			buf_printf(&pt->probe, "%u, %llu, %llu)",
 				   (unsigned)kind, (unsigned long long)ls,
 				   (unsigned long long)v[i].t);
 		}
@@ -528,7 +528,7 @@ static void point_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
 			hi = t > hi ? t : hi;
 			if (!pt->probe.len) {
 				probe_head(in, pt);
-				buf_printf(&pt->probe, "series = %llu AND t = %llu",
+				buf_printf(&pt->probe, "%llu, %llu)",
 					   (unsigned long long)id, (unsigned long long)t);
 			}
 		}
@@ -593,15 +593,18 @@ static void interval_rows(struct cing *in, struct parts *ps)
 		touch(in, iv->label_set, iv->start_ns, iv->end_ns);
 		if (!pt->probe.len) {
 			probe_head(in, pt);
-			buf_puts(&pt->probe, "kind = ");
 			sql_str(&pt->probe, S(in, iv->kind));
-			buf_printf(&pt->probe, " AND start_ns = %llu",
+			buf_printf(&pt->probe, ", %llu)",
 				   (unsigned long long)iv->start_ns);
 		}
 	}
 }
 
-/* Label set rows (with this batch's extents), for the sets that have records. */
+/*
+ * Label set rows (with this batch's extents), for the sets that have records, straight into the
+ * AggregatingMergeTree: the extents as min/max states (a `has` byte, then the value), no view
+ * re-grouping each insert (labelsets_in and its view stay for older front-ends).
+ */
 static int labelset_rows(struct cing *in, struct buf *b)
 {
 	const Gpuscope__V1__Batch *m = in->m;
@@ -614,7 +617,6 @@ static int labelset_rows(struct cing *in, struct buf *b)
 		in->ls_id[i] = ch_id(store_label_set(m, i, pairs, &n, &blob));
 		if (in->ls_first[i] == UINT64_MAX)
 			continue;
-		rb_u64(b, in->node_id);
 		rb_u64(b, in->ls_id[i]);
 		rb_str(b, S(in, m->node));
 		buf_uvarint(b, n);
@@ -623,7 +625,9 @@ static int labelset_rows(struct cing *in, struct buf *b)
 		buf_uvarint(b, n);
 		for (size_t k = 0; k < n; k++)
 			rb_str(b, pairs[2 * k + 1]);
+		rb_u8(b, 1);
 		rb_u64(b, in->ls_first[i]);
+		rb_u8(b, 1);
 		rb_u64(b, in->ls_last[i]);
 	}
 	buf_done(&blob);
@@ -634,7 +638,7 @@ static int labelset_rows(struct cing *in, struct buf *b)
 static const char *const fact_tables[NFACT] = { "samples_raw", "samples_rollup", "points",
 						"intervals" };
 #define NDICT 4
-static const char *const dict_tables[NDICT] = { "labelsets_in", "locations", "stacks", "series" };
+static const char *const dict_tables[NDICT] = { "labelsets", "locations", "stacks", "series" };
 #define GROUP_MAX 64	/* batches in one group commit */
 
 /* One batch prepared for a group commit: its rows, ready to be joined with other batches'. */
@@ -676,33 +680,65 @@ static void fail(struct chb *b, int rc)
 }
 
 /*
- * What of the group's batches is already stored, in one query: each part's `stored` set if its
- * first row is there (one part is all or nothing; a rollup part by its marker row). A batch all
- * of whose parts are there is a duplicate (rc 1). 0, or -errno if ClickHouse cannot say.
+ * How a fact table's probe finds a part's first row: the key columns of its probe tuples, and
+ * (batch, day) of each row found. A rollup part's first row is its marker (level 255, the batch
+ * id as label set, the day's first bucket).
+ */
+static const char *const probe_cols[NFACT] = {
+	"(day, batch, kind, labelset, t0)",
+	"level = 255 AND kind = 0 AND (labelset, bucket)",
+	"(day, batch, series, t)",
+	"(day, batch, kind, start_ns)",
+};
+static const char *const probe_found[NFACT] = {
+	"batch, toUInt64(day)", "labelset, intDiv(bucket, 86400000000000)", "batch, toUInt64(day)",
+	"batch, toUInt64(day)",
+};
+
+static struct part *part_find(struct chb *b, int t, uint64_t day)
+{
+	for (size_t i = 0; i < b->facts[t].n; i++)
+		if (b->facts[t].v[i].day == day)
+			return &b->facts[t].v[i];
+	return NULL;
+}
+
+/*
+ * What of the group's batches is already stored, in one query (a SELECT per fact table, their
+ * first rows' keys IN a set): each part's `stored` set if its first row is there (one part is
+ * all or nothing). A batch all of whose parts are there is a duplicate (rc 1). 0, or -errno if
+ * ClickHouse cannot say.
  */
 static int landed(struct ch *c, struct chb **v, size_t n)
 {
 	struct buf q = { 0 }, ans = { 0 };
-	char *p, *end;
-	int rc, nq = 0;
+	int rc = 0, nsel = 0;
 
-	buf_puts(&q, "SELECT 0");
-	for (size_t b = 0; b < n; b++) {
-		if (!v[b]->batch || v[b]->rc)
-			continue;
-		for (int t = 0; t < NFACT; t++) {
+	for (int t = 0; t < NFACT; t++) {
+		const struct part *first = NULL;
+
+		for (size_t b = 0; b < n; b++) {
+			if (!v[b]->batch || v[b]->rc)
+				continue;
 			for (size_t i = 0; i < v[b]->facts[t].n; i++) {
 				const struct part *pt = &v[b]->facts[t].v[i];
 
-				buf_printf(&q, ", (SELECT count() FROM %s.%s WHERE ", c->db,
-					   fact_tables[t]);
+				if (!first) {
+					buf_printf(&q, "%sSELECT toUInt8(%d), %s FROM %s.%s WHERE %s IN (",
+						   nsel++ ? " UNION ALL " : "", t, probe_found[t],
+						   c->db, fact_tables[t], probe_cols[t]);
+					/* twice: one tuple alone in parentheses would be the set */
+					buf_put(&q, pt->probe.p, pt->probe.len);
+					first = pt;
+				}
+				buf_puts(&q, ", ");
 				buf_put(&q, pt->probe.p, pt->probe.len);
-				buf_puts(&q, ")");
-				nq++;
 			}
 		}
+		if (first)
+			buf_puts(&q, ")");
 	}
-	if (!nq) {
+	if (!nsel) {
 		buf_done(&q);
 		return 0;
 	}
@@ -710,35 +746,39 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 	buf_put(&q, "", 1);
 	rc = q.oom ? -ENOMEM : ch_exec(c, -1, (char *)q.p, NULL, 0, NULL, &ans);
 	buf_put(&ans, "", 1);
-	p = (char *)ans.p;
-	if (!rc) {
-		strtoull(p, &end, 10);
-		rc = end == p ? -EIO : 0;
-		for (size_t b = 0; b < n && !rc; b++) {
-			int have = 0;
+	for (char *p = (char *)ans.p, *end; !rc && ans.p && *p; p = end) {
+		unsigned long t;
+		unsigned long long bid, day;
+		int used = 0;
 
-			if (!v[b]->batch || v[b]->rc)
-				continue;
-			for (int t = 0; t < NFACT && !rc; t++) {
-				for (size_t i = 0; i < v[b]->facts[t].n && !rc; i++) {
-					p = end;
-					v[b]->facts[t].v[i].stored = strtoull(p, &end, 10) > 0;
-					have += v[b]->facts[t].v[i].stored;
-					if (end == p)
-						rc = -EIO;
-				}
-			}
-			if (rc)
-				break;
-			if (have && have == nparts(v[b])) {
-				v[b]->rc = 1;
-			} else if (have) {
-				log_info("batch %llu: %d parts of an earlier attempt are stored, adding"
-					 " the rest", (unsigned long long)v[b]->batch, have);
-			}
+		if (sscanf(p, "%lu\t%llu\t%llu\n%n", &t, &bid, &day, &used) != 3 || !used ||
+		    t >= NFACT) {
+			store_set_error("clickhouse: unexpected answer '%.60s'", p);
+			rc = -EIO;
+			break;
 		}
-		if (rc == -EIO)
-			store_set_error("clickhouse: unexpected answer '%.60s'", (char *)ans.p);
+		end = p + used;
+		for (size_t b = 0; b < n; b++) {
+			struct part *pt = v[b]->batch == bid && !v[b]->rc ?
+					  part_find(v[b], (int)t, day) : NULL;
+
+			if (pt)
+				pt->stored = true;
+		}
+	}
+	for (size_t b = 0; b < n && !rc; b++) {
+		int have = 0;
+
+		if (!v[b]->batch || v[b]->rc)
+			continue;
+		for (int t = 0; t < NFACT; t++)
+			for (size_t i = 0; i < v[b]->facts[t].n; i++)
+				have += v[b]->facts[t].v[i].stored;
+		if (have && have == nparts(v[b]))
+			v[b]->rc = 1;
+		else if (have)
+			log_info("batch %llu: %d parts of an earlier attempt are stored, adding the rest",
+				 (unsigned long long)v[b]->batch, have);
 	}
 	buf_done(&q);
 	buf_done(&ans);
