@@ -63,13 +63,28 @@ struct http_server {
 	uint64_t ingest_batches, ingest_parts, ingest_bytes, ingest_samples, requests;
 	pthread_mutex_t rmu;		/* rate ring */
 	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
+	pthread_mutex_t wmu;		/* ingest workers running, and their end (stop) */
+	pthread_cond_t wcond;
+	unsigned workers;
 };
+
+/* Ingests stored on worker threads at once; past it one waits on its event loop. */
+#define INGEST_WORKERS_MAX 512
 
 struct req {
 	struct buf body;		/* only POST /api/v1/ingest keeps its body */
 	bool ingest;
 	bool over;			/* body beyond max_body: discarded */
+	/* Stored by a worker while the connection was suspended: the answer it left. */
+	bool worked, answered;
+	unsigned ans_code;
+	const char *ans_type;
+	struct buf ans;
 };
+
+/* On an ingest worker: the request whose answer reply() keeps instead of queueing it (only the
+ * connection's own event-loop thread may queue a response). */
+static __thread struct req *deferred;
 
 static void count(struct http_server *h, enum reject r)
 {
@@ -82,6 +97,14 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
+	if (deferred) {
+		deferred->ans_code = code;
+		deferred->ans_type = type;
+		deferred->ans = *body;
+		*body = (struct buf){ 0 };
+		deferred->answered = true;
+		return MHD_YES;
+	}
 	resp = MHD_create_response_from_buffer(body->len, body->p ? body->p : (void *)"",
 					       body->p ? MHD_RESPMEM_MUST_FREE :
 							 MHD_RESPMEM_PERSISTENT);
@@ -441,6 +464,73 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 
 		return reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
 	}
+}
+
+struct ingest_job {
+	struct http_server *h;
+	struct MHD_Connection *c;
+	struct req *r;
+};
+
+/* Stores one upload off the event loop, then resumes its connection, whose handler queues the
+ * answer left in r. Neither c nor r is touched after the resume. */
+static void *ingest_worker(void *arg)
+{
+	struct ingest_job *j = arg;
+	struct http_server *h = j->h;
+
+	deferred = j->r;
+	do_ingest(h, j->c, j->r);
+	deferred = NULL;
+	MHD_resume_connection(j->c);
+	free(j);
+	pthread_mutex_lock(&h->wmu);
+	if (!--h->workers)
+		pthread_cond_broadcast(&h->wcond);
+	pthread_mutex_unlock(&h->wmu);
+	return NULL;
+}
+
+/*
+ * POST /api/v1/ingest. The store answers only once a batch is durable, which may take its group
+ * commit's wait (ClickHouse: up to --clickhouse-commit-delay and the INSERTs): the connection is
+ * suspended and a worker thread stores the batch, so the event loop goes on serving its other
+ * connections (other agents, queries) meanwhile. Past INGEST_WORKERS_MAX at once, or without a
+ * thread, the upload is stored on the loop.
+ */
+static enum MHD_Result ingest_route(struct http_server *h, struct MHD_Connection *c,
+				    struct req *r)
+{
+	struct ingest_job *j;
+	pthread_attr_t attr;
+	pthread_t t;
+	bool started = false;
+
+	if (r->worked)
+		return r->answered ? reply(c, r->ans_code, r->ans_type, &r->ans, NULL) : MHD_NO;
+	pthread_mutex_lock(&h->wmu);
+	if (h->workers < INGEST_WORKERS_MAX && (j = malloc(sizeof(*j)))) {
+		*j = (struct ingest_job){ h, c, r };
+		h->workers++;
+		r->worked = true;
+		MHD_suspend_connection(c);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		started = !pthread_create(&t, &attr, ingest_worker, j);
+		pthread_attr_destroy(&attr);
+		if (!started) {
+			h->workers--;
+			r->worked = false;
+			free(j);
+			MHD_resume_connection(c);
+		}
+	}
+	pthread_mutex_unlock(&h->wmu);
+	if (started)
+		return MHD_YES;
+	if (r->worked)	/* resumed above: the handler runs again */
+		return MHD_YES;
+	return do_ingest(h, c, r);
 }
 
 /* ---- query endpoints ---------------------------------------------------------------------- */
@@ -1200,7 +1290,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		if (strcmp(method, MHD_HTTP_METHOD_POST))
 			return reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY,
 					   "use POST");
-		return do_ingest(h, c, r);
+		return ingest_route(h, c, r);
 	}
 	if (capture_path(url))
 		return do_capture(h, c, url, method);
@@ -1314,6 +1404,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!r)
 		return;
 	buf_done(&r->body);
+	buf_done(&r->ans);
 	free(r);
 	*con_cls = NULL;
 }
@@ -1418,7 +1509,8 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 			       size_t errlen)
 {
 	struct http_server *h = calloc(1, sizeof(*h));
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+			 MHD_ALLOW_SUSPEND_RESUME;
 	bool tls = o->tls_cert_pem && o->tls_key_pem;
 
 	if (!h) {
@@ -1429,6 +1521,8 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	h->o = *o;
 	h->listen_fd = -1;
 	pthread_mutex_init(&h->rmu, NULL);
+	pthread_mutex_init(&h->wmu, NULL);
+	pthread_cond_init(&h->wcond, NULL);
 	if (open_listener(h, o->listen, err, errlen))
 		goto out_free;
 	if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -1464,6 +1558,8 @@ out_close:
 	close(h->listen_fd);
 out_free:
 	pthread_mutex_destroy(&h->rmu);
+	pthread_mutex_destroy(&h->wmu);
+	pthread_cond_destroy(&h->wcond);
 	free(h);
 	return NULL;
 }
@@ -1482,8 +1578,15 @@ void http_stop(struct http_server *h)
 {
 	if (!h)
 		return;
+	/* Suspended connections must be resumed before the daemon stops: let the workers end. */
+	pthread_mutex_lock(&h->wmu);
+	while (h->workers)
+		pthread_cond_wait(&h->wcond, &h->wmu);
+	pthread_mutex_unlock(&h->wmu);
 	MHD_stop_daemon(h->d);
 	close(h->listen_fd);
 	pthread_mutex_destroy(&h->rmu);
+	pthread_mutex_destroy(&h->wmu);
+	pthread_cond_destroy(&h->wcond);
 	free(h);
 }

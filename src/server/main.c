@@ -53,8 +53,7 @@ static void usage(FILE *f)
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
-		"  --threads N              HTTP event-loop threads (default 8; with ClickHouse 64:\n"
-		"                           an ingest waits on its thread for its group commit)\n"
+		"  --threads N              HTTP event-loop threads (default 8)\n"
 		"  --max-new-label-sets-per-hour N\n"
 		"                           per node; a batch past it is refused 429 (default\n"
 		"                           10000; 0: no limit)\n"
@@ -206,7 +205,7 @@ int main(int argc, char **argv)
 		.max_connections = 8192,
 		.max_per_address = 256,
 		.idle_timeout_s = 30,
-		.threads = 0,		/* 8, or 64 with ClickHouse (below) */
+		.threads = 8,
 	};
 	uint64_t size, ns;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
@@ -381,8 +380,6 @@ int main(int argc, char **argv)
 	}
 	so.ch_urls = urls;
 	so.ch_nurls = nurls;
-	if (!ho.threads)
-		ho.threads = so.backend && !strcmp(so.backend, "clickhouse") ? 64 : 8;
 	if (optind != argc || (so.backend && !strcmp(so.backend, "clickhouse") ? !nurls : !so.dir)) {
 		usage(stderr);
 		return 2;

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Group commit of the ClickHouse store on a real two-shard cluster (Distributed tables): batches
 posted at once by many clients share INSERTs, and
+- one node sending batch after batch waits for nobody (no --clickhouse-commit-delay);
 - every batch is answered 204 only once it is stored: the moment its answer arrives, its raw
   rows and its rollup marker are in ClickHouse;
 - one batch id twice in one group is stored once (the second answers as a duplicate);
@@ -112,9 +113,20 @@ def main():
     cl = clickhouse.Cluster(2).start()
     ch = cl.servers[0]
     db = "gc"
+    t0 = (now_ns() - 20 * MIN) // MIN * MIN + 10**9
+    # 0. One node sending batch after batch (an agent draining its spool) waits for nobody.
+    one = Server(store_args=cl.server_args(db), args=["--clickhouse-commit-delay", "5s"]).start()
+    try:
+        for i in range(3):
+            t = time.time()
+            code, body = one.ingest(encode(f"node gc-one\nsample {t0 + i} cpu 1 - main\n"))
+            check(code == 204 and time.time() - t < 5, f"one node alone: answered in "
+                  f"{time.time() - t:.1f} s (a wait for others would take 5 s): {code} {body}")
+    finally:
+        one.stop()
+    print("one node's batches one after another: no group-commit wait")
     srv = Server(store_args=cl.server_args(db), args=["--clickhouse-commit-delay", "1s"]).start()
     try:
-        t0 = (now_ns() - 20 * MIN) // MIN * MIN + 10**9
         # 1. Answered only once stored, and grouped.
         batches = make_batches(12, "gca", t0)
         ids = [batch_id(b) for b in batches]

@@ -5,7 +5,8 @@
  * others wait, and each caller returns only once the commit holding its batch is done. With a
  * delay, the leader first waits until the oldest queued batch has waited that long (or the
  * group is full), so that batches arriving one after another, not only concurrently, share a
- * commit.
+ * commit -- but only while batches of more than one source (node) arrive: one agent sending
+ * its spool batch after batch has nobody to wait for.
  */
 #include <pthread.h>
 #include <time.h>
@@ -26,6 +27,7 @@ void store_commitq_init(struct store_commitq *q, uint64_t delay_ns)
 	q->queued = 0;
 	q->leader = false;
 	q->delay_ns = delay_ns;
+	q->last_source = q->mixed_ns = q->nsources = 0;
 	q->commits = 0;
 }
 
@@ -35,10 +37,15 @@ void store_commitq_done(struct store_commitq *q)
 	pthread_cond_destroy(&q->cond);
 }
 
+/* Sources mixed this recently: the leader waits for others. */
+#define MIXED_WINDOW(delay_ns) (10 * (delay_ns))
+
 /* The leader waits (mu held) until the oldest queued item is delay_ns old or max are queued. */
 static void gather(struct store_commitq *q, size_t max)
 {
-	while (q->delay_ns && q->queued < max) {
+	if (!q->delay_ns || mono_ns() - q->mixed_ns > MIXED_WINDOW(q->delay_ns))
+		return;
+	while (q->queued < max) {
 		uint64_t due = q->head->queued_ns + q->delay_ns, now = mono_ns();
 		struct timespec ts = { (time_t)(due / NSEC_PER_SEC), (long)(due % NSEC_PER_SEC) };
 
@@ -56,6 +63,9 @@ void store_commitq_run(struct store_commitq *q, struct store_commitq_item *it, s
 	it->done = false;
 	it->queued_ns = q->delay_ns ? mono_ns() : 0;
 	pthread_mutex_lock(&q->mu);
+	if (it->source != q->last_source && q->nsources++)
+		q->mixed_ns = it->queued_ns;
+	q->last_source = it->source;
 	*q->tail = it;
 	q->tail = &it->next;
 	if (++q->queued >= max && q->leader)

@@ -207,7 +207,8 @@ void busy_done(struct busy_set *bs);
 /*
  * Group commit (commitq.c): concurrent ingests queue up; one of them (the leader) takes every
  * queued item (at most max) and runs them together; the others wait. With delay_ns, the leader
- * first waits until the oldest queued item has waited delay_ns (or max are queued).
+ * first waits until the oldest queued item has waited delay_ns (or max are queued), as long as
+ * items of more than one `source` arrived lately (one source alone waits for nobody).
  * store_commitq_run() returns once the run holding `it` returned (it->next is the leader's to
  * use until then). `run` gets the items as a list of n; it may not keep them. Items are
  * embedded first in the caller's own struct. Any thread.
@@ -215,6 +216,7 @@ void busy_done(struct busy_set *bs);
 struct store_commitq_item {
 	struct store_commitq_item *next;
 	uint64_t queued_ns;		/* monotonic, when queued */
+	uint64_t source;		/* who sent it (a node): set by the caller */
 	bool done;
 };
 
@@ -225,6 +227,8 @@ struct store_commitq {
 	size_t queued;
 	bool leader;
 	uint64_t delay_ns;
+	uint64_t last_source, mixed_ns;	/* the latest item's source; when a different one came */
+	uint64_t nsources;		/* source changes seen (the first is not a mix) */
 	uint64_t commits;		/* runs so far (mu) */
 };
 

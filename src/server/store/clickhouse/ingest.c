@@ -925,6 +925,7 @@ static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 	in.node_id = ch_id(hash64(S(&in, m->node), strlen(S(&in, m->node)), 16));
 	in.day = (t0 == UINT64_MAX ? wall_ns() : t0) / CH_DAY_NS;
 	in.batch = b->batch = m->batch_id;
+	b->q.source = in.node_id;	/* group commit waits while several nodes send */
 	in.ls_id = calloc(m->n_label_sets + 1, sizeof(*in.ls_id));
 	in.ls_first = malloc((m->n_label_sets + 1) * sizeof(*in.ls_first));
 	in.ls_last = calloc(m->n_label_sets + 1, sizeof(*in.ls_last));
