@@ -683,9 +683,11 @@ static int read_str(pid_t pid, const struct code_layout *cl, uint64_t addr, char
 
 /*
  * The stamp of the code object at code as it is now (python_abi.h); -errno if unreadable.
- * A process whose layout gives no stamps: 0, as BPF writes then.
+ * A process whose layout gives no stamps: 0, as BPF writes then. *ret_firstline (if given) gets
+ * the co_firstlineno the stamp was made of, or stays as it was when the layout has no stamps.
  */
-static int code_stamp(const struct py_proc *pp, uint64_t code, uint32_t *ret)
+static int code_stamp(const struct py_proc *pp, uint64_t code, uint32_t *ret,
+		      int32_t *ret_firstline)
 {
 	uint64_t w[3];
 	uint32_t fl;
@@ -697,6 +699,8 @@ static int code_stamp(const struct py_proc *pp, uint64_t code, uint32_t *ret)
 	    read_mem(pp->pid, code + pp->cl.filename, w, sizeof(w)))
 		return -EFAULT;
 	*ret = gpuscope_py_stamp(fl, w[0], w[1], w[2]);
+	if (ret_firstline)
+		*ret_firstline = (int32_t)fl;
 	return 0;
 }
 
@@ -729,14 +733,14 @@ static struct py_code *code_read(struct python *py, const struct py_proc *pp, ui
 	const struct code_layout *cl = &pp->cl;
 	char name[NAME_MAX_CHARS * 4 + 8], file[NAME_MAX_CHARS * 4 + 8];
 	uint64_t type = 0, pname = 0, pfile = 0, plt = 0, ltlen = 0;
-	int32_t firstline = 0;
+	int32_t firstline = -1;
 	struct py_code *c;
 	uint32_t now;
 	pid_t pid = pp->pid;
 
 	if (read_u64(pid, code + 8, &type) || (pp->code_type && type != pp->code_type))
 		return NULL;	/* freed or not a code object */
-	if (code_stamp(pp, code, &now))
+	if (code_stamp(pp, code, &now, &firstline))	/* reads co_firstlineno where stamped */
 		return NULL;
 	if (now != stamp) {	/* another code object at that address now */
 		py->st.code_replaced++;
@@ -745,7 +749,7 @@ static struct py_code *code_read(struct python *py, const struct py_proc *pp, ui
 	if (read_u64(pid, code + (cl->qualname ? cl->qualname : cl->name), &pname) ||
 	    read_u64(pid, code + cl->filename, &pfile) ||
 	    read_u64(pid, code + cl->linetable, &plt) ||
-	    read_mem(pid, code + cl->firstlineno, &firstline, 4) ||
+	    (firstline < 0 && read_mem(pid, code + cl->firstlineno, &firstline, 4)) ||
 	    read_str(pid, cl, pname, name, sizeof(name)))
 		return NULL;
 	if (read_str(pid, cl, pfile, file, sizeof(file)))
@@ -930,7 +934,7 @@ int python__code_stamp(struct python *py, pid_t pid, uint64_t code, uint32_t *re
 	pthread_mutex_lock(&py->lock);
 	pp = proc_find(py, pid);
 	if (pp && pp->python)
-		err = code_stamp(pp, code, ret);
+		err = code_stamp(pp, code, ret, NULL);
 	pthread_mutex_unlock(&py->lock);
 	return err;
 }
