@@ -3,11 +3,13 @@
 """Two gpuscope-server binaries on one ClickHouse server, alternately (2 rounds): CPU per sample
 of the front-end and of ClickHouse (insert, then OPTIMIZE FINAL), bytes per sample, and the
 batches each store commit held (group commit joins concurrent batches).
-Usage: bench/clickhouse/ab.py OLD_SERVER_BINARY [AGENTS=4] [INTERVAL] [SECONDS=15]
+Usage: bench/clickhouse/ab.py OLD_SERVER_BINARY [AGENTS=4] [INTERVAL|-] [BATCHES=25]
 (new: this tree's .output/gpuscope-server). Without INTERVAL the agents push flat out (at most
 AGENTS batches in flight); with it (e.g. 1s) each pushes once per INTERVAL, AGENTS/INTERVAL
-batches per second reaching the front-end, as many agents' 10 s pushes would.)
-NEW_ARGS (environment): more arguments for the new binary, e.g. "--clickhouse-commit-delay 0"."""
+batches per second reaching the front-end, as many agents' 10 s pushes would). Each agent
+sends BATCHES batches (10 s of 16 CPUs at 99 Hz each), so both binaries store the same samples
+and bytes per sample compare (dictionaries are a fixed cost).
+NEW_ARGS, OLD_ARGS (environment): more arguments for either, e.g. "--clickhouse-commit-delay 0"."""
 import os, sys, time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -21,7 +23,7 @@ def cpu_s(pid):
     return (int(v[11]) + int(v[12])) / HZ
 AGENTS = sys.argv[2] if len(sys.argv) > 2 else "4"
 PACE = ["--interval", sys.argv[3]] if len(sys.argv) > 3 and sys.argv[3] != "-" else []
-SECS = sys.argv[4] if len(sys.argv) > 4 else "15"
+BATCHES = int(sys.argv[4]) if len(sys.argv) > 4 else 25
 bins = {"old": sys.argv[1], "new": os.path.join(ROOT, ".output", "gpuscope-server")}
 cl = clickhouse.Cluster(1).start(); ch = cl.servers[0]
 try:
@@ -29,11 +31,11 @@ try:
         for name in ("old", "new"):
             gpuscope_server.SERVER = bins[name]
             db = f"{name}{rnd}"
-            srv = Server(store_args=["--store", "clickhouse", "--clickhouse-url", ch.url, "--clickhouse-database", db], args=["--retention", "40d"] + (os.environ.get("NEW_ARGS", "").split() if name == "new" else []))
+            srv = Server(store_args=["--store", "clickhouse", "--clickhouse-url", ch.url, "--clickhouse-database", db], args=["--retention", "40d"] + os.environ.get(name.upper() + "_ARGS", "").split())
             srv.start()
             time.sleep(1)
             c0, k0 = cpu_s(srv.proc.pid), cpu_s(ch.proc.pid)
-            r = subprocess.run([BATCHGEN, "load", "--url", srv.url + "/api/v1/ingest", "--encoding", "zstd", "--agents", AGENTS, "--seconds", SECS] + PACE, stdout=subprocess.PIPE, check=True)
+            r = subprocess.run([BATCHGEN, "load", "--url", srv.url + "/api/v1/ingest", "--encoding", "zstd", "--agents", AGENTS, "--seconds", "600", "--span", f"{BATCHES * 10}s"] + PACE, stdout=subprocess.PIPE, check=True)
             f = r.stdout.decode().split(); res = {f[i]: float(f[i + 1]) for i in range(0, len(f) - 1, 2)}
             c1, k1 = cpu_s(srv.proc.pid), cpu_s(ch.proc.pid)
             for t in ch.query(f"SELECT name FROM system.tables WHERE database='{db}' AND engine LIKE '%MergeTree'").split():

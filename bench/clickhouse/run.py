@@ -89,8 +89,8 @@ def run(name, store_args, ch, agents, secs, fill_hz):
         end = int(time.time()) // 3600 * 3600
         t0 = time.time()
         c0, k0 = cpu_s(fe), cpu_s(chp) if ch else 0
-        res = load(srv.url, "--node", "q24", "--agents", "24", "--start", str(end - 86400),
-                   "--span", "1h", "--hz", str(fill_hz), "--batch", "60s", "--seconds", "1500")
+        res = load(srv.url, "--node", "q24", "--agents", "4", "--start", str(end - 86400),
+                   "--span", "6h", "--hz", str(fill_hz), "--batch", "60s", "--seconds", "1500")
         c1, k1 = cpu_s(fe), cpu_s(chp) if ch else 0
         print(f"  fill: 24 h of node q24 (16 CPUs x {fill_hz} Hz): {res['samples']:.0f} samples"
               f" in {time.time() - t0:.0f} s; CPU {((c1 - c0) + (k1 - k0)) * 1e6 / res['samples']:.2f}"

@@ -91,6 +91,25 @@ def post_all(srv, batches, on_answer=None):
     return codes
 
 
+def failed_group(cl, srv, db, prefix, t0, table, cond, after_failure=None):
+    """6 batches posted at once while a view on every shard's `table` throws (cond) on insert:
+    each must fail; after_failure() checks the store then; with the view gone, sent again, each
+    must be answered 204. Returns the batches."""
+    batches = make_batches(6, prefix, t0)
+    for s in cl.servers:
+        s.query(f"CREATE MATERIALIZED VIEW {db}.fail_view ENGINE = Null AS SELECT"
+                f" throwIf({cond}) AS x FROM {db}.{table}")
+    codes = post_all(srv, batches)
+    check(all(c >= 500 for c, _ in codes), f"every batch of the failed INSERT fails: {codes}")
+    if after_failure:
+        after_failure(batches)
+    for s in cl.servers:
+        s.query(f"DROP TABLE {db}.fail_view")
+    codes = post_all(srv, batches)
+    check(all(c == 204 for c, _ in codes), f"sent again: 204 each: {codes}")
+    return batches
+
+
 def stored(ch, db, bid):
     """(raw rows, rollup marker count) of batch bid, through the Distributed tables."""
     raw = int(ch.query(f"SELECT count() FROM {db}.samples_raw WHERE batch = {bid}"))
@@ -157,35 +176,18 @@ def main():
         print("one id twice in a group: stored once, answered as a duplicate")
 
         # 3. A joint INSERT refused before any fact is stored: every batch fails, none stored.
-        batches = make_batches(6, "gcc", t0)
-        for s in cl.servers:
-            s.query(f"CREATE MATERIALIZED VIEW {db}.fail_ls ENGINE = Null AS SELECT"
-                    f" throwIf(id > 0) AS x FROM {db}.labelsets_local")
-        codes = post_all(srv, batches)
-        check(all(c >= 500 for c, _ in codes), f"every batch of the failed INSERT fails: {codes}")
-        check(total(srv, "gcc", t0) == 0 and all(stored(ch, db, batch_id(b)) == (0, 0)
-                                                 for b in batches), "nothing stored")
-        for s in cl.servers:
-            s.query(f"DROP TABLE {db}.fail_ls")
-        codes = post_all(srv, batches)
-        check(all(c == 204 for c, _ in codes), f"sent again: 204 each: {codes}")
+        def nothing_stored(batches):
+            check(total(srv, "gcc", t0) == 0 and all(stored(ch, db, batch_id(b)) == (0, 0)
+                                                     for b in batches), "nothing stored")
+        failed_group(cl, srv, db, "gcc", t0, "labelsets_local", "id > 0", nothing_stored)
         check(total(srv, "gcc", t0) == 6 * PER and total(srv, "gcc", t0, raw=True) == 6 * PER,
               "each stored once")
         print("a refused joint INSERT: every batch failed, none stored; sent again, once each")
 
         # 4. A joint INSERT stored but answered with an error: every batch fails; sent again,
         # each is found stored.
-        batches = make_batches(6, "gcd", t0)
-        for s in cl.servers:
-            s.query(f"CREATE MATERIALIZED VIEW {db}.fail_roll ENGINE = Null AS SELECT"
-                    f" throwIf(n > 0) AS x FROM {db}.samples_rollup_local")
-        codes = post_all(srv, batches)
-        check(all(c >= 500 for c, _ in codes), f"every batch of the failed INSERT fails: {codes}")
-        for s in cl.servers:
-            s.query(f"DROP TABLE {db}.fail_roll")
         d0 = srv.metric("gpuscope_server_duplicate_batches_total")
-        codes = post_all(srv, batches)
-        check(all(c == 204 for c, _ in codes), f"sent again: 204 each: {codes}")
+        batches = failed_group(cl, srv, db, "gcd", t0, "samples_rollup_local", "n > 0")
         check(srv.metric("gpuscope_server_duplicate_batches_total") == d0 + 6,
               "each found stored by its retry")
         marks = [stored(ch, db, batch_id(b))[1] for b in batches]
