@@ -80,25 +80,26 @@ static int same(const struct entries *x, const struct entries *y, bool third)
 	return 1;
 }
 
+/* Time order, ties by label set descending (so that format 2 has ties to put right). */
 static int cmp_srow(const void *a, const void *b)
 {
 	const struct srow *x = a, *y = b;
 
-	if (x->labelset != y->labelset)
-		return x->labelset < y->labelset ? -1 : 1;
 	if (x->t != y->t)
 		return x->t < y->t ? -1 : 1;
+	if (x->labelset != y->labelset)
+		return x->labelset > y->labelset ? -1 : 1;
 	if (x->stack != y->stack)
 		return x->stack < y->stack ? -1 : 1;
 	return x->value < y->value ? -1 : x->value > y->value;
 }
 
-/* Samples come back in the encoder's order (format 2: by label set, then time): compared as
- * sorted lists, with and without a sampling period. */
+/* Whatever decodes, sorted by time, is encoded again (with and without a sampling period) and
+ * must come back in that order. */
 static void samples(const uint8_t *blob, size_t len)
 {
 	struct chunk c = { 0 }, d = { 0 };
-	struct srow *r = NULL, *q = NULL;
+	struct srow *r = NULL;
 	uint8_t *z = NULL;
 	size_t zlen;
 	uint64_t t_min = UINT64_MAX;
@@ -106,8 +107,7 @@ static void samples(const uint8_t *blob, size_t len)
 	if (chunk_samples_decode(&c, blob, len, T_MIN) || !c.n)
 		goto out;
 	r = malloc(c.n * sizeof(*r));
-	q = malloc(c.n * sizeof(*q));
-	if (!r || !q)
+	if (!r)
 		goto out;
 	for (size_t i = 0; i < c.n; i++) {
 		r[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.mixed ? c.labelset[i] : 0 };
@@ -121,20 +121,15 @@ static void samples(const uint8_t *blob, size_t len)
 			goto out;
 		if (chunk_samples_decode(&d, z, zlen, t_min) || d.n != c.n)
 			abort();
-		/* one label set in the end is the chunk row's (here 0, as r's) */
+		/* one label set in the end is the chunk row's (here r[0]'s) */
 		for (size_t i = 0; i < c.n; i++)
-			q[i] = (struct srow){ d.t[i], d.stack[i], d.value[i],
-					      d.mixed ? d.labelset[i] : r[0].labelset };
-		qsort(q, c.n, sizeof(*q), cmp_srow);
-		for (size_t i = 0; i < c.n; i++)
-			if (q[i].t != r[i].t || q[i].stack != r[i].stack || q[i].value != r[i].value ||
-			    q[i].labelset != r[i].labelset)
+			if (d.t[i] != r[i].t || d.stack[i] != r[i].stack || d.value[i] != r[i].value ||
+			    (d.mixed ? d.labelset[i] : r[0].labelset) != r[i].labelset)
 				abort();
 	}
 out:
 	free(z);
 	free(r);
-	free(q);
 	chunk_done(&c);
 	chunk_done(&d);
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Stacks and locations live in blocks (a batch's new ones together): dictionary GC deletes the
+"""Stacks, locations and label sets live in blocks (a batch's new ones together): dictionary GC deletes the
 stacks no retained record uses, writes a block that keeps some of its stacks again with those
 only (so a deleted stack is unknown, 404, as before blocks), deletes a block with none left, and
 the stacks and frames left answer as before."""
 import os
 import sqlite3
 import sys
+import threading
 import time
 
 from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
@@ -64,7 +65,48 @@ def main():
     blocks = db.execute("SELECT id, last FROM stackblocks ORDER BY id").fetchall()
     db.close()
     check(blocks == [(2, 2), (3, 3)], f"the old block written again with stack 2 only: {blocks}")
+    same_new_label_set()
     print("ok")
+
+
+def same_new_label_set():
+    """Label sets too live in blocks, found by content in memory once committed and in the rows
+    of the open transaction before: batches stored together (group commit) that bring the same
+    new label set store it once, and a restart finds it again."""
+    s = Server().start()
+    t = now_ns()
+    N = 24
+    try:
+        body = [encode("node n1\n" + "".join(
+            f"sample {t + i * 1000 + k} cpu 1 pid=42,tid=43,comm=twin,thread=twin main;leaf{k}\n"
+            for k in range(1000))) for i in range(N)]
+        results = []
+        threads = [threading.Thread(target=lambda b=b: results.append(s.ingest(b)[0]))
+                   for b in body]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        check(results == [204] * N, f"ingests {results}")
+        check(s.metric("gpuscope_server_label_sets") == 1, f"one label set for {N} batches")
+        # one batch, two label sets that are one in the store (its own node label is the
+        # batch's): the second finds the first's row of the open transaction
+        code, body = s.ingest(encode(
+            f"node n1\nsample {t + 5} cpu 1 pid=50,comm=dup main;a\n"
+            f"sample {t + 6} cpu 1 pid=50,comm=dup,node=elsewhere main;b\n"))
+        check(code == 204, f"ingest {code} {body}")
+        check(s.metric("gpuscope_server_label_sets") == 2, "the batch's two label sets stored once")
+        s.stop()
+        s.start()
+        rng = f"from={(t - 10**9) / 1e9:.3f}&to={(t + 10**9) / 1e9:.3f}"
+        fg = s.get_json(f"{'/api/v1/flamegraph'}?{rng}&selector=%7Bthread%3D%22twin%22%7D")
+        check(fg["total"] == 1000 * N, f"its samples {fg['total']}")
+        check(s.metric("gpuscope_server_label_sets") == 2, "after a restart, both")
+    except Exception:
+        print(s.logtext(), file=sys.stderr)
+        raise
+    finally:
+        s.stop()
 
 
 main()

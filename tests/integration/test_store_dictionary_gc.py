@@ -99,6 +99,14 @@ def main():
         blocks = db.execute("SELECT count(*) FROM locblocks").fetchone()[0]
         db.close()
         check(blocks == 3, f"location blocks left: {blocks} (the first old one, new, returning)")
+        # label sets' pairs live in blocks rewritten by GC: after a restart every one left is
+        # there, and only those
+        s.start()
+        check(s.metric("gpuscope_server_label_sets") == NEW_PROCS + 1, "label sets after restart")
+        r3 = f"from={(OLD - 60 * 10**9) / 1e9:.3f}&to={(now_ns() + 60 * 10**9) / 1e9:.3f}"
+        v = s.get_json(f"/api/v1/label/pid/values?{r3}")["values"]
+        check(len(v) == NEW_PROCS + 1 and "10000" in v and "10001" not in v,
+              f"label values after restart ({len(v)})")
     except Exception:
         print(s.logtext(), file=sys.stderr)
         raise

@@ -13,7 +13,7 @@ from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
 
 skip_if_unbuilt()
 q = urllib.parse.quote
-SCHEMA = 3  # the store's current version (src/server/store/sqlite/sqlite.h)
+SCHEMA = 4  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V1 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);

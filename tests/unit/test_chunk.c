@@ -124,13 +124,50 @@ static bool test_chunk_rollup(void)
 
 	ok = ok && ASSERT_EQ(rollup_decode("junk", 4, &tmp, got_rollup, &got), -EINVAL, "not zstd");
 	free(z);
+	z = NULL;
+	/* CPU samples: every count is its sum, and is not stored */
+	{
+		uint64_t c2[3] = { 100, 7, 1 };
+		int64_t s2[3] = { 100, 7, 1 };
+		uint8_t *y = NULL;
+		size_t ylen = 0;
+
+		got.n = 0;
+		ok = ok && ASSERT_EQ(rollup_encode(stack, s2, c2, order, 3, &y, &ylen), 0, "encode") &&
+		     ASSERT_EQ(rollup_encode(stack, sum, count, order, 3, &z, &zlen), 0, "encode") &&
+		     ASSERT_TRUE(ylen < zlen, "shorter without counts") &&
+		     ASSERT_EQ(rollup_decode(y, ylen, &tmp, got_rollup, &got), 0, "decode") &&
+		     ASSERT_EQ(got.n, 3, "n") && ASSERT_EQ(got.count[0], 7, "count is the sum") &&
+		     ASSERT_EQ(got.count[2], 100, "count is the sum");
+		free(y);
+		free(z);
+		z = NULL;
+	}
+	/* format 1 (schema 2 and 3): n, then (stack delta, sum, count) each */
+	{
+		struct buf b = { 0 };
+
+		buf_uvarint(&b, 2);
+		buf_uvarint(&b, 5);
+		buf_svarint(&b, -3);
+		buf_uvarint(&b, 4);
+		buf_uvarint(&b, 2);
+		buf_svarint(&b, 9);
+		buf_uvarint(&b, 1);
+		got.n = 0;
+		ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+		     ASSERT_EQ(rollup_decode(z, zlen, &tmp, got_rollup, &got), 0, "format 1") &&
+		     ASSERT_EQ(got.n, 2, "n") && ASSERT_EQ(got.stack[1], 7, "stack") &&
+		     ASSERT_EQ(got.sum[0], -3, "sum") && ASSERT_EQ(got.count[0], 4, "count");
+		buf_done(&b);
+	}
+	free(z);
 	buf_done(&tmp);
 	return ok;
 }
 
-/* A chunk of several label sets carries each sample's; samples come back in time order, ties
- * by label set (format 2), or as given where their ties were the other way round (then the
- * chunk is format 1); small payloads stay raw. */
+/* A chunk of several label sets carries each sample's; samples come back in the order given
+ * (time order; ties of time too, whichever label set came first); small payloads stay raw. */
 static bool test_chunk_samples_mixed(void)
 {
 	struct srow r[3] = { { 1000, 7, 1, 4 }, { 1500, 9, 1, 2 }, { 1500, 7, 1, 4 } };
@@ -150,7 +187,7 @@ static bool test_chunk_samples_mixed(void)
 	free(z);
 	z = NULL;
 	ok = ok && ASSERT_EQ(chunk_samples_encode(q, 3, 0, &z, &zlen), 0, "encode") &&
-	     ASSERT_EQ(z[1], 3, "format 1: n first") &&
+	     ASSERT_EQ(z[1], 0, "format 2, its tie put right") &&
 	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode");
 	for (size_t i = 0; ok && i < 3; i++)
 		ok = ASSERT_EQ(c.labelset[i], q[i].labelset, "ls") &&
@@ -176,8 +213,9 @@ static int cmp_srow_all(const void *a, const void *b)
 /*
  * Format 2 round trip over what a node sends: threads sampled near every period with jitter,
  * stacks that repeat and ones that don't (more than move-to-front keeps), off-CPU values that
- * are the gap less the run time and ones that are not, extreme values and times; with and
- * without a period. Every sample comes back, nothing else.
+ * are the gap less the run time and ones that are not, extreme values and times, samples of
+ * several threads at the same nanosecond in any order; with and without a period. Given in time
+ * order, the samples come back in that order; given out of it (format 1), all of them.
  */
 static bool test_chunk_samples_v2(void)
 {
@@ -202,15 +240,27 @@ static bool test_chunk_samples_v2(void)
 				r[i].value = INT64_MIN;
 			if (i == 8 && round >= 2)
 				r[i].t = t0 + (1ull << 40);
+			if (i % 7 == 0)	/* at the same time as the one before */
+				r[i].t = i ? r[i - 1].t : r[i].t;
 			tmin = r[i].t < tmin ? r[i].t : tmin;
 		}
+		if (round < 3)	/* by time (insertion sort: stable) */
+			for (size_t i = 1; i < N; i++)
+				for (size_t j = i; j && r[j].t < r[j - 1].t; j--) {
+					struct srow x = r[j];
+
+					r[j] = r[j - 1];
+					r[j - 1] = x;
+				}
 		ok = ASSERT_EQ(chunk_samples_encode(r, N, period, &z, &zlen), 0, "encode") &&
 		     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, tmin), 0, "decode") &&
 		     ASSERT_EQ(c.n, N, "n") && ASSERT_TRUE(c.mixed, "mixed");
 		for (size_t i = 0; ok && i < N; i++)
 			d[i] = (struct srow){ c.t[i], c.stack[i], c.value[i], c.labelset[i] };
-		qsort(r, N, sizeof(*r), cmp_srow_all);
-		qsort(d, N, sizeof(*d), cmp_srow_all);
+		if (round == 3) {	/* out of time order: the same samples */
+			qsort(r, N, sizeof(*r), cmp_srow_all);
+			qsort(d, N, sizeof(*d), cmp_srow_all);
+		}
 		for (size_t i = 0; ok && i < N; i++)
 			ok = ASSERT_EQ(d[i].t, r[i].t, "t") && ASSERT_EQ(d[i].stack, r[i].stack, "stack") &&
 			     ASSERT_EQ(d[i].value, r[i].value, "value") &&

@@ -109,11 +109,12 @@ static int samples_encode_v1(const struct srow *r, size_t n, uint8_t **ret, size
 {
 	struct buf b = { 0 };
 	bool all_one = true, mixed = false;
-	uint64_t prev = r[0].t;
+	uint64_t prev = r[0].t;	/* from the least time, as format 2 */
 
 	for (size_t i = 0; i < n; i++) {
 		all_one &= r[i].value == 1;
 		mixed |= r[i].labelset != r[0].labelset;
+		prev = r[i].t < prev ? r[i].t : prev;
 	}
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, (all_one ? 1u : 0u) | (mixed ? 2u : 0u));
@@ -130,21 +131,94 @@ static int samples_encode_v1(const struct srow *r, size_t n, uint8_t **ret, size
 	return pack(&b, ret, ret_len);
 }
 
+/* Where a run of samples of one time in r (sorted by time) is not in label-set order, the
+ * order decoding must put it in. Every tie in r is found from its own run: one list per run. */
+struct tie {
+	uint64_t ls;
+	size_t i;
+};
+
+static int cmp_tie(const void *a, const void *b)
+{
+	const struct tie *x = a, *y = b;
+
+	if (x->ls != y->ls)
+		return x->ls < y->ls ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/*
+ * The tie fixes of format 2 (after the values): uvarint count; each a run of equal times that
+ * decoding's (time, label set) order does not give as r had it: uvarint start (the difference
+ * to the run before's), length k, then for each of r's samples of the run in r's order its
+ * position among the run as decoded (uvarint, a permutation of 0..k-1). 0 or -ENOMEM.
+ */
+static int ties_put(const struct srow *r, size_t n, struct buf *b)
+{
+	struct buf runs = { 0 };
+	struct tie *v = NULL;
+	size_t cap = 0, nruns = 0, prev = 0, *pos = NULL;
+	int err = 0;
+
+	for (size_t a = 0, e; a < n && !err; a = e) {
+		bool sorted = true;
+
+		for (e = a + 1; e < n && r[e].t == r[a].t; e++)
+			sorted &= r[e].labelset >= r[e - 1].labelset;
+		if (sorted)
+			continue;
+		if (e - a > cap) {
+			struct tie *nv = realloc(v, (e - a) * sizeof(*nv));
+			size_t *np = nv ? realloc(pos, (e - a) * sizeof(*np)) : NULL;
+
+			if (nv)
+				v = nv;
+			if (!np) {
+				err = -ENOMEM;
+				break;
+			}
+			pos = np;
+			cap = e - a;
+		}
+		for (size_t i = a; i < e; i++)
+			v[i - a] = (struct tie){ r[i].labelset, i - a };
+		qsort(v, e - a, sizeof(*v), cmp_tie);
+		buf_uvarint(&runs, a - prev);
+		buf_uvarint(&runs, e - a);
+		prev = a;
+		nruns++;
+		/* position of r's j-th in the decoded run: v inverted */
+		for (size_t k = 0; k < e - a; k++)
+			pos[v[k].i] = k;
+		for (size_t j = 0; j < e - a; j++)
+			buf_uvarint(&runs, pos[j]);
+	}
+	if (nruns) {
+		buf_uvarint(b, nruns);
+		buf_put(b, runs.p, runs.len);
+	}
+	if (runs.oom)
+		err = -ENOMEM;
+	buf_done(&runs);
+	free(v);
+	free(pos);
+	return err;
+}
+
 int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint8_t **ret,
 			 size_t *ret_len)
 {
-	struct buf b = { 0 }, col[7] = { 0 };	/* first t, periods, remainders, mtf, literals,
-						 * values, values as gaps */
+	struct buf b = { 0 }, ties = { 0 }, col[7] = { 0 };	/* col: first t, periods,
+		* remainders, mtf, literals, values, values as gaps */
 	struct sorder *o = malloc(n * sizeof(*o));
 	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0;
 	size_t ngroups = 0, nmtf = 0;
 	bool all_one = true, gaps;
 
-	/* Decoders give format 2's samples back by (time, label set): a chunk in time order whose
-	 * ties of time are not in label-set order is written in format 1 (ingest: two threads
-	 * sampled in the same nanosecond, listed the other way round). */
+	/* Decoders give format 2's samples back in time order, ties by label set, and then put
+	 * right the ties that came in another order (ties_put()); r out of time order: format 1 */
 	for (size_t i = 1; i < n; i++) {
-		if (r[i].t == r[i - 1].t && r[i].labelset < r[i - 1].labelset) {
+		if (r[i].t < r[i - 1].t) {
 			free(o);
 			return samples_encode_v1(r, n, ret, ret_len);
 		}
@@ -183,10 +257,13 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		}
 	}
 	gaps = !all_one && col[6].len < col[5].len;
+	if (ngroups > 1 && ties_put(r, n, &ties))
+		b.oom = true;
 	buf_uvarint(&b, 0);	/* format 2 (format 1 starts with n >= 1) */
 	buf_uvarint(&b, 2);
 	buf_uvarint(&b, n);
-	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u));
+	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u) |
+			(ties.len ? 8u : 0u));
 	buf_uvarint(&b, period_ns);
 	if (ngroups > 1) {
 		uint64_t prev = 0;
@@ -204,6 +281,10 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 	for (int k = 0; k < 7; k++)	/* an empty column has no bytes (p NULL) */
 		if (col[k].len && (k < 5 || (!all_one && k == (gaps ? 6 : 5))))
 			buf_put(&b, col[k].p, col[k].len);
+	if (ties.len)
+		buf_put(&b, ties.p, ties.len);
+	b.oom |= ties.oom;
+	buf_done(&ties);
 	for (int k = 0; k < 7; k++) {
 		b.oom |= col[k].oom;
 		buf_done(&col[k]);
@@ -312,6 +393,45 @@ static int time_order(struct chunk *c)
 	return 0;
 }
 
+/* Puts the runs of equal times that ties_put() lists in the order they came (after
+ * time_order()). 0 or -EINVAL. */
+static int ties_apply(struct chunk *c, struct rd *r)
+{
+	uint64_t nruns = rd_uvarint(r);
+	size_t a = 0, k0 = 0;
+
+	if (r->bad || !nruns || nruns > c->n)
+		return -EINVAL;
+	for (uint64_t x = 0; x < nruns; x++) {
+		uint64_t d = rd_uvarint(r), k = rd_uvarint(r);
+		uint64_t *u[3] = { c->t, c->stack, c->labelset };
+
+		if (r->bad || (x && d < k0) || d > c->n - a || k < 2 || k > c->n - a - d)
+			return -EINVAL;	/* runs apart, in order */
+		a += d;
+		k0 = k;
+		memset(c->tmp, 0, k * sizeof(*c->tmp));
+		for (size_t j = 0; j < k; j++) {
+			uint64_t p = rd_uvarint(r);
+
+			if (r->bad || p >= k || c->tmp[p])
+				return -EINVAL;	/* not a permutation */
+			c->tmp[p] = 1;
+			c->perm[j] = (uint32_t)p;
+		}
+		for (int m = 0; m < 3; m++) {
+			for (size_t j = 0; j < k; j++)
+				c->tmp[j] = u[m][a + c->perm[j]];
+			memcpy(u[m] + a, c->tmp, k * sizeof(*c->tmp));
+		}
+		for (size_t j = 0; j < k; j++)
+			c->tmp[j] = (uint64_t)c->value[a + c->perm[j]];
+		for (size_t j = 0; j < k; j++)
+			c->value[a + j] = (int64_t)c->tmp[j];
+	}
+	return 0;
+}
+
 /* Format 2 (chunk_samples_encode()). A group starts where the label set changes (their ids
  * strictly ascend); d, a sample's time less the one before in its group, waits in value[]
  * until the values are read. */
@@ -320,6 +440,7 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 	uint64_t flags, period, ngroups = 1, ls = 0, mtf[MTF_MAX], lit = 0;
 	size_t nmtf = 0, nlit = 0;
 	struct rd lr;
+	int err;
 
 	c->n = rd_uvarint(r);
 	flags = rd_uvarint(r);
@@ -328,9 +449,9 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 	c->mixed = flags & 2;
 	if (c->mixed)
 		ngroups = rd_uvarint(r);
-	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX || flags > 7 ||
+	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX || flags > 15 ||
 	    !ngroups || ngroups > c->n || (c->mixed && ngroups < 2) ||
-	    (c->all_one && (flags & 4)))
+	    (c->all_one && (flags & 4)) || ((flags & 8) && !c->mixed))
 		return -EINVAL;
 	if (chunk_reserve(c))
 		return -ENOMEM;
@@ -399,7 +520,10 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 		memset(c->labelset, 0, c->n * sizeof(*c->labelset));
 	if (r->bad)
 		return -EINVAL;
-	return c->mixed ? time_order(c) : 0;
+	if (!c->mixed)
+		return 0;
+	err = time_order(c);
+	return !err && (flags & 8) ? ties_apply(c, r) : err;
 }
 
 int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t t_min)
@@ -479,7 +603,21 @@ int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *cou
 {
 	struct buf b = { 0 };
 	uint64_t prev = 0;
+	bool counts = false;	/* some count is not its sum (CPU samples: every one is) */
 
+	for (size_t i = 0; i < n; i++)
+		counts |= (uint64_t)sum[i] != count[i];
+	if (!counts) {	/* format 2: a 0 (format 1 starts with n, and rows have entries) */
+		buf_uvarint(&b, 0);
+		buf_uvarint(&b, n);
+		for (size_t i = 0; i < n; i++) {
+			buf_uvarint(&b, stack[order[i]] - prev);
+			prev = stack[order[i]];
+		}
+		for (size_t i = 0; i < n; i++)
+			buf_svarint(&b, sum[order[i]]);
+		return pack(&b, ret, ret_len);
+	}
 	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
 		size_t k = order[i];
@@ -490,6 +628,37 @@ int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *cou
 		buf_uvarint(&b, count[k]);
 	}
 	return pack(&b, ret, ret_len);
+}
+
+/* Format 2 after its leading 0: uvarint n, then columns of n: stack deltas, sums; each count is
+ * its sum. All of it checked before cb. */
+static int rollup_decode_v2(struct rd *r, int (*cb)(void *ctx, uint64_t stack, int64_t sum,
+						    uint64_t count), void *ctx)
+{
+	uint64_t n = rd_uvarint(r), stack = 0;
+	struct rd st, sm;
+	int err;
+
+	if (r->bad || n > (size_t)(r->end - r->p))
+		return -EINVAL;
+	st = *r;	/* the columns' starts, each read through once */
+	for (uint64_t i = 0; i < n; i++)
+		rd_uvarint(r);
+	sm = *r;
+	for (uint64_t i = 0; i < n; i++)
+		rd_svarint(r);
+	if (r->bad)
+		return -EINVAL;
+	for (uint64_t i = 0; i < n; i++) {
+		int64_t sum;
+
+		stack += rd_uvarint(&st);
+		sum = rd_svarint(&sm);
+		err = cb(ctx, stack, sum, (uint64_t)sum);
+		if (err)
+			return err;
+	}
+	return 0;
 }
 
 int rollup_decode(const void *blob, size_t len, struct buf *tmp,
@@ -505,6 +674,8 @@ int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 		return err;
 	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
 	n = rd_uvarint(&r);
+	if (!n && r.p < r.end)
+		return rollup_decode_v2(&r, cb, ctx);
 	for (uint64_t i = 0; i < n && !r.bad; i++) {
 		int64_t sum;
 		uint64_t cnt;
@@ -911,6 +1082,8 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
 	size_t ncols = 0, capcols = 0;
 	int err = 0;
 
+	if (!c->n)
+		return 0;
 	if (grow(&c->acc, &c->capacc, c->n, sizeof(*c->acc)))
 		return -ENOMEM;
 	memset(c->acc, 0, c->n * sizeof(*c->acc));

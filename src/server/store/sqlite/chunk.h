@@ -87,9 +87,11 @@ int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf
 			int (*cb)(void *ctx, uint64_t t, double v), void *ctx);
 
 /*
- * Rollup row (before zstd): uvarint n, then n x (stack delta uvarint, sum svarint, count
- * uvarint) in ascending stack order. order[] lists the indexes of stack/sum/count in that
- * order (ascending, distinct stacks). *ret malloc'ed (caller frees). 0/-errno.
+ * Rollup row (before zstd), in ascending stack order. Where every count is its sum (CPU
+ * samples), format 2 (schema 4): uvarint 0, n, then n stack deltas (uvarint), n sums (svarint);
+ * else format 1: uvarint n >= 1, then n x (stack delta, sum, count). order[] lists the indexes
+ * of stack/sum/count in that order (ascending, distinct stacks). *ret malloc'ed (caller
+ * frees). 0/-errno.
  */
 int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *count,
 		  const size_t *order, size_t n, uint8_t **ret, size_t *ret_len);

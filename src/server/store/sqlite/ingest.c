@@ -76,13 +76,23 @@ static int cache_new(struct sq *s, struct u64map *cache, uint64_t hash, uint64_t
 	return u64map_upsert(cache, hash, id, NULL) ? 0 : -ENOMEM;
 }
 
+/*
+ * The batch's label sets to ids: committed ones from the in-memory table, ones an earlier batch
+ * of this transaction added from the rows past ls_id0, new ones added (a row each, their pairs
+ * together in blocks).
+ */
 static int map_label_sets(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	const char *pairs[STORE_LABEL_PAIRS_MAX];
+	size_t nnew = 0, cap = m->n_label_sets < LS_BLOCK_MAX ? m->n_label_sets : LS_BLOCK_MAX;
+	uint64_t *ids = malloc((cap ? cap : 1) * sizeof(*ids));
+	const uint8_t **blobs = malloc((cap ? cap : 1) * sizeof(*blobs));
+	size_t *lens = malloc((cap ? cap : 1) * sizeof(*lens));
+	int err = ids && blobs && lens ? 0 : -ENOMEM;
 
-	for (size_t i = 0; i < m->n_label_sets; i++) {
+	for (size_t i = 0; i < m->n_label_sets && !err; i++) {
 		struct ls_pending *p = &in->ls[i];
 		uint64_t *v;
 		int64_t id;
@@ -90,8 +100,10 @@ static int map_label_sets(struct ingest *in)
 
 		p->blob.len = 0;
 		p->hash = store_label_set(m, i, pairs, NULL, &p->blob);
-		if (p->blob.oom)
-			return -ENOMEM;
+		if (p->blob.oom) {
+			err = -ENOMEM;
+			break;
+		}
 		p->first = UINT64_MAX;
 		p->id = 0;
 		p->is_new = false;
@@ -105,25 +117,42 @@ static int map_label_sets(struct ingest *in)
 		if (v)
 			continue;
 		sqlite3_bind_int64(s->st[ST_LS_GET], 1, (int64_t)p->hash);
+		sqlite3_bind_int64(s->st[ST_LS_GET], 2, (int64_t)s->ls_id0);
 		rc = sq_step_i64(s->st[ST_LS_GET], &id);
-		if (rc < 0)
-			return rc;
+		if (rc < 0) {
+			err = rc;
+			break;
+		}
 		if (rc) {
 			p->id = (uint64_t)id;
 			continue;
 		}
 		/* Times are set once the records are known (UPDATE below). */
 		sqlite3_bind_int64(s->st[ST_LS_ADD], 1, (int64_t)p->hash);
-		sqlite3_bind_blob(s->st[ST_LS_ADD], 2, p->blob.p, (int)p->blob.len, SQLITE_STATIC);
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 3, INT64_MAX);
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 4, 0);
-		if (sq_step_done(s->st[ST_LS_ADD]))
-			return -EIO;
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 2, INT64_MAX);
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 3, 0);
+		if (sq_step_done(s->st[ST_LS_ADD])) {
+			err = -EIO;
+			break;
+		}
 		p->id = (uint64_t)sqlite3_last_insert_rowid(s->w);
 		p->is_new = true;
 		in->new_ls++;
+		/* rowids grow: a batch's new ids ascend, as a block's must */
+		ids[nnew] = p->id;
+		blobs[nnew] = p->blob.p;
+		lens[nnew++] = p->blob.len;
+		if (nnew == cap) {
+			err = sq_put_ls_block(s, ids, blobs, lens, nnew);
+			nnew = 0;
+		}
 	}
-	return 0;
+	if (!err)
+		err = sq_put_ls_block(s, ids, blobs, lens, nnew);
+	free(ids);
+	free(blobs);
+	free(lens);
+	return err;
 }
 
 static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
@@ -220,17 +249,17 @@ static int map_locations(struct ingest *in)
 	return err;
 }
 
-int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
-		       const size_t *lens, size_t n)
+/* One block of n byte strings keyed by ascending ids (the stack-block format) through st. */
+static int put_block(sqlite3_stmt *st, const uint64_t *ids, const uint8_t *const *v,
+		     const size_t *lens, size_t n)
 {
-	sqlite3_stmt *st = s->st[ST_STACKBLOCK_ADD];
 	uint8_t *z = NULL;
 	size_t zlen = 0;
 	int err;
 
 	if (!n)
 		return 0;
-	err = stack_block_encode(ids, locs, lens, n, &z, &zlen);
+	err = stack_block_encode(ids, v, lens, n, &z, &zlen);
 	if (err)
 		return err;
 	sqlite3_bind_int64(st, 1, (int64_t)ids[0]);
@@ -239,6 +268,18 @@ int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *
 	err = sq_step_done(st);
 	free(z);
 	return err;
+}
+
+int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
+		       const size_t *lens, size_t n)
+{
+	return put_block(s->st[ST_STACKBLOCK_ADD], ids, locs, lens, n);
+}
+
+int sq_put_ls_block(struct sq *s, const uint64_t *ids, const uint8_t *const *blobs,
+		    const size_t *lens, size_t n)
+{
+	return put_block(s->st[ST_LSBLOCK_ADD], ids, blobs, lens, n);
 }
 
 /* The batch's new stacks, gathered for their block. */
@@ -984,6 +1025,12 @@ static void run_group(void *ctx, struct store_commitq_item *items, size_t n)
 	(void)n;
 	pthread_mutex_lock(&s->wmu);
 	rc = sq_step_done(s->st[ST_BEGIN]);
+	if (!rc) {
+		int64_t max = 0;
+
+		rc = sq_step_i64(s->st[ST_LS_MAX], &max) < 0 ? -EIO : 0;
+		s->ls_id0 = (uint64_t)max;
+	}
 	for (struct gitem *g = list; g; g = (struct gitem *)g->q.next) {
 		if (rc) {
 			g->rc = -EIO;

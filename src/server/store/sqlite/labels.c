@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/log.h"
 #include "server/selector.h"
 #include "server/store/sqlite/sqlite.h"
 
@@ -83,23 +84,78 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 	return 0;
 }
 
+/* A label set's row: where its pairs are found, the rest of it. */
+struct ls_row {
+	uint64_t hash, first, last;
+	bool found;
+};
+
 int sq_lsets_load(struct sq *s)
 {
+	struct u64map idx = { 0 };	/* id -> index into rows */
+	struct ls_row *rows = NULL;
+	size_t n = 0, cap = 0, missing = 0;
+	struct sblock b = { 0 };
 	sqlite3_stmt *st;
 	int rc, err = 0;
 
-	rc = sqlite3_prepare_v2(s->w, "SELECT id, hash, labels, first_ns, last_ns FROM labelsets",
-				-1, &st, NULL);
+	rc = sqlite3_prepare_v2(s->w, "SELECT id, hash, first_ns, last_ns FROM labelsets", -1, &st,
+				NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW && !err)
-		err = sq_lset_put(s, (uint64_t)sqlite3_column_int64(st, 0),
-				  (uint64_t)sqlite3_column_int64(st, 1), sqlite3_column_blob(st, 2),
-				  (size_t)sqlite3_column_bytes(st, 2),
-				  (uint64_t)sqlite3_column_int64(st, 3),
-				  (uint64_t)sqlite3_column_int64(st, 4));
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (n == cap) {
+			size_t ncap = cap ? 2 * cap : 1024;
+			struct ls_row *nr = realloc(rows, ncap * sizeof(*nr));
+
+			if (!nr) {
+				err = -ENOMEM;
+				break;
+			}
+			rows = nr;
+			cap = ncap;
+		}
+		rows[n] = (struct ls_row){ (uint64_t)sqlite3_column_int64(st, 1),
+					   (uint64_t)sqlite3_column_int64(st, 2),
+					   (uint64_t)sqlite3_column_int64(st, 3), false };
+		if (!u64map_upsert(&idx, (uint64_t)sqlite3_column_int64(st, 0), n++, NULL))
+			err = -ENOMEM;
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
 	sqlite3_finalize(st);
-	return err ? err : rc == SQLITE_DONE ? 0 : -EIO;
+	st = NULL;
+	/* the pairs, block by block: an entry without its row went with dictionary GC */
+	if (!err && sqlite3_prepare_v2(s->w, "SELECT data FROM lsblocks", -1, &st, NULL))
+		err = -EIO;
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 0),
+				       (size_t)sqlite3_column_bytes(st, 0))) {
+			log_warn("store: a label-set block does not decode: its label sets are unknown");
+			continue;
+		}
+		for (size_t i = 0; !err && i < b.n; i++) {
+			uint64_t *k = u64map_find(&idx, b.id[i]);
+			struct ls_row *r = k ? &rows[*k] : NULL;
+
+			if (!r || r->found)
+				continue;
+			r->found = true;
+			err = sq_lset_put(s, b.id[i], r->hash, b.locs[i], b.len[i], r->first, r->last);
+		}
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	for (size_t i = 0; i < n; i++)
+		missing += !rows[i].found;
+	if (!err && missing)
+		log_warn("store: %zu label sets have no pairs (a lost block): unknown to queries",
+			 missing);
+	sblock_done(&b);
+	u64map_done(&idx);
+	free(rows);
+	return err;
 }
 
 struct lset_ref *sq_lsets_snapshot(struct sq *s, uint64_t from, uint64_t to, size_t *ret_n,

@@ -3,7 +3,9 @@
  * Older schemas of the SQLite store, brought to the current one in place at open, inside one
  * transaction (a crash midway leaves the old store as it was). Schema 1 -> 2: locations and
  * stacks move from one row each into compressed blocks (a stack's location ids delta-coded),
- * intervals from one row each into chunks (docs/server.md "Storage").
+ * intervals from one row each into chunks (docs/server.md "Storage"). Schema 2 -> 3: nothing
+ * to move (format-1 chunks are read as they are). Schema 3 -> 4: label sets from one row each
+ * with their pairs into a row without them and blocks of their pairs.
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -355,4 +357,74 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen)
 		sq_dedup_reset(s);
 	}
 	return rc;
+}
+
+int sq_migrate_v3_rename(struct sq *s, char *err, size_t errlen)
+{
+	/* its UNIQUE index on hash follows it, and goes with it */
+	if (sqlite3_exec(s->w, "ALTER TABLE labelsets RENAME TO v3_labelsets", NULL, NULL, NULL)) {
+		snprintf(err, errlen, "migrating label sets: %s", sqlite3_errmsg(s->w));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Label sets in id order into rows and blocks of at most LS_BLOCK_MAX, ids kept. */
+int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
+{
+	sqlite3_stmt *sel = NULL, *ins = NULL;
+	uint64_t *ids = malloc(LS_BLOCK_MAX * sizeof(*ids));
+	size_t *off = malloc(LS_BLOCK_MAX * sizeof(*off)), *lens = malloc(LS_BLOCK_MAX * sizeof(*lens));
+	const uint8_t **v = malloc(LS_BLOCK_MAX * sizeof(*v));
+	struct buf blobs = { 0 };
+	size_t n = 0;
+	int rc = 0, e = ids && off && lens && v ? 0 : -ENOMEM;
+
+	if (!e && (sqlite3_prepare_v2(s->w, "SELECT id, hash, labels, first_ns, last_ns FROM"
+					    " v3_labelsets ORDER BY id", -1, &sel, NULL) ||
+		   sqlite3_prepare_v2(s->w, "INSERT INTO labelsets(id, hash, first_ns, last_ns)"
+					    " VALUES (?, ?, ?, ?)", -1, &ins, NULL)))
+		e = -EIO;
+	while (!e && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 0));
+		sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 1));
+		sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 3));
+		sqlite3_bind_int64(ins, 4, sqlite3_column_int64(sel, 4));
+		e = sq_step_done(ins);
+		ids[n] = (uint64_t)sqlite3_column_int64(sel, 0);
+		off[n] = blobs.len;
+		lens[n] = (size_t)sqlite3_column_bytes(sel, 2);
+		if (lens[n])
+			buf_put(&blobs, sqlite3_column_blob(sel, 2), lens[n]);
+		n++;
+		if (!e && blobs.oom)
+			e = -ENOMEM;
+		if (!e && n == LS_BLOCK_MAX) {
+			for (size_t i = 0; i < n; i++)
+				v[i] = blobs.p + off[i];
+			e = sq_put_ls_block(s, ids, v, lens, n);
+			n = 0;
+			blobs.len = 0;
+		}
+	}
+	if (!e && rc != SQLITE_DONE)
+		e = -EIO;
+	if (!e && n) {
+		for (size_t i = 0; i < n; i++)
+			v[i] = blobs.p + off[i];
+		e = sq_put_ls_block(s, ids, v, lens, n);
+	}
+	sqlite3_finalize(sel);
+	sqlite3_finalize(ins);
+	if (!e && sqlite3_exec(s->w, "DROP TABLE v3_labelsets", NULL, NULL, NULL))
+		e = -EIO;
+	if (e)
+		snprintf(err, errlen, "migrating label sets: %s",
+			 e == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+	buf_done(&blobs);
+	free(ids);
+	free(off);
+	free(lens);
+	free(v);
+	return e;
 }

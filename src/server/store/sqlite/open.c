@@ -22,8 +22,11 @@ static const char *const wsql[ST_MAX] = {
 	[ST_ROLLBACK] = "ROLLBACK",
 	[ST_BATCH_SEEN] = "SELECT 1 FROM batches WHERE id = ?",
 	[ST_BATCH_ADD] = "INSERT INTO batches(id, node, t) VALUES (?, ?, ?)",
-	[ST_LS_GET] = "SELECT id FROM labelsets WHERE hash = ?",
-	[ST_LS_ADD] = "INSERT INTO labelsets(hash, labels, first_ns, last_ns) VALUES (?, ?, ?, ?)",
+	/* label sets added in the open transaction (the committed ones are all in memory) */
+	[ST_LS_GET] = "SELECT id FROM labelsets WHERE id > ?2 AND hash = ?1",
+	[ST_LS_ADD] = "INSERT INTO labelsets(hash, first_ns, last_ns) VALUES (?, ?, ?)",
+	[ST_LSBLOCK_ADD] = "INSERT INTO lsblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_LS_MAX] = "SELECT coalesce(max(id), 0) FROM labelsets",
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
 	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
@@ -49,11 +52,12 @@ static const char *const wsql[ST_MAX] = {
 };
 
 /*
- * Schema 3 (docs/server.md "Storage"): locations and stacks are stored in compressed blocks (a
- * batch's new ones together) beside a content hash -> id table each, a stack's location ids
- * delta-coded; samples and intervals in compressed chunks per kind and batch. Schema 3 has the
- * tables of schema 2; its chunks are written in format 2 (chunk.h), which schema 2's servers
- * cannot read, and read in both. Older stores are migrated in place at open (migrate.c).
+ * Schema 4 (docs/server.md "Storage"): label sets, locations and stacks are stored in compressed
+ * blocks (a batch's new ones together) beside a table each (label sets: id, hash and time
+ * extent; locations and stacks: content hash -> id), a stack's location ids delta-coded; samples
+ * and intervals in compressed chunks per kind and batch, written in format 2 (chunk.h; schema
+ * 3's too), format 1 (schema 2's) still read. Older stores are migrated in place at open
+ * (migrate.c).
  */
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
@@ -62,8 +66,13 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
-	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
-	" labels BLOB NOT NULL, first_ns INTEGER, last_ns INTEGER);"
+	/* label sets: id, content hash (no index: every committed one is in memory) and the time
+	 * extent of their records; their contents ("n\0v\0...") in blocks of a batch's new ones,
+	 * in the stack-block format (chunk.h) */
+	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL,"
+	" first_ns INTEGER, last_ns INTEGER);"
+	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
 	/* locations: content hash -> id; their contents in blocks of consecutive ids, a block
 	 * keyed by its first id, `last` its last (chunk.h has the blob) */
 	"CREATE TABLE IF NOT EXISTS locations(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL)"
@@ -380,6 +389,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		}
 		if (ver < 2 && sq_migrate_v1_rename(s, err, errlen))
 			goto out_rollback;
+		if (ver < 4 && sq_migrate_v3_rename(s, err, errlen))
+			goto out_rollback;
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
@@ -395,6 +406,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	if (ver && ver < 2 && sq_migrate_v1_copy(s, err, errlen))
 		goto out_rollback;
+	if (ver && ver < 4 && sq_migrate_v3_copy(s, err, errlen))
+		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
@@ -405,8 +418,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 2) {
-		/* The old rows' pages are free now (a tenth is left): give them back to the disk.
+	if (ver && ver < 4) {
+		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
+		 * tenth of the store): give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();
 		if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))
@@ -415,6 +429,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		else
 			log_info("store: '%s' vacuumed in %.1f s", s->path,
 				 (double)(mono_ns() - t0) / 1e9);
+		/* the copy went through the WAL: give that back too */
+		sqlite3_exec(s->w, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
 	}
 	{
 		sqlite3_stmt *q = NULL;

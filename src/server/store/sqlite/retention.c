@@ -98,6 +98,9 @@ void sq_enforce_retention(struct sq *s)
 
 /* ---- dictionary GC ------------------------------------------------------------------------ */
 
+static int live_ids(struct sq *s, const char *table, struct u64map *live);
+static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live);
+
 /* Frees what the previous round unpublished, and keeps this round's for the next. */
 static void graveyard_rotate(struct sq *s)
 {
@@ -166,6 +169,16 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 		if (!err)
 			err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 	}
+	/* their pairs: blocks rewritten in the same transaction, so that an id the table gives
+	 * again later is never in two blocks */
+	if (!err) {
+		struct u64map live = { 0 };
+
+		err = live_ids(s, "labelsets", &live);
+		if (!err)
+			err = rewrite_blocks(s, "lsblocks", &live);
+		u64map_done(&live);
+	}
 	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 		goto out;
@@ -231,14 +244,31 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/*
- * Stack blocks after stacks went: a block none of whose stacks is left is deleted, one with
- * some left is written again with those only (its key, the first id, may change), so that a
- * stack GC removed is unknown to queries. wmu held. 0 or -errno.
- */
-static int gc_stack_blocks(struct sq *s)
+/* The ids in table's id column, into live (values 1). 0 or -errno. */
+static int live_ids(struct sq *s, const char *table, struct u64map *live)
 {
-	struct u64map live = { 0 };
+	sqlite3_stmt *st = NULL;
+	char sql[64];
+	int err = 0;
+
+	snprintf(sql, sizeof(sql), "SELECT id FROM %s", table);
+	if (sqlite3_prepare_v2(s->w, sql, -1, &st, NULL))
+		return -EIO;
+	while (!err && sqlite3_step(st) == SQLITE_ROW)
+		if (!u64map_upsert(live, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
+			err = -ENOMEM;
+	sqlite3_finalize(st);
+	return err;
+}
+
+/*
+ * Blocks (stack-block format: stacks, label sets) after their entries went: a block none of
+ * whose ids is in live is deleted, one with some is written again with those only (its key,
+ * the first id, may change), so that an entry GC removed is unknown to queries. wmu held; the
+ * caller holds the write transaction. 0 or -errno.
+ */
+static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live)
+{
 	struct sblock b = { 0 };
 	sqlite3_stmt *st = NULL, *del = NULL;
 	uint64_t *gone = NULL, *ids = NULL;
@@ -251,16 +281,11 @@ static int gc_stack_blocks(struct sq *s)
 	size_t nkeep = 0, capkeep = 0;
 	const uint8_t **locs = NULL;
 	size_t *lens = NULL;
+	char sql[96];
 	int err = 0;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT id FROM stacks", -1, &st, NULL))
-		return -EIO;
-	while (!err && sqlite3_step(st) == SQLITE_ROW)
-		if (!u64map_upsert(&live, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
-			err = -ENOMEM;
-	sqlite3_finalize(st);
-	st = NULL;
-	if (!err && sqlite3_prepare_v2(s->w, "SELECT id, data FROM stackblocks", -1, &st, NULL))
+	snprintf(sql, sizeof(sql), "SELECT id, data FROM %s", table);
+	if (sqlite3_prepare_v2(s->w, sql, -1, &st, NULL))
 		err = -EIO;
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
 		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
@@ -280,7 +305,7 @@ static int gc_stack_blocks(struct sq *s)
 			break;
 		}
 		for (size_t i = 0; i < b.n; i++) {
-			if (!u64map_find(&live, b.id[i]))
+			if (!u64map_find(live, b.id[i]))
 				continue;
 			ids[nl] = b.id[i];
 			locs[nl] = b.locs[i];
@@ -314,10 +339,11 @@ static int gc_stack_blocks(struct sq *s)
 	st = NULL;
 	if (err || (!ngone && !nkeep))
 		goto out;
-	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
-	    sqlite3_prepare_v2(s->w, "DELETE FROM stackblocks WHERE id = ?", -1, &del, NULL) ||
-	    sqlite3_prepare_v2(s->w, "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)", -1,
-			       &st, NULL))
+	snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE id = ?", table);
+	if (sqlite3_prepare_v2(s->w, sql, -1, &del, NULL))
+		err = -EIO;
+	snprintf(sql, sizeof(sql), "INSERT INTO %s(id, last, data) VALUES (?, ?, ?)", table);
+	if (!err && sqlite3_prepare_v2(s->w, sql, -1, &st, NULL))
 		err = -EIO;
 	for (size_t i = 0; !err && i < ngone; i++) {
 		sqlite3_bind_int64(del, 1, (int64_t)gone[i]);
@@ -328,9 +354,6 @@ static int gc_stack_blocks(struct sq *s)
 		sqlite3_bind_int64(st, 2, (int64_t)keep[i].last);
 		sqlite3_bind_blob(st, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
 		err = sq_step_done(st);
-	}
-	if (sq_end_write(s->w, err)) {
-		err = -EIO;
 	}
 out:
 	sqlite3_finalize(st);
@@ -343,6 +366,19 @@ out:
 	free(locs);
 	free(lens);
 	sblock_done(&b);
+	return err;
+}
+
+/* Stack blocks after stacks went (rewrite_blocks()). wmu held. 0 or -errno. */
+static int gc_stack_blocks(struct sq *s)
+{
+	struct u64map live = { 0 };
+	int err = live_ids(s, "stacks", &live);
+
+	if (!err && sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL))
+		err = -EIO;
+	else if (!err)
+		err = sq_end_write(s->w, rewrite_blocks(s, "stackblocks", &live));
 	u64map_done(&live);
 	return err;
 }

@@ -45,7 +45,8 @@ enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
 	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
-	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_MAX,
+	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
+	ST_LS_MAX, ST_MAX,
 };
 
 struct sq {
@@ -61,6 +62,8 @@ struct sq {
 	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
+	uint64_t ls_id0;		/* label set ids past this were added in the open write
+					 * transaction (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
 
 	pthread_mutex_t pmu;		/* read connection pool */
@@ -148,6 +151,10 @@ void sq_lsets_done(struct sq *s);
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
 #define LOC_BLOCK_MAX	4096	/* locations per block */
 #define STACK_BLOCK_MAX	4096	/* stacks per block */
+#define LS_BLOCK_MAX	4096	/* label sets per block */
+/* Stores n label sets (ids ascending, their serialized pairs) as one block. 0/-errno. */
+int sq_put_ls_block(struct sq *s, const uint64_t *ids, const uint8_t *const *blobs,
+		    const size_t *lens, size_t n);
 /* Stores n stacks (ids ascending, their encoded location lists) as one block. 0/-errno. */
 int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
 		       const size_t *lens, size_t n);
@@ -160,8 +167,8 @@ void sq_dedup_reset(struct sq *s);
 
 /* ---- migrate.c: older schemas ---- */
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
- * tables and its format-1 chunks are read as they are, so it only gets the new version. */
-#define SQ_SCHEMA_VERSION 3
+ * tables and its format-1 chunks are read as they are. 4: label sets in blocks. */
+#define SQ_SCHEMA_VERSION 4
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -171,6 +178,10 @@ int sq_schema_version(struct sq *s);
  */
 int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen);
 int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
+/* Likewise schema 3 -> 4 (and 1 or 2 on their way): the label sets, one row each with their
+ * pairs, into a row each without them and blocks of their pairs. */
+int sq_migrate_v3_rename(struct sq *s, char *err, size_t errlen);
+int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
