@@ -125,3 +125,22 @@ def find(node, name):
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+# The store's own byte formats, for tests that write a store of an older schema by hand.
+def uvarint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def svarint(v):
+    return uvarint(v << 1 if v >= 0 else (-v << 1) - 1)
+
+
+def pairs_blob(pairs):
+    """Label-set pairs or attrs as the store keeps them: name\0value\0..."""
+    return b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs)

@@ -9,7 +9,7 @@ import sqlite3
 import sys
 import urllib.parse
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, pairs_blob, skip_if_unbuilt, uvarint
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -47,17 +47,7 @@ CREATE INDEX intervals_klen ON intervals(kind, (end_ns - start_ns));
 
 
 def uvarints(vals):
-    out = bytearray()
-    for v in vals:
-        while v >= 0x80:
-            out.append(v & 0x7F | 0x80)
-            v >>= 7
-        out.append(v)
-    return bytes(out)
-
-
-def blob(pairs):
-    return b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs)
+    return b"".join(uvarint(v) for v in vals)
 
 
 def main():
@@ -70,7 +60,7 @@ def main():
     lsets = {1: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "7")],
              2: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "8")]}
     for i, pairs in lsets.items():
-        db.execute("INSERT INTO labelsets VALUES (?, ?, ?, ?, ?)", (i, 1000 + i, blob(pairs), t, t + 10**9))
+        db.execute("INSERT INTO labelsets VALUES (?, ?, ?, ?, ?)", (i, 1000 + i, pairs_blob(pairs), t, t + 10**9))
     locs = [(1, "main", "/usr/bin/app", "ab" * 20, "app.c", 10, 0x1130, 0),
             (2, "work", "/usr/bin/app", "ab" * 20, "", 0, 0x1200, 0),
             (3, "schedule", "[kernel]", "", "", 0, 0xffffffff81000000, 1)]
@@ -86,7 +76,7 @@ def main():
            (3, "thread_state", 1, t + 10**6, t + 3 * 10**6, [("state", "runnable")]),
            (4, "gpu_busy", 1, t, t + 10**9, [])]
     for iid, kind, ls, a, b, attrs in ivs:
-        db.execute("INSERT INTO intervals VALUES (?, ?, ?, ?, ?, ?)", (iid, kind, ls, a, b, blob(attrs)))
+        db.execute("INSERT INTO intervals VALUES (?, ?, ?, ?, ?, ?)", (iid, kind, ls, a, b, pairs_blob(attrs)))
     db.execute("INSERT INTO nodes VALUES ('n1', ?, ?)", (t, t + 10**9))
     db.commit()
     db.close()

@@ -10,7 +10,8 @@ import sqlite3
 import sys
 import urllib.parse
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import (Server, check, encode, now_ns, pairs_blob, skip_if_unbuilt, svarint,
+                             uvarint)
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -48,17 +49,7 @@ CREATE INDEX ivchunks_klen ON ivchunks(kind, (t_max - t_min));
 """
 
 
-def uv(v):
-    out = bytearray()
-    while v >= 0x80:
-        out.append(v & 0x7F | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def sv(v):
-    return uv(v << 1 if v >= 0 else (-v << 1) - 1)
+uv, sv = uvarint, svarint
 
 
 def raw(payload):
@@ -85,8 +76,7 @@ def hash64(data, seed):
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
-def blob(pairs):
-    return b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs)
+blob = pairs_blob
 
 
 def main():

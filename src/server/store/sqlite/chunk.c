@@ -35,6 +35,21 @@ static int pack(struct buf *b, uint8_t **ret, size_t *ret_len)
 	return err;
 }
 
+/*
+ * The format of a sample or interval chunk's payload: 1 (it starts with its count, never 0), or
+ * that of the uvarint after a leading 0 (read past); -EINVAL for one this file does not write.
+ */
+static int blob_format(struct rd *r)
+{
+	uint64_t v;
+
+	if (r->p >= r->end || r->p[0])
+		return 1;
+	r->p++;
+	v = rd_uvarint(r);
+	return !r->bad && v == 2 ? 2 : -EINVAL;
+}
+
 /* The bytes pack() wrapped, appended to b; at most max. 0 or -EINVAL/-E2BIG/-ENOMEM. */
 static int unpack(const void *blob, size_t len, size_t max, struct buf *b)
 {
@@ -537,11 +552,15 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
-	if (r.p < r.end && !r.p[0]) {
-		r.p++;
-		err = rd_uvarint(&r) == 2 ? samples_decode_v2(c, &r, t_min) : -EINVAL;
-	} else {
+	switch (blob_format(&r)) {
+	case 1:
 		err = samples_decode_v1(c, &r, t_min);
+		break;
+	case 2:
+		err = samples_decode_v2(c, &r, t_min);
+		break;
+	default:
+		err = -EINVAL;
 	}
 	if (err)
 		c->n = 0;
@@ -1136,7 +1155,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 {
 	uint64_t nstr, nshape, seq, t = t_min;
 	size_t cap = c->cap, na = 0, nsn = 0, nnum = 0;
-	int fmt = 1;
+	int fmt;
 	struct rd r, vals;
 	int err;
 
@@ -1146,12 +1165,9 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
-	if (r.p < r.end && !r.p[0]) {
-		r.p++;
-		if (rd_uvarint(&r) != 2)
-			goto bad;
-		fmt = 2;
-	}
+	fmt = blob_format(&r);
+	if (fmt < 0)
+		goto bad;
 	c->n = rd_uvarint(&r);
 	seq = rd_uvarint(&r);
 	nstr = rd_uvarint(&r);
