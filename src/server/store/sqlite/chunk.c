@@ -535,7 +535,7 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 		memset(c->labelset, 0, c->n * sizeof(*c->labelset));
 	if (r->bad)
 		return -EINVAL;
-	if (!c->mixed)
+	if (!c->mixed || c->any_order)
 		return 0;
 	err = time_order(c);
 	return !err && (flags & 8) ? ties_apply(c, r) : err;

@@ -62,6 +62,8 @@ struct chunk {
 	uint64_t *t, *stack, *labelset;
 	int64_t *value;
 	size_t cap;
+	bool any_order;		/* set by the caller: format 2's samples may stay by label set
+				 * (rollups sum them), no time order restored */
 	uint32_t *perm;		/* scratch of format 2's reordering */
 	uint64_t *tmp;
 	size_t capscratch;

@@ -181,7 +181,7 @@ static int rollup_round(struct sq *s)
 {
 	sqlite3_stmt *sel = NULL, *get = NULL, *put = NULL, *wm = NULL;
 	struct rollup_round rr = { 0 };
-	struct chunk c = { 0 };
+	struct chunk c = { .any_order = true };	/* sums: no time order needed */
 	struct buf tmp = { 0 };
 	int64_t last = -1;
 	int rc, err = 0, n = 0;
