@@ -28,6 +28,7 @@ struct ring_drain {
 	struct chunk *head, *tail, *spare;
 	size_t bytes, cap;	/* event bytes queued or being handed over, at most */
 	size_t mapped;		/* chunk bytes mapped now */
+	ring_drain_size_fn used;
 	ring_drain_lost_fn lost;
 	void *ctx;
 	struct ring_drain_stats st;
@@ -69,8 +70,15 @@ static void chunk_free(struct ring_drain *d, struct chunk *c)
 static int enqueue(void *ctx, void *data, size_t size)
 {
 	struct ring_drain *d = ctx;
-	size_t need = (sizeof(uint32_t) + size + 7) & ~(size_t)7;
 	struct chunk *c = d->tail;
+	size_t need;
+
+	if (d->used) {
+		size_t u = d->used(data, size);
+
+		size = u < size ? u : size;
+	}
+	need = (sizeof(uint32_t) + size + 7) & ~(size_t)7;
 
 	if (need > CHUNK_DATA || d->bytes + need > d->cap)
 		goto lost;
@@ -123,8 +131,8 @@ static void *drain_main(void *arg)
 	return NULL;
 }
 
-struct ring_drain *ring_drain__start(int map_fd, size_t cap_bytes, ring_drain_lost_fn lost,
-				     void *ctx)
+struct ring_drain *ring_drain__start(int map_fd, size_t cap_bytes, ring_drain_size_fn used,
+				     ring_drain_lost_fn lost, void *ctx)
 {
 	struct ring_drain *d = calloc(1, sizeof(*d));
 	/* edge-triggered: the ring fd is readable whenever it holds data; only its wakeups count */
@@ -136,6 +144,7 @@ struct ring_drain *ring_drain__start(int map_fd, size_t cap_bytes, ring_drain_lo
 		return NULL;
 	pthread_mutex_init(&d->lock, NULL);
 	d->cap = cap_bytes;
+	d->used = used;
 	d->lost = lost;
 	d->ctx = ctx;
 	d->epfd = d->stopfd = -1;

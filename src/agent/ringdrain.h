@@ -22,11 +22,17 @@ struct ring_drain;
 typedef void (*ring_drain_lost_fn)(void *ctx, const void *data, size_t size);
 
 /*
- * Starts draining BPF ring buffer map_fd into a queue of at most cap_bytes (event bytes);
- * NULL with errno on failure (no ring, no thread).
+ * The bytes of an event worth keeping (<= size): a ring record is as long as its reservation,
+ * which for a variable-length event (a stack) is its largest size.
  */
-struct ring_drain *ring_drain__start(int map_fd, size_t cap_bytes, ring_drain_lost_fn lost,
-				     void *ctx);
+typedef size_t (*ring_drain_size_fn)(const void *data, size_t size);
+
+/*
+ * Starts draining BPF ring buffer map_fd into a queue of at most cap_bytes (event bytes, each
+ * event cut to what used() says if given); NULL with errno on failure (no ring, no thread).
+ */
+struct ring_drain *ring_drain__start(int map_fd, size_t cap_bytes, ring_drain_size_fn used,
+				     ring_drain_lost_fn lost, void *ctx);
 
 /*
  * Drains the ring now, then hands every queued event to fn (a libbpf ring_buffer_sample_fn's

@@ -782,6 +782,15 @@ static int handle_event(void *ctx, void *data, size_t size)
 /* ---- module ------------------------------------------------------------------------------- */
 
 
+/* An event's own length: a launch is reserved with room for the deepest stack. */
+static size_t event_used(const void *data, size_t size)
+{
+	const struct gpuscope_ev_cupti_pair *hdr = data;	/* type, size: every event's prefix */
+
+	return size >= sizeof(*hdr) && hdr->size >= sizeof(*hdr) && hdr->size < size ? hdr->size
+										      : size;
+}
+
 /* The drain thread, its lock held: an event the full queue could not take. */
 static void queue_lost(void *ctx, const void *data, size_t size)
 {
@@ -856,7 +865,8 @@ static int cupti_start(struct agent *a)
 			err = -ENOTSUP;
 		goto out_free;
 	}
-	c->drain = ring_drain__start(bpf_map__fd(c->skel->maps.events), QUEUE_BYTES, queue_lost, c);
+	c->drain = ring_drain__start(bpf_map__fd(c->skel->maps.events), QUEUE_BYTES,
+				     event_used, queue_lost, c);
 	if (!c->drain) {
 		err = -errno;
 		goto out_free;
