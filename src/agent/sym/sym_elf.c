@@ -103,11 +103,7 @@ int elf_read_info(int fd, struct elf_info *ret)
 	return err;
 }
 
-/*
- * Drops the resident pages of [p, p + len) if they lie in libelf's read-only mapping of the
- * file (clean: read again from the page cache when touched); never memory libelf copied.
- */
-static void drop_file_pages(Elf *elf, const void *p, size_t len)
+void elf_drop_file_pages(Elf *elf, const void *p, size_t len)
 {
 	size_t flen = 0;
 	const char *raw = elf_rawfile(elf, &flen);
@@ -128,8 +124,8 @@ static void drop_file_pages(Elf *elf, const void *p, size_t len)
  * Adds the function symbols of one symbol table. Aliases at one address: FUNC over untyped,
  * global over weak over local, then fewer leading underscores (write over __libc_write).
  */
-static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *exec_scn,
-		       size_t nscn, struct symt *t, size_t *ret_added)
+static int add_symbols(Elf *elf, bool from_file, Elf_Scn *scn, const GElf_Shdr *sh,
+		       const bool *exec_scn, size_t nscn, struct symt *t, size_t *ret_added)
 {
 	Elf_Data *d = elf_getdata(scn, NULL);
 	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0, added = 0;
@@ -144,10 +140,10 @@ static int add_symbols(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, const bool *
 		/*
 		 * libtorch_cpu's symbols and names are ~100 MB of the file: read whole, they were
 		 * the agent's peak RSS on the H200 (82.6 MB of its pages at once). Every DROP_EVERY
-		 * symbols the pages read so far go.
+		 * symbols the pages read so far go (an image in memory is the caller's: kept).
 		 */
-		if (i && i % DROP_EVERY == 0) {
-			drop_file_pages(elf, d->d_buf, d->d_size);
+		if (from_file && i && i % DROP_EVERY == 0) {
+			elf_drop_file_pages(elf, d->d_buf, d->d_size);
 			if (t->ext_map)
 				madvise(t->ext_map, t->ext_map_len, MADV_DONTNEED);
 		}
@@ -280,14 +276,14 @@ static int symbols_from_elf(Elf *elf, int fd, struct symt *ret, bool *ret_from_s
 	}
 	if (symtab) {
 		map_strtab(elf, fd, sh_symtab.sh_link, ret);
-		err = add_symbols(elf, symtab, &sh_symtab, exec_scn, nscn, ret, &added);
+		err = add_symbols(elf, fd >= 0, symtab, &sh_symtab, exec_scn, nscn, ret, &added);
 		if (err)
 			goto out_free;
 	}
 	*ret_from_symtab = added > 0;
 	if (!added && dynsym) {
 		map_strtab(elf, fd, sh_dynsym.sh_link, ret);
-		err = add_symbols(elf, dynsym, &sh_dynsym, exec_scn, nscn, ret, &added);
+		err = add_symbols(elf, fd >= 0, dynsym, &sh_dynsym, exec_scn, nscn, ret, &added);
 		if (err)
 			goto out_free;
 	}

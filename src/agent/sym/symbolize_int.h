@@ -90,6 +90,15 @@ int elf_read_info(int fd, struct elf_info *ret);
  * Finishes *ret. 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
  */
 int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab);
+
+/*
+ * Drops the resident pages of [p, p + len) if they lie in libelf's read-only mapping of the
+ * file (clean: read again from the page cache when touched); never memory libelf copied. Only
+ * for an Elf begun on a file descriptor (ELF_C_READ_MMAP): an elf_memory() image is the
+ * caller's memory, and its pages would be lost.
+ */
+struct Elf;
+void elf_drop_file_pages(struct Elf *elf, const void *p, size_t len);
 /* Both of the above from an ELF image in memory (the vDSO); ret_syms may be NULL (info only).
  * 0 or -errno as above. */
 int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);

@@ -12,8 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include "agent/sym/symbolize_int.h"
 #include "agent/unwind/table.h"
 
 #define REG_RBP 6
@@ -346,15 +345,11 @@ static Dwarf_CFI *cfi_fresh(Elf *elf, Dwarf_CFI *old, bool drop_pages)
 {
 	size_t len = 0;
 	char *raw;
-	long page = sysconf(_SC_PAGESIZE);
 
 	dwarf_cfi_end(old);
 	raw = drop_pages ? elf_rawfile(elf, &len) : NULL;
-	if (raw && len && page > 0) {
-		uintptr_t a = (uintptr_t)raw & ~((uintptr_t)page - 1);
-
-		madvise((void *)a, len + ((uintptr_t)raw - a), MADV_DONTNEED);
-	}
+	if (raw && len)
+		elf_drop_file_pages(elf, raw, len);
 	return dwarf_getcfi_elf(elf);
 }
 
