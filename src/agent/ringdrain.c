@@ -22,6 +22,12 @@ struct chunk {
 };
 #define CHUNK_DATA (CHUNK_BYTES - sizeof(struct chunk))
 
+/* Bytes an event of `size` takes in a chunk: its u32 size, its bytes, 8-aligned. */
+static size_t entry_bytes(size_t size)
+{
+	return (sizeof(uint32_t) + size + 7) & ~(size_t)7;
+}
+
 struct ring_drain {
 	pthread_mutex_t lock;	/* the ring's consumption, the queue, the stats */
 	struct ring_buffer *rb;
@@ -78,8 +84,7 @@ static int enqueue(void *ctx, void *data, size_t size)
 
 		size = u < size ? u : size;
 	}
-	need = (sizeof(uint32_t) + size + 7) & ~(size_t)7;
-
+	need = entry_bytes(size);
 	if (need > CHUNK_DATA || d->bytes + need > d->cap)
 		goto lost;
 	if (!c || c->used + need > CHUNK_DATA) {
@@ -187,7 +192,7 @@ long ring_drain__take(struct ring_drain *d, int (*fn)(void *ctx, void *data, siz
 			uint32_t size = *(uint32_t *)(c->data + off);
 
 			fn(ctx, c->data + off + sizeof(uint32_t), size);
-			off += (sizeof(uint32_t) + size + 7) & ~(size_t)7;
+			off += entry_bytes(size);
 			n++;
 		}
 	pthread_mutex_lock(&d->lock);
