@@ -1146,6 +1146,9 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 			 s.cardinality_dropped_label_sets);
 	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "records",
 			 s.cardinality_dropped_records);
+	prom_counter(out, "gpuscope_server_store_wal_truncations_total",
+		     "Checkpoints that emptied the store's write-ahead log while ingest paused.",
+		     s.wal_truncations);
 	if (h->o.eff) {
 		uint64_t hours, dirty, lag;
 

@@ -86,6 +86,7 @@ struct store_stats {
 	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */
 	/* new label sets refused past the cardinality limit, and their records dropped */
 	uint64_t cardinality_dropped_label_sets, cardinality_dropped_records;
+	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
 };
 
 struct frame {

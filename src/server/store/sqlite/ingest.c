@@ -1063,6 +1063,7 @@ static void run_group(void *ctx, struct store_commitq_item *items, size_t n)
 				   __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_batches, 1, __ATOMIC_RELAXED);
 	}
+	__atomic_store_n(&s->last_commit_ns, mono_ns(), __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->wmu);
 }
 

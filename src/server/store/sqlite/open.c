@@ -120,10 +120,11 @@ int sq_open_conn(struct sq *s, sqlite3 **ret)
 		sqlite3_close(db);
 		return -EIO;
 	}
-	sqlite3_busy_timeout(db, 60000);
+	sqlite3_busy_timeout(db, SQ_BUSY_TIMEOUT_MS);
 	/* synchronous=FULL: a COMMIT has reached the disk before ingest answers 204. */
 	/* journal_size_limit: the WAL shrinks back after a checkpoint past a burst (its bytes
-	 * count in the store's bytes per sample). */
+	 * count in the store's bytes per sample); the maintenance thread empties it when ingest
+	 * pauses (rollup.c). */
 	rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
 			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;"
 			      " PRAGMA journal_size_limit=4194304;",
@@ -255,6 +256,7 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->gc_locations = __atomic_load_n(&s->n_gc_locations, __ATOMIC_RELAXED);
 	o->gc_label_sets = __atomic_load_n(&s->n_gc_lsets, __ATOMIC_RELAXED);
 	o->gc_series = __atomic_load_n(&s->n_gc_series, __ATOMIC_RELAXED);
+	o->wal_truncations = __atomic_load_n(&s->n_wal_truncations, __ATOMIC_RELAXED);
 	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
 							    __ATOMIC_RELAXED);
 	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,

@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "common/hmap.h"
 #include "common/log.h"
@@ -257,6 +259,32 @@ out:
 	return err ? err : n;
 }
 
+/*
+ * Empties the WAL once ingest has paused for WAL_IDLE_NS: a checkpoint that copies it into the
+ * database (synced first: synchronous=FULL) and truncates it to 0 bytes, so that between pushes
+ * the store on disk is its database alone instead of the WAL's high-water size (up to
+ * journal_size_limit after an automatic checkpoint). It never waits: while a reader still uses
+ * the WAL's frames it copies what it can and leaves the truncation to the next round.
+ */
+static void wal_truncate_if_idle(struct sq *s)
+{
+	char p[4096];
+	struct stat sb;
+	int rc;
+
+	snprintf(p, sizeof(p), "%s-wal", s->path);
+	if (stat(p, &sb) || sb.st_size == 0 ||
+	    mono_ns() - __atomic_load_n(&s->last_commit_ns, __ATOMIC_RELAXED) < WAL_IDLE_NS)
+		return;
+	pthread_mutex_lock(&s->wmu);
+	sqlite3_busy_timeout(s->w, 0);
+	rc = sqlite3_wal_checkpoint_v2(s->w, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	sqlite3_busy_timeout(s->w, SQ_BUSY_TIMEOUT_MS);
+	pthread_mutex_unlock(&s->wmu);
+	if (rc == SQLITE_OK)
+		__atomic_add_fetch(&s->n_wal_truncations, 1, __ATOMIC_RELAXED);
+}
+
 void *sq_maint_main(void *arg)
 {
 	struct sq *s = arg;
@@ -278,6 +306,8 @@ void *sq_maint_main(void *arg)
 			sq_enforce_retention(s);
 			last_ret = wall_ns();
 		}
+		if (!s->stopping)
+			wal_truncate_if_idle(s);
 		pthread_mutex_lock(&s->mmu);
 		if (s->stopping)
 			break;

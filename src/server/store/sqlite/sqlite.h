@@ -27,6 +27,8 @@
 #define ROLLUP_ROUND	400			/* chunks folded per write transaction */
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
 #define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
+#define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
+#define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
 
 extern const uint64_t sq_level_ns[LEVELS];	/* bucket width of each rollup level */
 
@@ -93,6 +95,8 @@ struct sq {
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
 	uint64_t n_gc_stacks, n_gc_locations, n_gc_lsets, n_gc_series;	/* dictionary GC */
 	uint64_t n_card_dropped_ls, n_card_dropped_records;	/* past the label-set limit */
+	uint64_t last_commit_ns;	/* mono_ns() of the last ingest commit */
+	uint64_t n_wal_truncations;	/* idle checkpoints that emptied the WAL */
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
