@@ -49,6 +49,13 @@ def main():
         check(s.metric('gpuscope_server_retention_deleted_total{table="chunks"}') == 2,
               "the raw chunks of 'old' and 'mid' deleted, not 'new'")
         rng = f"from={(now - 3 * 60 * MIN) / 1e9:.3f}&to={now / 1e9:.3f}"
+        # points and intervals go in the same retention pass, after the rollups are counted
+        old = q('{age="old"}')
+        while time.time() < deadline and (
+                any(x["points"] for x in
+                    s.get_json(f"/api/v1/series?name=temp&{rng}&selector={old}")["series"]) or
+                s.get_json(f"/api/v1/intervals?kind=gpu_busy&{rng}&selector={old}")["intervals"]):
+            time.sleep(0.2)
         for age, want in [("old", 0), ("mid", counts["mid"]), ("new", counts["new"])]:
             fg = s.get_json(f"/api/v1/flamegraph?{rng}&selector=" + q('{age="%s"}' % age))
             check(fg["total"] == want, f"{age}: {fg['total']} samples, want {want}")
