@@ -57,6 +57,7 @@ struct mod_state {
 	bool started;
 	uint64_t tick_errors;
 	bool tick_warned;
+	uint64_t tick_max_ns;		/* longest tick: how long it held the main loop */
 };
 
 /* Everything /metrics needs; the lock keeps module callbacks off each other's feet. */
@@ -209,6 +210,12 @@ static void fill_metrics(void *arg, FILE *out)
 	for (size_t i = 0; i < c->nmods; i++)
 		prom_sample1_u64(out, "gpuscope_agent_module_tick_errors_total", "module",
 				 c->mods[i].m->name, c->mods[i].tick_errors);
+	prom_family(out, "gpuscope_agent_module_tick_max_seconds", "gauge",
+		    "Longest module tick since start: how long it held the main loop, which drains "
+		    "every module's ring buffer in turn.");
+	for (size_t i = 0; i < c->nmods; i++)
+		prom_sample1(out, "gpuscope_agent_module_tick_max_seconds", "module",
+			     c->mods[i].m->name, c->mods[i].tick_max_ns / 1e9);
 	prom_counter(out, "gpuscope_agent_batch_errors_total",
 		     "Batches that could not be created (ENOMEM): the current one kept growing.",
 		     c->batch_errors);
@@ -276,10 +283,12 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 {
 	for (size_t i = 0; i < c->nmods; i++) {
 		struct mod_state *ms = &c->mods[i];
+		uint64_t t0;
 		int err;
 
 		if (!ms->started || !ms->m->tick)
 			continue;
+		t0 = mono_ns();
 		err = ms->m->tick(c->a);
 		if (err == -ENOSPC) {
 			/* The batch hit a limit: push it and let the module go on into a fresh one. */
@@ -295,6 +304,9 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 				log_debug("module %s: tick: %s", ms->m->name, strerror(-err));
 			ms->tick_warned = true;
 		}
+		t0 = mono_ns() - t0;
+		if (t0 > ms->tick_max_ns)
+			ms->tick_max_ns = t0;
 	}
 	return 0;
 }
