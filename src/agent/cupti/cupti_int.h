@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The CUPTI module's state, shared by its two files: cupti_usdt.c (attaching, processes,
- * launches and records, the module) and winctl.c (trace windows: who opens them, when they
- * close, what they report). Main-loop thread only, like the module.
+ * The CUPTI module's state, shared by its files: cupti_usdt.c (attaching, processes, the
+ * module), records.c (the ring's events: launches, records, names, clocks) and winctl.c (trace
+ * windows: who opens them, when they close, what they report). Main-loop thread only, like the
+ * module.
  */
 #ifndef GPUSCOPE_AGENT_CUPTI_INT_H
 #define GPUSCOPE_AGENT_CUPTI_INT_H
@@ -129,6 +130,16 @@ extern struct cupti_state *cupti_live;	/* NULL while the module is not running *
 
 /* cupti_usdt.c */
 void cupti_scan_procs(struct cupti_state *c);
+/* Is pid inside the --pid filter (every pid without one)? */
+bool cupti_pid_wanted(struct agent *a, pid_t pid);
+/* pid's slot, taken on first sight (over a dead process's if full); NULL when none is left. */
+struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid);
+
+/* records.c */
+/* A ring event (ring_drain__take() callback; ctx is the module's state). Returns 0. */
+int cupti_handle_event(void *ctx, void *data, size_t size);
+/* Emits the gpu_busy unions that can no longer grow; all pending ones when force. */
+void cupti_busy_flush(struct cupti_state *c, bool force);
 void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b);
 
 /* winctl.c */
