@@ -702,8 +702,15 @@ int cmd_run(int argc, char **argv)
 out_stop_modules:
 	capture_poll__stop();
 	pthread_mutex_lock(&c.lock);
-	if (rc == 0)
+	if (rc == 0) {
 		tick_modules(&c, empty_size);	/* drain what the modules still hold */
+		/*
+		 * ...and hand it to the pusher before the modules stop: detaching a hundred uprobes
+		 * takes seconds on a loaded machine, and an agent killed at its grace period's end
+		 * (Kubernetes: 30 s) would lose the last interval's data.
+		 */
+		flush_batch(&c, empty_size);
+	}
 	for (size_t i = c.nmods; i-- > 0;) {
 		if (mods[i].started && mods[i].m->stop)
 			mods[i].m->stop(&a);

@@ -8,7 +8,10 @@
 # of the off blocks on both sides (drift of clocks and temperature cancels); the off/off ratios
 # are the noise floor. The agent's first WARM_S seconds after each start (unwind tables and
 # symbols of the process's libraries: a one-off burst, reported as agent CPU) are left out of
-# the on blocks. Needs $D (default .dev/agent) from tests/device/pack-agent.sh with
+# the on blocks. Each step also carries the main thread's CPU time (steal and host contention
+# stretch wall time but not CPU time); the blocks carry /proc/stat's steal, the agent's BPF run
+# time, and the server's gpu_trace_window intervals put steps inside and outside windows, so
+# overhead_analyze.py splits the cost into windows and the always-on rest. Needs $D (default .dev/agent) from tests/device/pack-agent.sh with
 # libgpuscope_cupti.so and the workload beside it. Results in $OUT: summary.txt, raw.tar.gz.
 # Usage (repository root, as root): tests/device/overhead_long.sh [WORKLOADS...]
 set -u
@@ -21,11 +24,20 @@ mkdir -p "$RET"
 exec > >(tee "$RET/log.txt") 2>&1
 . "$(dirname "$0")/lib.sh"
 mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
+# a mark: its kind, the monotonic time, and /proc/stat's all-CPU line (steal is the 8th value)
+mark() { echo "$1 $(mono) $(head -1 /proc/stat | cut -d' ' -f3-)" >> "$marks"; }
+# the agent's BPF programs: id, runs, run time (kernel.bpf_stats_enabled)
+bpf_stats() {
+	for f in /proc/$1/fdinfo/*; do
+		awk '/^prog_id/{i=$2} /^run_time_ns/{t=$2} /^run_cnt/{n=$2} END{if (i && n != "") print "bpf", i, n, t}' "$f" 2>/dev/null
+	done >> "$marks"
+}
+sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null || echo 1 > /proc/sys/kernel/bpf_stats_enabled
 nvidia-smi -L; uname -r
 cupti_dir=$(cupti_lib_dir)
 export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
 start_server
-BLOCKS=${BLOCKS:-5}
+BLOCKS=${BLOCKS:-7}
 log() { echo "$(date +%T) $*"; }
 for wl in ${@:-launch gpt2 train}; do
 	rm -f "$W/stop"
@@ -45,9 +57,11 @@ for wl in ${@:-launch gpt2 train}; do
 			log "$wl: agent up"
 			sleep "$WARM_S"
 			read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
-			echo "on $(mono)" >> "$marks"
+			bpf_stats $apid
+			mark on
 			sleep "$BLOCK_S"
-			echo "end $(mono)" >> "$marks"
+			mark end
+			bpf_stats $apid
 			read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
 			echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $BLOCK_S" >> "$marks"
 			curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b.txt"
@@ -56,14 +70,16 @@ for wl in ${@:-launch gpt2 train}; do
 			log "$wl: agent stopped"
 			sleep 2
 		else
-			echo "off $(mono)" >> "$marks"
+			mark off
 			sleep "$BLOCK_S"
-			echo "end $(mono)" >> "$marks"
+			mark end
 		fi
 	done
 	touch "$W/stop"
 	wait $wpid
 	log "$wl: done"
+	wpy=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "summary" in l][0]["pid"])' "$W/$wl.jsonl")
+	curl -s "$url/api/v1/intervals?since=1h&limit=100000&kind=gpu_trace_window&selector=%7Bpid%3D%22$wpy%22%7D" > "$W/$wl.windows.json"
 	tail -2 "$W/$wl.err"
 	python3 tests/device/overhead_analyze.py "$W" "$(getconf CLK_TCK)" > "$RET/summary.txt"
 	tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .

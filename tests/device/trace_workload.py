@@ -9,6 +9,7 @@ config with random weights, fp16, batch 1, greedy decode of 64 new tokens with t
 `train` (bf16 MLP training step, then a Python CPU phase). `prof:NAME` runs NAME inside
 torch.profiler (CPU + CUDA activities); its post-processing is reported apart.
 """
+import gc
 import json
 import os
 import sys
@@ -93,22 +94,33 @@ def run(name):
         from torch.profiler import ProfilerActivity, profile
         ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         ctx.__enter__()
+    gc_s = [0.0, 0.0]	# seconds in the collector, start of the collection in progress
+
+    def gc_cb(phase, _info):
+        if phase == "start":
+            gc_s[1] = time.monotonic()
+        else:
+            gc_s[0] += time.monotonic() - gc_s[1]
+    gc.callbacks.append(gc_cb)
     t_start = time.monotonic()
     print("started %s %.6f" % (name, t_start), file=sys.stderr, flush=True)
+    # the two clocks side by side, to put the server's windows (wall time) on the steps' clock
+    out({"phase": name, "clock": 1, "mono": time.monotonic(), "wall": time.time()})
     steps = []
     stop = os.environ.get("STOP_FILE")	# run until that file exists (overhead_long.sh)
     while (not os.path.exists(stop)) if stop else time.monotonic() - t_start < PHASE_S:
-        t0 = time.monotonic()
+        t0, c0, g0 = time.monotonic(), time.thread_time(), gc_s[0]
         w.step()
-        steps.append((t0, time.monotonic()))
+        steps.append((t0, time.monotonic(), time.thread_time() - c0, gc_s[0] - g0))
     t_end = time.monotonic()
     post = 0.0
     if ctx is not None:
         p0 = time.monotonic()
         ctx.__exit__(None, None, None)
         post = time.monotonic() - p0
-    for a, b in steps:
-        out({"phase": name, "t0": a, "t1": b, "units": w.units})
+    gc.callbacks.remove(gc_cb)
+    for a, b, c, g in steps:	# c: the main thread's CPU time in the step, g: the collector's
+        out({"phase": name, "t0": a, "t1": b, "units": w.units, "cpu": c, "gc": g})
     out({"phase": name, "summary": 1, "t0": t_start, "t1": t_end, "steps": len(steps),
          "units": len(steps) * w.units, "rate": len(steps) * w.units / (t_end - t_start),
          "post_s": post, "pid": os.getpid()})

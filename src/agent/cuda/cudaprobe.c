@@ -229,6 +229,12 @@ static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
 		l->absent++;
 		return;
 	}
+	/*
+	 * Stopping: no more attaches. On a loaded machine each one can wait seconds for the
+	 * kernel's uprobe locks, and the agent's last batch waits behind them.
+	 */
+	if (C.a->stopping)
+		return;
 	/* return probe first: a call entered between the two attaches has no lost return */
 	for (int ret = 1; ret >= 0; ret--) {
 		LIBBPF_OPTS(bpf_uprobe_opts, o, .retprobe = ret, .bpf_cookie = i | apis[i].flags);
@@ -544,7 +550,7 @@ static int cuda_tick(struct agent *a)
 	if (!C.skel)
 		return 0;
 	procs__tick();	/* cheap when nothing is due (sched ticks it too) */
-	for (int i = 0; i < C.nwatch; i++)
+	for (int i = 0; i < C.nwatch && !a->stopping; i++)	/* stopping: only drain */
 		if (C.watch[i].next_check_ns && C.watch[i].next_check_ns <= now)
 			check_pid(&C.watch[i], now);
 	err = ring_buffer__consume(C.rb);

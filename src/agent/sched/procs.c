@@ -2,7 +2,8 @@
 /*
  * GPU process discovery for the thread-state and CUDA modules: a process is tracked when it maps
  * libcuda or /dev/nvidia* (or holds such a device open), is named by --pid, or was forked by a
- * tracked process. Found by one /proc scan at start, by hints from BPF (exec, fork, exit, opens of
+ * tracked process. With --pid, only the named processes and their children: "profile only
+ * this process" (other GPU processes are neither probed nor stripped). Found by one /proc scan at start, by hints from BPF (exec, fork, exit, opens of
  * GPU files) checked shortly after, and by a slow full rescan as a safety net.
  */
 #include <ctype.h>
@@ -173,6 +174,8 @@ static void consider(pid_t pid)
 		track(pid, PROC_WHY_PID);
 		return;
 	}
+	if (P.a && P.a->opts.npids)
+		return;
 	if (procs__check_gpu(pid, &why) > 0)
 		track(pid, why);
 }
