@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Small libbpf helpers shared by the agent's BPF modules; the BPF counter name table. */
+#include <dirent.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "agent/bpfutil.h"
 #include "common/prom.h"
+#include "common/util.h"
 
 static const char *const prog_names[GPUSCOPE_PROG_MAX] = {
 	[GPUSCOPE_PROG_CPU] = "cpu",
@@ -111,4 +115,76 @@ void bpf_counters__metrics(FILE *out)
 {
 	family(out, true);
 	family(out, false);
+}
+
+/*
+ * The run time of every BPF program this process holds, from the kernel's own accounting
+ * (bpf_prog_info.run_time_ns / run_cnt, kept only while kernel.bpf_stats_enabled is 1): what
+ * the agent costs the profiled threads, in whose context most of the programs run. Found by
+ * the process's own fds, so every module's programs are included without a registry.
+ */
+void bpf_prog_stats__metrics(FILE *out)
+{
+	static const char *const help[] = {
+		"Seconds the agent's BPF programs ran (kernel.bpf_stats_enabled=1; else absent).",
+		"Runs of the agent's BPF programs (kernel.bpf_stats_enabled=1; else absent).",
+	};
+	struct { uint32_t id; char name[BPF_OBJ_NAME_LEN]; uint64_t ns, runs; } p[64];
+	size_t n = 0;
+	FILE *f = fopen("/proc/sys/kernel/bpf_stats_enabled", "re");
+	int enabled = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (f) {
+		if (fscanf(f, "%d", &enabled) != 1)
+			enabled = 0;
+		fclose(f);
+	}
+	prom_gauge(out, "gpuscope_agent_bpf_stats_enabled",
+		   "1 if the kernel accounts BPF run time (kernel.bpf_stats_enabled).", enabled);
+	if (!enabled || !(d = opendir("/proc/self/fd")))
+		return;
+	while ((de = readdir(d)) && n < ARRAY_SIZE(p)) {
+		char path[300], link[64];
+		struct bpf_prog_info info = { 0 };
+		uint32_t len = sizeof(info);
+		ssize_t k;
+		size_t i;
+		int fd = atoi(de->d_name);
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		k = readlink(path, link, sizeof(link) - 1);
+		if (k <= 0)
+			continue;
+		link[k] = 0;
+		if (strcmp(link, "anon_inode:bpf-prog") || bpf_obj_get_info_by_fd(fd, &info, &len))
+			continue;
+		for (i = 0; i < n && p[i].id != info.id; i++)
+			;
+		if (i < n)
+			continue;	/* one program, several fds */
+		p[n].id = info.id;
+		snprintf(p[n].name, sizeof(p[n].name), "%s", info.name);
+		p[n].ns = info.run_time_ns;
+		p[n].runs = info.run_cnt;
+		n++;
+	}
+	closedir(d);
+	prom_family(out, "gpuscope_agent_bpf_run_seconds_total", "counter", help[0]);
+	for (size_t i = 0; i < n; i++) {
+		char id[16];
+		struct prom_label l[] = { { "program", p[i].name }, { "id", id } };
+
+		snprintf(id, sizeof(id), "%u", p[i].id);
+		prom_sample(out, "gpuscope_agent_bpf_run_seconds_total", l, 2, p[i].ns / 1e9);
+	}
+	prom_family(out, "gpuscope_agent_bpf_runs_total", "counter", help[1]);
+	for (size_t i = 0; i < n; i++) {
+		char id[16];
+		struct prom_label l[] = { { "program", p[i].name }, { "id", id } };
+
+		snprintf(id, sizeof(id), "%u", p[i].id);
+		prom_sample_u64(out, "gpuscope_agent_bpf_runs_total", l, 2, p[i].runs);
+	}
 }

@@ -39,4 +39,10 @@ void bpf_counters__set(enum gpuscope_prog prog, int map_fd);
 /* Both families over every exported program, each family with HELP and TYPE. */
 void bpf_counters__metrics(FILE *out);
 
+/*
+ * gpuscope_agent_bpf_run_seconds_total / _runs_total{program,id} of every BPF program the
+ * process holds, when kernel.bpf_stats_enabled is 1; gpuscope_agent_bpf_stats_enabled always.
+ */
+void bpf_prog_stats__metrics(FILE *out);
+
 #endif

@@ -251,6 +251,7 @@ static void fill_metrics(void *arg, FILE *out)
 			     st.bpf_frames);
 	}
 	bpf_counters__metrics(out);
+	bpf_prog_stats__metrics(out);
 	for (size_t i = 0; i < c->nmods; i++)
 		if (c->mods[i].started && c->mods[i].m->metrics)
 			c->mods[i].m->metrics(c->a, out);

@@ -4,6 +4,8 @@ compared with the mean of the off blocks on both sides, by three measures:
   rate  units per second of wall time (what a user sees; host noise included)
   cpu   units per second of the main thread's CPU time (steal and host contention left out)
   med   the median step's wall time (a stall in a few steps left out)
+  ins   units per instruction of the main thread, user and kernel (where the machine has a PMU:
+        the work the agent adds to the thread, whatever the host's speed)
 The off blocks' neighbour ratios are each measure's noise floor. Then the on blocks are split
 by the server's gpu_trace_window intervals of the process: the windows' share of the time, the
 extra wall time of the steps that overlapped a window over the block's other steps (the
@@ -13,6 +15,7 @@ Usage: overhead_analyze.py DIR CLK_TCK"""
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -47,25 +50,18 @@ def read_marks(path):
     return blocks
 
 
-def read_bpf(path):
-    """Per on block: {prog: (runs, ns)} at its start and at its end."""
-    out, snap, state = [], {}, None
-    for line in open(path):
-        k, *v = line.split()
-        if k == "bpf":
-            if len(v) == 3:	# a link's fd names its program without its stats
-                snap[v[0]] = (int(v[1]), int(v[2]))
-            continue
-        if k == "on":
-            out.append({"start": snap})
-            state = "on"
-        elif k == "end" and state == "on":
-            state = "ended"
-        elif k == "agent_cpu_ticks" and state == "ended":
-            out[-1]["end"] = snap
-            state = None
-        snap = {} if k != "bpf" else snap
-    return out
+def bpf_progs(path):
+    """{program: (runs, seconds)} from an agent /metrics scrape, ids of one name summed."""
+    got = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return got
+    for fam, i in (("gpuscope_agent_bpf_runs_total", 0), ("gpuscope_agent_bpf_run_seconds_total", 1)):
+        for m in re.finditer(r'^%s\{program="(\w+)",id="\d+"\} (\S+)$' % fam, text, re.M):
+            v = got.setdefault(m.group(1), [0, 0.0])
+            v[i] += float(m.group(2))
+    return got
 
 
 print("workload: measure    on / mean(off before, off after)            off / off (noise)")
@@ -76,7 +72,6 @@ for marks in sorted(glob.glob(os.path.join(d, "*.marks"))):
     steps = [r for r in recs if "t0" in r and "summary" not in r]
     clock = next((r for r in recs if r.get("clock")), None)
     blocks = read_marks(marks)
-    bpf = read_bpf(marks)
     wins = []
     try:
         ivs = json.load(open(os.path.join(d, wl + ".windows.json"))).get("intervals", [])
@@ -105,10 +100,12 @@ for marks in sorted(glob.glob(os.path.join(d, "*.marks"))):
         bl["rate"] = units / wall
         bl["cpu"] = units / cpu if cpu else None
         bl["med"] = 1 / med([s["t1"] - s["t0"] for s in ss])
+        ins = [s.get("ins") for s in ss]
+        bl["ins"] = units / sum(ins) if all(ins) else None
         bl["steal"] = st[7] / sum(st) if len(st) > 7 and sum(st) else 0
         bl["gc"] = sum(s.get("gc", 0) for s in ss) / wall
         bl["steps"] = ss
-    for m in ("rate", "cpu", "med"):
+    for m in ("rate", "cpu", "med", "ins"):
         on, noise = [], []
         for i, bl in enumerate(blocks):
             if bl["kind"] == "on" and 0 < i < len(blocks) - 1:
@@ -122,36 +119,53 @@ for marks in sorted(glob.glob(os.path.join(d, "*.marks"))):
     print("          per block (units/s wall, steal %, gc %): " + ", ".join(
         "%s %.1f %.1f%% %.1f%%" % (bl["kind"], bl.get("rate", 0), 100 * bl.get("steal", 0),
                                    100 * bl.get("gc", 0)) for bl in blocks))
-    # windows inside on blocks: their share of the time and the extra time of their steps
-    wshare, wcost, rest = [], [], []
+    # windows inside on blocks: their share of the time, and the extra wall time of the steps
+    # that overlap one over the median of the steps within 10 s around it that overlap none
+    wshare, wcost, rest, per_win = [], [], [], []
     for i, bl in enumerate(blocks):
         if bl["kind"] != "on" or "steps" not in bl:
             continue
         span = bl["b"] - bl["a"]
-        inw = sum(max(0, min(b, bl["b"]) - max(a, bl["a"])) for a, b, _ in wins)
         ss = bl["steps"]
+        inw = sum(max(0, min(b, bl["b"]) - max(a, bl["a"])) for a, b, _ in wins)
+        extra = 0.0
+        for a, b, _ in wins:
+            if b <= bl["a"] or a >= bl["b"]:
+                continue
+            hit = [s for s in ss if s["t0"] < b and s["t1"] > a]
+            near = [s["t1"] - s["t0"] for s in ss
+                    if abs(s["t0"] - a) < 10 and not overlaps(s)]
+            if hit and near:
+                e = sum((s["t1"] - s["t0"]) - med(near) for s in hit)
+                extra += e
+                per_win.append((b - a, e))
         outside = [s["t1"] - s["t0"] for s in ss if not overlaps(s)]
-        base = med(outside)
-        extra = sum((s["t1"] - s["t0"]) - base for s in ss if overlaps(s)) if base else 0
         wshare.append(inw / span)
         wcost.append(extra / span)
         offs = [x for j in (i - 1, i + 1) if 0 <= j < len(blocks)
                 for x in [s["t1"] - s["t0"] for s in blocks[j].get("steps", [])]]
         if offs and outside:
-            rest.append(med(offs) / base)
+            rest.append(med(offs) / med(outside))
     print("          windows: %d in the run (%s); in on blocks: traced %s of the time, their steps' "
           "extra wall time %s of it" % (
               len(wins), ",".join(sorted({r for _, _, r in wins})) or "-",
               " ".join("%.2f%%" % (100 * x) for x in wshare),
               " ".join("%.2f%%" % (100 * x) for x in wcost)))
+    if per_win:
+        print("          per window (length s, extra s): " + " ".join(
+            "%.2f/%.3f" % w for w in per_win) + "; extra per traced second %.3f" % (
+            sum(e for _, e in per_win) / sum(l for l, _ in per_win)))
     print("          always-on rest (median step off / median step on outside windows): %s" % fmt(rest))
     cpu = [bl["agent_cpu"] for bl in blocks if "agent_cpu" in bl]
     line = "          agent CPU in on blocks: " + " ".join("%.1f%%" % (100 * c) for c in cpu)
-    for j, b in enumerate(bpf):
-        if "end" not in b:
-            continue
-        bl = [x for x in blocks if x["kind"] == "on"][j]
-        ns = sum(b["end"][p][1] - b["start"].get(p, (0, 0))[1] for p in b["end"])
-        runs = sum(b["end"][p][0] - b["start"].get(p, (0, 0))[0] for p in b["end"])
-        line += "; BPF %.2f ms/s in %d runs/s" % (ns / 1e6 / (bl["b"] - bl["a"]), runs / (bl["b"] - bl["a"]))
+    for j, bl in enumerate(x for x in blocks if x["kind"] == "on"):
+        b = 2 * (j + 1)	# overhead_long.sh numbers blocks from 1: the on blocks are even
+        p0 = bpf_progs(os.path.join(d, "metrics-%s-%d-start.txt" % (wl, b)))
+        p1 = bpf_progs(os.path.join(d, "metrics-%s-%d.txt" % (wl, b)))
+        span = bl["b"] - bl["a"]
+        top = sorted(((p1[p][1] - p0.get(p, [0, 0])[1], p1[p][0] - p0.get(p, [0, 0])[0], p)
+                      for p in p1), reverse=True)
+        if top:
+            line += "\n          BPF in on block %d: %.2f ms/s: " % (b, sum(t[0] for t in top) / span * 1e3) + \
+                ", ".join("%s %.0f/s x %.1f us" % (p, n / span, 1e6 * t / n) for t, n, p in top[:5] if n)
     print(line)

@@ -10,7 +10,7 @@
 # symbols of the process's libraries: a one-off burst, reported as agent CPU) are left out of
 # the on blocks. Each step also carries the main thread's CPU time (steal and host contention
 # stretch wall time but not CPU time); the blocks carry /proc/stat's steal, the agent's BPF run
-# time, and the server's gpu_trace_window intervals put steps inside and outside windows, so
+# time per program (its /metrics with kernel.bpf_stats_enabled=1), and the server's gpu_trace_window intervals put steps inside and outside windows, so
 # overhead_analyze.py splits the cost into windows and the always-on rest. Needs $D (default .dev/agent) from tests/device/pack-agent.sh with
 # libgpuscope_cupti.so and the workload beside it. Results in $OUT: summary.txt, raw.tar.gz.
 # Usage (repository root, as root): tests/device/overhead_long.sh [WORKLOADS...]
@@ -26,12 +26,6 @@ exec > >(tee "$RET/log.txt") 2>&1
 mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
 # a mark: its kind, the monotonic time, and /proc/stat's all-CPU line (steal is the 8th value)
 mark() { echo "$1 $(mono) $(head -1 /proc/stat | cut -d' ' -f3-)" >> "$marks"; }
-# the agent's BPF programs: id, runs, run time (kernel.bpf_stats_enabled)
-bpf_stats() {
-	for f in /proc/$1/fdinfo/*; do
-		awk '/^prog_id/{i=$2} /^run_time_ns/{t=$2} /^run_cnt/{n=$2} END{if (i && n != "") print "bpf", i, n, t}' "$f" 2>/dev/null
-	done >> "$marks"
-}
 sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null || echo 1 > /proc/sys/kernel/bpf_stats_enabled
 nvidia-smi -L; uname -r
 cupti_dir=$(cupti_lib_dir)
@@ -57,11 +51,10 @@ for wl in ${@:-launch gpt2 train}; do
 			log "$wl: agent up"
 			sleep "$WARM_S"
 			read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
-			bpf_stats $apid
+			curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b-start.txt"
 			mark on
 			sleep "$BLOCK_S"
 			mark end
-			bpf_stats $apid
 			read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
 			echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $BLOCK_S" >> "$marks"
 			curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b.txt"

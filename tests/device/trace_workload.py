@@ -21,6 +21,22 @@ PHASE_S = float(os.environ.get("PHASE_S", "8"))
 dev = torch.device("cuda")
 
 
+def hw_counter(config):
+    """A perf counter of this thread (user and kernel: uprobe traps and BPF programs that run in
+    the thread count too), or None where the machine exposes no PMU. config: 0 cycles, 1
+    instructions (PERF_TYPE_HARDWARE)."""
+    import ctypes
+    attr = (ctypes.c_uint8 * 128)()
+    ctypes.c_uint32.from_buffer(attr, 0).value = 0	# type: PERF_TYPE_HARDWARE
+    ctypes.c_uint32.from_buffer(attr, 4).value = 128	# size
+    ctypes.c_uint64.from_buffer(attr, 8).value = config
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(298, ctypes.byref(attr), 0, -1, -1, 0)	# perf_event_open(self, any cpu)
+    if fd < 0:
+        return None
+    return lambda: int.from_bytes(os.read(fd, 8), "little")
+
+
 def out(rec):
     print(json.dumps(rec), flush=True)
 
@@ -102,6 +118,9 @@ def run(name):
         else:
             gc_s[0] += time.monotonic() - gc_s[1]
     gc.callbacks.append(gc_cb)
+    ins, cyc = hw_counter(1), hw_counter(0)
+    if not ins:
+        print("no hardware counters: instructions not recorded", file=sys.stderr, flush=True)
     t_start = time.monotonic()
     print("started %s %.6f" % (name, t_start), file=sys.stderr, flush=True)
     # the two clocks side by side, to put the server's windows (wall time) on the steps' clock
@@ -109,9 +128,11 @@ def run(name):
     steps = []
     stop = os.environ.get("STOP_FILE")	# run until that file exists (overhead_long.sh)
     while (not os.path.exists(stop)) if stop else time.monotonic() - t_start < PHASE_S:
+        i0, y0 = ins() if ins else 0, cyc() if cyc else 0
         t0, c0, g0 = time.monotonic(), time.thread_time(), gc_s[0]
         w.step()
-        steps.append((t0, time.monotonic(), time.thread_time() - c0, gc_s[0] - g0))
+        steps.append((t0, time.monotonic(), time.thread_time() - c0, gc_s[0] - g0,
+                      (ins() - i0) if ins else None, (cyc() - y0) if cyc else None))
     t_end = time.monotonic()
     post = 0.0
     if ctx is not None:
@@ -119,8 +140,9 @@ def run(name):
         ctx.__exit__(None, None, None)
         post = time.monotonic() - p0
     gc.callbacks.remove(gc_cb)
-    for a, b, c, g in steps:	# c: the main thread's CPU time in the step, g: the collector's
-        out({"phase": name, "t0": a, "t1": b, "units": w.units, "cpu": c, "gc": g})
+    for a, b, c, g, i, y in steps:	# the main thread's CPU time, the collector's, instructions, cycles
+        out({"phase": name, "t0": a, "t1": b, "units": w.units, "cpu": c, "gc": g, "ins": i,
+             "cyc": y})
     out({"phase": name, "summary": 1, "t0": t_start, "t1": t_end, "steps": len(steps),
          "units": len(steps) * w.units, "rate": len(steps) * w.units / (t_end - t_start),
          "post_s": post, "pid": os.getpid()})

@@ -154,6 +154,12 @@ try:
     # other test runs, which holds /metrics for seconds (its families: test_cuda_probe)
     env = dict(os.environ, GPUSCOPE_NVML_REPLAY=trace, GPUSCOPE_NVML_REPLAY_SPEED="10",
                GPUSCOPE_AGENT_MODULES_OFF="cuda_probe")
+    # the kernel's BPF run-time accounting on, so that the agent's per-program families are
+    # exported (and linted) too; restored below
+    stats_path = "/proc/sys/kernel/bpf_stats_enabled"
+    stats_was = open(stats_path).read().strip()
+    with open(stats_path, "w") as f:
+        f.write("1")
     full = subprocess.Popen([os.path.join(out, "gpuscope-agent"), "run", "--server", server.url,
                              "--push-interval", "1s", "--node", node + "-all", "--metrics-listen",
                              "127.0.0.1:0"] + (["--nvml-library", replay] if os.path.exists(replay) else []),
@@ -198,10 +204,16 @@ try:
                       (who, len(lint), "; ".join(other[:6])))
         if not promtool:
             print("promtool missing (Debian: prometheus): not run")
+        runs = {p: float(v) for p, v in re.findall(
+            r'^gpuscope_agent_bpf_runs_total\{program="(\w+)",id="\d+"\} (\S+)$', texts["agent"], re.M)}
+        check(runs.get("on_switch", 0) > 0 and "gpuscope_agent_bpf_stats_enabled 1" in texts["agent"],
+              "the agent's BPF programs' runs and run time on /metrics (%s)" % sorted(runs.items())[:4])
         check("DCGM_FI_DEV_GPU_UTIL" in texts["agent"] or not os.path.exists(replay),
               "the agent's NVML families are dcgm-exporter's names (%s)" %
               sorted(set(re.findall(r"^(DCGM_FI_\w+)", texts["agent"], re.M))))
     finally:
+        with open(stats_path, "w") as f:
+            f.write(stats_was)
         full.terminate()
         try:
             full.wait(60)
