@@ -35,6 +35,11 @@ struct ingest {
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
+	/* the last location and stack block read for a content check (dedup_id()) */
+	struct lblock lb;
+	struct sblock sb;
+	int64_t lb_first, sb_first;	/* their first ids; 0: none */
+	uint64_t *cmp_ids;		/* BATCH_MAX_DEPTH, for same_stack() */
 };
 
 static const char *S(const struct ingest *in, uint32_t i)
@@ -42,30 +47,135 @@ static const char *S(const struct ingest *in, uint32_t i)
 	return in->m->strings[i];
 }
 
-/* Resolves a hash to an id through the cache, then the table; inserts via add otherwise. */
-static int dedup_id(struct sq *s, struct u64map *cache, int get, uint64_t hash, uint64_t *ret)
+/*
+ * The block holding id through st (a SELECT id, data FROM ...blocks WHERE id <= ? ORDER BY id
+ * DESC LIMIT 1): 1 and *ret_first, its blob in *ret and *ret_len (valid until st is reset), 0
+ * none, -EIO.
+ */
+static int block_get(sqlite3_stmt *st, uint64_t id, int64_t *ret_first, const void **ret,
+		     size_t *ret_len)
 {
-	uint64_t *v = u64map_find(cache, hash);
-	int64_t id;
 	int rc;
+
+	sqlite3_bind_int64(st, 1, (int64_t)id);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE)
+		return 0;
+	if (rc != SQLITE_ROW)
+		return -EIO;
+	*ret_first = sqlite3_column_int64(st, 0);
+	*ret = sqlite3_column_blob(st, 1);
+	*ret_len = (size_t)sqlite3_column_bytes(st, 1);
+	return 1;
+}
+
+/* Is stored location id the one key_l describes? 1 yes, 0 no (or not readable), -errno. */
+static int same_location(struct ingest *in, uint64_t id, const void *what)
+{
+	const Gpuscope__V1__Location *l = what;
+	sqlite3_stmt *st = in->s->st[ST_LOCBLOCK_GET];
+	const struct lrow *r = NULL;
+	int rc = 0;
+
+	if (!in->lb_first || !(r = loc_block_find(&in->lb, id))) {
+		const void *blob;
+		size_t len;
+
+		rc = block_get(st, id, &in->lb_first, &blob, &len);
+		if (rc > 0 && loc_block_decode(&in->lb, blob, len))
+			in->lb_first = 0;	/* unreadable: not the same */
+		sqlite3_reset(st);
+		if (rc <= 0) {
+			in->lb_first = 0;
+			return rc;
+		}
+		r = in->lb_first ? loc_block_find(&in->lb, id) : NULL;
+	}
+	if (!r)
+		return 0;
+	return !strcmp(r->str[0], S(in, l->function)) && !strcmp(r->str[1], S(in, l->module)) &&
+	       !strcmp(r->str[2], S(in, l->build_id)) && !strcmp(r->str[3], S(in, l->file)) &&
+	       r->line == l->line && r->address == l->address &&
+	       r->flags == ((l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u));
+}
+
+/* A stack's global location ids, for same_stack(). */
+struct stack_key {
+	const uint64_t *ids;
+	size_t n;
+};
+
+/* Is stored stack id the list of location ids `what` holds? 1 yes, 0 no, -errno. */
+static int same_stack(struct ingest *in, uint64_t id, const void *what)
+{
+	const struct stack_key *k = what;
+	sqlite3_stmt *st = in->s->st[ST_STACKBLOCK_GET];
+	uint64_t *ids = in->cmp_ids;
+	ptrdiff_t i = -1;
+	size_t n = 0;
+	int rc;
+
+	if (!ids && !(ids = in->cmp_ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids))))
+		return -ENOMEM;
+	if (!in->sb_first || (i = stack_block_find(&in->sb, id)) < 0) {
+		const void *blob;
+		size_t len;
+
+		rc = block_get(st, id, &in->sb_first, &blob, &len);
+		if (rc > 0 && stack_block_decode(&in->sb, blob, len))
+			in->sb_first = 0;
+		sqlite3_reset(st);
+		if (rc <= 0) {
+			in->sb_first = 0;
+			return rc;
+		}
+		i = in->sb_first ? stack_block_find(&in->sb, id) : -1;
+	}
+	if (i < 0 || stack_locs_decode(in->sb.locs[i], in->sb.len[i], ids, BATCH_MAX_DEPTH, &n))
+		return 0;
+	return n == k->n && !memcmp(ids, k->ids, n * sizeof(*ids));
+}
+
+/*
+ * Resolves a content hash to an id: the cache (full 64-bit hashes of what this server stored or
+ * found), then the table, keyed by the hash's top 32 bits: each row with that key is a
+ * candidate, and the first whose stored content same() finds equal to `what` is the one (two
+ * contents sharing 32 bits are both stored, each under its own id). Without same (series),
+ * the table's key is the whole hash. 1 found (*ret), 0 new, or -errno.
+ */
+static int dedup_id(struct ingest *in, struct u64map *cache, int get, uint64_t hash,
+		    int (*same)(struct ingest *in, uint64_t id, const void *what), const void *what,
+		    uint64_t *ret)
+{
+	struct sq *s = in->s;
+	sqlite3_stmt *st = s->st[get];
+	uint64_t *v = u64map_find(cache, hash);
+	int64_t id = 0;
+	int rc, found = 0;
 
 	if (v) {
 		*ret = *v;
 		return 1;
 	}
-	sqlite3_bind_int64(s->st[get], 1, (int64_t)hash);
-	rc = sq_step_i64(s->st[get], &id);
-	if (rc < 0)
-		return rc;
-	if (rc) {
-		if (cache->len > DEDUP_CACHE_MAX)
-			u64map_done(cache);
-		if (!u64map_upsert(cache, hash, (uint64_t)id, NULL))
-			return -ENOMEM;
-		*ret = (uint64_t)id;
-		return 1;
+	sqlite3_bind_int64(st, 1, same ? SQ_KEY32(hash) : (int64_t)hash);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		id = sqlite3_column_int64(st, 0);
+		found = same ? same(in, (uint64_t)id, what) : 1;
+		if (found)
+			break;
 	}
-	return 0;
+	if (!found && rc != SQLITE_DONE)
+		found = -EIO;
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	if (found <= 0)
+		return found;
+	if (cache->len > DEDUP_CACHE_MAX)
+		u64map_done(cache);
+	if (!u64map_upsert(cache, hash, (uint64_t)id, NULL))
+		return -ENOMEM;
+	*ret = (uint64_t)id;
+	return 1;
 }
 
 static int cache_new(struct sq *s, struct u64map *cache, uint64_t hash, uint64_t id)
@@ -214,14 +324,14 @@ static int map_locations(struct ingest *in)
 			err = -ENOMEM;
 			break;
 		}
-		rc = dedup_id(s, &s->loc_ids, ST_LOC_GET, hash, &id);
+		rc = dedup_id(in, &s->loc_ids, ST_LOC_GET, hash, same_location, l, &id);
 		if (rc < 0) {
 			err = rc;
 			break;
 		}
 		if (!rc) {
 			id = ++s->loc_seq;
-			sqlite3_bind_int64(st, 1, (int64_t)hash);
+			sqlite3_bind_int64(st, 1, SQ_KEY32(hash));
 			sqlite3_bind_int64(st, 2, (int64_t)id);
 			if (sq_step_done(st)) {
 				err = -EIO;
@@ -346,7 +456,6 @@ static int map_stacks(struct ingest *in)
 		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
 		uint64_t hash, id;
 		int rc;
-
 		/* the content hash is over the plain varint ids, the stored list delta-coded */
 		key.len = 0;
 		for (size_t k = 0; k < nl; k++) {
@@ -358,7 +467,9 @@ static int map_stacks(struct ingest *in)
 			break;
 		}
 		hash = hash64(key.p, key.len, 13);
-		rc = dedup_id(s, &s->stack_ids, ST_STACK_GET, hash, &id);
+		struct stack_key sk = { ids, nl };
+
+		rc = dedup_id(in, &s->stack_ids, ST_STACK_GET, hash, same_stack, &sk, &id);
 		if (rc < 0) {
 			err = rc;
 			break;
@@ -372,8 +483,9 @@ static int map_stacks(struct ingest *in)
 				break;
 			}
 			if (*d < today + 1) {
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)hash);
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, SQ_KEY32(hash));
 				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 3, (int64_t)id);
 				if (sq_step_done(s->st[ST_STACK_DAY])) {
 					err = -EIO;
 					break;
@@ -382,7 +494,7 @@ static int map_stacks(struct ingest *in)
 			}
 		} else {
 			id = ++s->stack_seq;
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)hash);
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, SQ_KEY32(hash));
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)id);
 			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
@@ -575,7 +687,7 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 		buf_put(&key, &ls, sizeof(ls));
 		hash = key.oom ? 0 : hash64(key.p, key.len, 14);
 		buf_done(&key);
-		rc = dedup_id(s, &s->series_ids, ST_SERIES_GET, hash, &id);
+		rc = dedup_id(in, &s->series_ids, ST_SERIES_GET, hash, NULL, NULL, &id);
 		if (rc < 0)
 			return rc;
 		if (!rc) {
@@ -1088,6 +1200,9 @@ out_free:
 	free(in->ls);
 	free(in->loc_gid);
 	free(in->stack_gid);
+	lblock_done(&in->lb);
+	sblock_done(&in->sb);
+	free(in->cmp_ids);
 	return g.rc;
 }
 

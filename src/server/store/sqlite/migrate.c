@@ -5,7 +5,8 @@
  * stacks move from one row each into compressed blocks (a stack's location ids delta-coded),
  * intervals from one row each into chunks (docs/server.md "Storage"). Schema 2 -> 3: nothing
  * to move (format-1 chunks are read as they are). Schema 3 -> 4: label sets from one row each
- * with their pairs into a row without them and blocks of their pairs.
+ * with their pairs into a row without them and blocks of their pairs. Schema 4 -> 5: the
+ * locations' and stacks' tables keyed by 32 bits of the content hash instead of 64.
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -63,14 +64,14 @@ static int copy_locations(struct sq *s)
 	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file,"
 					      " line, address, flags FROM v1_locations ORDER BY id",
 					-1, &sel, NULL) ||
-		     sqlite3_prepare_v2(s->w, "INSERT INTO locations(hash, id) VALUES (?, ?)", -1,
+		     sqlite3_prepare_v2(s->w, "INSERT INTO locations(h, id) VALUES (?, ?)", -1,
 					&ins, NULL)))
 		err = -EIO;
 	while (!err) {
 		int rc = sqlite3_step(sel);
 
 		if (rc == SQLITE_ROW) {
-			sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 1));
+			sqlite3_bind_int64(ins, 1, SQ_KEY32(sqlite3_column_int64(sel, 1)));
 			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
 			err = sq_step_done(ins);
 			r[nr] = (struct lrow){ .id = (uint64_t)sqlite3_column_int64(sel, 0),
@@ -136,7 +137,7 @@ static int copy_stacks(struct sq *s)
 
 	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, locs, day FROM v1_stacks ORDER BY id",
 					-1, &sel, NULL) ||
-		     sqlite3_prepare_v2(s->w, "INSERT INTO stacks(hash, id, day) VALUES (?, ?, ?)", -1,
+		     sqlite3_prepare_v2(s->w, "INSERT INTO stacks(h, id, day) VALUES (?, ?, ?)", -1,
 					&ins, NULL)))
 		err = -EIO;
 	while (!err) {
@@ -158,7 +159,7 @@ static int copy_stacks(struct sq *s)
 			off[nr] = b.len;
 			stack_locs_encode(ids, n, &b);
 			lens[nr] = b.len - off[nr];
-			sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 1));
+			sqlite3_bind_int64(ins, 1, SQ_KEY32(sqlite3_column_int64(sel, 1)));
 			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
 			sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 3));
 			err = sq_step_done(ins);
@@ -427,4 +428,27 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
 	free(lens);
 	free(v);
 	return e;
+}
+
+int sq_migrate_v4_rename(struct sq *s, char *err, size_t errlen)
+{
+	if (sqlite3_exec(s->w, "ALTER TABLE locations RENAME TO v4_locations;"
+			       " ALTER TABLE stacks RENAME TO v4_stacks;", NULL, NULL, NULL)) {
+		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
+		return -EIO;
+	}
+	return 0;
+}
+
+int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen)
+{
+	/* SQLite's >> on the signed 64-bit hash is SQ_KEY32() */
+	if (sqlite3_exec(s->w, "INSERT INTO locations(h, id) SELECT hash >> 32, id FROM v4_locations;"
+			       " DROP TABLE v4_locations;"
+			       " INSERT INTO stacks(h, id, day) SELECT hash >> 32, id, day FROM v4_stacks;"
+			       " DROP TABLE v4_stacks;", NULL, NULL, NULL)) {
+		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
+		return -EIO;
+	}
+	return 0;
 }

@@ -29,13 +29,16 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_MAX] = "SELECT coalesce(max(id), 0) FROM labelsets",
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
-	[ST_LOC_GET] = "SELECT id FROM locations WHERE hash = ?",
-	[ST_LOC_ADD] = "INSERT INTO locations(hash, id) VALUES (?, ?)",
+	[ST_LOC_GET] = "SELECT id FROM locations WHERE h = ?",
+	[ST_LOC_ADD] = "INSERT INTO locations(h, id) VALUES (?, ?)",
+	[ST_LOCBLOCK_GET] = "SELECT id, data FROM locblocks WHERE id <= ? ORDER BY id DESC LIMIT 1",
 	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
-	[ST_STACK_GET] = "SELECT id FROM stacks WHERE hash = ?",
-	[ST_STACK_ADD] = "INSERT INTO stacks(hash, id, day) VALUES (?, ?, ?)",
-	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE hash = ?1",
+	[ST_STACK_GET] = "SELECT id FROM stacks WHERE h = ?",
+	[ST_STACK_ADD] = "INSERT INTO stacks(h, id, day) VALUES (?, ?, ?)",
+	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE h = ?1 AND id = ?3",
+	[ST_STACKBLOCK_GET] = "SELECT id, data FROM stackblocks WHERE id <= ? ORDER BY id DESC"
+			      " LIMIT 1",
 	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
@@ -73,16 +76,17 @@ static const char schema[] =
 	" first_ns INTEGER, last_ns INTEGER);"
 	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
-	/* locations: content hash -> id; their contents in blocks of consecutive ids, a block
-	 * keyed by its first id, `last` its last (chunk.h has the blob) */
-	"CREATE TABLE IF NOT EXISTS locations(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL)"
-	" WITHOUT ROWID;"
+	/* locations: the top 32 bits of the content hash (SQ_KEY32) -> id, the content checked
+	 * on a match; their contents in blocks of consecutive ids, a block keyed by its first id,
+	 * `last` its last (chunk.h has the blob) */
+	"CREATE TABLE IF NOT EXISTS locations(h INTEGER NOT NULL, id INTEGER NOT NULL,"
+	" PRIMARY KEY(h, id)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
 	 * GC), their location lists in blocks */
-	"CREATE TABLE IF NOT EXISTS stacks(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL,"
-	" day INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS stacks(h INTEGER NOT NULL, id INTEGER NOT NULL,"
+	" day INTEGER NOT NULL, PRIMARY KEY(h, id)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS stackblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
@@ -393,6 +397,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		if (ver < 4 && sq_migrate_v3_rename(s, err, errlen))
 			goto out_rollback;
+		if (ver >= 2 && ver < 5 && sq_migrate_v4_rename(s, err, errlen))
+			goto out_rollback;
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
@@ -410,6 +416,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver && ver < 4 && sq_migrate_v3_copy(s, err, errlen))
 		goto out_rollback;
+	if (ver >= 2 && ver < 5 && sq_migrate_v4_copy(s, err, errlen))
+		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
@@ -420,9 +428,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 4) {
+	if (ver && ver < 5) {
 		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
-		 * tenth of the store): give them back to the disk.
+		 * tenth of the store; 4: the hash tables' quarter of theirs): give them back to
+		 * the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();
 		if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))

@@ -426,8 +426,9 @@ static int64_t gc_locations(struct sq *s)
 	free(ids);
 	if (err)
 		goto out;
-	if (sqlite3_prepare_v2(s->w, "SELECT hash, id FROM locations", -1, &st, NULL) ||
-	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE hash = ?", -1, &del, NULL)) {
+	if (sqlite3_prepare_v2(s->w, "SELECT h, id FROM locations", -1, &st, NULL) ||
+	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE h = ? AND id = ?", -1, &del,
+			       NULL)) {
 		err = -EIO;
 		goto out;
 	}
@@ -437,7 +438,9 @@ static int64_t gc_locations(struct sq *s)
 
 		if (u64map_find(&used, id))
 			continue;
-		if (u64_push(&dead, &ndead, &capdead, (uint64_t)sqlite3_column_int64(st, 0)))
+		/* its key and id, side by side */
+		if (u64_push(&dead, &ndead, &capdead, (uint64_t)sqlite3_column_int64(st, 0)) ||
+		    u64_push(&dead, &ndead, &capdead, id))
 			err = -ENOMEM;
 	}
 	sqlite3_finalize(st);
@@ -478,8 +481,9 @@ static int64_t gc_locations(struct sq *s)
 		err = -EIO;
 		goto out;
 	}
-	for (size_t i = 0; !err && i < ndead; i++) {
+	for (size_t i = 0; !err && i + 1 < ndead; i += 2) {
 		sqlite3_bind_int64(del, 1, (int64_t)dead[i]);
+		sqlite3_bind_int64(del, 2, (int64_t)dead[i + 1]);
 		err = sq_step_done(del);
 		n++;
 	}
@@ -519,8 +523,8 @@ void sq_gc_dictionaries(struct sq *s)
 	pthread_mutex_lock(&s->wmu);
 	nl = gc_label_sets(s, cut);
 	if (cut_day > 0) {
-		ns = delete_all_locked(s, "DELETE FROM stacks WHERE hash IN (SELECT hash FROM stacks"
-				       " WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
+		ns = delete_all_locked(s, "DELETE FROM stacks WHERE (h, id) IN (SELECT h, id FROM"
+				       " stacks WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
 		__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
 	}
 	if (ns > 0 && !gc_stack_blocks(s))

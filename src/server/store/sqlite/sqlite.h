@@ -28,6 +28,9 @@
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
 #define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
 #define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
+/* The key of a location or stack in its table (schema 5): the content hash's top 32 bits as a
+ * signed number (4 bytes in a record, SQLite's `hash >> 32` of the schema-4 column). */
+#define SQ_KEY32(hash)	((int64_t)(int32_t)(uint32_t)((uint64_t)(hash) >> 32))
 #define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
 
 extern const uint64_t sq_level_ns[LEVELS];	/* bucket width of each rollup level */
@@ -48,7 +51,7 @@ enum {
 	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
-	ST_LS_MAX, ST_MAX,
+	ST_LS_MAX, ST_LOCBLOCK_GET, ST_STACKBLOCK_GET, ST_MAX,
 };
 
 struct sq {
@@ -171,8 +174,9 @@ void sq_dedup_reset(struct sq *s);
 
 /* ---- migrate.c: older schemas ---- */
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
- * tables and its format-1 chunks are read as they are. 4: label sets in blocks. */
-#define SQ_SCHEMA_VERSION 4
+ * tables and its format-1 chunks are read as they are. 4: label sets in blocks. 5: the
+ * locations' and stacks' tables keyed by 32 bits of their content hash (SQ_KEY32). */
+#define SQ_SCHEMA_VERSION 5
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -186,6 +190,10 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
  * pairs, into a row each without them and blocks of their pairs. */
 int sq_migrate_v3_rename(struct sq *s, char *err, size_t errlen);
 int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen);
+/* Likewise 4 -> 5 (2 and 3 on their way): the locations' and stacks' tables from 64-bit hash
+ * keys to SQ_KEY32() keys, ids and days kept (schema 1's tables are copied from v1_* instead). */
+int sq_migrate_v4_rename(struct sq *s, char *err, size_t errlen);
+int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Schema 5 keys the locations' and stacks' tables by the top 32 bits of their content hash and
+checks the content on a match (docs/server.md "Storage"): two locations, and two stacks, whose
+hashes share those 32 bits (found by brute force for batchgen's locations: c33243 and c195034;
+stacks of location ids [96, 291] and [824, 620]) are stored as two entries each, after a restart
+(no cache: the table is asked) the second of each gets its own id and answers with its own
+frames, and the first is found again, not stored twice."""
+import os
+import sqlite3
+import sys
+
+from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
+
+skip_if_unbuilt()
+
+
+def main():
+    t = now_ns() - 60 * 10**9
+    s = Server().start()
+    db = os.path.join(s.data, "gpuscope.db")
+    try:
+        # locations g1..g1000 get ids 1..1000, in this order
+        lines = ["node n"] + [f"sample {t + i} cpu 1 pid=1 g{i}" for i in range(1, 1001)]
+        lines += [f"sample {t + 2000} cpu 1 pid=1 c33243", f"sample {t + 2001} cpu 1 pid=1 g291;g96"]
+        code, body = s.ingest(encode("\n".join(lines) + "\n"))
+        check(code == 204, f"first batch {code} {body}")
+        s.stop()
+        s.start()	# the dedup caches are gone: the tables answer
+        t2 = t + 10**9
+        code, body = s.ingest(encode(f"node n\nsample {t2} cpu 1 pid=2 c195034\n"
+                                     f"sample {t2 + 1} cpu 1 pid=2 c33243\n"
+                                     f"sample {t2 + 2} cpu 1 pid=2 g620;g824\n"
+                                     f"sample {t2 + 3} cpu 1 pid=2 g291;g96\n"))
+        check(code == 204, f"second batch {code} {body}")
+        check(s.metric("gpuscope_server_locations") == 1002,
+              f"locations {s.metric('gpuscope_server_locations')}, want 1002 (c195034 new, c33243 found)")
+        check(s.metric("gpuscope_server_stacks") == 1004,
+              f"stacks {s.metric('gpuscope_server_stacks')}, want 1004")
+        r = sqlite3.connect(db)
+        for table, key in (("locations", 0x7cb65c07), ("stacks", 0x0141ad16)):
+            rows = r.execute(f"SELECT h, count(*) FROM {table} GROUP BY h HAVING count(*) > 1").fetchall()
+            check(rows == [(key, 2)], f"{table}: two entries under one 32-bit key {key:#x}: {rows}")
+        r.close()
+        fg = s.get_json(f"/api/v1/flamegraph?from={t2 / 1e9 - 0.5:.3f}&to={t2 / 1e9 + 0.5:.3f}")
+        check(fg["total"] == 4, f"second batch's samples: {fg['total']}")
+        for name in ("c195034", "c33243"):
+            n = find(fg["root"], name)
+            check(n is not None and n["value"] == 1, f"{name} answers as itself: {n}")
+        for outer, inner in (("g620", "g824"), ("g291", "g96")):
+            n = find(fg["root"], outer)
+            check(n is not None and find(n, inner) is not None, f"stack {outer};{inner}: {n}")
+    except Exception:
+        print(s.logtext(), file=sys.stderr)
+        raise
+    finally:
+        s.stop()
+    print("ok")
+
+
+main()
