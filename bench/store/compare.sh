@@ -18,9 +18,11 @@ start() {	# name binary: starts a server on $tmp/name, sets url
 	url=$(sed -n 's/listening on //p' "$tmp/$1.out")
 	[ -n "$url" ] || { echo "$1 did not start:"; cat "$tmp/$1.err"; exit 1; }
 }
-settle() {	# url: waits until every chunk is rolled up
-	for _ in $(seq 600); do
-		[ "$(curl -s "$1/metrics" | awk '$1 == "gpuscope_server_rollup_lag_chunks" {print $2}')" = 0 ] && return
+settle() {	# url: waits until every chunk is rolled up (and recompressed, where a server does)
+	for _ in $(seq 1200); do
+		curl -s "$1/metrics" | awk '$1 == "gpuscope_server_rollup_lag_chunks" {r = $2}
+			$1 == "gpuscope_server_store_recompress_lag_rows" {z = $2}
+			END {exit !(r == "0" && (z == "" || z == "0"))}' && return
 		sleep 0.5
 	done
 }

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Store bytes per sample on a recorded load (issue #16): stores a spool of real batches
 # (bench/store/record.sh) into a fresh gpuscope-server (SQLite), so two server versions are
-# compared on the same input. Prints what /metrics reports once every chunk is rolled up, then
-# SQLite's dbstat per table (with its indexes) and per index, per raw sample held.
+# compared on the same input. Prints what /metrics reports once every chunk is rolled up (and,
+# where the server recompresses in the background, recompressed), then SQLite's dbstat per table
+# (with its indexes) and per index, per raw sample held.
 # Usage: [SERVER=path/to/gpuscope-server] [KEEP=DIR] bench/store/replay.sh SPOOL_DIR [SERVER_ARGS...]
 # (KEEP: copy the database there at the end)
 # (no cardinality limit unless SERVER_ARGS sets one: the recording has no server to refuse it)
@@ -28,9 +29,20 @@ for _ in $(seq 600); do
 	[ "$(metric gpuscope_server_rollup_lag_chunks)" = 0 ] && break
 	sleep 0.5
 done
+echo "stored and rolled up in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 + $15) / 100}' /proc/$pid/stat)"
+for _ in $(seq 1200); do	# schema 5: settled blobs recompressed in the background
+	curl -s "$url/metrics" >"$tmp/m"
+	[ "$(metric gpuscope_server_store_recompress_lag_rows)" != 0 ] || break
+	sleep 0.5
+done
 sleep 3	# one more retention/rollup period, then a checkpoint-free look at the files
 curl -s "$url/metrics" >"$tmp/m"
-echo "stored in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 + $15) / 100}' /proc/$pid/stat)"
+echo "settled in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 + $15) / 100}' /proc/$pid/stat)"
+[ -z "$(metric gpuscope_server_store_recompress_cpu_seconds_total)" ] ||
+	printf 'recompression: %s s of CPU, %.1f -> %.1f MB\n' \
+		"$(metric gpuscope_server_store_recompress_cpu_seconds_total)" \
+		"$(awk "BEGIN{print $(metric 'gpuscope_server_store_recompress_bytes_total{when="before"}')/1e6}")" \
+		"$(awk "BEGIN{print $(metric 'gpuscope_server_store_recompress_bytes_total{when="after"}')/1e6}")"
 samples=$(metric gpuscope_server_store_samples_held)
 printf 'samples held %s, label sets %s, stacks %s, locations %s, store %.1f MB, %s bytes/sample (/metrics)\n' \
 	"$samples" "$(metric gpuscope_server_label_sets)" "$(metric gpuscope_server_stacks)" \

@@ -1146,6 +1146,19 @@ static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *
 			 s.cardinality_dropped_label_sets);
 	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "records",
 			 s.cardinality_dropped_records);
+	prom_gauge(out, "gpuscope_server_store_recompress_lag_rows",
+		   "Settled store rows (chunks, blocks) not yet compressed again at "
+		   "--recompress-level.", s.recompress_lag_rows);
+	prom_family(out, "gpuscope_server_store_recompress_cpu_seconds_total", "counter",
+		    "CPU time the background recompression spent.");
+	prom_sample(out, "gpuscope_server_store_recompress_cpu_seconds_total", NULL, 0,
+		    (double)s.recompress_cpu_ns / 1e9);
+	prom_family(out, "gpuscope_server_store_recompress_bytes_total", "counter",
+		    "Stored bytes the background recompression looked at, before and after.");
+	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "before",
+			 s.recompress_in);
+	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "after",
+			 s.recompress_out);
 	prom_counter(out, "gpuscope_server_store_wal_truncations_total",
 		     "Checkpoints that emptied the store's write-ahead log while ingest paused.",
 		     s.wal_truncations);

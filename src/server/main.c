@@ -42,6 +42,9 @@ static void usage(FILE *f)
 		"  --raw-retention DUR      keep per-sample timestamps this long (default 24h;\n"
 		"                           older samples live on in per-minute/hour rollups)\n"
 		"  --retention-period DUR   how often retention runs (default 60s)\n"
+		"  --recompress-level N     zstd level that settled blobs of the SQLite store are\n"
+		"                           compressed again at, in the background (default 19;\n"
+		"                           0: off)\n"
 		"  --ingest-token-file FILE POST /api/v1/ingest needs 'Authorization: Bearer <contents>'\n"
 		"  --query-token-file FILE  every other /api/ path needs 'Authorization: Bearer ...'\n"
 		"  --token-file FILE        the same token for both\n"
@@ -152,7 +155,7 @@ int main(int argc, char **argv)
 {
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY,
 	};
 	static const struct option opts[] = {
@@ -172,6 +175,7 @@ int main(int argc, char **argv)
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "max-new-label-sets-per-hour", required_argument, NULL, O_MAX_NEW_LS },
+		{ "recompress-level", required_argument, NULL, O_RECOMPRESS },
 		{ "max-new-stacks-per-hour", required_argument, NULL, O_MAX_NEW_STACKS },
 		{ "gpu-hour-price", required_argument, NULL, 'P' },
 		{ "export-queries", required_argument, NULL, 'Q' },
@@ -196,6 +200,7 @@ int main(int argc, char **argv)
 		.retention_ns = 30 * 86400 * NSEC_PER_SEC,
 		.raw_retention_ns = 86400 * NSEC_PER_SEC,
 		.enforce_period_ns = 60 * NSEC_PER_SEC,
+		.recompress_level = 19,
 		.max_new_label_sets_per_hour = 10000,
 		.max_new_stacks_per_hour = 200000,
 		.ch_commit_delay_ns = NSEC_PER_SEC,
@@ -280,6 +285,19 @@ int main(int argc, char **argv)
 		case O_THREADS:
 			ho.threads = parse_count("threads", optarg, 256);
 			break;
+		case O_RECOMPRESS: {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || !*optarg || *end || v < 0 || v > 22) {
+				log_error("--recompress-level: '%s' is not a zstd level in 0..22", optarg);
+				return 2;
+			}
+			so.recompress_level = (int)v;
+			break;
+		}
 		case O_MAX_NEW_LS:
 		case O_MAX_NEW_STACKS: {
 			uint64_t *dst = c == O_MAX_NEW_LS ? &so.max_new_label_sets_per_hour :

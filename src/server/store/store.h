@@ -24,6 +24,7 @@ struct store_opts {
 	uint64_t retention_ns;		/* everything (rollups, series, intervals) */
 	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
 	uint64_t enforce_period_ns;	/* how often retention and rollups run */
+	int recompress_level;		/* sqlite: zstd level of settled blobs; 0: off */
 	/* Cardinality per node and clock hour (sqlite): label sets and stacks seen for the first
 	 * time. Past the stack limit a batch is refused whole (ingest returns -EDQUOT); past the
 	 * label-set limit only its further new label sets are, their records dropped and counted
@@ -87,6 +88,8 @@ struct store_stats {
 	/* new label sets refused past the cardinality limit, and their records dropped */
 	uint64_t cardinality_dropped_label_sets, cardinality_dropped_records;
 	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
+	/* background recompression: rows waiting, CPU spent, bytes looked at and after */
+	uint64_t recompress_lag_rows, recompress_cpu_ns, recompress_in, recompress_out;
 };
 
 struct frame {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 #include "server/store/sqlite/chunk.h"
 
 /*
@@ -1494,4 +1495,32 @@ void sblock_done(struct sblock *b)
 	free(b->locs);
 	free(b->len);
 	memset(b, 0, sizeof(*b));
+}
+
+int blob_recompress(const void *blob, size_t len, void *zctx, int level, struct buf *tmp,
+		    uint8_t **ret, size_t *ret_len)
+{
+	const uint8_t *p = blob;
+	uint8_t *z;
+	size_t bound, n;
+	int err;
+
+	if (!len || !p[0])
+		return 0;	/* stored as it is: zstd made it longer */
+	tmp->len = 0;
+	err = zblob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	if (err)
+		return err;
+	bound = ZSTD_compressBound(tmp->len);
+	z = malloc(bound);
+	if (!z)
+		return -ENOMEM;
+	n = ZSTD_compressCCtx(zctx, z, bound, tmp->p, tmp->len, level);
+	if (ZSTD_isError(n) || n >= len) {
+		free(z);
+		return ZSTD_isError(n) ? -EINVAL : 0;
+	}
+	*ret = z;
+	*ret_len = n;
+	return 1;
 }

@@ -18,6 +18,15 @@
 #define CHUNK_ZLEVEL	3
 #define CHUNK_MAX_BLOB	(256u << 20)	/* decompressed blob bound */
 
+/*
+ * Any blob of this file's formats again at zstd `level` through zctx (a ZSTD_CCtx): the same
+ * bytes once decompressed, so every decoder reads it as before. 1 and *ret (malloc'ed, caller
+ * frees) when shorter than len, 0 when not (or stored uncompressed), -errno when blob is not
+ * a zstd frame of at most CHUNK_MAX_BLOB bytes. tmp: scratch.
+ */
+int blob_recompress(const void *blob, size_t len, void *zctx, int level, struct buf *tmp,
+		    uint8_t **ret, size_t *ret_len);
+
 /* One sample before encoding. */
 struct srow {
 	uint64_t t;

@@ -66,6 +66,9 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
 	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0),"
 	" ('stack_seq', 0);"
+	/* background recompression: the last id of each table recompressed (recompress.c) */
+	"INSERT OR IGNORE INTO meta VALUES ('rz_chunks', 0), ('rz_ivchunks', 0), ('rz_points', 0),"
+	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
@@ -254,6 +257,8 @@ static void sq_stats(struct store *st, struct store_stats *o)
 		o->stacks = (uint64_t)query_i64(db, "SELECT count(*) FROM stacks");
 		o->locations = (uint64_t)query_i64(db, "SELECT count(*) FROM locations");
 		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
+		lag = sq_recompress_lag(s, db);
+		o->recompress_lag_rows = lag > 0 ? (uint64_t)lag : 0;
 		sq_pool_put(s, db);
 	}
 	o->gc_stacks = __atomic_load_n(&s->n_gc_stacks, __ATOMIC_RELAXED);
@@ -261,6 +266,9 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->gc_label_sets = __atomic_load_n(&s->n_gc_lsets, __ATOMIC_RELAXED);
 	o->gc_series = __atomic_load_n(&s->n_gc_series, __ATOMIC_RELAXED);
 	o->wal_truncations = __atomic_load_n(&s->n_wal_truncations, __ATOMIC_RELAXED);
+	o->recompress_cpu_ns = __atomic_load_n(&s->n_rz_cpu_ns, __ATOMIC_RELAXED);
+	o->recompress_in = __atomic_load_n(&s->n_rz_in, __ATOMIC_RELAXED);
+	o->recompress_out = __atomic_load_n(&s->n_rz_out, __ATOMIC_RELAXED);
 	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
 							    __ATOMIC_RELAXED);
 	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,

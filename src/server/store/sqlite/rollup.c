@@ -296,6 +296,7 @@ void *sq_maint_main(void *arg)
 		uint64_t period = s->o.enforce_period_ns < ROLLUP_PERIOD_NS ? s->o.enforce_period_ns
 										: ROLLUP_PERIOD_NS;
 		uint64_t until = wall_ns() + period;
+		bool more;
 		int n;
 
 		pthread_mutex_unlock(&s->mmu);
@@ -306,11 +307,14 @@ void *sq_maint_main(void *arg)
 			sq_enforce_retention(s);
 			last_ret = wall_ns();
 		}
+		more = !s->stopping && sq_recompress(s);
 		if (!s->stopping)
 			wal_truncate_if_idle(s);
 		pthread_mutex_lock(&s->mmu);
 		if (s->stopping)
 			break;
+		if (more)
+			until = wall_ns();	/* recompression left some: go on after the rollups */
 		ts.tv_sec = (time_t)(until / NSEC_PER_SEC);
 		ts.tv_nsec = (long)(until % NSEC_PER_SEC);
 		pthread_cond_timedwait(&s->mcond, &s->mmu, &ts);

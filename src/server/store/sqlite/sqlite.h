@@ -100,6 +100,9 @@ struct sq {
 	uint64_t n_card_dropped_ls, n_card_dropped_records;	/* past the label-set limit */
 	uint64_t last_commit_ns;	/* mono_ns() of the last ingest commit */
 	uint64_t n_wal_truncations;	/* idle checkpoints that emptied the WAL */
+	/* background recompression (recompress.c): CPU spent, stored bytes looked at, and what
+	 * they take now */
+	uint64_t n_rz_cpu_ns, n_rz_in, n_rz_out;
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
@@ -197,6 +200,13 @@ int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
+
+/* ---- recompress.c ---- */
+/* Recompresses settled blobs at o.recompress_level for up to a second (maintenance thread);
+ * true when some are still waiting. */
+bool sq_recompress(struct sq *s);
+/* Rows waiting for recompression (read connection db). */
+int64_t sq_recompress_lag(struct sq *s, sqlite3 *db);
 
 /* ---- retention.c ---- */
 /* Deletes what is past retention, in bounded rounds, then the dictionary rows no retained
