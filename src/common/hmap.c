@@ -81,6 +81,40 @@ uint64_t *u64map_upsert(struct u64map *m, uint64_t key, uint64_t dflt, int *ret_
 	return &m->vals[s];
 }
 
+int u64map_remove(struct u64map *m, uint64_t key)
+{
+	size_t mask = m->cap - 1, i, j;
+
+	if (!key) {
+		if (!m->has_zero)
+			return 0;
+		m->has_zero = 0;
+		return 1;
+	}
+	if (!m->cap)
+		return 0;
+	for (i = slot_of(key, m->cap); m->keys[i] != key; i = (i + 1) & mask)
+		if (!m->keys[i])
+			return 0;
+	/* Shift back each later entry of the run whose home slot is not in (i, j]. */
+	for (j = i;;) {
+		size_t k;
+
+		j = (j + 1) & mask;
+		if (!m->keys[j])
+			break;
+		k = slot_of(m->keys[j], m->cap);
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		m->keys[i] = m->keys[j];
+		m->vals[i] = m->vals[j];
+		i = j;
+	}
+	m->keys[i] = 0;
+	m->len--;
+	return 1;
+}
+
 void u64map_done(struct u64map *m)
 {
 	free(m->keys);

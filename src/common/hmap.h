@@ -23,6 +23,9 @@ void u64map_done(struct u64map *m);
 uint64_t *u64map_upsert(struct u64map *m, uint64_t key, uint64_t dflt, int *ret_inserted);
 /* Returns the value slot or NULL if absent. */
 uint64_t *u64map_find(const struct u64map *m, uint64_t key);
+/* Removes key (backward-shift deletion: no tombstones); whether it was there. Value slots
+ * returned before may move. */
+int u64map_remove(struct u64map *m, uint64_t key);
 
 struct strtab {
 	char **strs;		/* index -> string (owned) */

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
 
 skip_if_unbuilt()
 DAY = 86400 * 10**9
@@ -63,8 +63,29 @@ def main():
         s.stop()
     db = sqlite3.connect(os.path.join(data, "gpuscope.db"))
     blocks = db.execute("SELECT id, last FROM stackblocks ORDER BY id").fetchall()
+    lblocks = db.execute("SELECT count(*) FROM locblocks").fetchone()[0]
     db.close()
     check(blocks == [(2, 2), (3, 3)], f"the old block written again with stack 2 only: {blocks}")
+    # Locations have no table (schema 6): the index is loaded from the blocks, which GC wrote
+    # again without 'gone'; a restart finds the 3 left, and 'gone' met again is new.
+    s = Server(data=data, args=["--retention", "1d", "--retention-period", "1h"]).start()
+    try:
+        check(lblocks == 2 and s.metric("gpuscope_server_locations") == 3,
+              f"after a restart: {s.metric('gpuscope_server_locations')} locations in {lblocks} blocks")
+        code, body = s.ingest(encode(f"node n\nsample {now + 5} cpu 1 pid=2 main;gone\n"
+                                     f"sample {now + 6} cpu 1 pid=2 main;kept\n"))
+        check(code == 204, f"batch after GC {code} {body}")
+        check(s.metric("gpuscope_server_locations") == 4 and s.metric("gpuscope_server_stacks") == 3,
+              f"'gone' stored again: {s.metric('gpuscope_server_locations')} locations")
+        fg = s.get_json(f"/api/v1/flamegraph?from={(now - 60 * 10**9) / 1e9:.3f}&to={(now + 60 * 10**9) / 1e9:.3f}")
+        main_ = find(fg["root"], "main")
+        check(main_ and find(main_, "gone")["value"] == 1 and find(main_, "kept")["value"] == 2,
+              f"frames after GC and restart: {main_}")
+    except Exception:
+        print(s.logtext(), file=sys.stderr)
+        raise
+    finally:
+        s.stop()
     same_new_label_set()
     print("ok")
 

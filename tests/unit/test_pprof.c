@@ -39,6 +39,27 @@ static bool test_hmap_u64(void)
 		ok = ASSERT_TRUE(v && *v == k, "find");
 	}
 	ok = ok && ASSERT_TRUE(!u64map_find(&m, 7), "absent");
+	/* remove every third key (and key 0), then every key is found or absent as it should,
+	 * also in runs of colliding slots (dense keys in a small table) */
+	for (uint64_t k = 0; k < 10000 && ok; k += 3)
+		ok = ASSERT_TRUE(u64map_remove(&m, k * 7919), "remove");
+	ok = ok && ASSERT_TRUE(!u64map_remove(&m, 3 * 7919), "removed twice") &&
+	     ASSERT_EQ(m.len, 10000 - 3334, "len after removes");
+	for (uint64_t k = 0; k < 10000 && ok; k++) {
+		uint64_t *v = u64map_find(&m, k * 7919);
+
+		ok = k % 3 ? ASSERT_TRUE(v && *v == k, "kept") : ASSERT_TRUE(!v, "removed");
+	}
+	u64map_done(&m);
+	for (uint64_t k = 1; k <= 40 && ok; k++)
+		ok = ASSERT_TRUE(u64map_upsert(&m, k, k, NULL) != NULL, "insert small");
+	for (uint64_t k = 1; k <= 40 && ok; k += 2)
+		ok = ASSERT_TRUE(u64map_remove(&m, k), "remove small");
+	for (uint64_t k = 1; k <= 40 && ok; k++) {
+		uint64_t *v = u64map_find(&m, k);
+
+		ok = k % 2 ? ASSERT_TRUE(!v, "small removed") : ASSERT_TRUE(v && *v == k, "small kept");
+	}
 	u64map_done(&m);
 	return ok;
 }

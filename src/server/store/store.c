@@ -70,18 +70,24 @@ uint64_t store_label_set(const struct Gpuscope__V1__Batch *m, size_t i, const ch
 	return blob->oom ? 0 : hash64(blob->p, blob->len, 11);
 }
 
+uint64_t store_location_hash_of(const char *const strs[4], uint32_t line, uint64_t address,
+				uint32_t flags, struct buf *key)
+{
+	key->len = 0;
+	for (int k = 0; k < 4; k++)
+		buf_put(key, strs[k], strlen(strs[k]) + 1);
+	buf_put(key, &line, sizeof(line));
+	buf_put(key, &address, sizeof(address));
+	buf_put(key, &flags, sizeof(flags));
+	return key->oom ? 0 : hash64(key->p, key->len, 12);
+}
+
 uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 			     const struct Gpuscope__V1__Location *l, struct buf *key)
 {
 	const char *const strs[4] = { m->strings[l->function], m->strings[l->module],
 				      m->strings[l->build_id], m->strings[l->file] };
-	uint32_t flags = (l->kernel ? 1 : 0) | (l->inlined ? 2 : 0);
 
-	key->len = 0;
-	for (int k = 0; k < 4; k++)
-		buf_put(key, strs[k], strlen(strs[k]) + 1);
-	buf_put(key, &l->line, sizeof(l->line));
-	buf_put(key, &l->address, sizeof(l->address));
-	buf_put(key, &flags, sizeof(flags));
-	return key->oom ? 0 : hash64(key->p, key->len, 12);
+	return store_location_hash_of(strs, l->line, l->address,
+				      (l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u), key);
 }

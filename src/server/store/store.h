@@ -174,8 +174,11 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
  */
 uint64_t store_label_set(const struct Gpuscope__V1__Batch *m, size_t i, const char **pairs,
 			 size_t *ret_n, struct buf *blob);
-/* Content hash of location l of batch m (function, module, build-id, file, line, address,
- * kernel/inlined flags); key is scratch. */
+/* Content hash of a location: function, module, build-id and file names, line, address,
+ * flags (1 kernel, 2 inlined); key is scratch. */
+uint64_t store_location_hash_of(const char *const strs[4], uint32_t line, uint64_t address,
+				uint32_t flags, struct buf *key);
+/* Content hash of location l of batch m, store_location_hash_of() its fields. */
 struct Gpuscope__V1__Location;
 uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 			     const struct Gpuscope__V1__Location *l, struct buf *key);

@@ -35,10 +35,9 @@ struct ingest {
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
-	/* the last location and stack block read for a content check (dedup_id()) */
-	struct lblock lb;
+	/* the last stack block read for a content check (dedup_id()) */
 	struct sblock sb;
-	int64_t lb_first, sb_first;	/* their first ids; 0: none */
+	int64_t sb_first;		/* its first id; 0: none */
 	uint64_t *cmp_ids;		/* BATCH_MAX_DEPTH, for same_stack() */
 };
 
@@ -67,36 +66,6 @@ static int block_get(sqlite3_stmt *st, uint64_t id, int64_t *ret_first, const vo
 	*ret = sqlite3_column_blob(st, 1);
 	*ret_len = (size_t)sqlite3_column_bytes(st, 1);
 	return 1;
-}
-
-/* Is stored location id the one key_l describes? 1 yes, 0 no (or not readable), -errno. */
-static int same_location(struct ingest *in, uint64_t id, const void *what)
-{
-	const Gpuscope__V1__Location *l = what;
-	sqlite3_stmt *st = in->s->st[ST_LOCBLOCK_GET];
-	const struct lrow *r = NULL;
-	int rc = 0;
-
-	if (!in->lb_first || !(r = loc_block_find(&in->lb, id))) {
-		const void *blob;
-		size_t len;
-
-		rc = block_get(st, id, &in->lb_first, &blob, &len);
-		if (rc > 0 && loc_block_decode(&in->lb, blob, len))
-			in->lb_first = 0;	/* unreadable: not the same */
-		sqlite3_reset(st);
-		if (rc <= 0) {
-			in->lb_first = 0;
-			return rc;
-		}
-		r = in->lb_first ? loc_block_find(&in->lb, id) : NULL;
-	}
-	if (!r)
-		return 0;
-	return !strcmp(r->str[0], S(in, l->function)) && !strcmp(r->str[1], S(in, l->module)) &&
-	       !strcmp(r->str[2], S(in, l->build_id)) && !strcmp(r->str[3], S(in, l->file)) &&
-	       r->line == l->line && r->address == l->address &&
-	       r->flags == ((l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u));
 }
 
 /* A stack's global location ids, for same_stack(). */
@@ -296,8 +265,9 @@ int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n)
 }
 
 /*
- * The batch's locations to global ids: known ones by content hash (cache, then the locations
- * table), new ones numbered after the last and stored together as one block (a few if many).
+ * The batch's locations to global ids: known ones by content hash (the in-memory index of
+ * every stored location, schema 6), new ones numbered after the last and stored together as
+ * one block (a few if many).
  */
 static int map_locations(struct ingest *in)
 {
@@ -310,34 +280,29 @@ static int map_locations(struct ingest *in)
 
 	if (!m->n_locations)
 		return 0;
+	if (s->loc_index_stale && (err = sq_locs_load(s)))
+		return err;
 	r = malloc((m->n_locations < LOC_BLOCK_MAX ? m->n_locations : LOC_BLOCK_MAX) * sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	for (size_t i = 0; i < m->n_locations && !err; i++) {
 		const Gpuscope__V1__Location *l = m->locations[i];
-		sqlite3_stmt *st = s->st[ST_LOC_ADD];
-		uint64_t hash, id;
-		int rc;
+		uint64_t hash, id, *v;
+		int added = 0;
 
 		hash = store_location_hash(m, l, &key);
 		if (key.oom) {
 			err = -ENOMEM;
 			break;
 		}
-		rc = dedup_id(in, &s->loc_ids, ST_LOC_GET, hash, same_location, l, &id);
-		if (rc < 0) {
-			err = rc;
+		v = u64map_upsert(&s->loc_ids, hash, s->loc_seq + 1, &added);
+		if (!v) {
+			err = -ENOMEM;
 			break;
 		}
-		if (!rc) {
+		id = *v;
+		if (added) {
 			id = ++s->loc_seq;
-			sqlite3_bind_int64(st, 1, SQ_KEY32(hash));
-			sqlite3_bind_int64(st, 2, (int64_t)id);
-			if (sq_step_done(st)) {
-				err = -EIO;
-				break;
-			}
-			err = cache_new(s, &s->loc_ids, hash, id);
 			r[nr++] = (struct lrow){ id, { S(in, l->function), S(in, l->module),
 				S(in, l->build_id), S(in, l->file) }, l->line, l->address,
 				(l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u) };
@@ -913,9 +878,56 @@ static void publish_label_sets(struct ingest *in)
 	pthread_rwlock_unlock(&s->lmu);
 }
 
+uint64_t sq_loc_row_hash(const struct lrow *r, struct buf *key)
+{
+	return store_location_hash_of(r->str, (uint32_t)r->line, r->address, (uint32_t)r->flags,
+				      key);
+}
+
+int sq_locs_load(struct sq *s)
+{
+	sqlite3_stmt *st = NULL;
+	struct lblock b = { 0 };
+	struct buf key = { 0 };
+	int rc, err = 0;
+
+	u64map_done(&s->loc_ids);
+	s->loc_index_stale = true;
+	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM locblocks ORDER BY id", -1, &st, NULL))
+		return -EIO;
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (loc_block_decode(&b, sqlite3_column_blob(st, 1),
+				     (size_t)sqlite3_column_bytes(st, 1))) {
+			/* its locations answer unknown and are stored again when met */
+			log_warn("store: location block %lld is unreadable",
+				 (long long)sqlite3_column_int64(st, 0));
+			continue;
+		}
+		/* a content stored under two ids (none is written so) keeps the first */
+		for (size_t i = 0; i < b.n && !err; i++)
+			if (!u64map_upsert(&s->loc_ids, sq_loc_row_hash(&b.r[i], &key), b.r[i].id,
+					   NULL) || key.oom)
+				err = -ENOMEM;
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	lblock_done(&b);
+	buf_done(&key);
+	if (!err)
+		s->loc_index_stale = false;
+	return err;
+}
+
 void sq_dedup_reset(struct sq *s)
 {
-	u64map_done(&s->loc_ids);
+	/* the location index is complete, not a cache: read again from what is committed */
+	s->loc_index_stale = true;
+	sq_dedup_caches_reset(s);
+}
+
+void sq_dedup_caches_reset(struct sq *s)
+{
 	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
 	u64map_done(&s->stack_day);
@@ -1200,7 +1212,6 @@ out_free:
 	free(in->ls);
 	free(in->loc_gid);
 	free(in->stack_gid);
-	lblock_done(&in->lb);
 	sblock_done(&in->sb);
 	free(in->cmp_ids);
 	return g.rc;

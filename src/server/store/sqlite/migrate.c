@@ -6,7 +6,8 @@
  * intervals from one row each into chunks (docs/server.md "Storage"). Schema 2 -> 3: nothing
  * to move (format-1 chunks are read as they are). Schema 3 -> 4: label sets from one row each
  * with their pairs into a row without them and blocks of their pairs. Schema 4 -> 5: the
- * locations' and stacks' tables keyed by 32 bits of the content hash instead of 64.
+ * locations' and stacks' tables keyed by 32 bits of the content hash instead of 64. Schema 5 ->
+ * 6: no locations table (an in-memory index loaded from the blocks).
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -55,25 +56,21 @@ int sq_migrate_v1_rename(struct sq *s, char *err, size_t errlen)
 /* Schema 1's locations, one row each with their names, into blocks of consecutive ids. */
 static int copy_locations(struct sq *s)
 {
-	sqlite3_stmt *sel = NULL, *ins = NULL, *seq = NULL;
+	sqlite3_stmt *sel = NULL, *seq = NULL;
 	struct lrow *r = malloc(LOC_BLOCK_MAX * sizeof(*r));
 	struct buf strs = { 0 };
 	size_t nr = 0, off[LOC_BLOCK_MAX][4];
 	int err = r ? 0 : -ENOMEM;
 
-	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file,"
-					      " line, address, flags FROM v1_locations ORDER BY id",
-					-1, &sel, NULL) ||
-		     sqlite3_prepare_v2(s->w, "INSERT INTO locations(h, id) VALUES (?, ?)", -1,
-					&ins, NULL)))
+	/* schema 6: no table beside the blocks (the index is loaded from them at open) */
+	if (!err && sqlite3_prepare_v2(s->w, "SELECT id, hash, function, module, build_id, file,"
+					     " line, address, flags FROM v1_locations ORDER BY id",
+				       -1, &sel, NULL))
 		err = -EIO;
 	while (!err) {
 		int rc = sqlite3_step(sel);
 
 		if (rc == SQLITE_ROW) {
-			sqlite3_bind_int64(ins, 1, SQ_KEY32(sqlite3_column_int64(sel, 1)));
-			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
-			err = sq_step_done(ins);
 			r[nr] = (struct lrow){ .id = (uint64_t)sqlite3_column_int64(sel, 0),
 				.line = (uint64_t)sqlite3_column_int64(sel, 6),
 				.address = (uint64_t)sqlite3_column_int64(sel, 7),
@@ -114,7 +111,6 @@ static int copy_locations(struct sq *s)
 		err = sq_step_done(seq);
 	}
 	sqlite3_finalize(sel);
-	sqlite3_finalize(ins);
 	sqlite3_finalize(seq);
 	buf_done(&strs);
 	free(r);
@@ -430,10 +426,11 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
 	return e;
 }
 
-int sq_migrate_v4_rename(struct sq *s, char *err, size_t errlen)
+int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen)
 {
-	if (sqlite3_exec(s->w, "ALTER TABLE locations RENAME TO v4_locations;"
-			       " ALTER TABLE stacks RENAME TO v4_stacks;", NULL, NULL, NULL)) {
+	if (sqlite3_exec(s->w, "DROP TABLE locations", NULL, NULL, NULL) ||
+	    (ver < 5 && sqlite3_exec(s->w, "ALTER TABLE stacks RENAME TO v4_stacks", NULL, NULL,
+				     NULL))) {
 		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
 		return -EIO;
 	}
@@ -443,10 +440,8 @@ int sq_migrate_v4_rename(struct sq *s, char *err, size_t errlen)
 int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen)
 {
 	/* SQLite's >> on the signed 64-bit hash is SQ_KEY32() */
-	if (sqlite3_exec(s->w, "INSERT INTO locations(h, id) SELECT hash >> 32, id FROM v4_locations;"
-			       " DROP TABLE v4_locations;"
-			       " INSERT INTO stacks(h, id, day) SELECT hash >> 32, id, day FROM v4_stacks;"
-			       " DROP TABLE v4_stacks;", NULL, NULL, NULL)) {
+	if (sqlite3_exec(s->w, "INSERT INTO stacks(h, id, day) SELECT hash >> 32, id, day FROM"
+			       " v4_stacks; DROP TABLE v4_stacks;", NULL, NULL, NULL)) {
 		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
 		return -EIO;
 	}

@@ -29,9 +29,6 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_MAX] = "SELECT coalesce(max(id), 0) FROM labelsets",
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
-	[ST_LOC_GET] = "SELECT id FROM locations WHERE h = ?",
-	[ST_LOC_ADD] = "INSERT INTO locations(h, id) VALUES (?, ?)",
-	[ST_LOCBLOCK_GET] = "SELECT id, data FROM locblocks WHERE id <= ? ORDER BY id DESC LIMIT 1",
 	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE h = ?",
@@ -79,11 +76,9 @@ static const char schema[] =
 	" first_ns INTEGER, last_ns INTEGER);"
 	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
-	/* locations: the top 32 bits of the content hash (SQ_KEY32) -> id, the content checked
-	 * on a match; their contents in blocks of consecutive ids, a block keyed by its first id,
-	 * `last` its last (chunk.h has the blob) */
-	"CREATE TABLE IF NOT EXISTS locations(h INTEGER NOT NULL, id INTEGER NOT NULL,"
-	" PRIMARY KEY(h, id)) WITHOUT ROWID;"
+	/* locations: in blocks of consecutive ids, a block keyed by its first id, `last` its last
+	 * (chunk.h has the blob); found by content through an in-memory index loaded from the
+	 * blocks at open (schema 6; schema 5 had a table of 32-bit hash keys -> id) */
 	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
@@ -242,6 +237,7 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	memset(o, 0, sizeof(*o));
 	o->bytes_on_disk = file_size(s->path, "") + file_size(s->path, "-wal");
 	o->samples = __atomic_load_n(&s->n_samples, __ATOMIC_RELAXED);
+	o->locations = __atomic_load_n(&s->loc_ids.len, __ATOMIC_RELAXED);
 	o->points = __atomic_load_n(&s->n_points, __ATOMIC_RELAXED);
 	o->intervals = __atomic_load_n(&s->n_intervals, __ATOMIC_RELAXED);
 	o->batches = __atomic_load_n(&s->n_batches, __ATOMIC_RELAXED);
@@ -255,7 +251,6 @@ static void sq_stats(struct store *st, struct store_stats *o)
 
 		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
 		o->stacks = (uint64_t)query_i64(db, "SELECT count(*) FROM stacks");
-		o->locations = (uint64_t)query_i64(db, "SELECT count(*) FROM locations");
 		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
 		lag = sq_recompress_lag(s, db);
 		o->recompress_lag_rows = lag > 0 ? (uint64_t)lag : 0;
@@ -405,7 +400,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		if (ver < 4 && sq_migrate_v3_rename(s, err, errlen))
 			goto out_rollback;
-		if (ver >= 2 && ver < 5 && sq_migrate_v4_rename(s, err, errlen))
+		if (ver >= 2 && ver < 6 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
@@ -436,10 +431,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 5) {
+	if (ver && ver < 6) {
 		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
-		 * tenth of the store; 4: the hash tables' quarter of theirs): give them back to
-		 * the disk.
+		 * tenth of the store; 4 and 5: the hash tables): give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();
 		if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))
@@ -475,6 +469,13 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));
 		goto out_close;
 	}
+	t0 = mono_ns();
+	if (sq_locs_load(s)) {
+		snprintf(err, errlen, "loading the location index: %s", sqlite3_errmsg(s->w));
+		goto out_close;
+	}
+	log_debug("store: %zu locations indexed in %.2f s", s->loc_ids.len,
+		  (double)(mono_ns() - t0) / 1e9);
 	if (pthread_create(&s->maint, NULL, sq_maint_main, s)) {
 		snprintf(err, errlen, "cannot start the maintenance thread");
 		goto out_close;

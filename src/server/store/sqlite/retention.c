@@ -237,13 +237,6 @@ static int u64_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The ids in table's id column, into live (values 1). 0 or -errno. */
 static int live_ids(struct sq *s, const char *table, struct u64map *live)
 {
@@ -385,16 +378,25 @@ static int gc_stack_blocks(struct sq *s)
 
 /*
  * Locations no stack refers to (after stacks went): the stacks' location lists are read whole,
- * then the rest is deleted, and the blocks none of whose locations is left. wmu held. Returns
- * how many locations, or -errno.
+ * then every location block: one none of whose locations is used is deleted, one with some
+ * written again with those only (keyed by its first one left), and the index forgets each
+ * location that went. wmu held. Returns how many locations, or -errno.
  */
 static int64_t gc_locations(struct sq *s)
 {
 	struct u64map used = { 0 };
-	sqlite3_stmt *st = NULL, *del = NULL;
-	uint64_t *ids, *dead = NULL, *deadb = NULL, *live = NULL;
-	size_t ndead = 0, capdead = 0, ndeadb = 0, capdeadb = 0, nlive = 0;
+	sqlite3_stmt *st = NULL, *del = NULL, *ins = NULL;
+	uint64_t *ids, *gone = NULL, *dead = NULL;
+	size_t ngone = 0, capgone = 0, ndead = 0, capdead = 0, nkeep = 0, capkeep = 0;
+	struct keep {
+		uint8_t *z;
+		size_t zlen;
+		uint64_t first, last;
+	} *keep = NULL;
 	struct sblock sb = { 0 };
+	struct lblock lb = { 0 };
+	struct lrow *live = NULL;
+	struct buf key = { 0 };
 	int64_t n = 0;
 	int err = 0;
 
@@ -426,85 +428,112 @@ static int64_t gc_locations(struct sq *s)
 	free(ids);
 	if (err)
 		goto out;
-	if (sqlite3_prepare_v2(s->w, "SELECT h, id FROM locations", -1, &st, NULL) ||
-	    sqlite3_prepare_v2(s->w, "DELETE FROM locations WHERE h = ? AND id = ?", -1, &del,
-			       NULL)) {
+	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM locblocks", -1, &st, NULL)) {
 		err = -EIO;
 		goto out;
 	}
-	/* what to delete first, then deleted (not while the same table is being read) */
+	/* what to delete and write again first, then done (not while the table is being read) */
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		uint64_t id = (uint64_t)sqlite3_column_int64(st, 1);
+		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
+		size_t nl = 0;
 
-		if (u64map_find(&used, id))
-			continue;
-		/* its key and id, side by side */
-		if (u64_push(&dead, &ndead, &capdead, (uint64_t)sqlite3_column_int64(st, 0)) ||
-		    u64_push(&dead, &ndead, &capdead, id))
+		if (loc_block_decode(&lb, sqlite3_column_blob(st, 1),
+				     (size_t)sqlite3_column_bytes(st, 1)))
+			continue;	/* unreadable: left as it is */
+		free(live);
+		live = malloc((lb.n ? lb.n : 1) * sizeof(*live));
+		if (!live) {
 			err = -ENOMEM;
+			break;
+		}
+		for (size_t i = 0; i < lb.n && !err; i++) {
+			uint64_t h, *v;
+
+			if (u64map_find(&used, lb.r[i].id)) {
+				live[nl++] = lb.r[i];
+				continue;
+			}
+			/* the index forgets it (unless it names another id of the same content) */
+			h = sq_loc_row_hash(&lb.r[i], &key);
+			v = u64map_find(&s->loc_ids, h);
+			if (key.oom)
+				err = -ENOMEM;
+			else if (v && *v == lb.r[i].id &&
+				 (u64_push(&dead, &ndead, &capdead, h) ||
+				  u64_push(&dead, &ndead, &capdead, lb.r[i].id)))
+				err = -ENOMEM;
+			n++;
+		}
+		if (err || nl == lb.n)
+			continue;
+		if (u64_push(&gone, &ngone, &capgone, first)) {
+			err = -ENOMEM;
+			break;
+		}
+		if (!nl)
+			continue;
+		if (nkeep == capkeep) {
+			size_t ncap = capkeep ? 2 * capkeep : 16;
+			struct keep *nk = realloc(keep, ncap * sizeof(*nk));
+
+			if (!nk) {
+				err = -ENOMEM;
+				break;
+			}
+			keep = nk;
+			capkeep = ncap;
+		}
+		keep[nkeep] = (struct keep){ NULL, 0, live[0].id, live[nl - 1].id };
+		err = loc_block_encode(live, nl, &keep[nkeep].z, &keep[nkeep].zlen);
+		if (!err)
+			nkeep++;
 	}
 	sqlite3_finalize(st);
 	st = NULL;
-	/* the blocks none of whose locations a stack uses */
-	live = malloc((used.len ? used.len : 1) * sizeof(*live));
-	if (!live)
-		err = -ENOMEM;
-	for (size_t i = 0; !err && i < used.cap; i++)
-		if (used.keys[i])
-			live[nlive++] = used.keys[i];
-	if (!err) {
-		qsort(live, nlive, sizeof(*live), cmp_u64);
-		if (sqlite3_prepare_v2(s->w, "SELECT id, last FROM locblocks", -1, &st, NULL))
-			err = -EIO;
-	}
-	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
-		uint64_t last = (uint64_t)sqlite3_column_int64(st, 1);
-		size_t lo = 0, hi = nlive;
-
-		while (lo < hi) {
-			size_t mid = lo + (hi - lo) / 2;
-
-			if (live[mid] < first)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		if (lo < nlive && live[lo] <= last)
-			continue;
-		if (u64_push(&deadb, &ndeadb, &capdeadb, first))
-			err = -ENOMEM;
-	}
-	if (err)
+	if (err || (!ngone && !nkeep))
 		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
 		err = -EIO;
 		goto out;
 	}
-	for (size_t i = 0; !err && i + 1 < ndead; i += 2) {
-		sqlite3_bind_int64(del, 1, (int64_t)dead[i]);
-		sqlite3_bind_int64(del, 2, (int64_t)dead[i + 1]);
-		err = sq_step_done(del);
-		n++;
-	}
-	sqlite3_finalize(del);
-	del = NULL;
-	if (!err && sqlite3_prepare_v2(s->w, "DELETE FROM locblocks WHERE id = ?", -1, &del, NULL))
+	if (sqlite3_prepare_v2(s->w, "DELETE FROM locblocks WHERE id = ?", -1, &del, NULL) ||
+	    sqlite3_prepare_v2(s->w, "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)", -1,
+			       &ins, NULL))
 		err = -EIO;
-	for (size_t i = 0; !err && i < ndeadb; i++) {
-		sqlite3_bind_int64(del, 1, (int64_t)deadb[i]);
+	for (size_t i = 0; !err && i < ngone; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)gone[i]);
 		err = sq_step_done(del);
+	}
+	for (size_t i = 0; !err && i < nkeep; i++) {
+		sqlite3_bind_int64(ins, 1, (int64_t)keep[i].first);
+		sqlite3_bind_int64(ins, 2, (int64_t)keep[i].last);
+		sqlite3_bind_blob(ins, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
+		err = sq_step_done(ins);
 	}
 	if (sq_end_write(s->w, err)) {
 		err = -EIO;
+		s->loc_index_stale = true;	/* rolled back: nothing went; read it again */
+	} else {
+		for (size_t i = 0; i + 1 < ndead; i += 2) {
+			uint64_t *v = u64map_find(&s->loc_ids, dead[i]);
+
+			if (v && *v == dead[i + 1])
+				u64map_remove(&s->loc_ids, dead[i]);
+		}
 	}
 out:
 	sqlite3_finalize(st);
 	sqlite3_finalize(del);
+	sqlite3_finalize(ins);
+	for (size_t i = 0; i < nkeep; i++)
+		free(keep[i].z);
+	free(keep);
 	u64map_done(&used);
-	free(dead);
-	free(deadb);
+	lblock_done(&lb);
+	buf_done(&key);
 	free(live);
+	free(gone);
+	free(dead);
 	if (!err)
 		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
 	return err ? err : n;
@@ -530,7 +559,7 @@ void sq_gc_dictionaries(struct sq *s)
 	if (ns > 0 && !gc_stack_blocks(s))
 		gc_locations(s);
 	if (nl > 0 || ns > 0)
-		sq_dedup_reset(s);	/* the caches may name deleted rows */
+		sq_dedup_caches_reset(s);	/* the caches may name deleted rows */
 	pthread_mutex_unlock(&s->wmu);
 	if (nl < 0)
 		log_warn("retention: label sets: %s", strerror((int)-nl));

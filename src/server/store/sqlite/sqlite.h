@@ -48,10 +48,10 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOC_GET, ST_LOC_ADD, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
+	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
-	ST_LS_MAX, ST_LOCBLOCK_GET, ST_STACKBLOCK_GET, ST_MAX,
+	ST_LS_MAX, ST_STACKBLOCK_GET, ST_MAX,
 };
 
 struct sq {
@@ -64,7 +64,10 @@ struct sq {
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
-	struct u64map loc_ids, stack_ids, series_ids;	/* content hash -> id */
+	/* content hash -> id: every stored location (schema 6: no table on disk, loaded from the
+	 * blocks at open); caches of the stacks' and series' tables */
+	struct u64map loc_ids, stack_ids, series_ids;
+	bool loc_index_stale;		/* loc_ids to be loaded again (after a rollback) */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
 	uint64_t ls_id0;		/* label set ids past this were added in the open write
@@ -172,14 +175,23 @@ int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *
 int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
 /* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
 int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n);
-/* Forgets the hash -> id caches (after a rollback, they may name rows that are gone). */
+/* Forgets the hash -> id caches and marks the location index for loading again (after a
+ * rollback, they may name rows that are gone). wmu held. */
 void sq_dedup_reset(struct sq *s);
+/* Likewise the caches only (the location index kept: dictionary GC removes what it deletes). */
+void sq_dedup_caches_reset(struct sq *s);
+/* (Re)loads the location index from every location block (writer connection, wmu held or at
+ * open). 0 or -errno (then it stays marked stale). */
+int sq_locs_load(struct sq *s);
+/* The content hash of a stored location (store_location_hash_of()); key is scratch. */
+uint64_t sq_loc_row_hash(const struct lrow *r, struct buf *key);
 
 /* ---- migrate.c: older schemas ---- */
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
  * tables and its format-1 chunks are read as they are. 4: label sets in blocks. 5: the
- * locations' and stacks' tables keyed by 32 bits of their content hash (SQ_KEY32). */
-#define SQ_SCHEMA_VERSION 5
+ * locations' and stacks' tables keyed by 32 bits of their content hash (SQ_KEY32). 6: no
+ * locations table: the index of locations by content is in memory, loaded from the blocks. */
+#define SQ_SCHEMA_VERSION 6
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -193,9 +205,10 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
  * pairs, into a row each without them and blocks of their pairs. */
 int sq_migrate_v3_rename(struct sq *s, char *err, size_t errlen);
 int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen);
-/* Likewise 4 -> 5 (2 and 3 on their way): the locations' and stacks' tables from 64-bit hash
- * keys to SQ_KEY32() keys, ids and days kept (schema 1's tables are copied from v1_* instead). */
-int sq_migrate_v4_rename(struct sq *s, char *err, size_t errlen);
+/* Likewise 4 -> 5 -> 6 (2 and 3 on their way): the stacks' table from 64-bit hash keys to
+ * SQ_KEY32() keys, ids and days kept (schema 1's is copied from v1_stacks instead); the
+ * locations' table dropped (schema 6). */
+int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen);
 int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
