@@ -32,7 +32,7 @@ done
 echo "stored and rolled up in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 + $15) / 100}' /proc/$pid/stat)"
 for _ in $(seq 1200); do	# schema 5: settled blobs recompressed in the background
 	curl -s "$url/metrics" >"$tmp/m"
-	[ "$(metric gpuscope_server_store_recompress_lag_rows)" != 0 ] || break
+	case "$(metric gpuscope_server_store_recompress_lag_rows)" in ''|0) break;; esac
 	sleep 0.5
 done
 sleep 3	# one more retention/rollup period, then a checkpoint-free look at the files

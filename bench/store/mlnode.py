@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""An ML-node-like load for bench/store/record.sh (issue #16): one long-running multi-threaded
+Python "trainer" (main loop, a pin-memory thread, a logger thread, a checkpoint thread) that
+restarts its 4 forked dataloader-like worker processes every EPOCH seconds, and a cron-like
+short-lived process every CRON seconds. The trainer opens a file named libcuda.so.1 at start, as
+a CUDA process would map the driver, so the agent follows its threads' states (and its workers'
+through fork) as it follows a GPU process's. Runs for SECONDS, then exits.
+Usage: mlnode.py SECONDS [EPOCH=60] [CRON=5]"""
+import multiprocessing as mp
+import os
+import queue
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+
+def work(ms):
+    """Burns about ms milliseconds of CPU in Python frames a profiler can tell apart."""
+    end = time.perf_counter() + ms / 1000
+    acc = 0
+    while time.perf_counter() < end:
+        acc += sum(i * i for i in range(200))
+    return acc
+
+
+def worker(wid, q, stop):
+    """A dataloader worker: reads, decodes (zlib) and batches samples, then waits for room."""
+    rng = random.Random(wid)
+    raw = zlib.compress(bytes(rng.getrandbits(8) for _ in range(1 << 14)) * 4)
+    while not stop.is_set():
+        for _ in range(4):
+            zlib.decompress(raw)
+        work(3)
+        try:
+            q.put(wid, timeout=0.5)
+        except queue.Full:
+            pass
+
+
+def trainer(seconds, epoch):
+    open_cuda = os.path.join(tempfile.gettempdir(), "libcuda.so.1")
+    with open(open_cuda, "a"):
+        pass
+    done = threading.Event()
+    lock = threading.Lock()
+    steps = [0]
+
+    def pin_memory():
+        while not done.is_set():
+            work(1)
+            time.sleep(0.02)
+
+    def logger():
+        while not done.is_set():
+            time.sleep(1)
+            with lock:
+                s = steps[0]
+            sys.stdout.write(f"step {s}\n")
+            sys.stdout.flush()
+
+    def checkpoint():
+        while not done.is_set():
+            time.sleep(30)
+            blob = zlib.compress(os.urandom(1 << 20))
+            with tempfile.TemporaryFile() as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+
+    threads = [threading.Thread(target=t, daemon=True) for t in (pin_memory, logger, checkpoint)]
+    for t in threads:
+        t.start()
+    ctx = mp.get_context("fork")
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        with open(open_cuda):	# each epoch, so an agent started later follows it too
+            pass
+        q, stop = ctx.Queue(8), ctx.Event()
+        procs = [ctx.Process(target=worker, args=(i, q, stop), daemon=True) for i in range(4)]
+        for p in procs:
+            p.start()
+        e_end = min(time.monotonic() + epoch, t_end)
+        while time.monotonic() < e_end:
+            try:
+                q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            work(4)		# forward + backward, on the "GPU"'s behalf
+            time.sleep(0.01)	# waiting for the GPU
+            with lock:
+                steps[0] += 1
+        stop.set()
+        for p in procs:
+            p.join(2)
+            if p.is_alive():
+                p.kill()
+    done.set()
+
+
+def main():
+    seconds = float(sys.argv[1])
+    epoch = float(sys.argv[2]) if len(sys.argv) > 2 else 60
+    cron = float(sys.argv[3]) if len(sys.argv) > 3 else 5
+    tr = mp.get_context("fork").Process(target=trainer, args=(seconds, epoch))
+    tr.start()
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:	# the cron job: a health check, as nvidia-smi polls are
+        subprocess.run(["sh", "-c", "cat /proc/loadavg >/dev/null; ls /proc | wc -l >/dev/null;"
+                        " python3 -c 'import json; json.dumps(list(range(1000)))'"], check=False)
+        time.sleep(cron)
+    tr.join()
+
+
+main()
