@@ -354,6 +354,9 @@ static bool test_cupti_window_continuous(void)
  * probe's measured BPF time per launch. Returns the share of time spent as the cost model
  * counts it.
  */
+/* share of the time the always-on parts cost the simulated process */
+static double sim_always_on;
+
 static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t open_ns,
 		       uint64_t close_ns, uint64_t probe_ns, uint64_t run_ns,
 		       uint64_t *ret_windows, uint64_t *ret_early)
@@ -382,6 +385,7 @@ static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t
 			}
 		}
 		w = (struct trace_cost){ open_ns, close_ns, k, el, k, k * probe_ns };
+		b.always_on = sim_always_on;
 		trace_budget__closed(&b, c, now, &w);
 		spent += (uint64_t)trace_cost_ns(c, &w);
 		(*ret_windows)++;
@@ -427,6 +431,19 @@ static bool test_cupti_window_budget_controller(void)
 		    !ASSERT_TRUE(n_deep < n_cheap, "fewer windows when the probe costs more"))
 			goto fail;
 	}
+	/* the always-on probes and sampler take 0.6 % of the process: windows get the other 0.4 % */
+	sim_always_on = 0.006;
+	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);
+	if (!ASSERT_TRUE(share <= 0.004 * 1.02 && share >= 0.002,
+			 "windows + always-on within the 1 % budget"))
+		goto fail;
+	/* always-on alone over the budget: windows still come, at a tenth of the budget */
+	sim_always_on = 0.02;
+	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);
+	sim_always_on = 0;
+	if (!ASSERT_TRUE(share <= 0.001 * 1.02 && n >= 30,
+			 "always-on over the budget: windows at a tenth of it"))
+		goto fail;
 	/* half a percent */
 	c.budget = 0.005;
 	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);

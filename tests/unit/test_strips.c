@@ -434,7 +434,7 @@ static bool cuda_case(bool del)
 	struct agent a;
 	struct recs rs = { 0 };
 	int gofd = -1, status, nsync = 0, nsync_ok = 0, nsync_stack = 0, nsamples = 0;
-	long memsets = 0, launches = 0;
+	long memsets = 0, launches = 0, memsets_walked = 0, memsets_unwalked = 0;
 	int blocked_sync = 0;
 	bool ok = false;
 	uint64_t end, attached = 0;
@@ -520,6 +520,10 @@ static bool cuda_case(bool del)
 				nsync_stack += !!strstr(r->frames, "train_step;wait_gpu;cuStreamSynchronize;");
 			} else if (!strcmp(r->api, "cuMemsetD32Async")) {
 				memsets += r->calls;
+				if (strstr(r->frames, "[stack not walked: short call];cuMemsetD32Async"))
+					memsets_unwalked += r->calls;
+				else if (strstr(r->frames, "main;"))
+					memsets_walked += r->calls;
 			} else if (!strcmp(r->api, "cuLaunchKernel")) {
 				launches += r->calls;
 			}
@@ -532,8 +536,9 @@ static bool cuda_case(bool del)
 		}
 	}
 	fprintf(stderr, "  %d syncs (%d of 20 +- 2 ms, %d with the stack), %d sync samples, %ld "
-			"launches, %ld memsets, %d blocked in cuda_sync\n",
-		nsync, nsync_ok, nsync_stack, nsamples, launches, memsets, blocked_sync);
+			"launches, %ld memsets (%ld with their stack, %ld not walked), %d blocked in cuda_sync\n",
+		nsync, nsync_ok, nsync_stack, nsamples, launches, memsets, memsets_walked,
+		memsets_unwalked, blocked_sync);
 	if (!ASSERT_TRUE(nsync >= 10, "sync calls recorded (lazy attach within ~1 s)") ||
 	    /* a preemption between the app's clock read and the call can exceed 2 ms when loaded */
 	    !ASSERT_TRUE(nsync_ok * 10 >= nsync * 9, "sync durations = the app's timing +- 2 ms") ||
@@ -541,6 +546,10 @@ static bool cuda_case(bool del)
 	    !ASSERT_TRUE(nsamples >= nsync - 1, "cuda_sync_ns samples") ||
 	    /* the first calls may come while the probes are being attached */
 	    !ASSERT_TRUE(launches >= nsync - 3 && memsets >= 5 * (nsync - 5), "short calls counted") ||
+	    /* short calls: a random 1 in 16 walked (binomial: 2-12 % of ~100 or more) */
+	    !ASSERT_TRUE(memsets_walked + memsets_unwalked == memsets &&
+			 memsets_walked * 50 >= memsets && memsets_walked * 8 <= memsets,
+			 "short calls' stacks: about 1 in 16 walked, the rest marked not walked") ||
 	    !ASSERT_TRUE(blocked_sync >= nsync * 9 / 10, "blocked threads say cuda_sync"))
 		goto out;
 	ok = true;

@@ -3,7 +3,8 @@
  * CUDA driver API calls from uprobes/uretprobes on libcuda.so.1: one entry and one return
  * program, attached once per probed function with the API index (and a sync flag) as cookie.
  * Calls at least min_call_ns long and every synchronizing call become ring-buffer events with
- * the caller's user stack; shorter ones are counted per (thread, API, stack) in `calls`.
+ * the caller's user stack; shorter ones are counted per (thread, API, stack) in `calls`. Stacks
+ * of calls shorter than walk_all_ns are walked for a random 1 in walk_one_in.
  * While a thread is inside a synchronizing call, `in_sync` (shared with sched.bpf.c) says so.
  */
 #include "vmlinux.h"
@@ -16,6 +17,13 @@
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u64 min_call_ns = 100000;
+/*
+ * The stack walk (12-28 us with Python frames on an H200) is most of a probed call's cost: a
+ * call at least walk_all_ns long is always walked, a shorter one with chance 1/walk_one_in
+ * (a power of two), so that the stacks of short calls are a fair sample at a bounded cost.
+ */
+const volatile __u64 walk_all_ns = 1000000;
+const volatile __u32 walk_one_in = 16;
 const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind_stacks ids) */
 
 struct {
@@ -134,7 +142,9 @@ int cu_return(struct pt_regs *ctx)
 	dur = now - f->start_ns;
 	cookie = f->cookie;
 	/* at the return the stack is exactly the caller's: ip is the return address */
-	if (use_unwinder) {
+	if (dur < walk_all_ns && (bpf_get_prandom_u32() & (walk_one_in - 1))) {
+		ustack = GPUSCOPE_CUDA_USTACK_NOT_WALKED;
+	} else if (use_unwinder) {
 		struct uwalk st;
 
 		unwind_init(&st, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
@@ -143,7 +153,7 @@ int cu_return(struct pt_regs *ctx)
 	} else {
 		ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	}
-	if (ustack < 0)
+	if (ustack < 0 && ustack != GPUSCOPE_CUDA_USTACK_NOT_WALKED)
 		count_err(GPUSCOPE_CERR_USTACK);
 	if ((f->cookie & GPUSCOPE_CUDA_SYNC) || dur >= min_call_ns) {
 		/* reserved, not built on the stack: the walker needs the room */

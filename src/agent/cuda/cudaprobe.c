@@ -33,14 +33,21 @@
 #include "cudaprobe.skel.h"
 
 #include "agent/sym/stacks.h"
+#include "agent/unwind/frames.h"
 #include "agent/unwind/unwind.h"
 
 #define LIBS_MAX	  16			/* distinct libcuda files probed */
 #define WATCH_MAX	  PROCS_MAX
 #define RECHECK_NS	  (2 * NSEC_PER_SEC)	/* maps re-read of a tracked pid without libcuda */
 
-/* The probed functions; a name absent from a library is skipped (older/newer drivers). */
+/*
+ * The probed functions; a name absent from a library is skipped (older/newer drivers). ASYNC:
+ * stream-ordered work that never waits on the host (device-to-device copies, memsets, event
+ * waits): as frequent as launches on some loops and as cheap, so probed only with
+ * --cuda-launch-probes, like the launches; inside trace windows CUPTI records them.
+ */
 #define SYNC GPUSCOPE_CUDA_SYNC
+#define ASYNC 0x20000u
 static const struct {
 	const char *name;
 	unsigned flags;
@@ -52,15 +59,17 @@ static const struct {
 	{ "cuMemcpyHtoD_v2" }, { "cuMemcpyHtoD_v2_ptds" }, { "cuMemcpyDtoH_v2" },
 	{ "cuMemcpyDtoH_v2_ptds" }, { "cuMemcpyDtoD_v2" }, { "cuMemcpyDtoD_v2_ptds" },
 	{ "cuMemcpyHtoDAsync_v2" }, { "cuMemcpyHtoDAsync_v2_ptsz" }, { "cuMemcpyDtoHAsync_v2" },
-	{ "cuMemcpyDtoHAsync_v2_ptsz" }, { "cuMemcpyDtoDAsync_v2" }, { "cuMemcpyDtoDAsync_v2_ptsz" },
+	{ "cuMemcpyDtoHAsync_v2_ptsz" }, { "cuMemcpyDtoDAsync_v2", ASYNC },
+	{ "cuMemcpyDtoDAsync_v2_ptsz", ASYNC },
 	{ "cuMemcpy2D_v2" }, { "cuMemcpy2DAsync_v2" }, { "cuMemcpy3D_v2" }, { "cuMemcpy3DAsync_v2" },
-	{ "cuMemcpyPeer" }, { "cuMemcpyPeerAsync" }, { "cuMemcpyBatchAsync" },
-	{ "cuMemsetD8_v2" }, { "cuMemsetD16_v2" }, { "cuMemsetD32_v2" }, { "cuMemsetD8Async" },
-	{ "cuMemsetD16Async" }, { "cuMemsetD32Async" }, { "cuMemsetD8Async_ptsz" },
-	{ "cuMemsetD32Async_ptsz" }, { "cuMemsetD2D8_v2" }, { "cuMemsetD2D32_v2" },
+	{ "cuMemcpyPeer" }, { "cuMemcpyPeerAsync", ASYNC }, { "cuMemcpyBatchAsync" },
+	{ "cuMemsetD8_v2" }, { "cuMemsetD16_v2" }, { "cuMemsetD32_v2" },
+	{ "cuMemsetD8Async", ASYNC }, { "cuMemsetD16Async", ASYNC }, { "cuMemsetD32Async", ASYNC },
+	{ "cuMemsetD8Async_ptsz", ASYNC }, { "cuMemsetD32Async_ptsz", ASYNC },
+	{ "cuMemsetD2D8_v2" }, { "cuMemsetD2D32_v2" },
 	{ "cuStreamSynchronize", SYNC }, { "cuStreamSynchronize_ptsz", SYNC },
 	{ "cuCtxSynchronize", SYNC }, { "cuEventSynchronize", SYNC },
-	{ "cuStreamWaitEvent" }, { "cuStreamWaitEvent_ptsz" },
+	{ "cuStreamWaitEvent", ASYNC }, { "cuStreamWaitEvent_ptsz", ASYNC },
 	{ "cuMemAlloc_v2" }, { "cuMemAllocAsync" }, { "cuMemAllocAsync_ptsz" },
 	{ "cuMemAllocHost_v2" }, { "cuMemAllocManaged" }, { "cuMemAllocPitch_v2" },
 	{ "cuMemAllocFromPoolAsync" }, { "cuMemHostAlloc" }, { "cuMemFree_v2" },
@@ -92,7 +101,7 @@ struct cuda_state {
 	int nwatch;
 	bool shared_sync;	/* in_sync is sched.bpf.c's map */
 	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
-	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost,
+	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost, not_walked,
 		batch_errors, relabel_dropped;
 };
 
@@ -223,7 +232,8 @@ static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
 	 * 14). Inside trace windows the CUPTI library reports every launch with its stack, so
 	 * the driver's launch calls are probed only with --cuda-launch-probes.
 	 */
-	if (!strncmp(apis[i].name, "cuLaunch", 8) && !C.a->opts.cuda_launch_probes)
+	if ((!strncmp(apis[i].name, "cuLaunch", 8) || (apis[i].flags & ASYNC)) &&
+	    !C.a->opts.cuda_launch_probes)
 		return;
 	if (!off) {
 		l->absent++;
@@ -237,7 +247,8 @@ static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
 		return;
 	/* return probe first: a call entered between the two attaches has no lost return */
 	for (int ret = 1; ret >= 0; ret--) {
-		LIBBPF_OPTS(bpf_uprobe_opts, o, .retprobe = ret, .bpf_cookie = i | apis[i].flags);
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .retprobe = ret,
+			    .bpf_cookie = i | (apis[i].flags & GPUSCOPE_CUDA_SYNC));
 		struct bpf_program *prog = ret ? C.skel->progs.cu_return : C.skel->progs.cu_entry;
 		struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, -1, path, off, &o);
 
@@ -329,14 +340,17 @@ static void check_pid(struct watch *w, uint64_t now)
 			 l->absent);
 }
 
-static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
+static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id, uint64_t calls)
 {
 	static __u64 uf[GPUSCOPE_MAX_STACK + 1];
 	int n = 0;
 	int64_t id = -1;
 
 	uf[n++] = entry_ip;	/* the API function itself: the leaf */
-	if (ustack_id >= 0 && C.uw) {
+	if (ustack_id == GPUSCOPE_CUDA_USTACK_NOT_WALKED) {
+		uf[n++] = GPUSCOPE_FRAME_NOT_WALKED;
+		C.not_walked += calls;
+	} else if (ustack_id >= 0 && C.uw) {
 		n += unwinder__read_stack(C.uw, ustack_id, uf + 1);
 	} else if (ustack_id >= 0) {
 		__u32 key = ustack_id;
@@ -352,21 +366,30 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id)
 }
 
 /*
- * Time each process spent in synchronize calls, per second (CLOCK_MONOTONIC), for the trace
- * windows' sync trigger (cupti_usdt__set_sync_source()). A call counts in the second it ended.
+ * Per process and second (CLOCK_MONOTONIC): the time it spent in synchronize calls, for the
+ * trace windows' sync trigger (cupti_usdt__set_sync_source()), and what the probes cost it, for
+ * the windows' budget (cupti_usdt__set_probe_cost_source()). A call counts in the second it
+ * ended.
  */
-#define SYNC_PROCS 256
-#define SYNC_SECS 32
-static struct sync_acc {
+#define ACC_PROCS 256
+#define ACC_SECS 32
+/*
+ * What one probed call costs the calling thread (H200, bench/cupti/README.md): two uprobe traps
+ * (~1.5 us each), the entry and return programs (~1 us), and a 1-in-16 share of a stack walk
+ * (12-28 us with Python frames); a call of 1 ms or more is always walked.
+ */
+#define PROBE_CALL_NS	5000
+#define PROBE_WALK_NS	20000
+static struct proc_acc {
 	pid_t pid;
-	uint64_t sec[SYNC_SECS], ns[SYNC_SECS];
-} sync_acc[SYNC_PROCS];
+	uint64_t sec[ACC_SECS], sync_ns[ACC_SECS], probe_ns[ACC_SECS];
+} proc_acc[ACC_PROCS];
 
-static void sync_account(pid_t pid, uint64_t end_ns, uint64_t ns)
+static void account(pid_t pid, uint64_t end_ns, uint64_t sync_ns, uint64_t probe_ns)
 {
-	struct sync_acc *s = &sync_acc[(uint32_t)pid % SYNC_PROCS];
+	struct proc_acc *s = &proc_acc[(uint32_t)pid % ACC_PROCS];
 	uint64_t sec = end_ns / NSEC_PER_SEC;
-	unsigned i = sec % SYNC_SECS;
+	unsigned i = sec % ACC_SECS;
 
 	if (s->pid != pid) {	/* a new process in that slot: the old one's seconds go */
 		memset(s, 0, sizeof(*s));
@@ -374,34 +397,46 @@ static void sync_account(pid_t pid, uint64_t end_ns, uint64_t ns)
 	}
 	if (s->sec[i] != sec) {
 		s->sec[i] = sec;
-		s->ns[i] = 0;
+		s->sync_ns[i] = s->probe_ns[i] = 0;
 	}
-	s->ns[i] += ns;
+	s->sync_ns[i] += sync_ns;
+	s->probe_ns[i] += probe_ns;
 }
 
-static double sync_sum(const struct sync_acc *s, uint64_t from_sec, uint64_t to_sec)
+static double acc_sum(const struct proc_acc *s, bool sync, uint64_t from_sec, uint64_t to_sec)
 {
 	uint64_t ns = 0;
 
-	for (unsigned i = 0; i < SYNC_SECS; i++)
+	for (unsigned i = 0; i < ACC_SECS; i++)
 		if (s->sec[i] >= from_sec && s->sec[i] < to_sec)
-			ns += s->ns[i];
+			ns += sync ? s->sync_ns[i] : s->probe_ns[i];
 	return (double)ns / ((double)(to_sec - from_sec) * NSEC_PER_SEC);
 }
 
 /* Share of the span (whole seconds, the current one left out) pid spent in sync calls. */
 static double sync_share(pid_t pid, uint64_t now_ns, uint64_t span_ns, double *ret_before)
 {
-	const struct sync_acc *s = &sync_acc[(uint32_t)pid % SYNC_PROCS];
+	const struct proc_acc *s = &proc_acc[(uint32_t)pid % ACC_PROCS];
 	uint64_t now = now_ns / NSEC_PER_SEC, span = span_ns / NSEC_PER_SEC;
 
 	*ret_before = -1;
-	if (!span || span * 2 > SYNC_SECS || now < 2 * span)
+	if (!span || span * 2 > ACC_SECS || now < 2 * span)
 		return -1;
 	if (s->pid != pid)
 		return 0;	/* no sync call seen */
-	*ret_before = sync_sum(s, now - 2 * span, now - span);
-	return sync_sum(s, now - span, now);
+	*ret_before = acc_sum(s, true, now - 2 * span, now - span);
+	return acc_sum(s, true, now - span, now);
+}
+
+/* Share of the last span (whole seconds, the current one left out) the probes cost pid. */
+static double probe_share(pid_t pid, uint64_t now_ns, uint64_t span_ns)
+{
+	const struct proc_acc *s = &proc_acc[(uint32_t)pid % ACC_PROCS];
+	uint64_t now = now_ns / NSEC_PER_SEC, span = span_ns / NSEC_PER_SEC;
+
+	if (!span || span > ACC_SECS || now < span || s->pid != pid)
+		return 0;
+	return acc_sum(s, false, now - span, now);
 }
 
 static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api, uint64_t start,
@@ -418,8 +453,8 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 		C.relabel_dropped++;
 		return;
 	}
-	if (sample)
-		sync_account(pid, end, ns);
+	account(pid, end, sample ? ns : 0,
+		calls * PROBE_CALL_NS + (calls == 1 && ns >= NSEC_PER_MSEC ? PROBE_WALK_NS : 0));
 	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
 	snprintf(total, sizeof(total), "%" PRIu64, ns);
 	attrs[na++] = (struct label){ "api", apis[api].name };
@@ -450,7 +485,7 @@ static int on_event(void *ctx, void *data, size_t len)
 	C.events++;
 	C.calls[api]++;
 	C.call_ns[api] += ev->end_ns - ev->start_ns;
-	id = call_stack(ev->tgid, ev->entry_ip, ev->ustack_id);
+	id = call_stack(ev->tgid, ev->entry_ip, ev->ustack_id, 1);
 	api_interval(ev->tgid, ev->tid, thread, api, ev->start_ns, ev->end_ns, 1,
 		     ev->end_ns - ev->start_ns, id, apis[api].flags & GPUSCOPE_CUDA_SYNC);
 	return 0;
@@ -478,7 +513,7 @@ static void drain_calls(void)
 		C.agg++;
 		C.calls[api] += v.count;
 		C.call_ns[api] += v.ns;
-		id = call_stack(keys[i].tgid, keys[i].entry_ip, keys[i].ustack_id);
+		id = call_stack(keys[i].tgid, keys[i].entry_ip, keys[i].ustack_id, v.count);
 		api_interval(keys[i].tgid, keys[i].tid, NULL, api, v.first_ns, v.last_ns, v.count,
 			     v.ns, id, apis[api].flags & GPUSCOPE_CUDA_SYNC);
 	}
@@ -529,8 +564,9 @@ static int cuda_start(struct agent *a)
 	err = procs__acquire(a, on_tracked, &C);
 	if (err)
 		goto out_rb;
-	memset(sync_acc, 0, sizeof(sync_acc));
+	memset(proc_acc, 0, sizeof(proc_acc));
 	cupti_usdt__set_sync_source(sync_share);	/* the trace windows' sync trigger */
+	cupti_usdt__set_probe_cost_source(probe_share);	/* and their budget */
 	return 0;
 out_rb:
 	bpf_counters__set(GPUSCOPE_PROG_CUDA, -1);
@@ -595,6 +631,7 @@ static void cuda_stop(struct agent *a)
 	if (!C.skel)
 		return;
 	cupti_usdt__set_sync_source(NULL);
+	cupti_usdt__set_probe_cost_source(NULL);
 	ring_buffer__consume(C.rb);
 	drain_calls();
 	procs__release(on_tracked, &C);
@@ -628,6 +665,9 @@ static void cuda_metrics(struct agent *a, FILE *out)
 		     C.attach_failures);
 	prom_counter(out, "gpuscope_agent_cuda_stack_lost_total",
 		     "Calls whose stack was gone from the stack map.", C.stack_lost);
+	prom_counter(out, "gpuscope_agent_cuda_calls_not_walked_total",
+		     "Calls under 1 ms outside the 1-in-16 sample whose stack was not walked "
+		     "(shown as [stack not walked: short call]).", C.not_walked);
 	prom_counter(out, "gpuscope_agent_cuda_batch_errors_total",
 		     "Records that could not be added to the batch.", C.batch_errors);
 	prom_counter(out, "gpuscope_agent_cuda_relabel_dropped_total",

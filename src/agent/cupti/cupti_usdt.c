@@ -517,6 +517,10 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_family(out, "gpuscope_agent_cupti_window_cost_seconds_total", "counter",
 		    "Estimated cost of the windows to their processes.");
 	prom_sample(out, "gpuscope_agent_cupti_window_cost_seconds_total", NULL, 0, s.win_cost_ns / 1e9);
+	prom_gauge(out, "gpuscope_agent_cupti_always_on_share_max",
+		   "Largest share of a CUDA process's time the always-on driver probes and CPU sampler "
+		   "were estimated to cost it; its windows' budget is --gpu-trace-budget less this.",
+		   s.always_on_max);
 }
 
 const struct agent_module cupti_module = {

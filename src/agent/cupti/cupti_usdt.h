@@ -36,6 +36,7 @@ struct cupti_stats {
 	uint64_t windows_asked, windows_opened[8], windows_closed;	/* opened: by trace_reason */
 	uint64_t win_busy, win_failed, win_no_status, win_attach_errors, win_early, win_stray;
 	uint64_t win_cost_ns, win_traced_ns;
+	double always_on_max;		/* largest always-on share of a process (windows' budget) */
 };
 
 /* Snapshot of the running module's counters (zeros when not started). Main-loop thread. */
@@ -67,5 +68,12 @@ void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));
 typedef double (*cupti_sync_share_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns,
 				      double *ret_before);
 void cupti_usdt__set_sync_source(cupti_sync_share_fn fn);
+
+/*
+ * Share of pid's time over the last span_ns that the always-on driver probes cost it
+ * (cuda_probe); the windows' budget is what those and the CPU sampler leave. NULL: none.
+ */
+typedef double (*cupti_probe_cost_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns);
+void cupti_usdt__set_probe_cost_source(cupti_probe_cost_fn fn);
 
 #endif

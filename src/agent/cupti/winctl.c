@@ -18,6 +18,25 @@
 
 /* ---- trace windows ------------------------------------------------------------------------ */
 
+/* What the always-on driver probes cost a process (cuda_probe); NULL when that module is off. */
+static cupti_probe_cost_fn probe_cost_fn;
+
+/*
+ * Share of pid's time the always-on parts cost it: the driver probes over the last 10 s as
+ * counted by cuda_probe, and the CPU sampler at its frequency (one sample of a running
+ * thread takes TRACE_SAMPLE_NS of it; counted whether or not the sampler runs).
+ */
+static double always_on_share(struct cupti_state *c, pid_t pid, uint64_t now)
+{
+	double share = (double)c->a->opts.frequency_hz * TRACE_SAMPLE_NS / NSEC_PER_SEC;
+
+	if (probe_cost_fn)
+		share += probe_cost_fn(pid, now, 10 * NSEC_PER_SEC);
+	if (share > c->st.always_on_max)
+		c->st.always_on_max = share;
+	return share;
+}
+
 static const char *win_status(const struct proc *p)
 {
 	return p->refused ? p->refused : p->early ? "closed early" : "traced";
@@ -157,6 +176,7 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 						.launches = p->win_launches,
 						.probe_ns = p->win_probe_ns };
 
+			p->budget.always_on = always_on_share(c, p->pid, now);
 			if (p->reason != TRACE_CAPTURE && p->reason != TRACE_CONTINUOUS)
 				trace_budget__closed(&p->budget, &c->cfg, p->opened_ns, &w);
 			else
@@ -201,7 +221,8 @@ static cupti_sync_share_fn sync_share_fn;
 static bool trigger_allowed(const struct cupti_state *c, const struct trace_budget *b, uint64_t now)
 {
 	return now >= b->last_idle_ns + c->cfg.idle_cooldown_ns &&
-	       (double)b->spent_ns + b->cost_ns <= c->cfg.budget * (double)(now - b->first_open_ns);
+	       (double)b->spent_ns + b->cost_ns <=
+		       trace_budget__window_share(b, &c->cfg) * (double)(now - b->first_open_ns);
 }
 
 /* Did pid's share of time in synchronize calls jump (sync trigger)? */
@@ -363,5 +384,10 @@ void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))
 void cupti_usdt__set_sync_source(cupti_sync_share_fn fn)
 {
 	sync_share_fn = fn;
+}
+
+void cupti_usdt__set_probe_cost_source(cupti_probe_cost_fn fn)
+{
+	probe_cost_fn = fn;
 }
 

@@ -3,8 +3,9 @@
  * The trace-window budget controller (window.h). A window's cost is what the library reported
  * spending to open and close CUPTI plus a per-kernel cost for what CUPTI and the launch probe
  * add to every traced kernel (measured on an H200: bench/cupti/README.md). The next budget
- * window opens cost / budget after this one opened, so spent <= budget x elapsed over any run
- * of windows; windows shrink when that spacing would pass max_period.
+ * window opens cost / share after this one opened, where share is the budget less what the
+ * always-on parts cost the process, so windows + always-on <= budget over any run of windows;
+ * windows shrink when that spacing would pass max_period.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,8 +19,9 @@ const char *const trace_reason_names[] = { "none", "budget", "idle", "capture", 
 					    "sync_wait" };
 
 const char trace_usage[] =
-	"      --gpu-trace-budget PCT     share of a CUDA process's time that CUPTI kernel tracing\n"
-	"                                 may cost, in windows (default 1%; 100% traces always)\n"
+	"      --gpu-trace-budget PCT     share of a CUDA process's time that gpuscope may cost it\n"
+	"                                 (default 1%; 100% traces always): CUPTI windows get what\n"
+	"                                 the always-on driver probes and CPU sampler leave\n"
 	"      --gpu-trace-window DUR     length of a budget window (default 500ms)\n"
 	"      --gpu-trace-period DUR     a window this often, whatever it costs (overrides the\n"
 	"                                 budget's spacing; for measurements)\n"
@@ -128,10 +130,17 @@ uint64_t trace_budget__window_ns(const struct trace_budget *b, const struct trac
 	return b->window_ns ? b->window_ns : c->window_ns;
 }
 
+double trace_budget__window_share(const struct trace_budget *b, const struct trace_cfg *c)
+{
+	double share = c->budget - (b->always_on > 0 ? b->always_on : 0);
+
+	return share > c->budget / 10 ? share : c->budget / 10;
+}
+
 void trace_budget__closed(struct trace_budget *b, const struct trace_cfg *c, uint64_t open_ns,
 			  const struct trace_cost *w)
 {
-	double cost = trace_cost_ns(c, w), gap = cost / c->budget;
+	double cost = trace_cost_ns(c, w), gap = cost / trace_budget__window_share(b, c);
 	uint64_t len = trace_budget__window_ns(b, c);
 
 	if (!b->windows++)

@@ -70,6 +70,9 @@ struct trace_cost {
 /* What a uprobe hit costs besides its BPF program (trap, single-step, return): measured ~1.5 us
  * on x86-64 kernels of 2024-2026; the program's own time is measured per launch. */
 #define TRACE_UPROBE_TRAP_NS 1500
+/* What one CPU sample costs the sampled thread: the on-CPU program's walk through native and
+ * Python frames, 31-34 us on the H200 (bench/cupti/README.md) */
+#define TRACE_SAMPLE_NS 35000
 /* A launch probe's measured run time counts up to this (a 127-frame walk with Python frames
  * takes ~15 us on an H200 host; more is preemption of the probe, not its work). */
 #define TRACE_PROBE_MAX_NS 50000
@@ -83,7 +86,16 @@ struct trace_budget {
 	uint64_t spent_ns, elapsed_ns;	/* totals since the first window: cost, wall time */
 	uint64_t first_open_ns;
 	uint64_t windows, early_closes;
+	double always_on;		/* share of the process's time the always-on parts cost it
+					 * (driver probes, CPU sampler); set before each close */
 };
+
+/*
+ * The share of a process's time its windows may cost: the budget less what the always-on
+ * parts already cost it, but never under a tenth of the budget (windows still come, further
+ * apart, where the always-on parts alone exceed the budget).
+ */
+double trace_budget__window_share(const struct trace_budget *b, const struct trace_cfg *c);
 
 /* Estimated cost of a window (ns of the process's time). */
 double trace_cost_ns(const struct trace_cfg *c, const struct trace_cost *w);

@@ -146,6 +146,9 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 				special(c, loc, "[python]");
 				st->nunknown++;
 				break;
+			case GPUSCOPE_FRAME_TAG_NOT_WALKED:	/* a choice, not an unknown */
+				special(c, loc, "[stack not walked: short call]");
+				break;
 			default:
 				special(c, loc, "[unknown]");
 				st->nunknown++;
