@@ -18,6 +18,7 @@ set -u
 D=${D:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/overhead-long}
 BLOCK_S=${BLOCK_S:-15}
+ON_S=${ON_S:-$BLOCK_S}	# on blocks may be longer: windows come every 5-60 s
 WARM_S=${WARM_S:-10}
 W=$(mktemp -d /tmp/overhead.XXXX)
 mkdir -p "$RET"
@@ -53,10 +54,10 @@ for wl in ${@:-launch gpt2 train}; do
 			read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
 			curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b-start.txt"
 			mark on
-			sleep "$BLOCK_S"
+			sleep "$ON_S"
 			mark end
 			read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
-			echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $BLOCK_S" >> "$marks"
+			echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $ON_S" >> "$marks"
 			curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$b.txt"
 			log "$wl: stopping the agent"
 			kill -TERM $apid; wait $apid
