@@ -122,7 +122,7 @@ int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
 double trace_cost_ns(const struct trace_cfg *c, const struct trace_cost *w)
 {
 	return (double)w->open_ns + (double)w->close_ns + (double)w->kernels * c->kernel_cost_ns +
-	       (double)w->probe_ns + (double)w->launches * TRACE_UPROBE_TRAP_NS;
+	       (double)w->probe_ns * TRACE_PROBE_FACTOR + (double)w->launches * TRACE_UPROBE_TRAP_NS;
 }
 
 uint64_t trace_budget__window_ns(const struct trace_budget *b, const struct trace_cfg *c)
@@ -172,7 +172,8 @@ bool trace_budget__overrun(const struct trace_budget *b, const struct trace_cfg 
 	if (c->budget >= 1 || c->fixed_period_ns)
 		return false;
 	/* one window may spend what the budget earns over the longest spacing */
-	return (double)kernels * (c->kernel_cost_ns + TRACE_UPROBE_TRAP_NS) + (double)probe_ns >
+	return (double)kernels * (c->kernel_cost_ns + TRACE_UPROBE_TRAP_NS) +
+		       (double)probe_ns * TRACE_PROBE_FACTOR >
 	       c->budget * (double)c->max_period_ns;
 }
 

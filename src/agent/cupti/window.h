@@ -70,6 +70,13 @@ struct trace_cost {
 /* What a uprobe hit costs besides its BPF program (trap, single-step, return): measured ~1.5 us
  * on x86-64 kernels of 2024-2026; the program's own time is measured per launch. */
 #define TRACE_UPROBE_TRAP_NS 1500
+/*
+ * The launch probe's measured BPF time counts this many times over: a deep walk's cache misses
+ * slow the interpreter after it too. On the H200 two GPT-2 decode windows (12-13 k launches,
+ * ~25 us walks) cost 0.41 and 0.62 s of the process's time against 0.37 and 0.42 s modeled
+ * with the walks counted once (bench/cupti/README.md, 2026-12-03).
+ */
+#define TRACE_PROBE_FACTOR 1.6
 /* What one CPU sample costs the sampled thread: the on-CPU program's walk through native and
  * Python frames, 31-34 us on the H200 (bench/cupti/README.md) */
 #define TRACE_SAMPLE_NS 35000
