@@ -87,6 +87,7 @@ def main():
     finally:
         s.stop()
     same_new_label_set()
+    gone_content_again()
     print("ok")
 
 
@@ -123,6 +124,47 @@ def same_new_label_set():
         fg = s.get_json(f"{'/api/v1/flamegraph'}?{rng}&selector=%7Bthread%3D%22twin%22%7D")
         check(fg["total"] == 1000 * N, f"its samples {fg['total']}")
         check(s.metric("gpuscope_server_label_sets") == 2, "after a restart, both")
+    except Exception:
+        print(s.logtext(), file=sys.stderr)
+        raise
+    finally:
+        s.stop()
+
+
+
+def gone_content_again():
+    """The in-memory indexes of locations and stacks forget what GC deletes, in the same
+    process: a stack GC deleted (top;mid) whose locations live on in another stack
+    (top;mid;leaf), and a location GC deleted (gone2), met again, are stored again under new
+    ids (an index still naming the old ids would map them to rows and blocks that are gone)."""
+    now = now_ns()
+    s = Server(args=["--retention", "5d", "--retention-period", "1h"]).start()
+    data = s.data
+    try:
+        code, body = s.ingest(encode(f"node n\nsample {now - 4 * DAY} cpu 1 pid=1 top;mid\n"
+                                     f"sample {now - 4 * DAY + 1} cpu 1 pid=1 top;gone2\n"))
+        check(code == 204, f"old batch {code} {body}")
+        code, body = s.ingest(encode(f"node n\nsample {now} cpu 1 pid=2 top;mid;leaf\n"))
+        check(code == 204, f"new batch {code} {body}")
+    finally:
+        s.stop()
+    s = Server(data=data, args=["--retention", "1d", "--retention-period", "300ms"]).start()
+    try:
+        check(wait(lambda: s.metric("gpuscope_server_stacks") == 1 and
+                   s.metric("gpuscope_server_locations") == 3),
+              f"GC: stacks {s.metric('gpuscope_server_stacks')}, locations {s.metric('gpuscope_server_locations')}")
+        code, body = s.ingest(encode(f"node n\nsample {now + 1} cpu 1 pid=2 top;mid\n"
+                                     f"sample {now + 2} cpu 1 pid=2 top;gone2\n"))
+        check(code == 204, f"batch after GC {code} {body}")
+        check(s.metric("gpuscope_server_stacks") == 3 and s.metric("gpuscope_server_locations") == 4,
+              f"stored again: stacks {s.metric('gpuscope_server_stacks')}, "
+              f"locations {s.metric('gpuscope_server_locations')}")
+        for i in (1, 2):
+            code, _, _ = s.request(f"/api/v1/stack/{i}")
+            check(code == 404, f"deleted stack {i} stays unknown: {code}")
+        for i, want in ((4, ["mid", "top"]), (5, ["gone2", "top"])):
+            got = [f["function"] for f in s.get_json(f"/api/v1/stack/{i}")["frames"]]
+            check(got == want, f"new stack {i}: {got}")
     except Exception:
         print(s.logtext(), file=sys.stderr)
         raise

@@ -13,7 +13,7 @@ from gpuscope_server import Server, check, encode, now_ns, pairs_blob, skip_if_u
 
 skip_if_unbuilt()
 q = urllib.parse.quote
-SCHEMA = 6  # the store's current version (src/server/store/sqlite/sqlite.h)
+SCHEMA = 7  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V1 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);

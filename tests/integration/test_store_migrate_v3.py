@@ -15,7 +15,7 @@ from gpuscope_server import (Server, check, encode, now_ns, pairs_blob, skip_if_
 
 skip_if_unbuilt()
 q = urllib.parse.quote
-SCHEMA = 6  # the store's current version (src/server/store/sqlite/sqlite.h)
+SCHEMA = 7  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V3 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);

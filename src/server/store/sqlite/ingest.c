@@ -35,10 +35,6 @@ struct ingest {
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
-	/* the last stack block read for a content check (dedup_id()) */
-	struct sblock sb;
-	int64_t sb_first;		/* its first id; 0: none */
-	uint64_t *cmp_ids;		/* BATCH_MAX_DEPTH, for same_stack() */
 };
 
 static const char *S(const struct ingest *in, uint32_t i)
@@ -46,99 +42,21 @@ static const char *S(const struct ingest *in, uint32_t i)
 	return in->m->strings[i];
 }
 
-/*
- * The block holding id through st (a SELECT id, data FROM ...blocks WHERE id <= ? ORDER BY id
- * DESC LIMIT 1): 1 and *ret_first, its blob in *ret and *ret_len (valid until st is reset), 0
- * none, -EIO.
- */
-static int block_get(sqlite3_stmt *st, uint64_t id, int64_t *ret_first, const void **ret,
-		     size_t *ret_len)
+/* Resolves a hash to an id through the cache, then the table (series); 1 found, 0 new, -errno. */
+static int dedup_id(struct sq *s, struct u64map *cache, int get, uint64_t hash, uint64_t *ret)
 {
-	int rc;
-
-	sqlite3_bind_int64(st, 1, (int64_t)id);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE)
-		return 0;
-	if (rc != SQLITE_ROW)
-		return -EIO;
-	*ret_first = sqlite3_column_int64(st, 0);
-	*ret = sqlite3_column_blob(st, 1);
-	*ret_len = (size_t)sqlite3_column_bytes(st, 1);
-	return 1;
-}
-
-/* A stack's global location ids, for same_stack(). */
-struct stack_key {
-	const uint64_t *ids;
-	size_t n;
-};
-
-/* Is stored stack id the list of location ids `what` holds? 1 yes, 0 no, -errno. */
-static int same_stack(struct ingest *in, uint64_t id, const void *what)
-{
-	const struct stack_key *k = what;
-	sqlite3_stmt *st = in->s->st[ST_STACKBLOCK_GET];
-	uint64_t *ids = in->cmp_ids;
-	ptrdiff_t i = -1;
-	size_t n = 0;
-	int rc;
-
-	if (!ids && !(ids = in->cmp_ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids))))
-		return -ENOMEM;
-	if (!in->sb_first || (i = stack_block_find(&in->sb, id)) < 0) {
-		const void *blob;
-		size_t len;
-
-		rc = block_get(st, id, &in->sb_first, &blob, &len);
-		if (rc > 0 && stack_block_decode(&in->sb, blob, len))
-			in->sb_first = 0;
-		sqlite3_reset(st);
-		if (rc <= 0) {
-			in->sb_first = 0;
-			return rc;
-		}
-		i = in->sb_first ? stack_block_find(&in->sb, id) : -1;
-	}
-	if (i < 0 || stack_locs_decode(in->sb.locs[i], in->sb.len[i], ids, BATCH_MAX_DEPTH, &n))
-		return 0;
-	return n == k->n && !memcmp(ids, k->ids, n * sizeof(*ids));
-}
-
-/*
- * Resolves a content hash to an id: the cache (full 64-bit hashes of what this server stored or
- * found), then the table, keyed by the hash's top 32 bits: each row with that key is a
- * candidate, and the first whose stored content same() finds equal to `what` is the one (two
- * contents sharing 32 bits are both stored, each under its own id). Without same (series),
- * the table's key is the whole hash. 1 found (*ret), 0 new, or -errno.
- */
-static int dedup_id(struct ingest *in, struct u64map *cache, int get, uint64_t hash,
-		    int (*same)(struct ingest *in, uint64_t id, const void *what), const void *what,
-		    uint64_t *ret)
-{
-	struct sq *s = in->s;
-	sqlite3_stmt *st = s->st[get];
 	uint64_t *v = u64map_find(cache, hash);
-	int64_t id = 0;
-	int rc, found = 0;
+	int64_t id;
+	int rc;
 
 	if (v) {
 		*ret = *v;
 		return 1;
 	}
-	sqlite3_bind_int64(st, 1, same ? SQ_KEY32(hash) : (int64_t)hash);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		id = sqlite3_column_int64(st, 0);
-		found = same ? same(in, (uint64_t)id, what) : 1;
-		if (found)
-			break;
-	}
-	if (!found && rc != SQLITE_DONE)
-		found = -EIO;
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (found <= 0)
-		return found;
+	sqlite3_bind_int64(s->st[get], 1, (int64_t)hash);
+	rc = sq_step_i64(s->st[get], &id);
+	if (rc <= 0)
+		return rc;
 	if (cache->len > DEDUP_CACHE_MAX)
 		u64map_done(cache);
 	if (!u64map_upsert(cache, hash, (uint64_t)id, NULL))
@@ -386,8 +304,9 @@ static int stacks_flush(struct sq *s, struct stack_pending *p)
 }
 
 /*
- * The batch's stacks to global ids: known ones by content hash (their day moved to today), new
- * ones numbered after the last and stored together as one block (a few if many).
+ * The batch's stacks to global ids: known ones by content hash (the in-memory index of every
+ * stored stack, schema 7; their day moved to today), new ones numbered after the last and
+ * stored together as one block (a few if many).
  */
 static int map_stacks(struct ingest *in)
 {
@@ -401,6 +320,8 @@ static int map_stacks(struct ingest *in)
 
 	if (!m->n_stacks)
 		return 0;
+	if (s->stack_index_stale && (err = sq_stacks_load(s)))
+		return err;
 	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
 	p.id = malloc(maxn * sizeof(*p.id));
 	p.off = malloc(maxn * sizeof(*p.off));
@@ -419,8 +340,9 @@ static int map_stacks(struct ingest *in)
 	for (size_t i = 0; i < m->n_stacks && !err; i++) {
 		const Gpuscope__V1__Stack *st = m->stacks[i];
 		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
-		uint64_t hash, id;
-		int rc;
+		uint64_t hash, id, *v;
+		int added = 0;
+
 		/* the content hash is over the plain varint ids, the stored list delta-coded */
 		key.len = 0;
 		for (size_t k = 0; k < nl; k++) {
@@ -432,14 +354,13 @@ static int map_stacks(struct ingest *in)
 			break;
 		}
 		hash = hash64(key.p, key.len, 13);
-		struct stack_key sk = { ids, nl };
-
-		rc = dedup_id(in, &s->stack_ids, ST_STACK_GET, hash, same_stack, &sk, &id);
-		if (rc < 0) {
-			err = rc;
+		v = u64map_upsert(&s->stack_ids, hash, 0, &added);
+		if (!v) {
+			err = -ENOMEM;
 			break;
 		}
-		if (rc) {
+		if (!added) {
+			id = *v;
 			/* in use today: dictionary GC keeps it while retained data may use it */
 			uint64_t *d = u64map_upsert(&s->stack_day, id, 0, NULL);
 
@@ -448,9 +369,8 @@ static int map_stacks(struct ingest *in)
 				break;
 			}
 			if (*d < today + 1) {
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, SQ_KEY32(hash));
+				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)id);
 				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 3, (int64_t)id);
 				if (sq_step_done(s->st[ST_STACK_DAY])) {
 					err = -EIO;
 					break;
@@ -458,10 +378,9 @@ static int map_stacks(struct ingest *in)
 				*d = today + 1;
 			}
 		} else {
-			id = ++s->stack_seq;
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, SQ_KEY32(hash));
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)id);
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 3, (int64_t)today);
+			id = *v = ++s->stack_seq;
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)id);
+			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)today);
 			if (sq_step_done(s->st[ST_STACK_ADD])) {
 				err = -EIO;
 				break;
@@ -471,9 +390,8 @@ static int map_stacks(struct ingest *in)
 			stack_locs_encode(ids, nl, &p.locs);
 			p.len[p.n] = p.locs.len - p.off[p.n];
 			p.n++;
-			err = cache_new(s, &s->stack_ids, hash, id);
 			in->new_stacks++;
-			if (!err && !u64map_upsert(&s->stack_day, id, today + 1, NULL))
+			if (!u64map_upsert(&s->stack_day, id, today + 1, NULL))
 				err = -ENOMEM;
 			if (!err && p.n == STACK_BLOCK_MAX)
 				err = stacks_flush(s, &p);
@@ -652,7 +570,7 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 		buf_put(&key, &ls, sizeof(ls));
 		hash = key.oom ? 0 : hash64(key.p, key.len, 14);
 		buf_done(&key);
-		rc = dedup_id(in, &s->series_ids, ST_SERIES_GET, hash, NULL, NULL, &id);
+		rc = dedup_id(s, &s->series_ids, ST_SERIES_GET, hash, &id);
 		if (rc < 0)
 			return rc;
 		if (!rc) {
@@ -919,16 +837,79 @@ int sq_locs_load(struct sq *s)
 	return err;
 }
 
+uint64_t sq_stack_hash(const uint64_t *ids, size_t n, struct buf *key)
+{
+	key->len = 0;
+	for (size_t k = 0; k < n; k++)
+		buf_uvarint(key, ids[k]);
+	return hash64(key->p, key->len, 13);
+}
+
+int sq_stacks_load(struct sq *s)
+{
+	sqlite3_stmt *st = NULL;
+	struct u64map rows = { 0 };
+	struct sblock b = { 0 };
+	struct buf key = { 0 };
+	uint64_t *ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
+	int rc = SQLITE_DONE, err = ids ? 0 : -ENOMEM;
+
+	u64map_done(&s->stack_ids);
+	s->stack_index_stale = true;
+	/* only stacks with a row: GC deletes rows before it writes their blocks again */
+	if (!err && sqlite3_prepare_v2(s->w, "SELECT id FROM stacks", -1, &st, NULL))
+		err = -EIO;
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW)
+		if (!u64map_upsert(&rows, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
+			err = -ENOMEM;
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	st = NULL;
+	if (!err && sqlite3_prepare_v2(s->w, "SELECT id, data FROM stackblocks ORDER BY id", -1, &st,
+				       NULL))
+		err = -EIO;
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 1),
+				       (size_t)sqlite3_column_bytes(st, 1))) {
+			log_warn("store: stack block %lld is unreadable",
+				 (long long)sqlite3_column_int64(st, 0));
+			continue;
+		}
+		for (size_t i = 0; i < b.n && !err; i++) {
+			size_t n = 0;
+
+			if (!u64map_find(&rows, b.id[i]) ||
+			    stack_locs_decode(b.locs[i], b.len[i], ids, BATCH_MAX_DEPTH, &n))
+				continue;
+			if (!u64map_upsert(&s->stack_ids, sq_stack_hash(ids, n, &key), b.id[i],
+					   NULL) || key.oom)
+				err = -ENOMEM;
+		}
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	u64map_done(&rows);
+	sblock_done(&b);
+	buf_done(&key);
+	free(ids);
+	if (!err)
+		s->stack_index_stale = false;
+	return err;
+}
+
 void sq_dedup_reset(struct sq *s)
 {
-	/* the location index is complete, not a cache: read again from what is committed */
+	/* the location and stack indexes are complete, not caches: read again from what is
+	 * committed */
 	s->loc_index_stale = true;
+	s->stack_index_stale = true;
 	sq_dedup_caches_reset(s);
 }
 
 void sq_dedup_caches_reset(struct sq *s)
 {
-	u64map_done(&s->stack_ids);
 	u64map_done(&s->series_ids);
 	u64map_done(&s->stack_day);
 }
@@ -1212,8 +1193,7 @@ out_free:
 	free(in->ls);
 	free(in->loc_gid);
 	free(in->stack_gid);
-	sblock_done(&in->sb);
-	free(in->cmp_ids);
+
 	return g.rc;
 }
 

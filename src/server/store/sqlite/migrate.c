@@ -7,7 +7,8 @@
  * to move (format-1 chunks are read as they are). Schema 3 -> 4: label sets from one row each
  * with their pairs into a row without them and blocks of their pairs. Schema 4 -> 5: the
  * locations' and stacks' tables keyed by 32 bits of the content hash instead of 64. Schema 5 ->
- * 6: no locations table (an in-memory index loaded from the blocks).
+ * 6: no locations table (an in-memory index loaded from the blocks). Schema 6 -> 7: likewise
+ * stacks, whose table keeps (id, day).
  */
 #include <errno.h>
 #include <sqlite3.h>
@@ -133,8 +134,8 @@ static int copy_stacks(struct sq *s)
 
 	if (!err && (sqlite3_prepare_v2(s->w, "SELECT id, hash, locs, day FROM v1_stacks ORDER BY id",
 					-1, &sel, NULL) ||
-		     sqlite3_prepare_v2(s->w, "INSERT INTO stacks(h, id, day) VALUES (?, ?, ?)", -1,
-					&ins, NULL)))
+		     sqlite3_prepare_v2(s->w, "INSERT INTO stacks(id, day) VALUES (?, ?)", -1, &ins,
+					NULL)))
 		err = -EIO;
 	while (!err) {
 		int rc = sqlite3_step(sel);
@@ -155,9 +156,8 @@ static int copy_stacks(struct sq *s)
 			off[nr] = b.len;
 			stack_locs_encode(ids, n, &b);
 			lens[nr] = b.len - off[nr];
-			sqlite3_bind_int64(ins, 1, SQ_KEY32(sqlite3_column_int64(sel, 1)));
-			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 0));
-			sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 3));
+			sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 0));
+			sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 3));
 			err = sq_step_done(ins);
 			s->stack_seq = sid[nr];
 			nr++;
@@ -428,9 +428,8 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
 
 int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen)
 {
-	if (sqlite3_exec(s->w, "DROP TABLE locations", NULL, NULL, NULL) ||
-	    (ver < 5 && sqlite3_exec(s->w, "ALTER TABLE stacks RENAME TO v4_stacks", NULL, NULL,
-				     NULL))) {
+	if ((ver < 6 && sqlite3_exec(s->w, "DROP TABLE locations", NULL, NULL, NULL)) ||
+	    sqlite3_exec(s->w, "ALTER TABLE stacks RENAME TO v4_stacks", NULL, NULL, NULL)) {
 		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
 		return -EIO;
 	}
@@ -439,9 +438,8 @@ int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen)
 
 int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen)
 {
-	/* SQLite's >> on the signed 64-bit hash is SQ_KEY32() */
-	if (sqlite3_exec(s->w, "INSERT INTO stacks(h, id, day) SELECT hash >> 32, id, day FROM"
-			       " v4_stacks; DROP TABLE v4_stacks;", NULL, NULL, NULL)) {
+	if (sqlite3_exec(s->w, "INSERT INTO stacks(id, day) SELECT id, day FROM v4_stacks;"
+			       " DROP TABLE v4_stacks;", NULL, NULL, NULL)) {
 		snprintf(err, errlen, "migrating to 32-bit keys: %s", sqlite3_errmsg(s->w));
 		return -EIO;
 	}

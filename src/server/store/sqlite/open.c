@@ -31,11 +31,8 @@ static const char *const wsql[ST_MAX] = {
 		       " WHERE id = ?1",
 	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
-	[ST_STACK_GET] = "SELECT id FROM stacks WHERE h = ?",
-	[ST_STACK_ADD] = "INSERT INTO stacks(h, id, day) VALUES (?, ?, ?)",
-	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE h = ?1 AND id = ?3",
-	[ST_STACKBLOCK_GET] = "SELECT id, data FROM stackblocks WHERE id <= ? ORDER BY id DESC"
-			      " LIMIT 1",
+	[ST_STACK_ADD] = "INSERT INTO stacks(id, day) VALUES (?, ?)",
+	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
 	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
@@ -83,8 +80,7 @@ static const char schema[] =
 	" data BLOB NOT NULL);"
 	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
 	 * GC), their location lists in blocks */
-	"CREATE TABLE IF NOT EXISTS stacks(h INTEGER NOT NULL, id INTEGER NOT NULL,"
-	" day INTEGER NOT NULL, PRIMARY KEY(h, id)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, day INTEGER NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS stackblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
@@ -400,7 +396,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		if (ver < 4 && sq_migrate_v3_rename(s, err, errlen))
 			goto out_rollback;
-		if (ver >= 2 && ver < 6 && sq_migrate_v4_rename(s, ver, err, errlen))
+		if (ver >= 2 && ver < 7 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
@@ -419,7 +415,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver && ver < 4 && sq_migrate_v3_copy(s, err, errlen))
 		goto out_rollback;
-	if (ver >= 2 && ver < 5 && sq_migrate_v4_copy(s, err, errlen))
+	if (ver >= 2 && ver < 7 && sq_migrate_v4_copy(s, err, errlen))
 		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
@@ -431,7 +427,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 6) {
+	if (ver && ver < 7) {
 		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
 		 * tenth of the store; 4 and 5: the hash tables): give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
@@ -474,8 +470,12 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "loading the location index: %s", sqlite3_errmsg(s->w));
 		goto out_close;
 	}
-	log_debug("store: %zu locations indexed in %.2f s", s->loc_ids.len,
-		  (double)(mono_ns() - t0) / 1e9);
+	if (sq_stacks_load(s)) {
+		snprintf(err, errlen, "loading the stack index: %s", sqlite3_errmsg(s->w));
+		goto out_close;
+	}
+	log_debug("store: %zu locations, %zu stacks indexed in %.2f s", s->loc_ids.len,
+		  s->stack_ids.len, (double)(mono_ns() - t0) / 1e9);
 	if (pthread_create(&s->maint, NULL, sq_maint_main, s)) {
 		snprintf(err, errlen, "cannot start the maintenance thread");
 		goto out_close;

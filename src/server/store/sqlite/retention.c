@@ -99,7 +99,8 @@ void sq_enforce_retention(struct sq *s)
 /* ---- dictionary GC ------------------------------------------------------------------------ */
 
 static int live_ids(struct sq *s, const char *table, struct u64map *live);
-static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live);
+static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live,
+			  struct u64map *index);
 
 /* Frees what the previous round unpublished, and keeps this round's for the next. */
 static void graveyard_rotate(struct sq *s)
@@ -176,7 +177,7 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 
 		err = live_ids(s, "labelsets", &live);
 		if (!err)
-			err = rewrite_blocks(s, "lsblocks", &live);
+			err = rewrite_blocks(s, "lsblocks", &live, NULL);
 		u64map_done(&live);
 	}
 	if (sq_end_write(s->w, err)) {
@@ -254,13 +255,35 @@ static int live_ids(struct sq *s, const char *table, struct u64map *live)
 	return err;
 }
 
+/* Removes stack id (its location list locs) from the stack index, if the index names it. */
+static int forget_stack(struct u64map *index, uint64_t id, const uint8_t *locs, size_t len)
+{
+	uint64_t ids[BATCH_MAX_DEPTH], *v, h;
+	struct buf key = { 0 };
+	size_t n = 0;
+
+	if (stack_locs_decode(locs, len, ids, BATCH_MAX_DEPTH, &n))
+		return 0;	/* unreadable: not in the index either */
+	h = sq_stack_hash(ids, n, &key);
+	if (key.oom) {
+		buf_done(&key);
+		return -ENOMEM;
+	}
+	buf_done(&key);
+	v = u64map_find(index, h);
+	if (v && *v == id)
+		u64map_remove(index, h);
+	return 0;
+}
+
 /*
  * Blocks (stack-block format: stacks, label sets) after their entries went: a block none of
  * whose ids is in live is deleted, one with some is written again with those only (its key,
  * the first id, may change), so that an entry GC removed is unknown to queries. wmu held; the
  * caller holds the write transaction. 0 or -errno.
  */
-static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live)
+static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live,
+			  struct u64map *index)
 {
 	struct sblock b = { 0 };
 	sqlite3_stmt *st = NULL, *del = NULL;
@@ -297,14 +320,17 @@ static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *
 			err = -ENOMEM;
 			break;
 		}
-		for (size_t i = 0; i < b.n; i++) {
-			if (!u64map_find(live, b.id[i]))
+		for (size_t i = 0; i < b.n && !err; i++) {
+			if (!u64map_find(live, b.id[i])) {
+				if (index)	/* a stack gone: the index forgets it */
+					err = forget_stack(index, b.id[i], b.locs[i], b.len[i]);
 				continue;
+			}
 			ids[nl] = b.id[i];
 			locs[nl] = b.locs[i];
 			lens[nl++] = b.len[i];
 		}
-		if (nl == b.n)
+		if (err || nl == b.n)
 			continue;
 		if (u64_push(&gone, &ngone, &capgone, first)) {
 			err = -ENOMEM;
@@ -371,7 +397,7 @@ static int gc_stack_blocks(struct sq *s)
 	if (!err && sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL))
 		err = -EIO;
 	else if (!err)
-		err = sq_end_write(s->w, rewrite_blocks(s, "stackblocks", &live));
+		err = sq_end_write(s->w, rewrite_blocks(s, "stackblocks", &live, &s->stack_ids));
 	u64map_done(&live);
 	return err;
 }
@@ -552,8 +578,8 @@ void sq_gc_dictionaries(struct sq *s)
 	pthread_mutex_lock(&s->wmu);
 	nl = gc_label_sets(s, cut);
 	if (cut_day > 0) {
-		ns = delete_all_locked(s, "DELETE FROM stacks WHERE (h, id) IN (SELECT h, id FROM"
-				       " stacks WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
+		ns = delete_all_locked(s, "DELETE FROM stacks WHERE id IN (SELECT id FROM stacks"
+				       " WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
 		__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
 	}
 	if (ns > 0 && !gc_stack_blocks(s))

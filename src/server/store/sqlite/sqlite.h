@@ -28,9 +28,6 @@
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
 #define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
 #define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
-/* The key of a location or stack in its table (schema 5): the content hash's top 32 bits as a
- * signed number (4 bytes in a record, SQLite's `hash >> 32` of the schema-4 column). */
-#define SQ_KEY32(hash)	((int64_t)(int32_t)(uint32_t)((uint64_t)(hash) >> 32))
 #define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
 
 extern const uint64_t sq_level_ns[LEVELS];	/* bucket width of each rollup level */
@@ -48,10 +45,10 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_GET, ST_STACK_ADD,
+	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
-	ST_LS_MAX, ST_STACKBLOCK_GET, ST_MAX,
+	ST_LS_MAX, ST_MAX,
 };
 
 struct sq {
@@ -64,10 +61,10 @@ struct sq {
 	pthread_mutex_t wmu;		/* the writer connection and the dedup caches */
 	sqlite3 *w;
 	sqlite3_stmt *st[ST_MAX];
-	/* content hash -> id: every stored location (schema 6: no table on disk, loaded from the
-	 * blocks at open); caches of the stacks' and series' tables */
+	/* content hash -> id: every stored location and stack (schemas 6 and 7: no index on
+	 * disk, loaded from the blocks at open); a cache of the series' table */
 	struct u64map loc_ids, stack_ids, series_ids;
-	bool loc_index_stale;		/* loc_ids to be loaded again (after a rollback) */
+	bool loc_index_stale, stack_index_stale;	/* to be loaded again (after a rollback) */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
 	uint64_t ls_id0;		/* label set ids past this were added in the open write
@@ -178,20 +175,27 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 /* Forgets the hash -> id caches and marks the location index for loading again (after a
  * rollback, they may name rows that are gone). wmu held. */
 void sq_dedup_reset(struct sq *s);
-/* Likewise the caches only (the location index kept: dictionary GC removes what it deletes). */
+/* Likewise the caches only (the location and stack indexes kept: dictionary GC removes what
+ * it deletes). */
 void sq_dedup_caches_reset(struct sq *s);
 /* (Re)loads the location index from every location block (writer connection, wmu held or at
  * open). 0 or -errno (then it stays marked stale). */
 int sq_locs_load(struct sq *s);
+/* (Re)loads the stack index from the stack blocks, stacks with a row only (writer connection,
+ * wmu held or at open). 0 or -errno (then it stays marked stale). */
+int sq_stacks_load(struct sq *s);
+/* The content hash of a stack of location ids; key is scratch. */
+uint64_t sq_stack_hash(const uint64_t *ids, size_t n, struct buf *key);
 /* The content hash of a stored location (store_location_hash_of()); key is scratch. */
 uint64_t sq_loc_row_hash(const struct lrow *r, struct buf *key);
 
 /* ---- migrate.c: older schemas ---- */
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
  * tables and its format-1 chunks are read as they are. 4: label sets in blocks. 5: the
- * locations' and stacks' tables keyed by 32 bits of their content hash (SQ_KEY32). 6: no
- * locations table: the index of locations by content is in memory, loaded from the blocks. */
-#define SQ_SCHEMA_VERSION 6
+ * locations' and stacks' tables keyed by 32 bits of their content hash. 6: no
+ * locations table: the index of locations by content is in memory, loaded from the blocks. 7:
+ * likewise stacks, whose table keeps (id, day) only. */
+#define SQ_SCHEMA_VERSION 7
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -205,9 +209,8 @@ int sq_migrate_v1_copy(struct sq *s, char *err, size_t errlen);
  * pairs, into a row each without them and blocks of their pairs. */
 int sq_migrate_v3_rename(struct sq *s, char *err, size_t errlen);
 int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen);
-/* Likewise 4 -> 5 -> 6 (2 and 3 on their way): the stacks' table from 64-bit hash keys to
- * SQ_KEY32() keys, ids and days kept (schema 1's is copied from v1_stacks instead); the
- * locations' table dropped (schema 6). */
+/* Likewise 4 -> 7 (2 and 3 on their way, 5 and 6 too): the stacks' table to (id, day), ids and
+ * days kept (schema 1's is copied from v1_stacks instead); the locations' table dropped. */
 int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen);
 int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 
