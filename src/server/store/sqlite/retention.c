@@ -255,6 +255,81 @@ static int live_ids(struct sq *s, const char *table, struct u64map *live)
 	return err;
 }
 
+/* The blocks of a table that GC deletes, and those it writes again with some entries only. */
+struct block_edits {
+	uint64_t *gone;		/* first ids of the blocks to delete (or to write again) */
+	size_t ngone, capgone;
+	struct kept {
+		uint8_t *z;	/* the block's new bytes (owned) */
+		size_t zlen;
+		uint64_t first, last;
+	} *keep;
+	size_t nkeep, capkeep;
+};
+
+/* Block `first` goes; n > 0 of its entries, ids[0] to ids[n - 1], stay in the block that z
+ * holds (taken over, freed by edits_done() also on failure); n == 0: none stays. 0/-ENOMEM. */
+static int edits_add(struct block_edits *e, uint64_t first, const uint64_t *ids, size_t n,
+		     uint8_t *z, size_t zlen)
+{
+	if (u64_push(&e->gone, &e->ngone, &e->capgone, first)) {
+		free(z);
+		return -ENOMEM;
+	}
+	if (!n)
+		return 0;
+	if (e->nkeep == e->capkeep) {
+		size_t ncap = e->capkeep ? 2 * e->capkeep : 16;
+		struct kept *nk = realloc(e->keep, ncap * sizeof(*nk));
+
+		if (!nk) {
+			free(z);
+			return -ENOMEM;
+		}
+		e->keep = nk;
+		e->capkeep = ncap;
+	}
+	e->keep[e->nkeep++] = (struct kept){ z, zlen, ids[0], ids[n - 1] };
+	return 0;
+}
+
+/* Deletes the blocks that go and inserts the ones written again, in the caller's write
+ * transaction (wmu held). 0 or -EIO. */
+static int edits_apply(struct sq *s, const char *table, const struct block_edits *e)
+{
+	sqlite3_stmt *del = NULL, *ins = NULL;
+	char sql[96];
+	int err = 0;
+
+	snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE id = ?", table);
+	if (sqlite3_prepare_v2(s->w, sql, -1, &del, NULL))
+		err = -EIO;
+	snprintf(sql, sizeof(sql), "INSERT INTO %s(id, last, data) VALUES (?, ?, ?)", table);
+	if (!err && sqlite3_prepare_v2(s->w, sql, -1, &ins, NULL))
+		err = -EIO;
+	for (size_t i = 0; !err && i < e->ngone; i++) {
+		sqlite3_bind_int64(del, 1, (int64_t)e->gone[i]);
+		err = sq_step_done(del);
+	}
+	for (size_t i = 0; !err && i < e->nkeep; i++) {
+		sqlite3_bind_int64(ins, 1, (int64_t)e->keep[i].first);
+		sqlite3_bind_int64(ins, 2, (int64_t)e->keep[i].last);
+		sqlite3_bind_blob(ins, 3, e->keep[i].z, (int)e->keep[i].zlen, SQLITE_STATIC);
+		err = sq_step_done(ins);
+	}
+	sqlite3_finalize(del);
+	sqlite3_finalize(ins);
+	return err;
+}
+
+static void edits_done(struct block_edits *e)
+{
+	for (size_t i = 0; i < e->nkeep; i++)
+		free(e->keep[i].z);
+	free(e->keep);
+	free(e->gone);
+}
+
 /* Removes stack id (its location list locs) from the stack index, if the index names it. */
 static int forget_stack(struct u64map *index, uint64_t id, const uint8_t *locs, size_t len)
 {
@@ -286,15 +361,9 @@ static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *
 			  struct u64map *index)
 {
 	struct sblock b = { 0 };
-	sqlite3_stmt *st = NULL, *del = NULL;
-	uint64_t *gone = NULL, *ids = NULL;
-	size_t ngone = 0, capgone = 0;
-	struct keep {
-		uint8_t *z;
-		size_t zlen;
-		uint64_t first, last;
-	} *keep = NULL;
-	size_t nkeep = 0, capkeep = 0;
+	struct block_edits e = { 0 };
+	sqlite3_stmt *st = NULL;
+	uint64_t *ids = NULL;
 	const uint8_t **locs = NULL;
 	size_t *lens = NULL;
 	char sql[96];
@@ -332,55 +401,22 @@ static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *
 		}
 		if (err || nl == b.n)
 			continue;
-		if (u64_push(&gone, &ngone, &capgone, first)) {
-			err = -ENOMEM;
-			break;
-		}
-		if (!nl)
-			continue;
-		if (nkeep == capkeep) {
-			size_t ncap = capkeep ? 2 * capkeep : 16;
-			struct keep *nk = realloc(keep, ncap * sizeof(*nk));
+		if (nl) {
+			uint8_t *z = NULL;
+			size_t zlen = 0;
 
-			if (!nk) {
-				err = -ENOMEM;
+			err = stack_block_encode(ids, locs, lens, nl, &z, &zlen);
+			if (err)
 				break;
-			}
-			keep = nk;
-			capkeep = ncap;
+			err = edits_add(&e, first, ids, nl, z, zlen);
+		} else {
+			err = edits_add(&e, first, NULL, 0, NULL, 0);
 		}
-		keep[nkeep] = (struct keep){ NULL, 0, ids[0], ids[nl - 1] };
-		err = stack_block_encode(ids, locs, lens, nl, &keep[nkeep].z, &keep[nkeep].zlen);
-		if (!err)
-			nkeep++;
 	}
 	sqlite3_finalize(st);
-	st = NULL;
-	if (err || (!ngone && !nkeep))
-		goto out;
-	snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE id = ?", table);
-	if (sqlite3_prepare_v2(s->w, sql, -1, &del, NULL))
-		err = -EIO;
-	snprintf(sql, sizeof(sql), "INSERT INTO %s(id, last, data) VALUES (?, ?, ?)", table);
-	if (!err && sqlite3_prepare_v2(s->w, sql, -1, &st, NULL))
-		err = -EIO;
-	for (size_t i = 0; !err && i < ngone; i++) {
-		sqlite3_bind_int64(del, 1, (int64_t)gone[i]);
-		err = sq_step_done(del);
-	}
-	for (size_t i = 0; !err && i < nkeep; i++) {
-		sqlite3_bind_int64(st, 1, (int64_t)keep[i].first);
-		sqlite3_bind_int64(st, 2, (int64_t)keep[i].last);
-		sqlite3_bind_blob(st, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
-		err = sq_step_done(st);
-	}
-out:
-	sqlite3_finalize(st);
-	sqlite3_finalize(del);
-	for (size_t i = 0; i < nkeep; i++)
-		free(keep[i].z);
-	free(keep);
-	free(gone);
+	if (!err && (e.ngone || e.nkeep))
+		err = edits_apply(s, table, &e);
+	edits_done(&e);
 	free(ids);
 	free(locs);
 	free(lens);
@@ -411,14 +447,10 @@ static int gc_stack_blocks(struct sq *s)
 static int64_t gc_locations(struct sq *s)
 {
 	struct u64map used = { 0 };
-	sqlite3_stmt *st = NULL, *del = NULL, *ins = NULL;
-	uint64_t *ids, *gone = NULL, *dead = NULL;
-	size_t ngone = 0, capgone = 0, ndead = 0, capdead = 0, nkeep = 0, capkeep = 0;
-	struct keep {
-		uint8_t *z;
-		size_t zlen;
-		uint64_t first, last;
-	} *keep = NULL;
+	struct block_edits e = { 0 };
+	sqlite3_stmt *st = NULL;
+	uint64_t *ids, *dead = NULL, *live_ids = NULL;
+	size_t ndead = 0, capdead = 0;
 	struct sblock sb = { 0 };
 	struct lblock lb = { 0 };
 	struct lrow *live = NULL;
@@ -467,8 +499,10 @@ static int64_t gc_locations(struct sq *s)
 				     (size_t)sqlite3_column_bytes(st, 1)))
 			continue;	/* unreadable: left as it is */
 		free(live);
+		free(live_ids);
 		live = malloc((lb.n ? lb.n : 1) * sizeof(*live));
-		if (!live) {
+		live_ids = malloc((lb.n ? lb.n : 1) * sizeof(*live_ids));
+		if (!live || !live_ids) {
 			err = -ENOMEM;
 			break;
 		}
@@ -476,6 +510,7 @@ static int64_t gc_locations(struct sq *s)
 			uint64_t h, *v;
 
 			if (u64map_find(&used, lb.r[i].id)) {
+				live_ids[nl] = lb.r[i].id;
 				live[nl++] = lb.r[i];
 				continue;
 			}
@@ -492,50 +527,27 @@ static int64_t gc_locations(struct sq *s)
 		}
 		if (err || nl == lb.n)
 			continue;
-		if (u64_push(&gone, &ngone, &capgone, first)) {
-			err = -ENOMEM;
-			break;
-		}
-		if (!nl)
-			continue;
-		if (nkeep == capkeep) {
-			size_t ncap = capkeep ? 2 * capkeep : 16;
-			struct keep *nk = realloc(keep, ncap * sizeof(*nk));
+		if (nl) {
+			uint8_t *z = NULL;
+			size_t zlen = 0;
 
-			if (!nk) {
-				err = -ENOMEM;
+			err = loc_block_encode(live, nl, &z, &zlen);
+			if (err)
 				break;
-			}
-			keep = nk;
-			capkeep = ncap;
+			err = edits_add(&e, first, live_ids, nl, z, zlen);
+		} else {
+			err = edits_add(&e, first, NULL, 0, NULL, 0);
 		}
-		keep[nkeep] = (struct keep){ NULL, 0, live[0].id, live[nl - 1].id };
-		err = loc_block_encode(live, nl, &keep[nkeep].z, &keep[nkeep].zlen);
-		if (!err)
-			nkeep++;
 	}
 	sqlite3_finalize(st);
 	st = NULL;
-	if (err || (!ngone && !nkeep))
+	if (err || (!e.ngone && !e.nkeep))
 		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
 		err = -EIO;
 		goto out;
 	}
-	if (sqlite3_prepare_v2(s->w, "DELETE FROM locblocks WHERE id = ?", -1, &del, NULL) ||
-	    sqlite3_prepare_v2(s->w, "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)", -1,
-			       &ins, NULL))
-		err = -EIO;
-	for (size_t i = 0; !err && i < ngone; i++) {
-		sqlite3_bind_int64(del, 1, (int64_t)gone[i]);
-		err = sq_step_done(del);
-	}
-	for (size_t i = 0; !err && i < nkeep; i++) {
-		sqlite3_bind_int64(ins, 1, (int64_t)keep[i].first);
-		sqlite3_bind_int64(ins, 2, (int64_t)keep[i].last);
-		sqlite3_bind_blob(ins, 3, keep[i].z, (int)keep[i].zlen, SQLITE_STATIC);
-		err = sq_step_done(ins);
-	}
+	err = edits_apply(s, "locblocks", &e);
 	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 		s->loc_index_stale = true;	/* rolled back: nothing went; read it again */
@@ -549,16 +561,12 @@ static int64_t gc_locations(struct sq *s)
 	}
 out:
 	sqlite3_finalize(st);
-	sqlite3_finalize(del);
-	sqlite3_finalize(ins);
-	for (size_t i = 0; i < nkeep; i++)
-		free(keep[i].z);
-	free(keep);
+	edits_done(&e);
 	u64map_done(&used);
 	lblock_done(&lb);
 	buf_done(&key);
 	free(live);
-	free(gone);
+	free(live_ids);
 	free(dead);
 	if (!err)
 		__atomic_add_fetch(&s->n_gc_locations, (uint64_t)n, __ATOMIC_RELAXED);
