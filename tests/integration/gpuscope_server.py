@@ -122,6 +122,16 @@ def find(node, name):
     return None
 
 
+def wait(cond, timeout=60):
+    """Polls cond() until it holds (True) or timeout seconds passed (False)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def check(cond, what):
     if not cond:
         raise AssertionError(what)

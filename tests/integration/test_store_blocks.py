@@ -8,21 +8,11 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 
-from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 DAY = 86400 * 10**9
-
-
-def wait(cond, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def main():
@@ -129,7 +119,6 @@ def same_new_label_set():
         raise
     finally:
         s.stop()
-
 
 
 def gone_content_again():

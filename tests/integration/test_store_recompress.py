@@ -9,21 +9,11 @@ import os
 import random
 import sqlite3
 import sys
-import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 TABLES = ("chunks", "ivchunks", "points", "locblocks", "stackblocks", "lsblocks")
-
-
-def wait(cond, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def answers(s, t0, t1):

@@ -10,18 +10,9 @@ import sqlite3
 import sys
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
-
-
-def wait(cond, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def batch(t, n, pid):
