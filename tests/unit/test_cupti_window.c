@@ -111,8 +111,15 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 
 	uint64_t end = run_ms * NSEC_PER_MSEC;
 
-	/* (a capture asked for is always made: one slow tick on a loaded machine can pass end) */
-	for (uint64_t t = 0; t < end || (capture_at_ms > 0 && !captured); t = mono_ns() - t0) {
+	/*
+	 * A capture asked for is always made, and waited for as the agent does (capture_poll.c):
+	 * the window switches run on the module's own thread and may take seconds on a loaded
+	 * machine, so the capture's window can open and close well after end.
+	 */
+	for (uint64_t t = 0;
+	     t < end || (capture_at_ms > 0 && (!captured || (cupti_usdt__capturing(pid) &&
+							       t < 30 * NSEC_PER_SEC)));
+	     t = mono_ns() - t0) {
 		if (capture_at_ms > 0 && t >= capture_at_ms * NSEC_PER_MSEC && !captured) {
 			captured = true;
 			/* a loaded machine may be late: the window still gets its time after */

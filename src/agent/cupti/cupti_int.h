@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
+#include "agent/cupti/winwork.h"
 #include "common/abi_cupti.h"
 #include "common/util.h"
 
@@ -35,12 +36,16 @@ struct ring_drain;
 
 #define STATUS_WAIT_NS	 (3 * NSEC_PER_SEC)	/* a window's status must come within this */
 
-/* Where a process's window stands. */
+/*
+ * Where a process's window stands. The window probe's attach and detach run on the switch
+ * thread (winwork.h): the main loop posts them and reaps them at its next ticks.
+ */
 enum win_state {
-	WIN_IDLE = 0,	/* closed; the controller may open one */
+	WIN_IDLE = 0,	/* closed; the controller may open one once no switch is in flight */
+	WIN_ATTACHING,	/* the attach is posted; not done yet (the window's time has not begun) */
 	WIN_ASKED,	/* the window probe is attached; waiting for the library's OPENED */
 	WIN_OPEN,	/* the library traces */
-	WIN_CLOSING,	/* detached; waiting for CLOSED */
+	WIN_CLOSING,	/* the detach is posted (or done); waiting for CLOSED */
 };
 
 struct lib {
@@ -62,10 +67,21 @@ struct proc {
 	/* trace window */
 	enum win_state win;
 	enum trace_reason reason;
-	struct bpf_link *win_link;	/* pid-filtered attachment to the window probe */
-	uint64_t asked_ns, close_at_ns;	/* CLOCK_MONOTONIC */
-	uint64_t len_ns;		/* asked length; counted from OPENED */
+	/*
+	 * The pid-filtered attachment to the window probe: the main loop's between the reap of
+	 * its attach and the post of its detach, NULL otherwise. One switch job at a time per
+	 * process (job_busy: posted and not reaped; the switch thread owns job then), and a slot
+	 * is not reused while it has a job or a link.
+	 */
+	struct bpf_link *win_link;
+	struct winwork_job job;
+	bool job_busy;
+	uint64_t asked_ns;		/* attach (or detach) done; status must come within
+					 * STATUS_WAIT_NS of it. CLOCK_MONOTONIC */
+	uint64_t close_at_ns;		/* 0 until the attach is done */
+	uint64_t len_ns;		/* asked length; counted from the attach's end or OPENED */
 	uint64_t opened_ns, open_cost_ns;	/* from the library's OPENED */
+	bool win_opened;		/* this window's OPENED came */
 	uint64_t emitted_ns;	/* a long window's gpu_trace_window interval reaches this far */
 	uint64_t win_kernels, win_launches;
 	uint64_t win_probe_ns;		/* the launch probes' BPF time in this window */
@@ -111,6 +127,8 @@ struct busy {
 
 struct cupti_state {
 	struct cupti_bpf *skel;
+	struct winwork *work;		/* the window switch thread */
+	bool stopping;			/* cupti_stop(): attaches reaped now are undone */
 	struct ring_drain *drain;	/* the ring, drained by its own thread (ringdrain.h) */
 	uint64_t queue_lost_recs;	/* records in them; atomic (the drain thread adds) */
 	struct agent *a;
@@ -146,5 +164,9 @@ void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b);
 void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b);
 void cupti_control_windows(struct cupti_state *c);
 void cupti_win_detach(struct cupti_state *c, struct proc *p, uint64_t now);
+/* Takes the switch thread's done jobs: windows whose attach is done, links to undo. */
+void cupti_win_reap(struct cupti_state *c);
+/* Stops the switch thread (what is in flight finishes) and destroys what it attached. */
+void cupti_win_shutdown(struct cupti_state *c);
 
 #endif

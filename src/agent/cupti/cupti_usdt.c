@@ -57,7 +57,7 @@ static bool lib_known(struct cupti_state *c, const struct stat *sb)
 }
 
 /* Attach every probe to the library file at path, for all processes (uprobes are per inode). */
-static int attach_lib(struct cupti_state *c, const char *path)
+static int attach_lib_locked(struct cupti_state *c, const char *path)
 {
 	struct bpf_program *progs[NPROBES] = {
 		c->skel->progs.on_launch, c->skel->progs.on_buffer, c->skel->progs.on_name,
@@ -104,6 +104,17 @@ out_detach:
 	for (i = 0; i < NPROBES; i++)
 		bpf_link__destroy(l->links[i]);
 	memset(l, 0, sizeof(*l));
+	return err;
+}
+
+static int attach_lib(struct cupti_state *c, const char *path)
+{
+	int err;
+
+	if (!winwork__trylock(c->work))
+		return -EAGAIN;	/* a window switch is under way: the next scan attaches it */
+	err = attach_lib_locked(c, path);
+	winwork__unlock(c->work);
 	return err;
 }
 
@@ -203,6 +214,7 @@ bool cupti_pid_wanted(struct agent *a, pid_t pid)
 	return false;
 }
 
+/* Without a switch job in flight (a slot reused, or after cupti_win_shutdown()). */
 static void proc_free_contents(struct proc *p)
 {
 	bpf_link__destroy(p->win_link);
@@ -224,7 +236,8 @@ struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid)
 			return p;
 		if (!p->pid && !free_slot)
 			free_slot = p;
-		if (p->pid && p->dead && !dead)
+		/* a switch job or link of it is in flight: cupti_win_reap() still needs it */
+		if (p->pid && p->dead && !p->job_busy && !p->win_link && !dead)
 			dead = p;
 	}
 	if (!free_slot && dead) {
@@ -292,13 +305,14 @@ static void cupti_free(struct cupti_state *c)
 {
 	if (!c)
 		return;
+	cupti_win_shutdown(c);	/* the links go before the object (libbpf's USDT state) */
+	for (int i = 0; i < MAX_PROCS; i++)
+		proc_free_contents(&c->procs[i]);
 	for (int i = 0; i < c->nlibs; i++)
 		for (int k = 0; k < NPROBES; k++)
 			bpf_link__destroy(c->libs[i].links[k]);
 	ring_drain__free(c->drain);
 	cupti_bpf__destroy(c->skel);
-	for (int i = 0; i < MAX_PROCS; i++)
-		proc_free_contents(&c->procs[i]);
 	for (int i = 0; i < MAX_DEVICES; i++)
 		free(c->busy[i].pend);
 	free(c->launches);
@@ -350,6 +364,11 @@ static int cupti_start(struct agent *a)
 		err = -errno;
 		goto out_free;
 	}
+	c->work = winwork__start(c->skel->progs.on_window, GPUSCOPE_CUPTI_PROVIDER);
+	if (!c->work) {
+		err = -errno;
+		goto out_free;
+	}
 	attach_known_paths(c);
 	cupti_scan_procs(c);
 	c->next_scan_ns = mono_ns() + SCAN_EVERY_NS;
@@ -368,6 +387,7 @@ static int cupti_tick(struct agent *a)
 
 	if (!c)
 		return 0;
+	cupti_win_reap(c);	/* before the ring: an OPENED then finds its window attached */
 	drain(c, false);
 	if (now >= c->next_scan_ns) {
 		cupti_scan_procs(c);
@@ -378,36 +398,40 @@ static int cupti_tick(struct agent *a)
 	return 0;
 }
 
+/* How long stopping waits for open windows' CLOSED (their detaches included). */
+#define STOP_WAIT_NS (5 * NSEC_PER_SEC)
+
 static void cupti_stop(struct agent *a)
 {
 	struct cupti_state *c = cupti_live;
+	uint64_t end;
 
 	if (!c)
 		return;
-	for (int i = 0; i < MAX_PROCS; i++) {	/* close open windows; let CLOSED arrive */
-		bpf_link__destroy(c->procs[i].win_link);
-		c->procs[i].win_link = NULL;
-	}
-	for (int k = 0; k < 80; k++) {	/* up to 2 s */
+	c->stopping = true;	/* attaches reaped from now on are undone at once */
+	for (end = mono_ns() + STOP_WAIT_NS; mono_ns() < end; usleep(25000)) {
 		bool pending = false;
 
+		cupti_win_reap(c);
 		ring_drain__take(c->drain, cupti_handle_event, c);
 		for (int i = 0; i < MAX_PROCS; i++) {
 			struct proc *p = &c->procs[i];
 
-			if (p->pid && !p->dead && p->win == WIN_OPEN)
+			if (!p->pid || p->dead)
+				continue;
+			if (p->win == WIN_ASKED || p->win == WIN_OPEN)
 				cupti_win_detach(c, p, mono_ns());
-			pending |= p->pid && !p->dead && p->win == WIN_CLOSING;
+			/* a window the library opened: its CLOSED brings the records it flushed */
+			pending |= (p->win == WIN_CLOSING && p->win_opened) || p->win == WIN_ATTACHING;
 		}
 		if (!pending)
 			break;
-		usleep(25000);
 	}
 	drain(c, true);
 	bpf_counters__set(GPUSCOPE_PROG_CUPTI, -1);
 	cupti_usdt__stats(&last_stats);
 	cupti_live = NULL;
-	cupti_free(c);
+	cupti_free(c);	/* joins the switch thread; what it still attached is destroyed */
 }
 
 void cupti_usdt__stats(struct cupti_stats *ret)
@@ -424,6 +448,8 @@ void cupti_usdt__stats(struct cupti_stats *ret)
 	ret->queue_lost = rs.lost;
 	ret->queue_lost_recs = __atomic_load_n(&c->queue_lost_recs, __ATOMIC_RELAXED);
 	ret->queue_peak_bytes = rs.peak_bytes;
+	ret->win_switch_pending = winwork__pending(c->work);
+	winwork__max_ns(c->work, &ret->win_attach_max_ns, &ret->win_detach_max_ns);
 	for (int i = 0; i < MAX_PROCS; i++) {
 		ret->cupti_drops += c->procs[i].cupti_drops;
 		ret->lib_drops += c->procs[i].lib_drops;
@@ -510,6 +536,16 @@ static void cupti_metrics(struct agent *a, FILE *out)
 			 s.win_no_status);
 	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "attach",
 			 s.win_attach_errors);
+	prom_family(out, "gpuscope_agent_cupti_window_switch_max_seconds", "gauge",
+		    "Longest attach and detach of a window probe (on the module's switch thread, "
+		    "not the main loop).");
+	prom_sample1(out, "gpuscope_agent_cupti_window_switch_max_seconds", "op", "attach",
+		     s.win_attach_max_ns / 1e9);
+	prom_sample1(out, "gpuscope_agent_cupti_window_switch_max_seconds", "op", "detach",
+		     s.win_detach_max_ns / 1e9);
+	prom_gauge(out, "gpuscope_agent_cupti_window_switches_pending",
+		   "Window probe attaches and detaches posted to the switch thread and not done.",
+		   s.win_switch_pending);
 	prom_counter(out, "gpuscope_agent_cupti_windows_closed_early_total",
 		     "Windows closed early: over their share of the budget.", s.win_early);
 	prom_family(out, "gpuscope_agent_cupti_window_seconds_total", "counter", "Time traced in windows.");

@@ -37,6 +37,8 @@ struct cupti_stats {
 	uint64_t win_busy, win_failed, win_no_status, win_attach_errors, win_early, win_stray;
 	uint64_t win_cost_ns, win_traced_ns;
 	double always_on_max;		/* largest always-on share of a process (windows' budget) */
+	/* the window switch thread: jobs posted and not reaped, its longest attach and detach */
+	uint64_t win_switch_pending, win_attach_max_ns, win_detach_max_ns;
 };
 
 /* Snapshot of the running module's counters (zeros when not started). Main-loop thread. */

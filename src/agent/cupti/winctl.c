@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <bpf/libbpf.h>
@@ -87,48 +88,106 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 	}
 }
 
-static int win_attach(struct cupti_state *c, struct proc *p)
+/* Hands p's window link to the switch thread to destroy. */
+static void release_link(struct cupti_state *c, struct proc *p)
 {
-	p->win_link = bpf_program__attach_usdt(c->skel->progs.on_window, p->pid, p->lib_path,
-					       GPUSCOPE_CUPTI_PROVIDER, "window", NULL);
-	if (!p->win_link) {
-		int err = -errno;
-
-		log_debug("cupti: window probe of pid %d: %s", p->pid, strerror(-err));
-		c->st.win_attach_errors++;
-		return err;
-	}
-	return 0;
+	if (!p->win_link)
+		return;
+	/* a process holds a link only between its attach's reap and this: no job in flight */
+	p->job = (struct winwork_job){ .op = WINWORK_DETACH, .pid = p->pid, .link = p->win_link };
+	p->win_link = NULL;
+	p->job_busy = true;
+	winwork__post(c->work, &p->job);
 }
 
+/* Asks the switch thread to attach the window probe; the window's time starts once it is done. */
 static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason why, uint64_t now,
 		     uint64_t len_ns)
 {
-	if (!p->lib_path || win_attach(c, p))
+	if (!p->lib_path || p->job_busy)
 		return;
-	p->win = WIN_ASKED;
+	p->job = (struct winwork_job){ .op = WINWORK_ATTACH, .pid = p->pid, .path = p->lib_path };
+	p->job_busy = true;
+	winwork__post(c->work, &p->job);
+	p->win = WIN_ATTACHING;
 	p->reason = why;
 	p->asked_ns = now;
-	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : now + len_ns;
+	p->close_at_ns = why == TRACE_CONTINUOUS ? UINT64_MAX : 0;
 	p->len_ns = len_ns;
 	p->win_kernels = p->win_launches = p->win_probe_ns = 0;
 	p->devices = 0;
 	p->early = false;
+	p->win_opened = false;
 	p->refused = NULL;
-	c->st.windows_asked++;
 	log_debug("cupti: pid %d: window asked (%s)", p->pid, trace_reason_names[why]);
 }
 
 void cupti_win_detach(struct cupti_state *c, struct proc *p, uint64_t now)
 {
-	uint64_t t0 = mono_ns();
-
-	bpf_link__destroy(p->win_link);
-	log_debug("cupti: detach took %.1f ms", (mono_ns() - t0) / 1e6);
-	p->win_link = NULL;
+	release_link(c, p);	/* none yet if OPENED came before the attach was reaped */
 	p->win = WIN_CLOSING;
 	p->asked_ns = now;	/* CLOSED must come within STATUS_WAIT_NS of this */
 	log_debug("cupti: pid %d: window released (%s)", p->pid, trace_reason_names[p->reason]);
+}
+
+/* An attach is done: the window's time starts now, unless the process no longer wants it. */
+static void attach_done(struct cupti_state *c, struct proc *p, struct winwork_job *j)
+{
+	if (!j->link) {
+		c->st.win_attach_errors++;	/* also a process that exited meanwhile */
+		if (p->win == WIN_ATTACHING)
+			p->win = WIN_IDLE;
+		return;
+	}
+	/* OPEN: the library saw the semaphore and said OPENED before this reap */
+	if (p->dead || c->stopping || (p->win != WIN_ATTACHING && p->win != WIN_OPEN)) {
+		/* exited, stopping, or refused or closed meanwhile: undo it */
+		if (p->win == WIN_ATTACHING)
+			p->win = p->dead ? WIN_IDLE : WIN_CLOSING;	/* it may have seen it */
+		j->op = WINWORK_DETACH;
+		p->job_busy = true;
+		winwork__post(c->work, j);
+		return;
+	}
+	p->win_link = j->link;
+	p->asked_ns = j->done_ns;
+	if (p->win == WIN_ATTACHING) {
+		p->win = WIN_ASKED;
+		if (p->reason != TRACE_CONTINUOUS)
+			p->close_at_ns = j->done_ns + p->len_ns;
+	}
+	c->st.windows_asked++;
+}
+
+void cupti_win_reap(struct cupti_state *c)
+{
+	struct winwork_job *j;
+
+	while ((j = winwork__reap(c->work))) {
+		struct proc *p = (struct proc *)((char *)j - offsetof(struct proc, job));
+
+		p->job_busy = false;
+		if (j->op == WINWORK_ATTACH)
+			attach_done(c, p, j);
+		else if (p->win == WIN_CLOSING)
+			p->asked_ns = j->done_ns;	/* CLOSED comes after the semaphore drops */
+	}
+}
+
+void cupti_win_shutdown(struct cupti_state *c)
+{
+	struct winwork_job *j;
+
+	winwork__stop(c->work);
+	while ((j = winwork__reap(c->work))) {
+		struct proc *p = (struct proc *)((char *)j - offsetof(struct proc, job));
+
+		p->job_busy = false;
+		if (j->op == WINWORK_ATTACH)
+			bpf_link__destroy(j->link);	/* the thread is gone: here */
+	}
+	winwork__free(c->work);
+	c->work = NULL;
 }
 
 void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint64_t a, uint64_t b)
@@ -147,18 +206,20 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 		p->lib_hello = true;
 		break;
 	case GPUSCOPE_CUPTI_ST_OPENED:
-		/* CLOSING: released before the library saw the switch; it closes right after */
-		if (p->win != WIN_ASKED && p->win != WIN_CLOSING) {
+		/* ATTACHING: the semaphore is up, the attach not reaped yet. CLOSING: released
+		 * before the library saw the switch; it closes right after */
+		if (p->win != WIN_ATTACHING && p->win != WIN_ASKED && p->win != WIN_CLOSING) {
 			c->st.win_stray++;	/* opened for another agent, or after we gave up */
 			break;
 		}
-		if (p->win == WIN_ASKED) {
+		if (p->win == WIN_ATTACHING || p->win == WIN_ASKED) {
 			p->win = WIN_OPEN;
 			if (p->reason != TRACE_CONTINUOUS && now + p->len_ns > p->close_at_ns)
 				p->close_at_ns = now + p->len_ns;	/* the length it was asked */
 		}
 		p->opened_ns = p->emitted_ns = a;
 		p->open_cost_ns = b;
+		p->win_opened = true;
 		c->st.windows_opened[p->reason]++;
 		break;
 	case GPUSCOPE_CUPTI_ST_CLOSED:
@@ -190,15 +251,14 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 		break;
 	case GPUSCOPE_CUPTI_ST_BUSY:
 	case GPUSCOPE_CUPTI_ST_FAILED:
-		if (p->win != WIN_ASKED)
+		if (p->win != WIN_ASKED && p->win != WIN_ATTACHING)
 			break;
 		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" : "cupti failed";
 		if (what == GPUSCOPE_CUPTI_ST_BUSY)
 			c->st.win_busy++;
 		else
 			c->st.win_failed++;
-		bpf_link__destroy(p->win_link);
-		p->win_link = NULL;
+		release_link(c, p);	/* ATTACHING: undone when reaped */
 		emit_window(c, p, a, a + 1);
 		p->win = WIN_IDLE;
 		/* try again one minimum period later (another profiler may be done by then) */
@@ -252,10 +312,7 @@ void cupti_control_windows(struct cupti_state *c)
 		if (!p->pid || !p->lib_path)
 			continue;
 		if (p->dead) {
-			if (p->win_link) {
-				bpf_link__destroy(p->win_link);
-				p->win_link = NULL;
-			}
+			release_link(c, p);	/* an attach in flight is undone when reaped */
 			if (p->win == WIN_OPEN || p->win == WIN_CLOSING) {
 				/* died without a CLOSED: the window ends where we noticed */
 				c->st.win_no_status++;
@@ -266,6 +323,8 @@ void cupti_control_windows(struct cupti_state *c)
 		}
 		switch (p->win) {
 		case WIN_IDLE:
+			if (p->job_busy)	/* the last window's detach is still in flight */
+				break;
 			if (p->capture_ns) {
 				win_open(c, p, TRACE_CAPTURE, now, p->capture_ns);
 				p->capture_ns = 0;
@@ -279,6 +338,17 @@ void cupti_control_windows(struct cupti_state *c)
 				win_open(c, p, TRACE_SYNC, now, trace_budget__window_ns(b, &c->cfg));
 			} else if (now >= b->next_open_ns)
 				win_open(c, p, TRACE_BUDGET, now, trace_budget__window_ns(b, &c->cfg));
+			break;
+		case WIN_ATTACHING:
+			/* not begun yet: a capture asked meanwhile becomes this window */
+			if (p->capture_ns && p->reason != TRACE_CONTINUOUS) {
+				if (p->reason != TRACE_CAPTURE)
+					p->len_ns = 0;
+				p->reason = TRACE_CAPTURE;
+				if (p->capture_ns > p->len_ns)
+					p->len_ns = p->capture_ns;
+			}
+			p->capture_ns = 0;
 			break;
 		case WIN_ASKED:
 		case WIN_OPEN:
@@ -294,8 +364,7 @@ void cupti_control_windows(struct cupti_state *c)
 			if (p->win == WIN_ASKED && now - p->asked_ns > STATUS_WAIT_NS) {
 				/* an old library without windows, or one that is stuck */
 				c->st.win_no_status++;
-				bpf_link__destroy(p->win_link);
-				p->win_link = NULL;
+				release_link(c, p);
 				p->win = WIN_IDLE;
 				p->budget.next_open_ns = now + c->cfg.max_period_ns;
 				break;
@@ -318,7 +387,8 @@ void cupti_control_windows(struct cupti_state *c)
 			}
 			break;
 		case WIN_CLOSING:
-			if (now - p->asked_ns > STATUS_WAIT_NS) {	/* no CLOSED: give up on it */
+			/* no CLOSED within STATUS_WAIT_NS of the detach's end: give up on it */
+			if (!p->job_busy && now - p->asked_ns > STATUS_WAIT_NS) {
 				c->st.win_no_status++;
 				p->win = WIN_IDLE;
 			}
