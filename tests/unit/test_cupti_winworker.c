@@ -255,7 +255,8 @@ static bool test_cupti_winworker_slow_switch(void)
 
 		if (!strcmp(S(m, iv->kind), "gpu_trace_window")) {
 			windows++;
-			ws = iv->start_ns - r.a.mono_to_wall_ns;	/* back to CLOCK_MONOTONIC */
+			/* back to CLOCK_MONOTONIC */
+			ws = iv->start_ns - r.a.mono_to_wall_ns;
 			we = iv->end_ns - r.a.mono_to_wall_ns;
 			status = attr(m, iv, "status");
 		}
@@ -270,11 +271,13 @@ static bool test_cupti_winworker_slow_switch(void)
 		outside += s < ws || s > we;
 	}
 	fprintf(stderr, "  delay %.1f s: longest loop iteration %.1f ms; %llu iterations and %llu "
-			"samples while a switch was in flight; %llu samples, %llu lost; window %.0f ms "
-			"from %.2f s after start, %zu kernels; attach %.0f ms, detach %.0f ms\n",
+			"samples while a switch was in flight; %llu samples, %llu lost; window "
+			"%.0f ms from %.2f s after start, %zu kernels; attach %.0f ms, detach %.0f "
+			"ms\n",
 		DELAY / 1e9, max_iter / 1e6, (unsigned long long)flight_iters,
 		(unsigned long long)flight_samples, (unsigned long long)cs.delivered,
-		(unsigned long long)(cs.lost - lost0), (we - ws) / 1e6, ws > t0 ? (ws - t0) / 1e9 : -1.0,
+		(unsigned long long)(cs.lost - lost0), (we - ws) / 1e6,
+		ws > t0 ? (ws - t0) / 1e9 : -1.0,
 		kernels, st.win_attach_max_ns / 1e6, st.win_detach_max_ns / 1e6);
 	ok = ASSERT_TRUE(max_iter < DELAY / 2, "no loop iteration waited for a switch") &&
 	     ASSERT_TRUE(flight_iters >= 10, "the loop went on while a switch was in flight") &&

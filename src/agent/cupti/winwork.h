@@ -27,7 +27,7 @@ struct winwork_job {
 	enum winwork_op op;
 	pid_t pid;			/* ATTACH: the process whose window probe it is */
 	const char *path;		/* ATTACH: its library (/proc/PID/root/...) */
-	struct bpf_link *link;		/* DETACH: the link to destroy; ATTACH: the result, or NULL */
+	struct bpf_link *link;		/* DETACH: the link to destroy; ATTACH: the result */
 	int err;			/* ATTACH: -errno when link is NULL */
 	uint64_t posted_ns, done_ns;	/* CLOCK_MONOTONIC */
 	struct winwork_job *next;	/* the thread's queues */
