@@ -56,25 +56,16 @@ static bool lib_known(struct cupti_state *c, const struct stat *sb)
 	return false;
 }
 
-/* Attach every probe to the library file at path, for all processes (uprobes are per inode). */
-static int attach_lib_locked(struct cupti_state *c, const char *path)
+/* attach_lib()'s libbpf part, under the switch thread's lock. */
+static int attach_probes(struct cupti_state *c, const char *path, const struct stat *sb)
 {
 	struct bpf_program *progs[NPROBES] = {
 		c->skel->progs.on_launch, c->skel->progs.on_buffer, c->skel->progs.on_name,
 		c->skel->progs.on_clock,  c->skel->progs.on_drops, c->skel->progs.on_status,
 	};
 	struct lib *l;
-	struct stat sb;
 	int err = 0, i;
 
-	if (stat(path, &sb))
-		return -errno;
-	if (lib_known(c, &sb))
-		return 0;
-	if (c->nlibs == MAX_LIBS) {
-		c->st.libs_skipped++;
-		return -ENOSPC;
-	}
 	l = &c->libs[c->nlibs];
 	memset(l, 0, sizeof(*l));
 	/* name and clock first: the library re-announces its names when their semaphore moves */
@@ -94,8 +85,8 @@ static int attach_lib_locked(struct cupti_state *c, const char *path)
 			goto out_detach;
 		}
 	}
-	l->dev = sb.st_dev;
-	l->ino = sb.st_ino;
+	l->dev = sb->st_dev;
+	l->ino = sb->st_ino;
 	c->nlibs++;
 	c->st.libs_attached++;
 	log_info("cupti: attached to '%s'", path);
@@ -107,13 +98,23 @@ out_detach:
 	return err;
 }
 
+/* Attach every probe to the library file at path, for all processes (uprobes are per inode). */
 static int attach_lib(struct cupti_state *c, const char *path)
 {
+	struct stat sb;
 	int err;
 
+	if (stat(path, &sb))
+		return -errno;
+	if (lib_known(c, &sb))
+		return 0;
+	if (c->nlibs == MAX_LIBS) {
+		c->st.libs_skipped++;
+		return -ENOSPC;
+	}
 	if (!winwork__trylock(c->work))
 		return -EAGAIN;	/* a window switch is under way: the next scan attaches it */
-	err = attach_lib_locked(c, path);
+	err = attach_probes(c, path, &sb);
 	winwork__unlock(c->work);
 	return err;
 }
