@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "cupti_test.h"
 #include "spawn.h"
 #include "agent/agent.h"
 #include "agent/cupti/cupti_usdt.h"
@@ -37,29 +38,6 @@ struct run {
 	char not_injected_why[128];
 	uint64_t elapsed_ns;	/* how long the module ran (a loaded machine stretches it) */
 };
-
-static const char *S(const Gpuscope__V1__Batch *m, uint32_t i)
-{
-	return i < m->n_strings ? m->strings[i] : "(bad)";
-}
-
-/* An interval's attr; "stack_id" is its Interval.stack (batch version 2) as a decimal index. */
-static const char *attr(const Gpuscope__V1__Batch *m, const Gpuscope__V1__Interval *iv,
-			const char *name)
-{
-	static char sid[24];
-
-	if (!strcmp(name, "stack_id")) {
-		if (!iv->stack)
-			return NULL;
-		snprintf(sid, sizeof(sid), "%u", iv->stack - 1);
-		return sid;
-	}
-	for (size_t i = 0; i + 1 < iv->n_attrs; i += 2)
-		if (!strcmp(S(m, iv->attrs[i]), name))
-			return S(m, iv->attrs[i + 1]);
-	return NULL;
-}
 
 static unsigned long long final_num(const struct run *r, const char *key)
 {
@@ -147,24 +125,11 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	cupti_usdt__stats(&ret->st);
 	ok = true;
 out_kill:
-	close(in[1]);
-	len = 0;
-	buf[0] = 0;
-	for (;;) {
-		ssize_t n = read(out[0], buf + len, sizeof(buf) - 1 - len);
-
-		if (n <= 0)
-			break;
-		len += n;
-		buf[len] = 0;
-	}
-	if (strstr(buf, "final "))
-		snprintf(ret->final, sizeof(ret->final), "%s", strstr(buf, "final ") + 5);
+	cupti_test_final(in[1], out[0], ret->final, sizeof(ret->final));
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
 		fprintf(stderr, "  cupti_window exit status %d\n", status);
 		ok = false;
 	}
-	close(out[0]);
 	if (ok && a.batch && ASSERT_EQ(batch__encode(a.batch, &enc, &enc_len), 0, "encode")) {
 		ret->m = batch_decode(enc, enc_len, buf, sizeof(buf));
 		if (!ret->m)
@@ -493,20 +458,14 @@ int main(int argc, char **argv)
 		T(test_cupti_window_budget_cycle), T(test_cupti_window_capture),
 		T(test_cupti_window_cupti_busy), T(test_cupti_window_continuous),
 	};
-	char self[512], lib[700];
-	ssize_t n;
+	const char *why = NULL;
+	int rc = cupti_test_dir(DIR_, sizeof(DIR_), &why);
 
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
+	if (rc < 0)
 		return 1;
-	self[n] = 0;
-	*strrchr(self, '/') = 0;	/* .output/tests/unit */
-	*strrchr(self, '/') = 0;	/* .output/tests */
-	snprintf(DIR_, sizeof(DIR_), "%s", self);
-	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
-	if (geteuid() != 0 || access(lib, R_OK)) {
+	if (rc > 0) {
 		/* the controller alone needs neither */
-		printf("skip: %s\n", geteuid() ? "needs root for eBPF" : "no CUDA toolkit (no library)");
+		printf("skip: %s\n", why);
 		return test_main(tests, 2, argc, argv) ? 1 : 77;
 	}
 	return test_main(tests, ARRAY_SIZE(tests), argc, argv);

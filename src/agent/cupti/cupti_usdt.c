@@ -401,6 +401,8 @@ static int cupti_tick(struct agent *a)
 
 /* How long stopping waits for open windows' CLOSED (their detaches included). */
 #define STOP_WAIT_NS (5 * NSEC_PER_SEC)
+/* After a detach that may have raced the library's OPENED: its control thread looks every 10 ms. */
+#define STOP_OPEN_GRACE_NS (250 * NSEC_PER_MSEC)
 
 static void cupti_stop(struct agent *a)
 {
@@ -410,6 +412,7 @@ static void cupti_stop(struct agent *a)
 	if (!c)
 		return;
 	c->stopping = true;	/* attaches reaped from now on are undone at once */
+	winwork__cancel_attaches(c->work);
 	for (end = mono_ns() + STOP_WAIT_NS; mono_ns() < end; usleep(25000)) {
 		bool pending = false;
 
@@ -422,8 +425,14 @@ static void cupti_stop(struct agent *a)
 				continue;
 			if (p->win == WIN_ASKED || p->win == WIN_OPEN)
 				cupti_win_detach(c, p, mono_ns());
-			/* a window the library opened: its CLOSED brings the records it flushed */
-			pending |= (p->win == WIN_CLOSING && p->win_opened) || p->win == WIN_ATTACHING;
+			/*
+			 * A window the library opened: its CLOSED brings the records it flushed. One
+			 * attached at stop may have been seen: its OPENED comes within the grace.
+			 */
+			pending |= p->win == WIN_ATTACHING ||
+				   (p->win == WIN_CLOSING &&
+				    (p->win_opened || p->job_busy ||
+				     mono_ns() - p->asked_ns < STOP_OPEN_GRACE_NS));
 		}
 		if (!pending)
 			break;

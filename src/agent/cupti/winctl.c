@@ -134,7 +134,8 @@ void cupti_win_detach(struct cupti_state *c, struct proc *p, uint64_t now)
 static void attach_done(struct cupti_state *c, struct proc *p, struct winwork_job *j)
 {
 	if (!j->link) {
-		c->st.win_attach_errors++;	/* also a process that exited meanwhile */
+		if (j->err != -ECANCELED)	/* the agent stops: not an error */
+			c->st.win_attach_errors++;	/* also a process that exited meanwhile */
 		if (p->win == WIN_ATTACHING)
 			p->win = WIN_IDLE;
 		return;

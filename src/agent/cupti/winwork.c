@@ -32,6 +32,7 @@ struct winwork {
 	struct fifo posted, done;
 	unsigned pending;		/* posted and not reaped; main loop only */
 	bool stop, running;
+	bool cancel;			/* attaches not begun are answered -ECANCELED */
 	uint64_t attach_max_ns, detach_max_ns;	/* atomic */
 };
 
@@ -78,6 +79,12 @@ static void run_job(struct winwork *w, struct winwork_job *j)
 
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			;
+	}
+	if (j->op == WINWORK_ATTACH && __atomic_load_n(&w->cancel, __ATOMIC_RELAXED)) {
+		j->link = NULL;
+		j->err = -ECANCELED;
+		j->done_ns = mono_ns();
+		return;
 	}
 	pthread_mutex_lock(&w->usdt_mu);
 	t0 = mono_ns();
@@ -184,6 +191,12 @@ struct winwork_job *winwork__reap(struct winwork *w)
 unsigned winwork__pending(const struct winwork *w)
 {
 	return w ? w->pending : 0;
+}
+
+void winwork__cancel_attaches(struct winwork *w)
+{
+	if (w)
+		__atomic_store_n(&w->cancel, true, __ATOMIC_RELAXED);
 }
 
 void winwork__stop(struct winwork *w)

@@ -49,6 +49,12 @@ struct winwork_job *winwork__reap(struct winwork *w);
 unsigned winwork__pending(const struct winwork *w);
 
 /*
+ * From now on attaches that have not begun are not made: they come back with err -ECANCELED
+ * (the agent is stopping; a window opened now would only be closed again). Main-loop thread.
+ */
+void winwork__cancel_attaches(struct winwork *w);
+
+/*
  * Lets the thread finish every posted job and joins it; done jobs stay to be reaped (the
  * caller destroys the links of their attaches). Accepts NULL; a second call does nothing.
  */
