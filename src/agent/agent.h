@@ -45,6 +45,7 @@ struct agent {
 					 * created by agent__unwinder(), freed by run.c */
 	bool unwind_tried;
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
+	unsigned sampling_hz;		/* the CPU sampler's rate while it runs, else 0 */
 	volatile bool stopping;
 };
 

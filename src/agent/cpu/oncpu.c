@@ -413,6 +413,7 @@ static int module_start(struct agent *a)
 		return err;
 	}
 	bpf_counters__set(GPUSCOPE_PROG_CPU, bpf_map__fd(mod.o->skel->maps.errors));
+	a->sampling_hz = opts.frequency_hz;	/* the trace windows' budget counts its cost */
 	return 0;
 }
 
@@ -428,6 +429,7 @@ static void module_stop(struct agent *a)
 	bpf_counters__set(GPUSCOPE_PROG_CPU, -1);
 	oncpu__free(mod.o);
 	mod.o = NULL;
+	a->sampling_hz = 0;
 }
 
 static void module_metrics(struct agent *a, FILE *out)

@@ -24,12 +24,12 @@ static cupti_probe_cost_fn probe_cost_fn;
 
 /*
  * Share of pid's time the always-on parts cost it: the driver probes over the last 10 s as
- * counted by cuda_probe, and the CPU sampler at its frequency (one sample of a running
- * thread takes TRACE_SAMPLE_NS of it; counted whether or not the sampler runs).
+ * counted by cuda_probe, and the CPU sampler at its rate while it runs (one sample of a running
+ * thread takes TRACE_SAMPLE_NS of it).
  */
 static double always_on_share(struct cupti_state *c, pid_t pid, uint64_t now)
 {
-	double share = (double)c->a->opts.frequency_hz * TRACE_SAMPLE_NS / NSEC_PER_SEC;
+	double share = (double)c->a->sampling_hz * TRACE_SAMPLE_NS / NSEC_PER_SEC;
 
 	if (probe_cost_fn)
 		share += probe_cost_fn(pid, now, 10 * NSEC_PER_SEC);
