@@ -3,8 +3,9 @@
  * GPU process discovery for the thread-state and CUDA modules: a process is tracked when it maps
  * libcuda or /dev/nvidia* (or holds such a device open), is named by --pid, or was forked by a
  * tracked process. With --pid, only the named processes and their children: "profile only
- * this process" (other GPU processes are neither probed nor stripped). Found by one /proc scan at start, by hints from BPF (exec, fork, exit, opens of
- * GPU files) checked shortly after, and by a slow full rescan as a safety net.
+ * this process" (other GPU processes are neither probed nor stripped). Found by one /proc scan
+ * at start, by hints from BPF (exec, fork, exit, opens of GPU files) checked shortly after, and
+ * by a slow full rescan as a safety net.
  */
 #include <ctype.h>
 #include <dirent.h>
