@@ -454,7 +454,8 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 		return;
 	}
 	account(pid, end, sample ? ns : 0,
-		calls * PROBE_CALL_NS + (calls == 1 && ns >= NSEC_PER_MSEC ? PROBE_WALK_NS : 0));
+		calls * PROBE_CALL_NS +
+		(calls == 1 && ns >= C.skel->rodata->walk_all_ns ? PROBE_WALK_NS : 0));
 	snprintf(ncalls, sizeof(ncalls), "%" PRIu64, calls);
 	snprintf(total, sizeof(total), "%" PRIu64, ns);
 	attrs[na++] = (struct label){ "api", apis[api].name };
