@@ -164,6 +164,8 @@ static void usage(FILE *f)
 		"  --pid PID                profile only this process (repeatable, up to %d)\n"
 		"  --frequency HZ           CPU sampling frequency (default 99)\n"
 		"  --all-processes          thread states of every process\n"
+		"  --offcpu-walks N         user stack walks at switch-outs a thread may take per\n"
+		"                           second, the rest marked not walked (default 200; 0: all)\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
 		"  --ca-file FILE           trust this PEM CA for an https:// server (default: system CAs)\n"
 		"  --spool-dir DIR          on-disk spool for outages (default: in memory, lost at exit)\n"
@@ -326,6 +328,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
+		OPT_OFFCPU_WALKS,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -334,6 +337,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "pid", required_argument, NULL, OPT_PID },
 		{ "frequency", required_argument, NULL, OPT_FREQ },
 		{ "all-processes", no_argument, NULL, OPT_ALL },
+		{ "offcpu-walks", required_argument, NULL, OPT_OFFCPU_WALKS },
 		{ "token-file", required_argument, NULL, OPT_TOKEN },
 		{ "ca-file", required_argument, NULL, OPT_CA_FILE },
 		{ "spool-dir", required_argument, NULL, OPT_SPOOL_DIR },
@@ -418,6 +422,16 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			break;
 		case OPT_ALL:
 			ao->all_processes = true;
+			break;
+		case OPT_OFFCPU_WALKS:
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 0 || v > 1000000) {
+				log_error("--offcpu-walks: '%s' is not a count of walks a second in "
+					  "0..1000000 (0: every switch-out)", optarg);
+				return -EINVAL;
+			}
+			ao->offcpu_walks = (int)v;
 			break;
 		case OPT_TOKEN:
 			o->token_file = ao->token_file = optarg;
@@ -545,7 +559,7 @@ static bool module_off(const char *name)
 int cmd_run(int argc, char **argv)
 {
 	static char hostname[256];
-	struct agent_opts ao = { .frequency_hz = 99 };
+	struct agent_opts ao = { .frequency_hz = 99, .offcpu_walks = -1 };
 	struct run_opts o = {
 		.spool_max = 512ull << 20,
 		.metrics_listen = "127.0.0.1:9400",

@@ -76,8 +76,9 @@ _Static_assert(sizeof(struct gpuscope_ev_strips_proc) == 48, "ABI change: bump G
 /* CUDA driver API calls (cudaprobe.bpf.c). The uprobe cookie: api index | flags. */
 #define GPUSCOPE_CUDA_API_MASK	0xffff
 #define GPUSCOPE_CUDA_SYNC	0x10000	/* synchronizing call: sets the in-sync flag of the thread */
-/* ustack_id of a call whose stack was deliberately not walked (short, not in the sample) */
-#define GPUSCOPE_CUDA_USTACK_NOT_WALKED	(-65536)
+/* ustack_id of a stack deliberately not walked: a short CUDA call not in the 1-in-N sample,
+ * or a switch-out past its thread's walk budget (sched.bpf.c) */
+#define GPUSCOPE_USTACK_NOT_WALKED	(-65536)
 
 /* One call at least min_call_ns long (or any synchronizing call). */
 struct gpuscope_ev_cuda_call {

@@ -2,7 +2,8 @@
 /*
  * Off-CPU workload built with frame pointers (glibc has none): thread "waiter" blocks in
  * pthread_cond_wait() through main -> run_waiter -> wait_for_work; thread "signaler" wakes it
- * every 30 ms. Usage: condwait SECONDS (reads one byte on stdin first when given "-").
+ * every 30 ms. With "busy", thread "busy" also sleeps 100 us at a time (thousands of blocks a
+ * second). Usage: condwait SECONDS [- [busy]] ("-": reads one byte on stdin first).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -47,19 +48,34 @@ static void *signaler(void *arg)
 	return NULL;
 }
 
+__attribute__((noinline)) void *run_busy(void *arg)
+{
+	struct timespec ts = { 0, 100000 };
+
+	pthread_setname_np(pthread_self(), "busy");
+	while (!stop)
+		nanosleep(&ts, NULL);
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 2;
-	pthread_t w, s;
+	int busy = argc > 3 && !strcmp(argv[3], "busy");
+	pthread_t w, s, b;
 	char c;
 
 	if (argc > 2 && !strcmp(argv[2], "-") && read(0, &c, 1) != 1)
 		return 1;
 	pthread_create(&w, NULL, run_waiter, NULL);
 	pthread_create(&s, NULL, signaler, NULL);
+	if (busy)
+		pthread_create(&b, NULL, run_busy, NULL);
 	usleep((useconds_t)(secs * 1e6));
 	stop = 1;
 	pthread_join(s, NULL);
 	pthread_join(w, NULL);
+	if (busy)
+		pthread_join(b, NULL);
 	return 0;
 }

@@ -709,5 +709,72 @@ out:
 	return ok;
 }
 
+/*
+ * The switch-out walk budget (--offcpu-walks): a thread that blocks thousands of times a second
+ * has its stacks walked at the budget's rate and the rest marked; one that blocks 33 times a
+ * second, under the budget, keeps every stack.
+ */
+static bool test_strips_offcpu_walk_budget(void)
+{
+	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", "busy", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	int gofd = -1, status, waiter = 0, waiter_full = 0, busy_marked = 0, busy_walked = 0;
+	long not_walked, switches;
+	bool ok = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	a.opts.offcpu_walks = 50;
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	sched_module.tick(&a);
+	if (a.unwind)
+		unwinder__settle(a.unwind, 20000);
+	go(gofd);
+	status = run_until_exit(&a, &sched_module, pid, 10000);
+	not_walked = metric(&a, &sched_module, "\ngpuscope_agent_sched_stacks_not_walked_total ");
+	switches = metric(&a, &sched_module, "\ngpuscope_agent_sched_switches_total ");
+	sched_module.stop(&a);
+	if (!ASSERT_EQ(status, 0, "workload exit status") ||
+	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+		bool marked = strstr(r->frames, "[stack not walked: thread blocks often]");
+
+		if (r->stack < 0 ||
+		    !(r->sample ? !strcmp(r->kind, "offcpu_ns") : !strcmp(r->state, "blocked")))
+			continue;
+		if (!strcmp(r->thread, "waiter")) {
+			waiter++;
+			waiter_full += !marked && strstr(r->frames, "run_waiter;wait_for_work");
+		} else if (!strcmp(r->thread, "busy")) {
+			busy_marked += marked;
+			busy_walked += !marked && strstr(r->frames, "run_busy") != NULL;
+		}
+	}
+	fprintf(stderr, "  %ld of %ld switch-outs not walked; waiter %d of %d records walked to "
+		"wait_for_work; busy: %d marked, %d walked records\n", not_walked, switches,
+		waiter_full, waiter, busy_marked, busy_walked);
+	/* 1.5 s at 50 a second plus the burst of 50: at most ~125 walks of each thread */
+	ok = ASSERT_TRUE(not_walked >= 1000, "the busy thread's blocks past its budget not walked") &&
+	     ASSERT_TRUE(busy_marked > 0, "they are marked, not unknown") &&
+	     ASSERT_TRUE(busy_walked > 0, "the budget's walks still name run_busy") &&
+	     ASSERT_TRUE(waiter >= 10, "the waiter blocked") &&
+	     ASSERT_TRUE(waiter_full * 10 >= waiter * 9, "the waiter, under its budget, walked");
+out:
+	free(rs.r);
+	agent_done(&a);
+	return ok;
+}
+
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
-	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait))
+	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
+	  T(test_strips_offcpu_walk_budget))

@@ -143,7 +143,7 @@ int cu_return(struct pt_regs *ctx)
 	cookie = f->cookie;
 	/* at the return the stack is exactly the caller's: ip is the return address */
 	if (dur < walk_all_ns && (bpf_get_prandom_u32() & (walk_one_in - 1))) {
-		ustack = GPUSCOPE_CUDA_USTACK_NOT_WALKED;
+		ustack = GPUSCOPE_USTACK_NOT_WALKED;
 	} else if (use_unwinder) {
 		struct uwalk st;
 
@@ -153,7 +153,7 @@ int cu_return(struct pt_regs *ctx)
 	} else {
 		ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	}
-	if (ustack < 0 && ustack != GPUSCOPE_CUDA_USTACK_NOT_WALKED)
+	if (ustack < 0 && ustack != GPUSCOPE_USTACK_NOT_WALKED)
 		count_err(GPUSCOPE_CERR_USTACK);
 	if ((f->cookie & GPUSCOPE_CUDA_SYNC) || dur >= min_call_ns) {
 		/* reserved, not built on the stack: the walker needs the room */

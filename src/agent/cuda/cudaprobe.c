@@ -347,7 +347,7 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id, uint64_t c
 	int64_t id = -1;
 
 	uf[n++] = entry_ip;	/* the API function itself: the leaf */
-	if (ustack_id == GPUSCOPE_CUDA_USTACK_NOT_WALKED) {
+	if (ustack_id == GPUSCOPE_USTACK_NOT_WALKED) {
 		uf[n++] = GPUSCOPE_FRAME_NOT_WALKED;
 		C.not_walked += calls;
 	} else if (ustack_id >= 0 && C.uw) {

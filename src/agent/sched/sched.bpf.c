@@ -25,6 +25,16 @@ const volatile __u64 min_interval_ns = 1000000;	/* shorter intervals go into sum
 const volatile __u64 max_summary_ns = 20000000;	/* a summary is flushed once it spans this */
 const volatile bool want_stacks = true;
 const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind_stacks ids) */
+/*
+ * A switch-out's user stack walk (4-8 us with the unwinder) is budgeted per thread: a token
+ * every walk_every_ns of the thread's life, at most walk_burst saved. A thread that blocks
+ * less often than that (every thread that blocks for long) has every stack walked; one that
+ * blocks thousands of times a second (a spin-then-sleep lock, a busy queue) has the rest marked
+ * GPUSCOPE_USTACK_NOT_WALKED, so the walks cost it at most walk_burst / s x a walk.
+ * walk_every_ns 0: every switch-out walked.
+ */
+const volatile __u64 walk_every_ns = 5000000;	/* 200 walks/s per thread */
+const volatile __u32 walk_burst = 200;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -59,6 +69,9 @@ struct thr {
 	__u8 state;		/* enum gpuscope_tstate */
 	__u8 flags;		/* GPUSCOPE_TSF_CUDA_SYNC while BLOCKED in a sync */
 	__u8 _pad[2];
+	__u32 walk_tokens;	/* user stack walks the thread may still take (walk_every_ns) */
+	__u32 _pad2;
+	__u64 walk_at_ns;	/* when walk_tokens was last topped up */
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
 
@@ -86,7 +99,7 @@ struct {
 /* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);	/* switches, events emitted, switch-outs not walked */
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
@@ -202,6 +215,29 @@ folded:
 		flush_summary(t, tid, 0);
 }
 
+/* True when the thread's walk budget allows a user stack walk now (takes the token). */
+static __always_inline bool walk_allowed(struct thr *t, __u64 now)
+{
+	__u64 n;
+
+	if (!walk_every_ns)
+		return true;
+	if (now > t->walk_at_ns) {
+		n = (now - t->walk_at_ns) / walk_every_ns;
+		if (n >= walk_burst || t->walk_tokens + n >= walk_burst) {
+			t->walk_tokens = walk_burst;
+			t->walk_at_ns = now;
+		} else if (n) {
+			t->walk_tokens += n;
+			t->walk_at_ns += n * walk_every_ns;
+		}
+	}
+	if (!t->walk_tokens)
+		return false;
+	t->walk_tokens--;
+	return true;
+}
+
 static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
 {
 	struct thr *t = bpf_map_lookup_elem(&threads, &tid);
@@ -213,6 +249,8 @@ static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u
 	nt.kstack_id = -1;
 	nt.ustack_id = -1;
 	nt.syscall_nr = -1;
+	nt.walk_tokens = walk_burst;
+	nt.walk_at_ns = bpf_ktime_get_ns();
 	BPF_CORE_READ_STR_INTO(&nt.comm, p, comm);
 	bpf_map_update_elem(&threads, &tid, &nt, BPF_NOEXIST);
 	t = bpf_map_lookup_elem(&threads, &tid);
@@ -250,7 +288,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					t->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
 					if (t->kstack_id < 0)
 						count_err(GPUSCOPE_SERR_KSTACK);
-					if (prev->mm && use_unwinder) {
+					if (prev->mm && !walk_allowed(t, now)) {
+						t->ustack_id = GPUSCOPE_USTACK_NOT_WALKED;
+						count(2);
+					} else if (prev->mm && use_unwinder) {
 						/* prev is current: its saved user registers */
 						struct uwalk st;
 

@@ -17,6 +17,7 @@
 #include "agent/bpfutil.h"
 #include "agent/modules.h"
 #include "agent/sched/strips.h"
+#include "agent/unwind/frames.h"
 #include "common/abi.h"
 #include "common/abi_strips.h"
 #include "common/batch.h"
@@ -88,8 +89,15 @@ static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32
 	static __u64 kf[GPUSCOPE_MAX_STACK], uf[GPUSCOPE_MAX_STACK];
 	int fd = bpf_map__fd(s->skel->maps.stacks);
 	int nk = read_stack(fd, kid, kf);
-	int nu = s->uw ? unwinder__read_stack(s->uw, uid, uf) : read_stack(fd, uid, uf);
+	int nu;
 	int64_t id = -1;
+
+	if (uid == GPUSCOPE_USTACK_NOT_WALKED) {	/* past the thread's walk budget */
+		uf[0] = GPUSCOPE_FRAME_NOT_WALKED_BUSY;
+		nu = 1;
+	} else {
+		nu = s->uw ? unwinder__read_stack(s->uw, uid, uf) : read_stack(fd, uid, uf);
+	}
 
 	*ret_reason = blocked__classify(kf, nk, sys, cuda_sync);
 	s->reasons[*ret_reason]++;
@@ -295,6 +303,12 @@ static int sched_start(struct agent *a)
 	if (!skel)
 		return -errno;
 	skel->rodata->track_all = a->opts.all_processes;
+	if (a->opts.offcpu_walks >= 0) {	/* else the program's default (200 a second) */
+		skel->rodata->walk_every_ns = a->opts.offcpu_walks ?
+					      1000000000ull / a->opts.offcpu_walks : 0;
+		if (a->opts.offcpu_walks > 0)
+			skel->rodata->walk_burst = (__u32)a->opts.offcpu_walks;
+	}
 	S.uw = agent__unwinder(a);
 	if (S.uw) {
 		err = unwinder__prepare(S.uw, skel->obj);
@@ -444,6 +458,10 @@ static void sched_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_sched_events_total",
 		     "Thread-state events the BPF program emitted.",
 		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
+	prom_counter(out, "gpuscope_agent_sched_stacks_not_walked_total",
+		     "Switch-outs whose user stack was not walked: the thread had used its walk "
+		     "budget (--offcpu-walks-per-sec; shown as [stack not walked: thread blocks "
+		     "often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 2));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;

@@ -147,7 +147,9 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 				st->nunknown++;
 				break;
 			case GPUSCOPE_FRAME_TAG_NOT_WALKED:	/* a choice, not an unknown */
-				special(c, loc, "[stack not walked: short call]");
+				special(c, loc, GPUSCOPE_FRAME_PAYLOAD(w) ?
+						"[stack not walked: thread blocks often]" :
+						"[stack not walked: short call]");
 				break;
 			default:
 				special(c, loc, "[unknown]");

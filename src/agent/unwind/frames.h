@@ -20,12 +20,13 @@
 #define GPUSCOPE_FRAME_TAG_PY		0xf1
 #define GPUSCOPE_FRAME_TAG_TRUNCATED	0xf2
 #define GPUSCOPE_FRAME_TAG_PY_UNKNOWN	0xf3
-#define GPUSCOPE_FRAME_TAG_NOT_WALKED	0xf4	/* a short CUDA call whose stack was not walked */
+#define GPUSCOPE_FRAME_TAG_NOT_WALKED	0xf4	/* a stack not walked; payload: why */
 
 #define GPUSCOPE_FRAME_PY(code_addr)	((0xf1ULL << 56) | (code_addr))
 #define GPUSCOPE_FRAME_TRUNCATED	(0xf2ULL << 56)
 #define GPUSCOPE_FRAME_PY_UNKNOWN	(0xf3ULL << 56)
-#define GPUSCOPE_FRAME_NOT_WALKED	(0xf4ULL << 56)
+#define GPUSCOPE_FRAME_NOT_WALKED	(0xf4ULL << 56)	/* a short CUDA call, not in the sample */
+#define GPUSCOPE_FRAME_NOT_WALKED_BUSY	(GPUSCOPE_FRAME_NOT_WALKED | 1)	/* past the thread's walks */
 
 /* True for a word that is not a native address. */
 #define GPUSCOPE_FRAME_IS_SPECIAL(w)	(GPUSCOPE_FRAME_TAG(w) >= 0xf0)
