@@ -3,7 +3,8 @@
  * HTTP front of gpuscope-server on libmicrohttpd: a few epoll event-loop threads serve thousands
  * of kept-alive connections; auth and size checks in the header phase (before any body byte);
  * request bodies bounded and decompressed; routing of the API in docs/design.md, JSON errors,
- * and the counters /metrics exposes (ingest rate, rejects and drops by reason, connections).
+ * and the counters /metrics exposes (ingest rate, rejects and drops by reason, connections;
+ * server/metrics.c renders them).
  */
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -23,28 +24,17 @@
 #include "common/compress.h"
 #include "common/log.h"
 #include "common/netaddr.h"
-#include "common/prom.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/capture.h"
 #include "server/codec.h"
 #include "server/efficiency.h"
-#include "server/exporter.h"
 #include "server/http.h"
 #include "server/ingest.h"
+#include "server/metrics.h"
 #include "server/query.h"
 #include "server/selector.h"
 #include "server/ui_assets.h"
-
-enum reject {
-	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_CARDINALITY, REJ_MAX,
-};
-
-static const char *const reject_names[REJ_MAX] = {
-	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit", "cardinality",
-};
 
 #define RATE_SLOTS 16
 
@@ -55,12 +45,9 @@ struct http_server {
 	int listen_fd;
 	uint16_t port;
 	char addr[64];			/* bound address, "ADDR:PORT" */
-	int64_t connections;		/* open now */
-	uint64_t connections_total, mhd_errors;
-	uint64_t cancelled;		/* requests whose client went away before the answer */
+	struct http_counters ctr;	/* on /metrics */
 	uint64_t last_mhd_log_ns;
-	uint64_t rejects[REJ_MAX];
-	uint64_t ingest_batches, ingest_parts, ingest_bytes, ingest_samples, requests;
+	uint64_t ingest_samples, requests;
 	pthread_mutex_t rmu;		/* rate ring */
 	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
 	pthread_mutex_t wmu;		/* ingest workers running, and their end (stop) */
@@ -88,7 +75,7 @@ static __thread struct req *deferred;
 
 static void count(struct http_server *h, enum reject r)
 {
-	__atomic_add_fetch(&h->rejects[r], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.rejects[r], 1, __ATOMIC_RELAXED);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
@@ -452,9 +439,9 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 		log_warn("ingest: %s", err);
 		return reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_STORE, "%s", err);
 	}
-	__atomic_add_fetch(&h->ingest_batches, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&h->ingest_parts, parts.parts, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&h->ingest_bytes, r->body.len, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.ingest_batches, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.ingest_parts, parts.parts, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.ingest_bytes, r->body.len, __ATOMIC_RELAXED);
 	if (rc == 0) {
 		__atomic_add_fetch(&h->ingest_samples, n, __ATOMIC_RELAXED);
 		rate_add(h, n);
@@ -1059,130 +1046,10 @@ static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connectio
 
 static enum MHD_Result do_metrics(struct http_server *h, struct MHD_Connection *c)
 {
-	struct store_stats s;
 	struct buf b = { 0 };
-	char *text = NULL;
-	size_t len = 0;
-	FILE *out;
 
-	h->st->ops->stats(h->st, &s);
-	out = open_memstream(&text, &len);
-	if (!out)
+	if (server_metrics(h->st, &h->ctr, rate_get(h), h->o.eff, h->o.exp, &b))
 		return MHD_NO;
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-	prom_family(out, "gpuscope_server_info", "gauge", "The server's version.");
-	prom_sample1(out, "gpuscope_server_info", "version", GPUSCOPE_VERSION, 1);
-	prom_counter(out, "gpuscope_server_ingest_batches_total",
-		     "Batches accepted (duplicates included).", LOAD(h->ingest_batches));
-	prom_counter(out, "gpuscope_server_ingest_parts_total",
-		     "Group commits the accepted batches took (a large batch is stored in parts).",
-		     LOAD(h->ingest_parts));
-	prom_counter(out, "gpuscope_server_ingest_bytes_total",
-		     "Request body bytes of accepted batches, as sent.", LOAD(h->ingest_bytes));
-	prom_counter(out, "gpuscope_server_ingest_samples_total", "Stack samples stored.",
-		     s.samples);
-	prom_counter(out, "gpuscope_server_ingest_points_total", "Metric points stored.", s.points);
-	prom_counter(out, "gpuscope_server_ingest_intervals_total", "Intervals stored.",
-		     s.intervals);
-	prom_gauge(out, "gpuscope_server_ingest_samples_per_second",
-		   "Stack samples stored per second, last 10 s.", rate_get(h));
-	prom_counter(out, "gpuscope_server_duplicate_batches_total",
-		     "Batches ignored because their id was stored.", s.duplicate_batches);
-	prom_counter(out, "gpuscope_server_store_commits_total",
-		     "Group commits of the store: each stored every batch (part) queued while the"
-		     " one before it ran.", s.commits);
-	prom_family(out, "gpuscope_server_rejected_total", "counter",
-		    "Requests refused, by reason; nothing of them was stored.");
-	for (int i = 0; i < REJ_MAX; i++)
-		prom_sample1_u64(out, "gpuscope_server_rejected_total", "reason", reject_names[i],
-				 LOAD(h->rejects[i]));
-	prom_gauge(out, "gpuscope_server_connections", "HTTP connections open now.",
-		   LOAD(h->connections));
-	prom_counter(out, "gpuscope_server_connections_total", "HTTP connections accepted.",
-		     LOAD(h->connections_total));
-	prom_counter(out, "gpuscope_server_http_errors_total",
-		     "Connection-level refusals and failures (connection limits, TLS handshakes, "
-		     "resets).",
-		     LOAD(h->mhd_errors));
-	prom_counter(out, "gpuscope_server_http_cancelled_total",
-		     "Requests whose client closed the connection before the answer was sent "
-		     "(not errors).",
-		     LOAD(h->cancelled));
-#undef LOAD
-	prom_gauge(out, "gpuscope_server_store_bytes", "Database and WAL size on disk.",
-		   s.bytes_on_disk);
-	prom_gauge(out, "gpuscope_server_rollup_lag_chunks",
-		   "Sample chunks not yet folded into rollups.", s.rollup_lag_chunks);
-	prom_family(out, "gpuscope_server_retention_deleted_total", "counter",
-		    "Rows deleted by retention, by table.");
-	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "chunks",
-			 s.raw_chunks_deleted);
-	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "rollups",
-			 s.rollups_deleted);
-	prom_gauge(out, "gpuscope_server_stacks", "Distinct stacks stored.", s.stacks);
-	prom_gauge(out, "gpuscope_server_locations", "Distinct locations stored.", s.locations);
-	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
-	prom_gauge(out, "gpuscope_server_store_samples_held", "Raw samples in the store now.",
-		   (double)s.samples_held);
-	if (s.samples_held)
-		prom_gauge(out, "gpuscope_server_store_bytes_per_sample",
-			   "Store bytes on disk (dictionaries, rollups, series and intervals "
-			   "included) per raw sample held.",
-			   (double)s.bytes_on_disk / (double)s.samples_held);
-	prom_family(out, "gpuscope_server_dictionary_deleted_total", "counter",
-		    "Dictionary rows no retained record could use, deleted after retention.");
-	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "stacks",
-			 s.gc_stacks);
-	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "locations",
-			 s.gc_locations);
-	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "label_sets",
-			 s.gc_label_sets);
-	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
-			 s.gc_series);
-	prom_family(out, "gpuscope_server_cardinality_dropped_total", "counter",
-		    "New label sets refused past --max-new-label-sets-per-hour, and their records "
-		    "(samples, points, intervals) dropped; the rest of their batches was stored.");
-	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "label_sets",
-			 s.cardinality_dropped_label_sets);
-	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "records",
-			 s.cardinality_dropped_records);
-	prom_gauge(out, "gpuscope_server_store_recompress_lag_rows",
-		   "Settled store rows (chunks, blocks) not yet compressed again at "
-		   "--recompress-level.", s.recompress_lag_rows);
-	prom_family(out, "gpuscope_server_store_recompress_cpu_seconds_total", "counter",
-		    "CPU time the background recompression spent.");
-	prom_sample(out, "gpuscope_server_store_recompress_cpu_seconds_total", NULL, 0,
-		    (double)s.recompress_cpu_ns / 1e9);
-	prom_family(out, "gpuscope_server_store_recompress_bytes_total", "counter",
-		    "Stored bytes the background recompression looked at, before and after.");
-	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "before",
-			 s.recompress_in);
-	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "after",
-			 s.recompress_out);
-	prom_counter(out, "gpuscope_server_store_wal_truncations_total",
-		     "Checkpoints that emptied the store's write-ahead log while ingest paused.",
-		     s.wal_truncations);
-	if (h->o.eff) {
-		uint64_t hours, dirty, lag;
-
-		efficiency_stats(h->o.eff, &hours, &dirty, &lag);
-		prom_family(out, "gpuscope_server_efficiency_hourly_rollups", "gauge",
-			    "Hourly buckets of the efficiency rollup, by state.");
-		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "done",
-				 hours);
-		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "redo",
-				 dirty);
-		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "waiting",
-				 lag);
-	}
-	if (h->o.exp)
-		exporter_metrics(h->o.exp, out);
-	if (fclose(out)) {
-		free(text);
-		return MHD_NO;
-	}
-	b.p = (uint8_t *)text;
-	b.len = b.cap = len;
 	return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
 }
 
@@ -1442,11 +1309,11 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	if (strstr(msg, "no longer available") || strstr(msg, "reset by peer") ||
 	    strstr(msg, "Broken pipe") || strstr(msg, "closed by") ||
 	    strstr(msg, "disconnected")) {
-		__atomic_add_fetch(&h->cancelled, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&h->ctr.cancelled, 1, __ATOMIC_RELAXED);
 		log_debug("http: client went away: %s", msg);
 		return;
 	}
-	__atomic_add_fetch(&h->mhd_errors, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.mhd_errors, 1, __ATOMIC_RELAXED);
 	if ((!last || now - last > 60 * NSEC_PER_SEC) &&
 	    __atomic_compare_exchange_n(&h->last_mhd_log_ns, &last, now, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED))
@@ -1463,10 +1330,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 	(void)c;
 	(void)socket_ctx;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-		__atomic_add_fetch(&h->connections, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&h->connections_total, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&h->ctr.connections_total, 1, __ATOMIC_RELAXED);
 	} else {
-		__atomic_sub_fetch(&h->connections, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
 	}
 }
 

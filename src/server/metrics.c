@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The server's own /metrics exposition (Prometheus text format, common/prom.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "common/prom.h"
+#include "common/util.h"
+#include "server/efficiency.h"
+#include "server/exporter.h"
+#include "server/metrics.h"
+
+static const char *const reject_names[REJ_MAX] = {
+	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit", "cardinality",
+};
+
+int server_metrics(struct store *st, const struct http_counters *hc, double samples_per_second,
+		   struct efficiency *eff, struct exporter *ex, struct buf *ret)
+{
+	struct store_stats s;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out;
+
+	st->ops->stats(st, &s);
+	out = open_memstream(&text, &len);
+	if (!out)
+		return -ENOMEM;
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+	prom_family(out, "gpuscope_server_info", "gauge", "The server's version.");
+	prom_sample1(out, "gpuscope_server_info", "version", GPUSCOPE_VERSION, 1);
+	prom_counter(out, "gpuscope_server_ingest_batches_total",
+		     "Batches accepted (duplicates included).", LOAD(hc->ingest_batches));
+	prom_counter(out, "gpuscope_server_ingest_parts_total",
+		     "Group commits the accepted batches took (a large batch is stored in parts).",
+		     LOAD(hc->ingest_parts));
+	prom_counter(out, "gpuscope_server_ingest_bytes_total",
+		     "Request body bytes of accepted batches, as sent.", LOAD(hc->ingest_bytes));
+	prom_counter(out, "gpuscope_server_ingest_samples_total", "Stack samples stored.",
+		     s.samples);
+	prom_counter(out, "gpuscope_server_ingest_points_total", "Metric points stored.", s.points);
+	prom_counter(out, "gpuscope_server_ingest_intervals_total", "Intervals stored.",
+		     s.intervals);
+	prom_gauge(out, "gpuscope_server_ingest_samples_per_second",
+		   "Stack samples stored per second, last 10 s.", samples_per_second);
+	prom_counter(out, "gpuscope_server_duplicate_batches_total",
+		     "Batches ignored because their id was stored.", s.duplicate_batches);
+	prom_counter(out, "gpuscope_server_store_commits_total",
+		     "Group commits of the store: each stored every batch (part) queued while the"
+		     " one before it ran.", s.commits);
+	prom_family(out, "gpuscope_server_rejected_total", "counter",
+		    "Requests refused, by reason; nothing of them was stored.");
+	for (int i = 0; i < REJ_MAX; i++)
+		prom_sample1_u64(out, "gpuscope_server_rejected_total", "reason", reject_names[i],
+				 LOAD(hc->rejects[i]));
+	prom_gauge(out, "gpuscope_server_connections", "HTTP connections open now.",
+		   LOAD(hc->connections));
+	prom_counter(out, "gpuscope_server_connections_total", "HTTP connections accepted.",
+		     LOAD(hc->connections_total));
+	prom_counter(out, "gpuscope_server_http_errors_total",
+		     "Connection-level refusals and failures (connection limits, TLS handshakes, "
+		     "resets).",
+		     LOAD(hc->mhd_errors));
+	prom_counter(out, "gpuscope_server_http_cancelled_total",
+		     "Requests whose client closed the connection before the answer was sent "
+		     "(not errors).",
+		     LOAD(hc->cancelled));
+#undef LOAD
+	prom_gauge(out, "gpuscope_server_store_bytes", "Database and WAL size on disk.",
+		   s.bytes_on_disk);
+	prom_gauge(out, "gpuscope_server_rollup_lag_chunks",
+		   "Sample chunks not yet folded into rollups.", s.rollup_lag_chunks);
+	prom_family(out, "gpuscope_server_retention_deleted_total", "counter",
+		    "Rows deleted by retention, by table.");
+	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "chunks",
+			 s.raw_chunks_deleted);
+	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "rollups",
+			 s.rollups_deleted);
+	prom_gauge(out, "gpuscope_server_stacks", "Distinct stacks stored.", s.stacks);
+	prom_gauge(out, "gpuscope_server_locations", "Distinct locations stored.", s.locations);
+	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
+	prom_gauge(out, "gpuscope_server_store_samples_held", "Raw samples in the store now.",
+		   (double)s.samples_held);
+	if (s.samples_held)
+		prom_gauge(out, "gpuscope_server_store_bytes_per_sample",
+			   "Store bytes on disk (dictionaries, rollups, series and intervals "
+			   "included) per raw sample held.",
+			   (double)s.bytes_on_disk / (double)s.samples_held);
+	prom_family(out, "gpuscope_server_dictionary_deleted_total", "counter",
+		    "Dictionary rows no retained record could use, deleted after retention.");
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "stacks",
+			 s.gc_stacks);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "locations",
+			 s.gc_locations);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "label_sets",
+			 s.gc_label_sets);
+	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
+			 s.gc_series);
+	prom_family(out, "gpuscope_server_cardinality_dropped_total", "counter",
+		    "New label sets refused past --max-new-label-sets-per-hour, and their records "
+		    "(samples, points, intervals) dropped; the rest of their batches was stored.");
+	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "label_sets",
+			 s.cardinality_dropped_label_sets);
+	prom_sample1_u64(out, "gpuscope_server_cardinality_dropped_total", "what", "records",
+			 s.cardinality_dropped_records);
+	prom_gauge(out, "gpuscope_server_store_recompress_lag_rows",
+		   "Settled store rows (chunks, blocks) not yet compressed again at "
+		   "--recompress-level.", s.recompress_lag_rows);
+	prom_family(out, "gpuscope_server_store_recompress_cpu_seconds_total", "counter",
+		    "CPU time the background recompression spent.");
+	prom_sample(out, "gpuscope_server_store_recompress_cpu_seconds_total", NULL, 0,
+		    (double)s.recompress_cpu_ns / 1e9);
+	prom_family(out, "gpuscope_server_store_recompress_bytes_total", "counter",
+		    "Stored bytes the background recompression looked at, before and after.");
+	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "before",
+			 s.recompress_in);
+	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "after",
+			 s.recompress_out);
+	prom_counter(out, "gpuscope_server_store_wal_truncations_total",
+		     "Checkpoints that emptied the store's write-ahead log while ingest paused.",
+		     s.wal_truncations);
+	if (eff) {
+		uint64_t hours, dirty, lag;
+
+		efficiency_stats(eff, &hours, &dirty, &lag);
+		prom_family(out, "gpuscope_server_efficiency_hourly_rollups", "gauge",
+			    "Hourly buckets of the efficiency rollup, by state.");
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "done",
+				 hours);
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "redo",
+				 dirty);
+		prom_sample1_u64(out, "gpuscope_server_efficiency_hourly_rollups", "state", "waiting",
+				 lag);
+	}
+	if (ex)
+		exporter_metrics(ex, out);
+	if (fclose(out)) {
+		free(text);
+		return -ENOMEM;
+	}
+	*ret = (struct buf){ .p = (uint8_t *)text, .len = len, .cap = len };
+	return 0;
+}
