@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers for the server's integration tests: start a real gpuscope-server on a free loopback
 port, build batches with tests/tools/batchgen, and talk HTTP with the standard library only."""
+import contextlib
 import gzip
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -101,6 +103,20 @@ class Server:
         raise KeyError(name)
 
 
+@contextlib.contextmanager
+def running(server):
+    """Starts server and yields it; on an error prints the server's log to stderr (and re-raises);
+    stops the server in any case."""
+    try:
+        server.start()
+        yield server
+    except Exception:
+        print(server.logtext(), file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+
+
 def encode(script, encoding="none"):
     """Runs batchgen encode on a script (see tests/tools/batchgen.c) and returns the bytes."""
     r = subprocess.run([BATCHGEN, "encode", "--encoding", encoding], input=script.encode(),
@@ -137,7 +153,35 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-# The store's own byte formats, for tests that write a store of an older schema by hand.
+# Stores of an older schema, written by hand: the store's own byte formats, and the migration.
+STORE_SCHEMA = 7  # the SQLite store's current version (src/server/store/sqlite/sqlite.h)
+
+
+def old_store(ddl):
+    """A Server (not started, --retention 2d) over a new store made with an older schema's DDL,
+    and a connection to that store for the test to fill; the test commits and closes it."""
+    s = Server(args=["--retention", "2d"])
+    os.makedirs(s.data)
+    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+    db.executescript(ddl)
+    return s, db
+
+
+def check_migrated(s, old):
+    """The started server's log says it migrated its store from schema old to STORE_SCHEMA."""
+    log = s.logtext()
+    check(f"has schema {old}: migrating to {STORE_SCHEMA}" in log and
+          f"migrated to schema {STORE_SCHEMA}" in log, f"migration logged: {log}")
+
+
+def migrated_db(s):
+    """A connection to the stopped server's store, which the migration marked STORE_SCHEMA."""
+    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+    check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == STORE_SCHEMA,
+          f"schema {STORE_SCHEMA}")
+    return db
+
+
 def uvarint(v):
     out = bytearray()
     while v >= 0x80:

@@ -4,12 +4,11 @@
 stores no partial one: every batch that got its 204 is there after a restart on the same data,
 and every stored batch is whole (each carries a unique label and a known number of samples)."""
 import shutil
-import sys
 import tempfile
 import threading
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 PER_BATCH = 40
@@ -66,9 +65,9 @@ def run_round(s, round_, batches, kill_after):
 
 
 def main():
-    s = Server().start()
+    s = Server()
     t0 = (now_ns() // 10**9 - 600) * 10**9
-    try:
+    with running(s):
         for round_ in range(2):
             batches = make_batches(round_, 150, t0 + round_ * 10**9)
             acked = run_round(s, round_, batches, kill_after=30 + 20 * round_)
@@ -87,11 +86,6 @@ def main():
                   f"{len(stored)} batches")
             print(f"round {round_}: {len(acked)} acknowledged, {len(stored)} stored "
                   f"({len(stored) - len(acked)} committed but unacknowledged), all whole")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

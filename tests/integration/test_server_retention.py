@@ -3,11 +3,10 @@
 """Retention deletes what is older and nothing newer: with --retention 1h --raw-retention 10m,
 samples, points and intervals older than 1 h disappear; samples between 10 min and 1 h old lose
 their raw per-sample chunks but stay queryable from the rollups; recent data stays whole."""
-import sys
 import time
 import urllib.parse
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 MIN = 60 * 10**9
@@ -18,7 +17,7 @@ def main():
     # Uploads older than the retention are refused, so the data goes in under a 3 h retention
     # (retention not due for an hour) and the server restarts with 1 h over the same store.
     s = Server(args=["--retention", "3h", "--raw-retention", "10m",
-                     "--retention-period", "1h"]).start()
+                     "--retention-period", "1h"])
     now = now_ns()
     ages = {"old": now - 2 * 60 * MIN, "mid": now - 30 * MIN, "new": now - 2 * MIN}
     counts = {"old": 30, "mid": 40, "new": 50}
@@ -30,7 +29,7 @@ def main():
         lines.append(f"interval gpu_busy age={age},gpu=0 {t + 10**9} {t + 2 * 10**9} -")
         # GPU 5: observed idle over the samples (gpu_idle=5 below keeps them all)
         lines.append(f"interval gpu_observed age={age},gpu=5,source=nvml {t} {t + 10**9} -")
-    try:
+    with running(s):
         code, body = s.ingest(encode("\n".join(lines) + "\n"))
         check(code == 204, f"ingest {code} {body}")
         s.stop()
@@ -72,11 +71,6 @@ def main():
             check(fg["total"] == want, f"{age} raw samples: {fg['total']}, want {want}")
         fg = s.get_json(f"/api/v1/flamegraph?{rng}")
         check(fg["total"] == counts["mid"] + counts["new"], f"total {fg['total']}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

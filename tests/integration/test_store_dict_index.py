@@ -8,18 +8,17 @@ stacks of location ids [824, 620]) are new entries of their own that answer with
 frames; the store has no locations table and a stacks table of (id, day) only."""
 import os
 import sqlite3
-import sys
 
-from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, find, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 
 
 def main():
     t = now_ns() - 60 * 10**9
-    s = Server().start()
+    s = Server()
     db = os.path.join(s.data, "gpuscope.db")
-    try:
+    with running(s):
         # locations g1..g1000 get ids 1..1000, in this order
         lines = ["node n"] + [f"sample {t + i} cpu 1 pid=1 g{i}" for i in range(1, 1001)]
         lines += [f"sample {t + 2000} cpu 1 pid=1 c33243", f"sample {t + 2001} cpu 1 pid=1 g291;g96"]
@@ -52,11 +51,6 @@ def main():
         for outer, inner in (("g620", "g824"), ("g291", "g96")):
             n = find(fg["root"], outer)
             check(n is not None and find(n, inner) is not None, f"stack {outer};{inner}: {n}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

@@ -4,16 +4,13 @@
 one row per interval; written here with schema 1's own DDL) is migrated in place at open: the
 same stacks, intervals (order, ties of start in arrival order, attrs) and label sets come back,
 new data goes on after it, and a store from a newer schema is refused with a clear message."""
-import os
-import sqlite3
-import sys
 import urllib.parse
 
-from gpuscope_server import Server, check, encode, now_ns, pairs_blob, skip_if_unbuilt, uvarint
+from gpuscope_server import (STORE_SCHEMA, check, check_migrated, encode, migrated_db, now_ns,
+                             old_store, pairs_blob, running, skip_if_unbuilt, uvarint)
 
 skip_if_unbuilt()
 q = urllib.parse.quote
-SCHEMA = 7  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V1 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);
@@ -53,10 +50,7 @@ def uvarints(vals):
 def main():
     now = now_ns()
     t = now - 120 * 10**9
-    s = Server(args=["--retention", "2d"])
-    os.makedirs(s.data)
-    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-    db.executescript(V1)
+    s, db = old_store(V1)
     lsets = {1: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "7")],
              2: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "8")]}
     for i, pairs in lsets.items():
@@ -80,11 +74,8 @@ def main():
     db.execute("INSERT INTO nodes VALUES ('n1', ?, ?)", (t, t + 10**9))
     db.commit()
     db.close()
-    try:
-        s.start()
-        log = s.logtext()
-        check(f"migrating to {SCHEMA}" in log and f"migrated to schema {SCHEMA}" in log,
-              f"migration logged: {log}")
+    with running(s):
+        check_migrated(s, 1)
         st = s.get_json("/api/v1/stack/1")["frames"]
         check([f["function"] for f in st] == ["schedule", "work", "main"], f"stack 1 {st}")
         check(st[2]["module"] == "/usr/bin/app" and st[2]["file"] == "app.c" and st[2]["line"] == 10
@@ -110,25 +101,18 @@ def main():
         ends = [round(x["end_ms"] - t / 1e6) for x in iv]
         check(ends == [5, 2, 3, 4], f"after ingest (ms after t) {ends} {iv}")
         s.stop()
-        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-        check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == SCHEMA,
-              f"schema {SCHEMA}")
+        db = migrated_db(s)
         check(not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('intervals', 'v1_intervals', 'v1_stacks',"
                              " 'v1_locations')").fetchall(), "old tables gone")
-        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA + 1,))
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (STORE_SCHEMA + 1,))
         db.commit()
         db.close()
         try:
             s.start()
             check(False, "a newer schema is refused")
         except RuntimeError:
-            check(f"schema {SCHEMA + 1}, written by a newer gpuscope-server" in s.logtext(),
+            check(f"schema {STORE_SCHEMA + 1}, written by a newer gpuscope-server" in s.logtext(),
                   f"refused: {s.logtext()}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

@@ -5,17 +5,13 @@ with that DDL, its sample and interval chunks in format 1 as schema 2 wrote them
 place at open: label sets move into blocks with their ids, the old chunks are read as they are
 (samples per thread, in time order; intervals with their attrs), new data goes on beside them,
 and the store is marked with the current version."""
-import os
-import sqlite3
-import sys
 import urllib.parse
 
-from gpuscope_server import (Server, check, encode, now_ns, pairs_blob, skip_if_unbuilt, svarint,
-                             uvarint)
+from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
+                             pairs_blob, running, skip_if_unbuilt, svarint, uvarint)
 
 skip_if_unbuilt()
 q = urllib.parse.quote
-SCHEMA = 7  # the store's current version (src/server/store/sqlite/sqlite.h)
 
 V3 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER);
@@ -82,10 +78,7 @@ blob = pairs_blob
 def main():
     now = now_ns()
     t = now - 120 * 10**9
-    s = Server(args=["--retention", "2d"])
-    os.makedirs(s.data)
-    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-    db.executescript(V3)
+    s, db = old_store(V3)
     lsets = {1: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("thread", "app"), ("tid", "7")],
              2: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("thread", "worker"), ("tid", "8")]}
     for i, pairs in lsets.items():
@@ -135,11 +128,8 @@ def main():
     db.execute("INSERT INTO nodes VALUES ('n1', ?, ?)", (t, t + 10**9))
     db.commit()
     db.close()
-    try:
-        s.start()
-        log = s.logtext()
-        check(f"has schema 3: migrating to {SCHEMA}" in log and f"migrated to schema {SCHEMA}" in log,
-              f"migration logged: {log}")
+    with running(s):
+        check_migrated(s, 3)
         rng = f"from={(t - 10**9) / 1e9:.3f}&to={(t + 2 * 10**9) / 1e9:.3f}"
         fg = s.get_json(f"/api/v1/flamegraph?{rng}")
         check(fg["total"] == 4, f"old cpu samples {fg}")
@@ -167,9 +157,7 @@ def main():
         check(got == {"app": 3, "worker": 2}, f"per thread after ingest {got}")
         check(s.metric("gpuscope_server_label_sets") == 2, "no new label set for a known thread")
         s.stop()
-        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-        check(db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == SCHEMA,
-              f"schema {SCHEMA}")
+        db = migrated_db(s)
         cols = [r[1] for r in db.execute("PRAGMA table_info(labelsets)")]
         check("labels" not in cols and db.execute("SELECT count(*) FROM lsblocks").fetchone()[0] >= 1,
               f"label sets in blocks: {cols}")
@@ -179,11 +167,6 @@ def main():
         s.start()  # the pairs come back from the blocks after a restart
         vals = s.get_json(f"/api/v1/label/tid/values?{rng}")
         check(vals["values"] == ["7", "8"], f"tid values after restart {vals}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

@@ -8,9 +8,8 @@ watermark reaches its table's last id, and every answer is the same byte for byt
 import os
 import random
 import sqlite3
-import sys
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 TABLES = ("chunks", "ivchunks", "points", "locblocks", "stackblocks", "lsblocks")
@@ -43,9 +42,9 @@ def main():
     t = now_ns() - 120 * 10**9
     fns = [f"fn_{rnd.getrandbits(40):x}_{i}" for i in range(400)]
     stacks = [";".join(rnd.choice(fns) for _ in range(rnd.randint(3, 12))) for _ in range(600)]
-    s = Server(args=["--recompress-level", "0"]).start()
+    s = Server(args=["--recompress-level", "0"])
     db = os.path.join(s.data, "gpuscope.db")
-    try:
+    with running(s):
         for b in range(3):
             lines = ["node n"]
             for i in range(6000):
@@ -88,11 +87,6 @@ def main():
         check(sum(v[0] for v in size1.values()) == bout, f"bytes after = the tables' {size1}")
         s.start()
         check(answers(s, t - 10**9, t + 5 * 10**9) == before, "same answers after a restart")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

@@ -7,10 +7,9 @@ for it, and ingest goes on meanwhile), and once it ends the WAL is emptied; a se
 (SIGKILL) right after its 204s loses nothing."""
 import os
 import sqlite3
-import sys
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 
@@ -22,11 +21,11 @@ def batch(t, n, pid):
 
 def main():
     t = now_ns()
-    s = Server().start()
+    s = Server()
     db = os.path.join(s.data, "gpuscope.db")
     wal = db + "-wal"
     size = lambda p: os.path.getsize(p) if os.path.exists(p) else 0
-    try:
+    with running(s):
         code, body = s.ingest(batch(t, 500, 1))
         check(code == 204, f"ingest {code} {body}")
         check(wait(lambda: size(wal) == 0 and s.metric("gpuscope_server_store_wal_truncations_total") >= 1),
@@ -54,11 +53,6 @@ def main():
         s.start()
         fg = s.get_json(f"/api/v1/flamegraph?from={(t - 10**9) / 1e9:.3f}&to={(t + 10**10) / 1e9:.3f}")
         check(fg["total"] == 1100, f"every sample after SIGKILL: {fg['total']}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 
