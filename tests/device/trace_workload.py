@@ -6,7 +6,7 @@ warm-up, and prints one JSON line per step: phase, CLOCK_MONOTONIC start and end
 (kernels, tokens or samples), so that steps can be placed inside or outside trace windows.
 Phases: `launch` (t.add_(1) x 2000 then a synchronize: launch-bound), `gpt2` (GPT-2 small from a
 config with random weights, fp16, batch 1, greedy decode of 64 new tokens with the KV cache),
-`train` (bf16 MLP training step, then a Python CPU phase). `prof:NAME` runs NAME inside
+`train` (bf16 MLP training step, then a Python CPU phase), `spin` (no GPU: a dry run). `prof:NAME` runs NAME inside
 torch.profiler (CPU + CUDA activities); its post-processing is reported apart.
 """
 import gc
@@ -15,10 +15,13 @@ import os
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:	# the `spin` phase: a dry run of the scripts on a machine without torch
+    torch = None
 
 PHASE_S = float(os.environ.get("PHASE_S", "8"))
-dev = torch.device("cuda")
+dev = torch.device("cuda") if torch else None
 
 
 def hw_counter(config):
@@ -63,7 +66,7 @@ class GPT2:
         self.m = GPT2LMHeadModel(GPT2Config()).to(dev).half().eval()
         self.ids = torch.randint(0, 50257, (1, 16), device=dev)
 
-    @torch.inference_mode()
+    @(torch.inference_mode() if torch else lambda f: f)
     def step(self):
         o = self.m(self.ids, use_cache=True)
         past = o.past_key_values
@@ -97,7 +100,18 @@ class Train:
             s += i * i
 
 
-KINDS = {"launch": Launch, "gpt2": GPT2, "train": Train}
+class Spin:
+    """No GPU: Python work and a short sleep a step (the scripts' dry run)."""
+    units = 1
+
+    def step(self):
+        s = 0
+        for i in range(20000):
+            s += i * i
+        time.sleep(0.001)
+
+
+KINDS = {"launch": Launch, "gpt2": GPT2, "train": Train, "spin": Spin}
 
 
 def run(name):
@@ -122,7 +136,7 @@ def run(name):
     if not ins:
         print("no hardware counters: instructions not recorded", file=sys.stderr, flush=True)
     t_start = time.monotonic()
-    print("started %s %.6f" % (name, t_start), file=sys.stderr, flush=True)
+    print("started %s %.6f %d" % (name, t_start, os.getpid()), file=sys.stderr, flush=True)
     # the two clocks side by side, to put the server's windows (wall time) on the steps' clock
     out({"phase": name, "clock": 1, "mono": time.monotonic(), "wall": time.time()})
     steps = []
@@ -149,6 +163,7 @@ def run(name):
 
 
 if __name__ == "__main__":
-    torch.backends.cuda.matmul.allow_tf32 = True
+    if torch:
+        torch.backends.cuda.matmul.allow_tf32 = True
     for ph in sys.argv[1:]:
         run(ph)
