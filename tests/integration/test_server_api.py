@@ -11,7 +11,7 @@ import sys
 import urllib.parse
 
 import clickhouse
-from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, find, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -51,9 +51,9 @@ def script():
 
 
 def run(store_args):
-    s = Server(token="s3cret", args=["--max-body", "1MiB"], store_args=store_args).start()
+    s = Server(token="s3cret", args=["--max-body", "1MiB"], store_args=store_args)
     rng = f"from={T / 1e9:.3f}&to={(T + 10 * 60 * 10**9) / 1e9:.3f}"
-    try:
+    with running(s):
         raw = encode(script())
         # auth
         code, _, _ = s.request("/api/v1/labels", token=False)
@@ -235,11 +235,6 @@ def run(store_args):
         fg = s.get_json(f"/api/v1/flamegraph?{rng}")
         check(fg["total"] == 450, f"nothing partial stored: {fg['total']}")
         check(s.metric("gpuscope_server_ingest_batches_total") == 4, "batches counted")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
 
 
 def main():

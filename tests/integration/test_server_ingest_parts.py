@@ -6,7 +6,7 @@ same large batch sent again is a duplicate part by part (stored once); everythin
 import threading
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 N = 400_000
@@ -22,8 +22,7 @@ def big_script(node):
 
 
 def main():
-    s = Server().start()
-    try:
+    with running(Server()) as s:
         big1 = encode(big_script("big1"), "zstd")
         t0 = time.monotonic()
         code, body = s.ingest(big1, "zstd")
@@ -75,11 +74,6 @@ def main():
               f"no small upload waited for the whole large batch ({worst:.2f} s vs {done['t']:.2f} s)")
         fg = s.get_json(f"/api/v1/flamegraph?{rng}&selector=" + '{node="big2"}')
         check(fg["total"] == N, f"second large batch whole: {fg['total']}")
-    except Exception:
-        print(s.logtext())
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 

@@ -10,7 +10,7 @@ import gzip
 import json
 import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 NS = 10**9
@@ -45,9 +45,8 @@ def status_kb(pid, key):
 
 
 def main():
-    s = Server(args=["--max-body", "64MiB", "--retention", "7d"]).start()
-    pid = s.proc.pid
-    try:
+    with running(Server(args=["--max-body", "64MiB", "--retention", "7d"])) as s:
+        pid = s.proc.pid
         code, _ = s.ingest(encode(f"node warm\nsample {now_ns()} cpu 1 a=b f\n"))
         check(code == 204, "warm-up upload")
         hwm0 = status_kb(pid, "VmHWM")
@@ -104,11 +103,6 @@ def main():
                                   f"sample {now + 3600 * NS} cpu 1 a=b f\n"))
         check(code == 204, f"within [now - retention, now + 1 day]: {code}")
         check(s.metric("gpuscope_server_ingest_batches_total") == 2, "two batches stored")
-    except Exception:
-        print(s.logtext())
-        raise
-    finally:
-        s.stop()
     cardinality()
     print("ok")
 

@@ -9,7 +9,7 @@ import threading
 import time
 import urllib.parse
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -18,8 +18,7 @@ LONG = "a" * 4096
 
 
 def main():
-    s = Server(token="tok").start()
-    try:
+    with running(Server(token="tok")) as s:
         lines = ["node sel"]
         for i in range(50):
             lines.append(f"sample {T + i} cpu 1 pid={i},comm=c{i} main;f{i}")
@@ -88,11 +87,6 @@ def main():
         check(worst_q < 2.0 + 2 * base, f"regex queries bounded: slowest {worst_q:.2f} s")
         fg = json.loads(flame('{comm="u"}')[1])
         check(fg["total"] == 20, f"all 20 uploads stored: {fg['total']}")
-    except Exception:
-        print(s.logtext())
-        raise
-    finally:
-        s.stop()
     print("ok")
 
 
