@@ -77,8 +77,20 @@ for wl in ${@:-launch gpt2 train}; do
 			--metrics-listen 127.0.0.1:9400 ${AGENT_ARGS:-} > "$W/agent-$wl-$i.out" \
 			2> "$W/agent-$wl-$i.log" &
 		apid=$!
-		for _ in $(seq 300); do curl -sf -o /dev/null -m 1 http://127.0.0.1:9400/metrics && break; sleep 0.1; done
+		for _ in $(seq 300); do
+			curl -sf -o /dev/null -m 1 http://127.0.0.1:9400/metrics && break
+			kill -0 $apid 2>/dev/null || break
+			sleep 0.1
+		done
 		sleep "$WARM_S"
+		if ! kill -0 $apid 2>/dev/null; then	# a dead agent measures nothing: stop here
+			wait $apid
+			log "$wl: the agent exited ($?) in block $k; its log:"
+			tail -n 30 "$W/agent-$wl-$i.log"
+			touch "$W/stop"; wait "${jobs_[@]}"
+			tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .
+			exit 1
+		fi
 		read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
 		echo "on$k $(mono) $pid" >> "$marks"
 		sleep "$ON_S"
@@ -87,7 +99,7 @@ for wl in ${@:-launch gpt2 train}; do
 		echo "agent_cpu_ticks $((ut1 + st1 - ut0 - st0)) $ON_S" >> "$marks"
 		curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$wl-$i.txt"
 		kill -TERM $apid; wait $apid
-		log "$wl: block $k done"
+		log "$wl: block $k done; agent: $(grep -c warning "$W/agent-$wl-$i.log") warnings, last: $(tail -n 1 "$W/agent-$wl-$i.log" | cut -c1-160)"
 		sleep 2
 	done
 	touch "$W/stop"
@@ -100,6 +112,6 @@ for wl in ${@:-launch gpt2 train}; do
 	done
 	log "$wl: done"
 	python3 tests/device/overhead_paired.py "$W" "$(getconf CLK_TCK)" "$wl" | tee -a "$RET/summary.txt"
+	tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .
 done
 kill -TERM "$spid"; wait "$spid"
-tar -C "$W" --exclude=store -czf "$RET/raw.tar.gz" .
