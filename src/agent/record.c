@@ -148,6 +148,14 @@ static void on_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const 
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
 	comm = proc_comm(r, ev->tgid, thread);
+	if (comm >= 0 && ev->tid == ev->tgid && strcmp(r->names.strs[comm], thread)) {
+		/* the main thread's name is the process's: it changed (an exec whose event is
+		 * still behind this sample on a busy machine, or a rename) */
+		comm = strtab_intern(&r->names, thread);
+		if (comm >= 0 && !u64map_upsert(&r->pid_comm, (uint64_t)ev->tgid,
+						(uint64_t)comm + 1, NULL))
+			comm = -ENOMEM;
+	}
 	tname = strtab_intern(&r->names, thread);
 	st = stack_cache__get(r->cache, ev->tgid, frames, ev->kstack_len, frames + ev->kstack_len,
 			      ev->ustack_len);
