@@ -19,6 +19,8 @@ import re
 import statistics
 import sys
 
+from devlib import bpf_progs
+
 d, tck = sys.argv[1], float(sys.argv[2])
 
 
@@ -50,13 +52,6 @@ def read_marks(path):
     return blocks
 
 
-def bpf_progs(path):
-    """{program: (runs, seconds)} from an agent /metrics scrape, ids of one name summed."""
-    got = {}
-    try:
-        text = open(path).read()
-    except OSError:
-        return got
     for fam, i in (("gpuscope_agent_bpf_runs_total", 0), ("gpuscope_agent_bpf_run_seconds_total", 1)):
         for m in re.finditer(r'^%s\{program="(\w+)",id="\d+"\} (\S+)$' % fam, text, re.M):
             v = got.setdefault(m.group(1), [0, 0.0])

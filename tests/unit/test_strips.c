@@ -654,44 +654,67 @@ out:
 	return ok;
 }
 
+/* A blocked record with a stack: a blocked thread-state interval or an off-CPU sample. */
+static bool blocked_rec(const struct rec *r)
+{
+	return r->stack >= 0 &&
+	       (r->sample ? !strcmp(r->kind, "offcpu_ns") : !strcmp(r->state, "blocked"));
+}
+
+/*
+ * Runs the sched module (at most walks user stack walks per thread and second; 0: all) on
+ * tests/progs/condwait for 1.5 s, its "busy" thread too when busy, into *rs. Sets the BPF
+ * counts of switch-outs seen and not walked.
+ */
+static bool run_condwait(bool busy, int walks, struct agent *a, struct recs *rs,
+			 long *ret_switches, long *ret_not_walked)
+{
+	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", busy ? "busy" : NULL, NULL };
+	int gofd = -1, status;
+	pid_t pid;
+
+	pid = spawn(argv, &gofd);
+	agent_init(a, pid);
+	a->opts.offcpu_walks = walks;
+	if (!ASSERT_EQ(sched_module.start(a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return false;
+	}
+	/* the waiter's libraries' unwind tables first: built by a worker, which a loaded machine
+	 * can hold back for seconds (its first blocks then stopped in glibc: 63 of 97) */
+	sched_module.tick(a);
+	if (a->unwind)
+		unwinder__settle(a->unwind, 20000);
+	go(gofd);
+	status = run_until_exit(a, &sched_module, pid, 10000);
+	*ret_switches = metric(a, &sched_module, "\ngpuscope_agent_sched_switches_total ");
+	*ret_not_walked = metric(a, &sched_module, "\ngpuscope_agent_sched_stacks_not_walked_total ");
+	sched_module.stop(a);
+	return ASSERT_EQ(status, 0, "workload exit status") &&
+	       ASSERT_EQ(recs_from_batch(a->batch, rs), 0, "decode batch");
+}
+
 /*
  * A frame-pointer program waiting in pthread_cond_wait (glibc without frame pointers): the
  * off-CPU stack goes through glibc by its unwind tables and reaches the function that waits.
  */
 static bool test_strips_offcpu_cond_wait(void)
 {
-	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", NULL };
 	struct agent a;
 	struct recs rs = { 0 };
-	int gofd = -1, status, blocked = 0, full = 0;
+	int blocked = 0, full = 0;
+	long switches, not_walked;
 	bool ok = false;
-	pid_t pid;
 
 	if (skip())
 		return true;
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		goto out;
-	}
-	/* the waiter's libraries' unwind tables first: built by a worker, which a loaded machine
-	 * can hold back for seconds (its first blocks then stopped in glibc: 63 of 97) */
-	sched_module.tick(&a);
-	if (a.unwind)
-		unwinder__settle(a.unwind, 20000);
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 10000);
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "workload exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+	if (!run_condwait(false, 0, &a, &rs, &switches, &not_walked))
 		goto out;
 	for (size_t i = 0; i < rs.n; i++) {
 		const struct rec *r = &rs.r[i];
 
-		if (strcmp(r->thread, "waiter") || r->stack < 0 ||
-		    !(r->sample ? !strcmp(r->kind, "offcpu_ns") : !strcmp(r->state, "blocked")))
+		if (strcmp(r->thread, "waiter") || !blocked_rec(r))
 			continue;
 		blocked++;
 		if (strstr(r->frames, "run_waiter;wait_for_work;pthread_cond_wait"))
@@ -702,7 +725,8 @@ static bool test_strips_offcpu_cond_wait(void)
 	fprintf(stderr, "  %d of %d blocked records of the waiter reach run_waiter;wait_for_work\n",
 		full, blocked);
 	ok = ASSERT_TRUE(blocked >= 10, "the waiter blocked") &&
-	     ASSERT_TRUE(full * 10 >= blocked * 9, "90 % of its off-CPU stacks name the waiting function");
+	     ASSERT_TRUE(full * 10 >= blocked * 9, "90 % of its off-CPU stacks name the waiting function") &&
+	     ASSERT_EQ(not_walked, 0, "no walk budget: every switch-out walked");
 out:
 	free(rs.r);
 	agent_done(&a);
@@ -716,41 +740,21 @@ out:
  */
 static bool test_strips_offcpu_walk_budget(void)
 {
-	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", "busy", NULL };
 	struct agent a;
 	struct recs rs = { 0 };
-	int gofd = -1, status, waiter = 0, waiter_full = 0, busy_marked = 0, busy_walked = 0;
+	int waiter = 0, waiter_full = 0, busy_marked = 0, busy_walked = 0;
 	long not_walked, switches;
 	bool ok = false;
-	pid_t pid;
 
 	if (skip())
 		return true;
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	a.opts.offcpu_walks = 50;
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		goto out;
-	}
-	sched_module.tick(&a);
-	if (a.unwind)
-		unwinder__settle(a.unwind, 20000);
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 10000);
-	not_walked = metric(&a, &sched_module, "\ngpuscope_agent_sched_stacks_not_walked_total ");
-	switches = metric(&a, &sched_module, "\ngpuscope_agent_sched_switches_total ");
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "workload exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+	if (!run_condwait(true, 50, &a, &rs, &switches, &not_walked))
 		goto out;
 	for (size_t i = 0; i < rs.n; i++) {
 		const struct rec *r = &rs.r[i];
 		bool marked = strstr(r->frames, "[stack not walked: thread blocks often]");
 
-		if (r->stack < 0 ||
-		    !(r->sample ? !strcmp(r->kind, "offcpu_ns") : !strcmp(r->state, "blocked")))
+		if (!blocked_rec(r))
 			continue;
 		if (!strcmp(r->thread, "waiter")) {
 			waiter++;
