@@ -15,7 +15,6 @@ Usage: overhead_analyze.py DIR CLK_TCK"""
 import glob
 import json
 import os
-import re
 import statistics
 import sys
 
@@ -50,13 +49,6 @@ def read_marks(path):
         elif k == "agent_cpu_ticks" and blocks:
             blocks[-1]["agent_cpu"] = float(v[0]) / tck / float(v[1])
     return blocks
-
-
-    for fam, i in (("gpuscope_agent_bpf_runs_total", 0), ("gpuscope_agent_bpf_run_seconds_total", 1)):
-        for m in re.finditer(r'^%s\{program="(\w+)",id="\d+"\} (\S+)$' % fam, text, re.M):
-            v = got.setdefault(m.group(1), [0, 0.0])
-            v[i] += float(m.group(2))
-    return got
 
 
 print("workload: measure    on / mean(off before, off after)            off / off (noise)")

@@ -12,7 +12,6 @@ Usage: overhead_paired.py DIR CLK_TCK WORKLOAD"""
 import json
 import math
 import os
-import re
 import statistics
 import sys
 
@@ -41,13 +40,6 @@ def rate(steps, a, b):
     if len(ss) < 2:
         return None, 0
     return sum(s["units"] for s in ss) / (ss[-1]["t1"] - ss[0]["t0"]), len(ss)
-
-
-    for fam, i in (("gpuscope_agent_bpf_runs_total", 0), ("gpuscope_agent_bpf_run_seconds_total", 1)):
-        for m in re.finditer(r'^%s\{program="(\w+)",id="\d+"\} (\S+)$' % fam, text, re.M):
-            v = got.setdefault(m.group(1), [0, 0.0])
-            v[i] += float(m.group(2))
-    return got
 
 
 steps = {p: load(p)[0] for p in "AB"}
