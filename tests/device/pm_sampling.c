@@ -160,7 +160,7 @@ static struct {
 	.launches = 20000,
 	.timeout_s = 300,
 	.decode_period_us = 10000,
-	.work_iters = 2000000,
+	.work_iters = 10000000,
 	.hw_buffer = 256u << 20,
 };
 
@@ -642,8 +642,9 @@ struct sampler {
 	size_t cd_size, next;
 	struct sample *s;
 	size_t n, cap;
-	uint64_t overflows, decodes, full_resets;
-	CUptiResult decode_err;
+	uint64_t overflows, decodes, full_resets, eval_errors;
+	uint64_t start_host_ns; /* CLOCK_REALTIME just before cuptiPmSamplingStart */
+	CUptiResult decode_err, eval_err;
 	double cpu_ms;
 	pthread_t thr;
 	atomic_int stop;
@@ -751,6 +752,7 @@ static void read_completed(struct sampler *sp)
 		.pCounterDataImage = sp->cd,
 		.counterDataImageSize = sp->cd_size,
 	};
+	CUptiResult r;
 	size_t i;
 
 	CP(p_cuptiPmSamplingGetCounterDataInfo(&info));
@@ -783,9 +785,16 @@ static void read_completed(struct sampler *sp)
 			sp->cap = cap;
 		}
 		s = &sp->s[sp->n];
-		CP(p_cuptiPmSamplingCounterDataGetSampleInfo(&si));
-		ev.pMetricValues = s->v;
-		CP(p_cuptiProfilerHostEvaluateToGpuValues(&ev));
+		r = p_cuptiPmSamplingCounterDataGetSampleInfo(&si);
+		if (r == CUPTI_SUCCESS) {
+			ev.pMetricValues = s->v;
+			r = p_cuptiProfilerHostEvaluateToGpuValues(&ev);
+		}
+		if (r != CUPTI_SUCCESS) { /* counted and shown; the sample is left out */
+			sp->eval_errors++;
+			sp->eval_err = r;
+			continue;
+		}
 		s->t0 = si.startTimestamp;
 		s->t1 = si.endTimestamp;
 		sp->n++;
@@ -851,6 +860,7 @@ static void sampler_start(struct sampler *sp)
 	};
 
 	phase = "cuptiPmSamplingStart";
+	sp->start_host_ns = now_ns(CLOCK_REALTIME);
 	CP(p_cuptiPmSamplingStart(&p));
 	atomic_store(&sp->stop, 0);
 	if (pthread_create(&sp->thr, NULL, decode_thread, sp))
@@ -910,7 +920,8 @@ static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
 }
 
 /* Which clock the sample timestamps are on: 1 GPU (%globaltimer), 2 host CLOCK_REALTIME, 0 neither
- * (the samples fall outside both pattern spans, give or take a second). */
+ * (the samples fall outside both pattern spans, give or take a second: the caller then aligns
+ * the first sample with the host's time of cuptiPmSamplingStart). */
 static int pick_clock(const struct sampler *sp, const struct run *r)
 {
 	uint64_t ga = r->st[0].g0, gb = r->st[r->n - 1].g1, ha = r->st[0].h0,
@@ -926,6 +937,14 @@ static int pick_clock(const struct sampler *sp, const struct run *r)
 	if (inh * 2 >= sp->n && inh)
 		return 2;
 	return 0;
+}
+
+/* A busy stretch's start (end = 0) or end (1) on the samples' clock (pick_clock). */
+static uint64_t stretch_at(const struct stretch *s, int clock, int64_t off, int end)
+{
+	if (clock == 1)
+		return end ? s->g1 : s->g0;
+	return (uint64_t)((int64_t)(end ? s->h1 : s->h0) + (clock ? 0 : off));
 }
 
 static void write_raw(const char *label, const struct sampler *sp, const struct run *r)
@@ -974,6 +993,7 @@ static void analyse(const char *label, uint64_t interval_ns, const struct sample
 {
 	char b1[32], b2[32], asked[64];
 	double *d, span_s, thr, med;
+	int64_t off;
 	size_t i, m, gaps = 0, nd = 0;
 	uint64_t gap_ns = 0;
 	int clock, gi;
@@ -981,9 +1001,12 @@ static void analyse(const char *label, uint64_t interval_ns, const struct sample
 	write_raw(label, sp, r);
 	printf("%s: %zu samples", label, sp->n);
 	if (sp->n < 2) {
-		printf(" (too few to analyse); overflows %llu, decode error %s\n",
+		printf(" (too few to analyse); overflows %llu, decode error %s, samples not "
+		       "evaluated %llu%s%s\n",
 		       (unsigned long long)sp->overflows,
-		       sp->decode_err ? cupti_err(sp->decode_err) : "none");
+		       sp->decode_err ? cupti_err(sp->decode_err) : "none",
+		       (unsigned long long)sp->eval_errors, sp->eval_errors ? ": " : "",
+		       sp->eval_errors ? cupti_err(sp->eval_err) : "");
 		return;
 	}
 	d = malloc(sp->n * sizeof(*d));
@@ -1007,22 +1030,27 @@ static void analyse(const char *label, uint64_t interval_ns, const struct sample
 			 (unsigned long long)interval_ns);
 	printf(" over %.3f s of samples (%.3f s sampled on the host) = %.0f/s (asked %s); "
 	       "median sample %s; gaps %zu (%s); overflows %llu; image resets %llu; decodes %llu; "
-	       "decode error %s; decode thread CPU %.1f ms = %.2f ms/s\n",
+	       "decode error %s; samples not evaluated %llu%s%s; decode thread CPU %.1f ms = "
+	       "%.2f ms/s\n",
 	       span_s, (double)host_ns / 1e9, (double)sp->n / span_s, asked,
 	       fmt_ns((uint64_t)med, b1, sizeof(b1)), gaps,
 	       fmt_ns(gap_ns, b2, sizeof(b2)), (unsigned long long)sp->overflows,
 	       (unsigned long long)sp->full_resets, (unsigned long long)sp->decodes,
-	       sp->decode_err ? cupti_err(sp->decode_err) : "none", sp->cpu_ms,
+	       sp->decode_err ? cupti_err(sp->decode_err) : "none",
+	       (unsigned long long)sp->eval_errors, sp->eval_errors ? ": " : "",
+	       sp->eval_errors ? cupti_err(sp->eval_err) : "", sp->cpu_ms,
 	       sp->cpu_ms / ((double)host_ns / 1e9));
 	clock = pick_clock(sp, r);
+	off = clock ? 0 : (int64_t)(sp->s[0].t0 - sp->start_host_ns);
 	printf("  clock: sample timestamps %s (first sample %llu, first stretch gpu %llu host "
 	       "%llu)\n",
 	       clock == 1   ? "are on the GPU's %globaltimer"
 	       : clock == 2 ? "are on the host's CLOCK_REALTIME"
-			    : "match neither clock: no busy/idle verdict",
+			    : "match neither clock: host stretches shifted so that the first sample "
+			      "starts at cuptiPmSamplingStart (+- the call's time)",
 	       (unsigned long long)sp->s[0].t0, (unsigned long long)r->st[0].g0,
 	       (unsigned long long)r->st[0].h0);
-	for (m = 0; m < c.n_metrics && clock; m++) {
+	for (m = 0; m < c.n_metrics; m++) {
 		for (i = 0, nd = 0; i < sp->n; i++) {
 			double v = value_of(&sp->s[i], m);
 
@@ -1040,10 +1068,9 @@ static void analyse(const char *label, uint64_t interval_ns, const struct sample
 
 			for (k = 0; k < r->n; k++) {
 				const struct stretch *s = &r->st[k];
-				uint64_t a = clock == 1 ? s->g0 : s->h0, b = clock == 1 ? s->g1 : s->h1;
-				uint64_t ia = b, ib = k + 1 < r->n ? (clock == 1 ? r->st[k + 1].g0
-										 : r->st[k + 1].h0)
-								   : 0;
+				uint64_t a = stretch_at(s, clock, off, 0), b = stretch_at(s, clock, off, 1);
+				uint64_t ia = b,
+					 ib = k + 1 < r->n ? stretch_at(&r->st[k + 1], clock, off, 0) : 0;
 
 				if (s->group != gi)
 					continue;
@@ -1301,7 +1328,7 @@ static void usage(FILE *f)
 		"                        (default 50:50x4,10:10x10,2:2x25,0.5:0.5x50)\n"
 		"  --rounds N            cost rounds per interval (default 5)\n"
 		"  --launches N          empty kernels in the launch-bound loop (default 20000)\n"
-		"  --work-iters N        FMA steps per thread of the compute kernel (default 2000000)\n"
+		"  --work-iters N        FMA steps per thread of the compute kernel (default 10000000)\n"
 		"  --hw-buffer-mib N     hardware buffer (default 256)\n"
 		"  --decode-period-us N  decode thread period (default 10000)\n"
 		"  --max-samples N       samples per counter data image (default: 4 decode periods)\n"

@@ -6,13 +6,12 @@
 # there, with the reason on one line): the default intervals (10 ms .. 10 us, time trigger, the
 # chip's metric list and raw samples), finer ones (5/2/1 us), the sysclk trigger, and a 100 ms
 # decode period. Uses the binary built here (`make`: .output/tests/device/pm_sampling, carried),
-# else $PM_SAMPLING, else builds one there. libcupti from the Python wheels (else the toolkit's).
+# else $PM_SAMPLING, else builds one there. libcupti.so.13 from the Python wheels (else the toolkit's).
 # Results in $OUT (default /tmp/pm-sampling): summary.txt (every run's output), metrics.tsv,
 # raw.tar.gz (samples and stretches as CSV), log.txt.
 # Usage (repository root): tests/device/pm_sampling.sh
 set -u
 cd "$(dirname "$0")/../.."
-. tests/device/lib.sh
 RET=${OUT:-/tmp/pm-sampling}
 W=$(mktemp -d /tmp/pm-sampling.XXXX)
 mkdir -p "$RET" "$W/raw"
@@ -22,11 +21,14 @@ echo "== machine"
 nvidia-smi -L 2>&1 | head -2
 nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -1
 uname -r
-cdir=$(cupti_lib_dir)
-for d in "$cdir" /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib64; do
-	[ -n "$d" ] && ls "$d"/libcupti.so* >/dev/null 2>&1 && { cdir=$d; break; }
+# CUPTI 13 (the program is built against its headers): the wheels' first, else the toolkit's.
+wheel=$(python3 -c "import glob,nvidia; p=sorted(q for d in nvidia.__path__ for q in glob.glob(d+'/**/libcupti.so.13', recursive=True)); print(p[0] if p else '')" 2>/dev/null)
+cupti=
+for f in "$wheel" /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13; do
+	[ -n "$f" ] && [ -e "$f" ] && { cupti=$f; break; }
 done
-echo "libcupti from: ${cdir:-nowhere}"
+cdir=$(dirname "${cupti:-/nonexistent/x}")
+echo "libcupti: ${cupti:-none found (pm_sampling will say so)}"
 ls "$cdir" 2>/dev/null | grep -E 'cupti|nvperf' | tr '\n' ' '
 echo
 export LD_LIBRARY_PATH="${cdir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -54,7 +56,8 @@ run() {
 	local name=$1 limit=$2 rc=0
 	shift 2
 	echo "== $name: pm_sampling $*" | tee -a "$RET/summary.txt"
-	timeout -k 10 "$limit" "$bin" --timeout $((limit - 10)) "$@" > "$W/$name.out" 2>&1 || rc=$?
+	timeout -k 10 "$limit" "$bin" --timeout $((limit - 10)) ${cupti:+--libcupti "$cupti"} "$@" \
+		> "$W/$name.out" 2>&1 || rc=$?
 	cat "$W/$name.out" >> "$RET/summary.txt"
 	cat "$W/$name.out"
 	echo "== $name: exit $rc" | tee -a "$RET/summary.txt"

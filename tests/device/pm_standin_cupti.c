@@ -8,7 +8,8 @@
  * a counter metric reads 1.98 cycles per busy ns. Known metrics: sm__cycles_active.avg and
  * gr__cycles_active.max (counters). Environment: STANDIN_PM_UNSUPPORTED=1 (Enable says not
  * supported), STANDIN_MIN_INTERVAL_NS (SetConfig refuses finer intervals), STANDIN_FAIL=Start
- * (that call fails), STANDIN_HANG=Start (that call hangs).
+ * (that call fails), STANDIN_HANG=Start (that call hangs), STANDIN_TS_OFFSET_NS (sample
+ * timestamps that much later than the clocks pm_sampling knows).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -73,6 +74,14 @@ static double busy_share(uint64_t t0, uint64_t t1)
 	if (!fn)
 		fn = (double (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "standin_busy_share");
 	return fn ? fn(t0, t1) : 0;
+}
+
+/* STANDIN_TS_OFFSET_NS: sample timestamps on a clock that is neither the GPU's nor the host's. */
+static uint64_t ts_offset(void)
+{
+	const char *e = getenv("STANDIN_TS_OFFSET_NS");
+
+	return e ? strtoull(e, NULL, 10) : 0;
 }
 
 static int known_metric(const char *name)
@@ -270,8 +279,8 @@ EXPORT CUptiResult cuptiPmSamplingCounterDataGetSampleInfo(
 
 	if (!im || im->magic != IMAGE_MAGIC || p->sampleIndex >= im->count)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	p->startTimestamp = im->s[p->sampleIndex].t0;
-	p->endTimestamp = im->s[p->sampleIndex].t1;
+	p->startTimestamp = im->s[p->sampleIndex].t0 + ts_offset();
+	p->endTimestamp = im->s[p->sampleIndex].t1 + ts_offset();
 	return CUPTI_SUCCESS;
 }
 

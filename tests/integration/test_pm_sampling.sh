@@ -76,7 +76,7 @@ cat "$W/out"
 grep -x 'pm_sampling: metrics sm__cycles_active.avg (counter) gr__cycles_active.max (counter); .*' \
 	"$W/out" >/dev/null || fail "metrics chosen"
 for label in 2ms-time 500us-time cross-process-2ms; do
-	grep "^$label: [0-9]* samples over .* = [0-9]*/s (asked [0-9]*/s); .*overflows 0; .*decode error none; decode thread CPU" \
+	grep "^$label: [0-9]* samples over .* = [0-9]*/s (asked [0-9]*/s); .*overflows 0; .*decode error none; samples not evaluated 0; decode thread CPU" \
 		"$W/out" >/dev/null || fail "$label: no sample summary"
 	# every sample inside a 20 ms busy (idle) stretch reads busy (idle), in each metric
 	n=$(awk -v l="$label:" '$1 == l {on = 1; next} /^[^ ]/ {on = 0}
@@ -99,4 +99,15 @@ grep -x "$(printf 'counter\tsm__cycles_active\tsm\tstand-in metric')" "$W/metric
 	fail "--list-metrics"
 [ "$(wc -l < "$W/stretches-2ms-time.csv")" = 7 ] || fail "stretches file"
 tail -1 "$W/out" | grep -x 'pm_sampling: done' >/dev/null || fail "no done line"
+
+# Sample timestamps on neither known clock: aligned at cuptiPmSamplingStart, still told apart.
+rc=0
+out=$(STANDIN_TS_OFFSET_NS=5000000000000 STANDIN_BUSY_FILE="$W/busy2" timeout -k 5 60 $bin \
+	"${std[@]}" --intervals 2ms --pattern 20:20x3 --rounds 1 --launches 100 --cross-interval 0 \
+	--metric sm__cycles_active.avg 2>&1) || rc=$?
+[ $rc = 0 ] || fail "offset clock: exited $rc: $out"
+echo "$out" | grep 'clock: sample timestamps match neither clock: host stretches shifted' >/dev/null ||
+	fail "offset clock: $out"
+echo "$out" | grep -E 'busy 20ms / idle 20ms x3: .* read busy ([0-9]+)/\1 \(100.0%.* read idle ([0-9]+)/\2 \(100.0%' \
+	>/dev/null || fail "offset clock: not told apart: $out"
 echo "ok"
