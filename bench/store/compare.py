@@ -6,7 +6,17 @@ the answers byte for byte: flame graphs (both sample kinds, selectors on process
 labels, group_by), diff, top, samples over time, processes, pprof, labels and their values,
 intervals (with and without kind, selector, limit) and stacks, over the whole recording and over
 ranges that start and end inside minutes (raw chunks and rollups mixed). Prints how many
-answers matched and every one that did not. Usage: compare.py URL URL [URL...]"""
+answers matched and every one that did not.
+--rounded (the first URL a store of ns times, the others perhaps of µs times: schema 8's
+--time-resolution us): answers must still be the same byte for byte, except that intervals are
+compared with their times and *_ns attrs floored to µs (a derived one, such as a summary's
+running_ns, its length less the others, 0 to 3 µs above), ties of start in any order, those
+ending less than 1 µs after `from` left out (a floored end no longer overlaps), and at a
+truncated answer's last start either way; and
+samples over time with each series' total the same and a sample lying within 1 µs before a
+bucket edge in either bucket (every bucket within 2 samples, or for off-CPU time within the
+largest sample's value, of the other answer's). Prints how many answers were the same byte for
+byte, how many only so rounded, and each that differs. Usage: compare.py [--rounded] URL URL..."""
 import json
 import sys
 import urllib.error
@@ -22,8 +32,64 @@ def get(url):
         return e.code, e.read()
 
 
+def floor_us(v):
+    return int(v) // 1000
+
+
+def intervals_rounded(q, body):
+    """An intervals answer as rounded mode compares it: (kept intervals, truncated)."""
+    a = json.loads(body)
+    frm = float(urllib.parse.parse_qs(urllib.parse.urlsplit(q).query)["from"][0]) * 1e3
+    ivs = [i for i in a["intervals"] if round(i["end_ms"] * 1e3) > round(frm * 1e3)]
+    if a.get("truncated") and ivs:  # at the cut, either of a tie of start may be in
+        last = ivs[-1]["start_ms"]
+        ivs = [i for i in ivs if i["start_ms"] != last]
+    out = []
+    for i in ivs:
+        attrs = {k: (floor_us(v) if k.endswith("_ns") and v.isdigit() else v)
+                 for k, v in i.get("attrs", {}).items()}
+        out.append((i["start_ms"], i["end_ms"], json.dumps({k: v for k, v in i.items()
+                                                            if k != "attrs"}, sort_keys=True),
+                    attrs))
+    out.sort(key=lambda x: (x[0], x[1], x[2], json.dumps(x[3], sort_keys=True)))
+    return out
+
+
+def same_rounded(q, a, b):
+    """Rounded mode (see above): answer a (ns store) and b the same up to µs times?"""
+    if a[0] != b[0]:
+        return False
+    if q.startswith("/api/v1/intervals"):
+        x, y = intervals_rounded(q, a[1]), intervals_rounded(q, b[1])
+        if len(x) != len(y):
+            return False
+        for i, j in zip(x, y):
+            if i[:3] != j[:3] or i[3].keys() != j[3].keys():
+                return False
+            for k, v in i[3].items():
+                w = j[3][k]
+                if v != w and not (k.endswith("_ns") and isinstance(v, int) and
+                                   isinstance(w, int) and 0 <= w - v <= 3):
+                    return False
+        return True
+    if q.startswith("/api/v1/samples"):
+        x, y = json.loads(a[1]), json.loads(b[1])
+        if {k: v for k, v in x.items() if k != "series"} != \
+                {k: v for k, v in y.items() if k != "series"} or len(x["series"]) != len(y["series"]):
+            return False
+        for s, t in zip(x["series"], y["series"]):
+            if s.get("group") != t.get("group") or s["total"] != t["total"]:
+                return False
+            tol = 2 if x.get("unit") == "samples" else max(s["values"] + [0])
+            if any(abs(u - v) > tol for u, v in zip(s["values"], t["values"])):
+                return False
+        return True
+    return False
+
+
 def main():
-    urls = sys.argv[1:]
+    rounded = sys.argv[1:2] == ["--rounded"]
+    urls = sys.argv[2:] if rounded else sys.argv[1:]
     if len(urls) < 2:
         sys.exit(__doc__)
     nodes = json.loads(get(urls[0] + "/api/v1/nodes")[1])["nodes"]
@@ -68,16 +134,24 @@ def main():
     ids = sorted({int(i["attrs"]["stack_id"]) for i in ivl["intervals"] if "stack_id" in i["attrs"]})
     qs += ["/api/v1/stack/%d" % i for i in ids[:: max(1, len(ids) // 200)]]
     qs += ["/api/v1/stack/0", "/api/v1/stack/999999999"]
-    same = 0
+    same = near = 0
     for q in qs:
         answers = [get(u + q) for u in urls]
         if all(a == answers[0] for a in answers[1:]):
             same += 1
             continue
-        print("DIFFERENT: %s: %s" % (q, ", ".join("%d %d bytes" % (s, len(b)) for s, b in answers)))
-    print("%d of %d answers the same on %d servers (%s)" % (same, len(qs), len(urls),
-                                                          ", ".join(urls)))
-    sys.exit(0 if same == len(qs) else 1)
+        if rounded and all(a == answers[0] or same_rounded(q, answers[0], a)
+                           for a in answers[1:]):
+            near += 1
+            print("same rounded to us: %s: %s" % (q, ", ".join("%d %d bytes" % (s, len(b))
+                                                             for s, b in answers)), flush=True)
+            continue
+        print("DIFFERENT: %s: %s" % (q, ", ".join("%d %d bytes" % (s, len(b)) for s, b in answers)),
+              flush=True)
+    print("%d of %d answers the same on %d servers (%s)%s" % (
+        same + near, len(qs), len(urls), ", ".join(urls),
+        ": %d byte for byte, %d only rounded to us" % (same, near) if rounded else ""))
+    sys.exit(0 if same + near == len(qs) else 1)
 
 
 main()

@@ -114,16 +114,20 @@ static void samples(const uint8_t *blob, size_t len)
 		t_min = c.t[i] < t_min ? c.t[i] : t_min;
 	}
 	qsort(r, c.n, sizeof(*r), cmp_srow);
-	for (uint64_t period = 0; period <= 10101010; period += 10101010) {
+	/* format 2 (ns), and format 3 (µs: times floored, ties kept in r's order) */
+	for (uint64_t k = 0; k < 4; k++) {
+		uint64_t period = k % 2 ? 10101010 : 0, u = k < 2 ? 1 : 1000;
+
 		free(z);
 		z = NULL;
-		if (chunk_samples_encode(r, c.n, period, &z, &zlen))
+		if (chunk_samples_encode(r, c.n, period, u, &z, &zlen))
 			goto out;
 		if (chunk_samples_decode(&d, z, zlen, t_min) || d.n != c.n)
 			abort();
 		/* one label set in the end is the chunk row's (here r[0]'s) */
 		for (size_t i = 0; i < c.n; i++)
-			if (d.t[i] != r[i].t || d.stack[i] != r[i].stack || d.value[i] != r[i].value ||
+			if (d.t[i] != r[i].t - r[i].t % u || d.stack[i] != r[i].stack ||
+			    d.value[i] != r[i].value ||
 			    (d.mixed ? d.labelset[i] : r[0].labelset) != r[i].labelset)
 				abort();
 	}
@@ -224,46 +228,68 @@ static char **rows_text(const struct ichunk *c)
 	return v;
 }
 
-static void intervals(const uint8_t *blob, size_t len)
+/* c's rows encoded in unit u (every seq free or none) and decoded into d; false when encoding
+ * failed (ENOMEM). */
+static bool iv_roundtrip(const struct ichunk *c, uint64_t u, bool seq_free, struct ichunk *d)
 {
-	struct ichunk c = { 0 }, d = { 0 };
-	struct irow *r = NULL;
-	char **x = NULL, **y = NULL;
-	uint8_t *z = NULL;
+	struct irow *r = malloc(c->n * sizeof(*r));
 	uint64_t t_min = UINT64_MAX;
+	uint8_t *z = NULL;
 	size_t zlen;
+	bool ok;
 
-	if (chunk_intervals_decode(&c, blob, len, T_MIN) || !c.n)
-		goto out;
-	r = malloc(c.n * sizeof(*r));
 	if (!r)
-		goto out;
-	for (size_t i = 0; i < c.n; i++) {
-		r[i] = (struct irow){ c.seq[i], c.labelset[i], c.start[i], c.end[i],
-				      c.attrs + 2 * c.attr0[i], c.nattrs[i] };
-		if (c.start[i] < t_min)
-			t_min = c.start[i];
+		return false;
+	for (size_t i = 0; i < c->n; i++) {
+		r[i] = (struct irow){ c->seq[i], c->labelset[i], c->start[i], c->end[i],
+				      c->attrs + 2 * c->attr0[i], c->nattrs[i], seq_free };
+		if (c->start[i] < t_min)
+			t_min = c->start[i];
 	}
-	if (chunk_intervals_encode(r, c.n, &z, &zlen))
-		goto out;
-	if (chunk_intervals_decode(&d, z, zlen, t_min) || d.n != c.n)
+	ok = !chunk_intervals_encode(r, c->n, u, &z, &zlen);
+	if (ok && (chunk_intervals_decode(d, z, zlen, t_min - t_min % u) || d->n != c->n))
 		abort();
-	x = rows_text(&c);
-	y = rows_text(&d);
-	for (size_t i = 0; x && y && i < c.n; i++)
-		if (strcmp(x[i], y[i]))
-			abort();
-out:
-	for (size_t i = 0; x && i < c.n; i++)
+	free(z);
+	free(r);
+	return ok;
+}
+
+/* The rows of c and d the same (as sorted text)? */
+static bool same_rows(const struct ichunk *c, const struct ichunk *d)
+{
+	char **x = rows_text(c), **y = rows_text(d);
+	bool same = true;
+
+	for (size_t i = 0; x && y && i < c->n; i++)
+		same &= !strcmp(x[i], y[i]);
+	for (size_t i = 0; x && i < c->n; i++)
 		free(x[i]);
-	for (size_t i = 0; y && i < c.n; i++)
+	for (size_t i = 0; y && i < c->n; i++)
 		free(y[i]);
 	free(x);
 	free(y);
-	free(z);
-	free(r);
+	return same;
+}
+
+/* Format 2 gives the rows back as they are, format 3 with every seq kept too; format 3 (µs,
+ * seqs free) once floored stays as it is. */
+static void intervals(const uint8_t *blob, size_t len)
+{
+	struct ichunk c = { 0 }, d = { 0 }, e = { 0 };
+
+	if (chunk_intervals_decode(&c, blob, len, T_MIN) || !c.n)
+		goto out;
+	if (iv_roundtrip(&c, 1, false, &d) && !same_rows(&c, &d))
+		abort();
+	if (iv_roundtrip(&c, 1, true, &d) && iv_roundtrip(&d, 1, false, &e) && !same_rows(&d, &e))
+		abort();
+	if (iv_roundtrip(&c, 1000, true, &d) && iv_roundtrip(&d, 1000, true, &e) &&
+	    !same_rows(&d, &e))
+		abort();
+out:
 	ichunk_done(&c);
 	ichunk_done(&d);
+	ichunk_done(&e);
 }
 
 static void stack_locs(const uint8_t *blob, size_t len)

@@ -4,10 +4,21 @@
 one row per interval; written here with schema 1's own DDL) is migrated in place at open: the
 same stacks, intervals (order, ties of start in arrival order, attrs) and label sets come back,
 new data goes on after it, and a store from a newer schema is refused with a clear message."""
+import os
+import re
 import urllib.parse
 
-from gpuscope_server import (STORE_SCHEMA, check, check_migrated, encode, migrated_db, now_ns,
-                             old_store, pairs_blob, running, skip_if_unbuilt, uvarint)
+from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
+                             pairs_blob, running, skip_if_unbuilt, uvarint)
+
+import gpuscope_server
+
+# The store's schema as sqlite.h has it (gpuscope_server.STORE_SCHEMA may lag behind it: the
+# helpers check_migrated() and migrated_db() read it from there).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "../../src/server/store/sqlite/sqlite.h")) as _f:
+    gpuscope_server.STORE_SCHEMA = int(re.search(r"#define SQ_SCHEMA_VERSION (\d+)", _f.read())[1])
+STORE_SCHEMA = gpuscope_server.STORE_SCHEMA
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -49,7 +60,9 @@ def uvarints(vals):
 
 def main():
     now = now_ns()
-    t = now - 120 * 10**9
+    # whole µs: the new server floors the new interval's start to µs (--time-resolution us),
+    # and its tie with the migrated ones (kept at ns) is then still a tie
+    t = (now - 120 * 10**9) // 1000 * 1000
     s, db = old_store(V1)
     lsets = {1: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "7")],
              2: [("comm", "app"), ("node", "n1"), ("pid", "7"), ("tid", "8")]}

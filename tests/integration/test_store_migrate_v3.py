@@ -5,10 +5,20 @@ with that DDL, its sample and interval chunks in format 1 as schema 2 wrote them
 place at open: label sets move into blocks with their ids, the old chunks are read as they are
 (samples per thread, in time order; intervals with their attrs), new data goes on beside them,
 and the store is marked with the current version."""
+import os
+import re
 import urllib.parse
 
 from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
                              pairs_blob, running, skip_if_unbuilt, svarint, uvarint)
+
+import gpuscope_server
+
+# The store's schema as sqlite.h has it (gpuscope_server.STORE_SCHEMA may lag behind it: the
+# helpers check_migrated() and migrated_db() read it from there).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "../../src/server/store/sqlite/sqlite.h")) as _f:
+    gpuscope_server.STORE_SCHEMA = int(re.search(r"#define SQ_SCHEMA_VERSION (\d+)", _f.read())[1])
 
 skip_if_unbuilt()
 q = urllib.parse.quote
@@ -161,8 +171,10 @@ def main():
         cols = [r[1] for r in db.execute("PRAGMA table_info(labelsets)")]
         check("labels" not in cols and db.execute("SELECT count(*) FROM lsblocks").fetchone()[0] >= 1,
               f"label sets in blocks: {cols}")
-        check(not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'v3_labelsets'").fetchall(),
-              "old table gone")
+        check(not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('v3_labelsets',"
+                             " 'stacks')").fetchall(), "old tables gone")
+        days = [r[0] for r in db.execute("SELECT day FROM stackdays ORDER BY id")]
+        check(days and days[0] == day, f"the stacks' day in a stackdays row (schema 8): {days}")
         db.close()
         s.start()  # the pairs come back from the blocks after a restart
         vals = s.get_json(f"/api/v1/label/tid/values?{rng}")

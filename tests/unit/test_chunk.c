@@ -13,7 +13,7 @@ static bool test_chunk_samples(void)
 	size_t zlen = 0;
 	bool ok = false;
 
-	if (!ASSERT_EQ(chunk_samples_encode(r, 3, 0, &z, &zlen), 0, "encode"))
+	if (!ASSERT_EQ(chunk_samples_encode(r, 3, 0, 0, &z, &zlen), 0, "encode"))
 		goto out;
 	if (!ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode") ||
 	    !ASSERT_EQ(c.n, 3, "n") || !ASSERT_EQ(c.all_one, 0, "values kept"))
@@ -175,7 +175,7 @@ static bool test_chunk_samples_mixed(void)
 	struct chunk c = { 0 };
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool ok = ASSERT_EQ(chunk_samples_encode(r, 3, 0, &z, &zlen), 0, "encode") &&
+	bool ok = ASSERT_EQ(chunk_samples_encode(r, 3, 0, 0, &z, &zlen), 0, "encode") &&
 		  ASSERT_EQ(z[0], 0, "stored raw (zstd would be longer)") &&
 		  ASSERT_EQ(z[1], 0, "format 2") &&
 		  ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode") &&
@@ -186,7 +186,7 @@ static bool test_chunk_samples_mixed(void)
 		     ASSERT_EQ(c.stack[i], r[i].stack, "stack");
 	free(z);
 	z = NULL;
-	ok = ok && ASSERT_EQ(chunk_samples_encode(q, 3, 0, &z, &zlen), 0, "encode") &&
+	ok = ok && ASSERT_EQ(chunk_samples_encode(q, 3, 0, 0, &z, &zlen), 0, "encode") &&
 	     ASSERT_EQ(z[1], 0, "format 2, its tie put right") &&
 	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 1000), 0, "decode");
 	for (size_t i = 0; ok && i < 3; i++)
@@ -252,7 +252,7 @@ static bool test_chunk_samples_v2(void)
 					r[j] = r[j - 1];
 					r[j - 1] = x;
 				}
-		ok = ASSERT_EQ(chunk_samples_encode(r, N, period, &z, &zlen), 0, "encode") &&
+		ok = ASSERT_EQ(chunk_samples_encode(r, N, period, 0, &z, &zlen), 0, "encode") &&
 		     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, tmin), 0, "decode") &&
 		     ASSERT_EQ(c.n, N, "n") && ASSERT_TRUE(c.mixed, "mixed");
 		for (size_t i = 0; ok && i < N; i++)
@@ -316,7 +316,7 @@ static bool test_chunk_intervals(void)
 	struct ichunk c = { 0 };
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, &z, &zlen), 0, "encode") &&
+	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, 0, &z, &zlen), 0, "encode") &&
 		  ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 1000), 0, "decode") &&
 		  ASSERT_EQ(c.n, 3, "n");
 
@@ -356,7 +356,7 @@ static bool test_chunk_intervals_summary(void)
 	struct buf b = { 0 };
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, &z, &zlen), 0, "encode") &&
+	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 3, 0, &z, &zlen), 0, "encode") &&
 		  ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 500), 0, "decode") &&
 		  ASSERT_EQ(c.n, 3, "n");
 
@@ -395,6 +395,57 @@ static bool test_chunk_intervals_summary(void)
 	return ok;
 }
 
+/*
+ * Format 3 (µs): sample times floored to the unit, ties that flooring makes keep the order
+ * given, values in ns; interval starts and ends floored, *_ns attrs floored, a summary's
+ * running_ns the length less the others (so the three still add up to the length), other
+ * numbers (cpu, stack_id) as they are; a seq_free row's seq is the chunk's least.
+ */
+static bool test_chunk_format3(void)
+{
+	struct srow r[4] = { { 10001999, 7, 1500, 2 }, { 10001500, 8, 2, 1 },
+			     { 20103000, 7, 10000999, 2 }, { 20103999, 9, 1, 1 } };
+	const char *a0[] = { "blocked_ns", "1999", "runnable_ns", "20470", "running_ns", "331385",
+			     "state", "running", "stack_id", "123456789", "cpu", "1" };
+	const char *a1[] = { "state", "blocked" };
+	struct irow iv[2] = { { 9, 3, 1000999, 1000999 + 353854, a0, 6, false },
+			      { 7, 4, 1000999, 1001999, a1, 1, true } };
+	struct chunk c = { 0 };
+	struct ichunk ic = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok;
+
+	/* r by time: 10001500 (ls 1), 10001999 (ls 2), 20103000 (ls 2), 20103999 (ls 1) */
+	struct srow q[4] = { r[1], r[0], r[2], r[3] };
+
+	ok = ASSERT_EQ(chunk_samples_encode(q, 4, 10101010, 1000, &z, &zlen), 0, "encode") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 10001000), 0, "decode") &&
+	     ASSERT_EQ(c.n, 4, "n") && ASSERT_EQ(c.t[0], 10001000, "floored") &&
+	     ASSERT_EQ(c.t[1], 10001000, "floored") && ASSERT_EQ(c.labelset[0], 1, "tie order") &&
+	     ASSERT_EQ(c.t[2], 20103000, "t") && ASSERT_EQ(c.t[3], 20103000, "floored") &&
+	     ASSERT_EQ(c.labelset[2], 2, "tie order kept") &&
+	     ASSERT_EQ(c.value[2], 10000999, "value in ns") && ASSERT_EQ(c.value[1], 1500, "value");
+	free(z);
+	z = NULL;
+	ok = ok && ASSERT_EQ(chunk_intervals_encode(iv, 2, 1000, &z, &zlen), 0, "encode") &&
+	     ASSERT_EQ(chunk_intervals_decode(&ic, z, zlen, 1000000), 0, "decode") &&
+	     ASSERT_EQ(ic.n, 2, "n") && ASSERT_EQ(ic.start[0], 1000000, "start floored") &&
+	     ASSERT_EQ(ic.end[0], 1354000, "end floored") && ASSERT_EQ(ic.seq[0], 9, "seq kept") &&
+	     ASSERT_EQ(ic.seq[1], 7, "a free seq: the chunk's least") &&
+	     ASSERT_EQ(ic.end[1], 1001000, "end") &&
+	     ASSERT_STREQ(ic.attrs[1], "1000", "blocked_ns floored") &&
+	     ASSERT_STREQ(ic.attrs[3], "20000", "runnable_ns floored") &&
+	     ASSERT_STREQ(ic.attrs[5], "333000", "running_ns: the rest of the length") &&
+	     ASSERT_STREQ(ic.attrs[9], "123456789", "stack_id as it is") &&
+	     ASSERT_STREQ(ic.attrs[11], "1", "cpu as it is");
+	free(z);
+	chunk_done(&c);
+	ichunk_done(&ic);
+	return ok;
+}
+
 TEST_MAIN(T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
-	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary))
+	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
+	  T(test_chunk_format3))

@@ -25,6 +25,8 @@ struct store_opts {
 	uint64_t raw_retention_ns;	/* per-sample chunks; effective min(this, retention) */
 	uint64_t enforce_period_ns;	/* how often retention and rollups run */
 	int recompress_level;		/* sqlite: zstd level of settled blobs; 0: off */
+	uint64_t time_unit_ns;		/* sqlite: resolution of stored sample and interval times
+					 * (and *_ns interval attrs), floored: 1000 µs; 0 or 1 ns */
 	/* Cardinality per node and clock hour (sqlite): label sets and stacks seen for the first
 	 * time. Past the stack limit a batch is refused whole (ingest returns -EDQUOT); past the
 	 * label-set limit only its further new label sets are, their records dropped and counted

@@ -48,7 +48,7 @@ static int blob_format(struct rd *r)
 		return 1;
 	r->p++;
 	v = rd_uvarint(r);
-	return !r->bad && v == 2 ? 2 : -EINVAL;
+	return !r->bad && (v == 2 || v == 3) ? (int)v : -EINVAL;
 }
 
 /* The bytes pack() wrapped, appended to b; at most max. 0 or -EINVAL/-E2BIG/-ENOMEM. */
@@ -66,6 +66,81 @@ static int unpack(const void *blob, size_t len, size_t max, struct buf *b)
 		return b->oom ? -ENOMEM : 0;
 	}
 	return zblob_unpack(blob, len, max, b);
+}
+
+/*
+ * Format 3's byte-plane columns (chunk.h): count values, given as the uvarints in `in` (zigzag
+ * where signed), written as uvarint w (the bytes the largest needs, 0-8), then w planes of
+ * count bytes each, the values' lowest bytes first: durations of similar size then share
+ * their high bytes, which zstd finds. Appends to out.
+ */
+static void put_planes(const struct buf *in, size_t count, struct buf *out)
+{
+	const uint8_t *p = in->p ? in->p : (const uint8_t *)"";	/* an empty column */
+	struct rd r = { p, p + in->len, false };
+	uint64_t *v = malloc((count ? count : 1) * sizeof(*v)), max = 0;
+	size_t w = 0;
+
+	if (!v) {
+		out->oom = true;
+		return;
+	}
+	for (size_t i = 0; i < count; i++) {
+		v[i] = rd_uvarint(&r);
+		max |= v[i];
+	}
+	while (w < 8 && max >> (8 * w))
+		w++;
+	buf_uvarint(out, w);
+	if (buf_reserve(out, w * count)) {
+		for (size_t k = 0; k < w; k++)
+			for (size_t i = 0; i < count; i++)
+				out->p[out->len++] = (uint8_t)(v[i] >> (8 * k));
+	}
+	free(v);
+}
+
+/* A byte-plane column being read: count values at p, w bytes each. */
+struct pcol {
+	const uint8_t *p;
+	size_t count, w, i;
+};
+
+/* Opens the byte-plane column of count values at r (moving r past it); r->bad if short. */
+static void pcol_open(struct pcol *c, struct rd *r, size_t count)
+{
+	uint64_t w = rd_uvarint(r);
+
+	*c = (struct pcol){ r->p, count, 0, 0 };
+	if (r->bad || w > 8 || (w && count > (size_t)(r->end - r->p) / w)) {
+		r->bad = true;
+		c->count = 0;
+		return;
+	}
+	c->w = (size_t)w;
+	r->p += c->w * count;
+}
+
+/* The column's next value (0 past its end, which sets *bad). */
+static uint64_t pcol_next(struct pcol *c, bool *bad)
+{
+	uint64_t v = 0;
+
+	if (c->i >= c->count) {
+		*bad = true;
+		return 0;
+	}
+	for (size_t k = 0; k < c->w; k++)
+		v |= (uint64_t)c->p[k * c->count + c->i] << (8 * k);
+	c->i++;
+	return v;
+}
+
+static int64_t pcol_snext(struct pcol *c, bool *bad)
+{
+	uint64_t v = pcol_next(c, bad);
+
+	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
 /*
@@ -121,22 +196,23 @@ static uint64_t periods(uint64_t d, uint64_t p)
 }
 
 /* Format 1 (time order, plain columns): where format 2 could not give the order back. */
-static int samples_encode_v1(const struct srow *r, size_t n, uint8_t **ret, size_t *ret_len)
+static int samples_encode_v1(const struct srow *r, size_t n, uint64_t u, uint8_t **ret,
+			     size_t *ret_len)
 {
 	struct buf b = { 0 };
 	bool all_one = true, mixed = false;
-	uint64_t prev = r[0].t;	/* from the least time, as format 2 */
+	uint64_t prev = r[0].t - r[0].t % u;	/* from the least time, as format 2 */
 
 	for (size_t i = 0; i < n; i++) {
 		all_one &= r[i].value == 1;
 		mixed |= r[i].labelset != r[0].labelset;
-		prev = r[i].t < prev ? r[i].t : prev;
+		prev = r[i].t - r[i].t % u < prev ? r[i].t - r[i].t % u : prev;
 	}
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, (all_one ? 1u : 0u) | (mixed ? 2u : 0u));
-	for (size_t i = 0; i < n; i++) {
-		buf_uvarint(&b, r[i].t - prev);
-		prev = r[i].t;
+	for (size_t i = 0; i < n; i++) {	/* floored to u: format 3's precision */
+		buf_uvarint(&b, r[i].t - r[i].t % u - prev);
+		prev = r[i].t - r[i].t % u;
 	}
 	for (size_t i = 0; i < n && mixed; i++)
 		buf_uvarint(&b, r[i].labelset);
@@ -169,7 +245,7 @@ static int cmp_tie(const void *a, const void *b)
  * to the run before's), length k, then for each of r's samples of the run in r's order its
  * position among the run as decoded (uvarint, a permutation of 0..k-1). 0 or -ENOMEM.
  */
-static int ties_put(const struct srow *r, size_t n, struct buf *b)
+static int ties_put(const struct srow *r, size_t n, uint64_t u, struct buf *b)
 {
 	struct buf runs = { 0 };
 	struct tie *v = NULL;
@@ -179,7 +255,7 @@ static int ties_put(const struct srow *r, size_t n, struct buf *b)
 	for (size_t a = 0, e; a < n && !err; a = e) {
 		bool sorted = true;
 
-		for (e = a + 1; e < n && r[e].t == r[a].t; e++)
+		for (e = a + 1; e < n && r[e].t / u == r[a].t / u; e++)
 			sorted &= r[e].labelset >= r[e - 1].labelset;
 		if (sorted)
 			continue;
@@ -221,13 +297,14 @@ static int ties_put(const struct srow *r, size_t n, struct buf *b)
 	return err;
 }
 
-int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint8_t **ret,
-			 size_t *ret_len)
+int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint64_t unit_ns,
+			 uint8_t **ret, size_t *ret_len)
 {
 	struct buf b = { 0 }, ties = { 0 }, col[7] = { 0 };	/* col: first t, periods,
 		* remainders, mtf, literals, values, values as gaps */
 	struct sorder *o = malloc(n * sizeof(*o));
-	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0;
+	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0, u = unit_ns > 1 ? unit_ns : 1;
+	uint64_t period = period_ns / u;	/* in units: format 3's times are t / u */
 	size_t ngroups = 0, nmtf = 0;
 	bool all_one = true, gaps;
 
@@ -236,7 +313,7 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 	for (size_t i = 1; i < n; i++) {
 		if (r[i].t < r[i - 1].t) {
 			free(o);
-			return samples_encode_v1(r, n, ret, ret_len);
+			return samples_encode_v1(r, n, u, ret, ret_len);
 		}
 	}
 	if (!o)
@@ -254,15 +331,15 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		if (!i || x->labelset != o[i - 1].r->labelset) {
 			ngroups++;
 			nmtf = 0;
-			buf_uvarint(&col[0], x->t - t_min);
+			buf_uvarint(&col[0], x->t / u - t_min / u);
 			buf_svarint(&col[6], x->value);
 		} else {
-			uint64_t d = x->t - o[i - 1].r->t, q = period_ns ? periods(d, period_ns) : d;
+			uint64_t d = x->t / u - o[i - 1].r->t / u, q = period ? periods(d, period) : d;
 
 			buf_uvarint(&col[1], q);
-			if (period_ns)
-				buf_svarint(&col[2], (int64_t)(d - q * period_ns));
-			buf_svarint(&col[6], (int64_t)(d - (uint64_t)x->value));
+			if (period)
+				buf_svarint(&col[2], (int64_t)(d - q * period));
+			buf_svarint(&col[6], (int64_t)(d * u - (uint64_t)x->value));
 		}
 		buf_svarint(&col[5], x->value);
 		k = mtf_code(mtf, &nmtf, x->stack);
@@ -273,14 +350,16 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		}
 	}
 	gaps = !all_one && col[6].len < col[5].len;
-	if (ngroups > 1 && ties_put(r, n, &ties))
+	if (ngroups > 1 && ties_put(r, n, u, &ties))
 		b.oom = true;
-	buf_uvarint(&b, 0);	/* format 2 (format 1 starts with n >= 1) */
-	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 0);	/* format 2 or 3 (format 1 starts with n >= 1) */
+	buf_uvarint(&b, u > 1 ? 3 : 2);
+	if (u > 1)
+		buf_uvarint(&b, u);
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u) |
 			(ties.len ? 8u : 0u));
-	buf_uvarint(&b, period_ns);
+	buf_uvarint(&b, period);
 	if (ngroups > 1) {
 		uint64_t prev = 0;
 
@@ -294,9 +373,14 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 			start = i;
 		}
 	}
-	for (int k = 0; k < 7; k++)	/* an empty column has no bytes (p NULL) */
-		if (col[k].len && (k < 5 || (!all_one && k == (gaps ? 6 : 5))))
+	for (int k = 0; k < 7; k++) {	/* an empty column has no bytes (p NULL) */
+		bool vals = !all_one && k == (gaps ? 6 : 5);
+
+		if (u > 1 && ((k == 2 && period) || vals))	/* format 3: byte planes */
+			put_planes(&col[k], k == 2 ? n - ngroups : n, &b);
+		else if (col[k].len && (k < 5 || vals))
 			buf_put(&b, col[k].p, col[k].len);
+	}
 	if (ties.len)
 		buf_put(&b, ties.p, ties.len);
 	b.oom |= ties.oom;
@@ -451,13 +535,16 @@ static int ties_apply(struct chunk *c, struct rd *r)
 /* Format 2 (chunk_samples_encode()). A group starts where the label set changes (their ids
  * strictly ascend); d, a sample's time less the one before in its group, waits in value[]
  * until the values are read. */
-static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
+static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint64_t u,
+			     bool planes)
 {
 	uint64_t flags, period, ngroups = 1, ls = 0, mtf[MTF_MAX], lit = 0;
 	size_t nmtf = 0, nlit = 0;
+	struct pcol pc = { 0 };
 	struct rd lr;
 	int err;
 
+	t_min -= t_min % u;	/* format 3: times in whole units from there */
 	c->n = rd_uvarint(r);
 	flags = rd_uvarint(r);
 	period = rd_uvarint(r);
@@ -485,15 +572,20 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 #define FIRST(i) (!(i) || c->labelset[i] != c->labelset[(i) - 1])
 	for (size_t i = 0; i < c->n; i++)
 		if (FIRST(i))
-			c->t[i] = t_min + rd_uvarint(r);
+			c->t[i] = t_min + rd_uvarint(r) * u;
 	for (size_t i = 0; i < c->n; i++)
 		if (!FIRST(i))
 			c->value[i] = (int64_t)(rd_uvarint(r) * (period ? period : 1));
+	if (planes && period)
+		pcol_open(&pc, r, c->n - ngroups);
 	for (size_t i = 0; i < c->n; i++) {
 		if (FIRST(i))
 			continue;
 		if (period)	/* modulo 2^64, as written */
-			c->value[i] = (int64_t)((uint64_t)c->value[i] + (uint64_t)rd_svarint(r));
+			c->value[i] = (int64_t)((uint64_t)c->value[i] +
+						(uint64_t)(planes ? pcol_snext(&pc, &r->bad) :
+								    rd_svarint(r)));
+		c->value[i] = (int64_t)((uint64_t)c->value[i] * u);	/* ns from here on */
 		c->t[i] = c->t[i - 1] + (uint64_t)c->value[i];
 	}
 	/* stacks: move-to-front indexes, then the literals where they are 0 */
@@ -523,13 +615,15 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 		}
 		mtf_code(mtf, &nmtf, c->stack[i]);
 	}
+	if (planes && !c->all_one)
+		pcol_open(&pc, r, c->n);
 	for (size_t i = 0; i < c->n; i++) {
-		if (c->all_one)
-			c->value[i] = 1;
-		else if (!(flags & 4) || FIRST(i))
-			c->value[i] = rd_svarint(r);
+		int64_t v = c->all_one ? 1 : planes ? pcol_snext(&pc, &r->bad) : rd_svarint(r);
+
+		if (c->all_one || !(flags & 4) || FIRST(i))
+			c->value[i] = v;
 		else	/* the time since the sample before, less this */
-			c->value[i] = (int64_t)((uint64_t)c->value[i] - (uint64_t)rd_svarint(r));
+			c->value[i] = (int64_t)((uint64_t)c->value[i] - (uint64_t)v);
 	}
 #undef FIRST
 	if (!c->mixed)
@@ -545,7 +639,8 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min)
 int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t t_min)
 {
 	struct rd r;
-	int err;
+	uint64_t u;
+	int err, fmt;
 
 	c->n = 0;
 	c->raw.len = 0;
@@ -553,12 +648,18 @@ int chunk_samples_decode(struct chunk *c, const void *blob, size_t len, uint64_t
 	if (err)
 		return err;
 	r = (struct rd){ c->raw.p, c->raw.p + c->raw.len, false };
-	switch (blob_format(&r)) {
+	fmt = blob_format(&r);
+	switch (fmt) {
 	case 1:
 		err = samples_decode_v1(c, &r, t_min);
 		break;
 	case 2:
-		err = samples_decode_v2(c, &r, t_min);
+		err = samples_decode_v2(c, &r, t_min, 1, false);
+		break;
+	case 3:	/* format 2 with times in units of u ns, some columns in byte planes */
+		u = rd_uvarint(&r);
+		err = r.bad || !u || u > UNIT_MAX ? -EINVAL :
+						     samples_decode_v2(c, &r, t_min, u, true);
 		break;
 	default:
 		err = -EINVAL;
@@ -862,6 +963,14 @@ static int cmp_row(const void *a, const void *b, void *ctx)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* Format 3 keeps the numbers of attrs named *_ns (durations) in its time unit. */
+static bool ns_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	return len >= 3 && !strcmp(name + len - 3, "_ns");
+}
+
 /* Numbers at or past this are stored as strings (4 x number + 1 must fit). */
 #define NUM_MAX	(1ull << 62)
 
@@ -879,9 +988,9 @@ static uint64_t acc_add(uint64_t acc, uint64_t v)
  * row's values of that name in row order. 0 or -ENOMEM.
  */
 static int put_values(struct buf *b, const struct irow *r, const size_t *o, size_t n,
-		      struct stab *t, const struct stab *shapes, const size_t *rep)
+		      struct stab *t, const struct stab *shapes, const size_t *rep, uint64_t u)
 {
-	uint64_t *acc = calloc(n, sizeof(*acc));
+	uint64_t *acc = calloc(2 * n, sizeof(*acc)), *acc_u = acc + n;	/* acc_u: format 3's */
 	size_t *cols = NULL, ncols = 0, capcols = 0;
 	int err = 0;
 
@@ -914,7 +1023,7 @@ static int put_values(struct buf *b, const struct irow *r, const size_t *o, size
 	for (size_t c = 0; c < ncols && !err; c++) {
 		for (size_t i = 0; i < n; i++) {
 			const struct irow *x = &r[o[i]];
-			uint64_t len = x->end - x->start;
+			uint64_t len = x->end - x->start, len_u = x->end / u - x->start / u;
 
 			for (size_t k = 0; k < x->nattrs; k++) {
 				const char *val = x->attrs[2 * k + 1];
@@ -926,7 +1035,25 @@ static int put_values(struct buf *b, const struct irow *r, const size_t *o, size
 					buf_uvarint(b, 4 * (uint64_t)stab_add(t, val));
 					continue;
 				}
-				buf_uvarint(b, acc[i] <= len && len - acc[i] == v ? 2 : 4 * v + 1);
+				if (u == 1) {
+					buf_uvarint(b, acc[i] <= len && len - acc[i] == v ? 2 :
+						    4 * v + 1);
+					acc[i] = acc_add(acc[i], v);
+					continue;
+				}
+				/* format 3: only durations (names ending in _ns) count, in units;
+				 * the derived one is the row's length in units less the others */
+				if (!ns_name(x->attrs[2 * k])) {
+					buf_uvarint(b, 4 * v + 1);
+					continue;
+				}
+				if (acc[i] <= len && len - acc[i] == v && acc_u[i] <= len_u) {
+					buf_uvarint(b, 2);
+					acc_u[i] = len_u;
+				} else {
+					buf_uvarint(b, 4 * (v / u) + 1);
+					acc_u[i] = acc_add(acc_u[i], v / u);
+				}
 				acc[i] = acc_add(acc[i], v);
 			}
 		}
@@ -936,8 +1063,11 @@ static int put_values(struct buf *b, const struct irow *r, const size_t *o, size
 	return err;
 }
 
-int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len)
+int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uint8_t **ret,
+			   size_t *ret_len)
 {
+	uint64_t u = unit_ns > 1 ? unit_ns : 1, seq_min = UINT64_MAX;
+	bool v3 = u > 1;
 	struct stab t = { 0 }, shapes = { 0 };
 	struct buf b = { 0 }, keys = { 0 }, key = { 0 };
 	uint32_t *shape = NULL;
@@ -995,12 +1125,17 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 		o[i] = i;
 		if (r[i].start < t_min)
 			t_min = r[i].start;
+		if (r[i].seq < seq_min)
+			seq_min = r[i].seq;
+		v3 |= r[i].seq_free;
 	}
 	qsort_r(o, n, sizeof(*o), cmp_row, (void *)r);
-	buf_uvarint(&b, 0);	/* format 2 (format 1 starts with n >= 1) */
-	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 0);	/* format 2 or 3 (format 1 starts with n >= 1) */
+	buf_uvarint(&b, v3 ? 3 : 2);
+	if (v3)
+		buf_uvarint(&b, u);
 	buf_uvarint(&b, n);
-	buf_uvarint(&b, r[o[0]].seq);
+	buf_uvarint(&b, v3 ? seq_min : r[o[0]].seq);
 	buf_uvarint(&b, t.n);
 	for (size_t i = 0; i < t.n; i++)
 		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
@@ -1012,25 +1147,48 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t
 		for (size_t k = 0; k < x->nattrs; k++)	/* present: no growth */
 			buf_uvarint(&b, (uint64_t)stab_add(&t, x->attrs[2 * k]));
 	}
-	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, r[o[i]].end - r[o[i]].start);
+	if (v3) {	/* format 3: lengths in byte planes */
+		key.len = 0;
+		for (size_t i = 0; i < n; i++)
+			buf_uvarint(&key, r[o[i]].end / u - r[o[i]].start / u);
+		put_planes(&key, n, &b);
+		b.oom |= key.oom;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			buf_uvarint(&b, r[o[i]].end - r[o[i]].start);
+	}
 	/* rows by (label set, start): a thread's states follow each other, each starting where
 	 * the one before ended, so most start deltas are 0 */
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, r[o[i]].labelset - (i ? r[o[i - 1]].labelset : 0));
 		if (i && r[o[i]].labelset == r[o[i - 1]].labelset)
-			buf_svarint(&b, (int64_t)(r[o[i]].start - r[o[i - 1]].end));
+			buf_svarint(&b, (int64_t)(r[o[i]].start / u - r[o[i - 1]].end / u));
 		else
-			buf_uvarint(&b, r[o[i]].start - t_min);
+			buf_uvarint(&b, r[o[i]].start / u - t_min / u);
 	}
-	prev = r[o[0]].seq;
-	for (size_t i = 0; i < n; i++) {
-		buf_svarint(&b, (int64_t)(r[o[i]].seq - prev));
-		prev = r[o[i]].seq;
+	if (v3) {	/* the rows whose seq is kept: their index and seq */
+		size_t k = 0, last = 0;
+
+		for (size_t i = 0; i < n; i++)
+			k += !r[o[i]].seq_free;
+		buf_uvarint(&b, k);
+		for (size_t i = 0; i < n; i++) {
+			if (r[o[i]].seq_free)
+				continue;
+			buf_uvarint(&b, i - last);
+			buf_uvarint(&b, r[o[i]].seq - seq_min);
+			last = i;
+		}
+	} else {
+		prev = r[o[0]].seq;
+		for (size_t i = 0; i < n; i++) {
+			buf_svarint(&b, (int64_t)(r[o[i]].seq - prev));
+			prev = r[o[i]].seq;
+		}
 	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, shape[o[i]]);
-	err = put_values(&b, r, o, n, &t, &shapes, rep);
+	err = put_values(&b, r, o, n, &t, &shapes, rep, u);
 	if (err)
 		goto out;
 	err = pack(&b, ret, ret_len);
@@ -1096,7 +1254,7 @@ static const char *num_text(struct ichunk *c, uint64_t v)
  * holds row i's shape. The values were checked (tags, string indexes) and counted; a derived
  * value past its row's length sets r->bad. 0 or -ENOMEM.
  */
-static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
+static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u)
 {
 	const char **cols = NULL;
 	size_t ncols = 0, capcols = 0;
@@ -1122,7 +1280,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
 		for (size_t i = 0; i < c->n && !r->bad; i++) {
 			size_t k = c->nattrs[i];
 			const char **a = c->attrs + 2 * c->attr0[i];
-			uint64_t len = c->end[i] - c->start[i];
+			uint64_t len = (c->end[i] - c->start[i]) / u;
 
 			for (size_t j = 0; j < c->shapen[k] && !r->bad; j++) {
 				uint64_t v;
@@ -1134,6 +1292,14 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
 					a[2 * j + 1] = c->strs[v / 4];
 					continue;
 				}
+				if (u > 1 && !ns_name(a[2 * j])) {	/* format 3: as it is */
+					if ((v & 3) == 2) {
+						r->bad = true;
+						break;
+					}
+					a[2 * j + 1] = num_text(c, v >> 2);
+					continue;
+				}
 				if ((v & 3) == 2) {
 					if (c->acc[i] > len) {
 						r->bad = true;
@@ -1143,7 +1309,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
 				} else {
 					v >>= 2;
 				}
-				a[2 * j + 1] = num_text(c, v);
+				a[2 * j + 1] = num_text(c, v * u);
 				c->acc[i] = acc_add(c->acc[i], v);
 			}
 		}
@@ -1154,7 +1320,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape)
 
 int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min)
 {
-	uint64_t nstr, nshape, seq, t = t_min;
+	uint64_t nstr, nshape, seq, t, u = 1;
 	size_t cap = c->cap, na = 0, nsn = 0, nnum = 0;
 	int fmt;
 	struct rd r, vals;
@@ -1169,6 +1335,12 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	fmt = blob_format(&r);
 	if (fmt < 0)
 		goto bad;
+	if (fmt == 3) {	/* format 2 with times and durations in units of u ns */
+		u = rd_uvarint(&r);
+		if (r.bad || !u || u > UNIT_MAX)
+			goto bad;
+	}
+	t = t_min / u;
 	c->n = rd_uvarint(&r);
 	seq = rd_uvarint(&r);
 	nstr = rd_uvarint(&r);
@@ -1219,9 +1391,18 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	    (cap = c->cap, grow(&c->nattrs, &cap, c->n, sizeof(size_t))))
 		goto nomem;
 	c->cap = cap;
-	for (size_t i = 0; i < c->n; i++)
-		c->end[i] = rd_uvarint(&r);	/* the length until the start is known */
-	/* label set deltas and starts interleaved; a start follows its row's label set */
+	if (fmt == 3) {	/* lengths in byte planes */
+		struct pcol pc;
+
+		pcol_open(&pc, &r, c->n);
+		for (size_t i = 0; i < c->n; i++)
+			c->end[i] = pcol_next(&pc, &r.bad);
+	} else {
+		for (size_t i = 0; i < c->n; i++)
+			c->end[i] = rd_uvarint(&r);	/* the length until the start is known */
+	}
+	/* label set deltas and starts interleaved; a start follows its row's label set; in
+	 * units until all are read */
 	for (size_t i = 0; i < c->n && !r.bad; i++) {
 		uint64_t d = rd_uvarint(&r);
 
@@ -1230,13 +1411,35 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 			c->start[i] = c->end[i - 1] + (uint64_t)rd_svarint(&r);
 		else
 			c->start[i] = t + rd_uvarint(&r);
-		if (c->end[i] > UINT64_MAX - c->start[i])
+		if (c->start[i] > UINT64_MAX / u || c->end[i] > UINT64_MAX / u - c->start[i])
 			goto bad;
 		c->end[i] += c->start[i];
 	}
-	for (size_t i = 0; i < c->n; i++) {
-		seq += (uint64_t)rd_svarint(&r);
-		c->seq[i] = seq;
+	for (size_t i = 0; u > 1 && i < c->n; i++) {
+		c->start[i] *= u;
+		c->end[i] *= u;
+	}
+	if (fmt == 3) {	/* every row the least seq, but those listed */
+		uint64_t k = rd_uvarint(&r);
+		size_t at = 0;
+
+		if (r.bad || k > c->n)
+			goto bad;
+		for (size_t i = 0; i < c->n; i++)
+			c->seq[i] = seq;
+		for (uint64_t j = 0; j < k; j++) {
+			uint64_t d = rd_uvarint(&r);
+
+			if (r.bad || d >= c->n - at || (j && !d))
+				goto bad;
+			at += d;
+			c->seq[at] = seq + rd_uvarint(&r);
+		}
+	} else {
+		for (size_t i = 0; i < c->n; i++) {
+			seq += (uint64_t)rd_svarint(&r);
+			c->seq[i] = seq;
+		}
 	}
 	for (size_t i = 0; i < c->n; i++) {
 		uint64_t k = rd_uvarint(&r);
@@ -1255,7 +1458,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 
 		if (fmt == 1 && (vals.bad || (!(v & 1) && v / 2 >= nstr)))
 			goto bad;
-		if (fmt == 2 && (vals.bad || (v & 3) == 3 || (!(v & 3) && v / 4 >= nstr)))
+		if (fmt >= 2 && (vals.bad || (v & 3) == 3 || (!(v & 3) && v / 4 >= nstr)))
 			goto bad;
 		nnum += fmt == 1 ? v & 1 : (v & 3) != 0;
 	}
@@ -1277,7 +1480,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 			}
 		}
 	}
-	if (fmt == 2 && values_v2(c, &r, nshape))
+	if (fmt >= 2 && values_v2(c, &r, nshape, u))
 		goto nomem;
 	for (size_t i = 0; i < c->n; i++)
 		c->nattrs[i] = c->shapen[c->nattrs[i]];

@@ -17,6 +17,7 @@
 #define CHUNK_MAX	65536		/* samples or points per chunk (decoders refuse more) */
 #define CHUNK_ZLEVEL	3
 #define CHUNK_MAX_BLOB	(256u << 20)	/* decompressed blob bound */
+#define UNIT_MAX	1000000000ull	/* format 3's time unit, ns: at most a second */
 
 /*
  * Any blob of this file's formats again at zstd `level` through zctx (a ZSTD_CCtx): the same
@@ -58,10 +59,16 @@ struct prow {
  * stack ids (uvarint), n values (svarint) unless all are 1 (still read; written for r in time
  * order whose ties of time are not in label-set order, so that decoding gives r's order back).
  * r sorted by time (else decoding gives it by time, ties by label set), n >= 1; t_min is the
- * least r[i].t. *ret malloc'ed (caller frees). 0/-errno.
+ * least r[i].t.
+ * Format 3 (schema 8, unit_ns > 1): uvarint 0, 3, the unit u (ns), then format 2 with every
+ * time in whole units, t / u (decoded as (t / u) u: times floored to the unit), the period
+ * too (P / u); values stay in ns (off-CPU gaps are d u less the value); the remainders (when
+ * P) and the values (unless all are 1) as byte-plane columns: uvarint w (the bytes the
+ * largest zigzagged value needs, 0-8), then w planes of one byte per value, lowest first.
+ * unit_ns 0 or 1: format 2, times as they are. *ret malloc'ed (caller frees). 0/-errno.
  */
-int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint8_t **ret,
-			 size_t *ret_len);
+int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint64_t unit_ns,
+			 uint8_t **ret, size_t *ret_len);
 
 /* A decoded sample chunk in struct-of-arrays form; zero-initialized is empty and reusable. */
 struct chunk {
@@ -185,6 +192,8 @@ struct irow {
 	uint64_t labelset, start, end;
 	const char *const *attrs;
 	size_t nattrs;
+	bool seq_free;		/* no other interval of its batch starts at its (stored) start:
+				 * format 3 need not keep its seq (any of the batch's will do) */
 };
 
 /*
@@ -203,9 +212,21 @@ struct irow {
  * (a thread-state summary's running_ns). Format 2 starts with uvarint 0 and 2; format 1 (still
  * read) has no such prefix and its values row by row, 2 x string index or 2 x number + 1.
  * n >= 1, end >= start.
+ * Format 3 (schema 8; written when unit_ns > 1 or a row is seq_free): uvarint 0, 3, the unit
+ * u (ns, >= 1), then format 2 with starts and ends floored to whole units (lengths and start
+ * deltas in units: end / u - start / u), the lengths as a byte-plane column (samples' format
+ * 3); the header's seq is the least of the rows', which
+ * every row has but those listed in place of format 2's seq column: uvarint count, then each
+ * listed row's index (uvarint delta from the one listed before; the first from 0) and seq
+ * less the least (uvarint); the rows not seq_free are listed. The numbers of attrs named *_ns
+ * (durations) as v / u, decoded as (v / u) u; only they take part in tag 2, which is then the
+ * row's length in units less theirs before (a summary's running_ns stays its length less
+ * runnable_ns and blocked_ns, all floored: 0 to 3 u above its own floor); other numbers as
+ * they are. unit_ns 0 or 1 and no row seq_free: format 2.
  * *ret malloc'ed (caller frees). 0/-errno.
  */
-int chunk_intervals_encode(const struct irow *r, size_t n, uint8_t **ret, size_t *ret_len);
+int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uint8_t **ret,
+			   size_t *ret_len);
 
 /* A decoded interval chunk; zero-initialized is empty and reusable. Strings point into raw
  * and num. */

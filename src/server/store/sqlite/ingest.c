@@ -275,12 +275,55 @@ int sq_put_ls_block(struct sq *s, const uint64_t *ids, const uint8_t *const *blo
 	return put_block(s->st[ST_LSBLOCK_ADD], ids, blobs, lens, n);
 }
 
-/* The batch's new stacks, gathered for their block. */
+/* The batch's new stacks, gathered for their block; and every stack it uses first today. */
 struct stack_pending {
 	uint64_t *id;
 	size_t *off, *len, n;
 	struct buf locs;
+	uint64_t *used;
+	size_t nused;
 };
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Schema 8: the stacks a batch used first on its day, as one `stackdays` row (a stack block
+ * of empty entries: ids only); a stack's last day is the largest of the rows naming it, which
+ * dictionary GC reads. 0/-errno.
+ */
+static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
+{
+	sqlite3_stmt *st = s->st[ST_STACKDAYS_ADD];
+	const uint8_t **none = NULL;
+	size_t *lens = NULL, n = 0;
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err;
+
+	if (!p->nused)
+		return 0;
+	qsort(p->used, p->nused, sizeof(*p->used), cmp_id);
+	for (size_t i = 0; i < p->nused; i++)
+		if (!n || p->used[i] != p->used[n - 1])
+			p->used[n++] = p->used[i];
+	none = calloc(n, sizeof(*none));
+	lens = calloc(n, sizeof(*lens));
+	err = none && lens ? stack_block_encode(p->used, none, lens, n, &z, &zlen) : -ENOMEM;
+	if (!err) {
+		sqlite3_bind_int64(st, 1, (int64_t)day);
+		sqlite3_bind_blob(st, 2, z, (int)zlen, SQLITE_STATIC);
+		err = sq_step_done(st);
+	}
+	free(z);
+	free(none);
+	free(lens);
+	return err;
+}
 
 static int stacks_flush(struct sq *s, struct stack_pending *p)
 {
@@ -305,8 +348,8 @@ static int stacks_flush(struct sq *s, struct stack_pending *p)
 
 /*
  * The batch's stacks to global ids: known ones by content hash (the in-memory index of every
- * stored stack, schema 7; their day moved to today), new ones numbered after the last and
- * stored together as one block (a few if many).
+ * stored stack, schema 7), new ones numbered after the last and stored together as one block
+ * (a few if many); those used first today listed in a `stackdays` row.
  */
 static int map_stacks(struct ingest *in)
 {
@@ -326,7 +369,8 @@ static int map_stacks(struct ingest *in)
 	p.id = malloc(maxn * sizeof(*p.id));
 	p.off = malloc(maxn * sizeof(*p.off));
 	p.len = malloc(maxn * sizeof(*p.len));
-	if (!ids || !p.id || !p.off || !p.len) {
+	p.used = malloc(m->n_stacks * sizeof(*p.used));
+	if (!ids || !p.id || !p.off || !p.len || !p.used) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -336,7 +380,7 @@ static int map_stacks(struct ingest *in)
 	today = (tmin <= tmax ? tmax : wall_ns()) / DAY_NS;
 
 	if (s->stack_day.len > DEDUP_CACHE_MAX)
-		u64map_done(&s->stack_day);	/* bounded: forgetting costs an UPDATE */
+		u64map_done(&s->stack_day);	/* bounded: forgetting costs an id listed again */
 	for (size_t i = 0; i < m->n_stacks && !err; i++) {
 		const Gpuscope__V1__Stack *st = m->stacks[i];
 		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
@@ -369,22 +413,12 @@ static int map_stacks(struct ingest *in)
 				break;
 			}
 			if (*d < today + 1) {
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 1, (int64_t)id);
-				sqlite3_bind_int64(s->st[ST_STACK_DAY], 2, (int64_t)today);
-				if (sq_step_done(s->st[ST_STACK_DAY])) {
-					err = -EIO;
-					break;
-				}
+				p.used[p.nused++] = id;
 				*d = today + 1;
 			}
 		} else {
 			id = *v = ++s->stack_seq;
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 1, (int64_t)id);
-			sqlite3_bind_int64(s->st[ST_STACK_ADD], 2, (int64_t)today);
-			if (sq_step_done(s->st[ST_STACK_ADD])) {
-				err = -EIO;
-				break;
-			}
+			p.used[p.nused++] = id;
 			p.id[p.n] = id;
 			p.off[p.n] = p.locs.len;
 			stack_locs_encode(ids, nl, &p.locs);
@@ -400,6 +434,8 @@ static int map_stacks(struct ingest *in)
 	}
 	if (!err)
 		err = stacks_flush(s, &p);
+	if (!err)
+		err = stackdays_put(s, today, &p);
 	if (!err && s->stack_seq != in->stack_seq0) {
 		sqlite3_bind_int64(s->st[ST_STACK_SEQ], 1, (int64_t)s->stack_seq);
 		err = sq_step_done(s->st[ST_STACK_SEQ]);
@@ -410,6 +446,7 @@ out:
 	free(p.id);
 	free(p.off);
 	free(p.len);
+	free(p.used);
 	free(ids);
 	return err;
 }
@@ -432,7 +469,7 @@ static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, s
 	for (size_t i = 1; i < n && ls; i++)
 		if (r[i].labelset != ls)
 			ls = 0;	/* several: each sample carries its own */
-	err = chunk_samples_encode(r, n, in->m->period_ns, &z, &zlen);
+	err = chunk_samples_encode(r, n, in->m->period_ns, in->s->o.time_unit_ns, &z, &zlen);
 	if (err)
 		return err;
 	sqlite3_bind_int64(st, 1, (int64_t)ls);
@@ -505,6 +542,9 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 		if (!n)
 			continue;
 		qsort(r, n, sizeof(*r), cmp_srow);
+		if (in->s->o.time_unit_ns > 1)	/* floored after the sort: ties keep ns order */
+			for (size_t i = 0; i < n; i++)
+				r[i].t -= r[i].t % in->s->o.time_unit_ns;
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;
@@ -623,10 +663,11 @@ static int cmp_iv(const void *a, const void *b)
 	return x->r.seq < y->r.seq ? -1 : x->r.seq > y->r.seq;
 }
 
-int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n)
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
+			  uint64_t unit_ns)
 {
 	sqlite3_stmt *st = s->st[ST_IVL_ADD];
-	uint64_t t_max = 0;
+	uint64_t t_max = 0, u = unit_ns > 1 ? unit_ns : 1;
 	uint8_t *z = NULL;
 	size_t zlen = 0;
 	int err;
@@ -634,17 +675,57 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 	for (size_t i = 0; i < n; i++)
 		if (r[i].end > t_max)
 			t_max = r[i].end;
-	err = chunk_intervals_encode(r, n, &z, &zlen);
+	err = chunk_intervals_encode(r, n, u, &z, &zlen);
 	if (err)
 		return err;
 	sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, (int64_t)r[0].start);
-	sqlite3_bind_int64(st, 3, (int64_t)t_max);
+	sqlite3_bind_int64(st, 2, (int64_t)(r[0].start - r[0].start % u));
+	sqlite3_bind_int64(st, 3, (int64_t)(t_max - t_max % u));
 	sqlite3_bind_int64(st, 4, (int64_t)n);
 	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
 	err = sq_step_done(st);
 	free(z);
 	return err;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * An interval whose stored start (floored to unit_ns) no other of its batch has, of any kind,
+ * needs no seq of its own: a query orders ties of start by seq, and every seq of the batch
+ * lies between those of the batches before and after (format 3 gives it the chunk's least).
+ * 0 or -ENOMEM.
+ */
+static int mark_seq_free(struct iv_sort *v, size_t n, uint64_t unit_ns)
+{
+	uint64_t u = unit_ns > 1 ? unit_ns : 1, *t = malloc((n ? n : 1) * sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		t[i] = v[i].r.start / u;
+	qsort(t, n, sizeof(*t), cmp_u64);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t x = v[i].r.start / u;
+		size_t lo = 0, hi = n;
+
+		while (lo < hi) {	/* the first of t not below x */
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (t[mid] < x)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		v[i].r.seq_free = lo + 1 >= n || t[lo + 1] != x;
+	}
+	free(t);
+	return 0;
 }
 
 /*
@@ -718,13 +799,14 @@ static int store_intervals(struct ingest *in)
 			.nattrs = na / 2 } };
 	}
 	qsort(v, n, sizeof(*v), cmp_iv);
+	err = mark_seq_free(v, n, s->o.time_unit_ns);
 	for (size_t i = 1; n && i <= n && !err; i++) {
 		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
 		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
 			continue;
 		for (size_t k = start; k < i; k++)
 			r[k - start] = v[k].r;
-		err = sq_put_interval_chunk(s, v[start].kind, r, i - start);
+		err = sq_put_interval_chunk(s, v[start].kind, r, i - start, s->o.time_unit_ns);
 		start = i;
 	}
 	if (!err) {
@@ -848,7 +930,6 @@ uint64_t sq_stack_hash(const uint64_t *ids, size_t n, struct buf *key)
 int sq_stacks_load(struct sq *s)
 {
 	sqlite3_stmt *st = NULL;
-	struct u64map rows = { 0 };
 	struct sblock b = { 0 };
 	struct buf key = { 0 };
 	uint64_t *ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
@@ -856,16 +937,8 @@ int sq_stacks_load(struct sq *s)
 
 	u64map_done(&s->stack_ids);
 	s->stack_index_stale = true;
-	/* only stacks with a row: GC deletes rows before it writes their blocks again */
-	if (!err && sqlite3_prepare_v2(s->w, "SELECT id FROM stacks", -1, &st, NULL))
-		err = -EIO;
-	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW)
-		if (!u64map_upsert(&rows, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
-			err = -ENOMEM;
-	if (!err && rc != SQLITE_DONE)
-		err = -EIO;
-	sqlite3_finalize(st);
-	st = NULL;
+	/* schema 8: the blocks hold exactly the stacks kept (GC writes them again in the
+	 * transaction that forgets their days) */
 	if (!err && sqlite3_prepare_v2(s->w, "SELECT id, data FROM stackblocks ORDER BY id", -1, &st,
 				       NULL))
 		err = -EIO;
@@ -879,8 +952,7 @@ int sq_stacks_load(struct sq *s)
 		for (size_t i = 0; i < b.n && !err; i++) {
 			size_t n = 0;
 
-			if (!u64map_find(&rows, b.id[i]) ||
-			    stack_locs_decode(b.locs[i], b.len[i], ids, BATCH_MAX_DEPTH, &n))
+			if (stack_locs_decode(b.locs[i], b.len[i], ids, BATCH_MAX_DEPTH, &n))
 				continue;
 			if (!u64map_upsert(&s->stack_ids, sq_stack_hash(ids, n, &key), b.id[i],
 					   NULL) || key.oom)
@@ -890,7 +962,6 @@ int sq_stacks_load(struct sq *s)
 	if (!err && rc != SQLITE_DONE)
 		err = -EIO;
 	sqlite3_finalize(st);
-	u64map_done(&rows);
 	sblock_done(&b);
 	buf_done(&key);
 	free(ids);

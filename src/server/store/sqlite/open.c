@@ -31,8 +31,7 @@ static const char *const wsql[ST_MAX] = {
 		       " WHERE id = ?1",
 	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
-	[ST_STACK_ADD] = "INSERT INTO stacks(id, day) VALUES (?, ?)",
-	[ST_STACK_DAY] = "UPDATE stacks SET day = max(day, ?2) WHERE id = ?1",
+	[ST_STACKDAYS_ADD] = "INSERT INTO stackdays(day, data) VALUES (?, ?)",
 	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
 	[ST_CHUNK_ADD] = "INSERT INTO chunks(labelset, kind, t_min, t_max, n, data)"
@@ -78,9 +77,11 @@ static const char schema[] =
 	 * blocks at open (schema 6; schema 5 had a table of 32-bit hash keys -> id) */
 	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
-	/* stacks likewise: content hash -> id and the last day a batch used it (dictionary
-	 * GC), their location lists in blocks */
-	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, day INTEGER NOT NULL);"
+	/* stacks likewise: their location lists in blocks, found by content through an
+	 * in-memory index; the stacks a batch used first on its day (dictionary GC keeps those of
+	 * days still retained) as one row of ids (stack-block format, empty entries) */
+	"CREATE TABLE IF NOT EXISTS stackdays(id INTEGER PRIMARY KEY, day INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS stackblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
@@ -234,6 +235,7 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->bytes_on_disk = file_size(s->path, "") + file_size(s->path, "-wal");
 	o->samples = __atomic_load_n(&s->n_samples, __ATOMIC_RELAXED);
 	o->locations = __atomic_load_n(&s->loc_ids.len, __ATOMIC_RELAXED);
+	o->stacks = __atomic_load_n(&s->stack_ids.len, __ATOMIC_RELAXED);
 	o->points = __atomic_load_n(&s->n_points, __ATOMIC_RELAXED);
 	o->intervals = __atomic_load_n(&s->n_intervals, __ATOMIC_RELAXED);
 	o->batches = __atomic_load_n(&s->n_batches, __ATOMIC_RELAXED);
@@ -246,7 +248,6 @@ static void sq_stats(struct store *st, struct store_stats *o)
 					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
 
 		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
-		o->stacks = (uint64_t)query_i64(db, "SELECT count(*) FROM stacks");
 		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
 		lag = sq_recompress_lag(s, db);
 		o->recompress_lag_rows = lag > 0 ? (uint64_t)lag : 0;
@@ -398,6 +399,12 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		if (ver >= 2 && ver < 7 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
+		/* the (id, day) table the copies below fill, then make stackdays rows of */
+		if (sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY,"
+				       " day INTEGER NOT NULL)", NULL, NULL, NULL)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
 	}
 	if (sqlite3_exec(s->w, schema, NULL, NULL, &emsg)) {
 		snprintf(err, errlen, "schema of '%s': %s", s->path, emsg ? emsg : "?");
@@ -417,6 +424,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver >= 2 && ver < 7 && sq_migrate_v4_copy(s, err, errlen))
 		goto out_rollback;
+	if (ver && ver < 8 && sq_migrate_v8_stackdays(s, err, errlen))
+		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
@@ -427,9 +436,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 7) {
+	if (ver && ver < 8) {
 		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
-		 * tenth of the store; 4 and 5: the hash tables): give them back to the disk.
+		 * tenth of the store; 4 and 5: the hash tables; 8: the stacks' (id, day) table):
+		 * give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();
 		if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))

@@ -43,20 +43,6 @@ static int64_t delete_round(struct sq *s, const char *sql, int64_t a, int64_t b)
 	return n;
 }
 
-/* Every round of sql, wmu held throughout (the dictionaries: ingest must not reuse a row
- * that is going). */
-static int64_t delete_all_locked(struct sq *s, const char *sql, int64_t a, int64_t b)
-{
-	int64_t total = 0, n;
-
-	do {
-		n = delete_round_locked(s, sql, a, b);
-		if (n > 0)
-			total += n;
-	} while (n == DELETE_ROUND && !s->stopping);
-	return total;
-}
-
 static int64_t delete_all(struct sq *s, const char *sql, int64_t a, int64_t b)
 {
 	int64_t total = 0, n;
@@ -424,18 +410,67 @@ static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *
 	return err;
 }
 
-/* Stack blocks after stacks went (rewrite_blocks()). wmu held. 0 or -errno. */
-static int gc_stack_blocks(struct sq *s)
+/*
+ * Stacks no stackdays row of day cut_day or later names (schema 8: not used since): their
+ * blocks written again without them (rewrite_blocks(), the index forgets them) and the older
+ * rows deleted, in one transaction. wmu held. Returns how many stacks went, or -errno.
+ */
+static int64_t gc_stacks(struct sq *s, int64_t cut_day)
 {
 	struct u64map live = { 0 };
-	int err = live_ids(s, "stacks", &live);
+	struct sblock b = { 0 };
+	sqlite3_stmt *st = NULL;
+	int64_t old = 0;
+	size_t before = s->stack_ids.len;
+	int err = 0, rc = SQLITE_DONE;
 
+	if (sqlite3_prepare_v2(s->w, "SELECT count(*) FROM stackdays WHERE day < ?", -1, &st, NULL))
+		return -EIO;
+	sqlite3_bind_int64(st, 1, cut_day);
+	if (sq_step_i64(st, &old) < 0)
+		err = -EIO;
+	sqlite3_finalize(st);
+	st = NULL;
+	if (err || !old)
+		return err;
+	if (s->stack_index_stale && (err = sq_stacks_load(s)))
+		return err;
+	before = s->stack_ids.len;
+	if (sqlite3_prepare_v2(s->w, "SELECT data FROM stackdays WHERE day >= ?", -1, &st, NULL))
+		return -EIO;
+	sqlite3_bind_int64(st, 1, cut_day);
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 0),
+				       (size_t)sqlite3_column_bytes(st, 0))) {
+			err = -EIO;	/* unreadable: keep every stack */
+			break;
+		}
+		for (size_t i = 0; i < b.n && !err; i++)
+			if (!u64map_upsert(&live, b.id[i], 1, NULL))
+				err = -ENOMEM;
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	sblock_done(&b);
 	if (!err && sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL))
 		err = -EIO;
-	else if (!err)
-		err = sq_end_write(s->w, rewrite_blocks(s, "stackblocks", &live, &s->stack_ids));
+	else if (!err) {
+		err = rewrite_blocks(s, "stackblocks", &live, &s->stack_ids);
+		if (!err && sqlite3_prepare_v2(s->w, "DELETE FROM stackdays WHERE day < ?", -1, &st,
+					       NULL))
+			err = -EIO;
+		if (!err) {
+			sqlite3_bind_int64(st, 1, cut_day);
+			err = sq_step_done(st);
+		}
+		sqlite3_finalize(st);
+		err = sq_end_write(s->w, err);
+		if (err)	/* rolled back: the index may have forgotten kept stacks */
+			s->stack_index_stale = true;
+	}
 	u64map_done(&live);
-	return err;
+	return err ? err : (int64_t)(before - s->stack_ids.len);
 }
 
 /*
@@ -461,7 +496,7 @@ static int64_t gc_locations(struct sq *s)
 	ids = malloc(BATCH_MAX_DEPTH * sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
-	/* the stack blocks hold only stacks still known (gc_stack_blocks() went first) */
+	/* the stack blocks hold only stacks still known (gc_stacks() went first) */
 	if (sqlite3_prepare_v2(s->w, "SELECT data FROM stackblocks", -1, &st, NULL)) {
 		free(ids);
 		return -EIO;
@@ -586,11 +621,13 @@ void sq_gc_dictionaries(struct sq *s)
 	pthread_mutex_lock(&s->wmu);
 	nl = gc_label_sets(s, cut);
 	if (cut_day > 0) {
-		ns = delete_all_locked(s, "DELETE FROM stacks WHERE id IN (SELECT id FROM stacks"
-				       " WHERE day < ?1 AND ?2 = ?2 LIMIT ?3)", cut_day, 0);
-		__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
+		ns = gc_stacks(s, cut_day);
+		if (ns > 0)
+			__atomic_add_fetch(&s->n_gc_stacks, (uint64_t)ns, __ATOMIC_RELAXED);
+		else if (ns < 0)
+			log_warn("retention: stacks: %s", strerror((int)-ns));
 	}
-	if (ns > 0 && !gc_stack_blocks(s))
+	if (ns > 0)
 		gc_locations(s);
 	if (nl > 0 || ns > 0)
 		sq_dedup_caches_reset(s);	/* the caches may name deleted rows */

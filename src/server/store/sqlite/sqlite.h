@@ -45,9 +45,9 @@ struct gitem;
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACK_ADD,
+	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
-	ST_NODE_UP, ST_PERIOD_SET, ST_STACK_DAY, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
+	ST_NODE_UP, ST_PERIOD_SET, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
 	ST_LS_MAX, ST_MAX,
 };
 
@@ -69,7 +69,7 @@ struct sq {
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
 	uint64_t ls_id0;		/* label set ids past this were added in the open write
 					 * transaction (wmu) */
-	struct u64map stack_day;	/* stack id -> the day (+ 1) stacks.day was last set to */
+	struct u64map stack_day;	/* stack id -> the day (+ 1) a stackdays row last named it */
 
 	pthread_mutex_t pmu;		/* read connection pool */
 	sqlite3 *pool[POOL_MAX];
@@ -170,8 +170,10 @@ int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *
 		       const size_t *lens, size_t n);
 /* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
 int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
-/* Stores n intervals of kind (sorted by start) as one chunk. wmu held, in a transaction. */
-int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n);
+/* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
+ * 1: ns, format 2; else format 3, floored). wmu held, in a transaction. */
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
+			  uint64_t unit_ns);
 /* Forgets the hash -> id caches and marks the location index for loading again (after a
  * rollback, they may name rows that are gone). wmu held. */
 void sq_dedup_reset(struct sq *s);
@@ -190,12 +192,18 @@ uint64_t sq_stack_hash(const uint64_t *ids, size_t n, struct buf *key);
 uint64_t sq_loc_row_hash(const struct lrow *r, struct buf *key);
 
 /* ---- migrate.c: older schemas ---- */
+/* Schema 8: an older store's stacks(id, day) rows as stackdays rows (a row per day), the table
+ * dropped. In the migration's transaction. 0/-errno. */
+int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen);
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
  * tables and its format-1 chunks are read as they are. 4: label sets in blocks. 5: the
  * locations' and stacks' tables keyed by 32 bits of their content hash. 6: no
  * locations table: the index of locations by content is in memory, loaded from the blocks. 7:
- * likewise stacks, whose table keeps (id, day) only. */
-#define SQ_SCHEMA_VERSION 7
+ * likewise stacks, whose table keeps (id, day) only. 8: chunks of samples and intervals may
+ * be in format 3 (times in a unit: µs by default, --time-resolution); no stacks table: the
+ * stacks a batch used first on a day, a `stackdays` row per batch (ids in a blob); an older
+ * store's stacks(id, day) rows become a row per day. */
+#define SQ_SCHEMA_VERSION 8
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
