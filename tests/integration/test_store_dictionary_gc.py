@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The store's dictionaries follow retention: 2000 short-lived processes (each its own label set,
-stack and leaf function) recorded four days ago, 50 processes now. Restarted with a retention
-of one day, the server deletes the old records and then the label sets, stacks and locations
-only they used; what is left answers as before, and /metrics counts what went and the bytes
-per sample held."""
+stack and leaf function) recorded four days ago, 50 processes now, one of which also runs an old
+process's stack (schema 8: a stackdays row of today names it). Restarted with a retention of one
+day, the server deletes the old records and then the label sets, stacks and locations only they
+used; what is left answers as before, and /metrics counts what went and the bytes per sample
+held."""
 import os
 import sqlite3
 import sys
@@ -48,7 +49,8 @@ def main():
         for b in range(OLD_PROCS // 500):
             code, body = first.ingest(encode(script(OLD + b * 500 * MS, 500, 10000 + b * 500, "old")))
             check(code == 204, f"old batch {b}: {code} {body}")
-        code, body = first.ingest(encode(script(NOW, NEW_PROCS, 500, "new")))
+        reused = f"sample {NOW + 999 * MS} cpu 1 pid=500,comm=new0 main;common_loop;old_leaf_10001\n"
+        code, body = first.ingest(encode(script(NOW, NEW_PROCS, 500, "new") + reused))
         check(code == 204, f"new batch: {code} {body}")
         check(wait("rolled up", lambda: first.metric("gpuscope_server_rollup_lag_chunks") == 0),
               "every chunk rolled up")
@@ -68,19 +70,21 @@ def main():
     s = Server(data=data, args=["--retention", "1d", "--retention-period", "1s"]).start()
     try:
         ok = wait("dictionary GC", lambda: s.metric("gpuscope_server_label_sets") == NEW_PROCS and
-                  s.metric("gpuscope_server_stacks") == NEW_PROCS and
-                  s.metric("gpuscope_server_locations") == NEW_PROCS + 2, 90)
+                  s.metric("gpuscope_server_stacks") == NEW_PROCS + 1 and
+                  s.metric("gpuscope_server_locations") == NEW_PROCS + 3, 90)
         after = {k: s.metric(f"gpuscope_server_{k}") for k in ("label_sets", "stacks", "locations")}
         print("after:", after)
         check(ok, f"dictionaries bounded by what is retained: {after}")
-        for table, want in (("label_sets", OLD_PROCS), ("stacks", OLD_PROCS), ("locations", OLD_PROCS)):
+        for table, want in (("label_sets", OLD_PROCS), ("stacks", OLD_PROCS - 1),
+                            ("locations", OLD_PROCS - 1)):
             got = s.metric(f'gpuscope_server_dictionary_deleted_total{{table="{table}"}}')
             check(got == want, f"{table}: {got} deleted, counted")
         # what is left answers as before: frames and labels of the recent processes
         fg = s.get_json(f"/api/v1/flamegraph?{rng}&group_by=comm")
-        check(fg["total"] == 3 * NEW_PROCS, f"recent samples intact: {fg['total']}")
+        check(fg["total"] == 3 * NEW_PROCS + 1, f"recent samples intact: {fg['total']}")
         loop = find(find(find(fg["root"], "new0"), "main"), "common_loop")
         check(loop is not None and find(loop, "new_leaf_500")["value"] == 3, "shared and own frames intact")
+        check(find(loop, "old_leaf_10001")["value"] == 1, "an old stack used today is kept")
         v = s.get_json(f"/api/v1/label/pid/values?{rng}")["values"]
         check(len(v) == NEW_PROCS and "10000" not in v, f"label values: only the recent pids ({len(v)})")
         # a process of the old set coming back gets fresh rows
