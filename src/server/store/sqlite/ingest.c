@@ -291,29 +291,14 @@ static int cmp_id(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/*
- * Schema 8: the stacks a batch used first on its day, as one `stackdays` row (a stack block
- * of empty entries: ids only); a stack's last day is the largest of the rows naming it, which
- * dictionary GC reads. 0/-errno.
- */
-static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
+int sq_put_stackdays(struct sq *s, uint64_t day, const uint64_t *ids, size_t n)
 {
 	sqlite3_stmt *st = s->st[ST_STACKDAYS_ADD];
-	const uint8_t **none = NULL;
-	size_t *lens = NULL, n = 0;
+	const uint8_t **none = calloc(n ? n : 1, sizeof(*none));
+	size_t *lens = calloc(n ? n : 1, sizeof(*lens)), zlen = 0;
 	uint8_t *z = NULL;
-	size_t zlen = 0;
-	int err;
+	int err = none && lens ? stack_block_encode(ids, none, lens, n, &z, &zlen) : -ENOMEM;
 
-	if (!p->nused)
-		return 0;
-	qsort(p->used, p->nused, sizeof(*p->used), cmp_id);
-	for (size_t i = 0; i < p->nused; i++)
-		if (!n || p->used[i] != p->used[n - 1])
-			p->used[n++] = p->used[i];
-	none = calloc(n, sizeof(*none));
-	lens = calloc(n, sizeof(*lens));
-	err = none && lens ? stack_block_encode(p->used, none, lens, n, &z, &zlen) : -ENOMEM;
 	if (!err) {
 		sqlite3_bind_int64(st, 1, (int64_t)day);
 		sqlite3_bind_blob(st, 2, z, (int)zlen, SQLITE_STATIC);
@@ -323,6 +308,20 @@ static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
 	free(none);
 	free(lens);
 	return err;
+}
+
+/* The stacks the batch used first on its day (p->used, sorted here) as a stackdays row. */
+static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
+{
+	size_t n = 0;
+
+	if (!p->nused)
+		return 0;
+	qsort(p->used, p->nused, sizeof(*p->used), cmp_id);
+	for (size_t i = 0; i < p->nused; i++)
+		if (!n || p->used[i] != p->used[n - 1])
+			p->used[n++] = p->used[i];
+	return sq_put_stackdays(s, day, p->used, n);
 }
 
 static int stacks_flush(struct sq *s, struct stack_pending *p)

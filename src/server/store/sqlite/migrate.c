@@ -449,43 +449,22 @@ int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen)
 
 #define STACKDAYS_MAX	65536	/* ids per stackdays row the migration writes */
 
-/* One migrated stackdays row: ids (ascending) of day. 0/-errno. */
-static int stackdays_row(sqlite3_stmt *ins, int64_t day, const uint64_t *ids, size_t n)
-{
-	const uint8_t **none = calloc(n, sizeof(*none));
-	size_t *lens = calloc(n, sizeof(*lens)), zlen = 0;
-	uint8_t *z = NULL;
-	int e = none && lens ? stack_block_encode(ids, none, lens, n, &z, &zlen) : -ENOMEM;
-
-	if (!e) {
-		sqlite3_bind_int64(ins, 1, day);
-		sqlite3_bind_blob(ins, 2, z, (int)zlen, SQLITE_STATIC);
-		e = sq_step_done(ins);
-	}
-	free(z);
-	free(none);
-	free(lens);
-	return e;
-}
-
 int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen)
 {
-	sqlite3_stmt *q = NULL, *ins = NULL;
+	sqlite3_stmt *q = NULL;
 	uint64_t *ids = malloc(STACKDAYS_MAX * sizeof(*ids));
 	int64_t day = 0;
 	size_t n = 0;
 	int e = ids ? 0 : -ENOMEM, rc = SQLITE_DONE;
 
-	if (!e && (sqlite3_prepare_v2(s->w, "SELECT day, id FROM stacks ORDER BY day, id", -1, &q,
-				      NULL) ||
-		   sqlite3_prepare_v2(s->w, "INSERT INTO stackdays(day, data) VALUES (?, ?)", -1,
-				      &ins, NULL)))
+	if (!e && sqlite3_prepare_v2(s->w, "SELECT day, id FROM stacks ORDER BY day, id", -1, &q,
+				     NULL))
 		e = -EIO;
 	while (!e && (rc = sqlite3_step(q)) == SQLITE_ROW) {
 		int64_t d = sqlite3_column_int64(q, 0);
 
 		if (n && (d != day || n == STACKDAYS_MAX)) {
-			e = stackdays_row(ins, day, ids, n);
+			e = sq_put_stackdays(s, (uint64_t)day, ids, n);
 			n = 0;
 		}
 		day = d;
@@ -494,9 +473,8 @@ int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen)
 	if (!e && rc != SQLITE_DONE)
 		e = -EIO;
 	if (!e && n)
-		e = stackdays_row(ins, day, ids, n);
+		e = sq_put_stackdays(s, (uint64_t)day, ids, n);
 	sqlite3_finalize(q);
-	sqlite3_finalize(ins);
 	free(ids);
 	if (!e && sqlite3_exec(s->w, "DROP TABLE stacks", NULL, NULL, NULL))
 		e = -EIO;

@@ -168,6 +168,8 @@ int sq_put_ls_block(struct sq *s, const uint64_t *ids, const uint8_t *const *blo
 /* Stores n stacks (ids ascending, their encoded location lists) as one block. 0/-errno. */
 int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *locs,
 		       const size_t *lens, size_t n);
+/* A stackdays row (schema 8): stacks ids (ascending, distinct) used first on day. 0/-errno. */
+int sq_put_stackdays(struct sq *s, uint64_t day, const uint64_t *ids, size_t n);
 /* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
 int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
 /* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
