@@ -5,6 +5,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -154,7 +155,10 @@ def check(cond, what):
 
 
 # Stores of an older schema, written by hand: the store's own byte formats, and the migration.
-STORE_SCHEMA = 7  # the SQLite store's current version (src/server/store/sqlite/sqlite.h)
+# The SQLite store's current version, as src/server/store/sqlite/sqlite.h has it.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "../../src/server/store/sqlite/sqlite.h")) as _f:
+    STORE_SCHEMA = int(re.search(r"#define SQ_SCHEMA_VERSION (\d+)", _f.read())[1])
 
 
 def old_store(ddl):

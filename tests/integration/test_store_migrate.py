@@ -5,20 +5,12 @@ one row per interval; written here with schema 1's own DDL) is migrated in place
 same stacks, intervals (order, ties of start in arrival order, attrs) and label sets come back,
 new data goes on after it, and a store from a newer schema is refused with a clear message."""
 import os
-import re
 import urllib.parse
 
 from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
                              pairs_blob, running, skip_if_unbuilt, uvarint)
 
-import gpuscope_server
-
-# The store's schema as sqlite.h has it (gpuscope_server.STORE_SCHEMA may lag behind it: the
-# helpers check_migrated() and migrated_db() read it from there).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "../../src/server/store/sqlite/sqlite.h")) as _f:
-    gpuscope_server.STORE_SCHEMA = int(re.search(r"#define SQ_SCHEMA_VERSION (\d+)", _f.read())[1])
-STORE_SCHEMA = gpuscope_server.STORE_SCHEMA
+from gpuscope_server import STORE_SCHEMA
 
 skip_if_unbuilt()
 q = urllib.parse.quote

@@ -6,19 +6,11 @@ place at open: label sets move into blocks with their ids, the old chunks are re
 (samples per thread, in time order; intervals with their attrs), new data goes on beside them,
 and the store is marked with the current version."""
 import os
-import re
 import urllib.parse
 
 from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
                              pairs_blob, running, skip_if_unbuilt, svarint, uvarint)
 
-import gpuscope_server
-
-# The store's schema as sqlite.h has it (gpuscope_server.STORE_SCHEMA may lag behind it: the
-# helpers check_migrated() and migrated_db() read it from there).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "../../src/server/store/sqlite/sqlite.h")) as _f:
-    gpuscope_server.STORE_SCHEMA = int(re.search(r"#define SQ_SCHEMA_VERSION (\d+)", _f.read())[1])
 
 skip_if_unbuilt()
 q = urllib.parse.quote
