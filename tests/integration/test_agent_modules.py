@@ -79,9 +79,13 @@ def run(mods):
     node = "mods-" + "-".join(mods)
     replay = start_cupti_replay() if "cupti" in mods else None
     pids = [burn.pid, cuda.pid] + ([replay.pid] if replay else [])
+    # cuda_probe's uprobes attach at start, which took over 4 s at load 15: its agents run 3 s
+    # from the attach (then SIGTERM), the others 4 s from their start
+    probes = "cuda_probe" in mods
     argv = [AGENT, "run", "--server", server.url, "--metrics-listen", "127.0.0.1:0",
             "--modules", ",".join(mods), "--node", node, "--push-interval", "500ms",
-            "--frequency", "199", "--duration", "4s", "--nvml-library", NVML_REPLAY]
+            "--frequency", "199", "--nvml-library", NVML_REPLAY] + \
+        ([] if probes else ["--duration", "4s"])
     for p in pids:
         argv += ["--pid", str(p)]
     env = dict(os.environ, GPUSCOPE_NVML_REPLAY=NVML_TRACE, GPUSCOPE_NVML_REPLAY_SPEED="4")
@@ -97,6 +101,11 @@ def run(mods):
         wait_until(attached, 30)
         replay.stdin.write(b"g")
         replay.stdin.flush()
+    if probes:
+        wait_until(lambda: agent.poll() is not None or
+                   "probes attached" in open(log, errors="replace").read(), 60)
+        time.sleep(3)
+        agent.terminate()
     try:
         rc = agent.wait(150)
     except subprocess.TimeoutExpired:
