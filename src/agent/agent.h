@@ -25,8 +25,9 @@ struct agent_opts {
 	pid_t pids[AGENT_MAX_PIDS];	/* --pid filter; npids == 0: all processes */
 	int npids;
 	bool all_processes;		/* --all-processes (thread states of every process) */
-	int offcpu_walks;		/* --offcpu-walks N: switch-out stack walks a thread may take
-					 * per second (sched.bpf.c); 0: every one; -1: default */
+	double offcpu_walk_share;	/* --offcpu-walk-share: the share of a thread's time its
+					 * switch-out stack walks may take (sched.bpf.c); 0: every
+					 * one walked; < 0: the default (0.1 %) */
 	const char *nvml_library;	/* --nvml-library; NULL: "libnvidia-ml.so.1" */
 	bool no_gpu;			/* --no-gpu: skip NVML */
 	const char *relabel_config;	/* --relabel-config FILE (meta.c); NULL: none */

@@ -164,8 +164,8 @@ static void usage(FILE *f)
 		"  --pid PID                profile only this process (repeatable, up to %d)\n"
 		"  --frequency HZ           CPU sampling frequency (default 99)\n"
 		"  --all-processes          thread states of every process\n"
-		"  --offcpu-walks N         user stack walks at switch-outs a thread may take per\n"
-		"                           second, the rest marked not walked (default 200; 0: all)\n"
+		"  --offcpu-walk-share PCT  the share of a thread's time its off-CPU stack walks may\n"
+		"                           take, the rest marked not walked (default 0.1%%; 0: all)\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
 		"  --ca-file FILE           trust this PEM CA for an https:// server (default: system CAs)\n"
 		"  --spool-dir DIR          on-disk spool for outages (default: in memory, lost at exit)\n"
@@ -328,7 +328,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
-		OPT_OFFCPU_WALKS,
+		OPT_OFFCPU_WALK_SHARE,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -337,7 +337,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "pid", required_argument, NULL, OPT_PID },
 		{ "frequency", required_argument, NULL, OPT_FREQ },
 		{ "all-processes", no_argument, NULL, OPT_ALL },
-		{ "offcpu-walks", required_argument, NULL, OPT_OFFCPU_WALKS },
+		{ "offcpu-walk-share", required_argument, NULL, OPT_OFFCPU_WALK_SHARE },
 		{ "token-file", required_argument, NULL, OPT_TOKEN },
 		{ "ca-file", required_argument, NULL, OPT_CA_FILE },
 		{ "spool-dir", required_argument, NULL, OPT_SPOOL_DIR },
@@ -423,15 +423,12 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		case OPT_ALL:
 			ao->all_processes = true;
 			break;
-		case OPT_OFFCPU_WALKS:
-			errno = 0;
-			v = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || v < 0 || v > 1000000) {
-				log_error("--offcpu-walks: '%s' is not a count of walks a second in "
-					  "0..1000000 (0: every switch-out)", optarg);
+		case OPT_OFFCPU_WALK_SHARE:
+			if (parse_share(optarg, &ao->offcpu_walk_share)) {
+				log_error("--offcpu-walk-share: '%s' is not a share in [0, 100%%] "
+					  "(0: every switch-out walked)", optarg);
 				return -EINVAL;
 			}
-			ao->offcpu_walks = (int)v;
 			break;
 		case OPT_TOKEN:
 			o->token_file = ao->token_file = optarg;
@@ -559,7 +556,7 @@ static bool module_off(const char *name)
 int cmd_run(int argc, char **argv)
 {
 	static char hostname[256];
-	struct agent_opts ao = { .frequency_hz = 99, .offcpu_walks = -1 };
+	struct agent_opts ao = { .frequency_hz = 99, .offcpu_walk_share = -1 };
 	struct run_opts o = {
 		.spool_max = 512ull << 20,
 		.metrics_listen = "127.0.0.1:9400",

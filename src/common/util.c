@@ -48,6 +48,25 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns)
 	return parse_scaled(s, units, ARRAY_SIZE(units), ret_ns);
 }
 
+int parse_share(const char *s, double *ret)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	if (*end == '%') {
+		v /= 100;
+		end++;
+	}
+	if (*end || v > 1)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
 int parse_size_bytes(const char *s, uint64_t *ret)
 {
 	static const struct unit units[] = {

@@ -21,6 +21,9 @@
  */
 int parse_duration_ns(const char *s, uint64_t *ret_ns);
 
+/* A share: "1%", "0.5%", "100%" or a plain fraction "0.01", in [0, 1]. 0 or -EINVAL. */
+int parse_share(const char *s, double *ret);
+
 /*
  * Parse a size in bytes: "4096", "64KiB", "512MiB", "1G" (K, M, G, T and KiB.. are powers of
  * 1024; KB, MB, GB, TB powers of 1000; fractions allowed). 0 and sets *ret, or -EINVAL.

@@ -662,11 +662,11 @@ static bool blocked_rec(const struct rec *r)
 }
 
 /*
- * Runs the sched module (at most walks user stack walks per thread and second; 0: all) on
- * tests/progs/condwait for 1.5 s, its "busy" thread too when busy, into *rs. Sets the BPF
+ * Runs the sched module (user stack walks at most `share` of a thread's time; 0: all walked)
+ * on tests/progs/condwait for 1.5 s, its "busy" thread too when busy, into *rs. Sets the BPF
  * counts of switch-outs seen and not walked.
  */
-static bool run_condwait(bool busy, int walks, struct agent *a, struct recs *rs,
+static bool run_condwait(bool busy, double share, struct agent *a, struct recs *rs,
 			 long *ret_switches, long *ret_not_walked)
 {
 	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", busy ? "busy" : NULL, NULL };
@@ -675,7 +675,7 @@ static bool run_condwait(bool busy, int walks, struct agent *a, struct recs *rs,
 
 	pid = spawn(argv, &gofd);
 	agent_init(a, pid);
-	a->opts.offcpu_walks = walks;
+	a->opts.offcpu_walk_share = share;
 	if (!ASSERT_EQ(sched_module.start(a), 0, "sched start")) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -734,9 +734,10 @@ out:
 }
 
 /*
- * The switch-out walk budget (--offcpu-walks): a thread that blocks thousands of times a second
- * has its stacks walked at the budget's rate and the rest marked; one that blocks 33 times a
- * second, under the budget, keeps every stack.
+ * The switch-out walk budget (--offcpu-walk-share, its default 0.1 %): a thread that blocks
+ * thousands of times a second has its stacks walked while its walk time stays within the share
+ * (1.5 ms in 1.5 s, after a 5-ms burst) and the rest marked; one that blocks 33 times a second
+ * (~0.2 ms of walks a second) keeps every stack.
  */
 static bool test_strips_offcpu_walk_budget(void)
 {
@@ -748,7 +749,7 @@ static bool test_strips_offcpu_walk_budget(void)
 
 	if (skip())
 		return true;
-	if (!run_condwait(true, 50, &a, &rs, &switches, &not_walked))
+	if (!run_condwait(true, 0.001, &a, &rs, &switches, &not_walked))
 		goto out;
 	for (size_t i = 0; i < rs.n; i++) {
 		const struct rec *r = &rs.r[i];
@@ -767,7 +768,7 @@ static bool test_strips_offcpu_walk_budget(void)
 	fprintf(stderr, "  %ld of %ld switch-outs not walked; waiter %d of %d records walked to "
 		"wait_for_work; busy: %d marked, %d walked records\n", not_walked, switches,
 		waiter_full, waiter, busy_marked, busy_walked);
-	/* 1.5 s at 50 a second plus the burst of 50: at most ~125 walks of each thread */
+	/* 6.5 ms of walks at ~2-30 us each: at most a few thousand of the busy thread's ~7 000 */
 	ok = ASSERT_TRUE(not_walked >= 1000, "the busy thread's blocks past its budget not walked") &&
 	     ASSERT_TRUE(busy_marked > 0, "they are marked, not unknown") &&
 	     ASSERT_TRUE(busy_walked > 0, "the budget's walks still name run_busy") &&

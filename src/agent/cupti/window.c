@@ -49,26 +49,6 @@ void trace_cfg_defaults(struct trace_cfg *c)
 	};
 }
 
-/* "1%", "0.5%", "100%" or a plain fraction "0.01". */
-static int parse_share(const char *s, double *ret)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -EINVAL;
-	if (*end == '%') {
-		v /= 100;
-		end++;
-	}
-	if (*end || v > 1)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 int trace_parse_opt(struct trace_cfg *c, const char *name, const char *val)
 {
 	uint64_t ns;

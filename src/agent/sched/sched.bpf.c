@@ -26,15 +26,16 @@ const volatile __u64 max_summary_ns = 20000000;	/* a summary is flushed once it 
 const volatile bool want_stacks = true;
 const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind_stacks ids) */
 /*
- * A switch-out's user stack walk (4-8 us with the unwinder) is budgeted per thread: a token
- * every walk_every_ns of the thread's life, at most walk_burst saved. A thread that blocks
- * less often than that (every thread that blocks for long) has every stack walked; one that
- * blocks thousands of times a second (a spin-then-sleep lock, a busy queue) has the rest marked
- * GPUSCOPE_USTACK_NOT_WALKED, so the walks cost it at most walk_burst / s x a walk.
- * walk_every_ns 0: every switch-out walked.
+ * A switch-out's user stack walk (4-30 us with the unwinder, deeper Python stacks costing more)
+ * is budgeted per thread in time: the thread earns walk_share_ppm of its elapsed time as walk
+ * credit, at most walk_burst_ns saved, and each walk spends what it took. A thread that blocks
+ * seldom (every thread with long blocks) has every stack walked; one that blocks thousands of
+ * times a second (a spin-then-sleep lock, a busy queue) has the rest marked
+ * GPUSCOPE_USTACK_NOT_WALKED, so the walks cost no thread more than its share (plus the burst).
+ * walk_share_ppm 0: every switch-out walked.
  */
-const volatile __u64 walk_every_ns = 5000000;	/* 200 walks/s per thread */
-const volatile __u32 walk_burst = 200;
+const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
+const volatile __s64 walk_burst_ns = 5000000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -69,9 +70,8 @@ struct thr {
 	__u8 state;		/* enum gpuscope_tstate */
 	__u8 flags;		/* GPUSCOPE_TSF_CUDA_SYNC while BLOCKED in a sync */
 	__u8 _pad[2];
-	__u32 walk_tokens;	/* user stack walks the thread may still take (walk_every_ns) */
-	__u32 _pad2;
-	__u64 walk_at_ns;	/* when walk_tokens was last topped up */
+	__s64 walk_credit_ns;	/* walk time the thread may still spend (walk_share_ppm) */
+	__u64 walk_at_ns;	/* when walk_credit_ns was last topped up */
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
 
@@ -215,27 +215,20 @@ folded:
 		flush_summary(t, tid, 0);
 }
 
-/* True when the thread's walk budget allows a user stack walk now (takes the token). */
+/* True when the thread's walk credit allows a user stack walk now (walk_spent() charges it). */
 static __always_inline bool walk_allowed(struct thr *t, __u64 now)
 {
-	__u64 n;
-
-	if (!walk_every_ns)
+	if (!walk_share_ppm)
 		return true;
 	if (now > t->walk_at_ns) {
-		n = (now - t->walk_at_ns) / walk_every_ns;
-		if (n >= walk_burst || t->walk_tokens + n >= walk_burst) {
-			t->walk_tokens = walk_burst;
-			t->walk_at_ns = now;
-		} else if (n) {
-			t->walk_tokens += n;
-			t->walk_at_ns += n * walk_every_ns;
-		}
+		__u64 earned = (now - t->walk_at_ns) * walk_share_ppm / 1000000;
+
+		t->walk_credit_ns = earned >= (__u64)walk_burst_ns ||
+					    t->walk_credit_ns + (__s64)earned > walk_burst_ns ?
+					    walk_burst_ns : t->walk_credit_ns + (__s64)earned;
+		t->walk_at_ns = now;
 	}
-	if (!t->walk_tokens)
-		return false;
-	t->walk_tokens--;
-	return true;
+	return t->walk_credit_ns > 0;
 }
 
 static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
@@ -249,7 +242,7 @@ static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u
 	nt.kstack_id = -1;
 	nt.ustack_id = -1;
 	nt.syscall_nr = -1;
-	nt.walk_tokens = walk_burst;
+	nt.walk_credit_ns = walk_burst_ns;
 	nt.walk_at_ns = bpf_ktime_get_ns();
 	BPF_CORE_READ_STR_INTO(&nt.comm, p, comm);
 	bpf_map_update_elem(&threads, &tid, &nt, BPF_NOEXIST);
@@ -291,19 +284,22 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					if (prev->mm && !walk_allowed(t, now)) {
 						t->ustack_id = GPUSCOPE_USTACK_NOT_WALKED;
 						count(2);
-					} else if (prev->mm && use_unwinder) {
-						/* prev is current: its saved user registers */
-						struct uwalk st;
-
-						t->ustack_id = unwind_init_task(&st) ?
-								       unwind_stackid(&st) : -1;
-						if (t->ustack_id < 0)
-							count_err(GPUSCOPE_SERR_USTACK);
 					} else if (prev->mm) {
-						t->ustack_id = bpf_get_stackid(ctx, &stacks,
-									       BPF_F_USER_STACK);
+						__u64 w0 = bpf_ktime_get_ns();
+
+						if (use_unwinder) {
+							/* prev is current: its saved user registers */
+							struct uwalk st;
+
+							t->ustack_id = unwind_init_task(&st) ?
+									       unwind_stackid(&st) : -1;
+						} else {
+							t->ustack_id = bpf_get_stackid(
+								ctx, &stacks, BPF_F_USER_STACK);
+						}
 						if (t->ustack_id < 0)
 							count_err(GPUSCOPE_SERR_USTACK);
+						t->walk_credit_ns -= bpf_ktime_get_ns() - w0;
 					}
 				}
 				regs = (struct pt_regs *)bpf_task_pt_regs(prev);

@@ -303,12 +303,8 @@ static int sched_start(struct agent *a)
 	if (!skel)
 		return -errno;
 	skel->rodata->track_all = a->opts.all_processes;
-	if (a->opts.offcpu_walks >= 0) {	/* else the program's default (200 a second) */
-		skel->rodata->walk_every_ns = a->opts.offcpu_walks ?
-					      1000000000ull / a->opts.offcpu_walks : 0;
-		if (a->opts.offcpu_walks > 0)
-			skel->rodata->walk_burst = (__u32)a->opts.offcpu_walks;
-	}
+	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
+		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
 	S.uw = agent__unwinder(a);
 	if (S.uw) {
 		err = unwinder__prepare(S.uw, skel->obj);
@@ -459,9 +455,9 @@ static void sched_metrics(struct agent *a, FILE *out)
 		     "Thread-state events the BPF program emitted.",
 		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
 	prom_counter(out, "gpuscope_agent_sched_stacks_not_walked_total",
-		     "Switch-outs whose user stack was not walked: the thread had used its walk "
-		     "budget (--offcpu-walks-per-sec; shown as [stack not walked: thread blocks "
-		     "often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 2));
+		     "Switch-outs whose user stack was not walked: the thread had spent its share "
+		     "of time for walks (--offcpu-walk-share; shown as [stack not walked: thread "
+		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 2));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;
