@@ -216,6 +216,8 @@ static bool test_strips_reason_names(void)
 }
 
 /* Phases, reasons, runnable time of the pinned pair, off-CPU stack of the futex wait. */
+static long metric(struct agent *a, const struct agent_module *m, const char *name);
+
 static bool test_strips_known_phases(void)
 {
 	char out[] = "/tmp/strips_work_XXXXXX";
@@ -223,7 +225,8 @@ static bool test_strips_known_phases(void)
 	struct agent a;
 	struct recs rs = { 0 };
 	struct phase ph[128];
-	int nblocked = 0, nexact = 0;
+	int nblocked = 0, nexact = 0, nunseen = 0;
+	long races = 0;
 	long long dur, delay, delay2, margin = 2 * MS;
 	int fd, gofd = -1, n, status, checked = 0, pin_tids[2] = { 0 }, npin = 0;
 	bool ok = false, futex_stack = false;
@@ -245,6 +248,7 @@ static bool test_strips_known_phases(void)
 	}
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 10000);
+	races = metric(&a, &sched_module, "program=\"sched\",error=\"race\"} ");
 	sched_module.stop(&a);
 	if (!ASSERT_EQ(status, 0, "workload exit status"))
 		goto out;
@@ -281,6 +285,14 @@ static bool test_strips_known_phases(void)
 			long long want = sleep ? 50 * MS : 30 * MS;
 
 			b = blocked_in(&rs, ph[i].tid, t0, t1);
+			if (!b && races > nunseen) {
+				/* a switch-in the programs did not see (seen once in ~10 loaded runs):
+				 * the state's end is unknown, so it is not reported */
+				fprintf(stderr, "  %s phase %d: no blocked interval (%ld races)\n",
+					ph[i].name, i, races);
+				nunseen++;
+				continue;
+			}
 			if (!ASSERT_TRUE(b != NULL, "blocked interval in the phase"))
 				goto out;
 			dur = (long long)(b->end_ns - b->start_ns);
@@ -317,7 +329,8 @@ static bool test_strips_known_phases(void)
 			checked++;
 		}
 	}
-	if (!ASSERT_TRUE(checked >= 6, "phases checked") ||
+	if (!ASSERT_TRUE(nunseen <= 1, "at most one phase unseen") ||
+	    !ASSERT_TRUE(checked >= 6, "phases checked") ||
 	    !ASSERT_TRUE(nexact * 5 >= nblocked * 4, "80 % of blocked phases within the margin of nominal"))
 		goto out;
 	/* the pinned pair: each waits for the CPU while the other runs */

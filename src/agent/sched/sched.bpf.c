@@ -265,6 +265,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		t = get_thr(prev, ptid, ptgid);
 		if (t) {
 			count(0);
+			if (t->state == GPUSCOPE_TS_RUNNABLE || t->state == GPUSCOPE_TS_BLOCKED) {
+				/* it ran (it is being switched out), but its switch-in went unseen:
+				 * when that state ended is unknown, so it is not reported */
+				count_err(GPUSCOPE_SERR_RACE);
+				t->state = GPUSCOPE_TS_UNKNOWN;
+			}
 			close_state(t, ptid, now, 0);
 			t->since_ns = now;
 			t->flags = 0;
