@@ -96,10 +96,11 @@ struct {
 	__type(value, struct gpuscope_offcpu_val);
 } offcpu SEC(".maps");
 
-/* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted. */
+/* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted,
+ * [2] switch-outs whose user stack was not walked (walk_allowed()). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);	/* switches, events emitted, switch-outs not walked */
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
@@ -215,7 +216,8 @@ folded:
 		flush_summary(t, tid, 0);
 }
 
-/* True when the thread's walk credit allows a user stack walk now (walk_spent() charges it). */
+/* Tops up the thread's walk credit; true when it allows a user stack walk now (the caller
+ * charges the walk's time). */
 static __always_inline bool walk_allowed(struct thr *t, __u64 now)
 {
 	if (!walk_share_ppm)
@@ -223,9 +225,11 @@ static __always_inline bool walk_allowed(struct thr *t, __u64 now)
 	if (now > t->walk_at_ns) {
 		__u64 earned = (now - t->walk_at_ns) * walk_share_ppm / 1000000;
 
-		t->walk_credit_ns = earned >= (__u64)walk_burst_ns ||
-					    t->walk_credit_ns + (__s64)earned > walk_burst_ns ?
-					    walk_burst_ns : t->walk_credit_ns + (__s64)earned;
+		if (earned >= (__u64)walk_burst_ns)	/* no overflow below */
+			earned = walk_burst_ns;
+		t->walk_credit_ns += (__s64)earned;
+		if (t->walk_credit_ns > walk_burst_ns)
+			t->walk_credit_ns = walk_burst_ns;
 		t->walk_at_ns = now;
 	}
 	return t->walk_credit_ns > 0;
