@@ -156,7 +156,7 @@ static __always_inline void flush_summary(struct thr *t, __u32 tid, __u8 flags)
 }
 
 /* Ends the thread's current state at now: one event, or folded into the summary. */
-static __always_inline void close_state(struct thr *t, __u32 tid, __u64 now, __u8 flags)
+static __noinline void close_state(struct thr *t, __u32 tid, __u64 now, __u8 flags)
 {
 	__u64 dur;
 	__u8 st = t->state;
@@ -235,7 +235,20 @@ static __always_inline bool walk_allowed(struct thr *t, __u64 now)
 	return t->walk_credit_ns > 0;
 }
 
-static __always_inline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
+/*
+ * The current task's user stack, walked by the unwinder from its saved user registers. Its own
+ * frame, and get_thr()'s and close_state()'s frames apart from on_switch's: 6.18 kernels count
+ * on_switch's frame plus the walker's calls (bpf_loop callbacks included) against the 512-byte
+ * stack limit, and with all of it inlined that was 592 (the program was refused).
+ */
+static __noinline __s32 walk_current(void)
+{
+	struct uwalk st;
+
+	return unwind_init_task(&st) ? unwind_stackid(&st) : -1;
+}
+
+static __noinline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
 {
 	struct thr *t = bpf_map_lookup_elem(&threads, &tid);
 	struct thr nt = {};
@@ -298,11 +311,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 						__u64 w0 = bpf_ktime_get_ns();
 
 						if (use_unwinder) {
-							/* prev is current: its saved user registers */
-							struct uwalk st;
-
-							t->ustack_id = unwind_init_task(&st) ?
-									       unwind_stackid(&st) : -1;
+							t->ustack_id = walk_current();
 						} else {
 							t->ustack_id = bpf_get_stackid(
 								ctx, &stacks, BPF_F_USER_STACK);

@@ -88,7 +88,9 @@ struct uwalk {
 	__u64 mm;			/* task->mm */
 	__u64 eval_start, eval_end;	/* _PyEval_EvalFrameDefault in this process; 0: none
 					 * (filled by py_walk_init()) */
-	__u64 py[6];			/* the Python walker's own state (python.bpf.h) */
+	__u64 py[4];			/* the Python walker's own state (python.bpf.h); sized
+					 * to struct py_state: this struct is on the stack of
+					 * every walking program, under the 512-byte limit */
 	__u32 tgid;
 	__u32 n;			/* words written */
 	__u32 slot;			/* scratch slot holding the words */
