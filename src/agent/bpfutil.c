@@ -118,18 +118,22 @@ void bpf_counters__metrics(FILE *out)
 }
 
 /*
- * The run time of every BPF program this process holds, from the kernel's own accounting
+ * What the kernel accounts for every BPF program this process holds, found by the process's own
+ * fds (every module's programs, without a registry): the runs it skipped because another BPF
+ * program was running on that CPU (always kept: each is an event lost, e.g. a switch-in the
+ * sched programs never saw, which they then count as a race), and the run time and runs
  * (bpf_prog_info.run_time_ns / run_cnt, kept only while kernel.bpf_stats_enabled is 1): what
- * the agent costs the profiled threads, in whose context most of the programs run. Found by
- * the process's own fds, so every module's programs are included without a registry.
+ * the agent costs the profiled threads, in whose context most of the programs run.
  */
 void bpf_prog_stats__metrics(FILE *out)
 {
 	static const char *const help[] = {
 		"Seconds the agent's BPF programs ran (kernel.bpf_stats_enabled=1; else absent).",
 		"Runs of the agent's BPF programs (kernel.bpf_stats_enabled=1; else absent).",
+		"Runs of the agent's BPF programs the kernel skipped because another BPF program was "
+		"running on that CPU (the events they would have handled are lost).",
 	};
-	struct { uint32_t id; char name[BPF_OBJ_NAME_LEN]; uint64_t ns, runs; } p[64];
+	struct { uint32_t id; char name[BPF_OBJ_NAME_LEN]; uint64_t ns, runs, missed; } p[64];
 	size_t n = 0;
 	FILE *f = fopen("/proc/sys/kernel/bpf_stats_enabled", "re");
 	int enabled = 0;
@@ -143,7 +147,7 @@ void bpf_prog_stats__metrics(FILE *out)
 	}
 	prom_gauge(out, "gpuscope_agent_bpf_stats_enabled",
 		   "1 if the kernel accounts BPF run time (kernel.bpf_stats_enabled).", enabled);
-	if (!enabled || !(d = opendir("/proc/self/fd")))
+	if (!(d = opendir("/proc/self/fd")))
 		return;
 	while ((de = readdir(d)) && n < ARRAY_SIZE(p)) {
 		char path[300], link[64];
@@ -168,23 +172,25 @@ void bpf_prog_stats__metrics(FILE *out)
 		snprintf(p[n].name, sizeof(p[n].name), "%s", info.name);
 		p[n].ns = info.run_time_ns;
 		p[n].runs = info.run_cnt;
+		p[n].missed = info.recursion_misses;
 		n++;
 	}
 	closedir(d);
-	prom_family(out, "gpuscope_agent_bpf_run_seconds_total", "counter", help[0]);
-	for (size_t i = 0; i < n; i++) {
-		char id[16];
-		struct prom_label l[] = { { "program", p[i].name }, { "id", id } };
+	for (int fam = enabled ? 0 : 2; fam < 3; fam++) {
+		static const char *const names[] = { "gpuscope_agent_bpf_run_seconds_total",
+						     "gpuscope_agent_bpf_runs_total",
+						     "gpuscope_agent_bpf_recursion_misses_total" };
 
-		snprintf(id, sizeof(id), "%u", p[i].id);
-		prom_sample(out, "gpuscope_agent_bpf_run_seconds_total", l, 2, p[i].ns / 1e9);
-	}
-	prom_family(out, "gpuscope_agent_bpf_runs_total", "counter", help[1]);
-	for (size_t i = 0; i < n; i++) {
-		char id[16];
-		struct prom_label l[] = { { "program", p[i].name }, { "id", id } };
+		prom_family(out, names[fam], "counter", help[fam]);
+		for (size_t i = 0; i < n; i++) {
+			char id[16];
+			struct prom_label l[] = { { "program", p[i].name }, { "id", id } };
 
-		snprintf(id, sizeof(id), "%u", p[i].id);
-		prom_sample_u64(out, "gpuscope_agent_bpf_runs_total", l, 2, p[i].runs);
+			snprintf(id, sizeof(id), "%u", p[i].id);
+			if (fam == 0)
+				prom_sample(out, names[fam], l, 2, p[i].ns / 1e9);
+			else
+				prom_sample_u64(out, names[fam], l, 2, fam == 1 ? p[i].runs : p[i].missed);
+		}
 	}
 }

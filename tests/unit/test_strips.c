@@ -249,6 +249,8 @@ static bool test_strips_known_phases(void)
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 10000);
 	races = metric(&a, &sched_module, "program=\"sched\",error=\"race\"} ");
+	fprintf(stderr, "  %ld races, on_switch runs skipped by the kernel (recursion): %ld\n", races,
+		metric(&a, &sched_module, "recursion_misses_total{program=\"on_switch\",id=\""));
 	sched_module.stop(&a);
 	if (!ASSERT_EQ(status, 0, "workload exit status"))
 		goto out;
@@ -618,8 +620,11 @@ static long metric(struct agent *a, const struct agent_module *m, const char *na
 		return -1;
 	m->metrics(a, f);
 	bpf_counters__metrics(f);	/* what the BPF programs count: one agent-wide family */
+	bpf_prog_stats__metrics(f);	/* and what the kernel counts of them */
 	fclose(f);
 	p = strstr(buf, name);
+	if (p && name[strlen(name) - 1] != ' ')	/* a prefix of the labels: the value after them */
+		p = strstr(p, "} ") ? strstr(p, "} ") - strlen(name) + 2 : NULL;
 	if (p)
 		n = atol(p + strlen(name));
 	free(buf);
