@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Small libbpf helpers shared by the agent's BPF modules; the BPF counter name table. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "agent/bpfutil.h"
+#include "common/log.h"
 #include "common/prom.h"
 #include "common/util.h"
 
@@ -115,6 +117,15 @@ void bpf_counters__metrics(FILE *out)
 {
 	family(out, true);
 	family(out, false);
+}
+
+int bpf_load_error(const char *module, int err)
+{
+	if (err == -EPERM)
+		return err;
+	log_error("%s: the kernel refused its BPF programs (%s); running without this module "
+		  "(-v prints the kernel's reasons)", module, strerror(-err));
+	return -ENOEXEC;
 }
 
 /*

@@ -40,6 +40,15 @@ void bpf_counters__set(enum gpuscope_prog prog, int map_fd);
 void bpf_counters__metrics(FILE *out);
 
 /*
+ * What a module's start returns when its skeleton did not load (err from *_bpf__load()): -EPERM
+ * as it is (the agent lacks the privileges: the agent stops), else -ENOEXEC, logged with the
+ * module's name: the kernel refused its programs (the verifier's -EACCES, or -EINVAL/-E2BIG/
+ * -ENOTSUP for a helper, attach type or size it lacks), and the agent runs without that module
+ * (gpuscope_agent_module_up 0) rather than losing every other one.
+ */
+int bpf_load_error(const char *module, int err);
+
+/*
  * gpuscope_agent_bpf_run_seconds_total / _runs_total{program,id} of every BPF program the
  * process holds, when kernel.bpf_stats_enabled is 1; gpuscope_agent_bpf_stats_enabled always.
  */

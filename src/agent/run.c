@@ -649,6 +649,8 @@ int cmd_run(int argc, char **argv)
 			continue;
 		}
 		err = ms->m->start(&a);
+		if (err == -ENOEXEC)	/* the kernel refused its programs: said, module_up 0 */
+			continue;
 		if (err == -ENOTSUP || err == -EOPNOTSUPP || err == -ENOENT) {
 			log_info("module %s: not available here (%s), running without it",
 				 ms->m->name, strerror(-err));

@@ -565,8 +565,10 @@ static int cuda_start(struct agent *a)
 		skel->rodata->use_unwinder = true;
 	}
 	err = cudaprobe_bpf__load(skel);
-	if (err)
+	if (err) {
+		err = bpf_load_error("cuda_probe", err);
 		goto out_destroy;
+	}
 	C.rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, &C, NULL);
 	if (!C.rb) {
 		err = -errno;

@@ -315,8 +315,10 @@ static int sched_start(struct agent *a)
 	/* needs tracefs; without it procs.c finds new GPU processes by its periodic scans */
 	bpf_program__set_autoattach(skel->progs.on_openat, false);
 	err = sched_bpf__load(skel);
-	if (err)
+	if (err) {
+		err = bpf_load_error("sched", err);
 		goto out_destroy;
+	}
 	err = sched_bpf__attach(skel);
 	if (err)
 		goto out_destroy;
