@@ -21,11 +21,7 @@ cdir=$(cupti_lib_dir)
 ours "$D/bin/gpuscope-agent" run --server "$url" --push-interval 5s \
 	--metrics-listen 127.0.0.1:9400 > "$W/agent.out" 2> "$W/agent.log" &
 apid=$!
-for _ in $(seq 300); do
-	curl -sf -o /dev/null -m 1 http://127.0.0.1:9400/metrics && break
-	kill -0 $apid 2>/dev/null || break
-	sleep 0.1
-done
+wait_agent_metrics $apid 9400
 PHASE_S=$secs CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH=$cdir \
 	timeout $((secs + 60)) python3 tests/device/trace_workload.py train gpt2 2>&1 |
 	grep summary | cut -c1-200

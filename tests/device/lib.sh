@@ -17,3 +17,13 @@ start_server() {
 	for _ in $(seq 100); do grep -q listening "$W/server.out" && break; sleep 0.1; done
 	url=$(grep -o 'http://[0-9.:]*' "$W/server.out" | head -1)
 }
+
+# Waits up to 30 s for the agent APID's /metrics on 127.0.0.1:PORT; returns early if it exits.
+wait_agent_metrics() {
+	for _ in $(seq 300); do
+		curl -sf -o /dev/null -m 1 "http://127.0.0.1:$2/metrics" && return 0
+		kill -0 "$1" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}

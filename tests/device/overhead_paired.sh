@@ -77,11 +77,7 @@ for wl in ${@:-launch gpt2 train}; do
 			--metrics-listen 127.0.0.1:9400 ${AGENT_ARGS:-} > "$W/agent-$wl-$i.out" \
 			2> "$W/agent-$wl-$i.log" &
 		apid=$!
-		for _ in $(seq 300); do
-			curl -sf -o /dev/null -m 1 http://127.0.0.1:9400/metrics && break
-			kill -0 $apid 2>/dev/null || break
-			sleep 0.1
-		done
+		wait_agent_metrics $apid 9400
 		sleep "$WARM_S"
 		if ! kill -0 $apid 2>/dev/null; then	# a dead agent measures nothing: stop here
 			wait $apid
