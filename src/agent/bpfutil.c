@@ -36,7 +36,8 @@ static const struct {
 	[GPUSCOPE_SERR_THREADS_FULL] = { "threads_full" },
 	[GPUSCOPE_SERR_AGG_FULL] = { "offcpu_map_full" },
 	[GPUSCOPE_SERR_SUMMARY] = { "folded", true },
-	[GPUSCOPE_SERR_RACE] = { "race" },
+	[GPUSCOPE_SERR_RACE] = { "woken_on_cpu", true },
+	[GPUSCOPE_SERR_SWITCH_IN_UNSEEN] = { "switch_in_unseen" },
 
 	[GPUSCOPE_CERR_RINGBUF_FULL] = { "ringbuf_full" },
 	[GPUSCOPE_CERR_USTACK] = { "ustack" },

@@ -66,7 +66,8 @@ enum gpuscope_err {
 	GPUSCOPE_SERR_THREADS_FULL = 19, /* thread-state map full: thread not followed */
 	GPUSCOPE_SERR_AGG_FULL = 20,	/* offcpu map full: short interval lost */
 	GPUSCOPE_SERR_SUMMARY = 21,	/* event: short states folded into summaries */
-	GPUSCOPE_SERR_RACE = 22,	/* transition out of order (waking before switch-out ...) */
+	GPUSCOPE_SERR_RACE = 22,	/* event: woken while still on its way out of the CPU */
+	GPUSCOPE_SERR_SWITCH_IN_UNSEEN = 23, /* switched out with no switch-in seen: state dropped */
 	/* cuda: 32..47 */
 	GPUSCOPE_CERR_RINGBUF_FULL = 32, /* call event lost */
 	GPUSCOPE_CERR_USTACK = 33,	/* bpf_get_stackid(user) failed */

@@ -55,6 +55,27 @@ struct gpuscope_offcpu_val {
 	__u64 ns, count;
 };
 
+/*
+ * A followed thread's state machine: the value of the sched programs' `threads` hash map (by tid),
+ * read by user space at stop to close every open state (sched.c: close_open_states()).
+ */
+struct gpuscope_sched_thr {
+	__u64 since_ns;		/* start of the current state */
+	__u64 agg_start_ns;	/* start of the pending summary; 0: none */
+	__u64 agg_end_ns;
+	__u64 agg_ns[3];	/* running, runnable, blocked ns in the summary */
+	__u32 tgid;
+	__u32 cpu;		/* RUNNING: the cpu */
+	__s32 kstack_id, ustack_id;	/* BLOCKED: stacks at the switch-out */
+	__s32 syscall_nr;
+	__u8 state;		/* enum gpuscope_tstate */
+	__u8 flags;		/* GPUSCOPE_TSF_CUDA_SYNC while BLOCKED in a sync */
+	__u8 _pad[2];
+	__s64 walk_credit_ns;	/* walk time the thread may still spend (walk_share_ppm) */
+	__u64 walk_at_ns;	/* when walk_credit_ns was last topped up */
+	__u8 comm[GPUSCOPE_COMM_LEN];
+};
+
 /* Process lifecycle and discovery hints. */
 enum gpuscope_proc_ev {
 	GPUSCOPE_PROC_EXEC = 1,		/* pid exec'd (any process) */

@@ -248,8 +248,11 @@ static bool test_strips_known_phases(void)
 	}
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 10000);
-	races = metric(&a, &sched_module, "program=\"sched\",error=\"race\"} ");
-	fprintf(stderr, "  %ld races, on_switch runs skipped by the kernel (recursion): %ld\n", races,
+	/* states dropped for a switch-in the programs did not see ("races" below) */
+	races = metric(&a, &sched_module, "program=\"sched\",error=\"switch_in_unseen\"} ");
+	fprintf(stderr, "  %ld switch-ins unseen, %ld wakeups while on the CPU, on_switch runs "
+			"skipped by the kernel (recursion): %ld\n", races,
+		metric(&a, &sched_module, "program=\"sched\",event=\"woken_on_cpu\"} "),
 		metric(&a, &sched_module, "recursion_misses_total{program=\"on_switch\",id=\""));
 	sched_module.stop(&a);
 	if (!ASSERT_EQ(status, 0, "workload exit status"))
@@ -726,6 +729,60 @@ static bool run_condwait(bool busy, double share, struct agent *a, struct recs *
 }
 
 /*
+ * Stopping the module closes every followed thread's open state at the stop (a waiter blocked
+ * across it gets a blocked record up to then, not one that ends at its last switch-in). The
+ * threads map's value is read back for it: one struct for BPF and user space (a copy of it in
+ * sched.c had gone stale, and the stop emitted nothing).
+ */
+static bool test_strips_open_states_at_stop(void)
+{
+	char *argv[] = { ".output/tests/progs/condwait", "30", "-", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	int gofd = -1, finals = 0, waiter_final = 0;
+	uint64_t stop_at, end;
+	bool ok = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	go(gofd);
+	end = mono_ns() + 500 * MS;
+	while (mono_ns() < end) {
+		sched_module.tick(&a);
+		usleep(20000);
+	}
+	stop_at = mono_ns() + a.mono_to_wall_ns;
+	sched_module.stop(&a);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	if (!ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+
+		if (r->pid != pid || r->sample || strcmp(r->kind, "thread_state") || r->end_ns < stop_at)
+			continue;
+		finals++;
+		waiter_final += !strcmp(r->thread, "waiter");
+	}
+	fprintf(stderr, "  %d states closed at the stop, %d of the waiter\n", finals, waiter_final);
+	ok = ASSERT_TRUE(finals >= 2, "the followed threads' states run up to the stop") &&
+	     ASSERT_TRUE(waiter_final >= 1, "the waiter's state too");
+out:
+	free(rs.r);
+	agent_done(&a);
+	return ok;
+}
+
+/*
  * A frame-pointer program waiting in pthread_cond_wait (glibc without frame pointers): the
  * off-CPU stack goes through glibc by its unwind tables and reaches the function that waits.
  */
@@ -812,4 +869,4 @@ out:
 
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
 	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
-	  T(test_strips_offcpu_walk_budget))
+	  T(test_strips_offcpu_walk_budget), T(test_strips_open_states_at_stop))

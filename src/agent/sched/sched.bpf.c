@@ -58,28 +58,12 @@ struct {
 	__type(value, __u8);
 } in_sync SEC(".maps");
 
-struct thr {
-	__u64 since_ns;		/* start of the current state */
-	__u64 agg_start_ns;	/* start of the pending summary; 0: none */
-	__u64 agg_end_ns;
-	__u64 agg_ns[3];	/* running, runnable, blocked ns in the summary */
-	__u32 tgid;
-	__u32 cpu;		/* RUNNING: the cpu */
-	__s32 kstack_id, ustack_id;	/* BLOCKED: stacks at the switch-out */
-	__s32 syscall_nr;
-	__u8 state;		/* enum gpuscope_tstate */
-	__u8 flags;		/* GPUSCOPE_TSF_CUDA_SYNC while BLOCKED in a sync */
-	__u8 _pad[2];
-	__s64 walk_credit_ns;	/* walk time the thread may still spend (walk_share_ppm) */
-	__u64 walk_at_ns;	/* when walk_credit_ns was last topped up */
-	__u8 comm[GPUSCOPE_COMM_LEN];
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);	/* tid */
-	__type(value, struct thr);
+	__type(value, struct gpuscope_sched_thr);
 } threads SEC(".maps");
 
 struct {
@@ -130,7 +114,7 @@ static __always_inline void emit(struct gpuscope_ev_thread_state *ev)
 		count(1);
 }
 
-static __always_inline void flush_summary(struct thr *t, __u32 tid, __u8 flags)
+static __always_inline void flush_summary(struct gpuscope_sched_thr *t, __u32 tid, __u8 flags)
 {
 	struct gpuscope_ev_thread_state ev = {};
 
@@ -156,7 +140,7 @@ static __always_inline void flush_summary(struct thr *t, __u32 tid, __u8 flags)
 }
 
 /* Ends the thread's current state at now: one event, or folded into the summary. */
-static __noinline void close_state(struct thr *t, __u32 tid, __u64 now, __u8 flags)
+static __noinline void close_state(struct gpuscope_sched_thr *t, __u32 tid, __u64 now, __u8 flags)
 {
 	__u64 dur;
 	__u8 st = t->state;
@@ -218,7 +202,7 @@ folded:
 
 /* Tops up the thread's walk credit; true when it allows a user stack walk now (the caller
  * charges the walk's time). */
-static __always_inline bool walk_allowed(struct thr *t, __u64 now)
+static __always_inline bool walk_allowed(struct gpuscope_sched_thr *t, __u64 now)
 {
 	if (!walk_share_ppm)
 		return true;
@@ -248,10 +232,10 @@ static __noinline __s32 walk_current(void)
 	return unwind_init_task(&st) ? unwind_stackid(&st) : -1;
 }
 
-static __noinline struct thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
+static __noinline struct gpuscope_sched_thr *get_thr(struct task_struct *p, __u32 tid, __u32 tgid)
 {
-	struct thr *t = bpf_map_lookup_elem(&threads, &tid);
-	struct thr nt = {};
+	struct gpuscope_sched_thr *t = bpf_map_lookup_elem(&threads, &tid);
+	struct gpuscope_sched_thr nt = {};
 
 	if (t)
 		return t;
@@ -276,7 +260,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 now = bpf_ktime_get_ns();
 	__u32 ptid = prev->pid, ptgid = prev->tgid;
 	__u32 ntid = next->pid, ntgid = next->tgid;
-	struct thr *t;
+	struct gpuscope_sched_thr *t;
 
 	if (ptid && is_tracked(ptgid) && !(prev_state & TASK_DEAD)) {
 		t = get_thr(prev, ptid, ptgid);
@@ -285,7 +269,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (t->state == GPUSCOPE_TS_RUNNABLE || t->state == GPUSCOPE_TS_BLOCKED) {
 				/* it ran (it is being switched out), but its switch-in went unseen:
 				 * when that state ended is unknown, so it is not reported */
-				count_err(GPUSCOPE_SERR_RACE);
+				count_err(GPUSCOPE_SERR_SWITCH_IN_UNSEEN);
 				t->state = GPUSCOPE_TS_UNKNOWN;
 			}
 			close_state(t, ptid, now, 0);
@@ -347,7 +331,7 @@ static __always_inline void woken(struct task_struct *p, bool new_task)
 {
 	__u32 tid = p->pid, tgid = p->tgid;
 	__u64 now;
-	struct thr *t;
+	struct gpuscope_sched_thr *t;
 
 	if (!tid || !is_tracked(tgid))
 		return;
@@ -401,7 +385,7 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tid = p->pid, tgid = p->tgid;
-	struct thr *t;
+	struct gpuscope_sched_thr *t;
 
 	if (!is_tracked(tgid))
 		return 0;

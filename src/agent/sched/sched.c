@@ -386,16 +386,13 @@ static void close_open_states(struct sched_state *s)
 	int fd = bpf_map__fd(s->skel->maps.threads);
 	__u32 key, next, *prev = NULL;
 	uint64_t now = mono_ns();
-	struct {
-		__u64 since_ns, agg_start_ns, agg_end_ns, agg_ns[3];
-		__u32 tgid, cpu;
-		__s32 kstack_id, ustack_id, syscall_nr;
-		__u8 state, flags, _pad[2];
-		__u8 comm[GPUSCOPE_COMM_LEN];
-	} t;	/* struct thr of sched.bpf.c */
+	struct gpuscope_sched_thr t;
 
-	if (bpf_map__value_size(s->skel->maps.threads) != sizeof(t))
+	if (bpf_map__value_size(s->skel->maps.threads) != sizeof(t)) {	/* one header: never */
+		log_error("sched: threads map value is %u bytes, struct gpuscope_sched_thr %zu",
+			  bpf_map__value_size(s->skel->maps.threads), sizeof(t));
 		return;
+	}
 	while (!bpf_map_get_next_key(fd, prev, &next)) {
 		key = next;
 		prev = &key;
