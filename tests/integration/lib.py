@@ -47,6 +47,30 @@ def start_workload(*argv):
     return p
 
 
+class Recording:
+    """`gpuscope-agent record ARGS...` started and sampling: its start (BPF verification, unwind
+    tables) takes seconds on a loaded machine, so workloads meant to be recorded are started, or
+    told to go, after it. wait() returns what run() would (stdout, stderr, returncode)."""
+
+    def __init__(self, argv, timeout=120):
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err = []
+        end = time.time() + timeout
+        while time.time() < end:
+            line = self.p.stderr.readline()
+            if not line:
+                break
+            self.err.append(line)
+            if " recording " in line:
+                return
+        raise RuntimeError("record did not start sampling: %r" % "".join(self.err)[-2000:])
+
+    def wait(self, timeout=120):
+        out, err = self.p.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(self.p.args, self.p.returncode, out,
+                                           "".join(self.err) + err)
+
+
 def go_tool():
     for g in ("/usr/lib/go/bin/go", "/usr/bin/go"):
         if os.path.exists(g):

@@ -10,8 +10,10 @@ usage: pystacks_work.py MODE SECONDS
   young    code that dies young: module bodies compiled and run once (young_N.py, each with
            its own function young_work_N burning ~1 ms), freed right after, their addresses
            reused by the next ones (as imports do)
-Prints "ready" once running, then exits after SECONDS."""
+Prints "ready" once running, then exits after SECONDS (with PYWORK_GO set, SECONDS from when a
+line arrives on stdin: the test starts its recording in between)."""
 import asyncio
+import os
 import ctypes
 import sys
 import threading
@@ -128,8 +130,10 @@ def run_young(deadline):
 
 def main():
     mode, seconds = sys.argv[1], float(sys.argv[2])
-    deadline = time.monotonic() + seconds
     print("ready", flush=True)
+    if os.environ.get("PYWORK_GO"):
+        sys.stdin.readline()
+    deadline = time.monotonic() + seconds
     if mode == "shares":
         run_stages(deadline)
     elif mode == "threads":

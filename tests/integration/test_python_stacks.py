@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lib import AGENT, check, finish, run, skip  # noqa: E402
+from lib import AGENT, Recording, check, finish, skip  # noqa: E402
 
 PY = "/usr/bin/python3"
 WORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pystacks_work.py")
@@ -26,17 +26,24 @@ tmp = tempfile.mkdtemp(prefix="gpuscope-pystacks-")
 folded = os.path.join(tmp, "py.folded")
 
 
-def start(mode, seconds):
-    p = subprocess.Popen([PY, WORK, mode, str(seconds)], stdout=subprocess.PIPE, text=True)
+def start(mode, seconds, gated=False):
+    """The workload, running; gated: its SECONDS start when a line is written to its stdin."""
+    p = subprocess.Popen([PY, WORK, mode, str(seconds)], stdout=subprocess.PIPE, text=True,
+                         stdin=subprocess.PIPE if gated else None,
+                         env=dict(os.environ, PYWORK_GO="1") if gated else None)
     check(p.stdout.readline().strip() == "ready", "%s workload started" % mode)
     return p
 
 
 def record(mode, work_seconds, rec_seconds, freq=499):
-    """Records the workload; returns [(frames root first, count)] of its samples."""
-    p = start(mode, work_seconds)
-    r = run([AGENT, "record", "--duration", "%ss" % rec_seconds, "--frequency", str(freq),
-             "--pid", str(p.pid), "--folded", folded, "--top", "0"], timeout=rec_seconds + 60)
+    """Records the workload, whose work_seconds start once the recording runs (the agent's start
+    takes seconds on a loaded machine); returns [(frames root first, count)] of its samples."""
+    p = start(mode, work_seconds, gated=True)
+    rec = Recording([AGENT, "record", "--duration", "%ss" % rec_seconds, "--frequency", str(freq),
+                     "--pid", str(p.pid), "--folded", folded, "--top", "0"])
+    p.stdin.write("go\n")
+    p.stdin.close()
+    r = rec.wait(timeout=rec_seconds + 60)
     p.wait()
     print("--- record %s: rc %d\n%s%s" % (mode, r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
     check(r.returncode == 0, "record %s exits 0" % mode)

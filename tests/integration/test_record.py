@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lib import AGENT, PROGS, check, finish, go_tool, run, skip, start_workload  # noqa: E402
+from lib import AGENT, PROGS, Recording, check, finish, go_tool, run, skip, start_workload  # noqa: E402
 
 if os.geteuid() != 0:
     skip("needs root for eBPF")
@@ -19,9 +19,11 @@ pb = os.path.join(tmp, "cpu.pb.gz")
 folded = os.path.join(tmp, "cpu.folded")
 
 # --- shares, chains, pprof ------------------------------------------------------------------
-burn = start_workload(os.path.join(PROGS, "burn"), "7", "2")
-r = run([AGENT, "record", "--duration", "5s", "--frequency", "999", "--pid", str(burn.pid),
-         "--output", pb, "--folded", folded, "--top", "10"])
+# the workloads outlast the recording, however long the agent takes to start
+burn = start_workload(os.path.join(PROGS, "burn"), "120", "2")
+r = Recording([AGENT, "record", "--duration", "5s", "--frequency", "999", "--pid", str(burn.pid),
+               "--output", pb, "--folded", folded, "--top", "10"]).wait()
+burn.kill()
 burn.wait()
 print(r.stdout[-3000:], r.stderr[-2000:])
 check(r.returncode == 0, "record exits 0")
@@ -76,9 +78,10 @@ if check(go is not None, "go tool available (golang-go)"):
           "pprof labels: thread, timestamp, pid")
 
 # --- kernel frames ----------------------------------------------------------------------------
-sc = start_workload(os.path.join(PROGS, "syscalls"), "4")
-r = run([AGENT, "record", "--duration", "2s", "--frequency", "499", "--pid", str(sc.pid),
-         "--folded", folded, "--top", "0"])
+sc = start_workload(os.path.join(PROGS, "syscalls"), "120")
+r = Recording([AGENT, "record", "--duration", "2s", "--frequency", "499", "--pid", str(sc.pid),
+               "--folded", folded, "--top", "0"]).wait()
+sc.kill()
 sc.wait()
 lines = open(folded).read().splitlines()
 kstacks = [line for line in lines if "_[k]" in line]
@@ -93,9 +96,14 @@ check(any(";main;" in l and "vfs_read_[k]" in l for l in kstacks), "kernel read 
 # --- a process that execs and then exits mid-run ------------------------------------------------
 # (by pid: other jobs on this machine may run the same workloads at the same time)
 import subprocess  # noqa: E402
-sh = subprocess.Popen(["/bin/sh", "-c", "sleep 0.7; exec %s 2 >/dev/null" % os.path.join(PROGS, "burn")])
-r = run([AGENT, "record", "--duration", "4s", "--frequency", "199", "--pid", str(sh.pid),
-         "--folded", folded, "--top", "0"])
+# the shell execs burn once the recording runs (a line on its stdin)
+sh = subprocess.Popen(["/bin/sh", "-c", "read go; sleep 0.5; exec %s 2 >/dev/null" %
+                       os.path.join(PROGS, "burn")], stdin=subprocess.PIPE)
+rec = Recording([AGENT, "record", "--duration", "4s", "--frequency", "199", "--pid", str(sh.pid),
+                 "--folded", folded, "--top", "0"])
+sh.stdin.write(b"go\n")
+sh.stdin.close()
+r = rec.wait()
 sh.wait()
 check(r.returncode == 0, "record across exec and exit exits 0")
 lines = open(folded).read().splitlines()

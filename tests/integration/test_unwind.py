@@ -7,12 +7,13 @@ dlopen()ed after start unwinds; processes that exec and exit mid-recording cost 
 every cut stack ends in one [truncated] frame, counted."""
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lib import AGENT, OUT, check, finish, run, skip, start_workload  # noqa: E402
+from lib import AGENT, OUT, Recording, check, finish, run, skip, start_workload  # noqa: E402
 
 if os.geteuid() != 0:
     skip("needs root for eBPF")
@@ -22,9 +23,16 @@ tmp = tempfile.mkdtemp(prefix="gpuscope-unwind-")
 folded = os.path.join(tmp, "cpu.folded")
 
 
-def record(pid, seconds, *extra):
-    r = run([AGENT, "record", "--duration", "%ds" % seconds, "--frequency", "999", "--pid", str(pid),
-             "--folded", folded, "--top", "0"] + list(extra))
+def record(w, seconds, *extra, signal_when_recording=False):
+    """Records workload w (started to outlast any agent start: it is killed after); sends it
+    SIGUSR1 once the recording runs if asked."""
+    rec = Recording([AGENT, "record", "--duration", "%ds" % seconds, "--frequency", "999", "--pid",
+                     str(w.pid), "--folded", folded, "--top", "0"] + list(extra))
+    if signal_when_recording:
+        w.send_signal(signal.SIGUSR1)
+    r = rec.wait()
+    w.kill()
+    w.wait()
     print(r.stdout[-1500:], r.stderr[-1500:])
     stacks = {}
     if os.path.exists(folded):
@@ -42,9 +50,8 @@ def share(stacks, frag):
 # --- shares and chains without frame pointers -----------------------------------------------------
 # (a loaded 2-core machine gives the workload a fraction of a CPU: 8 s at 999 Hz keeps the
 # binomial noise of a share near 1 point, a third of the tolerance)
-w = start_workload(BURN, "11")
-r, stacks = record(w.pid, 8)
-w.wait()
+w = start_workload(BURN, "120")
+r, stacks = record(w, 8)
 total = sum(stacks.values())
 check(r.returncode == 0 and total > 800, "record exits 0 with enough samples (%d)" % total)
 for phase, leaf, want in (("phase_alpha", "leaf_alpha", 50), ("phase_lib", "nofp_lib_outer;nofp_lib_leaf", 30),
@@ -64,16 +71,14 @@ bad = [s for s in stacks if "[truncated]" in s and not s.split(";")[1] == "[trun
 check(not bad, "[truncated] is only ever the outermost frame (%s)" % bad[:2])
 
 # The same workload with frame pointers only: the callers are lost (the test above can fail).
-w = start_workload(BURN, "5")
-r, fp = record(w.pid, 3, "--frame-pointers")
-w.wait()
+w = start_workload(BURN, "120")
+r, fp = record(w, 3, "--frame-pointers")
 check(r.returncode == 0 and share(fp, ";main;") < 50,
       "frame pointers alone: only %.1f%% reach main" % share(fp, ";main;"))
 
 # --- dlopen after start ------------------------------------------------------------------------------
-w = start_workload(BURN, "7", "dlopen")
-r, stacks = record(w.pid, 5)
-w.wait()
+w = start_workload(BURN, "120", "dlopen")
+r, stacks = record(w, 5, signal_when_recording=True)
 late = {s: n for s, n in stacks.items() if "nofp_late_leaf" in s}
 full = sum(n for s, n in late.items() if ";main;burn_loop;phase_lib;nofp_late_outer;nofp_late_leaf" in s)
 check(sum(late.values()) > 20 and full >= 0.9 * sum(late.values()),
