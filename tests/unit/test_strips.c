@@ -112,6 +112,24 @@ static void agent_done(struct agent *a)
 	symbolizer__free(a->sym);
 }
 
+/*
+ * Spawns argv (it waits for its go byte, *ret_go) and follows it with the sched module at walk
+ * share `share` (0: every switch-out walked). The pid, or -1 with nothing left running when the
+ * module did not start; *a is initialized either way (agent_done()).
+ */
+static pid_t spawn_followed(char *const argv[], struct agent *a, double share, int *ret_go)
+{
+	pid_t pid = spawn(argv, ret_go);
+
+	agent_init(a, pid);
+	a->opts.offcpu_walk_share = share;
+	if (ASSERT_EQ(sched_module.start(a), 0, "sched start"))
+		return pid;
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
 struct phase {
 	char name[16];
 	int tid;
@@ -647,13 +665,9 @@ static bool test_strips_thread_churn(void)
 
 	if (skip())
 		return true;
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+	pid = spawn_followed(argv, &a, 0, &gofd);
+	if (pid < 0)
 		goto out;
-	}
 	go(gofd);
 	status = run_until_exit(&a, &sched_module, pid, 60000);
 	followed = metric(&a, &sched_module, "\ngpuscope_agent_sched_threads_followed ");
@@ -706,14 +720,9 @@ static bool run_condwait(bool busy, double share, struct agent *a, struct recs *
 	int gofd = -1, status;
 	pid_t pid;
 
-	pid = spawn(argv, &gofd);
-	agent_init(a, pid);
-	a->opts.offcpu_walk_share = share;
-	if (!ASSERT_EQ(sched_module.start(a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+	pid = spawn_followed(argv, a, share, &gofd);
+	if (pid < 0)
 		return false;
-	}
 	/* the waiter's libraries' unwind tables first: built by a worker, which a loaded machine
 	 * can hold back for seconds (its first blocks then stopped in glibc: 63 of 97) */
 	sched_module.tick(a);
@@ -746,13 +755,9 @@ static bool test_strips_open_states_at_stop(void)
 
 	if (skip())
 		return true;
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+	pid = spawn_followed(argv, &a, 0, &gofd);
+	if (pid < 0)
 		goto out;
-	}
 	go(gofd);
 	end = mono_ns() + 500 * MS;
 	while (mono_ns() < end) {
