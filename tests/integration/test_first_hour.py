@@ -23,7 +23,8 @@ need_root_and_binaries()
 tmp = Scratch("first-hour")
 server = Server(tmp.path("data"), log=tmp.path("server.log"))
 server.start()
-work = start_workload(os.path.join(PROGS, "burn"), "60", "2")
+# burn outlasts the test, however long the agents take to start (it is killed at the end)
+work = start_workload(os.path.join(PROGS, "burn"), "900", "2")
 node = "fh-%d" % os.getpid()
 agent = None
 
