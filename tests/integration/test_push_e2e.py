@@ -25,7 +25,7 @@ with open(tmp.path("bad-token"), "w") as f:
     f.write("wrong\n")
 server = Server(tmp.path("data"), token_file=tmp.path("token"), log=tmp.path("server.log"))
 server.start()
-work = start_workload(os.path.join(PROGS, "burn"), "40")
+work = start_workload(os.path.join(PROGS, "burn"), "600")  # killed at the end
 node = "e2e-%d" % os.getpid()
 sel = '{node="%s",pid="%d"}' % (node, work.pid)
 agents = []

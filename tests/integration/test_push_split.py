@@ -12,7 +12,7 @@ need_root_and_binaries()
 tmp = Scratch("push-split")
 server = Server(tmp.path("data"), log=tmp.path("server.log"), args=["--max-body", "4KiB"])
 server.start()
-work = start_workload(os.path.join(PROGS, "burn"), "40")
+work = start_workload(os.path.join(PROGS, "burn"), "600")  # killed at the end
 node = "split-%d" % os.getpid()
 agent = None
 try:

@@ -12,7 +12,7 @@ from pushlib import (Agent, PROGS, Scratch, check, cpu_sampler_up, finish, free_
 need_root_and_binaries(server=False)
 tmp = Scratch("spool-bound")
 spool = tmp.path("spool")
-work = start_workload(os.path.join(PROGS, "dutyburn"), "30", "30")
+work = start_workload(os.path.join(PROGS, "dutyburn"), "600", "30")  # killed at the end
 dead = "http://127.0.0.1:%d" % free_port()		# nothing listens there
 agent = Agent(dead, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "200ms", "--spool-dir", spool,
                      "--spool-max", "3KiB", "--retry-max", "500ms", "--node", "spool-bound"],

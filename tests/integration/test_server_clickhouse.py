@@ -133,7 +133,7 @@ def kill_one_front_end(cl, store_args):
 def shard_outage(cl, store_args):
     a = Server(store_args=store_args).start()
     b = Server(store_args=store_args).start()
-    work = start_workload(os.path.join(PROGS, "dutyburn"), "60", "30")
+    work = start_workload(os.path.join(PROGS, "dutyburn"), "600", "30")  # killed at the end
     node = f"ch-agent-{os.getpid()}"
     spool = os.path.join(cl.root, "spool")
     agent = None
