@@ -65,7 +65,10 @@ struct prow {
  * too (P / u); values stay in ns (off-CPU gaps are d u less the value); the remainders (when
  * P) and the values (unless all are 1) as byte-plane columns: uvarint w (the bytes the
  * largest zigzagged value needs, 0-8), then w planes of one byte per value, lowest first.
- * unit_ns 0 or 1: format 2, times as they are. *ret malloc'ed (caller frees). 0/-errno.
+ * Flag 16 (schema 9; written when every value is a whole number of units and not all are 1:
+ * off-CPU values, which ingest rounds to the unit): the values in units too, v / u, decoded as
+ * v u (as gaps, d less v / u in units). unit_ns 0 or 1: format 2, times as they are. *ret
+ * malloc'ed (caller frees). 0/-errno.
  */
 int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint64_t unit_ns,
 			 uint8_t **ret, size_t *ret_len);

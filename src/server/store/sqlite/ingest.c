@@ -457,6 +457,20 @@ static int cmp_srow(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
+/*
+ * An off-CPU value (ns) at the store's time unit u (schema 9): rounded to the nearest whole
+ * unit (halves up), but one that was not 0 to at least one unit, so that every sample keeps a
+ * share of its answers (and a series a total): off by at most u / 2, or less than u for a value
+ * under u / 2.
+ */
+static int64_t value_to_unit(int64_t v, uint64_t u)
+{
+	uint64_t a = v < 0 ? -(uint64_t)v : (uint64_t)v, q = a / u + (a % u >= (u + 1) / 2);
+
+	q = a && !q ? 1 : q;
+	return v < 0 ? -(int64_t)(q * u) : (int64_t)(q * u);
+}
+
 static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, size_t n)
 {
 	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
@@ -544,6 +558,9 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 		if (in->s->o.time_unit_ns > 1)	/* floored after the sort: ties keep ns order */
 			for (size_t i = 0; i < n; i++)
 				r[i].t -= r[i].t % in->s->o.time_unit_ns;
+		if (in->s->o.time_unit_ns > 1 && (int)kind == SAMPLE_OFFCPU_NS)
+			for (size_t i = 0; i < n; i++)
+				r[i].value = value_to_unit(r[i].value, in->s->o.time_unit_ns);
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;

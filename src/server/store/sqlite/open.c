@@ -389,7 +389,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION) {
 		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
 		t0 = mono_ns();
-		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) || migrate_stack_day(s)) {
+		/* schema 9 changes no table: a schema-8 store is only marked (its chunks are read
+		 * as they are) */
+		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
+		    (ver < 8 && migrate_stack_day(s))) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
@@ -400,8 +403,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		if (ver >= 2 && ver < 7 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
 		/* the (id, day) table the copies below fill, then make stackdays rows of */
-		if (sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY,"
-				       " day INTEGER NOT NULL)", NULL, NULL, NULL)) {
+		if (ver < 8 && sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER"
+					      " PRIMARY KEY, day INTEGER NOT NULL)", NULL, NULL,
+					      NULL)) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}

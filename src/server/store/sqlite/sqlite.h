@@ -204,8 +204,9 @@ int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen);
  * likewise stacks, whose table keeps (id, day) only. 8: chunks of samples and intervals may
  * be in format 3 (times in a unit: µs by default, --time-resolution); no stacks table: the
  * stacks a batch used first on a day, a `stackdays` row per batch (ids in a blob); an older
- * store's stacks(id, day) rows become a row per day. */
-#define SQ_SCHEMA_VERSION 8
+ * store's stacks(id, day) rows become a row per day. 9: off-CPU sample values at the time
+ * unit too (rounded, chunk.h format 3's flag 16); an older store is read as it is. */
+#define SQ_SCHEMA_VERSION 9
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
