@@ -1504,19 +1504,32 @@ bad:
 
 /* ---- location blocks ---------------------------------------------------------------------- */
 
-int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len)
+int loc_block_encode(const struct lrow *r, size_t n, bool dict, uint8_t **ret, size_t *ret_len)
 {
 	struct buf b = { 0 };
 	uint64_t prev = 0;
 
+	if (dict) {	/* format 2 (schema 10): uvarint 0 (format 1 has n >= 1), 2 */
+		buf_uvarint(&b, 0);
+		buf_uvarint(&b, 2);
+	}
 	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, r[i].id - prev);
 		prev = r[i].id;
 	}
-	for (int k = 0; k < 4; k++)
-		for (size_t i = 0; i < n; i++)
-			buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
+	for (int k = 0; k < 4; k++) {
+		uint64_t last = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			if (!dict) {
+				buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
+				continue;
+			}
+			buf_svarint(&b, (int64_t)(r[i].sid[k] - last));
+			last = r[i].sid[k];
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].line);
 	for (size_t i = 0; i < n; i++)
@@ -1548,16 +1561,27 @@ static int block_open(struct buf *raw, const void *blob, size_t len, struct rd *
 	return 0;
 }
 
-int loc_block_decode(struct lblock *b, const void *blob, size_t len)
+int loc_block_decode(struct lblock *b, const void *blob, size_t len,
+		     const char *(*str)(void *ctx, uint64_t sid), void *ctx)
 {
 	uint64_t id = 0;
 	struct rd r;
 	int err;
 
 	b->n = 0;
+	b->dict = false;
+	b->strs.len = 0;
 	err = block_open(&b->raw, blob, len, &r, &b->n);
 	if (err)
 		return err;
+	if (!b->n && r.p < r.end) {	/* format 2: uvarint 0, 2, n */
+		b->dict = rd_uvarint(&r) == 2;
+		b->n = rd_uvarint(&r);
+		if (!b->dict || r.bad || b->n > (size_t)(r.end - r.p)) {
+			b->n = 0;
+			return -EINVAL;
+		}
+	}
 	if (grow(&b->r, &b->cap, b->n ? b->n : 1, sizeof(*b->r))) {
 		b->n = 0;
 		return -ENOMEM;
@@ -1571,13 +1595,31 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 		b->r[i].id = id;
 	}
 	for (int k = 0; k < 4 && !r.bad; k++) {
-		for (size_t i = 0; i < b->n; i++) {
+		uint64_t sid = 0;
+
+		for (size_t i = 0; i < b->n && b->dict; i++) {
+			const char *v;
+
+			sid += (uint64_t)rd_svarint(&r);
+			v = sid ? (str ? str(ctx, sid) : NULL) : "";
+			if (!v) {
+				r.bad = true;	/* a string the dictionary does not have */
+				break;
+			}
+			/* copied: the dictionary may lose it once the caller lets go of it;
+			 * offsets until every one is in (strs may move) */
+			b->r[i].sid[k] = sid;
+			b->r[i].str[k] = (const char *)(uintptr_t)b->strs.len;
+			buf_put(&b->strs, v, strlen(v) + 1);
+		}
+		for (size_t i = 0; i < b->n && !b->dict; i++) {
 			const uint8_t *z = memchr(r.p, 0, (size_t)(r.end - r.p));
 
 			if (!z) {
 				r.bad = true;
 				break;
 			}
+			b->r[i].sid[k] = 0;
 			b->r[i].str[k] = (const char *)r.p;
 			r.p = z + 1;
 		}
@@ -1588,10 +1630,13 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 		b->r[i].address = rd_uvarint(&r);
 	for (size_t i = 0; i < b->n; i++)
 		b->r[i].flags = rd_uvarint(&r);
-	if (r.bad) {
+	if (r.bad || b->strs.oom) {
 		b->n = 0;
-		return -EINVAL;
+		return r.bad ? -EINVAL : -ENOMEM;
 	}
+	for (size_t i = 0; i < b->n && b->dict; i++)
+		for (int k = 0; k < 4; k++)
+			b->r[i].str[k] = (const char *)b->strs.p + (uintptr_t)b->r[i].str[k];
 	return 0;
 }
 
@@ -1613,6 +1658,7 @@ const struct lrow *loc_block_find(const struct lblock *b, uint64_t id)
 void lblock_done(struct lblock *b)
 {
 	buf_done(&b->raw);
+	buf_done(&b->strs);
 	free(b->r);
 	memset(b, 0, sizeof(*b));
 }
