@@ -41,6 +41,12 @@ def get(url):
         return e.code, e.read()
 
 
+def jl(body):
+    """JSON of an answer whose strings may hold bytes that are not UTF-8 (a function name as
+    the binary has it): kept as they are (surrogate escapes), so they compare byte for byte."""
+    return json.loads(body.decode("utf-8", "surrogateescape"))
+
+
 def floor_us(v):
     return int(v) // 1000
 
@@ -165,7 +171,7 @@ def same_rounded(q, a, b):
         tol = OFFCPU_TOL[0]
         if q.startswith("/api/v1/pprof"):
             return pprof_near(a[1], b[1], tol)
-        x, y = json.loads(a[1]), json.loads(b[1])
+        x, y = jl(a[1]), jl(b[1])
         if q.startswith("/api/v1/samples"):  # and a sample within 1 µs of a bucket edge
             return all(near(s["total"], t["total"], tol) and len(s["values"]) == len(t["values"])
                        and all(near(u, v, tol + max(s["values"] + [0]))
@@ -216,7 +222,7 @@ def main():
               (t0 + 1800.001, t0 + 1980.999)]
     full = "from=%.3f&to=%.3f" % ranges[0]
     if rounded:  # the off-CPU samples the ns store holds: all less CPU ones (a value of 1 each)
-        cpu = json.loads(get(urls[0] + "/api/v1/flamegraph?" + full + "&kind=cpu")[1])["total"]
+        cpu = jl(get(urls[0] + "/api/v1/flamegraph?" + full + "&kind=cpu")[1])["total"]
         held = [float(ln.split()[1]) for ln in get(urls[0] + "/metrics")[1].decode().splitlines()
                 if ln.startswith("gpuscope_server_store_samples_held ")]
         OFFCPU_TOL[0] = 1000 * (int(held[0]) - cpu)
