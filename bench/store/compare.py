@@ -15,8 +15,17 @@ ending less than 1 µs after `from` left out (a floored end no longer overlaps),
 truncated answer's last start either way; and
 samples over time with each series' total the same and a sample lying within 1 µs before a
 bucket edge in either bucket (every bucket within 2 samples, or for off-CPU time within the
-largest sample's value, of the other answer's). Prints how many answers were the same byte for
-byte, how many only so rounded, and each that differs. Usage: compare.py [--rounded] URL URL..."""
+largest sample's value, of the other answer's). Answers of off-CPU time (kind=offcpu_ns: flame
+graphs, diff, top, processes, samples over time, pprof; schema 9 rounds each off-CPU sample's
+value to the nearest µs, one under 0.5 µs to 1 µs) must be the same but for their numbers of
+ns: the same JSON keys, strings and list lengths (top's functions and processes matched by name
+and pid, in any order), pprof's the same Profile but for its samples' values, and each number
+of ns within 1000 x N of the other answer's, N the off-CPU samples the ns store holds (the
+bound of any one number's samples: compare.py cannot count a node's), samples over time's
+buckets within that and the largest bucket. The largest difference seen, absolute and
+relative, is printed. Prints how many answers were the same byte for byte, how many only so
+rounded, and each that differs. Usage: compare.py [--rounded] URL URL..."""
+import gzip
 import json
 import sys
 import urllib.error
@@ -30,6 +39,12 @@ def get(url):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def jl(body):
+    """JSON of an answer whose strings may hold bytes that are not UTF-8 (a function name as
+    the binary has it): kept as they are (surrogate escapes), so they compare byte for byte."""
+    return json.loads(body.decode("utf-8", "surrogateescape"))
 
 
 def floor_us(v):
@@ -55,10 +70,118 @@ def intervals_rounded(q, body):
     return out
 
 
+OFFCPU_TOL = [0]  # ns: 1000 x the off-CPU samples the ns store holds (main() sets it)
+WORST = [0, 0.0]  # the largest absolute (ns) and relative difference of an off-CPU number
+
+
+def near(x, y, tol):
+    """JSON values x and y the same but for numbers, each within tol (off-CPU answers)."""
+    if isinstance(x, bool) or isinstance(y, bool) or isinstance(x, str) or x is None:
+        return x == y
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        d = abs(x - y)
+        WORST[0] = max(WORST[0], d)
+        if d:
+            WORST[1] = max(WORST[1], d / max(abs(x), 1))
+        return d <= tol
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(near(x[k], y[k], tol) for k in x)
+    if isinstance(x, list) and isinstance(y, list):
+        if len(x) != len(y):
+            return False
+        for key in ("name", "pid"):  # top's functions, processes: ordered by value
+            if x and all(isinstance(e, dict) and key in e for e in x + y):
+                kx = {e[key]: e for e in x}
+                ky = {e[key]: e for e in y}
+                return kx.keys() == ky.keys() and all(near(kx[k], ky[k], tol) for k in kx) \
+                    if len(kx) == len(x) and len(ky) == len(y) else False
+        return all(near(u, v, tol) for u, v in zip(x, y))
+    return False
+
+
+def pb_fields(b):
+    """A protobuf message's fields: (number, wire type, value: int or bytes)."""
+    i, out = 0, []
+
+    def varint(i):
+        v = s = 0
+        while True:
+            v |= (b[i] & 0x7F) << s
+            s += 7
+            i += 1
+            if not b[i - 1] & 0x80:
+                return v, i
+    while i < len(b):
+        key, i = varint(i)
+        w = key & 7
+        if w == 0:
+            v, i = varint(i)
+        elif w == 2:
+            n, i = varint(i)
+            v, i = b[i:i + n], i + n
+        else:
+            n = 8 if w == 1 else 4
+            v, i = b[i:i + n], i + n
+        out.append((key >> 3, w, v))
+    return out
+
+
+def pb_varints(b):
+    out, i = [], 0
+    while i < len(b):
+        v = s = 0
+        while True:
+            v |= (b[i] & 0x7F) << s
+            s += 7
+            i += 1
+            if not b[i - 1] & 0x80:
+                break
+        out.append(v)
+    return out
+
+
+def pprof_near(a, b, tol):
+    """Two pprof answers (gzip'ed Profile) the same but for their samples' values (field 2 of
+    each Sample, field 2 of the Profile), each within tol."""
+    x, y = pb_fields(gzip.decompress(a)), pb_fields(gzip.decompress(b))
+    if len(x) != len(y):
+        return False
+    for (f, w, u), (g, w2, v) in zip(x, y):
+        if (f, w) != (g, w2):
+            return False
+        if f != 2 or w != 2:
+            if u != v:
+                return False
+            continue
+        su, sv = pb_fields(u), pb_fields(v)
+        if [e for e in su if e[0] != 2] != [e for e in sv if e[0] != 2]:
+            return False
+        vu = [n for e in su if e[0] == 2 for n in (pb_varints(e[2]) if e[1] == 2 else [e[2]])]
+        vv = [n for e in sv if e[0] == 2 for n in (pb_varints(e[2]) if e[1] == 2 else [e[2]])]
+        if len(vu) != len(vv) or not all(near(p, q, tol) for p, q in zip(vu, vv)):
+            return False
+    return True
+
+
 def same_rounded(q, a, b):
     """Rounded mode (see above): answer a (ns store) and b the same up to µs times?"""
     if a[0] != b[0]:
         return False
+    if "kind=offcpu_ns" in q and a[0] == 200:
+        tol = OFFCPU_TOL[0]
+        if q.startswith("/api/v1/pprof"):
+            return pprof_near(a[1], b[1], tol)
+        x, y = jl(a[1]), jl(b[1])
+        if q.startswith("/api/v1/samples"):  # and a sample within 1 µs of a bucket edge
+            return all(near(s["total"], t["total"], tol) and len(s["values"]) == len(t["values"])
+                       and all(near(u, v, tol + max(s["values"] + [0]))
+                               for u, v in zip(s["values"], t["values"]))
+                       for s, t in zip(x["series"], y["series"])) and \
+                len(x["series"]) == len(y["series"]) and \
+                [s.get("group") for s in x["series"]] == [t.get("group") for t in y["series"]] and \
+                {k: v for k, v in x.items() if k != "series"} == \
+                {k: v for k, v in y.items() if k != "series"}
+        return near(x, y, tol)
     if q.startswith("/api/v1/intervals"):
         x, y = intervals_rounded(q, a[1]), intervals_rounded(q, b[1])
         if len(x) != len(y):
@@ -98,6 +221,11 @@ def main():
     ranges = [(t0 - 1, t1 + 1), (t0 + 7.3, t0 + 1234.567), (t0 + 1023.21, t0 + 3160.5),
               (t0 + 1800.001, t0 + 1980.999)]
     full = "from=%.3f&to=%.3f" % ranges[0]
+    if rounded:  # the off-CPU samples the ns store holds: all less CPU ones (a value of 1 each)
+        cpu = jl(get(urls[0] + "/api/v1/flamegraph?" + full + "&kind=cpu")[1])["total"]
+        held = [float(ln.split()[1]) for ln in get(urls[0] + "/metrics")[1].decode().splitlines()
+                if ln.startswith("gpuscope_server_store_samples_held ")]
+        OFFCPU_TOL[0] = 1000 * (int(held[0]) - cpu)
     procs = json.loads(get(urls[0] + "/api/v1/processes?" + full + "&limit=5")[1])["processes"]
     tids = json.loads(get(urls[0] + "/api/v1/label/tid/values?" + full)[1])
     threads = json.loads(get(urls[0] + "/api/v1/label/thread/values?" + full)[1])
@@ -148,6 +276,9 @@ def main():
             continue
         print("DIFFERENT: %s: %s" % (q, ", ".join("%d %d bytes" % (s, len(b)) for s, b in answers)),
               flush=True)
+    if rounded:
+        print("off-CPU numbers: tolerance %d ns; largest difference %d ns, relative %.2g" % (
+            OFFCPU_TOL[0], WORST[0], WORST[1]))
     print("%d of %d answers the same on %d servers (%s)%s" % (
         same + near, len(qs), len(urls), ", ".join(urls),
         ": %d byte for byte, %d only rounded to us" % (same, near) if rounded else ""))

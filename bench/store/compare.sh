@@ -5,7 +5,8 @@
 # binary (migration in place), and asks all three the questions of compare.py, byte for byte.
 # Usage: [ROUNDED=1] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
 # (ROUNDED=1: compare.py --rounded, for a NEW_SERVER that stores times at µs and an OLD_SERVER
-# that stored them at ns: schema 8's --time-resolution us, the default)
+# that stored them at ns: schema 8's --time-resolution us, the default; or off-CPU values at µs
+# against ns ones: schema 9's)
 set -eu
 cd "$(dirname "$0")/../.."
 old=${1:?usage: compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR} new=${2:?} spool=${3:?}

@@ -8,6 +8,7 @@ used; what is left answers as before, and /metrics counts what went and the byte
 held."""
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -28,6 +29,37 @@ def script(t0, procs, pid0, prefix):
             lines.append(f"sample {t0 + i * MS + k} cpu 1 pid={pid0 + i},comm={prefix}{i % 7} "
                          f"main;common_loop;{prefix}_leaf_{pid0 + i}")
     return "\n".join(lines) + "\n"
+
+
+def dictionary(db):
+    """The store's string dictionary (schema 10): id -> string, from its blocks (zstd, or a 0
+    byte and the bytes; the stack-block format: n, id deltas, lengths, bytes)."""
+    def varint(b, i):
+        v = sh = 0
+        while True:
+            v |= (b[i] & 0x7F) << sh
+            sh += 7
+            i += 1
+            if not b[i - 1] & 0x80:
+                return v, i
+    out = {}
+    for (blob,) in db.execute("SELECT data FROM strblocks ORDER BY id"):
+        b = blob[1:] if blob[0] == 0 else subprocess.run(
+            ["zstd", "-d", "-c"], input=blob, stdout=subprocess.PIPE, check=True).stdout
+        n, i = varint(b, 0)
+        ids, lens, sid = [], [], 0
+        for _ in range(n):
+            d, i = varint(b, i)
+            sid += d
+            ids.append(sid)
+        for _ in range(n):
+            ln, i = varint(b, i)
+            lens.append(ln)
+        for sid, ln in zip(ids, lens):
+            check(sid not in out, f"string id {sid} in two blocks")
+            out[sid] = b[i:i + ln].decode()
+            i += ln
+    return out
 
 
 def wait(what, cond, timeout=60):
@@ -101,8 +133,21 @@ def main():
         # batch's block also holds main and common_loop (still used), the three others none
         db = sqlite3.connect(os.path.join(data, "gpuscope.db"))
         blocks = db.execute("SELECT count(*) FROM locblocks").fetchone()[0]
+        # the names (schema 10): the old leaves' strings went with their locations but the
+        # one still used; the returning one's came back (under a new id), each string once
+        strs = dictionary(db)
         db.close()
         check(blocks == 3, f"location blocks left: {blocks} (the first old one, new, returning)")
+        names = sorted(strs.values())
+        leaves = [v for v in names if "_leaf_" in v]
+        check(len(names) == len(set(names)), "each string once in the dictionary")
+        check("main" in names and "common_loop" in names and "new_leaf_549" in names,
+              f"the strings of the locations left: {names[:10]}")
+        check(sorted(leaves) == sorted(["old_leaf_10000", "old_leaf_10001"] +
+                                       [f"new_leaf_{500 + i}" for i in range(NEW_PROCS)]),
+              f"the old leaves' names went: {len(leaves)} left, {leaves[:5]}")
+        check(max(k for k, v in strs.items() if v == "old_leaf_10000") > max(
+            k for k, v in strs.items() if v == "new_leaf_549"), "the returning name's id is new")
         # label sets' pairs live in blocks rewritten by GC: after a restart every one left is
         # there, and only those
         s.start()
@@ -111,6 +156,17 @@ def main():
         v = s.get_json(f"/api/v1/label/pid/values?{r3}")["values"]
         check(len(v) == NEW_PROCS + 1 and "10000" in v and "10001" not in v,
               f"label values after restart ({len(v)})")
+        # the frames' names, from the dictionary loaded again at open
+        fg = s.get_json(f"/api/v1/flamegraph?{r3}&group_by=comm")
+        loop = find(find(find(fg["root"], "new0"), "main"), "common_loop")
+        check(loop is not None and find(loop, "new_leaf_500")["value"] == 3 and
+              find(loop, "old_leaf_10001")["value"] == 1, "frames' names after restart")
+        code, body = s.ingest(encode(script(now_ns(), 1, 10002, "old")))
+        check(code == 204, f"a gone name stored again: {code} {body}")
+        r4 = f"from={(now_ns() - 60 * 10**9) / 1e9:.3f}&to={(now_ns() + 60 * 10**9) / 1e9:.3f}"
+        fg = s.get_json(f"/api/v1/flamegraph?{r4}&selector=%7Bpid%3D%2210002%22%7D")
+        check(find(find(find(fg["root"], "main"), "common_loop"), "old_leaf_10002") is not None,
+              "a name GC deleted comes back as a new string")
     except Exception:
         print(s.logtext(), file=sys.stderr)
         raise

@@ -6,6 +6,7 @@ place at open: label sets move into blocks with their ids, the old chunks are re
 (samples per thread, in time order; intervals with their attrs), new data goes on beside them,
 and the store is marked with the current version."""
 import os
+import subprocess
 import urllib.parse
 
 from gpuscope_server import (check, check_migrated, encode, migrated_db, now_ns, old_store,
@@ -167,10 +168,22 @@ def main():
                              " 'stacks')").fetchall(), "old tables gone")
         days = [r[0] for r in db.execute("SELECT day FROM stackdays ORDER BY id")]
         check(days and days[0] == day, f"the stacks' day in a stackdays row (schema 8): {days}")
+        # schema 10: the location block written again under its key, its names as ids into
+        # the string dictionary (format 2: 0, 2, ...), the names in a string block
+        lb = db.execute("SELECT data FROM locblocks WHERE id = 1").fetchone()[0]
+        payload = lb[1:] if lb[0] == 0 else subprocess.run(
+            ["zstd", "-d", "-c"], input=lb, stdout=subprocess.PIPE, check=True).stdout
+        check(payload[:3] == b"\0\x02\x03", f"location block in format 2: {payload[:8]!r}")
+        sb = b"".join(r[0] for r in db.execute("SELECT data FROM strblocks"))
+        check(len(sb) > 0, "the names in string blocks")
         db.close()
         s.start()  # the pairs come back from the blocks after a restart
         vals = s.get_json(f"/api/v1/label/tid/values?{rng}")
         check(vals["values"] == ["7", "8"], f"tid values after restart {vals}")
+        st = s.get_json("/api/v1/stack/2")["frames"]
+        check([(f["function"], f["module"], f.get("file"), f.get("line")) for f in st] ==
+              [("schedule", "[kernel]", None, None), ("work", "/usr/bin/app", None, None),
+               ("main", "/usr/bin/app", "app.c", 10)], f"stack 2 after restart {st}")
     print("ok")
 
 

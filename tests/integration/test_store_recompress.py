@@ -12,7 +12,7 @@ import sqlite3
 from gpuscope_server import Server, check, encode, now_ns, running, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
-TABLES = ("chunks", "ivchunks", "points", "locblocks", "stackblocks", "lsblocks")
+TABLES = ("chunks", "ivchunks", "points", "locblocks", "stackblocks", "lsblocks", "strblocks")
 
 
 def answers(s, t0, t1):

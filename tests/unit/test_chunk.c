@@ -445,7 +445,46 @@ static bool test_chunk_format3(void)
 	return ok;
 }
 
+/*
+ * Schema 9: where every value is a whole number of the unit (off-CPU values that ingest rounded
+ * to µs), format 3 keeps them in units (flag 16), as gaps or as they are, and decodes them
+ * back exactly; one value off the unit keeps them all in ns.
+ */
+static bool test_chunk_values_in_units(void)
+{
+	/* ls 1: off 3 ms, ran 1 ms, off 2 ms (gaps shorter); ls 2: scattered values */
+	struct srow r[6] = { { 10000000, 7, 3000000, 1 }, { 10000000, 5, 17000, 2 },
+			     { 14000000, 7, 2000000, 1 }, { 19000000, 8, -4000, 2 },
+			     { 21000000, 7, 1000, 1 }, { 29000000, 9, 123456000, 2 } };
+	struct chunk c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = true;
+
+	for (int pass = 0; pass < 2 && ok; pass++) {
+		if (pass)
+			r[4].value = 1001;	/* not a whole µs: every value in ns */
+		ok = ASSERT_EQ(chunk_samples_encode(r, 6, 0, 1000, &z, &zlen), 0, "encode") &&
+		     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 10000000), 0, "decode") &&
+		     ASSERT_EQ(c.n, 6, "n") && ASSERT_EQ(c.raw.p[1], 3, "format 3") &&
+		     ASSERT_EQ(c.raw.p[5] & 16, pass ? 0 : 16, "flag 16: values in units");
+		for (size_t i = 0; i < 6 && ok; i++)
+			ok = ASSERT_EQ(c.value[i], r[i].value, "value back exactly") &&
+			     ASSERT_EQ(c.stack[i], r[i].stack, "stack");
+		free(z);
+		z = NULL;
+	}
+	/* unit 1 (--time-resolution ns): format 2, no flag */
+	ok = ok && ASSERT_EQ(chunk_samples_encode(r, 6, 0, 0, &z, &zlen), 0, "encode") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 10000000), 0, "decode") &&
+	     ASSERT_EQ(c.raw.p[1], 2, "format 2") && ASSERT_EQ(c.raw.p[3] & 16, 0, "no flag") &&
+	     ASSERT_EQ(c.value[4], 1001, "ns value");
+	free(z);
+	chunk_done(&c);
+	return ok;
+}
+
 TEST_MAIN(T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
 	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
-	  T(test_chunk_format3))
+	  T(test_chunk_format3), T(test_chunk_values_in_units))

@@ -306,7 +306,7 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0, u = unit_ns > 1 ? unit_ns : 1;
 	uint64_t period = period_ns / u;	/* in units: format 3's times are t / u */
 	size_t ngroups = 0, nmtf = 0;
-	bool all_one = true, gaps;
+	bool all_one = true, gaps, vunit = u > 1;	/* vunit: every value a whole number of u */
 
 	/* Decoders give format 2's samples back in time order, ties by label set, and then put
 	 * right the ties that came in another order (ties_put()); r out of time order: format 1 */
@@ -321,27 +321,30 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 	for (size_t i = 0; i < n; i++) {
 		o[i] = (struct sorder){ &r[i], i };
 		all_one &= r[i].value == 1;
+		vunit &= r[i].value % (int64_t)u == 0;
 		t_min = r[i].t < t_min ? r[i].t : t_min;
 	}
+	vunit &= !all_one;
 	qsort(o, n, sizeof(*o), cmp_sorder);
 	for (size_t i = 0; i < n; i++) {
 		const struct srow *x = o[i].r;
+		int64_t v = vunit ? x->value / (int64_t)u : x->value;	/* schema 9: in units */
 		size_t k;
 
 		if (!i || x->labelset != o[i - 1].r->labelset) {
 			ngroups++;
 			nmtf = 0;
 			buf_uvarint(&col[0], x->t / u - t_min / u);
-			buf_svarint(&col[6], x->value);
+			buf_svarint(&col[6], v);
 		} else {
 			uint64_t d = x->t / u - o[i - 1].r->t / u, q = period ? periods(d, period) : d;
 
 			buf_uvarint(&col[1], q);
 			if (period)
 				buf_svarint(&col[2], (int64_t)(d - q * period));
-			buf_svarint(&col[6], (int64_t)(d * u - (uint64_t)x->value));
+			buf_svarint(&col[6], (int64_t)((vunit ? d : d * u) - (uint64_t)v));
 		}
-		buf_svarint(&col[5], x->value);
+		buf_svarint(&col[5], v);
 		k = mtf_code(mtf, &nmtf, x->stack);
 		buf_uvarint(&col[3], k);
 		if (!k) {
@@ -358,7 +361,7 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		buf_uvarint(&b, u);
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u) |
-			(ties.len ? 8u : 0u));
+			(ties.len ? 8u : 0u) | (vunit ? 16u : 0u));
 	buf_uvarint(&b, period);
 	if (ngroups > 1) {
 		uint64_t prev = 0;
@@ -552,9 +555,10 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint
 	c->mixed = flags & 2;
 	if (c->mixed)
 		ngroups = rd_uvarint(r);
-	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX || flags > 15 ||
-	    !ngroups || ngroups > c->n || (c->mixed && ngroups < 2) ||
-	    (c->all_one && (flags & 4)) || ((flags & 8) && !c->mixed))
+	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX ||
+	    flags > (planes ? 31u : 15u) || !ngroups || ngroups > c->n ||
+	    (c->mixed && ngroups < 2) || (c->all_one && (flags & 20)) ||
+	    ((flags & 8) && !c->mixed))
 		return -EINVAL;
 	if (chunk_reserve(c))
 		return -ENOMEM;
@@ -620,6 +624,8 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint
 	for (size_t i = 0; i < c->n; i++) {
 		int64_t v = c->all_one ? 1 : planes ? pcol_snext(&pc, &r->bad) : rd_svarint(r);
 
+		if (flags & 16)	/* values in units (schema 9), modulo 2^64 as written */
+			v = (int64_t)((uint64_t)v * u);
 		if (c->all_one || !(flags & 4) || FIRST(i))
 			c->value[i] = v;
 		else	/* the time since the sample before, less this */
@@ -1498,19 +1504,32 @@ bad:
 
 /* ---- location blocks ---------------------------------------------------------------------- */
 
-int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len)
+int loc_block_encode(const struct lrow *r, size_t n, bool dict, uint8_t **ret, size_t *ret_len)
 {
 	struct buf b = { 0 };
 	uint64_t prev = 0;
 
+	if (dict) {	/* format 2 (schema 10): uvarint 0 (format 1 has n >= 1), 2 */
+		buf_uvarint(&b, 0);
+		buf_uvarint(&b, 2);
+	}
 	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, r[i].id - prev);
 		prev = r[i].id;
 	}
-	for (int k = 0; k < 4; k++)
-		for (size_t i = 0; i < n; i++)
-			buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
+	for (int k = 0; k < 4; k++) {
+		uint64_t last = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			if (!dict) {
+				buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
+				continue;
+			}
+			buf_svarint(&b, (int64_t)(r[i].sid[k] - last));
+			last = r[i].sid[k];
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].line);
 	for (size_t i = 0; i < n; i++)
@@ -1542,16 +1561,27 @@ static int block_open(struct buf *raw, const void *blob, size_t len, struct rd *
 	return 0;
 }
 
-int loc_block_decode(struct lblock *b, const void *blob, size_t len)
+int loc_block_decode(struct lblock *b, const void *blob, size_t len,
+		     const char *(*str)(void *ctx, uint64_t sid), void *ctx)
 {
 	uint64_t id = 0;
 	struct rd r;
 	int err;
 
 	b->n = 0;
+	b->dict = false;
+	b->strs.len = 0;
 	err = block_open(&b->raw, blob, len, &r, &b->n);
 	if (err)
 		return err;
+	if (!b->n && r.p < r.end) {	/* format 2: uvarint 0, 2, n */
+		b->dict = rd_uvarint(&r) == 2;
+		b->n = rd_uvarint(&r);
+		if (!b->dict || r.bad || b->n > (size_t)(r.end - r.p)) {
+			b->n = 0;
+			return -EINVAL;
+		}
+	}
 	if (grow(&b->r, &b->cap, b->n ? b->n : 1, sizeof(*b->r))) {
 		b->n = 0;
 		return -ENOMEM;
@@ -1565,13 +1595,31 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 		b->r[i].id = id;
 	}
 	for (int k = 0; k < 4 && !r.bad; k++) {
-		for (size_t i = 0; i < b->n; i++) {
+		uint64_t sid = 0;
+
+		for (size_t i = 0; i < b->n && b->dict; i++) {
+			const char *v;
+
+			sid += (uint64_t)rd_svarint(&r);
+			v = sid ? (str ? str(ctx, sid) : NULL) : "";
+			if (!v) {
+				r.bad = true;	/* a string the dictionary does not have */
+				break;
+			}
+			/* copied: the dictionary may lose it once the caller lets go of it;
+			 * offsets until every one is in (strs may move) */
+			b->r[i].sid[k] = sid;
+			b->r[i].str[k] = (const char *)(uintptr_t)b->strs.len;
+			buf_put(&b->strs, v, strlen(v) + 1);
+		}
+		for (size_t i = 0; i < b->n && !b->dict; i++) {
 			const uint8_t *z = memchr(r.p, 0, (size_t)(r.end - r.p));
 
 			if (!z) {
 				r.bad = true;
 				break;
 			}
+			b->r[i].sid[k] = 0;
 			b->r[i].str[k] = (const char *)r.p;
 			r.p = z + 1;
 		}
@@ -1582,10 +1630,13 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len)
 		b->r[i].address = rd_uvarint(&r);
 	for (size_t i = 0; i < b->n; i++)
 		b->r[i].flags = rd_uvarint(&r);
-	if (r.bad) {
+	if (r.bad || b->strs.oom) {
 		b->n = 0;
-		return -EINVAL;
+		return r.bad ? -EINVAL : -ENOMEM;
 	}
+	for (size_t i = 0; i < b->n && b->dict; i++)
+		for (int k = 0; k < 4; k++)
+			b->r[i].str[k] = (const char *)b->strs.p + (uintptr_t)b->r[i].str[k];
 	return 0;
 }
 
@@ -1607,6 +1658,7 @@ const struct lrow *loc_block_find(const struct lblock *b, uint64_t id)
 void lblock_done(struct lblock *b)
 {
 	buf_done(&b->raw);
+	buf_done(&b->strs);
 	free(b->r);
 	memset(b, 0, sizeof(*b));
 }

@@ -65,7 +65,10 @@ struct prow {
  * too (P / u); values stay in ns (off-CPU gaps are d u less the value); the remainders (when
  * P) and the values (unless all are 1) as byte-plane columns: uvarint w (the bytes the
  * largest zigzagged value needs, 0-8), then w planes of one byte per value, lowest first.
- * unit_ns 0 or 1: format 2, times as they are. *ret malloc'ed (caller frees). 0/-errno.
+ * Flag 16 (schema 9; written when every value is a whole number of units and not all are 1:
+ * off-CPU values, which ingest rounds to the unit): the values in units too, v / u, decoded as
+ * v u (as gaps, d less v / u in units). unit_ns 0 or 1: format 2, times as they are. *ret
+ * malloc'ed (caller frees). 0/-errno.
  */
 int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint64_t unit_ns,
 			 uint8_t **ret, size_t *ret_len);
@@ -162,26 +165,35 @@ void sblock_done(struct sblock *b);
 struct lrow {
 	uint64_t id;
 	const char *str[4];	/* function, module, build-id, file */
+	uint64_t sid[4];	/* format 2: their ids in the store's string dictionary (0: "") */
 	uint64_t line, address, flags;
 };
 
 /*
- * Location block (before compression): a batch's new locations, ids ascending: uvarint n, n id
- * deltas (uvarint, the first from 0), then the strings column by column (n functions, n
- * modules, n build-ids, n files, each NUL-terminated: names of one program side by side compress
- * well), then n lines, n addresses, n flags (uvarint). *ret malloc'ed (caller frees). 0/-errno.
+ * Location block (before compression): a batch's new locations, ids ascending. Format 1:
+ * uvarint n >= 1, n id deltas (uvarint, the first from 0), then the strings column by column (n
+ * functions, n modules, n build-ids, n files, each NUL-terminated: names of one program side by
+ * side compress well), then n lines, n addresses, n flags (uvarint). Format 2 (dict, schema
+ * 10): uvarint 0, 2, then format 1 with each string column as the strings' ids in the store's
+ * dictionary (sid; 0 is ""), each the svarint difference to the one above it (a batch's new
+ * strings get consecutive ids). *ret malloc'ed (caller frees). 0/-errno.
  */
-int loc_block_encode(const struct lrow *r, size_t n, uint8_t **ret, size_t *ret_len);
+int loc_block_encode(const struct lrow *r, size_t n, bool dict, uint8_t **ret, size_t *ret_len);
 
-/* A decoded location block; zero-initialized is empty and reusable. Strings point into raw. */
+/* A decoded location block; zero-initialized is empty and reusable. Strings point into raw
+ * (format 1) or strs (format 2: copies of the dictionary's). */
 struct lblock {
-	struct buf raw;
+	struct buf raw, strs;
 	size_t n, cap;
 	struct lrow *r;
+	bool dict;		/* format 2 */
 };
 
-/* Decodes a location block into b (reusing its arrays). 0/-errno. */
-int loc_block_decode(struct lblock *b, const void *blob, size_t len);
+/* Decodes a location block into b (reusing its arrays). Format 2's string ids through str(ctx,
+ * sid): the string (copied before the call returns), NULL if unknown (then -EINVAL: str may
+ * be NULL for a caller without a dictionary). 0/-errno. */
+int loc_block_decode(struct lblock *b, const void *blob, size_t len,
+		     const char *(*str)(void *ctx, uint64_t sid), void *ctx);
 /* The row of location id in b (ids ascending), NULL if absent. */
 const struct lrow *loc_block_find(const struct lblock *b, uint64_t id);
 void lblock_done(struct lblock *b);

@@ -162,23 +162,211 @@ static void ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
 		p->last = t1;
 }
 
-int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n)
+/* One block of n byte strings keyed by ascending ids (the stack-block format) through st. */
+static int put_block(sqlite3_stmt *st, const uint64_t *ids, const uint8_t *const *v,
+		     const size_t *lens, size_t n)
 {
-	sqlite3_stmt *st = s->st[ST_LOCBLOCK_ADD];
 	uint8_t *z = NULL;
 	size_t zlen = 0;
 	int err;
 
 	if (!n)
 		return 0;
-	err = loc_block_encode(r, n, &z, &zlen);
+	err = stack_block_encode(ids, v, lens, n, &z, &zlen);
 	if (err)
 		return err;
-	sqlite3_bind_int64(st, 1, (int64_t)r[0].id);
-	sqlite3_bind_int64(st, 2, (int64_t)r[n - 1].id);
+	sqlite3_bind_int64(st, 1, (int64_t)ids[0]);
+	sqlite3_bind_int64(st, 2, (int64_t)ids[n - 1]);
 	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
 	err = sq_step_done(st);
 	free(z);
+	return err;
+}
+
+/* ---- the string dictionary of location names (schema 10) ---- */
+
+const char *sq_str_get(void *ctx, uint64_t sid)
+{
+	struct sq *s = ctx;
+	uint64_t *v = u64map_find(&s->str_by_id, sid);
+
+	return v ? (const char *)(uintptr_t)*v : NULL;
+}
+
+/* Forgets every string; smu held for writing (or no reader left). */
+static void strs_clear(struct sq *s)
+{
+	for (size_t i = 0; i < s->str_by_id.cap; i++)
+		if (s->str_by_id.keys[i])
+			free((void *)(uintptr_t)s->str_by_id.vals[i]);
+	u64map_done(&s->str_by_id);	/* no string has id 0 */
+	u64map_done(&s->str_ids);
+}
+
+/* Adds string id sid (len bytes, copied) to the dictionary; wmu and smu (writing) held. */
+static int strs_add(struct sq *s, uint64_t sid, const char *p, size_t len)
+{
+	uint64_t h = hash64(p, len, 31), *v;
+	char *c = malloc(len + 1);
+
+	if (!c)
+		return -ENOMEM;
+	memcpy(c, p, len);
+	c[len] = 0;
+	/* a content already under another id (none is written so) keeps the first */
+	for (; (v = u64map_find(&s->str_ids, h)); h++)
+		if (!strcmp(sq_str_get(s, *v), c))
+			break;
+	if (!u64map_upsert(&s->str_by_id, sid, (uint64_t)(uintptr_t)c, NULL)) {
+		free(c);
+		return -ENOMEM;
+	}
+	if (!v && !u64map_upsert(&s->str_ids, h, sid, NULL))
+		return -ENOMEM;
+	return 0;
+}
+
+int sq_strs_load(struct sq *s)
+{
+	sqlite3_stmt *st = NULL;
+	struct sblock b = { 0 };
+	int64_t seq = 0;
+	int rc, err = 0;
+
+	s->str_index_stale = true;
+	if (sqlite3_prepare_v2(s->w, "SELECT value FROM meta WHERE key = 'str_seq'", -1, &st,
+			       NULL))
+		return -EIO;
+	rc = sq_step_i64(st, &seq);
+	sqlite3_finalize(st);
+	if (rc < 0)
+		return -EIO;
+	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM strblocks ORDER BY id", -1, &st, NULL))
+		return -EIO;
+	pthread_rwlock_wrlock(&s->smu);
+	strs_clear(s);
+	s->str_seq = (uint64_t)seq;
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 1),
+				       (size_t)sqlite3_column_bytes(st, 1))) {
+			/* the locations naming its strings are unreadable, as if unknown */
+			log_warn("store: string block %lld is unreadable",
+				 (long long)sqlite3_column_int64(st, 0));
+			continue;
+		}
+		for (size_t i = 0; i < b.n && !err; i++)
+			err = strs_add(s, b.id[i], (const char *)b.locs[i], b.len[i]);
+	}
+	pthread_rwlock_unlock(&s->smu);
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(st);
+	sblock_done(&b);
+	if (!err)
+		s->str_index_stale = false;
+	return err;
+}
+
+void sq_strs_forget(struct sq *s, const uint64_t *ids, size_t n)
+{
+	pthread_rwlock_wrlock(&s->smu);
+	for (size_t i = 0; i < n; i++) {
+		char *c = (char *)sq_str_get(s, ids[i]);
+		uint64_t h, *v;
+
+		if (!c)
+			continue;
+		for (h = hash64(c, strlen(c), 31); (v = u64map_find(&s->str_ids, h)); h++) {
+			if (*v == ids[i]) {
+				u64map_remove(&s->str_ids, h);
+				break;
+			}
+		}
+		u64map_remove(&s->str_by_id, ids[i]);
+		free(c);
+	}
+	pthread_rwlock_unlock(&s->smu);
+}
+
+void sq_strs_done(struct sq *s)
+{
+	strs_clear(s);
+}
+
+/* The dictionary id of string p, a new one (after the last, listed in *pend for a string block)
+ * if the dictionary has none. wmu held. 0/-errno. */
+static int str_intern(struct sq *s, const char *p, struct u64vec *pend, uint64_t *ret)
+{
+	size_t len = strlen(p);
+	uint64_t h = hash64(p, len, 31), *v;
+	int err;
+
+	if (!len) {
+		*ret = 0;
+		return 0;
+	}
+	for (; (v = u64map_find(&s->str_ids, h)); h++) {
+		if (!strcmp(sq_str_get(s, *v), p)) {
+			*ret = *v;
+			return 0;
+		}
+	}
+	pthread_rwlock_wrlock(&s->smu);
+	err = strs_add(s, s->str_seq + 1, p, len);
+	pthread_rwlock_unlock(&s->smu);
+	if (err)
+		return err;
+	*ret = ++s->str_seq;
+	return u64_push(&pend->v, &pend->n, &pend->cap, *ret);
+}
+
+int sq_put_loc_block(struct sq *s, struct lrow *r, size_t n)
+{
+	sqlite3_stmt *st = s->st[ST_LOCBLOCK_ADD];
+	struct u64vec pend = { 0 };
+	const uint8_t **v = NULL;
+	uint64_t seq0 = s->str_seq;
+	size_t *lens = NULL;
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	int err = 0;
+
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n && !err; i++)
+		for (int k = 0; k < 4 && !err; k++)
+			err = str_intern(s, r[i].str[k], &pend, &r[i].sid[k]);
+	if (!err && pend.n) {	/* the new strings first, in blocks of STR_BLOCK_MAX */
+		v = malloc(pend.n * sizeof(*v));
+		lens = malloc(pend.n * sizeof(*lens));
+		if (!v || !lens)
+			err = -ENOMEM;
+		for (size_t i = 0; i < pend.n && !err; i++) {
+			v[i] = (const uint8_t *)sq_str_get(s, pend.v[i]);
+			lens[i] = strlen((const char *)v[i]);
+		}
+		for (size_t i = 0; i < pend.n && !err; i += STR_BLOCK_MAX)
+			err = put_block(s->st[ST_STRBLOCK_ADD], pend.v + i, v + i, lens + i,
+					pend.n - i < STR_BLOCK_MAX ? pend.n - i : STR_BLOCK_MAX);
+		if (!err) {
+			sqlite3_bind_int64(s->st[ST_STR_SEQ], 1, (int64_t)s->str_seq);
+			err = sq_step_done(s->st[ST_STR_SEQ]);
+		}
+	}
+	if (!err)
+		err = loc_block_encode(r, n, true, &z, &zlen);
+	if (!err) {
+		sqlite3_bind_int64(st, 1, (int64_t)r[0].id);
+		sqlite3_bind_int64(st, 2, (int64_t)r[n - 1].id);
+		sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
+		err = sq_step_done(st);
+	}
+	if (err && s->str_seq != seq0)
+		s->loc_index_stale = true;	/* the new strings: read again with the index */
+	free(z);
+	free(v);
+	free(lens);
+	free(pend.v);
 	return err;
 }
 
@@ -221,9 +409,10 @@ static int map_locations(struct ingest *in)
 		id = *v;
 		if (added) {
 			id = ++s->loc_seq;
-			r[nr++] = (struct lrow){ id, { S(in, l->function), S(in, l->module),
-				S(in, l->build_id), S(in, l->file) }, l->line, l->address,
-				(l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u) };
+			r[nr++] = (struct lrow){ .id = id, .str = { S(in, l->function),
+				S(in, l->module), S(in, l->build_id), S(in, l->file) },
+				.line = l->line, .address = l->address,
+				.flags = (l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u) };
 			if (!err && nr == LOC_BLOCK_MAX) {
 				err = sq_put_loc_block(s, r, nr);
 				nr = 0;
@@ -239,27 +428,6 @@ static int map_locations(struct ingest *in)
 	}
 	buf_done(&key);
 	free(r);
-	return err;
-}
-
-/* One block of n byte strings keyed by ascending ids (the stack-block format) through st. */
-static int put_block(sqlite3_stmt *st, const uint64_t *ids, const uint8_t *const *v,
-		     const size_t *lens, size_t n)
-{
-	uint8_t *z = NULL;
-	size_t zlen = 0;
-	int err;
-
-	if (!n)
-		return 0;
-	err = stack_block_encode(ids, v, lens, n, &z, &zlen);
-	if (err)
-		return err;
-	sqlite3_bind_int64(st, 1, (int64_t)ids[0]);
-	sqlite3_bind_int64(st, 2, (int64_t)ids[n - 1]);
-	sqlite3_bind_blob(st, 3, z, (int)zlen, SQLITE_STATIC);
-	err = sq_step_done(st);
-	free(z);
 	return err;
 }
 
@@ -457,6 +625,20 @@ static int cmp_srow(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
+/*
+ * An off-CPU value (ns) at the store's time unit u (schema 9): rounded to the nearest whole
+ * unit (halves up), but one that was not 0 to at least one unit, so that every sample keeps a
+ * share of its answers (and a series a total): off by at most u / 2, or less than u for a value
+ * under u / 2.
+ */
+static int64_t value_to_unit(int64_t v, uint64_t u)
+{
+	uint64_t a = v < 0 ? -(uint64_t)v : (uint64_t)v, q = a / u + (a % u >= (u + 1) / 2);
+
+	q = a && !q ? 1 : q;
+	return v < 0 ? -(int64_t)(q * u) : (int64_t)(q * u);
+}
+
 static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, size_t n)
 {
 	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
@@ -544,6 +726,9 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 		if (in->s->o.time_unit_ns > 1)	/* floored after the sort: ties keep ns order */
 			for (size_t i = 0; i < n; i++)
 				r[i].t -= r[i].t % in->s->o.time_unit_ns;
+		if (in->s->o.time_unit_ns > 1 && (int)kind == SAMPLE_OFFCPU_NS)
+			for (size_t i = 0; i < n; i++)
+				r[i].value = value_to_unit(r[i].value, in->s->o.time_unit_ns);
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;
@@ -892,11 +1077,14 @@ int sq_locs_load(struct sq *s)
 
 	u64map_done(&s->loc_ids);
 	s->loc_index_stale = true;
+	err = sq_strs_load(s);	/* what the blocks' names are read through */
+	if (err)
+		return err;
 	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM locblocks ORDER BY id", -1, &st, NULL))
 		return -EIO;
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (loc_block_decode(&b, sqlite3_column_blob(st, 1),
-				     (size_t)sqlite3_column_bytes(st, 1))) {
+				     (size_t)sqlite3_column_bytes(st, 1), sq_str_get, s)) {
 			/* its locations answer unknown and are stored again when met */
 			log_warn("store: location block %lld is unreadable",
 				 (long long)sqlite3_column_int64(st, 0));

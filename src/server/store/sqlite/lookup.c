@@ -26,6 +26,7 @@ struct cloc {
 #define LC_SLOTS 16
 
 struct lcache {
+	struct sq *s;			/* its string dictionary */
 	sqlite3_stmt *gb;		/* the block holding a location id */
 	struct lblock b[LC_SLOTS];
 	uint64_t first[LC_SLOTS], last[LC_SLOTS];
@@ -48,8 +49,10 @@ static const struct lrow *lcache_find(struct lcache *lc, uint64_t lid, int *ret_
 	k = lc->n < LC_SLOTS ? lc->n++ : lc->next++ % LC_SLOTS;
 	lc->first[k] = (uint64_t)sqlite3_column_int64(lc->gb, 0);
 	lc->last[k] = (uint64_t)sqlite3_column_int64(lc->gb, 1);
+	pthread_rwlock_rdlock(&lc->s->smu);	/* the names are copied in the block */
 	*ret_err = loc_block_decode(&lc->b[k], sqlite3_column_blob(lc->gb, 2),
-				    (size_t)sqlite3_column_bytes(lc->gb, 2));
+				    (size_t)sqlite3_column_bytes(lc->gb, 2), sq_str_get, lc->s);
+	pthread_rwlock_unlock(&lc->s->smu);
 	sqlite3_reset(lc->gb);
 	if (*ret_err) {
 		lc->last[k] = 0;	/* never matches */
@@ -154,7 +157,7 @@ int sq_stacks(struct store *st, const uint64_t *ids, size_t n,
 {
 	struct sq *s = (struct sq *)st;
 	struct scache sc = { 0 };
-	struct lcache lc = { 0 };
+	struct lcache lc = { .s = s };
 	struct frame *frames = NULL;
 	uint64_t *lids = NULL;
 	struct u64map idx = { 0 };

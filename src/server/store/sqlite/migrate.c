@@ -483,3 +483,48 @@ int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen)
 			 e == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
 	return e;
 }
+
+int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen)
+{
+	sqlite3_stmt *q = NULL;
+	struct lblock b = { 0 };
+	void *blob = NULL;
+	int64_t id = -1;
+	int e = 0, rc;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM locblocks WHERE id > ? ORDER BY id"
+			       " LIMIT 1", -1, &q, NULL))
+		e = -EIO;
+	/* a block at a time, the statement reset before its row is written again */
+	while (!e) {
+		size_t len;
+
+		sqlite3_bind_int64(q, 1, id);
+		rc = sqlite3_step(q);
+		if (rc != SQLITE_ROW) {
+			e = rc == SQLITE_DONE ? 0 : -EIO;
+			break;
+		}
+		id = sqlite3_column_int64(q, 0);
+		len = (size_t)sqlite3_column_bytes(q, 1);
+		free(blob);
+		blob = malloc(len ? len : 1);
+		if (!blob) {
+			e = -ENOMEM;
+			break;
+		}
+		memcpy(blob, sqlite3_column_blob(q, 1), len);
+		sqlite3_reset(q);
+		if (loc_block_decode(&b, blob, len, sq_str_get, s) || b.dict || !b.n ||
+		    b.r[0].id != (uint64_t)id)
+			continue;	/* unreadable (its locations answer unknown, as before) */
+		e = sq_put_loc_block(s, b.r, b.n);	/* the same key: the row replaced */
+	}
+	sqlite3_finalize(q);
+	lblock_done(&b);
+	free(blob);
+	if (e)
+		snprintf(err, errlen, "migrating the location names: %s",
+			 e == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+	return e;
+}

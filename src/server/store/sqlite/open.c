@@ -29,8 +29,11 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_MAX] = "SELECT coalesce(max(id), 0) FROM labelsets",
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
-	[ST_LOCBLOCK_ADD] = "INSERT INTO locblocks(id, last, data) VALUES (?, ?, ?)",
+	/* OR REPLACE: the migration to schema 10 writes blocks again under their key */
+	[ST_LOCBLOCK_ADD] = "INSERT OR REPLACE INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
+	[ST_STRBLOCK_ADD] = "INSERT INTO strblocks(id, last, data) VALUES (?, ?, ?)",
+	[ST_STR_SEQ] = "UPDATE meta SET value = ? WHERE key = 'str_seq'",
 	[ST_STACKDAYS_ADD] = "INSERT INTO stackdays(day, data) VALUES (?, ?)",
 	[ST_STACKBLOCK_ADD] = "INSERT INTO stackblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_STACK_SEQ] = "UPDATE meta SET value = ? WHERE key = 'stack_seq'",
@@ -58,10 +61,10 @@ static const char *const wsql[ST_MAX] = {
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
 	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0),"
-	" ('stack_seq', 0);"
+	" ('stack_seq', 0), ('str_seq', 0);"
 	/* background recompression: the last id of each table recompressed (recompress.c) */
 	"INSERT OR IGNORE INTO meta VALUES ('rz_chunks', 0), ('rz_ivchunks', 0), ('rz_points', 0),"
-	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0);"
+	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0), ('rz_strblocks', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
@@ -76,6 +79,10 @@ static const char schema[] =
 	 * (chunk.h has the blob); found by content through an in-memory index loaded from the
 	 * blocks at open (schema 6; schema 5 had a table of 32-bit hash keys -> id) */
 	"CREATE TABLE IF NOT EXISTS locblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+	" data BLOB NOT NULL);"
+	/* their names (schema 10): a batch's new strings as a block (stack-block format), ids
+	 * numbered by the store (meta.str_seq), every one in memory (loaded at open) */
+	"CREATE TABLE IF NOT EXISTS strblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	/* stacks likewise: their location lists in blocks, found by content through an
 	 * in-memory index; the stacks a batch used first on its day (dictionary GC keeps those of
@@ -292,6 +299,7 @@ static void sq_close(struct store *st)
 	sq_lsets_done(s);
 	sq_graveyard_free(s);
 	sq_dedup_reset(s);
+	sq_strs_done(s);
 	free(s->card);
 	store_commitq_done(&s->commitq);
 	pthread_mutex_destroy(&s->wmu);
@@ -299,6 +307,7 @@ static void sq_close(struct store *st)
 	pthread_mutex_destroy(&s->mmu);
 	pthread_cond_destroy(&s->mcond);
 	pthread_rwlock_destroy(&s->lmu);
+	pthread_rwlock_destroy(&s->smu);
 	free(s->path);
 	free(s);
 }
@@ -360,6 +369,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	pthread_mutex_init(&s->mmu, NULL);
 	pthread_cond_init(&s->mcond, NULL);
 	pthread_rwlock_init(&s->lmu, NULL);
+	pthread_rwlock_init(&s->smu, NULL);
 	if (mkdir(opts->dir, 0750) && errno != EEXIST) {
 		snprintf(err, errlen, "mkdir '%s': %s", opts->dir, strerror(errno));
 		goto out_close;
@@ -389,7 +399,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION) {
 		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
 		t0 = mono_ns();
-		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) || migrate_stack_day(s)) {
+		/* schema 9 changes no table: a schema-8 store is only marked (its chunks are read
+		 * as they are) */
+		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
+		    (ver < 8 && migrate_stack_day(s))) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
@@ -400,8 +413,9 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		if (ver >= 2 && ver < 7 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
 		/* the (id, day) table the copies below fill, then make stackdays rows of */
-		if (sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY,"
-				       " day INTEGER NOT NULL)", NULL, NULL, NULL)) {
+		if (ver < 8 && sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER"
+					      " PRIMARY KEY, day INTEGER NOT NULL)", NULL, NULL,
+					      NULL)) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
@@ -426,6 +440,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver && ver < 8 && sq_migrate_v8_stackdays(s, err, errlen))
 		goto out_rollback;
+	if (ver && ver < 10 && sq_migrate_v10_locnames(s, err, errlen))
+		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
@@ -436,9 +452,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION)
 		log_info("store: '%s' migrated to schema %d in %.1f s", s->path, SQ_SCHEMA_VERSION,
 			 (double)(mono_ns() - t0) / 1e9);
-	if (ver && ver < 8) {
+	if (ver && ver < 10) {
 		/* The old rows' pages are free now (schema 1: a tenth is left; 3: the label sets'
-		 * tenth of the store; 4 and 5: the hash tables; 8: the stacks' (id, day) table):
+		 * tenth of the store; 4 and 5: the hash tables; 8: the stacks' (id, day) table;
+		 * 10: the location blocks' names):
 		 * give them back to the disk.
 		 * Needs room for a copy of what is left; without it the pages are reused later. */
 		t0 = mono_ns();

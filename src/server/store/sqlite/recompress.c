@@ -34,6 +34,7 @@ static const struct rz_table {
 	{ "locblocks", "rz_locblocks", false },
 	{ "stackblocks", "rz_stackblocks", false },
 	{ "lsblocks", "rz_lsblocks", false },
+	{ "strblocks", "rz_strblocks", false },
 };
 
 struct rz_row {

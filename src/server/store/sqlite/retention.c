@@ -209,21 +209,6 @@ out:
 	return err ? err : n;
 }
 
-static int u64_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
-{
-	if (*n == *cap) {
-		size_t ncap = *cap ? 2 * *cap : 256;
-		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = ncap;
-	}
-	(*v)[(*n)++] = x;
-	return 0;
-}
-
 /* The ids in table's id column, into live (values 1). 0 or -errno. */
 static int live_ids(struct sq *s, const char *table, struct u64map *live)
 {
@@ -474,15 +459,81 @@ static int64_t gc_stacks(struct sq *s, int64_t cut_day)
 }
 
 /*
+ * The dictionary's strings no location left names (schema 10), given the ids of those named
+ * (used): string blocks edited likewise (into *e), the strings that go listed in *dead.
+ * 0/-errno.
+ */
+static int gc_strings(struct sq *s, const struct u64map *used, struct block_edits *e,
+		      struct u64vec *dead)
+{
+	sqlite3_stmt *st = NULL;
+	struct sblock b = { 0 };
+	uint64_t *ids = NULL;
+	const uint8_t **v = NULL;
+	size_t *lens = NULL;
+	int err = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT id, data FROM strblocks", -1, &st, NULL))
+		return -EIO;
+	while (!err && sqlite3_step(st) == SQLITE_ROW) {
+		uint64_t first = (uint64_t)sqlite3_column_int64(st, 0);
+		size_t nl = 0;
+
+		if (stack_block_decode(&b, sqlite3_column_blob(st, 1),
+				       (size_t)sqlite3_column_bytes(st, 1)))
+			continue;	/* unreadable: left as it is */
+		free(ids);
+		free(v);
+		free(lens);
+		ids = malloc((b.n ? b.n : 1) * sizeof(*ids));
+		v = malloc((b.n ? b.n : 1) * sizeof(*v));
+		lens = malloc((b.n ? b.n : 1) * sizeof(*lens));
+		if (!ids || !v || !lens) {
+			err = -ENOMEM;
+			break;
+		}
+		for (size_t i = 0; i < b.n && !err; i++) {
+			if (u64map_find(used, b.id[i])) {
+				ids[nl] = b.id[i];
+				v[nl] = b.locs[i];
+				lens[nl++] = b.len[i];
+			} else {
+				err = u64_push(&dead->v, &dead->n, &dead->cap, b.id[i]);
+			}
+		}
+		if (err || nl == b.n)
+			continue;
+		if (nl) {
+			uint8_t *z = NULL;
+			size_t zlen = 0;
+
+			err = stack_block_encode(ids, v, lens, nl, &z, &zlen);
+			if (!err)
+				err = edits_add(e, first, ids, nl, z, zlen);
+		} else {
+			err = edits_add(e, first, NULL, 0, NULL, 0);
+		}
+	}
+	sqlite3_finalize(st);
+	sblock_done(&b);
+	free(ids);
+	free(v);
+	free(lens);
+	return err;
+}
+
+/*
  * Locations no stack refers to (after stacks went): the stacks' location lists are read whole,
  * then every location block: one none of whose locations is used is deleted, one with some
  * written again with those only (keyed by its first one left), and the index forgets each
- * location that went. wmu held. Returns how many locations, or -errno.
+ * location that went; then the strings no location left names (gc_strings()), in the same
+ * transaction. wmu held. Returns how many locations, or -errno.
  */
 static int64_t gc_locations(struct sq *s)
 {
-	struct u64map used = { 0 };
-	struct block_edits e = { 0 };
+	struct u64map used = { 0 }, used_str = { 0 };
+	struct block_edits e = { 0 }, es = { 0 };
+	struct u64vec dead_str = { 0 };
 	sqlite3_stmt *st = NULL;
 	uint64_t *ids, *dead = NULL, *live_ids = NULL;
 	size_t ndead = 0, capdead = 0;
@@ -531,7 +582,7 @@ static int64_t gc_locations(struct sq *s)
 		size_t nl = 0;
 
 		if (loc_block_decode(&lb, sqlite3_column_blob(st, 1),
-				     (size_t)sqlite3_column_bytes(st, 1)))
+				     (size_t)sqlite3_column_bytes(st, 1), sq_str_get, s))
 			continue;	/* unreadable: left as it is */
 		free(live);
 		free(live_ids);
@@ -547,6 +598,10 @@ static int64_t gc_locations(struct sq *s)
 			if (u64map_find(&used, lb.r[i].id)) {
 				live_ids[nl] = lb.r[i].id;
 				live[nl++] = lb.r[i];
+				for (int k = 0; k < 4 && !err; k++)	/* its names stay */
+					if (lb.r[i].sid[k] &&
+					    !u64map_upsert(&used_str, lb.r[i].sid[k], 1, NULL))
+						err = -ENOMEM;
 				continue;
 			}
 			/* the index forgets it (unless it names another id of the same content) */
@@ -566,7 +621,7 @@ static int64_t gc_locations(struct sq *s)
 			uint8_t *z = NULL;
 			size_t zlen = 0;
 
-			err = loc_block_encode(live, nl, &z, &zlen);
+			err = loc_block_encode(live, nl, lb.dict, &z, &zlen);
 			if (err)
 				break;
 			err = edits_add(&e, first, live_ids, nl, z, zlen);
@@ -578,11 +633,16 @@ static int64_t gc_locations(struct sq *s)
 	st = NULL;
 	if (err || (!e.ngone && !e.nkeep))
 		goto out;
+	err = gc_strings(s, &used_str, &es, &dead_str);
+	if (err)
+		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
 		err = -EIO;
 		goto out;
 	}
 	err = edits_apply(s, "locblocks", &e);
+	if (!err)
+		err = edits_apply(s, "strblocks", &es);
 	if (sq_end_write(s->w, err)) {
 		err = -EIO;
 		s->loc_index_stale = true;	/* rolled back: nothing went; read it again */
@@ -593,11 +653,15 @@ static int64_t gc_locations(struct sq *s)
 			if (v && *v == dead[i + 1])
 				u64map_remove(&s->loc_ids, dead[i]);
 		}
+		sq_strs_forget(s, dead_str.v, dead_str.n);
 	}
 out:
 	sqlite3_finalize(st);
 	edits_done(&e);
+	edits_done(&es);
 	u64map_done(&used);
+	u64map_done(&used_str);
+	free(dead_str.v);
 	lblock_done(&lb);
 	buf_done(&key);
 	free(live);

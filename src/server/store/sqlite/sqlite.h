@@ -7,10 +7,12 @@
 #ifndef GPUSCOPE_STORE_SQLITE_H
 #define GPUSCOPE_STORE_SQLITE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include "common/hmap.h"
 #include "common/util.h"
 #include "server/codec.h"
@@ -48,7 +50,7 @@ enum {
 	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
-	ST_LS_MAX, ST_MAX,
+	ST_LS_MAX, ST_STRBLOCK_ADD, ST_STR_SEQ, ST_MAX,
 };
 
 struct sq {
@@ -70,6 +72,14 @@ struct sq {
 	uint64_t ls_id0;		/* label set ids past this were added in the open write
 					 * transaction (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) a stackdays row last named it */
+
+	/* The string dictionary of location names (schema 10): every stored string, loaded from
+	 * strblocks at open. Changed with wmu and smu (for writing) held; read with either. */
+	pthread_rwlock_t smu;
+	struct u64map str_ids;		/* content hash (+ probe) -> string id */
+	struct u64map str_by_id;	/* string id -> its malloc'ed NUL-terminated copy */
+	uint64_t str_seq;		/* the last string id given (wmu) */
+	bool str_index_stale;		/* to be loaded again (after a rollback) */
 
 	pthread_mutex_t pmu;		/* read connection pool */
 	sqlite3 *pool[POOL_MAX];
@@ -109,6 +119,28 @@ struct sq {
 	char ***graveyard, ***graveyard_old;
 	size_t ngrave, ngrave_old;
 };
+
+/* A growing array of ids (realloc'ed; free v). */
+struct u64vec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+/* Appends x to *v (*n of *cap). 0 or -ENOMEM. */
+static inline int u64_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 256;
+		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = ncap;
+	}
+	(*v)[(*n)++] = x;
+	return 0;
+}
 
 /* ---- open.c: connections ---- */
 
@@ -170,8 +202,10 @@ int sq_put_stack_block(struct sq *s, const uint64_t *ids, const uint8_t *const *
 		       const size_t *lens, size_t n);
 /* A stackdays row (schema 8): stacks ids (ascending, distinct) used first on day. 0/-errno. */
 int sq_put_stackdays(struct sq *s, uint64_t day, const uint64_t *ids, size_t n);
-/* Stores n locations (ids ascending) as one block. wmu held, in a transaction. 0/-errno. */
-int sq_put_loc_block(struct sq *s, const struct lrow *r, size_t n);
+/* Stores n locations (ids ascending) as one block, format 2: their strings through the
+ * dictionary (new ones added to it and stored as blocks first; r[].sid set). wmu held, in a
+ * transaction. 0/-errno. */
+int sq_put_loc_block(struct sq *s, struct lrow *r, size_t n);
 /* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
  * 1: ns, format 2; else format 3, floored). wmu held, in a transaction. */
 int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
@@ -183,8 +217,19 @@ void sq_dedup_reset(struct sq *s);
  * it deletes). */
 void sq_dedup_caches_reset(struct sq *s);
 /* (Re)loads the location index from every location block (writer connection, wmu held or at
- * open). 0 or -errno (then it stays marked stale). */
+ * open; the string dictionary loaded first). 0 or -errno (then it stays marked stale). */
 int sq_locs_load(struct sq *s);
+#define STR_BLOCK_MAX	4096	/* strings per block */
+/* (Re)loads the string dictionary from the string blocks and meta.str_seq (writer connection,
+ * wmu held or at open). 0 or -errno (then it stays marked stale). */
+int sq_strs_load(struct sq *s);
+/* The string of dictionary id sid, NULL if unknown: ctx is the struct sq. Valid while the
+ * caller holds wmu or smu (for reading). */
+const char *sq_str_get(void *ctx, uint64_t sid);
+/* Forgets dictionary ids ids[0..n) (dictionary GC, after its commit). wmu held. */
+void sq_strs_forget(struct sq *s, const uint64_t *ids, size_t n);
+/* Frees the dictionary (the store closing). */
+void sq_strs_done(struct sq *s);
 /* (Re)loads the stack index from the stack blocks, stacks with a row only (writer connection,
  * wmu held or at open). 0 or -errno (then it stays marked stale). */
 int sq_stacks_load(struct sq *s);
@@ -197,6 +242,10 @@ uint64_t sq_loc_row_hash(const struct lrow *r, struct buf *key);
 /* Schema 8: an older store's stacks(id, day) rows as stackdays rows (a row per day), the table
  * dropped. In the migration's transaction. 0/-errno. */
 int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen);
+/* Schema 10: an older store's location blocks (format 1, names inline) written again in format
+ * 2, their names into the string dictionary, each under its key. In the migration's
+ * transaction. 0/-errno. */
+int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
 /* 3: chunks of samples and intervals in format 2 (chunk.h); a schema-2 store has the same
  * tables and its format-1 chunks are read as they are. 4: label sets in blocks. 5: the
  * locations' and stacks' tables keyed by 32 bits of their content hash. 6: no
@@ -204,8 +253,11 @@ int sq_migrate_v8_stackdays(struct sq *s, char *err, size_t errlen);
  * likewise stacks, whose table keeps (id, day) only. 8: chunks of samples and intervals may
  * be in format 3 (times in a unit: µs by default, --time-resolution); no stacks table: the
  * stacks a batch used first on a day, a `stackdays` row per batch (ids in a blob); an older
- * store's stacks(id, day) rows become a row per day. */
-#define SQ_SCHEMA_VERSION 8
+ * store's stacks(id, day) rows become a row per day. 9: off-CPU sample values at the time
+ * unit too (rounded, chunk.h format 3's flag 16); an older store is read as it is. 10:
+ * location names through a store-wide string dictionary (strblocks; location blocks of format
+ * 2); older location blocks are read as they are. */
+#define SQ_SCHEMA_VERSION 10
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
