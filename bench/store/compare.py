@@ -27,10 +27,15 @@ relative, is printed. Prints how many answers were the same byte for byte, how m
 rounded, and each that differs. Usage: compare.py [--rounded] URL URL..."""
 import gzip
 import json
+import os
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "integration"))
+import pbwire  # noqa: E402  (protobuf wire reading, shared with the store tests)
 
 
 def get(url):
@@ -99,45 +104,7 @@ def near(x, y, tol):
     return False
 
 
-def pb_fields(b):
-    """A protobuf message's fields: (number, wire type, value: int or bytes)."""
-    i, out = 0, []
-
-    def varint(i):
-        v = s = 0
-        while True:
-            v |= (b[i] & 0x7F) << s
-            s += 7
-            i += 1
-            if not b[i - 1] & 0x80:
-                return v, i
-    while i < len(b):
-        key, i = varint(i)
-        w = key & 7
-        if w == 0:
-            v, i = varint(i)
-        elif w == 2:
-            n, i = varint(i)
-            v, i = b[i:i + n], i + n
-        else:
-            n = 8 if w == 1 else 4
-            v, i = b[i:i + n], i + n
-        out.append((key >> 3, w, v))
-    return out
-
-
-def pb_varints(b):
-    out, i = [], 0
-    while i < len(b):
-        v = s = 0
-        while True:
-            v |= (b[i] & 0x7F) << s
-            s += 7
-            i += 1
-            if not b[i - 1] & 0x80:
-                break
-        out.append(v)
-    return out
+pb_fields, pb_varints = pbwire.fields, pbwire.varints
 
 
 def pprof_near(a, b, tol):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pbwire
 from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
 
 skip_if_unbuilt()
@@ -34,26 +35,18 @@ def script(t0, procs, pid0, prefix):
 def dictionary(db):
     """The store's string dictionary (schema 10): id -> string, from its blocks (zstd, or a 0
     byte and the bytes; the stack-block format: n, id deltas, lengths, bytes)."""
-    def varint(b, i):
-        v = sh = 0
-        while True:
-            v |= (b[i] & 0x7F) << sh
-            sh += 7
-            i += 1
-            if not b[i - 1] & 0x80:
-                return v, i
     out = {}
     for (blob,) in db.execute("SELECT data FROM strblocks ORDER BY id"):
         b = blob[1:] if blob[0] == 0 else subprocess.run(
             ["zstd", "-d", "-c"], input=blob, stdout=subprocess.PIPE, check=True).stdout
-        n, i = varint(b, 0)
+        n, i = pbwire.varint(b, 0)
         ids, lens, sid = [], [], 0
         for _ in range(n):
-            d, i = varint(b, i)
+            d, i = pbwire.varint(b, i)
             sid += d
             ids.append(sid)
         for _ in range(n):
-            ln, i = varint(b, i)
+            ln, i = pbwire.varint(b, i)
             lens.append(ln)
         for sid, ln in zip(ids, lens):
             check(sid not in out, f"string id {sid} in two blocks")

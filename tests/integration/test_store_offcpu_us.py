@@ -9,6 +9,7 @@ import gzip
 import os
 import sqlite3
 
+import pbwire
 from gpuscope_server import (Server, check, check_migrated, encode, find, migrated_db, now_ns,
                              running, skip_if_unbuilt, wait)
 
@@ -24,45 +25,15 @@ def pprof_values(body):
     values), in the answer's order."""
     raw = gzip.decompress(body)
 
-    def varint(b, i):
-        v = s = 0
-        while True:
-            v |= (b[i] & 0x7F) << s
-            s += 7
-            i += 1
-            if not b[i - 1] & 0x80:
-                return v, i
-
-    def fields(b):
-        i = 0
-        while i < len(b):
-            key, i = varint(b, i)
-            if key & 7 == 0:
-                v, i = varint(b, i)
-                yield key >> 3, 0, v
-            elif key & 7 == 2:
-                n, i = varint(b, i)
-                yield key >> 3, 2, b[i:i + n]
-                i += n
-            elif key & 7 == 1:
-                yield key >> 3, 1, b[i:i + 8]
-                i += 8
-            else:
-                yield key >> 3, 5, b[i:i + 4]
-                i += 4
-
     out = []
-    for f, w, v in fields(raw):
+    for f, w, v in pbwire.fields(raw):
         if f != 2 or w != 2:
             continue
-        for g, w2, u in fields(v):
+        for g, w2, u in pbwire.fields(v):
             if g == 2 and w2 == 0:
                 out.append(u)
             elif g == 2 and w2 == 2:  # packed
-                j = 0
-                while j < len(u):
-                    x, j = varint(u, j)
-                    out.append(x)
+                out.extend(pbwire.varints(u))
     return out
 
 
