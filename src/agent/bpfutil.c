@@ -133,7 +133,7 @@ int bpf_load_error(const char *module, int err)
  * What the kernel accounts for every BPF program this process holds, found by the process's own
  * fds (every module's programs, without a registry): the runs it skipped because another BPF
  * program was running on that CPU (always kept: each is an event lost, e.g. a switch-in the
- * sched programs never saw, which they then count as a race), and the run time and runs
+ * sched programs never saw, which they then count as switch_in_unseen), and the run time and runs
  * (bpf_prog_info.run_time_ns / run_cnt, kept only while kernel.bpf_stats_enabled is 1): what
  * the agent costs the profiled threads, in whose context most of the programs run.
  */
