@@ -646,10 +646,15 @@ static long metric(struct agent *a, const struct agent_module *m, const char *na
 	bpf_prog_stats__metrics(f);	/* and what the kernel counts of them */
 	fclose(f);
 	p = strstr(buf, name);
-	if (p && name[strlen(name) - 1] != ' ')	/* a prefix of the labels: the value after them */
-		p = strstr(p, "} ") ? strstr(p, "} ") - strlen(name) + 2 : NULL;
 	if (p)
-		n = atol(p + strlen(name));
+		p += strlen(name);
+	if (p && name[strlen(name) - 1] != ' ') {	/* a prefix of the labels: the value after them */
+		p = strstr(p, "} ");
+		if (p)
+			p += 2;
+	}
+	if (p)
+		n = atol(p);
 	free(buf);
 	return n;
 }
