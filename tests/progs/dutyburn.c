@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A light CPU workload for the push tests: spins in duty_spin() for DUTY % of every 10 ms and
+ * A light CPU workload for the push tests: spins in duty_spin() for DUTY % of every period and
  * sleeps the rest, so a long test produces a steady trickle of samples without hogging a CPU.
+ * Each period is drawn at random from 3..17 ms: a fixed 10 ms period plus nanosleep's overshoot
+ * is within a few µs of the sampler's 99 Hz, and the two phase-lock, so that every sample lands
+ * in the spin for seconds and then none does (a test saw no sample for 15 s).
  * Usage: dutyburn SECONDS [DUTY_PERCENT=20]. Prints "ready" when started.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static unsigned long long now_ns(void)
 {
@@ -30,7 +34,7 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 10;
 	int duty = argc > 2 ? atoi(argv[2]) : 20;
-	unsigned long long end, period = 10000000ULL;
+	unsigned long long end, rnd = (unsigned long long)getpid() * 0x9e3779b97f4a7c15ULL | 1;
 
 	if (duty < 1 || duty > 100)
 		duty = 20;
@@ -38,8 +42,13 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	end = now_ns() + (unsigned long long)(seconds * 1e9);
 	while (now_ns() < end) {
-		unsigned long long t0 = now_ns();
+		unsigned long long t0 = now_ns(), period;
 		struct timespec ts;
+
+		rnd ^= rnd << 13;	/* xorshift64: a period of 3..17 ms */
+		rnd ^= rnd >> 7;
+		rnd ^= rnd << 17;
+		period = 3000000ULL + rnd % 14000000ULL;
 
 		duty_spin(period * duty / 100);
 		ts.tv_sec = 0;
