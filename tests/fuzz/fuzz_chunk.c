@@ -66,7 +66,19 @@ static int on_point(void *ctx, uint64_t t, double v)
 	return entries_add(ctx, t, bits, 0);
 }
 
-static int on_rollup(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+/* A rollup row's entries: (stack, sum, count) in e, their label sets in ls.a. */
+struct rentries {
+	struct entries e, ls;
+};
+
+static int on_rollup(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
+{
+	struct rentries *r = ctx;
+
+	return entries_add(&r->ls, ls, 0, 0) ? -1 : entries_add(&r->e, stack, sum, count);
+}
+
+static int on_rollup_v10(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
 {
 	return entries_add(ctx, stack, sum, count);
 }
@@ -170,29 +182,35 @@ out:
 
 static void rollup(const uint8_t *blob, size_t len)
 {
-	struct entries e = { 0 }, f = { 0 };
+	struct rentries e = { 0 }, f = { 0 };
+	struct entries old = { 0 };
 	struct buf tmp = { 0 };
 	size_t *order = NULL;
 	uint8_t *z = NULL;
 	size_t zlen;
 
+	rollup_decode_v10(blob, len, &tmp, on_rollup_v10, &old);	/* the migration's reader */
 	if (rollup_decode(blob, len, &tmp, on_rollup, &e))
 		goto out;
-	order = malloc((e.n ? e.n : 1) * sizeof(*order));
+	order = malloc((e.e.n ? e.e.n : 1) * sizeof(*order));
 	if (!order)
 		goto out;
-	for (size_t i = 0; i < e.n; i++)
+	for (size_t i = 0; i < e.e.n; i++)
 		order[i] = i;
-	if (rollup_encode(e.a, e.b, e.c, order, e.n, &z, &zlen))
+	if (rollup_encode(e.ls.a, e.e.a, e.e.b, e.e.c, order, e.e.n, &z, &zlen))
 		goto out;
-	if (rollup_decode(z, zlen, &tmp, on_rollup, &f) || !same(&e, &f, true))
+	if (rollup_decode(z, zlen, &tmp, on_rollup, &f) || !same(&e.e, &f.e, true) ||
+	    !same(&e.ls, &f.ls, false))
 		abort();
 out:
 	free(z);
 	free(order);
 	buf_done(&tmp);
-	entries_done(&e);
-	entries_done(&f);
+	entries_done(&e.e);
+	entries_done(&e.ls);
+	entries_done(&f.e);
+	entries_done(&f.ls);
+	entries_done(&old);
 }
 
 /* A decoded interval row as text, for comparing two decodes as multisets of rows. */

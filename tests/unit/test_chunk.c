@@ -90,60 +90,93 @@ static bool test_chunk_points(void)
 }
 
 struct rsum {
-	uint64_t stack[8], count[8];
+	uint64_t ls[8], stack[8], count[8];
 	int64_t sum[8];
 	size_t n;
 };
 
-static int got_rollup(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+static int got_rollup(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
 {
 	struct rsum *r = ctx;
 
 	if (r->n == 8)
 		return -E2BIG;
+	r->ls[r->n] = ls;
 	r->stack[r->n] = stack;
 	r->sum[r->n] = sum;
 	r->count[r->n++] = count;
 	return 0;
 }
 
+static int got_rollup_v10(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+{
+	return got_rollup(ctx, 0, stack, sum, count);
+}
+
+/* A row of schema 11 holds the entries of every label set of its node, in (label set, stack)
+ * order, whatever order they were given in; counts are stored only where one is not its sum. */
 static bool test_chunk_rollup(void)
 {
-	uint64_t stack[3] = { 40, 3, 17 }, count[3] = { 1, 2, 3 };
-	int64_t sum[3] = { 100, -5, 1LL << 40 };
-	size_t order[3] = { 1, 2, 0 };	/* ascending stack */
+	uint64_t ls[4] = { 9, 2, 9, 2 }, stack[4] = { 40, 3, 17, 50 }, count[4] = { 1, 2, 3, 4 };
+	int64_t sum[4] = { 100, -5, 1LL << 40, 6 };
+	size_t order[4] = { 1, 3, 2, 0 };	/* ascending (label set, stack) */
 	struct rsum got = { 0 };
 	struct buf tmp = { 0 };
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool ok = ASSERT_EQ(rollup_encode(stack, sum, count, order, 3, &z, &zlen), 0, "encode") &&
+	bool ok = ASSERT_EQ(rollup_encode(ls, stack, sum, count, order, 4, &z, &zlen), 0, "encode") &&
 		  ASSERT_EQ(rollup_decode(z, zlen, &tmp, got_rollup, &got), 0, "decode") &&
-		  ASSERT_EQ(got.n, 3, "n") && ASSERT_EQ(got.stack[0], 3, "first stack") &&
-		  ASSERT_EQ(got.sum[0], -5, "its sum") && ASSERT_EQ(got.count[0], 2, "its count") &&
-		  ASSERT_EQ(got.stack[2], 40, "last stack") && ASSERT_EQ(got.sum[1], 1LL << 40, "sum");
+		  ASSERT_EQ(got.n, 4, "n") && ASSERT_EQ(got.ls[0], 2, "first label set") &&
+		  ASSERT_EQ(got.stack[0], 3, "its first stack") && ASSERT_EQ(got.sum[0], -5, "its sum") &&
+		  ASSERT_EQ(got.count[0], 2, "its count") && ASSERT_EQ(got.stack[1], 50, "then") &&
+		  ASSERT_EQ(got.ls[2], 9, "second label set") &&
+		  ASSERT_EQ(got.stack[2], 17, "its stacks from 0 again") &&
+		  ASSERT_EQ(got.sum[2], 1LL << 40, "sum") && ASSERT_EQ(got.stack[3], 40, "last stack") &&
+		  ASSERT_EQ(got.count[3], 1, "last count");
 
 	ok = ok && ASSERT_EQ(rollup_decode("junk", 4, &tmp, got_rollup, &got), -EINVAL, "not zstd");
 	free(z);
 	z = NULL;
 	/* CPU samples: every count is its sum, and is not stored */
 	{
-		uint64_t c2[3] = { 100, 7, 1 };
-		int64_t s2[3] = { 100, 7, 1 };
+		uint64_t c2[4] = { 100, 7, 1, 6 };
+		int64_t s2[4] = { 100, 7, 1, 6 };
 		uint8_t *y = NULL;
 		size_t ylen = 0;
 
 		got.n = 0;
-		ok = ok && ASSERT_EQ(rollup_encode(stack, s2, c2, order, 3, &y, &ylen), 0, "encode") &&
-		     ASSERT_EQ(rollup_encode(stack, sum, count, order, 3, &z, &zlen), 0, "encode") &&
+		ok = ok && ASSERT_EQ(rollup_encode(ls, stack, s2, c2, order, 4, &y, &ylen), 0, "enc") &&
+		     ASSERT_EQ(rollup_encode(ls, stack, sum, count, order, 4, &z, &zlen), 0, "enc") &&
 		     ASSERT_TRUE(ylen < zlen, "shorter without counts") &&
 		     ASSERT_EQ(rollup_decode(y, ylen, &tmp, got_rollup, &got), 0, "decode") &&
-		     ASSERT_EQ(got.n, 3, "n") && ASSERT_EQ(got.count[0], 7, "count is the sum") &&
-		     ASSERT_EQ(got.count[2], 100, "count is the sum");
+		     ASSERT_EQ(got.n, 4, "n") && ASSERT_EQ(got.count[0], 7, "count is the sum") &&
+		     ASSERT_EQ(got.count[3], 100, "count is the sum");
 		free(y);
 		free(z);
 		z = NULL;
 	}
-	/* format 1 (schema 2 and 3): n, then (stack delta, sum, count) each */
+	/* schema 10's rows (one label set's, read by the migration) are not schema 11's */
+	{
+		struct buf b = { 0 };
+
+		buf_uvarint(&b, 0);	/* format 2: 0, n, stack deltas, sums */
+		buf_uvarint(&b, 2);
+		buf_uvarint(&b, 5);
+		buf_uvarint(&b, 2);
+		buf_svarint(&b, -3);
+		buf_svarint(&b, 9);
+		got.n = 0;
+		ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+		     ASSERT_EQ(rollup_decode(z, zlen, &tmp, got_rollup, &got), -EINVAL, "not 11") &&
+		     ASSERT_EQ(got.n, 0, "nothing passed") &&
+		     ASSERT_EQ(rollup_decode_v10(z, zlen, &tmp, got_rollup_v10, &got), 0, "format 2") &&
+		     ASSERT_EQ(got.n, 2, "n") && ASSERT_EQ(got.stack[1], 7, "stack") &&
+		     ASSERT_EQ(got.sum[0], -3, "sum") && ASSERT_EQ(got.count[1], 9, "count: sum");
+		buf_done(&b);
+		free(z);
+		z = NULL;
+	}
+	/* format 1 (schemas 2 and 3): n, then (stack delta, sum, count) each */
 	{
 		struct buf b = { 0 };
 
@@ -156,7 +189,7 @@ static bool test_chunk_rollup(void)
 		buf_uvarint(&b, 1);
 		got.n = 0;
 		ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
-		     ASSERT_EQ(rollup_decode(z, zlen, &tmp, got_rollup, &got), 0, "format 1") &&
+		     ASSERT_EQ(rollup_decode_v10(z, zlen, &tmp, got_rollup_v10, &got), 0, "format 1") &&
 		     ASSERT_EQ(got.n, 2, "n") && ASSERT_EQ(got.stack[1], 7, "stack") &&
 		     ASSERT_EQ(got.sum[0], -3, "sum") && ASSERT_EQ(got.count[0], 4, "count");
 		buf_done(&b);

@@ -725,36 +725,108 @@ int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf
 	return 0;
 }
 
-int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *count,
-		  const size_t *order, size_t n, uint8_t **ret, size_t *ret_len)
+int rollup_encode(const uint64_t *ls, const uint64_t *stack, const int64_t *sum,
+		  const uint64_t *count, const size_t *order, size_t n, uint8_t **ret,
+		  size_t *ret_len)
 {
 	struct buf b = { 0 };
-	uint64_t prev = 0;
+	uint64_t prev = 0, nls = 0;
 	bool counts = false;	/* some count is not its sum (CPU samples: every one is) */
 
-	for (size_t i = 0; i < n; i++)
-		counts |= (uint64_t)sum[i] != count[i];
-	if (!counts) {	/* format 2: a 0 (format 1 starts with n, and rows have entries) */
-		buf_uvarint(&b, 0);
-		buf_uvarint(&b, n);
-		for (size_t i = 0; i < n; i++) {
-			buf_uvarint(&b, stack[order[i]] - prev);
-			prev = stack[order[i]];
-		}
-		for (size_t i = 0; i < n; i++)
-			buf_svarint(&b, sum[order[i]]);
-		return pack(&b, ret, ret_len);
-	}
-	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
-		size_t k = order[i];
-
-		buf_uvarint(&b, stack[k] - prev);
-		prev = stack[k];
-		buf_svarint(&b, sum[k]);
-		buf_uvarint(&b, count[k]);
+		counts |= (uint64_t)sum[i] != count[i];
+		nls += !i || ls[order[i]] != ls[order[i - 1]];
 	}
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 3);
+	buf_uvarint(&b, counts ? ROLLUP_COUNTS : 0);
+	buf_uvarint(&b, nls);
+	for (size_t i = 0; i < n; i++) {	/* label sets: deltas */
+		if (i && ls[order[i]] == ls[order[i - 1]])
+			continue;
+		buf_uvarint(&b, ls[order[i]] - prev);
+		prev = ls[order[i]];
+	}
+	for (size_t i = 0, run = 0; i < n; i++) {	/* ...and their entries */
+		run++;
+		if (i + 1 == n || ls[order[i + 1]] != ls[order[i]]) {
+			buf_uvarint(&b, run);
+			run = 0;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {	/* stacks: deltas within a label set */
+		bool first = !i || ls[order[i]] != ls[order[i - 1]];
+
+		buf_uvarint(&b, stack[order[i]] - (first ? 0 : stack[order[i - 1]]));
+	}
+	for (size_t i = 0; i < n; i++)
+		buf_svarint(&b, sum[order[i]]);
+	for (size_t i = 0; counts && i < n; i++)
+		buf_uvarint(&b, count[order[i]]);
 	return pack(&b, ret, ret_len);
+}
+
+int rollup_decode(const void *blob, size_t len, struct buf *tmp,
+		  int (*cb)(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count),
+		  void *ctx)
+{
+	uint64_t flags, nls, n = 0, ls = 0, stack = 0, left = 0;
+	struct rd r, lsr, runs, st, sm, ct;
+	int err;
+
+	tmp->len = 0;
+	err = unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	if (err)
+		return err;
+	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
+	if (rd_uvarint(&r) != 0 || rd_uvarint(&r) != 0 || rd_uvarint(&r) != 3)
+		return -EINVAL;
+	flags = rd_uvarint(&r);
+	nls = rd_uvarint(&r);
+	if (r.bad || (flags & ~(uint64_t)ROLLUP_COUNTS) || nls > (size_t)(r.end - r.p))
+		return -EINVAL;
+	/* every column's start, each read through once: all of it checked before cb */
+	lsr = r;
+	for (uint64_t i = 0; i < nls; i++)
+		rd_uvarint(&r);
+	runs = r;
+	for (uint64_t i = 0; i < nls && !r.bad; i++) {
+		uint64_t k = rd_uvarint(&r);
+
+		if (!k || k > (size_t)(r.end - r.p))
+			return -EINVAL;
+		n += k;
+	}
+	if (r.bad || n > (size_t)(r.end - r.p))
+		return -EINVAL;
+	st = r;
+	for (uint64_t i = 0; i < n; i++)
+		rd_uvarint(&r);
+	sm = r;
+	for (uint64_t i = 0; i < n; i++)
+		rd_svarint(&r);
+	ct = r;
+	for (uint64_t i = 0; (flags & ROLLUP_COUNTS) && i < n; i++)
+		rd_uvarint(&r);
+	if (r.bad || r.p != r.end)
+		return -EINVAL;
+	for (uint64_t i = 0; i < n; i++) {
+		int64_t sum;
+
+		if (!left) {	/* the next label set */
+			ls += rd_uvarint(&lsr);
+			left = rd_uvarint(&runs);
+			stack = 0;
+		}
+		left--;
+		stack += rd_uvarint(&st);
+		sum = rd_svarint(&sm);
+		err = cb(ctx, ls, stack, sum, (flags & ROLLUP_COUNTS) ? rd_uvarint(&ct) : (uint64_t)sum);
+		if (err)
+			return err;
+	}
+	return 0;
 }
 
 /* Format 2 after its leading 0: uvarint n, then columns of n: stack deltas, sums; each count is
@@ -788,8 +860,8 @@ static int rollup_decode_v2(struct rd *r, int (*cb)(void *ctx, uint64_t stack, i
 	return 0;
 }
 
-int rollup_decode(const void *blob, size_t len, struct buf *tmp,
-		  int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx)
+int rollup_decode_v10(const void *blob, size_t len, struct buf *tmp,
+		      int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx)
 {
 	uint64_t n, stack = 0;
 	struct rd r;

@@ -108,21 +108,39 @@ int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf
 			int (*cb)(void *ctx, uint64_t t, double v), void *ctx);
 
 /*
- * Rollup row (before zstd), in ascending stack order. Where every count is its sum (CPU
- * samples), format 2 (schema 4): uvarint 0, n, then n stack deltas (uvarint), n sums (svarint);
- * else format 1: uvarint n >= 1, then n x (stack delta, sum, count). order[] lists the indexes
- * of stack/sum/count in that order (ascending, distinct stacks). *ret malloc'ed (caller
- * frees). 0/-errno.
+ * Rollup row of schema 11 (before zstd): the entries of one (level, kind, bucket, node), every
+ * label set of the node in it, in ascending (label set, stack) order:
+ *   uvarint 0, 0, 3 (format 3; formats 1 and 2 below start otherwise), uvarint flags
+ *   (ROLLUP_COUNTS: a column of counts follows, else every count is its sum: CPU samples),
+ *   uvarint nls, then columns: nls label-set deltas (uvarint, the first from 0), nls entry
+ *   counts (uvarint >= 1), n stack deltas (uvarint, from 0 at each label set's first), n sums
+ *   (svarint), [n counts (uvarint)].
+ * order[] lists the indexes of ls/stack/sum/count in that order (distinct pairs). *ret
+ * malloc'ed (caller frees). 0/-errno.
  */
-int rollup_encode(const uint64_t *stack, const int64_t *sum, const uint64_t *count,
-		  const size_t *order, size_t n, uint8_t **ret, size_t *ret_len);
+#define ROLLUP_COUNTS	1
+int rollup_encode(const uint64_t *ls, const uint64_t *stack, const int64_t *sum,
+		  const uint64_t *count, const size_t *order, size_t n, uint8_t **ret,
+		  size_t *ret_len);
 
 /*
- * Decodes a rollup row, calling cb per entry in stack order. tmp is scratch (reused). 0,
- * -EINVAL/-E2BIG/-ENOMEM or cb's nonzero return; entries before a corrupt one were passed.
+ * Decodes a rollup row of schema 11, calling cb per entry in (label set, stack) order once
+ * the whole row validated. tmp is scratch (reused). 0, -EINVAL/-E2BIG/-ENOMEM or cb's nonzero
+ * return.
  */
 int rollup_decode(const void *blob, size_t len, struct buf *tmp,
-		  int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
+		  int (*cb)(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count),
+		  void *ctx);
+
+/*
+ * Decodes a rollup row of schemas 1-10 (one label set's, read only by the migration to 11):
+ * format 2 (schema 4) where every count is its sum: uvarint 0, n, then n stack deltas
+ * (uvarint), n sums (svarint); else format 1: uvarint n >= 1, then n x (stack delta, sum,
+ * count). cb per entry in stack order; tmp is scratch. 0, -EINVAL/-E2BIG/-ENOMEM or cb's
+ * nonzero return; entries before a corrupt one were passed.
+ */
+int rollup_decode_v10(const void *blob, size_t len, struct buf *tmp,
+		      int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
 
 /*
  * A stack's location ids (schema 2): the first as a uvarint, each next one as the svarint

@@ -94,8 +94,12 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, labelset INTEGER, kind INTEGER,"
 	" t_min INTEGER, t_max INTEGER, n INTEGER, data BLOB);"
 	"CREATE INDEX IF NOT EXISTS chunks_kt ON chunks(kind, t_min);"
-	"CREATE TABLE IF NOT EXISTS rollups(level INTEGER, kind INTEGER, bucket INTEGER,"
-	" labelset INTEGER, data BLOB, PRIMARY KEY(level, kind, bucket, labelset)) WITHOUT ROWID;"
+	/* rollups (schema 11): a row per (level, bucket, kind, node), every label set of the node
+	 * in its blob (chunk.h); hour and day rows only for buckets before
+	 * meta.rollup_built_<level> (rollup.c builds them once their bucket closes) */
+	"CREATE TABLE IF NOT EXISTS rollups(level INTEGER, bucket INTEGER, kind INTEGER,"
+	" node TEXT, data BLOB, PRIMARY KEY(level, bucket, kind, node)) WITHOUT ROWID;"
+	"INSERT OR IGNORE INTO meta VALUES ('rollup_built_1', 0), ('rollup_built_2', 0);"
 	"CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, hash INTEGER UNIQUE NOT NULL,"
 	" name TEXT, labelset INTEGER);"
 	"CREATE INDEX IF NOT EXISTS series_name ON series(name);"
@@ -326,22 +330,31 @@ static const struct store_ops sqlite_ops = {
 	.close = sq_close,
 };
 
+/* Whether table has column (false where there is no such table). */
+static bool table_has_column(struct sq *s, const char *table, const char *column)
+{
+	sqlite3_stmt *st;
+	bool have;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &st,
+			       NULL))
+		return false;
+	sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+	have = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return have;
+}
+
 /*
  * Stores made before dictionary GC have no stacks.day (the last day a batch used the stack):
  * added, and every stack counts as used today. 0 or -EIO.
  */
 static int migrate_stack_day(struct sq *s)
 {
-	sqlite3_stmt *st;
-	bool have = false;
 	char sql[128];
 
-	if (sqlite3_prepare_v2(s->w, "SELECT 1 FROM pragma_table_info('stacks') WHERE name = 'day'",
-			       -1, &st, NULL))
-		return -EIO;
-	have = sqlite3_step(st) == SQLITE_ROW;
-	sqlite3_finalize(st);
-	if (have)
+	if (table_has_column(s, "stacks", "day"))
 		return 0;
 	snprintf(sql, sizeof(sql), "ALTER TABLE stacks ADD COLUMN day INTEGER NOT NULL DEFAULT %llu",
 		 (unsigned long long)(wall_ns() / DAY_NS));
@@ -412,6 +425,14 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			goto out_rollback;
 		if (ver >= 2 && ver < 7 && sq_migrate_v4_rename(s, ver, err, errlen))
 			goto out_rollback;
+		/* schema 11's rollups are per node: the old rows wait in rollups_v10 until the
+		 * label sets (their nodes) are loaded, then sq_rollups_convert_v10() */
+		if (table_has_column(s, "rollups", "labelset") &&
+		    sqlite3_exec(s->w, "ALTER TABLE rollups RENAME TO rollups_v10", NULL, NULL,
+				 NULL)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
 		/* the (id, day) table the copies below fill, then make stackdays rows of */
 		if (ver < 8 && sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER"
 					      " PRIMARY KEY, day INTEGER NOT NULL)", NULL, NULL,
@@ -492,6 +513,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		snprintf(err, errlen, "loading label sets: %s", sqlite3_errmsg(s->w));
 		goto out_close;
 	}
+	if (sq_rollups_convert_v10(s, err, errlen))
+		goto out_close;
 	t0 = mono_ns();
 	if (sq_locs_load(s)) {
 		snprintf(err, errlen, "loading the location index: %s", sqlite3_errmsg(s->w));

@@ -67,8 +67,8 @@ void sq_enforce_retention(struct sq *s)
 	__atomic_add_fetch(&s->n_raw_deleted, (uint64_t)n, __ATOMIC_RELAXED);
 	n = 0;
 	for (int lv = 0; lv < LEVELS; lv++)
-		n += delete_all(s, "DELETE FROM rollups WHERE (level, kind, bucket, labelset) IN"
-				   " (SELECT level, kind, bucket, labelset FROM rollups WHERE level = ?2"
+		n += delete_all(s, "DELETE FROM rollups WHERE (level, bucket, kind, node) IN"
+				   " (SELECT level, bucket, kind, node FROM rollups WHERE level = ?2"
 				   " AND bucket <= ?1 LIMIT ?3)", cut - (int64_t)sq_level_ns[lv], lv);
 	__atomic_add_fetch(&s->n_rollups_deleted, (uint64_t)n, __ATOMIC_RELAXED);
 	n = delete_all(s, "DELETE FROM points WHERE id IN (SELECT id FROM points WHERE t_max < ?1"

@@ -16,49 +16,61 @@
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
 
-/* One rollup row being built: stack -> (sum, count). */
+/* One rollup row being built: (label set, stack) -> (sum, count). */
 struct racc {
-	uint64_t level, kind, bucket, ls;
-	struct u64map idx;	/* stack -> index */
-	uint64_t *stack, *count;
+	uint64_t level, kind, bucket;
+	char *node;
+	struct u64map idx;	/* hash of (label set, stack) -> index (probe on collision) */
+	uint64_t *ls, *stack, *count;
 	int64_t *sum;
 	size_t n, cap;
 };
 
-static int racc_add(struct racc *a, uint64_t stack, int64_t sum, uint64_t count)
+static int racc_grow(struct racc *a)
 {
-	int ins;
-	uint64_t *v = u64map_upsert(&a->idx, stack, a->n, &ins);
+	size_t ncap = a->cap ? a->cap * 2 : 64;
+	uint64_t *nl = realloc(a->ls, ncap * sizeof(*nl)), *ns, *nc;
+	int64_t *nsum;
 
-	if (!v)
+	if (!nl)
 		return -ENOMEM;
-	if (ins) {
-		if (a->n == a->cap) {
-			size_t ncap = a->cap ? a->cap * 2 : 64;
-			uint64_t *ns = realloc(a->stack, ncap * sizeof(*ns));
-			uint64_t *nc;
-			int64_t *nsum;
+	a->ls = nl;
+	ns = realloc(a->stack, ncap * sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	a->stack = ns;
+	nc = realloc(a->count, ncap * sizeof(*nc));
+	if (!nc)
+		return -ENOMEM;
+	a->count = nc;
+	nsum = realloc(a->sum, ncap * sizeof(*nsum));
+	if (!nsum)
+		return -ENOMEM;
+	a->sum = nsum;
+	a->cap = ncap;
+	return 0;
+}
 
-			if (!ns)
-				return -ENOMEM;
-			a->stack = ns;
-			nc = realloc(a->count, ncap * sizeof(*nc));
-			if (!nc)
-				return -ENOMEM;
-			a->count = nc;
-			nsum = realloc(a->sum, ncap * sizeof(*nsum));
-			if (!nsum)
-				return -ENOMEM;
-			a->sum = nsum;
-			a->cap = ncap;
+static int racc_add(struct racc *a, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
+{
+	uint64_t k[2] = { ls, stack }, h = hash64(k, sizeof(k), 16), *v;
+
+	for (; (v = u64map_find(&a->idx, h)); h++) {
+		if (a->ls[*v] == ls && a->stack[*v] == stack) {
+			a->sum[*v] += sum;
+			a->count[*v] += count;
+			return 0;
 		}
-		a->stack[a->n] = stack;
-		a->sum[a->n] = 0;
-		a->count[a->n] = 0;
-		a->n++;
 	}
-	a->sum[*v] += sum;
-	a->count[*v] += count;
+	if (a->n == a->cap && racc_grow(a))
+		return -ENOMEM;
+	if (!u64map_upsert(&a->idx, h, a->n, NULL))
+		return -ENOMEM;
+	a->ls[a->n] = ls;
+	a->stack[a->n] = stack;
+	a->sum[a->n] = sum;
+	a->count[a->n] = count;
+	a->n++;
 	return 0;
 }
 
@@ -67,6 +79,8 @@ static void racc_free(struct racc *a)
 	if (!a)
 		return;
 	u64map_done(&a->idx);
+	free(a->node);
+	free(a->ls);
 	free(a->stack);
 	free(a->sum);
 	free(a->count);
@@ -74,20 +88,22 @@ static void racc_free(struct racc *a)
 }
 
 struct rollup_round {
-	struct u64map keys;	/* hash of (level, kind, bucket, ls) -> index+1 into accs (probe) */
+	struct u64map keys;	/* hash of (level, kind, bucket, node) -> index into accs (probe) */
 	struct racc **accs;
 	size_t n, cap;
 };
 
 static struct racc *round_get(struct rollup_round *rr, uint64_t level, uint64_t kind,
-			      uint64_t bucket, uint64_t ls)
+			      uint64_t bucket, const char *node)
 {
-	uint64_t k[4] = { level, kind, bucket, ls }, h = hash64(k, sizeof(k), 15), *v;
+	uint64_t k[4] = { level, kind, bucket, hash64(node, strlen(node), 17) };
+	uint64_t h = hash64(k, sizeof(k), 15), *v;
 	struct racc *a;
 
 	for (; (v = u64map_find(&rr->keys, h)); h++) {
 		a = rr->accs[*v];
-		if (a->level == level && a->kind == kind && a->bucket == bucket && a->ls == ls)
+		if (a->level == level && a->kind == kind && a->bucket == bucket &&
+		    !strcmp(a->node, node))
 			return a;
 	}
 	if (rr->n == rr->cap) {
@@ -102,9 +118,9 @@ static struct racc *round_get(struct rollup_round *rr, uint64_t level, uint64_t 
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
-	*a = (struct racc){ .level = level, .kind = kind, .bucket = bucket, .ls = ls };
-	if (!u64map_upsert(&rr->keys, h, rr->n, NULL)) {
-		free(a);
+	*a = (struct racc){ .level = level, .kind = kind, .bucket = bucket, .node = strdup(node) };
+	if (!a->node || !u64map_upsert(&rr->keys, h, rr->n, NULL)) {
+		racc_free(a);
 		return NULL;
 	}
 	rr->accs[rr->n++] = a;
@@ -120,56 +136,71 @@ static void round_done(struct rollup_round *rr)
 	memset(rr, 0, sizeof(*rr));
 }
 
-static int cmp_u64idx(const void *a, const void *b, void *ctx)
+/* (label set, stack) order of a row's entries */
+static int cmp_entry(const void *x, const void *y, void *ctx)
 {
-	const uint64_t *stacks = ctx;
-	uint64_t x = stacks[*(const size_t *)a], y = stacks[*(const size_t *)b];
+	const struct racc *a = ctx;
+	size_t i = *(const size_t *)x, j = *(const size_t *)y;
 
-	return x < y ? -1 : x > y;
+	if (a->ls[i] != a->ls[j])
+		return a->ls[i] < a->ls[j] ? -1 : 1;
+	return a->stack[i] < a->stack[j] ? -1 : a->stack[i] > a->stack[j];
 }
 
-static int racc_merge(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+static int racc_merge(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
 {
-	return racc_add(ctx, stack, sum, count);
+	return racc_add(ctx, ls, stack, sum, count);
 }
 
-/* Merges the accumulated row with the stored one and writes it back (wmu held, in a tx). */
-static int rollup_write(struct sq *s, sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a,
-			struct buf *tmp)
+/* The SQL of the rollup rows, the maintenance thread's (prepared per round). */
+#define ROLLUP_GET	"SELECT data FROM rollups WHERE level = ? AND bucket = ? AND kind = ? AND" \
+			" node = ?"
+#define ROLLUP_PUT	"INSERT OR REPLACE INTO rollups(level, bucket, kind, node, data) VALUES" \
+			" (?, ?, ?, ?, ?)"
+
+/*
+ * Writes the accumulated row (wmu held, in a tx): merged with the stored one where get is
+ * given, else replacing it.
+ */
+static int rollup_write(sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a, struct buf *tmp)
 {
 	size_t *order = NULL;
 	uint8_t *z = NULL;
 	size_t zlen;
 	int rc, err = 0;
 
-	sqlite3_bind_int64(get, 1, (int64_t)a->level);
-	sqlite3_bind_int64(get, 2, (int64_t)a->kind);
-	sqlite3_bind_int64(get, 3, (int64_t)a->bucket);
-	sqlite3_bind_int64(get, 4, (int64_t)a->ls);
-	rc = sqlite3_step(get);
-	if (rc == SQLITE_ROW)
-		err = rollup_decode(sqlite3_column_blob(get, 0), (size_t)sqlite3_column_bytes(get, 0),
-				    tmp, racc_merge, a);
-	else if (rc != SQLITE_DONE)
-		err = -EIO;
-	sqlite3_reset(get);
-	if (err)
+	if (get) {
+		sqlite3_bind_int64(get, 1, (int64_t)a->level);
+		sqlite3_bind_int64(get, 2, (int64_t)a->bucket);
+		sqlite3_bind_int64(get, 3, (int64_t)a->kind);
+		sqlite3_bind_text(get, 4, a->node, -1, SQLITE_STATIC);
+		rc = sqlite3_step(get);
+		if (rc == SQLITE_ROW)
+			err = rollup_decode(sqlite3_column_blob(get, 0),
+					    (size_t)sqlite3_column_bytes(get, 0), tmp, racc_merge, a);
+		else if (rc != SQLITE_DONE)
+			err = -EIO;
+		sqlite3_reset(get);
+		if (err)
+			goto out;
+	}
+	if (!a->n)
 		goto out;
-	order = malloc((a->n ? a->n : 1) * sizeof(*order));
+	order = malloc(a->n * sizeof(*order));
 	if (!order) {
 		err = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < a->n; i++)
 		order[i] = i;
-	qsort_r(order, a->n, sizeof(*order), cmp_u64idx, a->stack);
-	err = rollup_encode(a->stack, a->sum, a->count, order, a->n, &z, &zlen);
+	qsort_r(order, a->n, sizeof(*order), cmp_entry, a);
+	err = rollup_encode(a->ls, a->stack, a->sum, a->count, order, a->n, &z, &zlen);
 	if (err)
 		goto out;
 	sqlite3_bind_int64(put, 1, (int64_t)a->level);
-	sqlite3_bind_int64(put, 2, (int64_t)a->kind);
-	sqlite3_bind_int64(put, 3, (int64_t)a->bucket);
-	sqlite3_bind_int64(put, 4, (int64_t)a->ls);
+	sqlite3_bind_int64(put, 2, (int64_t)a->bucket);
+	sqlite3_bind_int64(put, 3, (int64_t)a->kind);
+	sqlite3_bind_text(put, 4, a->node, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(put, 5, z, (int)zlen, SQLITE_STATIC);
 	err = sq_step_done(put);
 	free(z);
@@ -178,14 +209,51 @@ out:
 	return err;
 }
 
-/* Folds up to ROLLUP_ROUND new chunks into the rollups. >0: chunks folded, 0: none, -errno. */
+/* The label set's node ("" if unknown), through a one-entry cache. */
+static const char *ls_node(struct sq *s, uint64_t ls, uint64_t *last_ls, const char **last)
+{
+	struct lset l;
+
+	if (*last && *last_ls == ls)
+		return *last;
+	*last_ls = ls;
+	*last = sq_lset_get(s, ls, &l) ? l.node : "";
+	return *last;
+}
+
+/* meta.rollup_built_<level>: that level's rows are whole for every bucket before it (wmu). */
+static int built_get(struct sq *s, int64_t built[LEVELS])
+{
+	sqlite3_stmt *q;
+	int err = 0;
+
+	built[0] = INT64_MAX;	/* minute rows: folded as chunks come */
+	if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
+			       " (SELECT value FROM meta WHERE key = 'rollup_built_2')", -1, &q,
+			       NULL) || sqlite3_step(q) != SQLITE_ROW)
+		err = -EIO;
+	else
+		for (int lv = 1; lv < LEVELS; lv++)
+			built[lv] = sqlite3_column_int64(q, lv - 1);
+	sqlite3_finalize(q);
+	return err;
+}
+
+/*
+ * Folds up to ROLLUP_ROUND new chunks into the rollups: minute rows always; hour and day rows
+ * only for buckets already built (rollup_build(): a row there is whole, so a late sample is
+ * added to it), the others are built from the minutes when their bucket closes. >0: chunks
+ * folded, 0: none, -errno.
+ */
 static int rollup_round(struct sq *s)
 {
 	sqlite3_stmt *sel = NULL, *get = NULL, *put = NULL, *wm = NULL;
 	struct rollup_round rr = { 0 };
 	struct chunk c = { .any_order = true };	/* sums: no time order needed */
 	struct buf tmp = { 0 };
-	int64_t last = -1;
+	int64_t last = -1, built[LEVELS];
+	uint64_t last_ls = 0;
+	const char *node = NULL;
 	int rc, err = 0, n = 0;
 
 	pthread_mutex_lock(&s->wmu);
@@ -196,13 +264,11 @@ static int rollup_round(struct sq *s)
 	rc = sqlite3_prepare_v2(s->w, "SELECT id, labelset, kind, t_min, data FROM chunks WHERE id >"
 				" (SELECT value FROM meta WHERE key = 'rollup_wm') ORDER BY id LIMIT ?",
 				-1, &sel, NULL);
-	rc |= sqlite3_prepare_v2(s->w, "SELECT data FROM rollups WHERE level = ? AND kind = ? AND"
-				 " bucket = ? AND labelset = ?", -1, &get, NULL);
-	rc |= sqlite3_prepare_v2(s->w, "INSERT OR REPLACE INTO rollups(level, kind, bucket, labelset,"
-				 " data) VALUES (?, ?, ?, ?, ?)", -1, &put, NULL);
+	rc |= sqlite3_prepare_v2(s->w, ROLLUP_GET, -1, &get, NULL);
+	rc |= sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL);
 	rc |= sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'rollup_wm'", -1, &wm,
 				 NULL);
-	if (rc) {
+	if (rc || built_get(s, built)) {
 		err = -EIO;
 		goto out;
 	}
@@ -223,12 +289,17 @@ static int rollup_round(struct sq *s)
 			continue;
 		}
 		for (size_t i = 0; i < c.n && !err; i++) {
+			uint64_t l = c.mixed ? c.labelset[i] : ls;
+			const char *nd = ls_node(s, l, &last_ls, &node);
+
 			for (int lv = 0; lv < LEVELS && !err; lv++) {
 				uint64_t b = c.t[i] / sq_level_ns[lv] * sq_level_ns[lv];
-				struct racc *acc = round_get(&rr, (uint64_t)lv, kind, b,
-							     c.mixed ? c.labelset[i] : ls);
+				struct racc *acc;
 
-				if (!acc || racc_add(acc, c.stack[i], c.value[i], 1))
+				if (b >= (uint64_t)built[lv])
+					continue;	/* built from the minutes once closed */
+				acc = round_get(&rr, (uint64_t)lv, kind, b, nd);
+				if (!acc || racc_add(acc, l, c.stack[i], c.value[i], 1))
 					err = -ENOMEM;
 			}
 		}
@@ -237,7 +308,7 @@ static int rollup_round(struct sq *s)
 		err = -EIO;
 	sqlite3_reset(sel);
 	for (size_t i = 0; i < rr.n && !err; i++)
-		err = rollup_write(s, get, put, rr.accs[i], &tmp);
+		err = rollup_write(get, put, rr.accs[i], &tmp);
 	if (!err && last >= 0) {
 		sqlite3_bind_int64(wm, 1, last);
 		err = sq_step_done(wm);
@@ -257,6 +328,194 @@ out:
 	chunk_done(&c);
 	buf_done(&tmp);
 	return err ? err : n;
+}
+
+/*
+ * Builds the rows of level lv (hour or day) whose bucket closed ROLLUP_CLOSE_NS ago, each from
+ * the rows of the level below, one bucket per write transaction, and moves
+ * meta.rollup_built_<lv> past them. A day is built once all its hours are. Rewriting an hour
+ * or day row on every fold would re-encode the whole bucket every 2 s; built once, a row is
+ * only rewritten for a sample that comes late. 0 or -errno.
+ */
+static int rollup_build(struct sq *s, int lv)
+{
+	uint64_t width = sq_level_ns[lv], now = wall_ns();
+	int err = 0;
+
+	while (!err && !s->stopping) {
+		sqlite3_stmt *first = NULL, *sel = NULL, *put = NULL, *mark = NULL;
+		struct rollup_round rr = { 0 };
+		struct buf tmp = { 0 };
+		int64_t built[LEVELS], target, b = -1;
+		int rc;
+
+		pthread_mutex_lock(&s->wmu);
+		if (sq_step_done(s->st[ST_BEGIN])) {
+			pthread_mutex_unlock(&s->wmu);
+			return -EIO;
+		}
+		err = built_get(s, built);
+		target = (int64_t)((now - ROLLUP_CLOSE_NS) / width * width);
+		if (built[lv - 1] != INT64_MAX && built[lv - 1] / (int64_t)width * (int64_t)width < target)
+			target = built[lv - 1] / (int64_t)width * (int64_t)width;
+		rc = sqlite3_prepare_v2(s->w, "SELECT min(bucket) FROM rollups WHERE level = ?1 AND"
+					" bucket >= ?2", -1, &first, NULL);
+		rc |= sqlite3_prepare_v2(s->w, "SELECT kind, node, data FROM rollups WHERE level = ?1"
+					 " AND bucket >= ?2 AND bucket < ?3", -1, &sel, NULL);
+		rc |= sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL);
+		rc |= sqlite3_prepare_v2(s->w, "INSERT OR REPLACE INTO meta VALUES (?1, ?2)", -1,
+					 &mark, NULL);
+		if (!err && rc)
+			err = -EIO;
+		if (!err && built[lv] < target) {
+			/* the first bucket with rows below: the empty ones before it need nothing */
+			sqlite3_bind_int(first, 1, lv - 1);
+			sqlite3_bind_int64(first, 2, built[lv]);
+			if (sqlite3_step(first) == SQLITE_ROW &&
+			    sqlite3_column_type(first, 0) != SQLITE_NULL)
+				b = sqlite3_column_int64(first, 0) / (int64_t)width * (int64_t)width;
+			if (b < 0 || b >= target)
+				b = -1;		/* nothing left to build before target */
+		}
+		if (!err && b >= 0) {
+			sqlite3_bind_int(sel, 1, lv - 1);
+			sqlite3_bind_int64(sel, 2, b);
+			sqlite3_bind_int64(sel, 3, b + (int64_t)width);
+			while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+				struct racc *a = round_get(&rr, (uint64_t)lv,
+							   (uint64_t)sqlite3_column_int64(sel, 0),
+							   (uint64_t)b,
+							   (const char *)sqlite3_column_text(sel, 1));
+
+				err = a ? rollup_decode(sqlite3_column_blob(sel, 2),
+							(size_t)sqlite3_column_bytes(sel, 2), &tmp,
+							racc_merge, a) : -ENOMEM;
+				if (err == -EINVAL) {
+					log_warn("rollup: an undecodable level-%d row in bucket %lld,"
+						 " left out of its level-%d row", lv - 1, (long long)b,
+						 lv);
+					err = 0;
+				}
+			}
+			if (!err && rc != SQLITE_DONE)
+				err = -EIO;
+		}
+		for (size_t i = 0; i < rr.n && !err; i++)
+			err = rollup_write(NULL, put, rr.accs[i], &tmp);
+		if (!err && built[lv] < target) {
+			char key[32];
+
+			snprintf(key, sizeof(key), "rollup_built_%d", lv);
+			sqlite3_bind_text(mark, 1, key, -1, SQLITE_TRANSIENT);
+			sqlite3_bind_int64(mark, 2, b >= 0 ? b + (int64_t)width : target);
+			err = sq_step_done(mark);
+		}
+		sqlite3_finalize(first);
+		sqlite3_finalize(sel);
+		sqlite3_finalize(put);
+		sqlite3_finalize(mark);
+		if (err || sq_step_done(s->st[ST_COMMIT])) {
+			log_warn("rollup: building level %d: %s", lv,
+				 err == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+			sq_step_done(s->st[ST_ROLLBACK]);
+			err = err ? err : -EIO;
+		}
+		pthread_mutex_unlock(&s->wmu);
+		round_done(&rr);
+		buf_done(&tmp);
+		if (err || built[lv] >= target || b < 0)
+			break;	/* else the next bucket with rows below */
+	}
+	return err;
+}
+
+/* One old row's entries into its node's accumulator (rollup_decode_v10 callback). */
+struct v10_row {
+	struct racc *a;
+	uint64_t ls;
+};
+
+static int v10_add(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+{
+	struct v10_row *r = ctx;
+
+	return racc_add(r->a, r->ls, stack, sum, count);
+}
+
+int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen)
+{
+	sqlite3_stmt *sel = NULL, *put = NULL;
+	struct rollup_round rr = { 0 };
+	struct buf tmp = { 0 };
+	uint64_t t0 = mono_ns(), level = 0, kind = 0, bucket = 0, last_ls = 0, rows = 0;
+	uint64_t hour = (wall_ns() - ROLLUP_CLOSE_NS) / HOUR_NS * HOUR_NS;
+	const char *node = NULL;
+	char sql[256];
+	int rc = SQLITE_DONE, e = 0;
+
+	if (sqlite3_prepare_v2(s->w, "SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'", -1,
+			       &sel, NULL) || sqlite3_step(sel) != SQLITE_ROW) {
+		sqlite3_finalize(sel);
+		return 0;	/* nothing to convert */
+	}
+	sqlite3_finalize(sel);
+	sel = NULL;
+	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
+	    sqlite3_prepare_v2(s->w, "SELECT level, kind, bucket, labelset, data FROM rollups_v10"
+			       " ORDER BY level, kind, bucket", -1, &sel, NULL) ||
+	    sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL))
+		e = -EIO;
+	while (!e && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		uint64_t lv = (uint64_t)sqlite3_column_int64(sel, 0);
+		uint64_t k = (uint64_t)sqlite3_column_int64(sel, 1);
+		uint64_t b = (uint64_t)sqlite3_column_int64(sel, 2);
+		struct v10_row r = { NULL, (uint64_t)sqlite3_column_int64(sel, 3) };
+
+		if (rr.n && (lv != level || k != kind || b != bucket)) {	/* a bucket done */
+			for (size_t i = 0; i < rr.n && !e; i++)
+				e = rollup_write(NULL, put, rr.accs[i], &tmp);
+			round_done(&rr);
+		}
+		level = lv, kind = k, bucket = b;
+		rows++;
+		r.a = round_get(&rr, lv, k, b, ls_node(s, r.ls, &last_ls, &node));
+		if (!r.a) {
+			e = -ENOMEM;
+			break;
+		}
+		if (rollup_decode_v10(sqlite3_column_blob(sel, 4), (size_t)sqlite3_column_bytes(sel, 4),
+				      &tmp, v10_add, &r) == -ENOMEM)
+			e = -ENOMEM;	/* an undecodable row: what it held before the fault */
+	}
+	if (!e && rc != SQLITE_DONE)
+		e = -EIO;
+	for (size_t i = 0; i < rr.n && !e; i++)
+		e = rollup_write(NULL, put, rr.accs[i], &tmp);
+	sqlite3_finalize(sel);
+	sqlite3_finalize(put);
+	/* every hour and day row of schema 10 is whole: the closed buckets count as built */
+	snprintf(sql, sizeof(sql), "DROP TABLE rollups_v10; INSERT OR REPLACE INTO meta VALUES"
+		 " ('rollup_built_1', %lld), ('rollup_built_2', %lld)", (long long)hour,
+		 (long long)(hour / DAY_NS * DAY_NS));
+	if (!e && (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
+		   sqlite3_exec(s->w, "COMMIT", NULL, NULL, NULL)))
+		e = -EIO;
+	round_done(&rr);
+	buf_done(&tmp);
+	if (e) {
+		snprintf(err, errlen, "converting the rollups of '%s' to schema 11: %s", s->path,
+			 e == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
+		if (!sqlite3_get_autocommit(s->w))
+			sqlite3_exec(s->w, "ROLLBACK", NULL, NULL, NULL);
+		return -1;
+	}
+	log_info("store: %llu rollup rows of '%s' converted to schema 11 in %.1f s",
+		 (unsigned long long)rows, s->path, (double)(mono_ns() - t0) / 1e9);
+	if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))
+		log_warn("store: vacuum after the rollups' conversion: %s (the free pages are reused)",
+			 sqlite3_errmsg(s->w));
+	sqlite3_exec(s->w, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+	return 0;
 }
 
 /*
@@ -303,6 +562,8 @@ void *sq_maint_main(void *arg)
 		do
 			n = rollup_round(s);
 		while (n == ROLLUP_ROUND && !s->stopping);
+		for (int lv = 1; lv < LEVELS && n >= 0 && !s->stopping; lv++)
+			rollup_build(s, lv);
 		if (wall_ns() - last_ret >= s->o.enforce_period_ns) {
 			sq_enforce_retention(s);
 			last_ret = wall_ns();

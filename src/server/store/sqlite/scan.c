@@ -24,8 +24,25 @@ struct agg_ctx {
 	const struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
 	const struct node_busy **ls_obs;	/* ... and its observed list */
 	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
+	struct u64map nodes;		/* hash of the node of some matching label set */
+	int64_t built[LEVELS];		/* hour and day rows are whole before these (meta) */
 	struct chunk c;
 };
+
+/* The nodes of the matching label sets (lmu held): rollup rows of other nodes are not read. */
+static int load_nodes(struct agg_ctx *a)
+{
+	struct sq *s = a->s;
+
+	for (size_t id = 0; id < a->nmatch && id < s->nlsets; id++) {
+		const char *node = s->lsets[id].node;
+
+		if (a->match[id] && s->lsets[id].pairs &&
+		    !u64map_upsert(&a->nodes, hash64(node, strlen(node), 17), 0, NULL))
+			return -ENOMEM;
+	}
+	return 0;
+}
 
 /* Group index + 1 of every matching label set (lmu held). 0 or -ENOMEM. */
 static int load_groups(struct agg_ctx *a)
@@ -111,19 +128,21 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 	return err;
 }
 
-/* One rollup row being folded: its label set and bucket start. */
+/* One rollup row being folded: its bucket start. */
 struct rollup_row {
 	struct agg_ctx *a;
-	uint64_t ls, t;
+	uint64_t t;
 };
 
-/* Adds one rollup entry to the aggregation (rollup_decode callback). */
-static int agg_add(void *ctx, uint64_t stack, int64_t sum, uint64_t count)
+/* Adds one rollup entry of a matching label set to the aggregation (rollup_decode callback). */
+static int agg_add(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
 {
 	struct rollup_row *r = ctx;
 
 	(void)count;
-	return agg_put(r->a, r->ls, stack, r->t, (uint64_t)sum);
+	if (ls >= r->a->nmatch || !r->a->match[ls])
+		return 0;
+	return agg_put(r->a, ls, stack, r->t, (uint64_t)sum);
 }
 
 enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
@@ -196,8 +215,8 @@ static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from
 
 	if (from >= to)
 		return 0;
-	rc = sqlite3_prepare_v2(db, "SELECT labelset, data, bucket FROM rollups WHERE level = ?1 AND"
-				" kind = ?2 AND bucket >= ?3 AND bucket < ?4", -1, &st, NULL);
+	rc = sqlite3_prepare_v2(db, "SELECT node, data, bucket FROM rollups WHERE level = ?1 AND"
+				" bucket >= ?3 AND bucket < ?4 AND kind = ?2", -1, &st, NULL);
 	if (rc)
 		return -EIO;
 	sqlite3_bind_int(st, 1, level);
@@ -205,10 +224,10 @@ static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from
 	sqlite3_bind_int64(st, 3, (int64_t)from);
 	sqlite3_bind_int64(st, 4, (int64_t)to);
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct rollup_row r = { a, (uint64_t)sqlite3_column_int64(st, 0),
-					(uint64_t)sqlite3_column_int64(st, 2) };
+		struct rollup_row r = { a, (uint64_t)sqlite3_column_int64(st, 2) };
+		const char *node = (const char *)sqlite3_column_text(st, 0);
 
-		if (r.ls >= a->nmatch || !a->match[r.ls])
+		if (!node || !u64map_find(&a->nodes, hash64(node, strlen(node), 17)))
 			continue;
 		err = rollup_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
 				    &tmp, agg_add, &r);
@@ -235,6 +254,8 @@ static int scan_levels(struct agg_ctx *a, sqlite3 *db, int lv, uint64_t from, ui
 		return scan_rollups(a, db, lv, from, to);
 	c = ceil_to(from, sq_level_ns[lv + 1]);
 	d = floor_to(to, sq_level_ns[lv + 1]);
+	if (d > (uint64_t)a->built[lv + 1])	/* not built yet: the level below has them */
+		d = c > (uint64_t)a->built[lv + 1] ? c : (uint64_t)a->built[lv + 1];
 	if (c >= d)
 		return scan_rollups(a, db, lv, from, to);
 	err = scan_levels(a, db, lv + 1, c, d);
@@ -256,8 +277,9 @@ static uint64_t ceil_to(uint64_t t, uint64_t unit)
 }
 
 /*
- * Plan: samples already rolled up (chunk id <= watermark) come from hour rollups for whole
- * hours, minute rollups for whole minutes, and raw chunks for the partial minutes at both
+ * Plan: samples already rolled up (chunk id <= watermark) come from day and hour rollups for
+ * whole days and hours already built (meta.rollup_built_<level>), minute rollups for whole
+ * minutes, and raw chunks for the partial minutes at both
  * ends; chunks not yet rolled up are scanned raw. Edges older than the raw retention are
  * widened to whole minutes. gpu_idle needs each sample's time: raw chunks only.
  */
@@ -276,10 +298,18 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	if (!err) {
 		sqlite3_stmt *w;
 
-		err = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'rollup_wm'", -1, &w,
+		err = sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'rollup_wm'),"
+					 " (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
+					 " (SELECT value FROM meta WHERE key = 'rollup_built_2')", -1, &w,
 					 NULL) ? -EIO : 0;
-		if (!err && sq_step_i64(w, &wm) < 0)
+		if (!err && sqlite3_step(w) != SQLITE_ROW)
 			err = -EIO;
+		if (!err) {
+			wm = sqlite3_column_int64(w, 0);
+			a.built[0] = INT64_MAX;
+			for (int lv = 1; lv < LEVELS; lv++)
+				a.built[lv] = sqlite3_column_int64(w, lv);
+		}
 		sqlite3_finalize(w);
 	}
 	if (err)
@@ -287,9 +317,11 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
 	if (!a.match)
 		err = -ENOMEM;
-	if (!err && q->emit && q->group_by && q->groups) {
+	if (!err) {
 		pthread_rwlock_rdlock(&s->lmu);
-		err = load_groups(&a);
+		err = load_nodes(&a);
+		if (!err && q->emit && q->group_by && q->groups)
+			err = load_groups(&a);
 		pthread_rwlock_unlock(&s->lmu);
 	}
 	if (err)
@@ -344,6 +376,7 @@ out:
 	free(a.ls_busy);
 	free(a.ls_obs);
 	free(a.ls_group);
+	u64map_done(&a.nodes);
 	free((void *)a.match);
 	chunk_done(&a.c);
 	return err;

@@ -29,6 +29,7 @@
 #define ROLLUP_ROUND	400			/* chunks folded per write transaction */
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
 #define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
+#define ROLLUP_CLOSE_NS	(2 * MINUTE_NS)		/* an hour or day is built this long after its end */
 #define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
 #define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
 
@@ -257,7 +258,7 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * unit too (rounded, chunk.h format 3's flag 16); an older store is read as it is. 10:
  * location names through a store-wide string dictionary (strblocks; location blocks of format
  * 2); older location blocks are read as they are. */
-#define SQ_SCHEMA_VERSION 10
+#define SQ_SCHEMA_VERSION 11
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -278,6 +279,12 @@ int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
+/*
+ * Schema 10 -> 11, once the label sets are loaded: the rows of rollups_v10 (one label set's
+ * each) merged into a row per (level, bucket, kind, node), in one transaction, then vacuumed;
+ * nothing where there is no rollups_v10. 0, or -1 with err set.
+ */
+int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen);
 
 /* ---- recompress.c ---- */
 /* Recompresses settled blobs at o.recompress_level for up to a second (maintenance thread);

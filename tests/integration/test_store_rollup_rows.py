@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Rollup rows per node (schema 11): a row per (level, bucket, kind, node) holds every label set
+of that node; hour and day rows are built once their bucket closed (none for the open hour or
+day, whose queries read the minutes), a sample that comes late into a built hour is added to
+it, and every answer (totals, per node, per pid, grouped) is the samples ingested. A schema-10
+store (a row per label set) is converted at open and answers the same."""
+import ctypes
+import ctypes.util
+import os
+import sqlite3
+
+from gpuscope_server import (Server, check, check_migrated, encode, now_ns, running,
+                             skip_if_unbuilt, svarint, uvarint, wait)
+
+skip_if_unbuilt()
+S = 10**9
+MIN, HOUR, DAY = 60 * S, 3600 * S, 86400 * S
+NODES = ("n1", "n2")
+PIDS = (1, 2, 3)
+
+
+def zstd():
+    name = ctypes.util.find_library("zstd") or "libzstd.so.1"
+    z = ctypes.CDLL(name)
+    z.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    z.ZSTD_decompress.restype = ctypes.c_size_t
+    return z
+
+
+def unpack(z, blob):
+    """A stored blob's bytes: raw after a 0, else one zstd frame."""
+    if blob[0] == 0:
+        return bytes(blob[1:])
+    n = z.ZSTD_getFrameContentSize(blob, len(blob))
+    out = ctypes.create_string_buffer(n)
+    check(z.ZSTD_decompress(out, n, blob, len(blob)) == n, "zstd frame")
+    return out.raw
+
+
+class Rd:
+    def __init__(self, b):
+        self.b, self.p = b, 0
+
+    def u(self):
+        v = s = 0
+        while True:
+            c = self.b[self.p]
+            self.p += 1
+            v |= (c & 0x7F) << s
+            s += 7
+            if c < 0x80:
+                return v
+
+    def s(self):
+        u = self.u()
+        return (u >> 1) ^ -(u & 1)
+
+
+def decode11(raw):
+    """[(labelset, stack, sum, count)] of a schema-11 row (chunk.h), read independently of the
+    server's decoder."""
+    r = Rd(raw)
+    check((r.u(), r.u(), r.u()) == (0, 0, 3), "format 3")
+    flags, nls = r.u(), r.u()
+    ls, lss = 0, []
+    for _ in range(nls):
+        ls += r.u()
+        lss.append(ls)
+    runs = [r.u() for _ in range(nls)]
+    n = sum(runs)
+    deltas = [r.u() for _ in range(n)]
+    sums = [r.s() for _ in range(n)]
+    counts = [r.u() for _ in range(n)] if flags & 1 else sums
+    check(r.p == len(raw), "the whole row read")
+    out, i = [], 0
+    for ls, k in zip(lss, runs):
+        stack = 0
+        for _ in range(k):
+            stack += deltas[i]
+            out.append((ls, stack, sums[i], counts[i]))
+            i += 1
+    return out
+
+
+def batch(node, lines):
+    return encode("\n".join([f"node {node}"] + lines) + "\n")
+
+
+def samples(node, t, n_per_pid):
+    """pid p gets n_per_pid * p CPU samples from t on, 10 ms apart, stack main;f<p>."""
+    out = []
+    for p in PIDS:
+        for i in range(n_per_pid * p):
+            out.append(f"sample {t + i * 10**7} cpu 1 pid={p},tid={p},comm=app{p} main;f{p}")
+    return out
+
+
+def rng(a, b):
+    return f"from={a / 1e9:.3f}&to={b / 1e9:.3f}"
+
+
+def answers(s, ranges):
+    """Per range: the total, per node, per pid, and the top functions' self values."""
+    out = {}
+    for name, (a, b) in ranges.items():
+        r = rng(a, b)
+        fg = s.get_json(f"/api/v1/flamegraph?{r}")
+        nodes = {n: s.get_json(f"/api/v1/flamegraph?{r}&selector=%7Bnode%3D%22{n}%22%7D")["total"]
+                 for n in NODES}
+        pids = {p: s.get_json(f"/api/v1/flamegraph?{r}&selector=%7Bpid%3D%22{p}%22%7D")["total"]
+                for p in PIDS}
+        top = {f["name"]: f["self"] for f in
+               s.get_json(f"/api/v1/top?{r}&limit=100")["functions"] if f["self"]}
+        out[name] = (fg["total"], nodes, pids, top)
+    return out
+
+
+def rows(db):
+    return db.execute("SELECT level, bucket, kind, node, data FROM rollups").fetchall()
+
+
+def main():
+    z = zstd()
+    now = now_ns()
+    old_day = (now // DAY - 2) * DAY + 5 * HOUR	# a day closed for sure
+    old_hour = (now // HOUR - 2) * HOUR + 10 * MIN	# an hour closed for sure
+    cur = now - 30 * S	# an open hour: its end is less than 2 min ago at most
+    base = {"old_day": old_day, "old_hour": old_hour, "cur": cur}
+    want_total = {k: 2 * 3 * sum(PIDS) for k in base}	# 2 nodes x 3 per pid unit
+    s = Server()
+    with running(s):
+        for node in NODES:
+            lines = []
+            for t in base.values():
+                lines += samples(node, t, 3)
+            code, body = s.ingest(batch(node, lines))
+            check(code == 204, f"ingest {code} {body}")
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+
+        def built():
+            return dict(db.execute("SELECT key, value FROM meta WHERE key LIKE 'rollup_built_%'"))
+        check(wait(lambda: built().get("rollup_built_1", 0) > old_hour), f"hours built {built()}")
+        check(wait(lambda: built().get("rollup_built_2", 0) > old_day), f"days built {built()}")
+        b = built()
+        check(b["rollup_built_1"] <= cur // HOUR * HOUR, f"the open hour is not built: {b}")
+        got = rows(db)
+        keys = [(lv, bk, k, n) for lv, bk, k, n, _ in got]
+        check(len(keys) == len(set(keys)), "a row per (level, bucket, kind, node)")
+        check({n for _, _, _, n in keys} == set(NODES), f"nodes {keys}")
+        hours = {bk for lv, bk, _, _ in keys if lv == 1}
+        days = {bk for lv, bk, _, _ in keys if lv == 2}
+        check(old_hour // HOUR * HOUR in hours and old_day // HOUR * HOUR in hours,
+              f"closed hours built: {hours}")
+        check(cur // HOUR * HOUR not in hours, f"no row for the open hour: {hours}")
+        check(old_day // DAY * DAY in days and cur // DAY * DAY not in days,
+              f"the closed day built, not the open one: {days}")
+        for lv, bk, kind, node, data in got:
+            ents = decode11(unpack(z, data))
+            lss = [e[0] for e in ents]
+            check(len(set(lss)) == len(PIDS) and lss == sorted(lss),
+                  f"row {lv} {bk} {node}: every label set of the node, in order: {lss}")
+            if lv == 1:
+                check(sum(e[2] for e in ents) == 3 * sum(PIDS),
+                      f"hour row {bk} {node}: its hour's samples {ents}")
+        db.close()
+
+        ranges = {
+            "old_day": (old_day // DAY * DAY, old_day // DAY * DAY + DAY),	# a day row
+            "old_hour": (old_hour // HOUR * HOUR, old_hour // HOUR * HOUR + HOUR),	# hour row
+            "cur": (cur // MIN * MIN, (cur // MIN + 2) * MIN),	# minute rows
+        }
+        a1 = answers(s, ranges)
+        for k, (total, nodes, pids, top) in a1.items():
+            check(total == want_total[k], f"{k}: total {total} != {want_total[k]}")
+            check(nodes == {n: want_total[k] // 2 for n in NODES}, f"{k}: per node {nodes}")
+            check(pids == {p: 2 * 3 * p for p in PIDS}, f"{k}: per pid {pids}")
+            check(top == {f"f{p}": 2 * 3 * p for p in PIDS}, f"{k}: top {top}")
+        whole = (old_day // DAY * DAY, (now // MIN + 2) * MIN)	# days, hours, minutes
+        t = s.get_json(f"/api/v1/flamegraph?{rng(*whole)}")["total"]
+        check(t == sum(want_total.values()), f"all of it: {t}")
+
+        # a sample late into a built hour: added to its row
+        code, body = s.ingest(batch("n2", [f"sample {old_hour + 5 * MIN} cpu 1 pid=2,tid=2,"
+                                           "comm=app2 main;f2"]))
+        check(code == 204, f"late ingest {code} {body}")
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+        late = answers(s, {"old_hour": ranges["old_hour"]})["old_hour"]
+        check(late[0] == want_total["old_hour"] + 1 and late[1]["n2"] == want_total["old_hour"] // 2 + 1
+              and late[2][2] == 2 * 3 * 2 + 1, f"the late sample counted in its hour: {late}")
+        a1["old_hour"] = late
+    print("PASS rows per node; hours and days built once closed; a late sample added")
+
+    # The same store as schema 10 had it: a row per label set (format 2: stack deltas, sums).
+    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+    old_rows = []
+    for lv, bk, kind, node, data in rows(db):
+        per_ls = {}
+        for ls, stack, sm, _ in decode11(unpack(z, data)):
+            per_ls.setdefault(ls, []).append((stack, sm))
+        for ls, ents in per_ls.items():
+            raw = uvarint(0) + uvarint(len(ents))
+            prev = 0
+            for stack, _ in ents:
+                raw += uvarint(stack - prev)
+                prev = stack
+            raw += b"".join(svarint(sm) for _, sm in ents)
+            old_rows.append((lv, kind, bk, ls, b"\0" + raw))
+    db.executescript("DROP TABLE rollups; CREATE TABLE rollups(level INTEGER, kind INTEGER,"
+                     " bucket INTEGER, labelset INTEGER, data BLOB, PRIMARY KEY(level, kind,"
+                     " bucket, labelset)) WITHOUT ROWID;"
+                     "DELETE FROM meta WHERE key LIKE 'rollup_built_%';"
+                     "UPDATE meta SET value = 10 WHERE key = 'schema';")
+    db.executemany("INSERT INTO rollups VALUES (?, ?, ?, ?, ?)", old_rows)
+    db.commit()
+    db.close()
+    with running(s):
+        check_migrated(s, 10)
+        check(f"{len(old_rows)} rollup rows of" in s.logtext(), f"converted: {s.logtext()}")
+        a2 = answers(s, ranges)
+        check(a2 == a1, f"the same answers after the conversion: {a2} != {a1}")
+        t = s.get_json(f"/api/v1/flamegraph?{rng(*whole)}")["total"]
+        check(t == sum(want_total.values()) + 1, f"all of it after the conversion: {t}")
+    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+    check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'").fetchone(),
+          "the old table dropped")
+    check(len({(lv, bk, k, n) for lv, bk, k, n, _ in rows(db)}) == len(rows(db)) and
+          {n for _, _, _, n, _ in rows(db)} == set(NODES), "rows per node again")
+    db.close()
+    print(f"PASS a schema-10 store ({len(old_rows)} rows per label set) converted, same answers")
+
+
+if __name__ == "__main__":
+    main()
