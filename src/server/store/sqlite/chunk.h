@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The SQLite backend's blob formats, each encoder beside its decoder: sample chunks, metric
- * point chunks and rollup rows. Pure functions over bytes (no database, no store state), so a
+ * point chunks and rollup rows (chunk.c), interval chunks (ivchunk.c), location and stack
+ * blocks (blocks.c). Pure functions over bytes (no database, no store state), so a
  * fuzzer reaches every decoder (tests/fuzz/fuzz_chunk.c). Every blob is a zstd frame, or (schema
  * 2, when zstd would not make it smaller) a 0 byte and the bytes themselves; a decoder never
  * reads past its input and answers -EINVAL for anything it cannot parse.
