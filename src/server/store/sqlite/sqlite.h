@@ -192,6 +192,12 @@ void sq_lsets_done(struct sq *s);
 
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
+/* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
+ * 1: ns, format 2; else format 3, floored). wmu held, in a transaction. */
+int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
+			  uint64_t unit_ns);
+
+/* ---- dict.c: the dictionaries' blocks, the string dictionary, the indexes in memory ---- */
 #define LOC_BLOCK_MAX	4096	/* locations per block */
 #define STACK_BLOCK_MAX	4096	/* stacks per block */
 #define LS_BLOCK_MAX	4096	/* label sets per block */
@@ -207,10 +213,6 @@ int sq_put_stackdays(struct sq *s, uint64_t day, const uint64_t *ids, size_t n);
  * dictionary (new ones added to it and stored as blocks first; r[].sid set). wmu held, in a
  * transaction. 0/-errno. */
 int sq_put_loc_block(struct sq *s, struct lrow *r, size_t n);
-/* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
- * 1: ns, format 2; else format 3, floored). wmu held, in a transaction. */
-int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
-			  uint64_t unit_ns);
 /* Forgets the hash -> id caches and marks the location index for loading again (after a
  * rollback, they may name rows that are gone). wmu held. */
 void sq_dedup_reset(struct sq *s);
