@@ -158,55 +158,63 @@ static int racc_merge(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint6
 #define ROLLUP_PUT	"INSERT OR REPLACE INTO rollups(level, bucket, kind, node, data) VALUES" \
 			" (?, ?, ?, ?, ?)"
 
-/*
- * Writes the accumulated row (wmu held, in a tx): merged with the stored one where get is
- * given, else replacing it.
- */
-static int rollup_write(sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a, struct buf *tmp)
+/* The accumulated row's blob: *ret malloc'ed. 0 or -errno. */
+static int racc_encode(struct racc *a, uint8_t **ret, size_t *ret_len)
 {
-	size_t *order = NULL;
-	uint8_t *z = NULL;
-	size_t zlen;
-	int rc, err = 0;
+	size_t *order = malloc((a->n ? a->n : 1) * sizeof(*order));
+	int err;
 
-	if (get) {
-		sqlite3_bind_int64(get, 1, (int64_t)a->level);
-		sqlite3_bind_int64(get, 2, (int64_t)a->bucket);
-		sqlite3_bind_int64(get, 3, (int64_t)a->kind);
-		sqlite3_bind_text(get, 4, a->node, -1, SQLITE_STATIC);
-		rc = sqlite3_step(get);
-		if (rc == SQLITE_ROW)
-			err = rollup_decode(sqlite3_column_blob(get, 0),
-					    (size_t)sqlite3_column_bytes(get, 0), tmp, racc_merge, a);
-		else if (rc != SQLITE_DONE)
-			err = -EIO;
-		sqlite3_reset(get);
-		if (err)
-			goto out;
-	}
-	if (!a->n)
-		goto out;
-	order = malloc(a->n * sizeof(*order));
-	if (!order) {
-		err = -ENOMEM;
-		goto out;
-	}
+	if (!order)
+		return -ENOMEM;
 	for (size_t i = 0; i < a->n; i++)
 		order[i] = i;
 	qsort_r(order, a->n, sizeof(*order), cmp_entry, a);
-	err = rollup_encode(a->ls, a->stack, a->sum, a->count, order, a->n, &z, &zlen);
-	if (err)
-		goto out;
+	err = rollup_encode(a->ls, a->stack, a->sum, a->count, order, a->n, ret, ret_len);
+	free(order);
+	return err;
+}
+
+/* Stores the row's blob, replacing the one there (wmu held, in a tx). */
+static int row_put(sqlite3_stmt *put, const struct racc *a, const uint8_t *z, size_t zlen)
+{
 	sqlite3_bind_int64(put, 1, (int64_t)a->level);
 	sqlite3_bind_int64(put, 2, (int64_t)a->bucket);
 	sqlite3_bind_int64(put, 3, (int64_t)a->kind);
 	sqlite3_bind_text(put, 4, a->node, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(put, 5, z, (int)zlen, SQLITE_STATIC);
-	err = sq_step_done(put);
+	return sq_step_done(put);
+}
+
+/* Stores the accumulated row, replacing the one there (wmu held, in a tx). */
+static int racc_put(sqlite3_stmt *put, struct racc *a)
+{
+	uint8_t *z = NULL;
+	size_t zlen;
+	int err = a->n ? racc_encode(a, &z, &zlen) : 0;
+
+	if (!err && a->n)
+		err = row_put(put, a, z, zlen);
 	free(z);
-out:
-	free(order);
 	return err;
+}
+
+/* Merges the accumulated row with the stored one and writes it back (wmu held, in a tx). */
+static int rollup_write(sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a, struct buf *tmp)
+{
+	int rc, err = 0;
+
+	sqlite3_bind_int64(get, 1, (int64_t)a->level);
+	sqlite3_bind_int64(get, 2, (int64_t)a->bucket);
+	sqlite3_bind_int64(get, 3, (int64_t)a->kind);
+	sqlite3_bind_text(get, 4, a->node, -1, SQLITE_STATIC);
+	rc = sqlite3_step(get);
+	if (rc == SQLITE_ROW)
+		err = rollup_decode(sqlite3_column_blob(get, 0), (size_t)sqlite3_column_bytes(get, 0),
+				    tmp, racc_merge, a);
+	else if (rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_reset(get);
+	return err ? err : racc_put(put, a);
 }
 
 /* The label set's node ("" if unknown), through a one-entry cache. */
@@ -221,14 +229,17 @@ static const char *ls_node(struct sq *s, uint64_t ls, uint64_t *last_ls, const c
 	return *last;
 }
 
-/* meta.rollup_built_<level>: that level's rows are whole for every bucket before it (wmu). */
-static int built_get(struct sq *s, int64_t built[LEVELS])
+/*
+ * meta.rollup_built_<level>: that level's rows are whole for every bucket before it. Only the
+ * maintenance thread moves them: any connection of it reads the latest.
+ */
+static int built_get(sqlite3 *db, int64_t built[LEVELS])
 {
 	sqlite3_stmt *q;
 	int err = 0;
 
 	built[0] = INT64_MAX;	/* minute rows: folded as chunks come */
-	if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
+	if (sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
 			       " (SELECT value FROM meta WHERE key = 'rollup_built_2')", -1, &q,
 			       NULL) || sqlite3_step(q) != SQLITE_ROW)
 		err = -EIO;
@@ -268,7 +279,7 @@ static int rollup_round(struct sq *s)
 	rc |= sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL);
 	rc |= sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'rollup_wm'", -1, &wm,
 				 NULL);
-	if (rc || built_get(s, built)) {
+	if (rc || built_get(s->w, built)) {
 		err = -EIO;
 		goto out;
 	}
@@ -331,99 +342,159 @@ out:
 }
 
 /*
- * Builds the rows of level lv (hour or day) whose bucket closed ROLLUP_CLOSE_NS ago, each from
- * the rows of the level below, one bucket per write transaction, and moves
- * meta.rollup_built_<lv> past them. A day is built once all its hours are. Rewriting an hour
- * or day row on every fold would re-encode the whole bucket every 2 s; built once, a row is
- * only rewritten for a sample that comes late. 0 or -errno.
+ * Builds node's row of each kind for bucket b of level lv from the rows of the level below: read
+ * and merged on the read connection db, outside the writer lock (only this thread writes rollup
+ * rows), then written in one short transaction. 0 or -errno.
+ */
+static int build_node(struct sq *s, sqlite3 *db, int lv, int64_t b, const char *node)
+{
+	sqlite3_stmt *sel = NULL, *put = NULL;
+	struct rollup_round rr = { 0 };
+	struct buf tmp = { 0 };
+	uint8_t **z = NULL;
+	size_t *zlen = NULL;
+	int rc, err = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT kind, data FROM rollups WHERE level = ?1 AND bucket >= ?2"
+			       " AND bucket < ?3 AND node = ?4", -1, &sel, NULL)) {
+		sqlite3_finalize(sel);
+		return -EIO;
+	}
+	sqlite3_bind_int(sel, 1, lv - 1);
+	sqlite3_bind_int64(sel, 2, b);
+	sqlite3_bind_int64(sel, 3, b + (int64_t)sq_level_ns[lv]);
+	sqlite3_bind_text(sel, 4, node, -1, SQLITE_STATIC);
+	while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		struct racc *a = round_get(&rr, (uint64_t)lv, (uint64_t)sqlite3_column_int64(sel, 0),
+					   (uint64_t)b, node);
+
+		err = a ? rollup_decode(sqlite3_column_blob(sel, 1), (size_t)sqlite3_column_bytes(sel, 1),
+					&tmp, racc_merge, a) : -ENOMEM;
+		if (err == -EINVAL) {
+			log_warn("rollup: an undecodable level-%d row of node '%s' in bucket %lld, left"
+				 " out of its level-%d row", lv - 1, node, (long long)b, lv);
+			err = 0;
+		}
+	}
+	if (!err && rc != SQLITE_DONE)
+		err = -EIO;
+	sqlite3_finalize(sel);
+	z = calloc(rr.n ? rr.n : 1, sizeof(*z));
+	zlen = calloc(rr.n ? rr.n : 1, sizeof(*zlen));
+	if (!err && (!z || !zlen))
+		err = -ENOMEM;
+	for (size_t i = 0; i < rr.n && !err; i++)
+		err = rr.accs[i]->n ? racc_encode(rr.accs[i], &z[i], &zlen[i]) : 0;
+	if (!err && rr.n) {
+		pthread_mutex_lock(&s->wmu);
+		err = sq_step_done(s->st[ST_BEGIN]) ||
+		      sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL) ? -EIO : 0;
+		for (size_t i = 0; i < rr.n && !err; i++)
+			err = z[i] ? row_put(put, rr.accs[i], z[i], zlen[i]) : 0;
+		sqlite3_finalize(put);
+		if (err || sq_step_done(s->st[ST_COMMIT])) {
+			sq_step_done(s->st[ST_ROLLBACK]);
+			err = err ? err : -EIO;
+		}
+		pthread_mutex_unlock(&s->wmu);
+	}
+	for (size_t i = 0; z && i < rr.n; i++)
+		free(z[i]);
+	free(z);
+	free(zlen);
+	round_done(&rr);
+	buf_done(&tmp);
+	return err;
+}
+
+/* meta.rollup_built_<lv> = v, in its own short transaction. 0 or -EIO. */
+static int built_set(struct sq *s, int lv, int64_t v)
+{
+	char sql[96];
+	int err;
+
+	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('rollup_built_%d', %lld)", lv,
+		 (long long)v);
+	pthread_mutex_lock(&s->wmu);
+	err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
+	pthread_mutex_unlock(&s->wmu);
+	return err;
+}
+
+/*
+ * Builds the rows of level lv (hour or day) whose bucket closed ROLLUP_CLOSE_NS ago, bucket by
+ * bucket, a node at a time (build_node()), and moves meta.rollup_built_<lv> past each bucket
+ * once all its nodes are built; a day once all its hours are. Rewriting an hour or day row on
+ * every fold would re-encode its whole bucket every 2 s; built once, a row is only rewritten
+ * for a sample that comes late. No fold runs meanwhile (the same thread), so none is missed
+ * between a node's row and the mark; a crash before the mark builds the bucket again. 0 or
+ * -errno.
  */
 static int rollup_build(struct sq *s, int lv)
 {
-	uint64_t width = sq_level_ns[lv], now = wall_ns();
+	uint64_t width = sq_level_ns[lv];
 	int err = 0;
 
 	while (!err && !s->stopping) {
-		sqlite3_stmt *first = NULL, *sel = NULL, *put = NULL, *mark = NULL;
-		struct rollup_round rr = { 0 };
-		struct buf tmp = { 0 };
+		sqlite3 *db = sq_pool_get(s);
+		sqlite3_stmt *first = NULL, *nodes = NULL;
 		int64_t built[LEVELS], target, b = -1;
+		uint64_t t0 = mono_ns();
+		size_t n = 0;
 		int rc;
 
-		pthread_mutex_lock(&s->wmu);
-		if (sq_step_done(s->st[ST_BEGIN])) {
-			pthread_mutex_unlock(&s->wmu);
+		if (!db)
 			return -EIO;
-		}
-		err = built_get(s, built);
-		target = (int64_t)((now - ROLLUP_CLOSE_NS) / width * width);
+		err = built_get(db, built);
+		target = (int64_t)((wall_ns() - ROLLUP_CLOSE_NS) / width * width);
 		if (built[lv - 1] != INT64_MAX && built[lv - 1] / (int64_t)width * (int64_t)width < target)
 			target = built[lv - 1] / (int64_t)width * (int64_t)width;
-		rc = sqlite3_prepare_v2(s->w, "SELECT min(bucket) FROM rollups WHERE level = ?1 AND"
-					" bucket >= ?2", -1, &first, NULL);
-		rc |= sqlite3_prepare_v2(s->w, "SELECT kind, node, data FROM rollups WHERE level = ?1"
-					 " AND bucket >= ?2 AND bucket < ?3", -1, &sel, NULL);
-		rc |= sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL);
-		rc |= sqlite3_prepare_v2(s->w, "INSERT OR REPLACE INTO meta VALUES (?1, ?2)", -1,
-					 &mark, NULL);
-		if (!err && rc)
+		if (!err && built[lv] >= target) {
+			sq_pool_put(s, db);
+			break;
+		}
+		/* the first bucket with rows below: the empty ones before it need nothing */
+		if (!err && sqlite3_prepare_v2(db, "SELECT min(bucket) FROM rollups WHERE level = ?1 AND"
+					       " bucket >= ?2", -1, &first, NULL))
 			err = -EIO;
-		if (!err && built[lv] < target) {
-			/* the first bucket with rows below: the empty ones before it need nothing */
+		if (!err) {
 			sqlite3_bind_int(first, 1, lv - 1);
 			sqlite3_bind_int64(first, 2, built[lv]);
 			if (sqlite3_step(first) == SQLITE_ROW &&
 			    sqlite3_column_type(first, 0) != SQLITE_NULL)
 				b = sqlite3_column_int64(first, 0) / (int64_t)width * (int64_t)width;
-			if (b < 0 || b >= target)
+			if (b >= target)
 				b = -1;		/* nothing left to build before target */
 		}
-		if (!err && b >= 0) {
-			sqlite3_bind_int(sel, 1, lv - 1);
-			sqlite3_bind_int64(sel, 2, b);
-			sqlite3_bind_int64(sel, 3, b + (int64_t)width);
-			while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
-				struct racc *a = round_get(&rr, (uint64_t)lv,
-							   (uint64_t)sqlite3_column_int64(sel, 0),
-							   (uint64_t)b,
-							   (const char *)sqlite3_column_text(sel, 1));
-
-				err = a ? rollup_decode(sqlite3_column_blob(sel, 2),
-							(size_t)sqlite3_column_bytes(sel, 2), &tmp,
-							racc_merge, a) : -ENOMEM;
-				if (err == -EINVAL) {
-					log_warn("rollup: an undecodable level-%d row in bucket %lld,"
-						 " left out of its level-%d row", lv - 1, (long long)b,
-						 lv);
-					err = 0;
-				}
-			}
-			if (!err && rc != SQLITE_DONE)
-				err = -EIO;
-		}
-		for (size_t i = 0; i < rr.n && !err; i++)
-			err = rollup_write(NULL, put, rr.accs[i], &tmp);
-		if (!err && built[lv] < target) {
-			char key[32];
-
-			snprintf(key, sizeof(key), "rollup_built_%d", lv);
-			sqlite3_bind_text(mark, 1, key, -1, SQLITE_TRANSIENT);
-			sqlite3_bind_int64(mark, 2, b >= 0 ? b + (int64_t)width : target);
-			err = sq_step_done(mark);
-		}
 		sqlite3_finalize(first);
-		sqlite3_finalize(sel);
-		sqlite3_finalize(put);
-		sqlite3_finalize(mark);
-		if (err || sq_step_done(s->st[ST_COMMIT])) {
-			log_warn("rollup: building level %d: %s", lv,
-				 err == -ENOMEM ? "out of memory" : sqlite3_errmsg(s->w));
-			sq_step_done(s->st[ST_ROLLBACK]);
-			err = err ? err : -EIO;
+		if (!err && b >= 0 &&
+		    sqlite3_prepare_v2(db, "SELECT DISTINCT node FROM rollups WHERE level = ?1 AND"
+				       " bucket >= ?2 AND bucket < ?3", -1, &nodes, NULL))
+			err = -EIO;
+		if (!err && b >= 0) {
+			sqlite3_bind_int(nodes, 1, lv - 1);
+			sqlite3_bind_int64(nodes, 2, b);
+			sqlite3_bind_int64(nodes, 3, b + (int64_t)width);
+			while (!err && !s->stopping && (rc = sqlite3_step(nodes)) == SQLITE_ROW) {
+				const char *node = (const char *)sqlite3_column_text(nodes, 0);
+
+				err = build_node(s, db, lv, b, node ? node : "");
+				n++;
+			}
 		}
-		pthread_mutex_unlock(&s->wmu);
-		round_done(&rr);
-		buf_done(&tmp);
-		if (err || built[lv] >= target || b < 0)
+		sqlite3_finalize(nodes);
+		sq_pool_put(s, db);
+		if (s->stopping)
+			break;	/* the bucket is built again next time */
+		if (!err)
+			err = built_set(s, lv, b >= 0 ? b + (int64_t)width : target);
+		if (err)
+			log_warn("rollup: building level %d: %s", lv,
+				 err == -ENOMEM ? "out of memory" : "the database failed");
+		else if (b >= 0)
+			log_debug("rollup: level %d bucket %lld built: %zu nodes in %.3f s", lv,
+				  (long long)b, n, (double)(mono_ns() - t0) / 1e9);
+		if (b < 0)
 			break;	/* else the next bucket with rows below */
 	}
 	return err;
@@ -473,7 +544,7 @@ int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen)
 
 		if (rr.n && (lv != level || k != kind || b != bucket)) {	/* a bucket done */
 			for (size_t i = 0; i < rr.n && !e; i++)
-				e = rollup_write(NULL, put, rr.accs[i], &tmp);
+				e = racc_put(put, rr.accs[i]);
 			round_done(&rr);
 		}
 		level = lv, kind = k, bucket = b;
@@ -490,7 +561,7 @@ int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen)
 	if (!e && rc != SQLITE_DONE)
 		e = -EIO;
 	for (size_t i = 0; i < rr.n && !e; i++)
-		e = rollup_write(NULL, put, rr.accs[i], &tmp);
+		e = racc_put(put, rr.accs[i]);
 	sqlite3_finalize(sel);
 	sqlite3_finalize(put);
 	/* every hour and day row of schema 10 is whole: the closed buckets count as built */
