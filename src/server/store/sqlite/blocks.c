@@ -87,12 +87,10 @@ static int block_open(struct buf *raw, const void *blob, size_t len, struct rd *
 {
 	int err;
 
-	raw->len = 0;
 	*n = 0;
-	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, raw);
+	err = blob_read(blob, len, raw, r);
 	if (err)
 		return err;
-	*r = (struct rd){ raw->p, raw->p + raw->len, false };
 	*n = rd_uvarint(r);
 	if (r->bad || *n > (size_t)(r->end - r->p)) {
 		*n = 0;

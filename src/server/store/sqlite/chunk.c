@@ -70,6 +70,17 @@ int blob_unpack(const void *blob, size_t len, size_t max, struct buf *b)
 	return zblob_unpack(blob, len, max, b);
 }
 
+int blob_read(const void *blob, size_t len, struct buf *tmp, struct rd *r)
+{
+	int err;
+
+	tmp->len = 0;
+	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	if (!err)
+		*r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
+	return err;
+}
+
 /*
  * Format 3's byte-plane columns (chunk.h): count values, given as the uvarints in `in` (zigzag
  * where signed), written as uvarint w (the bytes the largest needs, 0-8), then w planes of
@@ -709,11 +720,9 @@ int chunk_points_decode(const void *blob, size_t len, uint64_t t_min, struct buf
 	uint64_t n, t = t_min;
 	int err;
 
-	tmp->len = 0;
-	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	err = blob_read(blob, len, tmp, &r);
 	if (err)
 		return err;
-	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
 	n = rd_uvarint(&r);
 	if (r.bad || n > tmp->len || n > CHUNK_MAX)
 		return -EINVAL;
@@ -786,11 +795,9 @@ int rollup_decode(const void *blob, size_t len, struct buf *tmp,
 	struct rd r, lsr, runs, st, sm, ct;
 	int err;
 
-	tmp->len = 0;
-	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	err = blob_read(blob, len, tmp, &r);
 	if (err)
 		return err;
-	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
 	if (rd_uvarint(&r) != 0 || rd_uvarint(&r) != 0 || rd_uvarint(&r) != 3)
 		return -EINVAL;
 	flags = rd_uvarint(&r);
@@ -878,11 +885,9 @@ int rollup_decode_v10(const void *blob, size_t len, struct buf *tmp,
 	struct rd r;
 	int err;
 
-	tmp->len = 0;
-	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, tmp);
+	err = blob_read(blob, len, tmp, &r);
 	if (err)
 		return err;
-	r = (struct rd){ tmp->p, tmp->p + tmp->len, false };
 	n = rd_uvarint(&r);
 	if (!n && r.p < r.end)
 		return rollup_decode_v2(&r, cb, ctx);

@@ -17,6 +17,8 @@
 int blob_pack(struct buf *b, uint8_t **ret, size_t *ret_len);
 /* The bytes blob_pack() wrapped, appended to b; at most max. 0 or -EINVAL/-E2BIG/-ENOMEM. */
 int blob_unpack(const void *blob, size_t len, size_t max, struct buf *b);
+/* tmp (emptied) holds the blob's bytes, r reads them. 0 or -EINVAL/-E2BIG/-ENOMEM. */
+int blob_read(const void *blob, size_t len, struct buf *tmp, struct rd *r);
 /* A sample or interval chunk's format: 1 (it starts with its count, never 0), or that of the
  * uvarint after a leading 0 (read past); -EINVAL for one these files do not write. */
 int blob_format(struct rd *r);
