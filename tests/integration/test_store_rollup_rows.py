@@ -4,7 +4,7 @@
 of that node; hour and day rows are built once their bucket closed (none for the open hour or
 day, whose queries read the minutes), a sample that comes late into a built hour is added to
 it, and every answer (totals, per node, per pid, grouped) is the samples ingested. A schema-10
-store (a row per label set) is converted at open and answers the same."""
+store (a row per label set) is converted at open and answers the same, its pages at 1 KiB."""
 import ctypes
 import ctypes.util
 import os
@@ -214,6 +214,12 @@ def main():
                      "UPDATE meta SET value = 10 WHERE key = 'schema';")
     db.executemany("INSERT INTO rollups VALUES (?, ?, ?, ?, ?)", old_rows)
     db.commit()
+    check(db.execute("PRAGMA page_size").fetchone()[0] == 1024, "a new store's pages: 1 KiB")
+    db.execute("PRAGMA journal_mode=DELETE")	# schema 10's page size, as its stores have it
+    db.execute("PRAGMA page_size=4096")
+    db.execute("VACUUM")
+    db.execute("PRAGMA journal_mode=WAL")
+    check(db.execute("PRAGMA page_size").fetchone()[0] == 4096, "4 KiB pages before")
     db.close()
     with running(s):
         check_migrated(s, 10)
@@ -225,6 +231,9 @@ def main():
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
     check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'").fetchone(),
           "the old table dropped")
+    check(db.execute("PRAGMA page_size").fetchone()[0] == 1024 and
+          db.execute("PRAGMA journal_mode").fetchone()[0] == "wal",
+          "the conversion's vacuum took the store to 1 KiB pages, in WAL mode again")
     check(len({(lv, bk, k, n) for lv, bk, k, n, _ in rows(db)}) == len(rows(db)) and
           {n for _, _, _, n, _ in rows(db)} == set(NODES), "rows per node again")
     db.close()

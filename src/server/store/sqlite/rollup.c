@@ -582,10 +582,7 @@ int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen)
 	}
 	log_info("store: %llu rollup rows of '%s' converted to schema 11 in %.1f s",
 		 (unsigned long long)rows, s->path, (double)(mono_ns() - t0) / 1e9);
-	if (sqlite3_exec(s->w, "VACUUM", NULL, NULL, NULL))
-		log_warn("store: vacuum after the rollups' conversion: %s (the free pages are reused)",
-			 sqlite3_errmsg(s->w));
-	sqlite3_exec(s->w, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+	sq_vacuum(s, "the rollups' conversion");
 	return 0;
 }
 

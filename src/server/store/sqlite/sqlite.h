@@ -32,6 +32,12 @@
 #define ROLLUP_CLOSE_NS	(2 * MINUTE_NS)		/* an hour or day is built this long after its end */
 #define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
 #define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
+/*
+ * The page size of a new store (schema 11; 4096 before): most rows are blobs of a few KiB whose
+ * last overflow page is half empty on average, 13 % of the recorded hour's store at 4096.
+ * 1024 took that store 23.2 -> 20.7 MB (512: 20.6).
+ */
+#define SQ_PAGE_SIZE_S	"1024"
 
 extern const uint64_t sq_level_ns[LEVELS];	/* bucket width of each rollup level */
 
@@ -278,6 +284,10 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen);
  * days kept (schema 1's is copied from v1_stacks instead); the locations' table dropped. */
 int sq_migrate_v4_rename(struct sq *s, int ver, char *err, size_t errlen);
 int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
+
+/* Vacuums the store after a migration (at open: the writer the only connection), taking it to
+ * SQ_PAGE_SIZE_S; a failure only logged (the free pages are reused). */
+void sq_vacuum(struct sq *s, const char *after);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
