@@ -235,3 +235,10 @@ uint64_t backoff_ns(uint64_t base_ns, uint64_t max_ns, unsigned attempt, unsigne
 		d = d / 2 + (uint64_t)((double)(d / 2) * (rand_r(seed) / (RAND_MAX + 1.0)));
 	return d;
 }
+
+int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}

@@ -47,6 +47,9 @@ uint64_t wall_ns(void);
  */
 int64_t mono_to_wall_offset_ns(void);
 
+/* qsort() order of uint64_t values, ascending. */
+int cmp_u64(const void *a, const void *b);
+
 /* 64-bit FNV-1a, for dedup keys; not for security. */
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
 

@@ -592,13 +592,6 @@ static void collect_done(struct collect *c)
 	free(c->g);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Value of list l over [x, ...) given that boundaries are elementary; NAN if not covered. */
 static double cover(const struct seglist *l, size_t *cur, uint64_t x)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "agent/sym/symbolize_int.h"
 #include "agent/unwind/table.h"
+#include "common/util.h"
 
 #define REG_RBP 6
 #define REG_RSP 7
@@ -155,13 +156,6 @@ static bool read_enc(const uint8_t **p, const uint8_t *end, uint8_t enc, uint64_
 	*p = q + n;
 	*ret = v;
 	return true;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* FDE starts from .eh_frame_hdr's binary-search table (sorted by the linker). */

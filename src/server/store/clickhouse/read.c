@@ -570,13 +570,6 @@ static int cmp_cloc(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void id_list(struct buf *b, const uint64_t *ids, size_t n)
 {
 	if (!n)

@@ -228,13 +228,6 @@ struct stack_pending {
 	size_t nused;
 };
 
-static int cmp_id(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The stacks the batch used first on its day (p->used, sorted here) as a stackdays row. */
 static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
 {
@@ -242,7 +235,7 @@ static int stackdays_put(struct sq *s, uint64_t day, struct stack_pending *p)
 
 	if (!p->nused)
 		return 0;
-	qsort(p->used, p->nused, sizeof(*p->used), cmp_id);
+	qsort(p->used, p->nused, sizeof(*p->used), cmp_u64);
 	for (size_t i = 0; i < p->nused; i++)
 		if (!n || p->used[i] != p->used[n - 1])
 			p->used[n++] = p->used[i];
@@ -627,13 +620,6 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 	err = sq_step_done(st);
 	free(z);
 	return err;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /*

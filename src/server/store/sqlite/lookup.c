@@ -162,13 +162,6 @@ static int cmp_idx_by_id(const void *x, const void *y, void *ctx)
 	return a < b ? -1 : a > b;
 }
 
-static int cmp_u64v(const void *x, const void *y)
-{
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-
-	return a < b ? -1 : a > b;
-}
-
 /*
  * Stacks ids[0..n) of one slice: their location lists read in stack-id order, then their
  * locations fetched in location-id order, so that each block is decoded once, not once per
@@ -231,7 +224,7 @@ static int stacks_slice(struct scache *sc, struct lcache *lc, const uint64_t *id
 			err = -ENOMEM;
 		if (!err) {
 			memcpy(uniq, all, nall * sizeof(*uniq));
-			qsort(uniq, nall, sizeof(*uniq), cmp_u64v);
+			qsort(uniq, nall, sizeof(*uniq), cmp_u64);
 			for (size_t k = 0; k < nall; k++)
 				if (!nuniq || uniq[k] != uniq[nuniq - 1])
 					uniq[nuniq++] = uniq[k];
