@@ -4,7 +4,7 @@
  * libgpuscope_cupti.so over the libcupti.so.13 stand-in (tests/cupti/fake_cupti.c), and the real
  * cupti module opens and closes windows in it by attaching to its `window` probe for that pid.
  * Checked: kernels only inside gpu_trace_window intervals and every one of them joined to its
- * launch stack, CUPTI finalized after each window, bounded device buffers, on-demand captures,
+ * launch stack (but a launch in flight at a window's open), CUPTI finalized after each window, bounded device buffers, on-demand captures,
  * "not injected", a CUPTI held by another client, and the budget controller against synthetic
  * window costs. Needs root and the CUDA toolkit's headers (exit 77 without).
  */
@@ -161,8 +161,8 @@ static bool test_cupti_window_budget_cycle(void)
 {
 	struct trace_cfg cfg = test_cfg();
 	struct run r;
-	size_t windows = 0, kernels = 0, outside = 0, joined = 0;
-	uint64_t ws[16], we[16];
+	size_t windows = 0, kernels = 0, outside = 0, joined = 0, late_unjoined = 0;
+	uint64_t ws[16], we[16], first[16];
 	bool ok;
 
 	CHECK(run_window(&cfg, false, 2600, 0, 0, 3, &r));
@@ -180,17 +180,35 @@ static bool test_cupti_window_budget_cycle(void)
 		    !ASSERT_STREQ(attr(r.m, iv, "status"), "traced", "window status"))
 			return false;
 	}
-	for (size_t i = 0; i < r.m->n_intervals; i++) {
-		const Gpuscope__V1__Interval *iv = r.m->intervals[i];
-		bool in = false;
+	/*
+	 * A launch in flight when a window opens (its API enter before the callbacks were on, its
+	 * record after the kinds were) has a kernel but no launch probe, as with real CUPTI: the
+	 * workload's one launching thread can leave one such kernel per window, the window's first.
+	 */
+	for (size_t w = 0; w < 16; w++)
+		first[w] = UINT64_MAX;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < r.m->n_intervals; i++) {
+			const Gpuscope__V1__Interval *iv = r.m->intervals[i];
+			size_t in = SIZE_MAX;
 
-		if (strcmp(S(r.m, iv->kind), "gpu_kernel"))
-			continue;
-		kernels++;
-		for (size_t w = 0; w < windows && w < 16; w++)
-			in |= iv->start_ns >= ws[w] && iv->start_ns <= we[w];
-		outside += !in;
-		joined += attr(r.m, iv, "stack_id") != NULL;
+			if (strcmp(S(r.m, iv->kind), "gpu_kernel"))
+				continue;
+			for (size_t w = 0; w < windows && w < 16; w++)
+				if (iv->start_ns >= ws[w] && iv->start_ns <= we[w])
+					in = w;
+			if (pass == 0) {
+				if (in != SIZE_MAX && iv->start_ns < first[in])
+					first[in] = iv->start_ns;
+				continue;
+			}
+			kernels++;
+			outside += in == SIZE_MAX;
+			if (attr(r.m, iv, "stack_id"))
+				joined++;
+			else if (in == SIZE_MAX || iv->start_ns != first[in])
+				late_unjoined++;
+		}
 	}
 	if (final_num(&r, "subscribes") != r.st.windows_opened[TRACE_BUDGET] ||
 	    r.st.win_stray || r.st.win_no_status) {
@@ -201,7 +219,8 @@ static bool test_cupti_window_budget_cycle(void)
 			final_num(&r, "subscribes"),
 			(unsigned long long)r.st.windows_opened[TRACE_BUDGET]);
 		ok = ASSERT_TRUE(windows >= 1, "a window") &&
-		     ASSERT_EQ(joined, kernels, "every kernel joined to its launch stack");
+		     ASSERT_EQ(late_unjoined, 0, "every kernel joined to its launch stack "
+						 "but a window's first");
 		batch_decode_free(r.m);
 		return ok;
 	}
@@ -211,7 +230,9 @@ static bool test_cupti_window_budget_cycle(void)
 	     ASSERT_EQ(r.st.windows_closed, windows, "every window closed") &&
 	     ASSERT_TRUE(kernels > 100, "kernels traced") &&
 	     ASSERT_EQ(outside, 0, "kernels outside a window") &&
-	     ASSERT_EQ(joined, kernels, "every kernel joined to its launch stack") &&
+	     ASSERT_EQ(late_unjoined, 0, "every kernel joined to its launch stack but a "
+					 "window's first") &&
+	     ASSERT_TRUE(joined + windows >= kernels, "at most one unjoined kernel a window") &&
 	     /* launches in flight at a close, and the one that finalizes CUPTI, still report */
 	     ASSERT_TRUE(r.st.launches >= kernels && r.st.launches <= kernels + 2 * windows,
 			 "launch probe hits only inside windows") &&
