@@ -44,10 +44,11 @@ echo "settled in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 +
 		"$(awk "BEGIN{print $(metric 'gpuscope_server_store_recompress_bytes_total{when="before"}')/1e6}")" \
 		"$(awk "BEGIN{print $(metric 'gpuscope_server_store_recompress_bytes_total{when="after"}')/1e6}")"
 samples=$(metric gpuscope_server_store_samples_held)
-printf 'samples held %s, label sets %s, stacks %s, locations %s, store %.1f MB, %s bytes/sample (/metrics)\n' \
+printf 'samples held %s, label sets %s, stacks %s, locations %s, store %.1f MB (%.1f MB free pages), %s bytes/sample (/metrics)\n' \
 	"$samples" "$(metric gpuscope_server_label_sets)" "$(metric gpuscope_server_stacks)" \
 	"$(metric gpuscope_server_locations)" \
 	"$(awk "BEGIN{print $(metric gpuscope_server_store_bytes)/1e6}")" \
+	"$(awk "BEGIN{print $(metric gpuscope_server_store_free_bytes)/1e6}")" \
 	"$(metric gpuscope_server_store_bytes_per_sample)"
 db="$tmp/data/gpuscope.db"
 echo "dbstat per table (with its indexes), per raw sample held:"

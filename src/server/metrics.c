@@ -81,11 +81,14 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
 	prom_gauge(out, "gpuscope_server_store_samples_held", "Raw samples in the store now.",
 		   (double)s.samples_held);
+	prom_gauge(out, "gpuscope_server_store_free_bytes",
+		   "Of the store's bytes on disk, free pages that the next writes reuse (left by "
+		   "retention, dictionary GC and block merges).", s.bytes_free);
 	if (s.samples_held)
 		prom_gauge(out, "gpuscope_server_store_bytes_per_sample",
-			   "Store bytes on disk (dictionaries, rollups, series and intervals "
-			   "included) per raw sample held.",
-			   (double)s.bytes_on_disk / (double)s.samples_held);
+			   "Store bytes on disk less free pages (dictionaries, rollups, series and "
+			   "intervals included) per raw sample held.",
+			   (double)(s.bytes_on_disk - s.bytes_free) / (double)s.samples_held);
 	prom_family(out, "gpuscope_server_dictionary_deleted_total", "counter",
 		    "Dictionary rows no retained record could use, deleted after retention.");
 	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "stacks",
@@ -116,6 +119,15 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 			 s.recompress_in);
 	prom_sample1_u64(out, "gpuscope_server_store_recompress_bytes_total", "when", "after",
 			 s.recompress_out);
+	prom_counter(out, "gpuscope_server_store_blocks_merged_total",
+		     "Dictionary blocks (stacks, label sets, strings) the background recompression "
+		     "merged into larger ones.", s.merged_blocks);
+	prom_family(out, "gpuscope_server_store_block_merge_bytes_total", "counter",
+		    "Stored bytes of the dictionary blocks merged, before and after.");
+	prom_sample1_u64(out, "gpuscope_server_store_block_merge_bytes_total", "when", "before",
+			 s.merge_in);
+	prom_sample1_u64(out, "gpuscope_server_store_block_merge_bytes_total", "when", "after",
+			 s.merge_out);
 	prom_counter(out, "gpuscope_server_store_wal_truncations_total",
 		     "Checkpoints that emptied the store's write-ahead log while ingest paused.",
 		     s.wal_truncations);

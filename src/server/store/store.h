@@ -79,6 +79,7 @@ int store_group_index(struct strtab *groups, const char *const *pairs, size_t n,
 
 struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */
+	uint64_t bytes_free;		/* of them, free pages of the database (sqlite) */
 	uint64_t samples, points, intervals;	/* stored since start */
 	uint64_t batches, duplicate_batches;
 	uint64_t commits;		/* group commits: each stored one or more batches */
@@ -92,6 +93,8 @@ struct store_stats {
 	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
 	/* background recompression: rows waiting, CPU spent, bytes looked at and after */
 	uint64_t recompress_lag_rows, recompress_cpu_ns, recompress_in, recompress_out;
+	/* ...and its merges of dictionary blocks: blocks merged, bytes before and after */
+	uint64_t merged_blocks, merge_in, merge_out;
 };
 
 struct frame {

@@ -65,6 +65,9 @@ static const char schema[] =
 	/* background recompression: the last id of each table recompressed (recompress.c) */
 	"INSERT OR IGNORE INTO meta VALUES ('rz_chunks', 0), ('rz_ivchunks', 0), ('rz_points', 0),"
 	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0), ('rz_strblocks', 0);"
+	/* ...and the last block merged into a larger one (recompress.c) */
+	"INSERT OR IGNORE INTO meta VALUES ('mz_stackblocks', 0), ('mz_lsblocks', 0),"
+	" ('mz_strblocks', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
@@ -263,6 +266,11 @@ static void sq_stats(struct store *st, struct store_stats *o)
 
 		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
 		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
+		/* pages freed by deletes and merges, reused by the next writes */
+		o->bytes_free = (uint64_t)query_i64(db, "PRAGMA freelist_count") *
+				(uint64_t)query_i64(db, "PRAGMA page_size");
+		if (o->bytes_free > o->bytes_on_disk)
+			o->bytes_free = o->bytes_on_disk;
 		lag = sq_recompress_lag(s, db);
 		o->recompress_lag_rows = lag > 0 ? (uint64_t)lag : 0;
 		sq_pool_put(s, db);
@@ -275,6 +283,9 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->recompress_cpu_ns = __atomic_load_n(&s->n_rz_cpu_ns, __ATOMIC_RELAXED);
 	o->recompress_in = __atomic_load_n(&s->n_rz_in, __ATOMIC_RELAXED);
 	o->recompress_out = __atomic_load_n(&s->n_rz_out, __ATOMIC_RELAXED);
+	o->merged_blocks = __atomic_load_n(&s->n_mz_blocks, __ATOMIC_RELAXED);
+	o->merge_in = __atomic_load_n(&s->n_mz_in, __ATOMIC_RELAXED);
+	o->merge_out = __atomic_load_n(&s->n_mz_out, __ATOMIC_RELAXED);
 	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
 							    __ATOMIC_RELAXED);
 	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,

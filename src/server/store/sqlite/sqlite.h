@@ -120,6 +120,11 @@ struct sq {
 	/* background recompression (recompress.c): CPU spent, stored bytes looked at, and what
 	 * they take now */
 	uint64_t n_rz_cpu_ns, n_rz_in, n_rz_out;
+	/* ...and its block merges: blocks merged, their stored bytes, the merged blocks' bytes;
+	 * per merged table the blocks of the last group, waiting for more */
+#define MZ_TABLES 3
+	uint64_t n_mz_blocks, n_mz_in, n_mz_out;
+	size_t mz_tail[MZ_TABLES];
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
