@@ -5,8 +5,12 @@ Python "trainer" (main loop, a pin-memory thread, a logger thread, a checkpoint 
 restarts its 4 forked dataloader-like worker processes every EPOCH seconds, and a cron-like
 short-lived process every CRON seconds. The trainer opens a file named libcuda.so.1 at start, as
 a CUDA process would map the driver, so the agent follows its threads' states (and its workers'
-through fork) as it follows a GPU process's. Runs for SECONDS, then exits.
+through fork) as it follows a GPU process's. Runs for SECONDS, then exits. Its processes are
+named ml-main, ml-trainer, ml-loader-N and ml-cron (a python3 run through a link of that name),
+as a node's own programs have names of their own, so that an agent's relabel rule can keep this
+load alone on a machine doing other work (`comm` matching `ml-.*`).
 Usage: mlnode.py SECONDS [EPOCH=60] [CRON=5]"""
+import ctypes
 import multiprocessing as mp
 import os
 import queue
@@ -17,6 +21,12 @@ import tempfile
 import threading
 import time
 import zlib
+
+
+def set_name(name):
+    """The calling thread's name (the process's comm when it is the main thread)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, name.encode()[:15], 0, 0, 0)	# PR_SET_NAME
 
 
 def work(ms):
@@ -30,6 +40,7 @@ def work(ms):
 
 def worker(wid, q, stop):
     """A dataloader worker: reads, decodes (zlib) and batches samples, then waits for room."""
+    set_name(f"ml-loader-{wid}")
     rng = random.Random(wid)
     raw = zlib.compress(bytes(rng.getrandbits(8) for _ in range(1 << 14)) * 4)
     while not stop.is_set():
@@ -43,6 +54,7 @@ def worker(wid, q, stop):
 
 
 def trainer(seconds, epoch):
+    set_name("ml-trainer")
     open_cuda = os.path.join(tempfile.gettempdir(), "libcuda.so.1")
     with open(open_cuda, "a"):
         pass
@@ -106,14 +118,20 @@ def main():
     seconds = float(sys.argv[1])
     epoch = float(sys.argv[2]) if len(sys.argv) > 2 else 60
     cron = float(sys.argv[3]) if len(sys.argv) > 3 else 5
+    set_name("ml-main")
+    bindir = tempfile.mkdtemp(prefix="mlnode-")
+    os.symlink(os.path.realpath(sys.executable), os.path.join(bindir, "ml-cron"))
     tr = mp.get_context("fork").Process(target=trainer, args=(seconds, epoch))
     tr.start()
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:	# the cron job: a health check, as nvidia-smi polls are
-        subprocess.run(["sh", "-c", "cat /proc/loadavg >/dev/null; ls /proc | wc -l >/dev/null;"
-                        " python3 -c 'import json; json.dumps(list(range(1000)))'"], check=False)
+        subprocess.run([os.path.join(bindir, "ml-cron"), "-c",
+                        "import json, os; open('/proc/loadavg').read(); len(os.listdir('/proc'));"
+                        " json.dumps(list(range(1000)))"], check=False)
         time.sleep(cron)
     tr.join()
+    os.unlink(os.path.join(bindir, "ml-cron"))
+    os.rmdir(bindir)
 
 
 main()

@@ -4,7 +4,8 @@
 # bench/store/replay.sh to store into any server version: gpuscope-agent run (the same modules
 # and rates as run.sh) pushing to a port where nothing listens, so every batch goes to its
 # on-disk spool byte for byte (zstd protobuf, one file per 10 s push, in order).
-# Usage: bench/store/record.sh SPOOL_DIR [MINUTES=30]
+# Usage: [AGENT_ARGS="..."] bench/store/record.sh SPOOL_DIR [MINUTES=30]
+# (AGENT_ARGS: more options for the agent, e.g. --relabel-config FILE to keep one load alone)
 set -eu
 cd "$(dirname "$0")/../.."
 dir=${1:?usage: record.sh SPOOL_DIR [MINUTES]}
@@ -13,5 +14,5 @@ make -s -j2 .output/gpuscope-agent
 mkdir -p "$dir"
 GPUSCOPE_AGENT_MODULES_OFF=${MODULES_OFF-cuda_probe,cupti} .output/gpuscope-agent run \
 	--server http://127.0.0.1:9 --spool-dir "$dir" --spool-max 8GiB --push-interval 10s \
-	--frequency 99 --node bench-store --metrics-listen off --duration "${mins}m"
+	--frequency 99 --node bench-store --metrics-listen off --duration "${mins}m" ${AGENT_ARGS:-}
 echo "$(ls "$dir" | wc -l) batches, $(du -sh "$dir" | cut -f1) in $dir"

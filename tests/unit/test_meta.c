@@ -378,6 +378,53 @@ static bool test_meta_pod_labels(void)
 	return ok;
 }
 
+/* __meta_process_comm: relabel rules keep or drop processes by name (from /proc/PID/comm). */
+static bool test_meta_comm_relabel(void)
+{
+	char root[] = "/tmp/gpuscope-meta-XXXXXX", path[256], cfg[300], p2[300];
+	struct meta_opts o = { 0 };
+	struct label l[64];
+	size_t n;
+	bool ok;
+	FILE *f;
+
+	CHECK(fake_proc(root, path, cfg,
+			"- source_labels: [__meta_process_comm]\n  target_label: name_seen\n"
+			"- source_labels: [__meta_process_comm]\n  regex: ml-.*\n  action: keep\n"));
+	snprintf(p2, sizeof(p2), "%s/4242/comm", root);
+	f = fopen(p2, "w");
+	fputs("ml-trainer\n", f);
+	fclose(f);
+	snprintf(p2, sizeof(p2), "%s/4343", root);
+	mkdir(p2, 0755);
+	snprintf(p2, sizeof(p2), "%s/4343/cgroup", root);
+	f = fopen(p2, "w");
+	fputs("0::/user.slice\n", f);
+	fclose(f);
+	snprintf(p2, sizeof(p2), "%s/4343/comm", root);
+	f = fopen(p2, "w");
+	fputs("cc1\n", f);
+	fclose(f);
+	o.proc_root = root;
+	o.relabel_config = cfg;
+	CHECK(ASSERT_EQ(meta__start(&o), 0, "start"));
+	ok = ASSERT_EQ(meta__pid_labels(4242, l, 64, &n), LABELS_KEPT, "ml-trainer kept") &&
+	     ASSERT_STREQ(get(l, n, "name_seen"), "ml-trainer", "the name, without its newline") &&
+	     ASSERT_TRUE(!get(l, n, "__meta_process_comm"), "__ label removed") &&
+	     ASSERT_EQ(meta__pid_labels(4343, l, 64, &n), LABELS_DROPPED, "cc1 dropped") &&
+	     ASSERT_EQ(n, 0, "no labels");
+	meta__stop();
+	unlink(p2);
+	snprintf(p2, sizeof(p2), "%s/4343/cgroup", root);
+	unlink(p2);
+	snprintf(p2, sizeof(p2), "%s/4343", root);
+	rmdir(p2);
+	snprintf(p2, sizeof(p2), "%s/4242/comm", root);
+	unlink(p2);
+	fake_proc_rm(root, path, cfg);
+	return ok;
+}
+
 /* Old (pre training.kubeflow.org) labels need group-name=kubeflow.org; KubeRay labels. */
 static bool test_meta_promoted_forms(void)
 {
@@ -516,4 +563,4 @@ static bool test_meta_label_capacity(void)
 
 TEST_MAIN(T(test_meta_cgroup_fixtures), T(test_meta_cgroup_files), T(test_meta_cgroup_self),
 	  T(test_meta_real_cgroups), T(test_meta_pod_labels), T(test_meta_promoted_forms),
-	  T(test_meta_label_capacity))
+	  T(test_meta_label_capacity), T(test_meta_comm_relabel))

@@ -1005,6 +1005,7 @@ struct pid_entry {
 	uint64_t read_ns;	/* when the cgroup file was read (mono) */
 	uint64_t gen;		/* pod-cache generation the labels were built from */
 	struct meta_cgroup cg;
+	char comm[16];		/* the process's name when read, for relabel rules ("" unread) */
 	char *packed;		/* "name\0value\0" * n, malloc'ed, at most PACKED_MAX */
 	size_t packed_len;
 	uint16_t n;
@@ -1110,6 +1111,8 @@ static void build_labels(struct pid_entry *e)
 	lset_set(&ls, "__meta_container_id", cg->container_id);
 	lset_set(&ls, "__meta_pod_uid", cg->pod_uid);
 	lset_set(&ls, "__meta_systemd_unit", cg->unit);
+	if (e->comm[0])
+		lset_set(&ls, "__meta_process_comm", e->comm);
 	if (cg->container_id[0]) {
 		lset_set(&ls, "container_id", cg->container_id);
 		lset_set(&ls, "container_runtime", cg->runtime);
@@ -1181,6 +1184,28 @@ static void pid_cache_clear(void)
 	memset(pcache.e, 0, PID_CACHE_SIZE * sizeof(*pcache.e));
 }
 
+/* The process's name (/proc/PID/comm, the main thread's) into ret[16]; "" when unreadable. */
+static void read_comm(pid_t pid, char *ret)
+{
+	char path[192];
+	ssize_t n;
+	int fd;
+
+	ret[0] = 0;
+	snprintf(path, sizeof(path), "%s/%d/comm", pcache.proc_root, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, ret, 15);
+	close(fd);
+	if (n <= 0) {
+		ret[0] = 0;
+		return;
+	}
+	ret[n] = 0;
+	ret[strcspn(ret, "\n")] = 0;
+}
+
 static int read_cgroup(pid_t pid, struct meta_cgroup *ret)
 {
 	char path[192], text[8192];
@@ -1203,6 +1228,7 @@ int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 {
 	static __thread char tls[PACKED_MAX];
 	struct meta_cgroup cg;
+	char comm[16];
 	struct pid_entry *e;
 	bool fresh = false, dropped;
 	size_t n = 0;
@@ -1225,6 +1251,10 @@ int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 		/* the kernel's /proc/PID/cgroup can take 100+ us: not under the lock */
 		pthread_mutex_unlock(&pcache.mu);
 		rc = read_cgroup(pid, &cg);
+		if (!rc && pcache.rules)	/* only rules read it: a read per new process else */
+			read_comm(pid, comm);
+		else
+			comm[0] = 0;
 		fresh = true;
 		pthread_mutex_lock(&pcache.mu);
 		if (!pcache.e) {	/* meta__stop() meanwhile */
@@ -1247,6 +1277,7 @@ int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 			e->dropped = false;
 		} else {
 			e->cg = cg;
+			memcpy(e->comm, comm, sizeof(e->comm));
 			build_labels(e);
 		}
 	} else if (!e->gone && e->gen != atomic_load(&pc.gen)) {
