@@ -211,6 +211,8 @@ def main():
                      " bucket INTEGER, labelset INTEGER, data BLOB, PRIMARY KEY(level, kind,"
                      " bucket, labelset)) WITHOUT ROWID;"
                      "DELETE FROM meta WHERE key LIKE 'rollup_built_%';"
+                     # schema 10 (and 11) kept each label set's content hash in its row
+                     "ALTER TABLE labelsets ADD COLUMN hash INTEGER NOT NULL DEFAULT 0;"
                      "UPDATE meta SET value = 10 WHERE key = 'schema';")
     db.executemany("INSERT INTO rollups VALUES (?, ?, ?, ?, ?)", old_rows)
     db.commit()
@@ -228,9 +230,17 @@ def main():
         check(a2 == a1, f"the same answers after the conversion: {a2} != {a1}")
         t = s.get_json(f"/api/v1/flamegraph?{rng(*whole)}")["total"]
         check(t == sum(want_total.values()) + 1, f"all of it after the conversion: {t}")
+        # schema 12: the hashes come from the label sets' pairs, so known ones are found again
+        nls = s.metric("gpuscope_server_label_sets")
+        code, body = s.ingest(batch(NODES[0], samples(NODES[0], cur + 5 * S, 1)))
+        check(code == 204 and s.metric("gpuscope_server_label_sets") == nls,
+              f"a converted store's label sets found by content: {nls} -> "
+              f"{s.metric('gpuscope_server_label_sets')}")
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
     check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'").fetchone(),
           "the old table dropped")
+    cols = [r[1] for r in db.execute("PRAGMA table_info(labelsets)")]
+    check(cols == ["id", "first_ns", "last_ns"], f"label sets without their hash column: {cols}")
     check(db.execute("PRAGMA page_size").fetchone()[0] == 1024 and
           db.execute("PRAGMA journal_mode").fetchone()[0] == "wal",
           "the conversion's vacuum took the store to 1 KiB pages, in WAL mode again")

@@ -76,8 +76,8 @@ static int cache_new(struct sq *s, struct u64map *cache, uint64_t hash, uint64_t
 
 /*
  * The batch's label sets to ids: committed ones from the in-memory table, ones an earlier batch
- * of this transaction added from the rows past ls_id0, new ones added (a row each, their pairs
- * together in blocks).
+ * of this transaction added from temp.ls_new, new ones added (a row each, their pairs together
+ * in blocks).
  */
 static int map_label_sets(struct ingest *in)
 {
@@ -115,7 +115,6 @@ static int map_label_sets(struct ingest *in)
 		if (v)
 			continue;
 		sqlite3_bind_int64(s->st[ST_LS_GET], 1, (int64_t)p->hash);
-		sqlite3_bind_int64(s->st[ST_LS_GET], 2, (int64_t)s->ls_id0);
 		rc = sq_step_i64(s->st[ST_LS_GET], &id);
 		if (rc < 0) {
 			err = rc;
@@ -126,14 +125,19 @@ static int map_label_sets(struct ingest *in)
 			continue;
 		}
 		/* Times are set once the records are known (UPDATE below). */
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 1, (int64_t)p->hash);
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 2, INT64_MAX);
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 3, 0);
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 1, INT64_MAX);
+		sqlite3_bind_int64(s->st[ST_LS_ADD], 2, 0);
 		if (sq_step_done(s->st[ST_LS_ADD])) {
 			err = -EIO;
 			break;
 		}
 		p->id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+		sqlite3_bind_int64(s->st[ST_LS_NEW], 1, (int64_t)p->hash);
+		sqlite3_bind_int64(s->st[ST_LS_NEW], 2, (int64_t)p->id);
+		if (sq_step_done(s->st[ST_LS_NEW])) {
+			err = -EIO;
+			break;
+		}
 		p->is_new = true;
 		in->new_ls++;
 		/* rowids grow: a batch's new ids ascend, as a block's must */
@@ -1021,12 +1025,8 @@ static void run_group(void *ctx, struct store_commitq_item *items, size_t n)
 	(void)n;
 	pthread_mutex_lock(&s->wmu);
 	rc = sq_step_done(s->st[ST_BEGIN]);
-	if (!rc) {
-		int64_t max = 0;
-
-		rc = sq_step_i64(s->st[ST_LS_MAX], &max) < 0 ? -EIO : 0;
-		s->ls_id0 = (uint64_t)max;
-	}
+	if (!rc)
+		rc = sq_step_done(s->st[ST_LS_NEW_CLEAR]);
 	for (struct gitem *g = list; g; g = (struct gitem *)g->q.next) {
 		if (rc) {
 			g->rc = -EIO;

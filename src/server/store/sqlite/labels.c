@@ -76,6 +76,7 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 		return err;
 	l.first_ns = first;
 	l.last_ns = last;
+	l.hash = hash;
 	s->lsets[id] = l;
 	if (id + 1 > s->nlsets)
 		s->nlsets = id + 1;
@@ -84,9 +85,9 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 	return 0;
 }
 
-/* A label set's row: where its pairs are found, the rest of it. */
+/* A label set's row: its time extent, and whether its pairs were found. */
 struct ls_row {
-	uint64_t hash, first, last;
+	uint64_t first, last;
 	bool found;
 };
 
@@ -99,8 +100,7 @@ int sq_lsets_load(struct sq *s)
 	sqlite3_stmt *st;
 	int rc, err = 0;
 
-	rc = sqlite3_prepare_v2(s->w, "SELECT id, hash, first_ns, last_ns FROM labelsets", -1, &st,
-				NULL);
+	rc = sqlite3_prepare_v2(s->w, "SELECT id, first_ns, last_ns FROM labelsets", -1, &st, NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -116,8 +116,7 @@ int sq_lsets_load(struct sq *s)
 			cap = ncap;
 		}
 		rows[n] = (struct ls_row){ (uint64_t)sqlite3_column_int64(st, 1),
-					   (uint64_t)sqlite3_column_int64(st, 2),
-					   (uint64_t)sqlite3_column_int64(st, 3), false };
+					   (uint64_t)sqlite3_column_int64(st, 2), false };
 		if (!u64map_upsert(&idx, (uint64_t)sqlite3_column_int64(st, 0), n++, NULL))
 			err = -ENOMEM;
 	}
@@ -141,7 +140,9 @@ int sq_lsets_load(struct sq *s)
 			if (!r || r->found)
 				continue;
 			r->found = true;
-			err = sq_lset_put(s, b.id[i], r->hash, b.locs[i], b.len[i], r->first, r->last);
+			/* the content hash store_label_set() gives the same pairs */
+			err = sq_lset_put(s, b.id[i], hash64(b.locs[i], b.len[i], 11), b.locs[i],
+					  b.len[i], r->first, r->last);
 		}
 	}
 	if (!err && rc != SQLITE_DONE)

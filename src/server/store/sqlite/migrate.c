@@ -380,14 +380,13 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
 
 	if (!e && (sqlite3_prepare_v2(s->w, "SELECT id, hash, labels, first_ns, last_ns FROM"
 					    " v3_labelsets ORDER BY id", -1, &sel, NULL) ||
-		   sqlite3_prepare_v2(s->w, "INSERT INTO labelsets(id, hash, first_ns, last_ns)"
-					    " VALUES (?, ?, ?, ?)", -1, &ins, NULL)))
+		   sqlite3_prepare_v2(s->w, "INSERT INTO labelsets(id, first_ns, last_ns)"
+					    " VALUES (?, ?, ?)", -1, &ins, NULL)))
 		e = -EIO;
 	while (!e && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
 		sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 0));
-		sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 1));
-		sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 3));
-		sqlite3_bind_int64(ins, 4, sqlite3_column_int64(sel, 4));
+		sqlite3_bind_int64(ins, 2, sqlite3_column_int64(sel, 3));
+		sqlite3_bind_int64(ins, 3, sqlite3_column_int64(sel, 4));
 		e = sq_step_done(ins);
 		ids[n] = (uint64_t)sqlite3_column_int64(sel, 0);
 		off[n] = blobs.len;

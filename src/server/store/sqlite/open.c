@@ -22,11 +22,14 @@ static const char *const wsql[ST_MAX] = {
 	[ST_ROLLBACK] = "ROLLBACK",
 	[ST_BATCH_SEEN] = "SELECT 1 FROM batches WHERE id = ?",
 	[ST_BATCH_ADD] = "INSERT INTO batches(id, node, t) VALUES (?, ?, ?)",
-	/* label sets added in the open transaction (the committed ones are all in memory) */
-	[ST_LS_GET] = "SELECT id FROM labelsets WHERE id > ?2 AND hash = ?1",
-	[ST_LS_ADD] = "INSERT INTO labelsets(hash, first_ns, last_ns) VALUES (?, ?, ?)",
+	/* label sets added in the open transaction (the committed ones are all in memory): a
+	 * temporary table of the writer connection, emptied as each transaction begins, that a
+	 * batch's savepoint rolls back with the rest of its rows */
+	[ST_LS_GET] = "SELECT id FROM temp.ls_new WHERE hash = ?1",
+	[ST_LS_NEW] = "INSERT INTO temp.ls_new(hash, id) VALUES (?1, ?2)",
+	[ST_LS_NEW_CLEAR] = "DELETE FROM temp.ls_new",
+	[ST_LS_ADD] = "INSERT INTO labelsets(first_ns, last_ns) VALUES (?1, ?2)",
 	[ST_LSBLOCK_ADD] = "INSERT INTO lsblocks(id, last, data) VALUES (?, ?, ?)",
-	[ST_LS_MAX] = "SELECT coalesce(max(id), 0) FROM labelsets",
 	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
 		       " WHERE id = ?1",
 	/* OR REPLACE: the migration to schema 10 writes blocks again under their key */
@@ -71,11 +74,13 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
-	/* label sets: id, content hash (no index: every committed one is in memory) and the time
-	 * extent of their records; their contents ("n\0v\0...") in blocks of a batch's new ones,
-	 * in the stack-block format (chunk.h) */
-	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL,"
-	" first_ns INTEGER, last_ns INTEGER);"
+	/* label sets: id and the time extent of their records; their contents ("n\0v\0...") in
+	 * blocks of a batch's new ones, in the stack-block format (chunk.h). Found by content
+	 * through an in-memory index of every committed one, its hashes computed from the blocks
+	 * at open (schema 12; a hash column before) */
+	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, first_ns INTEGER,"
+	" last_ns INTEGER);"
+	"CREATE TEMP TABLE IF NOT EXISTS ls_new(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
 	/* locations: in blocks of consecutive ids, a block keyed by its first id, `last` its last
@@ -472,6 +477,12 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		if (table_has_column(s, "rollups", "labelset") &&
 		    sqlite3_exec(s->w, "ALTER TABLE rollups RENAME TO rollups_v10", NULL, NULL,
 				 NULL)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
+		/* schema 12: label sets' content hashes only in memory */
+		if (table_has_column(s, "labelsets", "hash") &&
+		    sqlite3_exec(s->w, "ALTER TABLE labelsets DROP COLUMN hash", NULL, NULL, NULL)) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}

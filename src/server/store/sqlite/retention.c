@@ -194,13 +194,9 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 		/* the content hash -> id index, rebuilt from what is left */
 		u64map_done(&s->ls_ids);
 	}
-	if (!sqlite3_prepare_v2(s->w, "SELECT hash, id FROM labelsets", -1, &st, NULL)) {
-		while (sqlite3_step(st) == SQLITE_ROW)
-			if (!u64map_upsert(&s->ls_ids, (uint64_t)sqlite3_column_int64(st, 0),
-					   (uint64_t)sqlite3_column_int64(st, 1), NULL))
-				break;
-		sqlite3_finalize(st);
-	}
+	for (size_t i = 1; i < s->nlsets; i++)
+		if (s->lsets[i].pairs && !u64map_upsert(&s->ls_ids, s->lsets[i].hash, i, NULL))
+			break;
 	pthread_rwlock_unlock(&s->lmu);
 	n = (int64_t)nids;
 	__atomic_add_fetch(&s->n_gc_lsets, (uint64_t)n, __ATOMIC_RELAXED);

@@ -45,6 +45,7 @@ struct lset {
 	char **pairs;		/* 2n strings, one allocation with the strings after the pointers */
 	size_t n;
 	uint64_t first_ns, last_ns;
+	uint64_t hash;		/* of its content (store_label_set()): the index's key */
 	const char *node;
 	int64_t gpu;		/* value of the "gpu" label, -1 if none */
 };
@@ -57,7 +58,7 @@ enum {
 	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
-	ST_LS_MAX, ST_STRBLOCK_ADD, ST_STR_SEQ, ST_MAX,
+	ST_LS_NEW, ST_LS_NEW_CLEAR, ST_STRBLOCK_ADD, ST_STR_SEQ, ST_MAX,
 };
 
 struct sq {
@@ -76,8 +77,6 @@ struct sq {
 	bool loc_index_stale, stack_index_stale;	/* to be loaded again (after a rollback) */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
-	uint64_t ls_id0;		/* label set ids past this were added in the open write
-					 * transaction (wmu) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) a stackdays row last named it */
 
 	/* The string dictionary of location names (schema 10): every stored string, loaded from
@@ -271,7 +270,7 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * unit too (rounded, chunk.h format 3's flag 16); an older store is read as it is. 10:
  * location names through a store-wide string dictionary (strblocks; location blocks of format
  * 2); older location blocks are read as they are. */
-#define SQ_SCHEMA_VERSION 11
+#define SQ_SCHEMA_VERSION 12
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
