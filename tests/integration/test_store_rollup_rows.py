@@ -211,8 +211,12 @@ def main():
                      " bucket INTEGER, labelset INTEGER, data BLOB, PRIMARY KEY(level, kind,"
                      " bucket, labelset)) WITHOUT ROWID;"
                      "DELETE FROM meta WHERE key LIKE 'rollup_built_%';"
-                     # schema 10 (and 11) kept each label set's content hash in its row
-                     "ALTER TABLE labelsets ADD COLUMN hash INTEGER NOT NULL DEFAULT 0;"
+                     # schema 10 (and 11) kept each label set's content hash in its row,
+                     # and its extent as first and last
+                     "CREATE TABLE ls10(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL,"
+                     " first_ns INTEGER, last_ns INTEGER);"
+                     "INSERT INTO ls10 SELECT id, 0, first_ns, first_ns + dur_ns FROM labelsets;"
+                     "DROP TABLE labelsets; ALTER TABLE ls10 RENAME TO labelsets;"
                      "UPDATE meta SET value = 10 WHERE key = 'schema';")
     db.executemany("INSERT INTO rollups VALUES (?, ?, ?, ?, ?)", old_rows)
     db.commit()
@@ -240,7 +244,7 @@ def main():
     check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'").fetchone(),
           "the old table dropped")
     cols = [r[1] for r in db.execute("PRAGMA table_info(labelsets)")]
-    check(cols == ["id", "first_ns", "last_ns"], f"label sets without their hash column: {cols}")
+    check(cols == ["id", "first_ns", "dur_ns"], f"label sets without their hash column: {cols}")
     check(db.execute("PRAGMA page_size").fetchone()[0] == 1024 and
           db.execute("PRAGMA journal_mode").fetchone()[0] == "wal",
           "the conversion's vacuum took the store to 1 KiB pages, in WAL mode again")

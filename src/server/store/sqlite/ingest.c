@@ -125,8 +125,6 @@ static int map_label_sets(struct ingest *in)
 			continue;
 		}
 		/* Times are set once the records are known (UPDATE below). */
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 1, INT64_MAX);
-		sqlite3_bind_int64(s->st[ST_LS_ADD], 2, 0);
 		if (sq_step_done(s->st[ST_LS_ADD])) {
 			err = -EIO;
 			break;

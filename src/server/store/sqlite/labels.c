@@ -100,7 +100,7 @@ int sq_lsets_load(struct sq *s)
 	sqlite3_stmt *st;
 	int rc, err = 0;
 
-	rc = sqlite3_prepare_v2(s->w, "SELECT id, first_ns, last_ns FROM labelsets", -1, &st, NULL);
+	rc = sqlite3_prepare_v2(s->w, "SELECT id, first_ns, first_ns + dur_ns FROM labelsets", -1, &st, NULL);
 	if (rc != SQLITE_OK)
 		return -EIO;
 	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -380,8 +380,8 @@ int sq_migrate_v3_copy(struct sq *s, char *err, size_t errlen)
 
 	if (!e && (sqlite3_prepare_v2(s->w, "SELECT id, hash, labels, first_ns, last_ns FROM"
 					    " v3_labelsets ORDER BY id", -1, &sel, NULL) ||
-		   sqlite3_prepare_v2(s->w, "INSERT INTO labelsets(id, first_ns, last_ns)"
-					    " VALUES (?, ?, ?)", -1, &ins, NULL)))
+		   sqlite3_prepare_v2(s->w, "INSERT INTO labelsets(id, first_ns, dur_ns)"
+					    " VALUES (?1, ?2, ?3 - ?2)", -1, &ins, NULL)))
 		e = -EIO;
 	while (!e && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
 		sqlite3_bind_int64(ins, 1, sqlite3_column_int64(sel, 0));

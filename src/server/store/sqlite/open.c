@@ -28,10 +28,13 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_GET] = "SELECT id FROM temp.ls_new WHERE hash = ?1",
 	[ST_LS_NEW] = "INSERT INTO temp.ls_new(hash, id) VALUES (?1, ?2)",
 	[ST_LS_NEW_CLEAR] = "DELETE FROM temp.ls_new",
-	[ST_LS_ADD] = "INSERT INTO labelsets(first_ns, last_ns) VALUES (?1, ?2)",
+	/* no extent until ST_LS_TIME gives it, in the same transaction */
+	[ST_LS_ADD] = "INSERT INTO labelsets(first_ns, dur_ns) VALUES (NULL, NULL)",
 	[ST_LSBLOCK_ADD] = "INSERT INTO lsblocks(id, last, data) VALUES (?, ?, ?)",
-	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)"
-		       " WHERE id = ?1",
+	/* (SET sees the row as it was: dur_ns from the old first_ns) */
+	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(coalesce(first_ns, ?2), ?2),"
+		       " dur_ns = max(coalesce(first_ns + dur_ns, ?3), ?3) -"
+		       " min(coalesce(first_ns, ?2), ?2) WHERE id = ?1",
 	/* OR REPLACE: the migration to schema 10 writes blocks again under their key */
 	[ST_LOCBLOCK_ADD] = "INSERT OR REPLACE INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
@@ -74,12 +77,13 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
-	/* label sets: id and the time extent of their records; their contents ("n\0v\0...") in
-	 * blocks of a batch's new ones, in the stack-block format (chunk.h). Found by content
-	 * through an in-memory index of every committed one, its hashes computed from the blocks
-	 * at open (schema 12; a hash column before) */
+	/* label sets: id and the time extent of their records (its start and length: a short one
+	 * takes 4 bytes, not a last_ns's 8); their contents ("n\0v\0...") in blocks of a batch's
+	 * new ones, in the stack-block format (chunk.h). Found by content through an in-memory
+	 * index of every committed one, its hashes computed from the blocks at open (schema 12; a
+	 * hash column and last_ns before) */
 	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, first_ns INTEGER,"
-	" last_ns INTEGER);"
+	" dur_ns INTEGER);"
 	"CREATE TEMP TABLE IF NOT EXISTS ls_new(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
@@ -480,9 +484,15 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
-		/* schema 12: label sets' content hashes only in memory */
-		if (table_has_column(s, "labelsets", "hash") &&
-		    sqlite3_exec(s->w, "ALTER TABLE labelsets DROP COLUMN hash", NULL, NULL, NULL)) {
+		/* schema 12: label sets' content hashes only in memory, their extents as a start
+		 * and a length */
+		if ((table_has_column(s, "labelsets", "hash") &&
+		     sqlite3_exec(s->w, "ALTER TABLE labelsets DROP COLUMN hash", NULL, NULL,
+				  NULL)) ||
+		    (table_has_column(s, "labelsets", "last_ns") &&
+		     sqlite3_exec(s->w, "ALTER TABLE labelsets ADD COLUMN dur_ns INTEGER;"
+				  "UPDATE labelsets SET dur_ns = last_ns - first_ns;"
+				  "ALTER TABLE labelsets DROP COLUMN last_ns;", NULL, NULL, NULL))) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}

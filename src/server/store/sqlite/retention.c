@@ -119,7 +119,7 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 	size_t nids = 0, cap = 0;
 	int err = 0;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT id FROM labelsets WHERE last_ns < ?1", -1, &st, NULL))
+	if (sqlite3_prepare_v2(s->w, "SELECT id FROM labelsets WHERE first_ns + dur_ns < ?1", -1, &st, NULL))
 		return -EIO;
 	sqlite3_bind_int64(st, 1, cut);
 	while (!err && sqlite3_step(st) == SQLITE_ROW) {
@@ -148,11 +148,11 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 		char sql[160];
 
 		snprintf(sql, sizeof(sql), "DELETE FROM series WHERE labelset IN (SELECT id FROM"
-			 " labelsets WHERE last_ns < %lld)", (long long)cut);
+			 " labelsets WHERE first_ns + dur_ns < %lld)", (long long)cut);
 		err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 		n = sqlite3_changes(s->w);
 		__atomic_add_fetch(&s->n_gc_series, (uint64_t)n, __ATOMIC_RELAXED);
-		snprintf(sql, sizeof(sql), "DELETE FROM labelsets WHERE last_ns < %lld", (long long)cut);
+		snprintf(sql, sizeof(sql), "DELETE FROM labelsets WHERE first_ns + dur_ns < %lld", (long long)cut);
 		if (!err)
 			err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 	}
