@@ -149,7 +149,7 @@ static bool test_meta_cgroup_self(void)
 	if (!strstr(text, "kubepods") && !strstr(text, "docker") && !strstr(text, "crio") &&
 	    !strstr(text, "containerd") && !strstr(text, "libpod"))
 		CHECK(ASSERT_STREQ(cg.container_id, "", "no container invented"));
-	meta__pid_labels(getpid(), l, 32, &n);
+	meta__pid_labels(getpid(), NULL, l, 32, &n);
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(l[i].name, "cgroup"))
 			has_cgroup = ASSERT_STREQ(l[i].value, cg.path, "cgroup label");
@@ -228,7 +228,7 @@ static bool real_cgroup(const char *hier, bool v2)
 		ok = true;
 		goto out;
 	}
-	meta__pid_labels(child, l, 32, &n);
+	meta__pid_labels(child, NULL, l, 32, &n);
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(l[i].name, "container_id"))
 			got_id = l[i].value;
@@ -331,7 +331,7 @@ static bool test_meta_pod_labels(void)
 	o.relabel_config = cfg;
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start without Kubernetes"));
 
-	meta__pid_labels(4242, l, 64, &n);
+	meta__pid_labels(4242, NULL, l, 64, &n);
 	ok = ASSERT_STREQ(get(l, n, "pod_uid"), UID, "unresolved pod: uid kept") &&
 	     ASSERT_STREQ(get(l, n, "container_id"), ID64, "container id") &&
 	     ASSERT_TRUE(!get(l, n, "pod"), "no pod name yet");
@@ -339,7 +339,7 @@ static bool test_meta_pod_labels(void)
 	j = json_loads(pod_json, 0, NULL);
 	pod_upsert(pod_from_json(j));
 	json_decref(j);
-	meta__pid_labels(4242, l, 64, &n);
+	meta__pid_labels(4242, NULL, l, 64, &n);
 	ok = ok && ASSERT_STREQ(get(l, n, "pod"), "bert-worker-1", "pod") &&
 	     ASSERT_STREQ(get(l, n, "namespace"), "ml", "namespace") &&
 	     ASSERT_STREQ(get(l, n, "container"), "pytorch", "container name via containerID") &&
@@ -354,7 +354,7 @@ static bool test_meta_pod_labels(void)
 	     ASSERT_TRUE(!get(l, n, "__meta_kubernetes_pod_name"), "__ labels removed");
 	/* deleted pods keep labelling late samples */
 	pod_mark_deleted(UID);
-	meta__pid_labels(4242, l, 64, &n);
+	meta__pid_labels(4242, NULL, l, 64, &n);
 	ok = ok && ASSERT_STREQ(get(l, n, "pod"), "bert-worker-1", "deleted pod within grace");
 	meta__stop();
 
@@ -363,9 +363,9 @@ static bool test_meta_pod_labels(void)
 	fprintf(f, "- source_labels: [namespace]\n  regex: prod\n  action: keep\n");
 	fclose(f);
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start"));
-	ok = ok && ASSERT_EQ(meta__pid_labels(4242, l, 64, &n), LABELS_DROPPED, "dropped") &&
+	ok = ok && ASSERT_EQ(meta__pid_labels(4242, NULL, l, 64, &n), LABELS_DROPPED, "dropped") &&
 	     ASSERT_EQ(n, 0, "no labels");
-	meta__pid_labels(999999999, l, 64, &n);
+	meta__pid_labels(999999999, NULL, l, 64, &n);
 	ok = ok && ASSERT_EQ(n, 0, "missing process: no labels");
 	meta__stop();
 
@@ -408,11 +408,18 @@ static bool test_meta_comm_relabel(void)
 	o.proc_root = root;
 	o.relabel_config = cfg;
 	CHECK(ASSERT_EQ(meta__start(&o), 0, "start"));
-	ok = ASSERT_EQ(meta__pid_labels(4242, l, 64, &n), LABELS_KEPT, "ml-trainer kept") &&
+	ok = ASSERT_EQ(meta__pid_labels(4242, NULL, l, 64, &n), LABELS_KEPT, "ml-trainer kept") &&
 	     ASSERT_STREQ(get(l, n, "name_seen"), "ml-trainer", "the name, without its newline") &&
 	     ASSERT_TRUE(!get(l, n, "__meta_process_comm"), "__ label removed") &&
-	     ASSERT_EQ(meta__pid_labels(4343, l, 64, &n), LABELS_DROPPED, "cc1 dropped") &&
-	     ASSERT_EQ(n, 0, "no labels");
+	     ASSERT_EQ(meta__pid_labels(4343, NULL, l, 64, &n), LABELS_DROPPED, "cc1 dropped") &&
+	     ASSERT_EQ(n, 0, "no labels") &&
+	     /* gone before /proc was read: the name the caller saw decides */
+	     ASSERT_EQ(meta__pid_labels(999999901, "ml-cron", l, 64, &n), LABELS_KEPT,
+		       "a gone ml-cron kept") &&
+	     ASSERT_EQ(meta__pid_labels(999999902, "grep", l, 64, &n), LABELS_DROPPED,
+		       "a gone grep dropped") &&
+	     ASSERT_EQ(meta__pid_labels(999999903, NULL, l, 64, &n), LABELS_DROPPED,
+		       "a gone process without a name dropped by the keep rule");
 	meta__stop();
 	unlink(p2);
 	snprintf(p2, sizeof(p2), "%s/4343/cgroup", root);

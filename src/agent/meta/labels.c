@@ -44,8 +44,8 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		agent_labels__add(ret, "tid", ret->tid);
 		agent_labels__add(ret, "thread", ret->thread);
 	}
-	if (meta && meta(pid, ret->l + ret->n, AGENT_LABELS_CAP - AGENT_LABELS_RESERVE - ret->n,
-			 &m) == LABELS_DROPPED) {
+	if (meta && meta(pid, ret->comm, ret->l + ret->n,
+			 AGENT_LABELS_CAP - AGENT_LABELS_RESERVE - ret->n, &m) == LABELS_DROPPED) {
 		ret->n = 0;
 		return LABELS_DROPPED;
 	}

@@ -51,7 +51,8 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
  * (meta__start() plugs it in, meta__stop() unplugs it with NULL); without it a record has the
  * process labels only. Same contract as meta__pid_labels().
  */
-typedef int (*labels_meta_fn)(pid_t pid, struct label *ret, size_t max, size_t *ret_n);
+typedef int (*labels_meta_fn)(pid_t pid, const char *comm, struct label *ret, size_t max,
+			      size_t *ret_n);
 void agent_labels__set_meta(labels_meta_fn fn);
 
 /* Adds name=value (strings not copied). 0, or -ENOSPC when the set is full (caller counts). */

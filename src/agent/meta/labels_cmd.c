@@ -44,7 +44,7 @@ static void format(pid_t pid, char *buf, size_t len)
 	size_t n, o;
 
 	o = (size_t)snprintf(buf, len, "%d", (int)pid);
-	if (meta__pid_labels(pid, l, AGENT_LABELS_CAP, &n) == LABELS_DROPPED) {
+	if (meta__pid_labels(pid, NULL, l, AGENT_LABELS_CAP, &n) == LABELS_DROPPED) {
 		snprintf(buf + o, len - o, " (dropped by a relabel rule)");
 		return;
 	}

@@ -1224,7 +1224,24 @@ static int read_cgroup(pid_t pid, struct meta_cgroup *ret)
 	return meta__parse_cgroup_file(text, ret);
 }
 
-int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
+/* A process gone before /proc told its cgroup: the rules decide on its name alone. */
+static bool gone_kept(const char *comm)
+{
+	struct lset ls;
+	int kept;
+
+	if (!pcache.rules)
+		return true;
+	lset_init(&ls);
+	if (comm && comm[0])
+		lset_set(&ls, "__meta_process_comm", comm);
+	kept = relabel__apply(pcache.rules, &ls);
+	lset_done(&ls);
+	return kept != 0;
+}
+
+int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t max,
+		     size_t *ret_n)
 {
 	static __thread char tls[PACKED_MAX];
 	struct meta_cgroup cg;
@@ -1251,10 +1268,11 @@ int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 		/* the kernel's /proc/PID/cgroup can take 100+ us: not under the lock */
 		pthread_mutex_unlock(&pcache.mu);
 		rc = read_cgroup(pid, &cg);
+		comm[0] = 0;
 		if (!rc && pcache.rules)	/* only rules read it: a read per new process else */
 			read_comm(pid, comm);
-		else
-			comm[0] = 0;
+		if (!comm[0] && comm_hint)
+			snprintf(comm, sizeof(comm), "%s", comm_hint);
 		fresh = true;
 		pthread_mutex_lock(&pcache.mu);
 		if (!pcache.e) {	/* meta__stop() meanwhile */
@@ -1274,7 +1292,9 @@ int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n)
 			pcache.read_errors++;
 			e->n = 0;
 			e->packed_len = 0;
-			e->dropped = false;
+			e->dropped = !gone_kept(comm);
+			if (e->dropped)
+				pcache.dropped++;
 		} else {
 			e->cg = cg;
 			memcpy(e->comm, comm, sizeof(e->comm));

@@ -43,10 +43,13 @@ int meta__parse_cgroup_file(const char *text, struct meta_cgroup *ret);
  * gpuscope_meta_labels_truncated_total); *ret_n says how many were written (0 for a process that
  * is gone). The strings live in a thread-local buffer: valid until the next call on the same
  * thread. Returns LABELS_KEPT, or LABELS_DROPPED when a keep/drop relabel rule drops the
- * process (no labels; the caller sends nothing for it and counts it). Any thread; cached per pid
- * (re-read every 10 s). Producers call agent__pid_labels() (labels.h), which calls this.
+ * process (no labels; the caller sends nothing for it and counts it). comm: the process's name
+ * as the caller saw it (NULL if none), for __meta_process_comm when /proc no longer has the
+ * process: the rules still decide for a process gone before its first labels (a keep rule on
+ * a label only /proc gives drops it). Any thread; cached per pid (re-read every 10 s).
+ * Producers call agent__pid_labels() (labels.h), which calls this.
  */
-int meta__pid_labels(pid_t pid, struct label *ret, size_t max, size_t *ret_n);
+int meta__pid_labels(pid_t pid, const char *comm, struct label *ret, size_t max, size_t *ret_n);
 
 /* Where the Kubernetes API is; every field NULL/0 takes the in-cluster default. */
 struct meta_opts {
