@@ -11,9 +11,8 @@ blocks again without the old entries, and the recent processes answer as before.
 import os
 import sqlite3
 import sys
-import time
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 DAY = 86400 * 10**9
@@ -67,16 +66,6 @@ def rows(data):
     return got
 
 
-def wait(what, cond, timeout=90):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.3)
-    print(f"timed out: {what}")
-    return False
-
-
 def main():
     args = ["--retention", "5d", "--retention-period", "1s"]
     s = Server(args=["--recompress-level", "0"] + args).start()
@@ -85,7 +74,7 @@ def main():
         for b in range(BATCHES):
             code, body = s.ingest(encode(batch(b)))
             check(code == 204, f"batch {b}: {code} {body}")
-        check(wait("rolled up", lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0),
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0),
               "rolled up")
         stacks = s.metric("gpuscope_server_stacks")
         check(stacks == BATCHES * PROCS, f"one stack per process: {stacks}")
@@ -96,7 +85,7 @@ def main():
 
         s.args = args	# the default level: recompression and merges
         s.start()
-        check(wait("merged", lambda: s.metric("gpuscope_server_store_recompress_lag_rows") == 0),
+        check(wait(lambda: s.metric("gpuscope_server_store_recompress_lag_rows") == 0, 90),
               f"settled: lag {s.metric('gpuscope_server_store_recompress_lag_rows')}")
         merged = s.metric("gpuscope_server_store_blocks_merged_total")
         bin_ = s.metric('gpuscope_server_store_block_merge_bytes_total{when="before"}')
@@ -124,8 +113,8 @@ def main():
         s.args = ["--retention", "1d", "--retention-period", "1s"]
         s.start()
         # kept: the recent half's, and batch 3's stacks and batch 2's it reuses (stored today)
-        ok = wait("dictionary GC", lambda: s.metric("gpuscope_server_stacks") ==
-                  BATCHES // 2 * PROCS + 2 * PROCS)
+        ok = wait(lambda: s.metric("gpuscope_server_stacks") == BATCHES // 2 * PROCS + 2 * PROCS,
+                  90)
         check(ok, f"old stacks gone: {s.metric('gpuscope_server_stacks')}")
         # (flame graphs and top: label values go by a label set's extent, which batch 3's
         # processes, stored again today, have widened)
