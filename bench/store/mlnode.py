@@ -3,14 +3,15 @@
 """An ML-node-like load for bench/store/record.sh (issue #16): one long-running multi-threaded
 Python "trainer" (main loop, a pin-memory thread, a logger thread, a checkpoint thread) that
 restarts its 4 forked dataloader-like worker processes every EPOCH seconds, and a cron-like
-short-lived process every CRON seconds. The trainer opens a file named libcuda.so.1 at start, as
-a CUDA process would map the driver, so the agent follows its threads' states (and its workers'
+short-lived process every CRON seconds. The trainer maps a file named libcuda.so.1 for its life, as
+a CUDA process maps the driver, so the agent follows its threads' states (and its workers'
 through fork) as it follows a GPU process's. Runs for SECONDS, then exits. Its processes are
 named ml-main, ml-trainer, ml-loader-N and ml-cron (a python3 run through a link of that name),
 as a node's own programs have names of their own, so that an agent's relabel rule can keep this
 load alone on a machine doing other work (`comm` matching `ml-.*`).
 Usage: mlnode.py SECONDS [EPOCH=60] [CRON=5]"""
 import ctypes
+import mmap
 import multiprocessing as mp
 import os
 import queue
@@ -55,9 +56,14 @@ def worker(wid, q, stop):
 
 def trainer(seconds, epoch):
     set_name("ml-trainer")
+    # mapped for the trainer's life, as a CUDA process maps the driver: the agent finds GPU
+    # processes by their maps (an open alone, closed again, is only a hint it checks)
     open_cuda = os.path.join(tempfile.gettempdir(), "libcuda.so.1")
-    with open(open_cuda, "a"):
-        pass
+    with open(open_cuda, "ab") as f:
+        if f.tell() < mmap.PAGESIZE:
+            f.write(b"\0" * mmap.PAGESIZE)
+    with open(open_cuda, "rb") as f:
+        driver = mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ)
     done = threading.Event()
     lock = threading.Lock()
     steps = [0]
@@ -112,6 +118,7 @@ def trainer(seconds, epoch):
             if p.is_alive():
                 p.kill()
     done.set()
+    driver.close()
 
 
 def main():
