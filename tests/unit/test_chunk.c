@@ -517,7 +517,40 @@ static bool test_chunk_values_in_units(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
+/* A stack's location list: written root first after a 0 (schema 12), read back leaf first;
+ * schema 2's leaf-first lists still read; bad bytes refused. */
+static bool test_chunk_stack_locs(void)
+{
+	const uint64_t ids[] = { 900, 37, 12, 11, 3 };	/* leaf ... root */
+	uint64_t out[8];
+	size_t n = 0;
+	struct buf b = { 0 };
+	bool ok;
+
+	stack_locs_encode(ids, 5, &b);
+	ok = ASSERT_TRUE(b.len > 2 && b.p[0] == 0 && b.p[1] == 3, "a 0, then the root's id") &&
+	     ASSERT_EQ(stack_locs_decode(b.p, b.len, out, 8, &n), 0, "decodes") &&
+	     ASSERT_EQ(n, 5, "five frames") &&
+	     ASSERT_TRUE(!memcmp(out, ids, sizeof(ids)), "leaf first again") &&
+	     ASSERT_EQ(stack_locs_decode(b.p, b.len, out, 4, &n), -E2BIG, "more than max");
+	/* schema 2's order, leaf first: 900, then the differences -863 and -25 */
+	b.len = 0;
+	buf_uvarint(&b, 900);
+	buf_svarint(&b, -863);
+	buf_svarint(&b, -25);
+	ok = ok && ASSERT_EQ(stack_locs_decode(b.p, b.len, out, 8, &n), 0, "a leaf-first list") &&
+	     ASSERT_EQ(n, 3, "three frames") && ASSERT_EQ(out[0], 900, "leaf") &&
+	     ASSERT_EQ(out[2], 12, "root");
+	b.len = 0;
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 5);
+	buf_svarint(&b, -9);	/* would be id -4 */
+	ok = ok && ASSERT_EQ(stack_locs_decode(b.p, b.len, out, 8, &n), -EINVAL, "an id <= 0");
+	buf_done(&b);
+	return ok;
+}
+
+TEST_MAIN(T(test_chunk_stack_locs), T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
 	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
 	  T(test_chunk_format3), T(test_chunk_values_in_units))

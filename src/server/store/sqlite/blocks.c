@@ -12,21 +12,24 @@
 
 void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			buf_svarint(b, (int64_t)(ids[i] - ids[i - 1]));
-		else
-			buf_uvarint(b, ids[0]);
-	}
+	if (!n)
+		return;
+	buf_uvarint(b, 0);	/* root first */
+	buf_uvarint(b, ids[n - 1]);
+	for (size_t i = n - 1; i-- > 0;)
+		buf_svarint(b, (int64_t)(ids[i] - ids[i + 1]));
 }
 
 int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, size_t *ret_n)
 {
 	struct rd r = { blob, blob ? (const uint8_t *)blob + len : NULL, false };
+	bool root_first = len && !*(const uint8_t *)blob;
 	uint64_t v = 0;
 	size_t n = 0;
 	int err = 0;
 
+	if (root_first)
+		r.p++;
 	while (r.p < r.end && !err) {
 		if (n == max) {
 			err = -E2BIG;
@@ -37,6 +40,12 @@ int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, s
 			err = -EINVAL;
 		else
 			ids[n++] = v;
+	}
+	for (size_t i = 0; root_first && i < n / 2; i++) {	/* leaf first again */
+		uint64_t t = ids[i];
+
+		ids[i] = ids[n - 1 - i];
+		ids[n - 1 - i] = t;
 	}
 	*ret_n = n;
 	return err;

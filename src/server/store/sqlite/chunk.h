@@ -144,8 +144,12 @@ int rollup_decode_v10(const void *blob, size_t len, struct buf *tmp,
 		      int (*cb)(void *ctx, uint64_t stack, int64_t sum, uint64_t count), void *ctx);
 
 /*
- * A stack's location ids (schema 2): the first as a uvarint, each next one as the svarint
- * difference to the one before (a stack's new locations get consecutive ids). Appends to b.
+ * A stack's location ids, ids[0] the leaf (schema 2): the first as a uvarint, each next one as
+ * the svarint difference to the one before (a stack's new locations get consecutive ids).
+ * Schema 12 writes them root first, after a uvarint 0 (no location id is 0): the frames a
+ * stack shares with earlier ones (its root side) are then the same bytes at the start of every
+ * entry, which zstd finds (the churning hour's stack blocks 3.93 -> 3.34 B/sample measured);
+ * decoding gives ids[0] the leaf either way. Appends to b; nothing for n == 0.
  */
 void stack_locs_encode(const uint64_t *ids, size_t n, struct buf *b);
 /*
