@@ -4,7 +4,8 @@
  * libgpuscope_cupti.so over the libcupti.so.13 stand-in (tests/cupti/fake_cupti.c), and the real
  * cupti module opens and closes windows in it by attaching to its `window` probe for that pid.
  * Checked: kernels only inside gpu_trace_window intervals and every one of them joined to its
- * launch stack (but a launch in flight at a window's open), CUPTI finalized after each window, bounded device buffers, on-demand captures,
+ * launch stack (but a launch in flight at a window's open or close), CUPTI finalized after each
+ * window, bounded device buffers, on-demand captures,
  * "not injected", a CUPTI held by another client, and the budget controller against synthetic
  * window costs. Needs root and the CUDA toolkit's headers (exit 77 without).
  */
@@ -162,7 +163,7 @@ static bool test_cupti_window_budget_cycle(void)
 	struct trace_cfg cfg = test_cfg();
 	struct run r;
 	size_t windows = 0, kernels = 0, outside = 0, joined = 0, late_unjoined = 0;
-	uint64_t ws[16], we[16], first[16];
+	uint64_t ws[16], we[16], first[16], last[16];
 	bool ok;
 
 	CHECK(run_window(&cfg, false, 2600, 0, 0, 3, &r));
@@ -182,11 +183,15 @@ static bool test_cupti_window_budget_cycle(void)
 	}
 	/*
 	 * A launch in flight when a window opens (its API enter before the callbacks were on, its
-	 * record after the kinds were) has a kernel but no launch probe, as with real CUPTI: the
-	 * workload's one launching thread can leave one such kernel per window, the window's first.
+	 * record after the kinds were) has a kernel but no launch probe, as with real CUPTI; one in
+	 * flight when it closes can have its record flushed by the close before its API exit fires
+	 * the launch probe, and the agent has no launch to join it to yet (docs/cupti.md). The
+	 * workload's one launching thread can leave such a kernel at either end of a window.
 	 */
-	for (size_t w = 0; w < 16; w++)
+	for (size_t w = 0; w < 16; w++) {
 		first[w] = UINT64_MAX;
+		last[w] = 0;
+	}
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t i = 0; i < r.m->n_intervals; i++) {
 			const Gpuscope__V1__Interval *iv = r.m->intervals[i];
@@ -200,13 +205,16 @@ static bool test_cupti_window_budget_cycle(void)
 			if (pass == 0) {
 				if (in != SIZE_MAX && iv->start_ns < first[in])
 					first[in] = iv->start_ns;
+				if (in != SIZE_MAX && iv->start_ns > last[in])
+					last[in] = iv->start_ns;
 				continue;
 			}
 			kernels++;
 			outside += in == SIZE_MAX;
 			if (attr(r.m, iv, "stack_id"))
 				joined++;
-			else if (in == SIZE_MAX || iv->start_ns != first[in])
+			else if (in == SIZE_MAX ||
+				 (iv->start_ns != first[in] && iv->start_ns != last[in]))
 				late_unjoined++;
 		}
 	}
@@ -220,7 +228,7 @@ static bool test_cupti_window_budget_cycle(void)
 			(unsigned long long)r.st.windows_opened[TRACE_BUDGET]);
 		ok = ASSERT_TRUE(windows >= 1, "a window") &&
 		     ASSERT_EQ(late_unjoined, 0, "every kernel joined to its launch stack "
-						 "but a window's first");
+						 "but at a window's ends");
 		batch_decode_free(r.m);
 		return ok;
 	}
@@ -230,9 +238,9 @@ static bool test_cupti_window_budget_cycle(void)
 	     ASSERT_EQ(r.st.windows_closed, windows, "every window closed") &&
 	     ASSERT_TRUE(kernels > 100, "kernels traced") &&
 	     ASSERT_EQ(outside, 0, "kernels outside a window") &&
-	     ASSERT_EQ(late_unjoined, 0, "every kernel joined to its launch stack but a "
-					 "window's first") &&
-	     ASSERT_TRUE(joined + windows >= kernels, "at most one unjoined kernel a window") &&
+	     ASSERT_EQ(late_unjoined, 0, "every kernel joined to its launch stack but at a "
+					 "window's ends") &&
+	     ASSERT_TRUE(joined + 2 * windows >= kernels, "at most two unjoined kernels a window") &&
 	     /* launches in flight at a close, and the one that finalizes CUPTI, still report */
 	     ASSERT_TRUE(r.st.launches >= kernels && r.st.launches <= kernels + 2 * windows,
 			 "launch probe hits only inside windows") &&
