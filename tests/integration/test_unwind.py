@@ -93,8 +93,11 @@ loop.wait()
 print(r.stdout[-800:], r.stderr[-800:])
 check(r.returncode == 0, "record across many short processes (exec, exit) exits 0")
 lines = open(folded).read().splitlines() if os.path.exists(folded) else []
-cut = [l for l in lines if "[truncated]" in l]
-check(all(l.count("[truncated]") == 1 for l in cut), "each cut stack has exactly one [truncated] frame")
+# (the workload's and the shells' stacks: the recording is of the whole machine, and a deep
+# Python stack of another program can hold a gap of its own past the native cut)
+cut = [l for l in lines if "[truncated]" in l and l.split(";", 1)[0] in ("nofp_burn", "sh")]
+check(all(l.count("[truncated]") == 1 for l in cut),
+      "each cut stack of the workload has exactly one [truncated] frame (%d cut)" % len(cut))
 m = re.search(r"(\d+) truncated", r.stdout)
 check(m is not None, "truncated walks are counted (%s)" % (m and m.group(0)))
 finish()
