@@ -25,7 +25,8 @@ struct ring_drain;
 #define NPROBES		 6
 #define MAX_PROCS	 256
 #define LAUNCH_BITS	 18		/* pending launches (all ways) */
-#define STACK_BITS	 14		/* raw launch stacks: direct-mapped cache */
+#define STACK_BITS	 14		/* raw launch stacks (all ways) */
+#define STACK_WAYS	 8		/* per set; the least recently launched one is replaced */
 #define MAX_DEVICES	 64
 #define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
 #define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
@@ -108,6 +109,7 @@ struct launch {
 
 struct raw_stack {
 	uint64_t hash;		/* 0: empty */
+	uint64_t used;		/* launch_seq of its latest launch */
 	uint32_t pid, n;
 	__u64 frames[GPUSCOPE_MAX_STACK];
 };
@@ -138,7 +140,7 @@ struct cupti_state {
 	struct proc procs[MAX_PROCS];
 	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
 	uint64_t launch_seq;
-	struct raw_stack *stacks;
+	struct raw_stack *stacks;	/* set-associative, STACK_WAYS per set */
 	struct busy busy[MAX_DEVICES];
 	struct trace_cfg cfg;
 	struct cupti_stats st;
@@ -154,6 +156,17 @@ bool cupti_pid_wanted(struct agent *a, pid_t pid);
 struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid);
 
 /* records.c */
+/*
+ * A launch of pid's correlation id cid (and cid2 when not 0) from thread tid with the given
+ * stack, pending until its record comes. The stack is kept by content in a set-associative
+ * cache: a pending launch's stack is lost only after STACK_WAYS other stacks of its set were
+ * launched since (counted when its record finds it gone).
+ */
+void cupti_launch_put(struct cupti_state *c, uint32_t pid, uint32_t tid, uint32_t cid,
+		      uint32_t cid2, const __u64 *frames, uint32_t n);
+/* The stack of pid's launch cid, NULL when the launch was not seen or its stack was replaced
+ * (counted in st.stacks_evicted). */
+const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid);
 /* A ring event (ring_drain__take() callback; ctx is the module's state). Returns 0. */
 int cupti_handle_event(void *ctx, void *data, size_t size);
 /* Emits the gpu_busy unions that can no longer grow; all pending ones when force. */

@@ -527,6 +527,9 @@ static void cupti_metrics(struct agent *a, FILE *out)
 				 drops[i].n);
 	prom_counter(out, "gpuscope_agent_cupti_launches_evicted_total",
 		     "Pending launches evicted before their kernel record came.", s.launches_evicted);
+	prom_counter(out, "gpuscope_agent_cupti_launch_stacks_evicted_total",
+		     "Kernel records whose launch was seen but whose stack was replaced by newer ones.",
+		     s.stacks_evicted);
 	prom_counter(out, "gpuscope_agent_cupti_unknown_names_total",
 		     "Kernel records whose name index was not known.", s.unknown_names);
 	prom_gauge(out, "gpuscope_agent_cupti_clock_max_step_seconds",

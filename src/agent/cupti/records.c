@@ -71,28 +71,72 @@ static const struct launch *find_launch(struct cupti_state *c, uint32_t pid, uin
 	return NULL;
 }
 
+/*
+ * The slot of this stack (hash h), taken in its set when new: an empty way, else the least
+ * recently launched one. A direct-mapped cache lost every launch of a stack whose slot another
+ * stack launched before its record came (all of forward()'s kernels in one test run).
+ */
+static uint32_t put_stack(struct cupti_state *c, uint32_t pid, const __u64 *frames, uint32_t n,
+			  uint64_t h)
+{
+	uint32_t set = (uint32_t)(h >> (64 - (STACK_BITS - 3))), base = set * STACK_WAYS;
+	uint32_t slot = base;
+	struct raw_stack *rs;
+
+	_Static_assert(STACK_WAYS == 1 << 3, "the set index assumes 8 ways");
+	for (uint32_t i = base; i < base + STACK_WAYS; i++) {
+		if (c->stacks[i].hash == h) {
+			slot = i;
+			goto found;
+		}
+		if (c->stacks[i].used < c->stacks[slot].used)
+			slot = i;	/* an empty way has used 0 */
+	}
+	rs = &c->stacks[slot];
+	rs->hash = h;
+	rs->pid = pid;
+	rs->n = n;
+	memcpy(rs->frames, frames, 8ull * n);
+found:
+	c->stacks[slot].used = c->launch_seq + 1;	/* the seq put_launch gives next */
+	return slot;
+}
+
+void cupti_launch_put(struct cupti_state *c, uint32_t pid, uint32_t tid, uint32_t cid,
+		      uint32_t cid2, const __u64 *frames, uint32_t n)
+{
+	uint64_t h = hash64(frames, 8ull * n, pid) | 1;
+	uint32_t slot = put_stack(c, pid, frames, n, h);
+
+	put_launch(c, pid, cid, tid, slot, h);
+	if (cid2)
+		put_launch(c, pid, cid2, tid, slot, h);
+}
+
+const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid)
+{
+	const struct launch *l = find_launch(c, pid, cid);
+
+	if (!l)
+		return NULL;
+	if (c->stacks[l->stack_slot].hash != l->stack_hash) {	/* replaced by other stacks */
+		c->st.stacks_evicted++;
+		return NULL;
+	}
+	return &c->stacks[l->stack_slot];
+}
+
 static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
 		      size_t size)
 {
-	uint32_t n = ev->ustack_len, slot;
+	uint32_t n = ev->ustack_len;
 	const __u64 *frames = (const void *)(ev + 1);
-	struct raw_stack *rs;
-	uint64_t h;
 
 	if (n > GPUSCOPE_MAX_STACK || size < sizeof(*ev) + 8ull * n) {
 		c->st.bad_events++;
 		return;
 	}
 	c->st.launches++;
-	h = hash64(frames, 8ull * n, ev->tgid) | 1;
-	slot = h & ((1u << STACK_BITS) - 1);
-	rs = &c->stacks[slot];
-	if (rs->hash != h) {
-		rs->hash = h;
-		rs->pid = ev->tgid;
-		rs->n = n;
-		memcpy(rs->frames, frames, 8ull * n);
-	}
 	struct proc *p = cupti_proc_get(c, ev->tgid);
 
 	if (p) {
@@ -102,9 +146,7 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 		p->win_probe_ns += ev->probe_ns < TRACE_PROBE_MAX_NS ? ev->probe_ns
 								      : TRACE_PROBE_MAX_NS;
 	}
-	put_launch(c, ev->tgid, ev->cid, ev->tid, slot, h);
-	if (ev->cid2)
-		put_launch(c, ev->tgid, ev->cid2, ev->tid, slot, h);
+	cupti_launch_put(c, ev->tgid, ev->tid, ev->cid, ev->cid2, frames, n);
 }
 
 /* The profiler's own frames on top of a launch stack: our callback and CUPTI's dispatch. */
@@ -124,7 +166,7 @@ static bool instrumentation_frame(const struct location *l)
  * agent's one stack cache (Python frames, [truncated] and unnamed code as in every other stack
  * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone.
  */
-static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs, const char *leaf)
+static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs, const char *leaf)
 {
 	struct location only = { .function = leaf, .module = "[gpu]" };
 	struct location locs[GPUSCOPE_MAX_STACK + 1];
@@ -347,8 +389,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 
 	switch (r->kind) {
 	case GPUSCOPE_CUPTI_KERNEL: {
-		const struct launch *l = find_launch(c, p->pid, r->correlation_id);
-		struct raw_stack *rs = NULL;
+		const struct raw_stack *rs = cupti_launch_stack(c, p->pid, r->correlation_id);
 		const char *name =
 			r->name_idx < GPUSCOPE_CUPTI_NAMES_CAP ? p->names[r->name_idx] : NULL;
 		char unk[40];
@@ -364,14 +405,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 			snprintf(unk, sizeof(unk), "[unknown kernel #%u]", r->name_idx);
 			name = unk;
 		}
-		if (l) {
-			rs = &c->stacks[l->stack_slot];
-			if (rs->hash != l->stack_hash) {	/* evicted by another stack */
-				c->st.stacks_evicted++;
-				rs = NULL;
-			}
-		}
-		if (l && rs)
+		if (rs)
 			c->st.joined++;
 		else
 			c->st.unjoined++;
@@ -399,7 +433,7 @@ static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_
 		}
 		/* the launch stack only when joined (else sid is the kernel name alone) */
 		err = batch__interval(c->a->batch, "gpu_kernel", L.l, L.n, s, e,
-				      sid >= 0 && l && rs ? sid : -1, attrs, na);
+				      sid >= 0 && rs ? sid : -1, attrs, na);
 		busy_add(c, gpu, s, e);
 		break;
 	}
