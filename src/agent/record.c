@@ -546,7 +546,10 @@ int cmd_record(int argc, char **argv)
 	}
 	r.mono_to_wall = mono_to_wall_offset_ns();
 	if (!no_unwind) {
-		uw = unwinder__new(NULL, &why);
+		/* a command the user waits for: its tables at the user's priority */
+		struct unwinder_opts uo = { .foreground = true };
+
+		uw = unwinder__new(&uo, &why);
 		if (!uw && errno != EPERM)	/* no privilege: the sampler says so below */
 			log_warn("unwind: %s (%s): user stacks from frame pointers only",
 				 why ? why : "cannot start", strerror(errno));
@@ -618,6 +621,11 @@ int cmd_record(int argc, char **argv)
 			if (us.truncated[i])
 				log_debug("unwind: %llu walks truncated for reason %d",
 					  (unsigned long long)us.truncated[i], i);
+		log_debug("unwind: %llu processes, %llu refreshes for %llu requests, %llu walks of "
+			  "unknown processes, %llu steps into an unloaded table, %llu nested walks",
+			  (unsigned long long)us.procs, (unsigned long long)us.refreshes,
+			  (unsigned long long)us.requests, (unsigned long long)us.no_proc,
+			  (unsigned long long)us.no_table, (unsigned long long)us.nested);
 		printf("unwind: %llu walks, %llu frames (%llu by tables, %llu by frame pointers), "
 		       "%llu truncated, %llu tables (%llu KiB)\n",
 		       (unsigned long long)us.walks, (unsigned long long)us.frames,

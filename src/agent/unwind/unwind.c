@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The unwinder's user-space half (unwind.h): shared BPF maps, and a worker thread that drains
- * the walker's requests (unwind_want), reads the process's executable mappings (through the
- * symbolizer's reader: /proc/PID/map_files, /proc/PID/root), builds tables by build-id and loads
- * each into its own array behind the unwind_tables hash-of-maps.
+ * The unwinder's user-space half (unwind.h): shared BPF maps and two threads. The worker drains
+ * the walker's requests (unwind_want) and reads each process's executable mappings (through the
+ * symbolizer's reader: /proc/PID/map_files, /proc/PID/root); a binary without a table yet is
+ * queued for the builder and mapped for frame pointers meanwhile. The builder (below the
+ * workloads' priority) builds tables by build-id, loads each into its own array behind the
+ * unwind_tables hash-of-maps, and asks the worker to read again the processes that waited for
+ * it. A new process on a busy node is known within one worker round, not after every table
+ * build queued before it (one of libtorch_cpu's takes seconds).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,6 +44,8 @@
 #define REFRESH_MIN_NS	(200 * NSEC_PER_MSEC)	/* per process, between maps re-reads */
 #define SWEEP_NS	(2 * NSEC_PER_SEC)	/* exited processes leave unwind_procs */
 #define MAP_FLAGS	(BPF_F_INNER_MAP | BPF_F_MMAPABLE)
+/* unwind_want value from the builder: a table this process waited for is in; read it again */
+#define WANT_TABLE_READY UINT64_MAX
 
 enum bin_state { BIN_NEW, BIN_READY, BIN_NO_CFI, BIN_TOO_BIG, BIN_FAILED, BIN_EVICTED };
 
@@ -52,6 +59,12 @@ struct bin {
 	uint64_t bytes;
 	struct elf_seg *segs;
 	int nsegs;
+	/* the build queue (u->lock): the file to build from, the processes to read again */
+	struct bin *qnext;
+	bool queued;
+	int build_fd;
+	uint64_t load_bytes;			/* its PT_LOAD bytes: the build's cost, roughly */
+	uint32_t *waiters, nwait, capwait;
 };
 
 /* A file identity seen in some process -> its bin (saves re-reading the build-id). */
@@ -72,8 +85,11 @@ struct unwinder {
 	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd, stacks_fd;
 	uint64_t last_stacks_check_ns;
 	struct unwinder_opts opts;
-	pthread_t thread;
-	bool thread_started;
+	pthread_t thread, builder;
+	bool thread_started, builder_started;
+	pthread_cond_t queue_cond;		/* the builder waits on it (u->lock) */
+	struct bin *queue_head, *queue_tail;
+	bool building;
 	volatile bool stop;
 	pthread_mutex_t lock;			/* stats and the maps' contents vs. metrics */
 	struct unwinder_stats st;
@@ -85,6 +101,7 @@ struct unwinder {
 	uint32_t next_id;
 	uint64_t last_sweep_ns;
 	volatile int pending;			/* requests seen in the last drain */
+	volatile uint64_t drains;		/* drains that found requests (settle) */
 	struct bin *vdso;
 	struct unwind_proc *scratch_proc;	/* one value being assembled */
 	struct python *py;			/* CPython frames (python.h); NULL: none */
@@ -121,7 +138,7 @@ static void unload(struct unwinder *u, struct bin *b)
 }
 
 #define PUBLISH_CHUNK (1u << 20)
-#define WORKER_NICE 10
+#define BUILDER_NICE 10
 
 /* Loads t into a new inner array and publishes it under a new id. 0 or -errno. */
 static int publish(struct unwinder *u, struct bin *b, const struct uw_table *t)
@@ -200,6 +217,7 @@ static void build_bin(struct unwinder *u, struct bin *b, int fd, const void *mem
 	}
 	b->state = BIN_READY;
 	b->bytes = uw_table_bytes(&t);
+	log_debug("unwind: table of %s built in %.1f ms", b->key, (mono_ns() - t0) / 1e6);
 	lru_add(u, b);
 	u->st.built++;
 	u->st.tables++;
@@ -230,6 +248,44 @@ static struct bin *bin_get(struct unwinder *u, const char *key, struct elf_info 
 	b->hnext = u->bins[h % BIN_BUCKETS];
 	u->bins[h % BIN_BUCKETS] = b;
 	return b;
+}
+
+/*
+ * Queues b's build from (a copy of) fd, once, and notes pid as waiting for it. Under u->lock.
+ * Unqueued when fd cannot be copied or pid not noted (no memory): a later read asks again.
+ */
+static void queue_build_locked(struct unwinder *u, struct bin *b, int fd, uint32_t pid)
+{
+	if (b->nwait == b->capwait) {
+		uint32_t cap = b->capwait ? 2 * b->capwait : 4;
+		uint32_t *w = realloc(b->waiters, cap * sizeof(*w));
+
+		if (!w)
+			return;
+		b->waiters = w;
+		b->capwait = cap;
+	}
+	if (!b->queued) {
+		b->build_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (b->build_fd < 0)
+			return;
+		b->load_bytes = 0;	/* loaded code and data, not debug sections */
+		for (int i = 0; i < b->nsegs; i++)
+			b->load_bytes += b->segs[i].filesz;
+		b->queued = true;
+		b->qnext = NULL;
+		if (u->queue_tail)
+			u->queue_tail->qnext = b;
+		else
+			u->queue_head = b;
+		u->queue_tail = b;
+		u->st.queued++;
+		pthread_cond_signal(&u->queue_cond);
+	}
+	for (uint32_t i = 0; i < b->nwait; i++)
+		if (b->waiters[i] == pid)
+			return;
+	b->waiters[b->nwait++] = pid;
 }
 
 /* The bin of the file behind a mapping (opened through the symbolizer's reader). */
@@ -275,12 +331,14 @@ static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps
 		}
 	}
 	b = f->bin;
-	if (b && (b->state == BIN_NEW || b->state == BIN_EVICTED)) {
-		build_bin(u, b, fd, NULL, 0);
-	} else if (b && b->state == BIN_READY) {
+	if (b) {
 		pthread_mutex_lock(&u->lock);
-		lru_del(b);
-		lru_add(u, b);
+		if (b->state == BIN_NEW || b->state == BIN_EVICTED) {
+			queue_build_locked(u, b, fd, (uint32_t)pid);
+		} else if (b->state == BIN_READY) {
+			lru_del(b);
+			lru_add(u, b);
+		}
 		pthread_mutex_unlock(&u->lock);
 	}
 out:
@@ -345,7 +403,7 @@ static void proc_forget(struct unwinder *u, struct proc_ent *p)
 }
 
 /* Reads tgid's executable mappings and publishes its unwind_procs entry for mm. */
-static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
+static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool force)
 {
 	struct unwind_proc *up = u->scratch_proc;
 	struct sym_maps_line l;
@@ -359,7 +417,7 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
 	p = proc_find(u, tgid, true);
 	if (!p)
 		return -ENOMEM;
-	if (p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS)
+	if (!force && p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS)
 		return 0;
 	if (p->mm && mm && p->mm != mm)	/* exec: another image, maybe another interpreter */
 		python__pid_gone(u->py, (pid_t)tgid);
@@ -380,6 +438,7 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
 		struct unwind_mapping *m = &up->m[up->n];
 		struct bin *b = NULL;
 		uint64_t vaddr;
+		uint32_t id = 0;
 
 		if (sym_parse_maps_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
 			continue;
@@ -390,10 +449,14 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm)
 			b = vdso_bin(u, l.end - l.start);
 		else if (l.path[0] == '/')
 			b = file_bin(u, tgid, &l);
-		if (b && b->state == BIN_READY &&
-		    elf_off_to_vaddr(b->segs, b->nsegs, l.pgoff, &vaddr)) {
+		if (b) {
+			pthread_mutex_lock(&u->lock);
+			id = b->state == BIN_READY ? b->id : 0;
+			pthread_mutex_unlock(&u->lock);
+		}
+		if (id && elf_off_to_vaddr(b->segs, b->nsegs, l.pgoff, &vaddr)) {
 			m->bias = l.start - vaddr;
-			m->table = b->id;
+			m->table = id;
 			m->flags = UNWIND_MAP_TABLE;
 		}
 		log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l.start, l.end,
@@ -437,10 +500,19 @@ static void drain(struct unwinder *u)
 			keys[n++] = key;
 	}
 	u->pending = n;
+	if (n)
+		__atomic_add_fetch(&u->drains, 1, __ATOMIC_SEQ_CST);
 	for (int i = 0; i < n; i++) {
 		bpf_map_delete_elem(u->want_fd, &keys[i]);
 		u->st.requests++;
-		proc_refresh(u, keys[i], mms[i]);
+		if (mms[i] == WANT_TABLE_READY) {	/* from the builder: same mm, read again */
+			struct proc_ent *p = proc_find(u, keys[i], false);
+
+			if (p)
+				proc_refresh(u, keys[i], p->mm, true);
+		} else {
+			proc_refresh(u, keys[i], mms[i], false);
+		}
 	}
 	u->pending = 0;
 }
@@ -469,14 +541,101 @@ static void check_stacks(struct unwinder *u)
 	pthread_mutex_unlock(&u->lock);
 }
 
+/* Processes waiting per MiB loaded: the most waiting for the least build time first. */
+static double queue_score(const struct bin *b)
+{
+	return b->nwait / (1.0 + b->load_bytes / 1048576.0);
+}
+
+/*
+ * The queued bin with the most processes waiting per byte to build (a small library many
+ * processes map before one large binary: libtorch_cpu's build takes seconds), oldest first
+ * among equals. Under u->lock; the queue is not empty.
+ */
+static struct bin *queue_pop_locked(struct unwinder *u)
+{
+	struct bin *best = u->queue_head, *best_prev = NULL, *prev = u->queue_head;
+
+	for (struct bin *b = u->queue_head->qnext; b; prev = b, b = b->qnext) {
+		if (queue_score(b) > queue_score(best)) {
+			best = b;
+			best_prev = prev;
+		}
+	}
+	if (best_prev)
+		best_prev->qnext = best->qnext;
+	else
+		u->queue_head = best->qnext;
+	if (u->queue_tail == best)
+		u->queue_tail = best_prev;
+	best->qnext = NULL;
+	return best;
+}
+
+/*
+ * Builds queued tables, the most wanted first, then asks the worker to read again the processes
+ * that waited (their walks used frame pointers through that binary meanwhile).
+ */
+static void *builder(void *arg)
+{
+	struct unwinder *u = arg;
+
+	/* Table builds are background work (a PyTorch process's take 7-10 s of a core): below
+	 * the workloads on a busy node. Reading a process's mappings is not: the worker is not. */
+	if (!u->opts.foreground)
+		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BUILDER_NICE);
+	pthread_mutex_lock(&u->lock);
+	while (!u->stop) {
+		struct bin *b = u->queue_head;
+		uint32_t *waiters, n;
+		bool ready;
+
+		if (!b || u->opts.hold_builds) {
+			struct timespec until;
+
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += 100 * NSEC_PER_MSEC;
+			if (until.tv_nsec >= (long)NSEC_PER_SEC) {
+				until.tv_sec++;
+				until.tv_nsec -= NSEC_PER_SEC;
+			}
+			pthread_cond_timedwait(&u->queue_cond, &u->lock, &until);
+			continue;
+		}
+		b = queue_pop_locked(u);
+		u->st.queued--;
+		u->building = true;
+		pthread_mutex_unlock(&u->lock);
+		build_bin(u, b, b->build_fd, NULL, 0);
+		close(b->build_fd);
+		pthread_mutex_lock(&u->lock);
+		b->build_fd = -1;
+		b->queued = false;
+		ready = b->state == BIN_READY;
+		waiters = b->waiters;
+		n = b->nwait;
+		b->waiters = NULL;
+		b->nwait = b->capwait = 0;
+		pthread_mutex_unlock(&u->lock);
+		for (uint32_t i = 0; i < n && ready; i++) {
+			uint64_t v = WANT_TABLE_READY;
+
+			/* NOEXIST: a request already there reads the process anyway */
+			bpf_map_update_elem(u->want_fd, &waiters[i], &v, BPF_NOEXIST);
+		}
+		free(waiters);
+		pthread_mutex_lock(&u->lock);
+		u->building = false;
+	}
+	pthread_mutex_unlock(&u->lock);
+	return NULL;
+}
+
 static void *worker(void *arg)
 {
 	struct unwinder *u = arg;
 	struct timespec ts = { 0, (long)u->opts.poll_ms * 1000000L };
 
-	/* Table builds are background work (a PyTorch process's take 7-10 s of a core): below
-	 * the workloads on a busy node; walks fall back to frame pointers until a table is in. */
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
 	while (!u->stop) {
 		drain(u);
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
@@ -509,9 +668,12 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 	u->stacks_fd = -1;
 	u->opts.budget_bytes = opts && opts->budget_bytes ? opts->budget_bytes : 256ULL << 20;
 	u->opts.poll_ms = opts && opts->poll_ms ? opts->poll_ms : 20;
+	u->opts.foreground = opts && opts->foreground;
+	u->opts.hold_builds = opts && opts->hold_builds;
 	u->st.budget_bytes = u->opts.budget_bytes;
 	u->lru.lru_next = u->lru.lru_prev = &u->lru;
 	pthread_mutex_init(&u->lock, NULL);
+	pthread_cond_init(&u->queue_cond, NULL);
 	u->scratch_proc = calloc(1, sizeof(*u->scratch_proc));
 	if (!u->scratch_proc || elf_lib_init()) {
 		err = -ENOMEM;
@@ -560,6 +722,12 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		goto out_free;
 	}
 	u->thread_started = true;
+	err = pthread_create(&u->builder, NULL, builder, u);
+	if (err) {
+		err = -err;
+		goto out_free;
+	}
+	u->builder_started = true;
 	return u;
 out_free:
 	unwinder__free(u);
@@ -574,9 +742,18 @@ void unwinder__free(struct unwinder *u)
 	u->stop = true;
 	if (u->thread_started)
 		pthread_join(u->thread, NULL);
+	if (u->builder_started) {
+		pthread_mutex_lock(&u->lock);
+		pthread_cond_broadcast(&u->queue_cond);
+		pthread_mutex_unlock(&u->lock);
+		pthread_join(u->builder, NULL);
+	}
 	for (int i = 0; i < BIN_BUCKETS; i++) {
 		for (struct bin *b = u->bins[i], *n; b; b = n) {
 			n = b->hnext;
+			if (b->queued)
+				close(b->build_fd);
+			free(b->waiters);
 			free(b->key);
 			free(b->segs);
 			free(b);
@@ -638,6 +815,34 @@ int unwinder__add_pid(struct unwinder *u, int pid)
 	return bpf_map_update_elem(u->want_fd, &key, &mm, BPF_ANY) ? -errno : 0;
 }
 
+void unwinder__release_builds(struct unwinder *u)
+{
+	pthread_mutex_lock(&u->lock);
+	u->opts.hold_builds = false;
+	pthread_cond_broadcast(&u->queue_cond);
+	pthread_mutex_unlock(&u->lock);
+}
+
+int unwinder__proc_mappings(struct unwinder *u, int pid, unsigned *ret_tables)
+{
+	struct unwind_proc *p = malloc(sizeof(*p));
+	uint32_t key = (uint32_t)pid;
+	int n;
+
+	*ret_tables = 0;
+	if (!p)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(u->procs_fd, &key, p)) {
+		free(p);
+		return -ENOENT;
+	}
+	n = (int)p->n;
+	for (uint32_t i = 0; i < p->n && i < UNWIND_MAX_MAPS; i++)
+		*ret_tables += !!(p->m[i].flags & UNWIND_MAP_TABLE);
+	free(p);
+	return n;
+}
+
 int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames)
 {
 	struct unwind_stack st;
@@ -658,7 +863,17 @@ void unwinder__settle(struct unwinder *u, unsigned timeout_ms)
 	uint32_t k;
 
 	while (mono_ns() < end) {
-		if (!u->pending && bpf_map_get_next_key(u->want_fd, NULL, &k))
+		uint64_t gen = __atomic_load_n(&u->drains, __ATOMIC_SEQ_CST);
+		bool idle;
+
+		/* The builder posts its requests before it is idle, a drain counts itself before it
+		 * takes requests, and it queues builds before it is done: so the queue first, then
+		 * the requests, and no drain in between. */
+		pthread_mutex_lock(&u->lock);
+		idle = !u->queue_head && !u->building;
+		pthread_mutex_unlock(&u->lock);
+		if (idle && !u->pending && bpf_map_get_next_key(u->want_fd, NULL, &k) &&
+		    gen == __atomic_load_n(&u->drains, __ATOMIC_SEQ_CST))
 			return;
 		usleep(5000);
 	}
@@ -712,6 +927,9 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 	prom_family(out, "gpuscope_agent_unwind_build_seconds_total", "counter",
 		    "Time spent building unwind tables.");
 	prom_sample(out, "gpuscope_agent_unwind_build_seconds_total", NULL, 0, s.build_ns / 1e9);
+	prom_gauge(out, "gpuscope_agent_unwind_build_queue",
+		   "Binaries waiting for their unwind table to be built (frame pointers there "
+		   "meanwhile).", (double)s.queued);
 	prom_gauge(out, "gpuscope_agent_unwind_procs",
 		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
 	n = "gpuscope_agent_unwind_walks_total";

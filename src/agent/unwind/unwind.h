@@ -19,10 +19,13 @@ struct unwinder;
 struct unwinder_opts {
 	uint64_t budget_bytes;		/* unwind tables in BPF maps, LRU beyond (0: 256 MiB) */
 	unsigned poll_ms;		/* how often the worker drains requests (0: 20 ms) */
+	bool foreground;		/* builds at the caller's priority (record), not below the
+					 * workloads (the always-on agent) */
+	bool hold_builds;		/* tests: no build until unwinder__release_builds() */
 };
 
 /*
- * Creates the shared maps and starts the worker thread. NULL with errno set; *ret_why (static)
+ * Creates the shared maps and starts the worker and builder threads. NULL with errno set; *ret_why (static)
  * then says what the kernel lacks (the caller falls back to frame pointers and logs it once).
  */
 struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **ret_why);
@@ -51,6 +54,7 @@ int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames);
 struct unwinder_stats {
 	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
 	uint64_t built, build_ns, no_cfi, over_budget, evicted, build_errors;
+	uint64_t queued;				/* binaries waiting for a build now */
 	uint64_t procs, refreshes, requests;
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
 	uint64_t stack_full, stack_collisions, stack_clears;
@@ -70,7 +74,16 @@ struct unwinder *agent__unwinder(struct agent *a);
 /* The CPython side (python.h) the unwinder feeds with processes; NULL without one. */
 struct python *unwinder__python(struct unwinder *u);
 
-/* Waits until the worker has no pending requests (tests, record's start). */
+/* Tests: lets the builder go (opts.hold_builds). */
+void unwinder__release_builds(struct unwinder *u);
+/*
+ * Tests: the executable mappings the walker knows for pid, and in *ret_tables how many of them
+ * have a table. -ENOENT when it knows none.
+ */
+int unwinder__proc_mappings(struct unwinder *u, int pid, unsigned *ret_tables);
+
+/* Waits until the worker has no pending requests and the builder no queued build (tests,
+ * record's start). */
 void unwinder__settle(struct unwinder *u, unsigned timeout_ms);
 
 #endif
