@@ -19,6 +19,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define TASK_RUNNING 0x0
 #define TASK_DEAD    0x80
+#define PF_EXITING   0x4	/* task_struct.flags: set by exit_signals(), early in do_exit() */
 
 const volatile bool track_all = false;		/* every process, not only `tracked` tgids */
 const volatile __u64 min_interval_ns = 1000000;	/* shorter intervals go into summaries */
@@ -239,6 +240,15 @@ static __noinline struct gpuscope_sched_thr *get_thr(struct task_struct *p, __u3
 
 	if (t)
 		return t;
+	/*
+	 * An exiting thread is not followed anew. sched_process_exit closed its states and
+	 * dropped its entry, but the thread still runs on (exit_mm, closing its files, the
+	 * parent's wakeup) and may be switched out and in again; its last switch-out (TASK_DEAD)
+	 * is not followed, so an entry made now would keep its last state open until the agent
+	 * stops or the tid comes back in another process.
+	 */
+	if (BPF_CORE_READ(p, flags) & PF_EXITING)
+		return NULL;
 	nt.tgid = tgid;
 	nt.kstack_id = -1;
 	nt.ustack_id = -1;
@@ -385,16 +395,22 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tid = p->pid, tgid = p->tgid;
-	struct gpuscope_sched_thr *t;
+	bool tracked = is_tracked(tgid);
+	struct gpuscope_sched_thr *t = bpf_map_lookup_elem(&threads, &tid);
 
-	if (!is_tracked(tgid))
-		return 0;
-	t = bpf_map_lookup_elem(&threads, &tid);
+	/*
+	 * The entry goes with the thread even when its process is no longer tracked (user space
+	 * untracks a process at its leader's exit, which may come first); its open state is
+	 * reported only while tracked: since the untracking its switches went unseen.
+	 */
 	if (t) {
-		close_state(t, tid, bpf_ktime_get_ns(), GPUSCOPE_TSF_FINAL);
+		if (tracked)
+			close_state(t, tid, bpf_ktime_get_ns(), GPUSCOPE_TSF_FINAL);
 		flush_summary(t, tid, GPUSCOPE_TSF_FINAL);
 		bpf_map_delete_elem(&threads, &tid);
 	}
+	if (!tracked)
+		return 0;
 	bpf_map_delete_elem(&in_sync, &tid);
 	if (tid == tgid && !track_all)
 		proc_event(GPUSCOPE_PROC_EXIT, tgid, tid, 0);
