@@ -4,7 +4,7 @@
 # sched program once: the agent died at every start.) Runs the agent with every module for
 # SECONDS against a PyTorch training loop (trace_workload.py), then prints the kernel, the agent's
 # log, its BPF counters and what reached the server. Exit 1 when the agent died or sent nothing.
-# Expects .dev/agent (tests/device/pack-agent.sh, libgpuscope_cupti.so copied in).
+# Expects .dev/agent (tests/device/pack-agent.sh, with libgpuscope_cupti.so).
 # Usage (repository root): tests/device/agent_smoke.sh [SECONDS]
 # Not run yet on the GPU machine (written when the device time was spent).
 set -u
