@@ -42,7 +42,7 @@ int main(int argc, char **argv)
 			}
 			uw_table_done(&t);
 			t0 = mono_ns();
-			err = uw_table_build(fd, NULL, 0, 0, &t);
+			err = uw_table_build(fd, NULL, 0, 0, NULL, &t);
 			if (mono_ns() - t0 < best)
 				best = mono_ns() - t0;
 			close(fd);

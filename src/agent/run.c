@@ -36,7 +36,6 @@
 
 #define TICK_NS			(50 * NSEC_PER_MSEC)
 #define EARLY_FLUSH_BYTES	(16u << 20)	/* swap before the interval past this estimate */
-#define STOP_GRACE_NS		(15 * NSEC_PER_SEC)	/* last delivery attempts at exit */
 
 struct run_opts {
 	const char *server;
@@ -47,6 +46,7 @@ struct run_opts {
 	const char *metrics_listen;
 	uint64_t push_interval_ns;
 	uint64_t retry_max_ns;
+	uint64_t stop_grace_ns;		/* last deliveries at exit */
 	uint64_t duration_ns;		/* 0: until a signal */
 	const char *modules;		/* --modules: comma-separated names; NULL: all */
 	int compression;
@@ -172,6 +172,8 @@ static void usage(FILE *f)
 		"  --spool-max SIZE         spool bound, oldest dropped past it (default 512MiB)\n"
 		"  --compression ALG        zstd (default), gzip or none\n"
 		"  --retry-max DUR          longest backoff between retries (default 30s)\n"
+		"  --stop-grace DUR         at exit, how long the last batches may take to deliver; what\n"
+		"                           is not delivered by then stays in the spool (default 15s)\n"
 		"  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9400; 'off')\n"
 		"  --node NAME              node label (default: hostname)\n"
 		"  --nvml-library PATH      NVML library (default libnvidia-ml.so.1)\n"
@@ -327,7 +329,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
+		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
 		OPT_OFFCPU_WALK_SHARE,
 	};
 	static struct trace_cfg trace;
@@ -355,6 +357,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "relabel-config", required_argument, NULL, OPT_RELABEL },
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
+		{ "stop-grace", required_argument, NULL, OPT_STOP_GRACE },
 		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "modules", required_argument, NULL, OPT_MODULES },
 		{ "gpu-trace-budget", required_argument, NULL, OPT_TRACE_OPT },
@@ -479,6 +482,12 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 				return -EINVAL;
 			}
 			break;
+		case OPT_STOP_GRACE:
+			if (parse_duration_ns(optarg, &o->stop_grace_ns)) {
+				log_error("--stop-grace: '%s' is not a duration", optarg);
+				return -EINVAL;
+			}
+			break;
 		case OPT_DURATION:
 			if (parse_duration_ns(optarg, &o->duration_ns) || !o->duration_ns) {
 				log_error("--duration: '%s' is not a positive duration", optarg);
@@ -562,6 +571,7 @@ int cmd_run(int argc, char **argv)
 		.metrics_listen = "127.0.0.1:9400",
 		.push_interval_ns = 10 * NSEC_PER_SEC,
 		.retry_max_ns = 30 * NSEC_PER_SEC,
+		.stop_grace_ns = 15 * NSEC_PER_SEC,
 		.compression = COMPRESS_ZSTD,
 	};
 	const struct agent_module *all[] = AGENT_MODULES;
@@ -733,7 +743,7 @@ out_stop_modules:
 	if (rc == 0)
 		flush_batch(&c, empty_size);
 	pthread_mutex_unlock(&c.lock);
-	pusher__stop(c.pusher, mono_ns() + STOP_GRACE_NS);
+	pusher__stop(c.pusher, mono_ns() + o.stop_grace_ns);
 	metrics_http__stop(mh);
 	pusher__counts(c.pusher, &pc);
 	/* This run's samples and an earlier run's spooled ones apart, so that "X of Y" adds up. */

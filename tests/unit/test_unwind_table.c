@@ -146,7 +146,7 @@ static bool check_file(const char *path, long min_rows)
 
 	if (!ASSERT_TRUE(fd >= 0, path))
 		return false;
-	ok = ASSERT_EQ(uw_table_build(fd, NULL, 0, 0, &t), 0, "build");
+	ok = ASSERT_EQ(uw_table_build(fd, NULL, 0, 0, NULL, &t), 0, "build");
 	close(fd);
 	if (!ok)
 		return false;
@@ -197,7 +197,7 @@ static bool test_unwind_table_markers(void)
 	char line[512];
 
 	CHECK(ASSERT_TRUE(fd >= 0, "open"));
-	CHECK(ASSERT_EQ(uw_table_build(fd, NULL, 0, 0, &t), 0, "build"));
+	CHECK(ASSERT_EQ(uw_table_build(fd, NULL, 0, 0, NULL, &t), 0, "build"));
 	close(fd);
 	snprintf(line, sizeof(line), "readelf -SW '%s'", fixture("libnofp.so"));
 	f = popen(line, "r");
@@ -223,11 +223,14 @@ static bool test_unwind_table_markers(void)
 		}
 		close(fd);
 	}
-	ok &= ASSERT_EQ(uw_table_build(-1, "not elf", 7, 0, &(struct uw_table){ 0 }), -ENOEXEC,
+	ok &= ASSERT_EQ(uw_table_build(-1, "not elf", 7, 0, NULL, &(struct uw_table){ 0 }), -ENOEXEC,
 			"not ELF: -ENOEXEC");
 	fd = open(fixture("libnofp.so"), O_RDONLY | O_CLOEXEC);
-	ok &= ASSERT_EQ(uw_table_build(fd, NULL, 0, 5, &(struct uw_table){ 0 }), -E2BIG,
+	ok &= ASSERT_EQ(uw_table_build(fd, NULL, 0, 5, NULL, &(struct uw_table){ 0 }), -E2BIG,
 			"over the row budget: -E2BIG");
+	/* an agent stopping mid-build: cancelled at the first check, nothing kept */
+	ok &= ASSERT_EQ(uw_table_build(fd, NULL, 0, 0, &(volatile bool){ true },
+				       &(struct uw_table){ 0 }), -ECANCELED, "cancelled: -ECANCELED");
 	close(fd);
 	uw_table_done(&t);
 	return ok;
@@ -248,7 +251,7 @@ static bool test_unwind_table_vdso(void)
 		fclose(maps);
 	if (!base || !size)
 		return ASSERT_TRUE(false, "this process has a vDSO");
-	ok = ASSERT_EQ(uw_table_build(-1, (void *)base, size, 0, &t), 0, "vDSO table from memory");
+	ok = ASSERT_EQ(uw_table_build(-1, (void *)base, size, 0, NULL, &t), 0, "vDSO table from memory");
 	if (ok) {
 		ok = ASSERT_TRUE(t.nrows > 3, "vDSO rows");
 		uw_table_done(&t);

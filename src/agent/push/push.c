@@ -139,6 +139,42 @@ static const char *one_line(struct answer *a)
 	return a->len ? a->body : "(empty)";
 }
 
+/* The per-request timeout, cut to what is left of the stop deadline once stopping. */
+static long request_timeout_ms(struct pusher *p)
+{
+	uint64_t t = p->o.timeout_ns, now = mono_ns(), deadline;
+	bool stopping;
+
+	pthread_mutex_lock(&p->lock);
+	stopping = p->stopping;
+	deadline = p->stop_deadline_ns;
+	pthread_mutex_unlock(&p->lock);
+	if (stopping)
+		t = deadline > now + NSEC_PER_MSEC ? (deadline - now < t ? deadline - now : t)
+						     : NSEC_PER_MSEC;
+	return (long)(t / NSEC_PER_MSEC);
+}
+
+/* Stopping and past the stop deadline: no more sending, batches go to the spool. */
+static bool past_stop_deadline(struct pusher *p)
+{
+	bool past;
+
+	pthread_mutex_lock(&p->lock);
+	past = p->stopping && mono_ns() >= p->stop_deadline_ns;
+	pthread_mutex_unlock(&p->lock);
+	return past;
+}
+
+/* libcurl's progress callback (about once a second, and on every transfer step): a request in
+ * flight when the stop's deadline passes is cut there, its batch kept in the spool. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return past_stop_deadline(arg);
+}
+
 static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 			     enum compression enc, char *why, size_t whylen)
 {
@@ -166,6 +202,7 @@ static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 		snprintf(why, whylen, "out of memory");
 		return POST_FAILED;
 	}
+	curl_easy_setopt(p->curl, CURLOPT_TIMEOUT_MS, request_timeout_ms(p));
 	curl_easy_setopt(p->curl, CURLOPT_URL, p->ingest_url);
 	curl_easy_setopt(p->curl, CURLOPT_POST, 1L);
 	curl_easy_setopt(p->curl, CURLOPT_POSTFIELDS, (const char *)data);
@@ -393,8 +430,8 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 			  nsamples, strerror(-err));
 		return;
 	}
-	if (spool__count(p->spool)) {
-		/* Keep the order: older spooled batches go first. */
+	if (spool__count(p->spool) || past_stop_deadline(p)) {
+		/* Keep the order: older spooled batches go first; at exit, past the grace: kept */
 		to_spool(p, data, len, nsamples);
 		goto out;
 	}
@@ -519,7 +556,9 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 	curl_easy_setopt(p->curl, CURLOPT_USERAGENT, "gpuscope-agent");
 	if (p->o.ca_file)
 		curl_easy_setopt(p->curl, CURLOPT_CAINFO, p->o.ca_file);
-	curl_easy_setopt(p->curl, CURLOPT_TIMEOUT_MS, (long)(p->o.timeout_ns / NSEC_PER_MSEC));
+	curl_easy_setopt(p->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(p->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(p->curl, CURLOPT_XFERINFODATA, p);
 	curl_easy_setopt(p->curl, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(p->o.timeout_ns / NSEC_PER_MSEC < 5000 ?
 					p->o.timeout_ns / NSEC_PER_MSEC : 5000));

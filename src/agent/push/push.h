@@ -41,7 +41,9 @@ int pusher__submit(struct pusher *p, struct batch *b);
 
 /*
  * Delivers or spools every pending batch, then tries to drain the spool until deadline_ns
- * (CLOCK_MONOTONIC) or the first failure, and joins the thread. Idempotent.
+ * (CLOCK_MONOTONIC) or the first failure, and joins the thread. A request in flight is cut at
+ * the deadline (its batch stays in the spool), and batches still queued then are spooled
+ * without a try. Idempotent.
  */
 void pusher__stop(struct pusher *p, uint64_t deadline_ns);
 void pusher__free(struct pusher *p);

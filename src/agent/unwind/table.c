@@ -347,7 +347,8 @@ static Dwarf_CFI *cfi_fresh(Elf *elf, Dwarf_CFI *old, bool drop_pages)
 	return dwarf_getcfi_elf(elf);
 }
 
-static int build(Elf *elf, bool drop_pages, uint32_t max_rows, struct uw_table *t)
+static int build(Elf *elf, bool drop_pages, uint32_t max_rows, const volatile bool *cancel,
+		 struct uw_table *t)
 {
 	struct rows rs = { .max = max_rows };
 	Dwarf_CFI *cfi = NULL;
@@ -376,6 +377,10 @@ static int build(Elf *elf, bool drop_pages, uint32_t max_rows, struct uw_table *
 
 		if (i && starts[i] == starts[i - 1])
 			continue;
+		if (cancel && i % 1024 == 0 && *cancel) {	/* the agent stops: ~ms of work */
+			err = -ECANCELED;
+			goto out;
+		}
 		if (!dbg && i && i % CFI_FRESH_FDES == 0) {
 			cfi = cfi_fresh(elf, cfi, drop_pages);
 			if (!cfi) {
@@ -425,7 +430,8 @@ out:
 	return err;
 }
 
-int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows, struct uw_table *ret)
+int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows,
+		   const volatile bool *cancel, struct uw_table *ret)
 {
 	struct uw_table t = { 0 };
 	Elf *elf;
@@ -436,7 +442,7 @@ int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows, struc
 	elf = fd >= 0 ? elf_begin(fd, ELF_C_READ_MMAP, NULL) : elf_memory((char *)buf, len);
 	if (!elf)
 		return -ENOEXEC;
-	err = build(elf, fd >= 0, max_rows, &t);
+	err = build(elf, fd >= 0, max_rows, cancel, &t);
 	elf_end(elf);
 	if (err) {
 		free(t.words);

@@ -8,6 +8,7 @@
 #define GPUSCOPE_UNWIND_TABLE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <libelf.h>
 #include <linux/types.h>
@@ -26,9 +27,11 @@ struct uw_table {
  * Builds the table of the ELF file open as fd (or the image buf/len when fd < 0, e.g. the
  * vDSO). 0; -ENODATA when the binary has no usable CFI (the caller falls back to frame
  * pointers); -ENOEXEC not ELF; -E2BIG text over 4 GiB or more than max_rows rows (0: no limit);
- * -ENOMEM. Free with uw_table_done().
+ * -ENOMEM; -ECANCELED once *cancel (when not NULL) is true, looked at every 1024 FDEs. Free
+ * with uw_table_done().
  */
-int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows, struct uw_table *ret);
+int uw_table_build(int fd, const void *buf, size_t len, uint32_t max_rows,
+		   const volatile bool *cancel, struct uw_table *ret);
 void uw_table_done(struct uw_table *t);
 
 /*

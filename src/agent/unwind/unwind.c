@@ -184,9 +184,11 @@ static void build_bin(struct unwinder *u, struct bin *b, int fd, const void *mem
 	int err;
 
 	err = uw_table_build(fd, mem, len, (uint32_t)(budget / 8 < UINT32_MAX ? budget / 8 : UINT32_MAX),
-			     &t);
+			     &u->stop, &t);
 	pthread_mutex_lock(&u->lock);
 	u->st.build_ns += mono_ns() - t0;
+	if (err == -ECANCELED)	/* stopping: not a failure, and no state to keep */
+		goto out;
 	if (err == -ENODATA || err == -ENOEXEC) {
 		b->state = BIN_NO_CFI;
 		u->st.no_cfi++;
