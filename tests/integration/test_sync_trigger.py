@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The trace windows' sync trigger, no GPU: tests/cupti/cupti_window runs the real
-libgpuscope_cupti.so over the libcupti stand-in and, after 7 quiet seconds, waits 20 ms in
+libgpuscope_cupti.so over the libcupti stand-in and, after 12 quiet seconds, waits 20 ms in
 cuCtxSynchronize of the libcuda stand-in after every step (its sync-wait share jumps from 0 to
-~95 %). A real agent (cupti and cuda_probe modules, 1 % budget, NVML off so the idle trigger
+~95 %). A real agent (cupti and cuda_probe modules, 5 % budget, NVML off so the idle trigger
 cannot fire) sees the jump through its driver probes and opens a window with reason=sync_wait;
 the window reaches the server as a gpu_trace_window interval; none opened before the jump."""
 import os
@@ -20,16 +20,21 @@ LIBCUDA = os.path.join(OUT, "tests", "cuda", "libcuda.so.1")
 tmp = tempfile.mkdtemp(prefix="gpuscope-sync-trigger-")
 srv = Server(os.path.join(tmp, "data"))
 srv.start()
-QUIET = 7
+# the agent is up within the quiet seconds even on a loaded machine, and its budget allows a
+# trigger at the jump: with 1 % a duty-cycle window at start (200 ms) left none for 20 s, and a
+# run saw the window 39.5 s late
+QUIET = 12
 app = start_cupti_window("sync:%s:%d" % (LIBCUDA, QUIET))
 t_app = time.time()
 agent = None
 try:
     agent = Agent(srv.url, ["--node", "synctrig", "--pid", str(app.pid), "--push-interval", "1s",
                             "--modules", "cupti,cuda_probe", "--no-gpu",
-                            "--gpu-trace-window", "200ms", "--gpu-trace-sync-trigger", "50%"],
+                            "--gpu-trace-window", "200ms", "--gpu-trace-sync-trigger", "50%",
+                            "--gpu-trace-budget", "5%"],
                   os.path.join(tmp, "agent.log"), modules_off="")
     m = 'gpuscope_agent_cupti_windows_total{reason="sync_wait"}'
+    print("agent up %.1f s after the process (its waits begin at %d s)" % (time.time() - t_app, QUIET))
     early = None
     end = time.time() + 45
     while time.time() < end and agent.metric(m) < 1:
