@@ -529,6 +529,10 @@ static void open_window(void)
 					  &dev_buf_pool);
 	}
 	__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED);
+	/* Before the kinds: a buffer the flush thread completes right after an enable comes
+	 * after the UUIDs, so no kernel of the window is put on its CUDA ordinal for want of
+	 * one (a test saw some of a renumbered GPU's kernels on gpu 0). */
+	report_devices();
 	callbacks(1);	/* before the kinds: every recorded kernel has its launch probe */
 	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
 		r = cuptiActivityEnable(kinds[i]);
@@ -544,7 +548,6 @@ static void open_window(void)
 	}
 	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
 	window_open = true;
-	report_devices();
 	status(GPUSCOPE_CUPTI_ST_OPENED, t0, mono_now() - t0);
 	dbg("window open at %llu: %u activity kinds, %llu ns", (unsigned long long)t0, enabled,
 	    (unsigned long long)(mono_now() - t0));
