@@ -33,6 +33,8 @@ NOINLINE void train_step(void) { launch_matmul(); launch_relu(); }
 NOINLINE void launch_graph(void) { fake_launch(103, 0); }
 NOINLINE void launch_nested(void) { fake_launch(104, 204); }
 NOINLINE void launch_other(void) { fake_launch(105, 0); fake_launch(106, 0); }
+/* its record is handed over before its launch probe fires (a window's close can flush so) */
+NOINLINE void launch_late(void) { fake_launch(SC_LATE_CID, 0); }
 NOINLINE void launch_many(void)
 {
 	for (unsigned i = 0; i < SC_MANY; i++)
@@ -60,7 +62,7 @@ static struct gpuscope_cupti_rec kern(uint32_t cid, uint32_t name, uint32_t dev,
 
 int main(void)
 {
-	static struct gpuscope_cupti_rec b1[16], many[SC_MANY];
+	static struct gpuscope_cupti_rec b1[16], many[SC_MANY], late[1];
 	uint64_t m0;
 	unsigned n = 0;
 	char c;
@@ -122,6 +124,9 @@ int main(void)
 			       10 * SC_MS + k * 10000ull + 5000);
 	}
 	fake_buffer(many, SC_MANY);
+	late[0] = kern(SC_LATE_CID, 0, 0, 7, 9 * SC_MS, 9100000);
+	fake_buffer(late, 1);
+	launch_late();
 	fake_drops(SC_CUPTI_DROPS, SC_LIB_DROPS);
 
 	printf("clock %llu %llu\n", (unsigned long long)SC_C0, (unsigned long long)m0);

@@ -10,6 +10,7 @@
 #define SC_NAME_GRAPH	 "graph_kernel"		/* not mangled: kept as is */
 #define SC_MANY		 100			/* kernels of the chunked, reversed buffer */
 #define SC_MANY_CID0	 1000
+#define SC_LATE_CID	 300			/* a record that comes before its launch */
 #define SC_CUPTI_DROPS	 5
 #define SC_LIB_DROPS	 2
 

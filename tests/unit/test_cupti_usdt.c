@@ -186,9 +186,10 @@ out_kill:
 static bool test_cupti_usdt_counts(void)
 {
 	CHECK(run_scenario());
-	return ASSERT_EQ(ST.launches, 6 + SC_MANY, "launch events") &&
-	       ASSERT_EQ(ST.kernels, 8 + SC_MANY, "kernels") &&
-	       ASSERT_EQ(ST.joined, 7 + SC_MANY, "joined") &&
+	return ASSERT_EQ(ST.launches, 7 + SC_MANY, "launch events") &&
+	       ASSERT_EQ(ST.kernels, 9 + SC_MANY, "kernels") &&
+	       ASSERT_EQ(ST.joined, 8 + SC_MANY, "joined") &&
+	       ASSERT_EQ(ST.joined_late, 1, "joined after its launch came (record first)") &&
 	       ASSERT_EQ(ST.unjoined, 1, "unjoined (launch never seen)") &&
 	       ASSERT_EQ(ST.graph_kernels, 2, "graph kernels") &&
 	       ASSERT_EQ(ST.memcpys, 1, "memcpy") && ASSERT_EQ(ST.memsets, 1, "memset") &&
@@ -199,7 +200,7 @@ static bool test_cupti_usdt_counts(void)
 	       ASSERT_EQ(ST.bpf[GPUSCOPE_CUPTI_ERR_RECS_LOST], 0, "records lost in BPF") &&
 	       ASSERT_EQ(ST.bpf[GPUSCOPE_CUPTI_ERR_RINGBUF], 0, "events lost in BPF") &&
 	       ASSERT_EQ(ST.bad_events + ST.bad_records, 0, "malformed") &&
-	       ASSERT_EQ(count_kind("gpu_kernel"), 8 + SC_MANY, "gpu_kernel intervals");
+	       ASSERT_EQ(count_kind("gpu_kernel"), 9 + SC_MANY, "gpu_kernel intervals");
 }
 
 static bool test_cupti_usdt_join(void)
@@ -256,6 +257,11 @@ static bool test_cupti_usdt_join(void)
 	CHECK(ASSERT_STREQ(S(frame(atol(attr(nested, "stack_id")), 1)->function), "launch_nested",
 			   "nested launch"));
 	CHECK(ASSERT_TRUE(!in_lib && in_prog, "modules: the program's, not the injection library's"));
+	/* its record before its launch: held until the launch came, then joined */
+	CHECK(ASSERT_TRUE(kernel(SC_LATE_CID, NULL) && attr(kernel(SC_LATE_CID, NULL), "stack_id"),
+			  "a record that came before its launch is joined"));
+	CHECK(ASSERT_STREQ(S(frame(atol(attr(kernel(SC_LATE_CID, NULL), "stack_id")), 1)->function),
+			   "launch_late", "... under its own launch"));
 	return ASSERT_STREQ(label(mm->label_set, "node"), "test-node", "node label");
 }
 
@@ -267,7 +273,7 @@ static bool test_cupti_usdt_samples(void)
 	CHECK(run_scenario());
 	/* kernel durations in ns, as the scenario fires them */
 	want = 600000 + 1200000 + 100000 + 200000 + 500000 + 100000 + 500000 + 100000 +
-	       SC_MANY * 5000;
+	       100000 /* the late one */ + SC_MANY * 5000;
 	for (size_t g = 0; g < M->n_samples; g++) {
 		const Gpuscope__V1__SampleGroup *sg = M->samples[g];
 		int64_t t = 0;
@@ -285,7 +291,7 @@ static bool test_cupti_usdt_samples(void)
 				mm_value = sg->value[i];
 		}
 	}
-	return ASSERT_EQ(n, 8 + SC_MANY, "one gpu_kernel_ns sample per kernel") &&
+	return ASSERT_EQ(n, 9 + SC_MANY, "one gpu_kernel_ns sample per kernel") &&
 	       ASSERT_EQ(total, want, "GPU ns total") &&
 	       ASSERT_EQ(mm_value, 1200000, "matmul sample: time and value");
 }
@@ -293,7 +299,7 @@ static bool test_cupti_usdt_samples(void)
 static bool test_cupti_usdt_busy(void)
 {
 	uint64_t want0[][2] = { { 1000000, 2600000 }, { 5000000, 5300000 }, { 6000000, 6500000 },
-				{ 7000000, 7100000 }, { 8000000, 8100000 } };
+				{ 7000000, 7100000 }, { 8000000, 8100000 }, { 9000000, 9100000 } };
 	size_t n0 = 0, n1 = 0, matched = 0;
 	uint64_t prev_end = 0;
 	bool ordered = true;
@@ -319,7 +325,7 @@ static bool test_cupti_usdt_busy(void)
 			matched += iv->start_ns == WALL0 + want0[k][0] &&
 				   iv->end_ns == WALL0 + want0[k][1];
 	}
-	return ASSERT_EQ(n0, 5 + SC_MANY, "gpu0 busy intervals (overlaps merged)") &&
+	return ASSERT_EQ(n0, 6 + SC_MANY, "gpu0 busy intervals (overlaps merged)") &&
 	       ASSERT_EQ(matched, ARRAY_SIZE(want0), "gpu0 merged intervals exact") &&
 	       ASSERT_TRUE(ordered, "disjoint and in order") && ASSERT_EQ(n1, 1, "gpu1 busy");
 }

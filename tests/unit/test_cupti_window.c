@@ -162,7 +162,7 @@ static bool test_cupti_window_budget_cycle(void)
 {
 	struct trace_cfg cfg = test_cfg();
 	struct run r;
-	size_t windows = 0, kernels = 0, outside = 0, joined = 0, late_unjoined = 0;
+	size_t windows = 0, kernels = 0, outside = 0, joined = 0, late_unjoined = 0, at_close = 0;
 	uint64_t ws[16], we[16], first[16], last[16];
 	bool ok;
 
@@ -216,8 +216,13 @@ static bool test_cupti_window_budget_cycle(void)
 			else if (in == SIZE_MAX ||
 				 (iv->start_ns != first[in] && iv->start_ns != last[in]))
 				late_unjoined++;
+			else if (iv->start_ns == last[in] && iv->start_ns != first[in])
+				at_close++;
 		}
 	}
+	fprintf(stderr, "  %zu kernels in %zu windows: %zu joined (%llu of them after waiting for "
+			"their launch), %zu unjoined at a window's close\n", kernels, windows, joined,
+		(unsigned long long)r.st.joined_late, at_close);
 	if (final_num(&r, "subscribes") != r.st.windows_opened[TRACE_BUDGET] ||
 	    r.st.win_stray || r.st.win_no_status) {
 		/* another agent on this machine (a parallel test run without --pid) opened windows

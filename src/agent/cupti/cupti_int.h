@@ -28,6 +28,7 @@ struct ring_drain;
 #define STACK_BITS	 14		/* raw launch stacks (all ways) */
 #define STACK_WAYS	 8		/* per set; the least recently launched one is replaced */
 #define MAX_DEVICES	 64
+#define PARK_CAP	 4096		/* kernel records waiting one drain for their launch */
 #define BUSY_CAP	 65536		/* pending kernel intervals per device before the union */
 #define BUSY_GRACE_NS	 (1500 * NSEC_PER_MSEC)	/* records arrive at most this late */
 #define SCAN_EVERY_NS	 (2 * NSEC_PER_SEC)
@@ -118,6 +119,13 @@ struct span {
 	uint64_t start, end;
 };
 
+/* A kernel record whose launch had not come: given until the end of the next drain. */
+struct parked {
+	pid_t pid;
+	uint32_t drains;		/* drain ends it has seen */
+	struct gpuscope_cupti_rec r;
+};
+
 struct busy {
 	bool used;
 	uint32_t device;
@@ -141,6 +149,8 @@ struct cupti_state {
 	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
 	uint64_t launch_seq;
 	struct raw_stack *stacks;	/* set-associative, STACK_WAYS per set */
+	struct parked *parked;		/* PARK_CAP */
+	size_t nparked;
 	struct busy busy[MAX_DEVICES];
 	struct trace_cfg cfg;
 	struct cupti_stats st;
@@ -169,6 +179,11 @@ void cupti_launch_put(struct cupti_state *c, uint32_t pid, uint32_t tid, uint32_
 const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid);
 /* A ring event (ring_drain__take() callback; ctx is the module's state). Returns 0. */
 int cupti_handle_event(void *ctx, void *data, size_t size);
+/*
+ * At a drain's end: kernel records parked for want of their launch are joined if it came
+ * meanwhile, else emitted unjoined once they waited a whole drain (all of them when final).
+ */
+void cupti_parked_retry(struct cupti_state *c, bool final);
 /* Emits the gpu_busy unions that can no longer grow; all pending ones when force. */
 void cupti_busy_flush(struct cupti_state *c, bool force);
 void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b);

@@ -299,6 +299,7 @@ static void queue_lost(void *ctx, const void *data, size_t size)
 static void drain(struct cupti_state *c, bool force)
 {
 	ring_drain__take(c->drain, cupti_handle_event, c);
+	cupti_parked_retry(c, force);
 	cupti_busy_flush(c, force);
 }
 
@@ -318,6 +319,7 @@ static void cupti_free(struct cupti_state *c)
 		free(c->busy[i].pend);
 	free(c->launches);
 	free(c->stacks);
+	free(c->parked);
 	free(c);
 }
 
@@ -336,7 +338,8 @@ static int cupti_start(struct agent *a)
 		trace_cfg_defaults(&c->cfg);
 	c->launches = calloc(1u << LAUNCH_BITS, sizeof(*c->launches));
 	c->stacks = calloc(1u << STACK_BITS, sizeof(*c->stacks));
-	if (!c->launches || !c->stacks) {
+	c->parked = calloc(PARK_CAP, sizeof(*c->parked));
+	if (!c->launches || !c->stacks || !c->parked) {
 		err = -ENOMEM;
 		goto out_free;
 	}
@@ -493,6 +496,9 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		     "Kernels joined with their launch stack.", s.joined);
 	prom_counter(out, "gpuscope_agent_cupti_kernels_unjoined_total",
 		     "Kernels without a launch stack (kept, leaf only).", s.unjoined);
+	prom_counter(out, "gpuscope_agent_cupti_kernels_joined_late_total",
+		     "Kernels joined although their record came before their launch (held one drain).",
+		     s.joined_late);
 	prom_counter(out, "gpuscope_agent_cupti_graph_kernels_total", "Kernels launched from CUDA graphs.",
 		     s.graph_kernels);
 	prom_counter(out, "gpuscope_agent_cupti_launches_total", "Launch probe events received.",

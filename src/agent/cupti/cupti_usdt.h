@@ -15,6 +15,7 @@ struct cupti_stats {
 	uint64_t launches;		/* launch events received */
 	uint64_t records;		/* activity records received */
 	uint64_t kernels, joined, unjoined;	/* unjoined: no launch stack (kept, leaf only) */
+	uint64_t joined_late;	/* of joined: the record came before its launch (parked) */
 	uint64_t graph_kernels, memcpys, memsets, syncs;
 	uint64_t names, unknown_names;
 	uint64_t clock_pairs, clock_max_step_ns;	/* largest change of a process's offset */

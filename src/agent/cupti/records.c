@@ -346,7 +346,54 @@ void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b)
 	p->nvml_gpu[ordinal] = 0;
 }
 
+static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r);
+
+/*
+ * A kernel record that came before its launch: the flush at a window's close can hand the
+ * record over before the launch's API exit fires the launch probe. Parked until the next
+ * drain's end (true) rather than emitted unjoined; false when it has its launch, is no kernel,
+ * or the park is full.
+ */
+static bool park(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
+{
+	if (r->kind != GPUSCOPE_CUPTI_KERNEL || find_launch(c, p->pid, r->correlation_id) ||
+	    !c->parked || c->nparked >= PARK_CAP)
+		return false;
+	c->parked[c->nparked++] = (struct parked){ .pid = p->pid, .r = *r };
+	return true;
+}
+
+void cupti_parked_retry(struct cupti_state *c, bool final)
+{
+	size_t keep = 0;
+
+	for (size_t i = 0; i < c->nparked; i++) {
+		struct parked *k = &c->parked[i];
+		struct proc *p;
+
+		if (!final && !find_launch(c, k->pid, k->r.correlation_id) && k->drains++ < 1) {
+			c->parked[keep++] = *k;
+			continue;
+		}
+		p = cupti_proc_get(c, k->pid);
+		if (!p) {
+			c->st.agent_drops++;
+			continue;
+		}
+		if (find_launch(c, k->pid, k->r.correlation_id))
+			c->st.joined_late++;
+		emit_rec(c, p, &k->r);
+	}
+	c->nparked = keep;
+}
+
 static void on_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
+{
+	if (!park(c, p, r))
+		emit_rec(c, p, r);
+}
+
+static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscope_cupti_rec *r)
 {
 	char gpu_s[12];
 	uint32_t gpu;
