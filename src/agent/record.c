@@ -189,8 +189,9 @@ static void on_proc(void *ctx, pid_t tgid, bool exec)
 {
 	struct recorder *r = ctx;
 
-	/* Samples arrive in order, so every sample before this event is already symbolized. */
-	symbolizer__pid_gone(r->sym, tgid);
+	/* Samples arrive in order, but the process's other threads can still run after its
+	 * leader's exit event: the maps stay a while for those (not for an exec's new image). */
+	symbolizer__pid_gone(r->sym, tgid, exec);
 	if (exec) {
 		uint64_t *slot = u64map_find(&r->pid_comm, (uint64_t)tgid);
 

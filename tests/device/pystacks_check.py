@@ -138,5 +138,29 @@ for kind in ("offcpu_ns", "cuda_sync_ns"):
                                              100.0 * presence(t, lambda n: n in (
                                                  "train_step", "python_cpu_phase", "main")) /
                                              max(t["value"], 1)))
+
+
+def with_unknown(node):
+    """The heaviest leaf paths that hold an unknown frame (root: the thread, by group_by)."""
+    out = []
+
+    def walk(n, path, bad):
+        kids = n.get("children") or []
+        self_v = n["value"] - sum(c["value"] for c in kids)
+        p = path + ([n["name"]] if n.get("name") != "root" else [])
+        bad = bad or (n.get("name") != "root" and unknown(n["name"]))
+        if self_v > 0 and bad:
+            out.append((self_v, p))
+        for c in kids:
+            walk(c, p, bad)
+    walk(node, [], False)
+    for v, p in sorted(out, key=lambda t: -t[0])[:6]:
+        t = ";".join(p)
+        print("   %8d  %s" % (v, t if len(t) <= 300 else t[:120] + " ... " + t[-175:]))
+
+
+for kind in ("cpu", "offcpu_ns"):
+    print("== %s stacks with an unknown frame, by thread:" % kind)
+    with_unknown(fg(kind, proc, group_by="thread"))
 print("%d check(s) failed" % len(failed) if failed else "all checks passed")
 sys.exit(1 if failed else 0)

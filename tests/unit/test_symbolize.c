@@ -507,11 +507,24 @@ static bool test_symbolize_cache(void)
 	symbolizer__stats(s, &a);
 	ok = ok && ASSERT_TRUE(a.elf_opened > b.elf_opened, "evicted tables reloaded") &&
 	     ASSERT_TRUE(symbolizer__cache_bytes(s) < 64 << 10, "one small table cached");
-	/* Exit/exec: maps are forgotten and read again on the next address. */
-	symbolizer__pid_gone(s, c2.pid);
+	/* Exec: maps are forgotten and read again on the next address. */
+	symbolizer__pid_gone(s, c2.pid, true);
 	ok = ok && check_sym(s, c2.pid, addr_of(&c2, "symfix_beta"), "symfix_beta", 3, c2.path, NULL);
 	symbolizer__stats(s, &b);
-	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads + 1, "maps re-read after pid_gone");
+	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads + 1, "maps re-read after an exec");
+	/* Exit: a stack that comes after the exit event (another ring, another thread tearing
+	 * down) still resolves with the maps read while it lived; /proc has nothing left. */
+	{
+		pid_t gone = c2.pid;
+		uint64_t beta = addr_of(&c2, "symfix_beta");
+
+		kill(gone, SIGKILL);
+		child_stop(&c2);
+		symbolizer__pid_gone(s, gone, false);
+		ok = ok && check_sym(s, gone, beta, "symfix_beta", 3, c2.path, NULL);
+		symbolizer__stats(s, &a);
+		ok = ok && ASSERT_EQ(a.maps_reads, b.maps_reads, "an exited process's maps not re-read");
+	}
 out:
 	child_stop(&c1);
 	child_stop(&c2);

@@ -391,7 +391,7 @@ static void module_proc(void *ctx, pid_t tgid, bool exec)
 {
 	struct agent *a = ctx;
 
-	symbolizer__pid_gone(a->sym, tgid);
+	symbolizer__pid_gone(a->sym, tgid, exec);
 }
 
 static int module_start(struct agent *a)

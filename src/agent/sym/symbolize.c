@@ -34,6 +34,14 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define IMAGE_BUCKETS 8192
 #define KSYM_MAX_SIZE (256u << 10)	/* longest kernel function assumed (kallsyms has no sizes) */
 #define KERNEL_REREAD_NS (60 * NSEC_PER_SEC)	/* a kallsyms read costs ~120 ms of CPU */
+/*
+ * An exited process's maps are kept this long: its last stacks come after its exit event from
+ * other rings (off-CPU at the exit, CUDA and CUPTI records flushed at exit, CPU samples of its
+ * other threads tearing down), and /proc has nothing left to read by then. A pid reused within
+ * it would be read with the old maps; reuse that fast needs the pid space to wrap in seconds.
+ */
+#define GONE_KEEP_NS (10 * NSEC_PER_SEC)
+#define GONE_CAP 4096			/* exited processes waiting to be forgotten */
 #define PERFMAP_MAX_LINES (1u << 21)
 
 struct list {
@@ -119,6 +127,7 @@ struct proc {
 	bool pm_read;
 	int64_t pm_size, pm_mtime_ns;
 	uint64_t pm_check_ns;
+	uint64_t gone_ns;		/* exited at (mono): maps kept for late stacks, not re-read */
 };
 
 struct kmodule {
@@ -151,6 +160,8 @@ struct symbolizer {
 	bool k_read;
 	uint64_t k_read_ns;
 	const char *k_build_id;
+	struct { pid_t pid; uint64_t ns; } gone[GONE_CAP];	/* FIFO of exits */
+	size_t gone_head, gone_len;
 };
 
 static const char *intern(struct symbolizer *s, const char *str)
@@ -915,13 +926,43 @@ int symbolizer__pid_seen(struct symbolizer *s, pid_t pid)
 	return err;
 }
 
-void symbolizer__pid_gone(struct symbolizer *s, pid_t pid)
+/* Forgets the exited processes kept past GONE_KEEP_NS (all of them when the FIFO is full). */
+static void gone_sweep(struct symbolizer *s, uint64_t now, bool full)
 {
+	while (s->gone_len) {
+		pid_t pid = s->gone[s->gone_head].pid;
+		uint64_t ns = s->gone[s->gone_head].ns;
+		struct proc *p;
+
+		if (!full && now - ns < GONE_KEEP_NS)
+			break;
+		full = false;
+		s->gone_head = (s->gone_head + 1) % GONE_CAP;
+		s->gone_len--;
+		p = proc_find(s, pid);
+		if (p && p->gone_ns == ns)	/* not read again for a new process since */
+			proc_free(s, p);
+	}
+}
+
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec)
+{
+	uint64_t now = mono_ns();
 	struct proc *p;
 
-	if (!s || !(p = proc_find(s, pid)))
+	if (!s)
 		return;
-	proc_free(s, p);
+	gone_sweep(s, now, s->gone_len == GONE_CAP);
+	if (!(p = proc_find(s, pid)))
+		return;
+	if (exec) {		/* another image: its maps from now on */
+		proc_free(s, p);
+		return;
+	}
+	p->gone_ns = now;
+	s->gone[(s->gone_head + s->gone_len) % GONE_CAP].pid = pid;
+	s->gone[(s->gone_head + s->gone_len) % GONE_CAP].ns = now;
+	s->gone_len++;
 }
 
 int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret)
@@ -943,7 +984,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		return -ENOENT;
 	}
 	m = find_mapping(p, addr);
-	if (!m && mono_ns() - p->maps_read_ns >= s->lim.reread_interval_ns) {
+	if (!m && !p->gone_ns && mono_ns() - p->maps_read_ns >= s->lim.reread_interval_ns) {
 		proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
 		m = find_mapping(p, addr);
 	}

@@ -51,8 +51,11 @@ int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *re
  * 0 or -errno (-ESRCH: gone). */
 int symbolizer__pid_seen(struct symbolizer *s, pid_t pid);
 
-/* Exit or exec: forget its maps and perf map (the ELF cache by build-id stays). */
-void symbolizer__pid_gone(struct symbolizer *s, pid_t pid);
+/*
+ * Exec: forget its maps and perf map now (the ELF cache by build-id stays). Exit: keep them
+ * for 10 s, without reading /proc again, for the stacks that come after the exit event.
+ */
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec);
 
 struct symbolizer_stats {
 	uint64_t resolved, unknown, unnamed, elf_opened, elf_cache_hits, maps_reads, perfmap_reads;
