@@ -159,6 +159,13 @@ def with_unknown(node):
         print("   %8d  %s" % (v, t if len(t) <= 300 else t[:120] + " ... " + t[-175:]))
 
 
+if "from" in loop:
+    for what, rng in (("before", {"from": "%.3f" % (float(loop["from"]) - 1800),
+                                  "to": loop["from"]}),
+                      ("after", {"from": loop["to"], "to": "%.3f" % (float(loop["to"]) + 600)})):
+        t = fg("cpu", proc, **rng)
+        print("INFO %s the loop: %d CPU samples, %d with an unknown frame" %
+              (what, t["value"], presence(t, unknown)))
 for kind in ("cpu", "offcpu_ns"):
     print("== %s stacks with an unknown frame, by thread:" % kind)
     with_unknown(fg(kind, proc, group_by="thread"))

@@ -76,5 +76,8 @@ print("%.3f %.3f" % (ph[0]["cpu"][0] / 1e9, ph[-1]["gpu"][1] / 1e9) if ph else "
 } 2>&1 | tee "$RET/summary.txt"
 tail -20 "$W/agent.log" > "$RET/agent-log-tail.txt"
 cp "$W/work.err" "$RET/" 2>/dev/null
+# the process's CPU profile as pprof, for a look with go tool pprof where this machine has none
+(ours "$D/bin/gpuscope" pprof --server "$url" --since 30m --selector "{pid=\"$wpid\"}" \
+	-o "$RET/cpu.pb.gz" > /dev/null 2>&1) || true
 kill -TERM $spid; wait $spid
 grep -q "^rc 0" "$RET/summary.txt"
