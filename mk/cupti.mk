@@ -62,3 +62,11 @@ $(OUT)/tests/cupti/cupti_window: tests/cupti/cupti_window.c $(FAKE_CUPTI_DIR)/li
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -g -O1 -fno-omit-frame-pointer -fno-inline -D_GNU_SOURCE -Isrc -o $@ $< \
 		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN/fakecupti' -ldl
+
+# The libtorch_cpu.so stand-in: autograd's Engine::execute and device thread, for backward
+# stacks (tests/integration/test_kernel_python_stacks.py).
+FAKE_TORCH := $(OUT)/tests/cupti/faketorch/libtorch_cpu.so
+all: $(FAKE_TORCH)
+$(FAKE_TORCH): tests/cupti/fake_torch.c mk/cupti.mk
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -o $@ $< -ldl -lpthread

@@ -50,6 +50,7 @@ static const struct {
 	[GPUSCOPE_CUPTI_ERR_READ] = { "read" },
 	[GPUSCOPE_CUPTI_ERR_TRUNC] = { "truncated" },
 	[GPUSCOPE_CUPTI_ERR_LAUNCHES] = { "launches", true },
+	[GPUSCOPE_CUPTI_ERR_BACKWARDS] = { "backwards", true },
 };
 
 static int counter_fds[GPUSCOPE_PROG_MAX] = { -1, -1, -1, -1 };

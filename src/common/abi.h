@@ -45,6 +45,8 @@ enum gpuscope_ev_type {
 	GPUSCOPE_EV_CUPTI_CLOCK = 51,	/* struct gpuscope_ev_cupti_pair */
 	GPUSCOPE_EV_CUPTI_DROPS = 52,	/* struct gpuscope_ev_cupti_pair */
 	GPUSCOPE_EV_CUPTI_STATUS = 53,	/* struct gpuscope_ev_cupti_pair (what: gpuscope_cupti_status) */
+	GPUSCOPE_EV_CUPTI_BACKWARD = 54, /* struct gpuscope_ev_cupti_launch, cid 0: an autograd
+					  * Engine::execute entry with its caller's stack */
 };
 
 /*
@@ -80,6 +82,7 @@ enum gpuscope_err {
 	GPUSCOPE_CUPTI_ERR_READ = 51,	/* bpf_probe_read_user of records/name failed */
 	GPUSCOPE_CUPTI_ERR_TRUNC = 52,	/* a buffer hit had more than GPUSCOPE_CUPTI_MAX_RECS */
 	GPUSCOPE_CUPTI_ERR_LAUNCHES = 53, /* event: launch probe hits */
+	GPUSCOPE_CUPTI_ERR_BACKWARDS = 54, /* event: autograd Engine::execute probe hits */
 	GPUSCOPE_ERR_MAX = GPUSCOPE_PROG_MAX * GPUSCOPE_PROG_RANGE,
 };
 

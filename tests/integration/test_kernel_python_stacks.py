@@ -7,7 +7,12 @@ server and `gpuscope-agent run` (cupti module, real eBPF, the .eh_frame walker a
 walker) trace it continuously. Checked through the server's API: the kernel-time flame graph has
 >= 90 % of its time under train_step, each kernel under the Python function that launched it,
 no frame of the injection library or of CUPTI between the kernel and its caller, and the share
-of the range the windows covered."""
+of the range the windows covered.
+
+Backward kernels: train_step's loss_backward() calls the libtorch_cpu stand-in's autograd
+Engine::execute, whose device thread (C, no Python frame) launches them while the caller waits;
+they must come under loss_backward through the caller's stack ([autograd thread] between), and a
+kernel another plain thread launches meanwhile must not."""
 import os
 import subprocess
 import sys
@@ -21,8 +26,10 @@ from pushlib import (OUT, Agent, Server, check, finish, need_root_and_binaries, 
 need_root_and_binaries()
 LIB = os.path.join(OUT, "libgpuscope_cupti.so")
 FAKE = os.path.join(OUT, "tests", "cupti", "fakecupti", "libcupti.so.13")
+TORCH = os.path.join(OUT, "tests", "cupti", "faketorch", "libtorch_cpu.so")
 if not os.access(LIB, os.R_OK) or not os.access(FAKE, os.R_OK):
     skip("no CUDA toolkit here: libgpuscope_cupti.so / the libcupti stand-in not built")
+check(os.access(TORCH, os.R_OK), "the libtorch_cpu stand-in is built")
 
 WORKLOAD = r'''
 import ctypes, os, sys, time
@@ -33,6 +40,11 @@ if inj.InitializeInjection() != 1:
 cupti.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
                                     ctypes.c_uint64]
 GEMM, SOFTMAX = b"_Z10gemm_tiledPfS_S_i", b"_Z7softmaxPf"
+AUTOGRAD_MM, SIDE = b"_Z11autograd_mmPf", b"_Z9side_kernPf"
+torch = ctypes.CDLL(sys.argv[4])
+execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
+                         "IN2at6TensorESaIS9_EEbbbS7_")
+execute.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p]
 
 def forward():
     cupti.fake_cupti_launch(GEMM, 0, 7, 300000)
@@ -41,9 +53,15 @@ def backward():
     cupti.fake_cupti_launch(GEMM, 0, 7, 600000)
     cupti.fake_cupti_launch(SOFTMAX, 0, 13, 100000)
 
+def loss_backward():
+    # autograd's device thread launches 3 x 150 us; a plain thread 19 us meanwhile
+    if execute(AUTOGRAD_MM, 3, 150000, SIDE) != 0:
+        sys.exit(5)
+
 def train_step():
     forward()
     backward()
+    loss_backward()
 
 def main():
     print("ready", flush=True)
@@ -79,7 +97,7 @@ srv.start()
 script = os.path.join(tmp, "launch.py")
 open(script, "w").write(WORKLOAD)
 env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(FAKE))
-app = subprocess.Popen(["/usr/bin/python3", script, FAKE, LIB, "30"], stdout=subprocess.PIPE,
+app = subprocess.Popen(["/usr/bin/python3", script, FAKE, LIB, "30", TORCH], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env=env)
 agent = None
 try:
@@ -124,6 +142,38 @@ try:
           (gemm_fwd / 1e6, gemm_bwd / 1e6))
     check(soft_bwd > 0 and by.get(("softmax", "forward"), 0) == 0,
           "softmax only under backward (%.1f ms)" % (soft_bwd / 1e6))
+    # autograd's kernels: under loss_backward through the caller's stack, the device thread's
+    # frames from its loop up above [autograd thread]; the plain thread's kernel not
+    mm = [(v, p) for v, p in leaves if p and p[-1].startswith("autograd_mm")]
+    mm_all = sum(v for v, _ in mm)
+
+    def spliced(p):
+        try:
+            i = p.index("[autograd thread]")
+        except ValueError:
+            return False
+        return ("loss_backward" in p[:i] and p[i - 1].startswith("torch::autograd::Engine::execute")
+                and p[i + 1].startswith("torch::autograd::Engine::thread_main")
+                and "start_thread" not in p[i:])
+    mm_under = sum(v for v, p in mm if spliced(p))
+    for v, p in mm[:2]:
+        print("  autograd: %8.1f ms  %s" % (v / 1e6, ";".join(p)[-400:]))
+    check(mm_all > 0 and mm_under >= 0.9 * mm_all,
+          "autograd's kernels under loss_backward -> Engine::execute -> [autograd thread] -> "
+          "thread_main: %.1f of %.1f ms" % (mm_under / 1e6, mm_all / 1e6))
+    side = [(v, p) for v, p in leaves if p and p[-1].startswith("side_kern")]
+    check(sum(v for v, _ in side) > 0 and
+          not any("loss_backward" in p or "[autograd thread]" in p for _, p in side),
+          "the plain thread's kernel under its own stack (%.1f ms), not the backward call's" %
+          (sum(v for v, _ in side) / 1e6))
+    m = {k: agent.metric("gpuscope_agent_cupti_" + k) for k in (
+        "torch_libraries_attached", "backward_calls_total", "backward_kernels_total",
+        "backward_kernels_lost_total")}
+    check(m["torch_libraries_attached"] == 1 and m["backward_calls_total"] > 0 and
+          m["backward_kernels_total"] > 0,
+          "/metrics: %(torch_libraries_attached)d libtorch_cpu probed, %(backward_calls_total)d "
+          "backward calls, %(backward_kernels_total)d kernels under them, "
+          "%(backward_kernels_lost_total)d lost" % m)
     instr = presence(root, lambda n: n in ("on_callback",) or "libcupti" in n or
                      "libgpuscope_cupti" in n)
     check(instr == 0, "no frame of the injection library or CUPTI in the stacks (%d ns)" % instr)

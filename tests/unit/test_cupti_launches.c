@@ -73,10 +73,10 @@ static bool test_cupti_launches_same_set_join(void)
 	same_set(s, STACK_WAYS);
 	for (int round = 0; round < 3; round++)
 		for (int i = 0; i < STACK_WAYS; i++)
-			cupti_launch_put(c, PID, PID, 1 + round * STACK_WAYS + i, 0, s[i].f, 6);
+			cupti_launch_put(c, NULL, PID, PID, 1 + round * STACK_WAYS + i, 0, s[i].f, 6);
 	for (int round = 0; round < 3; round++)
 		for (int i = 0; i < STACK_WAYS; i++)
-			ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1 + round * STACK_WAYS + i), &s[i]),
+			ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1 + round * STACK_WAYS + i, NULL), &s[i]),
 					  "the launch's own stack");
 	ok &= ASSERT_EQ(c->st.stacks_evicted, 0, "none replaced");
 	free_state(c);
@@ -92,16 +92,16 @@ static bool test_cupti_launches_replaced_is_unknown(void)
 
 	same_set(s, STACK_WAYS + 2);
 	for (int i = 0; i < STACK_WAYS; i++)	/* cids 1..8: stacks 0..7 fill the set */
-		cupti_launch_put(c, PID, PID, 1 + i, 0, s[i].f, 6);
-	cupti_launch_put(c, PID, PID, 9, 0, s[0].f, 6);	/* stack 0 launched again */
-	cupti_launch_put(c, PID, PID, 10, 0, s[STACK_WAYS].f, 6);	/* replaces stack 1 */
-	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1), &s[0]), "stack 0, launched since, kept");
-	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 9), &s[0]), "stack 0 again");
-	ok &= ASSERT_TRUE(cupti_launch_stack(c, PID, 2) == NULL, "stack 1, the oldest, unknown");
+		cupti_launch_put(c, NULL, PID, PID, 1 + i, 0, s[i].f, 6);
+	cupti_launch_put(c, NULL, PID, PID, 9, 0, s[0].f, 6);	/* stack 0 launched again */
+	cupti_launch_put(c, NULL, PID, PID, 10, 0, s[STACK_WAYS].f, 6);	/* replaces stack 1 */
+	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1, NULL), &s[0]), "stack 0, launched since, kept");
+	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 9, NULL), &s[0]), "stack 0 again");
+	ok &= ASSERT_TRUE(cupti_launch_stack(c, PID, 2, NULL) == NULL, "stack 1, the oldest, unknown");
 	ok &= ASSERT_EQ(c->st.stacks_evicted, 1, "counted");
 	for (int i = 2; i < STACK_WAYS; i++)
-		ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1 + i), &s[i]), "the others kept");
-	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 10), &s[STACK_WAYS]), "the newcomer");
+		ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 1 + i, NULL), &s[i]), "the others kept");
+	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 10, NULL), &s[STACK_WAYS]), "the newcomer");
 	free_state(c);
 	return ok;
 }
@@ -115,18 +115,59 @@ static bool test_cupti_launches_ids(void)
 	bool ok = true;
 
 	same_set(s, 2);
-	cupti_launch_put(c, PID, PID + 1, 100, 7, s[0].f, 6);
-	cupti_launch_put(c, PID + 1, PID + 1, 100, 0, s[1].f, 6);
-	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 100), &s[0]), "outer id");
-	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 7), &s[0]), "nested id");
-	other = cupti_launch_stack(c, PID + 1, 100);
+	cupti_launch_put(c, NULL, PID, PID + 1, 100, 7, s[0].f, 6);
+	cupti_launch_put(c, NULL, PID + 1, PID + 1, 100, 0, s[1].f, 6);
+	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 100, NULL), &s[0]), "outer id");
+	ok &= ASSERT_TRUE(is(cupti_launch_stack(c, PID, 7, NULL), &s[0]), "nested id");
+	other = cupti_launch_stack(c, PID + 1, 100, NULL);
 	ok &= ASSERT_TRUE(other && other->pid == PID + 1 && !memcmp(other->frames, s[1].f, 48),
 			  "same id in another process");
-	ok &= ASSERT_TRUE(cupti_launch_stack(c, PID, 101) == NULL, "never launched");
+	ok &= ASSERT_TRUE(cupti_launch_stack(c, PID, 101, NULL) == NULL, "never launched");
 	ok &= ASSERT_EQ(c->st.stacks_evicted, 0, "an unseen launch is not a replaced stack");
 	free_state(c);
 	return ok;
 }
 
+/*
+ * A backward call's stack rides on the launches of the process's other threads (autograd's),
+ * not on its caller's own, survives while launched under (other stacks of its set come and go),
+ * and a launch made after it was replaced carries none, never another stack.
+ */
+static bool test_cupti_launches_backward_parent(void)
+{
+	struct cupti_state *c = new_state();
+	struct proc p = { .pid = PID };
+	struct stk s[STACK_WAYS + 2];
+	const struct raw_stack *parent, *own;
+	bool ok = true;
+
+	same_set(s, STACK_WAYS + 2);
+	cupti_launch_put(c, &p, PID, PID, 1, 0, s[1].f, 6);	/* before any backward */
+	cupti_backward_put(c, &p, PID, s[0].f, 6);		/* the caller thread's */
+	cupti_launch_put(c, &p, PID, PID + 1, 2, 0, s[1].f, 6);	/* autograd's thread */
+	cupti_launch_put(c, &p, PID, PID, 3, 0, s[2].f, 6);	/* the caller itself */
+	own = cupti_launch_stack(c, PID, 1, &parent);
+	ok &= ASSERT_TRUE(is(own, &s[1]) && !parent, "a launch before the backward: no parent");
+	own = cupti_launch_stack(c, PID, 2, &parent);
+	ok &= ASSERT_TRUE(is(own, &s[1]) && is(parent, &s[0]), "another thread's: the caller's stack");
+	own = cupti_launch_stack(c, PID, 3, &parent);
+	ok &= ASSERT_TRUE(is(own, &s[2]) && !parent, "the caller's own launch: no parent");
+	/* the set fills with other stacks; each autograd launch keeps the parent in use */
+	for (int i = 3; i < STACK_WAYS + 2; i++)
+		cupti_launch_put(c, &p, PID, PID + 1, 10 + i, 0, s[i].f, 6);
+	own = cupti_launch_stack(c, PID, 10 + STACK_WAYS + 1, &parent);
+	ok &= ASSERT_TRUE(is(own, &s[STACK_WAYS + 1]) && is(parent, &s[0]),
+			  "the parent outlives STACK_WAYS other stacks of its set");
+	/* launches of the caller thread only (no parent use): the parent ages out */
+	for (int i = 1; i < STACK_WAYS + 2; i++)
+		cupti_launch_put(c, &p, PID, PID, 100 + i, 0, s[i].f, 6);
+	cupti_launch_put(c, &p, PID, PID + 1, 200, 0, s[1].f, 6);
+	own = cupti_launch_stack(c, PID, 200, &parent);
+	ok &= ASSERT_TRUE(is(own, &s[1]) && !parent && !p.bw_hash,
+			  "replaced: no parent rather than another stack");
+	free_state(c);
+	return ok;
+}
+
 TEST_MAIN(T(test_cupti_launches_same_set_join), T(test_cupti_launches_replaced_is_unknown),
-	  T(test_cupti_launches_ids))
+	  T(test_cupti_launches_ids), T(test_cupti_launches_backward_parent))

@@ -55,24 +55,23 @@ struct launch_ev {
 };
 
 /*
+ * A launch-like event of `type` with the current thread's user stack from the probe's pc.
  * Uprobe programs are preemptible (migrate_disable only), so a per-CPU scratch buffer could be
  * overwritten by another launching thread on the same CPU: the stack goes straight into a
  * ring-buffer reservation instead.
  */
-SEC("usdt")
-int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
+static __always_inline int emit_stack(struct pt_regs *ctx, __u32 type, __u32 cid, __u32 cid2)
 {
 	__u64 id = bpf_get_current_pid_tgid(), t0 = bpf_ktime_get_ns(), dt;
 	struct launch_ev *e;
 	long n;
 
-	count_err(GPUSCOPE_CUPTI_ERR_LAUNCHES);
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_err(GPUSCOPE_CUPTI_ERR_RINGBUF);
 		return 0;
 	}
-	e->ev.type = GPUSCOPE_EV_CUPTI_LAUNCH;
+	e->ev.type = type;
 	e->ev.ktime_ns = bpf_ktime_get_ns();
 	e->ev.tgid = id >> 32;
 	e->ev.tid = (__u32)id;
@@ -98,6 +97,25 @@ int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
 	e->ev.probe_ns = dt > 0xffffffffULL ? 0xffffffffU : (__u32)dt;
 	bpf_ringbuf_submit(e, rb_flags(sizeof(*e)));
 	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_launch, __u32 cid, __u32 cid2)
+{
+	count_err(GPUSCOPE_CUPTI_ERR_LAUNCHES);
+	return emit_stack(ctx, GPUSCOPE_EV_CUPTI_LAUNCH, cid, cid2);
+}
+
+/*
+ * Entry of torch::autograd::Engine::execute in libtorch_cpu (a backward pass or autograd.grad):
+ * the calling thread's stack, which records.c puts above the kernels that autograd's device
+ * threads launch for it. Once per backward call, in every process mapping that library.
+ */
+SEC("uprobe")
+int on_backward(struct pt_regs *ctx)
+{
+	count_err(GPUSCOPE_CUPTI_ERR_BACKWARDS);
+	return emit_stack(ctx, GPUSCOPE_EV_CUPTI_BACKWARD, 0, 0);
 }
 
 struct copy_ctx {

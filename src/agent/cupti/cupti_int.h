@@ -98,6 +98,10 @@ struct proc {
 	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
 	struct trace_budget budget;
 	uint64_t capture_ns;		/* an on-demand capture of this length waits to open */
+	/* the latest backward call (autograd Engine::execute) from outside autograd's threads:
+	 * its thread and its stack in the stack cache (bw_hash 0: none seen) */
+	uint32_t bw_tid, bw_slot;
+	uint64_t bw_hash;
 };
 
 struct launch {
@@ -106,14 +110,23 @@ struct launch {
 	uint32_t stack_slot;
 	uint64_t stack_hash;
 	uint64_t seq;		/* insertion order, for replacing the oldest way */
+	/* the stack of the backward call under way in the process when another thread launched
+	 * (an autograd device thread's kernels go under it): its slot, and its hash's low half
+	 * (0: none) */
+	uint32_t parent_slot, parent_check;
 };
 
 struct raw_stack {
 	uint64_t hash;		/* 0: empty */
 	uint64_t used;		/* launch_seq of its latest launch */
 	uint32_t pid, n;
+	/* where autograd's Engine::thread_main is in the symbolized stack: ENGINE_UNSEEN until
+	 * looked at, ENGINE_NONE when it is not there (once every frame resolved) */
+	int32_t engine_at;
 	__u64 frames[GPUSCOPE_MAX_STACK];
 };
+#define ENGINE_UNSEEN (-2)
+#define ENGINE_NONE   (-1)
 
 struct span {
 	uint64_t start, end;
@@ -144,6 +157,8 @@ struct cupti_state {
 	struct agent *a;
 	struct lib libs[MAX_LIBS];
 	int nlibs;
+	struct lib torch[MAX_LIBS];	/* libtorch_cpu files: links[0] on Engine::execute */
+	int ntorch;
 	uint64_t next_scan_ns;
 	struct proc procs[MAX_PROCS];
 	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
@@ -162,6 +177,8 @@ extern struct cupti_state *cupti_live;	/* NULL while the module is not running *
 void cupti_scan_procs(struct cupti_state *c);
 /* Is pid inside the --pid filter (every pid without one)? */
 bool cupti_pid_wanted(struct agent *a, pid_t pid);
+/* pid's slot if it has one, else NULL. */
+struct proc *cupti_proc_find(struct cupti_state *c, pid_t pid);
 /* pid's slot, taken on first sight (over a dead process's if full); NULL when none is left. */
 struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid);
 
@@ -170,13 +187,24 @@ struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid);
  * A launch of pid's correlation id cid (and cid2 when not 0) from thread tid with the given
  * stack, pending until its record comes. The stack is kept by content in a set-associative
  * cache: a pending launch's stack is lost only after STACK_WAYS other stacks of its set were
- * launched since (counted when its record finds it gone).
+ * launched since (counted when its record finds it gone). p: pid's slot (may be NULL), whose
+ * backward call under way the launch carries when tid is not its caller.
  */
-void cupti_launch_put(struct cupti_state *c, uint32_t pid, uint32_t tid, uint32_t cid,
-		      uint32_t cid2, const __u64 *frames, uint32_t n);
-/* The stack of pid's launch cid, NULL when the launch was not seen or its stack was replaced
- * (counted in st.stacks_evicted). */
-const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid);
+void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint32_t tid,
+		      uint32_t cid, uint32_t cid2, const __u64 *frames, uint32_t n);
+/*
+ * A backward call's entry in process p (autograd's Engine::execute) from thread tid with its
+ * stack: launches of p's other threads from now on carry it as their parent, until the next.
+ */
+void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, const __u64 *frames,
+			uint32_t n);
+/*
+ * The stack of pid's launch cid, NULL when the launch was not seen or its stack was replaced
+ * (counted in st.stacks_evicted). *parent (may be NULL): the backward call's stack it carries,
+ * NULL when none or replaced since.
+ */
+const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid,
+					   const struct raw_stack **parent);
 /* A ring event (ring_drain__take() callback; ctx is the module's state). Returns 0. */
 int cupti_handle_event(void *ctx, void *data, size_t size);
 /*

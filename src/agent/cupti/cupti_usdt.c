@@ -13,6 +13,7 @@
 #include <bpf/libbpf.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/types.h>
@@ -32,6 +33,7 @@
 #include "agent/meta/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
+#include "agent/sym/symbolize_int.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
@@ -127,6 +129,67 @@ static bool is_our_lib(const char *path)
 	return !strncmp(base, "libgpuscope_cupti", 17) && strstr(base, ".so");
 }
 
+static bool is_torch_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return !strncmp(base, "libtorch_cpu", 12) && strstr(base, ".so");
+}
+
+/* torch::autograd::Engine::execute(...), whatever its arguments in this build */
+#define ENGINE_EXECUTE_PREFIX "_ZN5torch8autograd6Engine7executeE"
+
+/*
+ * Puts on_backward on Engine::execute of the libtorch_cpu file at path, for every process that
+ * maps it (once per file; a file without the symbol, or whose attach failed, is not tried
+ * again: counted in torch_attach_errors).
+ */
+static void attach_torch(struct cupti_state *c, const char *path)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts);
+	char name[512];
+	struct stat sb;
+	struct lib *l;
+	int fd, err;
+
+	if (stat(path, &sb))
+		return;
+	for (int i = 0; i < c->ntorch; i++)
+		if (c->torch[i].dev == sb.st_dev && c->torch[i].ino == sb.st_ino)
+			return;
+	if (c->ntorch == MAX_LIBS) {
+		c->st.libs_skipped++;
+		return;
+	}
+	if (!winwork__trylock(c->work))
+		return;	/* a window switch is under way: the next scan attaches it */
+	l = &c->torch[c->ntorch++];
+	memset(l, 0, sizeof(*l));
+	l->dev = sb.st_dev;
+	l->ino = sb.st_ino;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	err = fd < 0 ? -errno : elf_find_function_prefix(fd, ENGINE_EXECUTE_PREFIX, name,
+							 sizeof(name));
+	if (fd >= 0)
+		close(fd);
+	if (!err) {
+		opts.func_name = name;
+		l->links[0] = bpf_program__attach_uprobe_opts(c->skel->progs.on_backward, -1, path, 0,
+							     &opts);
+		err = l->links[0] ? 0 : -errno;
+	}
+	winwork__unlock(c->work);
+	if (err) {
+		c->st.torch_attach_errors++;
+		log_warn("cupti: no backward stacks for kernels of '%s' (autograd's Engine::execute: "
+			 "%s)", path, strerror(-err));
+		return;
+	}
+	c->st.torch_attached++;
+	log_info("cupti: backward calls of '%s' followed", path);
+}
+
 /*
  * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
  * remembers which processes map it (the ones whose windows the module controls).
@@ -135,12 +198,13 @@ void cupti_scan_procs(struct cupti_state *c)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
-	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300];
+	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300], torch[PATH_MAX + 300];
 
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
 		char *p, *path;
+		bool ours;
 		FILE *f;
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
@@ -152,15 +216,25 @@ void cupti_scan_procs(struct cupti_state *c)
 		f = fopen(fn, "re");
 		if (!f)
 			continue;
+		ours = false;
+		torch[0] = 0;
 		while (fgets(line, sizeof(line), f)) {
 			path = strchr(line, '/');
-			if (!path || !strstr(path, "libgpuscope_cupti"))
+			if (!path || !(strstr(path, "libgpuscope_cupti") || strstr(path, "libtorch_cpu")))
 				continue;
 			p = strchr(path, '\n');
 			if (p)
 				*p = 0;
-			if (!is_our_lib(path) || strstr(path, " (deleted)"))
+			if (strstr(path, " (deleted)"))
 				continue;
+			if (!torch[0] && is_torch_lib(path)) {
+				snprintf(torch, sizeof(torch), "/proc/%s/root%s", de->d_name, path);
+				if (ours)
+					break;
+			}
+			if (ours || !is_our_lib(path))
+				continue;
+			ours = true;
 			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
 			if (attach_lib(c, full) == 0) {
 				pid_t pid = atoi(de->d_name);
@@ -169,9 +243,12 @@ void cupti_scan_procs(struct cupti_state *c)
 				if (pr && !pr->lib_path)
 					pr->lib_path = strdup(full);
 			}
-			break;
+			if (torch[0])
+				break;
 		}
 		fclose(f);
+		if (ours && torch[0])
+			attach_torch(c, torch);
 	}
 	closedir(d);
 }
@@ -225,6 +302,14 @@ static void proc_free_contents(struct proc *p)
 			free(p->names[i]);
 	free(p->names);
 	memset(p, 0, sizeof(*p));
+}
+
+struct proc *cupti_proc_find(struct cupti_state *c, pid_t pid)
+{
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (c->procs[i].pid == pid)
+			return &c->procs[i];
+	return NULL;
 }
 
 struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid)
@@ -313,6 +398,8 @@ static void cupti_free(struct cupti_state *c)
 	for (int i = 0; i < c->nlibs; i++)
 		for (int k = 0; k < NPROBES; k++)
 			bpf_link__destroy(c->libs[i].links[k]);
+	for (int i = 0; i < c->ntorch; i++)
+		bpf_link__destroy(c->torch[i].links[0]);
 	ring_drain__free(c->drain);
 	cupti_bpf__destroy(c->skel);
 	for (int i = 0; i < MAX_DEVICES; i++)
@@ -536,6 +623,21 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_cupti_launch_stacks_evicted_total",
 		     "Kernel records whose launch was seen but whose stack was replaced by newer ones.",
 		     s.stacks_evicted);
+	prom_gauge(out, "gpuscope_agent_cupti_torch_libraries_attached",
+		   "libtorch_cpu files whose autograd Engine::execute is probed (backward stacks).",
+		   s.torch_attached);
+	prom_counter(out, "gpuscope_agent_cupti_torch_attach_errors_total",
+		     "libtorch_cpu files whose Engine::execute could not be found or probed.",
+		     s.torch_attach_errors);
+	prom_counter(out, "gpuscope_agent_cupti_backward_calls_total",
+		     "Autograd Engine::execute entries seen (backward passes, autograd.grad).",
+		     s.backwards);
+	prom_counter(out, "gpuscope_agent_cupti_backward_kernels_total",
+		     "Kernels launched by autograd's threads, put under the stack that called backward.",
+		     s.backward_kernels);
+	prom_counter(out, "gpuscope_agent_cupti_backward_kernels_lost_total",
+		     "Kernels launched by autograd's threads left under their own thread's stack: the "
+		     "backward call's stack was not seen or was replaced.", s.backward_lost);
 	prom_counter(out, "gpuscope_agent_cupti_unknown_names_total",
 		     "Kernel records whose name index was not known.", s.unknown_names);
 	prom_gauge(out, "gpuscope_agent_cupti_clock_max_step_seconds",

@@ -26,6 +26,11 @@ struct cupti_stats {
 	uint64_t filtered;	/* not sent: outside --pid, or dropped by a relabel rule */
 	uint64_t procs_seen, procs_full, processes;
 	uint64_t libs_attached, libs_skipped;
+	/* autograd: libtorch_cpu files whose Engine::execute is probed, ones that could not be;
+	 * backward calls seen, kernels of autograd's threads put under their caller's stack, and
+	 * such kernels left under their own thread's stack (the caller's was replaced or unknown) */
+	uint64_t torch_attached, torch_attach_errors;
+	uint64_t backwards, backward_kernels, backward_lost;
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
 	/* the ring's drain thread (agent/ringdrain.h): woken at its mark, events the full queue
 	 * lost, activity records in them, most queue memory at once */

@@ -39,7 +39,8 @@ static uint64_t launch_bucket(uint32_t pid, uint32_t cid)
 
 /* Into a free way of its bucket, else over the oldest one (counted). */
 static void put_launch(struct cupti_state *c, uint32_t pid, uint32_t cid, uint32_t tid,
-		       uint32_t stack_slot, uint64_t stack_hash)
+		       uint32_t stack_slot, uint64_t stack_hash, uint32_t parent_slot,
+		       uint32_t parent_check)
 {
 	struct launch *b = &c->launches[launch_bucket(pid, cid) * LAUNCH_WAYS], *l = &b[0];
 
@@ -58,6 +59,8 @@ static void put_launch(struct cupti_state *c, uint32_t pid, uint32_t cid, uint32
 	l->tid = tid;
 	l->stack_slot = stack_slot;
 	l->stack_hash = stack_hash;
+	l->parent_slot = parent_slot;
+	l->parent_check = parent_check;
 	l->seq = ++c->launch_seq;
 }
 
@@ -96,33 +99,63 @@ static uint32_t put_stack(struct cupti_state *c, uint32_t pid, const __u64 *fram
 	rs->hash = h;
 	rs->pid = pid;
 	rs->n = n;
+	rs->engine_at = ENGINE_UNSEEN;
 	memcpy(rs->frames, frames, 8ull * n);
 found:
 	c->stacks[slot].used = c->launch_seq + 1;	/* the seq put_launch gives next */
 	return slot;
 }
 
-void cupti_launch_put(struct cupti_state *c, uint32_t pid, uint32_t tid, uint32_t cid,
-		      uint32_t cid2, const __u64 *frames, uint32_t n)
+void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint32_t tid,
+		      uint32_t cid, uint32_t cid2, const __u64 *frames, uint32_t n)
 {
 	uint64_t h = hash64(frames, 8ull * n, pid) | 1;
-	uint32_t slot = put_stack(c, pid, frames, n, h);
+	uint32_t slot = put_stack(c, pid, frames, n, h), pslot = 0, pcheck = 0;
 
-	put_launch(c, pid, cid, tid, slot, h);
+	if (p && p->bw_hash && p->bw_tid != tid) {
+		struct raw_stack *ps = &c->stacks[p->bw_slot];
+
+		if (ps->hash == p->bw_hash) {
+			ps->used = c->launch_seq + 1;	/* in use while it is launched under */
+			pslot = p->bw_slot;
+			pcheck = (uint32_t)p->bw_hash | 1;
+		} else {
+			p->bw_hash = 0;	/* replaced: its kernels count in backward_lost */
+		}
+	}
+	put_launch(c, pid, cid, tid, slot, h, pslot, pcheck);
 	if (cid2)
-		put_launch(c, pid, cid2, tid, slot, h);
+		put_launch(c, pid, cid2, tid, slot, h, pslot, pcheck);
 }
 
-const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid)
+void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, const __u64 *frames,
+			uint32_t n)
+{
+	uint64_t h = hash64(frames, 8ull * n, p->pid) | 1;
+
+	p->bw_slot = put_stack(c, p->pid, frames, n, h);
+	p->bw_hash = h;
+	p->bw_tid = tid;
+}
+
+const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid,
+					   const struct raw_stack **parent)
 {
 	const struct launch *l = find_launch(c, pid, cid);
+	const struct raw_stack *ps;
 
+	if (parent)
+		*parent = NULL;
 	if (!l)
 		return NULL;
 	if (c->stacks[l->stack_slot].hash != l->stack_hash) {	/* replaced by other stacks */
 		c->st.stacks_evicted++;
 		return NULL;
 	}
+	ps = &c->stacks[l->parent_slot];
+	if (parent && l->parent_check && ((uint32_t)ps->hash | 1) == l->parent_check &&
+	    ps->pid == pid)
+		*parent = ps;
 	return &c->stacks[l->stack_slot];
 }
 
@@ -146,7 +179,52 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 		p->win_probe_ns += ev->probe_ns < TRACE_PROBE_MAX_NS ? ev->probe_ns
 								      : TRACE_PROBE_MAX_NS;
 	}
-	cupti_launch_put(c, ev->tgid, ev->tid, ev->cid, ev->cid2, frames, n);
+	cupti_launch_put(c, p, ev->tgid, ev->tid, ev->cid, ev->cid2, frames, n);
+}
+
+/* Is this autograd's worker loop (torch::autograd::Engine::thread_main)? */
+static bool engine_frame(const struct location *l)
+{
+	const char *f = l->function;
+
+	return f && !l->kernel && (!strncmp(f, "torch::autograd::Engine::thread_main(", 37) ||
+				   strstr(f, "6Engine11thread_main"));
+}
+
+/* Where autograd's worker loop is in a symbolized stack (ENGINE_NONE: not there). */
+static int32_t engine_index(const struct sym_stack *st)
+{
+	for (uint32_t i = 0; i < st->n; i++)
+		if (engine_frame(&st->locs[i]))
+			return (int32_t)i;
+	return ENGINE_NONE;
+}
+
+/*
+ * A backward call's entry: the caller's stack becomes the parent of what the process's other
+ * threads launch from now on, unless the caller is one of autograd's own threads (a backward
+ * nested in another: the outer one's caller stays).
+ */
+static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
+			size_t size)
+{
+	uint32_t n = ev->ustack_len;
+	const __u64 *frames = (const void *)(ev + 1);
+	const struct sym_stack *st;
+	struct proc *p;
+
+	if (n > GPUSCOPE_MAX_STACK || size < sizeof(*ev) + 8ull * n) {
+		c->st.bad_events++;
+		return;
+	}
+	c->st.backwards++;
+	p = cupti_proc_find(c, ev->tgid);
+	if (!p || !c->a->stacks)
+		return;	/* a process the module does not trace (yet) */
+	st = stack_cache__get(c->a->stacks, ev->tgid, NULL, 0, frames, n);
+	if (st && engine_index(st) != ENGINE_NONE)
+		return;
+	cupti_backward_put(c, p, ev->tid, frames, n);
 }
 
 /* The profiler's own frames on top of a launch stack: our callback and CUPTI's dispatch. */
@@ -166,12 +244,16 @@ static bool instrumentation_frame(const struct location *l)
  * agent's one stack cache (Python frames, [truncated] and unnamed code as in every other stack
  * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone.
  */
-static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs, const char *leaf)
+static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs,
+			   const struct raw_stack *parent, const char *leaf)
 {
+	static const struct location marker = { .function = "[autograd thread]",
+						.module = "[autograd thread]", .build_id = "" };
 	struct location only = { .function = leaf, .module = "[gpu]" };
-	struct location locs[GPUSCOPE_MAX_STACK + 1];
+	struct location locs[2 * GPUSCOPE_MAX_STACK + 2];
 	const struct sym_stack *st;
 	uint32_t skip = 0, n;
+	int32_t at;
 
 	if (!rs || !c->a->stacks)
 		return batch__stack(c->a->batch, &only, 1);
@@ -188,6 +270,28 @@ static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs, co
 	locs[0] = only;
 	memcpy(&locs[1], &st->locs[skip], n * sizeof(*locs));
 	c->st.stacks_symbolized++;
+	/* an autograd thread's launch: its stack up to the worker loop, under the backward
+	 * call's; looked for once per stack (again while frames are unresolved) */
+	at = rs->engine_at;
+	if (at == ENGINE_UNSEEN) {
+		at = engine_index(st);
+		if (at != ENGINE_NONE || !st->nunknown)
+			rs->engine_at = at;
+	}
+	if (at < (int32_t)skip || (uint32_t)at >= skip + n)
+		return batch__stack(c->a->batch, locs, n + 1);
+	if (!parent) {
+		c->st.backward_lost++;
+		return batch__stack(c->a->batch, locs, n + 1);
+	}
+	n = (uint32_t)at - skip + 1;	/* the worker loop's frame is the last of its own */
+	locs[1 + n++] = marker;
+	st = stack_cache__get(c->a->stacks, parent->pid, NULL, 0, parent->frames, parent->n);
+	if (!st)
+		return -ENOMEM;
+	memcpy(&locs[1 + n], st->locs, st->n * sizeof(*locs));
+	n += st->n;
+	c->st.backward_kernels++;
 	return batch__stack(c->a->batch, locs, n + 1);
 }
 
@@ -436,7 +540,10 @@ static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscop
 
 	switch (r->kind) {
 	case GPUSCOPE_CUPTI_KERNEL: {
-		const struct raw_stack *rs = cupti_launch_stack(c, p->pid, r->correlation_id);
+		const struct raw_stack *parent;
+		struct raw_stack *rs = (struct raw_stack *)cupti_launch_stack(c, p->pid,
+									      r->correlation_id,
+									      &parent);
 		const char *name =
 			r->name_idx < GPUSCOPE_CUPTI_NAMES_CAP ? p->names[r->name_idx] : NULL;
 		char unk[40];
@@ -456,7 +563,7 @@ static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscop
 			c->st.joined++;
 		else
 			c->st.unjoined++;
-		sid = build_stack(c, rs, name);
+		sid = build_stack(c, rs, parent, name);
 		if (sid < 0)
 			c->st.batch_errors++;
 		else if (batch__sample(c->a->batch, s, L.l, L.n, sid, SAMPLE_GPU_KERNEL_NS,
@@ -566,14 +673,15 @@ int cupti_handle_event(void *ctx, void *data, size_t size)
 		c->st.bad_events++;
 		return 0;
 	}
-	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH) {
-		if (size < sizeof(*launch)) {
+	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH || hdr->type == GPUSCOPE_EV_CUPTI_BACKWARD) {
+		if (size < sizeof(*launch))
 			c->st.bad_events++;
-		} else if (!cupti_pid_wanted(c->a, launch->tgid)) {
+		else if (!cupti_pid_wanted(c->a, launch->tgid))
 			c->st.filtered++;
-		} else {
+		else if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH)
 			on_launch(c, launch, size);
-		}
+		else
+			on_backward(c, launch, size);
 		return 0;
 	}
 	if (!cupti_pid_wanted(c->a, hdr->tgid)) {

@@ -347,23 +347,29 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 	return err;
 }
 
-int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_addr,
-		     uint64_t *ret_size)
+/*
+ * Calls fn for each defined symbol with a value of .symtab (pass 0), then .dynsym (pass 1), until
+ * fn returns true (stop) or both are done; fn may end a pass early by setting *next_pass.
+ */
+typedef bool (*sym_fn)(void *ctx, int pass, const char *name, const GElf_Sym *sym,
+		       bool *next_pass);
+
+static int each_symbol(int fd, sym_fn fn, void *ctx)
 {
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	Elf_Scn *scn = NULL;
-	size_t found = 0;
+	bool stop = false;
 
-	memset(ret_addr, 0, n * sizeof(*ret_addr));
-	memset(ret_size, 0, n * sizeof(*ret_size));
 	if (!elf)
 		return -ENOEXEC;
 	if (elf_kind(elf) != ELF_K_ELF) {
 		elf_end(elf);
 		return -ENOEXEC;
 	}
-	for (int pass = 0; pass < 2 && found < n; pass++) {	/* .symtab, then .dynsym */
-		while ((scn = elf_nextscn(elf, scn))) {
+	for (int pass = 0; pass < 2 && !stop; pass++) {	/* .symtab, then .dynsym */
+		bool next = false;
+
+		while (!stop && !next && (scn = elf_nextscn(elf, scn))) {
 			GElf_Shdr sh;
 			Elf_Data *d;
 			size_t cnt;
@@ -373,7 +379,7 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
 			    !(d = elf_getdata(scn, NULL)))
 				continue;
 			cnt = sh.sh_size / sh.sh_entsize;
-			for (size_t i = 0; i < cnt && found < n; i++) {
+			for (size_t i = 0; i < cnt && !stop && !next; i++) {
 				const char *name;
 				GElf_Sym sym;
 
@@ -382,21 +388,93 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
 				if (sym.st_shndx == SHN_UNDEF || !sym.st_value)
 					continue;
 				name = elf_strptr(elf, sh.sh_link, sym.st_name);
-				if (!name || !*name)
-					continue;
-				for (size_t k = 0; k < n; k++) {
-					if (ret_addr[k] || strcmp(name, names[k]))
-						continue;
-					ret_addr[k] = sym.st_value;
-					ret_size[k] = sym.st_size;
-					found++;
-				}
+				if (name && *name)
+					stop = fn(ctx, pass, name, &sym, &next);
 			}
 		}
 		scn = NULL;
 	}
 	elf_end(elf);
-	return (int)found;
+	return 0;
+}
+
+struct find_names {
+	const char *const *names;
+	size_t n, found;
+	uint64_t *addr, *size;
+};
+
+static bool find_name(void *ctx, int pass, const char *name, const GElf_Sym *sym, bool *next)
+{
+	struct find_names *f = ctx;
+
+	for (size_t k = 0; k < f->n; k++) {
+		if (f->addr[k] || strcmp(name, f->names[k]))
+			continue;
+		f->addr[k] = sym->st_value;
+		f->size[k] = sym->st_size;
+		f->found++;
+	}
+	return f->found == f->n;
+}
+
+int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_addr,
+		     uint64_t *ret_size)
+{
+	struct find_names f = { names, n, 0, ret_addr, ret_size };
+	int err;
+
+	memset(ret_addr, 0, n * sizeof(*ret_addr));
+	memset(ret_size, 0, n * sizeof(*ret_size));
+	err = each_symbol(fd, find_name, &f);
+	return err ? err : (int)f.found;
+}
+
+struct find_prefix {
+	const char *prefix;
+	size_t plen;
+	char *name;
+	size_t len;
+	uint64_t addr;
+	int pass, err;
+};
+
+static bool find_prefix(void *ctx, int pass, const char *name, const GElf_Sym *sym, bool *next)
+{
+	struct find_prefix *f = ctx;
+
+	if (f->addr && pass != f->pass) {	/* found in .symtab: .dynsym has nothing new */
+		*next = true;
+		return true;
+	}
+	if (GELF_ST_TYPE(sym->st_info) != STT_FUNC || GELF_ST_BIND(sym->st_info) == STB_LOCAL ||
+	    strncmp(name, f->prefix, f->plen) || strchr(name + f->plen, '.'))
+		return false;
+	if (f->addr && f->addr != sym->st_value) {
+		f->err = -EEXIST;
+		return true;
+	}
+	if (strlen(name) >= f->len) {
+		f->err = -ENAMETOOLONG;
+		return true;
+	}
+	strcpy(f->name, name);
+	f->addr = sym->st_value;
+	f->pass = pass;
+	return false;
+}
+
+int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len)
+{
+	struct find_prefix f = { .prefix = prefix, .plen = strlen(prefix), .name = ret_name,
+				 .len = len };
+	int err = each_symbol(fd, find_prefix, &f);
+
+	if (err)
+		return err;
+	if (f.err)
+		return f.err;
+	return f.addr ? 0 : -ENOENT;
 }
 
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret)
