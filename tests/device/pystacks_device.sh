@@ -63,7 +63,7 @@ a_ut, a_st, b_ut, b_st, t0, t1 = map(float, sys.argv[1:7])
 cpu = ((b_ut + b_st) - (a_ut + a_st)) / os.sysconf("SC_CLK_TCK")
 print("agent CPU during the loop: %.2f s over %.1f s = %.2f %% of one core" % (cpu, t1 - t0, 100 * cpu / (t1 - t0)))
 PY
-grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_|^gpuscope_agent_(resident|malloc|stack_cache|symbolizer_cache|cupti_queue|cupti_ring)' "$RET/agent-metrics.txt" | grep -v ' 0$'
+grep -E '^gpuscope_agent_(python|unwind|symbolizer_frames)_|^gpuscope_agent_(resident|malloc|stack_cache|symbolizer_cache|cupti_queue|cupti_ring|cupti_backward|cupti_torch)' "$RET/agent-metrics.txt" | grep -v ' 0$'
 {
 	echo "python pid $wpid"
 	python3 tests/device/pystacks_check.py "$url" "$wpid" $(python3 -c '

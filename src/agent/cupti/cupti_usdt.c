@@ -147,8 +147,8 @@ static bool is_torch_lib(const char *path)
  */
 static void attach_torch(struct cupti_state *c, const char *path)
 {
-	LIBBPF_OPTS(bpf_uprobe_opts, opts);
 	char name[512];
+	uint64_t off = 0;
 	struct stat sb;
 	struct lib *l;
 	int fd, err;
@@ -169,14 +169,14 @@ static void attach_torch(struct cupti_state *c, const char *path)
 	l->dev = sb.st_dev;
 	l->ino = sb.st_ino;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* by offset: libbpf's lookup by name would read the library's names (tens of MB) again */
 	err = fd < 0 ? -errno : elf_find_function_prefix(fd, ENGINE_EXECUTE_PREFIX, name,
-							 sizeof(name));
+							 sizeof(name), &off);
 	if (fd >= 0)
 		close(fd);
 	if (!err) {
-		opts.func_name = name;
-		l->links[0] = bpf_program__attach_uprobe_opts(c->skel->progs.on_backward, -1, path, 0,
-							     &opts);
+		l->links[0] = bpf_program__attach_uprobe(c->skel->progs.on_backward, false, -1, path,
+							 off);
 		err = l->links[0] ? 0 : -errno;
 	}
 	winwork__unlock(c->work);

@@ -349,28 +349,24 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 
 /*
  * Calls fn for each defined symbol with a value of .symtab (pass 0), then .dynsym (pass 1), until
- * fn returns true (stop) or both are done; fn may end a pass early by setting *next_pass.
+ * fn returns true (stop) or both are done; fn may end a pass early by setting *next_pass. The
+ * file pages the walk touched are dropped as it goes (a big library's names are tens of MB).
  */
 typedef bool (*sym_fn)(void *ctx, int pass, const char *name, const GElf_Sym *sym,
 		       bool *next_pass);
 
-static int each_symbol(int fd, sym_fn fn, void *ctx)
+static void each_symbol(Elf *elf, sym_fn fn, void *ctx)
 {
-	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	size_t flen = 0;
+	const char *raw = elf_rawfile(elf, &flen);
 	Elf_Scn *scn = NULL;
 	bool stop = false;
 
-	if (!elf)
-		return -ENOEXEC;
-	if (elf_kind(elf) != ELF_K_ELF) {
-		elf_end(elf);
-		return -ENOEXEC;
-	}
 	for (int pass = 0; pass < 2 && !stop; pass++) {	/* .symtab, then .dynsym */
 		bool next = false;
 
 		while (!stop && !next && (scn = elf_nextscn(elf, scn))) {
-			GElf_Shdr sh;
+			GElf_Shdr sh, strsh;
 			Elf_Data *d;
 			size_t cnt;
 
@@ -378,11 +374,19 @@ static int each_symbol(int fd, sym_fn fn, void *ctx)
 			    sh.sh_type != (pass ? SHT_DYNSYM : SHT_SYMTAB) || !sh.sh_entsize ||
 			    !(d = elf_getdata(scn, NULL)))
 				continue;
+			if (!gelf_getshdr(elf_getscn(elf, sh.sh_link), &strsh))
+				memset(&strsh, 0, sizeof(strsh));
 			cnt = sh.sh_size / sh.sh_entsize;
 			for (size_t i = 0; i < cnt && !stop && !next; i++) {
 				const char *name;
 				GElf_Sym sym;
 
+				if (i && i % DROP_EVERY == 0) {
+					elf_drop_file_pages(elf, d->d_buf, d->d_size);
+					if (raw && strsh.sh_offset + strsh.sh_size <= flen)
+						elf_drop_file_pages(elf, raw + strsh.sh_offset,
+								    strsh.sh_size);
+				}
 				if (!gelf_getsym(d, (int)i, &sym))
 					break;
 				if (sym.st_shndx == SHN_UNDEF || !sym.st_value)
@@ -391,11 +395,23 @@ static int each_symbol(int fd, sym_fn fn, void *ctx)
 				if (name && *name)
 					stop = fn(ctx, pass, name, &sym, &next);
 			}
+			elf_drop_file_pages(elf, d->d_buf, d->d_size);
+			if (raw && strsh.sh_offset + strsh.sh_size <= flen)
+				elf_drop_file_pages(elf, raw + strsh.sh_offset, strsh.sh_size);
 		}
 		scn = NULL;
 	}
-	elf_end(elf);
-	return 0;
+}
+
+static Elf *elf_open_mmap(int fd)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+
+	if (elf && elf_kind(elf) != ELF_K_ELF) {
+		elf_end(elf);
+		elf = NULL;
+	}
+	return elf;
 }
 
 struct find_names {
@@ -422,12 +438,15 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
 		     uint64_t *ret_size)
 {
 	struct find_names f = { names, n, 0, ret_addr, ret_size };
-	int err;
+	Elf *elf = elf_open_mmap(fd);
 
 	memset(ret_addr, 0, n * sizeof(*ret_addr));
 	memset(ret_size, 0, n * sizeof(*ret_size));
-	err = each_symbol(fd, find_name, &f);
-	return err ? err : (int)f.found;
+	if (!elf)
+		return -ENOEXEC;
+	each_symbol(elf, find_name, &f);
+	elf_end(elf);
+	return (int)f.found;
 }
 
 struct find_prefix {
@@ -464,17 +483,37 @@ static bool find_prefix(void *ctx, int pass, const char *name, const GElf_Sym *s
 	return false;
 }
 
-int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len)
+int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len,
+			     uint64_t *ret_off)
 {
 	struct find_prefix f = { .prefix = prefix, .plen = strlen(prefix), .name = ret_name,
 				 .len = len };
-	int err = each_symbol(fd, find_prefix, &f);
+	Elf *elf = elf_open_mmap(fd);
+	size_t nph = 0;
+	int err = -ENOENT;
 
-	if (err)
-		return err;
-	if (f.err)
-		return f.err;
-	return f.addr ? 0 : -ENOENT;
+	if (!elf)
+		return -ENOEXEC;
+	each_symbol(elf, find_prefix, &f);
+	if (f.err || !f.addr) {
+		elf_end(elf);
+		return f.err ? f.err : -ENOENT;
+	}
+	/* the file offset of its address: what a uprobe is attached at */
+	if (elf_getphdrnum(elf, &nph))
+		nph = 0;
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD ||
+		    f.addr < ph.p_vaddr || f.addr >= ph.p_vaddr + ph.p_filesz)
+			continue;
+		*ret_off = f.addr - ph.p_vaddr + ph.p_offset;
+		err = 0;
+		break;
+	}
+	elf_end(elf);
+	return err;
 }
 
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret)

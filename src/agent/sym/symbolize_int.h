@@ -111,11 +111,13 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
 		     uint64_t *ret_size);
 /*
  * The one global function symbol of an open ELF file whose name starts with prefix and has no
- * '.' after it (no .cold or .constprop part), into ret_name (len bytes): .symtab's if it has
- * any, else .dynsym's. 0; -ENOENT: none; -EEXIST: several at different addresses (overloads);
+ * '.' after it (no .cold or .constprop part), into ret_name (len bytes), and the file offset of
+ * its address (where a uprobe goes): .symtab's if it has any, else .dynsym's. 0; -ENOENT: none
+ * (or in no PT_LOAD segment); -EEXIST: several at different addresses (overloads);
  * -ENAMETOOLONG; -ENOEXEC: not ELF.
  */
-int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len);
+int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len,
+			     uint64_t *ret_off);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
 
