@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <linux/types.h>
 
 struct batch;
 struct symbolizer;
@@ -44,6 +45,13 @@ struct agent {
 	struct batch *batch;		/* where modules write; thread-safe, flushed by run.c */
 	struct symbolizer *sym;		/* shared symbolizer; main-loop thread only */
 	struct stack_cache *stacks;	/* raw frames -> symbolized locations (stacks.h); main loop only */
+	/*
+	 * The backward call (autograd Engine::execute) process pid's thread tid works for, as the
+	 * caller's raw user frames (valid until the next main-loop event): false when none is
+	 * known. Set by the cupti module while it runs (records.c), NULL otherwise. Main loop.
+	 */
+	bool (*backward_caller)(struct agent *a, pid_t pid, uint32_t tid, const __u64 **frames,
+				uint32_t *n);
 	struct unwinder *unwind;	/* shared BPF user-stack walker's maps and worker (unwind.h);
 					 * created by agent__unwinder(), freed by run.c */
 	bool unwind_tried;

@@ -11,8 +11,8 @@ of the range the windows covered.
 
 Backward kernels: train_step's loss_backward() calls the libtorch_cpu stand-in's autograd
 Engine::execute, whose device thread (C, no Python frame) launches them while the caller waits;
-they must come under loss_backward through the caller's stack ([autograd thread] between), and a
-kernel another plain thread launches meanwhile must not."""
+they must come under loss_backward through the caller's stack ([autograd thread] between), so
+must that thread's CPU samples, and a kernel another plain thread launches meanwhile must not."""
 import os
 import subprocess
 import sys
@@ -103,12 +103,17 @@ agent = None
 try:
     check(app.stdout.readline().strip() == "ready", "python3 loaded the injection library")
     agent = Agent(srv.url, ["--node", "kpy", "--pid", str(app.pid), "--push-interval", "1s",
-                            "--modules", "cupti", "--gpu-trace-budget", "100%"],
+                            "--modules", "cupti,cpu-sampler", "--gpu-trace-budget", "100%"],
                   os.path.join(tmp, "agent.log"))
     sel = '{node="kpy",pid="%d"}' % app.pid
     ok = wait_until(lambda: srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel,
                                       since="5m")["total"] >= 200 * 10**6, 60)
     check(ok, "kernel time of the Python process arrives")
+    # CPU samples from here on: the backward probe is attached (before, the device thread's
+    # samples have no caller to go under)
+    check(wait_until(lambda: agent.metric("gpuscope_agent_cupti_backward_calls_total") > 0, 30),
+          "backward calls seen")
+    t_cpu = time.time() + 1
     # the continuous window reports the stretch it covered every few seconds
     wait_until(lambda: (srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel,
                                   since="5m").get("traced") or {}).get("windows", 0) >= 1, 30)
@@ -174,6 +179,17 @@ try:
           "/metrics: %(torch_libraries_attached)d libtorch_cpu probed, %(backward_calls_total)d "
           "backward calls, %(backward_kernels_total)d kernels under them, "
           "%(backward_kernels_lost_total)d lost" % m)
+    # and the device thread's CPU samples go under the same call
+    wait_until(lambda: time.time() > t_cpu + 3, 10)
+    cpu = srv.query("flamegraph", kind="cpu", selector=sel,
+                    **{"from": "%.3f" % t_cpu, "to": "%.3f" % (time.time() + 60)})["root"]
+    ev = [(v, p) for v, p in paths(cpu) if any("Engine::evaluate_function" in f for f in p)]
+    ev_all, ev_under = sum(v for v, _ in ev), sum(v for v, p in ev if spliced(p))
+    for v, p in [(v, p) for v, p in ev if not spliced(p)][:3]:
+        print("  cpu not under: %d  %s" % (v, ";".join(p)[:400]))
+    check(ev_all > 0 and ev_under >= 0.9 * ev_all,
+          "autograd's CPU samples under loss_backward -> ... -> [autograd thread]: %d of %d" %
+          (ev_under, ev_all))
     instr = presence(root, lambda n: n in ("on_callback",) or "libcupti" in n or
                      "libgpuscope_cupti" in n)
     check(instr == 0, "no frame of the injection library or CUPTI in the stacks (%d ns)" % instr)

@@ -376,8 +376,9 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 		mod.relabel_dropped++;
 		return;
 	}
-	stack = agent__stack(a, ev->tgid, frames, ev->kstack_len, frames + ev->kstack_len,
-			     ev->ustack_len);
+	/* an autograd thread's samples go under the backward call it works for */
+	stack = agent__thread_stack(a, ev->tgid, ev->tid, frames, ev->kstack_len,
+				    frames + ev->kstack_len, ev->ustack_len);
 	if (stack < 0) {
 		mod.stack_errors++;
 		return;

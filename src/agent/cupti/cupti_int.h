@@ -120,13 +120,8 @@ struct raw_stack {
 	uint64_t hash;		/* 0: empty */
 	uint64_t used;		/* launch_seq of its latest launch */
 	uint32_t pid, n;
-	/* where autograd's Engine::thread_main is in the symbolized stack: ENGINE_UNSEEN until
-	 * looked at, ENGINE_NONE when it is not there (once every frame resolved) */
-	int32_t engine_at;
 	__u64 frames[GPUSCOPE_MAX_STACK];
 };
-#define ENGINE_UNSEEN (-2)
-#define ENGINE_NONE   (-1)
 
 struct span {
 	uint64_t start, end;
@@ -212,6 +207,8 @@ int cupti_handle_event(void *ctx, void *data, size_t size);
  * meanwhile, else emitted unjoined once they waited a whole drain (all of them when final).
  */
 void cupti_parked_retry(struct cupti_state *c, bool final);
+/* Lends (on) or takes back the module's backward callers to a->backward_caller. */
+void cupti_backward_hook(struct agent *a, bool on);
 /* Emits the gpu_busy unions that can no longer grow; all pending ones when force. */
 void cupti_busy_flush(struct cupti_state *c, bool force);
 void cupti_on_device(struct proc *p, uint32_t ordinal, uint64_t a, uint64_t b);

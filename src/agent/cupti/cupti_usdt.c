@@ -465,6 +465,7 @@ static int cupti_start(struct agent *a)
 	c->next_scan_ns = mono_ns() + SCAN_EVERY_NS;
 	bpf_counters__set(GPUSCOPE_PROG_CUPTI, bpf_map__fd(c->skel->maps.errors));
 	cupti_live = c;
+	cupti_backward_hook(a, true);
 	return 0;
 out_free:
 	cupti_free(c);
@@ -530,6 +531,7 @@ static void cupti_stop(struct agent *a)
 	drain(c, true);
 	bpf_counters__set(GPUSCOPE_PROG_CUPTI, -1);
 	cupti_usdt__stats(&last_stats);
+	cupti_backward_hook(a, false);
 	cupti_live = NULL;
 	cupti_free(c);	/* joins the switch thread; what it still attached is destroyed */
 }

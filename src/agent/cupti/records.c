@@ -99,7 +99,6 @@ static uint32_t put_stack(struct cupti_state *c, uint32_t pid, const __u64 *fram
 	rs->hash = h;
 	rs->pid = pid;
 	rs->n = n;
-	rs->engine_at = ENGINE_UNSEEN;
 	memcpy(rs->frames, frames, 8ull * n);
 found:
 	c->stacks[slot].used = c->launch_seq + 1;	/* the seq put_launch gives next */
@@ -182,24 +181,6 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
 	cupti_launch_put(c, p, ev->tgid, ev->tid, ev->cid, ev->cid2, frames, n);
 }
 
-/* Is this autograd's worker loop (torch::autograd::Engine::thread_main)? */
-static bool engine_frame(const struct location *l)
-{
-	const char *f = l->function;
-
-	return f && !l->kernel && (!strncmp(f, "torch::autograd::Engine::thread_main(", 37) ||
-				   strstr(f, "6Engine11thread_main"));
-}
-
-/* Where autograd's worker loop is in a symbolized stack (ENGINE_NONE: not there). */
-static int32_t engine_index(const struct sym_stack *st)
-{
-	for (uint32_t i = 0; i < st->n; i++)
-		if (engine_frame(&st->locs[i]))
-			return (int32_t)i;
-	return ENGINE_NONE;
-}
-
 /*
  * A backward call's entry: the caller's stack becomes the parent of what the process's other
  * threads launch from now on, unless the caller is one of autograd's own threads (a backward
@@ -222,7 +203,7 @@ static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_la
 	if (!p || !c->a->stacks)
 		return;	/* a process the module does not trace (yet) */
 	st = stack_cache__get(c->a->stacks, ev->tgid, NULL, 0, frames, n);
-	if (st && engine_index(st) != ENGINE_NONE)
+	if (st && st->engine_at >= 0)
 		return;
 	cupti_backward_put(c, p, ev->tid, frames, n);
 }
@@ -244,16 +225,13 @@ static bool instrumentation_frame(const struct location *l)
  * agent's one stack cache (Python frames, [truncated] and unnamed code as in every other stack
  * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone.
  */
-static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs,
+static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
 			   const struct raw_stack *parent, const char *leaf)
 {
-	static const struct location marker = { .function = "[autograd thread]",
-						.module = "[autograd thread]", .build_id = "" };
 	struct location only = { .function = leaf, .module = "[gpu]" };
-	struct location locs[2 * GPUSCOPE_MAX_STACK + 2];
+	struct location locs[GPUSCOPE_MAX_STACK + 1];
 	const struct sym_stack *st;
 	uint32_t skip = 0, n;
-	int32_t at;
 
 	if (!rs || !c->a->stacks)
 		return batch__stack(c->a->batch, &only, 1);
@@ -270,29 +248,39 @@ static int64_t build_stack(struct cupti_state *c, struct raw_stack *rs,
 	locs[0] = only;
 	memcpy(&locs[1], &st->locs[skip], n * sizeof(*locs));
 	c->st.stacks_symbolized++;
-	/* an autograd thread's launch: its stack up to the worker loop, under the backward
-	 * call's; looked for once per stack (again while frames are unresolved) */
-	at = rs->engine_at;
-	if (at == ENGINE_UNSEEN) {
-		at = engine_index(st);
-		if (at != ENGINE_NONE || !st->nunknown)
-			rs->engine_at = at;
-	}
-	if (at < (int32_t)skip || (uint32_t)at >= skip + n)
+	/* an autograd thread's launch: its stack up to the worker loop, under the backward call's */
+	if (st->engine_at < (int32_t)skip || (uint32_t)st->engine_at >= skip + n)
 		return batch__stack(c->a->batch, locs, n + 1);
 	if (!parent) {
 		c->st.backward_lost++;
 		return batch__stack(c->a->batch, locs, n + 1);
 	}
-	n = (uint32_t)at - skip + 1;	/* the worker loop's frame is the last of its own */
-	locs[1 + n++] = marker;
-	st = stack_cache__get(c->a->stacks, parent->pid, NULL, 0, parent->frames, parent->n);
-	if (!st)
-		return -ENOMEM;
-	memcpy(&locs[1 + n], st->locs, st->n * sizeof(*locs));
-	n += st->n;
 	c->st.backward_kernels++;
-	return batch__stack(c->a->batch, locs, n + 1);
+	return agent__under_caller(c->a, locs, (uint32_t)st->engine_at - skip + 2, parent->pid,
+				   parent->frames, parent->n);
+}
+
+/* a->backward_caller (agent.h): the backward call pid's thread tid works for. */
+static bool backward_caller(struct agent *a, pid_t pid, uint32_t tid, const __u64 **frames,
+			    uint32_t *n)
+{
+	struct cupti_state *c = cupti_live;
+	struct proc *p = c ? cupti_proc_find(c, pid) : NULL;
+	const struct raw_stack *ps;
+
+	if (!p || !p->bw_hash || p->bw_tid == tid)
+		return false;
+	ps = &c->stacks[p->bw_slot];
+	if (ps->hash != p->bw_hash)
+		return false;
+	*frames = ps->frames;
+	*n = ps->n;
+	return true;
+}
+
+void cupti_backward_hook(struct agent *a, bool on)
+{
+	a->backward_caller = on ? backward_caller : NULL;
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -541,9 +529,7 @@ static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscop
 	switch (r->kind) {
 	case GPUSCOPE_CUPTI_KERNEL: {
 		const struct raw_stack *parent;
-		struct raw_stack *rs = (struct raw_stack *)cupti_launch_stack(c, p->pid,
-									      r->correlation_id,
-									      &parent);
+		const struct raw_stack *rs = cupti_launch_stack(c, p->pid, r->correlation_id, &parent);
 		const char *name =
 			r->name_idx < GPUSCOPE_CUPTI_NAMES_CAP ? p->names[r->name_idx] : NULL;
 		char unk[40];

@@ -9,6 +9,7 @@
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "agent/unwind/frames.h"
+#include "common/abi.h"
 #include "agent/unwind/pysym.h"
 #include "common/hmap.h"
 #include "common/util.h"
@@ -97,6 +98,15 @@ static void special(struct stack_cache *c, struct location *loc, const char *nam
 	loc->build_id = "";
 }
 
+/* autograd's worker loop: its threads run the backward calls of other threads (docs/cupti.md) */
+static bool engine_frame(const struct location *l)
+{
+	const char *f = l->function;
+
+	return f && (!strncmp(f, "torch::autograd::Engine::thread_main(", 37) ||
+		     strstr(f, "6Engine11thread_main"));
+}
+
 /*
  * Symbolizes the frames into st (sized for nk + nu locations). Special words (frames.h) become
  * [truncated], [python] or the Python frame; the walk's honesty is re-checked here: a return
@@ -177,6 +187,12 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 		fill(c, &st->locs[st->n++], &f, err);
 		st->nunknown += !!err;
 	}
+	st->engine_at = -1;
+	for (uint32_t i = st->nkernel; i < st->n; i++)
+		if (engine_frame(&st->locs[i])) {
+			st->engine_at = (int32_t)i;
+			break;
+		}
 	st->resolved_ns = mono_ns();
 	st->batch_id = 0;	/* new locations: a new batch stack */
 }
@@ -234,17 +250,13 @@ void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *r
 	ret->stacks = c->len;
 }
 
-int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
-		     int nu)
+/* st's id in the current batch: hashing the location list costs more than the sample, so once
+ * per batch. */
+static int64_t batch_stack(struct agent *a, struct sym_stack *st)
 {
-	struct sym_stack *st = (struct sym_stack *)stack_cache__get(a->stacks, pid, kframes, nk,
-								    uframes, nu);
 	uint64_t id = batch__id(a->batch);
 	int64_t sid;
 
-	if (!st)
-		return -ENOMEM;
-	/* Hashing the location list into the batch costs more than the sample: once per batch. */
 	if (st->batch_id == id && st->batch_stack >= 0 && st->resolved_ns)
 		return st->batch_stack;
 	sid = batch__stack(a->batch, st->locs, st->n);
@@ -253,4 +265,47 @@ int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, c
 		st->batch_stack = sid;
 	}
 	return sid;
+}
+
+int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
+		     int nu)
+{
+	struct sym_stack *st = (struct sym_stack *)stack_cache__get(a->stacks, pid, kframes, nk,
+								    uframes, nu);
+
+	return st ? batch_stack(a, st) : -ENOMEM;
+}
+
+int64_t agent__under_caller(struct agent *a, const struct location *head, uint32_t nhead, pid_t pid,
+			    const __u64 *frames, uint32_t n)
+{
+	static const struct location marker = { .function = "[autograd thread]",
+						.module = "[autograd thread]", .build_id = "" };
+	struct location locs[3 * GPUSCOPE_MAX_STACK + 2];
+	const struct sym_stack *st;
+
+	if (nhead > 2 * GPUSCOPE_MAX_STACK + 1 || n > GPUSCOPE_MAX_STACK)
+		return -E2BIG;
+	memcpy(locs, head, nhead * sizeof(*locs));
+	locs[nhead++] = marker;
+	st = stack_cache__get(a->stacks, pid, NULL, 0, frames, (int)n);
+	if (!st)
+		return -ENOMEM;
+	memcpy(&locs[nhead], st->locs, st->n * sizeof(*locs));
+	return batch__stack(a->batch, locs, nhead + st->n);
+}
+
+int64_t agent__thread_stack(struct agent *a, pid_t pid, uint32_t tid, const __u64 *kframes, int nk,
+			    const __u64 *uframes, int nu)
+{
+	struct sym_stack *st = (struct sym_stack *)stack_cache__get(a->stacks, pid, kframes, nk,
+								    uframes, nu);
+	const __u64 *pf;
+	uint32_t pn;
+
+	if (!st)
+		return -ENOMEM;
+	if (st->engine_at < 0 || !a->backward_caller || !a->backward_caller(a, pid, tid, &pf, &pn))
+		return batch_stack(a, st);
+	return agent__under_caller(a, st->locs, (uint32_t)st->engine_at + 1, pid, pf, pn);
 }

@@ -25,6 +25,9 @@ struct sym_stack {
 	uint64_t resolved_ns;	/* when symbolized (CLOCK_MONOTONIC) */
 	uint64_t batch_id;	/* agent__stack(): the batch whose stack id is cached below */
 	int64_t batch_stack;
+	/* where autograd's worker loop (torch::autograd::Engine::thread_main) is in locs: a
+	 * thread that works for another thread's backward call (agent__thread_stack()); -1: not */
+	int32_t engine_at;
 	struct location locs[];
 };
 
@@ -65,5 +68,21 @@ void stack_cache__stats(const struct stack_cache *c, struct stack_cache_stats *r
  */
 int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, const __u64 *uframes,
 		     int nu);
+
+/*
+ * agent__stack() for a sample of thread tid: when the stack is one of autograd's worker threads
+ * (engine_at) and a->backward_caller knows the backward call it works for, the stack goes under
+ * that call's (agent__under_caller()).
+ */
+int64_t agent__thread_stack(struct agent *a, pid_t pid, uint32_t tid, const __u64 *kframes, int nk,
+			    const __u64 *uframes, int nu);
+
+/*
+ * The batch stack id of head (nhead locations, innermost first: what a worker thread did, up to
+ * its loop's frame) above an "[autograd thread]" frame above the caller's stack (pid's raw user
+ * frames, symbolized here). head is copied first: it may point into the cache. -errno.
+ */
+int64_t agent__under_caller(struct agent *a, const struct location *head, uint32_t nhead, pid_t pid,
+			    const __u64 *frames, uint32_t n);
 
 #endif
