@@ -134,6 +134,12 @@ if "from" in loop:
                            max(cl["value"], 1)))
     for name, v in sorted(tally(cl).items(), key=lambda kv: -kv[1])[:5]:
         print("   %6.2f %%  %s" % (100.0 * v / max(cl["value"], 1), name))
+    ag = presence(cl, lambda n: "autograd::Engine::thread_main" in n)
+    ag_under = presence(cl, lambda n: n == "[autograd thread]")
+    print("INFO during the loop: CPU samples of autograd's device thread %d, under the backward "
+          "call's stack %.1f %%; under train_step %.1f %% of all" %
+          (ag, 100.0 * ag_under / max(ag, 1),
+           100.0 * presence(cl, lambda n: n == "train_step") / max(cl["value"], 1)))
 for kind in ("offcpu_ns", "cuda_sync_ns"):
     t = fg(kind, proc)
     u = presence(t, unknown)
