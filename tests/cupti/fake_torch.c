@@ -61,25 +61,35 @@ NOINLINE static void evaluate_function(const char *kernel, uint64_t dur_ns)
 	__asm__ volatile("" ::: "memory");
 }
 
+/* The next graph task after *seen: waits for engine_execute() to post one. */
+static void next_task(uint64_t *seen)
+{
+	pthread_mutex_lock(&mu);
+	while (posted == *seen)
+		pthread_cond_wait(&cv, &mu);
+	*seen = posted;
+	pthread_mutex_unlock(&mu);
+}
+
+/* Tells engine_execute() that this thread finished task seen. */
+static void task_done(uint64_t seen, uint64_t *done)
+{
+	pthread_mutex_lock(&mu);
+	*done = seen;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
 /* torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&) */
 NOINLINE void *thread_main(void *arg)
 	__asm__("_ZN5torch8autograd6Engine11thread_mainERKSt10shared_ptrINS0_9GraphTaskEE");
 NOINLINE void *thread_main(void *arg)
 {
-	uint64_t seen = 0;
-
-	for (;;) {
-		pthread_mutex_lock(&mu);
-		while (posted == seen)
-			pthread_cond_wait(&cv, &mu);
-		seen = posted;
-		pthread_mutex_unlock(&mu);
+	for (uint64_t seen = 0;;) {
+		next_task(&seen);
 		for (uint32_t i = 0; i < task.n; i++)
 			evaluate_function(task.kernel, task.dur_ns);
-		pthread_mutex_lock(&mu);
-		worker_done = seen;
-		pthread_cond_broadcast(&cv);
-		pthread_mutex_unlock(&mu);
+		task_done(seen, &worker_done);
 	}
 	return arg;
 }
@@ -87,20 +97,11 @@ NOINLINE void *thread_main(void *arg)
 /* Another thread of the process that launches while a backward runs: not autograd's. */
 NOINLINE static void *side_loop(void *arg)
 {
-	uint64_t seen = 0;
-
-	for (;;) {
-		pthread_mutex_lock(&mu);
-		while (posted == seen)
-			pthread_cond_wait(&cv, &mu);
-		seen = posted;
-		pthread_mutex_unlock(&mu);
+	for (uint64_t seen = 0;;) {
+		next_task(&seen);
 		if (task.side_kernel)
 			launcher()(task.side_kernel, 0, 22, task.dur_ns / 8);
-		pthread_mutex_lock(&mu);
-		side_done = seen;
-		pthread_cond_broadcast(&cv);
-		pthread_mutex_unlock(&mu);
+		task_done(seen, &side_done);
 	}
 	return arg;
 }
