@@ -100,4 +100,29 @@ check(all(l.count("[truncated]") == 1 for l in cut),
       "each cut stack of the workload has exactly one [truncated] frame (%d cut)" % len(cut))
 m = re.search(r"(\d+) truncated", r.stdout)
 check(m is not None, "truncated walks are counted (%s)" % (m and m.group(0)))
+
+# --- fork children walked with their parent's mappings until their own are read -----------------
+# each child lives 30 ms: less than the agent takes to read a new process's mappings on a busy
+# machine, so without its parent's it would be walked by frame pointers (none here: cut at the
+# leaf) for all of its life
+w = subprocess.Popen([BURN, "30", "fork"], stdout=subprocess.PIPE, text=True)
+check(w.stdout.readline().strip() == "ready", "the forking workload started")
+r = run([AGENT, "record", "--duration", "5s", "--frequency", "999", "--folded", folded, "--top", "0"])
+w.kill()
+w.wait()
+lines = open(folded).read().splitlines() if os.path.exists(folded) else []
+kids = {}
+for l in lines:
+    s, n = l.rsplit(" ", 1)
+    if s.startswith("nofp_child;"):
+        kids[s] = kids.get(s, 0) + int(n)
+# (the rest of a child's samples are its exit's, in the kernel: no user stack to walk)
+total = sum(kids.values())
+whole = sum(n for s, n in kids.items() if ";main;burn_loop;" in s and "[truncated]" not in s)
+cut = sum(n for s, n in kids.items() if "[truncated]" in s)
+for s, n in sorted(kids.items(), key=lambda kv: -kv[1])[:3]:
+    print("  %5d  %s" % (n, s[:200]))
+check(total >= 50 and whole >= 0.6 * total and cut <= 0.1 * total,
+      "fork children's samples: %d of %d with the whole chain main -> burn_loop, %d cut short" %
+      (whole, total, cut))
 finish()

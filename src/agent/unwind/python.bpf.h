@@ -128,7 +128,7 @@ static __always_inline __u64 py_read_u64(__u64 addr, int *err)
 
 static __always_inline void py_walk_init(struct uwalk *st)
 {
-	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &st->tgid);
+	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &st->ktgid);
 	struct py_state *ps = py_state(st);
 
 	__builtin_memset(ps, 0, sizeof(*ps));
@@ -229,7 +229,7 @@ static __always_inline __u64 py_find_tstate(struct py_state *ps, const struct gp
 static __always_inline void py_start(struct uwalk *st)
 {
 	struct py_state *ps = py_state(st);
-	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &st->tgid);
+	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &st->ktgid);
 	__u64 ts, f;
 	int err = 0;
 
@@ -282,10 +282,11 @@ static __always_inline __u32 py_copy_str(struct py_room *r, __u64 obj,
 	return (__u32)bytes;
 }
 
-/* A code object not in py_names (r->k): its names copied there while its frame runs. */
-static __always_inline void py_name_code(struct py_room *r)
+/* A code object not in py_names (r->k): its names copied there while its frame runs; ktgid:
+ * the process whose Python entry describes the walked one (uwalk.ktgid). */
+static __always_inline void py_name_code(struct py_room *r, __u32 ktgid)
 {
-	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &r->k.tgid);
+	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &ktgid);
 	struct gpuscope_py_name *v = &r->v;
 	__u64 name;
 
@@ -366,7 +367,7 @@ static long py_step(__u64 i, void *ctx)
 		r->k.stamp = gpuscope_py_stamp(r->firstlineno, r->w[0], r->w[1], r->w[2]);
 		off = (off & 0xffffffffULL) | (__u64)r->k.stamp << 32;
 		if (!bpf_map_lookup_elem(&py_names, &r->k))
-			py_name_code(r);
+			py_name_code(r, st->ktgid);
 	}
 	if (!unwind_push(st, GPUSCOPE_FRAME_PY(code)) || !unwind_push(st, off))
 		return 1;

@@ -86,12 +86,16 @@ struct {
 struct uwalk {
 	__u64 pc, sp, bp;		/* user registers of the frame being unwound */
 	__u64 mm;			/* task->mm */
+	__u64 kmm;			/* the mm whose mappings describe this one: mm, or a fork
+					 * child's parent's until the child's own are read */
 	__u64 eval_start, eval_end;	/* _PyEval_EvalFrameDefault in this process; 0: none
 					 * (filled by py_walk_init()) */
 	__u64 py[4];			/* the Python walker's own state (python.bpf.h); sized
 					 * to struct py_state: this struct is on the stack of
 					 * every walking program, under the 512-byte limit */
 	__u32 tgid;
+	__u32 ktgid;			/* the process whose entries (mappings, Python) describe
+					 * this address space: tgid, or kmm's */
 	__u32 n;			/* words written */
 	__u32 slot;			/* scratch slot holding the words */
 	__u32 reason;			/* enum gpuscope_trunc once the walk ended early */
@@ -322,7 +326,7 @@ __noinline int uwalk_step(struct uwalk *st)
 
 	if (!st || st->done)
 		return 1;
-	tgid = st->tgid;
+	tgid = st->ktgid;
 	pc = st->pc;
 	if (pc == 0 || (pc >> 47)) {
 		if (st->first)
@@ -332,7 +336,7 @@ __noinline int uwalk_step(struct uwalk *st)
 		return 1;
 	}
 	p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (!p || p->mm != st->mm) {
+	if (!p || p->mm != st->kmm) {
 		/* not known (yet): frame pointers, and ask user space for the mappings */
 		if (!unwind_push(st, pc))
 			return 1;
@@ -345,7 +349,7 @@ __noinline int uwalk_step(struct uwalk *st)
 	mi = uwalk_find_mapping(p, pc);
 	if (mi < 0 || mi >= UNWIND_MAX_MAPS) {
 		unwind_stop(st, GPUSCOPE_TRUNC_UNMAPPED);
-		bpf_map_update_elem(&unwind_want, &tgid, &st->mm, BPF_ANY);
+		bpf_map_update_elem(&unwind_want, &st->tgid, &st->mm, BPF_ANY);
 		if (st->first)	/* the interrupted pc itself is real: keep it */
 			unwind_push(st, pc);
 		return 1;
@@ -418,7 +422,7 @@ static __always_inline void unwind_init(struct uwalk *st, __u64 pc, __u64 sp, __
 	st->sp = sp;
 	st->bp = bp;
 	st->first = 1;
-	st->tgid = bpf_get_current_pid_tgid() >> 32;
+	st->tgid = st->ktgid = bpf_get_current_pid_tgid() >> 32;
 }
 
 /*
@@ -437,6 +441,30 @@ static __always_inline bool unwind_init_task(struct uwalk *st)
 		return false;
 	unwind_init(st, regs->ip, regs->sp, regs->bp);
 	return true;
+}
+
+/*
+ * A process not known yet that a fork made and that has not exec'd since (its executable is
+ * the very file object its parent's is: an exec opens its own) has its parent's layout, so
+ * the parent's mappings and Python entry walk it until its own are read. Its first samples
+ * (a DataLoader worker's, a pre-fork server's) are then whole instead of frame pointers only.
+ */
+static __always_inline void unwind_parent_maps(struct uwalk *st, struct task_struct *task)
+{
+	struct task_struct *parent = BPF_CORE_READ(task, real_parent);
+	struct mm_struct *pmm = BPF_CORE_READ(parent, mm);
+	struct unwind_proc *pp;
+	__u32 ptgid;
+
+	if (!pmm || BPF_CORE_READ(pmm, exe_file) != BPF_CORE_READ(task, mm, exe_file))
+		return;
+	ptgid = BPF_CORE_READ(parent, tgid);
+	pp = bpf_map_lookup_elem(&unwind_procs, &ptgid);
+	if (!pp || pp->mm != (__u64)pmm)
+		return;
+	st->ktgid = ptgid;
+	st->kmm = (__u64)pmm;
+	unwind_count(UNWIND_ST_PARENT);
 }
 
 /*
@@ -462,7 +490,7 @@ static __always_inline struct unwind_scratch *unwind_take(struct uwalk *st)
 		return NULL;
 	}
 	st->slot = slot;
-	st->mm = (__u64)task->mm;
+	st->mm = st->kmm = (__u64)task->mm;
 	unwind_count(UNWIND_ST_WALKS);
 	p = bpf_map_lookup_elem(&unwind_procs, &st->tgid);
 	if (p && !p->mm)	/* registered by pid before its first walk: adopt this mm */
@@ -470,6 +498,7 @@ static __always_inline struct unwind_scratch *unwind_take(struct uwalk *st)
 	if (!p || p->mm != st->mm) {
 		unwind_count(UNWIND_ST_NO_PROC);
 		bpf_map_update_elem(&unwind_want, &st->tgid, &st->mm, BPF_NOEXIST);
+		unwind_parent_maps(st, task);
 	}
 	uwalk_run(st);
 	if (!st->done && !st->reason)

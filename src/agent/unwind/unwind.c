@@ -895,6 +895,7 @@ void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
 	ret->table_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TABLE_FRAMES);
 	ret->fp_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FP_FRAMES);
 	ret->no_proc = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_PROC);
+	ret->parent_maps = bpf_percpu_sum(u->stats_fd, UNWIND_ST_PARENT);
 	ret->no_table = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_TABLE);
 	ret->nested = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NESTED);
 	ret->stack_full = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_FULL);
@@ -940,9 +941,11 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
 	n = "gpuscope_agent_unwind_walks_total";
 	prom_family(out, n, "counter", "User-stack walks in BPF: all, of processes not known yet "
-				       "(frame pointers), without a free scratch slot (not taken).");
+				       "(frame pointers), of those fork children walked with their "
+				       "parent's mappings, without a free scratch slot (not taken).");
 	prom_sample1_u64(out, n, "result", "all", s.walks);
 	prom_sample1_u64(out, n, "result", "no_proc", s.no_proc);
+	prom_sample1_u64(out, n, "result", "parent_maps", s.parent_maps);
 	prom_sample1_u64(out, n, "result", "no_scratch", s.nested);
 	n = "gpuscope_agent_unwind_frames_total";
 	prom_family(out, n, "counter", "Native frames walked, by method.");

@@ -57,6 +57,7 @@ struct unwinder_stats {
 	uint64_t queued;				/* binaries waiting for a build now */
 	uint64_t procs, refreshes, requests;
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
+	uint64_t parent_maps;	/* of no_proc: fork children walked with their parent's mappings */
 	uint64_t stack_full, stack_collisions, stack_clears;
 	uint64_t truncated[16];				/* by enum gpuscope_trunc */
 };

@@ -84,6 +84,7 @@ enum unwind_stat {
 	UNWIND_ST_NESTED,		/* no free scratch slot (deep nesting): stack not taken */
 	UNWIND_ST_STACK_FULL,		/* unwind_stacks full: stack not kept */
 	UNWIND_ST_STACK_COLLISION,	/* another stack holds the id: stack not kept */
+	UNWIND_ST_PARENT,		/* of NO_PROC: a fork child walked with its parent's mappings */
 	UNWIND_ST_TRUNC_BASE,		/* + enum gpuscope_trunc: walks ended early, by reason */
 	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16,
 };
