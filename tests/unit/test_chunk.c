@@ -2,8 +2,10 @@
 /* Unit tests for src/server/store/sqlite/chunk.c: round trips and refusals of the blob codec. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "test.h"
 #include "server/store/sqlite/chunk.h"
+#include "server/store/sqlite/chunk_blob.h"
 
 static bool test_chunk_samples(void)
 {
@@ -478,6 +480,201 @@ static bool test_chunk_format3(void)
 	return ok;
 }
 
+/* A format-3 chunk as schema 8-12 servers wrote it (µs; before zstd): four rows of label sets
+ * 3 and 4, a summary (running_ns the rest of its length), a blocked state, two running ones;
+ * only the first row's seq (9) kept, the others the least (7). */
+static const uint8_t fmt3_chunk[] = {
+	0x00, 0x03, 0xe8, 0x07, 0x04, 0x07, 0x0b, 0x62, 0x6c, 0x6f, 0x63, 0x6b,
+	0x65, 0x64, 0x5f, 0x6e, 0x73, 0x00, 0x72, 0x75, 0x6e, 0x6e, 0x61, 0x62,
+	0x6c, 0x65, 0x5f, 0x6e, 0x73, 0x00, 0x72, 0x75, 0x6e, 0x6e, 0x69, 0x6e,
+	0x67, 0x5f, 0x6e, 0x73, 0x00, 0x73, 0x74, 0x61, 0x74, 0x65, 0x00, 0x72,
+	0x75, 0x6e, 0x6e, 0x69, 0x6e, 0x67, 0x00, 0x73, 0x75, 0x6d, 0x6d, 0x61,
+	0x72, 0x79, 0x00, 0x72, 0x65, 0x61, 0x73, 0x6f, 0x6e, 0x00, 0x66, 0x75,
+	0x74, 0x65, 0x78, 0x00, 0x62, 0x6c, 0x6f, 0x63, 0x6b, 0x65, 0x64, 0x00,
+	0x73, 0x74, 0x61, 0x63, 0x6b, 0x5f, 0x69, 0x64, 0x00, 0x63, 0x70, 0x75,
+	0x00, 0x03, 0x05, 0x00, 0x01, 0x02, 0x03, 0x05, 0x03, 0x06, 0x03, 0x09,
+	0x02, 0x0a, 0x03, 0x02, 0x62, 0x86, 0x01, 0xf3, 0x01, 0x02, 0x00, 0x01,
+	0x03, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x02, 0x00,
+	0x02, 0x01, 0x02, 0x05, 0x51, 0x02, 0x10, 0x10, 0x20, 0x10, 0x05, 0x1c,
+	0x45, 0x0d, 0x0d,
+};
+
+/* Chunks written before format 4 still read, the same rows as those servers answered. */
+static bool test_chunk_intervals_format3_read(void)
+{
+	struct ichunk c = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = ASSERT_EQ(zblob_pack(fmt3_chunk, sizeof(fmt3_chunk), 1, &z, &zlen), 0, "pack") &&
+		  ASSERT_EQ(chunk_intervals_decode(&c, z, zlen, 1000000), 0, "decode") &&
+		  ASSERT_EQ(c.n, 4, "n");
+
+	ok = ok && ASSERT_EQ(c.labelset[0], 3, "ls") && ASSERT_EQ(c.start[0], 1000000, "start") &&
+	     ASSERT_EQ(c.end[0], 1354000, "end") && ASSERT_EQ(c.seq[0], 9, "kept seq") &&
+	     ASSERT_STREQ(c.attrs[2 * c.attr0[0] + 5], "333000", "running_ns") &&
+	     ASSERT_EQ(c.start[1], 1354000, "back to back") && ASSERT_EQ(c.end[1], 2000000, "end") &&
+	     ASSERT_STREQ(c.attrs[2 * c.attr0[1] + 1], "3", "cpu") && ASSERT_EQ(c.seq[1], 7, "least") &&
+	     ASSERT_EQ(c.labelset[2], 4, "ls") && ASSERT_EQ(c.start[2], 1000000, "start") &&
+	     ASSERT_STREQ(c.attrs[2 * c.attr0[2] + 1], "futex", "reason") &&
+	     ASSERT_STREQ(c.attrs[2 * c.attr0[2] + 5], "17", "stack_id") &&
+	     ASSERT_EQ(c.start[3], 1001000, "start") && ASSERT_EQ(c.end[3], 1500000, "end") &&
+	     ASSERT_EQ(c.nattr, 12, "attrs");
+	free(z);
+	ichunk_done(&c);
+	return ok;
+}
+
+/* Round trip of r (n rows) at unit u, decoded into c; t_min the least start, floored. */
+static bool iv_roundtrip(const struct irow *r, size_t n, uint64_t u, struct ichunk *c)
+{
+	uint64_t t_min = UINT64_MAX;
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok;
+
+	for (size_t i = 0; i < n; i++)
+		t_min = r[i].start < t_min ? r[i].start : t_min;
+	ok = ASSERT_EQ(chunk_intervals_encode(r, n, u, &z, &zlen), 0, "encode") &&
+	     ASSERT_EQ(chunk_intervals_decode(c, z, zlen, n ? t_min - t_min % u : 0), 0, "decode") &&
+	     ASSERT_EQ(c->n, n, "n") && ASSERT_EQ(c->raw.p[1], 4, "format 4");
+	free(z);
+	return ok;
+}
+
+/*
+ * Format 4's arrival numbers: rows whose start no other row shares get the chunk's least seq;
+ * a tie group held whole by the chunk (seq_free) keeps only its order of arrival, whether or
+ * not that is the predicted one (by end); rows not seq_free keep their seq as it is.
+ */
+static bool test_chunk_intervals_ties(void)
+{
+	const char *run[] = { "state", "running", "cpu", "2" };
+	const char *blk[] = { "state", "blocked", "reason", "futex", "stack_id", "40" };
+	/* ls 1 and 2 switch at 5000 (2 arrives first: it ends first, the prediction); ls 3, 4 and 5
+	 * start at 9000 and arrive 5, 3, 4 (not by end); ls 6 and 7 at 12000 keep their seqs */
+	struct irow r[9] = {
+		{ 100, 1, 1000, 5000, run, 2, true }, { 103, 1, 5000, 9000, blk, 3, true },
+		{ 101, 2, 5000, 6000, run, 2, true }, { 105, 3, 9000, 9500, run, 2, true },
+		{ 106, 4, 9000, 9100, blk, 3, true }, { 104, 5, 9000, 20000, run, 2, true },
+		{ 102, 2, 6000, 7000, blk, 3, true }, { 500, 6, 12000, 13000, run, 2, false },
+		{ 90, 7, 12000, 12500, blk, 3, false },
+	};
+	struct ichunk c = { 0 };
+	bool ok = iv_roundtrip(r, 9, 1, &c);
+
+	/* rows by (label set, start): 1@1000 1@5000 2@5000 2@6000 3 4 5 6 7 */
+	ok = ok && ASSERT_EQ(c.seq[0], 90, "no tie: the least") &&
+	     ASSERT_EQ(c.seq[3], 90, "no tie: the least") &&
+	     ASSERT_TRUE(c.seq[2] < c.seq[1], "ls 2 arrived first at 5000") &&
+	     ASSERT_TRUE(c.seq[6] < c.seq[4] && c.seq[4] < c.seq[5], "5, 3, 4 at 9000") &&
+	     ASSERT_EQ(c.seq[7], 500, "kept") && ASSERT_EQ(c.seq[8], 90, "kept");
+	for (size_t i = 0; ok && i < 9; i++)
+		ok = ASSERT_TRUE(c.seq[i] >= 90 && c.seq[i] <= 500, "within the batch's seqs");
+	/* at µs: 5000 and 5999 fall into one µs, 9000 ns 9 µs */
+	r[2].start = 5999;
+	r[2].end = 5999 + 1;
+	ok = ok && iv_roundtrip(r, 9, 1000, &c) &&
+	     ASSERT_TRUE(c.seq[2] < c.seq[1], "ties of the stored start") &&
+	     ASSERT_TRUE(c.seq[6] < c.seq[4] && c.seq[4] < c.seq[5], "5, 3, 4 at 9 µs");
+	ichunk_done(&c);
+	return ok;
+}
+
+/* Edge cases: no row, one row, rows given out of order and overlapping within a thread, huge
+ * lengths, constant and varying values per shape, the derived running_ns. */
+static bool test_chunk_intervals_edges(void)
+{
+	const char *sum[] = { "blocked_ns", "0", "runnable_ns", "20000", "running_ns", "333000",
+			      "state", "running", "summary", "1" };
+	const char *sum2[] = { "blocked_ns", "0", "runnable_ns", "1000", "running_ns", "1000",
+			       "state", "runnable", "summary", "1" };
+	const char *run[] = { "state", "running", "cpu", "2" };
+	const char *a[65];
+	struct irow r[5] = {
+		{ 7, 1, 5000000, 5353000, sum, 5, true },
+		{ 3, 1, 1000000, 9000000, run, 2, true },	/* overlaps the others */
+		{ 9, 1, 4000000, 4002000, sum2, 5, true },
+		{ 5, 2, 0, UINT64_MAX / 2, run, 2, true },	/* huge */
+		{ 4, 1, 9000000, 8999999000000ull, sum, 5, false },	/* 20000 + 333000 != length */
+	};
+	struct ichunk c = { 0 };
+	bool ok = iv_roundtrip(r, 0, 1000, &c) && iv_roundtrip(r, 1, 1000, &c) &&
+		  ASSERT_EQ(c.start[0], 5000000, "one row") && ASSERT_EQ(c.end[0], 5353000, "end") &&
+		  ASSERT_EQ(c.seq[0], 7, "seq") && ASSERT_STREQ(c.attrs[5], "333000", "running_ns");
+
+	for (uint64_t u = 1; ok && u <= 1000; u *= 1000) {
+		ok = iv_roundtrip(r, 5, u, &c) && ASSERT_EQ(c.labelset[4], 2, "ls 2 last") &&
+		     ASSERT_EQ(c.start[0], 1000000, "by start") && ASSERT_EQ(c.end[0], 9000000, "end") &&
+		     ASSERT_EQ(c.start[1], 4000000, "start before the last end") &&
+		     ASSERT_EQ(c.start[2], 5000000, "start") && ASSERT_EQ(c.end[3], 8999999000000ull, "end") &&
+		     ASSERT_EQ(c.seq[3], 4, "kept") && ASSERT_EQ(c.end[4], UINT64_MAX / 2 / u * u, "huge");
+		for (size_t k = 0; ok && k < 10; k++)
+			ok = ASSERT_STREQ(c.attrs[2 * c.attr0[1] + k], sum2[k], "summary 2") &&
+			     ASSERT_STREQ(c.attrs[2 * c.attr0[2] + k], sum[k], "summary") &&
+			     ASSERT_STREQ(c.attrs[2 * c.attr0[3] + k], sum[k], "not derived");
+		ok = ok && ASSERT_STREQ(c.attrs[2 * c.attr0[0] + 3], "2", "cpu");
+	}
+	/* more attrs than a chunk takes */
+	for (size_t k = 0; k < 65; k++)
+		a[k] = "x";
+	r[0] = (struct irow){ 1, 1, 0, 1, a, CHUNK_MAX_ATTRS + 1, true };
+	ok = ok && ASSERT_EQ(chunk_intervals_encode(r, 1, 1000, &(uint8_t *){ NULL }, &(size_t){ 0 }),
+			     -EINVAL, "too many attrs");
+	ichunk_done(&c);
+	return ok;
+}
+
+/* A corrupt format-4 chunk is refused (-EINVAL), never read past: every truncation and every
+ * byte changed of a real one either decodes or is refused, and a chunk that decodes has
+ * consistent rows. */
+static bool test_chunk_intervals_corrupt(void)
+{
+	const char *run[] = { "state", "running", "cpu", "2" };
+	const char *blk[] = { "state", "blocked", "reason", "futex", "stack_id", "40" };
+	struct irow r[6] = {
+		{ 10, 1, 1000, 5000, run, 2, true }, { 13, 1, 5000, 9000, blk, 3, true },
+		{ 11, 2, 5000, 6000, run, 2, true }, { 12, 2, 6000, 7000, blk, 3, true },
+		{ 15, 3, 5000, 5500, run, 2, true }, { 14, 3, 7000, 7500, run, 2, false },
+	};
+	struct ichunk c = { 0 };
+	struct buf raw = { 0 };
+	uint8_t *z = NULL, *y = NULL;
+	size_t zlen = 0, ylen = 0, refused = 0;
+	bool ok = ASSERT_EQ(chunk_intervals_encode(r, 6, 1000, &z, &zlen), 0, "encode") &&
+		  ASSERT_EQ(blob_unpack(z, zlen, 1 << 20, &raw), 0, "unpack");
+
+	for (size_t len = 0; ok && len < raw.len; len++) {
+		ok = ASSERT_EQ(zblob_pack(raw.p, len, 1, &y, &ylen), 0, "pack") &&
+		     ASSERT_EQ(chunk_intervals_decode(&c, y, ylen, 1000), -EINVAL,
+			       "truncated: refused") &&
+		     ASSERT_EQ(c.n, 0, "empty after refusal");
+		free(y);
+		y = NULL;
+	}
+	for (size_t i = 0; ok && i < raw.len; i++) {
+		for (int bit = 0; ok && bit < 8; bit++) {
+			int err;
+
+			raw.p[i] ^= (uint8_t)(1 << bit);
+			ok = ASSERT_EQ(zblob_pack(raw.p, raw.len, 1, &y, &ylen), 0, "pack");
+			err = chunk_intervals_decode(&c, y, ylen, 1000);
+			ok = ok && ASSERT_TRUE(err == 0 || err == -EINVAL, "decodes or refused");
+			refused += err != 0;
+			for (size_t k = 0; ok && !err && k < c.n; k++)
+				ok = ASSERT_TRUE(c.end[k] >= c.start[k] && c.nattrs[k] <= 3,
+						 "consistent rows");
+			raw.p[i] ^= (uint8_t)(1 << bit);
+			free(y);
+			y = NULL;
+		}
+	}
+	ok = ok && ASSERT_TRUE(refused > raw.len, "most changes refused");
+	free(z);
+	buf_done(&raw);
+	ichunk_done(&c);
+	return ok;
+}
+
 /*
  * Schema 9: where every value is a whole number of the unit (off-CPU values that ingest rounded
  * to µs), format 3 keeps them in units (flag 16), as gaps or as they are, and decodes them
@@ -553,4 +750,6 @@ static bool test_chunk_stack_locs(void)
 TEST_MAIN(T(test_chunk_stack_locs), T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
 	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
-	  T(test_chunk_format3), T(test_chunk_values_in_units))
+	  T(test_chunk_format3), T(test_chunk_values_in_units), T(test_chunk_intervals_format3_read),
+	  T(test_chunk_intervals_ties), T(test_chunk_intervals_edges),
+	  T(test_chunk_intervals_corrupt))

@@ -50,7 +50,7 @@ int blob_format(struct rd *r)
 		return 1;
 	r->p++;
 	v = rd_uvarint(r);
-	return !r->bad && (v == 2 || v == 3) ? (int)v : -EINVAL;
+	return !r->bad && v >= 2 && v <= 4 ? (int)v : -EINVAL;
 }
 
 /* The bytes blob_pack() wrapped, appended to b; at most max. 0 or -EINVAL/-E2BIG/-ENOMEM. */

@@ -585,6 +585,7 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 struct iv_sort {
 	const char *kind;
 	struct irow r;
+	size_t nties;		/* the batch's intervals starting at its stored start, itself too */
 };
 
 static int cmp_iv(const void *a, const void *b)
@@ -625,12 +626,13 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 }
 
 /*
- * An interval whose stored start (floored to unit_ns) no other of its batch has, of any kind,
- * needs no seq of its own: a query orders ties of start by seq, and every seq of the batch
- * lies between those of the batches before and after (format 3 gives it the chunk's least).
- * 0 or -ENOMEM.
+ * How many intervals of the batch, of any kind, start at each one's stored start (floored to
+ * unit_ns): into v[i].nties. A query orders ties of start by seq, and every seq of the batch lies
+ * between those of the batches before and after, so an interval that no other shares its start
+ * with needs no seq of its own, and a tie group held whole by one chunk only its order (format
+ * 4, chunk.h). 0 or -ENOMEM.
  */
-static int mark_seq_free(struct iv_sort *v, size_t n, uint64_t unit_ns)
+static int count_ties(struct iv_sort *v, size_t n, uint64_t unit_ns)
 {
 	uint64_t u = unit_ns > 1 ? unit_ns : 1, *t = malloc((n ? n : 1) * sizeof(*t));
 
@@ -641,7 +643,7 @@ static int mark_seq_free(struct iv_sort *v, size_t n, uint64_t unit_ns)
 	qsort(t, n, sizeof(*t), cmp_u64);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t x = v[i].r.start / u;
-		size_t lo = 0, hi = n;
+		size_t lo = 0, hi = n, end;
 
 		while (lo < hi) {	/* the first of t not below x */
 			size_t mid = lo + (hi - lo) / 2;
@@ -651,10 +653,29 @@ static int mark_seq_free(struct iv_sort *v, size_t n, uint64_t unit_ns)
 			else
 				hi = mid;
 		}
-		v[i].r.seq_free = lo + 1 >= n || t[lo + 1] != x;
+		for (end = lo; end < n && t[end] == x; end++)
+			;
+		v[i].nties = end - lo;
 	}
 	free(t);
 	return 0;
+}
+
+/* The rows of one chunk, v[a..b) (sorted by start), into r: seq_free where the chunk holds
+ * every interval of the batch that starts at the row's stored start. */
+static void chunk_rows(const struct iv_sort *v, size_t a, size_t b, uint64_t unit_ns,
+		       struct irow *r)
+{
+	uint64_t u = unit_ns > 1 ? unit_ns : 1;
+
+	for (size_t k = a, j; k < b; k = j) {
+		for (j = k; j < b && v[j].r.start / u == v[k].r.start / u; j++)
+			;
+		for (size_t x = k; x < j; x++) {
+			r[x - a] = v[x].r;
+			r[x - a].seq_free = j - k == v[x].nties;
+		}
+	}
 }
 
 /*
@@ -728,13 +749,12 @@ static int store_intervals(struct ingest *in)
 			.nattrs = na / 2 } };
 	}
 	qsort(v, n, sizeof(*v), cmp_iv);
-	err = mark_seq_free(v, n, s->o.time_unit_ns);
+	err = count_ties(v, n, s->o.time_unit_ns);
 	for (size_t i = 1; n && i <= n && !err; i++) {
 		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
 		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
 			continue;
-		for (size_t k = start; k < i; k++)
-			r[k - start] = v[k].r;
+		chunk_rows(v, start, i, s->o.time_unit_ns, r);
 		err = sq_put_interval_chunk(s, v[start].kind, r, i - start, s->o.time_unit_ns);
 		start = i;
 	}

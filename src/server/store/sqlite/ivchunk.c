@@ -144,14 +144,112 @@ static uint64_t acc_add(uint64_t acc, uint64_t v)
 }
 
 /*
- * Format 2's values, a column per attr name (in the order the shapes first name them): each
- * row's values of that name in row order. 0 or -ENOMEM.
+ * Format 4's tie groups: the rows not listed (listed[i] false) that share a start (in units,
+ * s[i]) with another such row. next[i]: the group's next row (row order), SIZE_MAX after its
+ * last; head[i]: whether row i is the first of a group of at least two. An open-addressing
+ * table over the starts, so that decoding stays linear. 0 or -ENOMEM.
  */
-static int put_values(struct buf *b, const struct irow *r, const size_t *o, size_t n,
-		      struct stab *t, const struct stab *shapes, const size_t *rep, uint64_t u)
+static int tie_groups(const uint64_t *s, const bool *listed, size_t n, size_t *next, bool *head)
 {
-	uint64_t *acc = calloc(2 * n, sizeof(*acc)), *acc_u = acc + n;	/* acc_u: format 3's */
+	size_t cap = 16, *first, *last;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	first = malloc(cap * sizeof(*first));
+	last = malloc(cap * sizeof(*last));
+	if (!first || !last) {
+		free(first);
+		free(last);
+		return -ENOMEM;
+	}
+	memset(first, 0xff, cap * sizeof(*first));
+	for (size_t i = 0; i < n; i++) {
+		size_t h = (size_t)((s[i] * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+
+		next[i] = SIZE_MAX;
+		head[i] = false;
+		if (listed[i])
+			continue;
+		while (first[h] != SIZE_MAX && s[first[h]] != s[i])
+			h = (h + 1) & (cap - 1);
+		if (first[h] == SIZE_MAX) {
+			first[h] = last[h] = i;
+			continue;
+		}
+		head[first[h]] = true;
+		next[last[h]] = i;
+		last[h] = i;
+	}
+	free(first);
+	free(last);
+	return 0;
+}
+
+/* Order of a tie group's rows as format 4 predicts arrival: by end (a state is sent when it
+ * ends), then row. */
+static int cmp_pred(const void *a, const void *b, void *ctx)
+{
+	const uint64_t *e = ctx;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	if (e[x] != e[y])
+		return e[x] < e[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Row order by (seq, row) through ctx (the rows' seqs). */
+static int cmp_seq(const void *a, const void *b, void *ctx)
+{
+	const uint64_t *q = ctx;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	if (q[x] != q[y])
+		return q[x] < q[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Format 4's value code of one attr (format 3's: 4 x string index, 4 x number + 1, 2 for the
+ * row's length less its numbers before; with u > 1 only *_ns numbers, in units, take part).
+ * acc/acc_u: the row's sums so far (ns, units); len/len_u its length.
+ */
+static uint64_t value_code(struct stab *t, const char *name, const char *val, uint64_t u,
+			   uint64_t len, uint64_t len_u, uint64_t *acc, uint64_t *acc_u)
+{
+	uint64_t v;
+
+	if (!decimal(val, &v) || v >= NUM_MAX)
+		return 4 * (uint64_t)stab_add(t, val);	/* present: no growth */
+	if (u == 1) {
+		uint64_t code = *acc <= len && len - *acc == v ? 2 : 4 * v + 1;
+
+		*acc = acc_add(*acc, v);
+		return code;
+	}
+	if (!ns_name(name))
+		return 4 * v + 1;
+	if (*acc <= len && len - *acc == v && *acc_u <= len_u) {
+		*acc = acc_add(*acc, v);
+		*acc_u = len_u;
+		return 2;
+	}
+	*acc = acc_add(*acc, v);
+	*acc_u = acc_add(*acc_u, v / u);
+	return 4 * (v / u) + 1;
+}
+
+/*
+ * Format 4's values: a column per attr name (in the order the shapes first name them), within
+ * it a run per shape holding that name (shape order): uvarint c + 1 when every value of the run
+ * has code c, else 0 and the codes, rows in row order. 0 or -ENOMEM.
+ */
+static int put_values4(struct buf *b, const struct irow *r, const size_t *o, size_t n,
+		       const uint32_t *shape, struct stab *t, const struct stab *shapes,
+		       const size_t *rep, uint64_t u)
+{
+	uint64_t *acc = calloc(2 * n + 1, sizeof(*acc)), *acc_u = acc + n;
 	size_t *cols = NULL, ncols = 0, capcols = 0;
+	struct buf run = { 0 };
 	int err = 0;
 
 	if (!acc)
@@ -164,62 +262,113 @@ static int put_values(struct buf *b, const struct irow *r, const size_t *o, size
 
 			for (c = 0; c < ncols && cols[c] != name; c++)
 				;
-			if (c < ncols)
-				continue;
-			if (ncols == capcols) {
-				size_t ncap = capcols ? 2 * capcols : 16;
-				size_t *nv = realloc(cols, ncap * sizeof(*nv));
-
-				if (!nv) {
-					err = -ENOMEM;
-					break;
-				}
-				cols = nv;
-				capcols = ncap;
-			}
-			cols[ncols++] = name;
+			if (c == ncols && !(err = arr_grow(&cols, &capcols, ncols + 1, sizeof(*cols))))
+				cols[ncols++] = name;
 		}
 	}
 	for (size_t c = 0; c < ncols && !err; c++) {
-		for (size_t i = 0; i < n; i++) {
-			const struct irow *x = &r[o[i]];
-			uint64_t len = x->end - x->start, len_u = x->end / u - x->start / u;
+		for (size_t sh = 0; sh < shapes->n; sh++) {
+			const struct irow *y = &r[rep[sh]];
+			uint64_t first = 0;
+			bool same = true, any = false;
 
-			for (size_t k = 0; k < x->nattrs; k++) {
-				const char *val = x->attrs[2 * k + 1];
-				uint64_t v;
+			for (size_t k = 0; k < y->nattrs && !any; k++)
+				any = (size_t)stab_add(t, y->attrs[2 * k]) == cols[c];
+			if (!any)
+				continue;
+			run.len = 0;
+			for (size_t i = 0; i < n; i++) {
+				const struct irow *x = &r[o[i]];
+				uint64_t len = x->end - x->start, len_u = x->end / u - x->start / u;
 
-				if ((size_t)stab_add(t, x->attrs[2 * k]) != cols[c])
+				if (shape[o[i]] != sh)
 					continue;
-				if (!decimal(val, &v) || v >= NUM_MAX) {
-					buf_uvarint(b, 4 * (uint64_t)stab_add(t, val));
-					continue;
+				for (size_t k = 0; k < x->nattrs; k++) {
+					uint64_t code;
+
+					if ((size_t)stab_add(t, x->attrs[2 * k]) != cols[c])
+						continue;
+					code = value_code(t, x->attrs[2 * k], x->attrs[2 * k + 1], u,
+							  len, len_u, &acc[i], &acc_u[i]);
+					if (!run.len)
+						first = code;
+					same &= code == first;
+					buf_uvarint(&run, code);
 				}
-				if (u == 1) {
-					buf_uvarint(b, acc[i] <= len && len - acc[i] == v ? 2 :
-						    4 * v + 1);
-					acc[i] = acc_add(acc[i], v);
-					continue;
-				}
-				/* format 3: only durations (names ending in _ns) count, in units;
-				 * the derived one is the row's length in units less the others */
-				if (!ns_name(x->attrs[2 * k])) {
-					buf_uvarint(b, 4 * v + 1);
-					continue;
-				}
-				if (acc[i] <= len && len - acc[i] == v && acc_u[i] <= len_u) {
-					buf_uvarint(b, 2);
-					acc_u[i] = len_u;
-				} else {
-					buf_uvarint(b, 4 * (v / u) + 1);
-					acc_u[i] = acc_add(acc_u[i], v / u);
-				}
-				acc[i] = acc_add(acc[i], v);
+			}
+			if (same) {
+				buf_uvarint(b, first + 1);
+			} else {
+				buf_uvarint(b, 0);
+				buf_put(b, run.p, run.len);
 			}
 		}
 	}
+	b->oom |= run.oom;
+	buf_done(&run);
 	free(cols);
 	free(acc);
+	return err;
+}
+
+/*
+ * Format 4's arrival numbers: the rows not seq_free listed with their seq; the others' tie
+ * groups (tie_groups()) each with uvarint 0 when they arrived in the predicted order
+ * (cmp_pred()), else 1 and each row's rank of arrival (row order). s, e: the rows' starts and
+ * ends in units, in row order. 0 or -ENOMEM.
+ */
+static int put_seqs4(struct buf *b, const struct irow *r, const size_t *o, size_t n,
+		     const uint64_t *s, uint64_t *e, uint64_t seq_min)
+{
+	size_t z = n ? n : 1, k = 0, last = 0;
+	size_t *next = malloc(z * sizeof(*next)), *m = malloc(z * sizeof(*m));
+	size_t *rank = malloc(z * sizeof(*rank));
+	uint64_t *q = malloc(z * sizeof(*q));
+	bool *listed = calloc(z, 1), *head = calloc(z, 1);
+	int err = -ENOMEM;
+
+	if (!next || !m || !rank || !q || !listed || !head)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		listed[i] = !r[o[i]].seq_free;
+		q[i] = r[o[i]].seq;
+		k += listed[i];
+	}
+	buf_uvarint(b, k);
+	for (size_t i = 0; i < n; i++) {
+		if (!listed[i])
+			continue;
+		buf_uvarint(b, i - last);
+		buf_uvarint(b, r[o[i]].seq - seq_min);
+		last = i;
+	}
+	err = tie_groups(s, listed, n, next, head);
+	for (size_t i = 0; i < n && !err; i++) {
+		size_t g = 0;
+		bool pred = true;
+
+		if (!head[i])
+			continue;
+		for (size_t j = i; j != SIZE_MAX; j = next[j])
+			m[g++] = j;
+		/* rank[m[x]]: the row's place in arrival order; the prediction must match it */
+		qsort_r(m, g, sizeof(*m), cmp_seq, q);
+		for (size_t x = 0; x < g; x++)
+			rank[m[x]] = x;
+		qsort_r(m, g, sizeof(*m), cmp_pred, e);
+		for (size_t x = 0; x < g; x++)
+			pred &= rank[m[x]] == x;
+		buf_uvarint(b, !pred);
+		for (size_t j = i; !pred && j != SIZE_MAX; j = next[j])
+			buf_uvarint(b, rank[j]);
+	}
+out:
+	free(next);
+	free(m);
+	free(rank);
+	free(q);
+	free(listed);
+	free(head);
 	return err;
 }
 
@@ -227,26 +376,33 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 			   size_t *ret_len)
 {
 	uint64_t u = unit_ns > 1 ? unit_ns : 1, seq_min = UINT64_MAX;
-	bool v3 = u > 1;
 	struct stab t = { 0 }, shapes = { 0 };
 	struct buf b = { 0 }, keys = { 0 }, key = { 0 };
 	uint32_t *shape = NULL;
 	size_t *koff = NULL, *klen = NULL, *rep = NULL;	/* rep: a row of each shape */
 	size_t *o = NULL;	/* the order rows are written in */
-	uint64_t prev, t_min = UINT64_MAX;
+	uint64_t *s = NULL, *e = NULL;	/* starts and ends in units, row order */
+	uint64_t t_min = UINT64_MAX, prev;
+	size_t ngroups = 0;
 	int err = 0;
 
 	/* shapes (the rows' lists of attr names) by content: keys holds each row's, in order */
-	shape = malloc(n * sizeof(*shape));
-	koff = malloc(n * sizeof(*koff));
-	klen = malloc(n * sizeof(*klen));
-	rep = malloc(n * sizeof(*rep));
-	o = malloc(n * sizeof(*o));
-	if (!shape || !koff || !klen || !rep || !o) {
+	shape = malloc((n ? n : 1) * sizeof(*shape));
+	koff = malloc((n ? n : 1) * sizeof(*koff));
+	klen = malloc((n ? n : 1) * sizeof(*klen));
+	rep = malloc((n ? n : 1) * sizeof(*rep));
+	o = malloc((n ? n : 1) * sizeof(*o));
+	s = malloc((n ? n : 1) * sizeof(*s));
+	e = malloc((n ? n : 1) * sizeof(*e));
+	if (!shape || !koff || !klen || !rep || !o || !s || !e) {
 		err = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
+		if (r[i].nattrs > CHUNK_MAX_ATTRS) {
+			err = -EINVAL;
+			goto out;
+		}
 		shape_key(&r[i], &key);
 		koff[i] = keys.len;
 		klen[i] = key.len;
@@ -287,15 +443,18 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 			t_min = r[i].start;
 		if (r[i].seq < seq_min)
 			seq_min = r[i].seq;
-		v3 |= r[i].seq_free;
 	}
 	qsort_r(o, n, sizeof(*o), cmp_row, (void *)r);
-	buf_uvarint(&b, 0);	/* format 2 or 3 (format 1 starts with n >= 1) */
-	buf_uvarint(&b, v3 ? 3 : 2);
-	if (v3)
-		buf_uvarint(&b, u);
+	for (size_t i = 0; i < n; i++) {
+		s[i] = r[o[i]].start / u;
+		e[i] = r[o[i]].end / u;
+		ngroups += !i || r[o[i]].labelset != r[o[i - 1]].labelset;
+	}
+	buf_uvarint(&b, 0);	/* format 4 (format 1 starts with n >= 1) */
+	buf_uvarint(&b, 4);
+	buf_uvarint(&b, u);
 	buf_uvarint(&b, n);
-	buf_uvarint(&b, v3 ? seq_min : r[o[0]].seq);
+	buf_uvarint(&b, n ? seq_min : 0);
 	buf_uvarint(&b, t.n);
 	for (size_t i = 0; i < t.n; i++)
 		buf_put(&b, t.v[i], strlen(t.v[i]) + 1);
@@ -307,48 +466,42 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 		for (size_t k = 0; k < x->nattrs; k++)	/* present: no growth */
 			buf_uvarint(&b, (uint64_t)stab_add(&t, x->attrs[2 * k]));
 	}
-	if (v3) {	/* format 3: lengths in byte planes */
-		key.len = 0;
-		for (size_t i = 0; i < n; i++)
-			buf_uvarint(&key, r[o[i]].end / u - r[o[i]].start / u);
-		planes_put(&key, n, &b);
-		b.oom |= key.oom;
-	} else {
-		for (size_t i = 0; i < n; i++)
-			buf_uvarint(&b, r[o[i]].end - r[o[i]].start);
-	}
-	/* rows by (label set, start): a thread's states follow each other, each starting where
-	 * the one before ended, so most start deltas are 0 */
-	for (size_t i = 0; i < n; i++) {
-		buf_uvarint(&b, r[o[i]].labelset - (i ? r[o[i - 1]].labelset : 0));
-		if (i && r[o[i]].labelset == r[o[i - 1]].labelset)
-			buf_svarint(&b, (int64_t)(r[o[i]].start / u - r[o[i - 1]].end / u));
-		else
-			buf_uvarint(&b, r[o[i]].start / u - t_min / u);
-	}
-	if (v3) {	/* the rows whose seq is kept: their index and seq */
-		size_t k = 0, last = 0;
-
-		for (size_t i = 0; i < n; i++)
-			k += !r[o[i]].seq_free;
-		buf_uvarint(&b, k);
-		for (size_t i = 0; i < n; i++) {
-			if (r[o[i]].seq_free)
-				continue;
-			buf_uvarint(&b, i - last);
-			buf_uvarint(&b, r[o[i]].seq - seq_min);
-			last = i;
-		}
-	} else {
-		prev = r[o[0]].seq;
-		for (size_t i = 0; i < n; i++) {
-			buf_svarint(&b, (int64_t)(r[o[i]].seq - prev));
-			prev = r[o[i]].seq;
-		}
+	/* a label set's rows together: its id delta and count */
+	buf_uvarint(&b, ngroups);
+	prev = 0;
+	for (size_t i = 0, g0 = 0; i < n; i++) {
+		if (i + 1 < n && r[o[i + 1]].labelset == r[o[g0]].labelset)
+			continue;
+		buf_uvarint(&b, r[o[g0]].labelset - prev);
+		buf_uvarint(&b, i + 1 - g0);
+		prev = r[o[g0]].labelset;
+		g0 = i + 1;
 	}
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, shape[o[i]]);
-	err = put_values(&b, r, o, n, &t, &shapes, rep, u);
+	/* lengths per shape (a thread's running, runnable and blocked states differ), planes */
+	for (size_t sh = 0, cnt; sh < shapes.n; sh++) {
+		key.len = cnt = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (shape[o[i]] != sh)
+				continue;
+			buf_uvarint(&key, e[i] - s[i]);
+			cnt++;
+		}
+		planes_put(&key, cnt, &b);
+		b.oom |= key.oom;
+	}
+	/* each label set's first start from t_min, then every other row's from the end of the
+	 * row before (a thread's next state starts where the last ended: 0) */
+	for (size_t i = 0; i < n; i++)
+		if (!i || r[o[i]].labelset != r[o[i - 1]].labelset)
+			buf_uvarint(&b, s[i] - t_min / u);
+	for (size_t i = 1; i < n; i++)
+		if (r[o[i]].labelset == r[o[i - 1]].labelset)
+			buf_svarint(&b, (int64_t)(s[i] - e[i - 1]));
+	err = put_seqs4(&b, r, o, n, s, e, seq_min);
+	if (!err)
+		err = put_values4(&b, r, o, n, shape, &t, &shapes, rep, u);
 	if (err)
 		goto out;
 	err = blob_pack(&b, ret, ret_len);
@@ -363,6 +516,8 @@ out:
 	free(klen);
 	free(rep);
 	free(o);
+	free(s);
+	free(e);
 	return err;
 }
 
@@ -463,6 +618,256 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 	return err;
 }
 
+/*
+ * Format 4's values (put_values4()) into c->attrs; nattrs[i] holds row i's shape, rows[]
+ * the rows by shape (those of shape k at rows[row0[k]], row0[k + 1] - row0[k] of them).
+ * Counts the numbers' text first, so that c->num is sized once and never moves. 0, -EINVAL
+ * or -ENOMEM.
+ */
+static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u,
+		     const size_t *rows, const size_t *row0)
+{
+	const char **cols = NULL;
+	size_t ncols = 0, capcols = 0, nnum = 0;
+	int err = 0;
+
+	if (arr_grow(&c->acc, &c->capacc, c->n ? c->n : 1, sizeof(*c->acc)))
+		return -ENOMEM;
+	memset(c->acc, 0, c->n * sizeof(*c->acc));
+	for (size_t k = 0; k < nshape && !err; k++) {
+		for (size_t j = 0; j < c->shapen[k] && !err; j++) {
+			const char *name = c->shapes[c->shape0[k] + j];
+			size_t x;
+
+			for (x = 0; x < ncols && cols[x] != name; x++)
+				;
+			if (x == ncols && !(err = arr_grow(&cols, &capcols, ncols + 1, sizeof(*cols))))
+				cols[ncols++] = name;
+		}
+	}
+	/* pass 0 checks the runs and counts the numbers' text, pass 1 decodes */
+	for (int pass = 0; pass < 2 && !err; pass++) {
+		struct rd v = *r;
+
+		if (pass && !buf_reserve(&c->num, nnum * 21 + 1)) {
+			err = -ENOMEM;
+			break;
+		}
+		for (size_t x = 0; x < ncols && !err; x++) {
+			for (size_t k = 0; k < nshape && !err; k++) {
+				const char *const *sn = c->shapes + c->shape0[k], *txt = NULL;
+				size_t m = 0, cnt = row0[k + 1] - row0[k];
+				uint64_t mode, code;
+
+				for (size_t j = 0; j < c->shapen[k]; j++)
+					m += sn[j] == cols[x];
+				if (!m || !cnt)
+					continue;
+				mode = rd_uvarint(&v);
+				for (size_t y = 0; y < cnt && !err; y++) {
+					size_t i = rows[row0[k] + y];
+					const char **a = c->attrs + 2 * c->attr0[i];
+					uint64_t len = (c->end[i] - c->start[i]) / u;
+
+					for (size_t j = 0; j < c->shapen[k] && !err; j++) {
+						if (sn[j] != cols[x])
+							continue;
+						code = mode ? mode - 1 : rd_uvarint(&v);
+						if (v.bad || (code & 3) == 3 ||
+						    (!(code & 3) && code / 4 >= c->nstr) ||
+						    ((code & 3) == 2 && u > 1 && !ns_name(sn[j]))) {
+							err = -EINVAL;
+							break;
+						}
+						if (!pass) {	/* a constant number shares its text */
+							nnum += (code & 3) == 2 ||
+								((code & 3) == 1 && (!mode || !y));
+							continue;
+						}
+						if (!(code & 3)) {
+							a[2 * j + 1] = c->strs[code / 4];
+							continue;
+						}
+						if ((code & 3) == 2) {
+							if (c->acc[i] > len) {
+								err = -EINVAL;
+								break;
+							}
+							code = len - c->acc[i];
+						} else {
+							code >>= 2;
+						}
+						if (u == 1 || ns_name(sn[j]))
+							c->acc[i] = acc_add(c->acc[i], code);
+						if (mode && txt && (mode - 1) % 4 == 1) {
+							a[2 * j + 1] = txt;
+							continue;
+						}
+						txt = num_text(c, u > 1 && ns_name(sn[j]) ? code * u : code);
+						a[2 * j + 1] = txt;
+					}
+				}
+			}
+		}
+		if (pass)
+			*r = v;
+	}
+	free(cols);
+	return err;
+}
+
+/*
+ * Format 4's rows after the shapes (chunk_intervals_encode()): label sets, shapes, lengths,
+ * starts, arrival numbers, values. t: t_min in units, seq the least. 0, -EINVAL or -ENOMEM.
+ */
+static int rows_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u, uint64_t t,
+		   uint64_t seq)
+{
+	size_t n = c->n, *rows = NULL, *row0 = NULL, *next = NULL, *m = NULL, *seen = NULL;
+	uint64_t ngroups = rd_uvarint(r), ls = 0, k;
+	struct pcol *pc = NULL;
+	bool *listed = NULL, *head = NULL;
+	size_t at = 0, na = 0;
+	int err = -ENOMEM;
+
+	if (r->bad || ngroups > n || (n && seq > UINT64_MAX - n))
+		return -EINVAL;
+	rows = malloc((n ? n : 1) * sizeof(*rows));
+	row0 = calloc(nshape + 1, sizeof(*row0));
+	pc = malloc((nshape ? nshape : 1) * sizeof(*pc));
+	next = malloc((n ? n : 1) * sizeof(*next));
+	m = malloc((n ? n : 1) * sizeof(*m));
+	seen = malloc((n ? n : 1) * sizeof(*seen));
+	listed = calloc(n ? n : 1, 1);
+	head = malloc(n ? n : 1);
+	if (!rows || !row0 || !pc || !next || !m || !seen || !listed || !head)
+		goto out;
+	err = -EINVAL;
+	for (uint64_t g = 0; g < ngroups; g++) {
+		uint64_t d = rd_uvarint(r), cnt = rd_uvarint(r);
+
+		if (r->bad || !cnt || cnt > n - at)
+			goto out;
+		ls += d;
+		for (uint64_t j = 0; j < cnt; j++, at++) {
+			c->labelset[at] = ls;
+			head[at] = !j;	/* its label set's first row (until the tie groups) */
+		}
+	}
+	if (at != n)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		k = rd_uvarint(r);
+		if (r->bad || k >= nshape)
+			goto out;
+		c->nattrs[i] = k;	/* the row's shape until the values are read */
+		c->attr0[i] = na;
+		na += c->shapen[k];
+		row0[k + 1]++;
+	}
+	for (size_t x = 0; x < nshape; x++) {
+		pcol_open(&pc[x], r, row0[x + 1]);
+		row0[x + 1] += row0[x];
+	}
+	for (size_t i = 0; i < n; i++) {
+		rows[row0[c->nattrs[i]]++] = i;	/* row0[k] moves to the end of shape k's rows */
+		c->end[i] = pcol_next(&pc[c->nattrs[i]], &r->bad);	/* the length, for now */
+	}
+	memmove(row0 + 1, row0, nshape * sizeof(*row0));
+	row0[0] = 0;
+	for (size_t i = 0; i < n && !r->bad; i++)
+		if (head[i])
+			c->start[i] = t + rd_uvarint(r);
+	for (size_t i = 0; i < n && !r->bad; i++) {
+		if (!head[i])	/* never row 0 */
+			c->start[i] = c->end[i - 1] + (uint64_t)rd_svarint(r);
+		if (c->start[i] > UINT64_MAX / u || c->end[i] > UINT64_MAX / u - c->start[i])
+			goto out;
+		c->end[i] += c->start[i];
+	}
+	/* arrival numbers: the listed rows', then the tie groups' order (put_seqs4()) */
+	k = rd_uvarint(r);
+	if (r->bad || k > n)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		c->seq[i] = seq;
+	at = 0;
+	for (uint64_t j = 0; j < k; j++) {
+		uint64_t d = rd_uvarint(r), q = rd_uvarint(r);
+
+		if (r->bad || d >= n - at || (j && !d) || q > UINT64_MAX - seq)
+			goto out;
+		at += d;
+		c->seq[at] = seq + q;
+		listed[at] = true;
+	}
+	if (tie_groups(c->start, listed, n, next, head)) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t g = 0;
+		uint64_t tag;
+
+		if (!head[i])
+			continue;
+		for (size_t j = i; j != SIZE_MAX; j = next[j])
+			m[g++] = j;
+		tag = rd_uvarint(r);
+		if (r->bad || tag > 1)
+			goto out;
+		if (!tag) {	/* in the predicted order */
+			qsort_r(m, g, sizeof(*m), cmp_pred, c->end);
+			for (size_t x = 0; x < g; x++)
+				c->seq[m[x]] = seq + x;
+			continue;
+		}
+		for (size_t x = 0; x < g; x++)
+			seen[x] = SIZE_MAX;
+		for (size_t x = 0; x < g; x++) {
+			uint64_t rank = rd_uvarint(r);
+
+			if (r->bad || rank >= g || seen[rank] != SIZE_MAX)
+				goto out;
+			seen[rank] = x;
+			c->seq[m[x]] = seq + rank;
+		}
+	}
+	for (size_t i = 0; u > 1 && i < n; i++) {
+		c->start[i] *= u;
+		c->end[i] *= u;
+	}
+	c->num.len = 0;
+	if (arr_grow(&c->attrs, &c->capattr, 2 * na + 1, sizeof(*c->attrs))) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t s = c->nattrs[i];
+		const char **a = c->attrs + 2 * c->attr0[i];
+
+		for (size_t j = 0; j < c->shapen[s]; j++)
+			a[2 * j] = c->shapes[c->shape0[s] + j];
+	}
+	err = values_v4(c, r, nshape, u, rows, row0);
+	if (err)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		c->nattrs[i] = c->shapen[c->nattrs[i]];
+	c->nattr = na;
+	err = r->bad ? -EINVAL : 0;
+out:
+	free(rows);
+	free(row0);
+	free(pc);
+	free(next);
+	free(m);
+	free(seen);
+	free(listed);
+	free(head);
+	return err;
+}
+
 int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint64_t t_min)
 {
 	uint64_t nstr, nshape, seq, t, u = 1;
@@ -480,7 +885,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	fmt = blob_format(&r);
 	if (fmt < 0)
 		goto bad;
-	if (fmt == 3) {	/* format 2 with times and durations in units of u ns */
+	if (fmt >= 3) {	/* format 2 with times and durations in units of u ns; format 4 */
 		u = rd_uvarint(&r);
 		if (r.bad || !u || u > UNIT_MAX)
 			goto bad;
@@ -514,7 +919,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	for (uint64_t i = 0; i < nshape; i++) {
 		uint64_t k = rd_uvarint(&r);
 
-		if (r.bad || k > (size_t)(r.end - r.p))
+		if (r.bad || k > (size_t)(r.end - r.p) || (fmt == 4 && k > CHUNK_MAX_ATTRS))
 			goto bad;
 		if (arr_grow(&c->shapes, &c->capshapes, nsn + k, sizeof(*c->shapes)))
 			goto nomem;
@@ -536,6 +941,12 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	    (cap = c->cap, arr_grow(&c->nattrs, &cap, c->n, sizeof(size_t))))
 		goto nomem;
 	c->cap = cap;
+	if (fmt == 4) {
+		err = rows_v4(c, &r, nshape, u, t, seq);
+		if (err)
+			c->n = 0;
+		return err;
+	}
 	if (fmt == 3) {	/* lengths in byte planes */
 		struct pcol pc;
 
