@@ -228,8 +228,9 @@ struct irow {
 	uint64_t labelset, start, end;
 	const char *const *attrs;
 	size_t nattrs;
-	bool seq_free;		/* no other interval of its batch starts at its (stored) start:
-				 * format 3 need not keep its seq (any of the batch's will do) */
+	bool seq_free;		/* every other interval of its batch that starts at its stored
+				 * start (none, mostly) is in this chunk: format 4 keeps only
+				 * their order of arrival, not its seq */
 };
 
 /*
@@ -258,8 +259,27 @@ struct irow {
  * (durations) as v / u, decoded as (v / u) u; only they take part in tag 2, which is then the
  * row's length in units less theirs before (a summary's running_ns stays its length less
  * runnable_ns and blocked_ns, all floored: 0 to 3 u above its own floor); other numbers as
- * they are. unit_ns 0 or 1 and no row seq_free: format 2.
- * *ret malloc'ed (caller frees). 0/-errno.
+ * they are. (Formats 2 and 3 are no longer written; still read.)
+ * Format 4 (schema 13, written for every chunk): uvarint 0, 4, the unit u (ns, >= 1; 1 keeps
+ * ns), n, the least seq, the strings and shapes as format 2 (a shape of at most CHUNK_MAX_ATTRS
+ * names). Rows in (label set, start, seq) order: uvarint g and g x (label set id delta from the
+ * group before, the first from 0; its rows), n shape indexes (uvarint); per shape, in shape
+ * order, a byte-plane column of its rows' lengths in units (end / u - start / u); each group's
+ * first start in units from t_min / u (uvarint), then for every other row its start less the
+ * row before's end, in units (svarint). Arrival numbers: uvarint k and k x (row index delta
+ * from the one before, the first from 0; seq less the least) for the rows not seq_free, which
+ * keep their seq; every other row has the least, but for the tie groups of the rows not
+ * listed (two or more sharing a start in units), each, in the order of its first row: uvarint
+ * 0 when its rows arrived in the order of their ends (ties of end by row order), else 1 and
+ * each row's rank of arrival (uvarint, row order; a permutation); a row of rank x has seq the
+ * least + x. Values: a column per attr name (names in the order the shapes first list them),
+ * within it a run per shape that names it (shape order): uvarint c + 1 when every value of the
+ * run has code c, else 0 and the run's codes (each row of the shape in row order, its values
+ * of that name in attr order); codes as format 3's (with u 1, every number takes part in tag
+ * 2, as format 2). So a row of a tie group decodes with another seq than it had, but ties of
+ * start keep their order, within the chunk and against other chunks (whose seqs lie outside
+ * the batch's, or are kept). n may be 0; end >= start.
+ * *ret malloc'ed (caller frees). 0/-errno (-EINVAL: a row of more than CHUNK_MAX_ATTRS attrs).
  */
 int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uint8_t **ret,
 			   size_t *ret_len);

@@ -463,8 +463,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION) {
 		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
 		t0 = mono_ns();
-		/* schema 9 changes no table: a schema-8 store is only marked (its chunks are read
-		 * as they are) */
+		/* schemas 9 and 13 change no table: a schema-8 or -12 store is only marked (its
+		 * chunks are read as they are) */
 		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
 		    (ver < 8 && migrate_stack_day(s))) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));

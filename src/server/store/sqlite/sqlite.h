@@ -269,8 +269,10 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * store's stacks(id, day) rows become a row per day. 9: off-CPU sample values at the time
  * unit too (rounded, chunk.h format 3's flag 16); an older store is read as it is. 10:
  * location names through a store-wide string dictionary (strblocks; location blocks of format
- * 2); older location blocks are read as they are. */
-#define SQ_SCHEMA_VERSION 12
+ * 2); older location blocks are read as they are. 13: interval chunks of format 4 (chunk.h:
+ * a tie group's order instead of its seqs); a schema-12 store is only marked, its chunks read
+ * as they are (a schema-12 server refuses the store rather than fail on the new chunks). */
+#define SQ_SCHEMA_VERSION 13
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
