@@ -19,7 +19,7 @@
 #define CHUNK_ZLEVEL	3
 #define CHUNK_MAX_BLOB	(256u << 20)	/* decompressed blob bound */
 #define UNIT_MAX	1000000000ull	/* format 3's time unit, ns: at most a second */
-#define CHUNK_MAX_ATTRS	128		/* attrs per interval of format 4 (ingest allows 65) */
+#define CHUNK_MAX_ATTRS	128		/* attrs per interval, format 4 (ingest: 65) */
 
 /*
  * Any blob of this file's formats again at zstd `level` through zctx (a ZSTD_CCtx): the same

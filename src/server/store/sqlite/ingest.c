@@ -585,7 +585,7 @@ static int store_series(struct ingest *in, uint64_t *ret_n)
 struct iv_sort {
 	const char *kind;
 	struct irow r;
-	size_t nties;		/* the batch's intervals starting at its stored start, itself too */
+	size_t nties;		/* the batch's intervals starting at its stored start */
 };
 
 static int cmp_iv(const void *a, const void *b)

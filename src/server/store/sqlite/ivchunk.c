@@ -288,8 +288,9 @@ static int put_values4(struct buf *b, const struct irow *r, const size_t *o, siz
 
 					if ((size_t)stab_add(t, x->attrs[2 * k]) != cols[c])
 						continue;
-					code = value_code(t, x->attrs[2 * k], x->attrs[2 * k + 1], u,
-							  len, len_u, &acc[i], &acc_u[i]);
+					code = value_code(t, x->attrs[2 * k],
+							  x->attrs[2 * k + 1], u, len, len_u,
+							  &acc[i], &acc_u[i]);
 					if (!run.len)
 						first = code;
 					same &= code == first;
@@ -679,7 +680,8 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 							err = -EINVAL;
 							break;
 						}
-						if (!pass) {	/* a constant number shares its text */
+						/* a constant number shares its text */
+						if (!pass) {
 							nnum += (code & 3) == 2 ||
 								((code & 3) == 1 && (!mode || !y));
 							continue;
@@ -703,7 +705,9 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 							a[2 * j + 1] = txt;
 							continue;
 						}
-						txt = num_text(c, u > 1 && ns_name(sn[j]) ? code * u : code);
+						if (u > 1 && ns_name(sn[j]))
+							code *= u;
+						txt = num_text(c, code);
 						a[2 * j + 1] = txt;
 					}
 				}
@@ -770,7 +774,7 @@ static int rows_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u, 
 		row0[x + 1] += row0[x];
 	}
 	for (size_t i = 0; i < n; i++) {
-		rows[row0[c->nattrs[i]]++] = i;	/* row0[k] moves to the end of shape k's rows */
+		rows[row0[c->nattrs[i]]++] = i;	/* row0[k]: to the end of shape k's */
 		c->end[i] = pcol_next(&pc[c->nattrs[i]], &r->bad);	/* the length, for now */
 	}
 	memmove(row0 + 1, row0, nshape * sizeof(*row0));
