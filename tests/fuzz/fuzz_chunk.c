@@ -290,8 +290,8 @@ static bool same_rows(const struct ichunk *c, const struct ichunk *d)
 	return same;
 }
 
-/* Format 2 gives the rows back as they are, format 3 with every seq kept too; format 3 (µs,
- * seqs free) once floored stays as it is. */
+/* Format 4 gives the rows back as they are with every seq kept; with seqs free (a tie group's
+ * order only) once decoded, kept or free, and at µs once floored, it stays as it is. */
 static void intervals(const uint8_t *blob, size_t len)
 {
 	struct ichunk c = { 0 }, d = { 0 }, e = { 0 };
