@@ -86,8 +86,6 @@ struct {
 struct uwalk {
 	__u64 pc, sp, bp;		/* user registers of the frame being unwound */
 	__u64 mm;			/* task->mm */
-	__u64 kmm;			/* the mm whose mappings describe this one: mm, or a fork
-					 * child's parent's until the child's own are read */
 	__u64 eval_start, eval_end;	/* _PyEval_EvalFrameDefault in this process; 0: none
 					 * (filled by py_walk_init()) */
 	__u64 py[4];			/* the Python walker's own state (python.bpf.h); sized
@@ -95,14 +93,15 @@ struct uwalk {
 					 * every walking program, under the 512-byte limit */
 	__u32 tgid;
 	__u32 ktgid;			/* the process whose entries (mappings, Python) describe
-					 * this address space: tgid, or kmm's */
+					 * this address space: tgid, or a fork child's parent's
+					 * until the child's own are read (its mm checked then) */
 	__u32 n;			/* words written */
 	__u32 slot;			/* scratch slot holding the words */
 	__u32 reason;			/* enum gpuscope_trunc once the walk ended early */
-	__u32 done;			/* walk finished (end of stack or reason set) */
-	__u32 py_pending;		/* the next native frame is in the interpreter loop */
-	__u32 py_done_pc;		/* py_emit() ran for the frame at pc: push it natively */
-	__u32 first;			/* pc is the interrupted pc, not a return address */
+	__u8 done;			/* walk finished (end of stack or reason set) */
+	__u8 py_pending;		/* the next native frame is in the interpreter loop */
+	__u8 py_done_pc;		/* py_emit() ran for the frame at pc: push it natively */
+	__u8 first;			/* pc is the interrupted pc, not a return address */
 };
 
 static __always_inline void unwind_count(__u32 which)
@@ -336,7 +335,7 @@ __noinline int uwalk_step(struct uwalk *st)
 		return 1;
 	}
 	p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (!p || p->mm != st->kmm) {
+	if (!p || (tgid == st->tgid && p->mm != st->mm)) {
 		/* not known (yet): frame pointers, and ask user space for the mappings */
 		if (!unwind_push(st, pc))
 			return 1;
@@ -449,7 +448,7 @@ static __always_inline bool unwind_init_task(struct uwalk *st)
  * the parent's mappings and Python entry walk it until its own are read. Its first samples
  * (a DataLoader worker's, a pre-fork server's) are then whole instead of frame pointers only.
  */
-static __always_inline void unwind_parent_maps(struct uwalk *st, struct task_struct *task)
+static __noinline void unwind_parent_maps(struct uwalk *st, struct task_struct *task)
 {
 	struct task_struct *parent = BPF_CORE_READ(task, real_parent);
 	struct mm_struct *pmm = BPF_CORE_READ(parent, mm);
@@ -463,7 +462,6 @@ static __always_inline void unwind_parent_maps(struct uwalk *st, struct task_str
 	if (!pp || pp->mm != (__u64)pmm)
 		return;
 	st->ktgid = ptgid;
-	st->kmm = (__u64)pmm;
 	unwind_count(UNWIND_ST_PARENT);
 }
 
@@ -490,7 +488,7 @@ static __always_inline struct unwind_scratch *unwind_take(struct uwalk *st)
 		return NULL;
 	}
 	st->slot = slot;
-	st->mm = st->kmm = (__u64)task->mm;
+	st->mm = (__u64)task->mm;
 	unwind_count(UNWIND_ST_WALKS);
 	p = bpf_map_lookup_elem(&unwind_procs, &st->tgid);
 	if (p && !p->mm)	/* registered by pid before its first walk: adopt this mm */
