@@ -550,6 +550,26 @@ static const char *num_text(struct ichunk *c, uint64_t v)
 	return o;
 }
 
+/* The names of the nshape shapes, each once, in order of first use: the value columns. */
+static int shape_columns(const struct ichunk *c, uint64_t nshape, const char ***cols, size_t *ncols,
+			 size_t *cap)
+{
+	int err = 0;
+
+	for (size_t k = 0; k < nshape && !err; k++) {
+		for (size_t j = 0; j < c->shapen[k] && !err; j++) {
+			const char *name = c->shapes[c->shape0[k] + j];
+			size_t x;
+
+			for (x = 0; x < *ncols && (*cols)[x] != name; x++)
+				;
+			if (x == *ncols && !(err = arr_grow(cols, cap, *ncols + 1, sizeof(**cols))))
+				(*cols)[(*ncols)++] = name;
+		}
+	}
+	return err;
+}
+
 /*
  * Format 2's values (put_values()): column by column, each row's values of that name. nattrs[i]
  * holds row i's shape. The values were checked (tags, string indexes) and counted; a derived
@@ -566,17 +586,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 	if (arr_grow(&c->acc, &c->capacc, c->n, sizeof(*c->acc)))
 		return -ENOMEM;
 	memset(c->acc, 0, c->n * sizeof(*c->acc));
-	for (size_t k = 0; k < nshape && !err; k++) {
-		for (size_t j = 0; j < c->shapen[k] && !err; j++) {
-			const char *name = c->shapes[c->shape0[k] + j];
-			size_t x;
-
-			for (x = 0; x < ncols && cols[x] != name; x++)
-				;
-			if (x == ncols && !(err = arr_grow(&cols, &capcols, ncols + 1, sizeof(*cols))))
-				cols[ncols++] = name;
-		}
-	}
+	err = shape_columns(c, nshape, &cols, &ncols, &capcols);
 	for (size_t x = 0; x < ncols && !err && !r->bad; x++) {
 		for (size_t i = 0; i < c->n && !r->bad; i++) {
 			size_t k = c->nattrs[i];
@@ -635,17 +645,7 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 	if (arr_grow(&c->acc, &c->capacc, c->n ? c->n : 1, sizeof(*c->acc)))
 		return -ENOMEM;
 	memset(c->acc, 0, c->n * sizeof(*c->acc));
-	for (size_t k = 0; k < nshape && !err; k++) {
-		for (size_t j = 0; j < c->shapen[k] && !err; j++) {
-			const char *name = c->shapes[c->shape0[k] + j];
-			size_t x;
-
-			for (x = 0; x < ncols && cols[x] != name; x++)
-				;
-			if (x == ncols && !(err = arr_grow(&cols, &capcols, ncols + 1, sizeof(*cols))))
-				cols[ncols++] = name;
-		}
-	}
+	err = shape_columns(c, nshape, &cols, &ncols, &capcols);
 	/* pass 0 checks the runs and counts the numbers' text, pass 1 decodes */
 	for (int pass = 0; pass < 2 && !err; pass++) {
 		struct rd v = *r;
