@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lib import AGENT, OUT, Recording, check, finish, run, skip, start_workload  # noqa: E402
@@ -104,10 +105,15 @@ check(m is not None, "truncated walks are counted (%s)" % (m and m.group(0)))
 # --- fork children walked with their parent's mappings until their own are read -----------------
 # each child lives 30 ms: less than the agent takes to read a new process's mappings on a busy
 # machine, so without its parent's it would be walked by frame pointers (none here: cut at the
-# leaf) for all of its life
+# leaf) for all of its life. The parent burns alone until the agent has walked it for 2 s: on a
+# loaded machine its own mappings can take a second to be read.
 w = subprocess.Popen([BURN, "30", "fork"], stdout=subprocess.PIPE, text=True)
 check(w.stdout.readline().strip() == "ready", "the forking workload started")
-r = run([AGENT, "record", "--duration", "5s", "--frequency", "999", "--folded", folded, "--top", "0"])
+rec = Recording([AGENT, "record", "--duration", "7s", "--frequency", "999", "--folded", folded,
+                 "--top", "0"])
+time.sleep(2)
+w.send_signal(signal.SIGUSR1)
+r = rec.wait()
 w.kill()
 w.wait()
 lines = open(folded).read().splitlines() if os.path.exists(folded) else []
