@@ -48,7 +48,7 @@ def record(mode, work_seconds, rec_seconds, freq=499):
     print("--- record %s: rc %d\n%s%s" % (mode, r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
     check(r.returncode == 0, "record %s exits 0" % mode)
     out = []
-    for line in open(folded):
+    for line in open(folded, errors="replace"):
         stack, n = line.rsplit(" ", 1)
         out.append((stack.split(";")[1:], int(n)))	# [0] is the process name
     return out

@@ -33,7 +33,7 @@ check(total > 500, "enough samples (%d)" % total)
 check(re.search(r"\b0 lost", r.stdout) is not None, "no samples lost")
 
 stacks = {}
-for line in open(folded):
+for line in open(folded, errors="replace"):
     stack, n = line.rsplit(" ", 1)
     stacks[stack] = stacks.get(stack, 0) + int(n)
 fold_total = sum(stacks.values())
@@ -83,7 +83,7 @@ r = Recording([AGENT, "record", "--duration", "2s", "--frequency", "499", "--pid
                "--folded", folded, "--top", "0"]).wait()
 sc.kill()
 sc.wait()
-lines = open(folded).read().splitlines()
+lines = open(folded, errors="replace").read().splitlines()
 kstacks = [line for line in lines if "_[k]" in line]
 ktotal = sum(int(l.rsplit(" ", 1)[1]) for l in kstacks)
 alltotal = sum(int(l.rsplit(" ", 1)[1]) for l in lines)
@@ -106,7 +106,7 @@ sh.stdin.close()
 r = rec.wait()
 sh.wait()
 check(r.returncode == 0, "record across exec and exit exits 0")
-lines = open(folded).read().splitlines()
+lines = open(folded, errors="replace").read().splitlines()
 if not check(any(l.startswith("burn;") and "main;burn_loop;phase_alpha;leaf_alpha" in l for l in lines),
              "exec'd then exited process resolves (burn;...;leaf_alpha)"):
     print("\n".join(lines[:20]), r.stdout[-500:])

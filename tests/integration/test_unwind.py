@@ -37,7 +37,7 @@ def record(w, seconds, *extra, signal_when_recording=False):
     print(r.stdout[-1500:], r.stderr[-1500:])
     stacks = {}
     if os.path.exists(folded):
-        for line in open(folded):
+        for line in open(folded, errors="replace"):
             s, n = line.rsplit(" ", 1)
             stacks[s] = stacks.get(s, 0) + int(n)
     return r, stacks
@@ -93,7 +93,7 @@ loop.kill()
 loop.wait()
 print(r.stdout[-800:], r.stderr[-800:])
 check(r.returncode == 0, "record across many short processes (exec, exit) exits 0")
-lines = open(folded).read().splitlines() if os.path.exists(folded) else []
+lines = open(folded, errors="replace").read().splitlines() if os.path.exists(folded) else []
 # (the workload's and the shells' stacks: the recording is of the whole machine, and a deep
 # Python stack of another program can hold a gap of its own past the native cut)
 cut = [l for l in lines if "[truncated]" in l and l.split(";", 1)[0] in ("nofp_burn", "sh")]
@@ -116,7 +116,7 @@ w.send_signal(signal.SIGUSR1)
 r = rec.wait()
 w.kill()
 w.wait()
-lines = open(folded).read().splitlines() if os.path.exists(folded) else []
+lines = open(folded, errors="replace").read().splitlines() if os.path.exists(folded) else []
 kids = {}
 for l in lines:
     s, n = l.rsplit(" ", 1)

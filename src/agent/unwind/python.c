@@ -595,6 +595,8 @@ void python__pid_gone(struct python *py, pid_t pid)
 
 static size_t put_utf8(char *out, uint32_t c)
 {
+	if ((c >= 0xd800 && c < 0xe000) || c > 0x10ffff)
+		c = 0xfffd;	/* a lone surrogate (surrogateescape'd bytes of a file name) */
 	if (c < 0x80) {
 		out[0] = (char)c;
 		return 1;
@@ -617,10 +619,6 @@ static size_t put_utf8(char *out, uint32_t c)
 	return 4;
 }
 
-/*
- * Characters of a compact str object (state: its state word; raw: nbytes of its characters,
- * 1, 2 or 4 bytes each) as UTF-8 into buf, at most NAME_MAX_CHARS. 0 or -ENOTSUP.
- */
 /* Bytes per character of a str object from its state word; 0 if not a compact str (a legacy
  * string, not used for names). */
 static uint32_t str_width(uint32_t state)
@@ -630,6 +628,13 @@ static uint32_t str_width(uint32_t state)
 	return (state >> 5) & 1 && (kind == 1 || kind == 2 || kind == 4) ? kind : 0;
 }
 
+/*
+ * Characters of a compact str object (state: its state word; raw: nbytes of its characters,
+ * 1, 2 or 4 bytes each) as UTF-8 into buf, at most NAME_MAX_CHARS; a lone surrogate becomes
+ * U+FFFD, so what comes out is always valid UTF-8. 0, -ENOTSUP, or -EILSEQ for a character
+ * past U+10FFFF (no str holds one: the bytes were not the str, and the frame stays unknown
+ * rather than named in garbage; a whole-machine record once wrote such a name, bytes 0xfd...).
+ */
 static int str_decode(uint32_t state, const void *raw, size_t nbytes, char *buf, size_t cap)
 {
 	uint32_t width = str_width(state);
@@ -649,6 +654,8 @@ static int str_decode(uint32_t state, const void *raw, size_t nbytes, char *buf,
 			c = ((const uint16_t *)raw)[i];
 		else
 			c = ((const uint32_t *)raw)[i];
+		if (c > 0x10ffff)	/* no str holds it: these bytes are not the str we read */
+			return -EILSEQ;
 		o += put_utf8(buf + o, c ? c : '?');
 	}
 	buf[o] = 0;
