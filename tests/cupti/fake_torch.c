@@ -8,8 +8,9 @@
  *   thread, and waits until it is done.
  * - torch::autograd::Engine::thread_main(...) is that device thread's loop: it launches the
  *   "backward kernels" through the libcupti stand-in's fake_cupti_launch(), from C, so its stack
- *   has no Python frame, as autograd's threads have none; each node also spends ~0.3 ms of CPU,
- *   for the CPU sampler to see.
+ *   has no Python frame, as autograd's threads have none; each node also spends ~0.3 ms of CPU
+ *   and sleeps 0.2 ms (on- and off-CPU samples inside the call), and the thread waits for its
+ *   next task in ReadyQueue::pop (off-CPU between calls: idle, for no call).
  * Meanwhile a plain thread of the same process (a data loader's, say) launches its own kernel:
  * it must stay under its own stack, not the backward call's.
  */
@@ -58,11 +59,15 @@ NOINLINE static void evaluate_function(const char *kernel, uint64_t dur_ns)
 		clock_gettime(CLOCK_MONOTONIC, &t);
 	while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 300000);
 	launcher()(kernel, 0, 21, dur_ns);
+	/* and blocks a moment inside the node (a copy, a lock): off-CPU for the backward call */
+	nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
 	__asm__ volatile("" ::: "memory");
 }
 
-/* The next graph task after *seen: waits for engine_execute() to post one. */
-static void next_task(uint64_t *seen)
+/* The next graph task after *seen: waits for engine_execute() to post one. As
+ * torch::autograd::ReadyQueue::pop(): the device thread idle between backward calls. */
+NOINLINE static void next_task(uint64_t *seen) __asm__("_ZN5torch8autograd10ReadyQueue3popEv");
+NOINLINE static void next_task(uint64_t *seen)
 {
 	pthread_mutex_lock(&mu);
 	while (posted == *seen)

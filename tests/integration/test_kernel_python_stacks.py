@@ -12,7 +12,8 @@ of the range the windows covered.
 Backward kernels: train_step's loss_backward() calls the libtorch_cpu stand-in's autograd
 Engine::execute, whose device thread (C, no Python frame) launches them while the caller waits;
 they must come under loss_backward through the caller's stack ([autograd thread] between), so
-must that thread's CPU samples, and a kernel another plain thread launches meanwhile must not."""
+must that thread's CPU samples and its off-CPU time inside a node (not its wait for the next
+task, in ReadyQueue::pop), and a kernel another plain thread launches meanwhile must not."""
 import os
 import subprocess
 import sys
@@ -103,8 +104,8 @@ agent = None
 try:
     check(app.stdout.readline().strip() == "ready", "python3 loaded the injection library")
     agent = Agent(srv.url, ["--node", "kpy", "--pid", str(app.pid), "--push-interval", "1s",
-                            "--modules", "cupti,cpu-sampler", "--gpu-trace-budget", "100%"],
-                  os.path.join(tmp, "agent.log"))
+                            "--modules", "cupti,cpu-sampler,sched", "--gpu-trace-budget", "100%"],
+                  os.path.join(tmp, "agent.log"), modules_off="")
     sel = '{node="kpy",pid="%d"}' % app.pid
     ok = wait_until(lambda: srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel,
                                       since="5m")["total"] >= 200 * 10**6, 60)
@@ -190,6 +191,18 @@ try:
     check(ev_all > 0 and ev_under >= 0.9 * ev_all,
           "autograd's CPU samples under loss_backward -> ... -> [autograd thread]: %d of %d" %
           (ev_under, ev_all))
+    # off-CPU: blocked inside a node, under the call; waiting for the next task, not
+    off = srv.query("flamegraph", kind="offcpu_ns", selector=sel,
+                    **{"from": "%.3f" % t_cpu, "to": "%.3f" % (time.time() + 60)})["root"]
+    offp = paths(off)
+    busy = [(v, p) for v, p in offp if any("Engine::evaluate_function" in f for f in p)]
+    idle = [(v, p) for v, p in offp if any("ReadyQueue::pop" in f for f in p)]
+    b_all, b_under = sum(v for v, _ in busy), sum(v for v, p in busy if spliced(p))
+    check(b_all > 0 and b_under >= 0.9 * b_all and idle and
+          not any("[autograd thread]" in p for _, p in idle),
+          "autograd's off-CPU time inside a node under the call: %.1f of %.1f ms; waiting for "
+          "the next task under its own stack: %.1f ms" %
+          (b_under / 1e6, b_all / 1e6, sum(v for v, _ in idle) / 1e6))
     instr = presence(root, lambda n: n in ("on_callback",) or "libcupti" in n or
                      "libgpuscope_cupti" in n)
     check(instr == 0, "no frame of the injection library or CUPTI in the stacks (%d ns)" % instr)

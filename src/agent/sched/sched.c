@@ -83,8 +83,8 @@ static int read_stack(int fd, __s32 id, __u64 *out)
 }
 
 /* Symbolized stack id in the batch for the blocked stacks; -1 when unknown. Sets *ret_reason. */
-static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32 uid, int sys,
-			     bool cuda_sync, enum blocked_reason *ret_reason)
+static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __u32 tid, __s32 kid, __s32 uid,
+			     int sys, bool cuda_sync, enum blocked_reason *ret_reason)
 {
 	static __u64 kf[GPUSCOPE_MAX_STACK], uf[GPUSCOPE_MAX_STACK];
 	int fd = bpf_map__fd(s->skel->maps.stacks);
@@ -105,7 +105,8 @@ static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __s32 kid, __s32
 		s->stack_lost++;
 		return -1;
 	}
-	id = agent__stack(s->a, tgid, kf, nk, uf, nu);
+	/* an autograd thread blocked inside a task goes under the backward call it works for */
+	id = agent__thread_stack(s->a, tgid, tid, kf, nk, uf, nu);
 	if (id < 0)
 		s->stack_lost++;
 	return id;
@@ -166,7 +167,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			attrs[na++] = (struct label){ "cpu", cpu };
 		} else if (st == GPUSCOPE_TS_BLOCKED) {
 			enum blocked_reason r;
-			int64_t id = blocked_stack(s, ev->tgid, ev->kstack_id, ev->ustack_id,
+			int64_t id = blocked_stack(s, ev->tgid, ev->tid, ev->kstack_id, ev->ustack_id,
 						   ev->syscall_nr, ev->flags & GPUSCOPE_TSF_CUDA_SYNC,
 						   &r);
 
@@ -245,7 +246,7 @@ static void drain_offcpu(struct sched_state *s)
 		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) &&
 		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i])))
 			continue;
-		id = blocked_stack(s, keys[i].tgid, keys[i].kstack_id, keys[i].ustack_id,
+		id = blocked_stack(s, keys[i].tgid, keys[i].tid, keys[i].kstack_id, keys[i].ustack_id,
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;

@@ -107,6 +107,15 @@ static bool engine_frame(const struct location *l)
 		     strstr(f, "6Engine11thread_main"));
 }
 
+/* The worker loop waiting for its next task: working for no backward call. */
+static bool engine_idle_frame(const struct location *l)
+{
+	const char *f = l->function;
+
+	return f && (!strncmp(f, "torch::autograd::ReadyQueue::pop(", 33) ||
+		     strstr(f, "10ReadyQueue3pop"));
+}
+
 /*
  * Symbolizes the frames into st (sized for nk + nu locations). Special words (frames.h) become
  * [truncated], [python] or the Python frame; the walk's honesty is re-checked here: a return
@@ -188,11 +197,14 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 		st->nunknown += !!err;
 	}
 	st->engine_at = -1;
-	for (uint32_t i = st->nkernel; i < st->n; i++)
+	for (uint32_t i = st->nkernel; i < st->n; i++) {
+		if (engine_idle_frame(&st->locs[i]))
+			break;	/* waiting for work: not spliced */
 		if (engine_frame(&st->locs[i])) {
 			st->engine_at = (int32_t)i;
 			break;
 		}
+	}
 	st->resolved_ns = mono_ns();
 	st->batch_id = 0;	/* new locations: a new batch stack */
 }

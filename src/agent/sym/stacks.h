@@ -26,7 +26,8 @@ struct sym_stack {
 	uint64_t batch_id;	/* agent__stack(): the batch whose stack id is cached below */
 	int64_t batch_stack;
 	/* where autograd's worker loop (torch::autograd::Engine::thread_main) is in locs: a
-	 * thread that works for another thread's backward call (agent__thread_stack()); -1: not */
+	 * thread that works for another thread's backward call (agent__thread_stack()); -1: not,
+	 * or it waits for its next task (ReadyQueue::pop above the loop) */
 	int32_t engine_at;
 	struct location locs[];
 };
