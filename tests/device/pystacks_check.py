@@ -140,6 +140,31 @@ if "from" in loop:
           "call's stack %.1f %%; under train_step %.1f %% of all" %
           (ag, 100.0 * ag_under / max(ag, 1),
            100.0 * presence(cl, lambda n: n == "train_step") / max(cl["value"], 1)))
+if "from" in loop:
+    # autograd's device thread off-CPU in the loop: inside a task under the backward call, its
+    # wait for the next task (ReadyQueue::pop) under its own stack
+    ol = fg("offcpu_ns", proc, **loop)
+    ag = presence(ol, lambda n: "autograd::Engine::thread_main" in n)
+    ag_under = presence(ol, lambda n: n == "[autograd thread]")
+    ag_idle = presence(ol, lambda n: "autograd::ReadyQueue::pop" in n)
+    print("INFO during the loop: off-CPU of autograd's device thread %.1f ms, under the backward "
+          "call %.1f ms, waiting in ReadyQueue::pop %.1f ms" % (ag / 1e6, ag_under / 1e6,
+                                                              ag_idle / 1e6))
+
+
+def under_engine(node):
+    """Sub-trees of node whose frame is autograd's thread_main (for the heaviest of them)."""
+    if "autograd::Engine::thread_main" in node.get("name", ""):
+        return [node]
+    out = []
+    for k in node.get("children") or []:
+        out += under_engine(k)
+    return out
+
+
+if "from" in loop:
+    for n in under_engine(ol)[:3]:
+        heaviest(n, 3)
 for kind in ("offcpu_ns", "cuda_sync_ns"):
     t = fg(kind, proc)
     u = presence(t, unknown)
