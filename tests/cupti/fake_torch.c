@@ -48,7 +48,8 @@ static launch_fn launcher(void)
 
 /* torch::autograd::Engine::evaluate_function(...): one node of the graph, its kernel */
 NOINLINE static void evaluate_function(const char *kernel, uint64_t dur_ns)
-	__asm__("_ZN5torch8autograd6Engine17evaluate_functionERSt10shared_ptrINS0_9GraphTaskEEPNS0_4NodeERNS0_11InputBufferERKS3_INS0_10ReadyQueueEE");
+	__asm__("_ZN5torch8autograd6Engine17evaluate_functionERSt10shared_ptrINS0_9GraphTaskEE"
+		"PNS0_4NodeERNS0_11InputBufferERKS3_INS0_10ReadyQueueEE");
 NOINLINE static void evaluate_function(const char *kernel, uint64_t dur_ns)
 {
 	struct timespec t0, t;
@@ -118,7 +119,8 @@ NOINLINE static void *side_loop(void *arg)
  * by the other thread. Returns 0, -1 when the libcupti stand-in is not loaded.
  */
 EXPORT int engine_execute(const char *kernel, uint32_t n, uint64_t dur_ns, const char *side_kernel)
-	__asm__("_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_IN2at6TensorESaIS9_EEbbbS7_");
+	__asm__("_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EE"
+		"RKS2_IN2at6TensorESaIS9_EEbbbS7_");
 EXPORT int engine_execute(const char *kernel, uint32_t n, uint64_t dur_ns, const char *side_kernel)
 {
 	uint64_t me;

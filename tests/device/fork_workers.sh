@@ -5,7 +5,8 @@
 # agents in turn (OLD_DIR and NEW_DIR from tests/device/pack-agent.sh), ROUNDS rounds
 # alternating which goes first. Per agent and round: the workers' (comm dl_worker) samples, the
 # share with a [truncated] frame, and the share under the Python transform.
-# Usage (repository root, as root): tests/device/fork_workers.sh OLD_DIR NEW_DIR [ROUNDS=2] [SECONDS=8]
+# Usage (repository root, as root):
+#   tests/device/fork_workers.sh OLD_DIR NEW_DIR [ROUNDS=2] [SECONDS=8]
 set -u
 old=${1:?usage: fork_workers.sh OLD_DIR NEW_DIR [ROUNDS] [SECONDS]}
 new=${2:?usage: fork_workers.sh OLD_DIR NEW_DIR [ROUNDS] [SECONDS]}
