@@ -122,6 +122,22 @@ static pid_t parse_nspid(const char *text)
 	return ns;
 }
 
+pid_t procfs_ppid(pid_t pid)
+{
+	char path[32], buf[512], *p;
+	ssize_t n;
+	int ppid = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n <= 0)
+		return 0;
+	p = strrchr(buf, ')');	/* the name may hold spaces and parentheses */
+	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+		return 0;
+	return ppid;
+}
+
 pid_t procfs_nspid(pid_t pid)
 {
 	uint64_t now = mono_ns();

@@ -26,6 +26,9 @@ void procfs_comm_seen(pid_t tid, const char *name);
 /* pid as its own pid namespace numbers it; pid itself when not in a child namespace or gone. */
 pid_t procfs_nspid(pid_t pid);
 
+/* The parent of process pid (/proc/PID/stat, not cached); 0 when gone or unreadable. */
+pid_t procfs_ppid(pid_t pid);
+
 struct procfs_stats {
 	unsigned long long reads, hits, gone;	/* /proc reads, cache hits, tasks not found */
 };

@@ -19,6 +19,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/types.h>
+#include "agent/meta/procfs.h"
 #include "agent/sym/symbolize_int.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/python_abi.h"
@@ -304,6 +305,7 @@ static void log_unsupported(struct python *py, pid_t pid, uint32_t version, cons
 static int validate(pid_t pid, const struct gpuscope_py_proc *p, uint64_t code_type)
 {
 	uint64_t interp = 0, ts = 0, id, f, code, type;
+	pid_t ppid = procfs_ppid(pid);
 	uint8_t owner = 0;
 
 	if (read_u64(pid, p->runtime + p->rt_interp_head, &interp) || !interp)
@@ -313,7 +315,9 @@ static int validate(pid_t pid, const struct gpuscope_py_proc *p, uint64_t code_t
 	for (int i = 0; ts && i < 256; i++) {
 		if (read_u64(pid, ts + p->ts_thread_id, &id))
 			return -EPROTO;
-		if (p->tid_is_fsbase || id == (uint64_t)pid)
+		/* a fork child's main thread state still holds its parent's id until the
+		 * interpreter's after-fork code renames it; its first samples come then */
+		if (p->tid_is_fsbase || id == (uint64_t)pid || (id && id == (uint64_t)ppid))
 			break;
 		if (read_u64(pid, ts + p->ts_next, &ts))
 			return -EPROTO;

@@ -466,6 +466,18 @@ static __noinline void unwind_parent_maps(struct uwalk *st, struct task_struct *
 }
 
 /*
+ * After a fork child's walk with its parent's entry: its thread-state lookup, found or not, is
+ * not kept. Right after the fork the state still bears the parent's id, and a second of "no
+ * thread state" (py_find_tstate()) would be the whole life of a short worker.
+ */
+static __noinline void unwind_forget_tstate(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&py_threads, &tid);
+}
+
+/*
  * Walks the user stack from st's registers into a scratch slot: native frames innermost first,
  * Python frames spliced in, one GPUSCOPE_FRAME_TRUNCATED word last when cut short. Returns
  * the scratch (words at frames[st->slot][1 .. st->n]; release with unwind_release()), or NULL
@@ -499,6 +511,8 @@ static __always_inline struct unwind_scratch *unwind_take(struct uwalk *st)
 		unwind_parent_maps(st, task);
 	}
 	uwalk_run(st);
+	if (st->ktgid != st->tgid)
+		unwind_forget_tstate();
 	if (!st->done && !st->reason)
 		unwind_stop(st, GPUSCOPE_TRUNC_DEPTH);
 	n = st->n;
