@@ -7,6 +7,8 @@ usage: pystacks_work.py MODE SECONDS
   threads  two Python threads named pyw-a / pyw-b burning in work_a / work_b
   gen      a generator (gen_stage) and an async function (async_stage), half the time each
   recurse  recursion 300 frames deep (recurse), burning at the bottom
+  fork     burns 10 ms, then forks a child (named pyw-child) that burns 50 ms in child_work
+           and exits, again and again (a pre-fork server's, a DataLoader's workers)
   young    code that dies young: module bodies compiled and run once (young_N.py, each with
            its own function young_work_N burning ~1 ms), freed right after, their addresses
            reused by the next ones (as imports do)
@@ -104,6 +106,22 @@ def run_gen(deadline):
         asyncio.run(async_stage(20))
 
 
+def child_work():
+    spin(50_000_000)
+
+
+def run_fork(deadline):
+    while time.monotonic() < deadline:
+        spin(10_000_000)
+        pid = os.fork()
+        if pid == 0:
+            with open("/proc/self/comm", "w") as f:
+                f.write("pyw-child")
+            child_work()
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+
 def recurse(depth, deadline):
     if depth > 1:
         return recurse(depth - 1, deadline)
@@ -142,6 +160,8 @@ def main():
         run_gen(deadline)
     elif mode == "young":
         run_young(deadline)
+    elif mode == "fork":
+        run_fork(deadline)
     elif mode == "recurse":
         sys.setrecursionlimit(1000)
         recurse(300, deadline)

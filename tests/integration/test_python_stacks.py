@@ -35,12 +35,15 @@ def start(mode, seconds, gated=False):
     return p
 
 
-def record(mode, work_seconds, rec_seconds, freq=499):
+def record(mode, work_seconds, rec_seconds, freq=499, comm=None):
     """Records the workload, whose work_seconds start once the recording runs (the agent's start
-    takes seconds on a loaded machine); returns [(frames root first, count)] of its samples."""
+    takes seconds on a loaded machine); returns [(frames root first, count)] of its samples.
+    comm: the whole machine is recorded and the samples of processes so named are returned
+    (the workload's forked children, which a --pid recording leaves out)."""
     p = start(mode, work_seconds, gated=True)
+    who = ["--pid", str(p.pid)] if comm is None else []
     rec = Recording([AGENT, "record", "--duration", "%ss" % rec_seconds, "--frequency", str(freq),
-                     "--pid", str(p.pid), "--folded", folded, "--top", "0"])
+                     "--folded", folded, "--top", "0"] + who)
     p.stdin.write("go\n")
     p.stdin.close()
     r = rec.wait(timeout=rec_seconds + 60)
@@ -50,7 +53,9 @@ def record(mode, work_seconds, rec_seconds, freq=499):
     out = []
     for line in open(folded, errors="replace"):
         stack, n = line.rsplit(" ", 1)
-        out.append((stack.split(";")[1:], int(n)))	# [0] is the process name
+        f = stack.split(";")
+        if comm is None or f[0] == comm:
+            out.append((f[1:], int(n)))	# [0] is the process name
     return out
 
 
@@ -143,6 +148,17 @@ def cut_honestly(f):
 honest = total(st, cut_honestly)
 check(honest >= 0.9 * rec, "one [truncated] frame at the root, then >= 40 recurse frames: %d of %d"
       % (honest, rec))
+
+# --- forked children: their Python frames from their first samples ---------------------------
+# (each lives 50 ms, less than the agent takes to read a new process on a busy machine: it is
+# walked with its parent's entry meanwhile, and its thread-state lookup must not be kept while
+# the state still bears the parent's id)
+st = record("fork", 6, 5, comm="pyw-child")
+kids = total(st)
+named = total(st, lambda f: contiguous(f, ["run_fork", "child_work", "spin"]))
+show(st, lambda f: True, 3)
+check(kids >= 50 and named >= 0.7 * kids, "forked children's samples under "
+      "run_fork;child_work;spin: %d of %d" % (named, kids))
 
 # --- code that dies young: module bodies run once and freed (imports), addresses reused -----------
 st = record("young", 8, 6)
