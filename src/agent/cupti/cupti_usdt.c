@@ -50,10 +50,11 @@ static struct cupti_stats last_stats;	/* of the last module stopped */
 
 /* ---- attaching ---------------------------------------------------------------------------- */
 
-static bool lib_known(struct cupti_state *c, const struct stat *sb)
+/* Is the file sb among the n libraries of libs (by device and inode)? */
+static bool lib_known(const struct lib *libs, int n, const struct stat *sb)
 {
-	for (int i = 0; i < c->nlibs; i++)
-		if (c->libs[i].dev == sb->st_dev && c->libs[i].ino == sb->st_ino)
+	for (int i = 0; i < n; i++)
+		if (libs[i].dev == sb->st_dev && libs[i].ino == sb->st_ino)
 			return true;
 	return false;
 }
@@ -108,7 +109,7 @@ static int attach_lib(struct cupti_state *c, const char *path)
 
 	if (stat(path, &sb))
 		return -errno;
-	if (lib_known(c, &sb))
+	if (lib_known(c->libs, c->nlibs, &sb))
 		return 0;
 	if (c->nlibs == MAX_LIBS) {
 		c->st.libs_skipped++;
@@ -121,20 +122,13 @@ static int attach_lib(struct cupti_state *c, const char *path)
 	return err;
 }
 
-static bool is_our_lib(const char *path)
+/* Is path a shared library whose file name starts with prefix? */
+static bool lib_named(const char *path, const char *prefix)
 {
 	const char *base = strrchr(path, '/');
 
 	base = base ? base + 1 : path;
-	return !strncmp(base, "libgpuscope_cupti", 17) && strstr(base, ".so");
-}
-
-static bool is_torch_lib(const char *path)
-{
-	const char *base = strrchr(path, '/');
-
-	base = base ? base + 1 : path;
-	return !strncmp(base, "libtorch_cpu", 12) && strstr(base, ".so");
+	return !strncmp(base, prefix, strlen(prefix)) && strstr(base, ".so");
 }
 
 /* torch::autograd::Engine::execute(...), whatever its arguments in this build */
@@ -155,9 +149,8 @@ static void attach_torch(struct cupti_state *c, const char *path)
 
 	if (stat(path, &sb))
 		return;
-	for (int i = 0; i < c->ntorch; i++)
-		if (c->torch[i].dev == sb.st_dev && c->torch[i].ino == sb.st_ino)
-			return;
+	if (lib_known(c->torch, c->ntorch, &sb))
+		return;
 	if (c->ntorch == MAX_LIBS) {
 		c->st.libs_skipped++;
 		return;
@@ -227,12 +220,12 @@ void cupti_scan_procs(struct cupti_state *c)
 				*p = 0;
 			if (strstr(path, " (deleted)"))
 				continue;
-			if (!torch[0] && is_torch_lib(path)) {
+			if (!torch[0] && lib_named(path, "libtorch_cpu")) {
 				snprintf(torch, sizeof(torch), "/proc/%s/root%s", de->d_name, path);
 				if (ours)
 					break;
 			}
-			if (ours || !is_our_lib(path))
+			if (ours || !lib_named(path, "libgpuscope_cupti"))
 				continue;
 			ours = true;
 			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);

@@ -105,22 +105,35 @@ found:
 	return slot;
 }
 
+/*
+ * The stack of the backward call under way in process p that thread tid works for (not its
+ * caller's own thread), NULL when none was seen or the cache has replaced it since (then
+ * forgotten: what is launched under it counts in backward_lost).
+ */
+static struct raw_stack *backward_stack(struct cupti_state *c, struct proc *p, uint32_t tid)
+{
+	struct raw_stack *ps;
+
+	if (!p || !p->bw_hash || p->bw_tid == tid)
+		return NULL;
+	ps = &c->stacks[p->bw_slot];
+	if (ps->hash == p->bw_hash)
+		return ps;
+	p->bw_hash = 0;
+	return NULL;
+}
+
 void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint32_t tid,
 		      uint32_t cid, uint32_t cid2, const __u64 *frames, uint32_t n)
 {
 	uint64_t h = hash64(frames, 8ull * n, pid) | 1;
 	uint32_t slot = put_stack(c, pid, frames, n, h), pslot = 0, pcheck = 0;
+	struct raw_stack *ps = backward_stack(c, p, tid);
 
-	if (p && p->bw_hash && p->bw_tid != tid) {
-		struct raw_stack *ps = &c->stacks[p->bw_slot];
-
-		if (ps->hash == p->bw_hash) {
-			ps->used = c->launch_seq + 1;	/* in use while it is launched under */
-			pslot = p->bw_slot;
-			pcheck = (uint32_t)p->bw_hash | 1;
-		} else {
-			p->bw_hash = 0;	/* replaced: its kernels count in backward_lost */
-		}
+	if (ps) {
+		ps->used = c->launch_seq + 1;	/* in use while it is launched under */
+		pslot = p->bw_slot;
+		pcheck = (uint32_t)p->bw_hash | 1;
 	}
 	put_launch(c, pid, cid, tid, slot, h, pslot, pcheck);
 	if (cid2)
@@ -158,16 +171,12 @@ const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, 
 	return &c->stacks[l->stack_slot];
 }
 
-static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
-		      size_t size)
+/* A launch event whose frames were checked against its size (cupti_handle_event()). */
+static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev)
 {
 	uint32_t n = ev->ustack_len;
 	const __u64 *frames = (const void *)(ev + 1);
 
-	if (n > GPUSCOPE_MAX_STACK || size < sizeof(*ev) + 8ull * n) {
-		c->st.bad_events++;
-		return;
-	}
 	c->st.launches++;
 	struct proc *p = cupti_proc_get(c, ev->tgid);
 
@@ -186,18 +195,13 @@ static void on_launch(struct cupti_state *c, const struct gpuscope_ev_cupti_laun
  * threads launch from now on, unless the caller is one of autograd's own threads (a backward
  * nested in another: the outer one's caller stays).
  */
-static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev,
-			size_t size)
+static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_launch *ev)
 {
 	uint32_t n = ev->ustack_len;
 	const __u64 *frames = (const void *)(ev + 1);
 	const struct sym_stack *st;
 	struct proc *p;
 
-	if (n > GPUSCOPE_MAX_STACK || size < sizeof(*ev) + 8ull * n) {
-		c->st.bad_events++;
-		return;
-	}
 	c->st.backwards++;
 	p = cupti_proc_find(c, ev->tgid);
 	if (!p || !c->a->stacks)
@@ -265,13 +269,9 @@ static bool backward_caller(struct agent *a, pid_t pid, uint32_t tid, const __u6
 			    uint32_t *n)
 {
 	struct cupti_state *c = cupti_live;
-	struct proc *p = c ? cupti_proc_find(c, pid) : NULL;
-	const struct raw_stack *ps;
+	const struct raw_stack *ps = c ? backward_stack(c, cupti_proc_find(c, pid), tid) : NULL;
 
-	if (!p || !p->bw_hash || p->bw_tid == tid)
-		return false;
-	ps = &c->stacks[p->bw_slot];
-	if (ps->hash != p->bw_hash)
+	if (!ps)
 		return false;
 	*frames = ps->frames;
 	*n = ps->n;
@@ -660,14 +660,16 @@ int cupti_handle_event(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH || hdr->type == GPUSCOPE_EV_CUPTI_BACKWARD) {
-		if (size < sizeof(*launch))
+		/* both carry ustack_len frames after the event */
+		if (size < sizeof(*launch) || launch->ustack_len > GPUSCOPE_MAX_STACK ||
+		    size < sizeof(*launch) + 8ull * launch->ustack_len)
 			c->st.bad_events++;
 		else if (!cupti_pid_wanted(c->a, launch->tgid))
 			c->st.filtered++;
 		else if (hdr->type == GPUSCOPE_EV_CUPTI_LAUNCH)
-			on_launch(c, launch, size);
+			on_launch(c, launch);
 		else
-			on_backward(c, launch, size);
+			on_backward(c, launch);
 		return 0;
 	}
 	if (!cupti_pid_wanted(c->a, hdr->tgid)) {

@@ -355,6 +355,15 @@ int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *
 typedef bool (*sym_fn)(void *ctx, int pass, const char *name, const GElf_Sym *sym,
 		       bool *next_pass);
 
+/* The file pages of a symbol table (d) and of its names (strsh, in the file raw) dropped. */
+static void drop_symbol_pages(Elf *elf, const Elf_Data *d, const char *raw, size_t flen,
+			      const GElf_Shdr *strsh)
+{
+	elf_drop_file_pages(elf, d->d_buf, d->d_size);
+	if (raw && strsh->sh_offset + strsh->sh_size <= flen)
+		elf_drop_file_pages(elf, raw + strsh->sh_offset, strsh->sh_size);
+}
+
 static void each_symbol(Elf *elf, sym_fn fn, void *ctx)
 {
 	size_t flen = 0;
@@ -381,12 +390,8 @@ static void each_symbol(Elf *elf, sym_fn fn, void *ctx)
 				const char *name;
 				GElf_Sym sym;
 
-				if (i && i % DROP_EVERY == 0) {
-					elf_drop_file_pages(elf, d->d_buf, d->d_size);
-					if (raw && strsh.sh_offset + strsh.sh_size <= flen)
-						elf_drop_file_pages(elf, raw + strsh.sh_offset,
-								    strsh.sh_size);
-				}
+				if (i && i % DROP_EVERY == 0)
+					drop_symbol_pages(elf, d, raw, flen, &strsh);
 				if (!gelf_getsym(d, (int)i, &sym))
 					break;
 				if (sym.st_shndx == SHN_UNDEF || !sym.st_value)
@@ -395,9 +400,7 @@ static void each_symbol(Elf *elf, sym_fn fn, void *ctx)
 				if (name && *name)
 					stop = fn(ctx, pass, name, &sym, &next);
 			}
-			elf_drop_file_pages(elf, d->d_buf, d->d_size);
-			if (raw && strsh.sh_offset + strsh.sh_size <= flen)
-				elf_drop_file_pages(elf, raw + strsh.sh_offset, strsh.sh_size);
+			drop_symbol_pages(elf, d, raw, flen, &strsh);
 		}
 		scn = NULL;
 	}
