@@ -70,6 +70,24 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 		   s.bytes_on_disk);
 	prom_gauge(out, "gpuscope_server_rollup_lag_chunks",
 		   "Sample chunks not yet folded into rollups.", s.rollup_lag_chunks);
+	prom_family(out, "gpuscope_server_rollup_rows_built_total", "counter",
+		    "Hour and day rollup rows built since start, by level and whether the row was "
+		    "kept or deferred to the rows below it (it would have taken more than half "
+		    "their bytes).");
+	for (int lv = 0; lv < 2; lv++) {
+		const char *level = lv ? "day" : "hour";
+
+		prom_sample_u64(out, "gpuscope_server_rollup_rows_built_total",
+				(struct prom_label[]){ { "level", level }, { "row", "kept" } }, 2,
+				s.rollups_kept[lv]);
+		prom_sample_u64(out, "gpuscope_server_rollup_rows_built_total",
+				(struct prom_label[]){ { "level", level }, { "row", "deferred" } },
+				2, s.rollups_deferred[lv]);
+	}
+	prom_gauge(out, "gpuscope_server_rollup_rows_waiting",
+		   "Hour and day rollup rows that samples coming late into a built bucket left to be "
+		   "built again (30 s after the last of them; read from the rows below meanwhile).",
+		   (double)s.rollups_waiting);
 	prom_family(out, "gpuscope_server_retention_deleted_total", "counter",
 		    "Rows deleted by retention, by table.");
 	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "chunks",

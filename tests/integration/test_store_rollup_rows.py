@@ -8,6 +8,7 @@ store (a row per label set) is converted at open and answers the same, its pages
 import ctypes
 import ctypes.util
 import os
+import random
 import sqlite3
 
 from gpuscope_server import (Server, check, check_migrated, encode, now_ns, running,
@@ -87,12 +88,12 @@ def batch(node, lines):
     return encode("\n".join([f"node {node}"] + lines) + "\n")
 
 
-def samples(node, t, n_per_pid):
-    """pid p gets n_per_pid * p CPU samples from t on, 10 ms apart, stack main;f<p>."""
+def samples(node, t, n_per_pid, step=10**7):
+    """pid p gets n_per_pid * p CPU samples from t on, step ns apart, stack main;f<p>."""
     out = []
     for p in PIDS:
         for i in range(n_per_pid * p):
-            out.append(f"sample {t + i * 10**7} cpu 1 pid={p},tid={p},comm=app{p} main;f{p}")
+            out.append(f"sample {t + i * step} cpu 1 pid={p},tid={p},comm=app{p} main;f{p}")
     return out
 
 
@@ -120,6 +121,50 @@ def rows(db):
     return db.execute("SELECT level, bucket, kind, node, data FROM rollups").fetchall()
 
 
+WIDTH = (MIN, HOUR, DAY)
+
+
+def entries(z, by_key, key):
+    """{(labelset, stack): (sum, count)} of a row, a deferred (empty) hour or day row read as
+    the rows of the level below in its bucket, as the server reads it."""
+    lv, bk, kind, node = key
+    data = by_key[key]
+    out = {}
+    if lv and not data:
+        for k2 in by_key:
+            if (k2[0] == lv - 1 and bk <= k2[1] < bk + WIDTH[lv] and k2[2] == kind
+                    and k2[3] == node):
+                for e, (sm, ct) in entries(z, by_key, k2).items():
+                    o = out.get(e, (0, 0))
+                    out[e] = (o[0] + sm, o[1] + ct)
+        return out
+    for ls, stack, sm, ct in decode11(unpack(z, data)):
+        out[(ls, stack)] = (sm, ct)
+    return out
+
+
+def check_built(z, got):
+    """Every kept hour or day row holds exactly its bucket's rows below; returns the keys of
+    the deferred ones."""
+    by_key = {(lv, bk, k, n): d for lv, bk, k, n, d in got}
+    deferred = []
+    for key, data in by_key.items():
+        lv, bk, kind, node = key
+        if not lv:
+            continue
+        if not data:
+            deferred.append(key)
+            continue
+        below = {}
+        for k2 in by_key:
+            if k2[0] == lv - 1 and bk <= k2[1] < bk + WIDTH[lv] and k2[2:] == key[2:]:
+                for e, (sm, ct) in entries(z, by_key, k2).items():
+                    o = below.get(e, (0, 0))
+                    below[e] = (o[0] + sm, o[1] + ct)
+        check(entries(z, by_key, key) == below, f"row {key}: the sum of the rows below it")
+    return deferred
+
+
 def main():
     z = zstd()
     now = now_ns()
@@ -132,8 +177,10 @@ def main():
     with running(s):
         for node in NODES:
             lines = []
-            for t in base.values():
-                lines += samples(node, t, 3)
+            # spread so that hour and day rows save: the old hour's samples 20 s apart (three
+            # minutes), the old day's 20 min apart (three hours)
+            for k, t in base.items():
+                lines += samples(node, t, 3, {"old_day": 1200 * S, "old_hour": 20 * S}.get(k, 10**7))
             code, body = s.ingest(batch(node, lines))
             check(code == 204, f"ingest {code} {body}")
         check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
@@ -143,6 +190,12 @@ def main():
             return dict(db.execute("SELECT key, value FROM meta WHERE key LIKE 'rollup_built_%'"))
         check(wait(lambda: built().get("rollup_built_1", 0) > old_hour), f"hours built {built()}")
         check(wait(lambda: built().get("rollup_built_2", 0) > old_day), f"days built {built()}")
+
+        def waiting():	# rows of late samples (all of them, if the hours were built first)
+            return db.execute("SELECT count(*) FROM rollups WHERE level > 0 AND data IS NULL"
+                              ).fetchone()[0]
+        check(wait(lambda: s.metric("gpuscope_server_rollup_rows_waiting") == 0 and
+                   waiting() == 0), "no row waiting to be built")
         b = built()
         check(b["rollup_built_1"] <= cur // HOUR * HOUR, f"the open hour is not built: {b}")
         got = rows(db)
@@ -156,12 +209,14 @@ def main():
         check(cur // HOUR * HOUR not in hours, f"no row for the open hour: {hours}")
         check(old_day // DAY * DAY in days and cur // DAY * DAY not in days,
               f"the closed day built, not the open one: {days}")
+        check(check_built(z, got) == [], "every hour and day row here saves: kept")
         for lv, bk, kind, node, data in got:
             ents = decode11(unpack(z, data))
             lss = [e[0] for e in ents]
-            check(len(set(lss)) == len(PIDS) and lss == sorted(lss),
+            check(lss == sorted(lss) and len(set(lss)) == len(lss) and
+                  (len(lss) == len(PIDS) or lv == 0 or bk // DAY * DAY == old_day // DAY * DAY),
                   f"row {lv} {bk} {node}: every label set of the node, in order: {lss}")
-            if lv == 1:
+            if lv == 1 and bk == old_hour // HOUR * HOUR:
                 check(sum(e[2] for e in ents) == 3 * sum(PIDS),
                       f"hour row {bk} {node}: its hour's samples {ents}")
         db.close()
@@ -252,6 +307,84 @@ def main():
           {n for _, _, _, n, _ in rows(db)} == set(NODES), "rows per node again")
     db.close()
     print(f"PASS a schema-10 store ({len(old_rows)} rows per label set) converted, same answers")
+    churning(z)
+
+
+def churning(z):
+    """A node of short-lived threads (schema 14): each minute's threads are new, so an hour row
+    would repeat its minutes' entries one for one. It is deferred (stored empty), answers come
+    from the minutes, and a late sample into that hour is counted."""
+    now = now_ns()
+    hour = (now // HOUR - 2) * HOUR
+    day = hour // DAY * DAY
+    # 10 minutes of 100 new threads each, 4 samples a thread on stacks drawn from 500: an
+    # hour row's entries are its minutes' one for one, and compress no better
+    rnd = random.Random(16)
+    lines, want, per_tid, per_fn = [], 0, {}, {}
+    for m in range(10):
+        for k in range(100):
+            tid = 1000 + 100 * m + k
+            for j in range(4):
+                f = rnd.randrange(500)
+                lines.append(f"sample {hour + m * MIN + k * 500 * 10**6 + j * 10**7} cpu 1 pid=7,"
+                             f"tid={tid},comm=cc1 main;parse;f{f}")
+                per_tid[tid] = per_tid.get(tid, 0) + 1
+                per_fn[f"f{f}"] = per_fn.get(f"f{f}", 0) + 1
+    n = len(lines)
+    s = Server()
+    with running(s):
+        code, body = s.ingest(batch("n3", lines))
+        check(code == 204, f"ingest {code} {body}")
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+        # the hour was closed and built (empty) before these samples came: late, its row waits
+        check(wait(lambda: s.metric("gpuscope_server_rollup_rows_waiting") >= 1), "waiting")
+        fg = s.get_json(f"/api/v1/flamegraph?{rng(hour, hour + HOUR)}")
+        check(fg["total"] == n, f"while its row waits, the hour answers from the minutes: "
+              f"{fg['total']}")
+    with running(s):	# a restart finds the waiting rows again
+        check(s.metric("gpuscope_server_rollup_rows_waiting") >= 1, "still waiting after a "
+              "restart")
+        ok = wait(lambda: s.metric('gpuscope_server_rollup_rows_built_total{level="hour",'
+                                   'row="deferred"}') == 1)
+        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+        sizes = db.execute("SELECT level, count(*), sum(length(data)) FROM rollups GROUP BY 1")
+        check(ok, f"the hour row deferred: rows (level, n, bytes) {sizes.fetchall()}")
+        db.close()
+        check(s.metric('gpuscope_server_rollup_rows_built_total{level="hour",row="kept"}') == 0,
+              "no hour row kept")
+        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+        got = rows(db)
+        db.close()
+        deferred = check_built(z, got)
+        check((1, hour, 0, "n3") in [k[:2] + (0, k[3]) for k in deferred],
+              f"the hour's row deferred: {deferred}")
+        whole_day = day + DAY <= now - 3 * MIN
+        if whole_day:
+            check(wait(lambda: s.metric('gpuscope_server_rollup_rows_built_total{level="day",'
+                                        'row="deferred"}') == 1), "the day row deferred too")
+        r = rng(hour, hour + HOUR)
+        fg = s.get_json(f"/api/v1/flamegraph?{r}")
+        check(fg["total"] == n, f"the deferred hour answers from its minutes: {fg['total']}")
+        tid = s.get_json(f"/api/v1/flamegraph?{r}&selector=%7Btid%3D%221007%22%7D")["total"]
+        check(tid == per_tid[1007], f"one thread of it: {tid}")
+        top = {f["name"]: f["self"] for f in s.get_json(f"/api/v1/top?{r}&limit=1000")["functions"]
+               if f["self"]}
+        check(top == per_fn, f"top {sorted(top.items())[:10]} != {sorted(per_fn.items())[:10]}")
+        if whole_day:
+            t = s.get_json(f"/api/v1/flamegraph?{rng(day, day + DAY)}")["total"]
+            check(t == n, f"the deferred day answers from the minutes: {t}")
+        code, body = s.ingest(batch("n3", [f"sample {hour + 30 * MIN + 5 * S} cpu 1 pid=7,"
+                                           "tid=1007,comm=cc1 main;parse;f7"]))
+        check(code == 204, f"late ingest {code} {body}")
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+        fg = s.get_json(f"/api/v1/flamegraph?{r}")
+        check(fg["total"] == n + 1, f"a late sample into the deferred hour: {fg['total']}")
+        db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+        check(db.execute("SELECT length(data) FROM rollups WHERE level = 1 AND node = 'n3'")
+              .fetchall() == [(0,)], "the deferred row stays empty")
+        db.close()
+    print(f"PASS a churning node's hour row deferred ({len(per_tid)} threads), its answers from the minutes"
+          f"{', and its day' if whole_day else ''}; a late sample counted")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ struct store_stats {
 	uint64_t commits;		/* group commits: each stored one or more batches */
 	uint64_t raw_chunks_deleted, rollups_deleted;
 	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
+	/* hour and day rows built: kept, or deferred to the level below (sqlite) */
+	uint64_t rollups_kept[2], rollups_deferred[2];
+	uint64_t rollups_waiting;	/* ...and those late samples left to build again */
 	uint64_t stacks, locations, label_sets;	/* known */
 	uint64_t samples_held;			/* raw samples in the store now */
 	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */

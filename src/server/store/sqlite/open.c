@@ -269,6 +269,12 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->commits = __atomic_load_n(&s->commitq.commits, __ATOMIC_RELAXED);
 	o->raw_chunks_deleted = __atomic_load_n(&s->n_raw_deleted, __ATOMIC_RELAXED);
 	o->rollups_deleted = __atomic_load_n(&s->n_rollups_deleted, __ATOMIC_RELAXED);
+	o->rollups_waiting = __atomic_load_n(&s->n_pending, __ATOMIC_RELAXED);
+	for (int lv = 1; lv < LEVELS; lv++) {
+		o->rollups_kept[lv - 1] = __atomic_load_n(&s->n_rollups_kept[lv], __ATOMIC_RELAXED);
+		o->rollups_deferred[lv - 1] = __atomic_load_n(&s->n_rollups_deferred[lv],
+							      __ATOMIC_RELAXED);
+	}
 	if (db) {
 		int64_t lag = query_i64(db, "SELECT (SELECT coalesce(max(id), 0) FROM chunks) -"
 					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
@@ -325,6 +331,7 @@ static void sq_close(struct store *st)
 		sqlite3_close(s->pool[i]);
 	sq_lsets_done(s);
 	sq_graveyard_free(s);
+	sq_rollup_pending_free(s);
 	sq_dedup_reset(s);
 	sq_strs_done(s);
 	free(s->card);
@@ -463,8 +470,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	if (ver && ver < SQ_SCHEMA_VERSION) {
 		log_info("store: '%s' has schema %d: migrating to %d", s->path, ver, SQ_SCHEMA_VERSION);
 		t0 = mono_ns();
-		/* schemas 9 and 13 change no table: a schema-8 or -12 store is only marked (its
-		 * chunks are read as they are) */
+		/* schemas 9, 13 and 14 change no table: a schema-8, -12 or -13 store is only
+		 * marked (its chunks and rollup rows are read as they are) */
 		if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL) ||
 		    (ver < 8 && migrate_stack_day(s))) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));

@@ -24,6 +24,7 @@ struct racc {
 	uint64_t *ls, *stack, *count;
 	int64_t *sum;
 	size_t n, cap;
+	uint64_t child_bytes;	/* built rows: the stored bytes of the rows read for it */
 };
 
 static int racc_grow(struct racc *a)
@@ -174,14 +175,23 @@ static int racc_encode(struct racc *a, uint8_t **ret, size_t *ret_len)
 	return err;
 }
 
-/* Stores the row's blob, replacing the one there (wmu held, in a tx). */
+/*
+ * Stores the row's blob, replacing the one there (wmu held, in a tx). z NULL: an hour or day row
+ * with no entries of its own, read from the level below: zlen 1 deferred for good (an empty
+ * blob, build_node()), 0 waiting to be built (NULL, rollup_write()).
+ */
 static int row_put(sqlite3_stmt *put, const struct racc *a, const uint8_t *z, size_t zlen)
 {
 	sqlite3_bind_int64(put, 1, (int64_t)a->level);
 	sqlite3_bind_int64(put, 2, (int64_t)a->bucket);
 	sqlite3_bind_int64(put, 3, (int64_t)a->kind);
 	sqlite3_bind_text(put, 4, a->node, -1, SQLITE_STATIC);
-	sqlite3_bind_blob(put, 5, z, (int)zlen, SQLITE_STATIC);
+	if (z)
+		sqlite3_bind_blob(put, 5, z, (int)zlen, SQLITE_STATIC);
+	else if (zlen)
+		sqlite3_bind_zeroblob(put, 5, 0);
+	else
+		sqlite3_bind_null(put, 5);
 	return sq_step_done(put);
 }
 
@@ -198,8 +208,62 @@ static int racc_put(sqlite3_stmt *put, struct racc *a)
 	return err;
 }
 
-/* Merges the accumulated row with the stored one and writes it back (wmu held, in a tx). */
-static int rollup_write(sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a, struct buf *tmp)
+/* A row of bucket b of level lv of node waits to be built again (pend: maintenance thread). */
+struct rollup_pending {
+	int lv;
+	int64_t b;
+	char *node;
+	uint64_t touched;	/* mono_ns of the last late sample into it */
+};
+
+/* (lv, b, node) waits, its last late sample now. 0 or -ENOMEM. */
+static int pending_touch(struct sq *s, int lv, int64_t b, const char *node)
+{
+	struct rollup_pending *p;
+
+	for (size_t i = 0; i < s->npend; i++) {
+		p = &s->pend[i];
+		if (p->lv == lv && p->b == b && !strcmp(p->node, node)) {
+			p->touched = mono_ns();
+			return 0;
+		}
+	}
+	if (s->npend == s->cappend) {
+		size_t ncap = s->cappend ? s->cappend * 2 : 16;
+
+		p = realloc(s->pend, ncap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->pend = p;
+		s->cappend = ncap;
+	}
+	p = &s->pend[s->npend];
+	*p = (struct rollup_pending){ .lv = lv, .b = b, .node = strdup(node), .touched = mono_ns() };
+	if (!p->node)
+		return -ENOMEM;
+	s->npend++;
+	__atomic_store_n(&s->n_pending, s->npend, __ATOMIC_RELAXED);
+	return 0;
+}
+
+void sq_rollup_pending_free(struct sq *s)
+{
+	for (size_t i = 0; i < s->npend; i++)
+		free(s->pend[i].node);
+	free(s->pend);
+	s->pend = NULL;
+	s->npend = s->cappend = 0;
+}
+
+/*
+ * Merges the accumulated row with the stored one and writes it back (wmu held, in a tx). An hour
+ * or day row of a bucket already built that is missing or deferred (the late samples are in the
+ * minute rows, folded in the same round) is not written from the late samples alone: it is
+ * marked to build (data NULL: read from below meanwhile, and found again at open) and built from
+ * the rows below once its late samples stop (rollup_pending()).
+ */
+static int rollup_write(struct sq *s, sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a,
+			struct buf *tmp)
 {
 	int rc, err = 0;
 
@@ -208,6 +272,13 @@ static int rollup_write(sqlite3_stmt *get, sqlite3_stmt *put, struct racc *a, st
 	sqlite3_bind_int64(get, 3, (int64_t)a->kind);
 	sqlite3_bind_text(get, 4, a->node, -1, SQLITE_STATIC);
 	rc = sqlite3_step(get);
+	if (a->level && (rc == SQLITE_DONE || (rc == SQLITE_ROW && !sqlite3_column_bytes(get, 0)))) {
+		bool missing = rc == SQLITE_DONE;
+
+		sqlite3_reset(get);
+		err = pending_touch(s, (int)a->level, (int64_t)a->bucket, a->node);
+		return err || !missing ? err : row_put(put, a, NULL, 0);
+	}
 	if (rc == SQLITE_ROW)
 		err = rollup_decode(sqlite3_column_blob(get, 0), (size_t)sqlite3_column_bytes(get, 0),
 				    tmp, racc_merge, a);
@@ -319,7 +390,7 @@ static int rollup_round(struct sq *s)
 		err = -EIO;
 	sqlite3_reset(sel);
 	for (size_t i = 0; i < rr.n && !err; i++)
-		err = rollup_write(get, put, rr.accs[i], &tmp);
+		err = rollup_write(s, get, put, rr.accs[i], &tmp);
 	if (!err && last >= 0) {
 		sqlite3_bind_int64(wm, 1, last);
 		err = sq_step_done(wm);
@@ -341,44 +412,93 @@ out:
 	return err ? err : n;
 }
 
+int sq_rollup_rows(sqlite3 *db, int lv, uint64_t from, uint64_t to, int kind, const char *node,
+		   bool (*node_ok)(void *ctx, const char *node), sq_rollup_row_cb cb, void *ctx)
+{
+	sqlite3_stmt *st;
+	int rc, err = 0;
+
+	if (from >= to)
+		return 0;
+	if (sqlite3_prepare_v2(db, "SELECT node, kind, bucket, data FROM rollups WHERE level = ?1"
+			       " AND bucket >= ?2 AND bucket < ?3 AND (?4 < 0 OR kind = ?4) AND"
+			       " (?5 IS NULL OR node = ?5)", -1, &st, NULL)) {
+		sqlite3_finalize(st);
+		return -EIO;
+	}
+	sqlite3_bind_int(st, 1, lv);
+	sqlite3_bind_int64(st, 2, (int64_t)from);
+	sqlite3_bind_int64(st, 3, (int64_t)to);
+	sqlite3_bind_int(st, 4, kind);
+	if (node)
+		sqlite3_bind_text(st, 5, node, -1, SQLITE_STATIC);
+	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *nd = (const char *)sqlite3_column_text(st, 0);
+		int k = sqlite3_column_int(st, 1);
+		uint64_t b = (uint64_t)sqlite3_column_int64(st, 2);
+		const void *blob = sqlite3_column_blob(st, 3);
+		size_t len = (size_t)sqlite3_column_bytes(st, 3);
+
+		nd = nd ? nd : "";
+		if (node_ok && !node_ok(ctx, nd))
+			continue;
+		if (lv && !len)		/* deferred: its bucket's rows of the level below */
+			err = sq_rollup_rows(db, lv - 1, b, b + sq_level_ns[lv], k, nd, NULL, cb, ctx);
+		else
+			err = cb(ctx, nd, k, b, blob, len);
+	}
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = -EIO;
+	sqlite3_finalize(st);
+	return err;
+}
+
+/* A row of the level below into the row being built (sq_rollup_rows() callback). */
+struct build_ctx {
+	struct rollup_round *rr;
+	struct buf tmp;
+	int lv;
+	int64_t b;
+};
+
+static int build_add(void *ctx, const char *node, int kind, uint64_t bucket, const void *blob,
+		     size_t len)
+{
+	struct build_ctx *c = ctx;
+	struct racc *a = round_get(c->rr, (uint64_t)c->lv, (uint64_t)kind, (uint64_t)c->b, node);
+	int err;
+
+	if (!a)
+		return -ENOMEM;
+	a->child_bytes += len;
+	err = rollup_decode(blob, len, &c->tmp, racc_merge, a);
+	if (err == -EINVAL) {
+		log_warn("rollup: an undecodable row of node '%s' in bucket %llu, left out of its"
+			 " level-%d row", node, (unsigned long long)bucket, c->lv);
+		err = 0;
+	}
+	return err;
+}
+
 /*
  * Builds node's row of each kind for bucket b of level lv from the rows of the level below: read
  * and merged on the read connection db, outside the writer lock (only this thread writes rollup
- * rows), then written in one short transaction. 0 or -errno.
+ * rows), then written in one short transaction. A row that would take more than
+ * 1/ROLLUP_KEEP_DIV of the bytes it was built from is deferred instead (stored empty: readers
+ * read those rows; on a node of short-lived threads an hour row repeats its minutes' entries
+ * nearly one for one). 0 or -errno.
  */
 static int build_node(struct sq *s, sqlite3 *db, int lv, int64_t b, const char *node)
 {
-	sqlite3_stmt *sel = NULL, *put = NULL;
+	sqlite3_stmt *put = NULL;
 	struct rollup_round rr = { 0 };
-	struct buf tmp = { 0 };
+	struct build_ctx c = { .rr = &rr, .lv = lv, .b = b };
 	uint8_t **z = NULL;
 	size_t *zlen = NULL;
-	int rc, err = 0;
+	int err;
 
-	if (sqlite3_prepare_v2(db, "SELECT kind, data FROM rollups WHERE level = ?1 AND bucket >= ?2"
-			       " AND bucket < ?3 AND node = ?4", -1, &sel, NULL)) {
-		sqlite3_finalize(sel);
-		return -EIO;
-	}
-	sqlite3_bind_int(sel, 1, lv - 1);
-	sqlite3_bind_int64(sel, 2, b);
-	sqlite3_bind_int64(sel, 3, b + (int64_t)sq_level_ns[lv]);
-	sqlite3_bind_text(sel, 4, node, -1, SQLITE_STATIC);
-	while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
-		struct racc *a = round_get(&rr, (uint64_t)lv, (uint64_t)sqlite3_column_int64(sel, 0),
-					   (uint64_t)b, node);
-
-		err = a ? rollup_decode(sqlite3_column_blob(sel, 1), (size_t)sqlite3_column_bytes(sel, 1),
-					&tmp, racc_merge, a) : -ENOMEM;
-		if (err == -EINVAL) {
-			log_warn("rollup: an undecodable level-%d row of node '%s' in bucket %lld, left"
-				 " out of its level-%d row", lv - 1, node, (long long)b, lv);
-			err = 0;
-		}
-	}
-	if (!err && rc != SQLITE_DONE)
-		err = -EIO;
-	sqlite3_finalize(sel);
+	err = sq_rollup_rows(db, lv - 1, (uint64_t)b, (uint64_t)b + sq_level_ns[lv], -1, node, NULL,
+			     build_add, &c);
 	z = calloc(rr.n ? rr.n : 1, sizeof(*z));
 	zlen = calloc(rr.n ? rr.n : 1, sizeof(*zlen));
 	if (!err && (!z || !zlen))
@@ -389,8 +509,16 @@ static int build_node(struct sq *s, sqlite3 *db, int lv, int64_t b, const char *
 		pthread_mutex_lock(&s->wmu);
 		err = sq_step_done(s->st[ST_BEGIN]) ||
 		      sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL) ? -EIO : 0;
-		for (size_t i = 0; i < rr.n && !err; i++)
-			err = z[i] ? row_put(put, rr.accs[i], z[i], zlen[i]) : 0;
+		for (size_t i = 0; i < rr.n && !err; i++) {
+			bool keep = zlen[i] * ROLLUP_KEEP_DIV <= rr.accs[i]->child_bytes;
+
+			if (!z[i])
+				continue;
+			err = row_put(put, rr.accs[i], keep ? z[i] : NULL, keep ? zlen[i] : 1);
+			if (!err)
+				__atomic_add_fetch(keep ? &s->n_rollups_kept[lv] :
+						   &s->n_rollups_deferred[lv], 1, __ATOMIC_RELAXED);
+		}
 		sqlite3_finalize(put);
 		if (err || sq_step_done(s->st[ST_COMMIT])) {
 			sq_step_done(s->st[ST_ROLLBACK]);
@@ -403,7 +531,7 @@ static int build_node(struct sq *s, sqlite3 *db, int lv, int64_t b, const char *
 	free(z);
 	free(zlen);
 	round_done(&rr);
-	buf_done(&tmp);
+	buf_done(&c.tmp);
 	return err;
 }
 
@@ -498,6 +626,69 @@ static int rollup_build(struct sq *s, int lv)
 			break;	/* else the next bucket with rows below */
 	}
 	return err;
+}
+
+/*
+ * Builds the rows late samples left waiting (rollup_write()) once none came for
+ * ROLLUP_LATE_QUIET_NS: hours first, a day once none of its hours waits. A failed one waits for
+ * the next round.
+ */
+static void rollup_pending(struct sq *s)
+{
+	uint64_t now = mono_ns();
+
+	for (int lv = 1; lv < LEVELS; lv++) {
+		for (size_t i = 0; i < s->npend && !s->stopping;) {
+			struct rollup_pending *p = &s->pend[i];
+			bool wait = p->lv != lv || now - p->touched < ROLLUP_LATE_QUIET_NS;
+			sqlite3 *db;
+			int err;
+
+			for (size_t j = 0; !wait && j < s->npend; j++) {
+				const struct rollup_pending *q = &s->pend[j];
+
+				wait = q->lv < lv && q->b >= p->b &&
+				       q->b < p->b + (int64_t)sq_level_ns[lv] && !strcmp(q->node, p->node);
+			}
+			if (wait) {
+				i++;
+				continue;
+			}
+			db = sq_pool_get(s);
+			err = db ? build_node(s, db, lv, p->b, p->node) : -EIO;
+			sq_pool_put(s, db);
+			if (err) {
+				log_warn("rollup: building level %d again: %s", lv,
+					 err == -ENOMEM ? "out of memory" : "the database failed");
+				return;
+			}
+			free(p->node);
+			s->pend[i] = s->pend[--s->npend];
+			__atomic_store_n(&s->n_pending, s->npend, __ATOMIC_RELAXED);
+		}
+	}
+}
+
+/* The rows a late sample left waiting before a restart (data NULL), found again at start. */
+static void rollup_pending_load(struct sq *s)
+{
+	sqlite3 *db = sq_pool_get(s);
+	sqlite3_stmt *q = NULL;
+
+	if (!db)
+		return;
+	if (!sqlite3_prepare_v2(db, "SELECT level, bucket, node FROM rollups WHERE level > 0 AND"
+				" data IS NULL", -1, &q, NULL)) {
+		while (sqlite3_step(q) == SQLITE_ROW) {
+			const char *node = (const char *)sqlite3_column_text(q, 2);
+
+			if (pending_touch(s, sqlite3_column_int(q, 0), sqlite3_column_int64(q, 1),
+					  node ? node : ""))
+				break;
+		}
+	}
+	sqlite3_finalize(q);
+	sq_pool_put(s, db);
 }
 
 /* One old row's entries into its node's accumulator (rollup_decode_v10 callback). */
@@ -617,6 +808,7 @@ void *sq_maint_main(void *arg)
 	struct sq *s = arg;
 	uint64_t last_ret = 0;
 
+	rollup_pending_load(s);
 	pthread_mutex_lock(&s->mmu);
 	while (!s->stopping) {
 		struct timespec ts;
@@ -632,6 +824,8 @@ void *sq_maint_main(void *arg)
 		while (n == ROLLUP_ROUND && !s->stopping);
 		for (int lv = 1; lv < LEVELS && n >= 0 && !s->stopping; lv++)
 			rollup_build(s, lv);
+		if (n >= 0 && !s->stopping)
+			rollup_pending(s);
 		if (wall_ns() - last_ret >= s->o.enforce_period_ns) {
 			sq_enforce_retention(s);
 			last_ret = wall_ns();

@@ -134,6 +134,12 @@ struct rollup_row {
 	uint64_t t;
 };
 
+/* The rollup rows of one scan: its aggregation, the decoder's scratch. */
+struct scan_rows {
+	struct agg_ctx *a;
+	struct buf tmp;
+};
+
 /* Adds one rollup entry of a matching label set to the aggregation (rollup_decode callback). */
 static int agg_add(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t count)
 {
@@ -207,35 +213,32 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 	return err;
 }
 
+/* Rollup rows of nodes other than the matching label sets' are not read (sq_rollup_rows()). */
+static bool node_wanted(void *ctx, const char *node)
+{
+	struct scan_rows *r = ctx;
+
+	return u64map_find(&r->a->nodes, hash64(node, strlen(node), 17)) != NULL;
+}
+
+/* A row's entries into the aggregation at its bucket's start (sq_rollup_rows() callback). */
+static int scan_row(void *ctx, const char *node, int kind, uint64_t bucket, const void *blob,
+		    size_t len)
+{
+	struct scan_rows *r = ctx;
+	struct rollup_row row = { r->a, bucket };
+
+	(void)node;
+	(void)kind;
+	return rollup_decode(blob, len, &r->tmp, agg_add, &row);
+}
+
 static int scan_rollups(struct agg_ctx *a, sqlite3 *db, int level, uint64_t from, uint64_t to)
 {
-	struct buf tmp = { 0 };
-	sqlite3_stmt *st;
-	int rc, err = 0;
+	struct scan_rows r = { .a = a };
+	int err = sq_rollup_rows(db, level, from, to, a->q->kind, NULL, node_wanted, scan_row, &r);
 
-	if (from >= to)
-		return 0;
-	rc = sqlite3_prepare_v2(db, "SELECT node, data, bucket FROM rollups WHERE level = ?1 AND"
-				" bucket >= ?3 AND bucket < ?4 AND kind = ?2", -1, &st, NULL);
-	if (rc)
-		return -EIO;
-	sqlite3_bind_int(st, 1, level);
-	sqlite3_bind_int(st, 2, a->q->kind);
-	sqlite3_bind_int64(st, 3, (int64_t)from);
-	sqlite3_bind_int64(st, 4, (int64_t)to);
-	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct rollup_row r = { a, (uint64_t)sqlite3_column_int64(st, 2) };
-		const char *node = (const char *)sqlite3_column_text(st, 0);
-
-		if (!node || !u64map_find(&a->nodes, hash64(node, strlen(node), 17)))
-			continue;
-		err = rollup_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-				    &tmp, agg_add, &r);
-	}
-	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
-		err = -EIO;
-	sqlite3_finalize(st);
-	buf_done(&tmp);
+	buf_done(&r.tmp);
 	return err;
 }
 

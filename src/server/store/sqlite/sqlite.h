@@ -30,6 +30,12 @@
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
 #define ROLLUP_PERIOD_NS	(2 * NSEC_PER_SEC)	/* new chunks wait at most this for rollup */
 #define ROLLUP_CLOSE_NS	(2 * MINUTE_NS)		/* an hour or day is built this long after its end */
+/* An hour or day row is kept only where it takes at most 1/ROLLUP_KEEP_DIV of its children's
+ * bytes; else it is deferred (schema 14: its data empty, readers read the level below). */
+#define ROLLUP_KEEP_DIV	2
+/* late samples into a built bucket without a kept row: its row is built this long after the
+ * last of them (a spool drained after an outage comes batch by batch) */
+#define ROLLUP_LATE_QUIET_NS	(30 * NSEC_PER_SEC)
 #define SQ_BUSY_TIMEOUT_MS	60000			/* a connection waits this long for a lock */
 #define WAL_IDLE_NS	(1 * NSEC_PER_SEC)	/* no ingest this long: the WAL is emptied */
 /*
@@ -112,6 +118,12 @@ struct sq {
 	size_t ncard, capcard;
 	uint64_t max_new_ls, max_new_stacks;
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
+	uint64_t n_rollups_kept[LEVELS], n_rollups_deferred[LEVELS];	/* hour and day rows built */
+	/* hour and day rows that late samples found missing or deferred: built again once no
+	 * late sample came for ROLLUP_LATE_QUIET_NS (maintenance thread only; the count atomic) */
+	struct rollup_pending *pend;
+	size_t npend, cappend;
+	uint64_t n_pending;
 	uint64_t n_gc_stacks, n_gc_locations, n_gc_lsets, n_gc_series;	/* dictionary GC */
 	uint64_t n_card_dropped_ls, n_card_dropped_records;	/* past the label-set limit */
 	uint64_t last_commit_ns;	/* mono_ns() of the last ingest commit */
@@ -272,7 +284,7 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * 2); older location blocks are read as they are. 13: interval chunks of format 4 (chunk.h:
  * a tie group's order instead of its seqs); a schema-12 store is only marked, its chunks read
  * as they are (a schema-12 server refuses the store rather than fail on the new chunks). */
-#define SQ_SCHEMA_VERSION 13
+#define SQ_SCHEMA_VERSION 14
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -303,6 +315,19 @@ void *sq_maint_main(void *arg);
  * nothing where there is no rollups_v10. 0, or -1 with err set.
  */
 int sq_rollups_convert_v10(struct sq *s, char *err, size_t errlen);
+/* Frees the rows still waiting to be built (at close: built again never, read from below). */
+void sq_rollup_pending_free(struct sq *s);
+/*
+ * Calls cb for every rollup row of level lv with a bucket in [from, to), of kind (all kinds when
+ * kind < 0) and node (all nodes when node is NULL; those node_ok refuses left out when it is
+ * set), with its stored blob: a deferred hour or day row (schema 14: empty, as its row would
+ * not have saved, ROLLUP_KEEP_DIV) by the rows of the level below in its bucket, recursively,
+ * so cb sees only rows with entries, and each sample once. 0, cb's error, or -EIO.
+ */
+typedef int (*sq_rollup_row_cb)(void *ctx, const char *node, int kind, uint64_t bucket,
+				const void *blob, size_t len);
+int sq_rollup_rows(sqlite3 *db, int lv, uint64_t from, uint64_t to, int kind, const char *node,
+		   bool (*node_ok)(void *ctx, const char *node), sq_rollup_row_cb cb, void *ctx);
 
 /* ---- recompress.c ---- */
 /* Recompresses settled blobs at o.recompress_level for up to a second (maintenance thread);
