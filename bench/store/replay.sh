@@ -30,6 +30,11 @@ for _ in $(seq 600); do
 	sleep 0.5
 done
 echo "stored and rolled up in $((SECONDS - t0)) s; server CPU $(awk '{printf "%.1f s", ($14 + $15) / 100}' /proc/$pid/stat)"
+for _ in $(seq 600); do	# schema 14: rows of hours the replay filled late, built 30 s after
+	curl -s "$url/metrics" >"$tmp/m"
+	case "$(metric gpuscope_server_rollup_rows_waiting)" in ''|0) break;; esac
+	sleep 0.5
+done
 for _ in $(seq 1200); do	# schema 5: settled blobs recompressed in the background
 	curl -s "$url/metrics" >"$tmp/m"
 	case "$(metric gpuscope_server_store_recompress_lag_rows)" in ''|0) break;; esac

@@ -84,6 +84,27 @@ def decode11(raw):
     return out
 
 
+def extents(z, db):
+    """[(id, first_ns, last_ns)] of the label sets' extents rows (schema 14), read independently
+    of the server: format 1, a count, then id gaps, starts as zigzag differences, lengths."""
+    out = []
+    for _, data in db.execute("SELECT id, data FROM lsext ORDER BY id"):
+        r = Rd(unpack(z, data))
+        check(r.u() == 1, "extents format 1")
+        n = r.u()
+        ids, firsts, i, f = [], [], 0, 0
+        for _ in range(n):
+            i += r.u()
+            ids.append(i)
+        for _ in range(n):
+            f += r.s()
+            firsts.append(f)
+        durs = [r.u() for _ in range(n)]
+        check(r.p == len(r.b), "the whole row read")
+        out += [(i, f, f + d) for i, f, d in zip(ids, firsts, durs)]
+    return out
+
+
 def batch(node, lines):
     return encode("\n".join([f"node {node}"] + lines) + "\n")
 
@@ -267,12 +288,14 @@ def main():
                      " bucket, labelset)) WITHOUT ROWID;"
                      "DELETE FROM meta WHERE key LIKE 'rollup_built_%';"
                      # schema 10 (and 11) kept each label set's content hash in its row,
-                     # and its extent as first and last
-                     "CREATE TABLE ls10(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL,"
+                     # and its extent as first and last (schema 14: in lsext rows)
+                     "CREATE TABLE labelsets(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL,"
                      " first_ns INTEGER, last_ns INTEGER);"
-                     "INSERT INTO ls10 SELECT id, 0, first_ns, first_ns + dur_ns FROM labelsets;"
-                     "DROP TABLE labelsets; ALTER TABLE ls10 RENAME TO labelsets;"
                      "UPDATE meta SET value = 10 WHERE key = 'schema';")
+    exts = extents(z, db)
+    check(len(exts) == 2 * len(PIDS), f"a label set per node and pid: {exts}")
+    db.executemany("INSERT INTO labelsets VALUES (?, 0, ?, ?)", exts)
+    db.executescript("DROP TABLE lsext; DELETE FROM meta WHERE key = 'ls_seq';")
     db.executemany("INSERT INTO rollups VALUES (?, ?, ?, ?, ?)", old_rows)
     db.commit()
     check(db.execute("PRAGMA page_size").fetchone()[0] == 1024, "a new store's pages: 1 KiB")
@@ -298,8 +321,10 @@ def main():
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
     check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'rollups_v10'").fetchone(),
           "the old table dropped")
-    cols = [r[1] for r in db.execute("PRAGMA table_info(labelsets)")]
-    check(cols == ["id", "first_ns", "dur_ns"], f"label sets without their hash column: {cols}")
+    check(not db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'labelsets'").fetchone() and
+          [e[0] for e in extents(z, db)] == [e[0] for e in exts] and
+          db.execute("SELECT value FROM meta WHERE key = 'ls_seq'").fetchone()[0] ==
+          max(e[0] for e in exts), "the label sets' extents in lsext rows (schema 14)")
     check(db.execute("PRAGMA page_size").fetchone()[0] == 1024 and
           db.execute("PRAGMA journal_mode").fetchone()[0] == "wal",
           "the conversion's vacuum took the store to 1 KiB pages, in WAL mode again")

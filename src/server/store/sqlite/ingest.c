@@ -32,7 +32,7 @@ struct ingest {
 	uint64_t new_ls, new_stacks;	/* rows this batch adds */
 	uint64_t dropped_ls, dropped_records;	/* refused by the cardinality limit */
 	/* the store's counters when the batch's savepoint began */
-	uint64_t loc_seq0, stack_seq0, ivl_seq0;
+	uint64_t loc_seq0, stack_seq0, ivl_seq0, ls_seq0;
 	size_t kept_records;		/* records of label sets not refused */
 	char *err;
 	size_t errlen;
@@ -124,12 +124,8 @@ static int map_label_sets(struct ingest *in)
 			p->id = (uint64_t)id;
 			continue;
 		}
-		/* Times are set once the records are known (UPDATE below). */
-		if (sq_step_done(s->st[ST_LS_ADD])) {
-			err = -EIO;
-			break;
-		}
-		p->id = (uint64_t)sqlite3_last_insert_rowid(s->w);
+		/* its extent is stored once the records are known (finish_label_sets()) */
+		p->id = ++s->ls_seq;
 		sqlite3_bind_int64(s->st[ST_LS_NEW], 1, (int64_t)p->hash);
 		sqlite3_bind_int64(s->st[ST_LS_NEW], 2, (int64_t)p->id);
 		if (sq_step_done(s->st[ST_LS_NEW])) {
@@ -138,7 +134,7 @@ static int map_label_sets(struct ingest *in)
 		}
 		p->is_new = true;
 		in->new_ls++;
-		/* rowids grow: a batch's new ids ascend, as a block's must */
+		/* ids grow: a batch's new ids ascend, as a block's must */
 		ids[nnew] = p->id;
 		blobs[nnew] = p->blob.p;
 		lens[nnew++] = p->blob.len;
@@ -149,6 +145,10 @@ static int map_label_sets(struct ingest *in)
 	}
 	if (!err)
 		err = sq_put_ls_block(s, ids, blobs, lens, nnew);
+	if (!err && in->new_ls) {
+		sqlite3_bind_int64(s->st[ST_LS_SEQ], 1, (int64_t)s->ls_seq);
+		err = sq_step_done(s->st[ST_LS_SEQ]);
+	}
 	free(ids);
 	free(blobs);
 	free(lens);
@@ -773,10 +773,14 @@ out:
 
 static int finish_label_sets(struct ingest *in, uint64_t *ret_first, uint64_t *ret_last)
 {
-	struct sq *s = in->s;
+	struct lsext_ent *e = malloc((in->m->n_label_sets ? in->m->n_label_sets : 1) * sizeof(*e));
+	size_t n = 0;
+	int err;
 
 	*ret_first = UINT64_MAX;
 	*ret_last = 0;
+	if (!e)
+		return -ENOMEM;
 	for (size_t i = 0; i < in->m->n_label_sets; i++) {
 		struct ls_pending *p = &in->ls[i];
 
@@ -789,13 +793,11 @@ static int finish_label_sets(struct ingest *in, uint64_t *ret_first, uint64_t *r
 			*ret_first = p->first;
 		if (p->last > *ret_last)
 			*ret_last = p->last;
-		sqlite3_bind_int64(s->st[ST_LS_TIME], 1, (int64_t)p->id);
-		sqlite3_bind_int64(s->st[ST_LS_TIME], 2, (int64_t)p->first);
-		sqlite3_bind_int64(s->st[ST_LS_TIME], 3, (int64_t)p->last);
-		if (sq_step_done(s->st[ST_LS_TIME]))
-			return -EIO;
+		e[n++] = (struct lsext_ent){ p->id, p->first, p->last };
 	}
-	return 0;
+	err = sq_lsext_widen(in->s, e, n);
+	free(e);
+	return err;
 }
 
 /* After COMMIT: publish new label sets and time extents to queries. */
@@ -928,6 +930,7 @@ static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
 		return -EIO;
 	s->loc_seq = in->loc_seq0;
 	s->stack_seq = in->stack_seq0;
+	s->ls_seq = in->ls_seq0;
 	sq_dedup_reset(s);	/* the caches may name rows the rollback removed */
 	for (size_t i = 0; i < in->m->n_label_sets; i++) {
 		struct ls_pending *p = &in->ls[i];
@@ -961,6 +964,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	in->loc_seq0 = s->loc_seq;
 	in->stack_seq0 = s->stack_seq;
 	in->ivl_seq0 = s->ivl_seq;
+	in->ls_seq0 = s->ls_seq;
 	if (sqlite3_exec(s->w, "SAVEPOINT b", NULL, NULL, NULL)) {
 		snprintf(in->err, in->errlen, "store: %s", sqlite3_errmsg(s->w));
 		return -EIO;
@@ -983,6 +987,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		sqlite3_exec(s->w, "ROLLBACK TO b; RELEASE b", NULL, NULL, NULL);
 		s->loc_seq = in->loc_seq0;
 		s->stack_seq = in->stack_seq0;
+		s->ls_seq = in->ls_seq0;
 		sq_dedup_reset(s);
 		return rc;
 	}
@@ -1022,6 +1027,7 @@ out_rollback:
 	s->ivl_seq = in->ivl_seq0;
 	s->loc_seq = in->loc_seq0;
 	s->stack_seq = in->stack_seq0;
+	s->ls_seq = in->ls_seq0;
 	/* The dedup caches may name rows that the rollback removed. */
 	sq_dedup_reset(s);
 	return rc < 0 ? rc : -EIO;

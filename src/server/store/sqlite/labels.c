@@ -91,39 +91,42 @@ struct ls_row {
 	bool found;
 };
 
+/* The extents being loaded: id -> index into rows. */
+struct ls_load {
+	struct u64map idx;
+	struct ls_row *rows;
+	size_t n, cap;
+};
+
+static int load_extent(void *ctx, const struct lsext_ent *e)
+{
+	struct ls_load *L = ctx;
+
+	if (L->n == L->cap) {
+		size_t ncap = L->cap ? 2 * L->cap : 1024;
+		struct ls_row *nr = realloc(L->rows, ncap * sizeof(*nr));
+
+		if (!nr)
+			return -ENOMEM;
+		L->rows = nr;
+		L->cap = ncap;
+	}
+	L->rows[L->n] = (struct ls_row){ e->first, e->last, false };
+	return u64map_upsert(&L->idx, e->id, L->n++, NULL) ? 0 : -ENOMEM;
+}
+
 int sq_lsets_load(struct sq *s)
 {
-	struct u64map idx = { 0 };	/* id -> index into rows */
-	struct ls_row *rows = NULL;
-	size_t n = 0, cap = 0, missing = 0;
+	struct ls_load L = { 0 };
+	struct ls_row *rows;
+	size_t n, missing = 0;
 	struct sblock b = { 0 };
-	sqlite3_stmt *st;
-	int rc, err = 0;
+	sqlite3_stmt *st = NULL;
+	int rc = SQLITE_DONE, err;
 
-	rc = sqlite3_prepare_v2(s->w, "SELECT id, first_ns, first_ns + dur_ns FROM labelsets", -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return -EIO;
-	while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 1024;
-			struct ls_row *nr = realloc(rows, ncap * sizeof(*nr));
-
-			if (!nr) {
-				err = -ENOMEM;
-				break;
-			}
-			rows = nr;
-			cap = ncap;
-		}
-		rows[n] = (struct ls_row){ (uint64_t)sqlite3_column_int64(st, 1),
-					   (uint64_t)sqlite3_column_int64(st, 2), false };
-		if (!u64map_upsert(&idx, (uint64_t)sqlite3_column_int64(st, 0), n++, NULL))
-			err = -ENOMEM;
-	}
-	if (!err && rc != SQLITE_DONE)
-		err = -EIO;
-	sqlite3_finalize(st);
-	st = NULL;
+	err = sq_lsext_each(s->w, load_extent, &L);
+	rows = L.rows;
+	n = L.n;
 	/* the pairs, block by block: an entry without its row went with dictionary GC */
 	if (!err && sqlite3_prepare_v2(s->w, "SELECT data FROM lsblocks", -1, &st, NULL))
 		err = -EIO;
@@ -134,7 +137,7 @@ int sq_lsets_load(struct sq *s)
 			continue;
 		}
 		for (size_t i = 0; !err && i < b.n; i++) {
-			uint64_t *k = u64map_find(&idx, b.id[i]);
+			uint64_t *k = u64map_find(&L.idx, b.id[i]);
 			struct ls_row *r = k ? &rows[*k] : NULL;
 
 			if (!r || r->found)
@@ -154,7 +157,7 @@ int sq_lsets_load(struct sq *s)
 		log_warn("store: %zu label sets have no pairs (a lost block): unknown to queries",
 			 missing);
 	sblock_done(&b);
-	u64map_done(&idx);
+	u64map_done(&L.idx);
 	free(rows);
 	return err;
 }

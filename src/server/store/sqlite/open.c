@@ -28,13 +28,12 @@ static const char *const wsql[ST_MAX] = {
 	[ST_LS_GET] = "SELECT id FROM temp.ls_new WHERE hash = ?1",
 	[ST_LS_NEW] = "INSERT INTO temp.ls_new(hash, id) VALUES (?1, ?2)",
 	[ST_LS_NEW_CLEAR] = "DELETE FROM temp.ls_new",
-	/* no extent until ST_LS_TIME gives it, in the same transaction */
-	[ST_LS_ADD] = "INSERT INTO labelsets(first_ns, dur_ns) VALUES (NULL, NULL)",
+	[ST_LS_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ls_seq'",
+	/* label sets' extents (lsext.c) */
+	[ST_LSEXT_GET] = "SELECT data FROM lsext WHERE id = ?",
+	[ST_LSEXT_PUT] = "INSERT OR REPLACE INTO lsext(id, data) VALUES (?, ?)",
+	[ST_LSEXT_DEL] = "DELETE FROM lsext WHERE id = ?",
 	[ST_LSBLOCK_ADD] = "INSERT INTO lsblocks(id, last, data) VALUES (?, ?, ?)",
-	/* (SET sees the row as it was: dur_ns from the old first_ns) */
-	[ST_LS_TIME] = "UPDATE labelsets SET first_ns = min(coalesce(first_ns, ?2), ?2),"
-		       " dur_ns = max(coalesce(first_ns + dur_ns, ?3), ?3) -"
-		       " min(coalesce(first_ns, ?2), ?2) WHERE id = ?1",
 	/* OR REPLACE: the migration to schema 10 writes blocks again under their key */
 	[ST_LOCBLOCK_ADD] = "INSERT OR REPLACE INTO locblocks(id, last, data) VALUES (?, ?, ?)",
 	[ST_LOC_SEQ] = "UPDATE meta SET value = ? WHERE key = 'loc_seq'",
@@ -67,7 +66,7 @@ static const char *const wsql[ST_MAX] = {
 static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER);"
 	"INSERT OR IGNORE INTO meta VALUES ('rollup_wm', 0), ('ivl_seq', 0), ('loc_seq', 0),"
-	" ('stack_seq', 0), ('str_seq', 0);"
+	" ('stack_seq', 0), ('str_seq', 0), ('ls_seq', 0);"
 	/* background recompression: the last id of each table recompressed (recompress.c) */
 	"INSERT OR IGNORE INTO meta VALUES ('rz_chunks', 0), ('rz_ivchunks', 0), ('rz_points', 0),"
 	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0), ('rz_strblocks', 0);"
@@ -77,13 +76,12 @@ static const char schema[] =
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"
-	/* label sets: id and the time extent of their records (its start and length: a short one
-	 * takes 4 bytes, not a last_ns's 8); their contents ("n\0v\0...") in blocks of a batch's
-	 * new ones, in the stack-block format (chunk.h). Found by content through an in-memory
-	 * index of every committed one, its hashes computed from the blocks at open (schema 12; a
-	 * hash column and last_ns before) */
-	"CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY, first_ns INTEGER,"
-	" dur_ns INTEGER);"
+	/* label sets: ids from meta.ls_seq, the time extents of their records in rows of 512
+	 * consecutive ids (lsext.c; schema 14, a labelsets row each before); their contents
+	 * ("n\0v\0...") in blocks of a batch's new ones, in the stack-block format (chunk.h).
+	 * Found by content through an in-memory index of every committed one, its hashes
+	 * computed from the blocks at open (schema 12; a hash column before) */
+	"CREATE TABLE IF NOT EXISTS lsext(id INTEGER PRIMARY KEY, data BLOB NOT NULL);"
 	"CREATE TEMP TABLE IF NOT EXISTS ls_new(hash INTEGER PRIMARY KEY, id INTEGER NOT NULL);"
 	"CREATE TABLE IF NOT EXISTS lsblocks(id INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
 	" data BLOB NOT NULL);"
@@ -503,6 +501,13 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
+		/* schema 13's label sets' table, which the copies below may fill and schema 14's
+		 * conversion empties into lsext rows (sq_migrate_v14_lsext()) */
+		if (sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY,"
+				 " first_ns INTEGER, dur_ns INTEGER)", NULL, NULL, NULL)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
 		/* the (id, day) table the copies below fill, then make stackdays rows of */
 		if (ver < 8 && sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER"
 					      " PRIMARY KEY, day INTEGER NOT NULL)", NULL, NULL,
@@ -533,6 +538,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver && ver < 10 && sq_migrate_v10_locnames(s, err, errlen))
 		goto out_rollback;
+	if (ver && ver < 14 && sq_migrate_v14_lsext(s, err, errlen))
+		goto out_rollback;
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||
@@ -557,7 +564,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 
 		if (sqlite3_prepare_v2(s->w, "SELECT (SELECT value FROM meta WHERE key = 'ivl_seq'),"
 				       " (SELECT value FROM meta WHERE key = 'loc_seq'),"
-				       " (SELECT value FROM meta WHERE key = 'stack_seq')", -1, &q,
+				       " (SELECT value FROM meta WHERE key = 'stack_seq'),"
+				       " (SELECT value FROM meta WHERE key = 'ls_seq')", -1, &q,
 				       NULL) ||
 		    sqlite3_step(q) != SQLITE_ROW) {
 			snprintf(err, errlen, "reading '%s': %s", s->path, sqlite3_errmsg(s->w));
@@ -567,6 +575,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		ivl = sqlite3_column_int64(q, 0);
 		loc = sqlite3_column_int64(q, 1);
 		s->stack_seq = (uint64_t)sqlite3_column_int64(q, 2);
+		s->ls_seq = (uint64_t)sqlite3_column_int64(q, 3);
 		sqlite3_finalize(q);
 		s->ivl_seq = (uint64_t)ivl;
 		s->loc_seq = (uint64_t)loc;

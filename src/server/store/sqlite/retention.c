@@ -84,7 +84,6 @@ void sq_enforce_retention(struct sq *s)
 
 /* ---- dictionary GC ------------------------------------------------------------------------ */
 
-static int live_ids(struct sq *s, const char *table, struct u64map *live);
 static int rewrite_blocks(struct sq *s, const char *table, const struct u64map *live,
 			  struct u64map *index);
 
@@ -111,32 +110,44 @@ void sq_graveyard_free(struct sq *s)
  * older than retention are deleted; a day rollup may reach a day past its bucket, hence the
  * extra day in the cut), and so are their series. wmu held. Returns how many, or -errno.
  */
+/* The ids of the label sets whose extent ends before the cut, and of all others (live). */
+struct ls_gc {
+	int64_t cut;
+	uint64_t *ids;
+	size_t n, cap;
+	struct u64map *live;
+};
+
+static int ls_gc_add(void *ctx, const struct lsext_ent *e)
+{
+	struct ls_gc *g = ctx;
+
+	if ((int64_t)e->last >= g->cut)
+		return g->live && !u64map_upsert(g->live, e->id, 1, NULL) ? -ENOMEM : 0;
+	if (g->n == g->cap) {
+		size_t ncap = g->cap ? g->cap * 2 : 256;
+		uint64_t *v = realloc(g->ids, ncap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		g->ids = v;
+		g->cap = ncap;
+	}
+	g->ids[g->n++] = e->id;
+	return 0;
+}
+
 static int64_t gc_label_sets(struct sq *s, int64_t cut)
 {
-	sqlite3_stmt *st = NULL;
+	struct ls_gc g = { .cut = cut };
 	int64_t n = 0;
-	uint64_t *ids = NULL;
-	size_t nids = 0, cap = 0;
-	int err = 0;
+	uint64_t *ids;
+	size_t nids;
+	int err;
 
-	if (sqlite3_prepare_v2(s->w, "SELECT id FROM labelsets WHERE first_ns + dur_ns < ?1", -1, &st, NULL))
-		return -EIO;
-	sqlite3_bind_int64(st, 1, cut);
-	while (!err && sqlite3_step(st) == SQLITE_ROW) {
-		if (nids == cap) {
-			size_t ncap = cap ? cap * 2 : 256;
-			uint64_t *v = realloc(ids, ncap * sizeof(*v));
-
-			if (!v) {
-				err = -ENOMEM;
-				break;
-			}
-			ids = v;
-			cap = ncap;
-		}
-		ids[nids++] = (uint64_t)sqlite3_column_int64(st, 0);
-	}
-	sqlite3_finalize(st);
+	err = sq_lsext_each(s->w, ls_gc_add, &g);
+	ids = g.ids;
+	nids = g.n;
 	if (err || !nids)
 		goto out;
 	if (sqlite3_exec(s->w, "BEGIN IMMEDIATE", NULL, NULL, NULL)) {
@@ -145,26 +156,30 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 	}
 	/* their series have no points left: points older than retention are gone */
 	{
-		char sql[160];
+		sqlite3_stmt *del = NULL;
 
-		snprintf(sql, sizeof(sql), "DELETE FROM series WHERE labelset IN (SELECT id FROM"
-			 " labelsets WHERE first_ns + dur_ns < %lld)", (long long)cut);
-		err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
-		n = sqlite3_changes(s->w);
+		err = sqlite3_prepare_v2(s->w, "DELETE FROM series WHERE labelset = ?", -1, &del,
+					 NULL) ? -EIO : 0;
+		for (size_t i = 0; !err && i < nids; i++) {
+			sqlite3_bind_int64(del, 1, (int64_t)ids[i]);
+			err = sq_step_done(del);
+			n += sqlite3_changes(s->w);
+		}
+		sqlite3_finalize(del);
 		__atomic_add_fetch(&s->n_gc_series, (uint64_t)n, __ATOMIC_RELAXED);
-		snprintf(sql, sizeof(sql), "DELETE FROM labelsets WHERE first_ns + dur_ns < %lld", (long long)cut);
 		if (!err)
-			err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
+			err = sq_lsext_remove(s, ids, nids);
 	}
-	/* their pairs: blocks rewritten in the same transaction, so that an id the table gives
-	 * again later is never in two blocks */
+	/* their pairs: blocks rewritten in the same transaction */
 	if (!err) {
 		struct u64map live = { 0 };
+		struct ls_gc all = { .cut = INT64_MIN, .live = &live };
 
-		err = live_ids(s, "labelsets", &live);
+		err = sq_lsext_each(s->w, ls_gc_add, &all);
 		if (!err)
 			err = rewrite_blocks(s, "lsblocks", &live, NULL);
 		u64map_done(&live);
+		free(all.ids);
 	}
 	if (sq_end_write(s->w, err)) {
 		err = -EIO;
@@ -203,23 +218,6 @@ static int64_t gc_label_sets(struct sq *s, int64_t cut)
 out:
 	free(ids);
 	return err ? err : n;
-}
-
-/* The ids in table's id column, into live (values 1). 0 or -errno. */
-static int live_ids(struct sq *s, const char *table, struct u64map *live)
-{
-	sqlite3_stmt *st = NULL;
-	char sql[64];
-	int err = 0;
-
-	snprintf(sql, sizeof(sql), "SELECT id FROM %s", table);
-	if (sqlite3_prepare_v2(s->w, sql, -1, &st, NULL))
-		return -EIO;
-	while (!err && sqlite3_step(st) == SQLITE_ROW)
-		if (!u64map_upsert(live, (uint64_t)sqlite3_column_int64(st, 0), 1, NULL))
-			err = -ENOMEM;
-	sqlite3_finalize(st);
-	return err;
 }
 
 /* The blocks of a table that GC deletes, and those it writes again with some entries only. */

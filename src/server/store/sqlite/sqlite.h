@@ -60,8 +60,8 @@ struct gitem;
 
 /* Prepared statements of the writer connection (open.c prepares them, ingest.c uses them). */
 enum {
-	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_ADD,
-	ST_LS_TIME, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
+	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_SEQ,
+	ST_LSEXT_GET, ST_LSEXT_PUT, ST_LSEXT_DEL, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
 	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
 	ST_LS_NEW, ST_LS_NEW_CLEAR, ST_STRBLOCK_ADD, ST_STR_SEQ, ST_MAX,
@@ -83,6 +83,7 @@ struct sq {
 	bool loc_index_stale, stack_index_stale;	/* to be loaded again (after a rollback) */
 	uint64_t ivl_seq;		/* intervals stored so far: the next one's order (wmu) */
 	uint64_t loc_seq, stack_seq;	/* the last location and stack ids given (wmu) */
+	uint64_t ls_seq;		/* ...and label set id (schema 14; a table's rowid before) */
 	struct u64map stack_day;	/* stack id -> the day (+ 1) a stackdays row last named it */
 
 	/* The string dictionary of location names (schema 10): every stored string, loaded from
@@ -306,6 +307,22 @@ int sq_migrate_v4_copy(struct sq *s, char *err, size_t errlen);
 /* Vacuums the store after a migration (at open: the writer the only connection), taking it to
  * SQ_PAGE_SIZE_S; a failure only logged (the free pages are reused). */
 void sq_vacuum(struct sq *s, const char *after);
+
+/* ---- lsext.c: the label sets' time extents on disk (schema 14) ---- */
+#define LSEXT_SHIFT	9	/* a row holds the extents of 512 consecutive ids */
+struct lsext_ent {
+	uint64_t id, first, last;
+};
+/* Widens the stored extents of e[0..n) (sorted here; an id may repeat), adding those not stored
+ * (wmu held, in a transaction). 0 or -errno. */
+int sq_lsext_widen(struct sq *s, struct lsext_ent *e, size_t n);
+/* Removes the extents of ids[0..n) (sorted here; dictionary GC, wmu held, in a tx). 0/-errno. */
+int sq_lsext_remove(struct sq *s, uint64_t *ids, size_t n);
+/* cb for every stored extent, on connection db. 0, cb's error or -EIO. */
+int sq_lsext_each(sqlite3 *db, int (*cb)(void *ctx, const struct lsext_ent *e), void *ctx);
+/* Schema 13 -> 14 (in the migration's transaction): the labelsets table's rows into lsext rows,
+ * meta.ls_seq their largest id, the table dropped. 0, or -1 with err set. */
+int sq_migrate_v14_lsext(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
