@@ -86,12 +86,13 @@ def decode11(raw):
 
 def extents(z, db):
     """[(id, first_ns, last_ns)] of the label sets' extents rows (schema 14), read independently
-    of the server: format 1, a count, then id gaps, starts as zigzag differences, lengths."""
+    of the server: format 1, the time unit, a count, then id gaps, starts as zigzag
+    differences, lengths (in units)."""
     out = []
     for _, data in db.execute("SELECT id, data FROM lsext ORDER BY id"):
         r = Rd(unpack(z, data))
         check(r.u() == 1, "extents format 1")
-        n = r.u()
+        unit, n = r.u(), r.u()
         ids, firsts, i, f = [], [], 0, 0
         for _ in range(n):
             i += r.u()
@@ -101,7 +102,7 @@ def extents(z, db):
             firsts.append(f)
         durs = [r.u() for _ in range(n)]
         check(r.p == len(r.b), "the whole row read")
-        out += [(i, f, f + d) for i, f, d in zip(ids, firsts, durs)]
+        out += [(i, f * unit, (f + d) * unit) for i, f, d in zip(ids, firsts, durs)]
     return out
 
 

@@ -4,7 +4,8 @@
  * ids, keyed by id >> LSEXT_SHIFT, holding every extent of those ids as columns (id gaps, starts
  * as differences, lengths). Schema 13 had a `labelsets` row per label set (id, first_ns,
  * dur_ns: ~22 bytes with its cell and page share, 1.3 B/sample on a node of short-lived
- * threads); a row of 512 compresses to a few bytes a label set. A batch rewrites the rows of the
+ * threads); a row of 512 compresses to a few bytes a label set, its times in the store's time
+ * unit. A batch rewrites the rows of the
  * label sets it used (read, widened, written back in its transaction, so a savepoint's rollback
  * takes them back too); the in-memory table (labels.c) is what queries read.
  */
@@ -38,7 +39,7 @@ static int id_cmp(const void *x, const void *y)
 static int lsext_decode(const void *blob, size_t len, struct buf *tmp, struct lsext_ent **v,
 			size_t *n, size_t *cap)
 {
-	uint64_t id = 0, first = 0;
+	uint64_t id = 0, first = 0, unit;
 	struct rd r;
 	size_t cnt, base = *n;
 	int err = blob_read(blob, len, tmp, &r);
@@ -47,8 +48,9 @@ static int lsext_decode(const void *blob, size_t len, struct buf *tmp, struct ls
 		return err;
 	if (rd_uvarint(&r) != LSEXT_FORMAT)
 		return -EINVAL;
+	unit = rd_uvarint(&r);
 	cnt = rd_uvarint(&r);
-	if (r.bad || cnt > (size_t)(r.end - r.p))
+	if (r.bad || !unit || cnt > (size_t)(r.end - r.p))
 		return -EINVAL;
 	if (arr_grow(v, cap, base + cnt, sizeof(**v)))
 		return -ENOMEM;
@@ -64,28 +66,39 @@ static int lsext_decode(const void *blob, size_t len, struct buf *tmp, struct ls
 		(*v)[base + i].last = (*v)[base + i].first + rd_uvarint(&r);
 	if (r.bad || r.p != r.end)
 		return -EINVAL;
+	for (size_t i = base; unit > 1 && i < base + cnt; i++) {
+		(*v)[i].first *= unit;
+		(*v)[i].last *= unit;
+	}
 	*n = base + cnt;
 	return 0;
 }
 
-/* n extents (ids ascending) as a row's blob, *ret malloc'ed. 0 or -errno. */
-static int lsext_encode(const struct lsext_ent *v, size_t n, uint8_t **ret, size_t *ret_len)
+/*
+ * n extents (ids ascending) as a row's blob, *ret malloc'ed: their times floored to the store's
+ * time unit (`--time-resolution`: samples' and intervals' times are stored so floored, and a
+ * query's bounds are whole milliseconds, so a floored extent overlaps exactly the ranges its
+ * records do). 0 or -errno.
+ */
+static int lsext_encode(const struct lsext_ent *v, size_t n, uint64_t unit, uint8_t **ret,
+			size_t *ret_len)
 {
 	struct buf b = { 0 };
 	uint64_t id = 0, first = 0;
 
 	buf_uvarint(&b, LSEXT_FORMAT);
+	buf_uvarint(&b, unit);
 	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, v[i].id - id);
 		id = v[i].id;
 	}
 	for (size_t i = 0; i < n; i++) {
-		buf_svarint(&b, (int64_t)(v[i].first - first));
-		first = v[i].first;
+		buf_svarint(&b, (int64_t)(v[i].first / unit - first));
+		first = v[i].first / unit;
 	}
 	for (size_t i = 0; i < n; i++)
-		buf_uvarint(&b, v[i].last - v[i].first);
+		buf_uvarint(&b, v[i].last / unit - v[i].first / unit);
 	return blob_pack(&b, ret, ret_len);
 }
 
@@ -120,7 +133,8 @@ static int row_put(struct sq *s, uint64_t k, const struct lsext_ent *v, size_t n
 	sqlite3_stmt *st = s->st[n ? ST_LSEXT_PUT : ST_LSEXT_DEL];
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	int err = n ? lsext_encode(v, n, &z, &zlen) : 0;
+	int err = n ? lsext_encode(v, n, s->o.time_unit_ns > 1 ? s->o.time_unit_ns : 1, &z,
+				   &zlen) : 0;
 
 	if (err)
 		return err;
