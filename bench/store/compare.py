@@ -24,7 +24,16 @@ of ns within 1000 x N of the other answer's, N the off-CPU samples the ns store 
 bound of any one number's samples: compare.py cannot count a node's), samples over time's
 buckets within that and the largest bucket. The largest difference seen, absolute and
 relative, is printed. Prints how many answers were the same byte for byte, how many only so
-rounded, and each that differs. Usage: compare.py [--rounded] URL URL..."""
+rounded, and each that differs.
+--stack-ids (stores whose stacks were numbered in another order: schema 14 numbers a batch's
+new stacks as its sample chunks list them): an intervals answer is compared with each
+`stack_id` attr replaced by that stack as its own server answers it (/api/v1/stack/ID), so the
+stacks every interval names are compared by content, and a pprof answer with its ids resolved
+(pprof_canonical()), and a top answer with its ties of value by name (the order schema 14's
+server gives them; before, the order the stacks came in); the questions of single stacks by id
+are left out (but for the unknown ids
+0 and 999999999).
+Usage: compare.py [--rounded] [--stack-ids] URL URL..."""
 import gzip
 import json
 import os
@@ -130,6 +139,61 @@ def pprof_near(a, b, tol):
     return True
 
 
+def top_canonical(a):
+    """A top answer with its ties of (self, total) by name (schema 14's server orders them so;
+    before, in the order the stacks came, which their ids decided)."""
+    x = jl(a)
+    x["functions"] = sorted(x.get("functions", []),
+                            key=lambda f: (-f["self"], -f["total"], f["name"]))
+    return json.dumps(x, sort_keys=True)
+
+
+def pprof_canonical(a):
+    """A pprof answer (gzip'ed Profile) with its ids resolved: samples as (their locations'
+    mapping, address and lines by name, values, labels by name), sorted; mappings by content,
+    sorted; every other field as it is. Two profiles of the same stacks numbered in another
+    order (--stack-ids) are equal so."""
+    f = pb_fields(gzip.decompress(a))
+    strs = [bytes(v) for n, w, v in f if n == 6]
+    fns, maps, locs, samples, rest = {}, {}, {}, [], []
+
+    def ints(e, n):
+        return [x for k, w, v in e if k == n for x in (pb_varints(v) if w == 2 else [v])]
+
+    def one(e, n, d=0):
+        v = [v for k, _, v in e if k == n]
+        return v[0] if v else d
+    for n, w, v in f:
+        e = pb_fields(v) if w == 2 and n in (2, 3, 4, 5) else None
+        if n == 5:
+            fns[one(e, 1)] = tuple(strs[one(e, k)] for k in (2, 3, 4)) + (one(e, 5),)
+        elif n == 3:
+            maps[one(e, 1)] = (one(e, 2), one(e, 3), one(e, 4), strs[one(e, 5)],
+                               strs[one(e, 6)]) + tuple(one(e, k) for k in (7, 8, 9, 10))
+        elif n == 4:
+            lines = tuple((one(pb_fields(l), 1), one(pb_fields(l), 2)) for k, _, l in e if k == 4)
+            locs[one(e, 1)] = (one(e, 2), one(e, 3), lines, one(e, 5))
+        elif n == 2:
+            samples.append(e)
+        elif n in (1, 11):	# sample and period types: (type, unit) by name
+            rest.append((n, tuple(strs[one(pb_fields(v), k)] for k in (1, 2))))
+        elif n in (7, 8, 13, 14):	# string indexes
+            rest.append((n, strs[v]))
+        elif n != 6:
+            rest.append((n, w, v if w != 2 else bytes(v)))
+
+    def loc(i):
+        m, addr, lines, folded = locs[i]
+        return (maps.get(m), addr, tuple((fns.get(fid), ln) for fid, ln in lines), folded)
+    out = []
+    for e in samples:
+        labels = sorted((strs[one(pb_fields(l), 1)], strs[one(pb_fields(l), 2)],
+                         one(pb_fields(l), 3), strs[one(pb_fields(l), 4)])
+                        for k, _, l in e if k == 3)
+        out.append((tuple(loc(i) for i in ints(e, 1)), tuple(ints(e, 2)), tuple(labels)))
+    return (sorted(out, key=repr), sorted(maps.values(), key=repr), rest)
+
+
 def same_rounded(q, a, b):
     """Rounded mode (see above): answer a (ns store) and b the same up to µs times?"""
     if a[0] != b[0]:
@@ -177,9 +241,27 @@ def same_rounded(q, a, b):
     return False
 
 
+STACKS = {}
+
+
+def stacks_by_content(url, body):
+    """An intervals answer with every stack_id attr replaced by the stack url answers for it."""
+    a = jl(body)
+    for i in a.get("intervals", []):
+        sid = i.get("attrs", {}).get("stack_id")
+        if sid is not None:
+            key = (url, sid)
+            if key not in STACKS:
+                STACKS[key] = jl(get(url + "/api/v1/stack/" + sid)[1])
+            i["attrs"]["stack_id"] = STACKS[key]
+    return json.dumps(a, sort_keys=True)
+
+
 def main():
-    rounded = sys.argv[1:2] == ["--rounded"]
-    urls = sys.argv[2:] if rounded else sys.argv[1:]
+    args = sys.argv[1:]
+    rounded = "--rounded" in args
+    stack_ids = "--stack-ids" in args
+    urls = [a for a in args if not a.startswith("--")]
     if len(urls) < 2:
         sys.exit(__doc__)
     nodes = json.loads(get(urls[0] + "/api/v1/nodes")[1])["nodes"]
@@ -227,7 +309,8 @@ def main():
     # stacks named by intervals
     ivl = json.loads(get(urls[0] + "/api/v1/intervals?%s&kind=thread_state&limit=20000" % full)[1])
     ids = sorted({int(i["attrs"]["stack_id"]) for i in ivl["intervals"] if "stack_id" in i["attrs"]})
-    qs += ["/api/v1/stack/%d" % i for i in ids[:: max(1, len(ids) // 200)]]
+    if not stack_ids:
+        qs += ["/api/v1/stack/%d" % i for i in ids[:: max(1, len(ids) // 200)]]
     qs += ["/api/v1/stack/0", "/api/v1/stack/999999999"]
     same = near = 0
     for q in qs:
@@ -235,6 +318,14 @@ def main():
         if all(a == answers[0] for a in answers[1:]):
             same += 1
             continue
+        if stack_ids and all(a[0] == answers[0][0] for a in answers[1:]) and \
+                q.startswith(("/api/v1/intervals", "/api/v1/pprof", "/api/v1/top")):
+            byc = [stacks_by_content(u, a[1]) if q.startswith("/api/v1/intervals")
+                   else pprof_canonical(a[1]) if q.startswith("/api/v1/pprof")
+                   else top_canonical(a[1]) for u, a in zip(urls, answers)]
+            if all(b == byc[0] for b in byc[1:]):
+                same += 1
+                continue
         if rounded and all(a == answers[0] or same_rounded(q, answers[0], a)
                            for a in answers[1:]):
             near += 1

@@ -3,10 +3,11 @@
 # Same answers from two store versions (issue #16): stores one recording (bench/store/record.sh)
 # into a fresh server of each version, then opens a copy of the older one's store with the newer
 # binary (migration in place), and asks all three the questions of compare.py, byte for byte.
-# Usage: [ROUNDED=1] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
+# Usage: [ROUNDED=1] [STACK_IDS=1] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
 # (ROUNDED=1: compare.py --rounded, for a NEW_SERVER that stores times at µs and an OLD_SERVER
 # that stored them at ns: schema 8's --time-resolution us, the default; or off-CPU values at µs
-# against ns ones: schema 9's)
+# against ns ones: schema 9's; STACK_IDS=1: compare.py --stack-ids, for stores that numbered
+# their stacks in another order: schema 14's against older ones)
 set -eu
 cd "$(dirname "$0")/../.."
 old=${1:?usage: compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR} new=${2:?} spool=${3:?}
@@ -45,4 +46,4 @@ grep -h "migrat" "$tmp/migrated.err" || true
 for u in "$a" "$b" "$c"; do
 	echo "$u: $(curl -s "$u/metrics" | awk '$1 == "gpuscope_server_store_bytes_per_sample" {print $2}') bytes/sample (/metrics)"
 done
-python3 bench/store/compare.py ${ROUNDED:+--rounded} "$a" "$b" "$c"
+python3 bench/store/compare.py ${ROUNDED:+--rounded} ${STACK_IDS:+--stack-ids} "$a" "$b" "$c"

@@ -571,15 +571,18 @@ static int top_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t n
 	return 0;
 }
 
+/* By self, then total, then name: ties in the same order whatever order the stacks came in. */
 static int cmp_top(const void *a, const void *b, void *ctx)
 {
-	const struct fn_stat *st = ctx, *x = &st[*(const size_t *)a], *y = &st[*(const size_t *)b];
+	const struct top *t = ctx;
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	const struct fn_stat *x = &t->st[i], *y = &t->st[j];
 
 	if (x->self != y->self)
 		return x->self > y->self ? -1 : 1;
 	if (x->total != y->total)
 		return x->total > y->total ? -1 : 1;
-	return 0;
+	return strcmp(t->names.strs[i], t->names.strs[j]);
 }
 
 int query_top(struct store *s, const struct store_query *q, size_t limit, struct buf *out)
@@ -608,7 +611,7 @@ int query_top(struct store *s, const struct store_query *q, size_t limit, struct
 	}
 	for (size_t i = 0; i < t.names.len; i++)
 		order[i] = i;
-	qsort_r(order, t.names.len, sizeof(*order), cmp_top, t.st);
+	qsort_r(order, t.names.len, sizeof(*order), cmp_top, &t);
 	buf_printf(out, "{\"unit\":\"%s\",\"total\":%llu,\"from_ms\":%llu,\"to_ms\":%llu,",
 		   q->kind == SAMPLE_CPU ? "samples" : "ns", (unsigned long long)total,
 		   (unsigned long long)(q->from_ns / NSEC_PER_MSEC),

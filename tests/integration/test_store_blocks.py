@@ -3,7 +3,8 @@
 """Stacks, locations and label sets live in blocks (a batch's new ones together): dictionary GC deletes the
 stacks no retained record uses, writes a block that keeps some of its stacks again with those
 only (so a deleted stack is unknown, 404, as before blocks), deletes a block with none left, and
-the stacks and frames left answer as before."""
+the stacks and frames left answer as before. A batch's new stacks are numbered in the order its
+sample chunks list them (by label set, then time), not the batch's own order."""
 import os
 import sqlite3
 import sys
@@ -161,4 +162,25 @@ def gone_content_again():
         s.stop()
 
 
+def stack_order():
+    """Schema 14: a batch's new stacks get their ids as its samples use them, label set by label
+    set and in time order (a chunk codes a new stack as +1 on the literal before it), then the
+    ones no sample uses; the batch's stack table lists them in another order here."""
+    t = now_ns() - 60 * 10**9
+    s = Server().start()
+    try:
+        # the table's order (first seen in the text): late, early, b_only, then the interval's
+        code, body = s.ingest(encode(f"node n\nsample {t + 3000} cpu 1 pid=5,tid=5 main;late\n"
+                                     f"sample {t + 1000} cpu 1 pid=5,tid=5 main;early\n"
+                                     f"sample {t + 2000} cpu 1 pid=5,tid=6 main;b_only\n"
+                                     f"sample {t + 500} cpu 1 pid=5,tid=6 main;early\n"))
+        check(code == 204, f"ingest {code} {body}")
+        got = [s.get_json(f"/api/v1/stack/{i}")["frames"][0]["function"] for i in (1, 2, 3)]
+        check(got == ["early", "late", "b_only"], f"ids in the chunks' order: {got}")
+    finally:
+        s.stop()
+    print("PASS a batch's new stacks numbered as its chunks list them")
+
+
 main()
+stack_order()

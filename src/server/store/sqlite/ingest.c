@@ -270,6 +270,82 @@ static int stacks_flush(struct sq *s, struct stack_pending *p)
  * stored stack, schema 7), new ones numbered after the last and stored together as one block
  * (a few if many); those used first today listed in a `stackdays` row.
  */
+/* A sample as the chunks list it: its kind's rank, label set id, time; the stack it uses. */
+struct suse {
+	uint64_t ls, t;
+	uint32_t rank, stack;
+};
+
+static int cmp_suse(const void *a, const void *b)
+{
+	const struct suse *x = a, *y = b;
+
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	if (x->ls != y->ls)
+		return x->ls < y->ls ? -1 : 1;
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+/*
+ * The order in which the batch's stacks get their ids (order[0..n_stacks)): first those its
+ * samples use, as the sample chunks list them (kind by kind in the order store_samples() meets
+ * them, then by label set and time), then the others. A chunk codes a stack its label set has
+ * not used lately as the difference to the literal before it (chunk.c), so new stacks numbered
+ * in that order are mostly +1 there: a churning node's new stack is most of its samples'
+ * literals. 0 or -ENOMEM.
+ */
+static int stack_order(const struct ingest *in, uint32_t *order)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	size_t total = 0, n = 0, no = 0;
+	uint8_t *seen = calloc(m->n_stacks ? m->n_stacks : 1, 1);
+	struct suse *u;
+
+	for (size_t g = 0; g < m->n_samples; g++)
+		total += m->samples[g]->n_stack;
+	u = malloc((total ? total : 1) * sizeof(*u));
+	if (!u || !seen) {
+		free(u);
+		free(seen);
+		return -ENOMEM;
+	}
+	for (size_t g = 0; g < m->n_samples; g++) {
+		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+		uint32_t rank = (uint32_t)g;
+		uint64_t t = 0;
+
+		for (size_t k = 0; k < g; k++) {	/* the kind's first group */
+			if (m->samples[k]->kind == sg->kind) {
+				rank = (uint32_t)k;
+				break;
+			}
+		}
+		if (sg->label_set >= m->n_label_sets || in->ls[sg->label_set].refused)
+			continue;
+		for (size_t i = 0; i < sg->n_stack; i++) {
+			t += (uint64_t)sg->time_delta_ns[i];
+			if (sg->stack[i] < m->n_stacks)
+				u[n++] = (struct suse){ in->ls[sg->label_set].id, t, rank, sg->stack[i] };
+		}
+	}
+	qsort(u, n, sizeof(*u), cmp_suse);
+	for (size_t i = 0; i < n; i++) {
+		if (!seen[u[i].stack]) {
+			seen[u[i].stack] = 1;
+			order[no++] = u[i].stack;
+		}
+	}
+	for (size_t i = 0; i < m->n_stacks; i++)
+		if (!seen[i])
+			order[no++] = (uint32_t)i;
+	free(u);
+	free(seen);
+	return 0;
+}
+
 static int map_stacks(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
@@ -278,6 +354,7 @@ static int map_stacks(struct ingest *in)
 	struct stack_pending p = { 0 };
 	uint64_t tmin, tmax, today, *ids = NULL;
 	size_t maxn = m->n_stacks < STACK_BLOCK_MAX ? m->n_stacks : STACK_BLOCK_MAX;
+	uint32_t *order = NULL;
 	int err = 0;
 
 	if (!m->n_stacks)
@@ -289,7 +366,8 @@ static int map_stacks(struct ingest *in)
 	p.off = malloc(maxn * sizeof(*p.off));
 	p.len = malloc(maxn * sizeof(*p.len));
 	p.used = malloc(m->n_stacks * sizeof(*p.used));
-	if (!ids || !p.id || !p.off || !p.len || !p.used) {
+	order = malloc(m->n_stacks * sizeof(*order));
+	if (!ids || !p.id || !p.off || !p.len || !p.used || !order || stack_order(in, order)) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -300,7 +378,8 @@ static int map_stacks(struct ingest *in)
 
 	if (s->stack_day.len > DEDUP_CACHE_MAX)
 		u64map_done(&s->stack_day);	/* bounded: forgetting costs an id listed again */
-	for (size_t i = 0; i < m->n_stacks && !err; i++) {
+	for (size_t j = 0; j < m->n_stacks && !err; j++) {
+		size_t i = order[j];
 		const Gpuscope__V1__Stack *st = m->stacks[i];
 		size_t nl = st->n_locations < BATCH_MAX_DEPTH ? st->n_locations : BATCH_MAX_DEPTH;
 		uint64_t hash, id, *v;
@@ -366,6 +445,7 @@ out:
 	free(p.off);
 	free(p.len);
 	free(p.used);
+	free(order);
 	free(ids);
 	return err;
 }
