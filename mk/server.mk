@@ -20,6 +20,7 @@ $(OUT)/fuzz/fuzz_selector: tests/fuzz/fuzz_selector.c src/server/selector.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lpcre2-8
 $(OUT)/fuzz/fuzz_chunk: tests/fuzz/fuzz_chunk.c src/server/store/sqlite/chunk.c \
-			src/server/store/sqlite/ivchunk.c src/server/store/sqlite/blocks.c src/server/codec.c
+			src/server/store/sqlite/ivchunk.c src/server/store/sqlite/blocks.c src/server/codec.c \
+			src/common/hmap.c src/common/util.c src/common/log.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lzstd -lz -lm

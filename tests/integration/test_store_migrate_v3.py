@@ -169,11 +169,12 @@ def main():
         days = [r[0] for r in db.execute("SELECT day FROM stackdays ORDER BY id")]
         check(days and days[0] == day, f"the stacks' day in a stackdays row (schema 8): {days}")
         # schema 10: the location block written again under its key, its names as ids into
-        # the string dictionary (format 2: 0, 2, ...), the names in a string block
+        # the string dictionary (format 3 since schema 14, 2 in schema 10: 0, 3, ...), the
+        # names in a string block
         lb = db.execute("SELECT data FROM locblocks WHERE id = 1").fetchone()[0]
         payload = lb[1:] if lb[0] == 0 else subprocess.run(
             ["zstd", "-d", "-c"], input=lb, stdout=subprocess.PIPE, check=True).stdout
-        check(payload[:3] == b"\0\x02\x03", f"location block in format 2: {payload[:8]!r}")
+        check(payload[:3] == b"\0\x03\x03", f"location block in format 3: {payload[:8]!r}")
         sb = b"".join(r[0] for r in db.execute("SELECT data FROM strblocks"))
         check(len(sb) > 0, "the names in string blocks")
         db.close()

@@ -81,9 +81,12 @@ def main():
         size1, wm1, last1 = sizes(db)
         check(last1 == last and all(wm1["rz_" + t_] == last[t_] for t_ in TABLES),
               f"watermarks at each table's last id: {wm1} {last}")
+        # (location blocks of format 3, a few hundred bytes each here, may already be as short
+        # at level 3 as at 19: not longer)
         for t_ in ("chunks", "ivchunks", "locblocks", "stackblocks"):
-            check(size1[t_][0] < size0[t_][0] and size1[t_][1] == size0[t_][1],
-                  f"{t_}: {size0[t_]} -> {size1[t_]} (bytes, rows)")
+            check((size1[t_][0] < size0[t_][0] or (t_ == "locblocks" and
+                                                   size1[t_][0] == size0[t_][0]))
+                  and size1[t_][1] == size0[t_][1], f"{t_}: {size0[t_]} -> {size1[t_]} (bytes, rows)")
         check(sum(v[0] for v in size1.values()) == bout, f"bytes after = the tables' {size1}")
         s.start()
         check(answers(s, t - 10**9, t + 5 * 10**9) == before, "same answers after a restart")

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for src/server/store/sqlite/chunk.c: round trips and refusals of the blob codec. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
@@ -747,7 +748,76 @@ static bool test_chunk_stack_locs(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_chunk_stack_locs), T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
+/* The dictionary a format-3 location block's string ids name: "s<sid>". */
+static const char *loc_str(void *ctx, uint64_t sid)
+{
+	static char tab[4][32];
+	static int k;
+
+	(void)ctx;
+	k = (k + 1) % 4;
+	snprintf(tab[k], sizeof(tab[k]), "s%llu", (unsigned long long)sid);
+	return tab[k];
+}
+
+/* Format 3 (schema 14): modules by move-to-front over the block's recent ones (more than 64
+ * modules: the oldest go), build ids, files and addresses on that module's last in the block
+ * (addresses going down as well as up), every field back as it was. */
+static bool test_chunk_loc_block_format3(void)
+{
+	enum { N = 400 };
+	struct lrow r[N];
+	struct lblock b = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool ok = true;
+
+	for (size_t i = 0; i < N; i++) {
+		uint64_t m = i < 200 ? 10 + i % 3 : 100 + (i * 7) % 90;	/* 3, then 90 modules */
+
+		r[i] = (struct lrow){ .id = 1000 + 2 * i, .sid = { 5000 + i / 2, m, m + 1000,
+								  i % 5 ? m + 2000 : 0 },
+				      .line = i % 11, .address = (m << 32) + (i * 7919) % 65536,
+				      .flags = i % 4 };
+		if (i == 7)
+			r[i].address = UINT64_MAX;	/* wraps as a difference */
+	}
+	ok = ASSERT_EQ(loc_block_encode(r, N, true, &z, &zlen), 0, "encodes") &&
+	     ASSERT_EQ(loc_block_decode(&b, z, zlen, loc_str, NULL), 0, "decodes") &&
+	     ASSERT_EQ(b.n, N, "every location") && ASSERT_TRUE(b.dict, "through the dictionary");
+	for (size_t i = 0; ok && i < N; i++) {
+		char want[32];
+
+		ok = ASSERT_EQ(b.r[i].id, r[i].id, "id") && ASSERT_EQ(b.r[i].line, r[i].line, "line") &&
+		     ASSERT_EQ(b.r[i].address, r[i].address, "address") &&
+		     ASSERT_EQ(b.r[i].flags, r[i].flags, "flags");
+		for (int k = 0; ok && k < 4; k++) {
+			snprintf(want, sizeof(want), "s%llu", (unsigned long long)r[i].sid[k]);
+			ok = ASSERT_EQ(b.r[i].sid[k], r[i].sid[k], "string id") &&
+			     ASSERT_TRUE(!strcmp(b.r[i].str[k], r[i].sid[k] ? want : ""), "string");
+		}
+	}
+	free(z);
+	/* a module code past the list: refused, not read out of bounds */
+	{
+		struct buf raw = { 0 };
+
+		buf_put(&raw, "", 1);	/* stored raw: a 0, then the bytes */
+		buf_uvarint(&raw, 0);
+		buf_uvarint(&raw, 3);
+		buf_uvarint(&raw, 1);	/* one location */
+		buf_uvarint(&raw, 5);	/* id */
+		buf_svarint(&raw, 1);	/* function */
+		buf_uvarint(&raw, 2);	/* module: position 2 of an empty list */
+		ok = ok && ASSERT_EQ(loc_block_decode(&b, raw.p, raw.len, loc_str, NULL), -EINVAL,
+				     "a module code past the list");
+		buf_done(&raw);
+	}
+	lblock_done(&b);
+	return ok;
+}
+
+TEST_MAIN(T(test_chunk_loc_block_format3), T(test_chunk_stack_locs), T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
 	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
 	  T(test_chunk_format3), T(test_chunk_values_in_units), T(test_chunk_intervals_format3_read),

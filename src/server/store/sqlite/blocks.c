@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#include "common/hmap.h"
 #include "server/store/sqlite/chunk.h"
 #include "server/store/sqlite/chunk_blob.h"
 
@@ -53,32 +54,129 @@ int stack_locs_decode(const void *blob, size_t len, uint64_t *ids, size_t max, s
 
 /* ---- location blocks ---------------------------------------------------------------------- */
 
+/*
+ * Format 3's per-module state (encoder and decoder alike): the block's recent modules, most
+ * recent first, for the module column's move-to-front codes; and each module's last build id,
+ * file and address in the block, which its next location's are coded against.
+ */
+#define LOC_MODS_MTF	64
+
+struct modlast {
+	uint64_t bid, file, addr;
+};
+
+struct modstate {
+	uint64_t mtf[LOC_MODS_MTF];
+	size_t nmtf;
+	struct u64map idx;	/* module sid -> index into last */
+	struct modlast *last;
+	size_t nlast, caplast;
+};
+
+/* m's 1-based move-to-front position before it moved to the front, 0 if it was not there
+ * (then the oldest goes when the list is full). */
+static size_t mod_mtf(struct modstate *st, uint64_t m)
+{
+	size_t k = 0, code;
+
+	while (k < st->nmtf && st->mtf[k] != m)
+		k++;
+	if (k < st->nmtf) {
+		code = k + 1;
+	} else {
+		code = 0;
+		if (st->nmtf < LOC_MODS_MTF)
+			st->nmtf++;
+		k = st->nmtf - 1;
+	}
+	memmove(&st->mtf[1], &st->mtf[0], k * sizeof(st->mtf[0]));
+	st->mtf[0] = m;
+	return code;
+}
+
+/* Module m's last values in the block (zeros the first time); NULL out of memory. */
+static struct modlast *mod_last(struct modstate *st, uint64_t m)
+{
+	int added = 0;
+	uint64_t *v = u64map_upsert(&st->idx, m, st->nlast, &added);
+
+	if (!v)
+		return NULL;
+	if (added) {
+		if (arr_grow(&st->last, &st->caplast, st->nlast + 1, sizeof(*st->last)))
+			return NULL;
+		memset(&st->last[st->nlast++], 0, sizeof(*st->last));
+	}
+	return &st->last[*v];
+}
+
+static void modstate_done(struct modstate *st)
+{
+	u64map_done(&st->idx);
+	free(st->last);
+}
+
 int loc_block_encode(const struct lrow *r, size_t n, bool dict, uint8_t **ret, size_t *ret_len)
 {
-	struct buf b = { 0 };
+	struct buf b = { 0 }, col[5] = { 0 };	/* format 3: modules, build ids, files, lines,
+						 * addresses */
+	struct modstate st = { 0 };
 	uint64_t prev = 0;
+	int err = 0;
 
-	if (dict) {	/* format 2 (schema 10): uvarint 0 (format 1 has n >= 1), 2 */
+	if (dict) {	/* format 3 (schema 14; 2 in schema 10): uvarint 0 (format 1 has n >= 1), 3 */
 		buf_uvarint(&b, 0);
-		buf_uvarint(&b, 2);
+		buf_uvarint(&b, 3);
 	}
 	buf_uvarint(&b, n);
 	for (size_t i = 0; i < n; i++) {
 		buf_uvarint(&b, r[i].id - prev);
 		prev = r[i].id;
 	}
-	for (int k = 0; k < 4; k++) {
+	if (dict) {
 		uint64_t last = 0;
 
-		for (size_t i = 0; i < n; i++) {
-			if (!dict) {
-				buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
-				continue;
-			}
-			buf_svarint(&b, (int64_t)(r[i].sid[k] - last));
-			last = r[i].sid[k];
+		for (size_t i = 0; i < n; i++) {	/* functions: differences */
+			buf_svarint(&b, (int64_t)(r[i].sid[0] - last));
+			last = r[i].sid[0];
 		}
+		for (size_t i = 0; i < n && !err; i++) {
+			uint64_t m = r[i].sid[1];
+			size_t k = mod_mtf(&st, m);
+			struct modlast *l = mod_last(&st, m);
+
+			if (!l) {
+				err = -ENOMEM;
+				break;
+			}
+			buf_uvarint(&col[0], k);
+			if (!k)
+				buf_svarint(&col[0], (int64_t)(m - (i ? r[i - 1].sid[1] : 0)));
+			buf_svarint(&col[1], (int64_t)(r[i].sid[2] - l->bid));
+			buf_svarint(&col[2], (int64_t)(r[i].sid[3] - l->file));
+			buf_uvarint(&col[3], r[i].line);
+			buf_svarint(&col[4], (int64_t)(r[i].address - l->addr));
+			l->bid = r[i].sid[2];
+			l->file = r[i].sid[3];
+			l->addr = r[i].address;
+		}
+		for (int k = 0; k < 5; k++) {
+			b.oom |= col[k].oom;
+			buf_put(&b, col[k].p, col[k].len);
+			buf_done(&col[k]);
+		}
+		modstate_done(&st);
+		for (size_t i = 0; i < n; i++)
+			buf_uvarint(&b, r[i].flags);
+		if (err) {
+			buf_done(&b);
+			return err;
+		}
+		return blob_pack(&b, ret, ret_len);
 	}
+	for (int k = 0; k < 4; k++)
+		for (size_t i = 0; i < n; i++)
+			buf_put(&b, r[i].str[k], strlen(r[i].str[k]) + 1);
 	for (size_t i = 0; i < n; i++)
 		buf_uvarint(&b, r[i].line);
 	for (size_t i = 0; i < n; i++)
@@ -111,7 +209,8 @@ static int block_open(struct buf *raw, const void *blob, size_t len, struct rd *
 int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 		     const char *(*str)(void *ctx, uint64_t sid), void *ctx)
 {
-	uint64_t id = 0;
+	struct modstate st = { 0 };
+	uint64_t id = 0, fmt = 1;
 	struct rd r;
 	int err;
 
@@ -121,8 +220,9 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 	err = block_open(&b->raw, blob, len, &r, &b->n);
 	if (err)
 		return err;
-	if (!b->n && r.p < r.end) {	/* format 2: uvarint 0, 2, n */
-		b->dict = rd_uvarint(&r) == 2;
+	if (!b->n && r.p < r.end) {	/* formats 2 and 3: uvarint 0, 2 or 3, n */
+		fmt = rd_uvarint(&r);
+		b->dict = fmt == 2 || fmt == 3;
 		b->n = rd_uvarint(&r);
 		if (!b->dict || r.bad || b->n > (size_t)(r.end - r.p)) {
 			b->n = 0;
@@ -141,21 +241,70 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 		id += d;
 		b->r[i].id = id;
 	}
+	if (fmt == 3) {
+		uint64_t fn = 0;
+
+		for (size_t i = 0; i < b->n; i++) {
+			fn += (uint64_t)rd_svarint(&r);
+			b->r[i].sid[0] = fn;
+		}
+		for (size_t i = 0; i < b->n && !r.bad; i++) {	/* modules: move-to-front codes */
+			uint64_t k = rd_uvarint(&r), m;
+
+			if (k > st.nmtf) {
+				r.bad = true;
+				break;
+			}
+			m = k ? st.mtf[k - 1] : (i ? b->r[i - 1].sid[1] : 0) + (uint64_t)rd_svarint(&r);
+			mod_mtf(&st, m);
+			b->r[i].sid[1] = m;
+		}
+		for (int c = 0; c < 2 && !r.bad; c++) {	/* build ids, files: on the module's last */
+			for (size_t i = 0; i < b->n; i++) {
+				struct modlast *l = mod_last(&st, b->r[i].sid[1]);
+				uint64_t *v = c ? &l->file : &l->bid;
+
+				if (!l) {
+					modstate_done(&st);
+					b->n = 0;
+					return -ENOMEM;
+				}
+				*v += (uint64_t)rd_svarint(&r);
+				b->r[i].sid[2 + c] = *v;
+			}
+		}
+		for (size_t i = 0; i < b->n; i++)
+			b->r[i].line = rd_uvarint(&r);
+		for (size_t i = 0; i < b->n && !r.bad; i++) {
+			struct modlast *l = mod_last(&st, b->r[i].sid[1]);
+
+			if (!l) {
+				modstate_done(&st);
+				b->n = 0;
+				return -ENOMEM;
+			}
+			l->addr += (uint64_t)rd_svarint(&r);
+			b->r[i].address = l->addr;
+		}
+		modstate_done(&st);
+	}
 	for (int k = 0; k < 4 && !r.bad; k++) {
 		uint64_t sid = 0;
 
 		for (size_t i = 0; i < b->n && b->dict; i++) {
 			const char *v;
 
-			sid += (uint64_t)rd_svarint(&r);
-			v = sid ? (str ? str(ctx, sid) : NULL) : "";
+			if (fmt == 2) {
+				sid += (uint64_t)rd_svarint(&r);
+				b->r[i].sid[k] = sid;
+			}
+			v = b->r[i].sid[k] ? (str ? str(ctx, b->r[i].sid[k]) : NULL) : "";
 			if (!v) {
 				r.bad = true;	/* a string the dictionary does not have */
 				break;
 			}
 			/* copied: the dictionary may lose it once the caller lets go of it;
 			 * offsets until every one is in (strs may move) */
-			b->r[i].sid[k] = sid;
 			b->r[i].str[k] = (const char *)(uintptr_t)b->strs.len;
 			buf_put(&b->strs, v, strlen(v) + 1);
 		}
@@ -171,9 +320,9 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 			r.p = z + 1;
 		}
 	}
-	for (size_t i = 0; i < b->n; i++)
+	for (size_t i = 0; i < b->n && fmt != 3; i++)
 		b->r[i].line = rd_uvarint(&r);
-	for (size_t i = 0; i < b->n; i++)
+	for (size_t i = 0; i < b->n && fmt != 3; i++)
 		b->r[i].address = rd_uvarint(&r);
 	for (size_t i = 0; i < b->n; i++)
 		b->r[i].flags = rd_uvarint(&r);
