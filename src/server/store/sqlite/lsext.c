@@ -290,7 +290,7 @@ int sq_migrate_v14_lsext(struct sq *s, char *err, size_t errlen)
 		return -1;
 	}
 	while (!e && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (arr_grow(&v, &cap, n + 1, sizeof(*v))) {
+		if (n == cap && arr_grow(&v, &cap, cap ? 2 * cap : 1024, sizeof(*v))) {
 			e = -ENOMEM;
 			break;
 		}
