@@ -149,10 +149,11 @@ def top_canonical(a):
 
 
 def pprof_canonical(a):
-    """A pprof answer (gzip'ed Profile) with its ids resolved: samples as (their locations'
-    mapping, address and lines by name, values, labels by name), sorted; mappings by content,
-    sorted; every other field as it is. Two profiles of the same stacks numbered in another
-    order (--stack-ids) are equal so."""
+    """A pprof answer (gzip'ed Profile) with its ids resolved, as a digest: the sorted hashes of
+    its samples (each its locations' mapping, address and lines by name, its values, its labels
+    by name), the sorted mappings by content, every other field as it is (types by name). Two
+    profiles of the same stacks numbered in another order (--stack-ids) are equal so; hashes,
+    not the samples themselves, so that an hour's profile fits in memory."""
     f = pb_fields(gzip.decompress(a))
     strs = [bytes(v) for n, w, v in f if n == 6]
     fns, maps, locs, samples, rest = {}, {}, {}, [], []
@@ -164,7 +165,7 @@ def pprof_canonical(a):
         v = [v for k, _, v in e if k == n]
         return v[0] if v else d
     for n, w, v in f:
-        e = pb_fields(v) if w == 2 and n in (2, 3, 4, 5) else None
+        e = pb_fields(v) if w == 2 and n in (3, 4, 5) else None
         if n == 5:
             fns[one(e, 1)] = tuple(strs[one(e, k)] for k in (2, 3, 4)) + (one(e, 5),)
         elif n == 3:
@@ -174,24 +175,29 @@ def pprof_canonical(a):
             lines = tuple((one(pb_fields(l), 1), one(pb_fields(l), 2)) for k, _, l in e if k == 4)
             locs[one(e, 1)] = (one(e, 2), one(e, 3), lines, one(e, 5))
         elif n == 2:
-            samples.append(e)
+            samples.append(v)
         elif n in (1, 11):	# sample and period types: (type, unit) by name
             rest.append((n, tuple(strs[one(pb_fields(v), k)] for k in (1, 2))))
         elif n in (7, 8, 13, 14):	# string indexes
             rest.append((n, strs[v]))
         elif n != 6:
             rest.append((n, w, v if w != 2 else bytes(v)))
+    canon = {}	# location id -> hash of its content
 
     def loc(i):
-        m, addr, lines, folded = locs[i]
-        return (maps.get(m), addr, tuple((fns.get(fid), ln) for fid, ln in lines), folded)
+        if i not in canon:
+            m, addr, lines, folded = locs[i]
+            canon[i] = hash((maps.get(m), addr, tuple((fns.get(fid), ln) for fid, ln in lines),
+                             folded))
+        return canon[i]
     out = []
-    for e in samples:
+    for v in samples:
+        e = pb_fields(v)
         labels = sorted((strs[one(pb_fields(l), 1)], strs[one(pb_fields(l), 2)],
                          one(pb_fields(l), 3), strs[one(pb_fields(l), 4)])
                         for k, _, l in e if k == 3)
-        out.append((tuple(loc(i) for i in ints(e, 1)), tuple(ints(e, 2)), tuple(labels)))
-    return (sorted(out, key=repr), sorted(maps.values(), key=repr), rest)
+        out.append(hash((tuple(loc(i) for i in ints(e, 1)), tuple(ints(e, 2)), tuple(labels))))
+    return (sorted(out), sorted(maps.values(), key=repr), rest)
 
 
 def same_rounded(q, a, b):
