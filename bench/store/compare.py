@@ -30,8 +30,9 @@ new stacks as its sample chunks list them): an intervals answer is compared with
 `stack_id` attr replaced by that stack as its own server answers it (/api/v1/stack/ID), so the
 stacks every interval names are compared by content, and a pprof answer with its ids resolved
 (pprof_canonical()), and a top answer with its ties of value by name (the order schema 14's
-server gives them; before, the order the stacks came in); the questions of single stacks by id
-are left out (but for the unknown ids
+server gives them; before, the order the stacks came in), the names of the functions tied at
+its last place left out (each server may list other ones of that tie at a limit's cut); the
+questions of single stacks by id are left out (but for the unknown ids
 0 and 999999999).
 Usage: compare.py [--rounded] [--stack-ids] URL URL..."""
 import gzip
@@ -139,12 +140,19 @@ def pprof_near(a, b, tol):
     return True
 
 
-def top_canonical(a):
+def top_canonical(a, q):
     """A top answer with its ties of (self, total) by name (schema 14's server orders them so;
-    before, in the order the stacks came, which their ids decided)."""
+    before, in the order the stacks came, which their ids decided); of the functions tied at
+    the last place of a full list (limit reached) only their values, since either server may
+    list other ones of the tie there."""
     x = jl(a)
-    x["functions"] = sorted(x.get("functions", []),
-                            key=lambda f: (-f["self"], -f["total"], f["name"]))
+    fs = sorted(x.get("functions", []), key=lambda f: (-f["self"], -f["total"], f["name"]))
+    limit = urllib.parse.parse_qs(urllib.parse.urlsplit(q).query).get("limit", [None])[0]
+    if fs and limit and len(fs) == int(limit):
+        last = (fs[-1]["self"], fs[-1]["total"])
+        fs = [f if (f["self"], f["total"]) != last else dict(f, name="(tied at the cut)")
+              for f in fs]
+    x["functions"] = fs
     return json.dumps(x, sort_keys=True)
 
 
@@ -328,7 +336,7 @@ def main():
                 q.startswith(("/api/v1/intervals", "/api/v1/pprof", "/api/v1/top")):
             byc = [stacks_by_content(u, a[1]) if q.startswith("/api/v1/intervals")
                    else pprof_canonical(a[1]) if q.startswith("/api/v1/pprof")
-                   else top_canonical(a[1]) for u, a in zip(urls, answers)]
+                   else top_canonical(a[1], q) for u, a in zip(urls, answers)]
             if all(b == byc[0] for b in byc[1:]):
                 same += 1
                 continue
