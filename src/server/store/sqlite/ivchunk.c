@@ -1001,6 +1001,11 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 			c->seq[i] = seq;
 		}
 	}
+	/* no store numbers that far (ivl_seq counts intervals from 1), and format 4 could not
+	 * write such a chunk again (its least seq plus n must fit): a corrupt chunk */
+	for (size_t i = 0; i < c->n; i++)
+		if (c->seq[i] > UINT64_MAX - c->n)
+			goto bad;
 	for (size_t i = 0; i < c->n; i++) {
 		uint64_t k = rd_uvarint(&r);
 
