@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/log.h"
+#include "common/util.h"
 #include "server/store/sqlite/chunk.h"
 #include "server/store/sqlite/chunk_blob.h"
 #include "server/store/sqlite/sqlite.h"
@@ -26,13 +27,6 @@ static int ent_cmp(const void *x, const void *y)
 	const struct lsext_ent *a = x, *b = y;
 
 	return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static int id_cmp(const void *x, const void *y)
-{
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-
-	return a < b ? -1 : a > b;
 }
 
 /* A row's extents (appended to *v, ids ascending). 0 or -EINVAL/-ENOMEM. */
@@ -204,7 +198,7 @@ int sq_lsext_remove(struct sq *s, uint64_t *ids, size_t n)
 	struct buf tmp = { 0 };
 	int err = 0;
 
-	qsort(ids, n, sizeof(*ids), id_cmp);
+	qsort(ids, n, sizeof(*ids), cmp_u64);
 	for (size_t i = 0; i < n && !err;) {
 		uint64_t k = ids[i] >> LSEXT_SHIFT;
 		size_t j = i, no = 0, b = i;
