@@ -3,11 +3,13 @@
 # Same answers from two store versions (issue #16): stores one recording (bench/store/record.sh)
 # into a fresh server of each version, then opens a copy of the older one's store with the newer
 # binary (migration in place), and asks all three the questions of compare.py, byte for byte.
-# Usage: [ROUNDED=1] [STACK_IDS=1] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
+# Usage: [ROUNDED=1] [STACK_IDS=1] [SERVER_ARGS=...] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
 # (ROUNDED=1: compare.py --rounded, for a NEW_SERVER that stores times at µs and an OLD_SERVER
 # that stored them at ns: schema 8's --time-resolution us, the default; or off-CPU values at µs
 # against ns ones: schema 9's; STACK_IDS=1: compare.py --stack-ids, for stores that numbered
-# their stacks in another order: schema 14's against older ones)
+# their stacks in another order: schema 14's against older ones; SERVER_ARGS: more options for
+# every server, e.g. "--time-resolution ns" to compare two versions that round differently at
+# µs: schema 15's off-CPU values against older ones)
 set -eu
 cd "$(dirname "$0")/../.."
 old=${1:?usage: compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR} new=${2:?} spool=${3:?}
@@ -16,7 +18,7 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 start() {	# name binary: starts a server on $tmp/name, sets url
 	"$2" --data "$tmp/$1" --listen 127.0.0.1:0 --max-new-label-sets-per-hour 0 \
-		--max-new-stacks-per-hour 0 >"$tmp/$1.out" 2>"$tmp/$1.err" &
+		--max-new-stacks-per-hour 0 ${SERVER_ARGS:-} >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	pids+=($!)
 	for _ in $(seq 600); do grep -q listening "$tmp/$1.out" && break; sleep 0.1; done
 	url=$(sed -n 's/listening on //p' "$tmp/$1.out")

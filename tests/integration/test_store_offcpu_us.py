@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Off-CPU sample values at the store's time resolution (schema 9): with --time-resolution us (the
-default) each is rounded to the nearest µs (halves up; one under 0.5 µs to 1 µs, never 0), in
-flame graphs, top, samples over time and pprof, from raw chunks and from rollups alike; with
---time-resolution ns each stays exact; GPU kernel and CPU values stay exact in both. A schema-8
-store is migrated (marked 9) and its chunks answer as before."""
+"""Off-CPU sample values at the store's time resolution (schema 9; the rule of schema 15): with
+--time-resolution us (the default) each is the whole µs between the floors of its start (time
+less value) and its time, at least 1 µs (what a blocked interval of those ends gives back, so that
+the server can keep such a sample as the interval alone), in flame graphs, top, samples over time
+and pprof, from raw chunks and from rollups alike; with --time-resolution ns each stays exact; GPU
+kernel and CPU values stay exact in both. A schema-8 store is migrated and its chunks answer as
+before."""
 import gzip
 import os
 import sqlite3
@@ -15,9 +17,11 @@ from gpuscope_server import (Server, check, check_migrated, encode, find, migrat
 
 skip_if_unbuilt()
 MS = 10**6
-# (leaf, ns blocked, µs store's value)
-OFF = [("a", 1499, 1000), ("b", 1500, 2000), ("c", 300, 1000), ("d", 2000499, 2000000),
-       ("e", 7000000, 7000000), ("f", 999, 1000), ("g", 1, 1000)]
+# (leaf, ns blocked, µs store's value) of samples at times 123 ns past a whole µs:
+# the µs between floor(t - v) and floor(t), at least one
+OFF = [("a", 1499, 2000), ("b", 1500, 2000), ("c", 300, 1000), ("d", 2000499, 2001000),
+       ("e", 7000000, 7000000), ("f", 999, 1000), ("g", 1, 1000), ("h", 122, 1000),
+       ("i", 124, 1000), ("j", 1123, 1000), ("k", 1124, 2000)]
 
 
 def pprof_values(body):
@@ -104,10 +108,11 @@ def main():
         check(code == 204, f"ingest {code} {body}")
         fg = s.get_json(f"/api/v1/flamegraph?from={(t0 + 1999 * MS) / 1e9:.3f}&"
                         f"to={(t0 + 2001 * MS) / 1e9:.3f}&kind=offcpu_ns")
-        check(fg["total"] == 1000, f"migrated: a new value rounded: {fg['total']}")
+        check(fg["total"] == 2000, f"migrated: a new value in µs: {fg['total']}")
     db = migrated_db(s)
     db.close()
-    print("PASS off-CPU values: µs rounded (halves up, never 0), ns exact, GPU and CPU exact")
+    print("PASS off-CPU values: whole µs between the floored ends (never 0), ns exact, GPU and CPU"
+          " exact")
 
 
 if __name__ == "__main__":

@@ -295,6 +295,7 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
  * and num. */
 struct ichunk {
 	struct buf raw, num;		/* num: the text of numeric values */
+	uint64_t unit;			/* its times' unit, ns (1 before format 3) */
 	size_t n, cap, nstr, capstr, nattr, capattr, capshape, capshapes;
 	uint64_t *seq, *labelset, *start, *end;
 	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */

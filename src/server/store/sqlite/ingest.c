@@ -457,20 +457,6 @@ static int cmp_srow(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-/*
- * An off-CPU value (ns) at the store's time unit u (schema 9): rounded to the nearest whole
- * unit (halves up), but one that was not 0 to at least one unit, so that every sample keeps a
- * share of its answers (and a series a total): off by at most u / 2, or less than u for a value
- * under u / 2.
- */
-static int64_t value_to_unit(int64_t v, uint64_t u)
-{
-	uint64_t a = v < 0 ? -(uint64_t)v : (uint64_t)v, q = a / u + (a % u >= (u + 1) / 2);
-
-	q = a && !q ? 1 : q;
-	return v < 0 ? -(int64_t)(q * u) : (int64_t)(q * u);
-}
-
 static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, size_t n)
 {
 	sqlite3_stmt *st = in->s->st[ST_CHUNK_ADD];
@@ -501,11 +487,14 @@ static int put_sample_chunk(struct ingest *in, int kind, const struct srow *r, s
  * threads sends a few samples per label set and push: one chunk each cost more in row and
  * compression overhead than the samples), sorted by time, at most CHUNK_MAX and CHUNK_SPAN_NS
  * each; a chunk of one label set names it in its row, else 0 and each sample has its own.
+ * Off-CPU samples whose skip[] is set (their ordinal over the batch's samples) are kept as
+ * the intervals they paired with (offcpu.c): counted, not written here.
  */
-static int store_samples(struct ingest *in, uint64_t *ret_n)
+static int store_samples(struct ingest *in, const uint8_t *skip, uint64_t *ret_n)
 {
 	const Gpuscope__V1__Batch *m = in->m;
-	size_t total = 0;
+	uint64_t u = in->s->o.time_unit_ns;
+	size_t total = 0, *base;
 	struct srow *r;
 	uint8_t *done;
 	int err = 0;
@@ -516,11 +505,15 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 		return 0;
 	r = malloc(total * sizeof(*r));
 	done = calloc(m->n_samples, 1);
-	if (!r || !done) {
+	base = malloc(m->n_samples * sizeof(*base));
+	if (!r || !done || !base) {
 		free(r);
 		free(done);
+		free(base);
 		return -ENOMEM;
 	}
+	for (size_t g = 0, o = 0; g < m->n_samples; o += m->samples[g++]->n_stack)
+		base[g] = o;
 	for (size_t k = 0; k < m->n_samples && !err; k++) {
 		Gpuscope__V1__SampleKind kind = m->samples[k]->kind;
 		size_t n = 0, start = 0;
@@ -542,36 +535,86 @@ static int store_samples(struct ingest *in, uint64_t *ret_n)
 				continue;
 			}
 			for (size_t i = 0; i < sg->n_stack; i++) {
+				int64_t v = sg->n_value ? sg->value[i] : 1;
+
 				t += (uint64_t)sg->time_delta_ns[i];
-				r[n + i] = (struct srow){ t, in->stack_gid[sg->stack[i]],
-							  sg->n_value ? sg->value[i] : 1,
-							  in->ls[sg->label_set].id };
 				t0 = t < t0 ? t : t0;
 				t1 = t > t1 ? t : t1;
+				*ret_n += 1;
+				if (skip && skip[base[g] + i])
+					continue;
+				if ((int)kind == SAMPLE_OFFCPU_NS)
+					v = offcpu_value_unit(t, v, u);
+				r[n++] = (struct srow){ t, in->stack_gid[sg->stack[i]], v,
+							in->ls[sg->label_set].id };
 			}
 			ls_touch(in, sg->label_set, t0, t1);
-			n += sg->n_stack;
 		}
 		if (!n)
 			continue;
 		qsort(r, n, sizeof(*r), cmp_srow);
-		if (in->s->o.time_unit_ns > 1)	/* floored after the sort: ties keep ns order */
+		if (u > 1)	/* floored after the sort: ties keep ns order */
 			for (size_t i = 0; i < n; i++)
-				r[i].t -= r[i].t % in->s->o.time_unit_ns;
-		if (in->s->o.time_unit_ns > 1 && (int)kind == SAMPLE_OFFCPU_NS)
-			for (size_t i = 0; i < n; i++)
-				r[i].value = value_to_unit(r[i].value, in->s->o.time_unit_ns);
+				r[i].t -= r[i].t % u;
 		for (size_t i = 1; i <= n && !err; i++) {
 			if (i < n && i - start < CHUNK_MAX && r[i].t - r[start].t < CHUNK_SPAN_NS)
 				continue;
 			err = put_sample_chunk(in, (int)kind, r + start, i - start);
 			start = i;
 		}
-		*ret_n += n;
 	}
 	free(r);
 	free(done);
+	free(base);
 	return err;
+}
+
+/*
+ * The batch's off-CPU samples of label sets not refused, as stored (offcpu.c pairs blocked
+ * intervals with them), sorted; ref: a sample's ordinal over the batch's samples. *ret NULL
+ * when there are none. 0 or -ENOMEM.
+ */
+static int offcpu_samples(const struct ingest *in, struct offcpu_key **ret, size_t *ret_n,
+			  size_t *ret_total)
+{
+	const Gpuscope__V1__Batch *m = in->m;
+	uint64_t u = in->s->o.time_unit_ns > 1 ? in->s->o.time_unit_ns : 1;
+	struct offcpu_key *k = NULL;
+	size_t n = 0, total = 0, o = 0;
+
+	*ret = NULL;
+	for (size_t g = 0; g < m->n_samples; g++) {
+		total += m->samples[g]->n_stack;
+		if ((int)m->samples[g]->kind == SAMPLE_OFFCPU_NS)
+			n += m->samples[g]->n_stack;
+	}
+	*ret_total = total;
+	*ret_n = 0;
+	if (!n)
+		return 0;
+	k = malloc(n * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	n = 0;
+	for (size_t g = 0; g < m->n_samples; o += m->samples[g++]->n_stack) {
+		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
+		uint64_t t = 0;
+
+		if ((int)sg->kind != SAMPLE_OFFCPU_NS || in->ls[sg->label_set].refused)
+			continue;
+		for (size_t i = 0; i < sg->n_stack; i++) {
+			int64_t v = sg->n_value ? sg->value[i] : 1;
+
+			t += (uint64_t)sg->time_delta_ns[i];
+			k[n++] = (struct offcpu_key){ in->ls[sg->label_set].id,
+				in->stack_gid[sg->stack[i]], t - t % u,
+				(uint64_t)offcpu_value_unit(t, v, u), o + i };
+		}
+	}
+	offcpu_sort(k, n);
+	*ret = k;
+	*ret_n = n;
+	return 0;
 }
 
 static int cmp_prow(const void *a, const void *b)
@@ -666,6 +709,7 @@ struct iv_sort {
 	const char *kind;
 	struct irow r;
 	size_t nties;		/* the batch's intervals starting at its stored start */
+	bool sample;		/* stands for an off-CPU sample of the batch (offcpu.c) */
 };
 
 static int cmp_iv(const void *a, const void *b)
@@ -681,7 +725,7 @@ static int cmp_iv(const void *a, const void *b)
 }
 
 int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
-			  uint64_t unit_ns)
+			  uint64_t unit_ns, uint64_t nsamples)
 {
 	sqlite3_stmt *st = s->st[ST_IVL_ADD];
 	uint64_t t_max = 0, u = unit_ns > 1 ? unit_ns : 1;
@@ -700,6 +744,7 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 	sqlite3_bind_int64(st, 3, (int64_t)(t_max - t_max % u));
 	sqlite3_bind_int64(st, 4, (int64_t)n);
 	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 6, (int64_t)nsamples);
 	err = sq_step_done(st);
 	free(z);
 	return err;
@@ -760,28 +805,39 @@ static void chunk_rows(const struct iv_sort *v, size_t a, size_t b, uint64_t uni
 
 /*
  * Intervals go into chunks per kind, sorted by start, at most CHUNK_MAX and CHUNK_SPAN_NS of
- * starts each; each keeps its order of arrival (seq) for the answer's ties.
+ * starts each; each keeps its order of arrival (seq) for the answer's ties. A blocked interval
+ * with a stack takes the batch's off-CPU sample it repeats (offcpu.c): *ret_skip (malloc'ed,
+ * NULL if the batch has no off-CPU sample) marks the samples taken, by ordinal; one with none
+ * to take is marked OFFCPU_NO_SAMPLE.
  */
-static int store_intervals(struct ingest *in)
+static int store_intervals(struct ingest *in, uint8_t **ret_skip)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
-	size_t n = m->n_intervals, nattr = 0, start = 0;
+	uint64_t u = s->o.time_unit_ns > 1 ? s->o.time_unit_ns : 1;
+	size_t n = m->n_intervals, nattr = 0, start = 0, nsmp = 0, total = 0;
+	struct offcpu_key *smp = NULL;
 	struct iv_sort *v = NULL;
 	struct irow *r = NULL;
 	const char **attrs = NULL;
 	char (*num)[24] = NULL;
+	uint8_t *skip = NULL;
 	int err = 0;
 
+	*ret_skip = NULL;
 	if (!n)
 		return 0;
+	err = offcpu_samples(in, &smp, &nsmp, &total);
+	if (err)
+		return err;
 	for (size_t i = 0; i < n; i++)
-		nattr += m->intervals[i]->n_attrs + 2;
+		nattr += m->intervals[i]->n_attrs + 4;	/* and a stack id, the no-sample mark */
 	v = malloc(n * sizeof(*v));
 	attrs = malloc(nattr * sizeof(*attrs));
 	num = malloc(nattr * sizeof(*num));	/* a converted stack id per attr slot */
 	r = malloc(n * sizeof(*r));
-	if (!v || !attrs || !num || !r) {
+	skip = nsmp ? calloc(total, 1) : NULL;
+	if (!v || !attrs || !num || !r || (nsmp && !skip)) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -821,12 +877,26 @@ static int store_intervals(struct ingest *in)
 			a[na] = num[nattr + na - 1];
 			na++;
 		}
-		nattr += na;
 		ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
-		v[j++] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
+		v[j] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
 			.labelset = in->ls[iv->label_set].id, .start = iv->start_ns,
 			.end = iv->end_ns < iv->start_ns ? iv->start_ns : iv->end_ns, .attrs = a,
 			.nattrs = na / 2 } };
+		{
+			struct offcpu_key k = { .ls = v[j].r.labelset };
+			uint64_t s0 = v[j].r.start - v[j].r.start % u, e0 = v[j].r.end - v[j].r.end % u;
+
+			if (offcpu_iv_sample(v[j].kind, a, na / 2, s0, e0, u, &k)) {
+				v[j].sample = smp && offcpu_take(smp, nsmp, &k, skip);
+				if (!v[j].sample) {
+					a[na++] = OFFCPU_NO_SAMPLE;
+					a[na++] = "1";
+					v[j].r.nattrs++;
+				}
+			}
+		}
+		nattr += na;
+		j++;
 	}
 	qsort(v, n, sizeof(*v), cmp_iv);
 	err = count_ties(v, n, s->o.time_unit_ns);
@@ -834,8 +904,12 @@ static int store_intervals(struct ingest *in)
 		if (i < n && !strcmp(v[i].kind, v[start].kind) && i - start < CHUNK_MAX &&
 		    v[i].r.start - v[start].r.start < CHUNK_SPAN_NS)
 			continue;
+		uint64_t ns = 0;
+
+		for (size_t x = start; x < i; x++)
+			ns += v[x].sample;
 		chunk_rows(v, start, i, s->o.time_unit_ns, r);
-		err = sq_put_interval_chunk(s, v[start].kind, r, i - start, s->o.time_unit_ns);
+		err = sq_put_interval_chunk(s, v[start].kind, r, i - start, s->o.time_unit_ns, ns);
 		start = i;
 	}
 	if (!err) {
@@ -848,6 +922,11 @@ out:
 	free(r);
 	free(attrs);
 	free(num);
+	free(smp);
+	if (err)
+		free(skip);
+	else
+		*ret_skip = skip;
 	return err;
 }
 
@@ -1071,8 +1150,15 @@ static int ingest_one(struct sq *s, struct gitem *g)
 		sq_dedup_reset(s);
 		return rc;
 	}
-	if (rc || (rc = store_samples(in, &g->nsamples)) || (rc = store_series(in, &g->npoints)) ||
-	    (rc = store_intervals(in)) || (rc = finish_label_sets(in, &first, &last)))
+	if (!rc) {	/* intervals first: they take the off-CPU samples they repeat */
+		uint8_t *skip = NULL;
+
+		if (!(rc = store_intervals(in, &skip)))
+			rc = store_samples(in, skip, &g->nsamples);
+		free(skip);
+	}
+	if (rc || (rc = store_series(in, &g->npoints)) ||
+	    (rc = finish_label_sets(in, &first, &last)))
 		goto out_rollback;
 	if (first != UINT64_MAX) {
 		sqlite3_bind_text(s->st[ST_NODE_UP], 1, S(in, m->node), -1, SQLITE_STATIC);

@@ -894,6 +894,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 		if (r.bad || !u || u > UNIT_MAX)
 			goto bad;
 	}
+	c->unit = u;
 	t = t_min / u;
 	c->n = rd_uvarint(&r);
 	seq = rd_uvarint(&r);

@@ -468,21 +468,20 @@ static int ls_matches(struct sq *s, struct ivscan *v, const struct selector *sel
 }
 
 /*
- * The interval chunks of kind (NULL: all) that may hold an interval overlapping [from, to).
  * With a kind, two bounded index ranges instead of "t_max > from" (which reads every chunk
  * after from: a range a month back read the whole month): chunks ending in [from, to + LONG)
- * by (kind, t_max), plus the rare longer ones by (kind, length). Columns: kind, t_min, data.
+ * by (kind, t_max), plus the rare longer ones by (kind, length).
  */
-static int ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
 			  sqlite3_stmt **ret)
 {
 	sqlite3_stmt *q;
 
-	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, t_min, data FROM ivchunks WHERE kind = ?3"
+	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, t_min, data, id FROM ivchunks WHERE kind = ?3"
 				      " AND t_max > ?1 AND t_max < ?2 + ?4 AND t_min < ?2 UNION ALL"
-				      " SELECT kind, t_min, data FROM ivchunks WHERE kind = ?3 AND"
+				      " SELECT kind, t_min, data, id FROM ivchunks WHERE kind = ?3 AND"
 				      " (t_max - t_min) >= ?4 AND t_max >= ?2 + ?4 AND t_min < ?2" :
-					  "SELECT kind, t_min, data FROM ivchunks WHERE t_max > ?1"
+					  "SELECT kind, t_min, data, id FROM ivchunks WHERE t_max > ?1"
 				      " AND t_min < ?2", -1, &q, NULL))
 		return -EIO;
 	sqlite3_bind_int64(q, 1, (int64_t)from);
@@ -511,7 +510,7 @@ int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from,
 	sqlite3_stmt *q = NULL;
 	struct ichunk c = { 0 };
 	uint64_t cut = retention_cut(s);
-	int err = ivchunks_query(db, kind, from, to, &q);
+	int err = sq_ivchunks_query(db, kind, from, to, &q);
 
 	if (err)
 		return err;
@@ -525,7 +524,9 @@ int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from,
 		for (size_t i = 0; !err && i < c.n; i++)
 			if (c.end[i] > from && c.start[i] < to && c.end[i] >= cut)
 				err = cb(ctx, k ? k : "", c.labelset[i], c.start[i], c.end[i],
-					 c.attrs + 2 * c.attr0[i], c.nattrs[i]);
+					 c.attrs + 2 * c.attr0[i],
+					 offcpu_public_nattrs(c.attrs + 2 * c.attr0[i],
+							      c.nattrs[i]));
 	}
 	sqlite3_finalize(q);
 	ichunk_done(&c);
@@ -547,7 +548,7 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 	*ret_truncated = false;
 	if (!db)
 		return -EIO;
-	err = ivchunks_query(db, kind, from, to, &q);
+	err = sq_ivchunks_query(db, kind, from, to, &q);
 	if (err)
 		goto out;
 	/* every overlapping interval of a matching label set, then sorted by (start, arrival) */
@@ -623,7 +624,8 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 		if (!sq_lset_get(s, ch->labelset[r->row], &l))
 			continue;	/* removed by GC meanwhile */
 		err = cb(ctx, v.kind[r->chunk], (const char *const *)l.pairs, l.n, r->start,
-			 ch->end[r->row], ch->attrs + 2 * ch->attr0[r->row], ch->nattrs[r->row]);
+			 ch->end[r->row], ch->attrs + 2 * ch->attr0[r->row],
+			 offcpu_public_nattrs(ch->attrs + 2 * ch->attr0[r->row], ch->nattrs[r->row]));
 	}
 out:
 	sqlite3_finalize(q);

@@ -243,7 +243,7 @@ static int ivacc_flush(struct sq *s, struct ivacc *a)
 		na += k;
 	}
 	qsort(a->r, a->n, sizeof(*a->r), cmp_irow);
-	err = sq_put_interval_chunk(s, a->kind, a->r, a->n, 1);	/* as they were: ns */
+	err = sq_put_interval_chunk(s, a->kind, a->r, a->n, 1, 0);	/* as they were: ns */
 	a->n = a->nattrs = 0;
 	a->strs.len = 0;
 	return err;

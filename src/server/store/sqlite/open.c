@@ -47,7 +47,8 @@ static const char *const wsql[ST_MAX] = {
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
 	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
 	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
-	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
+	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data, nsamples)"
+			 " VALUES (?, ?, ?, ?, ?, ?)",
 	[ST_IVL_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ivl_seq'",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
@@ -120,7 +121,12 @@ static const char schema[] =
 	/* intervals of one kind and batch (starts within CHUNK_SPAN_NS; migrated ones: ends),
 	 * t_min the least start, t_max the last end (chunk.h has the blob) */
 	"CREATE TABLE IF NOT EXISTS ivchunks(id INTEGER PRIMARY KEY, kind TEXT, t_min INTEGER,"
-	" t_max INTEGER, n INTEGER, data BLOB);"
+	" t_max INTEGER, n INTEGER, data BLOB, nsamples INTEGER);"
+	/* schema 15: off-CPU samples kept as the blocked intervals they repeat (offcpu.c), in
+	 * chunks after offcpu_iv_after (a migrated store's older ones stand for none);
+	 * nsamples: how many of a chunk's intervals do; rollup_ivwm: the last chunk whose
+	 * samples the rollups hold */
+	"INSERT OR IGNORE INTO meta VALUES ('offcpu_iv_after', 0), ('rollup_ivwm', 0);"
 	"CREATE INDEX IF NOT EXISTS ivchunks_ke ON ivchunks(kind, t_max);"
 	"CREATE INDEX IF NOT EXISTS ivchunks_e ON ivchunks(t_max);"
 	/* the chunks holding long intervals, for a range query bounded on both sides (lookup.c) */
@@ -276,9 +282,17 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	if (db) {
 		int64_t lag = query_i64(db, "SELECT (SELECT coalesce(max(id), 0) FROM chunks) -"
 					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
+		int64_t ivlag = query_i64(db, "SELECT count(*) FROM ivchunks WHERE id > (SELECT"
+					      " value FROM meta WHERE key = 'rollup_ivwm') AND kind ="
+					      " '" OFFCPU_IV_KIND "'");
+		char sql[256];
 
-		o->rollup_lag_chunks = lag > 0 ? (uint64_t)lag : 0;
-		o->samples_held = (uint64_t)query_i64(db, "SELECT coalesce(sum(n), 0) FROM chunks");
+		o->rollup_lag_chunks = (lag > 0 ? (uint64_t)lag : 0) + (ivlag > 0 ? (uint64_t)ivlag : 0);
+		/* and the off-CPU samples intervals stand for, while raw samples are kept */
+		snprintf(sql, sizeof(sql), "SELECT (SELECT coalesce(sum(n), 0) FROM chunks) +"
+			 " (SELECT coalesce(sum(nsamples), 0) FROM ivchunks WHERE t_max >= %lld)",
+			 (long long)(wall_ns() - sq_raw_retention_ns(s)));
+		o->samples_held = (uint64_t)query_i64(db, sql);
 		/* pages freed by deletes and merges, reused by the next writes */
 		o->bytes_free = (uint64_t)query_i64(db, "PRAGMA freelist_count") *
 				(uint64_t)query_i64(db, "PRAGMA page_size");
@@ -508,6 +522,14 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}
+		/* schema 15's count of the off-CPU samples a chunk of intervals stands for */
+		if (table_has_column(s, "ivchunks", "kind") &&
+		    !table_has_column(s, "ivchunks", "nsamples") &&
+		    sqlite3_exec(s->w, "ALTER TABLE ivchunks ADD COLUMN nsamples INTEGER", NULL,
+				 NULL, NULL)) {
+			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+			goto out_rollback;
+		}
 		/* the (id, day) table the copies below fill, then make stackdays rows of */
 		if (ver < 8 && sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS stacks(id INTEGER"
 					      " PRIMARY KEY, day INTEGER NOT NULL)", NULL, NULL,
@@ -540,6 +562,13 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		goto out_rollback;
 	if (ver && ver < 14 && sq_migrate_v14_lsext(s, err, errlen))
 		goto out_rollback;
+	/* schema 15: the interval chunks already stored stand for no off-CPU sample */
+	if (ver && ver < 15 &&
+	    sqlite3_exec(s->w, "UPDATE meta SET value = (SELECT coalesce(max(id), 0) FROM ivchunks)"
+			 " WHERE key IN ('offcpu_iv_after', 'rollup_ivwm')", NULL, NULL, NULL)) {
+		snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
+		goto out_rollback;
+	}
 	snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO meta VALUES ('schema', %d)",
 		 SQ_SCHEMA_VERSION);
 	if (sqlite3_exec(s->w, sql, NULL, NULL, NULL) ||

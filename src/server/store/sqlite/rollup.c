@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Rollups of the SQLite store: the maintenance thread folds new sample chunks (by id, above the
- * watermark meta.rollup_wm) into per-minute, per-hour and per-day rows, and runs retention.
+ * watermark meta.rollup_wm), and the off-CPU samples of new interval chunks (above
+ * meta.rollup_ivwm, offcpu.c), into per-minute, per-hour and per-day rows, and runs retention.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "common/batch.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -321,22 +323,104 @@ static int built_get(sqlite3 *db, int64_t built[LEVELS])
 	return err;
 }
 
+/* The samples of one round being folded (rollup_round()). */
+struct fold {
+	struct sq *s;
+	struct rollup_round rr;
+	int64_t built[LEVELS];
+	uint64_t last_ls;	/* ls_node()'s cache */
+	const char *node;
+};
+
+/* One sample into the round's rows of its buckets (those not built later from the minutes). */
+static int fold_sample(struct fold *f, uint64_t kind, uint64_t l, uint64_t stack, uint64_t t,
+		       int64_t value)
+{
+	const char *nd = ls_node(f->s, l, &f->last_ls, &f->node);
+
+	for (int lv = 0; lv < LEVELS; lv++) {
+		uint64_t b = t / sq_level_ns[lv] * sq_level_ns[lv];
+		struct racc *acc;
+
+		if (b >= (uint64_t)f->built[lv])
+			continue;	/* built from the minutes once closed */
+		acc = round_get(&f->rr, (uint64_t)lv, kind, b, nd);
+		if (!acc || racc_add(acc, l, stack, value, 1))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* An off-CPU sample an interval stands for (offcpu_chunk_samples() callback). */
+static int fold_offcpu(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
+{
+	return fold_sample(ctx, SAMPLE_OFFCPU_NS, ls, stack, t, (int64_t)value);
+}
+
 /*
- * Folds up to ROLLUP_ROUND new chunks into the rollups: minute rows always; hour and day rows
- * only for buckets already built (rollup_build(): a row there is whole, so a late sample is
- * added to it), the others are built from the minutes when their bucket closes. >0: chunks
- * folded, 0: none, -errno.
+ * Folds the off-CPU samples of up to ROLLUP_ROUND new chunks of blocked intervals (offcpu.c;
+ * by id, above meta.rollup_ivwm) into f. >= 0: chunks folded, -errno.
+ */
+static int fold_intervals(struct fold *f)
+{
+	sqlite3_stmt *sel = NULL, *wm = NULL;
+	struct ichunk c = { 0 };
+	int64_t last = -1;
+	int rc, err = 0, n = 0;
+
+	rc = sqlite3_prepare_v2(f->s->w, "SELECT id, t_min, data FROM ivchunks WHERE id > max("
+				"(SELECT value FROM meta WHERE key = 'rollup_ivwm'), (SELECT value"
+				" FROM meta WHERE key = 'offcpu_iv_after')) AND kind = '"
+				OFFCPU_IV_KIND "' ORDER BY id LIMIT ?", -1, &sel, NULL);
+	rc |= sqlite3_prepare_v2(f->s->w, "UPDATE meta SET value = ? WHERE key = 'rollup_ivwm'",
+				 -1, &wm, NULL);
+	if (rc) {
+		err = -EIO;
+		goto out;
+	}
+	sqlite3_bind_int(sel, 1, ROLLUP_ROUND);
+	while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		last = sqlite3_column_int64(sel, 0);
+		n++;
+		err = chunk_intervals_decode(&c, sqlite3_column_blob(sel, 2),
+					     (size_t)sqlite3_column_bytes(sel, 2),
+					     (uint64_t)sqlite3_column_int64(sel, 1));
+		if (err) {
+			log_warn("interval chunk %lld: undecodable (%s), its off-CPU samples not"
+				 " rolled up", (long long)last, strerror(-err));
+			err = 0;
+			continue;
+		}
+		offcpu_chunk_samples(&c, OFFCPU_IV_KIND, 0, UINT64_MAX, fold_offcpu, f, &err);
+	}
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = -EIO;
+	if (!err && last >= 0) {
+		sqlite3_bind_int64(wm, 1, last);
+		err = sq_step_done(wm);
+	}
+out:
+	sqlite3_finalize(sel);
+	sqlite3_finalize(wm);
+	ichunk_done(&c);
+	return err ? err : n;
+}
+
+/*
+ * Folds up to ROLLUP_ROUND new chunks into the rollups (and as many chunks of intervals that
+ * stand for off-CPU samples): minute rows always; hour and day rows only for buckets already
+ * built (rollup_build(): a row there is whole, so a late sample is added to it), the others
+ * are built from the minutes when their bucket closes. >0: the larger count of chunks folded,
+ * 0: none, -errno.
  */
 static int rollup_round(struct sq *s)
 {
 	sqlite3_stmt *sel = NULL, *get = NULL, *put = NULL, *wm = NULL;
-	struct rollup_round rr = { 0 };
+	struct fold f = { .s = s };
 	struct chunk c = { .any_order = true };	/* sums: no time order needed */
 	struct buf tmp = { 0 };
-	int64_t last = -1, built[LEVELS];
-	uint64_t last_ls = 0;
-	const char *node = NULL;
-	int rc, err = 0, n = 0;
+	int64_t last = -1;
+	int rc, err = 0, n = 0, niv = 0;
 
 	pthread_mutex_lock(&s->wmu);
 	if (sq_step_done(s->st[ST_BEGIN])) {
@@ -350,7 +434,7 @@ static int rollup_round(struct sq *s)
 	rc |= sqlite3_prepare_v2(s->w, ROLLUP_PUT, -1, &put, NULL);
 	rc |= sqlite3_prepare_v2(s->w, "UPDATE meta SET value = ? WHERE key = 'rollup_wm'", -1, &wm,
 				 NULL);
-	if (rc || built_get(s->w, built)) {
+	if (rc || built_get(s->w, f.built)) {
 		err = -EIO;
 		goto out;
 	}
@@ -370,27 +454,19 @@ static int rollup_round(struct sq *s)
 			err = 0;
 			continue;
 		}
-		for (size_t i = 0; i < c.n && !err; i++) {
-			uint64_t l = c.mixed ? c.labelset[i] : ls;
-			const char *nd = ls_node(s, l, &last_ls, &node);
-
-			for (int lv = 0; lv < LEVELS && !err; lv++) {
-				uint64_t b = c.t[i] / sq_level_ns[lv] * sq_level_ns[lv];
-				struct racc *acc;
-
-				if (b >= (uint64_t)built[lv])
-					continue;	/* built from the minutes once closed */
-				acc = round_get(&rr, (uint64_t)lv, kind, b, nd);
-				if (!acc || racc_add(acc, l, c.stack[i], c.value[i], 1))
-					err = -ENOMEM;
-			}
-		}
+		for (size_t i = 0; i < c.n && !err; i++)
+			err = fold_sample(&f, kind, c.mixed ? c.labelset[i] : ls, c.stack[i], c.t[i],
+					  c.value[i]);
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;
 	sqlite3_reset(sel);
-	for (size_t i = 0; i < rr.n && !err; i++)
-		err = rollup_write(s, get, put, rr.accs[i], &tmp);
+	if (!err) {
+		niv = fold_intervals(&f);
+		err = niv < 0 ? niv : 0;
+	}
+	for (size_t i = 0; i < f.rr.n && !err; i++)
+		err = rollup_write(s, get, put, f.rr.accs[i], &tmp);
 	if (!err && last >= 0) {
 		sqlite3_bind_int64(wm, 1, last);
 		err = sq_step_done(wm);
@@ -406,10 +482,10 @@ out:
 		err = err ? err : -EIO;
 	}
 	pthread_mutex_unlock(&s->wmu);
-	round_done(&rr);
+	round_done(&f.rr);
 	chunk_done(&c);
 	buf_done(&tmp);
-	return err ? err : n;
+	return err ? err : n > niv ? n : niv;
 }
 
 int sq_rollup_rows(sqlite3 *db, int lv, uint64_t from, uint64_t to, int kind, const char *node,

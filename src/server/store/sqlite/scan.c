@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/batch.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -26,6 +27,8 @@ struct agg_ctx {
 	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
 	struct u64map nodes;		/* hash of the node of some matching label set */
 	int64_t built[LEVELS];		/* hour and day rows are whole before these (meta) */
+	int64_t ivwm;			/* meta.rollup_ivwm: off-CPU samples of intervals */
+	uint64_t raw_cut;		/* raw samples are kept from here on (whole minutes) */
 	struct chunk c;
 };
 
@@ -153,6 +156,36 @@ static int agg_add(void *ctx, uint64_t ls, uint64_t stack, int64_t sum, uint64_t
 
 enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
 
+/* One raw sample of label set l at t: counted unless the query's filters leave it out. */
+static int scan_sample(struct agg_ctx *a, uint64_t l, uint64_t stack, uint64_t t, uint64_t value)
+{
+	const struct node_busy *nb, *no;
+
+	if (l >= a->nmatch || !a->match[l])
+		return 0;
+	nb = a->ls_busy ? a->ls_busy[l] : NULL;
+	no = a->ls_obs ? a->ls_obs[l] : NULL;
+	if (nb && busy_in(nb, t))
+		return 0;
+	if (a->ls_obs && (!no || !busy_in(no, t)))
+		return 0;	/* no source covers t: unknown, not idle */
+	return agg_put(a, l, stack, t, value);
+}
+
+/* An off-CPU sample a rolled-up interval stands for (offcpu.c): left out where raw samples
+ * are no longer kept, as their chunks would be. */
+static int scan_rolled_offcpu(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
+{
+	struct agg_ctx *a = ctx;
+
+	return t < a->raw_cut ? 0 : scan_sample(a, ls, stack, t, value);
+}
+
+static int scan_offcpu(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
+{
+	return scan_sample(ctx, ls, stack, t, value);
+}
+
 /* Adds the samples of matching chunks in [from, to) to the aggregation. */
 static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int64_t wm,
 		       uint64_t from, uint64_t to)
@@ -183,7 +216,6 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 		uint64_t ls = (uint64_t)sqlite3_column_int64(st, 0);
 		uint64_t t_min = (uint64_t)sqlite3_column_int64(st, 1);
 		uint64_t t_max = (uint64_t)sqlite3_column_int64(st, 2);
-		const struct node_busy *nb, *no;
 		bool inside = t_min >= from && t_max < to;
 
 		/* ls 0: a chunk of several label sets, filtered per sample */
@@ -196,20 +228,18 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 
 			if (!inside && (t < from || t >= to))
 				continue;
-			if (l >= a->nmatch || !a->match[l])
-				continue;
-			nb = a->ls_busy ? a->ls_busy[l] : NULL;
-			no = a->ls_obs ? a->ls_obs[l] : NULL;
-			if (nb && busy_in(nb, t))
-				continue;
-			if (a->ls_obs && (!no || !busy_in(no, t)))
-				continue;	/* no source covers t: unknown, not idle */
-			err = agg_put(a, l, a->c.stack[i], t, (uint64_t)a->c.value[i]);
+			err = scan_sample(a, l, a->c.stack[i], t, (uint64_t)a->c.value[i]);
 		}
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;
 	sqlite3_finalize(st);
+	if (!err && a->q->kind == SAMPLE_OFFCPU_NS) {	/* and those intervals stand for */
+		if (mode != SCAN_UNROLLED)
+			err = sq_offcpu_scan(db, from, to, 0, a->ivwm, scan_rolled_offcpu, a);
+		if (!err && mode != SCAN_ROLLED)
+			err = sq_offcpu_scan(db, from, to, a->ivwm, INT64_MAX, scan_offcpu, a);
+	}
 	return err;
 }
 
@@ -303,7 +333,8 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 
 		err = sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'rollup_wm'),"
 					 " (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
-					 " (SELECT value FROM meta WHERE key = 'rollup_built_2')", -1, &w,
+					 " (SELECT value FROM meta WHERE key = 'rollup_built_2'),"
+					 " (SELECT value FROM meta WHERE key = 'rollup_ivwm')", -1, &w,
 					 NULL) ? -EIO : 0;
 		if (!err && sqlite3_step(w) != SQLITE_ROW)
 			err = -EIO;
@@ -312,11 +343,13 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 			a.built[0] = INT64_MAX;
 			for (int lv = 1; lv < LEVELS; lv++)
 				a.built[lv] = sqlite3_column_int64(w, lv);
+			a.ivwm = sqlite3_column_int64(w, LEVELS);
 		}
 		sqlite3_finalize(w);
 	}
 	if (err)
 		goto out;
+	a.raw_cut = floor_to(raw_cut, MINUTE_NS);
 	a.match = sq_lsets_match(s, q->sel, from, to, &a.nmatch);
 	if (!a.match)
 		err = -ENOMEM;

@@ -216,9 +216,10 @@ void sq_lsets_done(struct sq *s);
 /* ---- ingest.c ---- */
 int sq_ingest(struct store *st, const struct Gpuscope__V1__Batch *m, char *err, size_t errlen);
 /* Stores n intervals of kind (sorted by start) as one chunk, times in units of unit_ns (0 or
- * 1: ns, format 2; else format 3, floored). wmu held, in a transaction. */
+ * 1: ns, format 2; else format 3, floored), nsamples of them standing for off-CPU samples
+ * (offcpu.c). wmu held, in a transaction. */
 int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, size_t n,
-			  uint64_t unit_ns);
+			  uint64_t unit_ns, uint64_t nsamples);
 
 /* ---- dict.c: the dictionaries' blocks, the string dictionary, the indexes in memory ---- */
 #define LOC_BLOCK_MAX	4096	/* locations per block */
@@ -285,7 +286,7 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * 2); older location blocks are read as they are. 13: interval chunks of format 4 (chunk.h:
  * a tie group's order instead of its seqs); a schema-12 store is only marked, its chunks read
  * as they are (a schema-12 server refuses the store rather than fail on the new chunks). */
-#define SQ_SCHEMA_VERSION 14
+#define SQ_SCHEMA_VERSION 15
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
@@ -384,6 +385,12 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
  * cb in no particular order, on db (a read connection, in the caller's snapshot). 0, -errno or
  * cb's nonzero return.
  */
+/*
+ * The interval chunks of kind (NULL: all) that may hold an interval overlapping [from, to):
+ * a prepared statement with columns kind, t_min, data, id. 0 or -EIO.
+ */
+int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
+		      sqlite3_stmt **ret);
 int sq_interval_scan(struct sq *s, sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
 		     int (*cb)(void *ctx, const char *kind, uint64_t labelset, uint64_t start,
 			       uint64_t end, const char *const *attrs, size_t nattrs),
@@ -392,5 +399,48 @@ int sq_cpu_period(struct store *st, const char *node, uint64_t *ret_ns);
 int sq_nodes(struct store *st,
 	     int (*cb)(void *ctx, const char *node, uint64_t first_ns, uint64_t last_ns),
 	     void *ctx);
+
+/* ---- offcpu.c: off-CPU samples kept as the blocked intervals they repeat (schema 15) ---- */
+#define OFFCPU_IV_KIND	"thread_state"
+/* attr of a blocked interval with a stack that stands for no sample (none came to pair with);
+ * readers of intervals leave it out (offcpu_public_nattrs()) */
+#define OFFCPU_NO_SAMPLE	"__no_offcpu_sample"
+/* An off-CPU sample, or what an interval stands for; ref: the caller's index of it. */
+struct offcpu_key {
+	uint64_t ls, stack, t, value;
+	size_t ref;
+};
+typedef int (*offcpu_cb)(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value);
+/*
+ * An off-CPU sample's value v (ns) at time t (ns, not yet floored) as stored at time unit u
+ * (schema 15): the whole units between the floors of t - v and t, at least one for v > 0 (what
+ * an interval of those ends gives back); v <= 0 is rounded to the nearest unit.
+ */
+int64_t offcpu_value_unit(uint64_t t, int64_t v, uint64_t u);
+/* The stack id of a blocked interval with a stack (kind OFFCPU_IV_KIND, not a summary), 0 for
+ * any other interval. */
+uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs);
+/* nattrs less the trailing OFFCPU_NO_SAMPLE, if it is there. */
+size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs);
+/* The sample an interval as stored (ends floored to unit) stands for: stack, t, value into
+ * *ret (not ls). False if it stands for none. */
+bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t start,
+		      uint64_t end, uint64_t unit, struct offcpu_key *ret);
+/* Sorts sample keys for offcpu_take(). */
+void offcpu_sort(struct offcpu_key *k, size_t n);
+/* Takes a sample of smp (sorted) equal to *key (ref aside) whose skip[ref] is not set yet:
+ * sets it and answers true; false if there is none. */
+bool offcpu_take(const struct offcpu_key *smp, size_t n, const struct offcpu_key *key,
+		 uint8_t *skip);
+/* meta.offcpu_iv_after: interval chunks with greater ids stand for samples. */
+int sq_offcpu_after(sqlite3 *db, int64_t *ret);
+/* The samples a decoded interval chunk of kind stands for, at times in [from, to), to cb;
+ * *err: cb's nonzero return. */
+void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t from, uint64_t to,
+			  offcpu_cb cb, void *ctx, int *err);
+/* The samples at times in [from, to) of the interval chunks with ids in (id_gt, id_le] (and
+ * past offcpu_iv_after), on db in the caller's snapshot. 0, -errno or cb's return. */
+int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64_t id_le,
+		   offcpu_cb cb, void *ctx);
 
 #endif

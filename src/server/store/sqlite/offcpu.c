@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Off-CPU samples kept as the blocked intervals they repeat (schema 15). For every blocked
+ * thread state with a stack the agent sends the interval (start, end, stack) and an off-CPU
+ * sample (end, end - start, stack) of the same label set: 70 % of an ML node's off-CPU samples,
+ * 4.3 bytes each in a sample chunk. Ingest pairs each such interval with its sample and stores
+ * the sample only as the interval; readers of samples (scan.c, rollup.c) take it back from
+ * there. An interval that had no sample to pair with carries the attr OFFCPU_NO_SAMPLE, which
+ * readers of intervals never show. Interval chunks written before the store reached schema 15
+ * (ids up to meta.offcpu_iv_after) stand for no sample: their samples are in sample chunks.
+ *
+ * The pairing is exact: a sample pairs only with an interval that gives back its stored time,
+ * value, stack and label set, as the readers compute them from what the interval chunk holds
+ * (offcpu_iv_sample()), so an answer is the same whichever way a sample was kept.
+ */
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/util.h"
+#include "server/store/sqlite/sqlite.h"
+
+int64_t offcpu_value_unit(uint64_t t, int64_t v, uint64_t u)
+{
+	uint64_t a, q, from;
+
+	if (u <= 1)
+		return v;
+	if (v <= 0) {	/* not a time blocked: rounded to the nearest unit */
+		a = -(uint64_t)v;
+		q = a / u + (a % u >= (u + 1) / 2);
+		return -(int64_t)(q * u);
+	}
+	from = (uint64_t)v < t ? t - (uint64_t)v : 0;
+	q = t / u - from / u;
+	return (int64_t)((q ? q : 1) * u);
+}
+
+/* The value of attr name among nattrs pairs, or NULL. */
+static const char *attr(const char *const *attrs, size_t nattrs, const char *name)
+{
+	for (size_t i = 0; i < nattrs; i++)
+		if (!strcmp(attrs[2 * i], name))
+			return attrs[2 * i + 1];
+	return NULL;
+}
+
+uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs)
+{
+	const char *st, *id;
+	uint64_t v = 0;
+
+	if (strcmp(kind, OFFCPU_IV_KIND))
+		return 0;
+	st = attr(attrs, nattrs, "state");
+	id = attr(attrs, nattrs, "stack_id");
+	if (!st || strcmp(st, "blocked") || !id || attr(attrs, nattrs, "summary"))
+		return 0;
+	for (const char *p = id; *p; p++) {
+		if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+			return 0;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	return *id ? v : 0;
+}
+
+size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs)
+{
+	return nattrs && !strcmp(attrs[2 * (nattrs - 1)], OFFCPU_NO_SAMPLE) ? nattrs - 1 : nattrs;
+}
+
+bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t start,
+		      uint64_t end, uint64_t unit, struct offcpu_key *ret)
+{
+	uint64_t u = unit > 1 ? unit : 1, stack = offcpu_iv_stack(kind, attrs, nattrs);
+
+	if (!stack || offcpu_public_nattrs(attrs, nattrs) != nattrs)
+		return false;
+	ret->stack = stack;
+	ret->t = end;
+	ret->value = end - start > u ? end - start : u;
+	return true;
+}
+
+static int key_cmp(const void *x, const void *y)
+{
+	const struct offcpu_key *a = x, *b = y;
+
+	if (a->ls != b->ls)
+		return a->ls < b->ls ? -1 : 1;
+	if (a->stack != b->stack)
+		return a->stack < b->stack ? -1 : 1;
+	if (a->t != b->t)
+		return a->t < b->t ? -1 : 1;
+	if (a->value != b->value)
+		return a->value < b->value ? -1 : 1;
+	return a->ref < b->ref ? -1 : a->ref > b->ref;
+}
+
+void offcpu_sort(struct offcpu_key *k, size_t n)
+{
+	qsort(k, n, sizeof(*k), key_cmp);
+}
+
+bool offcpu_take(const struct offcpu_key *smp, size_t n, const struct offcpu_key *key,
+		 uint8_t *skip)
+{
+	struct offcpu_key k = *key;
+	size_t lo = 0, hi = n;
+
+	k.ref = 0;
+	while (lo < hi) {	/* the first sample not below k */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (key_cmp(&smp[mid], &k) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < n && smp[lo].ls == k.ls && smp[lo].stack == k.stack && smp[lo].t == k.t &&
+	       smp[lo].value == k.value; lo++) {
+		if (!skip[smp[lo].ref]) {
+			skip[smp[lo].ref] = 1;
+			return true;
+		}
+	}
+	return false;
+}
+
+int sq_offcpu_after(sqlite3 *db, int64_t *ret)
+{
+	sqlite3_stmt *q;
+	int err = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'offcpu_iv_after'", -1,
+				     &q, NULL) ? -EIO : 0;
+
+	*ret = 0;
+	if (!err && sqlite3_step(q) == SQLITE_ROW)
+		*ret = sqlite3_column_int64(q, 0);
+	sqlite3_finalize(q);
+	return err;
+}
+
+void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t from, uint64_t to,
+			  offcpu_cb cb, void *ctx, int *err)
+{
+	for (size_t i = 0; !*err && i < c->n; i++) {
+		struct offcpu_key k;
+
+		if (c->end[i] < from || c->end[i] >= to)
+			continue;
+		if (!offcpu_iv_sample(kind, c->attrs + 2 * c->attr0[i], c->nattrs[i], c->start[i],
+				      c->end[i], c->unit, &k))
+			continue;
+		*err = cb(ctx, c->labelset[i], k.stack, k.t, k.value);
+	}
+}
+
+int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64_t id_le,
+		   offcpu_cb cb, void *ctx)
+{
+	sqlite3_stmt *q = NULL;
+	struct ichunk c = { 0 };
+	int64_t after;
+	int err;
+
+	if (from >= to)
+		return 0;
+	err = sq_offcpu_after(db, &after);
+	if (err)
+		return err;
+	if (id_gt < after)
+		id_gt = after;
+	if (id_gt >= id_le)
+		return 0;
+	err = sq_ivchunks_query(db, OFFCPU_IV_KIND, from ? from - 1 : 0, to, &q);	/* ends at from too */
+	while (!err && sqlite3_step(q) == SQLITE_ROW) {
+		int64_t id = sqlite3_column_int64(q, 3);
+
+		if (id <= id_gt || id > id_le)
+			continue;
+		err = chunk_intervals_decode(&c, sqlite3_column_blob(q, 2),
+					     (size_t)sqlite3_column_bytes(q, 2),
+					     (uint64_t)sqlite3_column_int64(q, 1));
+		if (!err)
+			offcpu_chunk_samples(&c, OFFCPU_IV_KIND, from, to, cb, ctx, &err);
+	}
+	sqlite3_finalize(q);
+	ichunk_done(&c);
+	return err;
+}
