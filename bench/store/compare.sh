@@ -3,13 +3,14 @@
 # Same answers from two store versions (issue #16): stores one recording (bench/store/record.sh)
 # into a fresh server of each version, then opens a copy of the older one's store with the newer
 # binary (migration in place), and asks all three the questions of compare.py, byte for byte.
-# Usage: [ROUNDED=1] [STACK_IDS=1] [SERVER_ARGS=...] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
+# Usage: [ROUNDED=1] [STACK_IDS=1] [SERVER_ARGS=...] [QUERY_TIMES=1] bench/store/compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR
 # (ROUNDED=1: compare.py --rounded, for a NEW_SERVER that stores times at µs and an OLD_SERVER
 # that stored them at ns: schema 8's --time-resolution us, the default; or off-CPU values at µs
 # against ns ones: schema 9's; STACK_IDS=1: compare.py --stack-ids, for stores that numbered
 # their stacks in another order: schema 14's against older ones; SERVER_ARGS: more options for
 # every server, e.g. "--time-resolution ns" to compare two versions that round differently at
-# µs: schema 15's off-CPU values against older ones)
+# µs: schema 15's off-CPU values against older ones; QUERY_TIMES=1: then query_times.py on the
+# old and the new store)
 set -eu
 cd "$(dirname "$0")/../.."
 old=${1:?usage: compare.sh OLD_SERVER NEW_SERVER SPOOL_DIR} new=${2:?} spool=${3:?}
@@ -48,4 +49,7 @@ grep -h "migrat" "$tmp/migrated.err" || true
 for u in "$a" "$b" "$c"; do
 	echo "$u: $(curl -s "$u/metrics" | awk '$1 == "gpuscope_server_store_bytes_per_sample" {print $2}') bytes/sample (/metrics)"
 done
-python3 bench/store/compare.py ${ROUNDED:+--rounded} ${STACK_IDS:+--stack-ids} "$a" "$b" "$c"
+rc=0
+python3 bench/store/compare.py ${ROUNDED:+--rounded} ${STACK_IDS:+--stack-ids} "$a" "$b" "$c" || rc=$?
+[ -z "${QUERY_TIMES:-}" ] || python3 bench/store/query_times.py "$a" "$b"
+exit $rc

@@ -769,6 +769,21 @@ static int pp_count_roots(void *ctx, uint64_t id, const struct frame *f, size_t 
 	return 0;
 }
 
+/* Orders a stack's entries by their group's labels (pp_add_stack()). */
+static int cmp_pp_group(const void *a, const void *b, void *ctx)
+{
+	const struct pp *pp = ctx;
+	const struct gent *x = &pp->g->e[*(const uint32_t *)a], *y = &pp->g->e[*(const uint32_t *)b];
+	const char *gx = x->group && x->group <= pp->groups->len ? pp->groups->strs[x->group - 1] : "";
+	const char *gy = y->group && y->group <= pp->groups->len ? pp->groups->strs[y->group - 1] : "";
+
+	return strcmp(gx, gy);
+}
+
+/*
+ * A stack's samples, one per group (series) with a value, in the order of their labels: the
+ * answer's bytes depend on what the store holds, not on the order it found the samples in.
+ */
 static int pp_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 {
 	struct pp *pp = ctx;
@@ -776,6 +791,8 @@ static int pp_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf
 	struct label sl[PP_MAX_LABELS];
 	struct pprof_num_label nl[PP_MAX_LABELS];
 	char lbuf[4096];
+	uint32_t *order;
+	size_t n = 0;
 	int err = 0;
 
 	for (size_t i = 0; i < nf; i++) {
@@ -789,22 +806,31 @@ static int pp_add_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf
 		if (!pp->locs[i])
 			return -ENOMEM;
 	}
-	for (uint64_t i = h ? *h : 0; i && !err; i = pp->g->e[i - 1].next) {
-		const struct gent *e = &pp->g->e[i - 1];
+	for (uint64_t i = h ? *h : 0; i; i = pp->g->e[i - 1].next)
+		n++;
+	order = malloc((n ? n : 1) * sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	n = 0;
+	for (uint64_t i = h ? *h : 0; i; i = pp->g->e[i - 1].next)
+		if (pp->g->e[i - 1].v)
+			order[n++] = (uint32_t)(i - 1);
+	qsort_r(order, n, sizeof(*order), cmp_pp_group, pp);
+	for (size_t k = 0; k < n && !err; k++) {
+		const struct gent *e = &pp->g->e[order[k]];
 		const char *gv = e->group && e->group <= pp->groups->len ?
 					 pp->groups->strs[e->group - 1] : "";
 		const char *node;
 		int64_t values[2];
 		size_t ns, nn;
 
-		if (!e->v)
-			continue;
 		snprintf(lbuf, sizeof(lbuf), "%s", gv);
 		pp_labels(lbuf, sl, &ns, nl, &nn, &node);
 		values[0] = (int64_t)e->v;
 		values[1] = (int64_t)(e->v * pp_period(pp, node));
 		err = pprof__sample(pp->p, pp->locs, nf, values, sl, ns, nl, nn);
 	}
+	free(order);
 	return err;
 }
 
