@@ -140,16 +140,52 @@ int sq_offcpu_after(sqlite3 *db, int64_t *ret)
 	return err;
 }
 
+/*
+ * The rows of a decoded chunk with the same list of attr names share their name pointers (its
+ * shapes): whether such a list can stand for a sample is decided once per list (the shapes of
+ * the chunk looked at last, by pointers), not with a row's every strcmp.
+ */
+#define SHAPES_SEEN	16
+struct shape_seen {
+	const char *const *names;	/* the first row's attrs, names at even places */
+	size_t n;
+	bool may;			/* has state and stack_id, no summary, no mark */
+};
+
+static bool same_names(const char *const *a, const char *const *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (a[2 * i] != b[2 * i])
+			return false;
+	return true;
+}
+
 void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t from, uint64_t to,
 			  offcpu_cb cb, void *ctx, int *err)
 {
+	struct shape_seen seen[SHAPES_SEEN];
+	size_t nseen = 0;
+
+	if (strcmp(kind, OFFCPU_IV_KIND))
+		return;
 	for (size_t i = 0; !*err && i < c->n; i++) {
+		const char *const *a = c->attrs + 2 * c->attr0[i];
+		size_t n = c->nattrs[i], s;
 		struct offcpu_key k;
 
 		if (c->end[i] < from || c->end[i] >= to)
 			continue;
-		if (!offcpu_iv_sample(kind, c->attrs + 2 * c->attr0[i], c->nattrs[i], c->start[i],
-				      c->end[i], c->unit, &k))
+		for (s = 0; s < nseen; s++)
+			if (seen[s].n == n && same_names(seen[s].names, a, n))
+				break;
+		if (s == nseen && nseen < SHAPES_SEEN) {
+			seen[nseen++] = (struct shape_seen){ a, n,
+				attr(a, n, "state") && attr(a, n, "stack_id") &&
+				!attr(a, n, "summary") && offcpu_public_nattrs(a, n) == n };
+		}
+		if (s < nseen && !seen[s].may)
+			continue;
+		if (!offcpu_iv_sample(kind, a, n, c->start[i], c->end[i], c->unit, &k))
 			continue;
 		*err = cb(ctx, c->labelset[i], k.stack, k.t, k.value);
 	}
