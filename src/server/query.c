@@ -886,6 +886,9 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
 		err = -ENOMEM;
 		goto out;
 	}
+	/* stacks by id, each one's samples by labels (pp_add_stack()): the same answer from
+	 * the same data, whatever order the store found it in */
+	qsort(g.ids, g.nids, sizeof(*g.ids), cmp_u64);
 	err = s->ops->stacks(s, g.ids, g.nids, pp_count_roots, &pp);
 	for (size_t i = 0; !err && i < pp.nroots; i++)
 		if (best == SIZE_MAX || pp.root_w[i] > pp.root_w[best])
