@@ -14,6 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pbwire
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVER = os.path.join(ROOT, ".output", "gpuscope-server")
 BATCHGEN = os.path.join(ROOT, ".output", "tests", "tools", "batchgen")
@@ -147,6 +149,21 @@ def wait(cond, timeout=60):
             return True
         time.sleep(0.2)
     return False
+
+
+def pprof_values(body):
+    """The sample values of a pprof answer (gzip'ed Profile; field 2 samples, their field 2
+    values), in the answer's order."""
+    out = []
+    for f, w, v in pbwire.fields(gzip.decompress(body)):
+        if f != 2 or w != 2:
+            continue
+        for g, w2, u in pbwire.fields(v):
+            if g == 2 and w2 == 0:
+                out.append(u)
+            elif g == 2 and w2 == 2:  # packed
+                out.extend(pbwire.varints(u))
+    return out
 
 
 def check(cond, what):

@@ -8,13 +8,11 @@ chunks and from rollups, at both time resolutions; one that has no interval to p
 identical sample, another thread's, another stack's, another time's) stays a sample; an interval
 with no sample stands for none, and the mark that says so never shows in interval answers. A
 schema-14 store's interval chunks stand for no sample (their samples are in its sample chunks)."""
-import gzip
 import os
 import sqlite3
 
-import pbwire
 from gpuscope_server import (Server, check, check_migrated, encode, find, migrated_db, now_ns,
-                             running, skip_if_unbuilt, wait)
+                             pprof_values, running, skip_if_unbuilt, wait)
 
 skip_if_unbuilt()
 MS = 10**6
@@ -52,21 +50,6 @@ def script(t0):
     return lines, ns, us, 6, 3
 
 
-def pprof_total(body):
-    """The sum of a pprof answer's sample values (gzip'ed Profile: field 2 samples, their
-    field 2 values)."""
-    total = 0
-    for f, w, v in pbwire.fields(gzip.decompress(body)):
-        if f != 2 or w != 2:
-            continue
-        for g, w2, u in pbwire.fields(v):
-            if g == 2 and w2 == 0:
-                total += u
-            elif g == 2 and w2 == 2:
-                total += sum(pbwire.varints(u))
-    return total
-
-
 def answers(s, rng):
     fg = s.get_json(f"/api/v1/flamegraph?{rng}&kind=offcpu_ns")
     main = find(fg["root"], "main")
@@ -76,7 +59,7 @@ def answers(s, rng):
     series = s.get_json(f"/api/v1/samples?{rng}&kind=offcpu_ns&buckets=1")["series"]
     code, body, _ = s.request(f"/api/v1/pprof?{rng}&kind=offcpu_ns")
     check(code == 200, f"pprof {code}")
-    return fg["total"], leaves, top, sum(x["total"] for x in series), pprof_total(body)
+    return fg["total"], leaves, top, sum(x["total"] for x in series), sum(pprof_values(body))
 
 
 def check_answers(s, t0, want, what, rollups=True):

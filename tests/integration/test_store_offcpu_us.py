@@ -7,13 +7,11 @@ the server can keep such a sample as the interval alone), in flame graphs, top, 
 and pprof, from raw chunks and from rollups alike; with --time-resolution ns each stays exact; GPU
 kernel and CPU values stay exact in both. A schema-8 store is migrated and its chunks answer as
 before."""
-import gzip
 import os
 import sqlite3
 
-import pbwire
 from gpuscope_server import (Server, check, check_migrated, encode, find, migrated_db, now_ns,
-                             running, skip_if_unbuilt, wait)
+                             pprof_values, running, skip_if_unbuilt, wait)
 
 skip_if_unbuilt()
 MS = 10**6
@@ -22,23 +20,6 @@ MS = 10**6
 OFF = [("a", 1499, 2000), ("b", 1500, 2000), ("c", 300, 1000), ("d", 2000499, 2001000),
        ("e", 7000000, 7000000), ("f", 999, 1000), ("g", 1, 1000), ("h", 122, 1000),
        ("i", 124, 1000), ("j", 1123, 1000), ("k", 1124, 2000)]
-
-
-def pprof_values(body):
-    """The sample values of a pprof answer (gzip'ed Profile; field 2 samples, their field 2
-    values), in the answer's order."""
-    raw = gzip.decompress(body)
-
-    out = []
-    for f, w, v in pbwire.fields(raw):
-        if f != 2 or w != 2:
-            continue
-        for g, w2, u in pbwire.fields(v):
-            if g == 2 and w2 == 0:
-                out.append(u)
-            elif g == 2 and w2 == 2:  # packed
-                out.extend(pbwire.varints(u))
-    return out
 
 
 def answers(s, rng):
