@@ -773,11 +773,12 @@ static int pp_count_roots(void *ctx, uint64_t id, const struct frame *f, size_t 
 static int cmp_pp_group(const void *a, const void *b, void *ctx)
 {
 	const struct pp *pp = ctx;
-	const struct gent *x = &pp->g->e[*(const uint32_t *)a], *y = &pp->g->e[*(const uint32_t *)b];
-	const char *gx = x->group && x->group <= pp->groups->len ? pp->groups->strs[x->group - 1] : "";
-	const char *gy = y->group && y->group <= pp->groups->len ? pp->groups->strs[y->group - 1] : "";
+	const struct gent *x = &pp->g->e[*(const uint32_t *)a];
+	const struct gent *y = &pp->g->e[*(const uint32_t *)b];
+	size_t n = pp->groups->len;
 
-	return strcmp(gx, gy);
+	return strcmp(x->group && x->group <= n ? pp->groups->strs[x->group - 1] : "",
+		      y->group && y->group <= n ? pp->groups->strs[y->group - 1] : "");
 }
 
 /*

@@ -831,7 +831,7 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip)
 	if (err)
 		return err;
 	for (size_t i = 0; i < n; i++)
-		nattr += m->intervals[i]->n_attrs + 4;	/* and a stack id, the no-sample mark */
+		nattr += m->intervals[i]->n_attrs + 4;	/* a stack id, the no-sample mark */
 	v = malloc(n * sizeof(*v));
 	attrs = malloc(nattr * sizeof(*attrs));
 	num = malloc(nattr * sizeof(*num));	/* a converted stack id per attr slot */
@@ -884,7 +884,8 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip)
 			.nattrs = na / 2 } };
 		{
 			struct offcpu_key k = { .ls = v[j].r.labelset };
-			uint64_t s0 = v[j].r.start - v[j].r.start % u, e0 = v[j].r.end - v[j].r.end % u;
+			uint64_t s0 = v[j].r.start - v[j].r.start % u;
+			uint64_t e0 = v[j].r.end - v[j].r.end % u;
 
 			if (offcpu_iv_sample(v[j].kind, a, na / 2, s0, e0, u, &k)) {
 				v[j].sample = smp && offcpu_take(smp, nsmp, &k, skip);

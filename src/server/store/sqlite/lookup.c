@@ -473,17 +473,17 @@ static int ls_matches(struct sq *s, struct ivscan *v, const struct selector *sel
  * by (kind, t_max), plus the rare longer ones by (kind, length).
  */
 int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
-			  sqlite3_stmt **ret)
+		      sqlite3_stmt **ret)
 {
+#define IVQ_COLS "SELECT kind, t_min, data, id, nsamples FROM ivchunks WHERE "
 	sqlite3_stmt *q;
 
-	if (sqlite3_prepare_v2(db, kind ? "SELECT kind, t_min, data, id FROM ivchunks WHERE kind = ?3"
-				      " AND t_max > ?1 AND t_max < ?2 + ?4 AND t_min < ?2 UNION ALL"
-				      " SELECT kind, t_min, data, id FROM ivchunks WHERE kind = ?3 AND"
+	if (sqlite3_prepare_v2(db, kind ? IVQ_COLS "kind = ?3 AND t_max > ?1 AND t_max < ?2 + ?4"
+				      " AND t_min < ?2 UNION ALL " IVQ_COLS "kind = ?3 AND"
 				      " (t_max - t_min) >= ?4 AND t_max >= ?2 + ?4 AND t_min < ?2" :
-					  "SELECT kind, t_min, data, id FROM ivchunks WHERE t_max > ?1"
-				      " AND t_min < ?2", -1, &q, NULL))
+				      IVQ_COLS "t_max > ?1 AND t_min < ?2", -1, &q, NULL))
 		return -EIO;
+#undef IVQ_COLS
 	sqlite3_bind_int64(q, 1, (int64_t)from);
 	sqlite3_bind_int64(q, 2, (int64_t)to);
 	if (kind) {
@@ -625,7 +625,8 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
 			continue;	/* removed by GC meanwhile */
 		err = cb(ctx, v.kind[r->chunk], (const char *const *)l.pairs, l.n, r->start,
 			 ch->end[r->row], ch->attrs + 2 * ch->attr0[r->row],
-			 offcpu_public_nattrs(ch->attrs + 2 * ch->attr0[r->row], ch->nattrs[r->row]));
+			 offcpu_public_nattrs(ch->attrs + 2 * ch->attr0[r->row],
+					      ch->nattrs[r->row]));
 	}
 out:
 	sqlite3_finalize(q);

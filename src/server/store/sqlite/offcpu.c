@@ -208,11 +208,13 @@ int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64
 		id_gt = after;
 	if (id_gt >= id_le)
 		return 0;
-	err = sq_ivchunks_query(db, OFFCPU_IV_KIND, from ? from - 1 : 0, to, &q);	/* ends at from too */
+	/* the chunks holding an interval that ends at from too */
+	err = sq_ivchunks_query(db, OFFCPU_IV_KIND, from ? from - 1 : 0, to, &q);
 	while (!err && sqlite3_step(q) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(q, 3);
 
-		if (id <= id_gt || id > id_le)
+		/* a chunk none of whose intervals stands for a sample is not decoded */
+		if (id <= id_gt || id > id_le || sqlite3_column_int64(q, 4) <= 0)
 			continue;
 		err = chunk_intervals_decode(&c, sqlite3_column_blob(q, 2),
 					     (size_t)sqlite3_column_bytes(q, 2),

@@ -283,11 +283,12 @@ static void sq_stats(struct store *st, struct store_stats *o)
 		int64_t lag = query_i64(db, "SELECT (SELECT coalesce(max(id), 0) FROM chunks) -"
 					    " (SELECT value FROM meta WHERE key = 'rollup_wm')");
 		int64_t ivlag = query_i64(db, "SELECT count(*) FROM ivchunks WHERE id > (SELECT"
-					      " value FROM meta WHERE key = 'rollup_ivwm') AND kind ="
-					      " '" OFFCPU_IV_KIND "'");
+					      " value FROM meta WHERE key = 'rollup_ivwm')"
+					      " AND kind = '" OFFCPU_IV_KIND "'");
 		char sql[256];
 
-		o->rollup_lag_chunks = (lag > 0 ? (uint64_t)lag : 0) + (ivlag > 0 ? (uint64_t)ivlag : 0);
+		o->rollup_lag_chunks = (lag > 0 ? (uint64_t)lag : 0) +
+				       (ivlag > 0 ? (uint64_t)ivlag : 0);
 		/* and the off-CPU samples intervals stand for, while raw samples are kept */
 		snprintf(sql, sizeof(sql), "SELECT (SELECT coalesce(sum(n), 0) FROM chunks) +"
 			 " (SELECT coalesce(sum(nsamples), 0) FROM ivchunks WHERE t_max >= %lld)",

@@ -368,9 +368,9 @@ static int fold_intervals(struct fold *f)
 	int64_t last = -1;
 	int rc, err = 0, n = 0;
 
-	rc = sqlite3_prepare_v2(f->s->w, "SELECT id, t_min, data FROM ivchunks WHERE id > max("
-				"(SELECT value FROM meta WHERE key = 'rollup_ivwm'), (SELECT value"
-				" FROM meta WHERE key = 'offcpu_iv_after')) AND kind = '"
+	rc = sqlite3_prepare_v2(f->s->w, "SELECT id, t_min, data, nsamples FROM ivchunks WHERE id >"
+				" max((SELECT value FROM meta WHERE key = 'rollup_ivwm'), (SELECT"
+				" value FROM meta WHERE key = 'offcpu_iv_after')) AND kind = '"
 				OFFCPU_IV_KIND "' ORDER BY id LIMIT ?", -1, &sel, NULL);
 	rc |= sqlite3_prepare_v2(f->s->w, "UPDATE meta SET value = ? WHERE key = 'rollup_ivwm'",
 				 -1, &wm, NULL);
@@ -382,6 +382,8 @@ static int fold_intervals(struct fold *f)
 	while (!err && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
 		last = sqlite3_column_int64(sel, 0);
 		n++;
+		if (sqlite3_column_int64(sel, 3) <= 0)
+			continue;	/* none of its intervals stands for a sample */
 		err = chunk_intervals_decode(&c, sqlite3_column_blob(sel, 2),
 					     (size_t)sqlite3_column_bytes(sel, 2),
 					     (uint64_t)sqlite3_column_int64(sel, 1));
@@ -455,8 +457,8 @@ static int rollup_round(struct sq *s)
 			continue;
 		}
 		for (size_t i = 0; i < c.n && !err; i++)
-			err = fold_sample(&f, kind, c.mixed ? c.labelset[i] : ls, c.stack[i], c.t[i],
-					  c.value[i]);
+			err = fold_sample(&f, kind, c.mixed ? c.labelset[i] : ls, c.stack[i],
+					  c.t[i], c.value[i]);
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;

@@ -334,8 +334,8 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 		err = sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'rollup_wm'),"
 					 " (SELECT value FROM meta WHERE key = 'rollup_built_1'),"
 					 " (SELECT value FROM meta WHERE key = 'rollup_built_2'),"
-					 " (SELECT value FROM meta WHERE key = 'rollup_ivwm')", -1, &w,
-					 NULL) ? -EIO : 0;
+					 " (SELECT value FROM meta WHERE key = 'rollup_ivwm')", -1,
+					 &w, NULL) ? -EIO : 0;
 		if (!err && sqlite3_step(w) != SQLITE_ROW)
 			err = -EIO;
 		if (!err) {

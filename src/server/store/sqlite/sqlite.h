@@ -387,7 +387,7 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
  */
 /*
  * The interval chunks of kind (NULL: all) that may hold an interval overlapping [from, to):
- * a prepared statement with columns kind, t_min, data, id. 0 or -EIO.
+ * a prepared statement with columns kind, t_min, data, id, nsamples. 0 or -EIO.
  */
 int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
 		      sqlite3_stmt **ret);
