@@ -17,7 +17,8 @@ samples over time with each series' total the same and a sample lying within 1 �
 bucket edge in either bucket (every bucket within 2 samples, or for off-CPU time within the
 largest sample's value, of the other answer's). Answers of off-CPU time (kind=offcpu_ns: flame
 graphs, diff, top, processes, samples over time, pprof; schema 9 rounds each off-CPU sample's
-value to the nearest µs, one under 0.5 µs to 1 µs) must be the same but for their numbers of
+value to the nearest µs, one under 0.5 µs to 1 µs; schema 15 keeps the whole µs between the
+floors of its start and its time, at least one) must be the same but for their numbers of
 ns: the same JSON keys, strings and list lengths (top's functions and processes matched by name
 and pid, in any order), pprof's the same Profile but for its samples' values, and each number
 of ns within 1000 x N of the other answer's, N the off-CPU samples the ns store holds (the
