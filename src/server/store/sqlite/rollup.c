@@ -178,19 +178,24 @@ static int racc_encode(struct racc *a, uint8_t **ret, size_t *ret_len)
 }
 
 /*
- * Stores the row's blob, replacing the one there (wmu held, in a tx). z NULL: an hour or day row
- * with no entries of its own, read from the level below: zlen 1 deferred for good (an empty
- * blob, build_node()), 0 waiting to be built (NULL, rollup_write()).
+ * What a stored row's data is: its entries (the blob z), or, for an hour or day row with no
+ * entries of its own, read from the level below: deferred for good (an empty blob,
+ * build_node()) or waiting to be built (NULL, rollup_write(): late samples came into a
+ * missing or deferred row).
  */
-static int row_put(sqlite3_stmt *put, const struct racc *a, const uint8_t *z, size_t zlen)
+enum row_data { ROW_BLOB, ROW_DEFERRED, ROW_WAITING };
+
+/* Stores the row, replacing the one there (wmu held, in a tx). */
+static int row_put(sqlite3_stmt *put, const struct racc *a, enum row_data what,
+		   const uint8_t *z, size_t zlen)
 {
 	sqlite3_bind_int64(put, 1, (int64_t)a->level);
 	sqlite3_bind_int64(put, 2, (int64_t)a->bucket);
 	sqlite3_bind_int64(put, 3, (int64_t)a->kind);
 	sqlite3_bind_text(put, 4, a->node, -1, SQLITE_STATIC);
-	if (z)
+	if (what == ROW_BLOB)
 		sqlite3_bind_blob(put, 5, z, (int)zlen, SQLITE_STATIC);
-	else if (zlen)
+	else if (what == ROW_DEFERRED)
 		sqlite3_bind_zeroblob(put, 5, 0);
 	else
 		sqlite3_bind_null(put, 5);
@@ -205,7 +210,7 @@ static int racc_put(sqlite3_stmt *put, struct racc *a)
 	int err = a->n ? racc_encode(a, &z, &zlen) : 0;
 
 	if (!err && a->n)
-		err = row_put(put, a, z, zlen);
+		err = row_put(put, a, ROW_BLOB, z, zlen);
 	free(z);
 	return err;
 }
@@ -279,7 +284,7 @@ static int rollup_write(struct sq *s, sqlite3_stmt *get, sqlite3_stmt *put, stru
 
 		sqlite3_reset(get);
 		err = pending_touch(s, (int)a->level, (int64_t)a->bucket, a->node);
-		return err || !missing ? err : row_put(put, a, NULL, 0);
+		return err || !missing ? err : row_put(put, a, ROW_WAITING, NULL, 0);
 	}
 	if (rc == SQLITE_ROW)
 		err = rollup_decode(sqlite3_column_blob(get, 0), (size_t)sqlite3_column_bytes(get, 0),
@@ -592,7 +597,7 @@ static int build_node(struct sq *s, sqlite3 *db, int lv, int64_t b, const char *
 
 			if (!z[i])
 				continue;
-			err = row_put(put, rr.accs[i], keep ? z[i] : NULL, keep ? zlen[i] : 1);
+			err = row_put(put, rr.accs[i], keep ? ROW_BLOB : ROW_DEFERRED, z[i], zlen[i]);
 			if (!err)
 				__atomic_add_fetch(keep ? &s->n_rollups_kept[lv] :
 						   &s->n_rollups_deferred[lv], 1, __ATOMIC_RELAXED);
