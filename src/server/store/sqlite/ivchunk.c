@@ -678,7 +678,6 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 				for (size_t y = 0; y < cnt && !err; y++) {
 					size_t i = rows[row0[k] + y];
 					const char **a = c->attrs + 2 * c->attr0[i];
-					uint64_t len = (c->end[i] - c->start[i]) / u;
 
 					for (size_t j = 0; j < c->shapen[k] && !err; j++) {
 						if (sn[j] != cols[x])
@@ -700,7 +699,9 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 							a[2 * j + 1] = c->strs[code / 4];
 							continue;
 						}
-						if ((code & 3) == 2) {
+						if ((code & 3) == 2) {	/* the length less the rest */
+							uint64_t len = (c->end[i] - c->start[i]) / u;
+
 							if (c->acc[i] > len) {
 								err = -EINVAL;
 								break;
