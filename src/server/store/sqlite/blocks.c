@@ -242,14 +242,21 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 		b->r[i].id = id;
 	}
 	if (fmt == 3) {
+		/* each row's module state, found once (an index: the states' array may move) */
+		size_t *mi = malloc((b->n ? b->n : 1) * sizeof(*mi));
 		uint64_t fn = 0;
 
+		if (!mi) {
+			b->n = 0;
+			return -ENOMEM;
+		}
 		for (size_t i = 0; i < b->n; i++) {
 			fn += (uint64_t)rd_svarint(&r);
 			b->r[i].sid[0] = fn;
 		}
 		for (size_t i = 0; i < b->n && !r.bad; i++) {	/* modules: move-to-front codes */
 			uint64_t k = rd_uvarint(&r), m;
+			struct modlast *l;
 
 			if (k > st.nmtf) {
 				r.bad = true;
@@ -258,17 +265,20 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 			m = k ? st.mtf[k - 1] : (i ? b->r[i - 1].sid[1] : 0) + (uint64_t)rd_svarint(&r);
 			mod_mtf(&st, m);
 			b->r[i].sid[1] = m;
+			l = mod_last(&st, m);
+			if (!l) {
+				modstate_done(&st);
+				free(mi);
+				b->n = 0;
+				return -ENOMEM;
+			}
+			mi[i] = (size_t)(l - st.last);
 		}
 		for (int c = 0; c < 2 && !r.bad; c++) {	/* build ids, files: on the module's last */
 			for (size_t i = 0; i < b->n; i++) {
-				struct modlast *l = mod_last(&st, b->r[i].sid[1]);
+				struct modlast *l = &st.last[mi[i]];
 				uint64_t *v = c ? &l->file : &l->bid;
 
-				if (!l) {
-					modstate_done(&st);
-					b->n = 0;
-					return -ENOMEM;
-				}
 				*v += (uint64_t)rd_svarint(&r);
 				b->r[i].sid[2 + c] = *v;
 			}
@@ -276,17 +286,13 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 		for (size_t i = 0; i < b->n; i++)
 			b->r[i].line = rd_uvarint(&r);
 		for (size_t i = 0; i < b->n && !r.bad; i++) {
-			struct modlast *l = mod_last(&st, b->r[i].sid[1]);
+			struct modlast *l = &st.last[mi[i]];
 
-			if (!l) {
-				modstate_done(&st);
-				b->n = 0;
-				return -ENOMEM;
-			}
 			l->addr += (uint64_t)rd_svarint(&r);
 			b->r[i].address = l->addr;
 		}
 		modstate_done(&st);
+		free(mi);
 	}
 	for (int k = 0; k < 4 && !r.bad; k++) {
 		uint64_t sid = 0;
