@@ -367,6 +367,14 @@ def churning(z):
         fg = s.get_json(f"/api/v1/flamegraph?{rng(hour, hour + HOUR)}")
         check(fg["total"] == n, f"while its row waits, the hour answers from the minutes: "
               f"{fg['total']}")
+        # one more late sample right before the stop: the row still waits when the server is
+        # back, however long the checks above took (30 s of quiet build it)
+        code, body = s.ingest(batch("n3", [f"sample {hour + 9 * MIN + 7 * S} cpu 1 pid=7,"
+                                           "tid=999,comm=cc1 main;parse;f0"]))
+        check(code == 204, f"late ingest {code} {body}")
+        n += 1
+        per_tid[999] = 1
+        per_fn["f0"] = per_fn.get("f0", 0) + 1
     with running(s):	# a restart finds the waiting rows again
         check(s.metric("gpuscope_server_rollup_rows_waiting") >= 1, "still waiting after a "
               "restart")

@@ -627,6 +627,7 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	log_debug("store: %zu locations, %zu stacks indexed in %.2f s", s->loc_ids.len,
 		  s->stack_ids.len, (double)(mono_ns() - t0) / 1e9);
+	sq_rollup_pending_load(s);
 	if (pthread_create(&s->maint, NULL, sq_maint_main, s)) {
 		snprintf(err, errlen, "cannot start the maintenance thread");
 		goto out_close;

@@ -753,7 +753,7 @@ static void rollup_pending(struct sq *s)
 }
 
 /* The rows a late sample left waiting before a restart (data NULL), found again at start. */
-static void rollup_pending_load(struct sq *s)
+void sq_rollup_pending_load(struct sq *s)
 {
 	sqlite3 *db = sq_pool_get(s);
 	sqlite3_stmt *q = NULL;
@@ -891,7 +891,6 @@ void *sq_maint_main(void *arg)
 	struct sq *s = arg;
 	uint64_t last_ret = 0;
 
-	rollup_pending_load(s);
 	pthread_mutex_lock(&s->mmu);
 	while (!s->stopping) {
 		struct timespec ts;

@@ -327,6 +327,9 @@ int sq_migrate_v14_lsext(struct sq *s, char *err, size_t errlen);
 
 /* ---- rollup.c: rollups and the maintenance thread ---- */
 void *sq_maint_main(void *arg);
+/* The rows a late sample left waiting before a restart (data NULL), into s->pend: at open,
+ * before the maintenance thread starts and /metrics can be asked. */
+void sq_rollup_pending_load(struct sq *s);
 /*
  * Schema 10 -> 11, once the label sets are loaded: the rows of rollups_v10 (one label set's
  * each) merged into a row per (level, bucket, kind, node), in one transaction, then vacuumed;
