@@ -1374,11 +1374,49 @@ static int64_t split_stack(const Gpuscope__V1__Batch *m, struct batch *b, int64_
 	return ids[idx];
 }
 
+/*
+ * The half each label set's records go to: whole label sets in index order to the first half
+ * until it holds half the records (or, where the label set that crosses the middle would leave
+ * more than 3/4 there, up to the one before it), so that a thread's samples and intervals stay
+ * together: the server keeps an off-CPU sample as the blocked interval it repeats only within
+ * one batch. NULL (then records in wire order) when no such cut leaves each half at least a
+ * quarter, or out of memory.
+ */
+static uint8_t *split_sides(const Gpuscope__V1__Batch *m, size_t total)
+{
+	size_t n = m->n_label_sets, *cnt = calloc(n ? n : 1, sizeof(*cnt)), acc = 0, cut = n;
+	uint8_t *side = NULL;
+
+	if (!cnt)
+		return NULL;
+	for (size_t i = 0; i < m->n_samples; i++)
+		cnt[m->samples[i]->label_set] += m->samples[i]->n_stack;
+	for (size_t i = 0; i < m->n_series; i++)
+		cnt[m->series[i]->label_set] += m->series[i]->n_value;
+	for (size_t i = 0; i < m->n_intervals; i++)
+		cnt[m->intervals[i]->label_set]++;
+	for (size_t i = 0; i < n; i++) {
+		if (acc + cnt[i] >= (total + 1) / 2) {	/* label set i crosses the middle */
+			cut = acc + cnt[i] <= total - total / 4 ? i + 1 : i;
+			acc = cut > i ? acc + cnt[i] : acc;
+			break;
+		}
+		acc += cnt[i];
+	}
+	if (acc >= total / 4 && total - acc >= total / 4 && acc && acc < total)
+		side = malloc(n ? n : 1);
+	for (size_t i = 0; side && i < n; i++)
+		side[i] = i >= cut;
+	free(cnt);
+	return side;
+}
+
 int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct batch **ret_b)
 {
 	struct label labels[BATCH_MAX_LABELS], attrs[BATCH_MAX_LABELS];
 	struct batch *half[2] = { NULL, NULL };
 	int64_t *ids[2] = { NULL, NULL };
+	uint8_t *side = NULL;	/* label set -> half; NULL: by record order */
 	Gpuscope__V1__Batch *m;
 	size_t total = 0, r = 0;
 	char err[256];
@@ -1396,6 +1434,7 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 		rc = -E2BIG;
 		goto out;
 	}
+	side = split_sides(m, total);
 	for (int h = 0; h < 2; h++) {
 		half[h] = batch__new(m->strings[m->node]);
 		ids[h] = malloc((m->n_stacks ? m->n_stacks : 1) * sizeof(int64_t));
@@ -1406,7 +1445,8 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 		memset(ids[h], 0xff, (m->n_stacks ? m->n_stacks : 1) * sizeof(int64_t));
 		batch__set_period(half[h], m->period_ns);
 	}
-	/* Records in wire order: the first half of them to half[0], the rest to half[1]. */
+	/* Whole label sets to each half (split_sides()); else records in wire order: the first
+	 * half of them to half[0], the rest to half[1]. */
 	for (size_t i = 0; i < m->n_samples && !rc; i++) {
 		const Gpuscope__V1__SampleGroup *g = m->samples[i];
 		const Gpuscope__V1__LabelSet *ls = m->label_sets[g->label_set];
@@ -1414,7 +1454,7 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 		uint64_t t = 0;
 
 		for (size_t k = 0; k < g->n_stack && !rc; k++, r++) {
-			int h = r >= total / 2;
+			int h = side ? side[g->label_set] : r >= total / 2;
 			int64_t sid = split_stack(m, half[h], ids[h], g->stack[k]);
 
 			t += (uint64_t)g->time_delta_ns[k];
@@ -1431,8 +1471,8 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 
 		for (size_t k = 0; k < ms->n_value && !rc; k++, r++) {
 			t += (uint64_t)ms->time_delta_ns[k];
-			rc = batch__metric(half[r >= total / 2], m->strings[ms->name], labels, nl, t,
-					   ms->value[k]);
+			rc = batch__metric(half[side ? side[ms->label_set] : r >= total / 2],
+					   m->strings[ms->name], labels, nl, t, ms->value[k]);
 		}
 	}
 	for (size_t i = 0; i < m->n_intervals && !rc; i++, r++) {
@@ -1440,7 +1480,7 @@ int batch_split(const uint8_t *raw, size_t len, struct batch **ret_a, struct bat
 		const Gpuscope__V1__LabelSet *ls = m->label_sets[iv->label_set];
 		size_t nl = split_labels(m, ls->pairs, ls->n_pairs, labels);
 		size_t na = split_labels(m, iv->attrs, iv->n_attrs, attrs);
-		int h = r >= total / 2;
+		int h = side ? side[iv->label_set] : r >= total / 2;
 		int64_t sid = iv->stack ? split_stack(m, half[h], ids[h], iv->stack - 1) : -1;
 
 		rc = iv->stack && sid < 0 ? (int)sid :
@@ -1457,6 +1497,7 @@ out:
 	batch__free(half[1]);
 	free(ids[0]);
 	free(ids[1]);
+	free(side);
 	batch_decode_free(m);
 	return rc;
 }

@@ -121,8 +121,37 @@ def main():
         check_answers(s, t1, us1, "after the migration")
     db = migrated_db(s)
     db.close()
+    large_batch()
     print("PASS off-CPU samples kept as their blocked intervals: every answer the same, unpaired"
-          " ones kept as samples, marks hidden, a schema-14 store's intervals stand for none")
+          " ones kept as samples, marks hidden, a schema-14 store's intervals stand for none; a"
+          " batch stored in parts keeps its threads whole")
+
+
+def large_batch():
+    """A batch over 100 000 records is stored in parts (batch_split()): whole label sets go to
+    each part, so every thread's samples still pair with its intervals."""
+    t0 = (now_ns() // (60 * 10**9) - 5) * 60 * 10**9
+    lines, want = ["node big"], 0
+    for tid in range(64):
+        for k in range(900):
+            end = t0 + k * 10**8 + tid * 1000 + 777
+            lines.append(f"sample {end} offcpu_ns 5000000 {L.format(tid=tid)} main;w{tid % 4}")
+            lines.append(f"interval thread_state {L.format(tid=tid)} {end - 5000000} {end} "
+                         f"state=blocked,stack_id={tid % 4}")
+            want += 5000000
+    s = Server()
+    with running(s):
+        code, body = s.ingest(encode("\n".join(lines) + "\n", "zstd"), "zstd")
+        check(code == 204, f"large batch: {code} {body[:200]!r}")
+        check(s.metric("gpuscope_server_ingest_parts_total") >= 2, "stored in parts")
+        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+        fg = s.get_json(f"/api/v1/flamegraph?from={t0 / 1e9 - 1:.3f}&to={t0 / 1e9 + 100:.3f}"
+                        "&kind=offcpu_ns")
+        check(fg["total"] == want, f"every sample answers: {fg['total']} != {want}")
+    db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
+    paired = db.execute("SELECT coalesce(sum(nsamples), 0) FROM ivchunks").fetchone()[0]
+    db.close()
+    check(paired == 64 * 900, f"every sample kept as its interval across the parts: {paired}")
 
 
 if __name__ == "__main__":

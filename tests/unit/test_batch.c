@@ -322,7 +322,7 @@ static bool test_batch_threads(void)
 	return ok;
 }
 
-/* batch_split: halves by record count, each self-contained, nothing lost or duplicated. */
+/* batch_split: halves by whole label sets, each self-contained, nothing lost or duplicated. */
 static bool test_batch_split(void)
 {
 	struct batch *b = batch__new("n1"), *h[2] = { NULL, NULL };
@@ -365,10 +365,16 @@ static bool test_batch_split(void)
 			points += m[k]->series[i]->n_value;
 		ivs += m[k]->n_intervals;
 	}
-	/* 17 records: 8 to the first half (10 samples... first 8), the rest to the second. */
+	/*
+	 * 17 records of two label sets: (pid, comm)'s 10 samples and 3 intervals, pid's 4 points.
+	 * Whole label sets to each half (13 of 17 is not past 3/4), so a thread's samples and
+	 * intervals stay together.
+	 */
 	ok = ASSERT_EQ(samples, 10, "samples") && ASSERT_EQ(tsum, want, "sample times") &&
 	     ASSERT_EQ(points, 4, "points") && ASSERT_EQ(ivs, 3, "intervals") &&
-	     ASSERT_EQ(m[0]->n_series + m[0]->n_intervals, 0, "first half: samples only") &&
+	     ASSERT_EQ(m[0]->n_series, 0, "first half: no points") &&
+	     ASSERT_EQ(m[0]->n_intervals, 3, "first half: the samples' label set whole") &&
+	     ASSERT_EQ(m[1]->n_samples + m[1]->n_intervals, 0, "second half: the points only") &&
 	     ASSERT_EQ(m[0]->n_stacks, 2, "first half: only its stacks");
 out:
 	batch_decode_free(m[0]);
