@@ -99,6 +99,12 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
 	prom_gauge(out, "gpuscope_server_store_samples_held", "Raw samples in the store now.",
 		   (double)s.samples_held);
+	prom_counter(out, "gpuscope_server_store_offcpu_samples_as_intervals_total",
+		     "Off-CPU samples kept only as the blocked thread state they repeat.",
+		     s.offcpu_paired);
+	prom_counter(out, "gpuscope_server_store_offcpu_unpaired_intervals_total",
+		     "Blocked thread states with a stack that had no off-CPU sample of their batch to "
+		     "stand for.", s.offcpu_unpaired);
 	prom_gauge(out, "gpuscope_server_store_free_bytes",
 		   "Of the store's bytes on disk, free pages that the next writes reuse (left by "
 		   "retention, dictionary GC and block merges).", s.bytes_free);

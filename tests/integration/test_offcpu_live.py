@@ -65,7 +65,7 @@ def main():
           f"off-CPU total {total} ns holds the {len(blocked)} blocked times ({want} ns)")
     server.stop()
     db = sqlite3.connect(os.path.join(tmp.path("data"), "gpuscope.db"))
-    paired = db.execute("SELECT coalesce(sum(nsamples), 0) FROM ivchunks").fetchone()[0]
+    paired = db.execute("SELECT coalesce(sum(n), 0) FROM offcpu_ivs").fetchone()[0]
     kept = db.execute("SELECT coalesce(sum(n), 0) FROM chunks WHERE kind = 1").fetchone()[0]
     db.close()
     check(paired == len(blocked),

@@ -87,6 +87,10 @@ def main():
             check_answers(s, t0, want, res)
             check(s.metric("gpuscope_server_store_samples_held") == nsamples + 1,
                   f"{res}: every sample held, the paired ones too")
+            check(s.metric("gpuscope_server_store_offcpu_samples_as_intervals_total") ==
+                  npaired and
+                  s.metric("gpuscope_server_store_offcpu_unpaired_intervals_total") == 2,
+                  f"{res}: paired and unpaired counted on /metrics")
             rng = f"from={(t0 + 999 * MS) / 1e9:.3f}&to={(t0 + 1200 * MS) / 1e9:.3f}"
             ivs = s.get_json(f"/api/v1/intervals?kind=thread_state&{rng}")["intervals"]
             check(len(ivs) == 6, f"{res}: every interval: {ivs}")
@@ -96,17 +100,17 @@ def main():
                   ["", "", "futex", "io", "io", "io"], f"{res}: attrs kept")
         db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
         kept = db.execute("SELECT coalesce(sum(n), 0) FROM chunks WHERE kind = 1").fetchone()[0]
-        paired = db.execute("SELECT coalesce(sum(nsamples), 0) FROM ivchunks").fetchone()[0]
+        paired = db.execute("SELECT coalesce(sum(n), 0) FROM offcpu_ivs").fetchone()[0]
         db.close()
         check(paired == npaired and kept == nsamples - npaired,
               f"{res}: {paired} samples kept as intervals, {kept} as samples")
         with running(s):  # after a restart, from what is on disk
             check_answers(s, t0, want, f"{res} restarted")
-    # The last store made to look like schema 14's: no count column, no marks in meta. Its
+    # The last store made to look like schema 14's: no count table, no marks in meta. Its
     # interval chunks then stand for no sample (a schema-14 store has those samples in its
     # sample chunks; this one lost them, so only the unpaired ones answer), a new batch's do.
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-    db.executescript("ALTER TABLE ivchunks DROP COLUMN nsamples;"
+    db.executescript("DROP TABLE offcpu_ivs;"
                      "DELETE FROM meta WHERE key IN ('offcpu_iv_after', 'rollup_ivwm');"
                      "UPDATE meta SET value = 14 WHERE key = 'schema';")
     db.close()
@@ -149,7 +153,7 @@ def large_batch():
                         "&kind=offcpu_ns")
         check(fg["total"] == want, f"every sample answers: {fg['total']} != {want}")
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
-    paired = db.execute("SELECT coalesce(sum(nsamples), 0) FROM ivchunks").fetchone()[0]
+    paired = db.execute("SELECT coalesce(sum(n), 0) FROM offcpu_ivs").fetchone()[0]
     db.close()
     check(paired == 64 * 900, f"every sample kept as its interval across the parts: {paired}")
 

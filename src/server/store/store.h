@@ -90,6 +90,9 @@ struct store_stats {
 	uint64_t rollups_waiting;	/* ...and those late samples left to build again */
 	uint64_t stacks, locations, label_sets;	/* known */
 	uint64_t samples_held;			/* raw samples in the store now */
+	/* off-CPU samples kept as the blocked intervals they repeat, and blocked intervals with a
+	 * stack that had no sample to pair with (sqlite) */
+	uint64_t offcpu_paired, offcpu_unpaired;
 	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */
 	/* new label sets refused past the cardinality limit, and their records dropped */
 	uint64_t cardinality_dropped_label_sets, cardinality_dropped_records;

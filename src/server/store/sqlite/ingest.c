@@ -312,9 +312,14 @@ int sq_put_interval_chunk(struct sq *s, const char *kind, const struct irow *r, 
 	sqlite3_bind_int64(st, 3, (int64_t)(t_max - t_max % u));
 	sqlite3_bind_int64(st, 4, (int64_t)n);
 	sqlite3_bind_blob(st, 5, z, (int)zlen, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, (int64_t)nsamples);
 	err = sq_step_done(st);
 	free(z);
+	if (!err && nsamples) {
+		st = s->st[ST_OFFCPU_IV_ADD];
+		sqlite3_bind_int64(st, 1, (int64_t)(t_max - t_max % u));
+		sqlite3_bind_int64(st, 2, (int64_t)nsamples);
+		err = sq_step_done(st);
+	}
 	return err;
 }
 
@@ -378,7 +383,8 @@ static void chunk_rows(const struct iv_sort *v, size_t a, size_t b, uint64_t uni
  * NULL if the batch has no off-CPU sample) marks the samples taken, by ordinal; one with none
  * to take is marked OFFCPU_NO_SAMPLE.
  */
-static int store_intervals(struct ingest *in, uint8_t **ret_skip)
+static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_paired,
+			   uint64_t *ret_unpaired)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
@@ -457,6 +463,7 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip)
 
 			if (offcpu_iv_sample(v[j].kind, a, na / 2, s0, e0, u, &k)) {
 				v[j].sample = smp && offcpu_take(smp, nsmp, &k, skip);
+				*(v[j].sample ? ret_paired : ret_unpaired) += 1;
 				if (!v[j].sample) {
 					a[na++] = OFFCPU_NO_SAMPLE;
 					a[na++] = "1";
@@ -563,6 +570,7 @@ struct gitem {
 	struct ingest in;
 	int rc;
 	uint64_t nsamples, npoints;
+	uint64_t npaired, nunpaired;	/* off-CPU samples kept as intervals; intervals marked */
 };
 
 /*
@@ -722,7 +730,7 @@ static int ingest_one(struct sq *s, struct gitem *g)
 	if (!rc) {	/* intervals first: they take the off-CPU samples they repeat */
 		uint8_t *skip = NULL;
 
-		if (!(rc = store_intervals(in, &skip)))
+		if (!(rc = store_intervals(in, &skip, &g->npaired, &g->nunpaired)))
 			rc = store_samples(in, skip, &g->nsamples);
 		free(skip);
 	}
@@ -812,6 +820,8 @@ static void run_group(void *ctx, struct store_commitq_item *items, size_t n)
 		publish_label_sets(&g->in);
 		__atomic_add_fetch(&s->n_samples, g->nsamples, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_points, g->npoints, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_offcpu_paired, g->npaired, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->n_offcpu_unpaired, g->nunpaired, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_intervals, g->in.m->n_intervals, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_card_dropped_ls, g->in.dropped_ls, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->n_card_dropped_records, g->in.dropped_records,

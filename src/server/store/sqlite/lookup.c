@@ -486,7 +486,8 @@ static int ls_matches(struct sq *s, struct ivscan *v, const struct selector *sel
 int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
 		      sqlite3_stmt **ret)
 {
-#define IVQ_COLS "SELECT kind, t_min, data, id, nsamples FROM ivchunks WHERE "
+#define IVQ_COLS "SELECT kind, t_min, data, id, (SELECT n FROM offcpu_ivs o WHERE o.id ="\
+		 " ivchunks.id) FROM ivchunks WHERE "
 	sqlite3_stmt *q;
 
 	if (sqlite3_prepare_v2(db, kind ? IVQ_COLS "kind = ?3 AND t_max > ?1 AND t_max < ?2 + ?4"

@@ -47,8 +47,8 @@ static const char *const wsql[ST_MAX] = {
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE hash = ?",
 	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
 	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
-	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data, nsamples)"
-			 " VALUES (?, ?, ?, ?, ?, ?)",
+	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
+	[ST_OFFCPU_IV_ADD] = "INSERT INTO offcpu_ivs(id, t_max, n) VALUES (last_insert_rowid(), ?, ?)",
 	[ST_IVL_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ivl_seq'",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",
@@ -121,11 +121,14 @@ static const char schema[] =
 	/* intervals of one kind and batch (starts within CHUNK_SPAN_NS; migrated ones: ends),
 	 * t_min the least start, t_max the last end (chunk.h has the blob) */
 	"CREATE TABLE IF NOT EXISTS ivchunks(id INTEGER PRIMARY KEY, kind TEXT, t_min INTEGER,"
-	" t_max INTEGER, n INTEGER, data BLOB, nsamples INTEGER);"
+	" t_max INTEGER, n INTEGER, data BLOB);"
 	/* schema 15: off-CPU samples kept as the blocked intervals they repeat (offcpu.c), in
 	 * chunks after offcpu_iv_after (a migrated store's older ones stand for none);
-	 * nsamples: how many of a chunk's intervals do; rollup_ivwm: the last chunk whose
-	 * samples the rollups hold */
+	 * offcpu_ivs: how many of a chunk's intervals do (a row for a chunk with some, beside
+	 * it: a column after the chunk's blob would be read through its overflow pages);
+	 * rollup_ivwm: the last chunk whose samples the rollups hold */
+	"CREATE TABLE IF NOT EXISTS offcpu_ivs(id INTEGER PRIMARY KEY, t_max INTEGER NOT NULL,"
+	" n INTEGER NOT NULL);"
 	"INSERT OR IGNORE INTO meta VALUES ('offcpu_iv_after', 0), ('rollup_ivwm', 0);"
 	"CREATE INDEX IF NOT EXISTS ivchunks_ke ON ivchunks(kind, t_max);"
 	"CREATE INDEX IF NOT EXISTS ivchunks_e ON ivchunks(t_max);"
@@ -268,6 +271,8 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->stacks = __atomic_load_n(&s->stack_ids.len, __ATOMIC_RELAXED);
 	o->points = __atomic_load_n(&s->n_points, __ATOMIC_RELAXED);
 	o->intervals = __atomic_load_n(&s->n_intervals, __ATOMIC_RELAXED);
+	o->offcpu_paired = __atomic_load_n(&s->n_offcpu_paired, __ATOMIC_RELAXED);
+	o->offcpu_unpaired = __atomic_load_n(&s->n_offcpu_unpaired, __ATOMIC_RELAXED);
 	o->batches = __atomic_load_n(&s->n_batches, __ATOMIC_RELAXED);
 	o->duplicate_batches = __atomic_load_n(&s->n_dups, __ATOMIC_RELAXED);
 	o->commits = __atomic_load_n(&s->commitq.commits, __ATOMIC_RELAXED);
@@ -291,7 +296,7 @@ static void sq_stats(struct store *st, struct store_stats *o)
 				       (ivlag > 0 ? (uint64_t)ivlag : 0);
 		/* and the off-CPU samples intervals stand for, while raw samples are kept */
 		snprintf(sql, sizeof(sql), "SELECT (SELECT coalesce(sum(n), 0) FROM chunks) +"
-			 " (SELECT coalesce(sum(nsamples), 0) FROM ivchunks WHERE t_max >= %lld)",
+			 " (SELECT coalesce(sum(n), 0) FROM offcpu_ivs WHERE t_max >= %lld)",
 			 (long long)(wall_ns() - sq_raw_retention_ns(s)));
 		o->samples_held = (uint64_t)query_i64(db, sql);
 		/* pages freed by deletes and merges, reused by the next writes */
@@ -520,14 +525,6 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 		 * conversion empties into lsext rows (sq_migrate_v14_lsext()) */
 		if (sqlite3_exec(s->w, "CREATE TABLE IF NOT EXISTS labelsets(id INTEGER PRIMARY KEY,"
 				 " first_ns INTEGER, dur_ns INTEGER)", NULL, NULL, NULL)) {
-			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
-			goto out_rollback;
-		}
-		/* schema 15's count of the off-CPU samples a chunk of intervals stands for */
-		if (table_has_column(s, "ivchunks", "kind") &&
-		    !table_has_column(s, "ivchunks", "nsamples") &&
-		    sqlite3_exec(s->w, "ALTER TABLE ivchunks ADD COLUMN nsamples INTEGER", NULL,
-				 NULL, NULL)) {
 			snprintf(err, errlen, "schema of '%s': %s", s->path, sqlite3_errmsg(s->w));
 			goto out_rollback;
 		}

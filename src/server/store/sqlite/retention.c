@@ -76,6 +76,9 @@ void sq_enforce_retention(struct sq *s)
 	/* a chunk goes once its last interval is older (queries leave out the older ones) */
 	n = delete_all(s, "DELETE FROM ivchunks WHERE id IN (SELECT id FROM ivchunks WHERE"
 			  " t_max < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
+	/* ...and their counts of off-CPU samples (the same t_max) */
+	n = delete_all(s, "DELETE FROM offcpu_ivs WHERE id IN (SELECT id FROM offcpu_ivs WHERE"
+			  " t_max < ?1 AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	n = delete_all(s, "DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE t < ?1"
 			  " AND ?2 = ?2 LIMIT ?3)", cut, 0);
 	sq_gc_dictionaries(s);

@@ -373,7 +373,8 @@ static int fold_intervals(struct fold *f)
 	int64_t last = -1;
 	int rc, err = 0, n = 0;
 
-	rc = sqlite3_prepare_v2(f->s->w, "SELECT id, t_min, data, nsamples FROM ivchunks WHERE id >"
+	rc = sqlite3_prepare_v2(f->s->w, "SELECT id, t_min, data, (SELECT n FROM offcpu_ivs o WHERE"
+				" o.id = ivchunks.id) FROM ivchunks WHERE id >"
 				" max((SELECT value FROM meta WHERE key = 'rollup_ivwm'), (SELECT"
 				" value FROM meta WHERE key = 'offcpu_iv_after')) AND kind = '"
 				OFFCPU_IV_KIND "' ORDER BY id LIMIT ?", -1, &sel, NULL);

@@ -62,7 +62,8 @@ struct gitem;
 enum {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_BATCH_SEEN, ST_BATCH_ADD, ST_LS_GET, ST_LS_SEQ,
 	ST_LSEXT_GET, ST_LSEXT_PUT, ST_LSEXT_DEL, ST_LOCBLOCK_ADD, ST_LOC_SEQ, ST_STACKDAYS_ADD,
-	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_IVL_SEQ,
+	ST_CHUNK_ADD, ST_SERIES_GET, ST_SERIES_ADD, ST_POINTS_ADD, ST_IVL_ADD, ST_OFFCPU_IV_ADD,
+	ST_IVL_SEQ,
 	ST_NODE_UP, ST_PERIOD_SET, ST_STACKBLOCK_ADD, ST_STACK_SEQ, ST_LSBLOCK_ADD,
 	ST_LS_NEW, ST_LS_NEW_CLEAR, ST_STRBLOCK_ADD, ST_STR_SEQ, ST_MAX,
 };
@@ -110,6 +111,7 @@ struct sq {
 
 	/* Counters (updated with __atomic builtins). */
 	uint64_t n_samples, n_points, n_intervals, n_batches, n_dups;
+	uint64_t n_offcpu_paired, n_offcpu_unpaired;	/* offcpu.c, since start */
 
 	/* New label sets and stacks per node in the current clock hour (wmu). */
 	struct node_card {
@@ -390,7 +392,8 @@ int sq_intervals(struct store *st, const char *kind, uint64_t from, uint64_t to,
  */
 /*
  * The interval chunks of kind (NULL: all) that may hold an interval overlapping [from, to):
- * a prepared statement with columns kind, t_min, data, id, nsamples. 0 or -EIO.
+ * a prepared statement with columns kind, t_min, data, id, and how many of the chunk's
+ * intervals stand for off-CPU samples (offcpu_ivs.n, 0 for none). 0 or -EIO.
  */
 int sq_ivchunks_query(sqlite3 *db, const char *kind, uint64_t from, uint64_t to,
 		      sqlite3_stmt **ret);
