@@ -40,7 +40,8 @@ bool buf_reserve(struct buf *b, size_t more)
 
 void buf_put(struct buf *b, const void *p, size_t n)
 {
-	if (!buf_reserve(b, n))
+	/* nothing to add (p may be NULL: an empty buffer's memcpy source is undefined) */
+	if (!n || !buf_reserve(b, n))
 		return;
 	memcpy(b->p + b->len, p, n);
 	b->len += n;
