@@ -683,7 +683,8 @@ static int refuse_new_label_sets(struct sq *s, struct ingest *in, uint64_t room)
 	if (!kept_records(in))
 		return -EDQUOT;
 	in->new_ls = in->new_stacks = 0;
-	if ((rc = ingest_map_label_sets(in)) || (rc = ingest_map_locations(in)) || (rc = ingest_map_stacks(in)))
+	if ((rc = ingest_map_label_sets(in)) || (rc = ingest_map_locations(in)) ||
+	    (rc = ingest_map_stacks(in)))
 		return rc;
 	return cardinality(in, false, &dummy);
 }

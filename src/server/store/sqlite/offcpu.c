@@ -45,7 +45,9 @@ static const char *attr(const char *const *attrs, size_t nattrs, const char *nam
 	return NULL;
 }
 
-uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs)
+/* The stack id of a blocked interval with a stack (kind OFFCPU_IV_KIND, not a summary), 0 for
+ * any other interval. */
+static uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs)
 {
 	const char *st, *id;
 	uint64_t v = 0;
@@ -127,7 +129,8 @@ bool offcpu_take(const struct offcpu_key *smp, size_t n, const struct offcpu_key
 	return false;
 }
 
-int sq_offcpu_after(sqlite3 *db, int64_t *ret)
+/* meta.offcpu_iv_after: interval chunks with greater ids stand for samples. */
+static int sq_offcpu_after(sqlite3 *db, int64_t *ret)
 {
 	sqlite3_stmt *q;
 	int err = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'offcpu_iv_after'", -1,
@@ -160,14 +163,12 @@ static bool same_names(const char *const *a, const char *const *b, size_t n)
 	return true;
 }
 
-void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t from, uint64_t to,
-			  offcpu_cb cb, void *ctx, int *err)
+void offcpu_chunk_samples(const struct ichunk *c, uint64_t from, uint64_t to, offcpu_cb cb,
+			  void *ctx, int *err)
 {
 	struct shape_seen seen[SHAPES_SEEN];
 	size_t nseen = 0;
 
-	if (strcmp(kind, OFFCPU_IV_KIND))
-		return;
 	for (size_t i = 0; !*err && i < c->n; i++) {
 		const char *const *a = c->attrs + 2 * c->attr0[i];
 		size_t n = c->nattrs[i], s;
@@ -185,14 +186,14 @@ void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t fro
 		}
 		if (s < nseen && !seen[s].may)
 			continue;
-		if (!offcpu_iv_sample(kind, a, n, c->start[i], c->end[i], c->unit, &k))
+		if (!offcpu_iv_sample(OFFCPU_IV_KIND, a, n, c->start[i], c->end[i], c->unit, &k))
 			continue;
 		*err = cb(ctx, c->labelset[i], k.stack, k.t, k.value);
 	}
 }
 
 int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64_t id_le,
-		   offcpu_cb cb, void *ctx)
+		   int64_t cut_le, uint64_t cut_t, offcpu_cb cb, void *ctx)
 {
 	sqlite3_stmt *q = NULL;
 	struct ichunk c = { 0 };
@@ -220,7 +221,8 @@ int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64
 					     (size_t)sqlite3_column_bytes(q, 2),
 					     (uint64_t)sqlite3_column_int64(q, 1));
 		if (!err)
-			offcpu_chunk_samples(&c, OFFCPU_IV_KIND, from, to, cb, ctx, &err);
+			offcpu_chunk_samples(&c, id <= cut_le && cut_t > from ? cut_t : from, to, cb,
+					     ctx, &err);
 	}
 	sqlite3_finalize(q);
 	ichunk_done(&c);

@@ -48,7 +48,8 @@ static const char *const wsql[ST_MAX] = {
 	[ST_SERIES_ADD] = "INSERT INTO series(hash, name, labelset) VALUES (?, ?, ?)",
 	[ST_POINTS_ADD] = "INSERT INTO points(series, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
 	[ST_IVL_ADD] = "INSERT INTO ivchunks(kind, t_min, t_max, n, data) VALUES (?, ?, ?, ?, ?)",
-	[ST_OFFCPU_IV_ADD] = "INSERT INTO offcpu_ivs(id, t_max, n) VALUES (last_insert_rowid(), ?, ?)",
+	[ST_OFFCPU_IV_ADD] = "INSERT INTO offcpu_ivs(id, t_max, n)"
+			     " VALUES (last_insert_rowid(), ?, ?)",
 	[ST_IVL_SEQ] = "UPDATE meta SET value = ? WHERE key = 'ivl_seq'",
 	[ST_NODE_UP] = "INSERT INTO nodes(node, first_ns, last_ns) VALUES (?1, ?2, ?3) ON CONFLICT(node)"
 		       " DO UPDATE SET first_ns = min(first_ns, ?2), last_ns = max(last_ns, ?3)",

@@ -399,7 +399,7 @@ static int fold_intervals(struct fold *f)
 			err = 0;
 			continue;
 		}
-		offcpu_chunk_samples(&c, OFFCPU_IV_KIND, 0, UINT64_MAX, fold_offcpu, f, &err);
+		offcpu_chunk_samples(&c, 0, UINT64_MAX, fold_offcpu, f, &err);
 	}
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;

@@ -172,15 +172,7 @@ static int scan_sample(struct agg_ctx *a, uint64_t l, uint64_t stack, uint64_t t
 	return agg_put(a, l, stack, t, value);
 }
 
-/* An off-CPU sample a rolled-up interval stands for (offcpu.c): left out where raw samples
- * are no longer kept, as their chunks would be. */
-static int scan_rolled_offcpu(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
-{
-	struct agg_ctx *a = ctx;
-
-	return t < a->raw_cut ? 0 : scan_sample(a, ls, stack, t, value);
-}
-
+/* An off-CPU sample an interval stands for (offcpu.c). */
 static int scan_offcpu(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uint64_t value)
 {
 	return scan_sample(ctx, ls, stack, t, value);
@@ -234,12 +226,12 @@ static int scan_chunks(struct agg_ctx *a, sqlite3 *db, enum scan_mode mode, int6
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = -EIO;
 	sqlite3_finalize(st);
-	if (!err && a->q->kind == SAMPLE_OFFCPU_NS) {	/* and those intervals stand for */
-		if (mode != SCAN_UNROLLED)
-			err = sq_offcpu_scan(db, from, to, 0, a->ivwm, scan_rolled_offcpu, a);
-		if (!err && mode != SCAN_ROLLED)
-			err = sq_offcpu_scan(db, from, to, a->ivwm, INT64_MAX, scan_offcpu, a);
-	}
+	/* and those intervals stand for; the rolled-up ones' only where raw samples are still
+	 * kept, as their chunks would be */
+	if (!err && a->q->kind == SAMPLE_OFFCPU_NS)
+		err = sq_offcpu_scan(db, from, to, mode == SCAN_UNROLLED ? a->ivwm : 0,
+				     mode == SCAN_ROLLED ? a->ivwm : INT64_MAX, a->ivwm, a->raw_cut,
+				     scan_offcpu, a);
 	return err;
 }
 

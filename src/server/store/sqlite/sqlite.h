@@ -423,9 +423,6 @@ typedef int (*offcpu_cb)(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uin
  * an interval of those ends gives back); v <= 0 is rounded to the nearest unit.
  */
 int64_t offcpu_value_unit(uint64_t t, int64_t v, uint64_t u);
-/* The stack id of a blocked interval with a stack (kind OFFCPU_IV_KIND, not a summary), 0 for
- * any other interval. */
-uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs);
 /* nattrs less the trailing OFFCPU_NO_SAMPLE, if it is there. */
 size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs);
 /* The sample an interval as stored (ends floored to unit) stands for: stack, t, value into
@@ -438,15 +435,14 @@ void offcpu_sort(struct offcpu_key *k, size_t n);
  * sets it and answers true; false if there is none. */
 bool offcpu_take(const struct offcpu_key *smp, size_t n, const struct offcpu_key *key,
 		 uint8_t *skip);
-/* meta.offcpu_iv_after: interval chunks with greater ids stand for samples. */
-int sq_offcpu_after(sqlite3 *db, int64_t *ret);
-/* The samples a decoded interval chunk of kind stands for, at times in [from, to), to cb;
+/* The samples a decoded chunk of OFFCPU_IV_KIND stands for, at times in [from, to), to cb;
  * *err: cb's nonzero return. */
-void offcpu_chunk_samples(const struct ichunk *c, const char *kind, uint64_t from, uint64_t to,
-			  offcpu_cb cb, void *ctx, int *err);
+void offcpu_chunk_samples(const struct ichunk *c, uint64_t from, uint64_t to, offcpu_cb cb,
+			  void *ctx, int *err);
 /* The samples at times in [from, to) of the interval chunks with ids in (id_gt, id_le] (and
- * past offcpu_iv_after), on db in the caller's snapshot. 0, -errno or cb's return. */
+ * past offcpu_iv_after), those of chunks up to cut_le only from cut_t on, each chunk read
+ * once, on db in the caller's snapshot. 0, -errno or cb's return. */
 int sq_offcpu_scan(sqlite3 *db, uint64_t from, uint64_t to, int64_t id_gt, int64_t id_le,
-		   offcpu_cb cb, void *ctx);
+		   int64_t cut_le, uint64_t cut_t, offcpu_cb cb, void *ctx);
 
 #endif
