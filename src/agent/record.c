@@ -185,13 +185,13 @@ static void on_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const 
 	s->thread = tname;
 }
 
-static void on_proc(void *ctx, pid_t tgid, bool exec)
+static void on_proc(void *ctx, pid_t tgid, bool exec, uint64_t ktime_ns)
 {
 	struct recorder *r = ctx;
 
 	/* Samples arrive in order, but the process's other threads can still run after its
 	 * leader's exit event: the maps stay a while for those (not for an exec's new image). */
-	symbolizer__pid_gone(r->sym, tgid, exec);
+	symbolizer__pid_gone(r->sym, tgid, exec, ktime_ns);
 	if (exec) {
 		uint64_t *slot = u64map_find(&r->pid_comm, (uint64_t)tgid);
 
@@ -546,6 +546,11 @@ int cmd_record(int argc, char **argv)
 		goto out;
 	}
 	r.mono_to_wall = mono_to_wall_offset_ns();
+	/* the whole machine: processes that end before their maps are read, too */
+	if (!opts.npids && symbolizer__watch_mmaps(r.sym, &why) && errno != EPERM &&
+	    errno != EACCES)	/* no privilege: the sampler says so below */
+		log_warn("symbolizer: %s (%s): the maps of processes gone before a read are unknown",
+			 why, strerror(errno));
 	if (!no_unwind) {
 		/* a command the user waits for: its tables at the user's priority */
 		struct unwinder_opts uo = { .foreground = true };
@@ -578,6 +583,7 @@ int cmd_record(int argc, char **argv)
 	while (!stop && (elapsed = mono_ns() - start_mono) < duration_ns) {
 		uint64_t left_ms = (duration_ns - elapsed) / NSEC_PER_MSEC;
 
+		symbolizer__poll(r.sym);	/* mappings first: the samples below may need them */
 		err = oncpu__poll(o, left_ms < 100 ? (int)left_ms + 1 : 100);
 		if (err < 0) {
 			log_error("ring buffer poll: %s", strerror(-err));

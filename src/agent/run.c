@@ -615,6 +615,14 @@ int cmd_run(int argc, char **argv)
 		log_error("run: symbolizer: %s", strerror(errno));
 		goto out_batch;
 	}
+	{
+		const char *why = NULL;
+
+		/* processes that end before their maps are read (mmapwatch.h) */
+		if (symbolizer__watch_mmaps(a.sym, &why) && errno != EPERM && errno != EACCES)
+			log_warn("run: symbolizer: %s (%s): the maps of processes gone before a "
+				 "read are unknown", why, strerror(errno));
+	}
 	/* One stack cache for every module that takes stacks, whichever of them run. */
 	a.stacks = stack_cache__new(a.sym, 0);
 	if (!a.stacks) {

@@ -508,7 +508,7 @@ static bool test_symbolize_cache(void)
 	ok = ok && ASSERT_TRUE(a.elf_opened > b.elf_opened, "evicted tables reloaded") &&
 	     ASSERT_TRUE(symbolizer__cache_bytes(s) < 64 << 10, "one small table cached");
 	/* Exec: maps are forgotten and read again on the next address. */
-	symbolizer__pid_gone(s, c2.pid, true);
+	symbolizer__pid_gone(s, c2.pid, true, 0);
 	ok = ok && check_sym(s, c2.pid, addr_of(&c2, "symfix_beta"), "symfix_beta", 3, c2.path, NULL);
 	symbolizer__stats(s, &b);
 	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads + 1, "maps re-read after an exec");
@@ -520,7 +520,7 @@ static bool test_symbolize_cache(void)
 
 		kill(gone, SIGKILL);
 		child_stop(&c2);
-		symbolizer__pid_gone(s, gone, false);
+		symbolizer__pid_gone(s, gone, false, 0);
 		ok = ok && check_sym(s, gone, beta, "symfix_beta", 3, c2.path, NULL);
 		symbolizer__stats(s, &a);
 		ok = ok && ASSERT_EQ(a.maps_reads, b.maps_reads, "an exited process's maps not re-read");
@@ -865,8 +865,48 @@ static bool test_symbolize_big_symtab_rss(void)
 	return ok;
 }
 
+/*
+ * A process that exited before anyone read its /proc/PID/maps (a compile loop's `as`, a
+ * shell's `mkdir`): its addresses resolve from the kernel's mmap records (mmapwatch.h), its
+ * files opened by their host path; without the records they are unknown.
+ */
+static bool test_symbolize_gone_before_read(void)
+{
+	struct symbolizer *s = symbolizer__new(), *plain = symbolizer__new();
+	uint64_t alpha, lib, records = 0, lost = 0;
+	struct child c = { 0 };
+	const char *why = NULL;
+	struct sym_frame f;
+	bool ok = false;
+	pid_t pid;
+
+	if (!ASSERT_TRUE(s && plain, "new") ||
+	    !ASSERT_EQ(symbolizer__watch_mmaps(s, &why), 0, why ? why : "watch mmaps") ||
+	    !ASSERT_TRUE(child_start(&c, fixture("symfix_pie")), "start fixture"))
+		goto out;
+	pid = c.pid;
+	alpha = addr_of(&c, "symfix_alpha");
+	lib = addr_of(&c, "symfix_lib_func");
+	kill(pid, SIGKILL);
+	child_stop(&c);		/* reaped: /proc/PID is gone */
+	ok = ASSERT_EQ(symbolizer__user(plain, pid, alpha, &f), -ENOENT,
+		       "without the records: unknown") &&
+	     ASSERT_STREQ(f.module, "[unknown]", "no mapping") &&
+	     check_sym(s, pid, alpha, "symfix_alpha", 5, c.path, NULL) &&
+	     check_sym(s, pid, lib, "symfix_lib_func", 4, fixture("libsymfix.so"), NULL);
+	symbolizer__mmap_stats(s, &records, &lost);
+	fprintf(stderr, "  %lu mmap records read, %lu lost\n", (unsigned long)records,
+		(unsigned long)lost);
+	ok = ok && ASSERT_TRUE(records >= 3, "the fixture's exec and mappings read");
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	symbolizer__free(plain);
+	return ok;
+}
+
 TEST_MAIN(T(test_symbolize_big_symtab_rss), T(test_symbolize_pie_shlib_cxx), T(test_symbolize_nopie), T(test_symbolize_stripped_dynsym),
 	  T(test_symbolize_debug_file), T(test_symbolize_metrics), T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
 	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
 	  T(test_symbolize_unknown), T(test_symbolize_kallsyms),
-	  T(test_symbolize_kallsyms_long_function))
+	  T(test_symbolize_kallsyms_long_function), T(test_symbolize_gone_before_read))

@@ -118,7 +118,8 @@ static int handle_event(void *ctx, void *data, size_t size)
 		const struct gpuscope_ev_proc *p = data;
 
 		if (o->proc_cb)
-			o->proc_cb(o->ctx, p->tgid, p->hdr.type == GPUSCOPE_EV_PROC_EXEC);
+			o->proc_cb(o->ctx, p->tgid, p->hdr.type == GPUSCOPE_EV_PROC_EXEC,
+				   p->ktime_ns);
 		return 0;
 	}
 	if (size < sizeof(*ev) || ev->hdr.type != GPUSCOPE_EV_CPU_SAMPLE ||
@@ -388,11 +389,11 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 		mod.batch_errors++;
 }
 
-static void module_proc(void *ctx, pid_t tgid, bool exec)
+static void module_proc(void *ctx, pid_t tgid, bool exec, uint64_t ktime_ns)
 {
 	struct agent *a = ctx;
 
-	symbolizer__pid_gone(a->sym, tgid, exec);
+	symbolizer__pid_gone(a->sym, tgid, exec, ktime_ns);
 }
 
 static int module_start(struct agent *a)
@@ -420,6 +421,7 @@ static int module_start(struct agent *a)
 
 static int module_tick(struct agent *a)
 {
+	symbolizer__poll(a->sym);	/* mappings first: the samples below may need them */
 	return mod.o ? oncpu__poll(mod.o, 0) : 0;
 }
 

@@ -27,7 +27,7 @@ struct oncpu_opts {
 /* Called for each sample from oncpu__poll(); frames: kstack_len kernel then ustack_len user. */
 typedef void (*oncpu_cb)(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const __u64 *frames);
 /* Called when a sampled process execs (exec = true) or exits; may be NULL. */
-typedef void (*oncpu_proc_cb)(void *ctx, pid_t tgid, bool exec);
+typedef void (*oncpu_proc_cb)(void *ctx, pid_t tgid, bool exec, uint64_t ktime_ns);
 
 struct oncpu;
 

@@ -16,8 +16,10 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include "agent/meta/procfs.h"
+#include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/symbolize_int.h"
 #include "agent/unwind/table.h"
@@ -113,7 +115,9 @@ struct mapping {
 	uint64_t dev, ino;		/* as /proc/PID/maps shows them */
 	const char *path;		/* interned; "[anon]" for anonymous */
 	struct image *img;		/* ref held; NULL for anonymous, special or non-ELF */
+	uint64_t t_ns;			/* mapped at (mmap record), or read at (/proc), mono */
 	bool deleted;
+	bool img_tried;			/* img looked for (a record's mapping: at its first use) */
 };
 
 struct proc {
@@ -122,6 +126,8 @@ struct proc {
 	pid_t pid, nspid;		/* nspid: pid inside its own namespace, 0 until read */
 	struct mapping *maps;		/* executable mappings sorted by start */
 	size_t nmaps;
+	struct mapping *prev;		/* the image before the last exec (its late samples) */
+	size_t nprev;
 	uint64_t maps_read_ns;
 	uint64_t burst_ns;		/* start of the current run of quick re-reads */
 	uint32_t burst_reads;		/* re-reads in it */
@@ -130,6 +136,7 @@ struct proc {
 	int64_t pm_size, pm_mtime_ns;
 	uint64_t pm_check_ns;
 	uint64_t gone_ns;		/* exited at (mono): maps kept for late stacks, not re-read */
+	bool from_records;		/* maps from mmap records only: /proc not read yet */
 };
 
 struct kmodule {
@@ -164,6 +171,7 @@ struct symbolizer {
 	const char *k_build_id;
 	struct { pid_t pid; uint64_t ns; } gone[GONE_CAP];	/* FIFO of exits */
 	size_t gone_head, gone_len;
+	struct mmapwatch *mw;		/* the kernel's mmap records; NULL: /proc only */
 };
 
 static const char *intern(struct symbolizer *s, const char *str)
@@ -559,6 +567,28 @@ static void file_free(struct symbolizer *s, struct file_id *f)
 }
 
 /*
+ * A mapping of a process that is gone, by its path on the host: the file the process mapped
+ * only when it has the same device and inode (not a container's file of that path, not a
+ * binary replaced since). An fd, or -errno.
+ */
+static int open_gone_mapping(const struct mapping *m, struct stat *ret_st)
+{
+	int fd;
+
+	if (m->deleted || !m->ino || m->path[0] != '/')
+		return -ENOENT;
+	fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, ret_st) || ret_st->st_ino != m->ino ||
+	    ret_st->st_dev != makedev((unsigned)(m->dev >> 32), (unsigned)m->dev)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
+/*
  * The image of mapping m of pid, with a new reference, or NULL (not ELF, unreadable, ENOMEM).
  * A file seen before costs one stat(); a new file is opened once to read its build-id. (A file
  * swapped between the stat and the open is caught by the next maps read.)
@@ -579,6 +609,8 @@ static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct
 		 m->end);
 	if (stat(path, &st)) {
 		fd = open_mapping(pid, m, &st);
+		if (fd < 0)
+			fd = open_gone_mapping(m, &st);
 		if (fd < 0)
 			return NULL;
 	}
@@ -637,19 +669,24 @@ static void maps_free(struct symbolizer *s, struct mapping *maps, size_t n)
 	free(maps);
 }
 
-static struct mapping *find_mapping(struct proc *p, uint64_t addr)
+static struct mapping *find_in(struct mapping *maps, size_t n, uint64_t addr)
 {
-	size_t lo = 0, hi = p->nmaps;
+	size_t lo = 0, hi = n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (p->maps[mid].end <= addr)
+		if (maps[mid].end <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < p->nmaps && p->maps[lo].start <= addr ? &p->maps[lo] : NULL;
+	return lo < n && maps[lo].start <= addr ? &maps[lo] : NULL;
+}
+
+static struct mapping *find_mapping(struct proc *p, uint64_t addr)
+{
+	return find_in(p->maps, p->nmaps, addr);
 }
 
 int sym_parse_maps_line(char *line, struct sym_maps_line *m)
@@ -745,6 +782,8 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 			maps = nm;
 			cap = ncap;
 		}
+		m.t_ns = p->maps_read_ns;
+		m.img_tried = true;
 		if (m.path == s->s_vdso && vdso_image(s) && m.end - m.start == s->vdso_size) {
 			m.img = s->vdso;	/* a 32-bit process's vDSO has another size */
 			m.img->refs++;
@@ -772,6 +811,7 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 	maps_free(s, p->maps, p->nmaps);
 	p->maps = maps;
 	p->nmaps = n;
+	p->from_records = false;
 	maps = NULL;
 	n = 0;
 out_free:
@@ -795,6 +835,7 @@ static void proc_free(struct symbolizer *s, struct proc *p)
 	if (s->last == p)
 		s->last = NULL;
 	maps_free(s, p->maps, p->nmaps);
+	maps_free(s, p->prev, p->nprev);
 	symt_done(&p->pm);
 	s->nprocs--;
 	free(p);
@@ -808,7 +849,29 @@ static struct proc *proc_find(struct symbolizer *s, pid_t pid)
 	return NULL;
 }
 
-/* Finds pid's entry, or creates it and reads its maps (*ret_err: result of that read). */
+/* A new entry for pid, without maps; NULL on ENOMEM. (proc_get() evicts beyond max_pids.) */
+static struct proc *proc_new(struct symbolizer *s, pid_t pid)
+{
+	struct proc *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->pid = pid;
+	p->hnext = s->procs[(uint32_t)pid % PROC_BUCKETS];
+	s->procs[(uint32_t)pid % PROC_BUCKETS] = p;
+	list_add_head(&s->proc_lru, &p->lru);
+	s->nprocs++;
+	return p;
+}
+
+static void records_drain(struct symbolizer *s);
+
+/*
+ * Finds pid's entry, or creates it and reads its maps (*ret_err: result of that read). An
+ * entry the mmap records made is read from /proc at its first use, where the process still
+ * lives (the records lack what was mapped before the agent started); else its records' maps
+ * stand.
+ */
 static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 {
 	struct proc *p = s->last;
@@ -817,26 +880,181 @@ static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 	if (p && p->pid == pid)
 		return p;
 	p = proc_find(s, pid);
+	if (!p && s->mw) {
+		records_drain(s);	/* a process gone since: its maps are in the records */
+		p = proc_find(s, pid);
+	}
 	if (p) {
 		list_move_head(&s->proc_lru, &p->lru);
 		s->last = p;
+		if (p->from_records && !p->gone_ns && proc_read_maps(s, p))
+			p->from_records = false;	/* gone: the records' maps stand */
 		return p;
 	}
-	p = calloc(1, sizeof(*p));
+	p = proc_new(s, pid);
 	if (!p) {
 		*ret_err = -ENOMEM;
 		return NULL;
 	}
-	p->pid = pid;
-	p->hnext = s->procs[(uint32_t)pid % PROC_BUCKETS];
-	s->procs[(uint32_t)pid % PROC_BUCKETS] = p;
-	list_add_head(&s->proc_lru, &p->lru);
-	s->nprocs++;
 	while (s->nprocs > s->lim.max_pids && s->proc_lru.prev != &p->lru)
 		proc_free(s, container_of(s->proc_lru.prev, struct proc, lru));
 	*ret_err = proc_read_maps(s, p);
 	s->last = p;
 	return p;
+}
+
+/* ---- mmap records (mmapwatch.h) ------------------------------------------------------- */
+
+/*
+ * Drops p's mappings older than t: 0 left or more. An exec's (exec) become p->prev: a sample
+ * taken in the exec call, before its point of no return, is of the old image and may be
+ * resolved after the exec's record was read; the first fork of a reused pid drops them.
+ */
+static size_t maps_drop_before(struct symbolizer *s, struct proc *p, uint64_t t, bool exec)
+{
+	struct mapping *old = exec ? malloc((p->nmaps ? p->nmaps : 1) * sizeof(*old)) : NULL;
+	size_t n = 0, nold = 0;
+
+	for (size_t i = 0; i < p->nmaps; i++) {
+		if (p->maps[i].t_ns >= t)
+			p->maps[n++] = p->maps[i];
+		else if (old)
+			old[nold++] = p->maps[i];
+		else
+			image_put(s, p->maps[i].img);
+	}
+	p->nmaps = n;
+	maps_free(s, p->prev, p->nprev);
+	p->prev = old;
+	p->nprev = nold;
+	return n;
+}
+
+/* Adds m to p's mappings (sorted by start), replacing those it overlaps. 0 or -ENOMEM. */
+static int maps_insert(struct symbolizer *s, struct proc *p, const struct mapping *m)
+{
+	struct mapping *nm = realloc(p->maps, (p->nmaps + 1) * sizeof(*nm));
+	size_t n = 0, at;
+
+	if (!nm)
+		return -ENOMEM;
+	p->maps = nm;
+	for (size_t i = 0; i < p->nmaps; i++) {
+		if (nm[i].start < m->end && m->start < nm[i].end)
+			image_put(s, nm[i].img);
+		else
+			nm[n++] = nm[i];
+	}
+	for (at = n; at > 0 && nm[at - 1].start > m->start; at--)
+		;
+	memmove(nm + at + 1, nm + at, (n - at) * sizeof(*nm));
+	nm[at] = *m;
+	p->nmaps = n + 1;
+	return 0;
+}
+
+static void record_apply(void *ctx, const struct mmapwatch_rec *r)
+{
+	struct symbolizer *s = ctx;
+	struct proc *p = proc_find(s, r->pid), *parent;
+	struct mapping m = { 0 };
+
+	switch (r->type) {
+	case MMAPWATCH_EXEC:
+		if (p && !maps_drop_before(s, p, r->t_ns, true))
+			p->from_records = true;
+		if (p) {
+			symt_done(&p->pm);	/* another image: its own perf map */
+			p->pm_read = false;
+			p->pm_check_ns = 0;
+		}
+		return;
+	case MMAPWATCH_FORK:
+		/* a new process: an entry under its pid is an older process's */
+		if (p) {
+			if (!maps_drop_before(s, p, r->t_ns, false))
+				p->from_records = true;
+			p->gone_ns = 0;
+		}
+		parent = proc_find(s, r->ppid);
+		if (!parent && (parent = proc_new(s, r->ppid)))
+			proc_read_maps(s, parent);	/* the parent mostly lives on (a shell) */
+		if (!parent || !parent->nmaps || (!p && !(p = proc_new(s, r->pid))))
+			return;
+		if (!p->nmaps)
+			p->from_records = true;
+		for (size_t i = 0; i < parent->nmaps; i++) {	/* what it had at the fork */
+			m = parent->maps[i];
+			if (maps_insert(s, p, &m))
+				return;
+			if (m.img)
+				m.img->refs++;
+		}
+		return;
+	case MMAPWATCH_MMAP:
+		if (!r->len || r->start + r->len < r->start)
+			return;
+		if (!p) {
+			if (!(p = proc_new(s, r->pid)))
+				return;
+			p->from_records = true;
+		} else if (p->gone_ns) {
+			return;
+		}
+		m.start = r->start;
+		m.end = r->start + r->len;
+		m.pgoff = r->pgoff;
+		m.dev = r->dev;
+		m.ino = r->ino;
+		m.t_ns = r->t_ns;
+		if (r->path[0] == '/' && r->path[1] != '/') {
+			char path[PATH_MAX];
+			size_t len = strlen(r->path);
+
+			snprintf(path, sizeof(path), "%s", r->path);
+			if (len > 10 && len < sizeof(path) && !strcmp(path + len - 10, " (deleted)")) {
+				path[len - 10] = 0;
+				m.deleted = true;
+			}
+			m.path = intern(s, path);
+		} else {
+			m.path = !strcmp(r->path, "[vdso]") ? s->s_vdso : s->s_anon;
+		}
+		if (m.path)
+			maps_insert(s, p, &m);
+		return;
+	}
+}
+
+static void records_drain(struct symbolizer *s)
+{
+	if (s->mw)
+		mmapwatch__drain(s->mw, record_apply, s);
+}
+
+int symbolizer__watch_mmaps(struct symbolizer *s, const char **ret_why)
+{
+	if (!s)
+		return -EINVAL;
+	if (s->mw)
+		return 0;
+	s->mw = mmapwatch__new(ret_why);
+	return s->mw ? 0 : -errno;
+}
+
+void symbolizer__poll(struct symbolizer *s)
+{
+	if (s)
+		records_drain(s);
+}
+
+void symbolizer__mmap_stats(const struct symbolizer *s, uint64_t *ret_records, uint64_t *ret_lost)
+{
+	struct mmapwatch_stats st;
+
+	mmapwatch__stats(s ? s->mw : NULL, &st);
+	*ret_records = st.records;
+	*ret_lost = st.lost;
 }
 
 /* ---- perf maps ------------------------------------------------------------------------ */
@@ -947,7 +1165,7 @@ static void gone_sweep(struct symbolizer *s, uint64_t now, bool full)
 	}
 }
 
-void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec)
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec, uint64_t t_ns)
 {
 	uint64_t now = mono_ns();
 	struct proc *p;
@@ -957,8 +1175,15 @@ void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec)
 	gone_sweep(s, now, s->gone_len == GONE_CAP);
 	if (!(p = proc_find(s, pid)))
 		return;
-	if (exec) {		/* another image: its maps from now on */
-		proc_free(s, p);
+	if (exec && s->mw) {
+		/* the records' own exec comes before the new image's first mappings, which this
+		 * event (at the end of the exec) follows: the records decide */
+		records_drain(s);
+		return;
+	}
+	if (exec) {	/* another image: its maps from then on */
+		if (!maps_drop_before(s, p, t_ns ? t_ns : now, false))
+			proc_free(s, p);
 		return;
 	}
 	p->gone_ns = now;
@@ -1006,9 +1231,24 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		return -ENOENT;
 	}
 	m = find_mapping(p, addr);
+	if (!m && s->mw) {
+		records_drain(s);	/* mapped since the last drain */
+		m = find_mapping(p, addr);
+	}
 	if (!m && !p->gone_ns && reread_allowed(s, p)) {
 		proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
 		m = find_mapping(p, addr);
+	}
+	if (!m)
+		m = find_in(p->prev, p->nprev, addr);	/* a sample from before an exec */
+	if (m && !m->img_tried) {	/* a mapping the records brought: its image now */
+		m->img_tried = true;
+		if (m->path == s->s_vdso && vdso_image(s)) {
+			m->img = s->vdso;
+			m->img->refs++;
+		} else if (m->path[0] == '/' && m->ino) {
+			m->img = mapping_image(s, pid, m);
+		}
 	}
 	if (m) {
 		ret->module = m->path;
@@ -1291,6 +1531,7 @@ void symbolizer__free(struct symbolizer *s)
 {
 	if (!s)
 		return;
+	mmapwatch__free(s->mw);
 	while (s->proc_lru.next != &s->proc_lru)
 		proc_free(s, container_of(s->proc_lru.next, struct proc, lru));
 	while (s->file_lru.next != &s->file_lru)

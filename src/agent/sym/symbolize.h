@@ -52,10 +52,25 @@ int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *re
 int symbolizer__pid_seen(struct symbolizer *s, pid_t pid);
 
 /*
- * Exec: forget its maps and perf map now (the ELF cache by build-id stays). Exit: keep them
- * for 10 s, without reading /proc again, for the stacks that come after the exit event.
+ * Exec at t_ns (CLOCK_MONOTONIC; 0: now): forget its maps older than that, and its perf map
+ * (the ELF cache by build-id stays). Exit: keep them for 10 s, without reading /proc again,
+ * for the stacks that come after the exit event.
  */
-void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec);
+void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec, uint64_t t_ns);
+
+/*
+ * Follows the kernel's records of executable mappings, execs and forks (mmapwatch.h), so that
+ * the addresses of a process that exited before its maps were read still resolve (a compile
+ * loop's `as`, a shell's `mkdir`): its mappings as the records list them, its files opened by
+ * their host path where device and inode match. The records are read on a lookup that needs
+ * them and by symbolizer__poll(). 0 or -errno (*ret_why, static, says why).
+ */
+int symbolizer__watch_mmaps(struct symbolizer *s, const char **ret_why);
+/* Reads the mmap records that came since the last read (the ring holds ~2000 mappings per
+ * CPU; call it every tick). Main-loop thread only. */
+void symbolizer__poll(struct symbolizer *s);
+/* Records read and lost (a full ring) since symbolizer__watch_mmaps(). */
+void symbolizer__mmap_stats(const struct symbolizer *s, uint64_t *ret_records, uint64_t *ret_lost);
 
 struct symbolizer_stats {
 	uint64_t resolved, unknown, unnamed, elf_opened, elf_cache_hits, maps_reads, perfmap_reads;

@@ -136,12 +136,36 @@ void ingest_ls_touch(struct ingest *in, uint32_t ls, uint64_t t0, uint64_t t1)
 		p->last = t1;
 }
 
+/* The batch's locations by module name, then address (then as sent). */
+static int cmp_loc_order(const void *a, const void *b, void *arg)
+{
+	const struct ingest *in = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	const Gpuscope__V1__Location *lx = in->m->locations[x], *ly = in->m->locations[y];
+	int c = lx->module == ly->module ? 0 : strcmp(S(in, lx->module), S(in, ly->module));
+
+	if (c)
+		return c;
+	if (lx->address != ly->address)
+		return lx->address < ly->address ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The batch's locations to global ids: known ones by content hash, new ones numbered after the
+ * last in the order of their module and address, and stored as one block (a few if many). In
+ * that order a block's addresses are near their module's last and a function's locations
+ * follow each other (its name's string id repeats): on the churning recording's first 60
+ * batches location blocks 5.38 -> 3.61 B/location, stack blocks (whose frames' ids no longer
+ * follow the batch's order) 8.60 -> 9.13 B/stack, the two 11.8 % less (bench/README.md).
+ */
 int ingest_map_locations(struct ingest *in)
 {
 	const Gpuscope__V1__Batch *m = in->m;
 	struct sq *s = in->s;
 	struct buf key = { 0 };
 	struct lrow *r = NULL;
+	uint32_t *order = NULL;
 	size_t nr = 0;
 	int err = 0;
 
@@ -150,9 +174,17 @@ int ingest_map_locations(struct ingest *in)
 	if (s->loc_index_stale && (err = sq_locs_load(s)))
 		return err;
 	r = malloc((m->n_locations < LOC_BLOCK_MAX ? m->n_locations : LOC_BLOCK_MAX) * sizeof(*r));
-	if (!r)
+	order = malloc(m->n_locations * sizeof(*order));
+	if (!r || !order) {
+		free(r);
+		free(order);
 		return -ENOMEM;
-	for (size_t i = 0; i < m->n_locations && !err; i++) {
+	}
+	for (size_t i = 0; i < m->n_locations; i++)
+		order[i] = (uint32_t)i;
+	qsort_r(order, m->n_locations, sizeof(*order), cmp_loc_order, (void *)in);
+	for (size_t k = 0; k < m->n_locations && !err; k++) {
+		size_t i = order[k];
 		const Gpuscope__V1__Location *l = m->locations[i];
 		uint64_t hash, id, *v;
 		int added = 0;
@@ -189,6 +221,7 @@ int ingest_map_locations(struct ingest *in)
 	}
 	buf_done(&key);
 	free(r);
+	free(order);
 	return err;
 }
 
