@@ -1610,4 +1610,14 @@ void symbolizer__metrics(const struct symbolizer *s, FILE *out)
 		   s->cache_bytes);
 	prom_gauge(out, "gpuscope_agent_symbolizer_pids", "Processes with cached memory maps.",
 		   s->nprocs);
+	if (s->mw) {
+		struct mmapwatch_stats st;
+
+		mmapwatch__stats(s->mw, &st);
+		prom_counter(out, "gpuscope_agent_symbolizer_mmap_records_total",
+			     "The kernel's mmap, exec and fork records read (processes gone before "
+			     "their maps were read resolve from them).", st.records);
+		prom_counter(out, "gpuscope_agent_symbolizer_mmap_records_lost_total",
+			     "mmap records the kernel dropped on a full ring.", st.lost);
+	}
 }

@@ -99,7 +99,8 @@ int symbolizer__set_debug_dir(struct symbolizer *s, const char *dir);
 /*
  * Appends Prometheus text-format lines: gpuscope_agent_symbolizer_frames_total{result=
  * "resolved"|"unknown"}, _elf_opened_total, _elf_cache_hits_total, _maps_reads_total,
- * _perfmap_reads_total, _cache_bytes, _pids.
+ * _perfmap_reads_total, _cache_bytes, _pids; with mmap records, _mmap_records_total and
+ * _mmap_records_lost_total.
  */
 void symbolizer__metrics(const struct symbolizer *s, FILE *out);
 
