@@ -111,15 +111,8 @@ static int64_t rec_stack_of(struct recorder *r, const struct sym_stack *st)
 		}
 		return (int64_t)*slot - 1;
 	}
-	if (r->nstacks == r->cap_stacks) {
-		size_t ncap = r->cap_stacks ? r->cap_stacks * 2 : 1024;
-		struct rec_stack *n = realloc(r->stacks, ncap * sizeof(*n));
-
-		if (!n)
-			goto out_undo;
-		r->stacks = n;
-		r->cap_stacks = ncap;
-	}
+	if (array_reserve(&r->stacks, &r->cap_stacks, r->nstacks + 1, sizeof(*r->stacks), 1024))
+		goto out_undo;
 	rs = &r->stacks[r->nstacks];
 	memset(rs, 0, sizeof(*rs));
 	rs->locs = malloc((st->n ? st->n : 1) * sizeof(*rs->locs));
@@ -164,16 +157,10 @@ static void on_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const 
 		r->oom++;
 		return;
 	}
-	if (r->nsamples == r->cap_samples) {
-		size_t ncap = r->cap_samples ? r->cap_samples * 2 : 4096;
-		struct rec_sample *n = realloc(r->samples, ncap * sizeof(*n));
-
-		if (!n) {
-			r->oom++;
-			return;
-		}
-		r->samples = n;
-		r->cap_samples = ncap;
+	if (array_reserve(&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples),
+			  4096)) {
+		r->oom++;
+		return;
 	}
 	s = &r->samples[r->nsamples++];
 	s->time_ns = ev->ktime_ns + r->mono_to_wall;

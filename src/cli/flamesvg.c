@@ -67,15 +67,8 @@ static int add(struct layout *l, json_t *node, double s, unsigned d, char *why, 
 		l->st.hidden++;
 		return 0;
 	}
-	if (l->len == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 1024;
-		struct frame *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (array_reserve(&l->v, &l->cap, l->len + 1, sizeof(*l->v), 1024))
+		return -ENOMEM;
 	l->v[l->len++] = (struct frame){ .name = name, .s = s, .w = w, .d = d };
 	l->st.frames++;
 	if (d > l->st.max_depth)

@@ -242,3 +242,22 @@ int cmp_u64(const void *a, const void *b)
 
 	return x < y ? -1 : x > y;
 }
+
+int array_reserve(void *p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+	void **arr = p, *n;
+	size_t ncap = *cap ? *cap : first ? first : 1;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need) {
+		if (ncap > SIZE_MAX / 2)
+			return -ENOMEM;
+		ncap *= 2;
+	}
+	if (!elem || ncap > SIZE_MAX / elem || !(n = realloc(*arr, ncap * elem)))
+		return -ENOMEM;
+	*arr = n;
+	*cap = ncap;
+	return 0;
+}

@@ -37,6 +37,13 @@ int parse_size_bytes(const char *s, uint64_t *ret);
  */
 int parse_time_ns(const char *s, uint64_t *ret_ns);
 
+/*
+ * Room for at least need elements of elem bytes in the array *p of capacity *cap: the
+ * capacity doubles (from first, or from need where that is more). 0, or -ENOMEM with *p and
+ * *cap unchanged. The one owner of "grow an array by doubling".
+ */
+int array_reserve(void *p, size_t *cap, size_t need, size_t elem, size_t first);
+
 /* CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns()) and CLOCK_REALTIME, in ns. */
 uint64_t mono_ns(void);
 uint64_t wall_ns(void);

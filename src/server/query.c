@@ -78,15 +78,8 @@ static int gagg_put(struct gagg *g, uint32_t group, uint64_t stack, uint64_t v, 
 	if (!h)
 		return -ENOMEM;
 	if (ins) {
-		if (g->nids == g->capids) {
-			size_t ncap = g->capids ? g->capids * 2 : 1024;
-			uint64_t *n = realloc(g->ids, ncap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			g->ids = n;
-			g->capids = ncap;
-		}
+		if (array_reserve(&g->ids, &g->capids, g->nids + 1, sizeof(*g->ids), 1024))
+			return -ENOMEM;
 		g->ids[g->nids++] = stack;
 	}
 	for (uint64_t i = *h; i; i = g->e[i - 1].next) {
@@ -95,15 +88,8 @@ static int gagg_put(struct gagg *g, uint32_t group, uint64_t stack, uint64_t v, 
 			return 0;
 		}
 	}
-	if (g->n == g->cap) {
-		size_t ncap = g->cap ? g->cap * 2 : 1024;
-		struct gent *n = realloc(g->e, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		g->e = n;
-		g->cap = ncap;
-	}
+	if (array_reserve(&g->e, &g->cap, g->n + 1, sizeof(*g->e), 1024))
+		return -ENOMEM;
 	g->e[g->n] = (struct gent){ .group = group, .next = (uint32_t)*h,
 				    .v = second ? 0 : v, .v2 = second ? v : 0 };
 	*h = ++g->n;
@@ -172,15 +158,8 @@ static int64_t tree_child(struct tree *t, uint32_t parent, uint32_t name)
 		return -ENOMEM;
 	if (!ins)
 		return (int64_t)*v;
-	if (t->len == t->cap) {
-		size_t ncap = t->cap ? t->cap * 2 : 1024;
-		struct tnode *n = realloc(t->n, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->n = n;
-		t->cap = ncap;
-	}
+	if (array_reserve(&t->n, &t->cap, t->len + 1, sizeof(*t->n), 1024))
+		return -ENOMEM;
 	t->n[t->len] = (struct tnode){ .name = name, .next_sibling = t->n[parent].first_child };
 	t->n[parent].first_child = (uint32_t)t->len;
 	t->n[parent].nchildren++;

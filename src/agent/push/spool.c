@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "agent/push/spool.h"
 #include "common/log.h"
+#include "common/util.h"
 
 struct entry {
 	uint64_t seq;
@@ -47,15 +48,8 @@ static int push_entry(struct spool *s, const struct entry *e)
 		s->len -= s->head;
 		s->head = 0;
 	}
-	if (s->len == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		struct entry *n = realloc(s->ents, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->ents = n;
-		s->cap = cap;
-	}
+	if (array_reserve(&s->ents, &s->cap, s->len + 1, sizeof(*s->ents), 64))
+		return -ENOMEM;
 	s->ents[s->len++] = *e;
 	s->st.files++;
 	s->st.bytes += e->bytes;

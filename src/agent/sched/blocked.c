@@ -10,6 +10,7 @@
 #include <string.h>
 #include "agent/sched/strips.h"
 #include "common/log.h"
+#include "common/util.h"
 
 struct krange {
 	uint64_t start, end;
@@ -111,16 +112,9 @@ int blocked__init(void)
 		r = blocked__classify_name(name);
 		if (r == BLOCKED_MAX || !addr)
 			continue;
-		if (nranges == cap) {
-			size_t ncap = cap ? cap * 2 : 256;
-			struct krange *n = realloc(ranges, ncap * sizeof(*n));
-
-			if (!n) {
-				err = -ENOMEM;
-				goto out_close;
-			}
-			ranges = n;
-			cap = ncap;
+		if (array_reserve(&ranges, &cap, nranges + 1, sizeof(*ranges), 256)) {
+			err = -ENOMEM;
+			goto out_close;
 		}
 		ranges[nranges] = (struct krange){ .start = addr, .end = 0, .reason = r };
 		pending = nranges++;

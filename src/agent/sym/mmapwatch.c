@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "agent/sym/mmapwatch.h"
+#include "common/util.h"
 
 #define RING_PAGES 64		/* per CPU, a power of two: 256 KiB, ~2000 exec mappings */
 
@@ -144,15 +145,8 @@ static void ring_copy(const struct mmapwatch *w, const struct ring *r, uint64_t 
 
 static struct mmapwatch_rec *rec_add(struct mmapwatch *w)
 {
-	if (w->nrecs == w->caprecs) {
-		size_t ncap = w->caprecs ? w->caprecs * 2 : 256;
-		struct mmapwatch_rec *n = realloc(w->recs, ncap * sizeof(*n));
-
-		if (!n)
-			return NULL;
-		w->recs = n;
-		w->caprecs = ncap;
-	}
+	if (array_reserve(&w->recs, &w->caprecs, w->nrecs + 1, sizeof(*w->recs), 256))
+		return NULL;
 	return memset(&w->recs[w->nrecs++], 0, sizeof(*w->recs));
 }
 
@@ -161,15 +155,8 @@ static ssize_t path_add(struct mmapwatch *w, const char *p, size_t max)
 {
 	size_t len = strnlen(p, max), at = w->npaths;
 
-	if (w->npaths + len + 1 > w->cappaths) {
-		size_t ncap = (w->cappaths ? w->cappaths * 2 : 4096) + len + 1;
-		char *n = realloc(w->paths, ncap);
-
-		if (!n)
-			return -1;
-		w->paths = n;
-		w->cappaths = ncap;
-	}
+	if (array_reserve(&w->paths, &w->cappaths, w->npaths + len + 1, 1, 4096))
+		return -1;
 	memcpy(w->paths + at, p, len);
 	w->paths[at + len] = 0;
 	w->npaths += len + 1;

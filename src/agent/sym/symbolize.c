@@ -771,16 +771,9 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 			goto out_free;
 		if (!err)
 			continue;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 32;
-			struct mapping *nm = realloc(maps, ncap * sizeof(*nm));
-
-			if (!nm) {
-				err = -ENOMEM;
-				goto out_free;
-			}
-			maps = nm;
-			cap = ncap;
+		if (array_reserve(&maps, &cap, n + 1, sizeof(*maps), 32)) {
+			err = -ENOMEM;
+			goto out_free;
 		}
 		m.t_ns = p->maps_read_ns;
 		m.img_tried = true;
@@ -1342,15 +1335,8 @@ static int kmod_index(struct symbolizer *s, struct kmodule **mods, size_t *n, si
 	for (size_t i = *n; i > 0; i--)	/* symbols of one module are contiguous: likely the last */
 		if ((*mods)[i - 1].name == iname)
 			return (int)i - 1;
-	if (*n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 16;
-		struct kmodule *nm = realloc(*mods, ncap * sizeof(*nm));
-
-		if (!nm)
-			return -ENOMEM;
-		*mods = nm;
-		*cap = ncap;
-	}
+	if (array_reserve(mods, cap, *n + 1, sizeof(**mods), 16))
+		return -ENOMEM;
 	(*mods)[*n] = (struct kmodule){ .name = iname, .start = UINT64_MAX, .limit = 0 };
 	return (int)(*n)++;
 }

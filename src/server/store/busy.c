@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/util.h"
 #include "server/store/store.h"
 
 struct node_busy *busy_node(struct busy_set *bs, const char *node)
@@ -30,15 +31,8 @@ int busy_add(struct busy_set *bs, const char *node, uint64_t start, uint64_t end
 
 	if (!nb)
 		return -ENOMEM;
-	if (nb->n == nb->cap) {
-		size_t ncap = nb->cap ? nb->cap * 2 : 64;
-		struct busy *v = realloc(nb->v, ncap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		nb->v = v;
-		nb->cap = ncap;
-	}
+	if (array_reserve(&nb->v, &nb->cap, nb->n + 1, sizeof(*nb->v), 64))
+		return -ENOMEM;
 	nb->v[nb->n++] = (struct busy){ start, end };
 	return 0;
 }

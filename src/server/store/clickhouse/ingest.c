@@ -16,6 +16,7 @@
 #include <string.h>
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
 #include "server/store/clickhouse/ch.h"
 
@@ -369,16 +370,9 @@ static void roll_add(struct rollacc *ra, int lv, uint64_t bucket, uint64_t stack
 		return;
 	}
 	if (ins) {
-		if (a->ne == a->cap) {
-			size_t ncap = a->cap ? a->cap * 2 : 256;
-			struct rent *ne = realloc(a->e, ncap * sizeof(*ne));
-
-			if (!ne) {
-				ra->oom = true;
-				return;
-			}
-			a->e = ne;
-			a->cap = ncap;
+		if (array_reserve(&a->e, &a->cap, a->ne + 1, sizeof(*a->e), 256)) {
+			ra->oom = true;
+			return;
 		}
 		a->e[a->ne] = (struct rent){ stack, 0 };
 		*slot = ++a->ne;

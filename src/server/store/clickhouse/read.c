@@ -12,6 +12,7 @@
 #include <string.h>
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "server/selector.h"
 #include "server/store/clickhouse/ch.h"
 
@@ -81,16 +82,9 @@ int ch_lsets_load(struct ch *c, uint64_t from, uint64_t to, const struct selecto
 		struct ch_lset *ls;
 		size_t nn, nv;
 
-		if (l.n == cap) {
-			size_t ncap = cap ? cap * 2 : 256;
-			struct ch_lset *nl = realloc(l.v, ncap * sizeof(*nl));
-
-			if (!nl) {
-				err = -ENOMEM;
-				break;
-			}
-			l.v = nl;
-			cap = ncap;
+		if (array_reserve(&l.v, &cap, l.n + 1, sizeof(*l.v), 256)) {
+			err = -ENOMEM;
+			break;
 		}
 		ls = &l.v[l.n];
 		memset(ls, 0, sizeof(*ls));
@@ -610,16 +604,9 @@ int ch_stacks(struct store *st, const uint64_t *ids, size_t n,
 			break;
 		}
 		for (uint64_t i = 0; i < k && !r.bad; i++) {
-			if (nl == capl) {
-				size_t ncap = capl ? capl * 2 : 1024;
-				uint64_t *nlid = realloc(lids, ncap * sizeof(*nlid));
-
-				if (!nlid) {
-					err = -ENOMEM;
-					break;
-				}
-				lids = nlid;
-				capl = ncap;
+			if (array_reserve(&lids, &capl, nl + 1, sizeof(*lids), 1024)) {
+				err = -ENOMEM;
+				break;
 			}
 			lids[nl++] = rbr_u64(&r);
 		}
@@ -754,16 +741,9 @@ int ch_series(struct store *st, const char *name, uint64_t from, uint64_t to,
 
 		if (!ls)
 			continue;
-		if (ns == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct ser *n = realloc(sv, ncap * sizeof(*n));
-
-			if (!n) {
-				err = -ENOMEM;
-				break;
-			}
-			sv = n;
-			cap = ncap;
+		if (array_reserve(&sv, &cap, ns + 1, sizeof(*sv), 64)) {
+			err = -ENOMEM;
+			break;
 		}
 		sv[ns++] = (struct ser){ id, ls };
 	}

@@ -592,15 +592,8 @@ static int cardinality(struct ingest *in, bool add, uint64_t *ret_room)
 		if (s->card[i].node_hash == h)
 			c = &s->card[i];
 	if (!c) {
-		if (s->ncard == s->capcard) {
-			size_t ncap = s->capcard ? s->capcard * 2 : 64;
-			struct node_card *n = realloc(s->card, ncap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			s->card = n;
-			s->capcard = ncap;
-		}
+		if (array_reserve(&s->card, &s->capcard, s->ncard + 1, sizeof(*s->card), 64))
+			return -ENOMEM;
 		c = &s->card[s->ncard++];
 		*c = (struct node_card){ .node_hash = h, .hour = hour };
 	}

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "common/batch.h"
 #include "common/hmap.h"
+#include "common/util.h"
 #include "server/selector.h"
 #include "server/store/sqlite/sqlite.h"
 
@@ -120,15 +121,8 @@ static int64_t fetch_loc(struct lcache *lc, uint64_t lid, struct u64map *idx, st
 		return -ENOMEM;
 	if (!ins)
 		return (int64_t)*v;
-	if (*nlocs == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 1024;
-		struct cloc *n = realloc(*locs, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		*locs = n;
-		*cap = ncap;
-	}
+	if (array_reserve(locs, cap, *nlocs + 1, sizeof(**locs), 1024))
+		return -ENOMEM;
 	c = &(*locs)[*nlocs];
 	memset(c, 0, sizeof(*c));
 	r = lcache_find(lc, lid, &err);

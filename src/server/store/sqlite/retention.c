@@ -127,15 +127,8 @@ static int ls_gc_add(void *ctx, const struct lsext_ent *e)
 
 	if ((int64_t)e->last >= g->cut)
 		return g->live && !u64map_upsert(g->live, e->id, 1, NULL) ? -ENOMEM : 0;
-	if (g->n == g->cap) {
-		size_t ncap = g->cap ? g->cap * 2 : 256;
-		uint64_t *v = realloc(g->ids, ncap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		g->ids = v;
-		g->cap = ncap;
-	}
+	if (array_reserve(&g->ids, &g->cap, g->n + 1, sizeof(*g->ids), 256))
+		return -ENOMEM;
 	g->ids[g->n++] = e->id;
 	return 0;
 }
