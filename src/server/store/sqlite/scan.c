@@ -311,7 +311,9 @@ static uint64_t ceil_to(uint64_t t, uint64_t unit)
 int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *agg)
 {
 	struct sq *s = (struct sq *)st;
-	struct agg_ctx a = { .s = s, .q = q, .agg = agg };
+	/* sums by stack, by group and stack, by bucket: a chunk's samples in any order (time
+	 * order cost a third of a raw off-CPU samples-over-time answer in its sort) */
+	struct agg_ctx a = { .s = s, .q = q, .agg = agg, .c = { .any_order = true } };
 	uint64_t raw_cut = wall_ns() - sq_raw_retention_ns(s), from = q->from_ns, to = q->to_ns, m1, m2;
 	sqlite3 *db = sq_pool_get(s);
 	int64_t wm = 0;
