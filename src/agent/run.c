@@ -286,6 +286,8 @@ static void flush_batch(struct run_ctx *c, size_t empty_size)
 
 static int tick_modules(struct run_ctx *c, size_t empty_size)
 {
+	/* the mappings first: every module's stacks below may need them (mmapwatch.h) */
+	symbolizer__poll(c->a->sym);
 	for (size_t i = 0; i < c->nmods; i++) {
 		struct mod_state *ms = &c->mods[i];
 		uint64_t t0;

@@ -421,7 +421,6 @@ static int module_start(struct agent *a)
 
 static int module_tick(struct agent *a)
 {
-	symbolizer__poll(a->sym);	/* mappings first: the samples below may need them */
 	return mod.o ? oncpu__poll(mod.o, 0) : 0;
 }
 
