@@ -111,6 +111,35 @@ if not check(any(l.startswith("burn;") and "main;burn_loop;phase_alpha;leaf_alph
              "exec'd then exited process resolves (burn;...;leaf_alpha)"):
     print("\n".join(lines[:20]), r.stdout[-500:])
 
+# --- processes gone before their maps were read (the kernel's mmap records) ---------------------
+# A shell loop of 30-ms processes under a name of this run's own (a link to burn: other jobs may
+# run burn meanwhile), the whole machine recorded: each is gone long before the agent would
+# read its /proc/PID/maps; its frames resolve from the mmap records (src/agent/sym/mmapwatch.h).
+name = "sl%d" % (os.getpid() % 100000)
+os.symlink(os.path.join(PROGS, "burn"), os.path.join(tmp, name))
+loop = subprocess.Popen(["/bin/sh", "-c", "read go; end=$(($(date +%%s) + 4)); "
+                         "while [ $(date +%%s) -lt $end ]; do ./%s 0.03 >/dev/null; done" % name],
+                        cwd=tmp, stdin=subprocess.PIPE)
+rec = Recording([AGENT, "record", "--duration", "4s", "--frequency", "499", "--folded", folded,
+                 "--top", "0"])
+loop.stdin.write(b"go\n")
+loop.stdin.close()
+r = rec.wait()
+loop.wait()
+short = [l for l in open(folded, errors="replace").read().splitlines() if l.startswith(name + ";")]
+n_all = sum(int(l.rsplit(" ", 1)[1]) for l in short)
+n_named = sum(int(l.rsplit(" ", 1)[1]) for l in short if ";leaf_alpha" in l or
+              ";leaf_beta" in l or ";burnlib_leaf" in l or ";burn_loop" in l)
+n_unknown = sum(int(l.rsplit(" ", 1)[1]) for l in short if "[unknown]" in l)
+print("short-lived processes: %d samples, %d in burn's functions, %d with [unknown]" %
+      (n_all, n_named, n_unknown))
+if check(n_all >= 50, "short-lived processes sampled (%d samples)" % n_all):
+    # the rest: their start (exec, the dynamic linker) and exit, named too
+    check(n_named >= 0.5 * n_all, "short-lived processes' samples in their functions: %d of %d" %
+          (n_named, n_all))
+    check(n_unknown <= 0.1 * n_all, "short-lived processes: %d of %d samples with [unknown]" %
+          (n_unknown, n_all))
+
 # --- bad input ----------------------------------------------------------------------------------
 for args, what in ((["--duration", "soon"], "bad duration"), (["--frequency", "0"], "bad frequency"),
                    (["--bogus"], "unknown flag"), (["--pid", "x"], "bad pid")):
