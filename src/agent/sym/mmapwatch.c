@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Executable mappings from perf's mmap2 / comm / fork records (mmapwatch.h). */
+/*
+ * Executable mappings from perf's mmap2 / comm / fork records (mmapwatch.h). libbpf's raw perf
+ * buffer opens the events and reads their rings (it keeps the fds in a perf-event array map);
+ * the records' layouts are linux/perf_event.h's.
+ */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "agent/sym/mmapwatch.h"
@@ -13,19 +18,14 @@
 
 #define RING_PAGES 64		/* per CPU, a power of two: 256 KiB, ~2000 exec mappings */
 
-struct ring {
-	int fd;
-	void *base;		/* the control page, then RING_PAGES of data */
-};
-
 struct mmapwatch {
-	struct ring *rings;
-	int nrings;
-	size_t page, data_size;
+	int map_fd;			/* the perf-event array that holds the events' fds */
+	struct perf_buffer *pb;		/* libbpf's reader of the per-CPU rings */
 	struct mmapwatch_rec *recs;	/* one drain's records, sorted */
 	size_t nrecs, caprecs;
 	char *paths;			/* their paths, copied */
 	size_t npaths, cappaths;
+	int err;			/* of this drain's parsing */
 	struct mmapwatch_stats st;
 };
 
@@ -35,7 +35,19 @@ struct trailer {
 	uint64_t time;
 };
 
-static int open_cpu(int cpu)
+static int parse(struct mmapwatch *w, const struct perf_event_header *h);
+
+static enum bpf_perf_event_ret on_record(void *ctx, int cpu, struct perf_event_header *h)
+{
+	struct mmapwatch *w = ctx;
+
+	(void)cpu;
+	if (!w->err)
+		w->err = parse(w, h);
+	return LIBBPF_PERF_EVENT_CONT;
+}
+
+struct mmapwatch *mmapwatch__new(const char **ret_why)
 {
 	struct perf_event_attr attr = {
 		.size = sizeof(attr),
@@ -51,50 +63,30 @@ static int open_cpu(int cpu)
 		.use_clockid = 1,
 		.clockid = CLOCK_MONOTONIC,
 	};
-
-	return (int)syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
-}
-
-struct mmapwatch *mmapwatch__new(const char **ret_why)
-{
-	long ncpus = sysconf(_SC_NPROCESSORS_CONF);
 	struct mmapwatch *w = calloc(1, sizeof(*w));
-	int err = 0;
+	int ncpus = libbpf_num_possible_cpus(), err;
 
 	*ret_why = "out of memory";
 	if (!w)
 		return NULL;
-	w->page = (size_t)sysconf(_SC_PAGESIZE);
-	w->data_size = RING_PAGES * w->page;
-	w->rings = calloc(ncpus > 0 ? (size_t)ncpus : 1, sizeof(*w->rings));
-	if (!w->rings) {
-		err = -ENOMEM;
+	w->map_fd = -1;
+	if (ncpus <= 0) {
+		err = ncpus ? ncpus : -ENODEV;
+		*ret_why = "cannot count the CPUs";
 		goto out_err;
 	}
-	for (long cpu = 0; cpu < ncpus; cpu++) {
-		struct ring *r = &w->rings[w->nrings];
-
-		r->fd = open_cpu((int)cpu);
-		if (r->fd < 0) {
-			if (errno == ENODEV || errno == EINVAL)
-				continue;	/* an offline CPU */
-			err = -errno;
-			*ret_why = "perf_event_open refused the mmap-record event";
-			goto out_err;
-		}
-		r->base = mmap(NULL, w->page + w->data_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			       r->fd, 0);
-		if (r->base == MAP_FAILED) {
-			err = -errno;
-			close(r->fd);
-			*ret_why = "cannot map the mmap-record ring";
-			goto out_err;
-		}
-		w->nrings++;
+	w->map_fd = bpf_map_create(BPF_MAP_TYPE_PERF_EVENT_ARRAY, "mmapwatch", sizeof(int),
+				   sizeof(int), (uint32_t)ncpus, NULL);
+	if (w->map_fd < 0) {
+		err = -errno;
+		*ret_why = "cannot create the perf-event array for the mmap records";
+		goto out_err;
 	}
-	if (!w->nrings) {
-		err = -ENODEV;
-		*ret_why = "no CPU took the mmap-record event";
+	/* one dummy event per CPU (perf_event_open(attr, -1, cpu)), its ring mapped */
+	w->pb = perf_buffer__new_raw(w->map_fd, RING_PAGES, &attr, on_record, w, NULL);
+	if (!w->pb) {
+		err = -errno;
+		*ret_why = "perf_event_open refused the mmap-record event";
 		goto out_err;
 	}
 	return w;
@@ -108,17 +100,14 @@ void mmapwatch__free(struct mmapwatch *w)
 {
 	if (!w)
 		return;
-	for (int i = 0; i < w->nrings; i++) {
-		munmap(w->rings[i].base, w->page + w->data_size);
-		close(w->rings[i].fd);
-	}
-	free(w->rings);
+	perf_buffer__free(w->pb);
+	if (w->map_fd >= 0)
+		close(w->map_fd);
 	free(w->recs);
 	free(w->paths);
 	free(w);
 }
 
-/* By time; at the same ns an exec or fork before a mapping (which it would otherwise undo) */
 static int cmp_rec(const void *a, const void *b)
 {
 	const struct mmapwatch_rec *x = a, *y = b;
@@ -126,21 +115,6 @@ static int cmp_rec(const void *a, const void *b)
 	if (x->t_ns != y->t_ns)
 		return x->t_ns < y->t_ns ? -1 : 1;
 	return (x->type == MMAPWATCH_MMAP) - (y->type == MMAPWATCH_MMAP);
-}
-
-/* Copies len bytes at ring offset off (it may wrap) into dst. */
-static void ring_copy(const struct mmapwatch *w, const struct ring *r, uint64_t off, void *dst,
-		      size_t len)
-{
-	const char *data = (const char *)r->base + w->page;
-	size_t at = off & (w->data_size - 1), first = w->data_size - at;
-
-	if (first >= len) {
-		memcpy(dst, data + at, len);
-	} else {
-		memcpy(dst, data + at, first);
-		memcpy((char *)dst + first, data, len - first);
-	}
 }
 
 static struct mmapwatch_rec *rec_add(struct mmapwatch *w)
@@ -163,7 +137,8 @@ static ssize_t path_add(struct mmapwatch *w, const char *p, size_t max)
 	return (ssize_t)at;
 }
 
-/* One record (copied out of the ring) into w->recs, if it is one we keep. 0 or -ENOMEM. */
+/* One record (libbpf copies a record that wraps) into w->recs, if it is one we keep. 0 or
+ * -ENOMEM. */
 static int parse(struct mmapwatch *w, const struct perf_event_header *h)
 {
 	const char *p = (const char *)h;
@@ -238,31 +213,13 @@ static int parse(struct mmapwatch *w, const struct perf_event_header *h)
 
 int mmapwatch__drain(struct mmapwatch *w, mmapwatch_cb cb, void *ctx)
 {
-	union {
-		struct perf_event_header h;
-		char b[65536];
-	} buf;
-	int err = 0;
 	size_t n;
+	int err;
 
 	w->nrecs = 0;
 	w->npaths = 0;
-	for (int i = 0; i < w->nrings; i++) {
-		struct perf_event_mmap_page *pg = w->rings[i].base;
-		uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE);
-		uint64_t tail = pg->data_tail;
-
-		while (tail + sizeof(buf.h) <= head) {
-			ring_copy(w, &w->rings[i], tail, &buf.h, sizeof(buf.h));
-			if (buf.h.size < sizeof(buf.h) || tail + buf.h.size > head)
-				break;
-			ring_copy(w, &w->rings[i], tail, buf.b, buf.h.size);
-			if (!err)
-				err = parse(w, &buf.h);
-			tail += buf.h.size;
-		}
-		__atomic_store_n(&pg->data_tail, tail, __ATOMIC_RELEASE);
-	}
+	w->err = 0;
+	err = perf_buffer__consume(w->pb);
 	for (size_t i = 0; i < w->nrecs; i++)
 		if (w->recs[i].type == MMAPWATCH_MMAP)
 			w->recs[i].path = w->paths + (uintptr_t)w->recs[i].path;
@@ -272,7 +229,7 @@ int mmapwatch__drain(struct mmapwatch *w, mmapwatch_cb cb, void *ctx)
 		cb(ctx, &w->recs[i]);
 	n = w->nrecs;
 	w->st.records += n;
-	return err ? err : (int)n;
+	return w->err ? w->err : err < 0 ? err : (int)n;
 }
 
 void mmapwatch__stats(const struct mmapwatch *w, struct mmapwatch_stats *ret)
