@@ -536,8 +536,8 @@ int cmd_record(int argc, char **argv)
 	/* the whole machine: processes that end before their maps are read, too */
 	if (!opts.npids && symbolizer__watch_mmaps(r.sym, &why) && errno != EPERM &&
 	    errno != EACCES)	/* no privilege: the sampler says so below */
-		log_warn("symbolizer: %s (%s): the maps of processes gone before a read are unknown",
-			 why, strerror(errno));
+		log_warn("symbolizer: %s (%s): the maps of processes gone before a read are "
+			 "unknown", why, strerror(errno));
 	if (!no_unwind) {
 		/* a command the user waits for: its tables at the user's priority */
 		struct unwinder_opts uo = { .foreground = true };
@@ -570,7 +570,7 @@ int cmd_record(int argc, char **argv)
 	while (!stop && (elapsed = mono_ns() - start_mono) < duration_ns) {
 		uint64_t left_ms = (duration_ns - elapsed) / NSEC_PER_MSEC;
 
-		symbolizer__poll(r.sym);	/* mappings first: the samples below may need them */
+		symbolizer__poll(r.sym);	/* mappings first: the samples below need them */
 		err = oncpu__poll(o, left_ms < 100 ? (int)left_ms + 1 : 100);
 		if (err < 0) {
 			log_error("ring buffer poll: %s", strerror(-err));

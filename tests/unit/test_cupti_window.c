@@ -119,7 +119,8 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 			/* a loaded machine stretches windows, and their measured cost spaces them
 			 * (2 closed in 15 s at load 8): wait */
 			cupti_usdt__stats(&st);
-			if (st.windows_closed + st.win_busy < min_windows)	/* busy: refused */
+			/* a busy CUPTI's window is refused, not closed */
+			if (st.windows_closed + st.win_busy < min_windows)
 				end += 100 * NSEC_PER_MSEC;
 		}
 	}

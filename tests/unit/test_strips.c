@@ -365,7 +365,8 @@ static bool test_strips_known_phases(void)
 	 * Each unseen phase is one of the races the agent counted (checked above); 1-4 races a
 	 * run on the dev VM, two unseen phases in one CI run: at most one phase in eight.
 	 */
-	fprintf(stderr, "  %d phases, %d checked, %d unseen, %ld races\n", n, checked, nunseen, races);
+	fprintf(stderr, "  %d phases, %d checked, %d unseen, %ld races\n", n, checked, nunseen,
+		races);
 	if (!ASSERT_TRUE(nunseen * 8 <= n, "at most one phase in eight unseen") ||
 	    !ASSERT_TRUE(checked >= 6, "phases checked") ||
 	    !ASSERT_TRUE(nexact * 5 >= nblocked * 4, "80 % of blocked phases within the margin of nominal"))

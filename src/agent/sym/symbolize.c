@@ -115,9 +115,9 @@ struct mapping {
 	uint64_t dev, ino;		/* as /proc/PID/maps shows them */
 	const char *path;		/* interned; "[anon]" for anonymous */
 	struct image *img;		/* ref held; NULL for anonymous, special or non-ELF */
-	uint64_t t_ns;			/* mapped at (mmap record), or read at (/proc), mono */
+	uint64_t t_ns;			/* mapped (mmap record) or read (/proc) at, mono */
 	bool deleted;
-	bool img_tried;			/* img looked for (a record's mapping: at its first use) */
+	bool img_tried;			/* img looked for (a record's: at its first use) */
 };
 
 struct proc {
@@ -1005,7 +1005,8 @@ static void record_apply(void *ctx, const struct mmapwatch_rec *r)
 			size_t len = strlen(r->path);
 
 			snprintf(path, sizeof(path), "%s", r->path);
-			if (len > 10 && len < sizeof(path) && !strcmp(path + len - 10, " (deleted)")) {
+			if (len > 10 && len < sizeof(path) &&
+			    !strcmp(path + len - 10, " (deleted)")) {
 				path[len - 10] = 0;
 				m.deleted = true;
 			}
