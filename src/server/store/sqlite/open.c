@@ -74,7 +74,7 @@ static const char schema[] =
 	" ('rz_locblocks', 0), ('rz_stackblocks', 0), ('rz_lsblocks', 0), ('rz_strblocks', 0);"
 	/* ...and the last block merged into a larger one (recompress.c) */
 	"INSERT OR IGNORE INTO meta VALUES ('mz_stackblocks', 0), ('mz_lsblocks', 0),"
-	" ('mz_strblocks', 0);"
+	" ('mz_strblocks', 0), ('mz2_stackblocks', 0), ('mz2_lsblocks', 0), ('mz2_strblocks', 0);"
 	"CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, node TEXT, t INTEGER);"
 	"CREATE INDEX IF NOT EXISTS batches_t ON batches(t);"
 	"CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, first_ns INTEGER, last_ns INTEGER);"

@@ -31,6 +31,8 @@
 #define RZ_BUDGET_NS	(1 * NSEC_PER_SEC)	/* recompression per maintenance cycle */
 #define MZ_RAW_BYTES	(1u << 20)		/* a merged block's entries, decompressed */
 #define MZ_ROWS		64			/* ...or this many blocks merged */
+#define MZ2_RAW_BYTES	(4u << 20)		/* merged blocks merged again, as large */
+#define MZ2_ROWS	16
 
 /* The tables whose blobs settle, and the meta key of each one's watermark (ids done). */
 static const struct rz_table {
@@ -49,11 +51,25 @@ static const struct rz_table {
 /* The tables whose blocks are merged (stack-block format), their merge and recompression
  * watermarks. */
 static const struct mz_table {
-	const char *table, *wm, *rz;
+	const char *table, *wm, *rz, *wm2;
 } mz_tables[MZ_TABLES] = {
-	{ "stackblocks", "mz_stackblocks", "rz_stackblocks" },
-	{ "lsblocks", "mz_lsblocks", "rz_lsblocks" },
-	{ "strblocks", "mz_strblocks", "rz_strblocks" },
+	{ "stackblocks", "mz_stackblocks", "rz_stackblocks", "mz2_stackblocks" },
+	{ "lsblocks", "mz_lsblocks", "rz_lsblocks", "mz2_lsblocks" },
+	{ "strblocks", "mz_strblocks", "rz_strblocks", "mz2_strblocks" },
+};
+
+/*
+ * A merge level: the blocks past watermark wm up to the block whose key is in meta key upto,
+ * merged in groups of raw bytes of entries or rows blocks. Level 1 merges a batch's blocks
+ * once recompressed (upto: the recompression's watermark); level 2 merges level 1's blocks
+ * again into groups four times as large (upto: level 1's watermark): zstd finds more of the
+ * root-side frames new stacks repeat in a larger frame (the churning hour's stack blocks
+ * 4.05 -> 3.59 MB merged in 4 MiB instead of 1 MiB), and the last, incomplete group of
+ * level 1 stays small.
+ */
+struct mz_level {
+	const char *wm, *upto;
+	size_t raw, rows;
 };
 
 struct rz_row {
@@ -239,14 +255,14 @@ static int mz_add(struct mz_group *g, struct sblock *b, int64_t key, int64_t las
 	return g->locs.oom ? -ENOMEM : 0;
 }
 
-/* Moves table t's merge watermark to key (a block that cannot be merged stays as it is). */
-static int mz_skip(struct sq *s, const struct mz_table *t, int64_t key)
+/* Moves a level's merge watermark to key (a block that cannot be merged stays as it is). */
+static int mz_skip(struct sq *s, const struct mz_level *lv, int64_t key)
 {
 	char sql[128];
 	int err;
 
 	snprintf(sql, sizeof(sql), "UPDATE meta SET value = %lld WHERE key = '%s'",
-		 (long long)key, t->wm);
+		 (long long)key, lv->wm);
 	pthread_mutex_lock(&s->wmu);
 	err = sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 	pthread_mutex_unlock(&s->wmu);
@@ -254,14 +270,14 @@ static int mz_skip(struct sq *s, const struct mz_table *t, int64_t key)
 }
 
 /*
- * One merge over table t: reads the recompressed blocks past its merge watermark on a read
- * connection until they hold MZ_RAW_BYTES of entries or are MZ_ROWS, merges and compresses
+ * One merge of level lv over table t: reads the blocks past the level's watermark on a read
+ * connection until they hold lv->raw bytes of entries or are lv->rows, merges and compresses
  * them unlocked, then replaces them in one short write transaction (none of them changed
  * meanwhile: else nothing, tried again next cycle). 1 when it merged (or stepped over a block
  * that cannot be merged), 0 when no group is complete (*tail: the blocks waiting), -errno.
  */
-static int mz_round(struct sq *s, const struct mz_table *t, void *zctx, struct buf *tmp,
-		    size_t *tail)
+static int mz_round(struct sq *s, const struct mz_table *t, const struct mz_level *lv,
+		    void *zctx, struct buf *tmp, size_t *tail)
 {
 	struct mz_group g = { .last = 0 };
 	struct sblock b = { 0 };
@@ -280,13 +296,13 @@ static int mz_round(struct sq *s, const struct mz_table *t, void *zctx, struct b
 		return -EIO;
 	snprintf(sql, sizeof(sql), "SELECT id, last, data FROM %s WHERE id > (SELECT value FROM"
 		 " meta WHERE key = '%s') AND id <= (SELECT value FROM meta WHERE key = '%s')"
-		 " ORDER BY id LIMIT %d", t->table, t->wm, t->rz, MZ_ROWS);
+		 " ORDER BY id LIMIT %zu", t->table, lv->wm, lv->upto, lv->rows);
 	if (sqlite3_prepare_v2(db, sql, -1, &sel, NULL)) {
 		sq_pool_put(s, db);
 		return -EIO;
 	}
 	c0 = thread_cpu_ns();
-	while (!err && g.raw < MZ_RAW_BYTES && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+	while (!err && g.raw < lv->raw && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
 		next = sqlite3_column_int64(sel, 0);
 		err = mz_add(&g, &b, next, sqlite3_column_int64(sel, 1),
 			     sqlite3_column_blob(sel, 2), (size_t)sqlite3_column_bytes(sel, 2));
@@ -302,17 +318,17 @@ static int mz_round(struct sq *s, const struct mz_table *t, void *zctx, struct b
 		goto out;
 	if (g.bad && !g.n) {
 		/* the first block past the watermark cannot be merged: stays, the next are tried */
-		err = mz_skip(s, t, next);
+		err = mz_skip(s, lv, next);
 		rc = err ? err : 1;
 		goto out;
 	}
-	if (!g.bad && g.raw < MZ_RAW_BYTES && g.n < MZ_ROWS) {
+	if (!g.bad && g.raw < lv->raw && g.n < lv->rows) {
 		*tail = g.n;	/* not enough yet: the group waits for more batches */
 		rc = 0;
 		goto out;
 	}
 	if (g.n == 1) {		/* large enough alone: recompressed already */
-		err = mz_skip(s, t, g.key[0]);
+		err = mz_skip(s, lv, g.key[0]);
 		rc = err ? err : 1;
 		goto out;
 	}
@@ -344,7 +360,7 @@ static int mz_round(struct sq *s, const struct mz_table *t, void *zctx, struct b
 	snprintf(sql, sizeof(sql), "INSERT INTO %s(id, last, data) VALUES (?1, ?2, ?3)", t->table);
 	if (!err && sqlite3_prepare_v2(s->w, sql, -1, &ins, NULL))
 		err = -EIO;
-	snprintf(sql, sizeof(sql), "UPDATE meta SET value = ?1 WHERE key = '%s'", t->wm);
+	snprintf(sql, sizeof(sql), "UPDATE meta SET value = ?1 WHERE key = '%s'", lv->wm);
 	if (!err && sqlite3_prepare_v2(s->w, sql, -1, &wm, NULL))
 		err = -EIO;
 	for (size_t i = 0; !err && i < g.n; i++) {
@@ -416,16 +432,20 @@ bool sq_recompress(struct sq *s)
 			break;
 		}
 	}
-	for (size_t i = 0; i < MZ_TABLES && !more && !s->stopping; i++) {
+	for (size_t i = 0; i < 2 * MZ_TABLES && !more && !s->stopping; i++) {
+		const struct mz_table *t = &mz_tables[i % MZ_TABLES];
+		const struct mz_level lv = i < MZ_TABLES ?
+			(struct mz_level){ t->wm, t->rz, MZ_RAW_BYTES, MZ_ROWS } :
+			(struct mz_level){ t->wm2, t->wm, MZ2_RAW_BYTES, MZ2_ROWS };
 		size_t tail = 0;
 		int rc;
 
-		while ((rc = mz_round(s, &mz_tables[i], zctx, &tmp, &tail)) > 0 && !s->stopping &&
+		while ((rc = mz_round(s, t, &lv, zctx, &tmp, &tail)) > 0 && !s->stopping &&
 		       mono_ns() - t0 < RZ_BUDGET_NS)
 			;
 		__atomic_store_n(&s->mz_tail[i], rc == 0 ? tail : 0, __ATOMIC_RELAXED);
 		if (rc < 0) {
-			log_warn("merge %s: %s", mz_tables[i].table,
+			log_warn("merge %s: %s", t->table,
 				 rc == -ENOMEM ? "out of memory" : "database error");
 			break;
 		}
@@ -459,16 +479,16 @@ int64_t sq_recompress_lag(struct sq *s, sqlite3 *db)
 			total += v;
 		sqlite3_finalize(st);
 	}
-	/* blocks recompressed that a complete group would merge (the last group waits) */
-	for (size_t i = 0; i < MZ_TABLES; i++) {
-		const struct mz_table *t = &mz_tables[i];
+	/* blocks of either merge level that a complete group would merge (the last group waits) */
+	for (size_t i = 0; i < 2 * MZ_TABLES; i++) {
+		const struct mz_table *t = &mz_tables[i % MZ_TABLES];
 		sqlite3_stmt *st;
 		char sql[256];
 		int64_t v = 0, tail = (int64_t)__atomic_load_n(&s->mz_tail[i], __ATOMIC_RELAXED);
 
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s WHERE id > (SELECT value FROM meta"
 			 " WHERE key = '%s') AND id <= (SELECT value FROM meta WHERE key = '%s')",
-			 t->table, t->wm, t->rz);
+			 t->table, i < MZ_TABLES ? t->wm : t->wm2, i < MZ_TABLES ? t->rz : t->wm);
 		if (sqlite3_prepare_v2(db, sql, -1, &st, NULL))
 			return -EIO;
 		if (sq_step_i64(st, &v) > 0 && v > tail)

@@ -138,7 +138,7 @@ struct sq {
 	 * per merged table the blocks of the last group, waiting for more */
 #define MZ_TABLES 3
 	uint64_t n_mz_blocks, n_mz_in, n_mz_out;
-	size_t mz_tail[MZ_TABLES];
+	size_t mz_tail[2 * MZ_TABLES];	/* by level, then table */
 
 	/* Label-set pairs unpublished by GC, freed a round later (queries match pairs after
 	 * dropping lmu); maintenance thread only. */
