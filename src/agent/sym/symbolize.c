@@ -137,6 +137,7 @@ struct proc {
 	uint64_t pm_check_ns;
 	uint64_t gone_ns;		/* exited at (mono): maps kept for late stacks, not re-read */
 	bool from_records;		/* maps from mmap records only: /proc not read yet */
+	pid_t fork_parent;		/* forked from a process not seen then: its maps on a miss */
 };
 
 struct kmodule {
@@ -970,10 +971,16 @@ static void record_apply(void *ctx, const struct mmapwatch_rec *r)
 			p->gone_ns = 0;
 		}
 		parent = proc_find(s, r->ppid);
-		if (!parent && (parent = proc_new(s, r->ppid)))
-			proc_read_maps(s, parent);	/* the parent mostly lives on (a shell) */
-		if (!parent || !parent->nmaps || (!p && !(p = proc_new(s, r->pid))))
+		if (!p && !(p = proc_new(s, r->pid)))
 			return;
+		if (!parent || !parent->nmaps) {
+			/* a parent not seen yet is read only on a miss (proc_of_parent()): a
+			 * fork-heavy node (shell scripts) would pay a maps read per fork */
+			p->fork_parent = r->ppid;
+			if (!p->nmaps)
+				p->from_records = true;
+			return;
+		}
 		if (!p->nmaps)
 			p->from_records = true;
 		for (size_t i = 0; i < parent->nmaps; i++) {	/* what it had at the fork */
@@ -1018,6 +1025,18 @@ static void record_apply(void *ctx, const struct mmapwatch_rec *r)
 			maps_insert(s, p, &m);
 		return;
 	}
+}
+
+/* The entry of p's fork parent, read from /proc now if it has none (it mostly lives on: a
+ * shell); NULL when there is none to read. No drain, no eviction: p stays valid. */
+static struct proc *proc_of_parent(struct symbolizer *s, struct proc *p)
+{
+	struct proc *parent = proc_find(s, p->fork_parent);
+
+	if (!parent && (parent = proc_new(s, p->fork_parent)) && proc_read_maps(s, parent))
+		parent->from_records = true;	/* not readable: read again on its own use */
+	p->fork_parent = parent && parent->nmaps ? p->fork_parent : 0;	/* tried once */
+	return p->fork_parent ? parent : NULL;
 }
 
 static void records_drain(struct symbolizer *s)
@@ -1208,8 +1227,8 @@ static bool reread_allowed(struct symbolizer *s, struct proc *p)
 
 int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_frame *ret)
 {
+	struct proc *p, *owner = NULL;	/* owner: the entry whose mapping m is */
 	struct mapping *m;
-	struct proc *p;
 	long i;
 	int err;
 
@@ -1235,13 +1254,17 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 	}
 	if (!m)
 		m = find_in(p->prev, p->nprev, addr);	/* a sample from before an exec */
+	if (!m && p->fork_parent && (owner = proc_of_parent(s, p)))
+		m = find_mapping(owner, addr);	/* a fork child, before its exec */
+	if (!m || !owner)
+		owner = p;
 	if (m && !m->img_tried) {	/* a mapping the records brought: its image now */
 		m->img_tried = true;
 		if (m->path == s->s_vdso && vdso_image(s)) {
 			m->img = s->vdso;
 			m->img->refs++;
 		} else if (m->path[0] == '/' && m->ino) {
-			m->img = mapping_image(s, pid, m);
+			m->img = mapping_image(s, owner->pid, m);
 		}
 	}
 	if (m) {
@@ -1256,7 +1279,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		uint64_t vaddr, start;
 
 		ret->build_id = img->build_id;
-		if (!image_load(s, img, pid, m) &&
+		if (!image_load(s, img, owner->pid, m) &&
 		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr)) {
 			if ((i = symt_find(&img->tab, vaddr)) >= 0) {
 				ret->function = display_name(s, &img->names, &img->tab, i);
