@@ -111,6 +111,12 @@ def child_work():
 
 
 def run_fork(deadline):
+    # the parent first burns a second alone, so that its unwind tables are built before its
+    # first child: the children are walked with its entry (on a loaded machine the build of
+    # libpython's tables lagged, and children sampled meanwhile were walked by frame pointers)
+    warm = min(deadline, time.monotonic() + 1.0)
+    while time.monotonic() < warm:
+        spin(1_000_000)
     while time.monotonic() < deadline:
         spin(10_000_000)
         pid = os.fork()
