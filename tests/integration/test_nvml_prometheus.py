@@ -87,8 +87,12 @@ def main():
                 if "metrics: http://127.0.0.1:" in line:
                     return int(line.rsplit(":", 1)[1].split("/")[0])
             return None
-        port = wait_until(agent_port, 20)
+        # every module's BPF programs load first: on a loaded 2-core machine that took over
+        # 20 s once (fresh-clone run 12); 60 s, as test_offcpu_live.py waits
+        port = wait_until(agent_port, 60)
         if not check(port is not None, "agent serves /metrics"):
+            agent_log.seek(0)
+            print(agent_log.read()[-3000:])
             return
         prom_port = free_port()
         with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
