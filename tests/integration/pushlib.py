@@ -97,8 +97,9 @@ class Agent:
         env = dict(os.environ, GPUSCOPE_AGENT_MODULES_OFF=modules_off)
         self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                                   env=env)
+        # BPF loads first: 16-24 s for every module on this 2-core VM at load 10-15
         m = wait_until(lambda: self.p.poll() is not None or
-                       re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 30)
+                       re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 60)
         if self.p.poll() is not None:
             raise RuntimeError("agent exited %d: %s" % (self.p.returncode, self.read_log()[-3000:]))
         self.metrics_url = m.group(1)
