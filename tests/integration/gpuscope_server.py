@@ -171,6 +171,23 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def run_test(main, server=None):
+    """Runs main(): a failed check prints "FAIL what" and exits 1. With server (the Server main
+    uses): its log printed on any failure, and it is stopped at the end."""
+    try:
+        main()
+    except Exception as e:
+        if server is not None:
+            print(server.logtext(), file=sys.stderr)
+        if isinstance(e, AssertionError):
+            print(f"FAIL {e}")
+            sys.exit(1)
+        raise
+    finally:
+        if server is not None:
+            server.stop()
+
+
 # Stores of an older schema, written by hand: the store's own byte formats, and the migration.
 # The SQLite store's current version, as src/server/store/sqlite/sqlite.h has it.
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),

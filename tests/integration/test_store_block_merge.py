@@ -12,7 +12,7 @@ import os
 import sqlite3
 import sys
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
+from gpuscope_server import Server, check, encode, now_ns, run_test, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 DAY = 86400 * 10**9
@@ -135,8 +135,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except AssertionError as e:
-        print(f"FAIL {e}")
-        sys.exit(1)
+    run_test(main)

@@ -12,7 +12,7 @@ import random
 import sqlite3
 import sys
 
-from gpuscope_server import Server, check, encode, now_ns, skip_if_unbuilt, wait
+from gpuscope_server import Server, check, encode, now_ns, run_test, skip_if_unbuilt, wait
 
 skip_if_unbuilt()
 MS = 10**6
@@ -56,48 +56,41 @@ def table(data):
     return n, size, meta
 
 
-def run():
-    s = Server(args=["--recompress-level", "0"]).start()
-    data = s.data
-    try:
-        for b in range(BATCHES):
-            code, body = s.ingest(encode(batch(b)))
-            check(code == 204, f"batch {b}: {code} {body}")
-        check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
-        check(s.metric("gpuscope_server_stacks") == BATCHES * STACKS, "every stack new")
-        before = answers(s)
-        s.stop()
-        n0, size0, _ = table(data)
-        check(n0 == BATCHES, f"a block per batch at level 0: {n0}")
+S = Server(args=["--recompress-level", "0"])
 
-        s.args = []
-        s.start()
-        check(wait(lambda: s.metric("gpuscope_server_store_recompress_lag_rows") == 0, 240),
-              f"settled: lag {s.metric('gpuscope_server_store_recompress_lag_rows')}")
-        after = answers(s)
-        for a, b in zip(before, after):
-            check(a == b, f"same answer after merging:\n{a[:300]!r}\n{b[:300]!r}")
-        s.stop()
-        n1, size1, meta = table(data)
-        print(f"stack blocks: {n0} blocks, {size0} B at level 0 -> {n1} blocks, {size1} B; {meta}")
-        check(meta.get("mz2_stackblocks", 0) > 0, f"a level-2 merge happened: {meta}")
-        check(n1 < n0 // 3 and size1 < size0, f"fewer blocks, fewer bytes: {n1}, {size0} -> {size1}")
-        s.start()
-        check(answers(s) == before, "same answers after a restart")
-        code, body = s.ingest(encode(batch(0)))	# new stacks again: numbered after the last
-        check(code == 204 and s.metric("gpuscope_server_stacks") == (BATCHES + 1) * STACKS,
-              f"a batch after the merges: {code} {s.metric('gpuscope_server_stacks')}")
-    except Exception:
-        print(s.logtext(), file=sys.stderr)
-        raise
-    finally:
-        s.stop()
+
+def run():
+    s = S.start()
+    data = s.data
+    for b in range(BATCHES):
+        code, body = s.ingest(encode(batch(b)))
+        check(code == 204, f"batch {b}: {code} {body}")
+    check(wait(lambda: s.metric("gpuscope_server_rollup_lag_chunks") == 0), "rolled up")
+    check(s.metric("gpuscope_server_stacks") == BATCHES * STACKS, "every stack new")
+    before = answers(s)
+    s.stop()
+    n0, size0, _ = table(data)
+    check(n0 == BATCHES, f"a block per batch at level 0: {n0}")
+
+    s.args = []
+    s.start()
+    check(wait(lambda: s.metric("gpuscope_server_store_recompress_lag_rows") == 0, 240),
+          f"settled: lag {s.metric('gpuscope_server_store_recompress_lag_rows')}")
+    after = answers(s)
+    for a, b in zip(before, after):
+        check(a == b, f"same answer after merging:\n{a[:300]!r}\n{b[:300]!r}")
+    s.stop()
+    n1, size1, meta = table(data)
+    print(f"stack blocks: {n0} blocks, {size0} B at level 0 -> {n1} blocks, {size1} B; {meta}")
+    check(meta.get("mz2_stackblocks", 0) > 0, f"a level-2 merge happened: {meta}")
+    check(n1 < n0 // 3 and size1 < size0, f"fewer blocks, fewer bytes: {n1}, {size0} -> {size1}")
+    s.start()
+    check(answers(s) == before, "same answers after a restart")
+    code, body = s.ingest(encode(batch(0)))	# new stacks again: numbered after the last
+    check(code == 204 and s.metric("gpuscope_server_stacks") == (BATCHES + 1) * STACKS,
+          f"a batch after the merges: {code} {s.metric('gpuscope_server_stacks')}")
     print("ok")
 
 
 if __name__ == "__main__":
-    try:
-        run()
-    except AssertionError as e:
-        print(f"FAIL {e}")
-        sys.exit(1)
+    run_test(run, S)

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pbwire
-from gpuscope_server import Server, check, encode, find, now_ns, skip_if_unbuilt
+from gpuscope_server import Server, check, encode, find, now_ns, run_test, skip_if_unbuilt
 
 skip_if_unbuilt()
 DAY = 86400 * 10**9
@@ -169,8 +169,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except AssertionError as e:
-        print(f"FAIL {e}")
-        sys.exit(1)
+    run_test(main)
