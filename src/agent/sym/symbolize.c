@@ -415,6 +415,8 @@ static const char *fde_name(struct symbolizer *s, struct image *img, const char 
 	return intern(s, buf);
 }
 
+static int open_gone_mapping(const struct mapping *m, struct stat *ret_st);
+
 /* Loads img's symbols, reopening the file through pid's mapping m. 0 or -errno. */
 static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const struct mapping *m)
 {
@@ -430,8 +432,13 @@ static int image_load(struct symbolizer *s, struct image *img, pid_t pid, const 
 		return -ENOENT;
 	fd = open_mapping(pid, m, NULL);
 	if (fd < 0 && img->build_id[0]) {
-		/* The process is gone: the host path is fine if it still has the same build-id. */
-		fd = open(m->path, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+
+		/* The process is gone: the host's file, if it still has the same build-id (by
+		 * device and inode first; overlayfs shows other ones in /proc maps than stat) */
+		fd = open_gone_mapping(m, &st);
+		if (fd < 0)
+			fd = open(m->path, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0) {
 			bool same = !elf_read_info(fd, &info) &&
 				    !strcmp(info.build_id, img->build_id);
@@ -568,25 +575,30 @@ static void file_free(struct symbolizer *s, struct file_id *f)
 }
 
 /*
- * A mapping of a process that is gone, by its path on the host: the file the process mapped
- * only when it has the same device and inode (not a container's file of that path, not a
- * binary replaced since). An fd, or -errno.
+ * A mapping of a process that is gone, by its path on the host (through /proc/1/root: the
+ * agent in a container with the host's pid namespace sees the host's files there), else in
+ * the agent's own root: the file the process mapped only when it has the same device and
+ * inode (not a container's file of that path, not a binary replaced since). An fd, or -errno.
  */
 static int open_gone_mapping(const struct mapping *m, struct stat *ret_st)
 {
-	int fd;
+	char path[PATH_MAX + 16];
 
 	if (m->deleted || !m->ino || m->path[0] != '/')
 		return -ENOENT;
-	fd = open(m->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, ret_st) || ret_st->st_ino != m->ino ||
-	    ret_st->st_dev != makedev((unsigned)(m->dev >> 32), (unsigned)m->dev)) {
+	for (int pass = 0; pass < 2; pass++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s%s", pass ? "" : "/proc/1/root", m->path);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (!fstat(fd, ret_st) && ret_st->st_ino == m->ino &&
+		    ret_st->st_dev == makedev((unsigned)(m->dev >> 32), (unsigned)m->dev))
+			return fd;
 		close(fd);
-		return -ENOENT;
 	}
-	return fd;
+	return -ENOENT;
 }
 
 /*
