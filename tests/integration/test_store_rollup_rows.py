@@ -231,8 +231,17 @@ def main():
         check(cur // HOUR * HOUR not in hours, f"no row for the open hour: {hours}")
         check(old_day // DAY * DAY in days and cur // DAY * DAY not in days,
               f"the closed day built, not the open one: {days}")
-        check(check_built(z, got) == [], "every hour and day row here saves: kept")
+        deferred = check_built(z, got)
+        sizes = {(lv, bk, k, n): len(d or b"") for lv, bk, k, n, d in got}
+        # in the first two hours of a UTC day the old hour lies in yesterday, whose day row
+        # then holds that one hour alone: it saves nothing and is deferred, as it should be
+        lone = [(2, old_hour // DAY * DAY, 0, n) for n in NODES] \
+            if old_hour // DAY != cur // DAY else []
+        check(sorted(deferred) == sorted(lone), f"every hour and day row here saves: kept "
+              f"(deferred: {deferred}, want {lone}; row bytes {sizes})")
         for lv, bk, kind, node, data in got:
+            if not data:
+                continue	# deferred (above)
             ents = decode11(unpack(z, data))
             lss = [e[0] for e in ents]
             check(lss == sorted(lss) and len(set(lss)) == len(lss) and
@@ -268,6 +277,11 @@ def main():
               and late[2][2] == 2 * 3 * 2 + 1, f"the late sample counted in its hour: {late}")
         a1["old_hour"] = late
     print("PASS rows per node; hours and days built once closed; a late sample added")
+    if lone:
+        # schema 10 had no deferred rows: its store cannot be written from this one
+        print("SKIP the schema-10 part: in the first two hours of a UTC day the old hour's day "
+              "row is deferred")
+        return
 
     # The same store as schema 10 had it: a row per label set (format 2: stack deltas, sums).
     db = sqlite3.connect(os.path.join(s.data, "gpuscope.db"))
