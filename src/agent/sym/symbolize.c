@@ -548,6 +548,16 @@ out:
 	return s->vdso;
 }
 
+/* Mapping m's image when it is the vDSO (the agent's own copy, the same code in every native
+ * process; a 32-bit process's has another size), with a new reference; else NULL. */
+static struct image *vdso_of(struct symbolizer *s, const struct mapping *m)
+{
+	if (m->path != s->s_vdso || !vdso_image(s) || m->end - m->start != s->vdso_size)
+		return NULL;
+	s->vdso->refs++;
+	return s->vdso;
+}
+
 /* ---- file identities ------------------------------------------------------------------ */
 
 static uint64_t file_hash(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t size)
@@ -790,10 +800,8 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 		}
 		m.t_ns = p->maps_read_ns;
 		m.img_tried = true;
-		if (m.path == s->s_vdso && vdso_image(s) && m.end - m.start == s->vdso_size) {
-			m.img = s->vdso;	/* a 32-bit process's vDSO has another size */
-			m.img->refs++;
-		} else if (m.path[0] == '/' && m.ino) {
+		m.img = vdso_of(s, &m);
+		if (!m.img && m.path[0] == '/' && m.ino) {
 			old = find_mapping(p, m.start);
 			if (old && old->start == m.start && old->end == m.end &&
 			    old->pgoff == m.pgoff && old->ino == m.ino && old->dev == m.dev &&
@@ -1272,12 +1280,9 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		owner = p;
 	if (m && !m->img_tried) {	/* a mapping the records brought: its image now */
 		m->img_tried = true;
-		if (m->path == s->s_vdso && vdso_image(s)) {
-			m->img = s->vdso;
-			m->img->refs++;
-		} else if (m->path[0] == '/' && m->ino) {
+		m->img = vdso_of(s, m);
+		if (!m->img && m->path[0] == '/' && m->ino)
 			m->img = mapping_image(s, owner->pid, m);
-		}
 	}
 	if (m) {
 		ret->module = m->path;
