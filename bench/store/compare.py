@@ -35,7 +35,12 @@ server gives them; before, the order the stacks came in), the names of the funct
 its last place left out (each server may list other ones of that tie at a limit's cut); the
 questions of single stacks by id are left out (but for the unknown ids
 0 and 999999999).
-Usage: compare.py [--rounded] [--stack-ids] URL URL..."""
+--no-named-addresses (with --stack-ids; a store of a server that keeps named frames without
+their addresses, `--frame-addresses unnamed`, against one that kept them): stacks by content
+without their frames' "address" (an unnamed frame's name holds its address), and pprof answers
+with named locations' addresses as 0, their samples of equal locations and labels summed and
+mappings compared by file and build id; every other answer byte for byte as before.
+Usage: compare.py [--rounded] [--stack-ids [--no-named-addresses]] URL URL..."""
 import gzip
 import json
 import os
@@ -157,6 +162,9 @@ def top_canonical(a, q):
     return json.dumps(x, sort_keys=True)
 
 
+NO_NAMED_ADDR = [False]
+
+
 def pprof_canonical(a):
     """A pprof answer (gzip'ed Profile) with its ids resolved, as a digest: the sorted hashes of
     its samples (each its locations' mapping, address and lines by name, its values, its labels
@@ -192,21 +200,35 @@ def pprof_canonical(a):
         elif n != 6:
             rest.append((n, w, v if w != 2 else bytes(v)))
     canon = {}	# location id -> hash of its content
+    noaddr = NO_NAMED_ADDR[0]
+    if noaddr:	# a mapping by file and build id (its range follows the addresses stored)
+        maps = {k: (v[3], v[4]) for k, v in maps.items()}
 
     def loc(i):
         if i not in canon:
             m, addr, lines, folded = locs[i]
-            canon[i] = hash((maps.get(m), addr, tuple((fns.get(fid), ln) for fid, ln in lines),
-                             folded))
+            named = tuple((fns.get(fid), ln) for fid, ln in lines)
+            if noaddr and any(f and f[0] not in (b"", b"[unknown]") for f, _ in named):
+                addr = 0
+            canon[i] = hash((maps.get(m), addr, named, folded))
         return canon[i]
     out = []
+    summed = {}
     for v in samples:
         e = pb_fields(v)
         labels = sorted((strs[one(pb_fields(l), 1)], strs[one(pb_fields(l), 2)],
                          one(pb_fields(l), 3), strs[one(pb_fields(l), 4)])
                         for k, _, l in e if k == 3)
-        out.append(hash((tuple(loc(i) for i in ints(e, 1)), tuple(ints(e, 2)), tuple(labels))))
-    return (sorted(out), sorted(maps.values(), key=repr), rest)
+        key = (tuple(loc(i) for i in ints(e, 1)), tuple(labels))
+        if noaddr:
+            vals = ints(e, 2)
+            old = summed.get(key)
+            summed[key] = vals if old is None else [x + y for x, y in zip(old, vals)]
+        else:
+            out.append(hash((key[0], tuple(ints(e, 2)), key[1])))
+    if noaddr:
+        out = [hash((k[0], tuple(v), k[1])) for k, v in summed.items()]
+    return (sorted(out), sorted(set(maps.values()), key=repr), rest)
 
 
 def same_rounded(q, a, b):
@@ -268,6 +290,9 @@ def stacks_by_content(url, body):
             key = (url, sid)
             if key not in STACKS:
                 STACKS[key] = jl(get(url + "/api/v1/stack/" + sid)[1])
+                if NO_NAMED_ADDR[0]:
+                    for f in STACKS[key].get("frames", []):
+                        f.pop("address", None)
             i["attrs"]["stack_id"] = STACKS[key]
     return json.dumps(a, sort_keys=True)
 
@@ -276,6 +301,7 @@ def main():
     args = sys.argv[1:]
     rounded = "--rounded" in args
     stack_ids = "--stack-ids" in args
+    NO_NAMED_ADDR[0] = "--no-named-addresses" in args
     urls = [a for a in args if not a.startswith("--")]
     if len(urls) < 2:
         sys.exit(__doc__)

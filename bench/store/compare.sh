@@ -9,7 +9,9 @@
 # against ns ones: schema 9's; STACK_IDS=1: compare.py --stack-ids, for stores that numbered
 # their stacks in another order: schema 14's against older ones; SERVER_ARGS: more options for
 # every server, e.g. "--time-resolution ns" to compare two versions that round differently at
-# µs: schema 15's off-CPU values against older ones; QUERY_TIMES=1: then query_times.py on the
+# µs: schema 15's off-CPU values against older ones; NO_NAMED_ADDR=1 (with STACK_IDS=1):
+# compare.py --no-named-addresses, for a NEW_SERVER that stores named frames without their
+# addresses against an OLD_SERVER that kept them; QUERY_TIMES=1: then query_times.py on the
 # old and the new store)
 set -eu
 cd "$(dirname "$0")/../.."
@@ -50,6 +52,6 @@ for u in "$a" "$b" "$c"; do
 	echo "$u: $(curl -s "$u/metrics" | awk '$1 == "gpuscope_server_store_bytes_per_sample" {print $2}') bytes/sample (/metrics)"
 done
 rc=0
-python3 bench/store/compare.py ${ROUNDED:+--rounded} ${STACK_IDS:+--stack-ids} "$a" "$b" "$c" || rc=$?
+python3 bench/store/compare.py ${ROUNDED:+--rounded} ${STACK_IDS:+--stack-ids} ${NO_NAMED_ADDR:+--no-named-addresses} "$a" "$b" "$c" || rc=$?
 [ -z "${QUERY_TIMES:-}" ] || python3 bench/store/query_times.py "$a" "$b"
 exit $rc

@@ -422,7 +422,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	/* A large batch goes in parts, each its own group commit: other pushes are committed
 	 * between them instead of waiting for all of it. A part already stored is a duplicate. */
 	rc = ingest_store(h->st, m, raw ? raw : r->body.p, raw ? raw_len : r->body.len,
-			  INGEST_PART_RECORDS, &parts, err, sizeof(err));
+			  INGEST_PART_RECORDS, h->o.all_addresses, &parts, err, sizeof(err));
 	if (rc == 0 && parts.duplicate_parts == parts.parts)
 		rc = 1;
 	if (rc == 0)
@@ -983,8 +983,10 @@ static int stack_cb(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 			buf_json_str(b, f[i].file);
 			buf_printf(b, ",\"line\":%u", f[i].line);
 		}
-		buf_printf(b, ",\"address\":\"0x%llx\",\"kernel\":%s,\"inlined\":%s}",
-			   (unsigned long long)f[i].address, f[i].kernel ? "true" : "false",
+		/* 0: not stored (a named frame, --frame-addresses unnamed) */
+		if (f[i].address)
+			buf_printf(b, ",\"address\":\"0x%llx\"", (unsigned long long)f[i].address);
+		buf_printf(b, ",\"kernel\":%s,\"inlined\":%s}", f[i].kernel ? "true" : "false",
 			   f[i].inlined ? "true" : "false");
 	}
 	buf_puts(b, "]}");

@@ -3,6 +3,7 @@
 #ifndef GPUSCOPE_HTTP_H
 #define GPUSCOPE_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "server/store/store.h"
@@ -17,6 +18,7 @@ struct http_opts {
 	const char *query_token;	/* the same for every other /api/ path */
 	size_t max_body;		/* bytes, compressed and decompressed */
 	uint64_t retention_ns;		/* uploads with a timestamp older than this are refused */
+	bool all_addresses;		/* store named frames' addresses too (ingest_store()) */
 	const char *tls_cert_pem;	/* PEM text of the certificate chain and its key; both */
 	const char *tls_key_pem;	/* NULL: plain HTTP. Must outlive the server. */
 	unsigned max_connections;	/* open connections in all */

@@ -25,15 +25,28 @@ static size_t records(const Gpuscope__V1__Batch *m)
 	return n;
 }
 
+/* Named frames' addresses to 0 (not stored): equal frames then share one location. */
+static void drop_named_addresses(Gpuscope__V1__Batch *m)
+{
+	for (size_t i = 0; i < m->n_locations; i++) {
+		Gpuscope__V1__Location *l = m->locations[i];
+
+		if (l->function < m->n_strings && m->strings[l->function][0])
+			l->address = 0;
+	}
+}
+
 /* Stores m (encoded as raw) whole, or its two halves in turn. */
-static int store_parts(struct store *st, const Gpuscope__V1__Batch *m, const uint8_t *raw,
-		       size_t len, size_t max_records, unsigned depth, struct ingest_result *res,
-		       char *err, size_t errlen)
+static int store_parts(struct store *st, Gpuscope__V1__Batch *m, const uint8_t *raw,
+		       size_t len, size_t max_records, bool all_addresses, unsigned depth,
+		       struct ingest_result *res, char *err, size_t errlen)
 {
 	struct batch *half[2] = { NULL, NULL };
 	int rc;
 
 	if (records(m) <= max_records || depth >= 16) {
+		if (!all_addresses)
+			drop_named_addresses(m);
 		rc = st->ops->ingest(st, m, err, errlen);
 		if (rc < 0)
 			return rc;
@@ -59,7 +72,8 @@ static int store_parts(struct store *st, const Gpuscope__V1__Batch *m, const uin
 			rc = pm ? 0 : -(errno ? errno : EINVAL);
 		}
 		if (!rc)
-			rc = store_parts(st, pm, pbuf, plen, max_records, depth + 1, res, err, errlen);
+			rc = store_parts(st, pm, pbuf, plen, max_records, all_addresses, depth + 1,
+					 res, err, errlen);
 		batch_decode_free(pm);
 		free(pbuf);
 	}
@@ -68,9 +82,10 @@ static int store_parts(struct store *st, const Gpuscope__V1__Batch *m, const uin
 	return rc;
 }
 
-int ingest_store(struct store *st, const Gpuscope__V1__Batch *m, const uint8_t *raw, size_t len,
-		 size_t max_records, struct ingest_result *res, char *err, size_t errlen)
+int ingest_store(struct store *st, Gpuscope__V1__Batch *m, const uint8_t *raw, size_t len,
+		 size_t max_records, bool all_addresses, struct ingest_result *res, char *err,
+		 size_t errlen)
 {
 	*res = (struct ingest_result){ 0 };
-	return store_parts(st, m, raw, len, max_records, 0, res, err, errlen);
+	return store_parts(st, m, raw, len, max_records, all_addresses, 0, res, err, errlen);
 }

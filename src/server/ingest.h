@@ -3,6 +3,7 @@
 #ifndef GPUSCOPE_SERVER_INGEST_H
 #define GPUSCOPE_SERVER_INGEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "server/store/store.h"
@@ -18,12 +19,13 @@ struct ingest_result {
 /*
  * Stores a decoded, validated batch m whose encoding is raw[0..len): whole when it holds at
  * most max_records records, else in halves (recursively), each committed on its own with an id
- * derived from m's. 0 when every part is stored (res says how many were duplicates), or the
+ * derived from m's. Unless all_addresses, m's named frames lose their addresses first (they are
+ * stored at function, file and line; see ingest.c). 0 when every part is stored (res says how many were duplicates), or the
  * store's -errno with a reason in err; then parts before the failing one may be stored, and a
  * retry of the same batch completes it without duplicates. Any thread.
  */
-int ingest_store(struct store *st, const struct Gpuscope__V1__Batch *m, const uint8_t *raw,
-		 size_t len, size_t max_records, struct ingest_result *res, char *err,
-		 size_t errlen);
+int ingest_store(struct store *st, struct Gpuscope__V1__Batch *m, const uint8_t *raw,
+		 size_t len, size_t max_records, bool all_addresses, struct ingest_result *res,
+		 char *err, size_t errlen);
 
 #endif

@@ -48,6 +48,10 @@ static void usage(FILE *f)
 		"  --time-resolution us|ns  resolution the SQLite store keeps sample and interval\n"
 		"                           times at (default us: times floored to microseconds,\n"
 		"                           ~3 bytes less per sample; ns as they came)\n"
+		"  --frame-addresses unnamed|all\n"
+		"                           frames whose address is stored (default unnamed: a\n"
+		"                           frame with a function name is stored at its function,\n"
+		"                           file and line, without its address; all: every one's)\n"
 		"  --ingest-token-file FILE POST /api/v1/ingest needs 'Authorization: Bearer <contents>'\n"
 		"  --query-token-file FILE  every other /api/ path needs 'Authorization: Bearer ...'\n"
 		"  --token-file FILE        the same token for both\n"
@@ -159,7 +163,7 @@ int main(int argc, char **argv)
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
 		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
-		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES,
+		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
 	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
@@ -180,6 +184,7 @@ int main(int argc, char **argv)
 		{ "max-new-label-sets-per-hour", required_argument, NULL, O_MAX_NEW_LS },
 		{ "recompress-level", required_argument, NULL, O_RECOMPRESS },
 		{ "time-resolution", required_argument, NULL, O_TIME_RES },
+		{ "frame-addresses", required_argument, NULL, O_FRAME_ADDR },
 		{ "max-new-stacks-per-hour", required_argument, NULL, O_MAX_NEW_STACKS },
 		{ "gpu-hour-price", required_argument, NULL, 'P' },
 		{ "export-queries", required_argument, NULL, 'Q' },
@@ -309,6 +314,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			so.time_unit_ns = optarg[0] == 'u' ? 1000 : 1;
+			break;
+		case O_FRAME_ADDR:
+			if (strcmp(optarg, "unnamed") && strcmp(optarg, "all")) {
+				log_error("--frame-addresses: '%s' is neither 'unnamed' nor 'all'",
+					  optarg);
+				return 2;
+			}
+			ho.all_addresses = optarg[0] == 'a';
 			break;
 		case O_MAX_NEW_LS:
 		case O_MAX_NEW_STACKS: {

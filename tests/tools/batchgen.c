@@ -5,7 +5,8 @@
  * `batchgen load` runs N simulated agents that POST realistic batches (16 CPUs at 99 Hz, a few
  * thousand distinct stacks) for bench/ingest and bench/query.
  *
- * Script lines (labels "k=v,k=v" or "-", %XX escapes in values; frames "outer;...;inner" or "-"):
+ * Script lines (labels "k=v,k=v" or "-", %XX escapes in values; frames "outer;...;inner" or "-",
+ * a frame "name@0xADDR" at that address, "@0xADDR" one without a name, "k:name" a kernel one):
  *   node NAME
  *   sample T_NS KIND VALUE LABELS FRAMES
  *   metric NAME LABELS T_NS VALUE
@@ -75,10 +76,14 @@ static size_t parse_frames(char *s, struct location *out)
 	for (char *tok = strtok(s, ";"); tok && n < MAXF; tok = strtok(NULL, ";"))
 		names[n++] = tok;
 	for (size_t i = 0; i < n; i++) {
-		const char *name = names[n - 1 - i];
+		char *name = names[n - 1 - i], *at = strchr(name, '@');
 
 		out[i] = (struct location){ .function = name, .module = "/bin/app",
 					    .address = hash64(name, strlen(name), 0) & 0xffffff };
+		if (at) {
+			*at = 0;
+			out[i].address = strtoull(at + 1, NULL, 16);
+		}
 		if (!strncmp(name, "k:", 2)) {
 			out[i].function = name + 2;
 			out[i].module = "[kernel.kallsyms]";
