@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The symbolizer's caches and lookups: per-pid executable mappings, file identities and ELF
- * images keyed by build-id (symbol tables LRU-evicted under a byte cap), perf maps and kallsyms.
+ * images keyed by build-id (symbol tables LRU-evicted under a byte cap), perf maps; the kernel's
+ * symbols in sym_kernel.c, the mmap records' mappings in sym_records.c (state: sym_state.h).
  * Not thread-safe: the agent calls it from its main loop only.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -21,6 +21,7 @@
 #include "agent/meta/procfs.h"
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
+#include "agent/sym/sym_state.h"
 #include "agent/sym/symbolize_int.h"
 #include "agent/unwind/table.h"
 #include "common/hmap.h"
@@ -28,163 +29,20 @@
 #include "common/prom.h"
 #include "common/util.h"
 
+#define PERFMAP_MAX_LINES (1u << 21)
+
 /* libstdc++'s demangler (C ABI); linked through -lstdc++. */
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
-#define PROC_BUCKETS  4096
-#define FILE_BUCKETS  8192
-#define IMAGE_BUCKETS 8192
-#define KSYM_MAX_SIZE (256u << 10)	/* longest kernel function assumed (kallsyms has no sizes) */
-#define KERNEL_REREAD_NS (60 * NSEC_PER_SEC)	/* a kallsyms read costs ~120 ms of CPU */
-/*
- * An exited process's maps are kept this long: its last stacks come after its exit event from
- * other rings (off-CPU at the exit, CUDA and CUPTI records flushed at exit, CPU samples of its
- * other threads tearing down), and /proc has nothing left to read by then. A pid reused within
- * it would be read with the old maps; reuse that fast needs the pid space to wrap in seconds.
- */
-#define GONE_KEEP_NS (10 * NSEC_PER_SEC)
-#define GONE_CAP 4096			/* exited processes waiting to be forgotten */
-#define PERFMAP_MAX_LINES (1u << 21)
-
-struct list {
-	struct list *prev, *next;
-};
-
-static void list_init(struct list *h)
-{
-	h->prev = h->next = h;
-}
-
-static void list_del(struct list *e)
-{
-	e->prev->next = e->next;
-	e->next->prev = e->prev;
-	e->prev = e->next = e;
-}
-
-static void list_add_head(struct list *h, struct list *e)
-{
-	e->next = h->next;
-	e->prev = h;
-	h->next->prev = e;
-	h->next = e;
-}
-
-static void list_move_head(struct list *h, struct list *e)
-{
-	list_del(e);
-	list_add_head(h, e);
-}
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
-
-/* One binary's contents, shared by every file and mapping with its build-id. */
-struct image {
-	struct image *hnext;
-	struct list lru;		/* in symbolizer.loaded while tab is loaded */
-	char *key;			/* build-id hex, or "file:dev:ino:mtime:size" without one */
-	uint64_t key_hash;
-	const char *build_id;		/* interned; "" if none */
-	int refs;			/* file identities + mappings */
-	struct elf_seg *segs;
-	int nsegs;
-	bool loaded, no_symbols;
-	bool pinned;			/* the vDSO: built from memory, never evicted */
-	uint64_t load_failed_ns;	/* last failed open (file gone): retried later */
-	struct symt tab;
-	/* Stripped code (no .symtab): where its functions start, from the CFI's FDEs, as
-	 * offsets from fde_base; names "module+0xSTART" where no symbol covers an address. */
-	uint32_t *fde;
-	size_t nfde;
-	uint64_t fde_base;
-	size_t bytes;
-	struct u64map names;		/* symbol index -> interned display (demangled) name */
-};
-
-/* One (dev, inode, mtime, size) seen through some process; remembers its image (or none). */
-struct file_id {
-	struct file_id *hnext;
-	struct list lru;
-	uint64_t dev, ino, size;
-	int64_t mtime_ns;
-	struct image *img;		/* ref held; NULL: not an ELF file */
-};
-
-struct mapping {
-	uint64_t start, end, pgoff;
-	uint64_t dev, ino;		/* as /proc/PID/maps shows them */
-	const char *path;		/* interned; "[anon]" for anonymous */
-	struct image *img;		/* ref held; NULL for anonymous, special or non-ELF */
-	uint64_t t_ns;			/* mapped (mmap record) or read (/proc) at, mono */
-	bool deleted;
-	bool img_tried;			/* img looked for (a record's: at its first use) */
-};
-
-struct proc {
-	struct proc *hnext;
-	struct list lru;
-	pid_t pid, nspid;		/* nspid: pid inside its own namespace, 0 until read */
-	struct mapping *maps;		/* executable mappings sorted by start */
-	size_t nmaps;
-	struct mapping *prev;		/* the image before the last exec (its late samples) */
-	size_t nprev;
-	uint64_t maps_read_ns;
-	uint64_t burst_ns;		/* start of the current run of quick re-reads */
-	uint32_t burst_reads;		/* re-reads in it */
-	struct symt pm;			/* perf map, once read */
-	bool pm_read;
-	int64_t pm_size, pm_mtime_ns;
-	uint64_t pm_check_ns;
-	uint64_t gone_ns;		/* exited at (mono): maps kept for late stacks, not re-read */
-	bool from_records;		/* maps from mmap records only: /proc not read yet */
-	pid_t fork_parent;		/* forked from a process not seen then: its maps on a miss */
-};
-
-struct kmodule {
-	const char *name;		/* interned "[kernel.kallsyms]", "[ext4]", "[bpf]" */
-	uint64_t start, limit;
-};
-
-struct symbolizer {
-	struct symbolizer_limits lim;
-	struct symbolizer_stats st;
-	struct strtab strs;		/* every string handed out; until symbolizer__free() */
-	struct proc *procs[PROC_BUCKETS];
-	struct file_id *files[FILE_BUCKETS];
-	struct image *images[IMAGE_BUCKETS];
-	struct list proc_lru, file_lru, loaded;	/* most recently used first */
-	uint32_t nprocs, nfiles;
-	struct proc *last;		/* the previous call's: a stack's frames come together */
-	uint64_t cache_bytes;
-	const char *s_anon, *s_unknown, *s_kernel, *s_perfmap, *s_empty, *s_vdso;
-	struct image *vdso;		/* our own [vdso]: the same code in every native process */
-	uint64_t vdso_size;
-	bool vdso_tried;
-	char *debug_dir;		/* NULL: no separate debug files */
-	/* kernel */
-	struct symt ksyms;		/* aux: index into kmods + 1 */
-	unsigned k_unknown_logged;	/* unknown kernel addresses logged */
-	struct kmodule *kmods;
-	size_t nkmods;
-	struct u64map knames;
-	bool k_read;
-	uint64_t k_read_ns;
-	const char *k_build_id;
-	struct { pid_t pid; uint64_t ns; } gone[GONE_CAP];	/* FIFO of exits */
-	size_t gone_head, gone_len;
-	struct mmapwatch *mw;		/* the kernel's mmap records; NULL: /proc only */
-};
-
-static const char *intern(struct symbolizer *s, const char *str)
+const char *sym_intern(struct symbolizer *s, const char *str)
 {
 	int64_t i = strtab_intern(&s->strs, str);
 
 	return i < 0 ? NULL : s->strs.strs[i];
 }
 
-/* Display name of symbol i of tab, demangled and interned, cached in *names. NULL on ENOMEM. */
-static const char *display_name(struct symbolizer *s, struct u64map *names, const struct symt *tab,
-				long i)
+const char *sym_display_name(struct symbolizer *s, struct u64map *names, const struct symt *tab,
+			     long i)
 {
 	const char *raw = symt_name(tab, i);
 	uint64_t *v = u64map_find(names, (uint64_t)i);
@@ -222,7 +80,7 @@ static void image_unload(struct symbolizer *s, struct image *img)
 	img->loaded = false;
 }
 
-static void image_put(struct symbolizer *s, struct image *img)
+void sym_image_put(struct symbolizer *s, struct image *img)
 {
 	struct image **pp;
 
@@ -261,7 +119,7 @@ static struct image *image_get(struct symbolizer *s, struct elf_info *info, cons
 	if (!img)
 		goto out_nomem;
 	img->key = strdup(key);
-	img->build_id = intern(s, info->build_id);
+	img->build_id = sym_intern(s, info->build_id);
 	if (!img->key || !img->build_id)
 		goto out_nomem;
 	img->key_hash = h;
@@ -412,7 +270,7 @@ static const char *fde_name(struct symbolizer *s, struct image *img, const char 
 	start = img->fde_base + img->fde[lo];
 	*ret_start = start;
 	snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, base ? base + 1 : module, start);
-	return intern(s, buf);
+	return sym_intern(s, buf);
 }
 
 static int open_gone_mapping(const struct mapping *m, struct stat *ret_st);
@@ -526,7 +384,7 @@ static struct image *vdso_image(struct symbolizer *s)
 		goto out;
 	}
 	img->key = strdup(key);
-	img->build_id = intern(s, info.build_id);
+	img->build_id = sym_intern(s, info.build_id);
 	if (!img->key || !img->build_id) {
 		symt_done(&img->tab);
 		free(info.segs);
@@ -579,7 +437,7 @@ static void file_free(struct symbolizer *s, struct file_id *f)
 		}
 	}
 	list_del(&f->lru);
-	image_put(s, f->img);
+	sym_image_put(s, f->img);
 	s->nfiles--;
 	free(f);
 }
@@ -685,10 +543,10 @@ static struct image *mapping_image(struct symbolizer *s, pid_t pid, const struct
 
 /* ---- processes ------------------------------------------------------------------------ */
 
-static void maps_free(struct symbolizer *s, struct mapping *maps, size_t n)
+void sym_maps_free(struct symbolizer *s, struct mapping *maps, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		image_put(s, maps[i].img);
+		sym_image_put(s, maps[i].img);
 	free(maps);
 }
 
@@ -767,12 +625,12 @@ static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
 	m->dev = l.dev;
 	m->ino = l.ino;
 	m->deleted = l.deleted;
-	m->path = *l.path ? intern(s, l.path) : s->s_anon;
+	m->path = *l.path ? sym_intern(s, l.path) : s->s_anon;
 	return m->path ? 1 : -ENOMEM;
 }
 
 /* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
-static int proc_read_maps(struct symbolizer *s, struct proc *p)
+int sym_proc_read_maps(struct symbolizer *s, struct proc *p)
 {
 	struct mapping *maps = NULL, m;
 	size_t n = 0, cap = 0, linecap = 0;
@@ -822,14 +680,14 @@ static int proc_read_maps(struct symbolizer *s, struct proc *p)
 		goto out_free;
 	}
 	err = 0;
-	maps_free(s, p->maps, p->nmaps);
+	sym_maps_free(s, p->maps, p->nmaps);
 	p->maps = maps;
 	p->nmaps = n;
 	p->from_records = false;
 	maps = NULL;
 	n = 0;
 out_free:
-	maps_free(s, maps, n);
+	sym_maps_free(s, maps, n);
 	free(line);
 	fclose(f);
 	return err;
@@ -848,14 +706,14 @@ static void proc_free(struct symbolizer *s, struct proc *p)
 	list_del(&p->lru);
 	if (s->last == p)
 		s->last = NULL;
-	maps_free(s, p->maps, p->nmaps);
-	maps_free(s, p->prev, p->nprev);
+	sym_maps_free(s, p->maps, p->nmaps);
+	sym_maps_free(s, p->prev, p->nprev);
 	symt_done(&p->pm);
 	s->nprocs--;
 	free(p);
 }
 
-static struct proc *proc_find(struct symbolizer *s, pid_t pid)
+struct proc *sym_proc_find(struct symbolizer *s, pid_t pid)
 {
 	for (struct proc *p = s->procs[(uint32_t)pid % PROC_BUCKETS]; p; p = p->hnext)
 		if (p->pid == pid)
@@ -864,7 +722,7 @@ static struct proc *proc_find(struct symbolizer *s, pid_t pid)
 }
 
 /* A new entry for pid, without maps; NULL on ENOMEM. (proc_get() evicts beyond max_pids.) */
-static struct proc *proc_new(struct symbolizer *s, pid_t pid)
+struct proc *sym_proc_new(struct symbolizer *s, pid_t pid)
 {
 	struct proc *p = calloc(1, sizeof(*p));
 
@@ -878,7 +736,6 @@ static struct proc *proc_new(struct symbolizer *s, pid_t pid)
 	return p;
 }
 
-static void records_drain(struct symbolizer *s);
 
 /*
  * Finds pid's entry, or creates it and reads its maps (*ret_err: result of that read). An
@@ -893,201 +750,28 @@ static struct proc *proc_get(struct symbolizer *s, pid_t pid, int *ret_err)
 	*ret_err = 0;
 	if (p && p->pid == pid)
 		return p;
-	p = proc_find(s, pid);
+	p = sym_proc_find(s, pid);
 	if (!p && s->mw) {
-		records_drain(s);	/* a process gone since: its maps are in the records */
-		p = proc_find(s, pid);
+		sym_records_drain(s);	/* a process gone since: its maps are in the records */
+		p = sym_proc_find(s, pid);
 	}
 	if (p) {
 		list_move_head(&s->proc_lru, &p->lru);
 		s->last = p;
-		if (p->from_records && !p->gone_ns && proc_read_maps(s, p))
+		if (p->from_records && !p->gone_ns && sym_proc_read_maps(s, p))
 			p->from_records = false;	/* gone: the records' maps stand */
 		return p;
 	}
-	p = proc_new(s, pid);
+	p = sym_proc_new(s, pid);
 	if (!p) {
 		*ret_err = -ENOMEM;
 		return NULL;
 	}
 	while (s->nprocs > s->lim.max_pids && s->proc_lru.prev != &p->lru)
 		proc_free(s, container_of(s->proc_lru.prev, struct proc, lru));
-	*ret_err = proc_read_maps(s, p);
+	*ret_err = sym_proc_read_maps(s, p);
 	s->last = p;
 	return p;
-}
-
-/* ---- mmap records (mmapwatch.h) ------------------------------------------------------- */
-
-/*
- * Drops p's mappings older than t: 0 left or more. An exec's (exec) become p->prev: a sample
- * taken in the exec call, before its point of no return, is of the old image and may be
- * resolved after the exec's record was read; the first fork of a reused pid drops them.
- */
-static size_t maps_drop_before(struct symbolizer *s, struct proc *p, uint64_t t, bool exec)
-{
-	struct mapping *old = exec ? malloc((p->nmaps ? p->nmaps : 1) * sizeof(*old)) : NULL;
-	size_t n = 0, nold = 0;
-
-	for (size_t i = 0; i < p->nmaps; i++) {
-		if (p->maps[i].t_ns >= t)
-			p->maps[n++] = p->maps[i];
-		else if (old)
-			old[nold++] = p->maps[i];
-		else
-			image_put(s, p->maps[i].img);
-	}
-	p->nmaps = n;
-	maps_free(s, p->prev, p->nprev);
-	p->prev = old;
-	p->nprev = nold;
-	return n;
-}
-
-/* Adds m to p's mappings (sorted by start), replacing those it overlaps. 0 or -ENOMEM. */
-static int maps_insert(struct symbolizer *s, struct proc *p, const struct mapping *m)
-{
-	struct mapping *nm = realloc(p->maps, (p->nmaps + 1) * sizeof(*nm));
-	size_t n = 0, at;
-
-	if (!nm)
-		return -ENOMEM;
-	p->maps = nm;
-	for (size_t i = 0; i < p->nmaps; i++) {
-		if (nm[i].start < m->end && m->start < nm[i].end)
-			image_put(s, nm[i].img);
-		else
-			nm[n++] = nm[i];
-	}
-	for (at = n; at > 0 && nm[at - 1].start > m->start; at--)
-		;
-	memmove(nm + at + 1, nm + at, (n - at) * sizeof(*nm));
-	nm[at] = *m;
-	p->nmaps = n + 1;
-	return 0;
-}
-
-static void record_apply(void *ctx, const struct mmapwatch_rec *r)
-{
-	struct symbolizer *s = ctx;
-	struct proc *p = proc_find(s, r->pid), *parent;
-	struct mapping m = { 0 };
-
-	switch (r->type) {
-	case MMAPWATCH_EXEC:
-		if (p && !maps_drop_before(s, p, r->t_ns, true))
-			p->from_records = true;
-		if (p) {
-			symt_done(&p->pm);	/* another image: its own perf map */
-			p->pm_read = false;
-			p->pm_check_ns = 0;
-		}
-		return;
-	case MMAPWATCH_FORK:
-		/* a new process: an entry under its pid is an older process's */
-		if (p) {
-			if (!maps_drop_before(s, p, r->t_ns, false))
-				p->from_records = true;
-			p->gone_ns = 0;
-		}
-		parent = proc_find(s, r->ppid);
-		if (!p && !(p = proc_new(s, r->pid)))
-			return;
-		if (!parent || !parent->nmaps) {
-			/* a parent not seen yet is read only on a miss (proc_of_parent()): a
-			 * fork-heavy node (shell scripts) would pay a maps read per fork */
-			p->fork_parent = r->ppid;
-			if (!p->nmaps)
-				p->from_records = true;
-			return;
-		}
-		if (!p->nmaps)
-			p->from_records = true;
-		for (size_t i = 0; i < parent->nmaps; i++) {	/* what it had at the fork */
-			m = parent->maps[i];
-			if (maps_insert(s, p, &m))
-				return;
-			if (m.img)
-				m.img->refs++;
-		}
-		return;
-	case MMAPWATCH_MMAP:
-		if (!r->len || r->start + r->len < r->start)
-			return;
-		if (!p) {
-			if (!(p = proc_new(s, r->pid)))
-				return;
-			p->from_records = true;
-		} else if (p->gone_ns) {
-			return;
-		}
-		m.start = r->start;
-		m.end = r->start + r->len;
-		m.pgoff = r->pgoff;
-		m.dev = r->dev;
-		m.ino = r->ino;
-		m.t_ns = r->t_ns;
-		if (r->path[0] == '/' && r->path[1] != '/') {
-			char path[PATH_MAX];
-			size_t len = strlen(r->path);
-
-			snprintf(path, sizeof(path), "%s", r->path);
-			if (len > 10 && len < sizeof(path) &&
-			    !strcmp(path + len - 10, " (deleted)")) {
-				path[len - 10] = 0;
-				m.deleted = true;
-			}
-			m.path = intern(s, path);
-		} else {
-			m.path = !strcmp(r->path, "[vdso]") ? s->s_vdso : s->s_anon;
-		}
-		if (m.path)
-			maps_insert(s, p, &m);
-		return;
-	}
-}
-
-/* The entry of p's fork parent, read from /proc now if it has none (it mostly lives on: a
- * shell); NULL when there is none to read. No drain, no eviction: p stays valid. */
-static struct proc *proc_of_parent(struct symbolizer *s, struct proc *p)
-{
-	struct proc *parent = proc_find(s, p->fork_parent);
-
-	if (!parent && (parent = proc_new(s, p->fork_parent)) && proc_read_maps(s, parent))
-		parent->from_records = true;	/* not readable: read again on its own use */
-	p->fork_parent = parent && parent->nmaps ? p->fork_parent : 0;	/* tried once */
-	return p->fork_parent ? parent : NULL;
-}
-
-static void records_drain(struct symbolizer *s)
-{
-	if (s->mw)
-		mmapwatch__drain(s->mw, record_apply, s);
-}
-
-int symbolizer__watch_mmaps(struct symbolizer *s, const char **ret_why)
-{
-	if (!s)
-		return -EINVAL;
-	if (s->mw)
-		return 0;
-	s->mw = mmapwatch__new(ret_why);
-	return s->mw ? 0 : -errno;
-}
-
-void symbolizer__poll(struct symbolizer *s)
-{
-	if (s)
-		records_drain(s);
-}
-
-void symbolizer__mmap_stats(const struct symbolizer *s, uint64_t *ret_records, uint64_t *ret_lost)
-{
-	struct mmapwatch_stats st;
-
-	mmapwatch__stats(s ? s->mw : NULL, &st);
-	*ret_records = st.records;
-	*ret_lost = st.lost;
 }
 
 /* ---- perf maps ------------------------------------------------------------------------ */
@@ -1192,7 +876,7 @@ static void gone_sweep(struct symbolizer *s, uint64_t now, bool full)
 		full = false;
 		s->gone_head = (s->gone_head + 1) % GONE_CAP;
 		s->gone_len--;
-		p = proc_find(s, pid);
+		p = sym_proc_find(s, pid);
 		if (p && p->gone_ns == ns)	/* not read again for a new process since */
 			proc_free(s, p);
 	}
@@ -1206,16 +890,16 @@ void symbolizer__pid_gone(struct symbolizer *s, pid_t pid, bool exec, uint64_t t
 	if (!s)
 		return;
 	gone_sweep(s, now, s->gone_len == GONE_CAP);
-	if (!(p = proc_find(s, pid)))
+	if (!(p = sym_proc_find(s, pid)))
 		return;
 	if (exec && s->mw) {
 		/* the records' own exec comes before the new image's first mappings, which this
 		 * event (at the end of the exec) follows: the records decide */
-		records_drain(s);
+		sym_records_drain(s);
 		return;
 	}
 	if (exec) {	/* another image: its maps from then on */
-		if (!maps_drop_before(s, p, t_ns ? t_ns : now, false))
+		if (!sym_maps_drop_before(s, p, t_ns ? t_ns : now, false))
 			proc_free(s, p);
 		return;
 	}
@@ -1265,16 +949,16 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 	}
 	m = find_mapping(p, addr);
 	if (!m && s->mw) {
-		records_drain(s);	/* mapped since the last drain */
+		sym_records_drain(s);	/* mapped since the last drain */
 		m = find_mapping(p, addr);
 	}
 	if (!m && !p->gone_ns && reread_allowed(s, p)) {
-		proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
+		sym_proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
 		m = find_mapping(p, addr);
 	}
 	if (!m)
 		m = find_in(p->prev, p->nprev, addr);	/* a sample from before an exec */
-	if (!m && p->fork_parent && (owner = proc_of_parent(s, p)))
+	if (!m && p->fork_parent && (owner = sym_proc_of_parent(s, p)))
 		m = find_mapping(owner, addr);	/* a fork child, before its exec */
 	if (!m || !owner)
 		owner = p;
@@ -1299,7 +983,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		if (!image_load(s, img, owner->pid, m) &&
 		    elf_off_to_vaddr(img->segs, img->nsegs, ret->file_offset, &vaddr)) {
 			if ((i = symt_find(&img->tab, vaddr)) >= 0) {
-				ret->function = display_name(s, &img->names, &img->tab, i);
+				ret->function = sym_display_name(s, &img->names, &img->tab, i);
 				ret->sym_offset = vaddr - img->tab.e[i].addr;
 			} else if ((ret->function = fde_name(s, img, m->path, vaddr, &start))) {
 				ret->sym_offset = vaddr - start;
@@ -1310,7 +994,7 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 				list_move_head(&s->loaded, &img->lru);
 		}
 	} else if ((i = perfmap_lookup(s, p, addr)) >= 0) {
-		ret->function = intern(s, symt_name(&p->pm, i));
+		ret->function = sym_intern(s, symt_name(&p->pm, i));
 		ret->sym_offset = addr - p->pm.e[i].addr;
 		ret->module = s->s_perfmap;
 		if (!m) {
@@ -1325,194 +1009,6 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		return -ENOENT;
 	}
 	s->st.resolved += !ret->unnamed;
-	return 0;
-}
-
-/* ---- kernel --------------------------------------------------------------------------- */
-
-/* The running kernel's build-id from /sys/kernel/notes (raw ELF notes); "" if none. */
-static const char *kernel_build_id(struct symbolizer *s)
-{
-	static const char digits[] = "0123456789abcdef";
-	unsigned char buf[4096];
-	char hex[2 * 64 + 1] = "";
-	size_t off = 0, n;
-	FILE *f = fopen("/sys/kernel/notes", "re");
-
-	if (!f)
-		return s->s_empty;
-	n = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	while (off + 12 <= n) {
-		uint32_t namesz, descsz, type;
-		size_t name_off = off + 12, desc_off;
-
-		memcpy(&namesz, buf + off, 4);
-		memcpy(&descsz, buf + off + 4, 4);
-		memcpy(&type, buf + off + 8, 4);
-		desc_off = name_off + ((namesz + 3) & ~3u);
-		if (desc_off + descsz > n)
-			break;
-		if (type == 3 && namesz == 4 && !memcmp(buf + name_off, "GNU", 4) && descsz <= 64) {
-			for (uint32_t i = 0; i < descsz; i++) {
-				hex[2 * i] = digits[buf[desc_off + i] >> 4];
-				hex[2 * i + 1] = digits[buf[desc_off + i] & 15];
-			}
-			hex[2 * descsz] = 0;
-			break;
-		}
-		off = desc_off + ((descsz + 3) & ~3u);
-	}
-	return intern(s, hex) ?: s->s_empty;
-}
-
-static int kmod_index(struct symbolizer *s, struct kmodule **mods, size_t *n, size_t *cap,
-		      const char *name)
-{
-	const char *iname = intern(s, name);
-
-	if (!iname)
-		return -ENOMEM;
-	for (size_t i = *n; i > 0; i--)	/* symbols of one module are contiguous: likely the last */
-		if ((*mods)[i - 1].name == iname)
-			return (int)i - 1;
-	if (array_reserve(mods, cap, *n + 1, sizeof(**mods), 16))
-		return -ENOMEM;
-	(*mods)[*n] = (struct kmodule){ .name = iname, .start = UINT64_MAX, .limit = 0 };
-	return (int)(*n)++;
-}
-
-/* Reads /proc/kallsyms (text symbols only). 0, -EPERM (addresses hidden), -errno. */
-static int kallsyms_read(struct symbolizer *s)
-{
-	struct kmodule *mods = NULL;
-	size_t nmods = 0, modcap = 0, cap = 0;
-	struct symt t = { 0 };
-	char *line = NULL;
-	bool any_addr = false;
-	int err = 0, core;
-	FILE *f;
-
-	s->k_read_ns = mono_ns();
-	f = fopen("/proc/kallsyms", "re");
-	if (!f)
-		return -errno;
-	core = kmod_index(s, &mods, &nmods, &modcap, "[kernel.kallsyms]");
-	if (core < 0) {
-		err = core;
-		goto out_free;
-	}
-	while (getline(&line, &cap, f) > 0) {
-		char *p, *name, *mod;
-		uint64_t addr = strtoull(line, &p, 16);
-		char type;
-		int mi = core;
-
-		if (*p != ' ' || !p[1] || p[2] != ' ')
-			continue;
-		type = (char)tolower((unsigned char)p[1]);
-		if (type != 't' && type != 'w')
-			continue;
-		name = p + 3;
-		name[strcspn(name, "\t\n")] = 0;
-		mod = name + strlen(name) + 1;
-		if (addr)
-			any_addr = true;
-		if (*mod == '[') {
-			mod[strcspn(mod, "]\n") + 1] = 0;
-			mi = kmod_index(s, &mods, &nmods, &modcap, mod);
-			if (mi < 0) {
-				err = mi;
-				goto out_free;
-			}
-		}
-		if (addr < mods[mi].start)
-			mods[mi].start = addr;
-		if (addr + 1 > mods[mi].limit)
-			mods[mi].limit = addr + 1;
-		err = symt_add(&t, addr, 0, name, strlen(name), 0, (uint32_t)mi + 1);
-		if (err)
-			goto out_free;
-	}
-	if (!any_addr) {
-		err = -EPERM;
-		goto out_free;
-	}
-	/* No sizes in kallsyms: each symbol reaches to the next (bpf_check() alone is 12 KiB:
-	 * a 4 KiB cap left the tails of large functions unknown), at most KSYM_MAX_SIZE. */
-	err = symt_finish(&t, KSYM_MAX_SIZE);
-	if (err)
-		goto out_free;
-	for (size_t i = 0; i < nmods; i++)
-		mods[i].limit += 4095;
-	symt_done(&s->ksyms);
-	u64map_done(&s->knames);
-	memset(&s->knames, 0, sizeof(s->knames));
-	free(s->kmods);
-	s->ksyms = t;
-	s->kmods = mods;
-	s->nkmods = nmods;
-	t = (struct symt){ 0 };
-	mods = NULL;
-out_free:
-	symt_done(&t);
-	free(mods);
-	free(line);
-	fclose(f);
-	return err;
-}
-
-int symbolizer__kernel(struct symbolizer *s, uint64_t addr, struct sym_frame *ret)
-{
-	long i;
-
-	if (!s || !ret)
-		return -EINVAL;
-	memset(ret, 0, sizeof(*ret));
-	ret->kernel = true;
-	ret->module = s->s_kernel;
-	ret->file_offset = addr;
-	if (!s->k_build_id)
-		s->k_build_id = kernel_build_id(s);
-	ret->build_id = s->k_build_id;
-	if (!s->k_read) {
-		int err = kallsyms_read(s);
-
-		s->k_read = true;
-		if (err)
-			log_warn("symbolizer: reading /proc/kallsyms: %s; kernel frames stay "
-				 "unresolved", strerror(-err));
-	}
-	i = symt_find(&s->ksyms, addr);
-	if (i < 0 && mono_ns() - s->k_read_ns >= KERNEL_REREAD_NS && !kallsyms_read(s))
-		i = symt_find(&s->ksyms, addr);	/* new modules or BPF programs */
-	if (i < 0) {
-		s->st.unknown++;
-		if (s->k_unknown_logged < 8) {	/* what the kernel's unknown frames are */
-			s->k_unknown_logged++;
-			log_info("symbolizer: kernel address 0x%" PRIx64 " is in no text symbol of "
-				 "/proc/kallsyms (%zu symbols, first 0x%" PRIx64 "); shown as "
-				 "[unknown] [kernel.kallsyms] (first 8 logged)", addr,
-				 s->ksyms.n, s->ksyms.n ? s->ksyms.e[0].addr : 0);
-		}
-		return -ENOENT;
-	}
-	{
-		const struct kmodule *km = &s->kmods[s->ksyms.aux[i] - 1];
-
-		ret->module = km->name;
-		ret->map_start = km->start;
-		ret->map_limit = km->limit;
-		if (km->name != s->s_kernel)
-			ret->build_id = s->s_empty;
-	}
-	ret->function = display_name(s, &s->knames, &s->ksyms, i);
-	if (!ret->function) {
-		s->st.unknown++;
-		return -ENOENT;
-	}
-	ret->sym_offset = addr - s->ksyms.e[i].addr;
-	s->st.resolved++;
 	return 0;
 }
 
@@ -1538,12 +1034,12 @@ struct symbolizer *symbolizer__new(void)
 	list_init(&s->proc_lru);
 	list_init(&s->file_lru);
 	list_init(&s->loaded);
-	s->s_anon = intern(s, "[anon]");
-	s->s_unknown = intern(s, "[unknown]");
-	s->s_kernel = intern(s, "[kernel.kallsyms]");
-	s->s_perfmap = intern(s, "[perf-map]");
-	s->s_empty = intern(s, "");
-	s->s_vdso = intern(s, "[vdso]");
+	s->s_anon = sym_intern(s, "[anon]");
+	s->s_unknown = sym_intern(s, "[unknown]");
+	s->s_kernel = sym_intern(s, "[kernel.kallsyms]");
+	s->s_perfmap = sym_intern(s, "[perf-map]");
+	s->s_empty = sym_intern(s, "");
+	s->s_vdso = sym_intern(s, "[vdso]");
 	s->debug_dir = strdup("/usr/lib/debug");
 	if (!s->s_anon || !s->s_unknown || !s->s_kernel || !s->s_perfmap || !s->s_empty ||
 	    !s->s_vdso || !s->debug_dir) {
@@ -1563,7 +1059,7 @@ void symbolizer__free(struct symbolizer *s)
 		proc_free(s, container_of(s->proc_lru.next, struct proc, lru));
 	while (s->file_lru.next != &s->file_lru)
 		file_free(s, container_of(s->file_lru.next, struct file_id, lru));
-	image_put(s, s->vdso);
+	sym_image_put(s, s->vdso);
 	/* Every other image is referenced by a file or a mapping, so none is left here. */
 	symt_done(&s->ksyms);
 	u64map_done(&s->knames);
