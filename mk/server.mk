@@ -12,7 +12,8 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 	       -D_GNU_SOURCE -Isrc -I$(OUT) -I$(OUT)/proto
 FUZZ_BINS   := $(OUT)/fuzz/fuzz_batch $(OUT)/fuzz/fuzz_selector $(OUT)/fuzz/fuzz_chunk
 all: $(FUZZ_BINS)
-$(OUT)/fuzz/fuzz_batch: tests/fuzz/fuzz_batch.c src/common/batch.c src/common/hmap.c src/common/util.c \
+$(OUT)/fuzz/fuzz_batch: tests/fuzz/fuzz_batch.c src/common/batch.c src/common/batch_decode.c \
+			src/common/hmap.c src/common/util.c \
 			src/common/log.c $(OUT)/proto/gpuscope/v1/batch.pb-c.c $(PROTO_H)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lprotobuf-c -lpthread -lm
