@@ -25,7 +25,16 @@ static size_t records(const Gpuscope__V1__Batch *m)
 	return n;
 }
 
-/* Named frames' addresses to 0 (not stored): equal frames then share one location. */
+/*
+ * A frame with a function name is stored at its function, file and line, without its address
+ * (unless --frame-addresses all): the address is where a sample or call returned inside the
+ * function, which no answer but pprof's address field shows (flame graphs, top and diffs name a
+ * frame by its function), yet it made a new location, and a new stack, of every instruction a
+ * sample landed on. On the recorded compile-loop hour addresses made 6 of every 7 locations and
+ * almost half the stacks: 343 556 -> 47 563 and 370 217 -> 196 572 without them, the store
+ * 10.89 -> 7.98 B/sample (bench/README.md). A frame without a name keeps its address: that is
+ * all there is to know of it. Equal frames then share one location.
+ */
 static void drop_named_addresses(Gpuscope__V1__Batch *m)
 {
 	for (size_t i = 0; i < m->n_locations; i++) {
