@@ -45,9 +45,20 @@ static inline void buf_uvarint(struct buf *b, uint64_t v)
 	buf_put(b, tmp, n);
 }
 
+/* Signed to unsigned so that small magnitudes stay small (protobuf's sint64), and back. */
+static inline uint64_t zigzag(int64_t v)
+{
+	return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+static inline int64_t unzigzag(uint64_t v)
+{
+	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
+
 static inline void buf_svarint(struct buf *b, int64_t v)
 {
-	buf_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+	buf_uvarint(b, zigzag(v));
 }
 
 /* Reader over a byte range; `bad` is set on overrun and reads return 0 from then on. */
@@ -77,9 +88,7 @@ static inline uint64_t rd_uvarint(struct rd *r)
 
 static inline int64_t rd_svarint(struct rd *r)
 {
-	uint64_t v = rd_uvarint(r);
-
-	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+	return unzigzag(rd_uvarint(r));
 }
 
 /* zstd-compresses in into *out (malloc'ed). 0 or -errno. */

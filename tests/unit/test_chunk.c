@@ -310,6 +310,86 @@ static bool test_chunk_samples_v2(void)
 	return ok;
 }
 
+/*
+ * Stack literals (flag 32, schema 16): new stacks numbered as the chunk lists them cost a 0
+ * each, an old one among them one jump; ids 2^63 apart are written without the flag; a chunk
+ * of schema 15 (literals as differences) still decodes; a literal past the largest id is refused.
+ */
+static bool test_chunk_literals(void)
+{
+	struct srow r[64];
+	struct chunk c = { 0 };
+	struct buf b = { 0 }, raw = { 0 };
+	uint8_t *z = NULL;
+	size_t zlen = 0, n = 0;
+	uint64_t next = 1000;
+	bool ok = true;
+
+	for (size_t i = 0; i < 64; i++)	/* one label set, all literals (distinct stacks) */
+		r[n++] = (struct srow){ .t = 100 + i, .stack = i % 5 == 4 ? 3 + i : next++,
+					.value = 1, .labelset = 1 };
+	for (int round = 0; ok && round < 2; round++) {
+		struct rd rd;
+
+		if (round)	/* 2^63 apart: no 1 + zigzag code for the jump */
+			r[10].stack = r[9].stack + (1ull << 63);
+		raw.len = 0;
+		ok = ASSERT_EQ(chunk_samples_encode(r, n, 0, 0, &z, &zlen), 0, "encode") &&
+		     ASSERT_EQ(blob_unpack(z, zlen, 1 << 20, &raw), 0, "unpack") &&
+		     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 100), 0, "decode") &&
+		     ASSERT_EQ(c.n, n, "n");
+		rd = (struct rd){ raw.p, raw.p + raw.len, false };
+		rd_uvarint(&rd);	/* 0, format 2, n, flags */
+		rd_uvarint(&rd);
+		rd_uvarint(&rd);
+		ok = ok && ASSERT_EQ(!!(rd_uvarint(&rd) & 32), !round, "flag 32 unless 2^63 apart");
+		for (size_t i = 0; ok && i < n; i++)
+			ok = ASSERT_EQ(c.stack[i], r[i].stack, "stack");
+		free(z);
+		z = NULL;
+	}
+	/* schema 15's: literals 10 and 7 as differences, then the second again from the list */
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 3);	/* n */
+	buf_uvarint(&b, 1);	/* every value 1 */
+	buf_uvarint(&b, 0);	/* no period */
+	buf_uvarint(&b, 0);	/* first time */
+	buf_uvarint(&b, 5);	/* the next two: d */
+	buf_uvarint(&b, 5);
+	buf_uvarint(&b, 0);	/* stack codes */
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 1);
+	buf_svarint(&b, 10);	/* literals */
+	buf_svarint(&b, -3);
+	ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 100), 0, "decode schema 15's") &&
+	     ASSERT_EQ(c.stack[0], 10, "10") && ASSERT_EQ(c.stack[1], 7, "7") &&
+	     ASSERT_EQ(c.stack[2], 7, "7 again") && ASSERT_EQ(c.t[2], 110, "t");
+	free(z);
+	z = NULL;
+	/* flag 32: the largest literal 2^64 - 1 (0 less 1), then "the next new": refused */
+	b.len = 0;
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 2);
+	buf_uvarint(&b, 1 | 32);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 5);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 0);
+	buf_uvarint(&b, 1 + zigzag(-1));
+	buf_uvarint(&b, 0);
+	ok = ok && ASSERT_EQ(zblob_pack(b.p, b.len, 1, &z, &zlen), 0, "pack") &&
+	     ASSERT_EQ(chunk_samples_decode(&c, z, zlen, 100), -EINVAL, "past the largest id");
+	free(z);
+	buf_done(&b);
+	buf_done(&raw);
+	chunk_done(&c);
+	return ok;
+}
+
 /* A format-1 chunk (schema 2 stores) still decodes: time order, label sets per sample. */
 static bool test_chunk_samples_v1(void)
 {
@@ -819,7 +899,7 @@ static bool test_chunk_loc_block_format3(void)
 
 TEST_MAIN(T(test_chunk_loc_block_format3), T(test_chunk_stack_locs), T(test_chunk_samples), T(test_chunk_samples_bound), T(test_chunk_points),
 	  T(test_chunk_rollup), T(test_chunk_samples_mixed), T(test_chunk_samples_v2),
-	  T(test_chunk_samples_v1), T(test_chunk_intervals), T(test_chunk_intervals_summary),
+	  T(test_chunk_samples_v1), T(test_chunk_literals), T(test_chunk_intervals), T(test_chunk_intervals_summary),
 	  T(test_chunk_format3), T(test_chunk_values_in_units), T(test_chunk_intervals_format3_read),
 	  T(test_chunk_intervals_ties), T(test_chunk_intervals_edges),
 	  T(test_chunk_intervals_corrupt))

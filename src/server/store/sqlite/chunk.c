@@ -209,6 +209,46 @@ static size_t mtf_code(uint64_t *v, size_t *n, uint64_t s)
 	return k + 1;
 }
 
+/*
+ * Sample chunk literals (flag 32, schema 16): a batch numbers its new stacks in the order its
+ * chunks list them, so a literal is mostly the largest so far plus one (a new stack), coded 0;
+ * any other (a stack met before) as 1 + the zigzagged difference to the last such literal. Two
+ * states, so that an old stack among new ones costs one jump, not a jump there and one back:
+ * on the churning hour's store the stack columns 1.82 -> 1.50 B per CPU sample (zstd 19).
+ */
+#define LIT_NEXT_NEW 32u
+
+static void lit_put(struct buf *b, uint64_t stack, uint64_t *max, uint64_t *prev)
+{
+	if (stack == *max + 1) {
+		buf_uvarint(b, 0);
+		*max = stack;
+		return;
+	}
+	buf_uvarint(b, 1 + zigzag((int64_t)(stack - *prev)));
+	*prev = stack;
+	if (stack > *max)
+		*max = stack;
+}
+
+/* The next literal lit_put() wrote; false where it cannot be one (the largest id overflows). */
+static bool lit_get(struct rd *r, uint64_t *stack, uint64_t *max, uint64_t *prev)
+{
+	uint64_t code = rd_uvarint(r);
+
+	if (!code) {
+		if (*max == UINT64_MAX)
+			return false;
+		*stack = ++*max;
+		return true;
+	}
+	*stack = *prev + (uint64_t)unzigzag(code - 1);
+	*prev = *stack;
+	if (*stack > *max)
+		*max = *stack;
+	return true;
+}
+
 /* The whole periods in d (rounded to the nearest). */
 static uint64_t periods(uint64_t d, uint64_t p)
 {
@@ -325,10 +365,12 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 	struct buf b = { 0 }, ties = { 0 }, col[7] = { 0 };	/* col: first t, periods,
 		* remainders, mtf, literals, values, values as gaps */
 	struct sorder *o = malloc(n * sizeof(*o));
-	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0, u = unit_ns > 1 ? unit_ns : 1;
+	uint64_t t_min = UINT64_MAX, mtf[MTF_MAX], prev_lit = 0, lit_max = 0;
+	uint64_t u = unit_ns > 1 ? unit_ns : 1, smin = UINT64_MAX, smax = 0;
 	uint64_t period = period_ns / u;	/* in units: format 3's times are t / u */
 	size_t ngroups = 0, nmtf = 0;
 	bool all_one = true, gaps, vunit = u > 1;	/* vunit: every value a whole number of u */
+	bool next_new;				/* literals coded by lit_put() */
 
 	/* Decoders give format 2's samples back in time order, ties by label set, and then put
 	 * right the ties that came in another order (ties_put()); r out of time order: format 1 */
@@ -345,8 +387,12 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		all_one &= r[i].value == 1;
 		vunit &= r[i].value % (int64_t)u == 0;
 		t_min = r[i].t < t_min ? r[i].t : t_min;
+		smin = r[i].stack < smin ? r[i].stack : smin;
+		smax = r[i].stack > smax ? r[i].stack : smax;
 	}
 	vunit &= !all_one;
+	/* two literals 2^63 apart have no 1 + zigzag code: then the literals as before */
+	next_new = smax - smin < (1ull << 63);
 	qsort(o, n, sizeof(*o), cmp_sorder);
 	for (size_t i = 0; i < n; i++) {
 		const struct srow *x = o[i].r;
@@ -369,7 +415,9 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		buf_svarint(&col[5], v);
 		k = mtf_code(mtf, &nmtf, x->stack);
 		buf_uvarint(&col[3], k);
-		if (!k) {
+		if (!k && next_new) {
+			lit_put(&col[4], x->stack, &lit_max, &prev_lit);
+		} else if (!k) {
 			buf_svarint(&col[4], (int64_t)(x->stack - prev_lit));
 			prev_lit = x->stack;
 		}
@@ -383,7 +431,7 @@ int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uin
 		buf_uvarint(&b, u);
 	buf_uvarint(&b, n);
 	buf_uvarint(&b, (all_one ? 1u : 0u) | (ngroups > 1 ? 2u : 0u) | (gaps ? 4u : 0u) |
-			(ties.len ? 8u : 0u) | (vunit ? 16u : 0u));
+			(ties.len ? 8u : 0u) | (vunit ? 16u : 0u) | (next_new ? LIT_NEXT_NEW : 0u));
 	buf_uvarint(&b, period);
 	if (ngroups > 1) {
 		uint64_t prev = 0;
@@ -563,7 +611,7 @@ static int ties_apply(struct chunk *c, struct rd *r)
 static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint64_t u,
 			     bool planes)
 {
-	uint64_t flags, period, ngroups = 1, ls = 0, mtf[MTF_MAX], lit = 0;
+	uint64_t flags, period, ngroups = 1, ls = 0, mtf[MTF_MAX], lit = 0, lit_max = 0;
 	size_t nmtf = 0, nlit = 0;
 	struct pcol pc = { 0 };
 	struct rd lr;
@@ -578,7 +626,8 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint
 	if (c->mixed)
 		ngroups = rd_uvarint(r);
 	if (r->bad || !c->n || c->n > c->raw.len || c->n > CHUNK_MAX ||
-	    flags > (planes ? 31u : 15u) || !ngroups || ngroups > c->n ||
+	    (flags & ~(planes ? 31u | LIT_NEXT_NEW : 15u | LIT_NEXT_NEW)) || !ngroups ||
+	    ngroups > c->n ||
 	    (c->mixed && ngroups < 2) || (c->all_one && (flags & 20)) ||
 	    ((flags & 8) && !c->mixed))
 		return -EINVAL;
@@ -631,7 +680,10 @@ static int samples_decode_v2(struct chunk *c, struct rd *r, uint64_t t_min, uint
 
 		if (FIRST(i))
 			nmtf = 0;
-		if (!k) {
+		if (!k && (flags & LIT_NEXT_NEW)) {
+			if (!lit_get(&lr, &c->stack[i], &lit_max, &lit))
+				return -EINVAL;
+		} else if (!k) {
 			lit += (uint64_t)rd_svarint(&lr);
 			c->stack[i] = lit;
 		} else if (k > nmtf) {

@@ -69,8 +69,11 @@ struct prow {
  * largest zigzagged value needs, 0-8), then w planes of one byte per value, lowest first.
  * Flag 16 (schema 9; written when every value is a whole number of units and not all are 1:
  * off-CPU values, which ingest rounds to the unit): the values in units too, v / u, decoded as
- * v u (as gaps, d less v / u in units). unit_ns 0 or 1: format 2, times as they are. *ret
- * malloc'ed (caller frees). 0/-errno.
+ * v u (as gaps, d less v / u in units). Flag 32 (schema 16; formats 2 and 3, written unless
+ * two stack ids lie 2^63 or more apart): each literal (uvarint) 0 for the largest literal so
+ * far plus one (a batch's new stacks are numbered as its chunks list them), else 1 + the
+ * zigzagged difference to the last literal not so coded. unit_ns 0 or 1: format 2, times as
+ * they are. *ret malloc'ed (caller frees). 0/-errno.
  */
 int chunk_samples_encode(const struct srow *r, size_t n, uint64_t period_ns, uint64_t unit_ns,
 			 uint8_t **ret, size_t *ret_len);

@@ -287,8 +287,10 @@ int sq_migrate_v10_locnames(struct sq *s, char *err, size_t errlen);
  * location names through a store-wide string dictionary (strblocks; location blocks of format
  * 2); older location blocks are read as they are. 13: interval chunks of format 4 (chunk.h:
  * a tie group's order instead of its seqs); a schema-12 store is only marked, its chunks read
- * as they are (a schema-12 server refuses the store rather than fail on the new chunks). */
-#define SQ_SCHEMA_VERSION 15
+ * as they are (a schema-12 server refuses the store rather than fail on the new chunks). 16:
+ * sample chunks' stack literals coded against the next new stack (chunk.h flag 32); a
+ * schema-15 store is only marked, so that a schema-15 server refuses it. */
+#define SQ_SCHEMA_VERSION 16
 /* The store's schema version: 0 for a new (empty) database, or -EIO. */
 int sq_schema_version(struct sq *s);
 /*
