@@ -145,9 +145,7 @@ uint64_t pcol_next(struct pcol *c, bool *bad)
 
 int64_t pcol_snext(struct pcol *c, bool *bad)
 {
-	uint64_t v = pcol_next(c, bad);
-
-	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+	return unzigzag(pcol_next(c, bad));
 }
 
 /* Grows *v (elements of size sz, capacity *cap) to hold n. 0 or -ENOMEM. */
