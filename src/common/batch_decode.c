@@ -455,30 +455,26 @@ void batch_decode_free(struct Gpuscope__V1__Batch *m)
 		gpuscope__v1__batch__free_unpacked(m, NULL);
 }
 
+/* Widens [*lo, *hi] by the times of a column of n deltas (from 0). */
+static void delta_bounds(const int64_t *d, size_t n, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t t = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		t += (uint64_t)d[k];
+		*lo = t < *lo ? t : *lo;
+		*hi = t > *hi ? t : *hi;
+	}
+}
+
 void batch_time_bounds(const struct Gpuscope__V1__Batch *m, uint64_t *ret_min, uint64_t *ret_max)
 {
 	uint64_t lo = UINT64_MAX, hi = 0;
 
-	for (size_t i = 0; i < m->n_samples; i++) {
-		const Gpuscope__V1__SampleGroup *g = m->samples[i];
-		uint64_t t = 0;
-
-		for (size_t k = 0; k < g->n_time_delta_ns; k++) {
-			t += (uint64_t)g->time_delta_ns[k];
-			lo = t < lo ? t : lo;
-			hi = t > hi ? t : hi;
-		}
-	}
-	for (size_t i = 0; i < m->n_series; i++) {
-		const Gpuscope__V1__MetricSeries *s = m->series[i];
-		uint64_t t = 0;
-
-		for (size_t k = 0; k < s->n_time_delta_ns; k++) {
-			t += (uint64_t)s->time_delta_ns[k];
-			lo = t < lo ? t : lo;
-			hi = t > hi ? t : hi;
-		}
-	}
+	for (size_t i = 0; i < m->n_samples; i++)
+		delta_bounds(m->samples[i]->time_delta_ns, m->samples[i]->n_time_delta_ns, &lo, &hi);
+	for (size_t i = 0; i < m->n_series; i++)
+		delta_bounds(m->series[i]->time_delta_ns, m->series[i]->n_time_delta_ns, &lo, &hi);
 	for (size_t i = 0; i < m->n_intervals; i++) {
 		lo = m->intervals[i]->start_ns < lo ? m->intervals[i]->start_ns : lo;
 		hi = m->intervals[i]->end_ns > hi ? m->intervals[i]->end_ns : hi;
