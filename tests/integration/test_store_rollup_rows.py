@@ -10,6 +10,7 @@ import ctypes.util
 import os
 import random
 import sqlite3
+import time
 
 from gpuscope_server import (Server, check, check_migrated, encode, now_ns, running,
                              skip_if_unbuilt, svarint, uvarint, wait)
@@ -189,6 +190,14 @@ def check_built(z, got):
 
 def main():
     z = zstd()
+    # An hour is built 2 min after it closed, a day likewise after midnight: begun in an hour's
+    # first 30 s, 'cur' (30 s back) would lie in the hour before, built halfway through a slow
+    # run; begun in a day's first 2 min, the old hour's day would be built only after the rows
+    # are read. Begin after those.
+    t = now_ns()
+    wait_s = 130 - t % DAY // S if t % DAY < 130 * S else 40 - t % HOUR // S
+    if wait_s > 0:
+        time.sleep(wait_s)
     now = now_ns()
     old_day = (now // DAY - 2) * DAY + 5 * HOUR	# a day closed for sure
     old_hour = (now // HOUR - 2) * HOUR + 10 * MIN	# an hour closed for sure
