@@ -51,21 +51,33 @@ def answers(s, now):
     return fg["total"], main_, pprof_addresses(body)
 
 
-def main():
+def stored(args, locs, stacks, addrs, what):
+    """A server with args, the batch stored: its location and stack counts, the flame graph by
+    name and pprof's (function, address) pairs checked. The started server."""
     now = now_ns()
-    s = Server().start()
+    s = Server(args=args).start()
     try:
         code, body = s.ingest(batch(now))
         check(code == 204, f"batch {code} {body}")
-        # main, work and the two unnamed frames; stacks main;work and main;@0x7010, main;@0x7020
-        check(s.metric("gpuscope_server_locations") == 4 and s.metric("gpuscope_server_stacks") == 3,
-              f"named frames without addresses: {s.metric('gpuscope_server_locations')} locations, "
-              f"{s.metric('gpuscope_server_stacks')} stacks (want 4 and 3)")
-        total, main_, addrs = answers(s, now)
+        got = (s.metric("gpuscope_server_locations"), s.metric("gpuscope_server_stacks"))
+        check(got == (locs, stacks), f"{what}: {got[0]} locations, {got[1]} stacks "
+              f"(want {locs} and {stacks})")
+        total, main_, got_addrs = answers(s, now)
         check(total == 4 and main_ and main_["value"] == 4 and find(main_, "work")["value"] == 2,
-              f"flame graph by name: {main_}")
-        check(addrs == [("[unknown]", 0x7010), ("[unknown]", 0x7020), ("main", 0), ("work", 0)],
-              f"pprof locations (function, address): {[(n, hex(a)) for n, a in addrs]}")
+              f"{what}: the flame graph by name: {main_}")
+        check(got_addrs == addrs,
+              f"{what}: pprof locations (function, address): {[(n, hex(x)) for n, x in got_addrs]}")
+    except Exception:
+        s.stop()
+        raise
+    return s
+
+
+def main():
+    # main, work and the two unnamed frames; stacks main;work and main;@0x7010, main;@0x7020
+    s = stored([], 4, 3, [("[unknown]", 0x7010), ("[unknown]", 0x7020), ("main", 0), ("work", 0)],
+               "named frames without addresses")
+    try:
         frames = {}
         for i in (1, 2, 3):
             for f in s.get_json(f"/api/v1/stack/{i}")["frames"]:
@@ -76,19 +88,10 @@ def main():
     finally:
         s.stop()
 
-    s = Server(args=["--frame-addresses", "all"]).start()
+    s = stored(["--frame-addresses", "all"], 6, 4,
+               [("[unknown]", 0x7010), ("[unknown]", 0x7020), ("main", 0x1100), ("main", 0x1180),
+                ("work", 0x2010), ("work", 0x2044)], "every address kept")
     try:
-        code, body = s.ingest(batch(now))
-        check(code == 204, f"batch {code} {body}")
-        check(s.metric("gpuscope_server_locations") == 6 and s.metric("gpuscope_server_stacks") == 4,
-              f"every address kept: {s.metric('gpuscope_server_locations')} locations, "
-              f"{s.metric('gpuscope_server_stacks')} stacks (want 6 and 4)")
-        total, main_, addrs = answers(s, now)
-        check(total == 4 and main_["value"] == 4 and find(main_, "work")["value"] == 2,
-              f"the same flame graph: {main_}")
-        check(addrs == [("[unknown]", 0x7010), ("[unknown]", 0x7020), ("main", 0x1100), ("main", 0x1180),
-                        ("work", 0x2010), ("work", 0x2044)],
-              f"pprof with every address: {[(n, hex(a)) for n, a in addrs]}")
         st = s.get_json("/api/v1/stack/1")["frames"]
         check(all("address" in f for f in st), f"addresses answered: {st}")
     finally:
