@@ -37,6 +37,8 @@ struct pprof {
 	size_t ntypes;
 	int64_t period;
 	uint64_t time_ns, duration_ns;
+	int64_t comments[8];		/* string indexes of the profile's comments */
+	size_t ncomments;
 };
 
 static int vec_push(struct vec *v, void *item)
@@ -301,6 +303,19 @@ out_free:
 	return -ENOMEM;
 }
 
+int pprof__comment(struct pprof *p, const char *text)
+{
+	int64_t i;
+
+	if (p->ncomments == sizeof(p->comments) / sizeof(p->comments[0]))
+		return -E2BIG;
+	i = str(p, text);
+	if (i < 0)
+		return -ENOMEM;
+	p->comments[p->ncomments++] = i;
+	return 0;
+}
+
 int pprof__encode_gz(struct pprof *p, uint8_t **ret, size_t *ret_len)
 {
 	Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
@@ -324,6 +339,8 @@ int pprof__encode_gz(struct pprof *p, uint8_t **ret, size_t *ret_len)
 	prof.duration_nanos = (int64_t)p->duration_ns;
 	prof.period_type = &p->period_type;
 	prof.period = p->period;
+	prof.n_comment = p->ncomments;
+	prof.comment = p->comments;
 
 	len = perftools__profiles__profile__get_packed_size(&prof);
 	raw = malloc(len ? len : 1);

@@ -50,6 +50,10 @@ int pprof__sample(struct pprof *p, const uint64_t *loc_ids, size_t nlocs, const 
 		  const struct label *labels, size_t nlabels, const struct pprof_num_label *nums,
 		  size_t nnums);
 
+/* Adds a comment (profile.proto's `comment`: shown by `pprof -comments`), at most 8. 0 or
+ * -errno. */
+int pprof__comment(struct pprof *p, const char *text);
+
 /* Encodes and gzips. *ret is malloc'ed; the caller frees. 0 or -errno. */
 int pprof__encode_gz(struct pprof *p, uint8_t **ret, size_t *ret_len);
 

@@ -8,6 +8,7 @@
 #include "common/hmap.h"
 #include "common/util.h"
 #include "server/query.h"
+#include "server/store/idle_est.h"
 #include "server/query_agg.h"
 #include "server/selector.h"
 
@@ -379,13 +380,64 @@ static int observed_in(void *ctx, const char *kind, const char *const *labels, s
 	return span_in(&o->sp[SOURCES_MAX], kind, labels, nlabels, start, end, attrs, nattrs);
 }
 
+static double share_of(uint64_t part, uint64_t whole)
+{
+	return whole ? (double)part / (double)whole : 0;
+}
+
+int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t len)
+{
+	const struct idle_est_cover *c = &t->cover;
+	double total = t->exact_value + t->estimated_value;
+
+	if (!c->range_ns)
+		return snprintf(buf, len, "GPU %d idle: no source observed this GPU in the range: "
+				"every sample is unknown, none counted", gpu);
+	return snprintf(buf, len,
+			"GPU %d idle: %.1f %% of the range decided where it happened (the driver's "
+			"counters at 0/1, triggered trace windows), %.1f %% traced by %llu duty-cycle "
+			"windows standing for %.1f %% undecided around them (weights up to %.1f), "
+			"%.1f %% unknown; %.1f %% of this answer is estimated",
+			gpu, 100 * share_of(c->exact_ns, c->range_ns),
+			100 * share_of(c->traced_ns, c->range_ns), (unsigned long long)c->windows,
+			100 * share_of(c->extrapolated_ns, c->range_ns), c->max_weight,
+			100 * share_of(c->unknown_ns, c->range_ns),
+			total > 0 ? 100 * t->estimated_value / total : 0.0);
+}
+
+/* ,"estimate":{...}: how the GPU-idle figure was made (idle_est.h). */
+static void emit_estimate(struct buf *out, const char *key, const struct idle_tally *t, int gpu)
+{
+	const struct idle_est_cover *c = &t->cover;
+	double total = t->exact_value + t->estimated_value;
+	char text[512];
+
+	buf_printf(out, ",\"%s\":{\"exact\":", key);
+	buf_json_num(out, share_of(c->exact_ns, c->range_ns));
+	buf_puts(out, ",\"traced\":");
+	buf_json_num(out, share_of(c->traced_ns, c->range_ns));
+	buf_puts(out, ",\"extrapolated\":");
+	buf_json_num(out, share_of(c->extrapolated_ns, c->range_ns));
+	buf_puts(out, ",\"unknown\":");
+	buf_json_num(out, c->range_ns ? share_of(c->unknown_ns, c->range_ns) : 1.0);
+	buf_printf(out, ",\"windows\":%llu,\"max_weight\":", (unsigned long long)c->windows);
+	buf_json_num(out, c->max_weight);
+	buf_puts(out, ",\"estimated_share\":");
+	buf_json_num(out, total > 0 ? t->estimated_value / total : 0);
+	buf_puts(out, ",\"method\":\"nearest duty-cycle window, reach 120 s\",\"summary\":");
+	query_idle_summary(t, gpu, text, sizeof(text));
+	buf_json_str(out, text);
+	buf_puts(out, "}");
+}
+
 /*
  * "gpu_sources":{...} of a GPU-idle query: the share of the range in which some source
  * observed that GPU (outside it busy/idle is unknown and no sample is kept), and each source's
  * share (kernels: CUPTI windows; nvml, gpm: the driver's counters). The GPU's intervals carry
  * node labels only, so the selector's node matcher chooses them.
  */
-static int emit_gpu_sources(struct store *s, const struct store_query *q, struct buf *out)
+static int emit_gpu_sources(struct store *s, const struct store_query *q,
+			    const struct idle_tally *t, const struct idle_tally *t2, struct buf *out)
 {
 	static const char *const node_level[] = { "node" };
 	struct observed o = { .nsrc = 0 };
@@ -415,7 +467,12 @@ static int emit_gpu_sources(struct store *s, const struct store_query *q, struct
 			buf_puts(out, ":");
 			buf_json_num(out, (double)spans_union(&o.sp[i]) / range);
 		}
-		buf_printf(out, "},\"truncated\":%s},", truncated || o.other ? "true" : "false");
+		buf_printf(out, "},\"truncated\":%s", truncated || o.other ? "true" : "false");
+		if (t && t->set)
+			emit_estimate(out, "estimate", t, q->gpu_idle);
+		if (t2 && t2->set)
+			emit_estimate(out, "estimate2", t2, q->gpu_idle);
+		buf_puts(out, "},");
 	}
 	for (int i = 0; i <= SOURCES_MAX; i++)
 		free(o.sp[i].v);
@@ -430,8 +487,11 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 	struct strtab groups = { 0 };
 	struct gagg g = { .grouped = q->group_by != NULL };
 	struct tree t = { 0 };
+	struct idle_tally ta = { 0 }, tb = { 0 };
 	int err;
 
+	qa.idle = &ta;
+	qb.idle = &tb;
 	/* One group table for both sides of a diff: their indexes name the same groups. */
 	qa.groups = qb.groups = &groups;
 	qb.group_by = qa.group_by;
@@ -471,8 +531,9 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 		if (err)
 			goto out;
 	}
-	if (q->gpu_idle >= 0 && !q2) {
-		err = emit_gpu_sources(s, q, out);
+	if (q->gpu_idle >= 0 || (q2 && q2->gpu_idle >= 0)) {
+		err = emit_gpu_sources(s, q->gpu_idle >= 0 ? q : q2, ta.set ? &ta : NULL,
+				       tb.set && q2 ? &tb : NULL, out);
 		if (err)
 			goto out;
 	}
@@ -553,13 +614,16 @@ static int cmp_top(const void *a, const void *b, void *ctx)
 
 int query_top(struct store *s, const struct store_query *q, size_t limit, struct buf *out)
 {
+	struct store_query qa = *q;
+	struct idle_tally it = { 0 };
 	struct u64map agg = { 0 };
 	struct top t = { 0 };
 	uint64_t *ids = NULL, total = 0;
 	size_t nids = 0, *order = NULL;
 	int err;
 
-	err = s->ops->aggregate(s, q, &agg);
+	qa.idle = &it;
+	err = s->ops->aggregate(s, &qa, &agg);
 	if (!err)
 		err = collect_ids(&agg, NULL, &ids, &nids);
 	if (err)
@@ -584,6 +648,11 @@ int query_top(struct store *s, const struct store_query *q, size_t limit, struct
 		   (unsigned long long)(q->to_ns / NSEC_PER_MSEC));
 	if (q->kind == SAMPLE_GPU_KERNEL_NS) {
 		err = emit_traced(s, q, out);
+		if (err)
+			goto out;
+	}
+	if (q->gpu_idle >= 0) {
+		err = emit_gpu_sources(s, q, &it, NULL, out);
 		if (err)
 			goto out;
 	}

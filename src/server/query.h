@@ -51,6 +51,10 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
  */
 int query_samples(struct store *s, const struct store_query *q, struct buf *out);
 
+/* One sentence on how a GPU-idle answer was estimated (its tally from aggregate()), into buf;
+ * snprintf's return. */
+int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t len);
+
 /* Display name of a frame: the function, else "module+0xaddress". Returns buf or a frame string. */
 const char *frame_name(const struct frame *f, char *buf, size_t len);
 

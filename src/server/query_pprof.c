@@ -215,6 +215,7 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
 	struct gagg g = { .grouped = true };
 	struct u64map agg = { 0 };
 	struct pp pp = { .s = s, .g = &g, .groups = &groups };
+	struct idle_tally it = { 0 };
 	uint64_t period = 0;
 	size_t best = SIZE_MAX;
 	int err;
@@ -224,6 +225,7 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
 	qa.step_ns = 0;
 	qa.emit = gagg_emit;
 	qa.emit_ctx = &g;
+	qa.idle = &it;
 	err = s->ops->aggregate(s, &qa, &agg);
 	if (err)
 		goto out;
@@ -262,6 +264,12 @@ int query_pprof(struct store *s, const struct store_query *q, uint8_t **ret, siz
 			best = i;
 	if (!err && best != SIZE_MAX)
 		err = pprof__main_mapping(pp.p, pp.roots.strs[best], pp.root_bid[best]);
+	if (!err && q->gpu_idle >= 0 && it.set) {
+		char text[512];
+
+		query_idle_summary(&it, q->gpu_idle, text, sizeof(text));
+		err = pprof__comment(pp.p, text);
+	}
 	if (!err)
 		err = s->ops->stacks(s, g.ids, g.nids, pp_add_stack, &pp);
 	if (!err)

@@ -235,6 +235,43 @@ def run(store_args):
         fg = s.get_json(f"/api/v1/flamegraph?{rng}")
         check(fg["total"] == 450, f"nothing partial stored: {fg['total']}")
         check(s.metric("gpuscope_server_ingest_batches_total") == 4, "batches counted")
+        estimate(s, rng)
+
+
+def estimate(s, rng):
+    """The GPU-idle estimator, the same on both backends (idle_est.h): node n3, GPU 1: GPM
+    decided idle over [T, T+100ms) (exact: 10 samples); a budget window [T+1s, T+1.5s) busy
+    for its first half, then idle (25 samples), stands for the undecided rest of its reach:
+    [T, T+121.5s) less 0.1 s exact and its own 0.5 s = 120.9 s, so each of its idle samples
+    weighs 1 + 120.9 / 0.5 = 242.8: 10 + 25 x 242.8 = 6080 samples, 25 x 241.8 = 6045 of them estimated."""
+    lines = ["node n3"]
+    for i in range(300):
+        lines.append(f"sample {T + i * 10 * MS + MS} cpu 1 pid=3,comm=est step;f{i // 100}")
+    lines.append(f"interval gpu_observed gpu=1,source=gpm {T} {T + 100 * MS} -")
+    lines.append(f"interval gpu_observed gpu=1,source=kernels,reason=budget {T + 1000 * MS} "
+                 f"{T + 1500 * MS} -")
+    lines.append(f"interval gpu_busy gpu=1,source=kernels {T + 1000 * MS} {T + 1250 * MS} -")
+    code, body = s.ingest(encode("\n".join(lines) + "\n"))
+    check(code == 204, f"estimate batch: {code} {body}")
+    n3 = q('{node="n3"}')
+    fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=1&selector={n3}")
+    e = fg["gpu_sources"]["estimate"]
+    check(abs(fg["total"] - 6080) <= 1 and find(find(fg["root"], "step"), "f0")["value"] == 10,
+          f"estimated total {fg['total']}")
+    check(e["windows"] == 1 and abs(e["max_weight"] - 242.8) < 0.01 and
+          abs(e["estimated_share"] - 6045 / 6080) < 1e-6 and
+          abs(e["extrapolated"] - 120.9 / 600) < 1e-6 and abs(e["exact"] - 0.1 / 600) < 1e-6,
+          f"estimate {e}")
+    # the same window opened by the idle trigger decides only its own time: 10 + 25
+    lines = ["node n3", f"interval gpu_observed gpu=2,source=kernels,reason=idle "
+             f"{T + 1000 * MS} {T + 1500 * MS} -",
+             f"interval gpu_busy gpu=2,source=kernels {T + 1000 * MS} {T + 1250 * MS} -",
+             f"interval gpu_observed gpu=2,source=gpm {T} {T + 100 * MS} -"]
+    code, body = s.ingest(encode("\n".join(lines) + "\n"))
+    check(code == 204, f"estimate batch 2: {code} {body}")
+    fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=2&selector={n3}")
+    check(fg["total"] == 35 and fg["gpu_sources"]["estimate"]["estimated_share"] == 0,
+          f"a triggered window: {fg['total']} {fg['gpu_sources']}")
 
 
 def main():

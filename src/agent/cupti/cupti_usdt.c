@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "agent/agent.h"
 #include "agent/unwind/unwind.h"
@@ -329,6 +331,14 @@ struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid)
 	}
 	p = free_slot;
 	p->pid = pid;
+	{
+		/* a random phase for its budget windows' spacing (trace_budget__closed()) */
+		uint64_t r = (uint64_t)pid * 0x9e3779b97f4a7c15ull;
+
+		if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+			r ^= (uint64_t)time(NULL) * 0xbf58476d1ce4e5b9ull;
+		p->budget.phase = (double)(r >> 11) / (double)(1ull << 53);
+	}
 	p->names = calloc(GPUSCOPE_CUPTI_NAMES_CAP, sizeof(*p->names));
 	if (!p->names) {
 		p->pid = 0;

@@ -48,7 +48,7 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 			uint64_t end_mono)
 {
 	struct agent_labels L;
-	struct label attrs[6], glab[3];
+	struct label attrs[6], glab[4];
 	char kern_s[24], launch_s[24], cost_s[24], dev_s[12];
 	size_t na = 0;
 	int64_t w = c->a->mono_to_wall_ns;
@@ -80,6 +80,9 @@ static void emit_window(struct cupti_state *c, struct proc *p, uint64_t start_mo
 		snprintf(dev_s, sizeof(dev_s), "%u", d);
 		glab[ng++] = (struct label){ "gpu", dev_s };
 		glab[ng++] = (struct label){ "source", "kernels" };
+		/* why the window opened: the server's estimator lets only windows placed regardless
+		 * of the GPU's state (budget, continuous) stand for the time around them */
+		glab[ng++] = (struct label){ "reason", trace_reason_names[p->reason] };
 		if (c->a->opts.node)
 			glab[ng++] = (struct label){ "node", c->a->opts.node };
 		if (batch__interval(c->a->batch, "gpu_observed", glab, ng, start_mono + w,

@@ -129,6 +129,23 @@ void trace_budget__closed(struct trace_budget *b, const struct trace_cfg *c, uin
 	b->spent_ns += (uint64_t)cost;
 	if (gap < (double)c->min_period_ns)
 		gap = (double)c->min_period_ns;
+	if (!c->fixed_period_ns) {
+		/*
+		 * Spacing x (0.5 + u), u from a golden-ratio sequence with a per-process random
+		 * start: windows fall at no fixed phase of a periodic workload (an eval every
+		 * minute, a checkpoint every ten), which the server's estimator needs to let a
+		 * window stand for the time around it, while the mean spacing, so the budget,
+		 * is kept over a few windows. At the shortest spacing: min_period x (1 + u).
+		 */
+		b->phase += 0.6180339887498949;
+		b->phase -= (double)(uint64_t)b->phase;
+		if (gap <= (double)c->min_period_ns)
+			gap = (double)c->min_period_ns * (1 + b->phase);
+		else
+			gap *= 0.5 + b->phase;
+	}
+	if (gap < (double)c->min_period_ns)
+		gap = (double)c->min_period_ns;
 	b->next_open_ns = open_ns + (c->fixed_period_ns ? c->fixed_period_ns : (uint64_t)gap);
 	if (c->fixed_period_ns)
 		return;

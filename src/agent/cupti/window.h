@@ -93,6 +93,8 @@ struct trace_budget {
 	uint64_t spent_ns, elapsed_ns;	/* totals since the first window: cost, wall time */
 	uint64_t first_open_ns;
 	uint64_t windows, early_closes;
+	double phase;			/* [0, 1): the spacing's jitter (trace_budget__closed()); a
+					 * random start where the budget is made */
 	double always_on;		/* share of the process's time the always-on parts cost it
 					 * (driver probes, CPU sampler); set before each close */
 };

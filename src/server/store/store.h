@@ -43,6 +43,26 @@ struct store_opts {
 	uint64_t ch_commit_delay_ns;
 };
 
+/* Coverage of one answer, summed over the nodes seen: ns of the range (range x nodes). */
+struct idle_est_cover {
+	uint64_t range_ns;		/* the query's range times the nodes with any interval */
+	uint64_t exact_ns;		/* decided by a source for its own time */
+	uint64_t traced_ns;		/* inside representative windows (and not exact) */
+	uint64_t extrapolated_ns;	/* undecided, stood for by the nearest window */
+	uint64_t unknown_ns;		/* undecided, no window within IDLE_EST_REACH_NS */
+	uint64_t windows;		/* representative windows that stand for some time */
+	double max_weight;		/* largest weight a window's idle sample got */
+	unsigned nodes;
+};
+
+/* What a GPU-idle answer estimated (aggregate() adds to it where gpu_idle >= 0; idle_est.h). */
+struct idle_tally {
+	double exact_value;		/* of the answer's total: decided idle where it was taken */
+	double estimated_value;		/* what windows' samples stand for in undecided time */
+	struct idle_est_cover cover;
+	bool set;			/* aggregate() filled it */
+};
+
 /* What a query asks for; from < to, Unix ns, [from, to). */
 struct store_query {
 	uint64_t from_ns, to_ns;
@@ -50,7 +70,10 @@ struct store_query {
 	enum sample_kind kind;
 	int gpu_idle;			/* >= 0: keep samples where that GPU was idle: inside its
 					 * gpu_observed intervals (some source decided) and outside
-					 * its gpu_busy ones; not observed is unknown, not idle */
+					 * its gpu_busy ones; not observed is unknown, not idle;
+					 * trace windows' samples weighted to stand for the
+					 * undecided time around them (idle_est.h) */
+	struct idle_tally *idle;	/* gpu_idle: the estimate's parts (may be NULL) */
 	/*
 	 * Finer answers from aggregate(), when emit is set: every matching sample's (group, key,
 	 * value) goes to emit (a nonzero return stops and is returned) instead of into agg; key

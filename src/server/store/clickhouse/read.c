@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "server/selector.h"
 #include "server/store/clickhouse/ch.h"
+#include "server/store/idle_est.h"
 
 /* Label-set id lists can be long (thousands of threads): lift the parser's bounds. */
 #define READ_SETTINGS \
@@ -316,37 +317,52 @@ static uint64_t emit_key(const struct store_query *q, uint64_t t, uint64_t stack
 	return t > q->from_ns ? (t - q->from_ns) / q->step_ns : 0;
 }
 
-/* gpu_idle: raw samples of the matching sets inside their node's merged gpu_observed intervals
- * of that GPU and outside its gpu_busy ones (the SQLite store's rule: no source is unknown). */
+/* gpu_idle: raw samples of the matching sets, weighted by the estimator (idle_est.h) from their
+ * node's gpu_busy and gpu_observed intervals of that GPU (the SQLite store's rule). */
 static int aggregate_idle(struct ch *c, const struct store_query *q, const struct ch_lsets *all,
 			  const struct ch_lsets *match, struct u64map *agg)
 {
 	struct buf sql = { 0 }, ans = { 0 };
-	struct busy_set busy = { 0 }, obs = { 0 };
+	struct idle_est est = { 0 };
+	struct idle_dither dither = { .tally = q->idle };
+	struct u64map nodes = { 0 };	/* hashes of the nodes of the matching sets */
 	uint32_t *groups = NULL;
+	uint64_t lo, hi;
 	struct rbr r;
 	int err;
 
 	if (q->emit && (err = emit_groups(q, match, &groups)))
 		return err;
+	for (size_t i = 0; i < match->n; i++)
+		if (!u64map_upsert(&nodes, hash64(match->v[i].node, strlen(match->v[i].node), 17), 0,
+				   NULL)) {
+			free(groups);
+			return -ENOMEM;
+		}
 
+	idle_est_load_span(q->from_ns, q->to_ns, &lo, &hi);
 	buf_printf(&sql, "SELECT labelset, start_ns, end_ns, toUInt64(kind = 'gpu_observed') FROM %s."
 		   "intervals WHERE kind IN ('gpu_busy', 'gpu_observed') AND end_ns > %llu AND start_ns < %llu AND day <= %llu", c->db,
-		   (unsigned long long)q->from_ns, (unsigned long long)q->to_ns,
-		   (unsigned long long)day_of(q->to_ns));
+		   (unsigned long long)lo, (unsigned long long)hi,
+		   (unsigned long long)day_of(hi));
 	err = select_rb(c, &sql, &ans);
 	r = (struct rbr){ ans.p, ans.p + ans.len, false };
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(all, rbr_u64(&r));
 		uint64_t start = rbr_u64(&r), end = rbr_u64(&r), observed = rbr_u64(&r);
 
-		if (ls && ls->gpu == q->gpu_idle)
-			err = busy_add(observed ? &obs : &busy, ls->node, start, end);
+		if (ls && ls->gpu == q->gpu_idle &&
+		    u64map_find(&nodes, hash64(ls->node, strlen(ls->node), 17)))
+			err = idle_est_add(&est,
+					   idle_est_class(observed ? "gpu_observed" : "gpu_busy",
+							  ls->pairs, ls->n),
+					   ls->node, start, end);
 	}
-	busy_merge(&busy);
-	busy_merge(&obs);
+	if (!err)
+		err = idle_est_build(&est, q->from_ns, q->to_ns);
 	if (err)
 		goto out;
+	idle_est_scan_span(&est, &lo, &hi);
 	sql.len = 0;
 	ans.len = 0;
 	{
@@ -354,7 +370,7 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 		struct buf ids = { 0 };
 
 		p.lo[0] = UINT64_MAX;
-		plan_add(&p, 0, q->from_ns, q->to_ns);
+		plan_add(&p, 0, lo, hi);
 		ch_lsets_ids(match, &ids);
 		plan_rows(c, &p, q->kind, &ids, &sql);
 		buf_done(&p.cond[0]);
@@ -365,16 +381,19 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
 		uint64_t t = rbr_u64(&r), stack = rbr_u64(&r), v = rbr_u64(&r), *a;
-		const struct node_busy *nb = ls ? busy_find(&busy, ls->node) : NULL;
-		const struct node_busy *no = ls ? busy_find(&obs, ls->node) : NULL;
+		double own, extra;
 
-		if (nb && busy_in(nb, t))
+		idle_est_weight(&est, ls ? idle_est_node(&est, ls->node) : NULL, t, &own, &extra);
+		if (own + extra <= 0)
+			continue;	/* busy, or unknown: not counted as idle */
+		v = idle_dither(&dither, v, own, extra);
+		if (!v)
 			continue;
-		if (!no || !busy_in(no, t))
-			continue;	/* no source covers t: unknown, not idle */
 		if (q->emit) {
 			uint32_t g = ls && groups ? groups[ls - match->v] : 0;
 
+			/* a window's sample just outside the range counts at its edge */
+			t = t < q->from_ns ? q->from_ns : t >= q->to_ns ? q->to_ns - 1 : t;
 			err = q->emit(q->emit_ctx, g, emit_key(q, t, stack), v);
 			continue;
 		}
@@ -388,9 +407,13 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 		store_set_error("clickhouse: malformed samples answer");
 		err = -EIO;
 	}
+	if (!err && q->idle) {
+		q->idle->cover = est.cover;
+		q->idle->set = true;
+	}
 out:
-	busy_done(&busy);
-	busy_done(&obs);
+	idle_est_done(&est);
+	u64map_done(&nodes);
 	free(groups);
 	buf_done(&sql);
 	buf_done(&ans);

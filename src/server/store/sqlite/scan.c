@@ -13,6 +13,7 @@
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "server/store/idle_est.h"
 #include "server/store/sqlite/sqlite.h"
 
 struct agg_ctx {
@@ -21,9 +22,9 @@ struct agg_ctx {
 	struct u64map *agg;
 	const uint8_t *match;		/* label set id -> selected */
 	size_t nmatch;
-	struct busy_set busy, obs;	/* gpu_busy; gpu_observed (some source decided) */
-	const struct node_busy **ls_busy;	/* label set id -> its node's busy list, gpu_idle only */
-	const struct node_busy **ls_obs;	/* ... and its observed list */
+	struct idle_est est;		/* gpu_idle: what was observed, and the weights */
+	const struct node_est **ls_est;	/* label set id -> its node's estimate, gpu_idle only */
+	struct idle_dither dither;
 	uint32_t *ls_group;		/* label set id -> group index + 1, group_by only */
 	struct u64map nodes;		/* hash of the node of some matching label set */
 	int64_t built[LEVELS];		/* hour and day rows are whole before these (meta) */
@@ -86,7 +87,8 @@ static int agg_put(struct agg_ctx *a, uint64_t ls, uint64_t stack, uint64_t t, u
 	return 0;
 }
 
-/* One gpu_busy or gpu_observed interval: on that GPU's list of its node (sq_interval_scan cb). */
+/* One gpu_busy or gpu_observed interval of the asked GPU: to the estimator (sq_interval_scan
+ * callback). */
 static int busy_in_range(void *ctx, const char *kind, uint64_t ls, uint64_t start, uint64_t end,
 			 const char *const *attrs, size_t nattrs)
 {
@@ -95,29 +97,31 @@ static int busy_in_range(void *ctx, const char *kind, uint64_t ls, uint64_t star
 
 	(void)attrs;
 	(void)nattrs;
-	/* lmu only per label set looked up: its node string stays valid unlocked. */
-	if (!sq_lset_get(a->s, ls, &l) || l.gpu != a->q->gpu_idle)
-		return 0;
-	return busy_add(!strcmp(kind, "gpu_observed") ? &a->obs : &a->busy, l.node, start, end);
+	/* lmu only per label set looked up: its strings stay valid unlocked. */
+	if (!sq_lset_get(a->s, ls, &l) || l.gpu != a->q->gpu_idle ||
+	    !u64map_find(&a->nodes, hash64(l.node, strlen(l.node), 17)))
+		return 0;	/* another GPU, or a node none of the samples asked for is on */
+	return idle_est_add(&a->est, idle_est_class(kind, (const char *const *)l.pairs, l.n), l.node,
+			    start, end);
 }
 
 static int load_busy(struct agg_ctx *a, sqlite3 *db)
 {
 	struct sq *s = a->s;
+	uint64_t lo, hi;
 	int err;
 
-	/* idle = observed (by some source: kernels, gpm, nvml) and not busy; unknown otherwise */
-	err = sq_interval_scan(s, db, "gpu_busy", a->q->from_ns, a->q->to_ns, busy_in_range, a);
+	/* idle = decided by some source (kernels, gpm, nvml) and not busy; trace windows stand for
+	 * the undecided time near them; what none stands for is unknown */
+	idle_est_load_span(a->q->from_ns, a->q->to_ns, &lo, &hi);
+	err = sq_interval_scan(s, db, "gpu_busy", lo, hi, busy_in_range, a);
 	if (!err)
-		err = sq_interval_scan(s, db, "gpu_observed", a->q->from_ns, a->q->to_ns,
-				       busy_in_range, a);
-	/* Sort and merge overlapping intervals, then point every label set at its node's list. */
-	busy_merge(&a->busy);
-	busy_merge(&a->obs);
+		err = sq_interval_scan(s, db, "gpu_observed", lo, hi, busy_in_range, a);
+	if (!err)
+		err = idle_est_build(&a->est, a->q->from_ns, a->q->to_ns);
 	if (!err) {
-		a->ls_busy = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_busy));
-		a->ls_obs = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_obs));
-		if (!a->ls_busy || !a->ls_obs)
+		a->ls_est = calloc(a->nmatch ? a->nmatch : 1, sizeof(*a->ls_est));
+		if (!a->ls_est)
 			err = -ENOMEM;
 	}
 	for (size_t id = 0; !err && id < a->nmatch; id++) {
@@ -125,9 +129,9 @@ static int load_busy(struct agg_ctx *a, sqlite3 *db)
 
 		if (!a->match[id] || !sq_lset_get(s, id, &l))
 			continue;
-		a->ls_busy[id] = busy_find(&a->busy, l.node);
-		a->ls_obs[id] = busy_find(&a->obs, l.node);
+		a->ls_est[id] = idle_est_node(&a->est, l.node);
 	}
+	a->dither.tally = a->q->idle;
 	return err;
 }
 
@@ -159,16 +163,20 @@ enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
 /* One raw sample of label set l at t: counted unless the query's filters leave it out. */
 static int scan_sample(struct agg_ctx *a, uint64_t l, uint64_t stack, uint64_t t, uint64_t value)
 {
-	const struct node_busy *nb, *no;
+	double own, extra;
 
 	if (l >= a->nmatch || !a->match[l])
 		return 0;
-	nb = a->ls_busy ? a->ls_busy[l] : NULL;
-	no = a->ls_obs ? a->ls_obs[l] : NULL;
-	if (nb && busy_in(nb, t))
-		return 0;
-	if (a->ls_obs && (!no || !busy_in(no, t)))
-		return 0;	/* no source covers t: unknown, not idle */
+	if (a->ls_est) {
+		idle_est_weight(&a->est, a->ls_est[l], t, &own, &extra);
+		if (own + extra <= 0)
+			return 0;	/* busy, or unknown: not counted as idle */
+		value = idle_dither(&a->dither, value, own, extra);
+		if (!value)
+			return 0;
+		/* a window's sample just outside the range counts at its edge */
+		t = t < a->q->from_ns ? a->q->from_ns : t >= a->q->to_ns ? a->q->to_ns - 1 : t;
+	}
 	return agg_put(a, l, stack, t, value);
 }
 
@@ -379,7 +387,13 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	if (q->gpu_idle >= 0) {
 		err = load_busy(&a, db);
 		if (!err)
+			idle_est_scan_span(&a.est, &from, &to);
+		if (!err)
 			err = scan_chunks(&a, db, SCAN_ANY, 0, from, to);
+		if (!err && q->idle) {
+			q->idle->cover = a.est.cover;
+			q->idle->set = true;
+		}
 		goto out;
 	}
 	if (from < raw_cut)
@@ -401,10 +415,8 @@ int sq_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 		err = scan_chunks(&a, db, SCAN_UNROLLED, wm, from, to);
 out:
 	sq_pool_put(s, db);
-	busy_done(&a.busy);
-	busy_done(&a.obs);
-	free(a.ls_busy);
-	free(a.ls_obs);
+	idle_est_done(&a.est);
+	free(a.ls_est);
 	free(a.ls_group);
 	u64map_done(&a.nodes);
 	free((void *)a.match);
