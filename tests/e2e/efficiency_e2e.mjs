@@ -86,7 +86,7 @@ try {
 	check(total === 3600 * 5, `idle flame graph: ${total} samples (5 per idle second)`);
 	check(lb && Math.abs(lb.share - 0.8) < 1e-3, `load_batch is 80% of it: ${lb && lb.share}`);
 	const src = await page.textContent('#idle-sources').catch(() => '');
-	check(/^GPU 1 idle only · decided by [a-z]+ [0-9.]+%.* · unknown [0-9.]+%$/.test(src), `the flame graph says which source decided busy/idle: ${src}`);
+	check(/^GPU 1 idle only · decided by [a-z]+ [0-9.]+%.*( · estimated [0-9.]+% \([0-9]+ windows?, [0-9.]+% traced\))? · unknown [0-9.]+%$/.test(src), `the flame graph says which source decided busy/idle: ${src}`);
 	await page.screenshot({ path: join(OUT, 'efficiency-idle-flame.png'), fullPage: true });
 
 	console.log('back to the page');

@@ -661,8 +661,8 @@ async function loadFlame() {
 		el('span', { class: 'chip' + (diff ? ' b' : '') }, diff ? 'B ' : '', S.bfrom !== undefined ? rng(b[0], b[1]) : `whole view · ${rng(b[0], b[1])}`),
 		el('span', { class: 'chip mono' }, selectorStr),
 		S.grp ? el('span', { class: 'chip' }, `grouped by ${S.grp}`) : null,
-		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle', id: 'idle-sources',
-			title: 'busy/idle is known only where a source observed the GPU: CUPTI kernels (windows), GPM or NVML counters; elsewhere it is unknown and no sample is kept' },
+		S.idle && S.gpu !== undefined ? el('span', { class: 'chip idle' + (r.gpu_sources && r.gpu_sources.estimate && r.gpu_sources.estimate.estimated_share > 0 ? ' estimated' : ''), id: 'idle-sources',
+			title: ((r.gpu_sources && r.gpu_sources.estimate && r.gpu_sources.estimate.summary) || '') + '\nbusy/idle is decided where a source observed the GPU: CUPTI kernels (windows), GPM or NVML counters at 0 or 100 %; a duty-cycle window\'s idle samples also stand for the undecided time nearest to it (up to 120 s away); what no source decided and no window stands for is unknown, and no sample of it is kept' },
 			`GPU ${S.gpu} idle only${sourcesText(r.gpu_sources)}`) : null,
 		r.traced ? el('span', { class: 'chip', id: 'traced', title: 'GPU kernels are recorded only inside CUPTI trace windows (the budget, triggers, captures): this flame graph covers that share of the range' },
 			`kernels traced in ${(100 * r.traced.fraction).toFixed(r.traced.fraction < 0.1 ? 2 : 1)}% of the range · ${r.traced.windows} window${r.traced.windows === 1 ? '' : 's'}${r.traced.truncated ? '+' : ''}`) : null,
@@ -673,6 +673,7 @@ async function loadFlame() {
 		flame.setTree({ name: 'all', value: 0, children: [] }, { unit, kind: S.kind });
 		flameEmpty.replaceChildren(el('div', { class: 'empty-title' }, `No ${kindName} samples here`),
 			el('div', {}, diff && S.bfrom === undefined ? 'Now drag on the timeline to select range B to compare with A.'
+				: S.idle && r.gpu_sources && r.gpu_sources.estimate && r.gpu_sources.estimate.unknown >= 1 ? `No source observed GPU ${S.gpu} in this range (no trace window, no GPM or NVML reading): whether it was idle is unknown. Widen the range or pick another GPU.`
 				: 'Nothing matches this range and selector: ' + (S.idle ? 'the GPU may never have been idle in it (untick "only while the GPU was idle"); ' : '') +
 				(KIND_WHY[S.kind] || '') + 'widen the range, try another sample kind' + (S.fl === 'proc' ? ', the whole node' : '') + ', or clear the selector.'));
 		flameEmpty.classList.remove('hidden');
@@ -689,12 +690,17 @@ async function loadFlame() {
 	flameBox.dataset.loads = String(app.loads.flame);
 }
 
-// " · decided by nvml 80%, kernels 3% · unknown 20%" from a GPU-idle answer's gpu_sources
+// " · decided by nvml 80%, kernels 3% · estimated 62% (11 windows) · unknown 20%" from a GPU-idle
+// answer's gpu_sources: which source decided busy/idle, how much of the answer the trace
+// windows' samples stand for in time no source decided, and what stays unknown
 function sourcesText(g) {
 	if (!g) return '';
 	const pct = (f) => `${(100 * f).toFixed(f > 0 && f < 0.01 ? 2 : 0)}%`;
 	const by = Object.entries(g.by_source || {}).sort((a, b) => b[1] - a[1]).map(([k, f]) => `${k} ${pct(f)}`);
-	return (by.length ? ` · decided by ${by.join(', ')}` : ' · no source observed it') + ` · unknown ${pct(Math.max(0, 1 - g.observed))}`;
+	const e = g.estimate;
+	const est = e && e.estimated_share > 0 ? ` · estimated ${pct(e.estimated_share)} (${e.windows} window${e.windows === 1 ? '' : 's'}, ${pct(e.traced)} traced)` : '';
+	const unknown = e ? e.unknown : Math.max(0, 1 - g.observed);
+	return (by.length ? ` · decided by ${by.join(', ')}` : ' · no source observed it') + est + ` · unknown ${pct(unknown)}`;
 }
 
 function renderTop(root, unit, diff) {

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU-idle estimator on the GPU machine (issue 31): the same training job
+# (tests/device/idle_workload.py: start-up, a Python CPU phase with the GPU idle in every step,
+# stalls, a change half-way) run twice in a row, once under the agent's defaults (1 % budget:
+# windows, GPM between them) and once under continuous tracing (--gpu-trace-budget 100%: the
+# truth); each run's GPU-idle answer over the job's whole life (start-up included) is compared:
+# the shares of its Python functions and of the top-5 functions, and the total GPU-idle samples.
+# Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
+# Results in $OUT: summary.txt, answers.json.
+# Usage (repository root, as root): tests/device/idle_estimate.sh [RUN_S=150]
+set -u
+D=${D:-$PWD/.dev/agent}
+RET=${OUT:-/tmp/idle-estimate}
+run_s=${1:-150}
+W=$(mktemp -d /tmp/idle.XXXX)
+mkdir -p "$RET"
+. "$(dirname "$0")/lib.sh"
+nvidia-smi -L
+cupti_dir=$(cupti_lib_dir)
+export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
+start_server
+echo "server $url"
+: > "$W/runs"
+for mode in default continuous; do
+	extra=
+	[ $mode = continuous ] && extra="--gpu-trace-budget 100%"
+	ours "$D/bin/gpuscope-agent" run --server "$url" --node "$mode" --push-interval 2s \
+		--metrics-listen 127.0.0.1:9400 $extra > "$W/agent-$mode.out" 2> "$W/agent-$mode.log" &
+	apid=$!
+	wait_agent_metrics $apid 9400 || { echo "agent $mode did not start"; tail "$W/agent-$mode.log"; exit 1; }
+	sleep 2
+	t_launch=$(date +%s.%N)
+	CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" RUN_S=$run_s \
+		python3 tests/device/idle_workload.py 2> "$W/$mode.err"
+	t_end=$(date +%s.%N)
+	cat "$W/$mode.err" | grep -E '^(started|ended)'
+	pid=$(awk '/^started/ {print $3}' "$W/$mode.err")
+	echo "$mode $pid $t_launch $t_end" >> "$W/runs"
+	sleep 5	# the last push
+	curl -s http://127.0.0.1:9400/metrics | grep -E 'cupti_window|windows_(total|refused)' > "$W/metrics-$mode.txt"
+	kill -INT $apid; wait $apid
+	echo "$mode: pid $pid, $(awk '{printf "%.0f s", $4 - $3}' <(tail -1 "$W/runs"))"
+done
+python3 - "$url" "$W/runs" "$RET" <<'PY' | tee "$RET/summary.txt"
+import json, sys, urllib.parse, urllib.request
+url, runs, ret = sys.argv[1], sys.argv[2], sys.argv[3]
+def get(path, **q):
+    return json.load(urllib.request.urlopen(url + path + "?" + urllib.parse.urlencode(q), timeout=300))
+ans = {}
+for line in open(runs):
+    mode, pid, t0, t1 = line.split()
+    rng = {"from": "%.3f" % float(t0), "to": "%.3f" % float(t1)}
+    sel = '{node="%s",pid="%s"}' % (mode, pid)
+    top = get("/api/v1/top", gpu_idle="0", limit="2000", selector=sel, **rng)
+    allcpu = get("/api/v1/top", limit="1", selector=sel, **rng)
+    fg = get("/api/v1/flamegraph", gpu_idle="0", selector=sel, **rng)
+    ans[mode] = {"top": top, "all_total": allcpu["total"], "sources": fg.get("gpu_sources"),
+                 "span_s": float(t1) - float(t0)}
+json.dump(ans, open(ret + "/answers.json", "w"))
+def shares(m, key):
+    t = ans[m]["top"]
+    tot = t.get("total") or 1
+    return {f["name"]: f[key] / tot for f in t.get("functions", [])}, tot
+ct, ctot = shares("continuous", "total")
+dt, dtot = shares("default", "total")
+cs, _ = shares("continuous", "self")
+ds, _ = shares("default", "self")
+for m in ("default", "continuous"):
+    a = ans[m]
+    print("%s: %.0f s, CPU samples %d, GPU-idle samples %d; %s" % (
+        m, a["span_s"], a["all_total"], a["top"]["total"],
+        ((a["sources"] or {}).get("estimate") or {}).get("summary")))
+print("\nPython functions (inclusive share of the GPU-idle samples):")
+print("%-28s %10s %10s %8s" % ("function", "continuous", "default", "diff"))
+worst = 0
+for fn in ("cpu_phase", "augment", "slow_batch", "gpu_phase", "build", "<module>"):
+    c, d = ct.get(fn, 0), dt.get(fn, 0)
+    worst = max(worst, abs(c - d))
+    print("%-28s %9.1f%% %9.1f%% %+7.1f" % (fn, 100 * c, 100 * d, 100 * (d - c)))
+print("\ntop-5 by self in continuous:")
+for fn in sorted(cs, key=cs.get, reverse=True)[:5]:
+    c, d = cs.get(fn, 0), ds.get(fn, 0)
+    worst = max(worst, abs(c - d))
+    print("%-40s %9.1f%% %9.1f%% %+7.1f" % (fn[:40], 100 * c, 100 * d, 100 * (d - c)))
+print("\ntotal GPU-idle CPU samples: continuous %d, default %d (%+.1f %%); per second of the job: %.1f vs %.1f" % (
+    ctot, dtot, 100 * (dtot - ctot) / max(ctot, 1), ctot / ans["continuous"]["span_s"],
+    dtot / ans["default"]["span_s"]))
+print("worst share difference: %.1f points" % (100 * worst))
+PY
+for m in default continuous; do echo "== $m"; cat "$W/metrics-$m.txt"; done >> "$RET/summary.txt"
+kill $spid 2>/dev/null
