@@ -6,6 +6,8 @@
  */
 #include <dirent.h>
 #include <stdlib.h>
+#include "../../src/agent/meta/cgroup.c"
+#include "../../src/agent/meta/kube.c"
 #include "../../src/agent/meta/meta.c"
 
 static pid_t pids[8192];
@@ -58,7 +60,7 @@ int main(int argc, char **argv)
 	t0 = mono_ns();
 	for (size_t i = 0; i < 20000; i++) {
 		if (i % n == 0)
-			atomic_fetch_add(&pc.gen, 1);	/* what every watch event does */
+			atomic_fetch_add(&meta_pc.gen, 1);	/* what every watch event does */
 		total += meta__pid_labels(pids[i % n], l, 64);
 	}
 	t1 = mono_ns();

@@ -179,7 +179,13 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 			return usage_error(usage_text, "%s", "--from is after --to");
 		q->have_range = true;
 	} else if (!q->since) {
-		q->since = "1h";
+		q->since = extra & Q_REPORT ? "24h" : "1h";	/* a report's usual range */
+	}
+	if (extra & Q_REPORT) {
+		if (!q->format)
+			q->format = "table";
+		if (!q->by)
+			q->by = "namespace";
 	}
 	if ((extra & Q_OUTPUT) && !q->output)
 		return usage_error(usage_text, "%s", "-o FILE is required");
@@ -238,6 +244,24 @@ char *query_url(const struct query *q, const char *endpoint)
 	if (err) {
 		free(url);
 		return NULL;
+	}
+	return url;
+}
+
+char *query_open(int argc, char **argv, unsigned extra, const char *usage_text,
+		 const char *endpoint, struct query *q, int *ret_rc)
+{
+	char *url;
+	int rc = query_parse(argc, argv, extra, usage_text, q);
+
+	if (rc) {
+		*ret_rc = rc == 1 ? 0 : rc;
+		return NULL;
+	}
+	url = query_url(q, endpoint);
+	if (!url) {
+		fprintf(stderr, "gpuscope: out of memory\n");
+		*ret_rc = 1;
 	}
 	return url;
 }

@@ -38,7 +38,7 @@ enum {
 	Q_TITLE = 1 << 2,
 	Q_LIMIT = 1 << 3,
 	Q_SORT = 1 << 4,
-	Q_REPORT = 1 << 5,	/* --by, --format, --limit */
+	Q_REPORT = 1 << 5,	/* --by (namespace), --format (table), --limit; --since 24h */
 };
 
 /*
@@ -51,6 +51,14 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 
 /* Builds SERVER/api/v1/<endpoint>?from=..&to=..&selector=.. (escaped). Caller frees. */
 char *query_url(const struct query *q, const char *endpoint);
+
+/*
+ * The opening of a command that asks one endpoint: query_parse() then query_url(). Returns the
+ * URL (caller frees), or NULL with the command's exit status in *ret_rc: 0 after -h, 2 on a usage
+ * error, 1 out of memory (printed).
+ */
+char *query_open(int argc, char **argv, unsigned extra, const char *usage_text,
+		 const char *endpoint, struct query *q, int *ret_rc);
 
 struct http_body {
 	char *data;	/* NUL-terminated, malloc'ed */

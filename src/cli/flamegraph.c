@@ -40,14 +40,10 @@ int cmd_flamegraph(int argc, char **argv)
 	FILE *f;
 	int rc, err;
 
-	rc = query_parse(argc, argv, Q_OUTPUT | Q_GPU_IDLE | Q_TITLE, usage_text, &q);
-	if (rc)
-		return rc == 1 ? 0 : rc;
-	url = query_url(&q, "flamegraph");
-	if (!url) {
-		fprintf(stderr, "gpuscope: out of memory\n");
-		return 1;
-	}
+	url = query_open(argc, argv, Q_OUTPUT | Q_GPU_IDLE | Q_TITLE, usage_text, "flamegraph", &q,
+			 &rc);
+	if (!url)
+		return rc;
 	rc = 1;
 	j = http_get_json(&q, url);
 	if (!j)

@@ -20,14 +20,9 @@ int cmd_pprof(int argc, char **argv)
 	char *url;
 	int rc;
 
-	rc = query_parse(argc, argv, Q_OUTPUT, usage_text, &q);
-	if (rc)
-		return rc == 1 ? 0 : rc;
-	url = query_url(&q, "pprof");
-	if (!url) {
-		fprintf(stderr, "gpuscope: out of memory\n");
-		return 1;
-	}
+	url = query_open(argc, argv, Q_OUTPUT, usage_text, "pprof", &q, &rc);
+	if (!url)
+		return rc;
 	rc = 1;
 	if (http_get(&q, url, &b))
 		goto out;

@@ -271,26 +271,9 @@ int cmd_report(int argc, char **argv)
 	char *url;
 	int rc;
 
-	rc = query_parse(argc, argv, Q_REPORT, usage_text, &q);
-	if (rc)
-		return rc == 1 ? 0 : rc;
-	if (!q.format)
-		q.format = "table";
-	if (!q.by)
-		q.by = "namespace";
-	if (!q.have_range) {
-		bool given = false;
-
-		for (int i = 1; i < argc; i++)
-			given |= !strncmp(argv[i], "--since", 7);
-		if (!given)
-			q.since = "24h";	/* a report's usual range */
-	}
-	url = query_url(&q, "efficiency");
-	if (!url) {
-		fprintf(stderr, "gpuscope: out of memory\n");
-		return 1;
-	}
+	url = query_open(argc, argv, Q_REPORT, usage_text, "efficiency", &q, &rc);
+	if (!url)
+		return rc;
 	rc = 1;
 	if (!strcmp(q.format, "json")) {
 		if (http_get(&q, url, &body))

@@ -145,14 +145,9 @@ int cmd_top(int argc, char **argv)
 	char *url;
 	int rc;
 
-	rc = query_parse(argc, argv, Q_LIMIT | Q_SORT, usage_text, &q);
-	if (rc)
-		return rc == 1 ? 0 : rc;
-	url = query_url(&q, "top");
-	if (!url) {
-		fprintf(stderr, "gpuscope: out of memory\n");
-		return 1;
-	}
+	url = query_open(argc, argv, Q_LIMIT | Q_SORT, usage_text, "top", &q, &rc);
+	if (!url)
+		return rc;
 	rc = 1;
 	j = http_get_json(&q, url);
 	if (!j)

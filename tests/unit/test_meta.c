@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Unit tests for src/agent/meta/meta.c: cgroup paths of containerd, CRI-O, Docker and Podman (systemd
+ * Unit tests for src/agent/meta/ (cgroup.c, kube.c, meta.c): cgroup paths of containerd, CRI-O, Docker and Podman (systemd
  * and cgroupfs drivers, v1 and v2), this machine's real cgroups (and a real cgroup made for the
  * test when root), pod labels and Kubeflow/KubeRay promotion from a Pod object, relabel drop.
  */
@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "test.h"
+#include "../../src/agent/meta/cgroup.c"
+#include "../../src/agent/meta/kube.c"
 #include "../../src/agent/meta/meta.c"
 
 #define ID64 "4a5b6c7d8e9f00112233445566778899aabbccddeeff00112233445566778899"
@@ -458,7 +460,7 @@ static bool test_meta_promoted_forms(void)
 	p = pod_from_json(j);
 	json_decref(j);
 	add_pod_labels(&ls, p, &cg);
-	pod_free(p);
+	meta_pod_free(p);
 	ok = ASSERT_STREQ(lset_get(&ls, "ray_cluster"), "rc", "ray cluster") &&
 	     ASSERT_STREQ(lset_get(&ls, "ray_node_type"), "head", "ray node type") &&
 	     ASSERT_STREQ(lset_get(&ls, "ray_group"), "headgroup", "ray group") &&
@@ -468,7 +470,7 @@ static bool test_meta_promoted_forms(void)
 	p = pod_from_json(j);
 	json_decref(j);
 	add_pod_labels(&ls, p, &cg);
-	pod_free(p);
+	meta_pod_free(p);
 	ok = ok && ASSERT_STREQ(lset_get(&ls, "kubeflow_job"), "j", "old job-name") &&
 	     ASSERT_STREQ(lset_get(&ls, "kubeflow_replica_type"), "master", "old replica-type") &&
 	     ASSERT_STREQ(lset_get(&ls, "kubeflow_job_role"), "master", "old job-role");
@@ -477,7 +479,7 @@ static bool test_meta_promoted_forms(void)
 	p = pod_from_json(j);
 	json_decref(j);
 	add_pod_labels(&ls, p, &cg);
-	pod_free(p);
+	meta_pod_free(p);
 	ok = ok && ASSERT_TRUE(!lset_get(&ls, "kubeflow_job"), "a batch Job's job-name is not Kubeflow") &&
 	     ASSERT_STREQ(lset_get(&ls, "owner_kind"), "Deployment", "ReplicaSet -> Deployment") &&
 	     ASSERT_STREQ(lset_get(&ls, "owner"), "web", "deployment name");

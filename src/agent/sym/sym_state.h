@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The symbolizer's state, shared by its files only (symbolize.c: images, files, processes,
- * perf maps, lookups; sym_records.c: the mmap records; sym_kernel.c: kallsyms). Not for other
- * modules: its names (struct proc, struct image) are the symbolizer's own.
+ * The symbolizer's state, shared by its files only (sym_images.c: images, files; symbolize.c:
+ * processes, perf maps, lookups; sym_records.c: the mmap records; sym_kernel.c: kallsyms). Not
+ * for other modules: its names (struct proc, struct image) are the symbolizer's own.
  */
 #ifndef GPUSCOPE_SYM_STATE_H
 #define GPUSCOPE_SYM_STATE_H
@@ -181,5 +181,23 @@ void sym_records_drain(struct symbolizer *s);
 /* The entry of p's fork parent, read from /proc now if it has none; NULL when there is none
  * to read. No drain, no eviction: p stays valid. */
 struct proc *sym_proc_of_parent(struct symbolizer *s, struct proc *p);
+
+/* sym_images.c */
+void sym_evict_images(struct symbolizer *s, struct image *keep);
+/* "module+0xSTART" for vaddr in an FDE of img's stripped code, with *ret_start; NULL if none. */
+const char *sym_fde_name(struct symbolizer *s, struct image *img, const char *module,
+			 uint64_t vaddr, uint64_t *ret_start);
+/* Loads img's symbols, reopening the file through pid's mapping m. 0 or -errno. */
+int sym_image_load(struct symbolizer *s, struct image *img, pid_t pid, const struct mapping *m);
+/* Mapping m's image when it is the vDSO (the agent's own copy, the same code in every native
+ * process; a 32-bit process's has another size), with a new reference; else NULL. */
+struct image *sym_vdso_of(struct symbolizer *s, const struct mapping *m);
+void sym_file_free(struct symbolizer *s, struct file_id *f);
+/*
+ * The image of mapping m of pid, with a new reference, or NULL (not ELF, unreadable, ENOMEM).
+ * A file seen before costs one stat(); a new file is opened once to read its build-id. (A file
+ * swapped between the stat and the open is caught by the next maps read.)
+ */
+struct image *sym_mapping_image(struct symbolizer *s, pid_t pid, const struct mapping *m);
 
 #endif

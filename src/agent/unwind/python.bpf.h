@@ -22,7 +22,7 @@
  * The thread's PyThreadState is found without guessing: the interpreters' thread lists from
  * _PyRuntime are walked (bounded) for the entry whose native_thread_id is the tid (3.10: whose
  * thread_id, pthread_self(), is the thread's fs base); the answer is cached per tid and checked
- * again on every use. Offsets per process come from python.c (struct gpuscope_py_proc).
+ * again on every use. Offsets per process come from python_detect.c (struct gpuscope_py_proc).
  */
 #ifndef GPUSCOPE_UNWIND_PYTHON_BPF_H
 #define GPUSCOPE_UNWIND_PYTHON_BPF_H
@@ -197,7 +197,7 @@ static __always_inline __u64 py_find_tstate(struct py_state *ps, const struct gp
 
 		c.key = BPF_CORE_READ(task, thread.fsbase);
 #else
-		return 0;		/* python.c does not enable 3.10 elsewhere */
+		return 0;		/* python_detect.c does not enable 3.10 elsewhere */
 #endif
 	}
 	cached = bpf_map_lookup_elem(&py_threads, &tid);

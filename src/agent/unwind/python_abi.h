@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What user space (python.c) tells the BPF CPython walker (python.bpf.h) about one Python
+ * What user space (python_detect.c) tells the BPF CPython walker (python.bpf.h) about one Python
  * process: where _PyRuntime and the eval loop are, and the offsets of the few fields the walk
  * reads in that version. Includes nothing: the includer supplies __u8.. __u64.
  */

@@ -196,8 +196,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
  * schema from a newer gpuscope). */
 struct store *store_clickhouse_open(const struct store_opts *opts, char *err, size_t errlen);
 
-/* Ingest helpers every backend shares, so that the same batch means the same label sets and
- * locations everywhere. */
+/* Ingest helpers every backend shares (helpers.c), so that the same batch means the same label
+ * sets, locations and interval attrs everywhere. */
 #define STORE_LABEL_PAIRS_MAX (2 * (BATCH_MAX_LABELS + 1))
 
 /*
@@ -216,6 +216,20 @@ uint64_t store_location_hash_of(const char *const strs[4], uint32_t line, uint64
 struct Gpuscope__V1__Location;
 uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 			     const struct Gpuscope__V1__Location *l, struct buf *key);
+/*
+ * Attr name=val of interval iv of batch m as the store keeps it. A version 1 batch names the
+ * stack in attr "stack_id" (a batch index): written into num as the store's id (stack_gid:
+ * batch stack index -> store id). Returns val for any other attr, num for a stack id, NULL for
+ * one to drop (invalid, or given by Interval.stack too).
+ */
+struct Gpuscope__V1__Interval;
+const char *store_interval_attr(const struct Gpuscope__V1__Batch *m,
+				const struct Gpuscope__V1__Interval *iv, const char *name,
+				const char *val, const uint64_t *stack_gid, char num[24]);
+/* A version 2 interval's stack (Interval.stack) as the store's id written into num, the value
+ * of its attr "stack_id"; NULL when it has none. */
+const char *store_interval_stack(const struct Gpuscope__V1__Interval *iv,
+				 const uint64_t *stack_gid, char num[24]);
 
 /* gpu_idle: per node, the gpu_busy intervals of one GPU, merged (busy.c). */
 struct busy {

@@ -548,29 +548,18 @@ static void interval_rows(struct cing *in, struct parts *ps)
 		if (!pt)
 			return;
 		for (size_t k = 0; k + 1 < iv->n_attrs && na < BATCH_MAX_LABELS; k += 2) {
-			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
-			char *end;
+			const char *name = S(in, iv->attrs[k]);
+			const char *val = store_interval_attr(m, iv, name, S(in, iv->attrs[k + 1]),
+							      in->stack_id, nums[na]);
 
-			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
-				unsigned long long sid = strtoull(val, &end, 10);
-
-				/* Batch-local index -> global id; an invalid one (or one that
-				 * Interval.stack gives too) is dropped. */
-				if (!*val || *end || sid >= m->n_stacks || iv->stack)
-					continue;
-				snprintf(nums[na], sizeof(nums[na]), "%llu",
-					 (unsigned long long)in->stack_id[sid]);
-				val = nums[na];
-			}
+			if (!val)
+				continue;
 			names[na] = name;
 			vals[na++] = val;
 		}
-		if (iv->stack) {	/* version 2; batch_decode() checked the range */
-			snprintf(nums[na], sizeof(nums[na]), "%llu",
-				 (unsigned long long)in->stack_id[iv->stack - 1]);
-			names[na] = "stack_id";
-			vals[na] = nums[na];
-			na++;
+		if (iv->stack) {
+			vals[na] = store_interval_stack(iv, in->stack_id, nums[na]);
+			names[na++] = "stack_id";
 		}
 		fact_head(in, pt);
 		rb_str(b, S(in, iv->kind));

@@ -427,29 +427,20 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_
 			continue;
 		}
 		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2) {
-			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
-			char *end;
+			const char *name = S(in, iv->attrs[k]);
+			const char *val = store_interval_attr(m, iv, name, S(in, iv->attrs[k + 1]),
+							      in->stack_gid, num[nattr + na]);
 
-			if (!strcmp(name, "stack_id")) {	/* version 1: the stack as an attr */
-				unsigned long long sid = strtoull(val, &end, 10);
-
-				/* Batch-local index -> global id; an invalid one (or one that
-				 * Interval.stack gives too) is dropped. */
-				if (!*val || *end || sid >= m->n_stacks || iv->stack)
-					continue;
-				snprintf(num[nattr + na], sizeof(num[0]), "%llu",
-					 (unsigned long long)in->stack_gid[sid]);
-				val = num[nattr + na];
-			}
+			if (!val)
+				continue;
 			a[na++] = name;
 			a[na++] = val;
 		}
-		if (iv->stack) {	/* version 2; batch_decode() checked the range */
-			snprintf(num[nattr + na], sizeof(num[0]), "%llu",
-				 (unsigned long long)in->stack_gid[iv->stack - 1]);
+		if (iv->stack) {
+			const char *val = store_interval_stack(iv, in->stack_gid, num[nattr + na]);
+
 			a[na++] = "stack_id";
-			a[na] = num[nattr + na - 1];
-			na++;
+			a[na++] = val;
 		}
 		ingest_ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
 		v[j] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,

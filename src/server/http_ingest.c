@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ingest API (POST /api/v1/ingest): bodies decompressed and decoded, batches stored on a pool
+ * of worker threads while the connection waits suspended, and the ingest rate /metrics shows.
+ */
+#include "server/http_int.h"
+
+/* ---- ingest ------------------------------------------------------------------------------- */
+
+static void rate_add(struct http_server *h, uint64_t n)
+{
+	uint64_t sec = mono_ns() / NSEC_PER_SEC;
+	size_t i = sec % RATE_SLOTS;
+
+	pthread_mutex_lock(&h->rmu);
+	if (h->rate_sec[i] != sec) {
+		h->rate_sec[i] = sec;
+		h->rate_n[i] = 0;
+	}
+	h->rate_n[i] += n;
+	pthread_mutex_unlock(&h->rmu);
+}
+
+/* Samples per second over the last 10 complete seconds. */
+double http_rate_get(struct http_server *h)
+{
+	uint64_t sec = mono_ns() / NSEC_PER_SEC, sum = 0;
+
+	pthread_mutex_lock(&h->rmu);
+	for (size_t i = 0; i < RATE_SLOTS; i++)
+		if (h->rate_sec[i] < sec && h->rate_sec[i] + 10 >= sec)
+			sum += h->rate_n[i];
+	pthread_mutex_unlock(&h->rmu);
+	return (double)sum / 10.0;
+}
+
+/* Data further ahead than this is a broken clock, not a measurement. */
+#define TIME_AHEAD_MAX_NS (86400 * NSEC_PER_SEC)
+
+static int scan_chunk(void *ctx, const uint8_t *p, size_t len)
+{
+	return batch_scan(ctx, p, len);
+}
+
+static const char *fmt_unix(uint64_t ns, char *buf, size_t len)
+{
+	time_t t = (time_t)(ns / NSEC_PER_SEC);
+	struct tm tm;
+
+	if (ns / NSEC_PER_SEC > (uint64_t)253402300799ull || !gmtime_r(&t, &tm))
+		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+	else
+		strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
+static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c, struct req *r)
+{
+	const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+	struct Gpuscope__V1__Batch *m;
+	uint8_t *raw = NULL;
+	size_t raw_len = 0, n = 0;
+	char err[256] = "";
+	uint64_t t0 = mono_ns(), t_dec, tmin, tmax, now;
+	struct batch_scan scan;
+	struct ingest_result parts = { 0 };
+	int rc;
+
+	if (r->over)
+		return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
+					"body larger than %zu bytes", h->o.max_body);
+	if (!r->body.len) {
+		/* An empty upload stores nothing: `gpuscope doctor` checks reach and token so. */
+		struct buf b = { 0 };
+
+		return http_reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
+	}
+	/* Memory for decoding stays proportional to what was sent: the scan refuses a bomb while
+	 * it is being decompressed, before protobuf-c allocates anything. */
+	batch_scan_init(&scan, BATCH_DECODE_BASE + (uint64_t)BATCH_DECODE_RATIO * r->body.len);
+	rc = decompress_buf(enc, r->body.p, r->body.len, h->o.max_body, scan_chunk, &scan, &raw,
+			    &raw_len);
+	if (rc == -E2BIG && scan.why[0])
+		return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", scan.why);
+	if (rc == -E2BIG)
+		return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
+					"decompressed body larger than %zu bytes", h->o.max_body);
+	if (rc == -EPROTONOSUPPORT)
+		return http_reply_error(h, c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, REJ_UNKNOWN_ENCODING,
+					"unsupported Content-Encoding '%.40s' (gzip, zstd or none)", enc);
+	if (rc == -EINVAL && scan.why[0])
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_MALFORMED,
+					"malformed protobuf Batch: %s", scan.why);
+	if (rc)
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_ENCODING,
+					"corrupt or truncated %.20s body", enc);
+	m = batch_decode_scanned(&scan, raw ? raw : r->body.p, raw ? raw_len : r->body.len, err,
+				 sizeof(err));
+	if (!m) {
+		int e = errno;
+
+		free(raw);
+		if (e == E2BIG)
+			return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", err);
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST,
+					e == EPROTONOSUPPORT ? REJ_VERSION : REJ_MALFORMED, "%s", err);
+	}
+	batch_time_bounds(m, &tmin, &tmax);
+	now = wall_ns();
+	if (tmin <= tmax && (tmin + h->o.retention_ns < now || tmax > now + TIME_AHEAD_MAX_NS)) {
+		char a[40], b[40];
+
+		batch_decode_free(m);
+		free(raw);
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_TIME,
+					"timestamps %s .. %s outside [now - retention, now + 1 day]: "
+					"nothing stored",
+					fmt_unix(tmin, a, sizeof(a)), fmt_unix(tmax, b, sizeof(b)));
+	}
+	err[0] = 0;
+	t_dec = mono_ns();
+	/* A large batch goes in parts, each its own group commit: other pushes are committed
+	 * between them instead of waiting for all of it. A part already stored is a duplicate. */
+	rc = ingest_store(h->st, m, raw ? raw : r->body.p, raw ? raw_len : r->body.len,
+			  INGEST_PART_RECORDS, h->o.all_addresses, &parts, err, sizeof(err));
+	if (rc == 0 && parts.duplicate_parts == parts.parts)
+		rc = 1;
+	if (rc == 0)
+		efficiency_ingested(h->o.eff, m);
+	log_debug("ingest: %zu bytes, decode %.1f ms, store %.1f ms in %u part(s)", r->body.len,
+		  (double)(t_dec - t0) / 1e6, (double)(mono_ns() - t_dec) / 1e6, parts.parts);
+	for (size_t i = 0; i < m->n_samples; i++)
+		n += m->samples[i]->n_stack;
+	batch_decode_free(m);
+	free(raw);
+	if (rc == -EDQUOT)	/* the node's cardinality this hour: it may retry later */
+		return http_reply_error(h, c, MHD_HTTP_TOO_MANY_REQUESTS, REJ_CARDINALITY, "%s", err);
+	if (rc < 0) {
+		log_warn("ingest: %s", err);
+		return http_reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_STORE, "%s", err);
+	}
+	__atomic_add_fetch(&h->ctr.ingest_batches, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.ingest_parts, parts.parts, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->ctr.ingest_bytes, r->body.len, __ATOMIC_RELAXED);
+	if (rc == 0) {
+		__atomic_add_fetch(&h->ingest_samples, n, __ATOMIC_RELAXED);
+		rate_add(h, n);
+	}
+	{
+		struct buf b = { 0 };
+
+		return http_reply(c, MHD_HTTP_NO_CONTENT, NULL, &b, NULL);
+	}
+}
+
+struct ingest_job {
+	struct http_server *h;
+	struct MHD_Connection *c;
+	struct req *r;
+};
+
+/* Stores one upload off the event loop, then resumes its connection, whose handler queues the
+ * answer left in r. Neither c nor r is touched after the resume. */
+static void *ingest_worker(void *http_arg)
+{
+	struct ingest_job *j = http_arg;
+	struct http_server *h = j->h;
+
+	http_deferred = j->r;
+	do_ingest(h, j->c, j->r);
+	http_deferred = NULL;
+	MHD_resume_connection(j->c);
+	free(j);
+	pthread_mutex_lock(&h->wmu);
+	if (!--h->workers)
+		pthread_cond_broadcast(&h->wcond);
+	pthread_mutex_unlock(&h->wmu);
+	return NULL;
+}
+
+/*
+ * POST /api/v1/ingest. The store answers only once a batch is durable, which may take its group
+ * commit's wait (ClickHouse: up to --clickhouse-commit-delay and the INSERTs): the connection is
+ * suspended and a worker thread stores the batch, so the event loop goes on serving its other
+ * connections (other agents, queries) meanwhile. Past INGEST_WORKERS_MAX at once, or without a
+ * thread, the upload is stored on the loop.
+ */
+enum MHD_Result http_ingest_route(struct http_server *h, struct MHD_Connection *c,
+				  struct req *r)
+{
+	struct ingest_job *j;
+	pthread_attr_t attr;
+	pthread_t t;
+	bool started = false;
+
+	if (r->worked)
+		return r->answered ? http_reply(c, r->ans_code, r->ans_type, &r->ans, NULL) : MHD_NO;
+	pthread_mutex_lock(&h->wmu);
+	if (h->workers < INGEST_WORKERS_MAX && (j = malloc(sizeof(*j)))) {
+		*j = (struct ingest_job){ h, c, r };
+		h->workers++;
+		r->worked = true;
+		MHD_suspend_connection(c);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		started = !pthread_create(&t, &attr, ingest_worker, j);
+		pthread_attr_destroy(&attr);
+		if (!started) {
+			h->workers--;
+			r->worked = false;
+			free(j);
+			MHD_resume_connection(c);
+		}
+	}
+	pthread_mutex_unlock(&h->wmu);
+	if (started)
+		return MHD_YES;
+	if (r->worked)	/* resumed above: the handler runs again */
+		return MHD_YES;
+	return do_ingest(h, c, r);
+}

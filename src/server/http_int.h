@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals of the HTTP front (http.h) shared by its files only: the server and request state,
+ * the reply helpers of the transport (http.c), the ingest API (http_ingest.c) and the query
+ * API (http_query.c).
+ */
+#ifndef GPUSCOPE_HTTP_INT_H
+#define GPUSCOPE_HTTP_INT_H
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "common/batch.h"
+#include "common/compress.h"
+#include "common/log.h"
+#include "common/netaddr.h"
+#include "common/util.h"
+#include "gpuscope/v1/batch.pb-c.h"
+#include "server/capture.h"
+#include "server/codec.h"
+#include "server/efficiency.h"
+#include "server/http.h"
+#include "server/ingest.h"
+#include "server/metrics.h"
+#include "server/query.h"
+#include "server/selector.h"
+#include "server/ui_assets.h"
+
+#define RATE_SLOTS 16
+
+struct http_server {
+	struct MHD_Daemon *d;
+	struct store *st;
+	struct http_opts o;
+	int listen_fd;
+	uint16_t port;
+	char addr[64];			/* bound address, "ADDR:PORT" */
+	struct http_counters ctr;	/* on /metrics */
+	uint64_t last_mhd_log_ns;
+	uint64_t ingest_samples, requests;
+	pthread_mutex_t rmu;		/* rate ring */
+	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
+	pthread_mutex_t wmu;		/* ingest workers running, and their end (stop) */
+	pthread_cond_t wcond;
+	unsigned workers;
+};
+
+/* Ingests stored on worker threads at once; past it one waits on its event loop. */
+#define INGEST_WORKERS_MAX 512
+
+struct req {
+	struct buf body;		/* only POST /api/v1/ingest keeps its body */
+	bool ingest;
+	bool over;			/* body beyond max_body: discarded */
+	/* Stored by a worker while the connection was suspended: the answer it left. */
+	bool worked, answered;
+	unsigned ans_code;
+	const char *ans_type;
+	struct buf ans;
+};
+
+/* http.c */
+/* On an ingest worker: the request whose answer http_reply() keeps instead of queueing it (only
+ * the connection's own event-loop thread may queue a response). */
+extern __thread struct req *http_deferred;
+enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *type,
+			   struct buf *body, const char *encoding);
+enum MHD_Result http_reply_error(struct http_server *h, struct MHD_Connection *c, unsigned code,
+				 enum reject why, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+enum MHD_Result http_reply_json(struct MHD_Connection *c, struct buf *b);
+const char *http_arg(struct MHD_Connection *c, const char *name);
+
+/* http_ingest.c */
+/* Samples per second over the last 10 complete seconds. */
+double http_rate_get(struct http_server *h);
+/*
+ * POST /api/v1/ingest. The store answers only once a batch is durable, which may take its group
+ * commit's wait (ClickHouse: up to --clickhouse-commit-delay and the INSERTs): the connection is
+ * suspended and a worker thread stores the batch, so the event loop goes on serving its other
+ * connections (other agents, queries) meanwhile. Past INGEST_WORKERS_MAX at once, or without a
+ * thread, the upload is stored on the loop.
+ */
+enum MHD_Result http_ingest_route(struct http_server *h, struct MHD_Connection *c,
+				  struct req *r);
+
+/* http_query.c */
+enum MHD_Result http_do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff);
+/* GET /api/v1/processes: the processes with the most samples (limit, default 100). */
+enum MHD_Result http_do_processes(struct http_server *h, struct MHD_Connection *c);
+/* GET /api/v1/samples: samples over time in `buckets` buckets (default 200, at most 5000). */
+enum MHD_Result http_do_samples(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_top(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_pprof(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_labels(struct http_server *h, struct MHD_Connection *c,
+			       const char *label);
+enum MHD_Result http_do_series(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_metric_names(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_intervals(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_nodes(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_stack(struct http_server *h, struct MHD_Connection *c, const char *idstr);
+enum MHD_Result http_do_efficiency(struct http_server *h, struct MHD_Connection *c);
+enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c);
+
+#endif /* GPUSCOPE_HTTP_INT_H */
