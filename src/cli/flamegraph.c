@@ -66,6 +66,20 @@ int cmd_flamegraph(int argc, char **argv)
 			 100.0 * json_number_value(json_object_get(json_object_get(j, "traced"),
 								   "fraction")));
 	}
+	{
+		json_t *e = json_object_get(json_object_get(j, "gpu_sources"), "estimate");
+		size_t at = strlen(subtitle);
+
+		/* a GPU-idle answer: what share of it windows' samples stand for */
+		if (json_is_object(e))
+			snprintf(subtitle + at, sizeof(subtitle) - at,
+				 "  %.0f%% estimated from %.1f%% traced time, %.0f%% unknown",
+				 100.0 * json_number_value(json_object_get(e, "estimated_share")),
+				 100.0 * json_number_value(json_object_get(e, "traced")),
+				 100.0 * json_number_value(json_object_get(e, "unknown")));
+		if (json_is_object(e))
+			fprintf(stderr, "%s\n", json_string_value(json_object_get(e, "summary")));
+	}
 	f = open_memstream(&svg, &svg_len);
 	if (!f) {
 		fprintf(stderr, "gpuscope: out of memory\n");

@@ -87,6 +87,9 @@ static void fmt_causes(json_t *row, char *b, size_t n)
 	}
 	fns = json_object_get(c, "functions");
 	blk = json_object_get(c, "blocked");
+	/* estimated shares (windows standing for undecided time) are marked "~" */
+	if (num(json_object_get(c, "idle_estimate"), "estimated_share") > 0)
+		used += (size_t)snprintf(b + used, n - used, "~");
 	json_array_foreach(fns, i, it) {
 		if (k == 2 || used >= n)
 			break;

@@ -88,6 +88,16 @@ static void print_traced(json_t *j)
 	       json_is_true(json_object_get(tr, "truncated")) ? ", more not counted" : "");
 }
 
+/* A GPU-idle answer: how it was estimated (docs/estimator.md), the server's sentence. */
+static void print_estimate(json_t *j)
+{
+	json_t *e = json_object_get(json_object_get(j, "gpu_sources"), "estimate");
+	const char *s = json_string_value(json_object_get(e, "summary"));
+
+	if (s)
+		printf("%s\n", s);
+}
+
 /* Prints the table; returns 0, or 1 after printing what is wrong with the answer. */
 static int print_top(const struct query *q, json_t *j)
 {
@@ -122,6 +132,7 @@ static int print_top(const struct query *q, json_t *j)
 	qsort(fns, n, sizeof(*fns), strcmp(q->sort, "total") ? by_self : by_total);
 	print_range(j, total, ns);
 	print_traced(j);
+	print_estimate(j);
 	printf("%12s %7s %12s %7s  %s\n", "SELF", "SELF%", "TOTAL", "TOTAL%", "FUNCTION");
 	for (i = 0; i < n && (long)i < q->limit; i++) {
 		char s[32], t[32];

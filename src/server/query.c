@@ -405,8 +405,7 @@ int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t le
 			total > 0 ? 100 * t->estimated_value / total : 0.0);
 }
 
-/* ,"estimate":{...}: how the GPU-idle figure was made (idle_est.h). */
-static void emit_estimate(struct buf *out, const char *key, const struct idle_tally *t, int gpu)
+void query_estimate_json(struct buf *out, const char *key, const struct idle_tally *t, int gpu)
 {
 	const struct idle_est_cover *c = &t->cover;
 	double total = t->exact_value + t->estimated_value;
@@ -469,9 +468,9 @@ static int emit_gpu_sources(struct store *s, const struct store_query *q,
 		}
 		buf_printf(out, "},\"truncated\":%s", truncated || o.other ? "true" : "false");
 		if (t && t->set)
-			emit_estimate(out, "estimate", t, q->gpu_idle);
+			query_estimate_json(out, "estimate", t, q->gpu_idle);
 		if (t2 && t2->set)
-			emit_estimate(out, "estimate2", t2, q->gpu_idle);
+			query_estimate_json(out, "estimate2", t2, q->gpu_idle);
 		buf_puts(out, "},");
 	}
 	for (int i = 0; i <= SOURCES_MAX; i++)

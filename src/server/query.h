@@ -55,6 +55,10 @@ int query_samples(struct store *s, const struct store_query *q, struct buf *out)
  * snprintf's return. */
 int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t len);
 
+/* ,"KEY":{"exact","traced","extrapolated","unknown","windows","max_weight","estimated_share",
+ * "method","summary"}: how a GPU-idle answer was estimated (docs/estimator.md), appended. */
+void query_estimate_json(struct buf *out, const char *key, const struct idle_tally *t, int gpu);
+
 /* Display name of a frame: the function, else "module+0xaddress". Returns buf or a frame string. */
 const char *frame_name(const struct frame *f, char *buf, size_t len);
 

@@ -4,6 +4,7 @@
  * idle (thread states weighted by idle time, and the functions that ran).
  */
 #include "server/efficiency/eff_int.h"
+#include "server/query.h"
 
 /* ---- causes ------------------------------------------------------------------------------- */
 
@@ -185,6 +186,7 @@ int eff_causes(struct efficiency *e, const struct row *r, const char *by, uint64
 	struct state_ctx sc = { 0 };
 	struct u64map agg = { 0 };
 	struct fn_self fs = { 0 };
+	struct idle_tally it = { 0 };
 	struct selector *sel = NULL;
 	struct buf sb = { 0 };
 	uint64_t *ids = NULL, raw_from = from;
@@ -216,7 +218,8 @@ int eff_causes(struct efficiency *e, const struct row *r, const char *by, uint64
 		goto out;
 	}
 	if (raw_from < to) {
-		struct store_query q = { raw_from, to, sel, SAMPLE_CPU, (int)strtol(gpu, NULL, 10) };
+		struct store_query q = { raw_from, to, sel, SAMPLE_CPU, (int)strtol(gpu, NULL, 10),
+					 &it };
 
 		err = eff_compute_raw(e, raw_from, to, best->gpu, NULL, cause_piece, &cc);
 		if (!err)
@@ -279,7 +282,11 @@ int eff_causes(struct efficiency *e, const struct row *r, const char *by, uint64
 	eff_json_ms(out, to);
 	buf_printf(out, ",\"idle_seconds\":");
 	buf_json_num(out, idle_ns / 1e9);
-	buf_printf(out, ",\"samples\":%.0f,\"functions\":[", fs.total);
+	buf_printf(out, ",\"samples\":%.0f", fs.total);
+	/* the functions' samples are estimated where windows stood for undecided time */
+	if (it.set)
+		query_estimate_json(out, "idle_estimate", &it, (int)strtol(gpu, NULL, 10));
+	buf_puts(out, ",\"functions\":[");
 	for (size_t i = 0; i < fs.names.len && i < CAUSE_FUNCS; i++) {
 		if (i)
 			buf_put(out, ",", 1);
