@@ -38,7 +38,7 @@ LDLIBS    = $(AGENT_LDLIBS) $(SERVER_LDLIBS) $(CLI_LDLIBS) $(COMMON_LDLIBS)
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all bins test run clean deps bench
+.PHONY: all bins test run clean deps bench stock-check
 
 # all: everything `make test` needs (tests, fuzzers, stand-ins, bench tools); bins: only what
 # `make run` runs (agent, server with its UI, CLI, the CUPTI library where CUDA is installed).
@@ -174,8 +174,14 @@ test: deps
 run:
 	$(Q)scripts/install-deps run
 	$(Q)echo "make run: building gpuscope into $(abspath $(OUT))/ (first time: a minute or two)"
-	$(Q)$(MAKE) --no-print-directory bins PROGRESS=1
+	$(Q)$(MAKE) --no-print-directory bins PROGRESS=1 $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc))
 	$(Q)scripts/run
+
+# `make run` on a stock Debian 12 made fresh by debootstrap (10-30 minutes, Debian's mirror):
+# run it after changing scripts/deps/ or mk/ and commit tests/stock/results.txt
+# (tests/integration/test_stock_record fails until the recorded pass matches them).
+stock-check:
+	$(Q)nice tests/stock/debootstrap_run.sh
 
 clean:
 	rm -rf $(OUT)
