@@ -3,7 +3,8 @@
 # The README's `make run` on a stock Debian 12 (`make stock-check`): a fresh
 # `debootstrap --variant=minbase bookworm` root, only make, git and ca-certificates added, this
 # working tree's files (tracked and new, not ignored) copied in, `make run` started inside
-# (chroot, with /proc, /sys and /dev), the URL it prints must answer HTTP 200; then Ctrl-C
+# (chroot, with /proc, /sys and /dev; the host's own CAs in /usr/local/share/ca-certificates
+# too, for a TLS-inspecting proxy), the URL it prints must answer HTTP 200; then Ctrl-C
 # (SIGINT), and the root is unmounted and removed. Appends its result, with the hash of the run
 # lists and mk/ (tests/stock/deps_hash), to tests/stock/results.txt, which
 # tests/integration/test_stock_record checks. Takes 10-30 minutes (packages, a full build).
@@ -67,6 +68,10 @@ debootstrap --variant=minbase bookworm "$root" "$mirror" >"$work/debootstrap.log
 	{ tail -20 "$work/debootstrap.log"; record fail "debootstrap failed"; exit 1; }
 t_boot=$((SECONDS - t0))
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# CAs this host added itself (a site's TLS-inspecting proxy) go in as on any machine of that
+# network; ca-certificates' install puts them into the root's store. Nothing else is copied.
+mkdir -p "$root/usr/local/share/ca-certificates"
+cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
 mount -t proc proc "$root/proc"
 for m in sys dev; do
 	mount --rbind "/$m" "$root/$m"
