@@ -4,7 +4,8 @@
 # `debootstrap --variant=minbase bookworm` root, only make, git and ca-certificates added, this
 # working tree's files (tracked and new, not ignored) copied in, `make run` started inside
 # (chroot, with /proc, /sys and /dev; the host's own CAs in /usr/local/share/ca-certificates
-# too, for a TLS-inspecting proxy), the URL it prints must answer HTTP 200; then Ctrl-C
+# too, for a TLS-inspecting proxy), the URL it prints must answer HTTP 200 and the agent's
+# samples reach the server (recorded; the agent may be limited by the host); then Ctrl-C
 # (SIGINT), and the root is unmounted and removed. Appends its result, with the hash of the run
 # lists and mk/ (tests/stock/deps_hash), to tests/stock/results.txt, which
 # tests/integration/test_stock_record checks. Takes 10-30 minutes (packages, a full build).
@@ -91,7 +92,9 @@ git ls-files -z -c -o --exclude-standard | tar --null -T - -cf - | tar -xf - -C 
 
 echo "debootstrap_run: make run (log: $log)"
 t_make=$SECONDS
-setsid chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+# (a background job of a script starts with SIGINT ignored, and a shell cannot trap what it
+# started ignoring: env gives make run the default back, as a terminal's Ctrl-C finds it)
+setsid env --default-signal=INT chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
 	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	sh -c 'cd /src/gpuscope && exec make run' >"$log" 2>&1 </dev/null &
 run_pid=$!
@@ -115,6 +118,14 @@ for _ in $(seq 30); do
 	[ "$code" = 200 ] && break
 	sleep 1
 done
+# the agent's first pushes: CPU samples of this machine's processes in the server
+samples=0
+for _ in $(seq 60); do
+	samples=$(curl -s "$url/api/v1/processes?since=5m&limit=1" |
+		sed -n 's/.*"total": *\([0-9]*\).*/\1/p' | head -1)
+	[ "${samples:-0}" -gt 0 ] && break
+	sleep 1
+done
 npkgs_after=$(chr dpkg-query -W -f '.\n' | wc -l)
 agent=running
 if grep -q '^stopping' "$log" || ! kill -0 "$run_pid" 2>/dev/null; then
@@ -130,7 +141,7 @@ left=$(in_root | wc -l)
 grep -q '^stopped; data kept' "$log" && stopped=yes || stopped=no
 echo "--- the end of make run's output"
 tail -25 "$log"
-note="debootstrap ${t_boot}s, make run to its URL ${t_url}s ($((npkgs_after - npkgs_before)) packages installed), GET $url/ -> $code, agent $agent, Ctrl-C stopped both: $stopped ($left processes left)"
+note="debootstrap ${t_boot}s, make run to its URL ${t_url}s ($((npkgs_after - npkgs_before)) packages installed), GET $url/ -> $code, agent $agent (${samples:-0} samples pushed), Ctrl-C stopped both: $stopped ($left processes left)"
 if [ "$code" = 200 ] && [ "$stopped" = yes ] && [ "$left" = 0 ]; then
 	record pass "$note"
 else
