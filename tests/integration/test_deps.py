@@ -189,6 +189,10 @@ tools = {}
 for c in cmds:
     for w in first_words(c.strip()):
         tools.setdefault(w, "build")
+# what the Makefiles run while they are read ($(shell ...))
+for mk in ["Makefile"] + sorted(glob.glob(os.path.join(ROOT, "mk", "*.mk"))):
+    for w in re.findall(r"\$\(shell\s+([^\s)]+)", open(os.path.join(ROOT, mk)).read()):
+        tools.setdefault(w, os.path.relpath(os.path.join(ROOT, mk), ROOT) + " $(shell)")
 # the scripts `make run` runs: their code, not their strings or comments
 for script in ("scripts/run", "scripts/install-deps"):
     body = open(os.path.join(ROOT, script)).read()
