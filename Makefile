@@ -38,9 +38,12 @@ LDLIBS    = $(AGENT_LDLIBS) $(SERVER_LDLIBS) $(CLI_LDLIBS) $(COMMON_LDLIBS)
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all test run clean deps bench
+.PHONY: all bins test run clean deps bench stock-check
 
-all:
+# all: everything `make test` needs (tests, fuzzers, stand-ins, bench tools); bins: only what
+# `make run` runs (agent, server with its UI, CLI, the CUPTI library where CUDA is installed).
+all: bins
+bins:
 
 deps:
 	$(Q)scripts/install-deps
@@ -76,8 +79,8 @@ CLI_BIN    := $(OUT)/gpuscope
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(OUT)/tests/unit/%,$(UNIT_SRCS))
 PROG_BINS  := $(patsubst tests/progs/%.c,$(OUT)/tests/progs/%,$(PROG_SRCS))
 
-all: $(AGENT_BIN) $(if $(wildcard src/server/main.c),$(SERVER_BIN)) $(if $(CLI_SRCS),$(CLI_BIN)) \
-     $(UNIT_BINS) $(PROG_BINS)
+bins: $(AGENT_BIN) $(if $(wildcard src/server/main.c),$(SERVER_BIN)) $(if $(CLI_SRCS),$(CLI_BIN))
+all: $(UNIT_BINS) $(PROG_BINS)
 
 # ---- generated: vmlinux.h, skeletons, protobuf ------------------------------------------------
 VMLINUX := $(OUT)/vmlinux/vmlinux.h
@@ -165,13 +168,20 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/run
 
-# Only what running needs (scripts/deps/*-test.txt are for `make test`); the build says what
-# it is doing, since the first one takes a minute or more.
+# Only what running needs: the run packages (scripts/deps/*-test.txt are for `make test`) and
+# the binaries it runs (bins, not the tests); the build says what it is doing, since the first
+# one takes a minute or more.
 run:
 	$(Q)scripts/install-deps run
 	$(Q)echo "make run: building gpuscope into $(abspath $(OUT))/ (first time: a minute or two)"
-	$(Q)$(MAKE) --no-print-directory all PROGRESS=1
+	$(Q)$(MAKE) --no-print-directory bins PROGRESS=1 $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc))
 	$(Q)scripts/run
+
+# `make run` on a stock Debian 12 made fresh by debootstrap (10-30 minutes, Debian's mirror):
+# run it after changing scripts/deps/ or mk/ and commit tests/stock/results.txt
+# (tests/integration/test_stock_record fails until the recorded pass matches them).
+stock-check:
+	$(Q)nice tests/stock/debootstrap_run.sh
 
 clean:
 	rm -rf $(OUT)

@@ -9,11 +9,12 @@ CUPTI_CFLAGS := -std=gnu11 -g -O2 -Wall -Wextra -Werror -Wno-unused-parameter -f
 	-fvisibility=hidden -D_GNU_SOURCE -Isrc -fno-omit-frame-pointer
 
 ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
-all: $(CUPTI_LIB)
+bins: $(CUPTI_LIB)
 endif
 all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
 
 $(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
+	$(call progress,CC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
 		-Wl,--version-script=src/cupti/exports.map -Wl,-z,defs \

@@ -10,7 +10,7 @@ UI_ASSETS_C  := $(OUT)/ui_assets.c
 UI_ASSETS_O  := $(OUT)/obj/ui/ui_assets.o
 
 $(UI_NPM_STAMP): ui/package-lock.json ui/package.json
-	$(Q)command -v npm >/dev/null || { echo "ui: npm not found: run scripts/install-deps (nodejs)" >&2; exit 1; }
+	$(Q)command -v npm >/dev/null || { echo "ui: npm not found: scripts/install-deps run installs it (Debian: the npm package)" >&2; exit 1; }
 	$(call progress,NPM,ui/node_modules (npm ci))
 	$(Q)cd ui && npm ci --no-audit --no-fund --prefer-offline --loglevel=error
 	$(Q)touch $@
