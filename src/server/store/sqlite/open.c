@@ -4,12 +4,16 @@
  * read connection pool, open, close and stats. One database in WAL mode (docs/server.md).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "common/log.h"
 #include "common/util.h"
 #include "server/store/sqlite/sqlite.h"
@@ -354,6 +358,8 @@ static void sq_close(struct store *st)
 	sq_dedup_reset(s);
 	sq_strs_done(s);
 	free(s->card);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);	/* the lock goes last: the database is closed */
 	store_commitq_done(&s->commitq);
 	pthread_mutex_destroy(&s->wmu);
 	pthread_mutex_destroy(&s->pmu);
@@ -438,6 +444,42 @@ static int migrate_stack_day(struct sq *s)
 	return sqlite3_exec(s->w, sql, NULL, NULL, NULL) ? -EIO : 0;
 }
 
+/*
+ * One writer per data directory: an exclusive flock() on <dir>/lock, held until close or the
+ * process's death (the kernel releases it then). A second server on the same directory would
+ * write beside the first and lose acknowledged rollups (issue 36): it is refused, naming the
+ * holder's pid (written into the file). 0 or -1 with err set.
+ */
+static int lock_dir(struct sq *s, const char *dir, char *err, size_t errlen)
+{
+	char path[PATH_MAX], pid[32] = "";
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+	if (s->lock_fd < 0) {
+		snprintf(err, errlen, "open '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+
+		n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = 0;
+		pid[strcspn(pid, "\n")] = 0;
+		if (e == EWOULDBLOCK)
+			snprintf(err, errlen, "'%s' is in use by another gpuscope-server (pid %s): "
+				 "one server per --data directory", dir, pid[0] ? pid : "?");
+		else
+			snprintf(err, errlen, "lock '%s': %s", path, strerror(e));
+		return -1;
+	}
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(s->lock_fd, 0) || pwrite(s->lock_fd, pid, (size_t)n, 0) != n)
+		log_warn("store: writing the pid into '%s': %s", path, strerror(errno));
+	return 0;
+}
+
 struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t errlen)
 {
 	struct sq *s = calloc(1, sizeof(*s));
@@ -460,10 +502,13 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	pthread_cond_init(&s->mcond, NULL);
 	pthread_rwlock_init(&s->lmu, NULL);
 	pthread_rwlock_init(&s->smu, NULL);
+	s->lock_fd = -1;
 	if (mkdir(opts->dir, 0750) && errno != EEXIST) {
 		snprintf(err, errlen, "mkdir '%s': %s", opts->dir, strerror(errno));
 		goto out_close;
 	}
+	if (lock_dir(s, opts->dir, err, errlen))
+		goto out_close;
 	if (asprintf(&s->path, "%s/gpuscope.db", opts->dir) < 0) {
 		s->path = NULL;
 		snprintf(err, errlen, "out of memory");

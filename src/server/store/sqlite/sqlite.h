@@ -72,6 +72,7 @@ struct sq {
 	struct store base;
 	struct store_opts o;
 	char *path;
+	int lock_fd;		/* <dir>/lock, flock()ed for the process's life: one writer */
 
 	struct store_commitq commitq;	/* group commit */
 
