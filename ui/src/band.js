@@ -18,8 +18,9 @@ const COLOR = new Map(SOURCES.map(([s, c]) => [s, c]));
 const NAME = new Map(SOURCES.map(([s, , n]) => [s, n]));
 export const WINDOW = '#5f3dc4';	// outline of a duty-cycle window
 const UNLOADED = '#dee2e6';
-// How far a duty-cycle window's idle samples reach (src/server/store/idle_est.h).
-export const REACH_MS = 120e3;
+// How far a duty-cycle window's idle samples reach, and the undecided time of its own a window
+// needs to stand for any (src/server/store/idle_est.h).
+export const REACH_MS = 120e3, MIN_OWN_MS = 100;
 
 export const isDuty = (o) => o.src === 'kernels' && (o.reason === 'budget' || o.reason === 'continuous');
 const srcOf = (o) => (COLOR.has(o.src) ? o.src : '');
@@ -54,13 +55,36 @@ export const LEGEND = [
 	['unknown (no source)', 'hatch'],
 ];
 
+// Union of intervals sorted by start: [{s, e, first}] (first: the first interval of each piece).
+function merged(items) {
+	const out = [];
+	for (const it of items) {
+		const last = out[out.length - 1];
+		if (last && it.s <= last.e) last.e = Math.max(last.e, it.e);
+		else out.push({ s: it.s, e: it.e, first: it });
+	}
+	return out;
+}
+
+// Length of [a, b) covered by m (merged).
+function covered(m, a, b) {
+	let sum = 0;
+	for (let i = Math.max(0, bisect(m, a, (v) => v.s)); i < m.length && m[i].s < b; i++)
+		sum += Math.max(0, Math.min(b, m[i].e) - Math.max(a, m[i].s));
+	return sum;
+}
+
 // A band's data from the loaded intervals: busy {s, e, src} and observed {s, e, src, reason},
 // each sorted by start; loadedTo: the time after which the answers were cut off (limit).
+// stand: the duty-cycle windows (merged) that the estimator lets stand for undecided time, as
+// idle_est.c picks them: enough undecided time of their own, not only the driver's counters.
 export function makeBand(busy, observed, extent, loadedTo) {
 	const bySrc = new Map(SOURCES.map(([s]) => [s, []]));
 	for (const o of observed) bySrc.get(srcOf(o)).push(o);
 	const longest = (v) => v.reduce((m, x) => Math.max(m, x.e - x.s), 0);
-	return { items: busy, obs: observed, bySrc, duty: observed.filter(isDuty), maxLen: longest(observed), busyLen: longest(busy),
+	const duty = observed.filter(isDuty), exact = merged(observed.filter((o) => !isDuty(o)));
+	const stand = merged(duty).filter((w) => w.e - w.s - covered(exact, w.s, w.e) >= MIN_OWN_MS);
+	return { items: busy, obs: observed, bySrc, duty, stand, maxLen: longest(observed), busyLen: longest(busy),
 		extent, loadedTo };
 }
 
@@ -157,18 +181,12 @@ export function bandAt(r, t, slack = 0) {
 		const near = slack > 0 && (holding(r.items, t, slack, busyLen)[0] || holding(r.obs, t, slack, r.maxLen)[0]);
 		return near ? bandAt(r, Math.min(Math.max(t, near.s), near.e)) : { state: 'none' };
 	}
+	// the window standing for t: the nearest of those that stand for time (merged: disjoint)
 	let near = null, dist = Infinity;
-	const i = bisect(r.duty, t, (v) => v.s);
-	for (const j of [i, i + 1]) {
-		const w = r.duty[j];
-		if (!w) continue;
-		const d = t < w.s ? w.s - t : Math.max(0, t - w.e);
-		if (d < dist) [near, dist] = [w, d];
-	}
-	// an earlier window may end later than the one that starts last before t
-	for (let j = i - 1; j >= 0 && r.duty[j].s >= t - r.maxLen; j--) {
-		const d = Math.max(0, t - r.duty[j].e);
-		if (d < dist) [near, dist] = [r.duty[j], d];
+	const i = bisect(r.stand, t, (v) => v.s);
+	for (const w of [r.stand[i], r.stand[i + 1]]) {
+		const d = w ? (t < w.s ? w.s - t : Math.max(0, t - w.e)) : Infinity;
+		if (d < dist) [near, dist] = [w.first, d];
 	}
 	return { ...at, state: 'unknown', near: dist <= REACH_MS ? { w: near, dist } : null };
 }
