@@ -249,9 +249,12 @@ static int load_e2e(struct loader *l, uint64_t t0)
 		 * from the window's samples.
 		 */
 		static const struct { const char *gpu, *source, *reason; uint64_t s, e; } obs[] = {
-			{ "0", "kernels", "capture", 0, 35000 }, { "0", "gpm", NULL, 35000, 50000 },
-			{ "0", "nvml", NULL, 50000, 60000 }, { "1", "nvml", NULL, 0, 40000 },
-			{ "1", "gpm", NULL, 40000, 44000 }, { "1", "kernels", "budget", 44000, 47000 },
+			{ "0", "kernels", "capture", 0, 35000 },
+			{ "0", "gpm", NULL, 35000, 50000 },
+			{ "0", "nvml", NULL, 50000, 60000 },
+			{ "1", "nvml", NULL, 0, 40000 },
+			{ "1", "gpm", NULL, 40000, 44000 },
+			{ "1", "kernels", "budget", 44000, 47000 },
 		};
 		size_t i;
 
@@ -262,8 +265,10 @@ static int load_e2e(struct loader *l, uint64_t t0)
 				lb[1] = (struct label){ "reason", obs[i].reason };
 				lb[2] = (struct label){ "source", obs[i].source };
 			}
-			TRY(added(l, batch__interval(l->b, "gpu_observed", lb, obs[i].reason ? 3 : 2,
-						     t0 + obs[i].s * MS, t0 + obs[i].e * MS, -1, NULL, 0)));
+			uint64_t a = t0 + obs[i].s * MS, z = t0 + obs[i].e * MS;
+
+			TRY(added(l, batch__interval(l->b, "gpu_observed", lb, obs[i].reason ? 3 : 2, a,
+						     z, -1, NULL, 0)));
 		}
 	}
 	/* idle windows: train blocks on the data queue, the loader runs; busy: loader sleeps */
