@@ -498,6 +498,32 @@ try {
 		`GPU-idle chip says the answer is estimated (${chip && chip.text}; ${chip && chip.title.split('\n')[0]})`);
 	const est = await rootValue();
 	check(Math.abs(est - 2420) <= 1, `GPU 1's idle flame graph estimates 2420 samples (got ${est})`);
+	// the veil over what that flame graph leaves out: busy time, and unknown time no window
+	// stands for (here none: all of it is within 120 s of the window)
+	const veiled = (ts) => page.evaluate((ts) => {
+		const tl = window.__gpuscope.timeline, dpr = window.devicePixelRatio || 1;
+		if (tl.mask.classList.contains('hidden')) return ts.map(() => false);
+		const cp = document.createElement('canvas');	// one readback of a copy (see colours())
+		cp.width = tl.mask.width;
+		cp.height = tl.mask.height;
+		const g = cp.getContext('2d', { willReadFrequently: true });
+		g.drawImage(tl.mask, 0, 0);
+		return ts.map((t) => g.getImageData(Math.round(tl.xOf(t) * dpr), Math.round(40 * dpr), 1, 1).data[3] > 0);
+	}, ts);
+	let v = await veiled([T0 + 20000, T0 + 42000, T0 + 45500, T0 + 53000]);
+	check(v.join() === 'true,false,false,false', `GPU 1 idle: busy veiled; GPM idle, the window and the unknown time it stands for not (${v.join()})`);
+	// a wider view: time more than 120 s from the window is left out, veiled and counted unknown
+	await page.goto(`${URL0}/?node=node-a&gpu=1&pid=100&idle=1&from=${T0 - 300000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	await page.waitForTimeout(200);
+	v = await veiled([T0 - 200000, T0 - 30000, T0 + 53000]);
+	check(v.join() === 'true,false,false', `361 s view: 200 s before the data veiled (244 s from the window), 30 s before not (${v.join()})`);
+	const chip2 = await page.textContent('#idle-sources');
+	const est2 = await rootValue();
+	// undecided: [-300, 0) s and [47, 61) s; the window [44, 47) reaches back to -76 s: it stands
+	// for 90 s (weight 31: 440 + 330 x 31 = 10670), 224 s of 361 unknown (62 %)
+	check(/ · unknown 62%$/.test(chip2) && Math.abs(est2 - 10670) <= 1, `361 s view: ${est2} samples (want 10670), ${chip2}`);
 
 	// 12. no agent yet (an empty server)
 	if (EMPTY) {

@@ -84,8 +84,29 @@ export function makeBand(busy, observed, extent, loadedTo) {
 	const longest = (v) => v.reduce((m, x) => Math.max(m, x.e - x.s), 0);
 	const duty = observed.filter(isDuty), exact = merged(observed.filter((o) => !isDuty(o)));
 	const stand = merged(duty).filter((w) => w.e - w.s - covered(exact, w.s, w.e) >= MIN_OWN_MS);
-	return { items: busy, obs: observed, bySrc, duty, stand, maxLen: longest(observed), busyLen: longest(busy),
-		extent, loadedTo };
+	const reach = merged(stand.map((w) => ({ s: w.s - REACH_MS, e: w.e + REACH_MS })));
+	return { items: busy, obs: observed, bySrc, duty, stand, decided: merged(observed), reach, maxLen: longest(observed),
+		busyLen: longest(busy), extent, loadedTo };
+}
+
+// [a, b) pieces of [from, to) that m (merged) leaves uncovered.
+function gaps(m, from, to) {
+	const out = [];
+	let t = from;
+	for (let i = Math.max(0, bisect(m, from, (v) => v.s)); i < m.length && t < to; i++) {
+		if (m[i].s > t) out.push([t, Math.min(m[i].s, to)]);
+		t = Math.max(t, m[i].e);
+	}
+	if (t < to) out.push([t, to]);
+	return out;
+}
+
+// What a GPU-idle answer leaves out of [from, to) besides busy time: time no source observed
+// and no duty-cycle window stands for (unknown: not counted), as [a, b) pieces.
+export function leftOut(r, from, to) {
+	const out = [];
+	for (const [a, b] of gaps(r.decided, from, to)) out.push(...gaps(r.reach, a, b));
+	return out;
 }
 
 // Fills items [{s, e}] (sorted) of one colour on the lane y..y+h, merging what touches per pixel.

@@ -5,7 +5,7 @@
 // wheel zooms around the pointer, hover shows values, kernel names and thread states.
 import uPlot from 'uplot';
 import { el, fmtTime, fmtDur, fmtBytes, bisect, hash } from './util.js';
-import { makeBand, drawBand, bandAt, bandTip, hatch, LEGEND } from './band.js';
+import { makeBand, drawBand, bandAt, bandTip, hatch, leftOut, LEGEND } from './band.js';
 
 export const LEFT = 150, RIGHT = 14;
 const ROW = 15, GAP = 3, HEAD = 20;
@@ -339,7 +339,8 @@ export class Timeline {
 		}
 	}
 
-	// "only while the GPU was idle": veil the busy time, which the flame graph leaves out
+	// "only while the GPU was idle": veil what the flame graph leaves out: busy time, and time
+	// no source observed that no duty-cycle window stands for
 	setIdleMask(on) {
 		this.idleMask = on;
 		this.drawMask();
@@ -347,7 +348,7 @@ export class Timeline {
 
 	drawMask() {
 		const busy = this.rows.find((r) => r.kind === 'busy' && r.selected) || this.rows.find((r) => r.kind === 'busy');
-		const on = this.idleMask && busy && busy.items.length;
+		const on = this.idleMask && busy;
 		this.mask.classList.toggle('hidden', !on);
 		if (!on) return;
 		const w = this.root.clientWidth, h = this.root.clientHeight, dpr = window.devicePixelRatio || 1;
@@ -358,11 +359,12 @@ export class Timeline {
 		const c = this.mask.getContext('2d');
 		c.setTransform(dpr, 0, 0, dpr, 0, 0);
 		c.fillStyle = 'rgba(100,116,139,0.22)';
-		for (const it of busy.items) {
-			if (it.e < this.from || it.s > this.to) continue;
-			const a = Math.max(LEFT, this.xOf(it.s)), b = Math.min(w - RIGHT, this.xOf(it.e));
+		const veil = (s, e) => {
+			const a = Math.max(LEFT, this.xOf(s)), b = Math.min(w - RIGHT, this.xOf(e));
 			if (b > a) c.fillRect(a, 26, b - a, h - 26);
-		}
+		};
+		for (const it of busy.items) if (it.e >= this.from && it.s <= this.to) veil(it.s, it.e);
+		for (const [a, b] of leftOut(busy, this.from, Math.min(this.to, busy.loadedTo ?? Infinity))) veil(a, b);
 	}
 
 	// range A of a comparison, drawn under the brush (which is then range B)
