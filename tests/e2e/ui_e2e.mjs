@@ -417,6 +417,114 @@ try {
 	await page.fill('#search', '');
 	await page.waitForTimeout(300);
 
+	// 11c. which source decided each busy/idle range (ui_fixture.c: GPU 1 NVML [0,40) s, GPM
+	// [40,44), a budget window [44,47), nothing after; GPU 0 a capture window [0,35), GPM
+	// [35,50), NVML [50,60)), read from the band's pixels and its hover
+	console.log('busy/idle sources');
+	await page.goto(`${URL0}/?node=node-a&gpu=1&pid=100&from=${T0 - 1000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	const C = { busy: '#40c057', kernels: '#f08c8c', gpm: '#ffb366', nvml: '#ffe066', window: '#5f3dc4', hatchBg: '#f1f3f5' };
+	const colours = (gpu, t, w = 4) => page.evaluate(([g, t, w]) => {
+		const tl = window.__gpuscope.timeline, r = tl.rows.find((x) => x.kind === 'busy' && x.gpu === g);
+		const dpr = window.devicePixelRatio || 1, x = Math.round(tl.xOf(t) * dpr), y = Math.round((r.y + 7) * dpr);
+		const cp = document.createElement('canvas');	// a copy: reading the lanes back repeatedly warns
+		cp.width = tl.lanes.width;
+		cp.height = tl.lanes.height;
+		const g2 = cp.getContext('2d', { willReadFrequently: true });
+		g2.drawImage(tl.lanes, 0, 0);
+		const d = g2.getImageData(x - w * dpr, y - 3 * dpr, 2 * w * dpr + 1, 6 * dpr + 1).data;
+		const set = new Set();
+		for (let i = 0; i < d.length; i += 4) set.add('#' + [d[i], d[i + 1], d[i + 2]].map((v) => v.toString(16).padStart(2, '0')).join(''));
+		return [...set];
+	}, [gpu, t, w]);
+	const only = (set, c) => set.length === 1 && set[0] === c;
+	let px = await colours('GPU 1', T0 + 20000);
+	check(only(px, C.busy), `GPU 1 at 20 s: busy (${px.join(' ')})`);
+	px = await colours('GPU 1', T0 + 42000);
+	check(only(px, C.gpm), `GPU 1 at 42 s: idle decided by GPM (${px.join(' ')})`);
+	px = await colours('GPU 1', T0 + 45500);
+	check(only(px, C.kernels), `GPU 1 at 45.5 s: idle inside the budget window (${px.join(' ')})`);
+	px = await colours('GPU 1', T0 + 44000, 1);
+	const nearC = (a, b) => [1, 3, 5].every((i) => Math.abs(parseInt(a.slice(i, i + 2), 16) - parseInt(b.slice(i, i + 2), 16)) < 16);
+	check(px.some((c) => nearC(c, C.window)), `GPU 1 at 44 s: the duty-cycle window's outline (${px.join(' ')})`);
+	px = await colours('GPU 1', T0 + 53000);
+	const grey = (c) => {
+		const [r, g, b] = [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16));
+		return r < 0xd0 && Math.max(r, g, b) - Math.min(r, g, b) < 24;
+	};
+	check(px.includes(C.hatchBg) && px.some(grey) && !px.some((c) => Object.values(C).slice(0, 5).includes(c)),
+		`GPU 1 at 53 s: unknown, hatched (${px.join(' ')})`);
+	px = await colours('GPU 0', T0 + 25000);
+	check(only(px, C.kernels), `GPU 0 at 25 s: idle decided by the capture window (${px.join(' ')})`);
+	px = await colours('GPU 0', T0 + 55000);
+	check(only(px, C.nvml), `GPU 0 at 55 s: idle decided by NVML (${px.join(' ')})`);
+	const legend = await page.evaluate(() => window.__gpuscope.timeline.rows.find((r) => r.head === 'GPU busy / idle').legend.map((l) => l[0]).join(', '));
+	check(/idle: kernels/.test(legend) && /idle: GPM/.test(legend) && /idle: NVML/.test(legend) && /duty-cycle/.test(legend) && /unknown/.test(legend),
+		`the band has a legend (${legend})`);
+	const bandTipAt = async (gpu, t) => {
+		const p = await page.evaluate(([g, t]) => {
+			const tl = window.__gpuscope.timeline, r = tl.rows.find((x) => x.kind === 'busy' && x.gpu === g);
+			const b = tl.lanes.getBoundingClientRect();
+			return { x: b.left + tl.xOf(t), y: b.top + r.y + 7 };
+		}, [gpu, t]);
+		await page.mouse.move(p.x, p.y);
+		await page.waitForTimeout(200);
+		const text = await page.evaluate(() => [...document.querySelectorAll('.tooltip')].filter((t) => !t.classList.contains('hidden')).map((t) => t.textContent).join('|'));
+		await page.mouse.move(5, 5);
+		return text;
+	};
+	let tip2 = await bandTipAt('GPU 1', T0 + 53000);
+	check(/GPU 1: unknown/.test(tip2) && /no source observed it/.test(tip2) && /duty-cycle window (5\.9\d|6\.0\d?) s away \(budget\)/.test(tip2),
+		`hover on unknown time: no source, estimated from the window 6 s away (${tip2.slice(0, 200)})`);
+	tip2 = await bandTipAt('GPU 1', T0 + 42000);
+	check(/GPU 1 idle/.test(tip2) && /decided byGPM/.test(tip2), `hover on GPM idle time names GPM (${tip2.slice(0, 120)})`);
+	tip2 = await bandTipAt('GPU 1', T0 + 45500);
+	check(/GPU 1 idle/.test(tip2) && /decided bykernels/.test(tip2) && /windowbudget \(duty cycle\)/.test(tip2), `hover in the budget window names it (${tip2.slice(0, 160)})`);
+	tip2 = await bandTipAt('GPU 1', T0 + 20000);
+	check(/GPU 1 busy/.test(tip2) && /decided byNVML/.test(tip2), `hover on busy time names its source (${tip2.slice(0, 120)})`);
+	await page.locator('#tl-card').screenshot({ path: join(OUT, 'band-sources.png') });
+	// the GPU-idle flame graph of GPU 1: the window's samples stand for [47,61) s, estimated
+	n0 = await loads('flame');
+	await page.click('#idle');
+	await waitLoad('flame', n0);
+	const chip = await page.evaluate(() => {
+		const c = document.querySelector('#idle-sources');
+		return c && { text: c.textContent, cls: c.className, title: c.title };
+	});
+	// decided idle: GPM [40,44) 440 samples; the window [44,47) 330, each standing for 5 more
+	// (undecided: 1 s before the data, [47,61) s: 15 s for its 3 s) = 2420, 1650 estimated (68%)
+	check(chip && /estimated/.test(chip.cls) && / · estimated 68% \(1 window, 5% traced\)/.test(chip.text) && /68\.2 % of this answer is estimated/.test(chip.title),
+		`GPU-idle chip says the answer is estimated (${chip && chip.text}; ${chip && chip.title.split('\n')[0]})`);
+	const est = await rootValue();
+	check(Math.abs(est - 2420) <= 1, `GPU 1's idle flame graph estimates 2420 samples (got ${est})`);
+	// the veil over what that flame graph leaves out: busy time, and unknown time no window
+	// stands for (here none: all of it is within 120 s of the window)
+	const veiled = (ts) => page.evaluate((ts) => {
+		const tl = window.__gpuscope.timeline, dpr = window.devicePixelRatio || 1;
+		if (tl.mask.classList.contains('hidden')) return ts.map(() => false);
+		const cp = document.createElement('canvas');	// one readback of a copy (see colours())
+		cp.width = tl.mask.width;
+		cp.height = tl.mask.height;
+		const g = cp.getContext('2d', { willReadFrequently: true });
+		g.drawImage(tl.mask, 0, 0);
+		return ts.map((t) => g.getImageData(Math.round(tl.xOf(t) * dpr), Math.round(40 * dpr), 1, 1).data[3] > 0);
+	}, ts);
+	let v = await veiled([T0 + 20000, T0 + 42000, T0 + 45500, T0 + 53000]);
+	check(v.join() === 'true,false,false,false', `GPU 1 idle: busy veiled; GPM idle, the window and the unknown time it stands for not (${v.join()})`);
+	// a wider view: time more than 120 s from the window is left out, veiled and counted unknown
+	await page.goto(`${URL0}/?node=node-a&gpu=1&pid=100&idle=1&from=${T0 - 300000}&to=${T0 + 61000}`);
+	await waitLoad('flame', 0);
+	await page.waitForFunction(() => window.__gpuscope.loads.timeline > 0);
+	await page.waitForTimeout(200);
+	v = await veiled([T0 - 200000, T0 - 30000, T0 + 53000]);
+	check(v.join() === 'true,false,false', `361 s view: 200 s before the data veiled (244 s from the window), 30 s before not (${v.join()})`);
+	const chip2 = await page.textContent('#idle-sources');
+	const est2 = await rootValue();
+	// undecided: [-300, 0) s and [47, 61) s; the window [44, 47) reaches back to -76 s: it stands
+	// for 90 s (weight 31: 440 + 330 x 31 = 10670), 224 s of 361 unknown (62 %)
+	check(/ · unknown 62%$/.test(chip2) && Math.abs(est2 - 10670) <= 1, `361 s view: ${est2} samples (want 10670), ${chip2}`);
+
 	// 12. no agent yet (an empty server)
 	if (EMPTY) {
 		await page.goto(EMPTY + '/');

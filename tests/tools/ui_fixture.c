@@ -241,9 +241,35 @@ static int load_e2e(struct loader *l, uint64_t t0)
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0, t0 + 20000 * MS, -1, NULL, 0)));
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g0, 1, t0 + 30000 * MS, t0 + 50000 * MS, -1, NULL, 0)));
 		TRY(added(l, batch__interval(l->b, "gpu_busy", g1, 1, t0, t0 + 40000 * MS, -1, NULL, 0)));
-		/* the kernel trace window covered the whole minute (busy/idle known throughout) */
-		TRY(added(l, batch__interval(l->b, "gpu_observed", g0, 1, t0, t0 + 60000 * MS, -1, NULL, 0)));
-		TRY(added(l, batch__interval(l->b, "gpu_observed", g1, 1, t0, t0 + 60000 * MS, -1, NULL, 0)));
+		/*
+		 * Which source decided busy/idle. GPU 0: the whole minute, by sources that decide
+		 * exactly (a capture window, then GPM, then NVML), so its GPU-idle answers count
+		 * each sample once. GPU 1: NVML [0,40) s, GPM [40,44), a budget (duty-cycle) window
+		 * [44,47), then nothing: [47,60) is unknown, and its GPU-idle answers estimate it
+		 * from the window's samples.
+		 */
+		static const struct { const char *gpu, *source, *reason; uint64_t s, e; } obs[] = {
+			{ "0", "kernels", "capture", 0, 35000 },
+			{ "0", "gpm", NULL, 35000, 50000 },
+			{ "0", "nvml", NULL, 50000, 60000 },
+			{ "1", "nvml", NULL, 0, 40000 },
+			{ "1", "gpm", NULL, 40000, 44000 },
+			{ "1", "kernels", "budget", 44000, 47000 },
+		};
+		size_t i;
+
+		for (i = 0; i < sizeof(obs) / sizeof(obs[0]); i++) {
+			struct label lb[3] = { { "gpu", obs[i].gpu }, { "source", obs[i].source } };
+
+			if (obs[i].reason) {	/* labels in name order */
+				lb[1] = (struct label){ "reason", obs[i].reason };
+				lb[2] = (struct label){ "source", obs[i].source };
+			}
+			uint64_t a = t0 + obs[i].s * MS, z = t0 + obs[i].e * MS;
+
+			TRY(added(l, batch__interval(l->b, "gpu_observed", lb, obs[i].reason ? 3 : 2, a,
+						     z, -1, NULL, 0)));
+		}
 	}
 	/* idle windows: train blocks on the data queue, the loader runs; busy: loader sleeps */
 	{

@@ -49,6 +49,10 @@ for (let c = 0; c < 600; c++) {
 }
 for (const [a, z] of [[0, 20000], [30000, 50000]]) intervals.push({ kind: 'gpu_busy', labels: { node: 'node-a', gpu: '0' }, start_ms: T0 + a, end_ms: T0 + z, attrs: {} });
 intervals.push({ kind: 'gpu_busy', labels: { node: 'node-a', gpu: '1' }, start_ms: T0, end_ms: T0 + 40000, attrs: {} });
+// which source decided busy/idle (as tests/tools/ui_fixture.c): GPU 1 ends unknown after a budget window
+for (const [g, source, reason, a, z] of [['0', 'kernels', 'capture', 0, 35000], ['0', 'gpm', '', 35000, 50000], ['0', 'nvml', '', 50000, 60000],
+	['1', 'nvml', '', 0, 40000], ['1', 'gpm', '', 40000, 44000], ['1', 'kernels', 'budget', 44000, 47000]])
+	intervals.push({ kind: 'gpu_observed', labels: { node: 'node-a', gpu: g, source, ...(reason ? { reason } : {}) }, start_ms: T0 + a, end_ms: T0 + z, attrs: {} });
 for (const [a, z] of [[20000, 30000], [50000, 60000]]) {
 	intervals.push({ kind: 'thread_state', labels: L('node-a', '100', '100', 'train'), start_ms: T0 + a, end_ms: T0 + z, attrs: { state: 'blocked', reason: 'futex', stack_id: String(S.futex) } });
 	for (let t = a; t < z; t += 200) intervals.push({ kind: 'thread_state', labels: L('node-a', '100', '101', 'dataloader'), start_ms: T0 + t, end_ms: T0 + t + 190, attrs: { state: 'running' } });

@@ -49,6 +49,22 @@ function viewLink(w, ans, idle) {
 	return `${location.pathname}?${p.toString()}`;
 }
 
+// The causes' GPU-idle answer when part of it is estimated (causes.idle_estimate, the shape of
+// a flame graph's gpu_sources.estimate): duty-cycle trace windows' samples standing for time no
+// source decided. Absent (an older server) or nothing estimated: null.
+function idleEstimate(w) {
+	const e = w.causes && w.causes.idle_estimate;
+	return e && typeof e === 'object' && e.estimated_share > 0 ? e : null;
+}
+
+function estimateTitle(e) {
+	const p = (x) => (typeof x === 'number' ? `${(100 * x).toFixed(x > 0 && x < 0.01 ? 2 : 0)}%` : '?');
+	return `${e.summary || 'part of this GPU-idle answer is estimated'}\n` +
+		`decided exactly ${p(e.exact)} of the range, traced by ${e.windows ?? '?'} duty-cycle window${e.windows === 1 ? '' : 's'} ${p(e.traced)}, ` +
+		`extrapolated from them ${p(e.extrapolated)}, unknown ${p(e.unknown)}; ${p(e.estimated_share)} of the samples behind these causes are estimated` +
+		(e.max_weight ? ` (weights up to ${e.max_weight.toFixed(1)})` : '');
+}
+
 function causesText(w) {
 	const c = w.causes;
 	if (!c) return '';
@@ -124,7 +140,8 @@ export function showEfficiency(root, S) {
 		});
 		tbody.replaceChildren(...rows.map((w) => el('tr', { 'data-workload': w.workload },
 			...COLS.map(([, , text, num]) => el('td', { class: num ? 'num' : '' }, text(w))),
-			el('td', { class: 'causes' }, causesText(w)),
+			el('td', { class: 'causes' }, ...(idleEstimate(w) ? [el('span', { class: 'est-mark', title: estimateTitle(idleEstimate(w)) },
+				`≈ estimated ${(100 * idleEstimate(w).estimated_share).toFixed(0)}%`), ' '] : []), causesText(w)),
 			el('td', { class: 'links' },
 				el('a', { class: 'tl-link', href: viewLink(w, ans, false), title: 'this workload\'s timeline' }, 'timeline'),
 				' · ',

@@ -501,6 +501,7 @@ async function loadTimeline() {
 		res = await Promise.all([
 			...(hasGpu ? METRICS.map(series) : METRICS.map(() => null)),
 			hasGpu ? intervals('gpu_busy', `{${nodeMatcher()}}`, 40000) : null,	// every GPU of the node
+			hasGpu ? intervals('gpu_observed', `{${nodeMatcher()}}`, 40000) : null,	// which source decided, per GPU
 			hasGpu && to - from <= KERNEL_SPAN ? intervals('gpu_kernel', gsel, 20000) : null,
 			S.pid && to - from <= THREAD_SPAN ? intervals('thread_state', `{${nodeMatcher()},pid="${S.pid}"}`, 50000) : null,
 		]);
@@ -509,7 +510,7 @@ async function loadTimeline() {
 	}
 	if (ac.signal.aborted) return;
 	hideBanner();
-	const [util, sm, tensor, used, total, power, busy, kernels, threads] = res;
+	const [util, sm, tensor, used, total, power, busy, observed, kernels, threads] = res;
 	const cols = (s, scale = 1, col = 2) => (s ? [s.points.map((p) => p[0]), s.points.map((p) => p[col] === null ? null : p[col] * scale)] : null);
 	const join = (list) => {
 		const present = list.filter(Boolean);
@@ -535,19 +536,32 @@ async function loadTimeline() {
 	const iv = (r) => (r ? r.intervals || [] : []);
 	const busyBy = new Map();
 	for (const g of app.gpus) busyBy.set(String(g), []);
-	for (const i of iv(busy)) {
-		const g = String((i.labels && i.labels.gpu) ?? '?');
-		if (!busyBy.has(g)) busyBy.set(g, []);
-		busyBy.get(g).push({ s: i.start_ms, e: i.end_ms });
+	const obsBy = new Map();
+	const byGpu = (r, m, item) => {
+		for (const i of iv(r)) {
+			const l = i.labels || {}, g = String(l.gpu ?? '?');
+			if (!m.has(g)) m.set(g, []);
+			m.get(g).push(item(i, l));
+		}
+		for (const v of m.values()) v.sort((a, b) => a.s - b.s);
+	};
+	byGpu(busy, busyBy, (i, l) => ({ s: i.start_ms, e: i.end_ms, src: l.source }));
+	byGpu(observed, obsBy, (i, l) => ({ s: i.start_ms, e: i.end_ms, src: l.source, reason: l.reason }));
+	for (const g of obsBy.keys()) if (!busyBy.has(g)) busyBy.set(g, []);
+	// an answer cut at its limit holds every interval that starts before its last one: past
+	// that, the band would show unknown time that is only not loaded
+	let loadedTo;
+	for (const r of [busy, observed]) {
+		const list = iv(r);
+		if (r && r.truncated && list.length) loadedTo = Math.min(loadedTo ?? Infinity, list[list.length - 1].start_ms);
 	}
-	for (const v of busyBy.values()) v.sort((a, b) => a.s - b.s);
 	const busyItems = busyBy.get(String(S.gpu)) || [];
 	// extent where this GPU is known to exist: its metrics, else its busy intervals
 	let ext = null;
 	const xs = (metrics.util || metrics.mem || metrics.power || {}).x;
 	if (xs && xs.length) ext = [xs[0], xs[xs.length - 1]];
-	if (busyItems.length) {
-		const a = busyItems[0].s, b = Math.max(...busyItems.map((i) => i.e));
+	for (const items of [busyItems, obsBy.get(String(S.gpu)) || []]) if (items.length) {
+		const a = items[0].s, b = items.reduce((m, i) => Math.max(m, i.e), -Infinity);
 		ext = ext ? [Math.min(ext[0], a), Math.max(ext[1], b)] : [a, b];
 	}
 	const streams = new Map();
@@ -570,6 +584,7 @@ async function loadTimeline() {
 		gpuNote: hasGpu ? '' : 'no GPU metrics from this node: the agent found no NVIDIA driver (libnvidia-ml) here; CPU samples and thread states still come',
 		busy: hasGpu && (busyItems.length || ext) ? busyItems : null, busyExtent: ext,
 		busyAll: hasGpu ? [...busyBy.entries()].sort((a, b) => +a[0] - +b[0]) : [],
+		observedAll: obsBy, loadedTo,
 		gpuLabel: hasGpu ? `GPU ${S.gpu}` : '',
 		streams: [...streams.entries()].sort((a, b) => (+a[0] - +b[0]) || (a[0] < b[0] ? -1 : 1))
 			.map(([s, items]) => ({ label: `stream ${s}`, items: items.sort((a, b) => a.s - b.s) })),

@@ -5,12 +5,13 @@
 // wheel zooms around the pointer, hover shows values, kernel names and thread states.
 import uPlot from 'uplot';
 import { el, fmtTime, fmtDur, fmtBytes, bisect, hash } from './util.js';
+import { makeBand, drawBand, bandAt, bandTip, hatch, leftOut, LEGEND } from './band.js';
 
 export const LEFT = 150, RIGHT = 14;
 const ROW = 15, GAP = 3, HEAD = 20;
 
 export const STATE_COLORS = { running: '#2f9e44', runnable: '#f59f00', blocked: '#4c6ef5' };
-const IDLE = '#f8d7d3', BUSY = '#40c057';
+const STATE_LEGEND = Object.entries(STATE_COLORS);
 
 const PANELS = [
 	{ id: 'util', title: 'GPU activity', fmt: (v) => `${Math.round(v)}%`,
@@ -151,16 +152,19 @@ export class Timeline {
 		const d = this.data, rows = [];
 		if (d && d.busy) {
 			// one band per GPU of the node (an overview), the selected one first-class
-			rows.push({ head: 'GPU busy / idle (kernels running / none)' });
+			rows.push({ head: 'GPU busy / idle', legend: LEGEND });
 			const all = d.busyAll && d.busyAll.length ? d.busyAll : [[d.gpuLabel.replace('GPU ', ''), d.busy]];
 			let ext = d.busyExtent;
 			for (const [, items] of all) if (items.length) {
 				const a = items[0].s, b = items.reduce((m, x) => Math.max(m, x.e), -Infinity);
 				ext = ext ? [Math.min(ext[0], a), Math.max(ext[1], b)] : [a, b];
 			}
+			const obsOf = (g) => (d.observedAll && d.observedAll.get(String(g))) || [];
+			for (const [g] of all) for (const o of obsOf(g)) ext = ext ? [Math.min(ext[0], o.s), Math.max(ext[1], o.e)] : [o.s, o.e];
 			for (const [g, items] of all) {
 				const sel = `GPU ${g}` === d.gpuLabel;
-				rows.push({ label: `GPU ${g}${sel ? ' ◂' : ''}`, kind: 'busy', selected: sel, items: sel ? d.busy : items, extent: ext });
+				rows.push({ label: `GPU ${g}${sel ? ' ◂' : ''}`, gpu: `GPU ${g}`, kind: 'busy', selected: sel,
+					...makeBand(sel ? d.busy : items, obsOf(g), ext, d.loadedTo) });
 			}
 		}
 		if (d && d.gpuNote) rows.push({ head: 'GPU', note: d.gpuNote });
@@ -171,7 +175,7 @@ export class Timeline {
 			for (const s of d.streams) rows.push({ label: s.label, kind: 'kernel', items: s.items });
 		}
 		if (d && d.threads && d.threads.length) {
-			rows.push({ head: `${d.procLabel || 'Threads'}${d.threadsTruncated ? ' (more than shown: zoom in to see all)' : ''}`, legend: true });
+			rows.push({ head: `${d.procLabel || 'Threads'}${d.threadsTruncated ? ' (more than shown: zoom in to see all)' : ''}`, legend: STATE_LEGEND });
 			for (const t of d.threads) rows.push({ label: t.label, kind: 'thread', items: t.items });
 		}
 		let y = 0;
@@ -255,9 +259,16 @@ export class Timeline {
 				}
 				if (r.legend) {
 					let lx = Math.max(LEFT, 16 + c.measureText(r.head).width + 24);
-					for (const [s, col] of Object.entries(STATE_COLORS)) {
-						c.fillStyle = col;
-						c.fillRect(lx, r.y + 7, 10, 9);
+					for (const [s, col, outline] of r.legend) {
+						if (col) {
+							c.fillStyle = col === 'hatch' ? hatch(c) : col;
+							c.fillRect(lx, r.y + 7, 10, 9);
+						}
+						if (outline) {
+							c.strokeStyle = outline;
+							c.lineWidth = 1.5;
+							c.strokeRect(lx + 0.75, r.y + 7.75, 8.5, 7.5);
+						}
 						c.fillStyle = '#495057';
 						c.fillText(s, lx + 14, r.y + HEAD / 2 + 2);
 						lx += 24 + c.measureText(s).width;
@@ -278,13 +289,11 @@ export class Timeline {
 			c.beginPath();
 			c.rect(x0, r.y, x1 - x0, ROW);
 			c.clip();
-			if (r.kind === 'busy' && r.extent) {
-				// idle = where the GPU exists (extent) and no kernel ran
-				const a = Math.max(x0, x0 + (r.extent[0] - this.from) * k), b = Math.min(x1, x0 + (r.extent[1] - this.from) * k);
-				if (b > a) {
-					c.fillStyle = IDLE;
-					c.fillRect(a, r.y, b - a, ROW);
-				}
+			if (r.kind === 'busy') {
+				// busy, idle by the source that decided it, duty-cycle windows, unknown hatched
+				drawBand(c, r, x0, x1, this.from, this.to, k, ROW);
+				c.restore();
+				continue;
 			}
 			// intervals, merged per pixel when they touch and share a colour
 			let lastCol = null, lx0 = 0, lx1 = -1;
@@ -301,7 +310,7 @@ export class Timeline {
 				if (it.s > this.to) break;
 				if (it.e < this.from) continue;
 				const a = x0 + (it.s - this.from) * k, b = x0 + (it.e - this.from) * k;
-				const col = r.kind === 'busy' ? BUSY : r.kind === 'thread' ? (STATE_COLORS[it.state] || '#adb5bd')
+				const col = r.kind === 'thread' ? (STATE_COLORS[it.state] || '#adb5bd')
 					: `hsl(${hash(it.name || '') % 360}, 55%, 55%)`;
 				if (col === lastCol && a <= lx1 + 0.75) {
 					lx1 = Math.max(lx1, b);
@@ -330,7 +339,8 @@ export class Timeline {
 		}
 	}
 
-	// "only while the GPU was idle": veil the busy time, which the flame graph leaves out
+	// "only while the GPU was idle": veil what the flame graph leaves out: busy time, and time
+	// no source observed that no duty-cycle window stands for
 	setIdleMask(on) {
 		this.idleMask = on;
 		this.drawMask();
@@ -338,7 +348,7 @@ export class Timeline {
 
 	drawMask() {
 		const busy = this.rows.find((r) => r.kind === 'busy' && r.selected) || this.rows.find((r) => r.kind === 'busy');
-		const on = this.idleMask && busy && busy.items.length;
+		const on = this.idleMask && busy;
 		this.mask.classList.toggle('hidden', !on);
 		if (!on) return;
 		const w = this.root.clientWidth, h = this.root.clientHeight, dpr = window.devicePixelRatio || 1;
@@ -349,11 +359,12 @@ export class Timeline {
 		const c = this.mask.getContext('2d');
 		c.setTransform(dpr, 0, 0, dpr, 0, 0);
 		c.fillStyle = 'rgba(100,116,139,0.22)';
-		for (const it of busy.items) {
-			if (it.e < this.from || it.s > this.to) continue;
-			const a = Math.max(LEFT, this.xOf(it.s)), b = Math.min(w - RIGHT, this.xOf(it.e));
+		const veil = (s, e) => {
+			const a = Math.max(LEFT, this.xOf(s)), b = Math.min(w - RIGHT, this.xOf(e));
 			if (b > a) c.fillRect(a, 26, b - a, h - 26);
-		}
+		};
+		for (const it of busy.items) if (it.e >= this.from && it.s <= this.to) veil(it.s, it.e);
+		for (const [a, b] of leftOut(busy, this.from, Math.min(this.to, busy.loadedTo ?? Infinity))) veil(a, b);
 	}
 
 	// range A of a comparison, drawn under the brush (which is then range B)
@@ -463,6 +474,11 @@ export class Timeline {
 			return;
 		}
 		const slack = 3 * (this.to - this.from) / this.plotW;
+		if (row.kind === 'busy') {
+			const [title, rows, swatch] = bandTip(row.gpu, bandAt(row, t, slack), t);
+			this.showTip(e, title, rows, undefined, swatch);
+			return;
+		}
 		const items = row.items;
 		let best = null;
 		for (let i = Math.max(0, bisect(items, t + slack, (v) => v.s)); i >= 0; i--) {
@@ -472,11 +488,6 @@ export class Timeline {
 				if (!best || (it.s <= t && it.e >= t)) best = it;
 				if (it.s <= t && it.e >= t) break;
 			}
-		}
-		if (row.kind === 'busy') {
-			const idle = !best || !(best.s <= t && best.e >= t);
-			this.showTip(e, idle ? 'GPU idle' : 'GPU busy', best && !idle ? [['for', fmtDur(best.e - best.s)], ['from', fmtTime(best.s, 1)]] : [['at', fmtTime(t, 1)]]);
-			return;
 		}
 		if (!best) {
 			this.tip.classList.add('hidden');
@@ -494,9 +505,9 @@ export class Timeline {
 		this.showTip(e, `${row.label}: ${best.state}`, rows, best.attrs.stack_id);
 	}
 
-	async showTip(e, title, rows, stackId) {
-		const swatch = STATE_COLORS[title.split(': ').pop()];
-		const kids = [el('div', { class: 'tip-title' }, swatch ? el('i', { class: 'sw', style: `background:${swatch}` }) : null, title),
+	async showTip(e, title, rows, stackId, swatch = STATE_COLORS[title.split(': ').pop()]) {
+		const sw = swatch === 'hatch' ? el('i', { class: 'sw hatch' }) : swatch ? el('i', { class: 'sw', style: `background:${swatch}` }) : null;
+		const kids = [el('div', { class: 'tip-title' }, sw, title),
 			...rows.map(([k, v]) => el('div', { class: 'tip-row' }, el('span', {}, k), el('b', {}, v)))];
 		const stackBox = el('div', { class: 'tip-stack' });
 		if (stackId) kids.push(stackBox);
