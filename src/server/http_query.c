@@ -108,7 +108,8 @@ static bool selector_refused(struct http_server *h, struct MHD_Connection *c,
 /* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle, group_by. */
 static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool diff)
 {
-	const char *kind = http_arg(c, "kind"), *gi = http_arg(c, "gpu_idle"), *group_by = http_arg(c, "group_by");
+	const char *kind = http_arg(c, "kind"), *gi = http_arg(c, "gpu_idle");
+	const char *group_by = http_arg(c, "group_by");
 	int k = SAMPLE_CPU;
 
 	p->q.gpu_idle = -1;
@@ -668,7 +669,8 @@ static enum MHD_Result do_stack(struct http_server *h, struct MHD_Connection *c,
 static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connection *c)
 {
 	const char *cs = http_arg(c, "causes");
-	struct eff_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector"), .causes = 10 };
+	struct eff_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector"),
+				  .causes = 10 };
 	struct buf b = { 0 };
 	char err[512], *end;
 	int rc;
