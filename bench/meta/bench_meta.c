@@ -12,6 +12,15 @@
 
 static pid_t pids[8192];
 
+/* Labels of pid (meta's only): how many. */
+static size_t labels_of(pid_t pid, struct label *l)
+{
+	size_t n = 0;
+
+	meta__pid_labels(pid, NULL, l, 64, &n);
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	struct label l[64];
@@ -25,18 +34,18 @@ int main(int argc, char **argv)
 			pids[n++] = atoi(e->d_name);
 	closedir(d);
 	meta__start(NULL);
-	meta__pid_labels(getpid(), l, 64);	/* allocates the pid cache */
+	labels_of(getpid(), l);	/* allocates the pid cache */
 	if (argc > 1) {
 		/* "cached N": only N cached calls, for instruction counts under callgrind */
 		for (long i = atol(argv[1]); i > 0; i--)
-			total += meta__pid_labels(getpid(), l, 64);
+			total += labels_of(getpid(), l);
 		meta__stop();
 		return total == 0;
 	}
 
 	t0 = mono_ns();
 	for (size_t i = 0; i < n; i++)
-		total += meta__pid_labels(pids[i], l, 64);
+		total += labels_of(pids[i], l);
 	t1 = mono_ns();
 	printf("cold:    %zu processes, %.0f ns/call (read /proc/PID/cgroup, parse, build)\n", n,
 	       (double)(t1 - t0) / (double)n);
@@ -53,7 +62,7 @@ int main(int argc, char **argv)
 
 	t0 = mono_ns();
 	for (size_t i = 0; i < rounds; i++)
-		total += meta__pid_labels(pids[i % n], l, 64);
+		total += labels_of(pids[i % n], l);
 	t1 = mono_ns();
 	printf("cached:  %.1f ns/call over %zu processes\n", (double)(t1 - t0) / (double)rounds, n);
 
@@ -61,7 +70,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < 20000; i++) {
 		if (i % n == 0)
 			atomic_fetch_add(&meta_pc.gen, 1);	/* what every watch event does */
-		total += meta__pid_labels(pids[i % n], l, 64);
+		total += labels_of(pids[i % n], l);
 	}
 	t1 = mono_ns();
 	printf("rebuild: %.0f ns/call (pod cache changed since the last call)\n",

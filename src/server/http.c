@@ -156,6 +156,13 @@ static enum MHD_Result do_capture(struct http_server *h, struct MHD_Connection *
 	return http_reply(c, code, "application/json", &b, NULL);
 }
 
+enum MHD_Result http_no_endpoint(struct http_server *h, struct MHD_Connection *c, const char *url)
+{
+	return http_reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such endpoint '%.100s'",
+				url);
+}
+
+/* /metrics, the UI's files, ingest, captures, then the query API's table (http_query.c). */
 static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, const char *url,
 			     const char *method, struct req *r)
 {
@@ -207,44 +214,10 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 		return do_capture(h, c, url, method);
 	if (!get)
 		return http_reply_error(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, REJ_BAD_QUERY, "use GET");
-	if (!strcmp(url, "/api/v1/flamegraph"))
-		return http_do_flamegraph(h, c, false);
-	if (!strcmp(url, "/api/v1/diff"))
-		return http_do_flamegraph(h, c, true);
-	if (!strcmp(url, "/api/v1/top"))
-		return http_do_top(h, c);
-	if (!strcmp(url, "/api/v1/processes"))
-		return http_do_processes(h, c);
-	if (!strcmp(url, "/api/v1/samples"))
-		return http_do_samples(h, c);
-	if (!strcmp(url, "/api/v1/pprof"))
-		return http_do_pprof(h, c);
-	if (!strcmp(url, "/api/v1/labels"))
-		return http_do_labels(h, c, NULL);
-	if (!strncmp(url, "/api/v1/label/", 14)) {
-		const char *name = url + 14, *slash = strchr(name, '/');
-		char label[256];
-
-		if (slash && !strcmp(slash, "/values") && slash > name &&
-		    (size_t)(slash - name) < sizeof(label)) {
-			memcpy(label, name, (size_t)(slash - name));
-			label[slash - name] = 0;
-			return http_do_labels(h, c, label);
-		}
-	}
-	if (!strcmp(url, "/api/v1/series"))
-		return http_do_series(h, c);
-	if (!strcmp(url, "/api/v1/metric_names"))
-		return http_do_metric_names(h, c);
-	if (!strcmp(url, "/api/v1/intervals"))
-		return http_do_intervals(h, c);
-	if (!strcmp(url, "/api/v1/nodes"))
-		return http_do_nodes(h, c);
-	if (!strcmp(url, "/api/v1/efficiency") && h->o.eff)
-		return http_do_efficiency(h, c);
-	if (!strncmp(url, "/api/v1/stack/", 14))
-		return http_do_stack(h, c, url + 14);
-	return http_reply_error(h, c, MHD_HTTP_NOT_FOUND, REJ_NOT_FOUND, "no such endpoint '%.100s'", url);
+	for (const struct http_route *rt = http_query_routes; rt->path; rt++)
+		if (rt->prefix ? !strncmp(url, rt->path, strlen(rt->path)) : !strcmp(url, rt->path))
+			return rt->fn(h, c, url);
+	return http_no_endpoint(h, c, url);
 }
 
 /*

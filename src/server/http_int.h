@@ -81,6 +81,8 @@ enum MHD_Result http_reply_error(struct http_server *h, struct MHD_Connection *c
 	__attribute__((format(printf, 5, 6)));
 enum MHD_Result http_reply_json(struct MHD_Connection *c, struct buf *b);
 const char *http_arg(struct MHD_Connection *c, const char *name);
+/* 404 "no such endpoint" for url. */
+enum MHD_Result http_no_endpoint(struct http_server *h, struct MHD_Connection *c, const char *url);
 
 /* http_ingest.c */
 /* Samples per second over the last 10 complete seconds. */
@@ -96,21 +98,16 @@ enum MHD_Result http_ingest_route(struct http_server *h, struct MHD_Connection *
 				  struct req *r);
 
 /* http_query.c */
-enum MHD_Result http_do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff);
-/* GET /api/v1/processes: the processes with the most samples (limit, default 100). */
-enum MHD_Result http_do_processes(struct http_server *h, struct MHD_Connection *c);
-/* GET /api/v1/samples: samples over time in `buckets` buckets (default 200, at most 5000). */
-enum MHD_Result http_do_samples(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_top(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_pprof(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_labels(struct http_server *h, struct MHD_Connection *c,
-			       const char *label);
-enum MHD_Result http_do_series(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_metric_names(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_intervals(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_nodes(struct http_server *h, struct MHD_Connection *c);
-enum MHD_Result http_do_stack(struct http_server *h, struct MHD_Connection *c, const char *idstr);
-enum MHD_Result http_do_efficiency(struct http_server *h, struct MHD_Connection *c);
+/* A GET (or HEAD) endpoint of the query API: path matched exactly, or as the start of the URL;
+ * fn gets the whole URL. */
+struct http_route {
+	const char *path;
+	bool prefix;
+	enum MHD_Result (*fn)(struct http_server *h, struct MHD_Connection *c, const char *url);
+};
+/* The query API's endpoints, in the order route() tries them; a NULL path ends it. */
+extern const struct http_route http_query_routes[];
+/* GET /metrics (Prometheus text). */
 enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c);
 
 #endif /* GPUSCOPE_HTTP_INT_H */

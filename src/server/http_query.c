@@ -108,7 +108,8 @@ static bool selector_refused(struct http_server *h, struct MHD_Connection *c,
 /* Common parameters of the sample queries: from/to/since, selector, kind, gpu_idle, group_by. */
 static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool diff)
 {
-	const char *kind = http_arg(c, "kind"), *gi = http_arg(c, "gpu_idle"), *group_by = http_arg(c, "group_by");
+	const char *kind = http_arg(c, "kind"), *gi = http_arg(c, "gpu_idle");
+	const char *group_by = http_arg(c, "group_by");
 	int k = SAMPLE_CPU;
 
 	p->q.gpu_idle = -1;
@@ -176,7 +177,7 @@ static enum MHD_Result store_failed(struct http_server *h, struct MHD_Connection
 	return ret;
 }
 
-enum MHD_Result http_do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff)
+static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff)
 {
 	struct params p = { 0 };
 	struct buf b = { 0 };
@@ -197,7 +198,8 @@ out:
 }
 
 /* GET /api/v1/processes: the processes with the most samples (limit, default 100). */
-enum MHD_Result http_do_processes(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_processes(struct http_server *h, struct MHD_Connection *c,
+				    const char *url)
 {
 	const char *lim = http_arg(c, "limit");
 	struct params p = { 0 };
@@ -221,7 +223,8 @@ out:
 }
 
 /* GET /api/v1/samples: samples over time in `buckets` buckets (default 200, at most 5000). */
-enum MHD_Result http_do_samples(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_samples(struct http_server *h, struct MHD_Connection *c,
+				  const char *url)
 {
 	const char *nb = http_arg(c, "buckets");
 	struct params p = { 0 };
@@ -250,7 +253,8 @@ out:
 	return ret;
 }
 
-enum MHD_Result http_do_top(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_top(struct http_server *h, struct MHD_Connection *c,
+			      const char *url)
 {
 	const char *lim = http_arg(c, "limit");
 	struct params p = { 0 };
@@ -281,7 +285,8 @@ out:
 	return ret;
 }
 
-enum MHD_Result http_do_pprof(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_pprof(struct http_server *h, struct MHD_Connection *c,
+				const char *url)
 {
 	struct params p = { 0 };
 	enum MHD_Result ret;
@@ -369,8 +374,8 @@ static int parse_count(struct MHD_Connection *c, const char *key, unsigned long 
 	return 0;
 }
 
-enum MHD_Result http_do_labels(struct http_server *h, struct MHD_Connection *c,
-			       const char *label)
+static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c,
+				const char *label)
 {
 	struct names_ctx nc = { .label = label };
 	struct selector *sel = NULL;
@@ -427,7 +432,8 @@ out:
 	return ret;
 }
 
-enum MHD_Result http_do_series(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_series(struct http_server *h, struct MHD_Connection *c,
+				 const char *url)
 {
 	const char *name = http_arg(c, "name"), *bk = http_arg(c, "buckets");
 	struct selector *sel = NULL;
@@ -485,7 +491,8 @@ static int name_out(void *ctx, const char *name)
 	return b->oom ? -ENOMEM : 0;
 }
 
-enum MHD_Result http_do_metric_names(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_metric_names(struct http_server *h, struct MHD_Connection *c,
+				       const char *url)
 {
 	struct buf b = { 0 };
 	int rc;
@@ -521,7 +528,8 @@ static int interval_out(void *ctx, const char *kind, const char *const *labels, 
 	return b->oom ? -ENOMEM : 0;
 }
 
-enum MHD_Result http_do_intervals(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_intervals(struct http_server *h, struct MHD_Connection *c,
+				    const char *url)
 {
 	const char *kind = http_arg(c, "kind"), *lim = http_arg(c, "limit");
 	struct selector *sel = NULL;
@@ -580,7 +588,8 @@ static int node_out(void *ctx, const char *node, uint64_t first, uint64_t last)
 	return b->oom ? -ENOMEM : 0;
 }
 
-enum MHD_Result http_do_nodes(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_nodes(struct http_server *h, struct MHD_Connection *c,
+				const char *url)
 {
 	struct buf b = { 0 };
 	int rc;
@@ -633,7 +642,7 @@ static int stack_cb(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	return b->oom ? -ENOMEM : 0;
 }
 
-enum MHD_Result http_do_stack(struct http_server *h, struct MHD_Connection *c, const char *idstr)
+static enum MHD_Result do_stack(struct http_server *h, struct MHD_Connection *c, const char *idstr)
 {
 	struct buf b = { 0 };
 	struct stack_out so = { &b, 0, false };
@@ -657,10 +666,11 @@ enum MHD_Result http_do_stack(struct http_server *h, struct MHD_Connection *c, c
 	return http_reply_json(c, &b);
 }
 
-enum MHD_Result http_do_efficiency(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connection *c)
 {
 	const char *cs = http_arg(c, "causes");
-	struct eff_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector"), .causes = 10 };
+	struct eff_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector"),
+				  .causes = 10 };
 	struct buf b = { 0 };
 	char err[512], *end;
 	int rc;
@@ -694,3 +704,67 @@ enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c)
 		return MHD_NO;
 	return http_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
 }
+
+static enum MHD_Result get_flamegraph(struct http_server *h, struct MHD_Connection *c,
+				      const char *url)
+{
+	return do_flamegraph(h, c, false);
+}
+
+static enum MHD_Result get_diff(struct http_server *h, struct MHD_Connection *c, const char *url)
+{
+	return do_flamegraph(h, c, true);
+}
+
+static enum MHD_Result get_labels(struct http_server *h, struct MHD_Connection *c, const char *url)
+{
+	return do_labels(h, c, NULL);
+}
+
+/* /api/v1/label/NAME/values */
+static enum MHD_Result get_label_values(struct http_server *h, struct MHD_Connection *c,
+					const char *url)
+{
+	const char *name = url + strlen("/api/v1/label/"), *slash = strchr(name, '/');
+	char label[256];
+
+	if (slash && !strcmp(slash, "/values") && slash > name &&
+	    (size_t)(slash - name) < sizeof(label)) {
+		memcpy(label, name, (size_t)(slash - name));
+		label[slash - name] = 0;
+		return do_labels(h, c, label);
+	}
+	return http_no_endpoint(h, c, url);
+}
+
+/* /api/v1/stack/ID */
+static enum MHD_Result get_stack(struct http_server *h, struct MHD_Connection *c, const char *url)
+{
+	return do_stack(h, c, url + strlen("/api/v1/stack/"));
+}
+
+static enum MHD_Result get_efficiency(struct http_server *h, struct MHD_Connection *c,
+				      const char *url)
+{
+	if (!h->o.eff)
+		return http_no_endpoint(h, c, url);
+	return do_efficiency(h, c);
+}
+
+const struct http_route http_query_routes[] = {
+	{ "/api/v1/flamegraph", false, get_flamegraph },
+	{ "/api/v1/diff", false, get_diff },
+	{ "/api/v1/top", false, do_top },
+	{ "/api/v1/processes", false, do_processes },
+	{ "/api/v1/samples", false, do_samples },
+	{ "/api/v1/pprof", false, do_pprof },
+	{ "/api/v1/labels", false, get_labels },
+	{ "/api/v1/label/", true, get_label_values },
+	{ "/api/v1/series", false, do_series },
+	{ "/api/v1/metric_names", false, do_metric_names },
+	{ "/api/v1/intervals", false, do_intervals },
+	{ "/api/v1/nodes", false, do_nodes },
+	{ "/api/v1/efficiency", false, get_efficiency },
+	{ "/api/v1/stack/", true, get_stack },
+	{ NULL, false, NULL },
+};

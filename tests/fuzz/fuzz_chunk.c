@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the SQLite store's blob decoders (chunk.c, ivchunk.c, ivchunk_decode.c and
- * blocks.c in src/server/store/sqlite/). The first byte picks the format (bits 0-1: samples, points,
- * rollup, then by bits 3-4: interval chunks, stack location lists, location blocks, stack
- * blocks) and whether the rest is the stored blob (bit 2 clear) or the payload before compression (bit 2 set, packed here, so the
- * fuzzer reaches the varint layer directly). Whatever decodes is encoded again and must decode
+ * blocks.c in src/server/store/sqlite/). The first byte picks the format (bits 0-1: samples,
+ * points, rollup, then by bits 3-4: interval chunks, stack location lists, location blocks,
+ * stack blocks) and whether the rest is the stored blob (bit 2 clear) or the payload before
+ * compression (bit 2 set, packed here, so the fuzzer reaches the varint layer directly). Whatever decodes is encoded again and must decode
  * to the same values. Built by mk/server.mk, run by tests/integration/test_server_fuzz.sh.
  */
 #include <stdint.h>

@@ -249,7 +249,8 @@ size_t meta__npods(void)
 
 /* ---- Kubernetes list + watch --------------------------------------------------------------------- */
 
-struct meta_kube_watch meta_kw = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+struct meta_kube_watch meta_kw = { .mu = PTHREAD_MUTEX_INITIALIZER,
+				   .cond = PTHREAD_COND_INITIALIZER };
 
 static int progress_cb(void *u, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {

@@ -450,10 +450,12 @@ void meta__metrics(FILE *out)
 	prom_gauge(out, "gpuscope_agent_meta_k8s_up", "1 while the pod watch is connected.",
 		   meta_kw.running ? atomic_load(&meta_kw.up) : 0);
 	prom_gauge(out, "gpuscope_agent_meta_k8s_pods", "Pods of this node in the cache.", meta__npods());
-	prom_counter(out, "gpuscope_agent_meta_k8s_lists_total", "Pod lists from the API server.", meta_kw.lists);
+	prom_counter(out, "gpuscope_agent_meta_k8s_lists_total", "Pod lists from the API server.",
+		     meta_kw.lists);
 	prom_counter(out, "gpuscope_agent_meta_k8s_list_errors_total", "Pod lists that failed.",
 		     meta_kw.list_errors);
-	prom_counter(out, "gpuscope_agent_meta_k8s_watches_total", "Pod watches started.", meta_kw.watches);
+	prom_counter(out, "gpuscope_agent_meta_k8s_watches_total", "Pod watches started.",
+		     meta_kw.watches);
 	prom_counter(out, "gpuscope_agent_meta_k8s_watch_events_total", "Pod watch events received.",
 		     meta_kw.watch_events);
 	prom_counter(out, "gpuscope_agent_meta_k8s_watch_gone_total",

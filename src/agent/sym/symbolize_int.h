@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Internals of the symbolizer shared by its files: a sorted symbol table (binary search,
- * aliases folded, zero sizes derived from the next symbol) and the ELF reader on libelf.
+ * aliases folded, zero sizes derived from the next symbol). The ELF reader other modules use
+ * too is sym_elf.h.
  */
 #ifndef GPUSCOPE_SYMBOLIZE_INT_H
 #define GPUSCOPE_SYMBOLIZE_INT_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "agent/sym/sym_elf.h"
 
 /* One symbol of a finished table: 16 bytes, so a table of 1e6 symbols takes 16 MB + names. */
 struct symt_ent {
@@ -69,75 +71,5 @@ static inline const char *symt_name(const struct symt *t, long i)
 /* Bytes held by a finished table (its entries and copied names; not the mapped string table). */
 size_t symt_bytes(const struct symt *t);
 void symt_done(struct symt *t);
-
-/* A PT_LOAD segment: maps file [off, off+filesz) to [vaddr, ...). */
-struct elf_seg {
-	uint64_t off, vaddr, filesz, align;
-};
-
-struct elf_info {
-	char build_id[2 * 64 + 1];	/* lowercase hex, "" if none */
-	struct elf_seg *segs;		/* malloc'ed; the caller frees */
-	int nsegs;
-};
-
-/* One-time libelf setup. 0 or -ENOTSUP. */
-int elf_lib_init(void);
-/* Reads the GNU build-id and PT_LOAD segments of an open ELF file. 0, -ENOEXEC, -ENOMEM. */
-int elf_read_info(int fd, struct elf_info *ret);
-/*
- * Reads function symbols: .symtab if it has any, else .dynsym (*ret_from_symtab says which).
- * Finishes *ret. 0, -ENOEXEC (not ELF), -ENODATA (no symbols), -ENOMEM.
- */
-int elf_read_symbols(int fd, struct symt *ret, bool *ret_from_symtab);
-
-/*
- * Drops the resident pages of [p, p + len) if they lie in libelf's read-only mapping of the
- * file (clean: read again from the page cache when touched); never memory libelf copied. Only
- * for an Elf begun on a file descriptor (ELF_C_READ_MMAP): an elf_memory() image is the
- * caller's memory, and its pages would be lost.
- */
-struct Elf;
-void elf_drop_file_pages(struct Elf *elf, const void *p, size_t len);
-/* Both of the above from an ELF image in memory (the vDSO); ret_syms may be NULL (info only).
- * 0 or -errno as above. */
-int elf_read_mem(void *buf, size_t len, struct elf_info *ret_info, struct symt *ret_syms);
-/*
- * Looks up named symbols of any type (data too: _PyRuntime) in .symtab, then .dynsym, of an
- * open ELF file. ret_addr[i] and ret_size[i] are the i-th name's value and size, 0 if absent.
- * Number of names found, or -ENOEXEC.
- */
-int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_addr,
-		     uint64_t *ret_size);
-/*
- * The one global function symbol of an open ELF file whose name starts with prefix and has no
- * '.' after it (no .cold or .constprop part), into ret_name (len bytes), and the file offset of
- * its address (where a uprobe goes): .symtab's if it has any, else .dynsym's. 0; -ENOENT: none
- * (or in no PT_LOAD segment); -EEXIST: several at different addresses (overloads);
- * -ENAMETOOLONG; -ENOEXEC: not ELF.
- */
-int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len,
-			     uint64_t *ret_off);
-/* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
-bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
-
-/* One executable mapping of /proc/PID/maps; path points into the parsed line. */
-struct sym_maps_line {
-	uint64_t start, end, pgoff, dev, ino;
-	const char *path;	/* "" for anonymous */
-	bool deleted;
-};
-
-/* Parses a /proc/PID/maps line (modified in place). 1: executable mapping, 0: skip. Any thread. */
-int sym_parse_maps_line(char *line, struct sym_maps_line *ret);
-
-struct stat;
-/*
- * Opens the file behind a mapping of pid: the exact mapped file through /proc/PID/map_files
- * (deleted files, other mount namespaces), else the path inside the process's root. fd or
- * -errno; *ret_st filled when not NULL. Any thread.
- */
-int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *path, bool deleted,
-		     struct stat *ret_st);
 
 #endif

@@ -21,7 +21,7 @@
 #include <bpf/libbpf.h>
 #include <linux/types.h>
 #include "agent/meta/procfs.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/sym/sym_elf.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/python_abi.h"
 #include "common/batch.h"

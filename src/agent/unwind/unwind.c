@@ -27,7 +27,7 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/sym/sym_elf.h"
 #include "agent/unwind/frames.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/table.h"

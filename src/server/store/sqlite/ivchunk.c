@@ -314,8 +314,8 @@ static int put_values4(struct buf *b, const struct irow *r, const size_t *o, siz
 
 /*
  * Format 4's arrival numbers: the rows not seq_free listed with their seq; the others' tie
- * groups (tie_groups()) each with uvarint 0 when they arrived in the predicted order
- * (cmp_pred()), else 1 and each row's rank of arrival (row order). s, e: the rows' starts and
+ * groups (iv_tie_groups()) each with uvarint 0 when they arrived in the predicted order
+ * (iv_cmp_pred()), else 1 and each row's rank of arrival (row order). s, e: the rows' starts and
  * ends in units, in row order. 0 or -ENOMEM.
  */
 static int put_seqs4(struct buf *b, const struct irow *r, const size_t *o, size_t n,
