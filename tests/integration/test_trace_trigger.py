@@ -71,6 +71,19 @@ try:
     check(bad_busy == 0, "no idle point inside a busy range (%d)" % bad_busy)
     check(zero > 0 and zero_cov >= 0.8 * zero,
           "idle points covered by observed ranges: %d of %d" % (zero_cov, zero))
+    # the windows' kernel-decided ranges name why they opened (the estimator lets only budget
+    # and continuous windows stand for the time around them: docs/estimator.md)
+    kobs = srv.query("intervals", kind="gpu_observed", selector='{node="trig",source="kernels"}',
+                     limit=100000, **rng)["intervals"]
+    kreasons = {i["labels"].get("reason") for i in kobs}
+    check(kobs and "idle" in kreasons and kreasons <= {"idle", "budget", "sync_wait", "capture"},
+          "kernel-observed ranges carry their window's reason: %s" % kreasons)
+    # and a GPU-idle answer says how it was made
+    fg = srv.query("flamegraph", gpu_idle="0", selector='{node="trig"}', **rng)
+    est = (fg.get("gpu_sources") or {}).get("estimate") or {}
+    check("summary" in est and abs(sum(est.get(k, 0) for k in
+                                       ("exact", "traced", "extrapolated", "unknown")) - 1) < 0.01,
+          "the GPU-idle answer's estimate: %s" % est)
 finally:
     if agent:
         agent.stop()
