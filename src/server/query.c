@@ -393,6 +393,15 @@ int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t le
 	if (!c->range_ns)
 		return snprintf(buf, len, "GPU %d idle: no source observed this GPU in the range: "
 				"every sample is unknown, none counted", gpu);
+	if (!c->windows)
+		return snprintf(buf, len,
+				"GPU %d idle: no duty-cycle trace window in reach (no process on it "
+				"injected with the CUPTI library, or windows refused): %.1f %% of the "
+				"range decided by the driver's counters and triggered windows, %.1f %% "
+				"traced, %.1f %% unknown; nothing in this answer is estimated",
+				gpu, 100 * share_of(c->exact_ns, c->range_ns),
+				100 * share_of(c->traced_ns, c->range_ns),
+				100 * share_of(c->unknown_ns + c->extrapolated_ns, c->range_ns));
 	return snprintf(buf, len,
 			"GPU %d idle: %.1f %% of the range decided where it happened (the driver's "
 			"counters at 0/1, triggered trace windows), %.1f %% traced by %llu duty-cycle "

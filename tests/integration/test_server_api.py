@@ -270,7 +270,8 @@ def estimate(s, rng):
     code, body = s.ingest(encode("\n".join(lines) + "\n"))
     check(code == 204, f"estimate batch 2: {code} {body}")
     fg = s.get_json(f"/api/v1/flamegraph?{rng}&gpu_idle=2&selector={n3}")
-    check(fg["total"] == 35 and fg["gpu_sources"]["estimate"]["estimated_share"] == 0,
+    check(fg["total"] == 35 and fg["gpu_sources"]["estimate"]["estimated_share"] == 0 and
+          "no duty-cycle trace window" in fg["gpu_sources"]["estimate"]["summary"],
           f"a triggered window: {fg['total']} {fg['gpu_sources']}")
 
 
