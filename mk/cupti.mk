@@ -13,9 +13,9 @@ all: $(CUPTI_LIB)
 endif
 all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
 
-$(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
+$(CUPTI_LIB): src/cupti/inject.c src/cupti/handover.c src/cupti/interpose.c src/cupti/interpose.h src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $(filter %.c,$^) \
 		-Wl,--version-script=src/cupti/exports.map -Wl,-z,defs \
 		-L$(CUDA_HOME)/lib64 -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 		-lcupti -lpthread
@@ -70,3 +70,16 @@ all: $(FAKE_TORCH)
 $(FAKE_TORCH): tests/cupti/fake_torch.c mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -o $@ $< -ldl -lpthread
+
+# A user's own CUPTI client over the stand-in, calling CUPTI through its PLT and through dlsym
+# (tests/unit/test_cupti_window.c: our windows hand CUPTI over to it).
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+all: $(FAKE_CUPTI_DIR)/libuserprof_plt.so $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so
+endif
+$(FAKE_CUPTI_DIR)/libuserprof_plt.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libcupti.so.13
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
+		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN'
+$(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user_prof.h mk/cupti.mk
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -DUSE_DLSYM -shared -o $@ $< -ldl

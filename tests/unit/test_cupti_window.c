@@ -32,7 +32,8 @@ static char DIR_[600];	/* .output/tests */
 struct run {
 	Gpuscope__V1__Batch *m;
 	struct cupti_stats st;
-	char final[512];	/* the workload's "final ..." line */
+	char final[1024];	/* the workload's "final ..." line (and its "user ..." line) */
+	int64_t mono_to_wall_ns;	/* the agent's: interval times are wall clock */
 	int capture_rc;
 	char capture_why[128];
 	int not_injected_rc;
@@ -54,12 +55,17 @@ static unsigned long long final_num(const struct run *r, const char *key)
  * Runs cupti_window (held: another CUPTI client) under the module with cfg for run_ms; at
  * capture_at_ms (if > 0) asks for an on-demand capture of capture_ms.
  */
+/* A user's CUPTI client in the workload (cupti_window's "user" mode): its object and how long
+ * it holds CUPTI; NULL: none. The run then lasts until a window opened after its hand-over. */
+static const char *user_lib, *user_hold_ms, *user_finalize;
+
 static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int capture_at_ms,
 		       int capture_ms, unsigned min_windows, struct run *ret)
 {
 	int in[2], out[2], status;
-	char prog[700], lib[700], buf[4096];
-	char *argv[] = { prog, lib, held ? "held" : NULL, NULL };
+	char prog[700], lib[700], ulib[700], buf[4096];
+	char *argv[] = { prog, lib, held ? "held" : NULL, NULL, NULL, NULL, NULL };
+	uint64_t opened_at_yield = 0;
 	struct agent a = { 0 };
 	size_t len = 0;
 	uint8_t *enc = NULL;
@@ -70,6 +76,13 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	memset(ret, 0, sizeof(*ret));
 	snprintf(prog, sizeof(prog), "%s/cupti/cupti_window", DIR_);
 	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
+	if (user_lib) {
+		snprintf(ulib, sizeof(ulib), "%s/cupti/fakecupti/%s", DIR_, user_lib);
+		argv[2] = "user";
+		argv[3] = ulib;
+		argv[4] = (char *)user_hold_ms;
+		argv[5] = (char *)user_finalize;
+	}
 	buf[0] = 0;
 	pid = spawn_ready(argv, &in[1], &out[0], buf, sizeof(buf), &len);
 	if (!ASSERT_TRUE(pid > 0, "spawn cupti_window"))
@@ -81,6 +94,7 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	a.opts.trace = cfg;
 	a.sym = symbolizer__new();
 	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	ret->mono_to_wall_ns = a.mono_to_wall_ns;
 	a.opts.npids = 1;	/* other test runs may load the same library */
 	a.opts.pids[0] = pid;
 	if (!ASSERT_TRUE(a.batch, "batch") || !ASSERT_EQ(cupti_module.start(&a), 0, "start"))
@@ -122,6 +136,20 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 			/* a busy CUPTI's window is refused, not closed */
 			if (st.windows_closed + st.win_busy < min_windows)
 				end += 100 * NSEC_PER_MSEC;
+		}
+		if (user_lib && t + 20 * NSEC_PER_MSEC >= end && end < 30 * NSEC_PER_SEC) {
+			struct cupti_stats st;
+			uint64_t opened = 0;
+
+			/* until a window opened after the hand-over (so after the client let go),
+			 * and 300 ms of it */
+			cupti_usdt__stats(&st);
+			for (int i = 0; i < TRACE_REASONS; i++)
+				opened += st.windows_opened[i];
+			if (st.win_yielded && !opened_at_yield)
+				opened_at_yield = opened;
+			if (!st.win_yielded || opened <= opened_at_yield)
+				end = t + 300 * NSEC_PER_MSEC;
 		}
 	}
 	ret->elapsed_ns = mono_ns() - t0;
@@ -362,6 +390,114 @@ static bool test_cupti_window_continuous(void)
 }
 
 /*
+ * A user's own CUPTI client started inside one of our windows (issue 31): it gets every kernel
+ * launched while it runs, our window ends "yielded" before the client's first call goes on,
+ * no window of ours opens while it holds CUPTI, and windows come again once it let go.
+ */
+static bool check_user_run(struct run *r, const char *reason)
+{
+	uint64_t t0, t1, yield_end = 0, resumed = 0, overlap = 0, agent_kernels_during = 0;
+	size_t yielded = 0, refused = 0;
+	int64_t w = r->mono_to_wall_ns;
+	bool ok;
+
+	if (!ASSERT_EQ(final_num(r, "phase"), 2, "the client ran and stopped") ||
+	    !ASSERT_EQ(final_num(r, "patched"), 1, "its object, loaded after us, was interposed") ||
+	    !ASSERT_EQ(final_num(r, "start_rc"), 0, "its subscribe, register and enables worked") ||
+	    !ASSERT_EQ(final_num(r, "stop_rc"), 0, "and its disable, flush, unsubscribe"))
+		goto fail;
+	t0 = final_num(r, "t0") + w;
+	t1 = final_num(r, "t1") + w;
+	for (size_t i = 0; i < r->m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r->m->intervals[i];
+		const char *st = attr(r->m, iv, "status"), *why = attr(r->m, iv, "reason");
+
+		if (strcmp(S(r->m, iv->kind), "gpu_trace_window"))
+			continue;
+		if (!st || !why)
+			continue;
+		if (!strcmp(st, "yielded")) {
+			yielded++;
+			yield_end = iv->end_ns;
+			if (!ASSERT_STREQ(why, reason, "the yielded window's reason"))
+				goto fail;
+		} else if (!strcmp(st, "user profiler")) {
+			refused++;
+		} else if (!strcmp(st, "traced") || !strcmp(st, "closed early")) {
+			if (iv->start_ns < t1 && iv->end_ns > t0)
+				overlap++;
+			if (iv->start_ns >= t1)
+				resumed++;
+		}
+	}
+	for (size_t i = 0; i < r->m->n_intervals; i++) {
+		const Gpuscope__V1__Interval *iv = r->m->intervals[i];
+
+		if (!strcmp(S(r->m, iv->kind), "gpu_kernel") && yield_end &&
+		    iv->start_ns > yield_end && iv->start_ns < t1)
+			agent_kernels_during++;
+	}
+	fprintf(stderr, "  client held CUPTI %.2f s: %llu kernels launched, %llu records and %llu "
+			"launch callbacks to it; %zu window(s) refused meanwhile\n",
+		(t1 - t0) / 1e9, final_num(r, "hi") - final_num(r, "lo") + 1,
+		final_num(r, "records"), final_num(r, "cbs"), refused);
+	ok = ASSERT_EQ(final_num(r, "missing"), 0, "the client got every kernel launched while it "
+						   "ran") &&
+	     ASSERT_TRUE(final_num(r, "hi") > final_num(r, "lo") + 100, "and there were many") &&
+	     ASSERT_TRUE(final_num(r, "cbs") >= final_num(r, "hi") - final_num(r, "lo") + 1,
+			 "and every launch callback") &&
+	     ASSERT_EQ(yielded, 1, "one window yielded") &&
+	     ASSERT_TRUE(yield_end >= t0 && yield_end < t1,
+			 "it ended after the client's first call began, before the client stopped") &&
+	     ASSERT_EQ(r->st.win_yielded, 1, "counted as yielded") &&
+	     ASSERT_EQ(final_num(r, "subs_during"), 0, "we never subscribed while the client held "
+						       "CUPTI") &&
+	     ASSERT_EQ(overlap, 0, "no window of ours traced while the client held CUPTI") &&
+	     ASSERT_EQ(agent_kernels_during, 0, "no kernel came to us while the client held it") &&
+	     ASSERT_EQ(r->st.win_user, refused, "refusals counted") &&
+	     ASSERT_TRUE(r->st.user_released >= 1, "the client's letting go was reported") &&
+	     ASSERT_TRUE(resumed >= 1, "windows resumed after the client let go") &&
+	     ASSERT_EQ(final_num(r, "kinds"), 0, "no activity kind left enabled");
+	if (!ok)
+		goto fail;
+	batch_decode_free(r->m);
+	return true;
+fail:
+	fprintf(stderr, "  workload: %s\n", r->final);
+	batch_decode_free(r->m);
+	return false;
+}
+
+/* Budget windows; the client calls CUPTI through its PLT and finalizes at its end. */
+static bool test_cupti_window_user_profiler(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+
+	user_lib = "libuserprof_plt.so";
+	user_hold_ms = "1500";	/* past the window's 200 ms and the 600 ms period: several asks */
+	user_finalize = "1";
+	CHECK(run_window(&cfg, false, 2000, 0, 0, 0, &r));
+	user_lib = NULL;
+	return check_user_run(&r, "budget");
+}
+
+/* Continuous tracing; the client resolves CUPTI with dlsym and only unsubscribes at its end. */
+static bool test_cupti_window_user_profiler_continuous(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+
+	cfg.budget = 1;
+	user_lib = "libuserprof_dlsym.so";
+	user_hold_ms = "1500";
+	user_finalize = "0";
+	CHECK(run_window(&cfg, false, 2000, 0, 0, 0, &r));
+	user_lib = NULL;
+	return check_user_run(&r, "continuous");
+}
+
+/*
  * Budget controller against synthetic windows: open/close costs, a kernel rate, the launch
  * probe's measured BPF time per launch. Returns the share of time spent as the cost model
  * counts it.
@@ -497,6 +633,7 @@ int main(int argc, char **argv)
 		T(test_cupti_window_budget_controller), T(test_cupti_window_options),
 		T(test_cupti_window_budget_cycle), T(test_cupti_window_capture),
 		T(test_cupti_window_cupti_busy), T(test_cupti_window_continuous),
+		T(test_cupti_window_user_profiler), T(test_cupti_window_user_profiler_continuous),
 	};
 	const char *why = NULL;
 	int rc = cupti_test_dir(DIR_, sizeof(DIR_), &why);
