@@ -148,7 +148,8 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 				opened += st.windows_opened[i];
 			if (st.win_yielded && !opened_at_yield)
 				opened_at_yield = opened;
-			if (!st.win_yielded || opened <= opened_at_yield)
+			/* (another agent's windows here: the client may have taken one of those) */
+			if ((!st.win_yielded || opened <= opened_at_yield) && !st.win_stray)
 				end = t + 300 * NSEC_PER_MSEC;
 		}
 	}
@@ -390,114 +391,6 @@ static bool test_cupti_window_continuous(void)
 }
 
 /*
- * A user's own CUPTI client started inside one of our windows (issue 31): it gets every kernel
- * launched while it runs, our window ends "yielded" before the client's first call goes on,
- * no window of ours opens while it holds CUPTI, and windows come again once it let go.
- */
-static bool check_user_run(struct run *r, const char *reason)
-{
-	uint64_t t0, t1, yield_end = 0, resumed = 0, overlap = 0, agent_kernels_during = 0;
-	size_t yielded = 0, refused = 0;
-	int64_t w = r->mono_to_wall_ns;
-	bool ok;
-
-	if (!ASSERT_EQ(final_num(r, "phase"), 2, "the client ran and stopped") ||
-	    !ASSERT_EQ(final_num(r, "patched"), 1, "its object, loaded after us, was interposed") ||
-	    !ASSERT_EQ(final_num(r, "start_rc"), 0, "its subscribe, register and enables worked") ||
-	    !ASSERT_EQ(final_num(r, "stop_rc"), 0, "and its disable, flush, unsubscribe"))
-		goto fail;
-	t0 = final_num(r, "t0") + w;
-	t1 = final_num(r, "t1") + w;
-	for (size_t i = 0; i < r->m->n_intervals; i++) {
-		const Gpuscope__V1__Interval *iv = r->m->intervals[i];
-		const char *st = attr(r->m, iv, "status"), *why = attr(r->m, iv, "reason");
-
-		if (strcmp(S(r->m, iv->kind), "gpu_trace_window"))
-			continue;
-		if (!st || !why)
-			continue;
-		if (!strcmp(st, "yielded")) {
-			yielded++;
-			yield_end = iv->end_ns;
-			if (!ASSERT_STREQ(why, reason, "the yielded window's reason"))
-				goto fail;
-		} else if (!strcmp(st, "user profiler")) {
-			refused++;
-		} else if (!strcmp(st, "traced") || !strcmp(st, "closed early")) {
-			if (iv->start_ns < t1 && iv->end_ns > t0)
-				overlap++;
-			if (iv->start_ns >= t1)
-				resumed++;
-		}
-	}
-	for (size_t i = 0; i < r->m->n_intervals; i++) {
-		const Gpuscope__V1__Interval *iv = r->m->intervals[i];
-
-		if (!strcmp(S(r->m, iv->kind), "gpu_kernel") && yield_end &&
-		    iv->start_ns > yield_end && iv->start_ns < t1)
-			agent_kernels_during++;
-	}
-	fprintf(stderr, "  client held CUPTI %.2f s: %llu kernels launched, %llu records and %llu "
-			"launch callbacks to it; %zu window(s) refused meanwhile\n",
-		(t1 - t0) / 1e9, final_num(r, "hi") - final_num(r, "lo") + 1,
-		final_num(r, "records"), final_num(r, "cbs"), refused);
-	ok = ASSERT_EQ(final_num(r, "missing"), 0, "the client got every kernel launched while it "
-						   "ran") &&
-	     ASSERT_TRUE(final_num(r, "hi") > final_num(r, "lo") + 100, "and there were many") &&
-	     ASSERT_TRUE(final_num(r, "cbs") >= final_num(r, "hi") - final_num(r, "lo") + 1,
-			 "and every launch callback") &&
-	     ASSERT_EQ(yielded, 1, "one window yielded") &&
-	     ASSERT_TRUE(yield_end >= t0 && yield_end < t1,
-			 "it ended after the client's first call began, before the client stopped") &&
-	     ASSERT_EQ(r->st.win_yielded, 1, "counted as yielded") &&
-	     ASSERT_EQ(final_num(r, "subs_during"), 0, "we never subscribed while the client held "
-						       "CUPTI") &&
-	     ASSERT_EQ(overlap, 0, "no window of ours traced while the client held CUPTI") &&
-	     ASSERT_EQ(agent_kernels_during, 0, "no kernel came to us while the client held it") &&
-	     ASSERT_EQ(r->st.win_user, refused, "refusals counted") &&
-	     ASSERT_TRUE(r->st.user_released >= 1, "the client's letting go was reported") &&
-	     ASSERT_TRUE(resumed >= 1, "windows resumed after the client let go") &&
-	     ASSERT_EQ(final_num(r, "kinds"), 0, "no activity kind left enabled");
-	if (!ok)
-		goto fail;
-	batch_decode_free(r->m);
-	return true;
-fail:
-	fprintf(stderr, "  workload: %s\n", r->final);
-	batch_decode_free(r->m);
-	return false;
-}
-
-/* Budget windows; the client calls CUPTI through its PLT and finalizes at its end. */
-static bool test_cupti_window_user_profiler(void)
-{
-	struct trace_cfg cfg = test_cfg();
-	struct run r;
-
-	user_lib = "libuserprof_plt.so";
-	user_hold_ms = "1500";	/* past the window's 200 ms and the 600 ms period: several asks */
-	user_finalize = "1";
-	CHECK(run_window(&cfg, false, 2000, 0, 0, 0, &r));
-	user_lib = NULL;
-	return check_user_run(&r, "budget");
-}
-
-/* Continuous tracing; the client resolves CUPTI with dlsym and only unsubscribes at its end. */
-static bool test_cupti_window_user_profiler_continuous(void)
-{
-	struct trace_cfg cfg = test_cfg();
-	struct run r;
-
-	cfg.budget = 1;
-	user_lib = "libuserprof_dlsym.so";
-	user_hold_ms = "1500";
-	user_finalize = "0";
-	CHECK(run_window(&cfg, false, 2000, 0, 0, 0, &r));
-	user_lib = NULL;
-	return check_user_run(&r, "continuous");
-}
-
-/*
  * Budget controller against synthetic windows: open/close costs, a kernel rate, the launch
  * probe's measured BPF time per launch. Returns the share of time spent as the cost model
  * counts it.
@@ -627,13 +520,13 @@ static bool test_cupti_window_options(void)
 	       ASSERT_EQ(trace_parse_opt(&c, "nvml-gpm-interval", "1s"), 0, "not ours");
 }
 
+#ifndef CUPTI_WINDOW_NO_MAIN	/* test_cupti_handover.c includes this file for run_window() */
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
 		T(test_cupti_window_budget_controller), T(test_cupti_window_options),
 		T(test_cupti_window_budget_cycle), T(test_cupti_window_capture),
 		T(test_cupti_window_cupti_busy), T(test_cupti_window_continuous),
-		T(test_cupti_window_user_profiler), T(test_cupti_window_user_profiler_continuous),
 	};
 	const char *why = NULL;
 	int rc = cupti_test_dir(DIR_, sizeof(DIR_), &why);
@@ -647,3 +540,4 @@ int main(int argc, char **argv)
 	}
 	return test_main(tests, ARRAY_SIZE(tests), argc, argv);
 }
+#endif
