@@ -75,6 +75,8 @@ static pthread_mutex_t hand_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned yields;
 static int yield_late;
 static bool handover_on;
+static size_t orig_dev_buf[2];	/* device buffer size and pool limit before we set ours */
+static bool orig_dev_buf_ok;
 
 /* Launch state of the current thread: the outermost launch API call and a nested one's id. */
 static __thread unsigned tls_depth, tls_gen;
@@ -563,8 +565,15 @@ static void open_window(void)
 			goto out_unsubscribe;
 		}
 		registered = true;
-		/* bounded device memory (a peer's users saw 1 GiB at CUPTI's defaults) */
-		size_t sz = sizeof(dev_buf_bytes);
+		/* bounded device memory (a peer's users saw 1 GiB at CUPTI's defaults); what was
+		 * set before is given back to a user's client we hand CUPTI over to */
+		size_t sz = sizeof(orig_dev_buf[0]);
+		orig_dev_buf_ok =
+			cuptiActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz,
+						  &orig_dev_buf[0]) == CUPTI_SUCCESS &&
+			cuptiActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+						  &orig_dev_buf[1]) == CUPTI_SUCCESS;
+		sz = sizeof(dev_buf_bytes);
 		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz, &dev_buf_bytes);
 		sz = sizeof(dev_buf_pool);
 		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
@@ -656,6 +665,14 @@ static void yield_window(uint64_t t0, bool late)
 		callbacks(0);
 		cuptiUnsubscribe(subscriber);
 		subscribed = false;
+	}
+	if (registered && orig_dev_buf_ok) {	/* the client gets CUPTI's buffers as they were */
+		size_t sz = sizeof(orig_dev_buf[0]);
+
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz,
+					  &orig_dev_buf[0]);
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+					  &orig_dev_buf[1]);
 	}
 	registered = false;	/* the client registers its own; ours again at the next open */
 	__atomic_add_fetch(&yields, 1, __ATOMIC_RELEASE);

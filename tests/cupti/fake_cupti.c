@@ -183,6 +183,20 @@ EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute a, size_t *
 	return CUPTI_SUCCESS;
 }
 
+/* CUPTI's defaults until a client sets them: 8 MiB, 250 buffers */
+EXPORT CUptiResult cuptiActivityGetAttribute(CUpti_ActivityAttribute a, size_t *size, void *v)
+{
+	if (*size != sizeof(size_t))
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&mu);
+	if (a == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE)
+		*(size_t *)v = st.device_buffer_bytes ? st.device_buffer_bytes : 8 << 20;
+	else if (a == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT)
+		*(size_t *)v = st.device_buffer_pool ? st.device_buffer_pool : 250;
+	pthread_mutex_unlock(&mu);
+	return CUPTI_SUCCESS;
+}
+
 EXPORT CUptiResult cuptiActivityFlushPeriod(uint32_t ms)
 {
 	pthread_mutex_lock(&mu);

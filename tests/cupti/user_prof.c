@@ -20,6 +20,7 @@
 static uint8_t seen[CIDS / 8];
 static uint64_t records, callbacks;
 static CUpti_SubscriberHandle sub;
+static size_t pool_at_start;	/* CUPTI's device buffer pool limit when it started */
 
 #ifdef USE_DLSYM
 #define F(name) p_##name
@@ -32,6 +33,7 @@ static __typeof__(cuptiActivityDisable) *p_cuptiActivityDisable;
 static __typeof__(cuptiActivityFlushAll) *p_cuptiActivityFlushAll;
 static __typeof__(cuptiActivityGetNextRecord) *p_cuptiActivityGetNextRecord;
 static __typeof__(cuptiFinalize) *p_cuptiFinalize;
+static __typeof__(cuptiActivityGetAttribute) *p_cuptiActivityGetAttribute;
 
 static int resolve(void)
 {
@@ -41,6 +43,7 @@ static int resolve(void)
 	R(cuptiSubscribe) R(cuptiUnsubscribe) R(cuptiEnableCallback)
 	R(cuptiActivityRegisterCallbacks) R(cuptiActivityEnable) R(cuptiActivityDisable)
 	R(cuptiActivityFlushAll) R(cuptiActivityGetNextRecord) R(cuptiFinalize)
+	R(cuptiActivityGetAttribute)
 #undef R
 	return 0;
 }
@@ -105,6 +108,9 @@ EXPORT int user_prof_start(void)
 	r = F(cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
 	if (r != CUPTI_SUCCESS)
 		return (int)r;
+	size_t sz = sizeof(pool_at_start);
+	F(cuptiActivityGetAttribute)(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+				     &pool_at_start);
 	return (int)F(cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API,
 					   CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
 }
@@ -131,6 +137,11 @@ EXPORT void user_prof_counts(uint64_t *ret_records, uint64_t *ret_callbacks)
 {
 	*ret_records = __atomic_load_n(&records, __ATOMIC_RELAXED);
 	*ret_callbacks = __atomic_load_n(&callbacks, __ATOMIC_RELAXED);
+}
+
+EXPORT size_t user_prof_pool(void)
+{
+	return pool_at_start;
 }
 
 EXPORT int user_prof_has(uint32_t cid)

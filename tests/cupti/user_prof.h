@@ -14,5 +14,7 @@ void user_prof_counts(uint64_t *ret_records, uint64_t *ret_callbacks);
 /* Did a kernel record with this correlation id come to the client? */
 int user_prof_has(uint32_t cid);
 void *user_prof_subscribe_addr(void);
+/* CUPTI's device buffer pool limit as the client found it at its start. */
+size_t user_prof_pool(void);
 
 #endif

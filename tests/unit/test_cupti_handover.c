@@ -40,6 +40,7 @@ static bool check_user_run(struct run *r, const char *reason)
 			(unsigned long long)(r->st.windows_opened[TRACE_BUDGET] +
 					     r->st.windows_opened[TRACE_CONTINUOUS]));
 		ok = ASSERT_EQ(final_num(r, "missing"), 0, "the client got every kernel") &&
+		     ASSERT_EQ(final_num(r, "pool_at_start"), 250, "CUPTI's buffers as before us") &&
 		     ASSERT_TRUE(final_num(r, "hi") > final_num(r, "lo") + 100, "many") &&
 		     ASSERT_EQ(final_num(r, "subs_during"), 0, "no window while it held CUPTI");
 		batch_decode_free(r->m);
@@ -78,7 +79,9 @@ static bool check_user_run(struct run *r, const char *reason)
 			"launch callbacks to it; %zu window(s) refused meanwhile\n",
 		(t1 - t0) / 1e9, final_num(r, "hi") - final_num(r, "lo") + 1,
 		final_num(r, "records"), final_num(r, "cbs"), refused);
-	ok = ASSERT_EQ(final_num(r, "missing"), 0, "the client got every kernel launched while it "
+	ok = ASSERT_EQ(final_num(r, "pool_at_start"), 250, "the client found CUPTI's device "
+							   "buffers as they were before us") &&
+	     ASSERT_EQ(final_num(r, "missing"), 0, "the client got every kernel launched while it "
 						   "ran") &&
 	     ASSERT_TRUE(final_num(r, "hi") > final_num(r, "lo") + 100, "and there were many") &&
 	     ASSERT_TRUE(final_num(r, "cbs") >= final_num(r, "hi") - final_num(r, "lo") + 1,
