@@ -700,6 +700,8 @@ void inject_yield(void)
 	}
 	if (window_open || subscribed)
 		yield_window(t0, false);
+	else
+		registered = false;	/* the client may replace or finalize our registration */
 	pthread_mutex_unlock(&hand_mu);
 }
 
