@@ -71,15 +71,16 @@ $(FAKE_TORCH): tests/cupti/fake_torch.c mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -o $@ $< -ldl -lpthread
 
-# A user's own CUPTI client over the stand-in, calling CUPTI through its PLT and through dlsym
-# (tests/unit/test_cupti_window.c: our windows hand CUPTI over to it).
+# A user's own CUPTI client over the stand-in, calling CUPTI through its PLT (bound at load, its
+# GOT read-only: full RELRO, as wheels are often linked) and through dlsym (lazy binding)
+# (tests/unit/test_cupti_handover.c: our windows hand CUPTI over to it).
 ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
 all: $(FAKE_CUPTI_DIR)/libuserprof_plt.so $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so
 endif
 $(FAKE_CUPTI_DIR)/libuserprof_plt.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libcupti.so.13
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
-		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN'
+		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN' -Wl,-z,relro,-z,now
 $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user_prof.h mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -DUSE_DLSYM -shared -o $@ $< -ldl
