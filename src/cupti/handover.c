@@ -98,6 +98,8 @@ static CUptiResult w_subscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc fn,
 	pthread_mutex_lock(&mu);
 	claim();
 	r = REAL(H_SUB, fn_sub)(s, fn, ud);
+	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && inject_yield_retry())
+		r = REAL(H_SUB, fn_sub)(s, fn, ud);	/* ours, closed late */
 	if (r == CUPTI_SUCCESS)
 		subscribed = true;
 	pthread_mutex_unlock(&mu);
@@ -112,6 +114,8 @@ static CUptiResult w_subscribe_v2(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
 	pthread_mutex_lock(&mu);
 	claim();
 	r = REAL(H_SUB2, fn_sub2)(s, fn, ud, p);
+	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && inject_yield_retry())
+		r = REAL(H_SUB2, fn_sub2)(s, fn, ud, p);
 	if (r == CUPTI_SUCCESS)
 		subscribed = true;
 	pthread_mutex_unlock(&mu);
@@ -388,6 +392,11 @@ bool handover_in_grace(uint64_t now_ns)
 	uint64_t r = __atomic_load_n(&released_ns, __ATOMIC_RELAXED);
 
 	return r && now_ns - r < GRACE_NS;
+}
+
+bool handover_user_kind(int kind)
+{
+	return (unsigned)kind < NKINDS && __atomic_load_n(&kinds[kind], __ATOMIC_RELAXED);
 }
 
 bool handover_user_seen(void)

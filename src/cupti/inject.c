@@ -39,6 +39,7 @@
 #define DEF_DEV_BUF_KB	  4096		/* CUPTI device buffer per context (CUPTI's default: 8 MiB) */
 #define DEF_DEV_BUF_POOL  4		/* device buffers per context (CUPTI's default: 250) */
 #define YIELD_WAIT_MS	  250		/* longest a user's CUPTI call waits for our window to close */
+#define YIELD_RETRY_MS	  2000		/* ... and a subscribe we refused meanwhile, once more */
 
 /* What closing a window does (GPUSCOPE_CUPTI_CLOSE); each also disables the activity kinds. */
 enum close_mode {
@@ -523,6 +524,8 @@ static void report_devices(void)
 	dlclose(h);	/* only drops the reference RTLD_NOLOAD took */
 }
 
+static void hand_over(void);
+
 /*
  * Control thread, under hand_mu. Subscribes, registers, enables; on any failure leaves nothing
  * enabled. Not while a user's CUPTI client holds CUPTI (status USER: refused), nor in the grace
@@ -586,11 +589,21 @@ static void open_window(void)
 	report_devices();
 	callbacks(1);	/* before the kinds: every recorded kernel has its launch probe */
 	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
+		if (handover_user_holds())
+			break;	/* a client is waiting for CUPTI: stop here (below) */
 		r = cuptiActivityEnable(kinds[i]);
 		if (r == CUPTI_SUCCESS)
 			enabled++;
 		else
 			dbg("cuptiActivityEnable(%d): %s", (int)kinds[i], errstr(r));
+	}
+	if (handover_user_holds()) {
+		/* a client's call came while we were opening (a slow CUPTI): undo at once */
+		window_open = true;
+		hand_over();
+		status(GPUSCOPE_CUPTI_ST_USER, t0, 0);
+		dbg("a user's CUPTI client came while the window opened; not opened");
+		return;
 	}
 	if (!enabled) {
 		status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
@@ -653,11 +666,14 @@ static void close_window(void)
  * Never cuptiFinalize: the client may already have registered its buffers (a call made before
  * we interposed its object), which finalize would forget. Under hand_mu.
  */
-static void yield_window(uint64_t t0, bool late)
+static void hand_over(void)
 {
 	if (window_open) {
+		/* a kind the client enabled stays on: its calls may have gone on meanwhile (late,
+		 * or while our open was under way) */
 		for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
-			cuptiActivityDisable(kinds[i]);
+			if (!handover_user_kind(kinds[i]))
+				cuptiActivityDisable(kinds[i]);
 		cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		window_open = false;
 	}
@@ -675,6 +691,12 @@ static void yield_window(uint64_t t0, bool late)
 					  &orig_dev_buf[1]);
 	}
 	registered = false;	/* the client registers its own; ours again at the next open */
+}
+
+/* Hands our window over (hand_over) and reports it: status YIELDED. Under hand_mu. */
+static void yield_window(uint64_t t0, bool late)
+{
+	hand_over();
 	__atomic_add_fetch(&yields, 1, __ATOMIC_RELEASE);
 	status(GPUSCOPE_CUPTI_ST_YIELDED, mono_now(),
 	       (mono_now() - t0) | (late ? GPUSCOPE_CUPTI_YIELD_LATE : 0));
@@ -703,6 +725,23 @@ void inject_yield(void)
 	else
 		registered = false;	/* the client may replace or finalize our registration */
 	pthread_mutex_unlock(&hand_mu);
+}
+
+bool inject_yield_retry(void)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += YIELD_RETRY_MS / 1000;
+	dl.tv_nsec += YIELD_RETRY_MS % 1000 * 1000000L;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	if (pthread_mutex_timedlock(&hand_mu, &dl))
+		return false;
+	if (__atomic_exchange_n(&yield_late, 0, __ATOMIC_ACQ_REL) && (window_open || subscribed))
+		yield_window(mono_now(), true);
+	pthread_mutex_unlock(&hand_mu);
+	return true;
 }
 
 void inject_released(void)

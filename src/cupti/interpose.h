@@ -44,6 +44,8 @@ HIDDEN void handover_rescan(void);
 HIDDEN bool handover_user_holds(void);
 /* The user's client let go less than the grace time ago: wait before opening. */
 HIDDEN bool handover_in_grace(uint64_t now_ns);
+/* Has the user's client enabled this activity kind (a late hand-over leaves it on)? */
+HIDDEN bool handover_user_kind(int kind);
 /* Some user client has held CUPTI at some time: flush its buffers before registering ours. */
 HIDDEN bool handover_user_seen(void);
 
@@ -54,6 +56,12 @@ HIDDEN bool handover_user_seen(void);
  * closes our window so CUPTI is clean for it, within a bound; reports YIELDED.
  */
 HIDDEN void inject_yield(void);
+/*
+ * A client's subscribe failed, maybe on our subscription (a hand-over that could not wait):
+ * waits up to 2 s more for our open or close in progress, and hands over. True: worth
+ * retrying the call.
+ */
+HIDDEN bool inject_yield_retry(void);
 /* Reports the user's client letting go (status RELEASED). */
 HIDDEN void inject_released(void);
 HIDDEN uint64_t inject_mono_now(void);

@@ -148,10 +148,17 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 	return CUPTI_SUCCESS;
 }
 
+/* FAKE_CUPTI_ENABLE_DELAY_MS: enabling any kind but kernels takes that long (a slow CUPTI: a
+ * window's open is still under way when a user's client comes, kernels already on) */
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
 {
+	const char *delay = getenv("FAKE_CUPTI_ENABLE_DELAY_MS");
+
 	if ((unsigned)k >= CUPTI_ACTIVITY_KIND_COUNT)
 		return CUPTI_ERROR_INVALID_KIND;
+	if (delay && atoi(delay) > 0 && k != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+		nanosleep(&(struct timespec){ atoi(delay) / 1000, atoi(delay) % 1000 * 1000000L },
+			  NULL);
 	pthread_mutex_lock(&mu);
 	if (!kind_on[k])
 		st.kinds_enabled++;

@@ -9,6 +9,7 @@
  */
 #include <cupti.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,21 +94,31 @@ static void CUPTIAPI buf_done(CUcontext ctx, uint32_t stream, uint8_t *buf, size
 	free(buf);
 }
 
+/* USER_PROF_ACTIVITY_FIRST=1: buffers and kinds before the subscription (Kineto's order). */
 EXPORT int user_prof_start(void)
 {
+	const char *o = getenv("USER_PROF_ACTIVITY_FIRST");
+	bool activity_first = o && *o == '1';
 	CUptiResult r;
 
 	if (resolve())
 		return -1;
-	r = F(cuptiSubscribe)(&sub, on_cb, NULL);
-	if (r != CUPTI_SUCCESS)
-		return (int)r;
+	if (!activity_first) {
+		r = F(cuptiSubscribe)(&sub, on_cb, NULL);
+		if (r != CUPTI_SUCCESS)
+			return (int)r;
+	}
 	r = F(cuptiActivityRegisterCallbacks)(buf_req, buf_done);
 	if (r != CUPTI_SUCCESS)
 		return (int)r;
 	r = F(cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
 	if (r != CUPTI_SUCCESS)
 		return (int)r;
+	if (activity_first) {
+		r = F(cuptiSubscribe)(&sub, on_cb, NULL);
+		if (r != CUPTI_SUCCESS)
+			return (int)r;
+	}
 	size_t sz = sizeof(pool_at_start);
 	F(cuptiActivityGetAttribute)(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
 				     &pool_at_start);

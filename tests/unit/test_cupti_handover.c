@@ -141,10 +141,51 @@ static bool test_cupti_handover_continuous(void)
 	return check_user_run(&r, "continuous");
 }
 
+/*
+ * A slow CUPTI (enabling memcpy or memset activity takes 400 ms): the client comes while our
+ * window is still opening (kernels on, memcpy under way), and its first call gives up waiting
+ * after 250 ms. The client registers and enables kernels before it subscribes (Kineto's order),
+ * so its kernel kind is on before our open stops: the open stops at its next step for the
+ * client, leaves the client's kind on, and the client's subscribe, refused meanwhile, is
+ * retried once the open has stopped. The client gets every kernel.
+ */
+static bool test_cupti_handover_slow_open(void)
+{
+	struct trace_cfg cfg = test_cfg();
+	struct run r;
+	bool ok;
+
+	setenv("FAKE_CUPTI_ENABLE_DELAY_MS", "400", 1);
+	setenv("USER_PROF_ACTIVITY_FIRST", "1", 1);
+	user_lib = "libuserprof_plt.so";
+	user_hold_ms = "1000";
+	user_finalize = "1";
+	ok = run_window(&cfg, false, 2000, 0, 0, 0, &r);
+	user_lib = NULL;
+	unsetenv("FAKE_CUPTI_ENABLE_DELAY_MS");
+	unsetenv("USER_PROF_ACTIVITY_FIRST");
+	CHECK(ok);
+	fprintf(stderr, "  %llu yielded (%llu late), %llu refused for the client\n",
+		(unsigned long long)r.st.win_yielded, (unsigned long long)r.st.win_yield_late,
+		(unsigned long long)r.st.win_user);
+	ok = ASSERT_EQ(final_num(&r, "phase"), 2, "the client ran and stopped") &&
+	     ASSERT_EQ(final_num(&r, "start_rc"), 0, "its subscribe, register and enables worked") &&
+	     ASSERT_EQ(final_num(&r, "stop_rc"), 0, "and its stop") &&
+	     ASSERT_EQ(final_num(&r, "missing"), 0, "the client got every kernel") &&
+	     ASSERT_TRUE(final_num(&r, "hi") > final_num(&r, "lo") + 100, "many") &&
+	     ASSERT_EQ(final_num(&r, "subs_during"), 0, "no window while it held CUPTI") &&
+	     ASSERT_EQ(final_num(&r, "kinds"), 0, "no activity kind left enabled");
+	if (!ok)
+		fprintf(stderr, "  workload: %s\n", r.final);
+	batch_decode_free(r.m);
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
 		T(test_cupti_handover_budget), T(test_cupti_handover_continuous),
+		T(test_cupti_handover_slow_open),
 	};
 	const char *why = NULL;
 	int rc = cupti_test_dir(DIR_, sizeof(DIR_), &why);

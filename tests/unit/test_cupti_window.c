@@ -146,10 +146,10 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 			cupti_usdt__stats(&st);
 			for (int i = 0; i < TRACE_REASONS; i++)
 				opened += st.windows_opened[i];
-			if (st.win_yielded && !opened_at_yield)
+			if ((st.win_yielded || st.win_user) && !opened_at_yield)
 				opened_at_yield = opened;
 			/* (another agent's windows here: the client may have taken one of those) */
-			if ((!st.win_yielded || opened <= opened_at_yield) && !st.win_stray)
+			if ((!opened_at_yield || opened <= opened_at_yield) && !st.win_stray)
 				end = t + 300 * NSEC_PER_MSEC;
 		}
 	}

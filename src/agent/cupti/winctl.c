@@ -277,7 +277,8 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 	case GPUSCOPE_CUPTI_ST_BUSY:
 	case GPUSCOPE_CUPTI_ST_FAILED:
 	case GPUSCOPE_CUPTI_ST_USER:
-		if (p->win != WIN_ASKED && p->win != WIN_ATTACHING)
+		/* CLOSING: released before the library answered (a slow open); no CLOSED follows */
+		if (p->win != WIN_ASKED && p->win != WIN_ATTACHING && p->win != WIN_CLOSING)
 			break;
 		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" :
 			     what == GPUSCOPE_CUPTI_ST_USER ? "user profiler" : "cupti failed";
