@@ -693,10 +693,17 @@ static void hand_over(void)
 	registered = false;	/* the client registers its own; ours again at the next open */
 }
 
-/* Hands our window over (hand_over) and reports it: status YIELDED. Under hand_mu. */
+/*
+ * Hands CUPTI over (hand_over) and, where a window was open, reports it: status YIELDED (the
+ * disable mode's subscription kept between windows goes silently). Under hand_mu.
+ */
 static void yield_window(uint64_t t0, bool late)
 {
+	bool was_open = window_open;
+
 	hand_over();
+	if (!was_open)
+		return;
 	__atomic_add_fetch(&yields, 1, __ATOMIC_RELEASE);
 	status(GPUSCOPE_CUPTI_ST_YIELDED, mono_now(),
 	       (mono_now() - t0) | (late ? GPUSCOPE_CUPTI_YIELD_LATE : 0));
