@@ -76,11 +76,16 @@ $(FAKE_TORCH): tests/cupti/fake_torch.c mk/cupti.mk
 # (tests/unit/test_cupti_handover.c: our windows hand CUPTI over to it).
 ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
 all: $(FAKE_CUPTI_DIR)/libuserprof_plt.so $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so
+all: $(FAKE_CUPTI_DIR)/libscopedep.so
 endif
 $(FAKE_CUPTI_DIR)/libuserprof_plt.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libcupti.so.13
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
 		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN' -Wl,-z,relro,-z,now
-$(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user_prof.h mk/cupti.mk
+$(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libscopedep.so
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -DUSE_DLSYM -shared -o $@ $< -ldl
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -DUSE_DLSYM -shared -o $@ $< \
+		-Wl,--no-as-needed $(FAKE_CUPTI_DIR)/libscopedep.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' -ldl
+$(FAKE_CUPTI_DIR)/libscopedep.so: tests/cupti/scope_dep.c mk/cupti.mk
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -Wl,-soname,libscopedep.so -o $@ $<

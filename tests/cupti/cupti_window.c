@@ -48,6 +48,8 @@ static struct user {
 	int (*has)(uint32_t);
 	void *(*addr)(void);
 	size_t (*pool)(void);
+	int (*scope)(void);
+	int scope_bits;			/* user_prof_scope() once interposed */
 	int hold_ms, finalize, phase;	/* phase 0: waiting for a window, 1: running, 2: done */
 	int start_rc, stop_rc, patched;
 	double t0, t1;
@@ -70,9 +72,10 @@ static int user_load(const char *path, const char *hold, const char *fin)
 	u.has = (__typeof__(u.has))dlsym(h, "user_prof_has");
 	u.addr = (__typeof__(u.addr))dlsym(h, "user_prof_subscribe_addr");
 	u.pool = (__typeof__(u.pool))dlsym(h, "user_prof_pool");
+	u.scope = (__typeof__(u.scope))dlsym(h, "user_prof_scope");
 	u.hold_ms = atoi(hold);
 	u.finalize = atoi(fin);
-	return u.start && u.stop && u.counts && u.has && u.addr && u.pool ? 0 : -1;
+	return u.start && u.stop && u.counts && u.has && u.addr && u.pool && u.scope ? 0 : -1;
 }
 
 /* Each step: start the client once our window is open, stop it hold_ms later. */
@@ -80,8 +83,10 @@ static void user_step(uint32_t last_cid)
 {
 	struct fake_cupti_stats s;
 
-	if (u.phase == 0 && !u.patched && u.addr() != fake_cupti_real_subscribe())
+	if (u.phase == 0 && !u.patched && u.addr() != fake_cupti_real_subscribe()) {
 		u.patched = 1;	/* the library's rescan reached the client's object */
+		u.scope_bits = u.scope();
+	}
 	if (u.phase == 0 && u.patched) {
 		fake_cupti_stats(&s);
 		if (s.subscribed && s.kinds_enabled > 0) {	/* our window is open */
@@ -179,9 +184,9 @@ int main(int argc, char **argv)
 	       s.subscribed, s.device_buffer_bytes, s.device_buffer_pool);
 	if (u.start)
 		printf("user phase=%d patched=%d start_rc=%d stop_rc=%d t0=%.0f t1=%.0f lo=%u hi=%u "
-		       "missing=%llu records=%llu cbs=%llu subs_during=%llu pool_at_start=%zu\n",
+		       "missing=%llu records=%llu cbs=%llu subs_during=%llu pool_at_start=%zu scope=%d\n",
 		       u.phase, u.patched, u.start_rc, u.stop_rc, u.t0 * 1e9, u.t1 * 1e9, u.lo, u.hi,
 		       u.missing, (unsigned long long)u.records, (unsigned long long)u.cbs,
-		       u.subs_at_stop - u.subs_at_start, u.pool());
+		       u.subs_at_stop - u.subs_at_start, u.pool(), u.scope_bits);
 	return 0;
 }

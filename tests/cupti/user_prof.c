@@ -160,6 +160,23 @@ EXPORT int user_prof_has(uint32_t cid)
 	return cid < CIDS && (__atomic_load_n(&seen[cid / 8], __ATOMIC_RELAXED) >> (cid % 8) & 1);
 }
 
+/*
+ * The dlsym build: do RTLD_DEFAULT and RTLD_NEXT lookups from here still search this object's
+ * scope (its dependency libscopedep.so, which only it loaded)? Bits: 1 RTLD_DEFAULT found it,
+ * 2 RTLD_NEXT found it, 4 both are the function. -1 in the PLT build.
+ */
+EXPORT int user_prof_scope(void)
+{
+#ifdef USE_DLSYM
+	int (*d)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "scope_dep_fn");
+	int (*n)(void) = (int (*)(void))dlsym(RTLD_NEXT, "scope_dep_fn");
+
+	return (d ? 1 : 0) | (n ? 2 : 0) | (d && n && d() == 42 && n() == 42 ? 4 : 0);
+#else
+	return -1;
+#endif
+}
+
 /* Where this object's calls to cuptiSubscribe go now (a wrapper once interposed). */
 EXPORT void *user_prof_subscribe_addr(void)
 {

@@ -16,5 +16,7 @@ int user_prof_has(uint32_t cid);
 void *user_prof_subscribe_addr(void);
 /* CUPTI's device buffer pool limit as the client found it at its start. */
 size_t user_prof_pool(void);
+/* dlsym build: RTLD_DEFAULT (1) and RTLD_NEXT (2) found its dependency's symbol, and it (4). */
+int user_prof_scope(void);
 
 #endif
