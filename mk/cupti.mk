@@ -13,10 +13,10 @@ bins: $(CUPTI_LIB)
 endif
 all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
 
-$(CUPTI_LIB): src/cupti/inject.c src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
+$(CUPTI_LIB): src/cupti/inject.c src/cupti/handover.c src/cupti/interpose.c src/cupti/interpose.h src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
 	$(call progress,CC,$@)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $(filter %.c,$^) \
 		-Wl,--version-script=src/cupti/exports.map -Wl,-z,defs \
 		-L$(CUDA_HOME)/lib64 -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 		-lcupti -lpthread
@@ -71,3 +71,22 @@ all: $(FAKE_TORCH)
 $(FAKE_TORCH): tests/cupti/fake_torch.c mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -o $@ $< -ldl -lpthread
+
+# A user's own CUPTI client over the stand-in, calling CUPTI through its PLT (bound at load, its
+# GOT read-only: full RELRO, as wheels are often linked) and through dlsym (lazy binding)
+# (tests/unit/test_cupti_handover.c: our windows hand CUPTI over to it).
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+all: $(FAKE_CUPTI_DIR)/libuserprof_plt.so $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so
+all: $(FAKE_CUPTI_DIR)/libscopedep.so
+endif
+$(FAKE_CUPTI_DIR)/libuserprof_plt.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libcupti.so.13
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $< \
+		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN' -Wl,-z,relro,-z,now
+$(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user_prof.h $(FAKE_CUPTI_DIR)/libscopedep.so
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -DUSE_DLSYM -shared -o $@ $< \
+		-Wl,--no-as-needed $(FAKE_CUPTI_DIR)/libscopedep.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' -ldl
+$(FAKE_CUPTI_DIR)/libscopedep.so: tests/cupti/scope_dep.c mk/cupti.mk
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -Wl,-soname,libscopedep.so -o $@ $<

@@ -39,11 +39,18 @@ enum gpuscope_cupti_status {
 	GPUSCOPE_CUPTI_ST_BUSY = 3,	/* another CUPTI client holds the subscription; a = time */
 	GPUSCOPE_CUPTI_ST_FAILED = 4,	/* a = time, b = CUptiResult of the call that failed */
 	GPUSCOPE_CUPTI_ST_HELLO = 5,	/* library initialised; a = time, b = close mode */
+	/* a user's CUPTI client (torch.profiler, Nsight, its own code) started while our window
+	 * was open: the window was closed for it before its call went on. a = time, b = ns the
+	 * hand-over took, | YIELD_LATE when the client's call could not wait for it */
+	GPUSCOPE_CUPTI_ST_YIELDED = 6,
+	GPUSCOPE_CUPTI_ST_USER = 7,	/* window refused: a user's CUPTI client holds CUPTI; a = time */
+	GPUSCOPE_CUPTI_ST_RELEASED = 8,	/* the user's client let go of CUPTI; a = time */
 	/* what = DEVICE + CUDA ordinal (< 256): that device's UUID, bytes 0-7 in a and 8-15 in b
 	 * (memory order), sent at each window's open; a kernel record's `device` is the ordinal */
 	GPUSCOPE_CUPTI_ST_DEVICE = 0x100,
 };
 #define GPUSCOPE_CUPTI_MAX_ORDINALS 256
+#define GPUSCOPE_CUPTI_YIELD_LATE (1ull << 63)	/* YIELDED's b: closed after the client went on */
 
 #define GPUSCOPE_CUPTI_NAME_NONE 0xffffffffu	/* name_idx when there is no (known) name */
 #define GPUSCOPE_CUPTI_NAME_MAX	 512		/* bytes of a name the agent reads, NUL included */

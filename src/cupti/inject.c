@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include "common/abi_cupti.h"
+#include "cupti/interpose.h"
 #include "cupti/probes.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -37,6 +38,8 @@
 #define FINALIZE_WAIT_MS  100		/* wait for a launch callback to finalize on, then do it */
 #define DEF_DEV_BUF_KB	  4096		/* CUPTI device buffer per context (CUPTI's default: 8 MiB) */
 #define DEF_DEV_BUF_POOL  4		/* device buffers per context (CUPTI's default: 250) */
+#define YIELD_WAIT_MS	  250		/* longest a user's CUPTI call waits for our window to close */
+#define YIELD_RETRY_MS	  2000		/* ... and a subscribe we refused meanwhile, once more */
 
 /* What closing a window does (GPUSCOPE_CUPTI_CLOSE); each also disables the activity kinds. */
 enum close_mode {
@@ -63,6 +66,18 @@ static size_t dev_buf_bytes = DEF_DEV_BUF_KB * 1024, dev_buf_pool = DEF_DEV_BUF_
 static bool window_open, subscribed, registered;
 static unsigned gen = 1;
 static int finalize_req, finalized;
+/*
+ * Hand-over to a user's CUPTI client (handover.c): `hand_mu` serialises our opening and closing
+ * with a user's thread closing our window for its client. `yields` counts hand-overs (the
+ * control thread then waits for the agent to let go of this request); `yield_late`: a user's
+ * call went on before our window could be closed, the control thread closes it at once.
+ */
+static pthread_mutex_t hand_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned yields;
+static int yield_late;
+static bool handover_on;
+static size_t orig_dev_buf[2];	/* device buffer size and pool limit before we set ours */
+static bool orig_dev_buf_ok;
 
 /* Launch state of the current thread: the outermost launch API call and a nested one's id. */
 static __thread unsigned tls_depth, tls_gen;
@@ -105,6 +120,24 @@ static uint64_t mono_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+uint64_t inject_mono_now(void)
+{
+	return mono_now();
+}
+
+void inject_dbg(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!debug)
+		return;
+	va_start(ap, fmt);
+	fputs("[gpuscope-cupti] ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
 }
 
 static unsigned long env_ulong(const char *name, unsigned long def, unsigned long lo,
@@ -491,13 +524,24 @@ static void report_devices(void)
 	dlclose(h);	/* only drops the reference RTLD_NOLOAD took */
 }
 
-/* Control thread. Subscribes, registers, enables; on any failure leaves nothing enabled. */
+static void hand_over(void);
+
+/*
+ * Control thread, under hand_mu. Subscribes, registers, enables; on any failure leaves nothing
+ * enabled. Not while a user's CUPTI client holds CUPTI (status USER: refused), nor in the grace
+ * time after it let go (returns without a status: asked again at the next poll).
+ */
 static void open_window(void)
 {
 	uint64_t t0 = mono_now();
 	unsigned enabled = 0;
 	CUptiResult r;
 
+	if (handover_user_holds()) {
+		dbg("a user's CUPTI client holds CUPTI; no window at %llu", (unsigned long long)t0);
+		status(GPUSCOPE_CUPTI_ST_USER, t0, 0);
+		return;
+	}
 	if (!subscribed) {
 		r = cuptiSubscribe(&subscriber, on_callback, NULL);
 		if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
@@ -514,6 +558,9 @@ static void open_window(void)
 		subscribed = true;
 	}
 	if (!registered) {
+		/* a client that let go may have buffers left in CUPTI: they go to its callbacks */
+		if (handover_user_seen())
+			cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
 		if (r != CUPTI_SUCCESS) {
 			dbg("cuptiActivityRegisterCallbacks: %s; no window", errstr(r));
@@ -521,8 +568,15 @@ static void open_window(void)
 			goto out_unsubscribe;
 		}
 		registered = true;
-		/* bounded device memory (a peer's users saw 1 GiB at CUPTI's defaults) */
-		size_t sz = sizeof(dev_buf_bytes);
+		/* bounded device memory (a peer's users saw 1 GiB at CUPTI's defaults); what was
+		 * set before is given back to a user's client we hand CUPTI over to */
+		size_t sz = sizeof(orig_dev_buf[0]);
+		orig_dev_buf_ok =
+			cuptiActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz,
+						  &orig_dev_buf[0]) == CUPTI_SUCCESS &&
+			cuptiActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+						  &orig_dev_buf[1]) == CUPTI_SUCCESS;
+		sz = sizeof(dev_buf_bytes);
 		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz, &dev_buf_bytes);
 		sz = sizeof(dev_buf_pool);
 		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
@@ -535,11 +589,21 @@ static void open_window(void)
 	report_devices();
 	callbacks(1);	/* before the kinds: every recorded kernel has its launch probe */
 	for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
+		if (handover_user_holds())
+			break;	/* a client is waiting for CUPTI: stop here (below) */
 		r = cuptiActivityEnable(kinds[i]);
 		if (r == CUPTI_SUCCESS)
 			enabled++;
 		else
 			dbg("cuptiActivityEnable(%d): %s", (int)kinds[i], errstr(r));
+	}
+	if (handover_user_holds()) {
+		/* a client's call came while we were opening (a slow CUPTI): undo at once */
+		window_open = true;
+		hand_over();
+		status(GPUSCOPE_CUPTI_ST_USER, t0, 0);
+		dbg("a user's CUPTI client came while the window opened; not opened");
+		return;
 	}
 	if (!enabled) {
 		status(GPUSCOPE_CUPTI_ST_FAILED, t0, r);
@@ -596,18 +660,125 @@ static void close_window(void)
 	    (unsigned long long)(mono_now() - t0));
 }
 
+/*
+ * Closes our window so that CUPTI is clean for a user's client that is about to start: our
+ * kinds disabled, what we recorded flushed to us, our callbacks off and our subscription gone.
+ * Never cuptiFinalize: the client may already have registered its buffers (a call made before
+ * we interposed its object), which finalize would forget. Under hand_mu.
+ */
+static void hand_over(void)
+{
+	if (window_open) {
+		/* a kind the client enabled stays on: its calls may have gone on meanwhile (late,
+		 * or while our open was under way) */
+		for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
+			if (!handover_user_kind(kinds[i]))
+				cuptiActivityDisable(kinds[i]);
+		cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		window_open = false;
+	}
+	if (subscribed) {	/* also the disable mode's subscription kept between windows */
+		callbacks(0);
+		cuptiUnsubscribe(subscriber);
+		subscribed = false;
+	}
+	if (registered && orig_dev_buf_ok) {	/* the client gets CUPTI's buffers as they were */
+		size_t sz = sizeof(orig_dev_buf[0]);
+
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz,
+					  &orig_dev_buf[0]);
+		cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT, &sz,
+					  &orig_dev_buf[1]);
+	}
+	registered = false;	/* the client registers its own; ours again at the next open */
+}
+
+/*
+ * Hands CUPTI over (hand_over) and, where a window was open, reports it: status YIELDED (the
+ * disable mode's subscription kept between windows goes silently). Under hand_mu.
+ */
+static void yield_window(uint64_t t0, bool late)
+{
+	bool was_open = window_open;
+
+	hand_over();
+	if (!was_open)
+		return;
+	__atomic_add_fetch(&yields, 1, __ATOMIC_RELEASE);
+	status(GPUSCOPE_CUPTI_ST_YIELDED, mono_now(),
+	       (mono_now() - t0) | (late ? GPUSCOPE_CUPTI_YIELD_LATE : 0));
+	dbg("window handed over to a user's CUPTI client%s, %llu ns", late ? " (late)" : "",
+	    (unsigned long long)(mono_now() - t0));
+}
+
+void inject_yield(void)
+{
+	uint64_t t0 = mono_now();
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += YIELD_WAIT_MS * 1000000L;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	if (pthread_mutex_timedlock(&hand_mu, &dl)) {
+		/* our open or close is taking longer than a user's call may wait: the control
+		 * thread closes the window as soon as it is done (yield_late) */
+		__atomic_store_n(&yield_late, 1, __ATOMIC_RELEASE);
+		dbg("a user's CUPTI client goes on before our window could be closed");
+		return;
+	}
+	if (window_open || subscribed)
+		yield_window(t0, false);
+	else
+		registered = false;	/* the client may replace or finalize our registration */
+	pthread_mutex_unlock(&hand_mu);
+}
+
+bool inject_yield_retry(void)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += YIELD_RETRY_MS / 1000;
+	dl.tv_nsec += YIELD_RETRY_MS % 1000 * 1000000L;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	if (pthread_mutex_timedlock(&hand_mu, &dl))
+		return false;
+	if (__atomic_exchange_n(&yield_late, 0, __ATOMIC_ACQ_REL) && (window_open || subscribed))
+		yield_window(mono_now(), true);
+	pthread_mutex_unlock(&hand_mu);
+	return true;
+}
+
+void inject_released(void)
+{
+	status(GPUSCOPE_CUPTI_ST_RELEASED, mono_now(), 0);
+	dbg("the user's CUPTI client let go");
+}
+
 /* Follows the agent's switch: the window semaphore of this process. */
 static void *control_main(void *arg)
 {
 	struct timespec poll = { 0, POLL_MS * 1000000L };
-
-	bool refused = false;	/* this request failed: wait for the next one */
+	bool refused = false;	/* this request failed or was handed over: wait for the next */
+	unsigned seen_yields = 0;
 
 	(void)arg;
 	for (;;) {
 		bool want = gpuscope_cupti_window_semaphore != 0;
 
-		if (want && !window_open && !refused) {
+		if (handover_on)
+			handover_rescan();	/* objects loaded since: their CUPTI calls too */
+		pthread_mutex_lock(&hand_mu);
+		if (__atomic_exchange_n(&yield_late, 0, __ATOMIC_ACQ_REL) &&
+		    (window_open || subscribed))
+			yield_window(mono_now(), true);
+		if (__atomic_load_n(&yields, __ATOMIC_ACQUIRE) != seen_yields) {
+			seen_yields = __atomic_load_n(&yields, __ATOMIC_ACQUIRE);
+			refused = want;	/* this request's window was handed over */
+		}
+		if (want && !window_open && !refused && !handover_in_grace(mono_now())) {
 			open_window();
 			refused = !window_open;
 			if (window_open && PROBE_ENABLED(window))
@@ -615,6 +786,7 @@ static void *control_main(void *arg)
 		} else if (!want && window_open) {
 			close_window();
 		}
+		pthread_mutex_unlock(&hand_mu);
 		if (!want)
 			refused = false;
 		nanosleep(&poll, NULL);
@@ -657,12 +829,16 @@ EXPORT int InitializeInjection(void)
 	dev_buf_bytes = env_ulong("GPUSCOPE_CUPTI_DEVICE_BUFFER_KB", DEF_DEV_BUF_KB, 256, 262144) *
 			1024;
 	dev_buf_pool = env_ulong("GPUSCOPE_CUPTI_DEVICE_BUFFERS", DEF_DEV_BUF_POOL, 1, 250);
+	handover_on = env_ulong("GPUSCOPE_CUPTI_HANDOVER", 1, 0, 1);
 	for (size_t i = 0; m && *m && i < ARRAY_LEN(modes); i++)
 		if (!strcmp(m, modes[i]))
 			close_mode = (enum close_mode)i;
 	if (m && *m && strcmp(m, modes[close_mode]))
 		dbg("ignoring GPUSCOPE_CUPTI_CLOSE='%s' (finalize, unsubscribe or disable)", m);
 
+	/* before the control thread can open a window: a client's calls come to us first */
+	if (handover_on)
+		handover_install((const void *)cuptiGetTimestamp);
 	/* the control thread takes no signals of the application */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -6,7 +6,12 @@
  * cudaLaunchKernel: the runtime API callbacks (enter/exit, with a correlation id) while they are
  * enabled, and a CONCURRENT_KERNEL record in a client buffer while that kind is enabled. Buffers
  * complete when full, every flush period (its own thread, like CUPTI's) and on
- * cuptiActivityFlushAll. Counters say what the client did (fake_cupti_stats).
+ * cuptiActivityFlushAll. Counters say what the client did (fake_cupti_stats). CUPTI's
+ * process-wide rules hold: one subscriber at a time (a second cuptiSubscribe fails), and only
+ * the current handle enables callbacks or unsubscribes; the activity buffer callbacks are one
+ * pair for the process (the last registration wins; a buffer in use is first completed to the
+ * client that asked for it); activity kinds are on or off for the process; cuptiFinalize drops
+ * all of it.
  */
 #include <cupti.h>
 #include <pthread.h>
@@ -23,6 +28,7 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static CUpti_CallbackFunc cb_fn;
 static void *cb_ud;
+static uintptr_t sub_handle;	/* the current subscriber's handle; 0: none */
 static bool subscribed, held_by_other, cb_on;
 static CUpti_BuffersCallbackRequestFunc req_fn;
 static CUpti_BuffersCallbackCompleteFunc comp_fn;
@@ -90,8 +96,8 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
 		subscribed = true;
 		cb_fn = fn;
 		cb_ud = ud;
-		*s = (CUpti_SubscriberHandle)&cb_fn;
-		st.subscribes++;
+		sub_handle = 0x1000 + 16 * (uintptr_t)++st.subscribes;
+		*s = (CUpti_SubscriberHandle)sub_handle;
 	}
 	pthread_mutex_unlock(&mu);
 	return r;
@@ -99,8 +105,12 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
 
 EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s)
 {
-	(void)s;
 	pthread_mutex_lock(&mu);
+	if (!subscribed || (uintptr_t)s != sub_handle) {
+		pthread_mutex_unlock(&mu);
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	}
+	sub_handle = 0;
 	subscribed = cb_on = false;
 	cb_fn = NULL;
 	st.unsubscribes++;
@@ -111,19 +121,22 @@ EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s)
 EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s,
 				       CUpti_CallbackDomain dom, CUpti_CallbackId cbid)
 {
-	(void)s;
-	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000) {
-		pthread_mutex_lock(&mu);
-		cb_on = enable && subscribed;
-		pthread_mutex_unlock(&mu);
-	}
-	return subscribed ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+	bool ok;
+
+	pthread_mutex_lock(&mu);
+	ok = subscribed && (uintptr_t)s == sub_handle;
+	if (ok && dom == CUPTI_CB_DOMAIN_RUNTIME_API &&
+	    cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+		cb_on = enable;
+	pthread_mutex_unlock(&mu);
+	return ok ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
 }
 
 EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc rq,
 						  CUpti_BuffersCallbackCompleteFunc cp)
 {
 	pthread_mutex_lock(&mu);
+	complete_locked();	/* the buffer in use goes to the client that asked for it */
 	req_fn = rq;
 	comp_fn = cp;
 	st.registers++;
@@ -135,10 +148,17 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 	return CUPTI_SUCCESS;
 }
 
+/* FAKE_CUPTI_ENABLE_DELAY_MS: enabling any kind but kernels takes that long (a slow CUPTI: a
+ * window's open is still under way when a user's client comes, kernels already on) */
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
 {
+	const char *delay = getenv("FAKE_CUPTI_ENABLE_DELAY_MS");
+
 	if ((unsigned)k >= CUPTI_ACTIVITY_KIND_COUNT)
 		return CUPTI_ERROR_INVALID_KIND;
+	if (delay && atoi(delay) > 0 && k != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+		nanosleep(&(struct timespec){ atoi(delay) / 1000, atoi(delay) % 1000 * 1000000L },
+			  NULL);
 	pthread_mutex_lock(&mu);
 	if (!kind_on[k])
 		st.kinds_enabled++;
@@ -166,6 +186,20 @@ EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute a, size_t *
 		st.device_buffer_bytes = *(size_t *)v;
 	else if (a == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT && *size == sizeof(size_t))
 		st.device_buffer_pool = *(size_t *)v;
+	pthread_mutex_unlock(&mu);
+	return CUPTI_SUCCESS;
+}
+
+/* CUPTI's defaults until a client sets them: 8 MiB, 250 buffers */
+EXPORT CUptiResult cuptiActivityGetAttribute(CUpti_ActivityAttribute a, size_t *size, void *v)
+{
+	if (*size != sizeof(size_t))
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&mu);
+	if (a == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE)
+		*(size_t *)v = st.device_buffer_bytes ? st.device_buffer_bytes : 8 << 20;
+	else if (a == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT)
+		*(size_t *)v = st.device_buffer_pool ? st.device_buffer_pool : 250;
 	pthread_mutex_unlock(&mu);
 	return CUPTI_SUCCESS;
 }
@@ -220,6 +254,7 @@ EXPORT CUptiResult cuptiFinalize(void)
 {
 	pthread_mutex_lock(&mu);
 	subscribed = cb_on = false;
+	sub_handle = 0;
 	cb_fn = NULL;
 	req_fn = NULL;
 	comp_fn = NULL;
@@ -234,6 +269,12 @@ EXPORT CUptiResult cuptiFinalize(void)
 }
 
 /* ---- the workload's side ------------------------------------------------------------------ */
+
+/* cuptiSubscribe itself (this object's references are never interposed). */
+EXPORT void *fake_cupti_real_subscribe(void)
+{
+	return (void *)cuptiSubscribe;
+}
 
 EXPORT void fake_cupti_hold(int other)
 {

@@ -21,5 +21,7 @@ uint32_t fake_cupti_launch(const char *name, uint32_t device, uint32_t stream, u
 /* other != 0: another client holds the subscription (cuptiSubscribe fails as with Nsight). */
 void fake_cupti_hold(int other);
 void fake_cupti_stats(struct fake_cupti_stats *ret);
+/* The address of the stand-in's cuptiSubscribe (a caller's GOT may point elsewhere). */
+void *fake_cupti_real_subscribe(void);
 
 #endif

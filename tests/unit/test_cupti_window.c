@@ -32,7 +32,8 @@ static char DIR_[600];	/* .output/tests */
 struct run {
 	Gpuscope__V1__Batch *m;
 	struct cupti_stats st;
-	char final[512];	/* the workload's "final ..." line */
+	char final[1024];	/* the workload's "final ..." line (and its "user ..." line) */
+	int64_t mono_to_wall_ns;	/* the agent's: interval times are wall clock */
 	int capture_rc;
 	char capture_why[128];
 	int not_injected_rc;
@@ -54,12 +55,17 @@ static unsigned long long final_num(const struct run *r, const char *key)
  * Runs cupti_window (held: another CUPTI client) under the module with cfg for run_ms; at
  * capture_at_ms (if > 0) asks for an on-demand capture of capture_ms.
  */
+/* A user's CUPTI client in the workload (cupti_window's "user" mode): its object and how long
+ * it holds CUPTI; NULL: none. The run then lasts until a window opened after its hand-over. */
+static const char *user_lib, *user_hold_ms, *user_finalize;
+
 static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int capture_at_ms,
 		       int capture_ms, unsigned min_windows, struct run *ret)
 {
 	int in[2], out[2], status;
-	char prog[700], lib[700], buf[4096];
-	char *argv[] = { prog, lib, held ? "held" : NULL, NULL };
+	char prog[700], lib[700], ulib[700], buf[4096];
+	char *argv[] = { prog, lib, held ? "held" : NULL, NULL, NULL, NULL, NULL };
+	uint64_t opened_at_yield = 0;
 	struct agent a = { 0 };
 	size_t len = 0;
 	uint8_t *enc = NULL;
@@ -70,6 +76,13 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	memset(ret, 0, sizeof(*ret));
 	snprintf(prog, sizeof(prog), "%s/cupti/cupti_window", DIR_);
 	snprintf(lib, sizeof(lib), "%s/../libgpuscope_cupti.so", DIR_);
+	if (user_lib) {
+		snprintf(ulib, sizeof(ulib), "%s/cupti/fakecupti/%s", DIR_, user_lib);
+		argv[2] = "user";
+		argv[3] = ulib;
+		argv[4] = (char *)user_hold_ms;
+		argv[5] = (char *)user_finalize;
+	}
 	buf[0] = 0;
 	pid = spawn_ready(argv, &in[1], &out[0], buf, sizeof(buf), &len);
 	if (!ASSERT_TRUE(pid > 0, "spawn cupti_window"))
@@ -81,6 +94,7 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 	a.opts.trace = cfg;
 	a.sym = symbolizer__new();
 	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	ret->mono_to_wall_ns = a.mono_to_wall_ns;
 	a.opts.npids = 1;	/* other test runs may load the same library */
 	a.opts.pids[0] = pid;
 	if (!ASSERT_TRUE(a.batch, "batch") || !ASSERT_EQ(cupti_module.start(&a), 0, "start"))
@@ -122,6 +136,21 @@ static bool run_window(const struct trace_cfg *cfg, bool held, int run_ms, int c
 			/* a busy CUPTI's window is refused, not closed */
 			if (st.windows_closed + st.win_busy < min_windows)
 				end += 100 * NSEC_PER_MSEC;
+		}
+		if (user_lib && t + 20 * NSEC_PER_MSEC >= end && end < 30 * NSEC_PER_SEC) {
+			struct cupti_stats st;
+			uint64_t opened = 0;
+
+			/* until a window opened after the hand-over (so after the client let go),
+			 * and 300 ms of it */
+			cupti_usdt__stats(&st);
+			for (int i = 0; i < TRACE_REASONS; i++)
+				opened += st.windows_opened[i];
+			if ((st.win_yielded || st.win_user) && !opened_at_yield)
+				opened_at_yield = opened;
+			/* (another agent's windows here: the client may have taken one of those) */
+			if ((!opened_at_yield || opened <= opened_at_yield) && !st.win_stray)
+				end = t + 300 * NSEC_PER_MSEC;
 		}
 	}
 	ret->elapsed_ns = mono_ns() - t0;
@@ -493,6 +522,7 @@ static bool test_cupti_window_options(void)
 	       ASSERT_EQ(trace_parse_opt(&c, "nvml-gpm-interval", "1s"), 0, "not ours");
 }
 
+#ifndef CUPTI_WINDOW_NO_MAIN	/* test_cupti_handover.c includes this file for run_window() */
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -512,3 +542,4 @@ int main(int argc, char **argv)
 	}
 	return test_main(tests, ARRAY_SIZE(tests), argc, argv);
 }
+#endif

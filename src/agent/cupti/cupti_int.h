@@ -95,7 +95,8 @@ struct proc {
 	uint16_t nvml_gpu[MAX_DEVICES];
 	uint64_t uuid_known;		/* ordinals with dev_uuid set */
 	bool early;			/* closed early: over its budget */
-	const char *refused;		/* "cupti busy", "cupti failed", or NULL */
+	bool yielded;			/* handed CUPTI over to a user's client (status YIELDED) */
+	const char *refused;		/* "cupti busy", "cupti failed", "user profiler", or NULL */
 	struct trace_budget budget;
 	uint64_t capture_ns;		/* an on-demand capture of this length waits to open */
 	/* the latest backward call (autograd Engine::execute) from outside autograd's threads:

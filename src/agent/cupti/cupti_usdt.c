@@ -662,6 +662,17 @@ static void cupti_metrics(struct agent *a, FILE *out)
 			 s.win_no_status);
 	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "attach",
 			 s.win_attach_errors);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_windows_refused_total", "why", "user_profiler",
+			 s.win_user);
+	prom_counter(out, "gpuscope_agent_cupti_windows_yielded_total",
+		     "Windows closed to hand CUPTI over to a user's own CUPTI client (torch.profiler, "
+		     "Nsight, its own code) that started while they were open.", s.win_yielded);
+	prom_counter(out, "gpuscope_agent_cupti_windows_yielded_late_total",
+		     "Of them, windows the library closed only after the client's call had gone on "
+		     "(the hand-over took longer than the call may wait).", s.win_yield_late);
+	prom_counter(out, "gpuscope_agent_cupti_user_profiler_released_total",
+		     "Times a user's CUPTI client let go of CUPTI (windows may open again).",
+		     s.user_released);
 	prom_family(out, "gpuscope_agent_cupti_window_switch_max_seconds", "gauge",
 		    "Longest attach and detach of a window probe (on the module's switch thread, "
 		    "not the main loop).");

@@ -42,6 +42,9 @@ struct cupti_stats {
 	uint64_t windows_asked, windows_opened[8], windows_closed;	/* opened: by trace_reason */
 	uint64_t win_busy, win_failed, win_no_status, win_attach_errors, win_early, win_stray;
 	uint64_t win_cost_ns, win_traced_ns;
+	/* handed over to a user's CUPTI client (of them: after the client's call went on),
+	 * refused while such a client held CUPTI, clients that let go */
+	uint64_t win_yielded, win_yield_late, win_user, user_released;
 	double always_on_max;		/* largest always-on share of a process (windows' budget) */
 	/* the window switch thread: jobs posted and not reaped, its longest attach and detach */
 	uint64_t win_switch_pending, win_attach_max_ns, win_detach_max_ns;

@@ -40,7 +40,8 @@ static double always_on_share(struct cupti_state *c, pid_t pid, uint64_t now)
 
 static const char *win_status(const struct proc *p)
 {
-	return p->refused ? p->refused : p->early ? "closed early" : "traced";
+	return p->refused ? p->refused : p->yielded ? "yielded" : p->early ? "closed early" :
+								      "traced";
 }
 
 /* The gpu_trace_window interval of a window that ended at end_mono, and what the GPUs saw. */
@@ -120,6 +121,7 @@ static void win_open(struct cupti_state *c, struct proc *p, enum trace_reason wh
 	p->win_kernels = p->win_launches = p->win_probe_ns = 0;
 	p->devices = 0;
 	p->early = false;
+	p->yielded = false;
 	p->win_opened = false;
 	p->refused = NULL;
 	log_debug("cupti: pid %d: window asked (%s)", p->pid, trace_reason_names[why]);
@@ -226,6 +228,19 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 		p->win_opened = true;
 		c->st.windows_opened[p->reason]++;
 		break;
+	case GPUSCOPE_CUPTI_ST_YIELDED:
+		/* a user's CUPTI client started: the library closed the window for it. It ends as
+		 * a close does, recorded as yielded; no window opens until the client lets go */
+		if (p->win != WIN_CLOSING && p->win != WIN_OPEN) {
+			c->st.win_stray++;
+			break;
+		}
+		p->yielded = true;
+		c->st.win_yielded++;
+		if (b & GPUSCOPE_CUPTI_YIELD_LATE)
+			c->st.win_yield_late++;
+		b &= ~GPUSCOPE_CUPTI_YIELD_LATE;
+		/* fall through */
 	case GPUSCOPE_CUPTI_ST_CLOSED:
 		if (p->win != WIN_CLOSING && p->win != WIN_OPEN) {
 			c->st.win_stray++;
@@ -252,14 +267,28 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 		emit_window(c, p, p->emitted_ns, a);
 		c->st.windows_closed++;
 		p->win = WIN_IDLE;
+		if (p->yielded && p->budget.next_open_ns < now + c->cfg.min_period_ns)
+			p->budget.next_open_ns = now + c->cfg.min_period_ns;
+		break;
+	case GPUSCOPE_CUPTI_ST_RELEASED:
+		/* the user's client let go: continuous tracing resumes at once, the others at
+		 * their next planned window */
+		c->st.user_released++;
+		if (c->cfg.budget >= 1)
+			p->budget.next_open_ns = now;
 		break;
 	case GPUSCOPE_CUPTI_ST_BUSY:
 	case GPUSCOPE_CUPTI_ST_FAILED:
-		if (p->win != WIN_ASKED && p->win != WIN_ATTACHING)
+	case GPUSCOPE_CUPTI_ST_USER:
+		/* CLOSING: released before the library answered (a slow open); no CLOSED follows */
+		if (p->win != WIN_ASKED && p->win != WIN_ATTACHING && p->win != WIN_CLOSING)
 			break;
-		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" : "cupti failed";
+		p->refused = what == GPUSCOPE_CUPTI_ST_BUSY ? "cupti busy" :
+			     what == GPUSCOPE_CUPTI_ST_USER ? "user profiler" : "cupti failed";
 		if (what == GPUSCOPE_CUPTI_ST_BUSY)
 			c->st.win_busy++;
+		else if (what == GPUSCOPE_CUPTI_ST_USER)
+			c->st.win_user++;
 		else
 			c->st.win_failed++;
 		release_link(c, p);	/* ATTACHING: undone when reaped */
@@ -332,9 +361,11 @@ void cupti_control_windows(struct cupti_state *c)
 			if (p->capture_ns) {
 				win_open(c, p, TRACE_CAPTURE, now, p->capture_ns);
 				p->capture_ns = 0;
-			} else if (continuous)
-				win_open(c, p, TRACE_CONTINUOUS, now, 0);
-			else if (idle >= c->cfg.idle_trigger && trigger_allowed(c, b, now)) {
+			} else if (continuous) {
+				/* later after a refusal or a hand-over (RELEASED: at once) */
+				if (now >= b->next_open_ns)
+					win_open(c, p, TRACE_CONTINUOUS, now, 0);
+			} else if (idle >= c->cfg.idle_trigger && trigger_allowed(c, b, now)) {
 				b->last_idle_ns = now;
 				win_open(c, p, TRACE_IDLE, now, trace_budget__window_ns(b, &c->cfg));
 			} else if (trigger_allowed(c, b, now) && sync_jumped(c, p->pid, now)) {
