@@ -35,7 +35,7 @@
 #include "agent/meta/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/sym/sym_elf.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
