@@ -393,6 +393,12 @@ int query_idle_summary(const struct idle_tally *t, int gpu, char *buf, size_t le
 	if (!c->range_ns)
 		return snprintf(buf, len, "GPU %d idle: no source observed this GPU in the range: "
 				"every sample is unknown, none counted", gpu);
+	if (!c->windows && !c->unknown_ns && !c->extrapolated_ns)
+		return snprintf(buf, len,
+				"GPU %d idle: %.1f %% of the range decided by the driver's counters and "
+				"triggered windows, %.1f %% traced: nothing in this answer is estimated",
+				gpu, 100 * share_of(c->exact_ns, c->range_ns),
+				100 * share_of(c->traced_ns, c->range_ns));
 	if (!c->windows)
 		return snprintf(buf, len,
 				"GPU %d idle: no duty-cycle trace window in reach (no process on it "
