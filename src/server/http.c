@@ -269,6 +269,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		const char *token = ingest ? h->o.ingest_token : h->o.query_token;
 
 		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
+		http_conn_headers(h, c);
 		if (api && token && !authorized(token, c))
 			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
 						"missing or wrong bearer token for %s",
@@ -289,6 +290,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (*size) {
+		http_conn_body(h, c, *size);
 		if (r->ingest && !r->over && r->body.len + *size > h->o.max_body) {
 			r->over = true;
 			buf_done(&r->body);
@@ -301,17 +303,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*size = 0;
 		return MHD_YES;
 	}
+	http_conn_work(h, c);
 	return route(h, c, url, method, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct http_server *h = cls;
 	struct req *r = *con_cls;
 
-	(void)cls;
-	(void)c;
 	(void)toe;
+	http_conn_done(h, c);
 	if (!r)
 		return;
 	buf_done(&r->body);
@@ -336,7 +339,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	/* A client that gave up (the UI aborts superseded queries) is not a server error. */
 	if (strstr(msg, "no longer available") || strstr(msg, "reset by peer") ||
 	    strstr(msg, "Broken pipe") || strstr(msg, "closed by") ||
-	    strstr(msg, "disconnected")) {
+	    strstr(msg, "disconnected") || strstr(msg, "connection closure")) {
 		__atomic_add_fetch(&h->ctr.cancelled, 1, __ATOMIC_RELAXED);
 		log_debug("http: client went away: %s", msg);
 		return;
@@ -355,13 +358,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 {
 	struct http_server *h = cls;
 
-	(void)c;
-	(void)socket_ctx;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		__atomic_add_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&h->ctr.connections_total, 1, __ATOMIC_RELAXED);
+		http_conn_started(h, c, socket_ctx);
 	} else {
 		__atomic_sub_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
+		http_conn_closed(h, socket_ctx);
 	}
 }
 
@@ -423,6 +426,7 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
 			 MHD_ALLOW_SUSPEND_RESUME;
 	bool tls = o->tls_cert_pem && o->tls_key_pem;
+	unsigned max_conn;
 
 	if (!h) {
 		snprintf(err, errlen, "out of memory");
@@ -440,21 +444,29 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 		snprintf(err, errlen, "TLS asked for, but this libmicrohttpd has no TLS support");
 		goto out_close;
 	}
+	if (!h->o.header_timeout_s)
+		h->o.header_timeout_s = 10;
+	if (http_conn_init(h)) {
+		snprintf(err, errlen, "cannot start the connection guard: out of memory");
+		goto out_close;
+	}
+	max_conn = h->guard.max;
 	/*
 	 * Event loops, not a thread per connection: idle kept-alive agents cost a socket and a
 	 * small buffer each, never a thread, and a slow client only occupies its own connection.
 	 * A handler (ingest, a query) runs on its loop's thread; `threads` loops keep one slow
-	 * query from holding up everyone else.
+	 * query from holding up everyone else. The limits are the guard's (http_conn.c, which
+	 * logs and counts a refusal and makes room by closing a slow request); libmicrohttpd's
+	 * own limit is above them by the connections being closed meanwhile.
 	 */
 	h->d = MHD_start_daemon(
-		flags | (tls ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, h,
+		flags | (tls ? MHD_USE_TLS : 0), 0, http_conn_accept, h, on_request, h,
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
 		MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
 		MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 8u,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-		MHD_OPTION_CONNECTION_LIMIT, o->max_connections ? o->max_connections : 8192u,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_per_address,
+		MHD_OPTION_CONNECTION_LIMIT, max_conn + max_conn / 4 + 64,
 		MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s ? o->idle_timeout_s : 30u,
 		tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, o->tls_cert_pem,
 		MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
@@ -462,9 +474,11 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 		snprintf(err, errlen, "cannot serve on %s%s", h->addr,
 			 tls ? ": TLS setup failed (is --tls-key-file the key of --tls-cert-file?)"
 			     : "");
-		goto out_close;
+		goto out_guard;
 	}
 	return h;
+out_guard:
+	http_conn_fini(h);
 out_close:
 	close(h->listen_fd);
 out_free:
@@ -495,6 +509,7 @@ void http_stop(struct http_server *h)
 		pthread_cond_wait(&h->wcond, &h->wmu);
 	pthread_mutex_unlock(&h->wmu);
 	MHD_stop_daemon(h->d);
+	http_conn_fini(h);
 	close(h->listen_fd);
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);

@@ -24,6 +24,10 @@ struct http_opts {
 	unsigned max_connections;	/* open connections in all */
 	unsigned max_per_address;	/* open connections from one client address */
 	unsigned idle_timeout_s;	/* a connection silent this long is closed */
+	unsigned header_timeout_s;	/* a request's headers complete within this, from its first
+					 * byte (a new connection: from accept); also the grace of
+					 * its body */
+	unsigned min_body_rate;		/* bytes/s a body keeps up past that grace; 0: no limit */
 	unsigned threads;		/* event-loop threads (each serves many connections) */
 	struct efficiency *eff;		/* /api/v1/efficiency */
 	struct exporter *exp;		/* computed counters on /metrics; NULL: none */

@@ -63,6 +63,11 @@ static void usage(FILE *f)
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
+		"  --header-timeout DUR     a request's headers must be in this long after its\n"
+		"                           first byte (a new connection's: after accept); a body\n"
+		"                           gets this long plus --min-body-rate (default 10s)\n"
+		"  --min-body-rate SIZE     bytes per second a body keeps up (default 1KiB; 0: no\n"
+		"                           limit); slower requests are cut and counted\n"
 		"  --threads N              HTTP event-loop threads (default 8)\n"
 		"  --max-new-label-sets-per-hour N\n"
 		"                           per node; a batch past it is refused 429 (default\n"
@@ -162,7 +167,8 @@ int main(int argc, char **argv)
 {
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_MAX_PER_ADDR, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
+		O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
 	};
 	static const struct option opts[] = {
@@ -180,6 +186,8 @@ int main(int argc, char **argv)
 		{ "max-connections", required_argument, NULL, O_MAX_CONN },
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
+		{ "header-timeout", required_argument, NULL, O_HDR_TIMEOUT },
+		{ "min-body-rate", required_argument, NULL, O_MIN_BODY_RATE },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "max-new-label-sets-per-hour", required_argument, NULL, O_MAX_NEW_LS },
 		{ "recompress-level", required_argument, NULL, O_RECOMPRESS },
@@ -220,6 +228,8 @@ int main(int argc, char **argv)
 		.max_connections = 8192,
 		.max_per_address = 256,
 		.idle_timeout_s = 30,
+		.header_timeout_s = 10,
+		.min_body_rate = 1024,
 		.threads = 8,
 	};
 	uint64_t size, ns;
@@ -291,6 +301,22 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			ho.idle_timeout_s = (unsigned)(ns / NSEC_PER_SEC);
+			break;
+		case O_HDR_TIMEOUT:
+			if (parse_duration_ns(optarg, &ns) || ns < NSEC_PER_SEC ||
+			    ns > 3600 * NSEC_PER_SEC) {
+				log_error("--header-timeout: '%s' is not a duration in 1s..1h", optarg);
+				return 2;
+			}
+			ho.header_timeout_s = (unsigned)(ns / NSEC_PER_SEC);
+			break;
+		case O_MIN_BODY_RATE:
+			if (parse_size_bytes(optarg, &size) || size > (1ULL << 30)) {
+				log_error("--min-body-rate: '%s' is not a size per second (1KiB)",
+					  optarg);
+				return 2;
+			}
+			ho.min_body_rate = (unsigned)size;
 			break;
 		case O_THREADS:
 			ho.threads = parse_count("threads", optarg, 256);
@@ -447,7 +473,7 @@ int main(int argc, char **argv)
 	ho.tls_key_pem = key;
 	if (!ho.listen)
 		ho.listen = ho.ingest_token && ho.query_token ? "0.0.0.0:7070" : "127.0.0.1:7070";
-	raise_fd_limit(ho.max_connections);
+	raise_fd_limit(ho.max_connections + ho.max_connections / 4 + 64);
 	/*
 	 * Block SIGINT/SIGTERM before any thread starts (threads inherit the mask), so that only
 	 * sigwait() below receives them: a handler could run on an HTTP thread and leave the main

@@ -20,12 +20,18 @@ enum reject {
 	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_CARDINALITY, REJ_MAX,
 };
 
+/* Connections refused at accept (labels of gpuscope_server_connections_refused_total). */
+enum conn_refuse { REFUSE_PER_ADDRESS, REFUSE_GLOBAL, REFUSE_MAX };
+/* Connections the server cut (gpuscope_server_connections_cut_total). */
+enum conn_cut { CUT_HEADERS, CUT_BODY, CUT_EVICTED, CUT_MAX };
+
 /* The HTTP front's counters; any thread updates them with relaxed atomics. */
 struct http_counters {
 	int64_t connections;		/* open now */
 	uint64_t connections_total, mhd_errors;
 	uint64_t cancelled;		/* requests whose client went away before the answer */
 	uint64_t rejects[REJ_MAX];
+	uint64_t refused[REFUSE_MAX], cut[CUT_MAX];
 	uint64_t ingest_batches, ingest_parts, ingest_bytes;
 };
 
