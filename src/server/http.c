@@ -153,6 +153,8 @@ static enum MHD_Result do_capture(struct http_server *h, struct MHD_Connection *
 		buf_done(&b);
 		return MHD_NO;
 	}
+	if (code == 429)
+		count(h, REJ_LIMIT);
 	return http_reply(c, code, "application/json", &b, NULL);
 }
 
@@ -266,14 +268,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
 		bool over, api = !strncmp(url, "/api/", 5);
 		bool ingest = !strcmp(url, "/api/v1/ingest");
-		const char *token = ingest ? h->o.ingest_token : h->o.query_token;
+		/* The agent's paths take the agent's (ingest) token: with split tokens an agent
+		 * holds no query token, and a query-token holder is no agent. */
+		bool agent = ingest || capture_agent_path(url);
+		const char *token = agent ? h->o.ingest_token : h->o.query_token;
 
 		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
 		http_conn_headers(h, c);
 		if (api && token && !authorized(token, c))
 			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
 						"missing or wrong bearer token for %s",
-						ingest ? "ingest" : "queries");
+						ingest ? "ingest" : agent ? "the agent's capture "
+						"paths (the ingest token)" : "queries");
 		over = ingest && cl && strtoull(cl, NULL, 10) > h->o.max_body;
 		/* A client that waits for "100 Continue" learns now; one that sends the body
 		 * anyway would only see a broken pipe, so its body is read and dropped, then

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/util.h"
+#include "server/capture.h"
 #include "server/efficiency.h"
 #include "server/exporter.h"
 #include "server/http.h"
@@ -83,6 +84,9 @@ static void usage(FILE *f)
 		"                           /metrics (default 20; the rest count as 'other')\n"
 		"  --settle DUR             records arrive up to this late: efficiency hours and\n"
 		"                           /metrics windows close this far behind now (default 30s)\n"
+		"  --capture-timeout DUR    a capture request no agent took within this, or one\n"
+		"                           not answered this long past its duration, expires\n"
+		"                           (default 30s)\n"
 		"  --no-efficiency-rollup   compute efficiency from records only (benchmarks)\n"
 		"  -v, --verbose            debug logging\n");
 }
@@ -168,7 +172,7 @@ int main(int argc, char **argv)
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
 		O_MAX_PER_ADDR, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
-		O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
 	};
 	static const struct option opts[] = {
@@ -198,6 +202,7 @@ int main(int argc, char **argv)
 		{ "export-queries", required_argument, NULL, 'Q' },
 		{ "export-top", required_argument, NULL, 'N' },
 		{ "settle", required_argument, NULL, 'S' },
+		{ "capture-timeout", required_argument, NULL, O_CAPTURE_TIMEOUT },
 		{ "no-efficiency-rollup", no_argument, NULL, 'U' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -394,6 +399,15 @@ int main(int argc, char **argv)
 				log_error("--settle: '%s' is not a duration (30s)", optarg);
 				return 2;
 			}
+			break;
+		case O_CAPTURE_TIMEOUT:
+			if (parse_duration_ns(optarg, &ns) || ns < 100 * NSEC_PER_MSEC ||
+			    ns > 3600 * NSEC_PER_SEC) {
+				log_error("--capture-timeout: '%s' is not a duration in 100ms..1h",
+					  optarg);
+				return 2;
+			}
+			capture_set_timeout(ns);
 			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
