@@ -136,6 +136,84 @@ static bool accepts_encoding(const char *ae, const char *coding)
 	return named ? named_ok : star;
 }
 
+/* Whether name (len bytes) is one of the comma-separated list's entries. */
+static bool in_list(const char *list, const char *name, size_t len)
+{
+	while (list && *list) {
+		size_t n = strcspn(list, ",");
+		const char *p = list;
+		size_t l = n;
+
+		while (l && *p == ' ')
+			p++, l--;
+		while (l && p[l - 1] == ' ')
+			l--;
+		if ((l == 1 && *p == '*') || (l == len && !strncasecmp(p, name, len)))
+			return true;
+		list += n + (list[n] == ',');
+	}
+	return false;
+}
+
+/*
+ * The Host header against DNS rebinding: a page of evil.example whose name comes to resolve to
+ * 127.0.0.1 makes the browser send "Host: evil.example" to this server. IP literals, localhost
+ * (browsers resolve *.localhost themselves) and this machine's name are always this server's;
+ * other names only in --allowed-hosts, or any on a non-loopback listen address without that list
+ * (reached by names we cannot know). No Host (HTTP/1.0): allowed.
+ */
+static bool host_allowed(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	char name[256];
+	unsigned char tmp[16];
+	size_t len;
+
+	if (!host)
+		return true;
+	if (*host == '[') {
+		host++;
+		len = strcspn(host, "]");
+	} else {
+		len = strcspn(host, ":");
+	}
+	if (!len || len >= sizeof(name))
+		return false;
+	memcpy(name, host, len);
+	name[len] = 0;
+	if (name[len - 1] == '.')	/* "localhost." */
+		name[--len] = 0;
+	if (inet_pton(AF_INET, name, tmp) == 1 || inet_pton(AF_INET6, name, tmp) == 1)
+		return true;
+	if (!strcasecmp(name, "localhost") ||
+	    (len > 10 && !strcasecmp(name + len - 10, ".localhost")) ||
+	    (h->hostname[0] && !strcasecmp(name, h->hostname)))
+		return true;
+	if (h->o.allowed_hosts)
+		return in_list(h->o.allowed_hosts, name, len);
+	return !h->loopback;
+}
+
+/*
+ * A browser's cross-origin request that changes state (a "simple" POST needs no preflight, so
+ * the browser sends it and only hides the answer): its Origin names another host than Host.
+ * The agent and the CLI send no Origin.
+ */
+static bool cross_origin(struct MHD_Connection *c, const char *method)
+{
+	const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	const char *auth;
+
+	if (!strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD) ||
+	    !origin)
+		return false;
+	auth = strstr(origin, "://");
+	if (!auth || !host)
+		return true;	/* "null" (a sandboxed page, a file) or no Host to compare */
+	return strcasecmp(auth + 3, host) != 0;
+}
+
 static const char *capture_arg(void *ctx, const char *name)
 {
 	return http_arg(ctx, name);
@@ -165,6 +243,15 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 
 	if (!strcmp(url, "/metrics") && get)
 		return http_do_metrics(h, c);
+	if (!strcmp(url, "/healthz") && get) {
+		/* For probes: answered by the event loop alone, no token, no store. */
+		struct buf ok = { 0 };
+
+		buf_puts(&ok, "ok\n");
+		if (ok.oom)
+			return MHD_NO;
+		return http_reply(c, MHD_HTTP_OK, "text/plain", &ok, NULL);
+	}
 	if (strncmp(url, "/api/", 5)) {
 		const struct ui_asset *a = ui_asset_find(url);
 		struct MHD_Response *resp;
@@ -275,6 +362,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
 		http_conn_headers(h, c);
+		if (strcmp(url, "/healthz") && !host_allowed(h, c))
+			return http_reply_error(h, c, MHD_HTTP_FORBIDDEN, REJ_HOST,
+						"this server does not answer to Host '%.100s' "
+						"(--allowed-hosts)",
+						MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+									    "Host"));
+		if (cross_origin(c, method))
+			return http_reply_error(h, c, MHD_HTTP_FORBIDDEN, REJ_ORIGIN,
+						"cross-origin requests that change state are refused");
+		if (!strcmp(url, "/metrics") && (h->o.metrics_token || h->o.query_token) &&
+		    !(h->o.metrics_token && authorized(h->o.metrics_token, c)) &&
+		    !(h->o.query_token && authorized(h->o.query_token, c)))
+			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
+						"missing or wrong bearer token for /metrics (the "
+						"query token or --metrics-token-file's)");
 		if (api && token && !authorized(token, c))
 			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
 						"missing or wrong bearer token for %s",
@@ -419,6 +521,10 @@ static int open_listener(struct http_server *h, const char *listen_s, char *err,
 	salen = sizeof(sa);
 	getsockname(fd, (struct sockaddr *)&sa, &salen);
 	format_sockaddr((struct sockaddr *)&sa, h->addr, sizeof(h->addr));
+	h->loopback = sockaddr_is_loopback((struct sockaddr *)&sa);
+	if (gethostname(h->hostname, sizeof(h->hostname)))
+		h->hostname[0] = 0;
+	h->hostname[sizeof(h->hostname) - 1] = 0;
 	h->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port :
 						   ((struct sockaddr_in *)&sa)->sin_port);
 	h->listen_fd = fd;

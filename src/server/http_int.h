@@ -64,6 +64,8 @@ struct http_server {
 	int listen_fd;
 	uint16_t port;
 	char addr[64];			/* bound address, "ADDR:PORT" */
+	bool loopback;			/* bound to a loopback address (the default) */
+	char hostname[256];		/* this machine's, for the Host check */
 	struct http_counters ctr;	/* on /metrics */
 	uint64_t last_mhd_log_ns;
 	uint64_t ingest_samples, requests;

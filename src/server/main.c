@@ -56,6 +56,12 @@ static void usage(FILE *f)
 		"  --ingest-token-file FILE POST /api/v1/ingest needs 'Authorization: Bearer <contents>'\n"
 		"  --query-token-file FILE  every other /api/ path needs 'Authorization: Bearer ...'\n"
 		"  --token-file FILE        the same token for both\n"
+		"  --metrics-token-file FILE\n"
+		"                           /metrics takes this token (or the query token); without\n"
+		"                           it /metrics needs the query token when one is set\n"
+		"  --allowed-hosts LIST     Host names this server answers to (comma-separated;\n"
+		"                           localhost, IP literals and this machine's name always);\n"
+		"                           default: on a loopback --listen only those, else any\n"
 		"  --tls-cert-file FILE     serve HTTPS with this PEM certificate (chain) ...\n"
 		"  --tls-key-file FILE      ... and this PEM private key\n"
 		"  --max-body SIZE          largest request body, before and after decompression\n"
@@ -170,7 +176,7 @@ static void raise_fd_limit(unsigned want)
 int main(int argc, char **argv)
 {
 	enum {
-		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
+		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_METRICS_TOKEN, O_ALLOWED_HOSTS, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
 		O_MAX_PER_ADDR, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
 		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
@@ -184,6 +190,8 @@ int main(int argc, char **argv)
 		{ "token-file", required_argument, NULL, 't' },
 		{ "ingest-token-file", required_argument, NULL, O_INGEST_TOKEN },
 		{ "query-token-file", required_argument, NULL, O_QUERY_TOKEN },
+		{ "metrics-token-file", required_argument, NULL, O_METRICS_TOKEN },
+		{ "allowed-hosts", required_argument, NULL, O_ALLOWED_HOSTS },
 		{ "tls-cert-file", required_argument, NULL, O_TLS_CERT },
 		{ "tls-key-file", required_argument, NULL, O_TLS_KEY },
 		{ "max-body", required_argument, NULL, 'b' },
@@ -239,10 +247,11 @@ int main(int argc, char **argv)
 	};
 	uint64_t size, ns;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
+	const char *metrics_file = NULL;
 	const char *cert_file = NULL, *key_file = NULL;
 	struct http_server *h = NULL;
 	struct store *st = NULL;
-	char *tok = NULL, *itok = NULL, *qtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
+	char *tok = NULL, *itok = NULL, *qtok = NULL, *mtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
 	struct eff_cfg ec = { .settle_ns = 30 * NSEC_PER_SEC };
 	struct exporter_cfg xc = { .top = 20 };
 	struct efficiency *eff = NULL;
@@ -275,6 +284,12 @@ int main(int argc, char **argv)
 			break;
 		case O_INGEST_TOKEN:
 			ingest_file = optarg;
+			break;
+		case O_METRICS_TOKEN:
+			metrics_file = optarg;
+			break;
+		case O_ALLOWED_HOSTS:
+			ho.allowed_hosts = optarg;
 			break;
 		case O_QUERY_TOKEN:
 			query_file = optarg;
@@ -475,6 +490,7 @@ int main(int argc, char **argv)
 	if ((token_file && !(tok = token_from("token-file", token_file))) ||
 	    (ingest_file && !(itok = token_from("ingest-token-file", ingest_file))) ||
 	    (query_file && !(qtok = token_from("query-token-file", query_file))) ||
+	    (metrics_file && !(mtok = token_from("metrics-token-file", metrics_file))) ||
 	    (cert_file && !(cert = pem_from("tls-cert-file", cert_file))) ||
 	    (key_file && !(key = pem_from("tls-key-file", key_file)))) {
 		ret = 2;
@@ -483,6 +499,7 @@ int main(int argc, char **argv)
 	ho.retention_ns = so.retention_ns;
 	ho.ingest_token = itok ? itok : tok;
 	ho.query_token = qtok ? qtok : tok;
+	ho.metrics_token = mtok;
 	ho.tls_cert_pem = cert;
 	ho.tls_key_pem = key;
 	if (!ho.listen)
@@ -560,6 +577,7 @@ out:
 	free(tok);
 	free(itok);
 	free(qtok);
+	free(mtok);
 	free(cert);
 	free(key);
 	free(ch_password);

@@ -11,7 +11,8 @@
 
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit", "cardinality",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range",
+	"selector_limit", "cardinality", "foreign_host", "cross_origin",
 };
 
 int server_metrics(struct store *st, const struct http_counters *hc, double samples_per_second,

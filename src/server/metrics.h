@@ -17,7 +17,8 @@ struct exporter;
 /* Why a request was refused: the reason label of gpuscope_server_rejected_total. */
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_CARDINALITY, REJ_MAX,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR,
+	REJ_CARDINALITY, REJ_HOST, REJ_ORIGIN, REJ_MAX,
 };
 
 /* Connections refused at accept (labels of gpuscope_server_connections_refused_total). */

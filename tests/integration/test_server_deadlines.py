@@ -35,7 +35,7 @@ def http_once(addr, source, method, path, token, body=b""):
     t0 = time.monotonic()
     s = socket.create_connection(addr, timeout=10, source_address=(source, 0))
     try:
-        s.sendall((f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        s.sendall((f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                    f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n")
                   .encode() + body)
         data = b""
@@ -54,7 +54,7 @@ class Trickler:
     """N sockets from many loopback addresses, each sending one more byte of a request's
     headers every second, reconnecting when the server cuts it."""
 
-    HEAD = b"POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nX-Slow: " + \
+    HEAD = b"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\nX-Slow: " + \
         b"a" * 4000
 
     def __init__(self, addr, n, n_addrs):
@@ -182,13 +182,13 @@ def slow_bodies():
         addr = host_port(s)
         for _ in range(16):
             c = socket.create_connection(addr, timeout=10, source_address=("127.9.9.9", 0))
-            c.sendall(b"POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok"
-                      b"\r\nContent-Length: 100000\r\n\r\nab")
+            c.sendall(b"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Authorization: Bearer tok\r\nContent-Length: 100000\r\n\r\nab")
             socks.append(c)
         time.sleep(0.5)
         extra = socket.create_connection(addr, timeout=10, source_address=("127.9.9.9", 0))
         try:
-            extra.sendall(b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(b"GET /api/v1/nodes HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             refused = extra.recv(100) == b""
         except OSError:
             refused = True
