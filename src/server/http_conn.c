@@ -167,7 +167,7 @@ static struct conn *oldest_sending_headers(struct conn_guard *g, struct addr_cou
 }
 
 /* Accept policy, on the accepting loop thread: room at each limit, made if need be. */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
+enum MHD_Result http_conn_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
 {
 	struct http_server *h = cls;
 	struct conn_guard *g = &h->guard;
@@ -460,9 +460,4 @@ void http_conn_fini(struct http_server *h)
 			free(a);
 		}
 	free(g->buckets);
-}
-
-enum MHD_Result http_conn_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
-{
-	return on_accept(cls, sa, salen);
 }

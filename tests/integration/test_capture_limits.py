@@ -25,6 +25,8 @@ def main():
               "--query-token-file", os.path.join(s.tmp, "qtok"), "--capture-timeout", "2s"]
     Q, I = "query-secret", "ingest-secret"
     with running(s):
+        s.token = Q  # s.metric(): /metrics takes the query token
+
         def call(path, token, post=False):
             code, body, _ = s.request(path, b"" if post else None, method="POST" if post else
                                       "GET", token=token)
