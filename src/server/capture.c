@@ -15,9 +15,10 @@
 #include "server/selector.h"
 #include "server/store/store.h"
 
-#define CAPTURES_MAX	  64			/* requests kept (oldest finished ones recycled) */
+#define CAPTURES_MAX	  64			/* requests kept (oldest finished ones recycled);
+						 * at most this many in flight in all */
+#define CAPTURES_PER_NODE 8			/* in flight (pending or delivered) per node */
 #define CAPTURE_MAX_NS	  (600 * NSEC_PER_SEC)	/* longest capture */
-#define UNCLAIMED_NS	  (30 * NSEC_PER_SEC)	/* no agent took it within this: expired */
 #define TRACE_MAX_EVENTS  2000000
 #define GPU_PID_BASE	  1000000000u		/* trace "processes" of the GPUs */
 
@@ -30,6 +31,7 @@ struct capture {
 	char node[128];
 	uint32_t pid;
 	uint64_t duration_ns, asked_ns;
+	uint64_t delivered_ns;	/* when its agent took it */
 	char status[32];	/* the agent's: ok, not_injected, ... */
 	char message[256];
 	uint64_t from_ns, to_ns;	/* the agent's window range (wall) */
@@ -38,11 +40,24 @@ struct capture {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct capture caps[CAPTURES_MAX];
 static uint64_t next_id = 1;
+/* No agent took a request within this: expired; an agent that took one has its duration plus
+ * this to answer, else expired too (an agent that dropped it must not hold its slot). */
+static uint64_t timeout_ns = 30 * NSEC_PER_SEC;
+
+void capture_set_timeout(uint64_t ns)
+{
+	timeout_ns = ns;
+}
 
 bool capture_path(const char *url)
 {
 	return !strcmp(url, "/api/v1/capture") || !strncmp(url, "/api/v1/capture/", 16) ||
 	       !strcmp(url, "/api/v1/trace");
+}
+
+bool capture_agent_path(const char *url)
+{
+	return !strcmp(url, "/api/v1/capture/pending") || !strcmp(url, "/api/v1/capture/result");
 }
 
 static unsigned fail(struct buf *out, unsigned code, const char *msg)
@@ -56,13 +71,27 @@ static unsigned fail(struct buf *out, unsigned code, const char *msg)
 
 static void expire(uint64_t now)
 {
-	for (int i = 0; i < CAPTURES_MAX; i++)
-		if (caps[i].state == CAP_PENDING && now - caps[i].asked_ns > UNCLAIMED_NS) {
-			caps[i].state = CAP_EXPIRED;
-			snprintf(caps[i].message, sizeof(caps[i].message),
-				 "no agent of node '%s' asked for captures within %llu s", caps[i].node,
-				 (unsigned long long)(UNCLAIMED_NS / NSEC_PER_SEC));
+	for (int i = 0; i < CAPTURES_MAX; i++) {
+		struct capture *c = &caps[i];
+
+		if (c->state == CAP_PENDING && now - c->asked_ns > timeout_ns) {
+			c->state = CAP_EXPIRED;
+			snprintf(c->message, sizeof(c->message),
+				 "no agent of node '%s' asked for captures within %.1f s", c->node,
+				 (double)timeout_ns / NSEC_PER_SEC);
+		} else if (c->state == CAP_DELIVERED &&
+			   now - c->delivered_ns > c->duration_ns + timeout_ns) {
+			c->state = CAP_EXPIRED;
+			snprintf(c->message, sizeof(c->message),
+				 "the agent of node '%s' took the request but did not answer within "
+				 "its duration and %.1f s", c->node, (double)timeout_ns / NSEC_PER_SEC);
 		}
+	}
+}
+
+static bool in_flight(const struct capture *c)
+{
+	return c->state == CAP_PENDING || c->state == CAP_DELIVERED;
 }
 
 static struct capture *find(uint64_t id)
@@ -112,6 +141,7 @@ static unsigned do_request(capture_arg_fn arg, void *actx, struct buf *out)
 	const char *node = arg(actx, "node"), *pid_s = arg(actx, "pid"), *dur = arg(actx, "duration");
 	uint64_t pid = 0, d = 5 * NSEC_PER_SEC, now = wall_ns();
 	struct capture *c = NULL;
+	unsigned flying = 0, of_node = 0;
 
 	if (!node || !*node || strlen(node) >= sizeof(c->node))
 		return fail(out, 400, "node is required (the agent's --node name)");
@@ -121,6 +151,21 @@ static unsigned do_request(capture_arg_fn arg, void *actx, struct buf *out)
 		return fail(out, 400, "duration must be a duration in 10ms..10m");
 	pthread_mutex_lock(&mu);
 	expire(now);
+	for (int i = 0; i < CAPTURES_MAX; i++) {
+		if (!in_flight(&caps[i]))
+			continue;
+		flying++;
+		if (!strcmp(caps[i].node, node))
+			of_node++;
+	}
+	if (of_node >= CAPTURES_PER_NODE || flying >= CAPTURES_MAX) {
+		pthread_mutex_unlock(&mu);
+		return fail(out, 429, of_node >= CAPTURES_PER_NODE ?
+			    "this node has as many captures in flight as allowed (8): wait for "
+			    "them to finish or expire" :
+			    "as many captures in flight as allowed (64): wait for some to finish "
+			    "or expire");
+	}
 	for (int i = 0; i < CAPTURES_MAX && !c; i++)
 		if (caps[i].state == CAP_FREE)
 			c = &caps[i];
@@ -128,9 +173,9 @@ static unsigned do_request(capture_arg_fn arg, void *actx, struct buf *out)
 		if ((caps[i].state == CAP_DONE || caps[i].state == CAP_EXPIRED) &&
 		    (!c || (c->state != CAP_FREE && caps[i].id < c->id)))
 			c = &caps[i];
-	if (!c) {
+	if (!c) {	/* can't happen: fewer than CAPTURES_MAX in flight leave a slot */
 		pthread_mutex_unlock(&mu);
-		return fail(out, 503, "too many captures in flight");
+		return fail(out, 429, "too many captures in flight");
 	}
 	memset(c, 0, sizeof(*c));
 	c->state = CAP_PENDING;
@@ -160,6 +205,7 @@ static unsigned do_pending(capture_arg_fn arg, void *actx, struct buf *out)
 		if (c->state != CAP_PENDING || strcmp(c->node, node))
 			continue;
 		c->state = CAP_DELIVERED;
+		c->delivered_ns = wall_ns();
 		if (!first)
 			buf_puts(out, ",");
 		first = false;
@@ -173,6 +219,7 @@ static unsigned do_pending(capture_arg_fn arg, void *actx, struct buf *out)
 static unsigned do_result(capture_arg_fn arg, void *actx, struct buf *out)
 {
 	const char *st = arg(actx, "status"), *msg = arg(actx, "message");
+	const char *node = arg(actx, "node");
 	uint64_t id, from = 0, to = 0;
 	struct capture *c;
 
@@ -184,10 +231,21 @@ static unsigned do_result(capture_arg_fn arg, void *actx, struct buf *out)
 	    (arg(actx, "to") && parse_u64(arg(actx, "to"), &to)))
 		return fail(out, 400, "from and to are Unix nanoseconds");
 	pthread_mutex_lock(&mu);
+	expire(wall_ns());
 	c = find(id);
-	if (!c) {
+	if (!c || (node && strcmp(node, c->node))) {
 		pthread_mutex_unlock(&mu);
-		return fail(out, 404, "no such capture");
+		return fail(out, 404, node ? "no such capture of this node" : "no such capture");
+	}
+	/* Only the answer to a request an agent took, once: a result for one still pending, or
+	 * already answered or expired, is no agent's. */
+	if (c->state != CAP_DELIVERED) {
+		unsigned code = fail(out, 409, c->state == CAP_PENDING ?
+				     "no agent has taken this capture yet" :
+				     "this capture was answered or expired already");
+
+		pthread_mutex_unlock(&mu);
+		return code;
 	}
 	c->state = CAP_DONE;
 	snprintf(c->status, sizeof(c->status), "%s", st);

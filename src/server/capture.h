@@ -18,6 +18,17 @@
 
 struct store;
 
+/*
+ * How long a request waits for its node's agent to take it, and how long past its duration an
+ * agent that took it has to answer; then it expires (its slot is free). Default 30 s. Call
+ * before serving.
+ */
+void capture_set_timeout(uint64_t ns);
+
+/* True for the agent's paths (pending, result): they take the ingest token, not the query
+ * token. */
+bool capture_agent_path(const char *url);
+
 /* How the router passes query arguments: the value of `name`, or NULL. */
 typedef const char *(*capture_arg_fn)(void *ctx, const char *name);
 
@@ -26,7 +37,8 @@ bool capture_path(const char *url);
 
 /*
  * Serves one request on a capture path: fills out (JSON) and returns the HTTP status (200,
- * 400 with {"error": ...}, 404, 405, 503 when too many requests are pending). Any thread.
+ * 400 with {"error": ...}, 404, 405, 409 for a result to a request no agent took or already
+ * answered, 429 past 8 requests in flight for the node or 64 in all). Any thread.
  */
 unsigned capture_handle(struct store *st, const char *url, bool post, capture_arg_fn arg,
 			void *actx, struct buf *out);

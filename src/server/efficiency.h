@@ -62,8 +62,10 @@ struct eff_request {
 };
 
 /*
- * The efficiency answer (docs/efficiency.md) appended to out. 0; -EINVAL (bad by or selector)
- * or -ENODATA (no GPU data in the range) with a reason in err; other -errno from the store.
+ * The efficiency answer (docs/efficiency.md) appended to out. 0; -EINVAL (bad or empty by, bad
+ * selector), -E2BIG (a selector regex past its matching limits), -ETIMEDOUT (the selector's 2 s
+ * budget) or -ENODATA (no GPU data in the range) with a reason in err; other -errno from the
+ * store.
  */
 int efficiency_query(struct efficiency *e, const struct eff_request *r, struct buf *out,
 		     char *err, size_t errlen);

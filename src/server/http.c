@@ -136,6 +136,84 @@ static bool accepts_encoding(const char *ae, const char *coding)
 	return named ? named_ok : star;
 }
 
+/* Whether name (len bytes) is one of the comma-separated list's entries. */
+static bool in_list(const char *list, const char *name, size_t len)
+{
+	while (list && *list) {
+		size_t n = strcspn(list, ",");
+		const char *p = list;
+		size_t l = n;
+
+		while (l && *p == ' ')
+			p++, l--;
+		while (l && p[l - 1] == ' ')
+			l--;
+		if ((l == 1 && *p == '*') || (l == len && !strncasecmp(p, name, len)))
+			return true;
+		list += n + (list[n] == ',');
+	}
+	return false;
+}
+
+/*
+ * The Host header against DNS rebinding: a page of evil.example whose name comes to resolve to
+ * 127.0.0.1 makes the browser send "Host: evil.example" to this server. IP literals, localhost
+ * (browsers resolve *.localhost themselves) and this machine's name are always this server's;
+ * other names only in --allowed-hosts, or any on a non-loopback listen address without that list
+ * (reached by names we cannot know). No Host (HTTP/1.0): allowed.
+ */
+static bool host_allowed(struct http_server *h, struct MHD_Connection *c)
+{
+	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	char name[256];
+	unsigned char tmp[16];
+	size_t len;
+
+	if (!host)
+		return true;
+	if (*host == '[') {
+		host++;
+		len = strcspn(host, "]");
+	} else {
+		len = strcspn(host, ":");
+	}
+	if (!len || len >= sizeof(name))
+		return false;
+	memcpy(name, host, len);
+	name[len] = 0;
+	if (name[len - 1] == '.')	/* "localhost." */
+		name[--len] = 0;
+	if (inet_pton(AF_INET, name, tmp) == 1 || inet_pton(AF_INET6, name, tmp) == 1)
+		return true;
+	if (!strcasecmp(name, "localhost") ||
+	    (len > 10 && !strcasecmp(name + len - 10, ".localhost")) ||
+	    (h->hostname[0] && !strcasecmp(name, h->hostname)))
+		return true;
+	if (h->o.allowed_hosts)
+		return in_list(h->o.allowed_hosts, name, len);
+	return !h->loopback;
+}
+
+/*
+ * A browser's cross-origin request that changes state (a "simple" POST needs no preflight, so
+ * the browser sends it and only hides the answer): its Origin names another host than Host.
+ * The agent and the CLI send no Origin.
+ */
+static bool cross_origin(struct MHD_Connection *c, const char *method)
+{
+	const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	const char *auth;
+
+	if (!strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD) ||
+	    !origin)
+		return false;
+	auth = strstr(origin, "://");
+	if (!auth || !host)
+		return true;	/* "null" (a sandboxed page, a file) or no Host to compare */
+	return strcasecmp(auth + 3, host) != 0;
+}
+
 static const char *capture_arg(void *ctx, const char *name)
 {
 	return http_arg(ctx, name);
@@ -153,6 +231,8 @@ static enum MHD_Result do_capture(struct http_server *h, struct MHD_Connection *
 		buf_done(&b);
 		return MHD_NO;
 	}
+	if (code == 429)
+		count(h, REJ_LIMIT);
 	return http_reply(c, code, "application/json", &b, NULL);
 }
 
@@ -170,6 +250,15 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 
 	if (!strcmp(url, "/metrics") && get)
 		return http_do_metrics(h, c);
+	if (!strcmp(url, "/healthz") && get) {
+		/* For probes: answered by the event loop alone, no token, no store. */
+		struct buf ok = { 0 };
+
+		buf_puts(&ok, "ok\n");
+		if (ok.oom)
+			return MHD_NO;
+		return http_reply(c, MHD_HTTP_OK, "text/plain", &ok, NULL);
+	}
 	if (strncmp(url, "/api/", 5)) {
 		const struct ui_asset *a = ui_asset_find(url);
 		struct MHD_Response *resp;
@@ -239,13 +328,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
 		bool over, api = !strncmp(url, "/api/", 5);
 		bool ingest = !strcmp(url, "/api/v1/ingest");
-		const char *token = ingest ? h->o.ingest_token : h->o.query_token;
+		/* The agent's paths take the agent's (ingest) token: with split tokens an agent
+		 * holds no query token, and a query-token holder is no agent. */
+		bool agent = ingest || capture_agent_path(url);
+		const char *token = agent ? h->o.ingest_token : h->o.query_token;
 
 		__atomic_add_fetch(&h->requests, 1, __ATOMIC_RELAXED);
+		http_conn_headers(h, c);
+		if (strcmp(url, "/healthz") && !host_allowed(h, c))
+			return http_reply_error(h, c, MHD_HTTP_FORBIDDEN, REJ_HOST,
+						"this server does not answer to Host '%.100s' "
+						"(--allowed-hosts)",
+						MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+									    "Host"));
+		if (cross_origin(c, method))
+			return http_reply_error(h, c, MHD_HTTP_FORBIDDEN, REJ_ORIGIN,
+						"cross-origin requests that change state are refused");
+		if (!strcmp(url, "/metrics") && (h->o.metrics_token || h->o.query_token) &&
+		    !(h->o.metrics_token && authorized(h->o.metrics_token, c)) &&
+		    !(h->o.query_token && authorized(h->o.query_token, c)))
+			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
+						"missing or wrong bearer token for /metrics (the "
+						"query token or --metrics-token-file's)");
 		if (api && token && !authorized(token, c))
 			return http_reply_error(h, c, MHD_HTTP_UNAUTHORIZED, REJ_UNAUTHORIZED,
 						"missing or wrong bearer token for %s",
-						ingest ? "ingest" : "queries");
+						ingest ? "ingest" : agent ? "the agent's capture "
+						"paths (the ingest token)" : "queries");
 		over = ingest && cl && strtoull(cl, NULL, 10) > h->o.max_body;
 		/* A client that waits for "100 Continue" learns now; one that sends the body
 		 * anyway would only see a broken pipe, so its body is read and dropped, then
@@ -262,6 +371,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (*size) {
+		http_conn_body(h, c, *size);
 		if (r->ingest && !r->over && r->body.len + *size > h->o.max_body) {
 			r->over = true;
 			buf_done(&r->body);
@@ -274,17 +384,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*size = 0;
 		return MHD_YES;
 	}
+	http_conn_work(h, c);
 	return route(h, c, url, method, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct http_server *h = cls;
 	struct req *r = *con_cls;
 
-	(void)cls;
-	(void)c;
 	(void)toe;
+	http_conn_done(h, c);
 	if (!r)
 		return;
 	buf_done(&r->body);
@@ -309,7 +420,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	/* A client that gave up (the UI aborts superseded queries) is not a server error. */
 	if (strstr(msg, "no longer available") || strstr(msg, "reset by peer") ||
 	    strstr(msg, "Broken pipe") || strstr(msg, "closed by") ||
-	    strstr(msg, "disconnected")) {
+	    strstr(msg, "disconnected") || strstr(msg, "connection closure")) {
 		__atomic_add_fetch(&h->ctr.cancelled, 1, __ATOMIC_RELAXED);
 		log_debug("http: client went away: %s", msg);
 		return;
@@ -328,13 +439,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 {
 	struct http_server *h = cls;
 
-	(void)c;
-	(void)socket_ctx;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		__atomic_add_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&h->ctr.connections_total, 1, __ATOMIC_RELAXED);
+		http_conn_started(h, c, socket_ctx);
 	} else {
 		__atomic_sub_fetch(&h->ctr.connections, 1, __ATOMIC_RELAXED);
+		http_conn_closed(h, socket_ctx);
 	}
 }
 
@@ -383,6 +494,10 @@ static int open_listener(struct http_server *h, const char *listen_s, char *err,
 	salen = sizeof(sa);
 	getsockname(fd, (struct sockaddr *)&sa, &salen);
 	format_sockaddr((struct sockaddr *)&sa, h->addr, sizeof(h->addr));
+	h->loopback = sockaddr_is_loopback((struct sockaddr *)&sa);
+	if (gethostname(h->hostname, sizeof(h->hostname)))
+		h->hostname[0] = 0;
+	h->hostname[sizeof(h->hostname) - 1] = 0;
 	h->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port :
 						   ((struct sockaddr_in *)&sa)->sin_port);
 	h->listen_fd = fd;
@@ -396,6 +511,7 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
 			 MHD_ALLOW_SUSPEND_RESUME;
 	bool tls = o->tls_cert_pem && o->tls_key_pem;
+	unsigned max_conn;
 
 	if (!h) {
 		snprintf(err, errlen, "out of memory");
@@ -413,21 +529,29 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 		snprintf(err, errlen, "TLS asked for, but this libmicrohttpd has no TLS support");
 		goto out_close;
 	}
+	if (!h->o.header_timeout_s)
+		h->o.header_timeout_s = 10;
+	if (http_conn_init(h)) {
+		snprintf(err, errlen, "cannot start the connection guard: out of memory");
+		goto out_close;
+	}
+	max_conn = h->guard.max;
 	/*
 	 * Event loops, not a thread per connection: idle kept-alive agents cost a socket and a
 	 * small buffer each, never a thread, and a slow client only occupies its own connection.
 	 * A handler (ingest, a query) runs on its loop's thread; `threads` loops keep one slow
-	 * query from holding up everyone else.
+	 * query from holding up everyone else. The limits are the guard's (http_conn.c, which
+	 * logs and counts a refusal and makes room by closing a slow request); libmicrohttpd's
+	 * own limit is above them by the connections being closed meanwhile.
 	 */
 	h->d = MHD_start_daemon(
-		flags | (tls ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, h,
+		flags | (tls ? MHD_USE_TLS : 0), 0, http_conn_accept, h, on_request, h,
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
 		MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
 		MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 8u,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-		MHD_OPTION_CONNECTION_LIMIT, o->max_connections ? o->max_connections : 8192u,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_per_address,
+		MHD_OPTION_CONNECTION_LIMIT, max_conn + max_conn / 4 + 64,
 		MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s ? o->idle_timeout_s : 30u,
 		tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, o->tls_cert_pem,
 		MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
@@ -435,9 +559,11 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 		snprintf(err, errlen, "cannot serve on %s%s", h->addr,
 			 tls ? ": TLS setup failed (is --tls-key-file the key of --tls-cert-file?)"
 			     : "");
-		goto out_close;
+		goto out_guard;
 	}
 	return h;
+out_guard:
+	http_conn_fini(h);
 out_close:
 	close(h->listen_fd);
 out_free:
@@ -468,6 +594,7 @@ void http_stop(struct http_server *h)
 		pthread_cond_wait(&h->wcond, &h->wmu);
 	pthread_mutex_unlock(&h->wmu);
 	MHD_stop_daemon(h->d);
+	http_conn_fini(h);
 	close(h->listen_fd);
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);

@@ -16,6 +16,11 @@ struct http_opts {
 	const char *ingest_token;	/* NULL: POST /api/v1/ingest is open; else it needs
 					 * "Authorization: Bearer TOKEN" */
 	const char *query_token;	/* the same for every other /api/ path */
+	const char *metrics_token;	/* NULL: /metrics takes the query token (if any); else this
+					 * one or the query token */
+	const char *allowed_hosts;	/* comma-separated Host names served; NULL: on a loopback
+					 * listen address only localhost, IP literals and this
+					 * machine's name, on others any */
 	size_t max_body;		/* bytes, compressed and decompressed */
 	uint64_t retention_ns;		/* uploads with a timestamp older than this are refused */
 	bool all_addresses;		/* store named frames' addresses too (ingest_store()) */
@@ -24,6 +29,10 @@ struct http_opts {
 	unsigned max_connections;	/* open connections in all */
 	unsigned max_per_address;	/* open connections from one client address */
 	unsigned idle_timeout_s;	/* a connection silent this long is closed */
+	unsigned header_timeout_s;	/* a request's headers complete within this, from its first
+					 * byte (a new connection: from accept); also the grace of
+					 * its body */
+	unsigned min_body_rate;		/* bytes/s a body keeps up past that grace; 0: no limit */
 	unsigned threads;		/* event-loop threads (each serves many connections) */
 	struct efficiency *eff;		/* /api/v1/efficiency */
 	struct exporter *exp;		/* computed counters on /metrics; NULL: none */

@@ -39,6 +39,24 @@
 
 #define RATE_SLOTS 16
 
+struct conn;
+struct addr_count;
+
+/* http_conn.c: the connections open, by client address, and the reaper of slow requests. */
+struct conn_guard {
+	pthread_mutex_t mu;		/* everything below */
+	pthread_cond_t cond;		/* stop */
+	pthread_t thread;		/* the reaper */
+	bool stop;
+	unsigned max;			/* --max-connections */
+	unsigned open, cutting;		/* connections open; of them, cut and not yet closed */
+	struct conn *all;
+	struct conn *hhead, *htail;	/* in their header phase, oldest first */
+	struct addr_count **buckets;
+	unsigned nbuckets;
+	uint64_t last_log_ns[2 + CUT_MAX];
+};
+
 struct http_server {
 	struct MHD_Daemon *d;
 	struct store *st;
@@ -46,6 +64,8 @@ struct http_server {
 	int listen_fd;
 	uint16_t port;
 	char addr[64];			/* bound address, "ADDR:PORT" */
+	bool loopback;			/* bound to a loopback address (the default) */
+	char hostname[256];		/* this machine's, for the Host check */
 	struct http_counters ctr;	/* on /metrics */
 	uint64_t last_mhd_log_ns;
 	uint64_t ingest_samples, requests;
@@ -54,6 +74,7 @@ struct http_server {
 	pthread_mutex_t wmu;		/* ingest workers running, and their end (stop) */
 	pthread_cond_t wcond;
 	unsigned workers;
+	struct conn_guard guard;
 };
 
 /* Ingests stored on worker threads at once; past it one waits on its event loop. */
@@ -83,6 +104,19 @@ enum MHD_Result http_reply_json(struct MHD_Connection *c, struct buf *b);
 const char *http_arg(struct MHD_Connection *c, const char *name);
 /* 404 "no such endpoint" for url. */
 enum MHD_Result http_no_endpoint(struct http_server *h, struct MHD_Connection *c, const char *url);
+
+/* http_conn.c: the connection guard (see there). init starts the reaper thread (-errno);
+ * fini stops it, after the daemon. The rest are libmicrohttpd callbacks' steps, on the
+ * connection's event-loop thread. */
+int http_conn_init(struct http_server *h);
+void http_conn_fini(struct http_server *h);
+enum MHD_Result http_conn_accept(void *cls, const struct sockaddr *sa, socklen_t salen);
+void http_conn_started(struct http_server *h, struct MHD_Connection *mc, void **socket_ctx);
+void http_conn_closed(struct http_server *h, void **socket_ctx);
+void http_conn_headers(struct http_server *h, struct MHD_Connection *mc);
+void http_conn_body(struct http_server *h, struct MHD_Connection *mc, size_t n);
+void http_conn_work(struct http_server *h, struct MHD_Connection *mc);
+void http_conn_done(struct http_server *h, struct MHD_Connection *mc);
 
 /* http_ingest.c */
 /* Samples per second over the last 10 complete seconds. */

@@ -215,7 +215,8 @@ static enum MHD_Result do_processes(struct http_server *h, struct MHD_Connection
 		goto out;
 	}
 	err = query_processes(h->st, &p.q, (size_t)limit, &b);
-	ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
+	if (!selector_refused(h, c, p.sel, NULL, &ret))
+		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
 out:
 	buf_done(&b);
 	params_done(&p);
@@ -246,7 +247,8 @@ static enum MHD_Result do_samples(struct http_server *h, struct MHD_Connection *
 	if (!p.q.step_ns)
 		p.q.step_ns = 1;
 	err = query_samples(h->st, &p.q, &b);
-	ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
+	if (!selector_refused(h, c, p.sel, NULL, &ret))
+		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
 out:
 	buf_done(&b);
 	params_done(&p);
@@ -684,6 +686,11 @@ static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connectio
 	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
 	rc = efficiency_query(h->o.eff, &rq, &b, err, sizeof(err));
+	if (rc == -E2BIG || rc == -ETIMEDOUT) {
+		buf_done(&b);
+		return http_reply_error(h, c, rc == -E2BIG ? MHD_HTTP_UNPROCESSABLE_CONTENT :
+					MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR, "%s", err);
+	}
 	if (rc == -EINVAL || rc == -ENODATA) {
 		buf_done(&b);
 		return http_reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/util.h"
+#include "server/capture.h"
 #include "server/efficiency.h"
 #include "server/exporter.h"
 #include "server/http.h"
@@ -55,6 +56,12 @@ static void usage(FILE *f)
 		"  --ingest-token-file FILE POST /api/v1/ingest needs 'Authorization: Bearer <contents>'\n"
 		"  --query-token-file FILE  every other /api/ path needs 'Authorization: Bearer ...'\n"
 		"  --token-file FILE        the same token for both\n"
+		"  --metrics-token-file FILE\n"
+		"                           /metrics takes this token (or the query token); without\n"
+		"                           it /metrics needs the query token when one is set\n"
+		"  --allowed-hosts LIST     Host names this server answers to (comma-separated;\n"
+		"                           localhost, IP literals and this machine's name always);\n"
+		"                           default: on a loopback --listen only those, else any\n"
 		"  --tls-cert-file FILE     serve HTTPS with this PEM certificate (chain) ...\n"
 		"  --tls-key-file FILE      ... and this PEM private key\n"
 		"  --max-body SIZE          largest request body, before and after decompression\n"
@@ -63,6 +70,11 @@ static void usage(FILE *f)
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
 		"  --idle-timeout DUR       close a connection silent this long (default 30s)\n"
+		"  --header-timeout DUR     a request's headers must be in this long after its\n"
+		"                           first byte (a new connection's: after accept); a body\n"
+		"                           gets this long plus --min-body-rate (default 10s)\n"
+		"  --min-body-rate SIZE     bytes per second a body keeps up (default 1KiB; 0: no\n"
+		"                           limit); slower requests are cut and counted\n"
 		"  --threads N              HTTP event-loop threads (default 8)\n"
 		"  --max-new-label-sets-per-hour N\n"
 		"                           per node; a batch past it is refused 429 (default\n"
@@ -78,6 +90,9 @@ static void usage(FILE *f)
 		"                           /metrics (default 20; the rest count as 'other')\n"
 		"  --settle DUR             records arrive up to this late: efficiency hours and\n"
 		"                           /metrics windows close this far behind now (default 30s)\n"
+		"  --capture-timeout DUR    a capture request no agent took within this, or one\n"
+		"                           not answered this long past its duration, expires\n"
+		"                           (default 30s)\n"
 		"  --no-efficiency-rollup   compute efficiency from records only (benchmarks)\n"
 		"  -v, --verbose            debug logging\n");
 }
@@ -161,8 +176,9 @@ static void raise_fd_limit(unsigned want)
 int main(int argc, char **argv)
 {
 	enum {
-		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_THREADS, O_MAX_NEW_LS, O_MAX_NEW_STACKS, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
+		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_METRICS_TOKEN, O_ALLOWED_HOSTS, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
+		O_MAX_PER_ADDR, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
+		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
 	};
 	static const struct option opts[] = {
@@ -174,12 +190,16 @@ int main(int argc, char **argv)
 		{ "token-file", required_argument, NULL, 't' },
 		{ "ingest-token-file", required_argument, NULL, O_INGEST_TOKEN },
 		{ "query-token-file", required_argument, NULL, O_QUERY_TOKEN },
+		{ "metrics-token-file", required_argument, NULL, O_METRICS_TOKEN },
+		{ "allowed-hosts", required_argument, NULL, O_ALLOWED_HOSTS },
 		{ "tls-cert-file", required_argument, NULL, O_TLS_CERT },
 		{ "tls-key-file", required_argument, NULL, O_TLS_KEY },
 		{ "max-body", required_argument, NULL, 'b' },
 		{ "max-connections", required_argument, NULL, O_MAX_CONN },
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
+		{ "header-timeout", required_argument, NULL, O_HDR_TIMEOUT },
+		{ "min-body-rate", required_argument, NULL, O_MIN_BODY_RATE },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "max-new-label-sets-per-hour", required_argument, NULL, O_MAX_NEW_LS },
 		{ "recompress-level", required_argument, NULL, O_RECOMPRESS },
@@ -190,6 +210,7 @@ int main(int argc, char **argv)
 		{ "export-queries", required_argument, NULL, 'Q' },
 		{ "export-top", required_argument, NULL, 'N' },
 		{ "settle", required_argument, NULL, 'S' },
+		{ "capture-timeout", required_argument, NULL, O_CAPTURE_TIMEOUT },
 		{ "no-efficiency-rollup", no_argument, NULL, 'U' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -220,14 +241,17 @@ int main(int argc, char **argv)
 		.max_connections = 8192,
 		.max_per_address = 256,
 		.idle_timeout_s = 30,
+		.header_timeout_s = 10,
+		.min_body_rate = 1024,
 		.threads = 8,
 	};
 	uint64_t size, ns;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
+	const char *metrics_file = NULL;
 	const char *cert_file = NULL, *key_file = NULL;
 	struct http_server *h = NULL;
 	struct store *st = NULL;
-	char *tok = NULL, *itok = NULL, *qtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
+	char *tok = NULL, *itok = NULL, *qtok = NULL, *mtok = NULL, *cert = NULL, *key = NULL, err[512] = "";
 	struct eff_cfg ec = { .settle_ns = 30 * NSEC_PER_SEC };
 	struct exporter_cfg xc = { .top = 20 };
 	struct efficiency *eff = NULL;
@@ -261,6 +285,12 @@ int main(int argc, char **argv)
 		case O_INGEST_TOKEN:
 			ingest_file = optarg;
 			break;
+		case O_METRICS_TOKEN:
+			metrics_file = optarg;
+			break;
+		case O_ALLOWED_HOSTS:
+			ho.allowed_hosts = optarg;
+			break;
 		case O_QUERY_TOKEN:
 			query_file = optarg;
 			break;
@@ -291,6 +321,22 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			ho.idle_timeout_s = (unsigned)(ns / NSEC_PER_SEC);
+			break;
+		case O_HDR_TIMEOUT:
+			if (parse_duration_ns(optarg, &ns) || ns < NSEC_PER_SEC ||
+			    ns > 3600 * NSEC_PER_SEC) {
+				log_error("--header-timeout: '%s' is not a duration in 1s..1h", optarg);
+				return 2;
+			}
+			ho.header_timeout_s = (unsigned)(ns / NSEC_PER_SEC);
+			break;
+		case O_MIN_BODY_RATE:
+			if (parse_size_bytes(optarg, &size) || size > (1ULL << 30)) {
+				log_error("--min-body-rate: '%s' is not a size per second (1KiB)",
+					  optarg);
+				return 2;
+			}
+			ho.min_body_rate = (unsigned)size;
 			break;
 		case O_THREADS:
 			ho.threads = parse_count("threads", optarg, 256);
@@ -369,6 +415,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_CAPTURE_TIMEOUT:
+			if (parse_duration_ns(optarg, &ns) || ns < 100 * NSEC_PER_MSEC ||
+			    ns > 3600 * NSEC_PER_SEC) {
+				log_error("--capture-timeout: '%s' is not a duration in 100ms..1h",
+					  optarg);
+				return 2;
+			}
+			capture_set_timeout(ns);
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -435,6 +490,7 @@ int main(int argc, char **argv)
 	if ((token_file && !(tok = token_from("token-file", token_file))) ||
 	    (ingest_file && !(itok = token_from("ingest-token-file", ingest_file))) ||
 	    (query_file && !(qtok = token_from("query-token-file", query_file))) ||
+	    (metrics_file && !(mtok = token_from("metrics-token-file", metrics_file))) ||
 	    (cert_file && !(cert = pem_from("tls-cert-file", cert_file))) ||
 	    (key_file && !(key = pem_from("tls-key-file", key_file)))) {
 		ret = 2;
@@ -443,11 +499,12 @@ int main(int argc, char **argv)
 	ho.retention_ns = so.retention_ns;
 	ho.ingest_token = itok ? itok : tok;
 	ho.query_token = qtok ? qtok : tok;
+	ho.metrics_token = mtok;
 	ho.tls_cert_pem = cert;
 	ho.tls_key_pem = key;
 	if (!ho.listen)
 		ho.listen = ho.ingest_token && ho.query_token ? "0.0.0.0:7070" : "127.0.0.1:7070";
-	raise_fd_limit(ho.max_connections);
+	raise_fd_limit(ho.max_connections + ho.max_connections / 4 + 64);
 	/*
 	 * Block SIGINT/SIGTERM before any thread starts (threads inherit the mask), so that only
 	 * sigwait() below receives them: a handler could run on an HTTP thread and leave the main
@@ -520,6 +577,7 @@ out:
 	free(tok);
 	free(itok);
 	free(qtok);
+	free(mtok);
 	free(cert);
 	free(key);
 	free(ch_password);

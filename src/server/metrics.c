@@ -11,7 +11,8 @@
 
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
-	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range", "selector_limit", "cardinality",
+	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range",
+	"selector_limit", "cardinality", "foreign_host", "cross_origin",
 };
 
 int server_metrics(struct store *st, const struct http_counters *hc, double samples_per_second,
@@ -57,6 +58,24 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 		   LOAD(hc->connections));
 	prom_counter(out, "gpuscope_server_connections_total", "HTTP connections accepted.",
 		     LOAD(hc->connections_total));
+	prom_family(out, "gpuscope_server_connections_refused_total", "counter",
+		    "Connections refused at accept: a client address at "
+		    "--max-connections-per-address, or --max-connections in all, with none of "
+		    "their connections still sending headers to close instead.");
+	prom_sample1_u64(out, "gpuscope_server_connections_refused_total", "limit", "per_address",
+			 LOAD(hc->refused[REFUSE_PER_ADDRESS]));
+	prom_sample1_u64(out, "gpuscope_server_connections_refused_total", "limit", "global",
+			 LOAD(hc->refused[REFUSE_GLOBAL]));
+	prom_family(out, "gpuscope_server_connections_cut_total", "counter",
+		    "Connections the server closed mid-request: headers not complete within "
+		    "--header-timeout, a body slower than --min-body-rate, or the oldest still "
+		    "sending headers closed to make room at a connection limit.");
+	prom_sample1_u64(out, "gpuscope_server_connections_cut_total", "reason", "header_timeout",
+			 LOAD(hc->cut[CUT_HEADERS]));
+	prom_sample1_u64(out, "gpuscope_server_connections_cut_total", "reason", "slow_body",
+			 LOAD(hc->cut[CUT_BODY]));
+	prom_sample1_u64(out, "gpuscope_server_connections_cut_total", "reason", "evicted",
+			 LOAD(hc->cut[CUT_EVICTED]));
 	prom_counter(out, "gpuscope_server_http_errors_total",
 		     "Connection-level refusals and failures (connection limits, TLS handshakes, "
 		     "resets).",

@@ -17,8 +17,14 @@ struct exporter;
 /* Why a request was refused: the reason label of gpuscope_server_rejected_total. */
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
-	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR, REJ_CARDINALITY, REJ_MAX,
+	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR,
+	REJ_CARDINALITY, REJ_HOST, REJ_ORIGIN, REJ_MAX,
 };
+
+/* Connections refused at accept (labels of gpuscope_server_connections_refused_total). */
+enum conn_refuse { REFUSE_PER_ADDRESS, REFUSE_GLOBAL, REFUSE_MAX };
+/* Connections the server cut (gpuscope_server_connections_cut_total). */
+enum conn_cut { CUT_HEADERS, CUT_BODY, CUT_EVICTED, CUT_MAX };
 
 /* The HTTP front's counters; any thread updates them with relaxed atomics. */
 struct http_counters {
@@ -26,6 +32,7 @@ struct http_counters {
 	uint64_t connections_total, mhd_errors;
 	uint64_t cancelled;		/* requests whose client went away before the answer */
 	uint64_t rejects[REJ_MAX];
+	uint64_t refused[REFUSE_MAX], cut[CUT_MAX];
 	uint64_t ingest_batches, ingest_parts, ingest_bytes;
 };
 

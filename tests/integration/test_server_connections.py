@@ -36,7 +36,7 @@ def host_port(s):
 
 def http_on(sock, method, path, token=None, body=b"", extra=""):
     """One HTTP/1.1 request on an open (kept-alive) socket; returns the status code."""
-    h = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}"
+    h = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n{extra}"
     if token:
         h += f"Authorization: Bearer {token}\r\n"
     sock.sendall(h.encode() + b"\r\n" + body)
@@ -161,6 +161,7 @@ def auth():
     s = Server(data=os.path.join(tmp, "d2"),
                args=["--ingest-token-file", os.path.join(tmp, "itok"),
                      "--query-token-file", os.path.join(tmp, "qtok")]).start()
+    s.token = "query-secret"  # /metrics takes the query token (s.metric())
     try:
         raw = batch(1)
         h = {"Content-Type": "application/x-protobuf"}
@@ -181,7 +182,7 @@ def auth():
         for i in range(16):
             c = connect(addr)
             expect = "Expect: 100-continue\r\n" if i % 2 else ""
-            c.sendall((f"POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\n{expect}"
+            c.sendall((f"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n{expect}"
                        f"Content-Length: {60 << 20}\r\n\r\n").encode())
             if not expect:
                 try:

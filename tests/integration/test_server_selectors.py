@@ -17,7 +17,38 @@ T = now_ns() - 120 * 10**9
 LONG = "a" * 4096
 
 
+def every_endpoint():
+    """A regex past its limits is 422 on every endpoint, never 200 with a partial answer (the
+    issue's probe: processes and samples answered 0 where the truth is 10); by= empty or %00 on
+    efficiency is 400, not a silent namespace."""
+    with running(Server(token="tok")) as s:
+        comm = "x" * 10 + "c" + "a" * 4085
+        lines = ["node every"] + [f"sample {T + i} cpu 1 pid=7,comm={comm} main;w"
+                                  for i in range(10)]
+        code, _ = s.ingest(encode("\n".join(lines) + "\n"))
+        check(code == 204, "upload")
+        rng = f"from={(T - 10**9) / 1e9:.3f}&to={(T + 10**9) / 1e9:.3f}"
+        good = q('{comm=~"x.*"}')
+        code, body, _ = s.request(f"/api/v1/processes?{rng}&selector={good}")
+        check(code == 200 and json.loads(body)["total"] == 10,
+              f"the truth: 10 samples of the process: {body[:200]!r}")
+        bad = q('{comm=~"(.{1,100}){1,100}c.*"}')
+        for path in ("flamegraph", "diff", "top", "pprof", "processes", "samples",
+                     "label/comm/values", "labels"):
+            code, body, _ = s.request(f"/api/v1/{path}?{rng}&selector={bad}")
+            check(code == 422, f"{path}: a regex past its limits answers 422: {code} "
+                  f"{body[:200]!r}")
+        for by in ("", "%00"):
+            code, body, _ = s.request(f"/api/v1/efficiency?{rng}&by={by}")
+            check(code == 400 and b"'by' is empty" in body,
+                  f"efficiency by={by!r}: 400: {code} {body[:200]!r}")
+        code, body, _ = s.request(f"/api/v1/efficiency?{rng}&by=no%20such")
+        check(code == 400, f"efficiency by='no such': 400: {code}")
+    print("every endpoint: 422 on a regex past its limits; by= empty or %00: 400")
+
+
 def main():
+    every_endpoint()
     with running(Server(token="tok")) as s:
         lines = ["node sel"]
         for i in range(50):

@@ -492,6 +492,12 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 	uint64_t rolled_ns = 0;
 	int rc;
 
+	if (rq->by && !*rq->by) {
+		/* by= (or by=%00): a client's mistake, not a request for the default */
+		snprintf(err, errlen, "'by' is empty: name a label (namespace, pod, comm, ...) or "
+			 "leave 'by' out");
+		return -EINVAL;
+	}
 	if (strlen(by) > 64 || strspn(by, "abcdefghijklmnopqrstuvwxyz"
 				   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != strlen(by)) {
 		snprintf(err, errlen, "'by' must be a label name, not '%.64s'", by);
@@ -512,10 +518,14 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 	if (!rc)
 		rc = group(e, &acc, by, sel, rq->from_ns, rq->to_ns, &a);
 	if (!rc && selector_failed(sel)) {
-		/* An answer missing the label sets a regex gave up on is not served. */
-		snprintf(err, errlen, "the selector's regex exceeded its matching limits or the 2 s "
-			 "budget on some label value: simplify it");
-		rc = -EINVAL;
+		/* An answer missing the label sets a regex gave up on is not served: -E2BIG (the
+		 * caller answers 422, as every query path does), -ETIMEDOUT or -ENOMEM (503). */
+		rc = selector_failed(sel);
+		snprintf(err, errlen, rc == -E2BIG ?
+			 "a regex of the selector exceeds its matching limits on a label value "
+			 "(nested repetition?): simplify it" :
+			 "matching the selector took more than 2 s: narrow the range or simplify "
+			 "the regex");
 	}
 	if (rc)
 		goto out;
