@@ -38,6 +38,7 @@ struct agent_opts {
 	bool cuda_launch_probes;	/* --cuda-launch-probes: uprobes on cuLaunch* always */
 	const char *server;		/* --server URL (capture requests come from there) */
 	const char *token_file;		/* --token-file */
+	const char *ca_file;		/* --ca-file: the PEM CA for an https:// server */
 };
 
 struct agent {

@@ -439,7 +439,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			o->token_file = ao->token_file = optarg;
 			break;
 		case OPT_CA_FILE:
-			o->ca_file = optarg;
+			o->ca_file = ao->ca_file = optarg;
 			break;
 		case OPT_SPOOL_DIR:
 			o->spool_dir = optarg;

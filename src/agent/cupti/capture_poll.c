@@ -42,9 +42,9 @@ static struct {
 	bool started, stop;
 	struct req q[QMAX];
 	char server[512], node[256];
-	const char *token_file;
+	const char *token_file, *ca_file;
 	struct agent *a;
-	uint64_t polls, poll_errors, answered;
+	uint64_t polls, poll_errors, answered, refused;
 } P = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 struct resp {
@@ -96,6 +96,8 @@ static int call(CURL *cu, const char *url, bool post, json_t **ret)
 	curl_easy_setopt(cu, CURLOPT_URL, url);
 	curl_easy_setopt(cu, CURLOPT_TIMEOUT_MS, 5000L);
 	curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
+	if (P.ca_file)
+		curl_easy_setopt(cu, CURLOPT_CAINFO, P.ca_file);	/* as the push's */
 	curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(cu, CURLOPT_WRITEDATA, &r);
 	if (hdr)
@@ -110,6 +112,23 @@ static int call(CURL *cu, const char *url, bool post, json_t **ret)
 	curl_slist_free_all(hdr);
 	free(r.p);
 	return err;
+}
+
+/* Answers request id at once: refused, the agent's queue of QMAX captures is full. */
+static void refuse(CURL *cu, uint64_t id)
+{
+	char url[1400], *node = curl_easy_escape(cu, P.node, 0);
+	json_t *j = NULL;
+
+	snprintf(url, sizeof(url),
+		 "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=refused&message=%s",
+		 P.server, id, node ? node : "", "agent%20capture%20queue%20full");
+	curl_free(node);
+	P.refused++;
+	log_warn("capture %" PRIu64 ": refused, %d captures already queued", id, QMAX);
+	if (call(cu, url, true, &j) == 0)
+		P.answered++;
+	json_decref(j);
 }
 
 static void take_requests(CURL *cu)
@@ -132,14 +151,18 @@ static void take_requests(CURL *cu)
 		uint64_t ms = json_integer_value(json_object_get(c, "duration_ms"));
 		uint32_t pid = json_integer_value(json_object_get(c, "pid"));
 
+		int k;
+
 		pthread_mutex_lock(&P.mu);
-		for (int k = 0; k < QMAX; k++)
+		for (k = 0; k < QMAX; k++)
 			if (P.q[k].state == Q_FREE) {
 				P.q[k] = (struct req){ .state = Q_NEW, .id = id, .pid = pid,
 						       .duration_ns = ms * NSEC_PER_MSEC };
 				break;
 			}
 		pthread_mutex_unlock(&P.mu);
+		if (k == QMAX)
+			refuse(cu, id);	/* never a silent drop: the server frees its slot */
 	}
 	json_decref(j);
 }
@@ -158,13 +181,16 @@ static void post_answers(CURL *cu)
 		if (r.state != Q_READY)
 			continue;
 		st = r.rc >= 0 ? "ok" : r.rc == -ENOENT ? "not_injected" : "unavailable";
+		char *node = curl_easy_escape(cu, P.node, 0);
+
 		msg = curl_easy_escape(cu, r.why, 0);
 		snprintf(url, sizeof(url),
-			 "%s/api/v1/capture/result?id=%" PRIu64 "&status=%s&message=%s&from=%" PRIu64
-			 "&to=%" PRIu64,
-			 P.server, r.id, st, msg ? msg : "", r.from_wall,
+			 "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=%s&message=%s"
+			 "&from=%" PRIu64 "&to=%" PRIu64,
+			 P.server, r.id, node ? node : "", st, msg ? msg : "", r.from_wall,
 			 r.rc >= 0 ? r.to_wall : r.from_wall);
 		curl_free(msg);
+		curl_free(node);
 		if (call(cu, url, true, &j) == 0) {
 			P.answered++;
 			pthread_mutex_lock(&P.mu);
@@ -189,6 +215,7 @@ static void *poll_main(void *arg)
 		pthread_mutex_unlock(&P.mu);
 		take_requests(cu);
 		post_answers(cu);
+		cupti_usdt__capture_counts(P.polls, P.poll_errors, P.answered, P.refused);
 		pthread_mutex_lock(&P.mu);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
@@ -212,6 +239,7 @@ int capture_poll__start(struct agent *a)
 		P.server[strlen(P.server) - 1] = 0;
 	snprintf(P.node, sizeof(P.node), "%s", a->opts.node ? a->opts.node : "");
 	P.token_file = a->opts.token_file;
+	P.ca_file = a->opts.ca_file;
 	P.a = a;
 	P.stop = false;
 	memset(P.q, 0, sizeof(P.q));
@@ -265,3 +293,4 @@ void capture_poll__stop(void)
 	pthread_join(P.th, NULL);
 	P.started = false;
 }
+

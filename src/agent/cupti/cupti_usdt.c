@@ -299,6 +299,18 @@ static void proc_free_contents(struct proc *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* The capture poll's counters (capture_poll.c's thread writes, /metrics reads). */
+static uint64_t capture_counts[4];
+
+void cupti_usdt__capture_counts(uint64_t polls, uint64_t errors, uint64_t answered,
+				uint64_t refused)
+{
+	__atomic_store_n(&capture_counts[0], polls, __ATOMIC_RELAXED);
+	__atomic_store_n(&capture_counts[1], errors, __ATOMIC_RELAXED);
+	__atomic_store_n(&capture_counts[2], answered, __ATOMIC_RELAXED);
+	__atomic_store_n(&capture_counts[3], refused, __ATOMIC_RELAXED);
+}
+
 struct proc *cupti_proc_find(struct cupti_state *c, pid_t pid)
 {
 	for (int i = 0; i < MAX_PROCS; i++)
@@ -673,6 +685,21 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_cupti_user_profiler_released_total",
 		     "Times a user's CUPTI client let go of CUPTI (windows may open again).",
 		     s.user_released);
+	{
+		uint64_t polls = __atomic_load_n(&capture_counts[0], __ATOMIC_RELAXED);
+		uint64_t errs = __atomic_load_n(&capture_counts[1], __ATOMIC_RELAXED);
+		uint64_t answered = __atomic_load_n(&capture_counts[2], __ATOMIC_RELAXED);
+		uint64_t refused = __atomic_load_n(&capture_counts[3], __ATOMIC_RELAXED);
+
+		prom_counter(out, "gpuscope_agent_capture_polls_total",
+			     "Asks for this node's capture requests.", polls);
+		prom_counter(out, "gpuscope_agent_capture_poll_errors_total",
+			     "Asks that failed (server down, TLS, auth).", errs);
+		prom_counter(out, "gpuscope_agent_capture_answers_total",
+			     "Capture requests answered to the server.", answered);
+		prom_counter(out, "gpuscope_agent_capture_refused_total",
+			     "Capture requests refused because the agent's queue was full.", refused);
+	}
 	prom_family(out, "gpuscope_agent_cupti_window_switch_max_seconds", "gauge",
 		    "Longest attach and detach of a window probe (on the module's switch thread, "
 		    "not the main loop).");

@@ -87,4 +87,8 @@ void cupti_usdt__set_sync_source(cupti_sync_share_fn fn);
 typedef double (*cupti_probe_cost_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns);
 void cupti_usdt__set_probe_cost_source(cupti_probe_cost_fn fn);
 
+/* The capture poll's counters, for /metrics (capture_poll.c's thread; any thread). */
+void cupti_usdt__capture_counts(uint64_t polls, uint64_t errors, uint64_t answered,
+				uint64_t refused);
+
 #endif
