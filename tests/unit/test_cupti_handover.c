@@ -138,9 +138,12 @@ static bool test_cupti_handover_continuous(void)
 	user_finalize = "0";
 	CHECK(run_window(&cfg, false, 2000, 0, 0, 0, &r));
 	user_lib = NULL;
-	/* our dlsym keeps the caller's lookups: its scope holds its dependency's symbol */
+	/* our dlsym keeps the caller's lookups: its scope holds its dependency's symbol (read
+	 * once the rescan reached the client's object: the run's own checks first, so that a
+	 * client that never started says so) */
 	if (!ASSERT_EQ(final_num(&r, "scope"), 7, "RTLD_DEFAULT and RTLD_NEXT lookups from the "
 						   "client's object as without us")) {
+		fprintf(stderr, "  workload: %s\n", r.final);
 		batch_decode_free(r.m);
 		return false;
 	}
