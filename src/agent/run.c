@@ -58,6 +58,8 @@ struct mod_state {
 	uint64_t tick_errors;
 	bool tick_warned;
 	uint64_t tick_max_ns;		/* longest tick: how long it held the main loop */
+	uint64_t start_ns;		/* how long its start took (BPF load and verify, attach) */
+	uint64_t up_after_ns;		/* from the agent's start to this module's being up */
 };
 
 /* Everything /metrics needs; the lock keeps module callbacks off each other's feet. */
@@ -209,6 +211,18 @@ static void fill_metrics(void *arg, FILE *out)
 	for (size_t i = 0; i < c->nmods; i++)
 		prom_sample1(out, "gpuscope_agent_module_up", "module", c->mods[i].m->name,
 			     c->mods[i].started);
+	prom_family(out, "gpuscope_agent_module_start_seconds", "gauge",
+		    "How long each module's start took (loading and verifying its BPF programs, "
+		    "attaching), in the order modules start.");
+	for (size_t i = 0; i < c->nmods; i++)
+		prom_sample1(out, "gpuscope_agent_module_start_seconds", "module", c->mods[i].m->name,
+			     c->mods[i].start_ns / 1e9);
+	prom_family(out, "gpuscope_agent_module_up_after_seconds", "gauge",
+		    "Seconds from the agent's start to each module's being up.");
+	for (size_t i = 0; i < c->nmods; i++)
+		if (c->mods[i].started)
+			prom_sample1(out, "gpuscope_agent_module_up_after_seconds", "module",
+				     c->mods[i].m->name, c->mods[i].up_after_ns / 1e9);
 	prom_family(out, "gpuscope_agent_module_tick_errors_total", "counter",
 		    "Failed module ticks.");
 	for (size_t i = 0; i < c->nmods; i++)
@@ -583,6 +597,7 @@ int cmd_run(int argc, char **argv)
 	struct spool *spool = NULL;
 	struct metrics_http *mh = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
+	uint64_t t_run = mono_ns(), t_mod;
 	struct push_counts pc;
 	uint64_t next_push, end_ns = 0, now;
 	size_t empty_size;
@@ -668,7 +683,10 @@ int cmd_run(int argc, char **argv)
 			ms->started = true;
 			continue;
 		}
+		t_mod = mono_ns();
 		err = ms->m->start(&a);
+		ms->start_ns = mono_ns() - t_mod;
+		ms->up_after_ns = mono_ns() - t_run;
 		if (err == -ENOEXEC)	/* the kernel refused its programs: said, module_up 0 */
 			continue;
 		if (err == -ENOTSUP || err == -EOPNOTSUPP || err == -ENOENT) {

@@ -57,6 +57,12 @@ try:
           m.get("gpuscope_agent_capture_answers_total", 0) >= 1,
           "the agent's poll: no TLS or auth failure, the answer posted: %s" %
           {k: v for k, v in m.items() if "capture_" in k})
+    # each module's start time is exported (issue 33)
+    check(m.get('gpuscope_agent_module_start_seconds{module="cupti"}', 0) > 0 and
+          m.get('gpuscope_agent_module_up_after_seconds{module="cupti"}', 0) >=
+          m.get('gpuscope_agent_module_start_seconds{module="cupti"}', 1),
+          "module start times on /metrics: %s" % {k: v for k, v in m.items() if "module_" in k and
+                                                 "seconds" in k})
 finally:
     if agent:
         agent.stop()
