@@ -109,10 +109,15 @@ static bool selector_refused(struct http_server *h, struct MHD_Connection *c,
 static int parse_sample_query(struct MHD_Connection *c, struct params *p, bool diff)
 {
 	const char *kind = http_arg(c, "kind"), *gi = http_arg(c, "gpu_idle");
-	const char *group_by = http_arg(c, "group_by");
+	const char *group_by = http_arg(c, "group_by"), *view = http_arg(c, "view");
 	int k = SAMPLE_CPU;
 
 	p->q.gpu_idle = -1;
+	if (view && strcmp(view, "python") && strcmp(view, "raw")) {
+		snprintf(p->err, sizeof(p->err), "view is 'python' or 'raw', not '%.50s'", view);
+		return -EINVAL;
+	}
+	p->q.python_only = view && !strcmp(view, "python");
 	if (parse_range(c, "from", "to", &p->q.from_ns, &p->q.to_ns, p->err, sizeof(p->err)) ||
 	    parse_selector(c, "selector", &p->sel, p->err, sizeof(p->err)))
 		return -EINVAL;

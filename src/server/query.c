@@ -147,8 +147,27 @@ struct tree {
 	const struct gagg *g;
 	const struct strtab *groups;	/* group_by: the groups' values */
 	const char *group_by;
+	bool python_only;	/* fold the interpreter's frames above the leaf-most Python frame */
 	int err;
 };
+
+/* A frame of Python code (the agent names its module "[python]"). */
+static bool python_frame(const struct frame *f)
+{
+	return f->module && !strcmp(f->module, "[python]");
+}
+
+/* A native frame of the CPython interpreter itself: libpython*, or a python* executable. */
+static bool interpreter_frame(const struct frame *f)
+{
+	const char *m = f->module, *b;
+
+	if (!m || f->kernel)
+		return false;
+	b = strrchr(m, '/');
+	b = b ? b + 1 : m;
+	return !strncmp(b, "libpython", 9) || !strncmp(b, "python", 6);
+}
 
 static int64_t tree_child(struct tree *t, uint32_t parent, uint32_t name)
 {
@@ -196,9 +215,22 @@ static int tree_add_one(struct tree *t, const struct gent *e, const struct frame
 		t->n[cur].value += v;
 		t->n[cur].value2 += v2;
 	}
+	/* Python only: the interpreter's frames rootward of the leaf-most Python frame go (the
+	 * evaluation loop and call machinery between two Python functions, and the start-up
+	 * above the first); native code a Python function calls, and the interpreter's work
+	 * below the leaf-most Python frame (allocation, a C function), stay */
+	size_t lastpy = nf;
+
+	for (size_t i = 0; t->python_only && i < nf && lastpy == nf; i++)
+		if (python_frame(&f[i]))
+			lastpy = i;
 	for (size_t i = nf; i-- > 0;) {
-		int64_t name = strtab_intern(&t->names, frame_name(&f[i], tmp, sizeof(tmp)));
-		int64_t c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);
+		int64_t name, c;
+
+		if (lastpy < nf && i > lastpy && interpreter_frame(&f[i]))
+			continue;
+		name = strtab_intern(&t->names, frame_name(&f[i], tmp, sizeof(tmp)));
+		c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);
 
 		if (c < 0)
 			return (int)c;
@@ -521,6 +553,7 @@ int query_flamegraph(struct store *s, const struct store_query *q, const struct 
 	t.g = &g;
 	t.groups = &groups;
 	t.group_by = q->group_by;
+	t.python_only = q->python_only;
 	t.n = calloc(1024, sizeof(*t.n));
 	t.cap = 1024;
 	if (!t.n || strtab_intern(&t.names, "all") < 0) {
