@@ -61,4 +61,25 @@ static bool test_agent_labels_thread_and_process(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_agent_labels_thread_and_process))
+/* A process that exec'd: its name cached before is replaced at once, not after the cache's 10 s. */
+static bool test_agent_labels_exec(void)
+{
+	struct agent a = { .opts.node = "node-1" };
+	struct agent_labels L;
+	bool ok;
+
+	/* a thread's record reads the process name from the cache, which an event filled */
+	agent__pid_labels(&a, getpid(), getpid(), "before-exec", &L);
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ASSERT_STREQ(get(L.l, L.n, "comm"), "before-exec", "the main thread's name cached");
+	agent__pid_exec(&a, getpid(), "after-exec");
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ok && ASSERT_STREQ(get(L.l, L.n, "comm"), "after-exec", "the exec's name at once");
+	/* a name not known: /proc is read again */
+	agent__pid_exec(&a, getpid(), NULL);
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ok && ASSERT_TRUE(strcmp(get(L.l, L.n, "comm"), "after-exec"), "read from /proc");
+	return ok;
+}
+
+TEST_MAIN(T(test_agent_labels_thread_and_process), T(test_agent_labels_exec))

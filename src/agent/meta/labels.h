@@ -55,6 +55,19 @@ typedef int (*labels_meta_fn)(pid_t pid, const char *comm, struct label *ret, si
 			      size_t *ret_n);
 void agent_labels__set_meta(labels_meta_fn fn);
 
+/*
+ * Process pid exec'd and is now named comm (NULL if not known): what the label builder cached
+ * for it (its name, its metadata labels: command line, program) is forgotten, so every
+ * producer's next record of pid carries what it runs now. Called by whoever sees the kernel's
+ * exec events (the sched module's tracepoint, the symbolizer's comm-exec records via run.c).
+ * Any thread.
+ */
+void agent__pid_exec(struct agent *a, pid_t pid, const char *comm);
+
+/* The metadata side of agent__pid_exec(): meta__pid_exec() while the meta module runs. */
+typedef void (*labels_exec_fn)(pid_t pid);
+void agent_labels__set_exec(labels_exec_fn fn);
+
 /* Adds name=value (strings not copied). 0, or -ENOSPC when the set is full (caller counts). */
 int agent_labels__add(struct agent_labels *l, const char *name, const char *value);
 

@@ -25,7 +25,7 @@ static struct {
 	struct pid_entry *e;	/* PID_CACHE_SIZE, allocated on first use */
 	struct relabel_rules *rules;
 	char proc_root[128];
-	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow, dropped;
+	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow, dropped, execs;
 } pcache = { .mu = PTHREAD_MUTEX_INITIALIZER, .proc_root = "/proc" };
 
 static void sanitize(char *s)
@@ -271,7 +271,7 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 		}
 	}
 	e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
-	if (e->pid != pid || mono_ns() - e->read_ns > PID_REREAD_NS) {
+	if (e->pid != pid || !e->read_ns || mono_ns() - e->read_ns > PID_REREAD_NS) {
 		/* the kernel's /proc/PID/cgroup can take 100+ us: not under the lock */
 		pthread_mutex_unlock(&pcache.mu);
 		rc = read_cgroup(pid, &cg);
@@ -328,6 +328,22 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 	return dropped ? LABELS_DROPPED : LABELS_KEPT;
 }
 
+void meta__pid_exec(pid_t pid)
+{
+	struct pid_entry *e;
+
+	if (pid <= 0)
+		return;
+	pthread_mutex_lock(&pcache.mu);
+	e = pcache.e ? &pcache.e[(size_t)pid % PID_CACHE_SIZE] : NULL;
+	if (e && e->pid == pid) {
+		e->read_ns = 0;	/* read again (name, command line, cgroup) at its next use */
+		e->comm[0] = 0;
+		pcache.execs++;
+	}
+	pthread_mutex_unlock(&pcache.mu);
+}
+
 /* ---- start / stop / metrics ---------------------------------------------------------------------- */
 
 static const char *env_or(const char *v, const char *env, const char *def)
@@ -365,6 +381,7 @@ int meta__start(const struct meta_opts *o)
 	pid_cache_clear();
 	pthread_mutex_unlock(&pcache.mu);
 	agent_labels__set_meta(meta__pid_labels);
+	agent_labels__set_exec(meta__pid_exec);
 
 	api = env_or(o->api_url, "GPUSCOPE_K8S_API", NULL);
 	if (!api && getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
@@ -415,6 +432,7 @@ out_free:
 void meta__stop(void)
 {
 	agent_labels__set_meta(NULL);
+	agent_labels__set_exec(NULL);
 	if (meta_kw.running) {
 		pthread_mutex_lock(&meta_kw.mu);
 		atomic_store(&meta_kw.stopping, true);
@@ -472,6 +490,8 @@ void meta__metrics(FILE *out)
 		     "Process label entries evicted.", pcache.evictions);
 	prom_counter(out, "gpuscope_agent_meta_pid_label_rebuilds_total",
 		     "Process labels rebuilt because their pod changed.", pcache.rebuilds);
+	prom_counter(out, "gpuscope_agent_meta_pid_execs_total",
+		     "Process label entries read again because the process exec'd.", pcache.execs);
 	prom_counter(out, "gpuscope_agent_meta_pid_read_errors_total",
 		     "Reads of /proc/PID/cgroup that failed.", pcache.read_errors);
 	prom_counter(out, "gpuscope_agent_meta_labels_truncated_total",

@@ -40,6 +40,15 @@ static ssize_t read_small(const char *path, char *buf, size_t len)
 	return n;
 }
 
+/* A task name into a slot, cut to PROCFS_COMM_LEN - 1 bytes. */
+static void set_comm(struct slot *s, const char *name)
+{
+	size_t n = strnlen(name, sizeof(s->comm) - 1);
+
+	memcpy(s->comm, name, n);
+	s->comm[n] = 0;
+}
+
 static struct slot *slot_of(pid_t tid)
 {
 	return &slots[(unsigned)tid % SLOTS];
@@ -97,8 +106,24 @@ void procfs_comm_seen(pid_t tid, const char *name)
 		return;
 	pthread_mutex_lock(&lock);
 	s = claim(tid);
-	snprintf(s->comm, sizeof(s->comm), "%s", name);
+	set_comm(s, name);
 	s->comm_ns = mono_ns();
+	pthread_mutex_unlock(&lock);
+}
+
+void procfs_exec(pid_t pid, const char *comm)
+{
+	struct slot *s;
+
+	if (pid <= 0)
+		return;
+	pthread_mutex_lock(&lock);
+	s = claim(pid);
+	s->comm_ns = 0;
+	if (comm && comm[0]) {
+		set_comm(s, comm);
+		s->comm_ns = mono_ns();
+	}
 	pthread_mutex_unlock(&lock);
 }
 

@@ -23,6 +23,12 @@ bool procfs_comm(pid_t tid, char *buf, size_t len);
 /* Records the name a BPF event gave for tid, so the next procfs_comm() need not read /proc. */
 void procfs_comm_seen(pid_t tid, const char *name);
 
+/*
+ * Process pid exec'd and is now named comm (NULL or "": not known, the next procfs_comm() reads
+ * /proc): the name cached for it is replaced at once rather than after the cache's 10 s.
+ */
+void procfs_exec(pid_t pid, const char *comm);
+
 /* pid as its own pid namespace numbers it; pid itself when not in a child namespace or gone. */
 pid_t procfs_nspid(pid_t pid);
 
