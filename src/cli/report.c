@@ -17,7 +17,8 @@ static const char usage_text[] =
 	"                       [--selector S] [--format table|json|markdown] [--limit N]\n"
 	"                       [--token-file F]   (--since defaults to 24h)\n"
 	"GPU-hours held, busy, idle and unknown per workload (--by namespace, pod, owner,\n"
-	"kubeflow_job, ray_cluster, comm, pid, node), idle dollars (the server's\n"
+	"kubeflow_job, ray_cluster, comm, program (the script: train.py), pid, node), idle\n"
+	"dollars (the server's\n"
 	"--gpu-hour-price), the busy source, and the top CPU causes while the GPU was idle.\n"
 	"Rows are sorted by idle dollars; --limit (default 25) rows are printed.\n";
 

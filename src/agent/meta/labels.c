@@ -63,6 +63,12 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		agent_labels__add(ret, "tid", ret->tid);
 		agent_labels__add(ret, "thread", ret->thread);
 	}
+	if (procfs_cmdline(pid, ret->cmdline, sizeof(ret->cmdline), ret->program,
+			   sizeof(ret->program))) {
+		if (ret->program[0])
+			agent_labels__add(ret, "program", ret->program);
+		agent_labels__add(ret, "cmdline", ret->cmdline);
+	}
 	if (meta && meta(pid, ret->comm, ret->l + ret->n,
 			 AGENT_LABELS_CAP - AGENT_LABELS_RESERVE - ret->n, &m) == LABELS_DROPPED) {
 		ret->n = 0;

@@ -31,12 +31,14 @@ struct agent_labels {
 	char pid[16], tid[16];
 	char comm[PROCFS_COMM_LEN], thread[PROCFS_COMM_LEN];
 	char ns_pid[16];	/* for the producers that add it (strips_labels) */
+	char cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];
 };
 
 /*
  * The labels of process pid (thread tid; 0 for process-wide records) into ret: node, pid, comm
  * (the process's name), and when tid != 0 also tid and thread (the task's name: `comm` as given,
- * or read from /proc when NULL); then the metadata labels (container, pod, namespace,
+ * or read from /proc when NULL); program and cmdline (what the process runs: procfs_cmdline(),
+ * absent for kernel threads and processes gone); then the metadata labels (container, pod, namespace,
  * Kubeflow/Ray, relabeling) when the meta module runs. For tid != pid the process name is read from /proc and
  * falls back to `comm` if the process is gone; with tid == 0 and comm NULL it is read from /proc
  * too. Returns LABELS_KEPT or LABELS_DROPPED. Meta labels may use the builder's capacity less
