@@ -45,7 +45,7 @@ static void sleep_ms(long ms)
 
 /* Takes --node, --pid, --duration and --wait out of argv (query_parse takes the rest). */
 static int take_opts(int *argc, char **argv, const char **node, long *pid, const char **dur,
-		     uint64_t *wait_ns)
+		     uint64_t *wait_ns, const char **wait_text)
 {
 	int out = 1;
 
@@ -95,6 +95,8 @@ static int take_opts(int *argc, char **argv, const char **node, long *pid, const
 		} else if (parse_duration_ns(v, wait_ns)) {
 			fprintf(stderr, "gpuscope: --wait: '%s' is not a duration\n", v);
 			return -1;
+		} else {
+			*wait_text = v;
 		}
 	}
 	*argc = out;
@@ -103,41 +105,68 @@ static int take_opts(int *argc, char **argv, const char **node, long *pid, const
 }
 
 /*
- * Is node one the server has data of? 0 yes; 2 no, after printing the nodes it knows; 1 when
- * the server did not answer (printed).
+ * Adds the nodes of a /api/v1/nodes-shaped answer of endpoint to known ("'a', 'b'"), counting
+ * them in *n; sets *found when node is one. 0, or -1 when the server did not answer (printed).
  */
-static int check_node(const struct query *q, const char *node)
+static int list_nodes(const struct query *q, const char *endpoint, const char *node,
+		      char *known, size_t cap, size_t *n, bool *found)
 {
-	char url[2048], known[1024] = "";
-	size_t used = 0, i, n = 0;
-	json_t *j, *nodes, *it;
-	bool found = false;
+	char url[2048];
+	json_t *j, *it;
+	size_t i, used = strlen(known);
 
-	snprintf(url, sizeof(url), "%s/api/v1/nodes", q->server);
+	snprintf(url, sizeof(url), "%s/api/v1/%s", q->server, endpoint);
 	j = http_get_json(q, url);
 	if (!j)
-		return 1;
-	nodes = json_object_get(j, "nodes");
-	json_array_foreach(nodes, i, it) {
+		return -1;
+	json_array_foreach(json_object_get(j, "nodes"), i, it) {
 		const char *name = json_string_value(json_object_get(it, "node"));
+		char quoted[160];
 
 		if (!name)
 			continue;
-		found |= !strcmp(name, node);
-		if (used < sizeof(known))
-			used += (size_t)snprintf(known + used, sizeof(known) - used, "%s'%s'",
-						 n ? ", " : "", name);
-		n++;
+		*found |= !strcmp(name, node);
+		snprintf(quoted, sizeof(quoted), "'%s'", name);
+		if (strstr(known, quoted))
+			continue;	/* in both lists */
+		if (used < cap)
+			used += (size_t)snprintf(known + used, cap - used, "%s%s", *n ? ", " : "",
+						 quoted);
+		(*n)++;
 	}
 	json_decref(j);
+	return 0;
+}
+
+/*
+ * Is node one whose agent asks this server for captures, or one the server has data of? 0 yes;
+ * 2 no, after printing the nodes it knows; 1 when the server did not answer (printed). An
+ * agent that just started may not have asked yet: asked again once after its poll interval.
+ */
+static int check_node(const struct query *q, const char *node)
+{
+	char known[1024];
+	bool found = false;
+	size_t n;
+
+	for (int tries = 0; tries < 2 && !found; tries++) {
+		if (tries)
+			sleep_ms(1500);
+		known[0] = 0;
+		n = 0;
+		if (list_nodes(q, "capture/nodes", node, known, sizeof(known), &n, &found) ||
+		    list_nodes(q, "nodes", node, known, sizeof(known), &n, &found))
+			return 1;
+	}
 	if (found)
 		return 0;
 	if (n)
 		fprintf(stderr, "gpuscope: unknown node '%s': the server knows %zu node%s: %s\n", node,
 			n, n == 1 ? "" : "s", known);
 	else
-		fprintf(stderr, "gpuscope: unknown node '%s': the server has no data of any node yet "
-				"(is an agent running with --server %s?)\n", node, q->server);
+		fprintf(stderr, "gpuscope: unknown node '%s': no agent asks this server for captures "
+				"and it has no data of any node (is an agent running with --server "
+				"%s?)\n", node, q->server);
 	return 2;
 }
 
@@ -194,7 +223,7 @@ int cmd_capture(int argc, char **argv)
 	const char *node = NULL, *dur = "5s", *state = NULL, *status = NULL, *msg = NULL;
 	uint64_t wait_ns = 30 * NSEC_PER_SEC, t0, from_ns = 0, to_ns = 0, id = 0, dur_ns = 0;
 	uint64_t taken_ns = 0;
-	char wait_text[32];
+	const char *wait_text = "30s";
 	char url[2048], *enode = NULL;
 	struct http_body trace = { 0 };
 	json_t *j = NULL;
@@ -202,7 +231,7 @@ int cmd_capture(int argc, char **argv)
 	long pid = 0;
 	int rc;
 
-	if (take_opts(&argc, argv, &node, &pid, &dur, &wait_ns))
+	if (take_opts(&argc, argv, &node, &pid, &dur, &wait_ns, &wait_text))
 		return 2;
 	rc = query_parse(argc, argv, Q_OUTPUT_OPT, usage_text, &q);
 	if (rc)
@@ -213,7 +242,6 @@ int cmd_capture(int argc, char **argv)
 	}
 	if (parse_duration_ns(dur, &dur_ns))
 		dur_ns = 5 * NSEC_PER_SEC;
-	fmt_duration(wait_ns, wait_text, sizeof(wait_text));
 	rc = check_node(&q, node);
 	if (rc)
 		return rc;
