@@ -27,7 +27,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 {
 	enum {
 		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
-		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT, O_FOLDED,
+		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT, O_FOLDED, O_PROCESSES,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
@@ -46,6 +46,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		{ "by", required_argument, NULL, O_BY },
 		{ "format", required_argument, NULL, O_FORMAT },
 		{ "folded", no_argument, NULL, O_FOLDED },
+		{ "processes", no_argument, NULL, O_PROCESSES },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -144,6 +145,11 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 				return usage_error(usage_text, "--format: '%s': want table, json or "
 						   "markdown", optarg);
 			q->format = optarg;
+			break;
+		case O_PROCESSES:
+			if (!(extra & Q_PROCESSES))
+				goto unknown;
+			q->processes = true;
 			break;
 		case O_FOLDED:
 			if (!(extra & Q_FOLDED))

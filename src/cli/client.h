@@ -30,6 +30,7 @@ struct query {
 	const char *by;			/* report only: workload label */
 	const char *format;		/* report only: table|json|markdown */
 	bool folded;			/* diff only: --folded */
+	bool processes;			/* top only: --processes */
 };
 
 /* Which extra options a command takes. */
@@ -42,6 +43,7 @@ enum {
 	Q_REPORT = 1 << 5,	/* --by (namespace), --format (table), --limit; --since 24h */
 	Q_OUTPUT_OPT = 1 << 6,	/* -o FILE allowed, not required (the command has a default) */
 	Q_FOLDED = 1 << 7,	/* --folded: folded stacks instead of a table */
+	Q_PROCESSES = 1 << 8,	/* --processes: top lists processes instead of functions */
 };
 
 /*

@@ -5,7 +5,8 @@ Python processes that all look like `python3`: `python3 work.py --lr 3e-4`, `pyt
 and `python3 -c ...`, each with a secret in its environment. The picker's answer
 (/api/v1/processes) finds each by its program (work.py, spinmod) and command line; the
 selector {program="work.py"} selects that process's samples only; the pprof of it carries the
-labels; no label value anywhere holds the environment."""
+labels; `gpuscope top --processes` lists it by program and command line; no label value
+anywhere holds the environment."""
 import gzip
 import os
 import subprocess
@@ -14,7 +15,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pushlib import (Scratch, Server, check, finish, http,  # noqa: E402
+from pushlib import (CLI, Scratch, Server, check, finish, http,  # noqa: E402
                      need_root_and_binaries, wait_until)
 from lib import AGENT  # noqa: E402
 
@@ -86,6 +87,14 @@ def main():
     raw = gzip.decompress(body) if st == 200 else b""
     check(b"program" in raw and b"work.py" in raw and b"cmdline" in raw,
           f"pprof carries program and cmdline (HTTP {st}, {len(raw)} bytes)")
+    r = subprocess.run([CLI, "top", "--processes", "--server", server.url, "--from", rng["from"],
+                        "--to", rng["to"], "--selector", '{comm="python3"}'],
+                       capture_output=True, text=True, timeout=60)
+    row = [ln for ln in r.stdout.splitlines() if f" {work} " in ln]
+    check(r.returncode == 0 and row and row[0].split()[3:] ==
+          ["python3", "work.py", "python3", "work.py", "--lr", "3e-4"],
+          f"gpuscope top --processes lists pid {work} by program and command line:\n{r.stdout}"
+          f"{r.stderr}")
     vals = []
     for name in ("cmdline", "program", "comm"):
         vals += server.query("label/%s/values" % name, **rng).get("values", [])

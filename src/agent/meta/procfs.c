@@ -245,7 +245,8 @@ bool procfs_cmdline(pid_t pid, char *cmdline, size_t clen, char *program, size_t
 		for (size_t i = 0; i < len && o + 1 < sizeof(tmp.cmdline); i++) {
 			unsigned char c = (unsigned char)raw[i];
 
-			tmp.cmdline[o++] = !c ? ' ' : c < 0x20 || c == 0x7f ? '?' : (char)c;
+			tmp.cmdline[o++] = !c || c == '\n' || c == '\t' || c == '\r' ? ' ' :
+					   c < 0x20 || c == 0x7f ? '?' : (char)c;
 		}
 		if (o < len && (unsigned char)raw[o] >= 0x80) {
 			/* cut inside a UTF-8 sequence: the sequence goes */
