@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "common/hmap.h"
 #include "common/util.h"
 
 static const char usage_text[] =
@@ -132,15 +133,19 @@ struct fn {
 };
 
 struct fns {
-	struct fn *v;
+	struct fn *v;		/* by the name's index in names */
 	size_t n, cap;
+	struct strtab names;
 };
 
 static struct fn *fn_get(struct fns *f, const char *name)
 {
-	for (size_t i = 0; i < f->n; i++)
-		if (!strcmp(f->v[i].name, name))
-			return &f->v[i];
+	int64_t idx = strtab_intern(&f->names, name);
+
+	if (idx < 0)
+		return NULL;
+	if ((size_t)idx < f->n)
+		return &f->v[idx];
 	if (f->n == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 256;
 		struct fn *v = realloc(f->v, cap * sizeof(*v));
@@ -150,7 +155,7 @@ static struct fn *fn_get(struct fns *f, const char *name)
 		f->v = v;
 		f->cap = cap;
 	}
-	f->v[f->n] = (struct fn){ .name = name };
+	f->v[f->n] = (struct fn){ .name = f->names.strs[idx] };
 	return &f->v[f->n++];
 }
 
@@ -259,6 +264,7 @@ out:
 	if (rc)
 		fprintf(stderr, "gpuscope: out of memory\n");
 	free(f.v);
+	strtab_done(&f.names);
 	return rc;
 }
 
