@@ -35,7 +35,8 @@ void procfs_exec(pid_t pid, const char *comm);
 
 /*
  * What process pid runs: its command line (/proc/PID/cmdline: the arguments joined by spaces,
- * line breaks and tabs as spaces, other control characters as '?', cut to PROCFS_CMDLINE_LEN - 1 bytes; never the environment) into
+ * line breaks and tabs as spaces, other control characters as '?', cut to
+ * PROCFS_CMDLINE_LEN - 1 bytes; never the environment) into
  * cmdline, and the program into program: the script or module of an interpreter
  * (`python3 train.py --lr 3e-4` -> `train.py`, `python3 -m torch.distributed.run` ->
  * `torch.distributed.run`, `bash run.sh` -> `run.sh`, `java -jar app.jar` -> `app.jar`), else
