@@ -52,7 +52,8 @@ def main():
         r, took = cli("capture", "--server", srv.url, "--node", "nosuchnode", cwd=work)
         print(r.stderr)
         check(r.returncode == 2 and "unknown node 'nosuchnode'" in r.stderr and
-              "'capnode'" in r.stderr, f"an unknown node refused with the known ones ({r.returncode})")
+              "'capnode'" in r.stderr,
+              f"an unknown node refused with the known ones ({r.returncode})")
         # two lookups 1.5 s apart (a just-started agent's first poll), no request posted
         check(took < 10, f"refused at once: {took:.1f} s")
     finally:

@@ -64,7 +64,9 @@ def main():
     check(rc == 0, f"agent stopped cleanly ({rc}): {open(log, errors='replace').read()[-2000:]}")
     work, mod, code = (str(p.pid) for p in procs)
     rng = {"from": f"{t0 / 1e9 - 5:.3f}", "to": f"{time.time() + 5:.3f}"}
+    # this agent's node only
     rows = {p["pid"]: p for p in server.query("processes", kind="cpu", limit="1000",
+                                              selector='{node="process-program"}',
                                               **rng)["processes"]}
     w, m, c = rows.get(work, {}), rows.get(mod, {}), rows.get(code, {})
     check(w.get("comm") == "python3" and w.get("program") == "work.py" and
@@ -75,20 +77,23 @@ def main():
     check(c.get("program") == "python3" and c.get("cmdline", "").startswith("python3 -c import"),
           f"`python3 -c ...`: the interpreter, the code in the command line: {c}")
     # what the picker's search matches: the script's name finds exactly that process
+    # (the agent samples the whole machine: another test's pystacks_work.py may be there too)
     found = [p for p, r in rows.items() if "work.py" in r.get("program", "") + r.get("cmdline", "")]
-    check(found == [work], f"searching 'work.py' finds pid {work}: {found}")
-    fg = server.query("flamegraph", kind="cpu", selector='{program="work.py"}', **rng)
+    check(work in found and [p for p in found if rows[p].get("program") == "work.py"] == [work],
+          f"searching 'work.py' finds pid {work}: {found}")
+    fg = server.query("flamegraph", kind="cpu",
+                      selector='{node="process-program",program="work.py"}', **rng)
     own = server.query("flamegraph", kind="cpu", selector='{pid="%s"}' % work, **rng)
     check(fg["total"] >= 20 and fg["total"] == own["total"],
           f'{{program="work.py"}} selects that process: {fg["total"]} samples, '
           f'pid {work} has {own["total"]}')
     st, body = http("%s/api/v1/pprof?%s" % (server.url, urllib.parse.urlencode(
-        dict(rng, kind="cpu", selector='{program="work.py"}'))))
+        dict(rng, kind="cpu", selector='{node="process-program",program="work.py"}'))))
     raw = gzip.decompress(body) if st == 200 else b""
     check(b"program" in raw and b"work.py" in raw and b"cmdline" in raw,
           f"pprof carries program and cmdline (HTTP {st}, {len(raw)} bytes)")
     r = subprocess.run([CLI, "top", "--processes", "--server", server.url, "--from", rng["from"],
-                        "--to", rng["to"], "--selector", '{comm="python3"}'],
+                        "--to", rng["to"], "--selector", '{node="process-program",comm="python3"}'],
                        capture_output=True, text=True, timeout=60)
     row = [ln for ln in r.stdout.splitlines() if f" {work} " in ln]
     check(r.returncode == 0 and row and row[0].split()[3:] ==
@@ -100,10 +105,56 @@ def main():
         vals += server.query("label/%s/values" % name, **rng).get("values", [])
     check(vals and not any(SECRET in v for v in vals),
           f"no label value holds the environment ({len(vals)} values)")
-    server.stop()
     print(f"work.py pid {work}: {w}; -m spinmod pid {mod}: {m.get('program')}; "
           f"{{program=\"work.py\"}}: {fg['total']} samples")
+    relabeled(tmp, server)
+    server.stop()
     finish()
+
+
+def relabeled(tmp, server):
+    """The relabel rules see program and cmdline: a labeldrop of cmdline (arguments may hold
+    secrets) and a drop of a program."""
+    rules = tmp.path("relabel.yaml")
+    with open(rules, "w") as f:
+        f.write("- action: labeldrop\n  regex: cmdline\n"
+                "- source_labels: [program]\n  regex: spinmod\n  action: drop\n")
+    env = dict(os.environ)
+    env.pop("GPUSCOPE_AGENT_MODULES_OFF", None)
+    log = tmp.path("agent-relabel.log")
+    t0 = time.time_ns()
+    agent = subprocess.Popen([AGENT, "run", "--server", server.url, "--metrics-listen",
+                              "127.0.0.1:0", "--modules", "meta,cpu-sampler", "--node",
+                              "process-relabel", "--push-interval", "1s",
+                              "--relabel-config", rules],
+                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    procs = []
+    try:
+        wait_until(lambda: agent.poll() is not None or
+                   "metrics: http" in open(log, errors="replace").read(), 60)
+        for argv in (["python3", "work.py", "--lr", "1e-3"], ["python3", "-m", "spinmod"]):
+            procs.append(subprocess.Popen(argv, cwd=tmp.path("")))
+        for p in procs:
+            p.wait(60)
+        time.sleep(2.5)
+        agent.terminate()
+        rc = agent.wait(60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    check(rc == 0, f"relabel: agent stopped cleanly ({rc}): "
+          f"{open(log, errors='replace').read()[-2000:]}")
+    rng = {"from": f"{t0 / 1e9 - 5:.3f}", "to": f"{time.time() + 5:.3f}",
+           "selector": '{node="process-relabel"}'}
+    rows = {p["pid"]: p for p in server.query("processes", kind="cpu", limit="1000",
+                                              **rng)["processes"]}
+    w, m = rows.get(str(procs[0].pid), {}), rows.get(str(procs[1].pid))
+    check(w.get("program") == "work.py" and "cmdline" not in w,
+          f"relabel: labeldrop cmdline keeps program, drops the command line: {w}")
+    check(m is None, f"relabel: the program spinmod dropped: {m}")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		agent_labels__add(ret, "tid", ret->tid);
 		agent_labels__add(ret, "thread", ret->thread);
 	}
-	if (procfs_cmdline(pid, ret->cmdline, sizeof(ret->cmdline), ret->program,
-			   sizeof(ret->program))) {
+	/* with meta, what the process runs is among its labels (the relabel rules see it) */
+	if (!meta && procfs_cmdline(pid, ret->cmdline, sizeof(ret->cmdline), ret->program,
+				    sizeof(ret->program))) {
 		if (ret->program[0])
 			agent_labels__add(ret, "program", ret->program);
 		agent_labels__add(ret, "cmdline", ret->cmdline);

@@ -37,9 +37,9 @@ struct agent_labels {
 /*
  * The labels of process pid (thread tid; 0 for process-wide records) into ret: node, pid, comm
  * (the process's name), and when tid != 0 also tid and thread (the task's name: `comm` as given,
- * or read from /proc when NULL); program and cmdline (what the process runs: procfs_cmdline(),
- * absent for kernel threads and processes gone); then the metadata labels (container, pod,
- * namespace, Kubeflow/Ray, relabeling) when the meta module runs. For tid != pid the process
+ * or read from /proc when NULL); then the metadata labels (program and cmdline: what the process
+ * runs, procfs_cmdline(), absent for kernel threads and processes gone; container, pod,
+ * namespace, Kubeflow/Ray; relabeled) when the meta module runs, else program and cmdline alone. For tid != pid the process
  * name is read from /proc (cached; replaced at an exec, agent__pid_exec()) and falls back to
  * `comm` if the process is gone; with tid == pid the given `comm` is cached as the process's;
  * with tid == 0 and comm NULL it is read from /proc too. Returns LABELS_KEPT or LABELS_DROPPED. Meta labels may use the builder's capacity less

@@ -13,6 +13,7 @@ struct pid_entry {
 	uint64_t gen;		/* pod-cache generation the labels were built from */
 	struct meta_cgroup cg;
 	char comm[16];		/* the process's name when read, for relabel rules ("" unread) */
+	char cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];	/* "" when none */
 	char *packed;		/* "name\0value\0" * n, malloc'ed, at most PACKED_MAX */
 	size_t packed_len;
 	uint16_t n;
@@ -120,6 +121,11 @@ static void build_labels(struct pid_entry *e)
 	lset_set(&ls, "__meta_systemd_unit", cg->unit);
 	if (e->comm[0])
 		lset_set(&ls, "__meta_process_comm", e->comm);
+	/* what the process runs: labels the rules can drop (labeldrop cmdline) or decide on */
+	if (e->program[0])
+		lset_set(&ls, "program", e->program);
+	if (e->cmdline[0])
+		lset_set(&ls, "cmdline", e->cmdline);
 	if (cg->container_id[0]) {
 		lset_set(&ls, "container_id", cg->container_id);
 		lset_set(&ls, "container_runtime", cg->runtime);
@@ -252,7 +258,7 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 {
 	static __thread char tls[PACKED_MAX];
 	struct meta_cgroup cg;
-	char comm[16];
+	char comm[16], cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];
 	struct pid_entry *e;
 	bool fresh = false, dropped;
 	size_t n = 0;
@@ -280,6 +286,8 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 			read_comm(pid, comm);
 		if (!comm[0] && comm_hint)
 			snprintf(comm, sizeof(comm), "%s", comm_hint);
+		if (rc || !procfs_cmdline(pid, cmdline, sizeof(cmdline), program, sizeof(program)))
+			cmdline[0] = program[0] = 0;
 		fresh = true;
 		pthread_mutex_lock(&pcache.mu);
 		if (!pcache.e) {	/* meta__stop() meanwhile */
@@ -305,6 +313,8 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 		} else {
 			e->cg = cg;
 			memcpy(e->comm, comm, sizeof(e->comm));
+			memcpy(e->cmdline, cmdline, sizeof(e->cmdline));
+			memcpy(e->program, program, sizeof(e->program));
 			build_labels(e);
 		}
 	} else if (!e->gone && e->gen != atomic_load(&meta_pc.gen)) {
