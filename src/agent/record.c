@@ -184,6 +184,7 @@ static void on_proc(void *ctx, pid_t tgid, bool exec, uint64_t ktime_ns)
 
 		if (slot)	/* re-read /proc/PID/comm at the next sample */
 			*slot = 0;
+		procfs_exec(tgid, NULL);	/* not the name cached before the exec */
 	}
 }
 

@@ -21,6 +21,7 @@
 #include "agent/cupti/capture_poll.h"
 #include "agent/cupti/window.h"
 #include "agent/gpu/nvml.h"
+#include "agent/meta/labels.h"
 #include "agent/commands.h"
 #include "agent/push/metrics_http.h"
 #include "agent/modules.h"
@@ -332,6 +333,12 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 	return 0;
 }
 
+/* The symbolizer read an exec from the kernel's records: the label builder follows it. */
+static void on_exec(void *ctx, pid_t pid, const char *comm)
+{
+	agent__pid_exec(ctx, pid, comm);
+}
+
 static void sleep_until(uint64_t t_ns)
 {
 	struct timespec ts = { .tv_sec = t_ns / NSEC_PER_SEC, .tv_nsec = t_ns % NSEC_PER_SEC };
@@ -640,6 +647,8 @@ int cmd_run(int argc, char **argv)
 			log_warn("run: symbolizer: %s (%s): the maps of processes gone before a "
 				 "read are unknown", why, strerror(errno));
 	}
+	/* execs the kernel's records tell reach the label builder even without the sched module */
+	symbolizer__on_exec(a.sym, on_exec, &a);
 	/* One stack cache for every module that takes stacks, whichever of them run. */
 	a.stacks = stack_cache__new(a.sym, 0);
 	if (!a.stacks) {

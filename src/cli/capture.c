@@ -24,12 +24,15 @@ static const char usage_text[] =
 	"process with the CUPTI library), then writes the window as a Perfetto trace (Chrome\n"
 	"trace-event JSON, default capture.json; '-' for stdout). A process without the library\n"
 	"gets the answer 'not injected'; the trace then holds CPU, thread-state and NVML data.\n"
+	"A NODE the server has no data of is refused at once, with the nodes it knows.\n"
 	"\n"
 	"  --server URL        gpuscope-server (default $GPUSCOPE_SERVER)\n"
 	"  --node NODE         the agent's node name\n"
 	"  --pid PID           one process (default all)\n"
 	"  --duration DUR      window length, 10ms..10m (default 5s)\n"
-	"  --wait DUR          how long to wait for the agent and its records (default 30s)\n"
+	"  --wait DUR          how long to wait for the agent to take the request, for its\n"
+	"                      answer after the window, and for the window's records (each;\n"
+	"                      default 30s)\n"
 	"  --token-file FILE   bearer token\n"
 	"  -o, --output FILE   where the trace goes (default capture.json)\n";
 
@@ -42,7 +45,7 @@ static void sleep_ms(long ms)
 
 /* Takes --node, --pid, --duration and --wait out of argv (query_parse takes the rest). */
 static int take_opts(int *argc, char **argv, const char **node, long *pid, const char **dur,
-		     uint64_t *wait_ns)
+		     uint64_t *wait_ns, const char **wait_text)
 {
 	int out = 1;
 
@@ -92,11 +95,79 @@ static int take_opts(int *argc, char **argv, const char **node, long *pid, const
 		} else if (parse_duration_ns(v, wait_ns)) {
 			fprintf(stderr, "gpuscope: --wait: '%s' is not a duration\n", v);
 			return -1;
+		} else {
+			*wait_text = v;
 		}
 	}
 	*argc = out;
 	argv[out] = NULL;
 	return 0;
+}
+
+/*
+ * Adds the nodes of a /api/v1/nodes-shaped answer of endpoint to known ("'a', 'b'"), counting
+ * them in *n; sets *found when node is one. 0, or -1 when the server did not answer (printed).
+ */
+static int list_nodes(const struct query *q, const char *endpoint, const char *node,
+		      char *known, size_t cap, size_t *n, bool *found)
+{
+	char url[2048];
+	json_t *j, *it;
+	size_t i, used = strlen(known);
+
+	snprintf(url, sizeof(url), "%s/api/v1/%s", q->server, endpoint);
+	j = http_get_json(q, url);
+	if (!j)
+		return -1;
+	json_array_foreach(json_object_get(j, "nodes"), i, it) {
+		const char *name = json_string_value(json_object_get(it, "node"));
+		char quoted[160];
+
+		if (!name)
+			continue;
+		*found |= !strcmp(name, node);
+		snprintf(quoted, sizeof(quoted), "'%s'", name);
+		if (strstr(known, quoted))
+			continue;	/* in both lists */
+		if (used < cap)
+			used += (size_t)snprintf(known + used, cap - used, "%s%s", *n ? ", " : "",
+						 quoted);
+		(*n)++;
+	}
+	json_decref(j);
+	return 0;
+}
+
+/*
+ * Is node one whose agent asks this server for captures, or one the server has data of? 0 yes;
+ * 2 no, after printing the nodes it knows; 1 when the server did not answer (printed). An
+ * agent that just started may not have asked yet: asked again once after its poll interval.
+ */
+static int check_node(const struct query *q, const char *node)
+{
+	char known[1024];
+	bool found = false;
+	size_t n;
+
+	for (int tries = 0; tries < 2 && !found; tries++) {
+		if (tries)
+			sleep_ms(1500);
+		known[0] = 0;
+		n = 0;
+		if (list_nodes(q, "capture/nodes", node, known, sizeof(known), &n, &found) ||
+		    list_nodes(q, "nodes", node, known, sizeof(known), &n, &found))
+			return 1;
+	}
+	if (found)
+		return 0;
+	if (n)
+		fprintf(stderr, "gpuscope: unknown node '%s': the server knows %zu node%s: %s\n", node,
+			n, n == 1 ? "" : "s", known);
+	else
+		fprintf(stderr, "gpuscope: unknown node '%s': no agent asks this server for captures "
+				"and it has no data of any node (is an agent running with --server "
+				"%s?)\n", node, q->server);
+	return 2;
 }
 
 static json_t *post_json(const struct query *q, const char *url)
@@ -150,7 +221,9 @@ static bool window_arrived(const struct query *q, const char *enode, long pid, u
 int cmd_capture(int argc, char **argv)
 {
 	const char *node = NULL, *dur = "5s", *state = NULL, *status = NULL, *msg = NULL;
-	uint64_t wait_ns = 30 * NSEC_PER_SEC, t0, from_ns = 0, to_ns = 0, id = 0;
+	uint64_t wait_ns = 30 * NSEC_PER_SEC, t0, from_ns = 0, to_ns = 0, id = 0, dur_ns = 0;
+	uint64_t taken_ns = 0;
+	const char *wait_text = "30s";
 	char url[2048], *enode = NULL;
 	struct http_body trace = { 0 };
 	json_t *j = NULL;
@@ -158,15 +231,20 @@ int cmd_capture(int argc, char **argv)
 	long pid = 0;
 	int rc;
 
-	if (take_opts(&argc, argv, &node, &pid, &dur, &wait_ns))
+	if (take_opts(&argc, argv, &node, &pid, &dur, &wait_ns, &wait_text))
 		return 2;
-	rc = query_parse(argc, argv, Q_OUTPUT, usage_text, &q);
+	rc = query_parse(argc, argv, Q_OUTPUT_OPT, usage_text, &q);
 	if (rc)
 		return rc == 1 ? 0 : rc;
 	if (!node || !*node) {
 		fprintf(stderr, "gpuscope: --node NODE is required\n%s", usage_text);
 		return 2;
 	}
+	if (parse_duration_ns(dur, &dur_ns))
+		dur_ns = 5 * NSEC_PER_SEC;
+	rc = check_node(&q, node);
+	if (rc)
+		return rc;
 	enode = curl_easy_escape(NULL, node, 0);
 	if (!enode)
 		return 1;
@@ -190,13 +268,25 @@ int cmd_capture(int argc, char **argv)
 		if (!j)
 			goto fail;
 		state = json_string_value(json_object_get(j, "state"));
-		if (state && (!strcmp(state, "done") || !strcmp(state, "expired")))
+		if (!state)
+			state = "?";
+		if (!strcmp(state, "done") || !strcmp(state, "expired"))
 			break;
-		if (mono_ns() - t0 > wait_ns + 600 * NSEC_PER_SEC) {
-			fprintf(stderr, "gpuscope: capture %" PRIu64 ": no answer from the agent\n", id);
+		if (strcmp(state, "pending") && !taken_ns)
+			taken_ns = mono_ns();	/* the agent has it: the window, then its answer */
+		if (!taken_ns && mono_ns() - t0 > wait_ns) {
+			fprintf(stderr, "gpuscope: capture %" PRIu64 ": node '%s' did not take it "
+					"within --wait %s (is its agent running, with --server "
+					"pointing here?)\n", id, node, wait_text);
 			goto fail;
 		}
-		sleep_ms(250);
+		if (taken_ns && mono_ns() - taken_ns > dur_ns + wait_ns) {
+			fprintf(stderr, "gpuscope: capture %" PRIu64 ": node '%s' took it but did not "
+					"answer within the window and --wait %s\n", id, node,
+				wait_text);
+			goto fail;
+		}
+		sleep_ms(100);
 	}
 	status = json_string_value(json_object_get(j, "status"));
 	msg = json_string_value(json_object_get(j, "message"));

@@ -27,7 +27,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 {
 	enum {
 		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
-		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT,
+		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT, O_FOLDED, O_PROCESSES,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
@@ -45,6 +45,8 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		{ "sort", required_argument, NULL, O_SORT },
 		{ "by", required_argument, NULL, O_BY },
 		{ "format", required_argument, NULL, O_FORMAT },
+		{ "folded", no_argument, NULL, O_FOLDED },
+		{ "processes", no_argument, NULL, O_PROCESSES },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -99,7 +101,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 			q->ca_file = optarg;
 			break;
 		case 'o':
-			if (!(extra & Q_OUTPUT))
+			if (!(extra & (Q_OUTPUT | Q_OUTPUT_OPT)))
 				goto unknown;
 			q->output = optarg;
 			break;
@@ -143,6 +145,16 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 				return usage_error(usage_text, "--format: '%s': want table, json or "
 						   "markdown", optarg);
 			q->format = optarg;
+			break;
+		case O_PROCESSES:
+			if (!(extra & Q_PROCESSES))
+				goto unknown;
+			q->processes = true;
+			break;
+		case O_FOLDED:
+			if (!(extra & Q_FOLDED))
+				goto unknown;
+			q->folded = true;
 			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
@@ -302,7 +314,9 @@ static void print_server_error(long status, const struct http_body *b)
 	json_decref(j);
 }
 
-static int http_do(const struct query *q, const char *url, bool post, struct http_body *ret)
+/* ret_status NULL: a non-2xx answer is printed and -1; else it is returned as 1 (body, status). */
+static int http_do(const struct query *q, const char *url, bool post, struct http_body *ret,
+		   long *ret_status)
 {
 	struct http_body b = { 0 };
 	struct curl_slist *hdrs = NULL;
@@ -349,10 +363,12 @@ static int http_do(const struct query *q, const char *url, bool post, struct htt
 		goto out;
 	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	if (status < 200 || status >= 300) {
+	if ((status < 200 || status >= 300) && !ret_status) {
 		print_server_error(status, &b);
 		goto out;
 	}
+	if (ret_status)
+		*ret_status = status;
 	if (!b.data) {
 		b.data = calloc(1, 1);
 		if (!b.data)
@@ -360,7 +376,7 @@ static int http_do(const struct query *q, const char *url, bool post, struct htt
 	}
 	*ret = b;
 	b.data = NULL;
-	r = 0;
+	r = status < 200 || status >= 300 ? 1 : 0;
 out:
 	free(b.data);
 	curl_slist_free_all(hdrs);
@@ -370,12 +386,18 @@ out:
 
 int http_get(const struct query *q, const char *url, struct http_body *ret)
 {
-	return http_do(q, url, false, ret);
+	return http_do(q, url, false, ret, NULL);
+}
+
+int http_get_status(const struct query *q, const char *url, struct http_body *ret,
+		    long *ret_status)
+{
+	return http_do(q, url, false, ret, ret_status);
 }
 
 int http_post(const struct query *q, const char *url, struct http_body *ret)
 {
-	return http_do(q, url, true, ret);
+	return http_do(q, url, true, ret, NULL);
 }
 
 int write_output(const char *path, const void *data, size_t len)

@@ -29,6 +29,8 @@ struct query {
 	const char *sort;		/* top only: self|total */
 	const char *by;			/* report only: workload label */
 	const char *format;		/* report only: table|json|markdown */
+	bool folded;			/* diff only: --folded */
+	bool processes;			/* top only: --processes */
 };
 
 /* Which extra options a command takes. */
@@ -39,6 +41,9 @@ enum {
 	Q_LIMIT = 1 << 3,
 	Q_SORT = 1 << 4,
 	Q_REPORT = 1 << 5,	/* --by (namespace), --format (table), --limit; --since 24h */
+	Q_OUTPUT_OPT = 1 << 6,	/* -o FILE allowed, not required (the command has a default) */
+	Q_FOLDED = 1 << 7,	/* --folded: folded stacks instead of a table */
+	Q_PROCESSES = 1 << 8,	/* --processes: top lists processes instead of functions */
 };
 
 /*
@@ -71,6 +76,13 @@ struct http_body {
  * returns -1; on a 2xx returns 0 with *ret filled (caller frees ret->data).
  */
 int http_get(const struct query *q, const char *url, struct http_body *ret);
+/*
+ * http_get() that hands a non-2xx answer back instead of printing it: 0 on a 2xx, 1 on another
+ * status (*ret filled with the answer, *ret_status the status), -1 when there was no answer
+ * (printed). The caller frees ret->data in both first cases.
+ */
+int http_get_status(const struct query *q, const char *url, struct http_body *ret,
+		    long *ret_status);
 /* The same as a POST with an empty body (the arguments are in the URL's query). */
 int http_post(const struct query *q, const char *url, struct http_body *ret);
 

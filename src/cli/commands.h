@@ -10,5 +10,6 @@ int cmd_timeline(int argc, char **argv);	/* timeline.c */
 int cmd_doctor(int argc, char **argv);		/* doctor.c */
 int cmd_report(int argc, char **argv);		/* report.c */
 int cmd_capture(int argc, char **argv);		/* capture.c */
+int cmd_diff(int argc, char **argv);		/* diff.c */
 
 #endif

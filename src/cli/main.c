@@ -6,6 +6,7 @@
 static const struct subcmd commands[] = {
 	{ "flamegraph", cmd_flamegraph, "write an interactive flame graph SVG for a range and selector" },
 	{ "top", cmd_top, "print the top functions, self and total" },
+	{ "diff", cmd_diff, "compare two ranges or two selectors: functions whose share changed" },
 	{ "pprof", cmd_pprof, "download the merged pprof profile for a range and selector" },
 	{ "timeline", cmd_timeline, "print per-thread CPU strips of a process in the terminal" },
 	{ "report", cmd_report, "GPU-hours, idle dollars and idle causes per workload" },

@@ -17,7 +17,8 @@ static const char usage_text[] =
 	"                       [--selector S] [--format table|json|markdown] [--limit N]\n"
 	"                       [--token-file F]   (--since defaults to 24h)\n"
 	"GPU-hours held, busy, idle and unknown per workload (--by namespace, pod, owner,\n"
-	"kubeflow_job, ray_cluster, comm, pid, node), idle dollars (the server's\n"
+	"kubeflow_job, ray_cluster, comm, program (the script: train.py), pid, node), idle\n"
+	"dollars (the server's\n"
 	"--gpu-hour-price), the busy source, and the top CPU causes while the GPU was idle.\n"
 	"Rows are sorted by idle dollars; --limit (default 25) rows are printed.\n";
 
@@ -266,27 +267,82 @@ static int print_report(const struct query *q, json_t *j, bool md)
 	return 0;
 }
 
+/*
+ * A range without GPU data is an answer, not a failure: says so and why that may be (exit 0).
+ * Returns 0 when the server's 404 said so (printed), 1 for another error (printed).
+ */
+static int no_gpu_data(const struct query *q, long status, const struct http_body *b)
+{
+	json_t *j = json_loadb(b->data, b->len, 0, NULL), *out;
+	const char *err = json_string_value(json_object_get(j, "error"));
+	char why[1024], range[96];
+	int rc = 1;
+
+	if (status != 404 || !err || strncmp(err, "no GPU data", 11)) {
+		fprintf(stderr, "gpuscope: server: %s (HTTP %ld)\n",
+			err ? err : b->len ? b->data : "(empty answer)", status);
+		goto out;
+	}
+	if (q->have_range)
+		snprintf(range, sizeof(range), "%.3f to %.3f (Unix seconds)",
+			 q->from_ns / 1e9, q->to_ns / 1e9);
+	else
+		snprintf(range, sizeof(range), "the last %s", q->since);
+	snprintf(why, sizeof(why),
+		 "No GPU data in %s%s%s, so there is nothing to report. Maybe no "
+		 "agent here sees a GPU (no NVIDIA driver or libnvidia-ml on the node, or the agent "
+		 "runs with --no-gpu: `gpuscope doctor` on the node says), the agents ran at "
+		 "another time (widen --since or --from/--to), or the selector matches no process "
+		 "that holds a GPU.", range, q->selector ? " for selector " : "",
+		 q->selector ? q->selector : "");
+	if (!strcmp(q->format, "json")) {
+		out = json_pack("{s:[],s:s}", "workloads", "no_gpu_data", why);
+		if (out)
+			json_dumpf(out, stdout, JSON_COMPACT);
+		puts("");
+		json_decref(out);
+	} else {
+		printf("%s%s\n", !strcmp(q->format, "markdown") ? "> " : "", why);
+	}
+	rc = 0;
+out:
+	json_decref(j);
+	return rc;
+}
+
 int cmd_report(int argc, char **argv)
 {
 	struct http_body body = { 0 };
+	json_error_t jerr;
 	json_t *j = NULL;
 	struct query q;
+	long status = 0;
 	char *url;
 	int rc;
 
 	url = query_open(argc, argv, Q_REPORT, usage_text, "efficiency", &q, &rc);
 	if (!url)
 		return rc;
+	rc = http_get_status(&q, url, &body, &status);
+	if (rc < 0) {
+		rc = 1;
+		goto out;
+	}
+	if (rc) {
+		rc = no_gpu_data(&q, status, &body);
+		goto out;
+	}
 	rc = 1;
 	if (!strcmp(q.format, "json")) {
-		if (http_get(&q, url, &body))
-			goto out;
 		rc = write_output("-", body.data, body.len) ? 1 : 0;
 		goto out;
 	}
-	j = http_get_json(&q, url);
-	if (!j)
+	j = json_loadb(body.data, body.len, 0, &jerr);
+	if (!j || !json_is_object(j)) {
+		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
+			j ? "wrong type" : jerr.text);
 		goto out;
+	}
 	rc = print_report(&q, j, !strcmp(q.format, "markdown"));
 out:
 	free(body.data);

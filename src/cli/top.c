@@ -12,8 +12,10 @@
 static const char usage_text[] =
 	"usage: gpuscope top --server URL [--since 5m | --from T [--to T]] [--selector S]\n"
 	"                    [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns] [--token-file F] [--ca-file F]\n"
-	"                    [--limit 25] [--sort self|total]\n"
-	"Prints the top functions: self (leaf) and total (anywhere on the stack).\n"
+	"                    [--limit 25] [--sort self|total] [--processes]\n"
+	"Prints the top functions: self (leaf) and total (anywhere on the stack); with\n"
+	"--processes, the processes with the most samples instead: pid, name, program (the\n"
+	"script or module a Python runs: train.py) and command line.\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h.\n"
 	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
@@ -149,17 +151,68 @@ static int print_top(const struct query *q, json_t *j)
 	return 0;
 }
 
+/* The processes table (/api/v1/processes); 0, or 1 after printing what is wrong. */
+static int print_processes(const struct query *q, json_t *j)
+{
+	json_t *procs = json_object_get(j, "processes"), *it;
+	const char *unit = json_string_value(json_object_get(j, "unit"));
+	bool ns = (unit && !strcmp(unit, "ns")) || (q->kind && strcmp(q->kind, "cpu"));
+	double total = json_number_value(json_object_get(j, "total"));
+	size_t i, n = json_array_size(procs);
+	char v[32];
+
+	if (!json_is_array(procs)) {
+		fprintf(stderr, "gpuscope: server: answer has no \"processes\" array\n");
+		return 1;
+	}
+	fmt_value(total, ns, v, sizeof(v));
+	printf("total %s%s, %lld process%s\n", v, ns ? "" : " samples",
+	       (long long)json_integer_value(json_object_get(j, "count")),
+	       json_integer_value(json_object_get(j, "count")) == 1 ? "" : "es");
+	printf("%12s %7s %8s  %-15s %-24s %s\n", "VALUE", "SHARE", "PID", "COMM", "PROGRAM",
+	       "COMMAND LINE");
+	json_array_foreach(procs, i, it) {
+		const char *s = json_string_value(json_object_get(it, "program"));
+		const char *c = json_string_value(json_object_get(it, "cmdline"));
+		double val = json_number_value(json_object_get(it, "value"));
+
+		if ((long)i >= q->limit)
+			break;
+		fmt_value(val, ns, v, sizeof(v));
+		printf("%12s %6.2f%% %8s  %-15s %-24s %s\n", v, total > 0 ? 100 * val / total : 0.0,
+		       json_string_value(json_object_get(it, "pid")) ?: "?",
+		       json_string_value(json_object_get(it, "comm")) ?: "?", s && *s ? s : "-",
+		       c && *c ? c : "-");
+	}
+	if (!n)
+		printf("(no samples in this range)\n");
+	return 0;
+}
+
 int cmd_top(int argc, char **argv)
 {
 	json_t *j = NULL;
 	struct query q;
-	char *url;
+	char *url, *u;
 	int rc;
 
-	url = query_open(argc, argv, Q_LIMIT | Q_SORT, usage_text, "top", &q, &rc);
+	url = query_open(argc, argv, Q_LIMIT | Q_SORT | Q_PROCESSES, usage_text, "top", &q, &rc);
 	if (!url)
 		return rc;
 	rc = 1;
+	if (q.processes) {
+		free(url);
+		url = query_url(&q, "processes");
+		if (!url || asprintf(&u, "%s&limit=%ld", url, q.limit) < 0) {
+			fprintf(stderr, "gpuscope: out of memory\n");
+			goto out;
+		}
+		free(url);
+		url = u;
+		j = http_get_json(&q, url);
+		rc = j ? print_processes(&q, j) : 1;
+		goto out;
+	}
 	j = http_get_json(&q, url);
 	if (!j)
 		goto out;

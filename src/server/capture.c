@@ -37,8 +37,15 @@ struct capture {
 	uint64_t from_ns, to_ns;	/* the agent's window range (wall) */
 };
 
+#define POLLERS_MAX	  64			/* nodes whose agents asked for captures */
+#define POLLER_TTL_NS	  (300 * NSEC_PER_SEC)	/* listed while they asked this recently */
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct capture caps[CAPTURES_MAX];
+static struct {
+	char node[128];
+	uint64_t last_ns;	/* wall time of its last /capture/pending */
+} pollers[POLLERS_MAX];
 static uint64_t next_id = 1;
 /* No agent took a request within this: expired; an agent that took one has its duration plus
  * this to answer, else expired too (an agent that dropped it must not hold its slot). */
@@ -194,10 +201,23 @@ static unsigned do_pending(capture_arg_fn arg, void *actx, struct buf *out)
 	const char *node = arg(actx, "node");
 	bool first = true;
 
+	int slot = 0;
+
 	if (!node || !*node)
 		return fail(out, 400, "node is required");
 	pthread_mutex_lock(&mu);
 	expire(wall_ns());
+	/* the node's agent is there: its slot, else the one asked longest ago */
+	for (int i = 0; i < POLLERS_MAX; i++) {
+		if (!strcmp(pollers[i].node, node)) {
+			slot = i;
+			break;
+		}
+		if (pollers[i].last_ns < pollers[slot].last_ns)
+			slot = i;
+	}
+	snprintf(pollers[slot].node, sizeof(pollers[slot].node), "%s", node);
+	pollers[slot].last_ns = wall_ns();
 	buf_puts(out, "{\"captures\":[");
 	for (int i = 0; i < CAPTURES_MAX; i++) {
 		struct capture *c = &caps[i];
@@ -210,6 +230,28 @@ static unsigned do_pending(capture_arg_fn arg, void *actx, struct buf *out)
 			buf_puts(out, ",");
 		first = false;
 		cap_json(out, c);
+	}
+	buf_puts(out, "]}");
+	pthread_mutex_unlock(&mu);
+	return 200;
+}
+
+/* {"nodes":[{"node":..,"last_poll_ms":..}]}: the agents that asked for captures lately. */
+static unsigned do_nodes(struct buf *out)
+{
+	uint64_t now = wall_ns();
+	bool first = true;
+
+	pthread_mutex_lock(&mu);
+	buf_puts(out, "{\"nodes\":[");
+	for (int i = 0; i < POLLERS_MAX; i++) {
+		if (!pollers[i].node[0] || now - pollers[i].last_ns > POLLER_TTL_NS)
+			continue;
+		buf_puts(out, first ? "{\"node\":" : ",{\"node\":");
+		buf_json_str(out, pollers[i].node);
+		buf_printf(out, ",\"last_poll_ms\":%llu}",
+			   (unsigned long long)(pollers[i].last_ns / NSEC_PER_MSEC));
+		first = false;
 	}
 	buf_puts(out, "]}");
 	pthread_mutex_unlock(&mu);
@@ -554,5 +596,7 @@ unsigned capture_handle(struct store *st, const char *url, bool post, capture_ar
 		return do_pending(arg, actx, out);
 	if (!strcmp(url, "/api/v1/capture/status"))
 		return post ? fail(out, 405, "use GET") : do_status(arg, actx, out);
+	if (!strcmp(url, "/api/v1/capture/nodes"))
+		return post ? fail(out, 405, "use GET") : do_nodes(out);
 	return fail(out, 404, "no such endpoint");
 }

@@ -5,6 +5,7 @@
  *   GET  /api/v1/capture/pending?node=N                 the agent takes its node's requests
  *   POST /api/v1/capture/result?id=&status=&message=&from=&to=   the agent's answer
  *   GET  /api/v1/capture/status?id=                     the request's state and the answer
+ *   GET  /api/v1/capture/nodes                          nodes whose agents asked lately (5 min)
  *   GET  /api/v1/trace?node=N&from=&to=[&pid=P]         Chrome trace-event JSON (Perfetto UI)
  * The request registry is in memory (a capture is a short-lived request; what it records is in
  * the store like everything else). The trace is built from the store's intervals and series.

@@ -730,6 +730,7 @@ out:
 
 struct proc {
 	const char *pid, *comm, *pod;	/* into the groups' values (split in place) */
+	const char *program, *cmdline;	/* of the busiest comm's group; "" when none */
 	uint64_t value, comm_value;	/* comm: the one with the most samples */
 };
 
@@ -779,8 +780,11 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 	size_t n = 0;
 	int err;
 
-	/* comm is per thread: group by (pid, comm, pod) and keep each pid's busiest comm */
-	qa.group_by = "pid,comm,pod";
+	/*
+	 * comm is per thread: group by (pid, comm, pod, program, cmdline) and keep each pid's
+	 * busiest comm, with what it ran then (a pid that exec'd ran several)
+	 */
+	qa.group_by = "pid,comm,pod,program,cmdline";
 	qa.groups = &groups;
 	qa.step_ns = q->to_ns - q->from_ns + 1;	/* one bucket */
 	qa.emit = gsum_emit;
@@ -796,7 +800,8 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 		goto out;
 	}
 	for (size_t gi = 1; gi <= groups.len; gi++) {
-		char *v = groups.strs[gi - 1], *c = strchr(v, STORE_GROUP_SEP[0]), *pod;
+		char *v = groups.strs[gi - 1], *c = strchr(v, STORE_GROUP_SEP[0]), *pod, *prog = NULL;
+		char *cmd = NULL;
 		uint64_t *slot;
 		struct proc *p;
 		int ins;
@@ -808,6 +813,12 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 		pod = strchr(c, STORE_GROUP_SEP[0]);
 		if (pod)
 			*pod++ = 0;
+		prog = pod ? strchr(pod, STORE_GROUP_SEP[0]) : NULL;
+		if (prog)
+			*prog++ = 0;
+		cmd = prog ? strchr(prog, STORE_GROUP_SEP[0]) : NULL;
+		if (cmd)
+			*cmd++ = 0;
 		if (!*v)
 			continue;	/* samples without a pid: in the total only */
 		slot = u64map_upsert(&byp, hash64(v, strlen(v), 7), n, &ins);
@@ -817,13 +828,18 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 		}
 		p = &pr[*slot];
 		if (ins) {
-			*p = (struct proc){ .pid = v, .comm = c, .pod = pod ? pod : "" };
+			*p = (struct proc){ .pid = v, .comm = c, .pod = pod ? pod : "",
+					    .program = prog ? prog : "", .cmdline = cmd ? cmd : "" };
 			n++;
 		}
 		p->value += sum[gi];
 		if (sum[gi] > p->comm_value) {
 			p->comm_value = sum[gi];
 			p->comm = c;
+			if (prog && *prog)
+				p->program = prog;
+			if (cmd && *cmd)
+				p->cmdline = cmd;
 		}
 		if (pod && *pod)
 			p->pod = pod;
@@ -840,6 +856,14 @@ int query_processes(struct store *s, const struct store_query *q, size_t limit, 
 		if (*pr[i].pod) {
 			buf_puts(out, ",\"pod\":");
 			buf_json_str(out, pr[i].pod);
+		}
+		if (*pr[i].program) {
+			buf_puts(out, ",\"program\":");
+			buf_json_str(out, pr[i].program);
+		}
+		if (*pr[i].cmdline) {
+			buf_puts(out, ",\"cmdline\":");
+			buf_json_str(out, pr[i].cmdline);
 		}
 		buf_printf(out, ",\"value\":%llu}", (unsigned long long)pr[i].value);
 	}

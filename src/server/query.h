@@ -39,8 +39,9 @@ int query_series(struct store *s, const char *name, uint64_t from_ns, uint64_t t
 		 const struct selector *sel, size_t buckets, struct buf *out);
 
 /*
- * {"unit","total","count","processes":[{"pid","comm","pod"?,"value"}]}: the processes with the
- * most samples of q (comm: the name with the most of the process's samples), at most limit.
+ * {"unit","total","count","processes":[{"pid","comm","pod"?,"program"?,"cmdline"?,"value"}]}:
+ * the processes with the most samples of q (comm: the name with the most of the process's
+ * samples; program and cmdline: the agent's labels of what it ran then), at most limit.
  */
 int query_processes(struct store *s, const struct store_query *q, size_t limit, struct buf *out);
 

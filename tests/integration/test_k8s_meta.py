@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -219,7 +220,7 @@ def make_handler(api):
 
 
 def parse(line):
-    f = line.split()
+    f = shlex.split(line)  # values with blanks (cmdline) come double-quoted
     return int(f[0]), dict(kv.split("=", 1) for kv in f[1:])
 
 

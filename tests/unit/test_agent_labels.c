@@ -61,4 +61,69 @@ static bool test_agent_labels_thread_and_process(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_agent_labels_thread_and_process))
+/* A process that exec'd: its name cached before is replaced at once, not after the cache's 10 s. */
+static bool test_agent_labels_exec(void)
+{
+	struct agent a = { .opts.node = "node-1" };
+	struct agent_labels L;
+	bool ok;
+
+	/* a thread's record reads the process name from the cache, which an event filled */
+	agent__pid_labels(&a, getpid(), getpid(), "before-exec", &L);
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ASSERT_STREQ(get(L.l, L.n, "comm"), "before-exec", "the main thread's name cached");
+	agent__pid_exec(&a, getpid(), "after-exec");
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ok && ASSERT_STREQ(get(L.l, L.n, "comm"), "after-exec", "the exec's name at once");
+	/* a name not known: /proc is read again */
+	agent__pid_exec(&a, getpid(), NULL);
+	agent__pid_labels(&a, getpid(), getpid() + 100000, "worker", &L);
+	ok = ok && ASSERT_TRUE(strcmp(get(L.l, L.n, "comm"), "after-exec"), "read from /proc");
+	return ok;
+}
+
+/* What a process runs, from its argv: an interpreter's script or module, else the executable. */
+static bool test_agent_labels_program(void)
+{
+	static const struct {
+		const char *argv;	/* NUL-separated, as /proc/PID/cmdline */
+		size_t len;
+		const char *want;
+	} cases[] = {
+#define C(s, w) { s, sizeof(s) - 1, w }
+		C("python3\0train.py\0--lr\0003e-4", "train.py"),
+		C("/usr/bin/python3.11\0-u\0/home/u/proj/train.py", "train.py"),
+		C("python3\0-m\0torch.distributed.run\0--nproc-per-node\08", "torch.distributed.run"),
+		C("python\0-mpip\0install", "pip"),
+		C("python3\0-W\0ignore\0-X\0dev\0serve.py", "serve.py"),
+		C("python3\0-c\0print(1)", "python3"),
+		C("python3", "python3"),
+		C("/bin/bash\0./run.sh\0a", "run.sh"),
+		C("sh\0-c\0exec sleep 1", "sh"),
+		C("java\0-cp\0lib/*\0-jar\0app.jar", "app.jar"),
+		C("node\0server.js", "server.js"),
+		C("/usr/local/bin/gpuscope-server\0--listen\0:4040", "gpuscope-server"),
+		C("", ""),
+#undef C
+	};
+	char got[PROCFS_PROGRAM_LEN], cmd[PROCFS_CMDLINE_LEN], prog[PROCFS_PROGRAM_LEN];
+	bool ok = true;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		procfs_program(cases[i].argv, cases[i].len, got, sizeof(got));
+		ok = ok && ASSERT_STREQ(got, cases[i].want, cases[i].argv);
+	}
+	/* this process: its command line, never its environment */
+	setenv("GPUSCOPE_TEST_SECRET", "not-in-cmdline", 1);
+	ok = ok && ASSERT_TRUE(procfs_cmdline(getpid(), cmd, sizeof(cmd), prog, sizeof(prog)),
+			       "own command line") &&
+	     ASSERT_TRUE(strstr(cmd, "test_agent_labels") != NULL, cmd) &&
+	     ASSERT_STREQ(prog, "test_agent_labels", "program") &&
+	     ASSERT_TRUE(!strstr(cmd, "not-in-cmdline"), "no environment") &&
+	     ASSERT_TRUE(!procfs_cmdline(2, cmd, sizeof(cmd), prog, sizeof(prog)) && !cmd[0],
+			 "a kernel thread has none");
+	return ok;
+}
+
+TEST_MAIN(T(test_agent_labels_thread_and_process), T(test_agent_labels_exec),
+	  T(test_agent_labels_program))

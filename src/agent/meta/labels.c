@@ -7,6 +7,22 @@
 #include "agent/meta/labels.h"
 
 static labels_meta_fn meta_fn;	/* atomic: set by meta__start/stop, read by any producer */
+static labels_exec_fn exec_fn;	/* the same */
+
+void agent_labels__set_exec(labels_exec_fn fn)
+{
+	__atomic_store_n(&exec_fn, fn, __ATOMIC_RELEASE);
+}
+
+void agent__pid_exec(struct agent *a, pid_t pid, const char *comm)
+{
+	labels_exec_fn fn = __atomic_load_n(&exec_fn, __ATOMIC_ACQUIRE);
+
+	(void)a;
+	procfs_exec(pid, comm);
+	if (fn)
+		fn(pid);
+}
 
 void agent_labels__set_meta(labels_meta_fn fn)
 {
@@ -32,8 +48,11 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		agent_labels__add(ret, "node", a->opts.node);
 	snprintf(ret->pid, sizeof(ret->pid), "%d", (int)pid);
 	agent_labels__add(ret, "pid", ret->pid);
-	if (comm)
+	if (comm) {
 		snprintf(ret->thread, sizeof(ret->thread), "%s", comm);
+		if (tid == pid)	/* the main thread's name, as the event saw it: the process's */
+			procfs_comm_seen(pid, ret->thread);
+	}
 	else if (!procfs_comm(tid ? tid : pid, ret->thread, sizeof(ret->thread)))
 		ret->thread[0] = 0;
 	if (tid == 0 || tid == pid || !procfs_comm(pid, ret->comm, sizeof(ret->comm)))
@@ -43,6 +62,13 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		snprintf(ret->tid, sizeof(ret->tid), "%d", (int)tid);
 		agent_labels__add(ret, "tid", ret->tid);
 		agent_labels__add(ret, "thread", ret->thread);
+	}
+	/* with meta, what the process runs is among its labels (the relabel rules see it) */
+	if (!meta && procfs_cmdline(pid, ret->cmdline, sizeof(ret->cmdline), ret->program,
+				    sizeof(ret->program))) {
+		if (ret->program[0])
+			agent_labels__add(ret, "program", ret->program);
+		agent_labels__add(ret, "cmdline", ret->cmdline);
 	}
 	if (meta && meta(pid, ret->comm, ret->l + ret->n,
 			 AGENT_LABELS_CAP - AGENT_LABELS_RESERVE - ret->n, &m) == LABELS_DROPPED) {

@@ -31,15 +31,18 @@ struct agent_labels {
 	char pid[16], tid[16];
 	char comm[PROCFS_COMM_LEN], thread[PROCFS_COMM_LEN];
 	char ns_pid[16];	/* for the producers that add it (strips_labels) */
+	char cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];
 };
 
 /*
  * The labels of process pid (thread tid; 0 for process-wide records) into ret: node, pid, comm
  * (the process's name), and when tid != 0 also tid and thread (the task's name: `comm` as given,
- * or read from /proc when NULL); then the metadata labels (container, pod, namespace,
- * Kubeflow/Ray, relabeling) when the meta module runs. For tid != pid the process name is read from /proc and
- * falls back to `comm` if the process is gone; with tid == 0 and comm NULL it is read from /proc
- * too. Returns LABELS_KEPT or LABELS_DROPPED. Meta labels may use the builder's capacity less
+ * or read from /proc when NULL); then the metadata labels (program and cmdline: what the process
+ * runs, procfs_cmdline(), absent for kernel threads and processes gone; container, pod,
+ * namespace, Kubeflow/Ray; relabeled) when the meta module runs, else program and cmdline alone. For tid != pid the process
+ * name is read from /proc (cached; replaced at an exec, agent__pid_exec()) and falls back to
+ * `comm` if the process is gone; with tid == pid the given `comm` is cached as the process's;
+ * with tid == 0 and comm NULL it is read from /proc too. Returns LABELS_KEPT or LABELS_DROPPED. Meta labels may use the builder's capacity less
  * AGENT_LABELS_RESERVE; beyond that they are cut and counted by meta. Strings of meta labels stay
  * valid until the next call on the same thread. Any thread.
  */
@@ -54,6 +57,19 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 typedef int (*labels_meta_fn)(pid_t pid, const char *comm, struct label *ret, size_t max,
 			      size_t *ret_n);
 void agent_labels__set_meta(labels_meta_fn fn);
+
+/*
+ * Process pid exec'd and is now named comm (NULL if not known): what the label builder cached
+ * for it (its name, its metadata labels: command line, program) is forgotten, so every
+ * producer's next record of pid carries what it runs now. Called by whoever sees the kernel's
+ * exec events (the sched module's tracepoint, the symbolizer's comm-exec records via run.c).
+ * Any thread.
+ */
+void agent__pid_exec(struct agent *a, pid_t pid, const char *comm);
+
+/* The metadata side of agent__pid_exec(): meta__pid_exec() while the meta module runs. */
+typedef void (*labels_exec_fn)(pid_t pid);
+void agent_labels__set_exec(labels_exec_fn fn);
 
 /* Adds name=value (strings not copied). 0, or -ENOSPC when the set is full (caller counts). */
 int agent_labels__add(struct agent_labels *l, const char *name, const char *value);

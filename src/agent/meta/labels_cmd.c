@@ -48,8 +48,24 @@ static void format(pid_t pid, char *buf, size_t len)
 		snprintf(buf + o, len - o, " (dropped by a relabel rule)");
 		return;
 	}
-	for (size_t i = 0; i < n && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, " %s=%s", l[i].name, l[i].value);
+	for (size_t i = 0; i < n && o < len; i++) {
+		const char *v = l[i].value;
+
+		if (!v[strcspn(v, " \t\"\\")]) {
+			o += (size_t)snprintf(buf + o, len - o, " %s=%s", l[i].name, v);
+			continue;
+		}
+		/* a value with blanks (cmdline): double-quoted, \" and \\ escaped (sh reads it) */
+		o += (size_t)snprintf(buf + o, len - o, " %s=\"", l[i].name);
+		for (; *v && o + 3 < len; v++) {
+			if (*v == '"' || *v == '\\')
+				buf[o++] = '\\';
+			buf[o++] = *v;
+		}
+		if (o + 1 < len)
+			buf[o++] = '"';
+		buf[o < len ? o : len - 1] = 0;
+	}
 }
 
 int cmd_labels(int argc, char **argv)

@@ -13,6 +13,7 @@ struct pid_entry {
 	uint64_t gen;		/* pod-cache generation the labels were built from */
 	struct meta_cgroup cg;
 	char comm[16];		/* the process's name when read, for relabel rules ("" unread) */
+	char cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];	/* "" when none */
 	char *packed;		/* "name\0value\0" * n, malloc'ed, at most PACKED_MAX */
 	size_t packed_len;
 	uint16_t n;
@@ -25,7 +26,7 @@ static struct {
 	struct pid_entry *e;	/* PID_CACHE_SIZE, allocated on first use */
 	struct relabel_rules *rules;
 	char proc_root[128];
-	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow, dropped;
+	atomic_uint_fast64_t hits, misses, rebuilds, evictions, read_errors, overflow, dropped, execs;
 } pcache = { .mu = PTHREAD_MUTEX_INITIALIZER, .proc_root = "/proc" };
 
 static void sanitize(char *s)
@@ -120,6 +121,11 @@ static void build_labels(struct pid_entry *e)
 	lset_set(&ls, "__meta_systemd_unit", cg->unit);
 	if (e->comm[0])
 		lset_set(&ls, "__meta_process_comm", e->comm);
+	/* what the process runs: labels the rules can drop (labeldrop cmdline) or decide on */
+	if (e->program[0])
+		lset_set(&ls, "program", e->program);
+	if (e->cmdline[0])
+		lset_set(&ls, "cmdline", e->cmdline);
 	if (cg->container_id[0]) {
 		lset_set(&ls, "container_id", cg->container_id);
 		lset_set(&ls, "container_runtime", cg->runtime);
@@ -252,7 +258,7 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 {
 	static __thread char tls[PACKED_MAX];
 	struct meta_cgroup cg;
-	char comm[16];
+	char comm[16], cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];
 	struct pid_entry *e;
 	bool fresh = false, dropped;
 	size_t n = 0;
@@ -271,7 +277,7 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 		}
 	}
 	e = &pcache.e[(size_t)pid % PID_CACHE_SIZE];
-	if (e->pid != pid || mono_ns() - e->read_ns > PID_REREAD_NS) {
+	if (e->pid != pid || !e->read_ns || mono_ns() - e->read_ns > PID_REREAD_NS) {
 		/* the kernel's /proc/PID/cgroup can take 100+ us: not under the lock */
 		pthread_mutex_unlock(&pcache.mu);
 		rc = read_cgroup(pid, &cg);
@@ -280,6 +286,8 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 			read_comm(pid, comm);
 		if (!comm[0] && comm_hint)
 			snprintf(comm, sizeof(comm), "%s", comm_hint);
+		if (rc || !procfs_cmdline(pid, cmdline, sizeof(cmdline), program, sizeof(program)))
+			cmdline[0] = program[0] = 0;
 		fresh = true;
 		pthread_mutex_lock(&pcache.mu);
 		if (!pcache.e) {	/* meta__stop() meanwhile */
@@ -305,6 +313,8 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 		} else {
 			e->cg = cg;
 			memcpy(e->comm, comm, sizeof(e->comm));
+			memcpy(e->cmdline, cmdline, sizeof(e->cmdline));
+			memcpy(e->program, program, sizeof(e->program));
 			build_labels(e);
 		}
 	} else if (!e->gone && e->gen != atomic_load(&meta_pc.gen)) {
@@ -326,6 +336,22 @@ int meta__pid_labels(pid_t pid, const char *comm_hint, struct label *ret, size_t
 	pthread_mutex_unlock(&pcache.mu);
 	*ret_n = n;
 	return dropped ? LABELS_DROPPED : LABELS_KEPT;
+}
+
+void meta__pid_exec(pid_t pid)
+{
+	struct pid_entry *e;
+
+	if (pid <= 0)
+		return;
+	pthread_mutex_lock(&pcache.mu);
+	e = pcache.e ? &pcache.e[(size_t)pid % PID_CACHE_SIZE] : NULL;
+	if (e && e->pid == pid) {
+		e->read_ns = 0;	/* read again (name, command line, cgroup) at its next use */
+		e->comm[0] = 0;
+		pcache.execs++;
+	}
+	pthread_mutex_unlock(&pcache.mu);
 }
 
 /* ---- start / stop / metrics ---------------------------------------------------------------------- */
@@ -365,6 +391,7 @@ int meta__start(const struct meta_opts *o)
 	pid_cache_clear();
 	pthread_mutex_unlock(&pcache.mu);
 	agent_labels__set_meta(meta__pid_labels);
+	agent_labels__set_exec(meta__pid_exec);
 
 	api = env_or(o->api_url, "GPUSCOPE_K8S_API", NULL);
 	if (!api && getenv("KUBERNETES_SERVICE_HOST") && *getenv("KUBERNETES_SERVICE_HOST")) {
@@ -415,6 +442,7 @@ out_free:
 void meta__stop(void)
 {
 	agent_labels__set_meta(NULL);
+	agent_labels__set_exec(NULL);
 	if (meta_kw.running) {
 		pthread_mutex_lock(&meta_kw.mu);
 		atomic_store(&meta_kw.stopping, true);
@@ -474,6 +502,8 @@ void meta__metrics(FILE *out)
 		     "Process label entries evicted.", pcache.evictions);
 	prom_counter(out, "gpuscope_agent_meta_pid_label_rebuilds_total",
 		     "Process labels rebuilt because their pod changed.", pcache.rebuilds);
+	prom_counter(out, "gpuscope_agent_meta_pid_execs_total",
+		     "Process label entries read again because the process exec'd.", pcache.execs);
 	prom_counter(out, "gpuscope_agent_meta_pid_read_errors_total",
 		     "Reads of /proc/PID/cgroup that failed.", pcache.read_errors);
 	prom_counter(out, "gpuscope_agent_meta_labels_truncated_total",

@@ -51,6 +51,12 @@ int meta__parse_cgroup_file(const char *text, struct meta_cgroup *ret);
  */
 int meta__pid_labels(pid_t pid, const char *comm, struct label *ret, size_t max, size_t *ret_n);
 
+/*
+ * Process pid exec'd: its cached labels are built again (name, command line, cgroup) at their
+ * next use. Any thread; plugged into agent__pid_exec() (labels.h) by meta__start().
+ */
+void meta__pid_exec(pid_t pid);
+
 /* Where the Kubernetes API is; every field NULL/0 takes the in-cluster default. */
 struct meta_opts {
 	const char *api_url;	/* GPUSCOPE_K8S_API; default https://$KUBERNETES_SERVICE_HOST:PORT */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Per-task /proc facts (comm, NSpid) behind one bounded cache: procfs.h. */
+/* Per-task /proc facts (comm, NSpid, command line) behind bounded caches: procfs.h. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,7 +20,19 @@ struct slot {
 	char comm[PROCFS_COMM_LEN];
 };
 
+/* Command lines: fewer slots (processes, not threads), bigger. */
+#define CMD_SLOTS 2048
+
+struct cmd_slot {
+	pid_t pid;
+	uint64_t read_ns;	/* 0: not read (or read again: the process exec'd) */
+	bool none;		/* gone or no command line when read */
+	char cmdline[PROCFS_CMDLINE_LEN];
+	char program[PROCFS_PROGRAM_LEN];
+};
+
 static struct slot slots[SLOTS];
+static struct cmd_slot *cmd_slots;	/* CMD_SLOTS, allocated on first use */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct procfs_stats st;
 
@@ -38,6 +50,15 @@ static ssize_t read_small(const char *path, char *buf, size_t len)
 		return -1;
 	buf[n] = 0;
 	return n;
+}
+
+/* A task name into a slot, cut to PROCFS_COMM_LEN - 1 bytes. */
+static void set_comm(struct slot *s, const char *name)
+{
+	size_t n = strnlen(name, sizeof(s->comm) - 1);
+
+	memcpy(s->comm, name, n);
+	s->comm[n] = 0;
 }
 
 static struct slot *slot_of(pid_t tid)
@@ -97,9 +118,155 @@ void procfs_comm_seen(pid_t tid, const char *name)
 		return;
 	pthread_mutex_lock(&lock);
 	s = claim(tid);
-	snprintf(s->comm, sizeof(s->comm), "%s", name);
+	set_comm(s, name);
 	s->comm_ns = mono_ns();
 	pthread_mutex_unlock(&lock);
+}
+
+void procfs_exec(pid_t pid, const char *comm)
+{
+	struct slot *s;
+
+	if (pid <= 0)
+		return;
+	pthread_mutex_lock(&lock);
+	s = claim(pid);
+	s->comm_ns = 0;
+	if (comm && comm[0]) {
+		set_comm(s, comm);
+		s->comm_ns = mono_ns();
+	}
+	if (cmd_slots && cmd_slots[(unsigned)pid % CMD_SLOTS].pid == pid)
+		cmd_slots[(unsigned)pid % CMD_SLOTS].read_ns = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+/* The last path component of s (n bytes) into ret. */
+static void base_name(const char *s, size_t n, char *ret, size_t rlen)
+{
+	const char *slash = memrchr(s, '/', n);
+
+	if (slash && (size_t)(slash - s) + 1 < n) {
+		n -= (size_t)(slash + 1 - s);
+		s = slash + 1;
+	}
+	if (rlen)
+		snprintf(ret, rlen, "%.*s", (int)n, s);
+}
+
+/* Does the executable's base name b start with prefix (python3.11 starts with python)? */
+static bool named(const char *b, const char *prefix)
+{
+	return !strncmp(b, prefix, strlen(prefix));
+}
+
+void procfs_program(const char *argv, size_t len, char *ret, size_t rlen)
+{
+	const char *a[64], *end = argv + len;
+	char exe[PROCFS_PROGRAM_LEN];
+	size_t na = 0;
+	bool py, sh, jvm;
+
+	if (rlen)
+		ret[0] = 0;
+	for (const char *p = argv; p < end && na < 64;) {
+		a[na++] = p;
+		p += strnlen(p, (size_t)(end - p)) + 1;
+	}
+	if (!na || !a[0][0])
+		return;
+	base_name(a[0], strlen(a[0]), exe, sizeof(exe));
+	py = named(exe, "python") || named(exe, "pypy");
+	sh = !strcmp(exe, "sh") || !strcmp(exe, "bash") || !strcmp(exe, "dash") ||
+	     !strcmp(exe, "zsh") || named(exe, "node") || named(exe, "ruby") || named(exe, "perl");
+	jvm = !strcmp(exe, "java");
+	for (size_t i = 1; (py || sh || jvm) && i < na; i++) {
+		const char *x = a[i];
+
+		if (x[0] != '-' || !x[1]) {	/* the script ("-": stdin) */
+			base_name(x, strlen(x), ret, rlen);
+			return;
+		}
+		if (!strcmp(x, "--"))
+			continue;
+		if (py && x[1] == 'm') {	/* -m module, -mmodule */
+			snprintf(ret, rlen, "%s", x[2] ? x + 2 : i + 1 < na ? a[i + 1] : "");
+			return;
+		}
+		if ((py || sh) && x[1] == 'c' && !x[2])	/* code on the command line */
+			break;
+		if (jvm && !strcmp(x, "-jar") && i + 1 < na) {
+			base_name(a[i + 1], strlen(a[i + 1]), ret, rlen);
+			return;
+		}
+		if ((py && (!strcmp(x, "-W") || !strcmp(x, "-X"))) ||
+		    (jvm && (!strcmp(x, "-cp") || !strcmp(x, "-classpath"))))
+			i++;	/* an option with an argument */
+	}
+	snprintf(ret, rlen, "%s", exe);
+}
+
+bool procfs_cmdline(pid_t pid, char *cmdline, size_t clen, char *program, size_t plen)
+{
+	uint64_t now = mono_ns();
+	char path[32], raw[1024];
+	struct cmd_slot *s, tmp = { .pid = pid };
+	ssize_t n;
+	size_t o = 0;
+
+	if (clen)
+		cmdline[0] = 0;
+	if (plen)
+		program[0] = 0;
+	if (pid <= 0)
+		return false;
+	pthread_mutex_lock(&lock);
+	if (!cmd_slots)
+		cmd_slots = calloc(CMD_SLOTS, sizeof(*cmd_slots));
+	s = cmd_slots ? &cmd_slots[(unsigned)pid % CMD_SLOTS] : NULL;
+	if (s && s->pid == pid && s->read_ns && now - s->read_ns < TTL_NS) {
+		st.hits++;
+		snprintf(cmdline, clen, "%s", s->cmdline);
+		snprintf(program, plen, "%s", s->program);
+		pthread_mutex_unlock(&lock);
+		return !s->none;
+	}
+	st.reads++;
+	pthread_mutex_unlock(&lock);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	n = read_small(path, raw, sizeof(raw));
+	tmp.none = n <= 0;
+	if (n > 0) {
+		size_t len = (size_t)n;
+
+		while (len && !raw[len - 1])	/* the last argument's NUL */
+			len--;
+		procfs_program(raw, len, tmp.program, sizeof(tmp.program));
+		for (size_t i = 0; i < len && o + 1 < sizeof(tmp.cmdline); i++) {
+			unsigned char c = (unsigned char)raw[i];
+
+			tmp.cmdline[o++] = !c || c == '\n' || c == '\t' || c == '\r' ? ' ' :
+					   c < 0x20 || c == 0x7f ? '?' : (char)c;
+		}
+		if (o < len && (unsigned char)raw[o] >= 0x80) {
+			/* cut inside a UTF-8 sequence: the sequence goes */
+			while (o && ((unsigned char)tmp.cmdline[o - 1] & 0xc0) == 0x80)
+				o--;
+			if (o && (unsigned char)tmp.cmdline[o - 1] >= 0xc0)
+				o--;
+		}
+		tmp.cmdline[o] = 0;
+	}
+	tmp.read_ns = now;
+	pthread_mutex_lock(&lock);
+	if (n <= 0)
+		st.gone++;
+	if (cmd_slots)
+		cmd_slots[(unsigned)pid % CMD_SLOTS] = tmp;
+	pthread_mutex_unlock(&lock);
+	snprintf(cmdline, clen, "%s", tmp.cmdline);
+	snprintf(program, plen, "%s", tmp.program);
+	return !tmp.none;
 }
 
 /* Last number of the "NSpid:" line of a /proc/PID/status text; 0 if none. */

@@ -363,12 +363,19 @@ void procs__hint_open(pid_t pid)
 void procs__hint_exec(pid_t pid)
 {
 	struct proc_info *p = find(pid);
+	bool keep = p && p->why == PROC_WHY_FORK && P.a && P.a->opts.npids;
 
-	/* a new image: its old mappings are gone; --pid stays tracked */
+	/*
+	 * A new image: its old mappings are gone, and a process found by them is looked at again.
+	 * --pid stays tracked, and so do its children: with --pid the agent follows that tree,
+	 * and a child forks only to exec (`nohup python3 train.py` is nohup up to its exec).
+	 */
 	if (p && p->why != PROC_WHY_PID)
 		untrack(pid);
 	if (in_pid_opt(pid))
 		track(pid, PROC_WHY_PID);
+	else if (keep)
+		track(pid, PROC_WHY_FORK);	/* the modules see the new image as a new process */
 }
 
 void procs__hint_fork(pid_t child, pid_t parent)

@@ -434,6 +434,23 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
+	__u32 tid = p->pid;
+	struct gpuscope_sched_thr *t = bpf_map_lookup_elem(&threads, &tid);
+
+	/*
+	 * The task has its new name here (begin_new_exec() set it): the state that ran up to the
+	 * exec ends under the old name and the one from now on carries the new one, instead of
+	 * the old name lasting until the next switch-in (a whole blocked state after it).
+	 */
+	if (t && is_tracked(p->tgid)) {
+		__u64 now = bpf_ktime_get_ns();
+
+		close_state(t, tid, now, 0);
+		flush_summary(t, tid, 0);
+		t->since_ns = now;
+	}
+	if (t)
+		BPF_CORE_READ_STR_INTO(&t->comm, p, comm);
 	proc_event(GPUSCOPE_PROC_EXEC, p->tgid, p->pid, 0);
 	return 0;
 }

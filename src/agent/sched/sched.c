@@ -190,6 +190,17 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 		s->intervals++;
 }
 
+/* A process exec'd: its new name (and what the label builder cached) from now on. */
+static void sched_exec(struct sched_state *s, const struct gpuscope_ev_strips_proc *p)
+{
+	char comm[GPUSCOPE_COMM_LEN + 1];
+
+	memcpy(comm, p->comm, GPUSCOPE_COMM_LEN);
+	comm[GPUSCOPE_COMM_LEN] = 0;
+	agent__pid_exec(s->a, p->pid, comm);
+	procs__hint_exec(p->pid);
+}
+
 static int on_event(void *ctx, void *data, size_t len)
 {
 	struct sched_state *s = ctx;
@@ -211,7 +222,7 @@ static int on_event(void *ctx, void *data, size_t len)
 		if (p->what == GPUSCOPE_PROC_OPEN_GPU)
 			procs__hint_open(p->pid);
 		else if (p->what == GPUSCOPE_PROC_EXEC)
-			procs__hint_exec(p->pid);
+			sched_exec(s, p);
 		else if (p->what == GPUSCOPE_PROC_FORK)
 			procs__hint_fork(p->pid, p->ppid);
 		else if (p->what == GPUSCOPE_PROC_EXIT)

@@ -182,6 +182,12 @@ static int parse(struct mmapwatch *w, const struct perf_event_header *h)
 		r->type = MMAPWATCH_EXEC;
 		r->pid = (pid_t)t.pid;
 		r->t_ns = t.time;
+		if (h->size >= sizeof(*h) + 8 + sizeof(t)) {	/* pid, tid, then the name */
+			size_t n = h->size - sizeof(*h) - 8 - sizeof(t);
+
+			memcpy(r->comm, p + sizeof(*h) + 8, n < sizeof(r->comm) ? n : sizeof(r->comm));
+		}
+		r->comm[sizeof(r->comm) - 1] = 0;
 		return 0;
 	case PERF_RECORD_FORK: {
 		uint32_t f[4];	/* pid, ppid, tid, ptid */

@@ -24,6 +24,7 @@ struct mmapwatch_rec {
 	uint64_t t_ns;				/* CLOCK_MONOTONIC */
 	uint64_t start, len, pgoff, dev, ino;	/* dev: major << 32 | minor, as /proc maps */
 	const char *path;			/* valid until the next drain */
+	char comm[16];				/* EXEC: the process's new name */
 };
 
 struct mmapwatch;

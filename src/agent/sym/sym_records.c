@@ -70,6 +70,8 @@ static void record_apply(void *ctx, const struct mmapwatch_rec *r)
 
 	switch (r->type) {
 	case MMAPWATCH_EXEC:
+		if (s->on_exec)
+			s->on_exec(s->on_exec_ctx, r->pid, r->comm);
 		if (p && !sym_maps_drop_before(s, p, r->t_ns, true))
 			p->from_records = true;
 		if (p) {
@@ -168,6 +170,15 @@ int symbolizer__watch_mmaps(struct symbolizer *s, const char **ret_why)
 		return 0;
 	s->mw = mmapwatch__new(ret_why);
 	return s->mw ? 0 : -errno;
+}
+
+void symbolizer__on_exec(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, const char *comm),
+			 void *ctx)
+{
+	if (!s)
+		return;
+	s->on_exec = fn;
+	s->on_exec_ctx = ctx;
 }
 
 void symbolizer__poll(struct symbolizer *s)

@@ -155,6 +155,8 @@ struct symbolizer {
 	const char *k_build_id;
 	struct { pid_t pid; uint64_t ns; } gone[GONE_CAP];	/* FIFO of exits */
 	size_t gone_head, gone_len;
+	void (*on_exec)(void *ctx, pid_t pid, const char *comm);	/* symbolizer__on_exec() */
+	void *on_exec_ctx;
 	struct mmapwatch *mw;		/* the kernel's mmap records; NULL: /proc only */
 };
 

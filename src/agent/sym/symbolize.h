@@ -69,6 +69,12 @@ int symbolizer__watch_mmaps(struct symbolizer *s, const char **ret_why);
 /* Reads the mmap records that came since the last read (the ring holds ~2000 mappings per
  * CPU; call it every tick). Main-loop thread only. */
 void symbolizer__poll(struct symbolizer *s);
+/*
+ * fn(ctx, pid, comm) for every exec the mmap records tell (comm: the new name), as the records
+ * are read: run.c passes it on to the label builder. Main-loop thread only.
+ */
+void symbolizer__on_exec(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, const char *comm),
+			 void *ctx);
 /* Records read and lost (a full ring) since symbolizer__watch_mmaps(). */
 void symbolizer__mmap_stats(const struct symbolizer *s, uint64_t *ret_records, uint64_t *ret_lost);
 

@@ -9,8 +9,8 @@ static const char *const src_names[EFF_SRC_MAX] = { "kernels", "gpm", "nvml" };
 /* Labels a workload may be grouped by without being seen first. */
 static const char *const known_by[] = {
 	"namespace", "pod", "container", "owner", "owner_kind", "kubeflow_job",
-	"kubeflow_replica_type", "ray_cluster", "ray_group", "comm", "pid", "node",
-	"systemd_unit",
+	"kubeflow_replica_type", "ray_cluster", "ray_group", "comm", "program", "cmdline", "pid",
+	"node", "systemd_unit",
 };
 /* CPU-side labels that are not the process's (one per thread or per interval). */
 static const char *const thread_labels[] = { "tid", "thread", "ns_pid", "gpu", "gpu_uuid" };
@@ -531,7 +531,8 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 		goto out;
 	if (!by_known(by) && !by_seen(&a, by)) {
 		snprintf(err, errlen, "unknown label '%s' for 'by': no process holding a GPU has it"
-			 " (namespace, pod, owner, kubeflow_job, ray_cluster, comm, pid, node, ...)",
+			 " (namespace, pod, owner, kubeflow_job, ray_cluster, comm, program, pid, node,"
+			 " ...)",
 			 by);
 		rc = -EINVAL;
 		goto out;
