@@ -28,6 +28,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 	enum {
 		O_SERVER = 256, O_SINCE, O_FROM, O_TO, O_SELECTOR, O_KIND, O_TOKEN, O_GPU_IDLE,
 		O_TITLE, O_LIMIT, O_SORT, O_CA_FILE, O_BY, O_FORMAT, O_FOLDED, O_PROCESSES,
+		O_PYTHON_ONLY,
 	};
 	static const struct option lopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
@@ -40,6 +41,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 		{ "ca-file", required_argument, NULL, O_CA_FILE },
 		{ "output", required_argument, NULL, 'o' },
 		{ "gpu-idle", required_argument, NULL, O_GPU_IDLE },
+		{ "python-only", no_argument, NULL, O_PYTHON_ONLY },
 		{ "title", required_argument, NULL, O_TITLE },
 		{ "limit", required_argument, NULL, O_LIMIT },
 		{ "sort", required_argument, NULL, O_SORT },
@@ -109,6 +111,11 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 			if (!(extra & Q_GPU_IDLE))
 				goto unknown;
 			q->gpu_idle = optarg;
+			break;
+		case O_PYTHON_ONLY:
+			if (!(extra & Q_GPU_IDLE))
+				goto unknown;
+			q->python_only = true;
 			break;
 		case O_TITLE:
 			if (!(extra & Q_TITLE))
@@ -251,6 +258,8 @@ char *query_url(const struct query *q, const char *endpoint)
 		err = err ?: append_param(&url, "kind", q->kind);
 	if (q->gpu_idle)
 		err = err ?: append_param(&url, "gpu_idle", q->gpu_idle);
+	if (q->python_only)
+		err = err ?: append_param(&url, "view", "python");
 	if (q->by)
 		err = err ?: append_param(&url, "by", q->by);
 	if (err) {

@@ -24,6 +24,7 @@ struct query {
 	const char *ca_file;		/* PEM CA bundle for an https:// server; NULL: the system's */
 	const char *output;		/* -o */
 	const char *gpu_idle;		/* flamegraph only */
+	bool python_only;		/* flamegraph only: --python-only (view=python) */
 	const char *title;		/* flamegraph only */
 	long limit;			/* top only */
 	const char *sort;		/* top only: self|total */

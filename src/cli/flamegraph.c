@@ -14,10 +14,12 @@
 static const char usage_text[] =
 	"usage: gpuscope flamegraph --server URL [--since 1h | --from T [--to T]] [--selector S]\n"
 	"                           [--kind cpu|offcpu_ns|gpu_kernel_ns|cuda_sync_ns]\n"
-	"                           [--gpu-idle GPU] [--title T] [--token-file F] [--ca-file F] -o out.svg\n"
+	"                           [--gpu-idle GPU] [--python-only] [--title T] [--token-file F]\n"
+	"                           [--ca-file F] -o out.svg\n"
 	"Writes a self-contained interactive flame graph (click to zoom, Ctrl-F to search).\n"
 	"Times: RFC 3339 or Unix seconds; --since defaults to 1h. --gpu-idle GPU keeps only\n"
-	"the samples taken while that GPU was idle.\n"
+	"the samples taken while that GPU was idle. --python-only folds the interpreter's own frames\n"
+	"between Python frames (Python functions adjacent, native code they call kept).\n"
 	"$GPUSCOPE_SERVER and $GPUSCOPE_TOKEN_FILE are the defaults of --server and --token-file.\n";
 
 static void fmt_time(uint64_t ns, char *buf, size_t len)

@@ -147,7 +147,7 @@ struct tree {
 	const struct gagg *g;
 	const struct strtab *groups;	/* group_by: the groups' values */
 	const char *group_by;
-	bool python_only;	/* fold the interpreter's frames above the leaf-most Python frame */
+	bool python_only;	/* fold the interpreter's frames between Python and native ones */
 	int err;
 };
 
@@ -215,19 +215,22 @@ static int tree_add_one(struct tree *t, const struct gent *e, const struct frame
 		t->n[cur].value += v;
 		t->n[cur].value2 += v2;
 	}
-	/* Python only: the interpreter's frames rootward of the leaf-most Python frame go (the
-	 * evaluation loop and call machinery between two Python functions, and the start-up
-	 * above the first); native code a Python function calls, and the interpreter's work
-	 * below the leaf-most Python frame (allocation, a C function), stay */
-	size_t lastpy = nf;
+	/* Python only, in a stack with a Python frame: the interpreter's frames with any other
+	 * frame below them go (the evaluation loop and call machinery between Python functions
+	 * and the native code they call, and the start-up above the first); its frames at the
+	 * leaf, where the time went (allocation, the loop itself), stay */
+	size_t tail = nf;
+	bool py = false;
 
-	for (size_t i = 0; t->python_only && i < nf && lastpy == nf; i++)
-		if (python_frame(&f[i]))
-			lastpy = i;
+	for (size_t i = 0; t->python_only && i < nf; i++) {
+		py |= python_frame(&f[i]);
+		if (tail == nf && !interpreter_frame(&f[i]))
+			tail = i;
+	}
 	for (size_t i = nf; i-- > 0;) {
 		int64_t name, c;
 
-		if (lastpy < nf && i > lastpy && interpreter_frame(&f[i]))
+		if (py && i > tail && interpreter_frame(&f[i]))
 			continue;
 		name = strtab_intern(&t->names, frame_name(&f[i], tmp, sizeof(tmp)));
 		c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);

@@ -6,7 +6,8 @@
  * thousand distinct stacks) for bench/ingest and bench/query.
  *
  * Script lines (labels "k=v,k=v" or "-", %XX escapes in values; frames "outer;...;inner" or "-",
- * a frame "name@0xADDR" at that address, "@0xADDR" one without a name, "k:name" a kernel one):
+ * a frame "name@0xADDR" at that address, "@0xADDR" one without a name, "k:name" a kernel one,
+ * "name!module" in that module, e.g. "tokenize![python]" a Python frame):
  *   node NAME
  *   sample T_NS KIND VALUE LABELS FRAMES
  *   metric NAME LABELS T_NS VALUE
@@ -83,6 +84,10 @@ static size_t parse_frames(char *s, struct location *out)
 		if (at) {
 			*at = 0;
 			out[i].address = strtoull(at + 1, NULL, 16);
+		}
+		if (strchr(name, '!')) {	/* "name!module" */
+			out[i].module = strchr(name, '!') + 1;
+			*strchr(name, '!') = 0;
 		}
 		if (!strncmp(name, "k:", 2)) {
 			out[i].function = name + 2;

@@ -74,6 +74,23 @@ const idleBox = el('input', { type: 'checkbox', id: 'idle', onchange: () => {
 } });
 const idleLbl = el('label', { class: 'toggle', title: 'keep only samples taken while the selected GPU ran no kernel' }, idleBox,
 	el('span', { id: 'idle-text' }, 'only while the GPU was idle'));
+// Python only: the interpreter's own frames between Python frames folded away (the server's
+// view=python); on by default for a Python process, the raw stacks one click away
+const pyBox = el('input', { type: 'checkbox', id: 'pyonly', onchange: () => {
+	S.py = pyBox.checked ? '1' : '0';
+	S.focus = '';
+	commit();
+	loadFlame();
+} });
+const pyLbl = el('label', { class: 'toggle', title: 'fold the interpreter\'s own frames (_PyEval_EvalFrameDefault, PyObject_Call, ...) between Python frames: Python functions adjacent, native code they call kept; untick for the raw stacks' }, pyBox,
+	el('span', {}, 'Python only'));
+function pythonProc() {
+	const p = app.procs.find((x) => x.pid === S.pid);
+	return !!p && (/^python/.test(p.comm || '') || /\.py$/.test(p.program || '') || /^python/.test(p.program || ''));
+}
+function pyView() {
+	return S.py === '1' || (S.py !== '0' && S.fl === 'proc' && pythonProc());
+}
 const scopeSeg = el('div', { class: 'seg', id: 'scope', title: 'the flame graph of the selected process, or of every process of the node' },
 	el('button', { class: 'btn', 'data-scope': 'proc', onclick: () => setScope('proc') }, 'This process'),
 	el('button', { class: 'btn', 'data-scope': '', onclick: () => setScope('') }, 'Whole node'));
@@ -100,7 +117,7 @@ const selRoot = el('div', { class: 'sel' });
 const flameSec = el('section', { class: 'card', id: 'flame-card' },
 	el('div', { class: 'sec-head' }, el('h2', {}, 'Flame graph'), flameInfo),
 	el('div', { class: 'toolbar' }, selRoot),
-	el('div', { class: 'toolbar' }, scopeSeg, el('label', { class: 'field dark' }, 'Group by', groupSel), kindSeg, idleLbl,
+	el('div', { class: 'toolbar' }, scopeSeg, el('label', { class: 'field dark' }, 'Group by', groupSel), kindSeg, idleLbl, pyLbl,
 		el('div', { class: 'spacer' }), search, matchLbl, cmpBtn,
 		el('button', { class: 'btn', title: 'zoom the flame graph out to the root', onclick: () => flame.zoomTo(0) }, 'Reset zoom')),
 	el('div', { class: 'flame-row' }, el('div', { class: 'flame-scroll' }, flameEmpty, flameBox),
@@ -249,6 +266,7 @@ function syncControls() {
 	for (const b of kindSeg.children) b.classList.toggle('on', b.dataset.kind === S.kind);
 	idleBox.checked = !!S.idle;
 	idleBox.disabled = S.gpu === undefined || S.gpu === '';
+	pyBox.checked = pyView();
 	$('#idle-text').textContent = S.gpu ? `only while GPU ${S.gpu} of ${S.node} was idle` : 'only while the GPU was idle (no GPU on this node)';
 	const cmp = S.afrom !== undefined;
 	timeline.setBaseline(cmp ? [S.afrom, S.ato] : null);
@@ -650,7 +668,8 @@ async function loadFlame() {
 	const selectorStr = flameSelector();
 	const diff = S.afrom !== undefined;
 	const p = { from: b[0], to: b[1], selector: selectorStr, kind: S.kind, gpu_idle: S.idle && S.gpu !== undefined ? S.gpu : undefined,
-		group_by: S.grp || undefined };
+		group_by: S.grp || undefined, view: pyView() ? 'python' : undefined };
+	pyBox.checked = pyView();
 	let r;
 	try {
 		r = diff ? await api.get('diff', { ...p, from: S.afrom, to: S.ato, from2: b[0], to2: b[1], selector2: selectorStr }, { signal: ac.signal })

@@ -4,10 +4,11 @@
 // sample `kind`, `idle` (only while the GPU was idle), search `q`, flame-graph `focus` (frame
 // path joined by ';'), `fl=proc` (the flame graph of the selected process, else the whole
 // node), `grp` (group the flame graph's root by these labels), the diff baseline afrom/ato;
-// `view=efficiency` is the Efficiency page (grouped `by` a label).
+// `view=efficiency` is the Efficiency page (grouped `by` a label); `py` 1 or 0: the Python-only
+// flame graph on or off (absent: on for a Python process).
 
 const NUM = ['from', 'to', 'bfrom', 'bto', 'afrom', 'ato'];
-const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus', 'view', 'by', 'fl', 'grp'];
+const STR = ['node', 'gpu', 'pid', 'sel', 'kind', 'q', 'focus', 'view', 'by', 'fl', 'grp', 'py'];
 const BOOL = ['idle'];
 
 export const KINDS = [

@@ -75,7 +75,8 @@ struct store_query {
 					 * undecided time around them (idle_est.h) */
 	struct idle_tally *idle;	/* gpu_idle: the estimate's parts (may be NULL) */
 	bool python_only;		/* query.c's trees only (view=python): the interpreter's
-					 * own frames between Python frames folded away */
+					 * own frames between Python and native frames folded
+					 * away, those at the leaf kept */
 	/*
 	 * Finer answers from aggregate(), when emit is set: every matching sample's (group, key,
 	 * value) goes to emit (a nonzero return stops and is returned) instead of into agg; key
