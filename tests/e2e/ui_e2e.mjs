@@ -204,6 +204,21 @@ try {
 	await page.click('#idle');
 	await waitLoad('flame', n0);
 
+	// 5b. the Python-only toggle: off for this (native) fixture's process by default, in the
+	// URL and the request when ticked (the fixture's frames have no Python frame: same graph)
+	check(!(await page.isChecked('#pyonly')), 'Python only: off by default for a native process');
+	n0 = await loads('flame');
+	const pyReq = page.waitForRequest((r) => r.url().includes('/api/v1/flamegraph') && r.url().includes('view=python'));
+	await page.click('#pyonly');
+	await pyReq;
+	await waitLoad('flame', n0);
+	check(new URL(page.url()).searchParams.get('py') === '1', 'Python only: in the URL (py=1)');
+	await checkFlame(expected(st.from, st.to), 'Python only leaves stacks without Python frames as they are');
+	n0 = await loads('flame');
+	await page.click('#pyonly');
+	await waitLoad('flame', n0);
+	check(new URL(page.url()).searchParams.get('py') === '0', 'Python only: off again (py=0)');
+
 	// 6. search with match share
 	await page.fill('#search', 'DataLoader');
 	await page.waitForTimeout(400);
