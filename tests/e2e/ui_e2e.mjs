@@ -314,6 +314,11 @@ try {
 		await waitLoad('flame', n0);
 		check((await page.textContent('#flame-empty')).includes('--all-processes'), 'node-b: the empty off-CPU view says which processes are followed');
 		n0 = await loads('flame');
+		await page.click('#kinds [data-kind="gpu_kernel_ns"]');
+		await waitLoad('flame', n0);
+		const gk = await page.textContent('#flame-empty');
+		check(gk.includes('this node has no GPU') && !gk.includes('<gpuscope>'), `node-b: the empty GPU-kernel view says the node has no GPU, no placeholder path: ${gk}`);
+		n0 = await loads('flame');
 		await page.click('#kinds [data-kind="cpu"]');
 		await waitLoad('flame', n0);
 	}

@@ -125,7 +125,8 @@ export class Flame {
 				this.delta[q] = dd;
 				maxd = Math.max(maxd, Math.abs(dd));
 			}
-			this.maxDelta = maxd || 1;
+			// full colour from a 10-point change: a small difference stays faint
+			this.maxDelta = Math.max(maxd, 0.10);
 		}
 		this.focusIdx = 0;
 		if (focus) this.focusIdx = this.findPath(focus.split(';'));

@@ -650,7 +650,7 @@ let flAbort = null;
 // why a kind may have no samples at all, before the generic advice
 const KIND_WHY = {
 	offcpu_ns: 'off-CPU stacks are recorded for the processes whose thread states the agent follows (GPU processes, --pid PID, or --all-processes); ',
-	gpu_kernel_ns: 'GPU kernel time comes from CUPTI inside the CUDA process: start it with CUDA_INJECTION64_PATH=<gpuscope>/libgpuscope_cupti.so; ',
+	gpu_kernel_ns: 'GPU kernel time comes from CUPTI inside the CUDA process: start it with CUDA_INJECTION64_PATH set to the libgpuscope_cupti.so of your gpuscope build (`make run` prints its absolute path); ',
 	cuda_sync_ns: 'CUDA sync time comes from the agent\'s uprobes on libcuda in processes that use the GPU; ',
 };
 
@@ -709,7 +709,7 @@ async function loadFlame() {
 			el('div', {}, diff && S.bfrom === undefined ? 'Now drag on the timeline to select range B to compare with A.'
 				: S.idle && r.gpu_sources && r.gpu_sources.estimate && r.gpu_sources.estimate.unknown >= 1 ? `No source observed GPU ${S.gpu} in this range (no trace window, no GPM or NVML reading): whether it was idle is unknown. Widen the range or pick another GPU.`
 				: 'Nothing matches this range and selector: ' + (S.idle ? 'the GPU may never have been idle in it (untick "only while the GPU was idle"); ' : '') +
-				(KIND_WHY[S.kind] || '') + 'widen the range, try another sample kind' + (S.fl === 'proc' ? ', the whole node' : '') + ', or clear the selector.'));
+				(S.kind === 'gpu_kernel_ns' && !app.gpus.length ? `this node has no GPU (the agent's NVML found none on ${S.node}), so no kernel ran here; on a GPU node, ` : '') + (KIND_WHY[S.kind] || '') + 'widen the range, try another sample kind' + (S.fl === 'proc' ? ', the whole node' : '') + ', or clear the selector.'));
 		flameEmpty.classList.remove('hidden');
 		topBody.replaceChildren();
 		matchLbl.classList.add('hidden');	// no stale share of the previous graph
