@@ -51,6 +51,11 @@ try {
 	await page.fill('#proc-search', COMM);
 	const hit = await page.$$eval('#proc-list .picker-item', (xs) => xs.map((x) => x.dataset.pid));
 	check(n >= 3 && hit.includes(PID), `picker: ${n} processes of this machine; searching '${COMM}' finds pid ${PID} (${hit.join(',')})`);
+	// by what it runs: its command line's arguments (the program and cmdline labels)
+	await page.fill('#proc-search', `${COMM} 900`);
+	const byArgs = await page.$$eval('#proc-list .picker-item', (xs) => xs.map((x) => x.dataset.pid));
+	check(byArgs.includes(PID), `picker: searching its command line '${COMM} 900' finds pid ${PID} (${byArgs.join(',')})`);
+	await page.fill('#proc-search', COMM);
 	let n0 = await loads('flame');
 	await page.click(`#proc-list .picker-item[data-pid="${PID}"]`);
 	await waitLoad('flame', n0);
