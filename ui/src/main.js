@@ -642,7 +642,9 @@ async function loadTimeline() {
 
 function procLabel() {
 	const p = app.procs.find((x) => x.pid === S.pid);
-	return p ? `CPU: threads of ${p.pid} ${p.comm}` : S.pid ? `CPU: threads of process ${S.pid}` : 'CPU threads';
+	// what it runs beside its name: python3 (train.py)
+	const what = p && p.program && p.program !== p.comm ? ` (${p.program})` : '';
+	return p ? `CPU: threads of ${p.pid} ${p.comm}${what}` : S.pid ? `CPU: threads of process ${S.pid}` : 'CPU threads';
 }
 
 // ---- flame graph data ---------------------------------------------------------------------
