@@ -132,6 +132,16 @@ try {
 			`team-c's GPU-idle flame graph: ${total2} samples (want 350), ${chip && chip.text}`);
 	}
 	check(!errors.length, `no console errors or failed requests${errors.length ? ': ' + errors.join(' | ') : ''}`);
+	// a range without GPU data (a day before the fixture): the page says why that may be, as
+	// `gpuscope report` does (its API answer is a 404, which the browser logs: checked last)
+	await page.goto(`${URL0}/?view=efficiency&from=${FROM - 86400e3}&to=${FROM - 86000e3}`);
+	await page.waitForFunction(() => {
+		const s = document.querySelector('#eff-status') || [...document.querySelectorAll('.status')].find((x) => !x.classList.contains('hidden'));
+		return s && /No GPU data/.test(s.textContent);
+	}, null, { timeout: 20000 }).catch(() => {});
+	const why = await page.evaluate(() => document.body.innerText);
+	check(/No GPU data in this range, so there is nothing to report\. Maybe no agent here sees a GPU/.test(why),
+		'an empty range explains itself (no GPU data, and why that may be)');
 } catch (e) {
 	console.log(`  FAIL ${e.stack || e}`);
 	failures++;

@@ -165,7 +165,11 @@ export function showEfficiency(root, S) {
 			ans = null;
 			tbody.replaceChildren();
 			totals.textContent = '';
-			status.textContent = e.kind === 'notfound' ? 'No GPU data in this range.' : e.message;
+			// a range without GPU data is an answer (as `gpuscope report` says it), not a failure
+			status.textContent = e.kind === 'notfound' ? 'No GPU data in this range, so there is nothing to report. Maybe no agent ' +
+				'here sees a GPU (no NVIDIA driver or libnvidia-ml on the node, or the agent runs with --no-gpu: `gpuscope doctor` ' +
+				'on the node says), the agents ran at another time (widen the range), or the selector matches no process that holds a GPU.'
+				: e.message;
 			status.classList.remove('hidden');
 			renderHead();
 			return;
