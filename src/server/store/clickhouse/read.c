@@ -421,6 +421,30 @@ out:
 }
 
 /*
+ * The plan of [from, to): whole minutes (and the hours and days within) from rollups, the
+ * partial minutes at both ends raw; edges older than the raw retention (raw_cut) widened to
+ * whole minutes, as their raw rows are gone.
+ */
+static void plan_range(struct plan *p, uint64_t from, uint64_t to, uint64_t raw_cut)
+{
+	uint64_t m1, m2;
+
+	if (from < raw_cut)
+		from = floor_to(from, ch_level_ns[0]);
+	if (to < raw_cut)
+		to = ceil_to(to, ch_level_ns[0]);
+	m1 = ceil_to(from, ch_level_ns[0]);
+	m2 = floor_to(to, ch_level_ns[0]);
+	if (m1 >= m2) {
+		plan_add(p, 0, from, to);
+		return;
+	}
+	plan_levels(p, 0, m1, m2);
+	plan_add(p, 0, from, m1);
+	plan_add(p, 0, m2, to);
+}
+
+/*
  * store_query.emit: sums per (label set, stack or time bucket), raw samples where kept and
  * minute rollups before (a rolled-up sample counts at its minute's start), then each row
  * to emit with its label set's group.
@@ -446,21 +470,7 @@ static int aggregate_emit(struct ch *c, const struct store_query *q, const struc
 				 to < b ? ceil_to(to, ch_level_ns[0]) : b);
 		plan_add(&p, 0, from > b ? from : b, to);
 	} else {
-		uint64_t m1, m2;
-
-		if (from < raw_cut)
-			from = floor_to(from, ch_level_ns[0]);
-		if (to < raw_cut)
-			to = ceil_to(to, ch_level_ns[0]);
-		m1 = ceil_to(from, ch_level_ns[0]);
-		m2 = floor_to(to, ch_level_ns[0]);
-		if (m1 >= m2) {
-			plan_add(&p, 0, from, to);
-		} else {
-			plan_levels(&p, 0, m1, m2);
-			plan_add(&p, 0, from, m1);
-			plan_add(&p, 0, m2, to);
-		}
+		plan_range(&p, from, to, raw_cut);
 	}
 	ch_lsets_ids(match, &ids);
 	buf_puts(&sql, "SELECT labelset, ");
@@ -501,7 +511,7 @@ int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 	struct ch *c = (struct ch *)st;
 	uint64_t raw = c->o.raw_retention_ns < c->o.retention_ns ? c->o.raw_retention_ns :
 								    c->o.retention_ns;
-	uint64_t raw_cut = wall_ns() - raw, from = q->from_ns, to = q->to_ns, m1, m2;
+	uint64_t raw_cut = wall_ns() - raw, from = q->from_ns, to = q->to_ns;
 	struct ch_lsets all = { 0 }, match = { 0 };
 	struct buf sql = { 0 }, ans = { 0 }, ids = { 0 };
 	struct plan p = { 0 };
@@ -526,19 +536,7 @@ int ch_aggregate(struct store *st, const struct store_query *q, struct u64map *a
 		err = aggregate_emit(c, q, &match, raw_cut);
 		goto out;
 	}
-	if (from < raw_cut)
-		from = floor_to(from, ch_level_ns[0]);
-	if (to < raw_cut)
-		to = ceil_to(to, ch_level_ns[0]);
-	m1 = ceil_to(from, ch_level_ns[0]);
-	m2 = floor_to(to, ch_level_ns[0]);
-	if (m1 >= m2) {
-		plan_add(&p, 0, from, to);
-	} else {
-		plan_levels(&p, 0, m1, m2);
-		plan_add(&p, 0, from, m1);
-		plan_add(&p, 0, m2, to);
-	}
+	plan_range(&p, from, to, raw_cut);
 	ch_lsets_ids(&match, &ids);
 	buf_puts(&sql, "SELECT stack, sum(value) FROM (");
 	nsrc = plan_rows(c, &p, q->kind, &ids, &sql);
