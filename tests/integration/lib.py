@@ -2,6 +2,7 @@
 """Helpers shared by the Python integration tests: paths, processes, assertions, ports, PromQL."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -50,9 +51,20 @@ def start_workload(*argv):
 class Recording:
     """`gpuscope-agent record ARGS...` started and sampling: its start (BPF verification, unwind
     tables) takes seconds on a loaded machine, so workloads meant to be recorded are started, or
-    told to go, after it. wait() returns what run() would (stdout, stderr, returncode)."""
+    told to go, after it; or started before and held: the processes (Popen) in `hold` are
+    stopped (SIGSTOP) while the agent starts and continued once it samples, so that they do not
+    take the CPU its start needs. wait() returns what run() would (stdout, stderr, returncode)."""
 
-    def __init__(self, argv, timeout=120):
+    def __init__(self, argv, timeout=120, hold=()):
+        for w in hold:
+            w.send_signal(signal.SIGSTOP)
+        try:
+            self._start(argv, timeout)
+        finally:
+            for w in hold:
+                w.send_signal(signal.SIGCONT)
+
+    def _start(self, argv, timeout):
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err = []
         end = time.time() + timeout

@@ -90,16 +90,31 @@ class Server:
 class Agent:
     """gpuscope-agent run pushing to server_url; /metrics on a free port."""
 
-    def __init__(self, server_url, args, log, modules_off="sched,cuda_probe"):
+    def __init__(self, server_url, args, log, modules_off="sched,cuda_probe", wait=True, hold=()):
+        """wait=False: returns once started; wait_up() then waits for its /metrics (agents
+        started together verify their BPF programs side by side). hold: processes (Popen)
+        stopped (SIGSTOP) until the agent is up, so that a spinning workload does not take the
+        CPU its start (BPF verification: seconds on a loaded machine) needs."""
         self.log = log
+        self.hold = list(hold)
+        for w in self.hold:
+            w.send_signal(signal.SIGSTOP)
         self.argv = [AGENT, "run", "--server", server_url, "--metrics-listen", "127.0.0.1:0"] + args
         # these tests count CPU samples: the off-CPU and CUDA probe modules stay off by default
         env = dict(os.environ, GPUSCOPE_AGENT_MODULES_OFF=modules_off)
         self.p = subprocess.Popen(self.argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                                   env=env)
+        if wait:
+            self.wait_up()
+
+    def wait_up(self):
         # BPF loads first: 16-24 s for every module on this 2-core VM at load 10-15
-        m = wait_until(lambda: self.p.poll() is not None or
-                       re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 60)
+        try:
+            m = wait_until(lambda: self.p.poll() is not None or
+                           re.search(r"metrics: (http://\S+/metrics)", self.read_log()), 60)
+        finally:
+            for w in self.hold:
+                w.send_signal(signal.SIGCONT)
         if self.p.poll() is not None:
             raise RuntimeError("agent exited %d: %s" % (self.p.returncode, self.read_log()[-3000:]))
         self.metrics_url = m.group(1)

@@ -3,7 +3,7 @@
 """`gpuscope-agent run --modules X` for every module alone and every pair of modules: each run
 starts, records what its modules record (and nothing of the others), and stops cleanly (exit 0,
 no crash) after --duration. No module depends on another being on: before the stack cache moved
-to run.c, `--modules sched --pid P` crashed at the first blocked stack. Workloads: burn (CPU
+to run.c, `--modules sched --pid P` crashed at the first blocked stack. Workloads: dutyburn (CPU
 samples, thread states), cuda_app on the libcuda stand-in (CUDA driver calls), cupti_replay on
 the fake CUPTI library (GPU kernels), the NVML replay library (GPU metrics); meta is seen as
 the cgroup/container labels on the other modules' records. Three runs at a time (about 2 minutes
@@ -33,7 +33,9 @@ for f in (NVML_REPLAY, LIBCUDA, CUPTI_REPLAY):
 tmp = Scratch("agent-modules")
 server = Server(tmp.path("data"), log=tmp.path("server.log"))
 server.start()
-burn = start_workload(os.path.join(PROGS, "burn"), "600")
+# a quarter of a CPU: samples and thread states in every 4 s run, without a spinning thread
+# slowing the agents' starts (BPF verification) for the test's whole length
+burn = start_workload(os.path.join(PROGS, "dutyburn"), "600", "25")
 cuda = subprocess.Popen([os.path.join(PROGS, "cuda_app"), LIBCUDA, "600", tmp.path("syncs")],
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 cuda.stdin.write(b"g")

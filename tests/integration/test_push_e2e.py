@@ -10,6 +10,7 @@ import gzip
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -44,17 +45,23 @@ def cli(*args, env=None):
 
 
 try:
+    # both agents start together, burn stopped meanwhile (their BPF verification takes seconds
+    # on a loaded machine, which a spinning thread only slows down)
+    work.send_signal(signal.SIGSTOP)
     good = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "1s",
                               "--frequency", "999", "--node", node,
                               "--token-file", tmp.path("token"), "--spool-dir", tmp.path("spool-good")],
-                 tmp.path("agent-good.log"))
+                 tmp.path("agent-good.log"), wait=False)
     agents.append(good)
-    if not cpu_sampler_up(good):
-        skip("the agent has no CPU sampler module (oncpu) here")
     bad = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "500ms", "--node", node + "-bad",
                              "--token-file", tmp.path("bad-token"), "--retry-max", "1s",
-                             "--spool-dir", tmp.path("spool-bad")], tmp.path("agent-bad.log"))
+                             "--spool-dir", tmp.path("spool-bad")], tmp.path("agent-bad.log"), wait=False)
     agents.append(bad)
+    good.wait_up()
+    bad.wait_up()
+    work.send_signal(signal.SIGCONT)
+    if not cpu_sampler_up(good):
+        skip("the agent has no CPU sampler module (oncpu) here")
 
     # --- push, then SIGTERM mid-interval: the last partial batch is delivered too.
     # Enough samples for the shares even on a loaded machine (burn may get a fraction of a CPU).
@@ -95,6 +102,7 @@ try:
     check(m.get("gpuscope_agent_spool_files", 0) >= 1, "wrong token: batches kept in the spool")
     check("HTTP 401" in bad.read_log(), "wrong token: the 401 is logged")
     bad.stop()
+    work.send_signal(signal.SIGSTOP)	# what follows reads the stored samples only
     fg_bad = server.query("flamegraph", token="s3cret-token", since="10m",
                           selector='{node="%s-bad"}' % node)
     check(fg_bad["total"] == 0, "wrong token: nothing stored (%d)" % fg_bad["total"])

@@ -18,7 +18,8 @@ agent = None
 try:
     agent = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid),
                                "--push-interval", "3s", "--frequency", "999", "--node", node,
-                               "--spool-dir", tmp.path("spool")], tmp.path("agent.log"))
+                               "--spool-dir", tmp.path("spool")], tmp.path("agent.log"),
+                  hold=[work])
     if not cpu_sampler_up(agent):
         skip("the agent has no CPU sampler module (oncpu) here")
     check(wait_until(lambda: agent.metric("gpuscope_agent_batches_split_total") >= 2 and

@@ -199,15 +199,26 @@ if check(Agent is not None, "push test helpers available"):
     scratch = Scratch("pystacks-run")
     server = Server(scratch.path("data"), log=scratch.path("server.log"))
     server.start()
-    work = start("threads", 30)
+    # the threads start burning once the agent is up (its start takes seconds on a loaded
+    # machine, and two threads spinning meanwhile only slow it down)
+    work = start("threads", 60, gated=True)
     node = "pystacks-%d" % os.getpid()
     agent = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid),
                                "--push-interval", "1s", "--frequency", "499", "--node", node,
                                "--spool-dir", scratch.path("spool")], scratch.path("agent.log"))
+    work.stdin.write("go\n")
+    work.stdin.close()
+
+    def thread_total(name):
+        return server.query("flamegraph", since="10m", selector='{node="%s",pid="%d",thread="%s"}'
+                            % (node, work.pid, name))["total"]
     try:
         if cpu_sampler_up(agent):
-            import time
-            time.sleep(6)
+            from pushlib import wait_until
+            # what a 6 s wait gave on an idle machine: 1000 and more samples of each thread
+            check(wait_until(lambda: thread_total("pyw-a") >= 1000 and
+                             thread_total("pyw-b") >= 1000, 90, step=0.5),
+                  "1000 samples of each thread stored")
             m = agent.metrics()
             check(m.get('gpuscope_agent_python_walk_total{event="frames"}', 0) > 0,
                   "python frames counted on /metrics")

@@ -19,10 +19,11 @@ pb = os.path.join(tmp, "cpu.pb.gz")
 folded = os.path.join(tmp, "cpu.folded")
 
 # --- shares, chains, pprof ------------------------------------------------------------------
-# the workloads outlast the recording, however long the agent takes to start
+# the workloads outlast the recording, however long the agent takes to start (held stopped
+# until it samples)
 burn = start_workload(os.path.join(PROGS, "burn"), "120", "2")
 r = Recording([AGENT, "record", "--duration", "5s", "--frequency", "999", "--pid", str(burn.pid),
-               "--output", pb, "--folded", folded, "--top", "10"]).wait()
+               "--output", pb, "--folded", folded, "--top", "10"], hold=[burn]).wait()
 burn.kill()
 burn.wait()
 print(r.stdout[-3000:], r.stderr[-2000:])
@@ -80,7 +81,7 @@ if check(go is not None, "go tool available (golang-go)"):
 # --- kernel frames ----------------------------------------------------------------------------
 sc = start_workload(os.path.join(PROGS, "syscalls"), "120")
 r = Recording([AGENT, "record", "--duration", "2s", "--frequency", "499", "--pid", str(sc.pid),
-               "--folded", folded, "--top", "0"]).wait()
+               "--folded", folded, "--top", "0"], hold=[sc]).wait()
 sc.kill()
 sc.wait()
 lines = open(folded, errors="replace").read().splitlines()

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lib import AGENT, OUT, Recording, check, finish, run, skip, start_workload  # noqa: E402
@@ -25,10 +25,10 @@ folded = os.path.join(tmp, "cpu.folded")
 
 
 def record(w, seconds, *extra, signal_when_recording=False):
-    """Records workload w (started to outlast any agent start: it is killed after); sends it
-    SIGUSR1 once the recording runs if asked."""
+    """Records workload w (started to outlast any agent start, held stopped until the recording
+    runs: it is killed after); sends it SIGUSR1 once the recording runs if asked."""
     rec = Recording([AGENT, "record", "--duration", "%ds" % seconds, "--frequency", "999", "--pid",
-                     str(w.pid), "--folded", folded, "--top", "0"] + list(extra))
+                     str(w.pid), "--folded", folded, "--top", "0"] + list(extra), hold=[w])
     if signal_when_recording:
         w.send_signal(signal.SIGUSR1)
     r = rec.wait()
@@ -105,15 +105,32 @@ check(m is not None, "truncated walks are counted (%s)" % (m and m.group(0)))
 # --- fork children walked with their parent's mappings until their own are read -----------------
 # each child lives 30 ms: less than the agent takes to read a new process's mappings on a busy
 # machine, so without its parent's it would be walked by frame pointers (none here: cut at the
-# leaf) for all of its life. The parent burns alone until the agent has walked it for 2 s: on a
-# loaded machine its own mappings can take a second to be read.
+# leaf) for all of its life. The parent burns alone until the agent has read its mappings and
+# built their tables: on a loaded machine that can take seconds.
 w = subprocess.Popen([BURN, "30", "fork"], stdout=subprocess.PIPE, text=True)
 check(w.stdout.readline().strip() == "ready", "the forking workload started")
 rec = Recording([AGENT, "record", "--duration", "7s", "--frequency", "999", "--folded", folded,
-                 "--top", "0"])
-time.sleep(2)
+                 "--top", "0", "--verbose"])
+# it forks once the agent has built its tables (the debug log names each of its mappings with
+# "table"), which took from 0.3 s to more than the 2 s a fixed wait gave it on a loaded machine
+want = {BURN + ": table", os.path.join(FIX, "libnofp.so") + ": table", "/libc.so.6: table"}
+seen, tables = set(), threading.Event()
+
+
+def read_log():
+    for line in rec.p.stderr:	# read throughout: the debug log would fill the pipe
+        if line.startswith("gpuscope-agent debug: unwind: pid %d " % w.pid):
+            seen.update(x for x in want if line.rstrip().endswith(x))
+            if seen == want:
+                tables.set()
+
+
+reader = threading.Thread(target=read_log, daemon=True)
+reader.start()
+check(tables.wait(60), "the agent built the forking workload's tables (%s)" % sorted(seen))
 w.send_signal(signal.SIGUSR1)
-r = rec.wait()
+rec.p.wait(120)
+reader.join(10)
 w.kill()
 w.wait()
 lines = open(folded, errors="replace").read().splitlines() if os.path.exists(folded) else []
