@@ -148,6 +148,13 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 			 s.gc_label_sets);
 	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
 			 s.gc_series);
+	prom_gauge(out, "gpuscope_server_label_set_memory_bytes",
+		   "Bytes of label sets held in memory (--max-label-set-memory).",
+		   (double)s.label_set_bytes);
+	prom_gauge(out, "gpuscope_server_nodes_held", "Nodes that ingested since start (--max-nodes).",
+		   (double)s.nodes_held);
+	prom_counter(out, "gpuscope_server_nodes_refused_total",
+		     "Batches of a new node refused 429 at --max-nodes.", s.nodes_refused);
 	prom_family(out, "gpuscope_server_cardinality_dropped_total", "counter",
 		    "New label sets refused past --max-new-label-sets-per-hour, and their records "
 		    "(samples, points, intervals) dropped; the rest of their batches was stored.");
