@@ -86,9 +86,42 @@ def label_sets():
         s.stop()
 
 
+def label_pages():
+    """label/comm/values?limit=100000 over 8 MB of values: pages of at most 4 MiB (and one
+    value) that together hold every value once."""
+    s = Server().start()
+    try:
+        t = now_ns() - 600 * 10**9
+        lines = ["node p"] + [f"sample {t + k} cpu 1 comm={k:04d}{'v' * 8000} main"
+                              for k in range(1000)]
+        code, b = s.ingest(encode("\n".join(lines) + "\n"))
+        check(code == 204, f"ingest: {code} {b[:200]!r}")
+        seen, offset, pages, biggest = [], 0, 0, 0
+        while True:
+            code, body, _ = s.request(f"/api/v1/label/comm/values?since=1h&limit=100000"
+                                      f"&offset={offset}")
+            check(code == 200, f"page: {code} {body[:200]!r}")
+            biggest = max(biggest, len(body))
+            check(len(body) <= 4 * MIB + 8100, f"a page of {len(body)} bytes")
+            import json
+            v = json.loads(body)
+            seen += v["values"]
+            pages += 1
+            if "next_offset" not in v:
+                break
+            check(v["next_offset"] == offset + len(v["values"]), f"next_offset {v['next_offset']}")
+            offset = v["next_offset"]
+        print(f"label values: {pages} pages, largest {biggest / MIB:.2f} MiB, {len(seen)} values")
+        check(pages >= 2, "the 8 MB of values took more than one page")
+        check(len(seen) == 1000 and len(set(seen)) == 1000, f"{len(seen)} values")
+    finally:
+        s.stop()
+
+
 def main():
     nodes()
     label_sets()
+    label_pages()
     print("PASS")
 
 
