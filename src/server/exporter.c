@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,8 @@
 #include "server/selector.h"
 
 #define MAX_QUERIES	256
+#define FN_RE_MAX	1024		/* bytes of a function regex */
+#define FN_NAME_MAX	255		/* bytes of a frame name the regex sees (frame_name's buffer) */
 #define MAX_WINDOW_NS	(3600 * NSEC_PER_SEC)	/* one scrape counts at most an hour */
 #define EVICT_NS	(3600 * NSEC_PER_SEC)	/* a workload without GPU time this long frees its slot */
 
@@ -30,8 +31,8 @@ struct pquery {
 	struct selector *sel;
 	enum sample_kind kind;
 	int gpu_idle;			/* -1: any time */
-	bool has_re;
-	regex_t re;			/* whole function name */
+	struct selector *fn;		/* function regex, whole name: selector.c's engine and limits */
+	bool fn_failed;			/* it hit its match limits: the series is left out */
 	struct u64map match;		/* stack id -> 1 matches, 2 does not */
 	double total;			/* samples, or ns */
 };
@@ -90,8 +91,7 @@ static void pquery_done(struct pquery *q)
 	free(q->name);
 	free(q->sel_text);
 	selector_free(q->sel);
-	if (q->has_re)
-		regfree(&q->re);
+	selector_free(q->fn);
 	u64map_done(&q->match);
 }
 
@@ -101,6 +101,54 @@ static void pquery_done(struct pquery *q)
 		snprintf(err + _n, errlen > (size_t)_n ? errlen - (size_t)_n : 0, __VA_ARGS__);    \
 		return -EINVAL;                                                                    \
 	} while (0)
+
+/*
+ * "{fn=~\"V\"}" for the function regex V, so that it compiles and matches as a selector's
+ * regex does (PCRE2, RE2 syntax, anchored, match limits); NULL on ENOMEM.
+ */
+static char *fn_selector(const char *v)
+{
+	size_t n = strlen(v);
+	char *out = malloc(2 * n + 16), *o = out;
+
+	if (!out)
+		return NULL;
+	o += sprintf(o, "{fn=~\"");
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			*o++ = '\\';
+		if (*v == '\n' || *v == '\t') {
+			*o++ = '\\';
+			*o++ = *v == '\n' ? 'n' : 't';
+			continue;
+		}
+		*o++ = *v;
+	}
+	strcpy(o, "\"}");
+	return out;
+}
+
+/*
+ * Whether fn hits its match limits on probe names as long as a frame name gets: a pattern
+ * that would fail every scrape is refused at start instead.
+ */
+static bool fn_too_costly(struct selector *fn)
+{
+	static const char fill[] = { 'a', '_', ':', '0' };
+	char name[FN_NAME_MAX + 1];
+	bool bad = false;
+
+	for (size_t k = 0; k < sizeof(fill) && !bad; k++) {
+		const char *pairs[2] = { "fn", name };
+
+		memset(name, fill[k], FN_NAME_MAX);
+		name[FN_NAME_MAX] = '\0';
+		name[FN_NAME_MAX - 1] = '!';	/* a mismatch at the end makes a matcher backtrack */
+		selector_match(fn, pairs, 1);
+		bad = selector_failed(fn) != 0;
+	}
+	return bad;
+}
 
 /* One query mapping into q (zeroed); -EINVAL with "FILE:LINE: why". */
 static int parse_query(yaml_document_t *d, yaml_node_t *m, const char *file, struct pquery *q,
@@ -141,21 +189,24 @@ static int parse_query(yaml_document_t *d, yaml_node_t *m, const char *file, str
 				    v);
 			q->kind = (enum sample_kind)kd;
 		} else if (!strcmp(k, "function")) {
-			char *re;
-			int rc;
+			char *sel;
 
-			if (q->has_re)
-				regfree(&q->re);
-			q->has_re = false;
-			if (asprintf(&re, "^(%s)$", v) < 0)
+			if (strlen(v) > FN_RE_MAX)
+				BAD(vn, "function regex '%.60s...' is longer than %d bytes", v,
+				    FN_RE_MAX);
+			sel = fn_selector(v);
+			if (!sel)
 				return -ENOMEM;
-			rc = regcomp(&q->re, re, REG_EXTENDED | REG_NOSUB);
-			free(re);
-			if (rc) {
-				regerror(rc, &q->re, why, sizeof(why));
-				BAD(vn, "function regex '%s': %s", v, why);
-			}
-			q->has_re = true;
+			selector_free(q->fn);
+			q->fn = selector_parse(sel, why, sizeof(why));
+			free(sel);
+			if (!q->fn)
+				BAD(vn, "function regex '%.60s%s': %s", v, strlen(v) > 60 ? "..." : "",
+				    why);
+			if (fn_too_costly(q->fn))
+				BAD(vn, "function regex '%.60s%s' exceeds the regex match limits on a "
+				    "%d-byte function name", v, strlen(v) > 60 ? "..." : "",
+				    FN_NAME_MAX);
 		} else if (!strcmp(k, "gpu_idle")) {
 			char *end;
 			long g = strtol(v, &end, 10);
@@ -325,10 +376,15 @@ static int match_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	struct match_ctx *m = ctx;
 	uint64_t *v = u64map_find(m->agg, id), *known;
 	bool hit = false;
-	char tmp[256];
+	char tmp[FN_NAME_MAX + 1];
 
-	for (size_t i = 0; i < nf && !hit; i++)
-		hit = !regexec(&m->q->re, frame_name(&f[i], tmp, sizeof(tmp)), 0, NULL, 0);
+	for (size_t i = 0; i < nf && !hit; i++) {
+		const char *pairs[2] = { "fn", frame_name(&f[i], tmp, sizeof(tmp)) };
+
+		hit = selector_match(m->q->fn, pairs, 1);
+	}
+	if (selector_failed(m->q->fn))
+		return selector_failed(m->q->fn);
 	known = u64map_upsert(&m->q->match, id, hit ? 1 : 2, NULL);
 	if (!known)
 		return -ENOMEM;
@@ -351,7 +407,9 @@ static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint6
 	err = x->st->ops->aggregate(x->st, &sq, &agg);
 	if (err)
 		goto out;
-	if (!q->has_re) {
+	if (q->fn_failed)
+		goto out;
+	if (!q->fn) {
 		for (size_t i = 0; i < agg.cap; i++)
 			if (agg.keys[i])
 				m.sum += (double)agg.vals[i];
@@ -378,6 +436,16 @@ static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint6
 	}
 	if (nids)
 		err = x->st->ops->stacks(x->st, ids, nids, match_stack, &m);
+	if (err == -E2BIG || err == -ENOMEM || err == -ETIMEDOUT) {
+		if (selector_failed(q->fn)) {
+			/* A value short of the truth is worse than none: the query stops. */
+			log_warn("export query %s: its function regex hit its match limits; "
+				 "its series is left out", q->name);
+			q->fn_failed = true;
+			err = 0;
+			goto out;
+		}
+	}
 done:
 	*ret = m.sum;
 out:
@@ -632,6 +700,9 @@ int exporter_metrics(struct exporter *x, FILE *out)
 			    "Profile queries of --export-queries (cpu: samples; other kinds: seconds).");
 	for (size_t i = 0; i < x->nq; i++) {
 		bool cpu = x->q[i].kind == SAMPLE_CPU;
+
+		if (x->q[i].fn_failed)
+			continue;
 
 		prom_sample(out, "gpuscope_profile_value_total",
 			    (struct prom_label[]){ { "query", x->q[i].name },

@@ -41,9 +41,51 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *
 	if (encoding)
 		MHD_add_response_header(resp, "Content-Encoding", encoding);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	if (code == MHD_HTTP_SERVICE_UNAVAILABLE)	/* busy or a store failure: soon again */
+		MHD_add_response_header(resp, "Retry-After", "1");
 	ret = MHD_queue_response(c, code, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+bool http_inflight_charge(struct http_server *h, struct req *r, size_t n)
+{
+	int64_t now = __atomic_add_fetch(&h->ctr.inflight_bytes, (int64_t)n, __ATOMIC_RELAXED);
+
+	if ((uint64_t)now > h->o.max_inflight) {
+		__atomic_sub_fetch(&h->ctr.inflight_bytes, (int64_t)n, __ATOMIC_RELAXED);
+		return false;
+	}
+	r->charged += n;
+	return true;
+}
+
+static void inflight_release(struct http_server *h, struct req *r)
+{
+	__atomic_sub_fetch(&h->ctr.inflight_bytes, (int64_t)r->charged, __ATOMIC_RELAXED);
+	r->charged = 0;
+}
+
+/*
+ * Counts the buffer growth that n more body bytes cause (the whole declared Content-Length at
+ * once when there is one, so the body takes one allocation); false when the budget is spent.
+ */
+static bool body_charge(struct http_server *h, struct req *r, size_t n)
+{
+	size_t need = r->body.len + n, ncap;
+
+	if (need <= r->body.cap)
+		return true;
+	if (!r->body.cap && r->expect >= need && r->expect <= h->o.max_body)
+		need = (size_t)r->expect;
+	ncap = r->body.cap ? r->body.cap : 256;	/* buf_reserve()'s growth */
+	while (ncap < need)
+		ncap *= 2;
+	if (!http_inflight_charge(h, r, ncap - r->body.cap))
+		return false;
+	if (need > r->body.len + n)
+		buf_reserve(&r->body, need - r->body.len);	/* failure: body.oom, seen below */
+	return true;
 }
 
 enum MHD_Result http_reply_error(struct http_server *h, struct MHD_Connection *c, unsigned code,
@@ -367,6 +409,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		r->ingest = ingest && !strcmp(method, MHD_HTTP_METHOD_POST);
 		r->over = over;
+		r->expect = cl ? strtoull(cl, NULL, 10) : 0;
 		*con_cls = r;
 		return MHD_YES;
 	}
@@ -375,8 +418,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (r->ingest && !r->over && r->body.len + *size > h->o.max_body) {
 			r->over = true;
 			buf_done(&r->body);
+			inflight_release(h, r);
 		}
-		if (r->ingest && !r->over) {
+		if (r->ingest && !r->over && !r->busy && !body_charge(h, r, *size)) {
+			/* The budget of bodies held at once is spent: this one is read and
+			 * dropped, and answered 503 with Retry-After (nothing kept). */
+			r->busy = true;
+			buf_done(&r->body);
+			inflight_release(h, r);
+		}
+		if (r->ingest && !r->over && !r->busy) {
 			buf_put(&r->body, data, *size);
 			if (r->body.oom)
 				return MHD_NO;
@@ -398,6 +449,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	http_conn_done(h, c);
 	if (!r)
 		return;
+	inflight_release(h, r);
 	buf_done(&r->body);
 	buf_done(&r->ans);
 	free(r);
@@ -519,6 +571,9 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	}
 	h->st = st;
 	h->o = *o;
+	if (h->o.max_inflight < h->o.max_body)
+		h->o.max_inflight = h->o.max_body;
+	h->ctr.inflight_max = h->o.max_inflight;
 	h->listen_fd = -1;
 	pthread_mutex_init(&h->rmu, NULL);
 	pthread_mutex_init(&h->wmu, NULL);

@@ -22,6 +22,7 @@ struct http_opts {
 					 * listen address only localhost, IP literals and this
 					 * machine's name, on others any */
 	size_t max_body;		/* bytes, compressed and decompressed */
+	size_t max_inflight;		/* bytes of ingest bodies held at once (>= max_body) */
 	uint64_t retention_ns;		/* uploads with a timestamp older than this are refused */
 	bool all_addresses;		/* store named frames' addresses too (ingest_store()) */
 	const char *tls_cert_pem;	/* PEM text of the certificate chain and its key; both */

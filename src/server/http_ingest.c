@@ -69,6 +69,10 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	if (r->over)
 		return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_TOO_LARGE,
 					"body larger than %zu bytes", h->o.max_body);
+	if (r->busy)
+		return http_reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_BUSY,
+					"%zu bytes of request bodies held already "
+					"(--max-inflight-bodies): retry", h->o.max_inflight);
 	if (!r->body.len) {
 		/* An empty upload stores nothing: `gpuscope doctor` checks reach and token so. */
 		struct buf b = { 0 };
@@ -94,6 +98,12 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	if (rc)
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_ENCODING,
 					"corrupt or truncated %.20s body", enc);
+	if (raw && !http_inflight_charge(h, r, raw_len)) {
+		free(raw);
+		return http_reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_BUSY,
+					"%zu bytes of request bodies held already "
+					"(--max-inflight-bodies): retry", h->o.max_inflight);
+	}
 	m = batch_decode_scanned(&scan, raw ? raw : r->body.p, raw ? raw_len : r->body.len, err,
 				 sizeof(err));
 	if (!m) {

@@ -84,6 +84,9 @@ struct req {
 	struct buf body;		/* only POST /api/v1/ingest keeps its body */
 	bool ingest;
 	bool over;			/* body beyond max_body: discarded */
+	bool busy;			/* the in-flight budget was spent: discarded, 503 */
+	size_t charged;			/* bytes of it counted in ctr.inflight_bytes */
+	uint64_t expect;		/* its Content-Length; 0: none */
 	/* Stored by a worker while the connection was suspended: the answer it left. */
 	bool worked, answered;
 	unsigned ans_code;
@@ -92,6 +95,9 @@ struct req {
 };
 
 /* http.c */
+/* Counts n more bytes held for r against --max-inflight-bodies; false (nothing counted) when
+ * they do not fit. Released when the request completes. */
+bool http_inflight_charge(struct http_server *h, struct req *r, size_t n);
 /* On an ingest worker: the request whose answer http_reply() keeps instead of queueing it (only
  * the connection's own event-loop thread may queue a response). */
 extern __thread struct req *http_deferred;

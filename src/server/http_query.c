@@ -359,6 +359,8 @@ static int cmp_str(const void *a, const void *b)
 /* Label names and values per answer: the default and the most a client may ask for. */
 #define LABELS_DEFAULT_LIMIT 10000
 #define LABELS_MAX_LIMIT     100000
+/* Bytes of names or values per answer: a page ends at the first value past it (next_offset). */
+#define LABELS_PAGE_BYTES    (4u << 20)
 
 /* An optional integer parameter in [min, max]; *ret untouched when absent. 0 or -EINVAL. */
 static int parse_count(struct MHD_Connection *c, const char *key, unsigned long long min,
@@ -387,7 +389,7 @@ static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c
 	struct names_ctx nc = { .label = label };
 	struct selector *sel = NULL;
 	uint64_t from = 0, to = 0;
-	unsigned long long limit = LABELS_DEFAULT_LIMIT, offset = 0;
+	unsigned long long limit = LABELS_DEFAULT_LIMIT, offset = 0, end;
 	struct buf b = { 0 };
 	enum MHD_Result ret;
 	char err[256];
@@ -417,15 +419,19 @@ static enum MHD_Result do_labels(struct http_server *h, struct MHD_Connection *c
 	}
 	qsort(nc.t.strs, nc.t.len, sizeof(char *), cmp_str);
 	buf_puts(&b, label ? "{\"values\":[" : "{\"labels\":[");
+	end = offset;
 	for (size_t i = offset; i < nc.t.len && i < offset + limit; i++) {
+		if (i > offset && b.len >= LABELS_PAGE_BYTES)
+			break;
 		if (i > offset)
 			buf_put(&b, ",", 1);
 		buf_json_str(&b, nc.t.strs[i]);
+		end = i + 1;
 	}
 	/* Sorted, so offset pages are stable while no new value arrives. */
 	buf_printf(&b, "],\"total\":%zu", nc.t.len);
-	if (offset + limit < nc.t.len)
-		buf_printf(&b, ",\"next_offset\":%llu", offset + limit);
+	if (end < nc.t.len)
+		buf_printf(&b, ",\"next_offset\":%llu", end);
 	buf_puts(&b, "}");
 	ret = http_reply_json(c, &b);
 out:

@@ -66,6 +66,14 @@ static void usage(FILE *f)
 		"  --tls-key-file FILE      ... and this PEM private key\n"
 		"  --max-body SIZE          largest request body, before and after decompression\n"
 		"                           (default 64MiB; suffixes K, M, G, KiB, MiB, GiB)\n"
+		"  --max-inflight-bodies SIZE\n"
+		"                           ingest bodies held at once, with their decompressed\n"
+		"                           form; past it 503 + Retry-After (default 4 x --max-body)\n"
+		"  --max-label-set-memory SIZE\n"
+		"                           label sets held in memory (sqlite; default 1GiB):\n"
+		"                           further new ones refused like --max-new-label-sets-...\n"
+		"  --max-nodes N            nodes that ingested since start (sqlite; default 100000):\n"
+		"                           a further node's batches answered 429\n"
 		"  --max-connections N      open connections in all (default 8192)\n"
 		"  --max-connections-per-address N\n"
 		"                           open connections from one client address (default 256)\n"
@@ -177,7 +185,7 @@ int main(int argc, char **argv)
 {
 	enum {
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_METRICS_TOKEN, O_ALLOWED_HOSTS, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
-		O_MAX_PER_ADDR, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
+		O_MAX_PER_ADDR, O_MAX_INFLIGHT, O_MAX_LS_MEM, O_MAX_NODES, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
 		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
 	};
@@ -196,6 +204,9 @@ int main(int argc, char **argv)
 		{ "tls-key-file", required_argument, NULL, O_TLS_KEY },
 		{ "max-body", required_argument, NULL, 'b' },
 		{ "max-connections", required_argument, NULL, O_MAX_CONN },
+		{ "max-inflight-bodies", required_argument, NULL, O_MAX_INFLIGHT },
+		{ "max-label-set-memory", required_argument, NULL, O_MAX_LS_MEM },
+		{ "max-nodes", required_argument, NULL, O_MAX_NODES },
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
 		{ "header-timeout", required_argument, NULL, O_HDR_TIMEOUT },
@@ -234,6 +245,8 @@ int main(int argc, char **argv)
 		.time_unit_ns = 1000,
 		.max_new_label_sets_per_hour = 10000,
 		.max_new_stacks_per_hour = 200000,
+		.max_label_set_bytes = 1ULL << 30,
+		.max_nodes = 100000,
 		.ch_commit_delay_ns = NSEC_PER_SEC,
 	};
 	struct http_opts ho = {
@@ -246,6 +259,7 @@ int main(int argc, char **argv)
 		.threads = 8,
 	};
 	uint64_t size, ns;
+	size_t inflight = 0;
 	const char *token_file = NULL, *ingest_file = NULL, *query_file = NULL;
 	const char *metrics_file = NULL;
 	const char *cert_file = NULL, *key_file = NULL;
@@ -307,6 +321,32 @@ int main(int argc, char **argv)
 			}
 			ho.max_body = (size_t)size;
 			break;
+		case O_MAX_INFLIGHT:
+			if (parse_size_bytes(optarg, &size) || !size || size > (1ULL << 42)) {
+				log_error("--max-inflight-bodies: '%s' is not a size (256MiB)", optarg);
+				return 2;
+			}
+			inflight = (size_t)size;
+			break;
+		case O_MAX_LS_MEM:
+			if (parse_size_bytes(optarg, &size) || size > (1ULL << 42)) {
+				log_error("--max-label-set-memory: '%s' is not a size (1GiB; 0: none)",
+					  optarg);
+				return 2;
+			}
+			so.max_label_set_bytes = size;
+			break;
+		case O_MAX_NODES: {
+			char *end;
+
+			errno = 0;
+			so.max_nodes = strtoull(optarg, &end, 10);
+			if (errno || !*optarg || *end || *optarg == '-') {
+				log_error("--max-nodes: '%s' is not a count (0: no limit)", optarg);
+				return 2;
+			}
+			break;
+		}
 		case O_MAX_CONN:
 			ho.max_connections = parse_count("max-connections", optarg, 1 << 20);
 			break;
@@ -478,6 +518,12 @@ int main(int argc, char **argv)
 	}
 	so.ch_urls = urls;
 	so.ch_nurls = nurls;
+	ho.max_inflight = inflight ? inflight : 4 * ho.max_body;
+	if (ho.max_inflight < ho.max_body) {
+		log_error("--max-inflight-bodies (%zu bytes) is below --max-body (%zu): no body "
+			  "would fit", ho.max_inflight, ho.max_body);
+		return 2;
+	}
 	if (optind != argc || (so.backend && !strcmp(so.backend, "clickhouse") ? !nurls : !so.dir)) {
 		usage(stderr);
 		return 2;

@@ -12,7 +12,7 @@
 static const char *const reject_names[REJ_MAX] = {
 	"too_large", "bad_encoding", "unknown_encoding", "malformed", "unsupported_version",
 	"store_error", "unauthorized", "bad_query", "not_found", "over_limit", "time_out_of_range",
-	"selector_limit", "cardinality", "foreign_host", "cross_origin",
+	"selector_limit", "cardinality", "foreign_host", "cross_origin", "busy",
 };
 
 int server_metrics(struct store *st, const struct http_counters *hc, double samples_per_second,
@@ -54,6 +54,12 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 	for (int i = 0; i < REJ_MAX; i++)
 		prom_sample1_u64(out, "gpuscope_server_rejected_total", "reason", reject_names[i],
 				 LOAD(hc->rejects[i]));
+	prom_gauge(out, "gpuscope_server_inflight_body_bytes",
+		   "Bytes of ingest bodies held now (buffers and their decompressed form).",
+		   LOAD(hc->inflight_bytes));
+	prom_gauge(out, "gpuscope_server_inflight_body_bytes_limit",
+		   "--max-inflight-bodies: past it an ingest is answered 503 (reason busy).",
+		   (double)hc->inflight_max);
 	prom_gauge(out, "gpuscope_server_connections", "HTTP connections open now.",
 		   LOAD(hc->connections));
 	prom_counter(out, "gpuscope_server_connections_total", "HTTP connections accepted.",
@@ -142,6 +148,13 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 			 s.gc_label_sets);
 	prom_sample1_u64(out, "gpuscope_server_dictionary_deleted_total", "table", "series",
 			 s.gc_series);
+	prom_gauge(out, "gpuscope_server_label_set_memory_bytes",
+		   "Bytes of label sets held in memory (--max-label-set-memory).",
+		   (double)s.label_set_bytes);
+	prom_gauge(out, "gpuscope_server_nodes_held", "Nodes that ingested since start (--max-nodes).",
+		   (double)s.nodes_held);
+	prom_counter(out, "gpuscope_server_nodes_refused_total",
+		     "Batches of a new node refused 429 at --max-nodes.", s.nodes_refused);
 	prom_family(out, "gpuscope_server_cardinality_dropped_total", "counter",
 		    "New label sets refused past --max-new-label-sets-per-hour, and their records "
 		    "(samples, points, intervals) dropped; the rest of their batches was stored.");

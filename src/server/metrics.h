@@ -18,7 +18,7 @@ struct exporter;
 enum reject {
 	REJ_TOO_LARGE, REJ_BAD_ENCODING, REJ_UNKNOWN_ENCODING, REJ_MALFORMED, REJ_VERSION,
 	REJ_STORE, REJ_UNAUTHORIZED, REJ_BAD_QUERY, REJ_NOT_FOUND, REJ_LIMIT, REJ_TIME, REJ_SELECTOR,
-	REJ_CARDINALITY, REJ_HOST, REJ_ORIGIN, REJ_MAX,
+	REJ_CARDINALITY, REJ_HOST, REJ_ORIGIN, REJ_BUSY, REJ_MAX,
 };
 
 /* Connections refused at accept (labels of gpuscope_server_connections_refused_total). */
@@ -34,6 +34,8 @@ struct http_counters {
 	uint64_t rejects[REJ_MAX];
 	uint64_t refused[REFUSE_MAX], cut[CUT_MAX];
 	uint64_t ingest_batches, ingest_parts, ingest_bytes;
+	int64_t inflight_bytes;		/* ingest bodies (and their decompressed form) held now */
+	uint64_t inflight_max;		/* --max-inflight-bodies */
 };
 
 /*

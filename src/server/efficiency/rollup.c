@@ -148,7 +148,8 @@ static void *rollup_main(void *arg)
 		now = wall_ns() + 5 * NSEC_PER_SEC;
 		ts.tv_sec = (time_t)(now / NSEC_PER_SEC);
 		ts.tv_nsec = (long)(now % NSEC_PER_SEC);
-		pthread_cond_timedwait(&e->rcond, &e->rmu, &ts);
+		if (!e->stopping)	/* a stop signalled while rmu was dropped above */
+			pthread_cond_timedwait(&e->rcond, &e->rmu, &ts);
 	}
 	pthread_mutex_unlock(&e->rmu);
 	return NULL;

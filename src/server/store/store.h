@@ -32,6 +32,10 @@ struct store_opts {
 	 * label-set limit only its further new label sets are, their records dropped and counted
 	 * (-EDQUOT when nothing of the batch is left). 0: no limit. */
 	uint64_t max_new_label_sets_per_hour, max_new_stacks_per_hour;
+	/* Held in memory (sqlite): label sets' bytes (a batch's new label sets past it are refused
+	 * as past the per-node limit), and nodes that ingested since start (a new node's batches
+	 * past it are refused, -EDQUOT). 0: no limit. */
+	uint64_t max_label_set_bytes, max_nodes;
 
 	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
 	 * schema is created on each; any of them answers), the remote_servers cluster whose
@@ -122,6 +126,9 @@ struct store_stats {
 	uint64_t gc_stacks, gc_locations, gc_label_sets, gc_series;	/* dictionary GC, deleted */
 	/* new label sets refused past the cardinality limit, and their records dropped */
 	uint64_t cardinality_dropped_label_sets, cardinality_dropped_records;
+	uint64_t label_set_bytes;	/* held in memory now (sqlite) */
+	uint64_t nodes_held, nodes_refused;	/* nodes known since start; batches of new nodes
+						 * refused at the node limit */
 	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
 	/* background recompression: rows waiting, CPU spent, bytes looked at and after */
 	uint64_t recompress_lag_rows, recompress_cpu_ns, recompress_in, recompress_out;

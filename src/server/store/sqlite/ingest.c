@@ -565,6 +565,30 @@ struct gitem {
 };
 
 /*
+ * Whether the batch's new label sets would take the label sets held past max_ls_bytes; then
+ * *ret_room is how many of them (in order) fit.
+ */
+static bool ls_memory_over(struct ingest *in, uint64_t *ret_room)
+{
+	struct sq *s = in->s;
+	uint64_t held = __atomic_load_n(&s->lset_bytes, __ATOMIC_RELAXED), add = 0, k = 0;
+
+	for (size_t i = 0; i < in->m->n_label_sets; i++) {
+		const struct ls_pending *p = &in->ls[i];
+
+		if (!p->is_new || p->refused)
+			continue;
+		add += sq_lset_mem(p->blob.p, p->blob.len);
+		if (held + add > s->max_ls_bytes) {
+			*ret_room = k;
+			return true;
+		}
+		k++;
+	}
+	return false;
+}
+
+/*
  * The node's new label sets and stacks this clock hour, with what the batch adds: -EDQUOT and
  * a reason when past a limit, *ret_room then the new label sets the node may still add when
  * only the label-set limit is passed (else UINT64_MAX); the counts are taken when add is true.
@@ -582,6 +606,12 @@ static int cardinality(struct ingest *in, bool add, uint64_t *ret_room)
 	for (size_t i = 0; i < s->ncard && !c; i++)
 		if (s->card[i].node_hash == h)
 			c = &s->card[i];
+	if (!c && s->max_nodes && s->ncard >= s->max_nodes) {
+		snprintf(in->err, in->errlen, "node limit: %llu nodes known already, '%.100s' would "
+			 "be one more (--max-nodes)", (unsigned long long)s->ncard, node);
+		__atomic_add_fetch(&s->n_node_refused, 1, __ATOMIC_RELAXED);
+		return -EDQUOT;
+	}
 	if (!c) {
 		if (array_reserve(&s->card, &s->capcard, s->ncard + 1, sizeof(*s->card), 64))
 			return -ENOMEM;
@@ -604,6 +634,13 @@ static int cardinality(struct ingest *in, bool add, uint64_t *ret_room)
 			 node, (unsigned long long)(c->new_ls + in->new_ls),
 			 (unsigned long long)s->max_new_ls);
 		*ret_room = c->new_ls < s->max_new_ls ? s->max_new_ls - c->new_ls : 0;
+		return -EDQUOT;
+	}
+	if (s->max_ls_bytes && ls_memory_over(in, ret_room)) {
+		snprintf(in->err, in->errlen, "label-set memory limit: %llu bytes of label sets held, "
+			 "node '%.100s' would add more than the %llu of --max-label-set-memory",
+			 (unsigned long long)__atomic_load_n(&s->lset_bytes, __ATOMIC_RELAXED), node,
+			 (unsigned long long)s->max_ls_bytes);
 		return -EDQUOT;
 	}
 	if (add) {

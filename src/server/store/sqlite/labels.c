@@ -78,6 +78,7 @@ int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, s
 	l.last_ns = last;
 	l.hash = hash;
 	s->lsets[id] = l;
+	__atomic_add_fetch(&s->lset_bytes, sq_lset_mem(blob, len), __ATOMIC_RELAXED);
 	if (id + 1 > s->nlsets)
 		s->nlsets = id + 1;
 	if (!u64map_upsert(&s->ls_ids, hash, id, NULL))

@@ -326,6 +326,9 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	o->merge_out = __atomic_load_n(&s->n_mz_out, __ATOMIC_RELAXED);
 	o->cardinality_dropped_label_sets = __atomic_load_n(&s->n_card_dropped_ls,
 							    __ATOMIC_RELAXED);
+	o->label_set_bytes = __atomic_load_n(&s->lset_bytes, __ATOMIC_RELAXED);
+	o->nodes_held = __atomic_load_n(&s->ncard, __ATOMIC_RELAXED);
+	o->nodes_refused = __atomic_load_n(&s->n_node_refused, __ATOMIC_RELAXED);
 	o->cardinality_dropped_records = __atomic_load_n(&s->n_card_dropped_records,
 							 __ATOMIC_RELAXED);
 	pthread_rwlock_rdlock(&s->lmu);
@@ -495,6 +498,8 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	s->o = *opts;
 	s->max_new_ls = opts->max_new_label_sets_per_hour;
 	s->max_new_stacks = opts->max_new_stacks_per_hour;
+	s->max_ls_bytes = opts->max_label_set_bytes;
+	s->max_nodes = opts->max_nodes;
 	store_commitq_init(&s->commitq, 0);
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->pmu, NULL);

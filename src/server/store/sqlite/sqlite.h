@@ -121,6 +121,9 @@ struct sq {
 	} *card;
 	size_t ncard, capcard;
 	uint64_t max_new_ls, max_new_stacks;
+	uint64_t max_ls_bytes, max_nodes;	/* 0: no limit */
+	uint64_t lset_bytes;		/* label sets held in memory (atomic) */
+	uint64_t n_node_refused;	/* batches of new nodes past max_nodes (atomic) */
 	uint64_t n_raw_deleted, n_rollups_deleted, rollup_lag;
 	uint64_t n_rollups_kept[LEVELS], n_rollups_deferred[LEVELS];	/* hour and day rows built */
 	/* hour and day rows that late samples found missing or deferred: built again once no
@@ -190,6 +193,16 @@ uint64_t sq_raw_retention_ns(const struct sq *s);
 /* ---- labels.c: the in-memory label-set table (lmu) ---- */
 
 /* Adds label set `id` (serialized "n\0v\0...") to the table; lmu held for writing. 0/-errno. */
+/* Memory a label set of this blob (NUL-terminated names and values) holds in lsets. */
+static inline uint64_t sq_lset_mem(const uint8_t *blob, size_t len)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < len; i++)
+		n += !blob[i];
+	return sizeof(struct lset) + n * sizeof(char *) + len;
+}
+
 int sq_lset_put(struct sq *s, uint64_t id, uint64_t hash, const uint8_t *blob, size_t len,
 		uint64_t first, uint64_t last);
 /* Loads every stored label set into the table (at open, writer connection). 0 or -errno. */
