@@ -260,6 +260,21 @@ void http_conn_started(struct http_server *h, struct MHD_Connection *mc, void **
 	g->all = c;
 	g->open++;
 	set_phase(g, c, PH_HEADERS, mono_ns());
+	/* Accepts on other threads may all have passed the accept policy before any of them was
+	 * counted here: hold each limit now too, the oldest connection still sending headers
+	 * (this one, if no other) closed. */
+	if (h->o.max_per_address && a && a->n - a->cutting > h->o.max_per_address) {
+		struct conn *old = oldest_sending_headers(g, a);
+
+		if (old)
+			cut(h, old, CUT_EVICTED);
+	}
+	if (g->open - g->cutting > g->max) {
+		struct conn *old = oldest_sending_headers(g, NULL);
+
+		if (old)
+			cut(h, old, CUT_EVICTED);
+	}
 	pthread_mutex_unlock(&g->mu);
 	*socket_ctx = c;
 }
