@@ -41,6 +41,8 @@ struct store_opts {
 	const char *ch_cluster, *ch_database, *ch_user, *ch_password;
 	/* clickhouse: how long a batch may wait for others to share its INSERTs (group commit) */
 	uint64_t ch_commit_delay_ns;
+	/* clickhouse: deadline of one statement to one URL (0: 10s); a slow shard answers 503 */
+	uint64_t ch_timeout_ns;
 };
 
 /* Coverage of one answer, summed over the nodes seen: ns of the range (range x nodes). */

@@ -74,7 +74,8 @@ static int ddl(struct ch *c, size_t i, char *err, size_t errlen, const char *fmt
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = ch_exec(c, (int)i, sql, NULL, 0, NULL, NULL);
+	/* DDL (and a migration's INSERT ... SELECT) may take long on a big database */
+	rc = ch_exec_to(c, (int)i, sql, NULL, 0, NULL, 300000, NULL);
 	if (rc)
 		snprintf(err, errlen, "%s", store_strerror());
 	free(sql);
