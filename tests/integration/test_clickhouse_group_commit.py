@@ -175,6 +175,19 @@ def main():
               "the twice-posted batch stored once")
         print("one id twice in a group: stored once, answered as a duplicate")
 
+        # 2b. Hostile content stays in its own batch: five batches each with one interval kind
+        # of 65 000 bytes (quoted in the duplicate probe) beside six honest ones, all at once.
+        honest = make_batches(6, "gch", t0)
+        hostile = [encode(f"node gchx{b}\ninterval {'k' * 65000} - {t0} {t0 + 10**9} -\n")
+                   for b in range(5)]
+        codes = post_all(srv, hostile + honest)
+        check(all(c == 204 for c, _ in codes[5:]) and all(c in (204, 400) for c, _ in codes[:5]),
+              f"honest batches 204 beside hostile ones, hostile 204 or 400: {codes}")
+        check(not any(b"SELECT" in b or b"http://" in b or b"Syntax" in b for _, b in codes),
+              f"no SQL or internal URL in an answer: {codes}")
+        check(total(srv, "gch", t0) == 6 * PER, "the honest batches stored")
+        print(f"hostile interval kinds beside honest batches: {[c for c, _ in codes]}")
+
         # 3. A joint INSERT refused before any fact is stored: every batch fails, none stored.
         def nothing_stored(batches):
             check(total(srv, "gcc", t0) == 0 and all(stored(ch, db, batch_id(b)) == (0, 0)
