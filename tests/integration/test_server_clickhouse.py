@@ -315,6 +315,37 @@ def frozen_shard(cl, store_args):
         ls.close()
 
 
+def card_batch(node, nstacks, nsets, tag):
+    t0 = now_ns() - 5 * MIN
+    lines = [f"node {node}"]
+    for i in range(max(nstacks, nsets)):
+        lines.append(f"sample {t0 + i * 10**6} cpu 1 pid={i % nsets} main;{tag}{i % nstacks}")
+    return encode("\n".join(lines) + "\n")
+
+
+def cardinality(cl, store_args):
+    """--max-new-stacks-per-hour and --max-new-label-sets-per-hour per node: 429 past them."""
+    a = Server(store_args=store_args + ["--max-new-stacks-per-hour", "50",
+                                        "--max-new-label-sets-per-hour", "5"]).start()
+    try:
+        first = card_batch("card-1", 40, 3, "s")
+        code, body = post(a.url, first)
+        check(code == 204, f"40 new stacks, 3 label sets: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 20, 3, "t"))
+        check(code == 429 and b"max-new-stacks-per-hour" in body,
+              f"20 more new stacks on the node (60 > 50): 429: {code} {body}")
+        code, body = post(a.url, card_batch("card-2", 20, 3, "t"))
+        check(code == 204, f"the same on another node: 204: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 5, 6, "s"))
+        check(code == 429 and b"max-new-label-sets-per-hour" in body,
+              f"6 label sets, 3 new (6 > 5): 429: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 40, 3, "s"))
+        check(code == 204, f"nothing new: 204: {code} {body}")
+        print("cardinality limits on ClickHouse: 429 per node past either limit")
+    finally:
+        a.stop()
+
+
 def to_schema1(srv, db):
     """Rewrites one shard's tables of db as gpuscope schema 1 had them: one row per sample in
     samples_local, rollups in samples_1m/1h/1d_local, schema 1 in meta_local."""
@@ -409,6 +440,8 @@ def main():
         shard_outage(cl, args("gs"))
         print(f"  ({time.time() - t0:.1f}s)")
         frozen_shard(cl, args("gs"))
+        print(f"  ({time.time() - t0:.1f}s)")
+        cardinality(cl, args("card"))
         print(f"  ({time.time() - t0:.1f}s)")
         retention(cl, args("ret"))
         print(f"  ({time.time() - t0:.1f}s)")

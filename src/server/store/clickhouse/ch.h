@@ -48,6 +48,11 @@ struct ch {
 	pthread_mutex_t dmu;		/* dictionary ids already inserted (content hash ids) */
 	struct u64map seen;
 
+	/* Cardinality per node and clock hour, as this front-end sees it (ingest.c): label set ids
+	 * seen, and per node id (hour << 32 | count) of new label sets and of new stacks. */
+	pthread_mutex_t cmu;
+	struct u64map ls_seen, node_ls, node_stacks;
+
 	pthread_t maint;
 	pthread_mutex_t mmu;
 	pthread_cond_t mcond;

@@ -30,6 +30,7 @@ struct cing {
 	uint64_t node_id, day, batch;
 	uint64_t *ls_id, *loc_id, *stack_id;
 	uint64_t *ls_first, *ls_last;
+	uint64_t new_stacks;		/* stacks this front-end has not stored before */
 };
 
 static const char *S(const struct cing *in, uint32_t i)
@@ -152,6 +153,7 @@ static int dictionaries(struct cing *in, struct buf *locs, struct buf *stacks, s
 		in->stack_id[i] = id;
 		if (!unseen(c, &c->seen, id) || u64map_find(added, id))
 			continue;
+		in->new_stacks++;
 		rb_u64(stacks, in->node_id);
 		rb_u64(stacks, id);
 		buf_uvarint(stacks, st->n_locations);
@@ -633,6 +635,8 @@ struct chb {
 	struct buf dict[NDICT];		/* dictionary rows, in dict_tables order */
 	struct parts facts[NFACT];	/* fact rows by table and day */
 	struct u64map added;		/* dictionary ids these rows add */
+	uint64_t new_stacks;		/* cardinality (admit()) */
+	uint64_t *ls_ids;		/* the batch's label set ids (n_label_sets) */
 	uint64_t nsamples, npoints, nintervals;
 	bool dicts_stored;		/* its dictionary rows' INSERTs returned */
 	int rc;				/* set by the commit: 0, 1 (duplicate), -errno */
@@ -956,12 +960,97 @@ static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 	for (int t = 0; t < NFACT && !rc; t++)
 		if (parts_oom(&b->facts[t]))
 			rc = -ENOMEM;
+	b->new_stacks = in.new_stacks;
+	b->ls_ids = in.ls_id;
+	in.ls_id = NULL;
 out:
 	free(in.ls_id);
 	free(in.ls_first);
 	free(in.ls_last);
 	free(in.loc_id);
 	free(in.stack_id);
+	return rc;
+}
+
+#define HOUR_NS		(3600 * NSEC_PER_SEC)
+#define NODES_MAX	100000	/* node counters kept; past it, those of past hours go */
+
+/* The node's count this hour in map (hour << 32 | count), with add counted in (if add). */
+static uint64_t *node_count(struct u64map *map, uint64_t node, uint64_t hour)
+{
+	uint64_t *v;
+
+	if (map->len > NODES_MAX) {
+		struct u64map keep = { 0 };
+
+		for (size_t i = 0; i < map->cap; i++)
+			if (map->keys[i] && map->vals[i] >> 32 == hour)
+				u64map_upsert(&keep, map->keys[i], map->vals[i], NULL);
+		u64map_done(map);
+		*map = keep;
+	}
+	v = u64map_upsert(map, node, hour << 32, NULL);
+	if (v && *v >> 32 != hour)
+		*v = hour << 32;
+	return v;
+}
+
+/*
+ * --max-new-label-sets-per-hour and --max-new-stacks-per-hour, per node and clock hour as this
+ * front-end counts them (docs/clickhouse.md): a label set id it has not seen, a stack it has not
+ * stored. Past either limit the batch is refused whole (-EDQUOT, 429: the agent retries later);
+ * else its new ones are counted. 0 or -EDQUOT (reason in err), -ENOMEM.
+ */
+static int admit(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b, char *err,
+		 size_t errlen)
+{
+	uint64_t max_ls = c->o.max_new_label_sets_per_hour, max_st = c->o.max_new_stacks_per_hour;
+	uint64_t hour = wall_ns() / HOUR_NS, node, new_ls = 0, *nl, *ns;
+	struct u64map fresh = { 0 };
+	const char *name = m->strings[m->node];
+	int rc = 0;
+
+	if (!max_ls && !max_st)
+		return 0;
+	node = ch_id(hash64(name, strlen(name), 16));
+	pthread_mutex_lock(&c->cmu);
+	for (size_t i = 0; i < m->n_label_sets && !rc; i++) {
+		int inserted = 0;
+
+		if (u64map_find(&c->ls_seen, b->ls_ids[i]))
+			continue;
+		if (!u64map_upsert(&fresh, b->ls_ids[i], 0, &inserted))
+			rc = -ENOMEM;
+		new_ls += inserted != 0;
+	}
+	nl = node_count(&c->node_ls, node, hour);
+	ns = node_count(&c->node_stacks, node, hour);
+	if (rc || !nl || !ns) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "store: out of memory");
+	} else if (max_st && (*ns & 0xffffffffu) + b->new_stacks > max_st) {
+		snprintf(err, errlen, "cardinality limit: node '%.100s' would add %llu new stacks this "
+			 "hour, past the limit of %llu (--max-new-stacks-per-hour)", name,
+			 (unsigned long long)((*ns & 0xffffffffu) + b->new_stacks),
+			 (unsigned long long)max_st);
+		rc = -EDQUOT;
+	} else if (max_ls && (*nl & 0xffffffffu) + new_ls > max_ls) {
+		snprintf(err, errlen, "cardinality limit: node '%.100s' would add %llu new label sets "
+			 "this hour, past the limit of %llu (--max-new-label-sets-per-hour)", name,
+			 (unsigned long long)((*nl & 0xffffffffu) + new_ls),
+			 (unsigned long long)max_ls);
+		rc = -EDQUOT;
+	} else {
+		*nl += new_ls;
+		*ns += b->new_stacks;
+		if (c->ls_seen.len > CH_DEDUP_MAX)
+			u64map_done(&c->ls_seen);
+		for (size_t i = 0; i < fresh.cap; i++)
+			if (fresh.keys[i] && !u64map_upsert(&c->ls_seen, fresh.keys[i], 0, NULL))
+				break;
+	}
+	pthread_mutex_unlock(&c->cmu);
+	u64map_done(&fresh);
 	return rc;
 }
 
@@ -975,6 +1064,8 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	if (rc)
 		snprintf(err, errlen, "store: out of memory");
 	else
+		rc = admit(c, m, &b, err, errlen);
+	if (!rc)
 		store_commitq_run(&c->commitq, &b.q, GROUP_MAX, commit_group, c);
 	if (!rc)
 		rc = b.rc;
@@ -983,5 +1074,6 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	for (int t = 0; t < NFACT; t++)
 		parts_done(&b.facts[t]);
 	u64map_done(&b.added);
+	free(b.ls_ids);
 	return rc;
 }

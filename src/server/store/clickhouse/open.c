@@ -124,6 +124,9 @@ static void ch_close(struct store *st)
 	free(c->urls);
 	free(c->db);
 	u64map_done(&c->seen);
+	u64map_done(&c->ls_seen);
+	u64map_done(&c->node_ls);
+	u64map_done(&c->node_stacks);
 	store_commitq_done(&c->commitq);
 	pthread_mutex_destroy(&c->pmu);
 	pthread_mutex_destroy(&c->dmu);
@@ -196,6 +199,7 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
 	store_commitq_init(&c->commitq, opts->ch_commit_delay_ns);
 	pthread_mutex_init(&c->pmu, NULL);
 	pthread_mutex_init(&c->dmu, NULL);
+	pthread_mutex_init(&c->cmu, NULL);
 	pthread_mutex_init(&c->mmu, NULL);
 	pthread_cond_init(&c->mcond, NULL);
 	c->db = strdup(opts->ch_database ? opts->ch_database : "gpuscope");
