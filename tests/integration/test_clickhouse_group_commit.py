@@ -175,6 +175,31 @@ def main():
               "the twice-posted batch stored once")
         print("one id twice in a group: stored once, answered as a duplicate")
 
+        # 2a. A batch id reused with other content: refused as a duplicate (the first content
+        # stays, raw rows and rollups alike, as on SQLite).
+        first = make_batches(1, "gcr", t0)[0]
+        other = encode("node gcr0\n" + "".join(f"sample {t0 + 2 * 10**9 + i * 10**6} cpu 1 pid=9 "
+                                                  f"main;other{i}\n" for i in range(7)))
+        bid = batch_id(first)
+        v = bid
+        tail = b"\x20"	# field 4 (batch_id) again: the last one wins
+        while True:
+            tail += bytes([(v & 0x7f) | (0x80 if v > 0x7f else 0)])
+            v >>= 7
+            if not v:
+                break
+        other += tail
+        d0 = srv.metric("gpuscope_server_duplicate_batches_total")
+        check(post_all(srv, [first])[0][0] == 204, "the first content stored")
+        code, body = post_all(srv, [other])[0]
+        raw, mark = stored(ch, db, bid)
+        check(code == 204 and srv.metric("gpuscope_server_duplicate_batches_total") == d0 + 1,
+              f"the reused id answered as a duplicate: {code} {body}")
+        check(total(srv, "gcr", t0, raw=True) == PER and total(srv, "gcr", t0) == PER
+              and mark == 1, f"raw and rollups hold the first content only: raw "
+              f"{total(srv, 'gcr', t0, raw=True)}, minute {total(srv, 'gcr', t0)}, marker {mark}")
+        print("a batch id reused with other content: a duplicate, first content kept")
+
         # 2b. Hostile content stays in its own batch: five batches each with one interval kind
         # of 65 000 bytes (quoted in the duplicate probe) beside six honest ones, all at once.
         honest = make_batches(6, "gch", t0)

@@ -301,8 +301,11 @@ static struct part *rollup_part(struct rollacc *ra, uint64_t day)
 		rb_u64(&pt->rows, day * CH_DAY_NS);
 		rb_u64(&pt->rows, ra->in->node_id);
 		rb_u64(&pt->rows, 1);
-		buf_uvarint(&pt->rows, 0);
-		buf_uvarint(&pt->rows, 0);
+		/* one map entry: stack 0, the batch's content hash (set by content_hash()) */
+		buf_uvarint(&pt->rows, 1);
+		rb_u64(&pt->rows, 0);
+		buf_uvarint(&pt->rows, 1);
+		rb_u64(&pt->rows, 0);
 		buf_printf(&pt->probe, "(%llu, %llu)",
 			   (unsigned long long)ra->in->batch,
 			   (unsigned long long)(day * CH_DAY_NS));
@@ -636,6 +639,8 @@ struct chb {
 	struct parts facts[NFACT];	/* fact rows by table and day */
 	struct u64map added;		/* dictionary ids these rows add */
 	uint64_t new_stacks;		/* cardinality (admit()) */
+	uint64_t hash;			/* content (raw samples, points, intervals), in markers */
+	bool reused;			/* its id's marker holds another content: a duplicate */
 	uint64_t *ls_ids;		/* the batch's label set ids (n_label_sets) */
 	uint64_t nsamples, npoints, nintervals;
 	bool dicts_stored;		/* its dictionary rows' INSERTs returned */
@@ -680,8 +685,9 @@ static const char *const probe_cols[NFACT] = {
 	"(day, batch, kind, start_ns)",
 };
 static const char *const probe_found[NFACT] = {
-	"batch, toUInt64(day)", "labelset, intDiv(bucket, 86400000000000)", "batch, toUInt64(day)",
-	"batch, toUInt64(day)",
+	"batch, toUInt64(day), toUInt64(0)",
+	"labelset, intDiv(bucket, 86400000000000), toUInt64(arraySum(sMap.value))",
+	"batch, toUInt64(day), toUInt64(0)", "batch, toUInt64(day), toUInt64(0)",
 };
 
 static struct part *part_find(struct chb *b, int t, uint64_t day)
@@ -739,10 +745,11 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 	buf_put(&ans, "", 1);
 	for (char *p = (char *)ans.p, *end; !rc && ans.p && *p; p = end) {
 		unsigned long t;
-		unsigned long long bid, day;
+		unsigned long long bid, day, hash;
 		int used = 0;
 
-		if (sscanf(p, "%lu\t%llu\t%llu\n%n", &t, &bid, &day, &used) != 3 || !used ||
+		if (sscanf(p, "%lu\t%llu\t%llu\t%llu\n%n", &t, &bid, &day, &hash, &used) != 4 ||
+		    !used ||
 		    t >= NFACT) {
 			store_set_error("clickhouse: unexpected answer '%.60s'", p);
 			rc = -EIO;
@@ -755,6 +762,13 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 
 			if (pt)
 				pt->stored = true;
+			/* a marker of other content (0: written before markers had one): the id
+			 * was used for another batch; its first content stays, as on SQLite */
+			if (pt && hash && hash != v[b]->hash && !v[b]->reused) {
+				log_warn("batch %llu: id reused with other content: refused as a "
+					 "duplicate", bid);
+				v[b]->reused = true;
+			}
 		}
 	}
 	for (size_t b = 0; b < n && !rc; b++) {
@@ -765,7 +779,7 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 		for (int t = 0; t < NFACT; t++)
 			for (size_t i = 0; i < v[b]->facts[t].n; i++)
 				have += v[b]->facts[t].v[i].stored;
-		if (have && have == nparts(v[b]))
+		if ((have && have == nparts(v[b])) || v[b]->reused)
 			v[b]->rc = 1;
 		else if (have)
 			log_info("batch %llu: %d parts of an earlier attempt are stored, adding the rest",
@@ -922,6 +936,32 @@ out:
 	free(pts);
 }
 
+/*
+ * The batch's content: a hash of its raw sample, point and interval rows (deterministic, the
+ * same on every front-end), written into each rollup marker (its one map entry's value) so that
+ * a probe tells a retry of this batch from another batch reusing its id.
+ */
+static void content_hash(struct chb *b)
+{
+	static const int tables[] = { 0, 2, 3 };
+	uint64_t h = 0x9e3779b97f4a7c15ULL;
+
+	for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
+		for (size_t i = 0; i < b->facts[tables[k]].n; i++) {
+			const struct buf *r = &b->facts[tables[k]].v[i].rows;
+
+			h = h * 31 + hash64(r->p ? r->p : (const uint8_t *)"", r->len, 17);
+		}
+	b->hash = ch_id(h);
+	/* level, kind, labelset, bucket, node_id, n, uvarint 1, stack, uvarint 1, then value */
+	for (size_t i = 0; i < b->facts[1].n; i++) {
+		struct buf *r = &b->facts[1].v[i].rows;
+
+		if (r->len >= 44 + 8)
+			memcpy(r->p + 44, &b->hash, 8);
+	}
+}
+
 /* Prepares the rows of batch m into b (ids, dictionaries, facts by table and day). 0 or -errno. */
 static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 {
@@ -961,6 +1001,8 @@ static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 		if (parts_oom(&b->facts[t]))
 			rc = -ENOMEM;
 	b->new_stacks = in.new_stacks;
+	if (!rc)
+		content_hash(b);
 	b->ls_ids = in.ls_id;
 	in.ls_id = NULL;
 out:
