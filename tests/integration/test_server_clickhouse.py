@@ -195,6 +195,12 @@ def retention(cl, store_args):
     code, body = keep.ingest(encode("\n".join(lines) + "\n"))
     check(code == 204, f"ingest {code} {body}")
     keep.stop()
+    # The cluster's retention is the first front-end's: one that disagrees is refused...
+    refused(store_args + ["--retention", "4d", "--raw-retention", "1d"], "--retention 10d")
+    # ...until the cluster's is changed (on every shard, as docs/clickhouse.md says).
+    for srv in cl.servers:
+        srv.query(f"INSERT INTO ret.meta_local VALUES ('retention_ns', {4 * DAY}),"
+                  f" ('raw_retention_ns', {DAY})")
     s = Server(store_args=store_args, args=["--retention", "4d", "--raw-retention", "1d",
                                             "--retention-period", "300ms"]).start()
     try:
