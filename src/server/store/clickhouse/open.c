@@ -194,7 +194,9 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
 	c->timeout_ms = opts->ch_timeout_ns ? (long)(opts->ch_timeout_ns / 1000000) : 10000;
 	if (c->timeout_ms < 100)
 		c->timeout_ms = 100;
-	c->shard_timeout_s = c->timeout_ms / 3000 > 1 ? c->timeout_ms / 3000 : 1;
+	/* a second less than ours: ClickHouse names the silent shard before we give up, and a
+	 * big insert or a slow read between shards is not cut much earlier than the whole */
+	c->shard_timeout_s = c->timeout_ms / 1000 - 1 > 1 ? c->timeout_ms / 1000 - 1 : 1;
 	c->opening = true;
 	store_commitq_init(&c->commitq, opts->ch_commit_delay_ns);
 	pthread_mutex_init(&c->pmu, NULL);
