@@ -37,6 +37,8 @@ static void usage(FILE *f)
 		"  --clickhouse-commit-delay DUR\n"
 		"                           a batch waits up to this long for others to share its\n"
 		"                           INSERTs (fewer, larger ClickHouse parts; default 1s)\n"
+		"  --clickhouse-timeout DUR each statement to a shard gets this long (default 10s);\n"
+		"                           a slow or frozen shard answers 503 naming it\n"
 		"  --listen ADDR:PORT       127.0.0.1:7070 by default, 0.0.0.0:7070 once a token\n"
 		"                           is set; [::]:PORT for IPv6 and IPv4; port 0 picks one\n"
 		"  --retention DUR          keep data this long (default 30d)\n"
@@ -187,7 +189,7 @@ int main(int argc, char **argv)
 		O_INGEST_TOKEN = 256, O_QUERY_TOKEN, O_METRICS_TOKEN, O_ALLOWED_HOSTS, O_TLS_CERT, O_TLS_KEY, O_MAX_CONN,
 		O_MAX_PER_ADDR, O_MAX_INFLIGHT, O_MAX_LS_MEM, O_MAX_NODES, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
 		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
-		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_TIME_RES, O_FRAME_ADDR,
+		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_CH_TIMEOUT, O_TIME_RES, O_FRAME_ADDR,
 	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
@@ -232,6 +234,7 @@ int main(int argc, char **argv)
 		{ "clickhouse-user", required_argument, NULL, O_CH_USER },
 		{ "clickhouse-password-file", required_argument, NULL, O_CH_PASSWORD },
 		{ "clickhouse-commit-delay", required_argument, NULL, O_CH_COMMIT_DELAY },
+		{ "clickhouse-timeout", required_argument, NULL, O_CH_TIMEOUT },
 		{ 0 },
 	};
 	const char *urls[16];
@@ -505,6 +508,13 @@ int main(int argc, char **argv)
 			    so.ch_commit_delay_ns > 10 * NSEC_PER_SEC) {
 				log_error("--clickhouse-commit-delay '%s': a duration up to 10s (0: none)",
 					  optarg);
+				return 2;
+			}
+			break;
+		case O_CH_TIMEOUT:
+			if (parse_duration_ns(optarg, &so.ch_timeout_ns) ||
+			    so.ch_timeout_ns < NSEC_PER_SEC || so.ch_timeout_ns > 300 * NSEC_PER_SEC) {
+				log_error("--clickhouse-timeout '%s': a duration from 1s to 300s", optarg);
 				return 2;
 			}
 			break;

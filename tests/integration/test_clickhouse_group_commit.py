@@ -175,6 +175,44 @@ def main():
               "the twice-posted batch stored once")
         print("one id twice in a group: stored once, answered as a duplicate")
 
+        # 2a. A batch id reused with other content: refused as a duplicate (the first content
+        # stays, raw rows and rollups alike, as on SQLite).
+        first = make_batches(1, "gcr", t0)[0]
+        other = encode("node gcr0\n" + "".join(f"sample {t0 + 2 * 10**9 + i * 10**6} cpu 1 pid=9 "
+                                                  f"main;other{i}\n" for i in range(7)))
+        bid = batch_id(first)
+        v = bid
+        tail = b"\x20"	# field 4 (batch_id) again: the last one wins
+        while True:
+            tail += bytes([(v & 0x7f) | (0x80 if v > 0x7f else 0)])
+            v >>= 7
+            if not v:
+                break
+        other += tail
+        d0 = srv.metric("gpuscope_server_duplicate_batches_total")
+        check(post_all(srv, [first])[0][0] == 204, "the first content stored")
+        code, body = post_all(srv, [other])[0]
+        raw, mark = stored(ch, db, bid)
+        check(code == 204 and srv.metric("gpuscope_server_duplicate_batches_total") == d0 + 1,
+              f"the reused id answered as a duplicate: {code} {body}")
+        check(total(srv, "gcr", t0, raw=True) == PER and total(srv, "gcr", t0) == PER
+              and mark == 1, f"raw and rollups hold the first content only: raw "
+              f"{total(srv, 'gcr', t0, raw=True)}, minute {total(srv, 'gcr', t0)}, marker {mark}")
+        print("a batch id reused with other content: a duplicate, first content kept")
+
+        # 2b. Hostile content stays in its own batch: five batches each with one interval kind
+        # of 65 000 bytes (quoted in the duplicate probe) beside six honest ones, all at once.
+        honest = make_batches(6, "gch", t0)
+        hostile = [encode(f"node gchx{b}\ninterval {'k' * 65000} - {t0} {t0 + 10**9} -\n")
+                   for b in range(5)]
+        codes = post_all(srv, hostile + honest)
+        check(all(c == 204 for c, _ in codes[5:]) and all(c in (204, 400) for c, _ in codes[:5]),
+              f"honest batches 204 beside hostile ones, hostile 204 or 400: {codes}")
+        check(not any(b"SELECT" in b or b"http://" in b or b"Syntax" in b for _, b in codes),
+              f"no SQL or internal URL in an answer: {codes}")
+        check(total(srv, "gch", t0) == 6 * PER, "the honest batches stored")
+        print(f"hostile interval kinds beside honest batches: {[c for c, _ in codes]}")
+
         # 3. A joint INSERT refused before any fact is stored: every batch fails, none stored.
         def nothing_stored(batches):
             check(total(srv, "gcc", t0) == 0 and all(stored(ch, db, batch_id(b)) == (0, 0)

@@ -195,6 +195,12 @@ def retention(cl, store_args):
     code, body = keep.ingest(encode("\n".join(lines) + "\n"))
     check(code == 204, f"ingest {code} {body}")
     keep.stop()
+    # The cluster's retention is the first front-end's: one that disagrees is refused...
+    refused(store_args + ["--retention", "4d", "--raw-retention", "1d"], "--retention 10d")
+    # ...until the cluster's is changed (on every shard, as docs/clickhouse.md says).
+    for srv in cl.servers:
+        srv.query(f"INSERT INTO ret.meta_local VALUES ('retention_ns', {4 * DAY}),"
+                  f" ('raw_retention_ns', {DAY})")
     s = Server(store_args=store_args, args=["--retention", "4d", "--raw-retention", "1d",
                                             "--retention-period", "300ms"]).start()
     try:
@@ -227,6 +233,123 @@ def retention(cl, store_args):
         print("retention: old day partitions dropped, mid kept in rollups, new whole")
     finally:
         s.stop()
+
+
+def silent_listener():
+    """A socket that accepts connections (the kernel's backlog) and never answers."""
+    import socket
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(64)
+    return ls
+
+
+def frozen_shard(cl, store_args):
+    """Shard 2 frozen (SIGSTOP): ingest and queries answer 503 naming it within seconds,
+    /metrics and /healthz never wait on it; start-up against a URL that never answers is
+    bounded and SIGTERM stops it."""
+    a = Server(store_args=store_args + ["--clickhouse-timeout", "3s"]).start()
+    shard2 = cl.servers[1]
+    names = (f"127.0.0.1:{shard2.tcp}", f"127.0.0.1:{shard2.http}")
+    batches = make_batches(4, 10, "frozen-")
+    try:
+        check(all(post(a.url, b)[0] == 204 for b in batches[:2]), "ingest before the freeze")
+        os.kill(shard2.proc.pid, signal.SIGSTOP)
+        try:
+            for b in batches[2:]:
+                t = time.time()
+                code, body = post(a.url, b)
+                dt = time.time() - t
+                check(code == 503 and any(n.encode() in body for n in names) and dt < 12,
+                      f"ingest with a frozen shard: 503 naming it in < 12 s: {code} {body} "
+                      f"{dt:.1f}s")
+                check(b"http://" not in body and b"SELECT" not in body, f"no URL/SQL: {body}")
+            t = time.time()
+            code, body, _ = a.request("/api/v1/flamegraph?since=1h")
+            dt = time.time() - t
+            check(code == 503 and any(n.encode() in body for n in names) and dt < 12,
+                  f"query with a frozen shard: 503 naming it in < 12 s: {code} {body} {dt:.1f}s")
+            # scrapes in parallel never hold the server: each waits at most ~1 s per shard,
+            # a shard that missed its deadline is skipped for 30 s
+            t = time.time()
+            th = [threading.Thread(target=a.request, args=("/metrics",)) for _ in range(12)]
+            for x in th:
+                x.start()
+            for x in th:
+                x.join()
+            dt_m = time.time() - t
+            t = time.time()
+            code, _, _ = a.request("/healthz")
+            dt_h = time.time() - t
+            check(code == 200 and dt_h < 1 and dt_m < 8,
+                  f"/healthz {code} in {dt_h:.2f}s, 12 scrapes in {dt_m:.1f}s")
+            t = time.time()
+            code, _, _ = a.request("/metrics")
+            check(code == 200 and time.time() - t < 1, f"a later scrape skips the frozen shard")
+        finally:
+            os.kill(shard2.proc.pid, signal.SIGCONT)
+        check(wait_until(lambda: post(a.url, batches[3])[0] == 204, 30),
+              "ingest answers again once the shard thaws")
+        print(f"frozen shard: 503 naming it in {dt:.1f}s, 12 scrapes {dt_m:.1f}s, "
+              f"healthz {dt_h * 1000:.0f} ms")
+    finally:
+        a.stop()
+    ls = silent_listener()
+    try:
+        silent = ["--store", "clickhouse", "--clickhouse-url",
+                  f"http://127.0.0.1:{ls.getsockname()[1]}", "--clickhouse-timeout", "2s"]
+        t = time.time()
+        refused(silent, "127.0.0.1:%d" % ls.getsockname()[1])
+        dt = time.time() - t
+        check(dt < 10, f"start-up against a silent ClickHouse bounded: {dt:.1f}s")
+        silent[-1] = "60s"
+        p = subprocess.Popen([SERVER, "--listen", "127.0.0.1:0"] + silent,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1)
+        t = time.time()
+        p.terminate()
+        try:
+            rc = p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
+        check(rc is not None and time.time() - t < 3,
+              f"SIGTERM during start-up stops it: rc {rc} in {time.time() - t:.1f}s")
+        print(f"silent ClickHouse at start: refused in {dt:.1f}s, SIGTERM obeyed")
+    finally:
+        ls.close()
+
+
+def card_batch(node, nstacks, nsets, tag):
+    t0 = now_ns() - 5 * MIN
+    lines = [f"node {node}"]
+    for i in range(max(nstacks, nsets)):
+        lines.append(f"sample {t0 + i * 10**6} cpu 1 pid={i % nsets} main;{tag}{i % nstacks}")
+    return encode("\n".join(lines) + "\n")
+
+
+def cardinality(cl, store_args):
+    """--max-new-stacks-per-hour and --max-new-label-sets-per-hour per node: 429 past them."""
+    a = Server(store_args=store_args + ["--max-new-stacks-per-hour", "50",
+                                        "--max-new-label-sets-per-hour", "5"]).start()
+    try:
+        first = card_batch("card-1", 40, 3, "s")
+        code, body = post(a.url, first)
+        check(code == 204, f"40 new stacks, 3 label sets: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 20, 3, "t"))
+        check(code == 429 and b"max-new-stacks-per-hour" in body,
+              f"20 more new stacks on the node (60 > 50): 429: {code} {body}")
+        code, body = post(a.url, card_batch("card-2", 20, 3, "t"))
+        check(code == 204, f"the same on another node: 204: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 5, 6, "s"))
+        check(code == 429 and b"max-new-label-sets-per-hour" in body,
+              f"6 label sets, 3 new (6 > 5): 429: {code} {body}")
+        code, body = post(a.url, card_batch("card-1", 40, 3, "s"))
+        check(code == 204, f"nothing new: 204: {code} {body}")
+        print("cardinality limits on ClickHouse: 429 per node past either limit")
+    finally:
+        a.stop()
 
 
 def to_schema1(srv, db):
@@ -321,6 +444,10 @@ def main():
         kill_one_front_end(cl, args("gs"))
         print(f"  ({time.time() - t0:.1f}s)")
         shard_outage(cl, args("gs"))
+        print(f"  ({time.time() - t0:.1f}s)")
+        frozen_shard(cl, args("gs"))
+        print(f"  ({time.time() - t0:.1f}s)")
+        cardinality(cl, args("card"))
         print(f"  ({time.time() - t0:.1f}s)")
         retention(cl, args("ret"))
         print(f"  ({time.time() - t0:.1f}s)")

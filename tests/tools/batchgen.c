@@ -274,7 +274,7 @@ static int64_t *make_stacks(struct batch *b, const struct load_opts *o, uint64_t
 		for (int d = 0; d < depth; d++) {
 			/* Outer frames come from few names (shared prefixes), inner from many. */
 			int span = d < depth - 6 ? 20 + d * 4 : 600;
-			int idx = (int)((d * 37 + (d < depth - 6 ? (int)(r >> 8) % 3 : (int)rnd(seed))) %
+			int idx = (int)((d * 37 + (d < depth - 6 ? (int)((r >> 8) % 3) : (int)(rnd(seed) % 600))) %
 					span);
 			int pos = depth - 1 - d;	/* innermost first */
 

@@ -27,10 +27,11 @@ struct store_opts {
 	int recompress_level;		/* sqlite: zstd level of settled blobs; 0: off */
 	uint64_t time_unit_ns;		/* sqlite: resolution of stored sample and interval times
 					 * (and *_ns interval attrs), floored: 1000 µs; 0 or 1 ns */
-	/* Cardinality per node and clock hour (sqlite): label sets and stacks seen for the first
-	 * time. Past the stack limit a batch is refused whole (ingest returns -EDQUOT); past the
+	/* Cardinality per node and clock hour: label sets and stacks seen for the first time.
+	 * sqlite: past the stack limit a batch is refused whole (ingest returns -EDQUOT); past the
 	 * label-set limit only its further new label sets are, their records dropped and counted
-	 * (-EDQUOT when nothing of the batch is left). 0: no limit. */
+	 * (-EDQUOT when nothing of the batch is left). clickhouse: counted per front-end, a batch
+	 * past either limit refused whole (-EDQUOT). 0: no limit. */
 	uint64_t max_new_label_sets_per_hour, max_new_stacks_per_hour;
 	/* Held in memory (sqlite): label sets' bytes (a batch's new label sets past it are refused
 	 * as past the per-node limit), and nodes that ingested since start (a new node's batches
@@ -45,6 +46,8 @@ struct store_opts {
 	const char *ch_cluster, *ch_database, *ch_user, *ch_password;
 	/* clickhouse: how long a batch may wait for others to share its INSERTs (group commit) */
 	uint64_t ch_commit_delay_ns;
+	/* clickhouse: deadline of one statement to one URL (0: 10s); a slow shard answers 503 */
+	uint64_t ch_timeout_ns;
 };
 
 /* Coverage of one answer, summed over the nodes seen: ns of the range (range x nodes). */

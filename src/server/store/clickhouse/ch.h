@@ -37,11 +37,21 @@ struct ch {
 	void *pool[CH_POOL_MAX];
 	int npool;
 	unsigned next_url;		/* round robin start (atomic) */
+	long timeout_ms;		/* deadline of one statement on one URL */
+	long shard_timeout_s;		/* shard-to-shard socket timeouts (ClickHouse settings) */
+	bool opening;			/* store_open running: a pending SIGTERM aborts requests */
+	uint64_t stats_fail_ns[16];	/* per URL: last /metrics query that failed (skip a while) */
+	uint64_t stats_bytes[16], stats_rows[16][3];	/* per URL: last answer */
 
 	struct store_commitq commitq;	/* group commit of concurrent batches (ingest.c) */
 
 	pthread_mutex_t dmu;		/* dictionary ids already inserted (content hash ids) */
 	struct u64map seen;
+
+	/* Cardinality per node and clock hour, as this front-end sees it (ingest.c): label set ids
+	 * seen, and per node id (hour << 32 | count) of new label sets and of new stacks. */
+	pthread_mutex_t cmu;
+	struct u64map ls_seen, node_ls, node_stacks;
 
 	pthread_t maint;
 	pthread_mutex_t mmu;
@@ -65,6 +75,9 @@ struct ch {
  */
 int ch_exec(struct ch *c, int url_index, const char *sql, const void *body, size_t len,
 	    const char *settings, struct buf *out);
+/* ch_exec with its own deadline (ms) instead of --clickhouse-timeout: DDL, retention, stats. */
+int ch_exec_to(struct ch *c, int url_index, const char *sql, const void *body, size_t len,
+	       const char *settings, long timeout_ms, struct buf *out);
 /* ch_exec with printf-formatted SQL and no body. */
 int ch_execf(struct ch *c, struct buf *out, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -6,6 +6,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,34 @@
 #include "server/store/clickhouse/ch.h"
 
 #define CONNECT_TIMEOUT_MS	3000
-#define REQUEST_TIMEOUT_S	300
+
+/*
+ * While the store opens (c->opening), a SIGTERM or SIGINT waits blocked for main's sigwait():
+ * abort the transfer so that start-up against a ClickHouse that never answers can be stopped.
+ */
+static int on_progress(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	struct ch *c = ctx;
+	sigset_t set;
+
+	(void)dt, (void)dn, (void)ut, (void)un;
+	if (!c->opening || sigpending(&set))
+		return 0;
+	return sigismember(&set, SIGTERM) == 1 || sigismember(&set, SIGINT) == 1;
+}
+
+/* "host:port" of a URL (no scheme, credentials or path): how errors name a shard. */
+static void host_of(const char *url, char *out, size_t len)
+{
+	const char *p = strstr(url, "://"), *at, *e;
+
+	p = p ? p + 3 : url;
+	e = p + strcspn(p, "/?#");
+	at = memchr(p, '@', (size_t)(e - p));
+	if (at)
+		p = at + 1;
+	snprintf(out, len, "%.*s", (int)(e - p), p);
+}
 
 static size_t on_data(char *p, size_t size, size_t n, void *ctx)
 {
@@ -75,20 +103,25 @@ static void peer_of(const char *msg, const char *url, char *out, size_t len)
 			return;
 		}
 	}
-	snprintf(out, len, "%s", url);
+	host_of(url, out, len);
 }
 
 /* Sorts ClickHouse's error answer into -EHOSTDOWN (a shard unreachable), -EACCES or -EIO. */
 static int classify(const char *url, long code, const struct buf *body)
 {
-	char msg[400], peer[200];
+	char msg[400], peer[200], host[200];
 	size_t n = body->len < sizeof(msg) - 1 ? body->len : sizeof(msg) - 1;
 
 	memcpy(msg, body->p ? (const char *)body->p : "", n);
 	msg[n] = 0;
+	host_of(url, host, sizeof(host));
 	for (char *p = msg; *p; p++)
 		if (*p == '\n' || *p == '\r')
 			*p = ' ';
+	if (strstr(msg, "Code: 159,")) {	/* insert_distributed_timeout: some shard is silent */
+		store_set_error("clickhouse shard %s: a shard did not answer in time", host);
+		return -ETIMEDOUT;
+	}
 	if (strstr(msg, "NetException") || strstr(msg, "Code: 279,") || strstr(msg, "Code: 209,") ||
 	    strstr(msg, "Code: 210,")) {
 		peer_of(msg, url, peer, sizeof(peer));
@@ -97,15 +130,26 @@ static int classify(const char *url, long code, const struct buf *body)
 	}
 	if (strstr(msg, "Code: 192,") || strstr(msg, "Code: 193,") || strstr(msg, "Code: 516,") ||
 	    code == 401 || code == 403) {
-		store_set_error("clickhouse %s refused the credentials: %.200s", url, msg);
+		store_set_error("clickhouse %s refused the credentials", host);
 		return -EACCES;
 	}
-	store_set_error("clickhouse %s: HTTP %ld: %.300s", url, code, msg);
+	/* ClickHouse's text may quote the statement (a syntax error shows where): the log gets
+	 * it, the answer only the code and the first words of the reason. */
+	log_warn("clickhouse %s: HTTP %ld: %.300s", host, code, msg);
+	{
+		const char *k = strstr(msg, "Code: "), *r = strstr(msg, "DB::Exception: ");
+		int kn = k ? (int)strspn(k + 6, "0123456789") : 0;
+		int rn = r ? (int)strcspn(r + 15, ":(,.'\"`") : 0;
+
+		store_set_error("clickhouse %s: HTTP %ld%s%.*s%s%.*s", host, code, k ? ", code " : "",
+				kn, k ? k + 6 : "", r ? ": " : "", rn > 60 ? 60 : rn, r ? r + 15 : "");
+	}
 	return -EIO;
 }
 
 static int exec_one(struct ch *c, CURL *h, size_t ui, const char *sql, const void *body,
-		    size_t len, const char *settings, struct buf *out, bool *ret_unreachable)
+		    size_t len, const char *settings, long timeout_ms, struct buf *out,
+		    bool *ret_unreachable)
 {
 	struct curl_slist *hdrs = curl_slist_append(NULL, "Expect:");
 	struct buf url = { 0 }, ans = { 0 };
@@ -124,8 +168,12 @@ static int exec_one(struct ch *c, CURL *h, size_t ui, const char *sql, const voi
 		}
 		buf_printf(&url, "query=%s&", q);
 	}
+	/* Shard-to-shard sockets (Distributed reads and synchronous inserts) give up on a silent
+	 * shard well before our own deadline, so the error names the shard. */
+	buf_printf(&url, "receive_timeout=%ld&send_timeout=%ld&insert_distributed_timeout=%ld",
+		   c->shard_timeout_s, c->shard_timeout_s, c->shard_timeout_s);
 	if (settings)
-		buf_printf(&url, "%s", settings);
+		buf_printf(&url, "&%s", settings);
 	buf_put(&url, "", 1);
 	if (url.oom || !hdrs) {
 		err = -ENOMEM;
@@ -139,8 +187,11 @@ static int exec_one(struct ch *c, CURL *h, size_t ui, const char *sql, const voi
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &ans);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)REQUEST_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	if (c->o.ch_user || c->o.ch_password) {
 		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(h, CURLOPT_USERNAME, c->o.ch_user ? c->o.ch_user : "default");
@@ -151,8 +202,19 @@ static int exec_one(struct ch *c, CURL *h, size_t ui, const char *sql, const voi
 		*ret_unreachable = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
 				   rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_RECV_ERROR ||
 				   rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING;
-		store_set_error("clickhouse %s: %s", c->urls[ui], curl_easy_strerror(rc));
-		err = ans.oom ? -ENOMEM : -EHOSTDOWN;
+		char host[200];
+
+		host_of(c->urls[ui], host, sizeof(host));
+		if (rc == CURLE_ABORTED_BY_CALLBACK)
+			store_set_error("clickhouse: interrupted by a signal");
+		else if (rc == CURLE_OPERATION_TIMEDOUT)
+			store_set_error("clickhouse shard %s unavailable: no answer within %ld ms", host,
+					timeout_ms);
+		else
+			store_set_error("clickhouse shard %s unavailable: %s", host,
+					curl_easy_strerror(rc));
+		err = ans.oom ? -ENOMEM : rc == CURLE_ABORTED_BY_CALLBACK ? -EINTR :
+		      rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EHOSTDOWN;
 		goto out;
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
@@ -173,8 +235,57 @@ out:
 	return err;
 }
 
+/*
+ * A statement ran out of time: a shard is silent, but the URL we talked to may only have been
+ * waiting on another one. Ping each URL briefly and name those that do not answer.
+ */
+#define PING_TIMEOUT_MS	1000
+
+static void name_silent(struct ch *c, CURL *h)
+{
+	char list[400] = "", host[200];
+	size_t used = 0;
+
+	for (size_t i = 0; i < c->nurls; i++) {
+		struct buf url = { 0 }, ans = { 0 };
+		CURLcode rc;
+
+		curl_easy_reset(h);
+		buf_printf(&url, "%s/ping", c->urls[i]);
+		buf_put(&url, "", 1);
+		if (url.oom) {
+			buf_done(&url);
+			return;
+		}
+		curl_easy_setopt(h, CURLOPT_URL, (char *)url.p);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, &ans);
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)PING_TIMEOUT_MS);
+		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+		rc = curl_easy_perform(h);
+		if (rc != CURLE_OK) {
+			host_of(c->urls[i], host, sizeof(host));
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
+						 used ? ", " : "", host);
+			if (used >= sizeof(list))
+				used = sizeof(list) - 1;
+		}
+		buf_done(&url);
+		buf_done(&ans);
+	}
+	if (used)
+		store_set_error("clickhouse shard %s unavailable: no answer within %ld ms", list,
+				c->timeout_ms);
+}
+
 int ch_exec(struct ch *c, int url_index, const char *sql, const void *body, size_t len,
 	    const char *settings, struct buf *out)
+{
+	return ch_exec_to(c, url_index, sql, body, len, settings, c->timeout_ms, out);
+}
+
+int ch_exec_to(struct ch *c, int url_index, const char *sql, const void *body, size_t len,
+	       const char *settings, long timeout_ms, struct buf *out)
 {
 	CURL *h = handle_get(c);
 	size_t start, tries;
@@ -192,12 +303,17 @@ int ch_exec(struct ch *c, int url_index, const char *sql, const void *body, size
 		bool unreachable;
 		size_t keep = out ? out->len : 0;
 
-		err = exec_one(c, h, (start + i) % c->nurls, sql, body, len, settings, out,
-			       &unreachable);
+		err = exec_one(c, h, (start + i) % c->nurls, sql, body, len, settings, timeout_ms,
+			       out, &unreachable);
 		if (!err || !unreachable)
 			break;
 		if (out)
 			out->len = keep;
+	}
+	if (err == -ETIMEDOUT) {
+		if (url_index < 0)
+			name_silent(c, h);
+		err = -EHOSTDOWN;	/* 503 upstream, like a shard that is down */
 	}
 	handle_put(c, h);
 	if (err)

@@ -18,28 +18,11 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gpuscope/v1/batch.pb-c.h"
-#include "server/store/clickhouse/ch.h"
+#include "server/store/clickhouse/ing.h"
 
 #define INSERT_SETTINGS "insert_distributed_sync=1&max_insert_block_size=100000000"
-
-struct cing {
-	struct ch *c;
-	const Gpuscope__V1__Batch *m;
-	uint64_t node_id, day, batch;
-	uint64_t *ls_id, *loc_id, *stack_id;
-	uint64_t *ls_first, *ls_last;
-};
-
-static const char *S(const struct cing *in, uint32_t i)
-{
-	return in->m->strings[i];
-}
-
-static uint64_t ch_id(uint64_t h)
-{
-	h &= CH_IDS_MASK;
-	return h ? h : 1;
-}
+#define PROBE_SETTINGS \
+	"max_query_size=268435456&max_ast_elements=100000000&max_expanded_ast_elements=100000000"
 
 /* First record time of the batch (samples, points, interval starts); UINT64_MAX if none. */
 static uint64_t batch_t0(const Gpuscope__V1__Batch *m)
@@ -65,14 +48,6 @@ static uint64_t batch_t0(const Gpuscope__V1__Batch *m)
 	for (size_t i = 0; i < m->n_intervals; i++)
 		t0 = m->intervals[i]->start_ns < t0 ? m->intervals[i]->start_ns : t0;
 	return t0;
-}
-
-static void touch(struct cing *in, uint32_t ls, uint64_t t0, uint64_t t1)
-{
-	if (t0 < in->ls_first[ls])
-		in->ls_first[ls] = t0;
-	if (t1 > in->ls_last[ls])
-		in->ls_last[ls] = t1;
 }
 
 static int insert(struct ch *c, const char *table, struct buf *rows)
@@ -150,6 +125,7 @@ static int dictionaries(struct cing *in, struct buf *locs, struct buf *stacks, s
 		in->stack_id[i] = id;
 		if (!unseen(c, &c->seen, id) || u64map_find(added, id))
 			continue;
+		in->new_stacks++;
 		rb_u64(stacks, in->node_id);
 		rb_u64(stacks, id);
 		buf_uvarint(stacks, st->n_locations);
@@ -177,37 +153,6 @@ static int dictionaries(struct cing *in, struct buf *locs, struct buf *stacks, s
 }
 
 /* The rows of one fact table that fall on one day: one INSERT, one part. */
-struct part {
-	uint64_t day;
-	struct buf rows, probe;		/* probe: its first row's key, a tuple (probe_cols) */
-	bool stored;			/* found by a retry: an earlier attempt stored it */
-};
-
-struct parts {
-	struct part *v;
-	size_t n;
-	bool oom;
-};
-
-static struct part *part_of(struct parts *p, uint64_t day)
-{
-	struct part *n;
-
-	for (size_t i = 0; i < p->n; i++)
-		if (p->v[i].day == day)
-			return &p->v[i];
-	n = realloc(p->v, (p->n + 1) * sizeof(*n));
-	if (!n) {
-		p->oom = true;
-		return NULL;
-	}
-	p->v = n;
-	n = &p->v[p->n++];
-	memset(n, 0, sizeof(*n));
-	n->day = day;
-	return n;
-}
-
 static void parts_done(struct parts *p)
 {
 	for (size_t i = 0; i < p->n; i++) {
@@ -224,279 +169,6 @@ static bool parts_oom(const struct parts *p)
 		if (p->v[i].rows.oom || p->v[i].probe.oom)
 			return true;
 	return p->oom;
-}
-
-static void probe_head(const struct cing *in, struct part *pt)
-{
-	buf_printf(&pt->probe, "(%llu, %llu, ", (unsigned long long)pt->day,
-		   (unsigned long long)in->batch);
-}
-
-static void fact_head(const struct cing *in, struct part *pt)
-{
-	rb_u32(&pt->rows, (uint32_t)pt->day);
-	rb_u64(&pt->rows, in->node_id);
-	rb_u64(&pt->rows, in->batch);
-}
-
-/* One sample of a group, for sorting by time and cutting into rows. */
-struct smp {
-	uint64_t t, stack;
-	int64_t value;
-};
-
-static int cmp_smp(const void *a, const void *b)
-{
-	const struct smp *x = a, *y = b;
-
-	return x->t < y->t ? -1 : x->t > y->t;
-}
-
-/* Entries of one rollup bucket being summed: stack -> value. */
-struct rent {
-	uint64_t stack;
-	int64_t value;
-};
-
-struct lvacc {
-	uint64_t bucket;	/* UINT64_MAX: nothing summed */
-	uint64_t n;		/* samples */
-	struct u64map idx;	/* stack -> index + 1 in e */
-	struct rent *e;
-	size_t ne, cap;
-};
-
-/* The rollup rows of one (kind, label set) run of time-sorted samples: minute buckets folded
- * into hours, hours into days, as each bucket closes. */
-struct rollacc {
-	struct cing *in;
-	struct parts *ps;
-	uint8_t kind;
-	uint64_t ls;
-	struct lvacc lv[CH_LEVELS];
-	bool oom;
-};
-
-static int cmp_rent(const void *a, const void *b)
-{
-	const struct rent *x = a, *y = b;
-
-	return x->stack < y->stack ? -1 : x->stack > y->stack;
-}
-
-/* A part of the rollup table starts with its marker row (level 255, the batch id as label
- * set): a retry finds the part by it, and it never sums with another batch's. */
-static struct part *rollup_part(struct rollacc *ra, uint64_t day)
-{
-	struct part *pt = part_of(ra->ps, day);
-
-	if (pt && !pt->rows.len) {
-		rb_u8(&pt->rows, 255);
-		rb_u8(&pt->rows, 0);
-		rb_u64(&pt->rows, ra->in->batch);
-		rb_u64(&pt->rows, day * CH_DAY_NS);
-		rb_u64(&pt->rows, ra->in->node_id);
-		rb_u64(&pt->rows, 1);
-		buf_uvarint(&pt->rows, 0);
-		buf_uvarint(&pt->rows, 0);
-		buf_printf(&pt->probe, "(%llu, %llu)",
-			   (unsigned long long)ra->in->batch,
-			   (unsigned long long)(day * CH_DAY_NS));
-	}
-	return pt;
-}
-
-static void roll_add(struct rollacc *ra, int lv, uint64_t bucket, uint64_t stack, int64_t value,
-		     uint64_t n);
-
-/* Writes level lv's current bucket as one row and folds it into the level above. */
-static void roll_flush(struct rollacc *ra, int lv)
-{
-	struct lvacc *a = &ra->lv[lv];
-	struct part *pt;
-
-	if (a->bucket == UINT64_MAX)
-		return;
-	qsort(a->e, a->ne, sizeof(*a->e), cmp_rent);
-	pt = rollup_part(ra, a->bucket / CH_DAY_NS);
-	if (!pt) {
-		ra->oom = true;
-	} else {
-		struct buf *b = &pt->rows;
-
-		rb_u8(b, (uint8_t)lv);
-		rb_u8(b, ra->kind);
-		rb_u64(b, ra->ls);
-		rb_u64(b, a->bucket);
-		rb_u64(b, ra->in->node_id);
-		rb_u64(b, a->n);
-		buf_uvarint(b, a->ne);
-		for (size_t i = 0; i < a->ne; i++)
-			rb_u64(b, a->e[i].stack);
-		buf_uvarint(b, a->ne);
-		for (size_t i = 0; i < a->ne; i++)
-			rb_u64(b, (uint64_t)a->e[i].value);
-	}
-	if (lv + 1 < CH_LEVELS) {
-		uint64_t up = a->bucket / ch_level_ns[lv + 1] * ch_level_ns[lv + 1];
-
-		for (size_t i = 0; i < a->ne; i++)
-			roll_add(ra, lv + 1, up, a->e[i].stack, a->e[i].value, i ? 0 : a->n);
-	}
-	/* Empty it for the next bucket (the map's slots are reused). */
-	if (a->idx.cap)
-		memset(a->idx.keys, 0, a->idx.cap * sizeof(*a->idx.keys));
-	a->idx.len = 0;
-	a->ne = 0;
-	a->n = 0;
-	a->bucket = UINT64_MAX;
-}
-
-static void roll_add(struct rollacc *ra, int lv, uint64_t bucket, uint64_t stack, int64_t value,
-		     uint64_t n)
-{
-	struct lvacc *a = &ra->lv[lv];
-	uint64_t *slot;
-	int ins;
-
-	if (a->bucket != bucket) {
-		roll_flush(ra, lv);
-		a->bucket = bucket;
-	}
-	a->n += n;
-	slot = u64map_upsert(&a->idx, stack, 0, &ins);	/* stack ids are never 0 */
-	if (!slot) {
-		ra->oom = true;
-		return;
-	}
-	if (ins) {
-		if (array_reserve(&a->e, &a->cap, a->ne + 1, sizeof(*a->e), 256)) {
-			ra->oom = true;
-			return;
-		}
-		a->e[a->ne] = (struct rent){ stack, 0 };
-		*slot = ++a->ne;
-	}
-	a->e[*slot - 1].value += value;
-}
-
-static void roll_done(struct rollacc *ra)
-{
-	for (int lv = 0; lv < CH_LEVELS; lv++) {
-		u64map_done(&ra->lv[lv].idx);
-		free(ra->lv[lv].e);
-	}
-}
-
-/*
- * Raw rows of n time-sorted samples of one (kind, label set): one row per day and run whose
- * gaps fit 32 bits, times as t0 plus deltas split into high and low 16 bits (two arrays that
- * zstd packs far better than whole ns times: 18.16 has no Delta codec), values omitted when
- * all are 1 (CPU samples).
- */
-static void raw_rows(struct cing *in, struct parts *ps, uint8_t kind, uint64_t ls,
-		     const struct smp *v, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		uint64_t day = v[i].t / CH_DAY_NS;
-		size_t j = i + 1;
-		bool ones = v[i].value == 1;
-		struct part *pt;
-		struct buf *b;
-
-		while (j < n && v[j].t / CH_DAY_NS == day && v[j].t - v[j - 1].t <= UINT32_MAX) {
-			ones &= v[j].value == 1;
-			j++;
-		}
-		pt = part_of(ps, day);
-		if (!pt)
-			return;
-		b = &pt->rows;
-		if (!pt->probe.len) {
-			probe_head(in, pt);
-			buf_printf(&pt->probe, "%u, %llu, %llu)",
-				   (unsigned)kind, (unsigned long long)ls,
-				   (unsigned long long)v[i].t);
-		}
-		fact_head(in, pt);
-		rb_u8(b, kind);
-		rb_u64(b, ls);
-		rb_u64(b, v[i].t);
-		rb_u64(b, v[j - 1].t);
-		buf_uvarint(b, j - i);
-		for (size_t k = i; k < j; k++) {
-			uint16_t hi = (uint16_t)((k > i ? v[k].t - v[k - 1].t : 0) >> 16);
-
-			buf_put(b, &hi, 2);
-		}
-		buf_uvarint(b, j - i);
-		for (size_t k = i; k < j; k++) {
-			uint16_t lo = (uint16_t)(k > i ? v[k].t - v[k - 1].t : 0);
-
-			buf_put(b, &lo, 2);
-		}
-		buf_uvarint(b, j - i);
-		for (size_t k = i; k < j; k++)
-			rb_u64(b, v[k].stack);
-		buf_uvarint(b, ones ? 0 : j - i);
-		for (size_t k = i; k < j && !ones; k++)
-			rb_u64(b, (uint64_t)v[k].value);
-		i = j;
-	}
-}
-
-/* Sample rows (raw, by day) and their rollup rows (minute, hour, day buckets, by day). */
-static int sample_rows(struct cing *in, struct parts *raw, struct parts *roll, uint64_t *ret_n)
-{
-	const Gpuscope__V1__Batch *m = in->m;
-	struct rollacc ra = { .in = in, .ps = roll };
-	struct smp *v = NULL;
-	size_t cap = 0;
-	int err = 0;
-
-	for (int lv = 0; lv < CH_LEVELS; lv++)
-		ra.lv[lv].bucket = UINT64_MAX;
-	for (size_t g = 0; g < m->n_samples && !err; g++) {
-		const Gpuscope__V1__SampleGroup *sg = m->samples[g];
-		uint64_t t = 0, ls = in->ls_id[sg->label_set];
-		bool sorted = true;
-
-		if (!sg->n_stack)
-			continue;
-		if (sg->n_stack > cap) {
-			struct smp *nv = realloc(v, sg->n_stack * sizeof(*nv));
-
-			if (!nv) {
-				err = -ENOMEM;
-				break;
-			}
-			v = nv;
-			cap = sg->n_stack;
-		}
-		for (size_t i = 0; i < sg->n_stack; i++) {
-			t += (uint64_t)sg->time_delta_ns[i];
-			v[i] = (struct smp){ t, in->stack_id[sg->stack[i]],
-					     sg->n_value ? sg->value[i] : 1 };
-			sorted &= !i || v[i - 1].t <= t;
-		}
-		if (!sorted)
-			qsort(v, sg->n_stack, sizeof(*v), cmp_smp);
-		touch(in, sg->label_set, v[0].t, v[sg->n_stack - 1].t);
-		raw_rows(in, raw, (uint8_t)sg->kind, ls, v, sg->n_stack);
-		ra.kind = (uint8_t)sg->kind;
-		ra.ls = ls;
-		for (size_t i = 0; i < sg->n_stack; i++)
-			roll_add(&ra, 0, v[i].t / ch_level_ns[0] * ch_level_ns[0], v[i].stack,
-				 v[i].value, 1);
-		for (int lv = 0; lv < CH_LEVELS; lv++)
-			roll_flush(&ra, lv);
-		*ret_n += sg->n_stack;
-	}
-	if (ra.oom)
-		err = -ENOMEM;
-	roll_done(&ra);
-	free(v);
-	return err;
 }
 
 static void point_rows(struct cing *in, struct parts *ps, uint64_t *ret_n)
@@ -631,6 +303,10 @@ struct chb {
 	struct buf dict[NDICT];		/* dictionary rows, in dict_tables order */
 	struct parts facts[NFACT];	/* fact rows by table and day */
 	struct u64map added;		/* dictionary ids these rows add */
+	uint64_t new_stacks;		/* cardinality (admit()) */
+	uint64_t hash;			/* content (raw samples, points, intervals), in markers */
+	bool reused;			/* its id's marker holds another content: a duplicate */
+	uint64_t *ls_ids;		/* the batch's label set ids (n_label_sets) */
 	uint64_t nsamples, npoints, nintervals;
 	bool dicts_stored;		/* its dictionary rows' INSERTs returned */
 	int rc;				/* set by the commit: 0, 1 (duplicate), -errno */
@@ -674,8 +350,9 @@ static const char *const probe_cols[NFACT] = {
 	"(day, batch, kind, start_ns)",
 };
 static const char *const probe_found[NFACT] = {
-	"batch, toUInt64(day)", "labelset, intDiv(bucket, 86400000000000)", "batch, toUInt64(day)",
-	"batch, toUInt64(day)",
+	"batch, toUInt64(day), toUInt64(0)",
+	"labelset, intDiv(bucket, 86400000000000), toUInt64(arraySum(sMap.value))",
+	"batch, toUInt64(day), toUInt64(0)", "batch, toUInt64(day), toUInt64(0)",
 };
 
 static struct part *part_find(struct chb *b, int t, uint64_t day)
@@ -727,14 +404,17 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 	}
 	buf_puts(&q, " FORMAT TSV");
 	buf_put(&q, "", 1);
-	rc = q.oom ? -ENOMEM : ch_exec(c, -1, (char *)q.p, NULL, 0, NULL, &ans);
+	/* the probe quotes each part's first key (an interval's kind may be long): the reads'
+	 * raised statement size, or one client's long kind fails everyone's commit */
+	rc = q.oom ? -ENOMEM : ch_exec(c, -1, (char *)q.p, NULL, 0, PROBE_SETTINGS, &ans);
 	buf_put(&ans, "", 1);
 	for (char *p = (char *)ans.p, *end; !rc && ans.p && *p; p = end) {
 		unsigned long t;
-		unsigned long long bid, day;
+		unsigned long long bid, day, hash;
 		int used = 0;
 
-		if (sscanf(p, "%lu\t%llu\t%llu\n%n", &t, &bid, &day, &used) != 3 || !used ||
+		if (sscanf(p, "%lu\t%llu\t%llu\t%llu\n%n", &t, &bid, &day, &hash, &used) != 4 ||
+		    !used ||
 		    t >= NFACT) {
 			store_set_error("clickhouse: unexpected answer '%.60s'", p);
 			rc = -EIO;
@@ -747,6 +427,13 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 
 			if (pt)
 				pt->stored = true;
+			/* a marker of other content (0: written before markers had one): the id
+			 * was used for another batch; its first content stays, as on SQLite */
+			if (pt && hash && hash != v[b]->hash && !v[b]->reused) {
+				log_warn("batch %llu: id reused with other content: refused as a "
+					 "duplicate", bid);
+				v[b]->reused = true;
+			}
 		}
 	}
 	for (size_t b = 0; b < n && !rc; b++) {
@@ -757,7 +444,7 @@ static int landed(struct ch *c, struct chb **v, size_t n)
 		for (int t = 0; t < NFACT; t++)
 			for (size_t i = 0; i < v[b]->facts[t].n; i++)
 				have += v[b]->facts[t].v[i].stored;
-		if (have && have == nparts(v[b]))
+		if ((have && have == nparts(v[b])) || v[b]->reused)
 			v[b]->rc = 1;
 		else if (have)
 			log_info("batch %llu: %d parts of an earlier attempt are stored, adding the rest",
@@ -818,6 +505,22 @@ static void commit_group(void *ctx, struct store_commitq_item *list, size_t n)
 				break;
 			}
 	rc = landed(c, v, n);
+	if (rc == -EIO && n > 1) {
+		/* ClickHouse refused the joint probe (a statement too big, say): one batch's content
+		 * must not fail the others, so each is probed alone and only those refused fail. */
+		rc = 0;
+		for (size_t b = 0; b < n; b++) {
+			int r;
+
+			if (!v[b]->batch || v[b]->rc)
+				continue;
+			r = landed(c, &v[b], 1);
+			if (r == -EIO)
+				fail(v[b], r);
+			else if (r)
+				rc = r;
+		}
+	}
 	/* Dictionaries first: no stored fact names a stack or label set that is not there. */
 	for (int d = 0; d < NDICT && !rc; d++) {
 		size_t m = 0;
@@ -898,6 +601,32 @@ out:
 	free(pts);
 }
 
+/*
+ * The batch's content: a hash of its raw sample, point and interval rows (deterministic, the
+ * same on every front-end), written into each rollup marker (its one map entry's value) so that
+ * a probe tells a retry of this batch from another batch reusing its id.
+ */
+static void content_hash(struct chb *b)
+{
+	static const int tables[] = { 0, 2, 3 };
+	uint64_t h = 0x9e3779b97f4a7c15ULL;
+
+	for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
+		for (size_t i = 0; i < b->facts[tables[k]].n; i++) {
+			const struct buf *r = &b->facts[tables[k]].v[i].rows;
+
+			h = h * 31 + hash64(r->p ? r->p : (const uint8_t *)"", r->len, 17);
+		}
+	b->hash = ch_id(h);
+	/* level, kind, labelset, bucket, node_id, n, uvarint 1, stack, uvarint 1, then value */
+	for (size_t i = 0; i < b->facts[1].n; i++) {
+		struct buf *r = &b->facts[1].v[i].rows;
+
+		if (r->len >= 44 + 8)
+			memcpy(r->p + 44, &b->hash, 8);
+	}
+}
+
 /* Prepares the rows of batch m into b (ids, dictionaries, facts by table and day). 0 or -errno. */
 static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 {
@@ -926,7 +655,7 @@ static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 	if (!rc)
 		rc = dictionaries(&in, &b->dict[1], &b->dict[2], &b->dict[3], &b->added);
 	if (!rc)
-		rc = sample_rows(&in, &b->facts[0], &b->facts[1], &b->nsamples);
+		rc = ch_sample_rows(&in, &b->facts[0], &b->facts[1], &b->nsamples);
 	if (rc)
 		goto out;
 	point_rows(&in, &b->facts[2], &b->npoints);
@@ -936,12 +665,99 @@ static int prepare(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b)
 	for (int t = 0; t < NFACT && !rc; t++)
 		if (parts_oom(&b->facts[t]))
 			rc = -ENOMEM;
+	b->new_stacks = in.new_stacks;
+	if (!rc)
+		content_hash(b);
+	b->ls_ids = in.ls_id;
+	in.ls_id = NULL;
 out:
 	free(in.ls_id);
 	free(in.ls_first);
 	free(in.ls_last);
 	free(in.loc_id);
 	free(in.stack_id);
+	return rc;
+}
+
+#define HOUR_NS		(3600 * NSEC_PER_SEC)
+#define NODES_MAX	100000	/* node counters kept; past it, those of past hours go */
+
+/* The node's count this hour in map (hour << 32 | count), with add counted in (if add). */
+static uint64_t *node_count(struct u64map *map, uint64_t node, uint64_t hour)
+{
+	uint64_t *v;
+
+	if (map->len > NODES_MAX) {
+		struct u64map keep = { 0 };
+
+		for (size_t i = 0; i < map->cap; i++)
+			if (map->keys[i] && map->vals[i] >> 32 == hour)
+				u64map_upsert(&keep, map->keys[i], map->vals[i], NULL);
+		u64map_done(map);
+		*map = keep;
+	}
+	v = u64map_upsert(map, node, hour << 32, NULL);
+	if (v && *v >> 32 != hour)
+		*v = hour << 32;
+	return v;
+}
+
+/*
+ * --max-new-label-sets-per-hour and --max-new-stacks-per-hour, per node and clock hour as this
+ * front-end counts them (docs/clickhouse.md): a label set id it has not seen, a stack it has not
+ * stored. Past either limit the batch is refused whole (-EDQUOT, 429: the agent retries later);
+ * else its new ones are counted. 0 or -EDQUOT (reason in err), -ENOMEM.
+ */
+static int admit(struct ch *c, const Gpuscope__V1__Batch *m, struct chb *b, char *err,
+		 size_t errlen)
+{
+	uint64_t max_ls = c->o.max_new_label_sets_per_hour, max_st = c->o.max_new_stacks_per_hour;
+	uint64_t hour = wall_ns() / HOUR_NS, node, new_ls = 0, *nl, *ns;
+	struct u64map fresh = { 0 };
+	const char *name = m->strings[m->node];
+	int rc = 0;
+
+	if (!max_ls && !max_st)
+		return 0;
+	node = ch_id(hash64(name, strlen(name), 16));
+	pthread_mutex_lock(&c->cmu);
+	for (size_t i = 0; i < m->n_label_sets && !rc; i++) {
+		int inserted = 0;
+
+		if (u64map_find(&c->ls_seen, b->ls_ids[i]))
+			continue;
+		if (!u64map_upsert(&fresh, b->ls_ids[i], 0, &inserted))
+			rc = -ENOMEM;
+		new_ls += inserted != 0;
+	}
+	nl = node_count(&c->node_ls, node, hour);
+	ns = node_count(&c->node_stacks, node, hour);
+	if (rc || !nl || !ns) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "store: out of memory");
+	} else if (max_st && (*ns & 0xffffffffu) + b->new_stacks > max_st) {
+		snprintf(err, errlen, "cardinality limit: node '%.100s' would add %llu new stacks this "
+			 "hour, past the limit of %llu (--max-new-stacks-per-hour)", name,
+			 (unsigned long long)((*ns & 0xffffffffu) + b->new_stacks),
+			 (unsigned long long)max_st);
+		rc = -EDQUOT;
+	} else if (max_ls && (*nl & 0xffffffffu) + new_ls > max_ls) {
+		snprintf(err, errlen, "cardinality limit: node '%.100s' would add %llu new label sets "
+			 "this hour, past the limit of %llu (--max-new-label-sets-per-hour)", name,
+			 (unsigned long long)((*nl & 0xffffffffu) + new_ls),
+			 (unsigned long long)max_ls);
+		rc = -EDQUOT;
+	} else {
+		*nl += new_ls;
+		*ns += b->new_stacks;
+		if (c->ls_seen.len > CH_DEDUP_MAX)
+			u64map_done(&c->ls_seen);
+		for (size_t i = 0; i < fresh.cap; i++)
+			if (fresh.keys[i] && !u64map_upsert(&c->ls_seen, fresh.keys[i], 0, NULL))
+				break;
+	}
+	pthread_mutex_unlock(&c->cmu);
+	u64map_done(&fresh);
 	return rc;
 }
 
@@ -955,6 +771,8 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	if (rc)
 		snprintf(err, errlen, "store: out of memory");
 	else
+		rc = admit(c, m, &b, err, errlen);
+	if (!rc)
 		store_commitq_run(&c->commitq, &b.q, GROUP_MAX, commit_group, c);
 	if (!rc)
 		rc = b.rc;
@@ -963,5 +781,6 @@ int ch_ingest(struct store *st, const Gpuscope__V1__Batch *m, char *err, size_t 
 	for (int t = 0; t < NFACT; t++)
 		parts_done(&b.facts[t]);
 	u64map_done(&b.added);
+	free(b.ls_ids);
 	return rc;
 }

@@ -35,34 +35,62 @@ static void *maint_main(void *arg)
 	return NULL;
 }
 
-/* Sum of one system.parts column over this database's active parts, on every URL. */
-static uint64_t parts_sum(struct ch *c, const char *col, const char *table_like)
-{
-	uint64_t total = 0;
+/*
+ * Per URL, this database's active parts: bytes, and rows of the stacks, locations and label
+ * sets tables. /metrics runs this on a thread that serves requests: one statement per URL with
+ * a short deadline, and a URL that missed it is skipped (its last answer kept) for a while, so
+ * a frozen shard costs a scrape at most STATS_TIMEOUT_MS every STATS_SKIP_NS.
+ */
+#define STATS_TIMEOUT_MS	1000
+#define STATS_SKIP_NS		(30 * NSEC_PER_SEC)
 
-	for (size_t i = 0; i < c->nurls; i++) {
+static void parts_sums(struct ch *c, uint64_t *bytes, uint64_t rows[3])
+{
+	*bytes = 0;
+	memset(rows, 0, 3 * sizeof(rows[0]));
+	for (size_t i = 0; i < c->nurls && i < 16; i++) {
+		uint64_t now = mono_ns(), failed;
 		struct buf ans = { 0 };
 		char *sql = NULL;
 
-		if (asprintf(&sql, "SELECT sum(%s) FROM system.parts WHERE database = '%s' AND active"
-			     " AND table LIKE '%s'", col, c->db, table_like) < 0)
-			continue;
-		if (!ch_exec(c, (int)i, sql, NULL, 0, NULL, &ans)) {
-			buf_put(&ans, "", 1);
-			total += strtoull((char *)ans.p, NULL, 10);
+		failed = __atomic_load_n(&c->stats_fail_ns[i], __ATOMIC_RELAXED);
+		if (!failed || now - failed >= STATS_SKIP_NS) {
+			if (asprintf(&sql, "SELECT sum(bytes), sumIf(rows, table LIKE 'stacks%%'), "
+				     "sumIf(rows, table LIKE 'locations%%'), sumIf(rows, table LIKE "
+				     "'labelsets%%') FROM system.parts WHERE database = '%s' AND "
+				     "active FORMAT TSV", c->db) < 0)
+				continue;
+			if (!ch_exec_to(c, (int)i, sql, NULL, 0, NULL, STATS_TIMEOUT_MS, &ans)) {
+				unsigned long long v[4] = { 0 };
+
+				buf_put(&ans, "", 1);
+				if (sscanf((char *)ans.p, "%llu\t%llu\t%llu\t%llu", &v[0], &v[1], &v[2],
+					   &v[3]) == 4) {
+					__atomic_store_n(&c->stats_bytes[i], v[0], __ATOMIC_RELAXED);
+					for (int k = 0; k < 3; k++)
+						__atomic_store_n(&c->stats_rows[i][k], v[k + 1],
+								 __ATOMIC_RELAXED);
+				}
+				__atomic_store_n(&c->stats_fail_ns[i], 0, __ATOMIC_RELAXED);
+			} else {
+				__atomic_store_n(&c->stats_fail_ns[i], now ? now : 1, __ATOMIC_RELAXED);
+			}
+			free(sql);
+			buf_done(&ans);
 		}
-		free(sql);
-		buf_done(&ans);
+		*bytes += __atomic_load_n(&c->stats_bytes[i], __ATOMIC_RELAXED);
+		for (int k = 0; k < 3; k++)
+			rows[k] += __atomic_load_n(&c->stats_rows[i][k], __ATOMIC_RELAXED);
 	}
-	return total;
 }
 
 static void ch_stats(struct store *st, struct store_stats *o)
 {
 	struct ch *c = (struct ch *)st;
+	uint64_t rows[3];
 
 	memset(o, 0, sizeof(*o));
-	o->bytes_on_disk = parts_sum(c, "bytes", "%");
+	parts_sums(c, &o->bytes_on_disk, rows);
 	o->samples = __atomic_load_n(&c->n_samples, __ATOMIC_RELAXED);
 	o->points = __atomic_load_n(&c->n_points, __ATOMIC_RELAXED);
 	o->intervals = __atomic_load_n(&c->n_intervals, __ATOMIC_RELAXED);
@@ -72,9 +100,9 @@ static void ch_stats(struct store *st, struct store_stats *o)
 	o->raw_chunks_deleted = __atomic_load_n(&c->n_raw_dropped, __ATOMIC_RELAXED);
 	o->rollups_deleted = __atomic_load_n(&c->n_rollup_dropped, __ATOMIC_RELAXED);
 	/* Rows before background merges fold duplicates: an upper bound. */
-	o->stacks = parts_sum(c, "rows", "stacks%");
-	o->locations = parts_sum(c, "rows", "locations%");
-	o->label_sets = parts_sum(c, "rows", "labelsets%");
+	o->stacks = rows[0];
+	o->locations = rows[1];
+	o->label_sets = rows[2];
 }
 
 static void ch_close(struct store *st)
@@ -96,6 +124,9 @@ static void ch_close(struct store *st)
 	free(c->urls);
 	free(c->db);
 	u64map_done(&c->seen);
+	u64map_done(&c->ls_seen);
+	u64map_done(&c->node_ls);
+	u64map_done(&c->node_stacks);
 	store_commitq_done(&c->commitq);
 	pthread_mutex_destroy(&c->pmu);
 	pthread_mutex_destroy(&c->dmu);
@@ -160,9 +191,17 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
 	c->base.ops = &clickhouse_ops;
 	c->o = *opts;
 	c->clustered = opts->ch_cluster != NULL;
+	c->timeout_ms = opts->ch_timeout_ns ? (long)(opts->ch_timeout_ns / 1000000) : 10000;
+	if (c->timeout_ms < 100)
+		c->timeout_ms = 100;
+	/* a second less than ours: ClickHouse names the silent shard before we give up, and a
+	 * big insert or a slow read between shards is not cut much earlier than the whole */
+	c->shard_timeout_s = c->timeout_ms / 1000 - 1 > 1 ? c->timeout_ms / 1000 - 1 : 1;
+	c->opening = true;
 	store_commitq_init(&c->commitq, opts->ch_commit_delay_ns);
 	pthread_mutex_init(&c->pmu, NULL);
 	pthread_mutex_init(&c->dmu, NULL);
+	pthread_mutex_init(&c->cmu, NULL);
 	pthread_mutex_init(&c->mmu, NULL);
 	pthread_cond_init(&c->mcond, NULL);
 	c->db = strdup(opts->ch_database ? opts->ch_database : "gpuscope");
@@ -190,6 +229,7 @@ struct store *store_clickhouse_open(const struct store_opts *opts, char *err, si
 		goto out_close;
 	}
 	c->maint_started = true;
+	c->opening = false;
 	log_info("clickhouse store: %zu URL(s), database '%s'%s%s", c->nurls, c->db,
 		 c->clustered ? ", cluster " : "", c->clustered ? opts->ch_cluster : "");
 	return &c->base;

@@ -57,7 +57,7 @@ static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_
 				err = -ENOMEM;
 				break;
 			}
-			err = ch_exec(c, (int)ui, sql, NULL, 0, NULL, NULL);
+			err = ch_exec_to(c, (int)ui, sql, NULL, 0, NULL, 300000, NULL);
 			free(sql);
 			if (err)
 				break;

@@ -74,7 +74,8 @@ static int ddl(struct ch *c, size_t i, char *err, size_t errlen, const char *fmt
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = ch_exec(c, (int)i, sql, NULL, 0, NULL, NULL);
+	/* DDL (and a migration's INSERT ... SELECT) may take long on a big database */
+	rc = ch_exec_to(c, (int)i, sql, NULL, 0, NULL, 300000, NULL);
 	if (rc)
 		snprintf(err, errlen, "%s", store_strerror());
 	free(sql);
@@ -133,6 +134,74 @@ static int labelsets_view(struct ch *c, size_t i, const char *sfx, char *err, si
 		   " SELECT id, any(node) AS node, any(names) AS names, any(values) AS values,"
 		   " minState(first_ns) AS first_ns, maxState(last_ns) AS last_ns"
 		   " FROM %s.labelsets_in%s GROUP BY id", c->db, c->db, sfx, c->db, sfx);
+}
+
+static void dur(uint64_t ns, char *out, size_t len)
+{
+	uint64_t sec = ns / NSEC_PER_SEC;
+
+	if (sec && !(sec % 86400))
+		snprintf(out, len, "%llud", (unsigned long long)(sec / 86400));
+	else if (sec && !(sec % 3600))
+		snprintf(out, len, "%lluh", (unsigned long long)(sec / 3600));
+	else
+		snprintf(out, len, "%llus", (unsigned long long)sec);
+}
+
+/*
+ * Retention is the cluster's, not a front-end's: the first front-end writes its --retention and
+ * --raw-retention into meta (keys retention_ns, raw_retention_ns; the last row written wins,
+ * FINAL), and a front-end whose flags disagree is refused, so that none drops day partitions
+ * another still keeps. 0 or -EINVAL with the reason in err.
+ */
+static int agree_retention(struct ch *c, size_t i, const char *sfx, char *err, size_t errlen)
+{
+	unsigned long long ret = 0, raw = 0;
+	struct buf b = { 0 };
+	char *sql = NULL, have[32], have_raw[32], want[32], want_raw[32];
+	int rc;
+
+	if (asprintf(&sql, "SELECT key, value FROM %s.meta%s FINAL WHERE key IN ('retention_ns',"
+		     " 'raw_retention_ns') FORMAT TSV", c->db, sfx) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = ch_exec(c, (int)i, sql, NULL, 0, NULL, &b);
+	free(sql);
+	buf_put(&b, "", 1);
+	if (rc) {
+		snprintf(err, errlen, "%s", store_strerror());
+		buf_done(&b);
+		return rc;
+	}
+	for (char *line = (char *)b.p, *nl; line && *line; line = nl) {
+		unsigned long long val = 0;
+
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl++ = 0;
+		if (sscanf(line, "retention_ns\t%llu", &val) == 1)
+			ret = val;
+		else if (sscanf(line, "raw_retention_ns\t%llu", &val) == 1)
+			raw = val;
+	}
+	buf_done(&b);
+	if (!ret && !raw)
+		return ddl(c, i, err, errlen, "INSERT INTO %s.meta%s VALUES ('retention_ns', %llu),"
+			   " ('raw_retention_ns', %llu)", c->db, sfx,
+			   (unsigned long long)c->o.retention_ns,
+			   (unsigned long long)c->o.raw_retention_ns);
+	if (ret == c->o.retention_ns && raw == c->o.raw_retention_ns)
+		return 0;
+	dur(ret, have, sizeof(have));
+	dur(raw, have_raw, sizeof(have_raw));
+	dur(c->o.retention_ns, want, sizeof(want));
+	dur(c->o.raw_retention_ns, want_raw, sizeof(want_raw));
+	snprintf(err, errlen, "clickhouse database '%s' keeps --retention %s --raw-retention %s "
+		 "(the cluster's, written by the first front-end); this one has --retention %s "
+		 "--raw-retention %s: start every front-end with the cluster's (docs/clickhouse.md "
+		 "says how to change it)", c->db, have, have_raw, want, want_raw);
+	return -EINVAL;
 }
 
 /* The schema version URL i holds (0: a new database) in *ret. */
@@ -262,6 +331,8 @@ int ch_schema(struct ch *c, char *err, size_t errlen)
 		if (!rc && v < CH_SCHEMA_VERSION)
 			rc = ddl(c, i, err, errlen, "INSERT INTO %s.meta%s VALUES ('schema', %d)", c->db,
 				 sfx, CH_SCHEMA_VERSION);
+		if (!rc)
+			rc = agree_retention(c, i, sfx, err, errlen);
 	}
 	return rc;
 }
