@@ -100,19 +100,8 @@ static unsigned short seen_name_sema, seen_clock_sema, seen_drops_sema;
 static uint64_t last_clock_ns;
 static uint64_t cupti_drops, lib_drops, last_cupti_drops = ~0ull, last_lib_drops = ~0ull;
 
-static void dbg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void dbg(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!debug)
-		return;
-	va_start(ap, fmt);
-	fputs("[gpuscope-cupti] ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
+/* The library's own debug lines (inject_dbg(), shared with handover.c and interpose.c). */
+#define dbg inject_dbg
 
 static uint64_t mono_now(void)
 {
