@@ -72,20 +72,25 @@ const struct node_busy *busy_find(const struct busy_set *bs, const char *node)
 	return NULL;
 }
 
-bool busy_in(const struct node_busy *nb, uint64_t t)
+bool busy_in_list(const struct busy *v, size_t n, uint64_t t)
 {
-	size_t lo = 0, hi = nb->n;
+	size_t lo = 0, hi = n;
 
 	/* Last interval starting at or before t. */
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 
-		if (nb->v[mid].start <= t)
+		if (v[mid].start <= t)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo && t < nb->v[lo - 1].end;
+	return lo && t < v[lo - 1].end;
+}
+
+bool busy_in(const struct node_busy *nb, uint64_t t)
+{
+	return busy_in_list(nb->v, nb->n, t);
 }
 
 void busy_done(struct busy_set *bs)

@@ -87,13 +87,6 @@ static uint64_t covered(const struct busy *v, size_t n, uint64_t a, uint64_t b)
 	return sum;
 }
 
-static bool inside(const struct busy *v, size_t n, uint64_t t)
-{
-	size_t i = first_after(v, n, t);
-
-	return i < n && v[i].start <= t;
-}
-
 /* The merged list of node in set (NULL, 0 if none). */
 static const struct busy *list_of(const struct busy_set *bs, const char *node, size_t *ret_n)
 {
@@ -145,16 +138,19 @@ static int place_windows(struct node_est *ne, uint64_t from, uint64_t to,
 	if (!ne->w)
 		return -ENOMEM;
 	/* the windows that stand for time: those with enough undecided time of their own */
-	size_t *use = calloc(ne->nrep ? ne->nrep : 1, sizeof(*use)), nuse = 0;
+	struct { size_t j; uint64_t own; } *use = calloc(ne->nrep ? ne->nrep : 1, sizeof(*use));
+	size_t nuse = 0;
 
 	if (!use)
 		return -ENOMEM;
 	for (size_t j = 0; j < ne->nrep; j++) {
 		const struct busy *r = &ne->rep[j];
+		uint64_t own = r->end - r->start - covered(ne->exact, ne->nexact, r->start, r->end);
 
-		if (r->end - r->start - covered(ne->exact, ne->nexact, r->start, r->end) >=
-		    IDLE_EST_MIN_OWN_NS)
-			use[nuse++] = j;
+		if (own >= IDLE_EST_MIN_OWN_NS) {
+			use[nuse].j = j;
+			use[nuse++].own = own;
+		}
 	}
 	for (size_t j = 0; j < ne->nrep; j++) {
 		const struct busy *r = &ne->rep[j];
@@ -165,33 +161,34 @@ static int place_windows(struct node_est *ne, uint64_t from, uint64_t to,
 						min64(r->end, to));
 	}
 	for (size_t k = 0; k < nuse; k++) {
-		const struct busy *r = &ne->rep[use[k]];
+		const struct busy *r = &ne->rep[use[k].j];
 		uint64_t lo = r->start > IDLE_EST_REACH_NS ? r->start - IDLE_EST_REACH_NS : 0;
 		uint64_t hi = r->end + IDLE_EST_REACH_NS;
-		uint64_t own = r->end - r->start - covered(ne->exact, ne->nexact, r->start, r->end);
 		uint64_t u;
+		double extra;
 
 		/* the cell: halfway to the neighbouring windows that stand for time */
 		if (k > 0) {
-			const struct busy *p = &ne->rep[use[k - 1]];
+			const struct busy *p = &ne->rep[use[k - 1].j];
 
 			lo = max64(lo, p->end + (r->start - p->end) / 2);
 		}
 		if (k + 1 < nuse) {
-			const struct busy *n = &ne->rep[use[k + 1]];
+			const struct busy *n = &ne->rep[use[k + 1].j];
 
 			hi = min64(hi, r->end + (n->start - r->end) / 2);
 		}
 		lo = max64(lo, from);
 		hi = min64(hi, to);
 		u = hi > lo ? undecided(ne, lo, hi) : 0;
-		if (!own || !u)
+		if (!u)
 			continue;
-		ne->w[ne->nw++] = (struct est_window){ r->start, r->end, (double)u / (double)own };
+		extra = (double)u / (double)use[k].own;	/* own >= IDLE_EST_MIN_OWN_NS */
+		ne->w[ne->nw++] = (struct est_window){ r->start, r->end, extra };
 		stood += u;
 		c->windows++;
-		if (1.0 + (double)u / (double)own > c->max_weight)
-			c->max_weight = 1.0 + (double)u / (double)own;
+		if (1.0 + extra > c->max_weight)
+			c->max_weight = 1.0 + extra;
 	}
 	free(use);
 	c->extrapolated_ns += stood;
@@ -263,9 +260,9 @@ void idle_est_weight(const struct idle_est *e, const struct node_est *ne, uint64
 	size_t lo = 0, hi;
 
 	*ret_own = *ret_extra = 0;
-	if (!ne || inside(ne->busy, ne->nbusy, t))
+	if (!ne || busy_in_list(ne->busy, ne->nbusy, t))
 		return;
-	if (inside(ne->exact, ne->nexact, t)) {
+	if (busy_in_list(ne->exact, ne->nexact, t)) {
 		*ret_own = in_range;
 		return;
 	}
@@ -285,7 +282,7 @@ void idle_est_weight(const struct idle_est *e, const struct node_est *ne, uint64
 		return;
 	}
 	/* a window that stands for nothing still decides its own time */
-	if (in_range && inside(ne->rep, ne->nrep, t))
+	if (in_range && busy_in_list(ne->rep, ne->nrep, t))
 		*ret_own = 1;
 }
 
@@ -299,7 +296,8 @@ void idle_est_done(struct idle_est *e)
 	memset(e, 0, sizeof(*e));
 }
 
-uint64_t idle_dither(struct idle_dither *d, uint64_t value, double own, double extra)
+/* value x (own + extra) as a whole number, the fraction carried to the next sample; tallied. */
+static uint64_t idle_dither(struct idle_dither *d, uint64_t value, double own, double extra)
 {
 	double v = (double)value * (own + extra) + d->carry;
 	uint64_t out;
@@ -313,4 +311,20 @@ uint64_t idle_dither(struct idle_dither *d, uint64_t value, double own, double e
 		d->tally->estimated_value += (double)value * extra;
 	}
 	return out;
+}
+
+uint64_t idle_est_count(const struct idle_est *e, const struct node_est *ne,
+			struct idle_dither *d, uint64_t *t, uint64_t value)
+{
+	double own, extra;
+
+	idle_est_weight(e, ne, *t, &own, &extra);
+	if (own + extra <= 0)
+		return 0;	/* busy, or unknown: not counted as idle */
+	/* a window's sample just outside the range counts at its edge */
+	if (*t < e->from)
+		*t = e->from;
+	else if (*t >= e->to)
+		*t = e->to - 1;
+	return idle_dither(d, value, own, extra);
 }

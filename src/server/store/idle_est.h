@@ -88,6 +88,12 @@ struct idle_dither {
 	double carry;
 	struct idle_tally *tally;	/* may be NULL */
 };
-uint64_t idle_dither(struct idle_dither *d, uint64_t value, double own, double extra);
+/*
+ * What a raw sample of value at *t of a node with estimate ne (NULL: unknown) counts for in a
+ * GPU-idle answer, 0 for nothing (busy, unknown, or a fraction carried on); *t is moved to the
+ * range's edge where a window's sample lies outside it.
+ */
+uint64_t idle_est_count(const struct idle_est *e, const struct node_est *ne,
+			struct idle_dither *d, uint64_t *t, uint64_t value);
 
 #endif

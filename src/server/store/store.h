@@ -270,6 +270,8 @@ void busy_merge(struct busy_set *bs);
 const struct node_busy *busy_find(const struct busy_set *bs, const char *node);
 /* Whether t lies inside one of nb's merged intervals. */
 bool busy_in(const struct node_busy *nb, uint64_t t);
+/* The same over a sorted, merged list of n intervals (v may be NULL when n is 0). */
+bool busy_in_list(const struct busy *v, size_t n, uint64_t t);
 void busy_done(struct busy_set *bs);
 
 /*

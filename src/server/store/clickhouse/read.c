@@ -381,19 +381,13 @@ static int aggregate_idle(struct ch *c, const struct store_query *q, const struc
 	while (!err && rbr_more(&r)) {
 		const struct ch_lset *ls = lset_find(match, rbr_u64(&r));
 		uint64_t t = rbr_u64(&r), stack = rbr_u64(&r), v = rbr_u64(&r), *a;
-		double own, extra;
 
-		idle_est_weight(&est, ls ? idle_est_node(&est, ls->node) : NULL, t, &own, &extra);
-		if (own + extra <= 0)
-			continue;	/* busy, or unknown: not counted as idle */
-		v = idle_dither(&dither, v, own, extra);
+		v = idle_est_count(&est, ls ? idle_est_node(&est, ls->node) : NULL, &dither, &t, v);
 		if (!v)
 			continue;
 		if (q->emit) {
 			uint32_t g = ls && groups ? groups[ls - match->v] : 0;
 
-			/* a window's sample just outside the range counts at its edge */
-			t = t < q->from_ns ? q->from_ns : t >= q->to_ns ? q->to_ns - 1 : t;
 			err = q->emit(q->emit_ctx, g, emit_key(q, t, stack), v);
 			continue;
 		}

@@ -163,20 +163,10 @@ enum scan_mode { SCAN_ANY, SCAN_ROLLED, SCAN_UNROLLED };
 /* One raw sample of label set l at t: counted unless the query's filters leave it out. */
 static int scan_sample(struct agg_ctx *a, uint64_t l, uint64_t stack, uint64_t t, uint64_t value)
 {
-	double own, extra;
-
 	if (l >= a->nmatch || !a->match[l])
 		return 0;
-	if (a->ls_est) {
-		idle_est_weight(&a->est, a->ls_est[l], t, &own, &extra);
-		if (own + extra <= 0)
-			return 0;	/* busy, or unknown: not counted as idle */
-		value = idle_dither(&a->dither, value, own, extra);
-		if (!value)
-			return 0;
-		/* a window's sample just outside the range counts at its edge */
-		t = t < a->q->from_ns ? a->q->from_ns : t >= a->q->to_ns ? a->q->to_ns - 1 : t;
-	}
+	if (a->ls_est && !(value = idle_est_count(&a->est, a->ls_est[l], &a->dither, &t, value)))
+		return 0;
 	return agg_put(a, l, stack, t, value);
 }
 
