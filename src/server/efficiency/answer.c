@@ -411,6 +411,20 @@ static int group(struct efficiency *e, struct acc *acc, const char *by, const st
 
 /* ---- the answer --------------------------------------------------------------------------- */
 
+/* ",{" (or "{" for the first, i == 0) and a GPU's node, index, model and deciding source. */
+static void json_gpu_open(struct buf *out, size_t i, const struct gpu_info *g,
+			  const struct eff_tally *t)
+{
+	buf_printf(out, "%s{\"node\":", i ? "," : "");
+	buf_json_str(out, g->node);
+	buf_puts(out, ",\"gpu\":");
+	buf_json_str(out, g->gpu);
+	buf_puts(out, ",\"model\":");
+	buf_json_str(out, g->model ? g->model : "");
+	buf_puts(out, ",\"source\":");
+	buf_json_str(out, eff_best_source(t));
+}
+
 static void json_hours(struct buf *b, const char *name, double ns)
 {
 	buf_printf(b, ",\"%s\":", name);
@@ -598,14 +612,7 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 		for (size_t k = 0; k < r->ng; k++) {
 			const struct gpu_info *g = &e->gpus[r->g[k].gpu];
 
-			buf_printf(out, "%s{\"node\":", k ? "," : "");
-			buf_json_str(out, g->node);
-			buf_puts(out, ",\"gpu\":");
-			buf_json_str(out, g->gpu);
-			buf_puts(out, ",\"model\":");
-			buf_json_str(out, g->model ? g->model : "");
-			buf_puts(out, ",\"source\":");
-			buf_json_str(out, eff_best_source(&r->g[k].t));
+			json_gpu_open(out, k, g, &r->g[k].t);
 			json_tally(out, &r->g[k].t);
 			buf_puts(out, "}");
 		}
@@ -623,14 +630,7 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 
 		eff_tally_add(&unheld, &a.unheld[i].t, 1);
 		unheld_d += isnan(price) ? 0 : a.unheld[i].t.held / HOUR_NS * price;
-		buf_printf(out, "%s{\"node\":", i ? "," : "");
-		buf_json_str(out, g->node);
-		buf_puts(out, ",\"gpu\":");
-		buf_json_str(out, g->gpu);
-		buf_puts(out, ",\"model\":");
-		buf_json_str(out, g->model ? g->model : "");
-		buf_puts(out, ",\"source\":");
-		buf_json_str(out, eff_best_source(&a.unheld[i].t));
+		json_gpu_open(out, i, g, &a.unheld[i].t);
 		json_hours(out, "gpu_hours", a.unheld[i].t.held);
 		json_hours(out, "busy_gpu_hours", busy_of(&a.unheld[i].t));
 		json_dollars(out, "dollars", isnan(price) ? NAN : a.unheld[i].t.held / HOUR_NS * price);
