@@ -115,20 +115,36 @@ static int call(CURL *cu, const char *url, bool post, json_t **ret)
 }
 
 /* Answers request id at once: refused, the agent's queue of QMAX captures is full. */
+/*
+ * Posts the answer to capture request id: its status, a message, and the window's range
+ * [from, to] (wall ns) where one was traced (from 0: none sent). 0 once the server took it.
+ */
+static int post_result(CURL *cu, uint64_t id, const char *status, const char *message,
+		       uint64_t from, uint64_t to)
+{
+	char url[1400], range[64] = "", *node = curl_easy_escape(cu, P.node, 0);
+	char *msg = curl_easy_escape(cu, message, 0);
+	json_t *j = NULL;
+	int err;
+
+	if (from)
+		snprintf(range, sizeof(range), "&from=%" PRIu64 "&to=%" PRIu64, from, to);
+	snprintf(url, sizeof(url), "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=%s"
+		 "&message=%s%s", P.server, id, node ? node : "", status, msg ? msg : "", range);
+	curl_free(msg);
+	curl_free(node);
+	err = call(cu, url, true, &j);
+	json_decref(j);
+	if (!err)
+		P.answered++;
+	return err;
+}
+
 static void refuse(CURL *cu, uint64_t id)
 {
-	char url[1400], *node = curl_easy_escape(cu, P.node, 0);
-	json_t *j = NULL;
-
-	snprintf(url, sizeof(url),
-		 "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=refused&message=%s",
-		 P.server, id, node ? node : "", "agent%20capture%20queue%20full");
-	curl_free(node);
 	P.refused++;
 	log_warn("capture %" PRIu64 ": refused, %d captures already queued", id, QMAX);
-	if (call(cu, url, true, &j) == 0)
-		P.answered++;
-	json_decref(j);
+	post_result(cu, id, "refused", "agent capture queue full", 0, 0);
 }
 
 static void take_requests(CURL *cu)
@@ -171,8 +187,6 @@ static void post_answers(CURL *cu)
 {
 	for (int k = 0; k < QMAX; k++) {
 		struct req r;
-		char url[1400], *msg;
-		json_t *j = NULL;
 		const char *st;
 
 		pthread_mutex_lock(&P.mu);
@@ -181,23 +195,12 @@ static void post_answers(CURL *cu)
 		if (r.state != Q_READY)
 			continue;
 		st = r.rc >= 0 ? "ok" : r.rc == -ENOENT ? "not_injected" : "unavailable";
-		char *node = curl_easy_escape(cu, P.node, 0);
-
-		msg = curl_easy_escape(cu, r.why, 0);
-		snprintf(url, sizeof(url),
-			 "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=%s&message=%s"
-			 "&from=%" PRIu64 "&to=%" PRIu64,
-			 P.server, r.id, node ? node : "", st, msg ? msg : "", r.from_wall,
-			 r.rc >= 0 ? r.to_wall : r.from_wall);
-		curl_free(msg);
-		curl_free(node);
-		if (call(cu, url, true, &j) == 0) {
-			P.answered++;
+		if (post_result(cu, r.id, st, r.why, r.from_wall,
+				r.rc >= 0 ? r.to_wall : r.from_wall) == 0) {
 			pthread_mutex_lock(&P.mu);
 			P.q[k].state = Q_FREE;
 			pthread_mutex_unlock(&P.mu);
 		}
-		json_decref(j);
 	}
 }
 
