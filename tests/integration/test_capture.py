@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import (CLI, Agent, Server, check, finish, http,  # noqa: E402
+from pushlib import (CLI, Agent, Server, check, finish, http, wait_until,  # noqa: E402
                      need_root_and_binaries, start_cupti_window)
 
 need_root_and_binaries()
@@ -75,8 +75,10 @@ try:
         check(0.95e6 <= wins[0]["dur"] <= 10e6, "window lasts >= 1 s: %.0f us" % wins[0]["dur"])
     check(all(e["ts"] >= 0 for e in ev if "ts" in e), "times relative to the range start")
     check(tr["otherData"]["truncated"] is False, "not truncated")
-    check(agent.metric('gpuscope_agent_cupti_windows_total{reason="capture"}') == 1,
-          "the agent counted one capture window")
+    # /metrics may not answer at once on a loaded machine (metric() then reads 0): ask again
+    cw = lambda: agent.metric('gpuscope_agent_cupti_windows_total{reason="capture"}')  # noqa: E731
+    wait_until(lambda: cw() == 1, 10)
+    check(cw() == 1, "the agent counted one capture window (%s)" % cw())
     # kernel time says which share of a range the windows covered: the windows' union over
     # the range, also in `top`
     lo, hi = frm - 10 * 10**9, to + 10 * 10**9

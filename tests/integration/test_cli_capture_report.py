@@ -35,8 +35,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gpuscope-cli-word-")
     srv = Server(os.path.join(tmp, "data"))
     srv.start()
-    agent = Agent(srv.url, ["--node", "capnode", "--push-interval", "1s", "--modules", "cupti"],
-                  os.path.join(tmp, "agent.log"))
+    # --pid 1: the agent follows no other test's injected process (an agent following every
+    # process opened windows in test_capture's and left its kernels unnamed)
+    agent = Agent(srv.url, ["--node", "capnode", "--push-interval", "1s", "--modules", "cupti",
+                            "--pid", "1"], os.path.join(tmp, "agent.log"))
     try:
         work = os.path.join(tmp, "work")
         os.makedirs(work)
