@@ -90,3 +90,17 @@ $(FAKE_CUPTI_DIR)/libuserprof_dlsym.so: tests/cupti/user_prof.c tests/cupti/user
 $(FAKE_CUPTI_DIR)/libscopedep.so: tests/cupti/scope_dep.c mk/cupti.mk
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -Wl,-soname,libscopedep.so -o $@ $<
+
+# The GOT interposition against a dynamic loader at work (tests/integration/test_cupti_dlopen_race.sh):
+# a library whose relocation pauses with its dlsym slot bound (tests/cupti/race_lib.c) and the
+# program that opens and closes it beside the real library's control thread.
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+all: $(FAKE_CUPTI_DIR)/librace.so $(OUT)/tests/cupti/dlopen_race
+endif
+$(FAKE_CUPTI_DIR)/librace.so: tests/cupti/race_lib.c
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -O1 -fPIC -shared -o $@ $< -ldl -Wl,-z,relro,-z,now
+$(OUT)/tests/cupti/dlopen_race: tests/cupti/dlopen_race.c $(FAKE_CUPTI_DIR)/libcupti.so.13
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -g -O1 -D_GNU_SOURCE -o $@ $< \
+		$(FAKE_CUPTI_DIR)/libcupti.so.13 -Wl,-rpath,'$$ORIGIN/fakecupti' -ldl

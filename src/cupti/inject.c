@@ -5,8 +5,8 @@
  * launch callbacks (one USDT probe per launch with its correlation id, on the launching thread)
  * and to activity records (kernels, memcpy, memset), which it hands over in batches: one USDT
  * probe per chunk of a completed buffer, pointing at compact fixed-size records
- * (src/common/abi_cupti.h). Outside a window CUPTI is torn down (cuptiFinalize by default), so
- * the process runs at full speed. No sockets, no files; bounded memory; never blocks or aborts.
+ * (src/common/abi_cupti.h). Outside a window our subscription and activity kinds are off
+ * (CUPTI stays initialised: a finalize breaks CUDA graphs), so the process runs at full speed. No sockets, no files; bounded memory; never blocks or aborts.
  */
 #include <cupti.h>
 #include <dlfcn.h>
@@ -819,6 +819,13 @@ EXPORT int InitializeInjection(void)
 			1024;
 	dev_buf_pool = env_ulong("GPUSCOPE_CUPTI_DEVICE_BUFFERS", DEF_DEV_BUF_POOL, 1, 250);
 	handover_on = env_ulong("GPUSCOPE_CUPTI_HANDOVER", 1, 0, 1);
+	/*
+	 * Unsubscribe by default, never finalize: CUPTI initialised again after a finalize breaks
+	 * CUDA graphs instantiated meanwhile (an H100 process replaying a graph after our first
+	 * window's finalize died with Xid 31, "unspecified launch failure"; PyTorch turns Kineto's
+	 * CUPTI teardown off for graphs for the same reason).
+	 */
+	close_mode = CLOSE_UNSUBSCRIBE;
 	for (size_t i = 0; m && *m && i < ARRAY_LEN(modes); i++)
 		if (!strcmp(m, modes[i]))
 			close_mode = (enum close_mode)i;

@@ -5,11 +5,19 @@
  * their PLT JUMP_SLOT and GLOB_DAT relocations, found through dl_iterate_phdr and each object's
  * dynamic section (a RELRO page is made writable for the write and read-only again). Our own
  * library and libcupti are left alone, so their calls go straight to CUPTI.
+ *
+ * An object that another thread is loading at that moment is left for a later scan: glibc
+ * lists an object for dl_iterate_phdr before it relocates it, and protects its RELRO only once
+ * relocation is done, so a RELRO page made read-only (or written) under the loader's feet
+ * would crash the dlopen. An object with a RELRO page is scanned only once /proc/self/maps
+ * shows that page read-only: the loader is done with it.
  */
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -32,6 +40,23 @@ static struct seen {
 	const void *phdr;
 } seen[SEEN_CAP];
 static size_t nseen;
+static bool deferred;	/* an object was left for a later scan (its loader not done) */
+#define DEFER_CAP   64	/* objects waiting for their loader, remembered with their tries */
+#define DEFER_TRIES 100	/* scans (one per 10-ms tick) an object may wait; then left alone */
+static struct waiting {
+	ElfW(Addr) base;
+	const void *phdr;
+	unsigned tries;
+} waiting[DEFER_CAP];
+static size_t nwaiting;
+
+/* The process's mappings at the start of a scan: [start, end) and whether writable. */
+struct map_range {
+	uintptr_t start, end;
+	bool writable;
+};
+static struct map_range *maps;
+static size_t nmaps, maps_cap;
 
 struct scan_ctx {
 	struct hook *hooks;
@@ -39,7 +64,76 @@ struct scan_ctx {
 	const void *skip_addr;
 	int patched;
 	int ncupti;	/* libcupti copies loaded (names "libcupti.so...") */
+	bool have_maps;	/* maps[] holds this scan's snapshot */
 };
+
+/* Parses one "start-end perms ..." line of /proc/self/maps into maps[]. */
+static void add_map_line(const char *l)
+{
+	char *end;
+	uintptr_t s = strtoull(l, &end, 16), e;
+
+	if (*end != '-')
+		return;
+	e = strtoull(end + 1, &end, 16);
+	if (*end != ' ' || end[1] == 0 || end[2] == 0)
+		return;
+	if (nmaps == maps_cap) {
+		size_t cap = maps_cap ? 2 * maps_cap : 1024;
+		struct map_range *m = realloc(maps, cap * sizeof(*m));
+
+		if (!m)
+			return;
+		maps = m;
+		maps_cap = cap;
+	}
+	maps[nmaps++] = (struct map_range){ s, e, end[2] == 'w' };
+}
+
+/* Snapshot of /proc/self/maps into maps[] (sorted as the kernel lists them). */
+static bool read_maps(void)
+{
+	char buf[8192], line[512];
+	size_t ll = 0;
+	ssize_t r;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	nmaps = 0;
+	if (fd < 0)
+		return false;
+	while ((r = read(fd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < r; i++) {
+			if (buf[i] != '\n') {
+				if (ll < sizeof(line) - 1)
+					line[ll++] = buf[i];
+				continue;
+			}
+			line[ll] = 0;
+			add_map_line(line);
+			ll = 0;
+		}
+	}
+	close(fd);
+	return r == 0 && nmaps > 0;
+}
+
+/* Is address a mapped and not writable in the snapshot (false also when not found)? */
+static bool read_only_now(uintptr_t a)
+{
+	size_t lo = 0, hi = nmaps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (a < maps[mid].start)
+			hi = mid;
+		else if (a >= maps[mid].end)
+			lo = mid + 1;
+		else
+			return !maps[mid].writable;
+	}
+	return false;
+}
 
 static bool in_loads(const struct dl_phdr_info *info, uintptr_t a)
 {
@@ -130,6 +224,33 @@ static void scan_relocs(const struct dl_phdr_info *info, const ElfW(Phdr) *relro
 	}
 }
 
+/*
+ * An object whose RELRO is not read-only yet waits for the next scan, at most DEFER_TRIES
+ * times (a RELRO page something else made writable again would otherwise be re-read forever);
+ * then it is seen and left alone. True: wait.
+ */
+static bool wait_more(const struct dl_phdr_info *info)
+{
+	size_t i;
+
+	for (i = 0; i < nwaiting; i++)
+		if (waiting[i].base == info->dlpi_addr && waiting[i].phdr == info->dlpi_phdr)
+			break;
+	if (i == nwaiting) {
+		if (nwaiting == DEFER_CAP)
+			return false;	/* too many at once: left alone */
+		waiting[nwaiting++] = (struct waiting){ info->dlpi_addr, info->dlpi_phdr, 0 };
+	}
+	if (++waiting[i].tries <= DEFER_TRIES) {
+		deferred = true;
+		return true;
+	}
+	inject_dbg("interpose: %s: RELRO still writable after %u scans; its slots left alone",
+		   info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "(main)", DEFER_TRIES);
+	waiting[i] = waiting[--nwaiting];
+	return false;
+}
+
 static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct scan_ctx *ctx = arg;
@@ -147,17 +268,28 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
 	for (size_t i = 0; i < nseen; i++)
 		if (seen[i].base == info->dlpi_addr && seen[i].phdr == info->dlpi_phdr)
 			return 0;
-	if (nseen < SEEN_CAP)
-		seen[nseen++] = (struct seen){ info->dlpi_addr, info->dlpi_phdr };
 	if (in_loads(info, (uintptr_t)&each_object) ||
 	    (ctx->skip_addr && in_loads(info, (uintptr_t)ctx->skip_addr)))
-		return 0;	/* ours, libcupti: their calls are CUPTI's own */
+		return 0;	/* ours, libcupti: their calls are CUPTI's own (scanned again, cheaply) */
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
 			dyn = &info->dlpi_phdr[i];
 		else if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
 			relro = &info->dlpi_phdr[i];
 	}
+	if (relro) {
+		uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+		uintptr_t rs = (info->dlpi_addr + relro->p_vaddr) & ~(page - 1);
+		uintptr_t re = (info->dlpi_addr + relro->p_vaddr + relro->p_memsz) & ~(page - 1);
+
+		if (rs < re && (!ctx->have_maps || !read_only_now(rs)) && wait_more(info))
+			return 0;	/* the loader is not done with it: next scan */
+	}
+	for (size_t i = 0; i < nwaiting; i++)
+		if (waiting[i].base == info->dlpi_addr && waiting[i].phdr == info->dlpi_phdr)
+			waiting[i--] = waiting[--nwaiting];
+	if (nseen < SEEN_CAP)	/* past the cap: scanned again next time, harmlessly */
+		seen[nseen++] = (struct seen){ info->dlpi_addr, info->dlpi_phdr };
 	if (!dyn)
 		return 0;
 	for (d = (const void *)(info->dlpi_addr + dyn->p_vaddr); d->d_tag != DT_NULL; d++) {
@@ -203,6 +335,8 @@ bool interpose_changed(void)
 {
 	unsigned long long c[2] = { 0, 0 };
 
+	if (__atomic_load_n(&deferred, __ATOMIC_RELAXED))
+		return true;	/* an object was left for this scan */
 	dl_iterate_phdr(count_objects, c);
 	return c[0] != __atomic_load_n(&seen_adds, __ATOMIC_RELAXED) ||
 	       c[1] != __atomic_load_n(&seen_subs, __ATOMIC_RELAXED);
@@ -211,14 +345,17 @@ bool interpose_changed(void)
 int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 {
 #if defined(R_JUMP_SLOT)
-	struct scan_ctx ctx = { hooks, n, skip_addr, 0, 0 };
+	struct scan_ctx ctx = { hooks, n, skip_addr, 0, 0, false };
 	unsigned long long c[2] = { 0, 0 };
 
 	pthread_mutex_lock(&scan_mu);
+	__atomic_store_n(&deferred, false, __ATOMIC_RELAXED);
+	/* before the objects: one listed after this snapshot is not in it, so it waits */
+	ctx.have_maps = read_maps();
 	dl_iterate_phdr(count_objects, c);
 	dl_iterate_phdr(count_cupti, &ctx.ncupti);
 	if (c[1] != seen_subs)
-		nseen = 0;	/* something was unloaded: an address may now hold another object */
+		nseen = nwaiting = 0;	/* something was unloaded: an address may now hold another object */
 	dl_iterate_phdr(each_object, &ctx);
 	__atomic_store_n(&seen_adds, c[0], __ATOMIC_RELAXED);
 	__atomic_store_n(&seen_subs, c[1], __ATOMIC_RELAXED);

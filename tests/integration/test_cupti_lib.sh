@@ -34,6 +34,6 @@ ldd $lib | grep 'libcupti.* => /' >/dev/null || fail "libcupti not found at run 
 out=$(python3 -c "import ctypes; print(ctypes.CDLL('$lib').InitializeInjection())" 2>&1)
 [ "$out" = "1" ] || fail "InitializeInjection without debug printed '$out'"
 out=$(GPUSCOPE_CUPTI_DEBUG=1 python3 -c "import ctypes; print(ctypes.CDLL('$lib').InitializeInjection())" 2>&1)
-echo "$out" | grep '^\[gpuscope-cupti\] ready: windows close by finalize' >/dev/null || fail "no debug line: '$out'"
+echo "$out" | grep '^\[gpuscope-cupti\] ready: windows close by unsubscribe' >/dev/null || fail "no debug line: '$out'"
 echo "$out" | grep -x 1 >/dev/null || fail "InitializeInjection did not return 1: '$out'"
 echo "ok"

@@ -283,7 +283,8 @@ static bool test_cupti_window_budget_cycle(void)
 	     /* a loaded machine stretches the 200 ms windows; the 600 ms gaps stay untraced */
 	     ASSERT_TRUE(final_num(&r, "traced") * 10 < final_num(&r, "launches") * 9,
 			 "launches outside windows ran untraced") &&
-	     ASSERT_EQ(final_num(&r, "finalizes"), windows, "CUPTI finalized after each window") &&
+	     /* never finalized by default: a CUDA graph faults after CUPTI's re-init */
+	     ASSERT_EQ(final_num(&r, "finalizes"), 0, "CUPTI not finalized after a window") &&
 	     ASSERT_EQ(final_num(&r, "subscribed"), 0, "not subscribed after the last window") &&
 	     ASSERT_EQ(final_num(&r, "kinds"), 0, "no activity kind left enabled") &&
 	     ASSERT_EQ(final_num(&r, "devbuf"), 4 << 20, "device buffer size bounded") &&
