@@ -59,7 +59,8 @@ for w in $workloads; do
 		wpid=$!
 		if [ $w = jax ] && [ $mode = continuous ]; then	# the threads JAX runs
 			sleep $(( RUN_S / 2 + 8 ))
-			for t in /proc/$wpid/task/*; do echo "$(basename $t) $(cat $t/comm 2>/dev/null)"; done \
+			ppid=$(pgrep -P $wpid | head -1)
+			for t in /proc/$ppid/task/*; do echo "$(basename $t) $(cat $t/comm 2>/dev/null)"; done \
 				> "$RET/jax_threads.txt"
 		fi
 		wait $wpid || { echo "$node failed"; tail -5 "$W/$node.err"; }
