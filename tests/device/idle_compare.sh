@@ -9,6 +9,7 @@
 # join. Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
 # Results in $OUT: summary.txt, answers.json, jaxlib.txt.
 # Usage (repository root, as root): tests/device/idle_compare.sh [WORKLOADS="jax dataloader gpt2 graph"]
+#   (MODES="default continuous": which runs; one mode alone gives only that run's figures)
 set -u
 D=${D:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/idle-compare}
@@ -44,7 +45,7 @@ for d in dirs:
 PY
 fi
 for w in $workloads; do
-	for mode in default continuous; do
+	for mode in ${MODES:-default continuous}; do
 		extra=
 		[ $mode = continuous ] && extra="--gpu-trace-budget 100%"
 		node=$w-$mode
