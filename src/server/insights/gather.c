@@ -599,6 +599,7 @@ static int calls_of_launcher(struct insights *in, struct g_ctx *g, uint32_t L)
 		}
 		while (++i < g->nseg && g->seg[i].s <= e && g->seg[i].idle >= 0.99)
 			e = g->seg[i].e > e ? g->seg[i].e : e;
+		f->gap_idle_s += (double)(e - s) / 1e9;
 		while (lo < hi) {
 			size_t mid = (lo + hi) / 2;
 

@@ -85,7 +85,9 @@ struct ins_facts {
 	double node_cpu_s;		/* CPU time of every process of the node during idle */
 	struct ins_fn blocked_fn;	/* where the launching thread blocked during idle */
 	double sync_calls, sync_s;	/* host syncs of the launching thread (incl. small DtoH) */
-	double sync_follow_idle_s;	/* idle pieces that began right before a sync returned */
+	double gap_idle_s;		/* whole-idle gaps (where a source decided whole idle) */
+	double sync_follow_idle_s;	/* ... of them, those that began right before a sync
+					 * returned */
 	struct ins_fn sync_fn;
 	double copy_calls, copy_s;	/* host<->device copies that held the launching thread */
 	double copy_idle_s;		/* ... overlapping GPU idle */
