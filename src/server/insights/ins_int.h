@@ -140,6 +140,33 @@ struct insights {
 int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *g,
 	       struct ins_facts *f);
 
+/* stacks.c */
+#define FN_LINES 4			/* lines of one function told apart; more: the first 4 */
+
+struct fn_lines {
+	uint32_t line[FN_LINES];
+	double v[FN_LINES];
+};
+
+/* Stacks ranked by function (a Python function by file, named at its busiest line). */
+struct fn_rank {
+	struct strtab names;
+	double *v;
+	struct fn_lines *lines;
+	size_t cap;
+	double total, fw;
+	bool classify;			/* framework stacks counted in fw, not named */
+	const struct u64map *agg;	/* stack id -> value; NULL: values from by_stack */
+	struct u64map *by_stack;	/* stack id -> value as double bits */
+};
+
+/* Ranks the stacks of agg (stack id -> value), or of by_stack (values as double bits), by
+ * function; the top n into out with their shares of the total (r->classify: framework stacks
+ * only counted, in r->fw). 0 or -errno. */
+int ins_rank(struct store *st, const struct u64map *agg, struct u64map *by_stack,
+	     struct fn_rank *r, struct ins_fn *out, size_t n, size_t *ret_n);
+void ins_rank_done(struct fn_rank *r);
+
 /* detect.c */
 /* Whether f's GPU is idle enough for the CPU-side facts, busy enough for throttling's. */
 bool ins_wants_cpu_side(const struct ins_facts *f);
