@@ -180,6 +180,9 @@ void ins_url_enc(struct buf *b, const char *s, bool form);
 struct ins_prom;
 struct ins_prom *ins_prom_new(void);
 void ins_prom_free(struct ins_prom *p);
+/* Adds one window's findings to the counters (the top workloads re-slotted first). 0 or
+ * -ENOMEM. */
+int ins_prom_add(struct ins_prom *p, const struct findings *fs, size_t top);
 /* Counts the findings of [last end, end_ns) once that window is a minute long (mu held).
  * 0 or -errno (the window is counted at a later call). */
 int ins_prom_count(struct insights *in, uint64_t end_ns);
