@@ -52,13 +52,16 @@ def train_step(m, opt, x):
 
 
 def run_item():
-    m, opt = mlp(1024, 6)
-    x = torch.randn(512, 1024, device=dev)
+    m, opt = mlp(2048, 4)
+    x = torch.randn(256, 2048, device=dev)
+    history = []
 
     def step(n):
         loss = train_step(m, opt, x)
-        losses.append(loss.item())	# the per-step host sync
-    losses = []
+        v = loss.item()	# the per-step host sync; then the usual bookkeeping on the CPU
+        history.append(v)
+        stats = {"loss": v, "avg": sum(history[-100:]) / min(len(history), 100)}
+        stats.update({"l%d" % i: v * i for i in range(400)})
     loop(step)
 
 

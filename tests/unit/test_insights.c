@@ -130,8 +130,18 @@ static bool test_insights_thresholds(void)
 	ok &= ASSERT_EQ(run(&f, &fs), 1, "sync at its thresholds");
 	ok &= ASSERT_EQ(fs.v[0].kind, INS_SYNC_PER_STEP, "kind");
 	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "waiting 10.0 ms each") != NULL, "per step");
+	f.kernels = 5000;	/* short kernels, and Python work after each sync: the sync wins */
+	f.kernel_s = 0.1;
+	f.run_idle_s = 500;
+	f.fw_samples = 0;
+	f.nfns = 1;
+	snprintf(f.fns[0].name, sizeof(f.fns[0].name), "log_metrics (t.py:9)");
+	f.fns[0].share = 1;
+	ok &= ASSERT_EQ(run(&f, &fs), 1, "sync before launch-bound and input work");
+	ok &= ASSERT_EQ(fs.v[0].kind, INS_SYNC_PER_STEP, "the sync");
 	f.sync_calls = 499;
-	ok &= ASSERT_EQ(run(&f, &fs), 0, "0.499 syncs/s: nothing");
+	ok &= ASSERT_EQ(run(&f, &fs), 1, "0.499 syncs/s: not a sync");
+	ok &= ASSERT_EQ(fs.v[0].kind, INS_INPUT_ON_LAUNCH, "the Python work then");
 
 	/* launch-bound: 1000 kernels of 50 us, busy 50 %, on a CPU 80 % in framework code */
 	f = base();

@@ -504,7 +504,7 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 	double si = f->seg_idle_s > 0 ? f->seg_idle_s : 1;
 	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
 	double on_cpu, user, fw, blocked, workers, node_cpu, nocpu, follow, mean_us;
-	bool lb = false, in = false, st = false;
+	bool sy, cp, lb, in, st;
 	int err = 0;
 
 	if (f->span_busy_s > 0 && f->throttled_busy_s >= THROTTLE_MIN_S * fmin(1, span / 3600) &&
@@ -530,28 +530,34 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 		 fmin(1, f->sync_follow_idle_s / f->gap_idle_s) : 0;
 	mean_us = f->kernels > 0 ? f->kernel_s / f->kernels * 1e6 : 0;
 
-	if (f->launch_tid[0] && f->kernels >= LAUNCH_MIN_KERNELS && mean_us <= LAUNCH_MEAN_US &&
-	    busy <= LAUNCH_BUSY_MAX && on_cpu >= LAUNCH_ON_CPU && fw >= 0.5) {
-		lb = true;
-		err = launch_bound(f, on_cpu, mean_us, busy, out);
-	}
-	if (!err && !lb && f->launch_tid[0] && on_cpu >= ON_CPU_INPUT && user >= INPUT_SHARE &&
-	    f->nfns) {
-		in = true;
-		err = input_on_launch(f, on_cpu, user, out);
-	}
-	if (!err && !lb && !in && f->launch_tid[0] && follow >= SYNC_FOLLOW &&
-	    on_cpu >= SYNC_ON_CPU && f->sync_calls / span >= SYNC_RATE)
+	/*
+	 * Which explanation of the launching thread's time wins: a sync that drains the GPU every
+	 * step exposes whatever the thread does next (launching or Python work), so it goes first;
+	 * blocking copies explain a thread busy in the driver; then short kernels; then the
+	 * thread's own input work.
+	 */
+	sy = f->launch_tid[0] && follow >= SYNC_FOLLOW && on_cpu >= SYNC_ON_CPU &&
+	     f->sync_calls / span >= SYNC_RATE;
+	cp = f->launch_tid[0] && f->copy_s >= COPY_MIN_S * span / 3600 &&
+	     f->copy_idle_s / si >= COPY_IDLE;
+	lb = !sy && !cp && f->launch_tid[0] && f->kernels >= LAUNCH_MIN_KERNELS &&
+	     mean_us <= LAUNCH_MEAN_US && busy <= LAUNCH_BUSY_MAX && on_cpu >= LAUNCH_ON_CPU &&
+	     fw >= 0.5;
+	in = !sy && !lb && f->launch_tid[0] && on_cpu >= ON_CPU_INPUT && user >= INPUT_SHARE &&
+	     f->nfns;
+	st = f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
+	     (workers >= STARVED_WORKERS || node_cpu >= STARVED_NODE_CPU);
+	if (sy)
 		err = sync_per_step(f, follow, out);
-	if (!err && f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
-	    (workers >= STARVED_WORKERS || node_cpu >= STARVED_NODE_CPU)) {
-		st = true;
+	if (!err && cp)
+		err = sync_copies(f, fmin(1, f->copy_idle_s / si), out);
+	if (!err && lb)
+		err = launch_bound(f, on_cpu, mean_us, busy, out);
+	if (!err && in)
+		err = input_on_launch(f, on_cpu, user, out);
+	if (!err && st)
 		err = starved(f, blocked, workers, node_cpu, out);
-	}
 	if (!err && !st && nocpu >= NODE_NO_CPU && node_cpu < NODE_CPU_MAX && f->period_s > 0)
 		err = node_idle(f, nocpu, node_cpu, out);
-	if (!err && f->launch_tid[0] && f->copy_s >= COPY_MIN_S * span / 3600 &&
-	    f->copy_idle_s / si >= COPY_IDLE)
-		err = sync_copies(f, fmin(1, f->copy_idle_s / si), out);
 	return err;
 }
