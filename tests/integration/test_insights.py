@@ -96,10 +96,16 @@ def main():
         check(len(two["findings"]) == 2, "limit=2")
 
         # Bad input: 4xx with a message.
-        extra = ["node n-long", f"metric gpu_process_memory_bytes gpu=0,pid=9,comm=x {T + S} 1",
-                 f"interval thread_state pid=9,comm=x,tid=9,pod={'x' * 10 + 'c' + 'a' * 4085} "
-                 f"{T} {T + S} state=running"]
+        extra = ["node n-long"] + [
+            f"metric gpu_process_memory_bytes gpu=0,pid=9,comm=x {T + k * S} 1" for k in
+            range(1, 31)] + [f"metric gpu_utilization gpu=0 {T + k * S} 0" for k in range(1, 31)] + [
+            f"interval thread_state pid=9,comm=x,tid=9,pod={'x' * 10 + 'c' + 'a' * 4085} "
+            f"{T} {T + 30 * S} state=running"]
         check(s.ingest(encode("\n".join(extra) + "\n"))[0] == 204, "ingest a long label")
+        code, body, _ = s.request(f"/api/v1/insights?{rng()}&by=pod")
+        check(code == 200 and json.loads(body)["workloads_checked"] == 2,
+              f"by=pod with a 4 KiB pod name (too long for the evidence's selectors): "
+              f"{code} {body[:200]!r}")
         regex = q('{pod=~"(.{1,100}){1,100}c.*"}')
         for path, want, what in [
             (f"by=nosuchlabel&{rng()}", 400, "unknown label 'nosuchlabel'"),

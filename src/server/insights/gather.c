@@ -246,7 +246,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 
 	sel = selector_parse(f->sel_thread, err_s, sizeof(err_s));
 	if (!sel)
-		return -EINVAL;
+		return -ENAMETOOLONG;
 	{
 		struct store_query q = { f->ev_from_ns, f->ev_to_ns, sel, SAMPLE_CPU, gpu, &it };
 
@@ -289,7 +289,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 		sel_add("{}", "node", f->node, ns, sizeof(ns));
 		sel = selector_parse(ns, err_s, sizeof(err_s));
 		if (!sel)
-			return -EINVAL;
+			return -ENAMETOOLONG;
 		struct store_query q = { f->ev_from_ns, f->ev_to_ns, sel, SAMPLE_CPU, gpu };
 
 		err = st->ops->aggregate(st, &q, &agg);
@@ -529,7 +529,7 @@ static int throttling(struct insights *in, struct ins_facts *f)
 	sel_add(s, "gpu", f->gpu, s2, sizeof(s2));
 	sel = selector_parse(s2, err_s, sizeof(err_s));
 	if (!sel)
-		return -EINVAL;
+		return -ENAMETOOLONG;
 	for (int w = 0; w < 3 && !err; w++) {
 		c.which = w;
 		err = in->st->ops->series(in->st, names[w], f->ev_from_ns, f->ev_to_ns, sel,
@@ -622,7 +622,7 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 		f->period_s = (double)period / 1e9;
 	sel = selector_parse(f->sel_node, err_s, sizeof(err_s));
 	if (!sel) {
-		err = -EINVAL;
+		err = -ENAMETOOLONG;
 		goto out;
 	}
 	err = st->ops->intervals(st, "thread_state", f->ev_from_ns, f->ev_to_ns, sel,
@@ -636,7 +636,7 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 	selector_free(sel);
 	sel = selector_parse(f->sel_procs, err_s, sizeof(err_s));
 	if (!sel) {
-		err = -EINVAL;
+		err = -ENAMETOOLONG;
 		goto out;
 	}
 	err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel, INS_INTERVALS_MAX,
@@ -714,7 +714,7 @@ kernels:
 		selector_free(sel);
 		sel = selector_parse(s2, err_s, sizeof(err_s));
 		if (!sel) {
-			err = -EINVAL;
+			err = -ENAMETOOLONG;
 			goto out;
 		}
 		err = st->ops->intervals(st, "gpu_kernel", f->ev_from_ns, f->ev_to_ns, sel,

@@ -136,7 +136,8 @@ struct insights {
 
 /* gather.c */
 /* Fills f's CPU-side and NVML facts for the workload w's GPU g (f's request fields set).
- * 0 or -errno. */
+ * 0, -ENAMETOOLONG (a label value too long for the evidence's selectors: what was gathered
+ * is partial) or -errno. */
 int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *g,
 	       struct ins_facts *f);
 
