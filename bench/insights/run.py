@@ -10,7 +10,7 @@ and CPU samples per cycle over the last 2 hours (the findings' CPU-side evidence
 hour). The efficiency tallies come from the hourly rollup (waited for); the evidence of the idle
 GPUs and the throttled one from records. Median of 5 queries on loopback, the server's CPU from
 /proc. The fill is kept in DIR and reused.
-Usage: bench/insights/run.py [DIR=/tmp/gpuscope-bench-insights]"""
+Usage: bench/insights/run.py [DIR=/tmp/gpuscope-bench-insights] [NODES=2]"""
 import os
 import statistics
 import sys
@@ -24,6 +24,7 @@ S = 10**9
 H = 3600 * S
 MS = 10**6
 DIR = sys.argv[1] if len(sys.argv) > 1 else "/tmp/gpuscope-bench-insights"
+NODES = ["f%d" % (i + 1) for i in range(int(sys.argv[2]) if len(sys.argv) > 2 else 2)]
 CHUNK_H = 2
 # pod -> (gpus, busy seconds of each 10 s cycle, held share of each 10 min)
 PODS = {"a": ([0, 1, 2, 3], 9.5, 1.0), "b": ([4, 5], 4, 1.0), "c": ([6], 2, 0.5)}
@@ -97,12 +98,13 @@ def main():
         s = Server(data=data, args=args + ["--no-efficiency-rollup"]).start()
         t0, nrec = time.time(), 0
         for t in range(end - 26 * H, end, CHUNK_H * H):
-            for node in ("f1", "f2"):
+            for node in NODES:
                 sc = chunk(node, t, t + CHUNK_H * H, t >= end - 2 * CHUNK_H * H)
                 nrec += sc.count("\n")
                 code, body = s.ingest(encode(sc, "zstd"), encoding="zstd")
                 assert code == 204, (code, body)
-        print(f"fill: {nrec / 1e6:.2f} M records, 26 h x 16 GPUs in {time.time() - t0:.0f} s")
+        print(f"fill: {nrec / 1e6:.2f} M records, 26 h x {8 * len(NODES)} GPUs in "
+              f"{time.time() - t0:.0f} s")
         s.stop()
         with open(stamp, "w") as f:
             f.write(str(end))
@@ -121,7 +123,7 @@ def main():
                            f"&to={now / 1e9:.3f}&by=pod")
             ts.append(time.time() - t)
         cpu = (cpu_ticks(s.proc.pid) - c0) / 5
-        print(f"insights over the last 24 h, 16 GPUs, by pod: {statistics.median(ts) * 1e3:.0f} ms"
+        print(f"insights over the last 24 h, {8 * len(NODES)} GPUs, by pod: {statistics.median(ts) * 1e3:.0f} ms"
               f" wall (median of 5), {cpu * 1e3:.0f} ms server CPU per query;"
               f" {j['workloads_checked']} workloads, {len(j['findings'])} findings:")
         for f in j["findings"]:

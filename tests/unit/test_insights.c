@@ -29,6 +29,7 @@ static struct ins_facts base(void)
 	f.busy_s = f.idle_s = f.seg_idle_s = 500;
 	f.cpu_side = true;
 	f.period_s = 0.01;
+	f.node_cpu_set = true;
 	snprintf(f.launch_pid, sizeof(f.launch_pid), "1");
 	snprintf(f.launch_tid, sizeof(f.launch_tid), "1");
 	return f;

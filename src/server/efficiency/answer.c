@@ -679,52 +679,65 @@ out:
 /* ---- workloads as structs (the insights engine) ----------------------------------------- */
 
 int efficiency_workloads(struct efficiency *e, const struct eff_request *rq,
-			 int (*cb)(void *ctx, const struct eff_workload *w), void *ctx, char *err,
-			 size_t errlen)
+			 int (*cb)(void *ctx, const struct eff_workload *w, size_t n), void *ctx,
+			 char *err, size_t errlen)
 {
 	const char *by;
 	struct eff_ans a = { 0 };
 	struct acc acc = { 0 };
+	struct eff_workload *ws = NULL;
+	struct buf *sb = NULL;
 	uint64_t rolled_ns = 0;
 	int rc;
 
 	rc = prepare(e, rq, &by, &acc, &a, &rolled_ns, err, errlen);
+	if (!rc) {
+		ws = calloc(a.nrows + 1, sizeof(*ws));
+		sb = calloc(a.nrows + 1, sizeof(*sb));
+		if (!ws || !sb)
+			rc = -ENOMEM;
+	}
 	for (size_t i = 0; i < a.nrows && !rc; i++) {
 		struct row *r = &a.rows[i];
 		struct eff_wl_gpu *g = calloc(r->ng + 1, sizeof(*g));
 		struct eff_wl_holder *h = calloc(r->nholders + 1, sizeof(*h));
-		struct eff_workload w = { .key = r->key, .none = r->none, .t = r->t,
-					  .held_dollars = r->held_dollars,
-					  .idle_dollars = r->idle_dollars, .gpus = g, .ngpus = r->ng,
-					  .holders = h, .nholders = r->nholders, .priv = r };
-		struct buf sb = { 0 };
 
-		eff_row_selector(e, r, by, NULL, &sb);
-		if (!g || !h || sb.oom) {
+		ws[i] = (struct eff_workload){ .key = r->key, .none = r->none, .t = r->t,
+					       .held_dollars = r->held_dollars,
+					       .idle_dollars = r->idle_dollars, .gpus = g,
+					       .ngpus = r->ng, .holders = h,
+					       .nholders = r->nholders, .priv = r };
+		eff_row_selector(e, r, by, NULL, &sb[i]);
+		if (!g || !h || sb[i].oom) {
 			rc = -ENOMEM;
-		} else {
-			/* table strings are never freed while e lives */
-			pthread_mutex_lock(&e->tmu);
-			for (size_t k = 0; k < r->ng; k++) {
-				const struct gpu_info *gi = &e->gpus[r->g[k].gpu];
-
-				g[k] = (struct eff_wl_gpu){ gi->node, gi->gpu, gi->model ? gi->model : "",
-							    r->g[k].gpu, r->g[k].t,
-							    price_of(&e->cfg, gi->model) };
-			}
-			for (size_t k = 0; k < r->nholders; k++) {
-				const struct holder_info *hi = &e->holders[r->holders[k] - 1];
-
-				h[k] = (struct eff_wl_holder){ hi->node, hi->pid, hi->comm };
-			}
-			pthread_mutex_unlock(&e->tmu);
-			w.selector = (const char *)sb.p;
-			rc = cb(ctx, &w);
+			break;
 		}
-		buf_done(&sb);
-		free(g);
-		free(h);
+		/* table strings are never freed while e lives */
+		pthread_mutex_lock(&e->tmu);
+		for (size_t k = 0; k < r->ng; k++) {
+			const struct gpu_info *gi = &e->gpus[r->g[k].gpu];
+
+			g[k] = (struct eff_wl_gpu){ gi->node, gi->gpu, gi->model ? gi->model : "",
+						    r->g[k].gpu, r->g[k].t,
+						    price_of(&e->cfg, gi->model) };
+		}
+		for (size_t k = 0; k < r->nholders; k++) {
+			const struct holder_info *hi = &e->holders[r->holders[k] - 1];
+
+			h[k] = (struct eff_wl_holder){ hi->node, hi->pid, hi->comm };
+		}
+		pthread_mutex_unlock(&e->tmu);
+		ws[i].selector = (const char *)sb[i].p;
 	}
+	if (!rc)
+		rc = cb(ctx, ws, a.nrows);
+	for (size_t i = 0; ws && i < a.nrows; i++) {
+		free((void *)ws[i].gpus);
+		free((void *)ws[i].holders);
+		buf_done(&sb[i]);
+	}
+	free(ws);
+	free(sb);
 	ans_done(&a);
 	eff_acc_done(&acc);
 	return rc;

@@ -325,12 +325,18 @@ static int starved(const struct ins_facts *f, double blocked, double workers, do
 		return -ENOMEM;
 	snprintf(x->title, sizeof(x->title), "%s: the training thread waits for data while GPU %s "
 		 "idles", f->workload, f->gpu);
-	snprintf(x->summary, sizeof(x->summary), "During GPU %s's idle time the launching thread "
-		 "(tid %s) was blocked (%s) %.0f %% of the time%s%s, while the workload's other "
-		 "threads ran %.2f thread-seconds and the node's CPUs %.2f cores per idle second: "
-		 "the input pipeline does not keep up.", f->gpu, f->launch_tid, f->blocked_reason,
-		 100 * blocked, f->blocked_fn.name[0] ? " in " : "", f->blocked_fn.name, workers,
-		 node_cpu);
+	{
+		char nodes[96] = "";
+
+		if (f->node_cpu_set)
+			snprintf(nodes, sizeof(nodes), " and the node's CPUs %.2f cores", node_cpu);
+		snprintf(x->summary, sizeof(x->summary), "During GPU %s's idle time the launching "
+			 "thread (tid %s) was blocked (%s) %.0f %% of the time%s%s, while the "
+			 "workload's other threads ran %.2f thread-seconds%s per idle second: the "
+			 "input pipeline does not keep up.", f->gpu, f->launch_tid, f->blocked_reason,
+			 100 * blocked, f->blocked_fn.name[0] ? " in " : "", f->blocked_fn.name,
+			 workers, nodes);
+	}
 	snprintf(x->recommendation, sizeof(x->recommendation), "Feed the GPU faster: more "
 		 "DataLoader workers (num_workers), prefetch_factor and pin_memory=True, persistent "
 		 "workers; if the workers wait on storage, cache or pre-decode the data.");
@@ -498,6 +504,34 @@ bool ins_wants_throttle(const struct ins_facts *f)
 	return f->busy_s >= THROTTLE_MIN_S;
 }
 
+static double of_idle(const struct ins_facts *f, double s)
+{
+	return f->seg_idle_s > 0 ? s / f->seg_idle_s : 0;
+}
+
+bool ins_needs_samples(const struct ins_facts *f)
+{
+	return of_idle(f, f->run_idle_s) >= fmin(ON_CPU_INPUT, LAUNCH_ON_CPU);
+}
+
+bool ins_needs_blocked(const struct ins_facts *f)
+{
+	return of_idle(f, f->blocked_idle_s) >= STARVED_BLOCKED ||
+	       of_idle(f, f->no_cpu_idle_s) >= NODE_NO_CPU;
+}
+
+bool ins_needs_node_cpu(const struct ins_facts *f)
+{
+	return (of_idle(f, f->blocked_idle_s) >= STARVED_BLOCKED &&
+		of_idle(f, f->others_run_idle_s) < STARVED_WORKERS) ||
+	       of_idle(f, f->no_cpu_idle_s) >= NODE_NO_CPU;
+}
+
+bool ins_needs_kernels(const struct ins_facts *f)
+{
+	return f->launch_tid[0] && of_idle(f, f->run_idle_s) >= LAUNCH_ON_CPU;
+}
+
 int ins_detect(const struct ins_facts *f, struct findings *out)
 {
 	double obs = f->busy_s + f->idle_s, busy = obs > 0 ? f->busy_s / obs : 1;
@@ -546,7 +580,7 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 	in = !sy && !lb && f->launch_tid[0] && on_cpu >= ON_CPU_INPUT && user >= INPUT_SHARE &&
 	     f->nfns;
 	st = f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
-	     (workers >= STARVED_WORKERS || node_cpu >= STARVED_NODE_CPU);
+	     (workers >= STARVED_WORKERS || (f->node_cpu_set && node_cpu >= STARVED_NODE_CPU));
 	if (sy)
 		err = sync_per_step(f, follow, out);
 	if (!err && cp)
@@ -557,7 +591,8 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 		err = input_on_launch(f, on_cpu, user, out);
 	if (!err && st)
 		err = starved(f, blocked, workers, node_cpu, out);
-	if (!err && !st && nocpu >= NODE_NO_CPU && node_cpu < NODE_CPU_MAX && f->period_s > 0)
+	if (!err && !st && nocpu >= NODE_NO_CPU && f->node_cpu_set && node_cpu < NODE_CPU_MAX &&
+	    f->period_s > 0)
 		err = node_idle(f, nocpu, node_cpu, out);
 	return err;
 }

@@ -47,48 +47,88 @@ static void merge(struct findings *fs, size_t from)
 	}
 }
 
-static int one_workload(void *ctx, const struct eff_workload *w)
+/* f's fields from the request and the workload's GPU time on g. */
+static void facts_init(struct ins_facts *f, const struct run_ctx *c, const struct eff_workload *w,
+		       const struct eff_wl_gpu *g)
+{
+	memset(f, 0, sizeof(*f));
+	f->from_ns = c->r->from_ns;
+	f->to_ns = c->r->to_ns;
+	f->ev_to_ns = f->to_ns;
+	f->ev_from_ns = f->to_ns - f->from_ns > INS_EVIDENCE_MAX_NS ?
+			f->to_ns - INS_EVIDENCE_MAX_NS : f->from_ns;
+	f->by = c->by;
+	f->workload = w->key;
+	f->wl_selector = w->selector;
+	f->node = g->node;
+	f->gpu = g->gpu;
+	f->model = g->model;
+	f->price = g->price;
+	f->wl_held_s = w->t.held / 1e9;
+	f->held_s = g->t.held / 1e9;
+	for (int s = 0; s < EFF_SRC_MAX; s++) {
+		f->busy_s += g->t.busy[s] / 1e9;
+		f->idle_s += g->t.idle[s] / 1e9;
+	}
+	f->unknown_s = g->t.unknown / 1e9;
+}
+
+/*
+ * Every workload: the GPUs idle enough for CPU-side evidence first, their idle pieces read in
+ * one pass (not one per GPU: each pass reads every GPU's series), then each workload's GPUs
+ * through the gatherer and the detectors.
+ */
+static int all_workloads(void *ctx, const struct eff_workload *ws, size_t n)
 {
 	struct run_ctx *c = ctx;
-	size_t first = c->out->n;
-	int err = 0;
+	struct ins_facts *f = malloc(sizeof(*f));
+	struct eff_piece_set *ps = NULL;
+	uint32_t *want = NULL;
+	size_t nwant = 0, cap = 0;
+	int err = f ? 0 : -ENOMEM;
 
-	c->workloads++;
-	for (size_t i = 0; i < w->ngpus && !err; i++) {
-		const struct eff_wl_gpu *g = &w->gpus[i];
-		struct ins_facts *f = calloc(1, sizeof(*f));
-
-		if (!f)
-			return -ENOMEM;
-		f->from_ns = c->r->from_ns;
-		f->to_ns = c->r->to_ns;
-		f->by = c->by;
-		f->workload = w->key;
-		f->wl_selector = w->selector;
-		f->node = g->node;
-		f->gpu = g->gpu;
-		f->model = g->model;
-		f->price = g->price;
-		f->wl_held_s = w->t.held / 1e9;
-		f->held_s = g->t.held / 1e9;
-		for (int s = 0; s < EFF_SRC_MAX; s++) {
-			f->busy_s += g->t.busy[s] / 1e9;
-			f->idle_s += g->t.idle[s] / 1e9;
+	c->workloads = n;
+	for (size_t i = 0; i < n && !err; i++) {
+		for (size_t k = 0; k < ws[i].ngpus && !err; k++) {
+			facts_init(f, c, &ws[i], &ws[i].gpus[k]);
+			if (!ins_wants_cpu_side(f))
+				continue;
+			if (array_reserve(&want, &cap, nwant + 1, sizeof(*want), 64))
+				err = -ENOMEM;
+			else
+				want[nwant++] = ws[i].gpus[k].id;
 		}
-		f->unknown_s = g->t.unknown / 1e9;
-		err = ins_gather(c->in, w, g, f);
-		if (err == -ENAMETOOLONG) {
-			/* a label value too long for the evidence's selectors: the GPU time speaks,
-			 * the CPU side stays silent */
-			f->cpu_side = false;
-			err = 0;
+	}
+	if (!err) {
+		uint64_t from = c->r->from_ns, to = c->r->to_ns;
+
+		if (to - from > INS_EVIDENCE_MAX_NS)
+			from = to - INS_EVIDENCE_MAX_NS;
+		ps = efficiency_idle_pieces(c->in->e, from, to, want, nwant);
+		if (!ps)
+			err = -errno;
+	}
+	for (size_t i = 0; i < n && !err; i++) {
+		size_t first = c->out->n;
+
+		for (size_t k = 0; k < ws[i].ngpus && !err; k++) {
+			facts_init(f, c, &ws[i], &ws[i].gpus[k]);
+			err = ins_gather(c->in, ps, &ws[i], &ws[i].gpus[k], f);
+			if (err == -ENAMETOOLONG) {
+				/* a label value too long for the evidence's selectors: the GPU
+				 * time speaks, the CPU side stays silent */
+				f->cpu_side = false;
+				err = 0;
+			}
+			if (!err)
+				err = ins_detect(f, c->out);
 		}
 		if (!err)
-			err = ins_detect(f, c->out);
-		free(f);
+			merge(c->out, first);
 	}
-	if (!err)
-		merge(c->out, first);
+	efficiency_piece_set_free(ps);
+	free(want);
+	free(f);
 	return err;
 }
 
@@ -116,7 +156,7 @@ int ins_run(struct insights *in, const struct insights_request *r, struct findin
 	struct run_ctx c = { in, r, r->by && *r->by ? r->by : "namespace", out, 0 };
 	int rc;
 
-	rc = efficiency_workloads(in->e, &er, one_workload, &c, err, errlen);
+	rc = efficiency_workloads(in->e, &er, all_workloads, &c, err, errlen);
 	if (rc == -ENODATA)
 		snprintf(err, errlen, "no GPU data between the range's from and to: findings need "
 			 "the GPU time of the workloads (agents with GPUs, or another range)");

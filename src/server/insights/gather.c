@@ -114,7 +114,7 @@ struct g_ctx {
 	struct eff_idle_seg *active;	/* running/runnable of any thread of the workload */
 	size_t nact, capact;
 	struct call *c;
-	size_t nc, capc;
+	size_t nc, capc, ncopies;
 	struct copy_rec *m;
 	size_t nm, capm;
 	int err;
@@ -209,6 +209,7 @@ static int api_in(void *ctx, const char *kind, const char *const *labels, size_t
 	c.total_ns = *tot ? strtod(tot, NULL) : (double)(end - start);
 	if (c.cls == CALL_LAUNCH)
 		t->launches += c.calls;
+	g->ncopies += c.cls == CALL_COPY;
 	g->c[g->nc++] = c;
 	return 0;
 }
@@ -247,14 +248,15 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 	sel = selector_parse(f->sel_thread, err_s, sizeof(err_s));
 	if (!sel)
 		return -ENAMETOOLONG;
-	{
+	/* each read only where a detector could use it (they decode the node's sample chunks) */
+	if (ins_needs_samples(f)) {
 		struct store_query q = { f->ev_from_ns, f->ev_to_ns, sel, SAMPLE_CPU, gpu, &it };
 
 		err = st->ops->aggregate(st, &q, &agg);
+		r.classify = true;
+		if (!err)
+			err = ins_rank(st, &agg, NULL, &r, f->fns, INS_FNS, &f->nfns);
 	}
-	r.classify = true;
-	if (!err)
-		err = ins_rank(st, &agg, NULL, &r, f->fns, INS_FNS, &f->nfns);
 	if (!err) {
 		f->idle_samples = r.total;
 		f->fw_samples = r.fw;
@@ -272,7 +274,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 	u64map_done(&agg);
 	memset(&r, 0, sizeof(r));
 	/* where it blocked while the GPU was idle */
-	if (!err) {
+	if (!err && ins_needs_blocked(f)) {
 		struct store_query q = { f->ev_from_ns, f->ev_to_ns, sel, SAMPLE_OFFCPU_NS, gpu };
 
 		err = st->ops->aggregate(st, &q, &agg);
@@ -282,26 +284,36 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 	ins_rank_done(&r);
 	u64map_done(&agg);
 	selector_free(sel);
-	/* every process of the node while the GPU was idle */
-	if (!err) {
-		char ns[300];
+	return err;
+}
 
-		sel_add("{}", "node", f->node, ns, sizeof(ns));
-		sel = selector_parse(ns, err_s, sizeof(err_s));
-		if (!sel)
-			return -ENAMETOOLONG;
+/* The CPU time of every process of the node while the GPU was idle. */
+static int node_cpu(struct insights *in, struct ins_facts *f, int gpu)
+{
+	struct store *st = in->st;
+	struct u64map agg = { 0 };
+	struct selector *sel;
+	char ns[300], err_s[256];
+	int err;
+
+	sel_add("{}", "node", f->node, ns, sizeof(ns));
+	sel = selector_parse(ns, err_s, sizeof(err_s));
+	if (!sel)
+		return -ENAMETOOLONG;
+	{
 		struct store_query q = { f->ev_from_ns, f->ev_to_ns, sel, SAMPLE_CPU, gpu };
 
 		err = st->ops->aggregate(st, &q, &agg);
-		for (size_t i = 0; !err && i < agg.cap; i++)
-			if (agg.keys[i])
-				f->node_cpu_s += (double)agg.vals[i];
-		if (agg.has_zero)
-			f->node_cpu_s += (double)agg.zero_val;
-		f->node_cpu_s *= f->period_s;
-		u64map_done(&agg);
-		selector_free(sel);
 	}
+	for (size_t i = 0; !err && i < agg.cap; i++)
+		if (agg.keys[i])
+			f->node_cpu_s += (double)agg.vals[i];
+	if (!err && agg.has_zero)
+		f->node_cpu_s += (double)agg.zero_val;
+	f->node_cpu_s *= f->period_s;
+	f->node_cpu_set = !err;
+	u64map_done(&agg);
+	selector_free(sel);
 	return err;
 }
 
@@ -580,8 +592,8 @@ static void pids_selector(const struct eff_workload *w, const struct eff_wl_gpu 
 
 /* ---- one workload's GPU ------------------------------------------------------------------- */
 
-int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *gp,
-	       struct ins_facts *f)
+int ins_gather(struct insights *in, const struct eff_piece_set *ps,
+	       const struct eff_workload *w, const struct eff_wl_gpu *gp, struct ins_facts *f)
 {
 	struct store *st = in->st;
 	struct g_ctx g = { .f = f };
@@ -597,9 +609,6 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 
 	sel_add(w->selector, "node", gp->node, f->sel_node, sizeof(f->sel_node));
 	pids_selector(w, gp, f->sel_procs, sizeof(f->sel_procs));
-	f->ev_to_ns = f->to_ns;
-	f->ev_from_ns = f->to_ns - f->from_ns > INS_EVIDENCE_MAX_NS ?
-			f->to_ns - INS_EVIDENCE_MAX_NS : f->from_ns;
 	if (ins_wants_throttle(f)) {
 		err = throttling(in, f);
 		if (err)
@@ -607,7 +616,7 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 	}
 	if (!ins_wants_cpu_side(f))
 		return 0;
-	err = efficiency_idle_segments(in->e, w, gp->id, f->ev_from_ns, f->ev_to_ns, &seg, &nseg);
+	err = efficiency_idle_segments_of(ps, w, gp->id, &seg, &nseg);
 	if (err)
 		return err;
 	qsort(seg, nseg, sizeof(*seg), cmp_seg);
@@ -639,8 +648,9 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 		err = -ENAMETOOLONG;
 		goto out;
 	}
-	err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel, INS_INTERVALS_MAX,
-				 copy_in, &g, &trunc);
+	if (g.ncopies)
+		err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel,
+					 INS_INTERVALS_MAX, copy_in, &g, &trunc);
 	if (err)
 		goto out;
 	/* the launching thread: most cuLaunch* calls, else the main thread of a holder */
@@ -707,7 +717,12 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 	if (err)
 		goto out;
 kernels:
-	{
+	if (ins_needs_node_cpu(f)) {
+		err = node_cpu(in, f, gpu);
+		if (err)
+			goto out;
+	}
+	if (ins_needs_kernels(f)) {
 		char s2[1100];
 
 		sel_add(f->sel_procs, "gpu", gp->gpu, s2, sizeof(s2));

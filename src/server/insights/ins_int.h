@@ -83,6 +83,7 @@ struct ins_facts {
 	bool est_set;
 	char est_summary[512];
 	double node_cpu_s;		/* CPU time of every process of the node during idle */
+	bool node_cpu_set;		/* ... read (only where a detector needs it) */
 	struct ins_fn blocked_fn;	/* where the launching thread blocked during idle */
 	double sync_calls, sync_s;	/* host syncs of the launching thread (incl. small DtoH) */
 	double gap_idle_s;		/* whole-idle gaps (where a source decided whole idle) */
@@ -135,11 +136,12 @@ struct insights {
 };
 
 /* gather.c */
-/* Fills f's CPU-side and NVML facts for the workload w's GPU g (f's request fields set).
+/* Fills f's CPU-side and NVML facts for the workload w's GPU g (f's request fields and its
+ * GPU time set; the idle pieces from ps, efficiency_idle_pieces() of the evidence's span).
  * 0, -ENAMETOOLONG (a label value too long for the evidence's selectors: what was gathered
  * is partial) or -errno. */
-int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *g,
-	       struct ins_facts *f);
+int ins_gather(struct insights *in, const struct eff_piece_set *ps,
+	       const struct eff_workload *w, const struct eff_wl_gpu *g, struct ins_facts *f);
 
 /* stacks.c */
 #define FN_LINES 4			/* lines of one function told apart; more: the first 4 */
@@ -172,6 +174,12 @@ void ins_rank_done(struct fn_rank *r);
 /* Whether f's GPU is idle enough for the CPU-side facts, busy enough for throttling's. */
 bool ins_wants_cpu_side(const struct ins_facts *f);
 bool ins_wants_throttle(const struct ins_facts *f);
+/* Whether a detector could use the launching thread's GPU-idle samples, its blocked stacks, the
+ * node's CPU time, the GPU's kernels, given the thread states gathered so far. */
+bool ins_needs_samples(const struct ins_facts *f);
+bool ins_needs_blocked(const struct ins_facts *f);
+bool ins_needs_node_cpu(const struct ins_facts *f);
+bool ins_needs_kernels(const struct ins_facts *f);
 /* Runs every detector over f; appends the findings to out. 0 or -ENOMEM. */
 int ins_detect(const struct ins_facts *f, struct findings *out);
 /* Appends a URL-encoded copy of s to b (form: space as '+', as the UI's URLSearchParams). */
