@@ -83,6 +83,7 @@ static int all_workloads(void *ctx, const struct eff_workload *ws, size_t n)
 	struct run_ctx *c = ctx;
 	struct ins_facts *f = malloc(sizeof(*f));
 	struct eff_piece_set *ps = NULL;
+	struct ins_cache *cache = NULL;
 	uint32_t *want = NULL;
 	size_t nwant = 0, cap = 0;
 	int err = f ? 0 : -ENOMEM;
@@ -108,12 +109,17 @@ static int all_workloads(void *ctx, const struct eff_workload *ws, size_t n)
 		if (!ps)
 			err = -errno;
 	}
+	if (!err) {
+		cache = ins_cache_new();
+		if (!cache)
+			err = -ENOMEM;
+	}
 	for (size_t i = 0; i < n && !err; i++) {
 		size_t first = c->out->n;
 
 		for (size_t k = 0; k < ws[i].ngpus && !err; k++) {
 			facts_init(f, c, &ws[i], &ws[i].gpus[k]);
-			err = ins_gather(c->in, ps, &ws[i], &ws[i].gpus[k], f);
+			err = ins_gather(c->in, ps, cache, &ws[i], &ws[i].gpus[k], f);
 			if (err == -ENAMETOOLONG) {
 				/* a label value too long for the evidence's selectors: the GPU
 				 * time speaks, the CPU side stays silent */
@@ -127,6 +133,7 @@ static int all_workloads(void *ctx, const struct eff_workload *ws, size_t n)
 			merge(c->out, first);
 	}
 	efficiency_piece_set_free(ps);
+	ins_cache_free(cache);
 	free(want);
 	free(f);
 	return err;

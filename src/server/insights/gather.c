@@ -105,22 +105,63 @@ struct copy_rec {
 	char dir;
 };
 
-struct g_ctx {
-	struct ins_facts *f;
-	const struct eff_idle_seg *seg;
-	size_t nseg;
+/* A thread state as read: its thread, its running (or runnable) share and blocked reason. */
+struct st_rec {
+	uint64_t s, e;
+	uint32_t thr;
+	uint8_t reason;			/* index into reasons[] */
+	float run_frac;			/* the rest is blocked */
+};
+
+/*
+ * What a workload's threads did on one node over the evidence span, read once and weighed
+ * against each of its GPUs' idle pieces there (struct ins_cache, opaque to the engine).
+ */
+struct ins_cache {
+	const void *wl;			/* the workload and node it holds; NULL: empty */
+	char node[256];
+	int load_err;
 	struct thr *t;
 	size_t nt, capt;
-	struct eff_idle_seg *active;	/* running/runnable of any thread of the workload */
+	struct st_rec *st;
+	size_t nst, capst;
+	struct eff_idle_seg *active;	/* running/runnable of any thread of the workload, union */
 	size_t nact, capact;
 	struct call *c;
 	size_t nc, capc, ncopies;
 	struct copy_rec *m;
 	size_t nm, capm;
-	int err;
+	/* per GPU */
+	struct ins_facts *f;
+	const struct eff_idle_seg *seg;
+	size_t nseg;
 };
 
-static struct thr *thr_get(struct g_ctx *g, const char *pid, const char *tid)
+struct ins_cache *ins_cache_new(void)
+{
+	return calloc(1, sizeof(struct ins_cache));
+}
+
+static void cache_reset(struct ins_cache *c)
+{
+	c->wl = NULL;
+	c->load_err = 0;
+	c->nt = c->nst = c->nact = c->nc = c->ncopies = c->nm = 0;
+}
+
+void ins_cache_free(struct ins_cache *c)
+{
+	if (!c)
+		return;
+	free(c->t);
+	free(c->st);
+	free(c->active);
+	free(c->c);
+	free(c->m);
+	free(c);
+}
+
+static struct thr *thr_get(struct ins_cache *g, const char *pid, const char *tid)
 {
 	for (size_t i = 0; i < g->nt; i++)
 		if (!strcmp(g->t[i].tid, tid) && !strcmp(g->t[i].pid, pid))
@@ -133,7 +174,7 @@ static struct thr *thr_get(struct g_ctx *g, const char *pid, const char *tid)
 	return &g->t[g->nt++];
 }
 
-static int active_add(struct g_ctx *g, uint64_t s, uint64_t e)
+static int active_add(struct ins_cache *g, uint64_t s, uint64_t e)
 {
 	if (array_reserve(&g->active, &g->capact, g->nact + 1, sizeof(*g->active), 1024))
 		return -ENOMEM;
@@ -144,10 +185,10 @@ static int active_add(struct g_ctx *g, uint64_t s, uint64_t e)
 static int state_in(void *ctx, const char *kind, const char *const *labels, size_t n,
 		    uint64_t start, uint64_t end, const char *const *attrs, size_t na)
 {
-	struct g_ctx *g = ctx;
+	struct ins_cache *g = ctx;
 	const char *state = pair_get(attrs, na, "state"), *reason = pair_get(attrs, na, "reason");
 	struct thr *t = thr_get(g, pair_get(labels, n, "pid"), pair_get(labels, n, "tid"));
-	double w, run_frac = 0, blk_frac = 0;
+	double run_frac = 0;
 	size_t r;
 
 	(void)kind;
@@ -158,31 +199,48 @@ static int state_in(void *ctx, const char *kind, const char *const *labels, size
 
 		run_frac = (strtod(pair_get(attrs, na, "running_ns"), NULL) +
 			    strtod(pair_get(attrs, na, "runnable_ns"), NULL)) / (len > 0 ? len : 1);
-		blk_frac = 1 - run_frac;
+		run_frac = run_frac > 1 ? 1 : run_frac;
 		reason = "other";
 	} else if (!strcmp(state, "blocked")) {
-		blk_frac = 1;
+		run_frac = 0;
 	} else {
 		run_frac = 1;
 	}
 	if (run_frac > 0 && active_add(g, start, end))
 		return -ENOMEM;
-	w = overlap(g->seg, g->nseg, start, end);
-	if (w <= 0)
-		return 0;
-	t->run_idle += w * run_frac;
 	for (r = 0; r < REASONS - 1 && strcmp(reasons[r], reason); r++)
 		;
 	if (r == REASONS - 1 && strcmp(reasons[r], reason))
 		r = 4;	/* other */
-	t->blocked_idle[r] += w * blk_frac;
+	if (array_reserve(&g->st, &g->capst, g->nst + 1, sizeof(*g->st), 1024))
+		return -ENOMEM;
+	g->st[g->nst++] = (struct st_rec){ start, end, (uint32_t)(t - g->t), (uint8_t)r,
+					   (float)run_frac };
 	return 0;
+}
+
+/* Each thread's running and blocked time during the current GPU's idle pieces. */
+static void weigh_states(struct ins_cache *g)
+{
+	for (size_t i = 0; i < g->nt; i++) {
+		g->t[i].run_idle = 0;
+		memset(g->t[i].blocked_idle, 0, sizeof(g->t[i].blocked_idle));
+	}
+	for (size_t i = 0; i < g->nst; i++) {
+		const struct st_rec *r = &g->st[i];
+		double w = overlap(g->seg, g->nseg, r->s, r->e);
+
+		if (w <= 0)
+			continue;
+		g->t[r->thr].run_idle += w * r->run_frac;
+		g->t[r->thr].blocked_idle[r->reason] += w * (1 - r->run_frac);
+	}
 }
 
 static int api_in(void *ctx, const char *kind, const char *const *labels, size_t n,
 		  uint64_t start, uint64_t end, const char *const *attrs, size_t na)
 {
-	struct g_ctx *g = ctx;
+	struct ins_cache *g = ctx;
 	const char *api = pair_get(attrs, na, "api"), *calls = pair_get(attrs, na, "calls");
 	const char *tot = pair_get(attrs, na, "total_ns");
 	struct thr *t;
@@ -217,7 +275,7 @@ static int api_in(void *ctx, const char *kind, const char *const *labels, size_t
 static int copy_in(void *ctx, const char *kind, const char *const *labels, size_t n,
 		   uint64_t start, uint64_t end, const char *const *attrs, size_t na)
 {
-	struct g_ctx *g = ctx;
+	struct ins_cache *g = ctx;
 	const char *k = pair_get(attrs, na, "kind");
 	struct copy_rec *m;
 
@@ -327,7 +385,7 @@ static int cmp_u64p(const void *a, const void *b)
 }
 
 /* Bytes and direction of the copies of pid that started during [s, e) (m sorted by start). */
-static double copies_in(const struct g_ctx *g, const char *pid, uint64_t s, uint64_t e, char *dir,
+static double copies_in(const struct ins_cache *g, const char *pid, uint64_t s, uint64_t e, char *dir,
 			double *gpu_ns, bool *found)
 {
 	size_t lo = 0, hi = g->nm;
@@ -352,7 +410,7 @@ static double copies_in(const struct g_ctx *g, const char *pid, uint64_t s, uint
 	return bytes;
 }
 
-static int calls_of_launcher(struct insights *in, struct g_ctx *g, uint32_t L)
+static int calls_of_launcher(struct insights *in, struct ins_cache *g, uint32_t L)
 {
 	struct ins_facts *f = g->f;
 	struct u64map sync_by = { 0 }, copy_by = { 0 }, learned = { 0 };
@@ -592,11 +650,62 @@ static void pids_selector(const struct eff_workload *w, const struct eff_wl_gpu 
 
 /* ---- one workload's GPU ------------------------------------------------------------------- */
 
-int ins_gather(struct insights *in, const struct eff_piece_set *ps,
+/* Reads what the workload's threads did on gp's node over the span into g (once per workload
+ * and node). 0 or -errno. */
+static int load(struct insights *in, struct ins_cache *g, const struct eff_workload *w,
+		const struct eff_wl_gpu *gp, const struct ins_facts *f)
+{
+	struct store *st = in->st;
+	struct selector *sel;
+	char err_s[256];
+	bool trunc = false;
+	int err;
+
+	cache_reset(g);
+	g->wl = w;
+	snprintf(g->node, sizeof(g->node), "%s", gp->node);
+	sel = selector_parse(f->sel_node, err_s, sizeof(err_s));
+	if (!sel)
+		return -ENAMETOOLONG;
+	err = st->ops->intervals(st, "thread_state", f->ev_from_ns, f->ev_to_ns, sel,
+				 INS_INTERVALS_MAX, state_in, g, &trunc);
+	if (!err)
+		err = st->ops->intervals(st, "cuda_api", f->ev_from_ns, f->ev_to_ns, sel,
+					 INS_INTERVALS_MAX, api_in, g, &trunc);
+	selector_free(sel);
+	if (err)
+		return err;
+	/* the GPU side (kernels, copies) carries the process's pid, not its workload labels */
+	sel = selector_parse(f->sel_procs, err_s, sizeof(err_s));
+	if (!sel)
+		return -ENAMETOOLONG;
+	if (g->ncopies)
+		err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel,
+					 INS_INTERVALS_MAX, copy_in, g, &trunc);
+	selector_free(sel);
+	if (err || !g->nact)
+		return err;
+	{
+		size_t k = 0;
+
+		qsort(g->active, g->nact, sizeof(*g->active), cmp_seg);
+		for (size_t i = 1; i < g->nact; i++) {	/* union */
+			if (g->active[i].s <= g->active[k].e) {
+				if (g->active[i].e > g->active[k].e)
+					g->active[k].e = g->active[i].e;
+			} else {
+				g->active[++k] = g->active[i];
+			}
+		}
+		g->nact = k + 1;
+	}
+	return 0;
+}
+
+int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_cache *g,
 	       const struct eff_workload *w, const struct eff_wl_gpu *gp, struct ins_facts *f)
 {
 	struct store *st = in->st;
-	struct g_ctx g = { .f = f };
 	struct eff_idle_seg *seg = NULL;
 	struct selector *sel = NULL;
 	struct ksum ks = { 0 };
@@ -625,39 +734,22 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps,
 	if (f->seg_idle_s < 1)
 		goto out;
 	f->cpu_side = true;
-	g.seg = seg;
-	g.nseg = nseg;
 	if (st->ops->cpu_period && !st->ops->cpu_period(st, gp->node, &period))
 		f->period_s = (double)period / 1e9;
-	sel = selector_parse(f->sel_node, err_s, sizeof(err_s));
-	if (!sel) {
-		err = -ENAMETOOLONG;
-		goto out;
-	}
-	err = st->ops->intervals(st, "thread_state", f->ev_from_ns, f->ev_to_ns, sel,
-				 INS_INTERVALS_MAX, state_in, &g, &trunc);
-	if (!err)
-		err = st->ops->intervals(st, "cuda_api", f->ev_from_ns, f->ev_to_ns, sel,
-					 INS_INTERVALS_MAX, api_in, &g, &trunc);
+	if (g->wl != w || strcmp(g->node, gp->node))
+		g->load_err = load(in, g, w, gp, f);
+	err = g->load_err;
 	if (err)
 		goto out;
-	/* the GPU side (kernels, copies) carries the process's pid, not its workload labels */
-	selector_free(sel);
-	sel = selector_parse(f->sel_procs, err_s, sizeof(err_s));
-	if (!sel) {
-		err = -ENAMETOOLONG;
-		goto out;
-	}
-	if (g.ncopies)
-		err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel,
-					 INS_INTERVALS_MAX, copy_in, &g, &trunc);
-	if (err)
-		goto out;
+	g->f = f;
+	g->seg = seg;
+	g->nseg = nseg;
+	weigh_states(g);
 	/* the launching thread: most cuLaunch* calls, else the main thread of a holder */
-	for (size_t i = 0; i < g.nt; i++) {
-		f->launches += g.t[i].launches;
-		if (g.t[i].launches > best) {
-			best = g.t[i].launches;
+	for (size_t i = 0; i < g->nt; i++) {
+		f->launches += g->t[i].launches;
+		if (g->t[i].launches > best) {
+			best = g->t[i].launches;
 			L = i;
 		}
 	}
@@ -665,53 +757,43 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps,
 	for (size_t h = 0; h < w->nholders && L == SIZE_MAX; h++) {
 		if (strcmp(w->holders[h].node, gp->node))
 			continue;
-		for (size_t i = 0; i < g.nt && L == SIZE_MAX; i++)
-			if (!strcmp(g.t[i].tid, w->holders[h].pid) &&
-			    !strcmp(g.t[i].pid, w->holders[h].pid))
+		for (size_t i = 0; i < g->nt && L == SIZE_MAX; i++)
+			if (!strcmp(g->t[i].tid, w->holders[h].pid) &&
+			    !strcmp(g->t[i].pid, w->holders[h].pid))
 				L = i;
 	}
 	/* idle time with none of the workload's threads on a CPU */
-	if (g.nact) {
+	if (g->nact) {
 		double act = 0;
-		size_t k = 0;
 
-		qsort(g.active, g.nact, sizeof(*g.active), cmp_seg);
-		for (size_t i = 1; i < g.nact; i++) {	/* union */
-			if (g.active[i].s <= g.active[k].e) {
-				if (g.active[i].e > g.active[k].e)
-					g.active[k].e = g.active[i].e;
-			} else {
-				g.active[++k] = g.active[i];
-			}
-		}
-		for (size_t i = 0; i <= k; i++)
-			act += overlap(seg, nseg, g.active[i].s, g.active[i].e) / 1e9;
+		for (size_t i = 0; i < g->nact; i++)
+			act += overlap(seg, nseg, g->active[i].s, g->active[i].e) / 1e9;
 		f->no_cpu_idle_s = f->seg_idle_s - act > 0 ? f->seg_idle_s - act : 0;
-	} else if (g.nt) {
+	} else if (g->nt) {
 		f->no_cpu_idle_s = f->seg_idle_s;
 	}
 	if (L == SIZE_MAX)
 		goto kernels;
-	snprintf(f->launch_pid, sizeof(f->launch_pid), "%s", g.t[L].pid);
-	snprintf(f->launch_tid, sizeof(f->launch_tid), "%s", g.t[L].tid);
-	sel_add(f->sel_node, "pid", g.t[L].pid, tmp, sizeof(tmp));
-	sel_add(tmp, "tid", g.t[L].tid, f->sel_thread, sizeof(f->sel_thread));
-	f->run_idle_s = g.t[L].run_idle / 1e9;
+	snprintf(f->launch_pid, sizeof(f->launch_pid), "%s", g->t[L].pid);
+	snprintf(f->launch_tid, sizeof(f->launch_tid), "%s", g->t[L].tid);
+	sel_add(f->sel_node, "pid", g->t[L].pid, tmp, sizeof(tmp));
+	sel_add(tmp, "tid", g->t[L].tid, f->sel_thread, sizeof(f->sel_thread));
+	f->run_idle_s = g->t[L].run_idle / 1e9;
 	{
 		double bmax = 0;
 
 		for (size_t r = 0; r < REASONS - 2; r++) {	/* not sleep, not cuda_sync */
-			f->blocked_idle_s += g.t[L].blocked_idle[r] / 1e9;
-			if (g.t[L].blocked_idle[r] > bmax) {
-				bmax = g.t[L].blocked_idle[r];
+			f->blocked_idle_s += g->t[L].blocked_idle[r] / 1e9;
+			if (g->t[L].blocked_idle[r] > bmax) {
+				bmax = g->t[L].blocked_idle[r];
 				snprintf(f->blocked_reason, sizeof(f->blocked_reason), "%s", reasons[r]);
 			}
 		}
 	}
-	for (size_t i = 0; i < g.nt; i++)
+	for (size_t i = 0; i < g->nt; i++)
 		if (i != L)
-			f->others_run_idle_s += g.t[i].run_idle / 1e9;
-	err = calls_of_launcher(in, &g, (uint32_t)L);
+			f->others_run_idle_s += g->t[i].run_idle / 1e9;
+	err = calls_of_launcher(in, g, (uint32_t)L);
 	if (!err)
 		err = idle_samples(in, f, gpu);
 	if (err)
@@ -750,9 +832,7 @@ kernels:
 out:
 	selector_free(sel);
 	free(seg);
-	free(g.t);
-	free(g.active);
-	free(g.c);
-	free(g.m);
+	g->seg = NULL;
+	g->nseg = 0;
 	return err;
 }

@@ -136,12 +136,17 @@ struct insights {
 };
 
 /* gather.c */
+struct ins_cache;
 /* Fills f's CPU-side and NVML facts for the workload w's GPU g (f's request fields and its
  * GPU time set; the idle pieces from ps, efficiency_idle_pieces() of the evidence's span).
  * 0, -ENAMETOOLONG (a label value too long for the evidence's selectors: what was gathered
  * is partial) or -errno. */
-int ins_gather(struct insights *in, const struct eff_piece_set *ps,
+int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_cache *cache,
 	       const struct eff_workload *w, const struct eff_wl_gpu *g, struct ins_facts *f);
+/* What one workload's threads did on one node, kept across its GPUs there (ins_gather() reads
+ * it again when the workload or the node changes). NULL on ENOMEM. */
+struct ins_cache *ins_cache_new(void);
+void ins_cache_free(struct ins_cache *c);
 
 /* stacks.c */
 #define FN_LINES 4			/* lines of one function told apart; more: the first 4 */
