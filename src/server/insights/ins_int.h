@@ -197,7 +197,7 @@ void ins_prom_free(struct ins_prom *p);
 /* Adds one window's findings to the counters (the top workloads re-slotted first). 0 or
  * -ENOMEM. */
 int ins_prom_add(struct ins_prom *p, const struct findings *fs, size_t top);
-/* Counts the findings of [last end, end_ns) once that window is a minute long (mu held).
+/* Counts the findings of [last end, end_ns) once that window is 5 minutes long (mu held).
  * 0 or -errno (the window is counted at a later call). */
 int ins_prom_count(struct insights *in, uint64_t end_ns);
 /* Writes gpuscope_server_insight_gpu_seconds_total (mu held). */

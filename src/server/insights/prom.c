@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The findings' Prometheus counter: GPU-seconds at stake per finding kind and workload (the
- * namespace), counted over the windows between scrapes (each at least a minute, at most an
+ * namespace), counted over the windows between scrapes (each at least 5 minutes, at most an
  * hour), with the exporter's bounded cardinality: the top workloads by GPU-seconds at stake
  * since the server started have series of their own, the rest add to workload="other"; a
  * workload that drops out hands its counts to "other", so every kind's series add up.
@@ -9,7 +9,7 @@
 #include "server/insights/ins_int.h"
 #include "common/prom.h"
 
-#define MIN_WINDOW_NS	(60 * NSEC_PER_SEC)
+#define MIN_WINDOW_NS	(300 * NSEC_PER_SEC)	/* a held GPU needs 60 s idle to count */
 #define MAX_WINDOW_NS	(3600 * NSEC_PER_SEC)
 
 struct pw {
