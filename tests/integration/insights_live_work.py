@@ -3,10 +3,11 @@
 GPU in the NVML replay while it runs:
 
 usage: insights_live_work.py MODE SECONDS
-  consumer  the main thread (the one that would launch kernels) burns the CPU in tokenize():
-            input work on the launching thread
-  reader    the main thread blocks reading a pipe that a producer thread fills after a burst of
-            CPU work (make_batch): a consumer starved by its data pipeline
+  consumer  the main thread (the one that would launch kernels) burns the CPU in tokenize()
+            80 % of the time: input work on the launching thread
+  reader    the main thread blocks reading a pipe that a producer thread fills after bursts of
+            CPU work (make_batch, half the time): a consumer starved by its data pipeline
+(Neither takes a whole core: the CI machine has two.)
 Prints "ready" once running."""
 import os
 import sys
@@ -31,7 +32,10 @@ def make_batch(n):
 def consumer(secs):
     end = time.monotonic() + secs
     while time.monotonic() < end:
-        tokenize(20000)
+        t = time.monotonic() + 0.04
+        while time.monotonic() < t:
+            tokenize(2000)
+        time.sleep(0.01)
 
 
 def reader(secs):
@@ -39,8 +43,11 @@ def reader(secs):
 
     def produce():
         while True:
-            make_batch(200000)
+            t = time.monotonic() + 0.02
+            while time.monotonic() < t:
+                make_batch(2000)
             os.write(w, b"x" * 64)
+            time.sleep(0.02)
 
     threading.Thread(target=produce, daemon=True).start()
     end = time.monotonic() + secs

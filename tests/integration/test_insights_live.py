@@ -25,7 +25,7 @@ if not os.access(PY, os.X_OK):
 TRACE = os.path.join(ROOT, "tests", "data", "nvml", "h200x8.trace.gz")
 REPLAY = os.path.join(OUT, "tests", "nvml", "old", "libnvidia-ml.so.1")	# no GPM
 WORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "insights_live_work.py")
-RUN_S = 12
+RUN_S = 8
 
 
 def derive(path, holders):
