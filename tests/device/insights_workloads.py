@@ -151,7 +151,7 @@ def run_healthy():
 
     def step(n):
         nonlocal a
-        a = (a @ b) * 1e-4
+        a = (a @ b) * 0.011	# keeps the values near 1 (a sum of 8192 products)
         if n % 50 == 0:
             a.sum().item()
     loop(step)
