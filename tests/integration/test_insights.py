@@ -76,7 +76,7 @@ def main():
         e0 = inp["evidence"][0]
         want_api = (f"/api/v1/top?{rng()}&selector={q(sel_t, safe='')}&kind=cpu&gpu_idle=0")
         want_ui = (f"/?node=n-in&gpu=0&pid=101&sel={q(sel_t, safe='').replace('%2C', ',')}"
-                   f"&q=tokenize+%28train.py%3A42%29&from={T // 10**6}&to={(T + D * S) // 10**6}"
+                   f"&q=tokenize&from={T // 10**6}&to={(T + D * S) // 10**6}"
                    "&idle=1")
         check(e0["label"] == "tokenize (train.py:42) 60 % of GPU-idle CPU samples" and
               e0["value"] == 0.6 and e0["unit"] == "share" and e0["api"] == want_api and

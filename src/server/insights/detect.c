@@ -172,6 +172,15 @@ static void est_note(char *s, size_t n, const struct finding *x, const struct in
 			 "time no trace window covered (%s).", 100 * x->est_share, f->est_summary);
 }
 
+/* The function of a name for the UI's search (q): "tokenize (train.py:42)" -> "tokenize". */
+static const char *fn_only(const char *name, char *buf, size_t n)
+{
+	const char *p = strstr(name, " (");
+
+	snprintf(buf, n, "%.*s", p ? (int)(p - name) : (int)strlen(name), name);
+	return buf;
+}
+
 static void fn_list(char *s, size_t n, const struct ins_facts *f)
 {
 	size_t o = 0;
@@ -208,12 +217,13 @@ static int input_on_launch(const struct ins_facts *f, double on_cpu, double user
 	for (size_t i = 0; i < f->nfns; i++) {
 		struct ins_ev *e = ev(x, f->fns[i].share, "share", "%s %.0f %% of GPU-idle CPU "
 				      "samples", f->fns[i].name, 100 * f->fns[i].share);
+		char q[192];
 
 		api_link(e->api, sizeof(e->api), f, true, "top", f->sel_thread,
 			 "kind=cpu&gpu_idle=");
 		snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
 		ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, NULL,
-			f->fns[i].name, NULL, true);
+			fn_only(f->fns[i].name, q, sizeof(q)), NULL, true);
 	}
 	{
 		struct ins_ev *e = ev(x, on_cpu, "share", "launching thread %s on a CPU %.0f %% of "
@@ -264,7 +274,7 @@ static int sync_per_step(const struct ins_facts *f, double follow, struct findin
 	e = ev(x, per, "per_step", "sync wait per step %.1f ms%s%s", per * 1e3,
 	       f->sync_fn.name[0] ? " at " : "", f->sync_fn.name);
 	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
-	snprintf(q, sizeof(q), "%s", f->sync_fn.name);
+	fn_only(f->sync_fn.name, q, sizeof(q));
 	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, "cuda_sync_ns",
 		q, NULL, false);
 	e = ev(x, f->sync_calls, "count", "%.0f host syncs in %.0f s", f->sync_calls, span);
