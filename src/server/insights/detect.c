@@ -133,7 +133,9 @@ static struct finding *add(struct findings *out, const struct ins_facts *f, enum
 	x->stake_s = stake_s;
 	x->dollars = isnan(f->price) ? NAN : stake_s / 3600 * f->price;
 	x->share_of_held = f->wl_held_s > 0 ? stake_s / f->wl_held_s : 0;
-	x->confidence = f->unknown_s > f->held_s / 2 ? "low" : "measured";
+	/* mostly unknown GPU time, or evidence cut short at the read limit */
+	x->confidence = f->unknown_s > f->held_s / 2 || (f->truncated && kind != INS_HELD_UNUSED &&
+							 kind != INS_THROTTLED) ? "low" : "measured";
 	return x;
 }
 

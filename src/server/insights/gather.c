@@ -121,6 +121,7 @@ struct ins_cache {
 	const void *wl;			/* the workload and node it holds; NULL: empty */
 	char node[256];
 	int load_err;
+	bool truncated;			/* a read stopped at INS_INTERVALS_MAX */
 	struct thr *t;
 	size_t nt, capt;
 	struct st_rec *st;
@@ -669,9 +670,11 @@ static int load(struct insights *in, struct ins_cache *g, const struct eff_workl
 		return -ENAMETOOLONG;
 	err = st->ops->intervals(st, "thread_state", f->ev_from_ns, f->ev_to_ns, sel,
 				 INS_INTERVALS_MAX, state_in, g, &trunc);
+	g->truncated = trunc;
 	if (!err)
 		err = st->ops->intervals(st, "cuda_api", f->ev_from_ns, f->ev_to_ns, sel,
 					 INS_INTERVALS_MAX, api_in, g, &trunc);
+	g->truncated |= trunc;
 	selector_free(sel);
 	if (err)
 		return err;
@@ -679,9 +682,11 @@ static int load(struct insights *in, struct ins_cache *g, const struct eff_workl
 	sel = selector_parse(f->sel_procs, err_s, sizeof(err_s));
 	if (!sel)
 		return -ENAMETOOLONG;
-	if (g->ncopies)
+	if (g->ncopies) {
 		err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel,
 					 INS_INTERVALS_MAX, copy_in, g, &trunc);
+		g->truncated |= trunc;
+	}
 	selector_free(sel);
 	if (err || !g->nact)
 		return err;
@@ -744,6 +749,7 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_c
 	g->f = f;
 	g->seg = seg;
 	g->nseg = nseg;
+	f->truncated = g->truncated;
 	weigh_states(g);
 	/* the launching thread: most cuLaunch* calls, else the main thread of a holder */
 	for (size_t i = 0; i < g->nt; i++) {
@@ -818,6 +824,7 @@ kernels:
 					 INS_INTERVALS_MAX, kernel_in, &ks, &trunc);
 		f->kernels = ks.n;
 		f->kernel_s = ks.ns / 1e9;
+		f->truncated |= trunc;
 		selector_free(sel);
 		sel_add("{}", "node", gp->node, tmp, sizeof(tmp));
 		sel_add(tmp, "gpu", gp->gpu, s2, sizeof(s2));

@@ -64,6 +64,7 @@ struct ins_facts {
 	double held_s, busy_s, idle_s, unknown_s;
 	/* CPU-side evidence (the span) */
 	bool cpu_side;			/* gathered (the GPU was idle enough in the span) */
+	bool truncated;			/* a read of records stopped at INS_INTERVALS_MAX */
 	double seg_idle_s;		/* idle GPU time in the span (idle-weighted pieces) */
 	char launch_pid[32], launch_tid[32];	/* the thread that launches kernels */
 	bool launch_seen;		/* found by its cuLaunch* calls (else: the main thread) */
