@@ -70,6 +70,60 @@ struct eff_request {
 int efficiency_query(struct efficiency *e, const struct eff_request *r, struct buf *out,
 		     char *err, size_t errlen);
 
+/* One workload of an answer as structs (efficiency_workloads()); valid during the callback. */
+struct eff_wl_gpu {
+	const char *node, *gpu, *model;	/* model "" when unknown */
+	uint32_t id;			/* for efficiency_idle_pieces() */
+	struct eff_tally t;		/* the workload's time on it */
+	double price;			/* dollars per GPU-hour; NAN: no price */
+};
+
+struct eff_wl_holder {
+	const char *node, *pid, *comm;
+};
+
+struct eff_workload {
+	const char *key;		/* the by label's value; "(none)" */
+	bool none;			/* its processes lack the label */
+	const char *selector;		/* {by="key"}, or its processes' pids when none */
+	struct eff_tally t;
+	double held_dollars, idle_dollars;	/* NAN: unpriced */
+	const struct eff_wl_gpu *gpus;
+	size_t ngpus;
+	const struct eff_wl_holder *holders;
+	size_t nholders;
+	const void *priv;		/* the efficiency's own row */
+};
+
+/*
+ * The rows of efficiency_query()'s answer (same checks, errors and order, no causes), passed to
+ * cb all at once (valid during the call). 0, the errors of efficiency_query() or cb's nonzero
+ * return.
+ */
+int efficiency_workloads(struct efficiency *e, const struct eff_request *r,
+			 int (*cb)(void *ctx, const struct eff_workload *w, size_t n), void *ctx,
+			 char *err, size_t errlen);
+
+/* A piece of GPU time and its idle fraction (0..1]. */
+struct eff_idle_seg {
+	uint64_t s, e;
+	double idle;
+};
+
+/*
+ * Idle pieces for many workloads: one pass over [from, to) keeps the idle pieces (with their
+ * holders) of the GPUs listed in gpus (eff_wl_gpu ids); efficiency_idle_segments_of() then
+ * gives the pieces of one of them while workload w's processes held it, sorted by start
+ * (during efficiency_workloads()'s callback; *ret malloc'ed, free()). NULL with errno / 0 or
+ * -ENOMEM. Free the set with efficiency_piece_set_free().
+ */
+struct eff_piece_set;
+struct eff_piece_set *efficiency_idle_pieces(struct efficiency *e, uint64_t from, uint64_t to,
+					     const uint32_t *gpus, size_t ngpus);
+int efficiency_idle_segments_of(const struct eff_piece_set *ps, const struct eff_workload *w,
+				uint32_t gpu, struct eff_idle_seg **ret, size_t *ret_n);
+void efficiency_piece_set_free(struct eff_piece_set *ps);
+
 /* Tells the rollup that a batch was stored: hours it touches that were rolled up are redone. */
 void efficiency_ingested(struct efficiency *e, const struct Gpuscope__V1__Batch *m);
 

@@ -335,3 +335,143 @@ out:
 	buf_done(&sb);
 	return err;
 }
+
+/* ---- idle pieces of many GPUs in one pass (the findings engine) ---------------------------- */
+
+struct ps_piece {
+	uint64_t s, e;
+	double idle;
+	uint32_t gpu;
+	uint32_t holder0, nholders;	/* into the set's holder pool */
+};
+
+struct eff_piece_set {
+	const uint32_t *want;		/* sorted GPU ids */
+	size_t nwant;
+	struct ps_piece *v;
+	size_t n, cap;
+	uint32_t *holders;
+	size_t nh, caph;
+};
+
+static bool wanted(const struct eff_piece_set *ps, uint32_t gpu)
+{
+	size_t lo = 0, hi = ps->nwant;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (ps->want[mid] < gpu)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < ps->nwant && ps->want[lo] == gpu;
+}
+
+static int set_piece(void *ctx, const struct piece *p)
+{
+	struct eff_piece_set *ps = ctx;
+
+	_Static_assert(sizeof(struct seg) == sizeof(struct eff_idle_seg), "same layout");
+	if (p->src < 0 || p->busy >= 1 || !p->nholders || !wanted(ps, p->gpu))
+		return 0;
+	if (array_reserve(&ps->v, &ps->cap, ps->n + 1, sizeof(*ps->v), 1024) ||
+	    array_reserve(&ps->holders, &ps->caph, ps->nh + p->nholders, sizeof(*ps->holders),
+			  1024))
+		return -ENOMEM;
+	memcpy(ps->holders + ps->nh, p->holders, p->nholders * sizeof(*p->holders));
+	ps->v[ps->n++] = (struct ps_piece){ p->s, p->e, 1 - p->busy, p->gpu, (uint32_t)ps->nh,
+					    (uint32_t)p->nholders };
+	ps->nh += p->nholders;
+	return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_ps(const void *a, const void *b)
+{
+	const struct ps_piece *x = a, *y = b;
+
+	if (x->gpu != y->gpu)
+		return x->gpu < y->gpu ? -1 : 1;
+	return x->s < y->s ? -1 : x->s > y->s;
+}
+
+struct eff_piece_set *efficiency_idle_pieces(struct efficiency *e, uint64_t from, uint64_t to,
+					     const uint32_t *gpus, size_t ngpus)
+{
+	struct eff_piece_set *ps = calloc(1, sizeof(*ps));
+	uint32_t *want = malloc((ngpus + 1) * sizeof(*want));
+	int err;
+
+	if (!ps || !want) {
+		free(ps);
+		free(want);
+		errno = ENOMEM;
+		return NULL;
+	}
+	memcpy(want, gpus, ngpus * sizeof(*want));
+	qsort(want, ngpus, sizeof(*want), cmp_u32);
+	ps->want = want;
+	ps->nwant = ngpus;
+	err = ngpus ? eff_compute_raw(e, from, to, ngpus == 1 ? (int64_t)want[0] : -1, NULL,
+				      set_piece, ps) : 0;
+	if (err) {
+		efficiency_piece_set_free(ps);
+		errno = -err;
+		return NULL;
+	}
+	qsort(ps->v, ps->n, sizeof(*ps->v), cmp_ps);
+	return ps;
+}
+
+int efficiency_idle_segments_of(const struct eff_piece_set *ps, const struct eff_workload *w,
+				uint32_t gpu, struct eff_idle_seg **ret, size_t *ret_n)
+{
+	const struct row *r = w->priv;
+	struct eff_idle_seg *out = NULL;
+	size_t lo = 0, hi = ps->n, n = 0, cap = 0;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (ps->v[mid].gpu < gpu)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < ps->n && ps->v[i].gpu == gpu; i++) {
+		const struct ps_piece *p = &ps->v[i];
+		bool ours = false;
+
+		for (size_t a = 0; a < p->nholders && !ours; a++)
+			for (size_t k = 0; k < r->nholders && !ours; k++)
+				ours = ps->holders[p->holder0 + a] == r->holders[k];
+		if (!ours)
+			continue;
+		if (array_reserve(&out, &cap, n + 1, sizeof(*out), 256)) {
+			free(out);
+			return -ENOMEM;
+		}
+		out[n++] = (struct eff_idle_seg){ p->s, p->e, p->idle };
+	}
+	*ret = out;
+	*ret_n = n;
+	return 0;
+}
+
+void efficiency_piece_set_free(struct eff_piece_set *ps)
+{
+	if (!ps)
+		return;
+	free((void *)ps->want);
+	free(ps->v);
+	free(ps->holders);
+	free(ps);
+}
