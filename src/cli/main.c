@@ -12,6 +12,7 @@ static const struct subcmd commands[] = {
 	{ "report", cmd_report, "GPU-hours, idle dollars and idle causes per workload" },
 	{ "doctor", cmd_doctor, "check this node for everything the agent needs" },
 	{ "capture", cmd_capture, "deep-capture a node's GPU work into a Perfetto trace" },
+	{ "mcp", cmd_mcp, "serve the read-only queries to AI assistants (Model Context Protocol, stdio)" },
 };
 
 int main(int argc, char **argv)
