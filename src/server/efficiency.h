@@ -70,6 +70,53 @@ struct eff_request {
 int efficiency_query(struct efficiency *e, const struct eff_request *r, struct buf *out,
 		     char *err, size_t errlen);
 
+/* One workload of an answer as structs (efficiency_workloads()); valid during the callback. */
+struct eff_wl_gpu {
+	const char *node, *gpu, *model;	/* model "" when unknown */
+	uint32_t id;			/* for efficiency_idle_segments() */
+	struct eff_tally t;		/* the workload's time on it */
+	double price;			/* dollars per GPU-hour; NAN: no price */
+};
+
+struct eff_wl_holder {
+	const char *node, *pid, *comm;
+};
+
+struct eff_workload {
+	const char *key;		/* the by label's value; "(none)" */
+	bool none;			/* its processes lack the label */
+	const char *selector;		/* {by="key"}, or its processes' pids when none */
+	struct eff_tally t;
+	double held_dollars, idle_dollars;	/* NAN: unpriced */
+	const struct eff_wl_gpu *gpus;
+	size_t ngpus;
+	const struct eff_wl_holder *holders;
+	size_t nholders;
+	const void *priv;		/* the efficiency's own row */
+};
+
+/*
+ * The rows of efficiency_query()'s answer (same checks, errors and order, no causes), each
+ * passed to cb. 0, the errors of efficiency_query() or cb's nonzero return.
+ */
+int efficiency_workloads(struct efficiency *e, const struct eff_request *r,
+			 int (*cb)(void *ctx, const struct eff_workload *w), void *ctx, char *err,
+			 size_t errlen);
+
+/* A piece of GPU time and its idle fraction (0..1]. */
+struct eff_idle_seg {
+	uint64_t s, e;
+	double idle;
+};
+
+/*
+ * The idle pieces of GPU gpu (an eff_wl_gpu id of w) while w's processes held it, over
+ * [from, to) from stored records, sorted by start (during efficiency_workloads()'s callback).
+ * *ret malloc'ed (free()). 0 or -errno.
+ */
+int efficiency_idle_segments(struct efficiency *e, const struct eff_workload *w, uint32_t gpu,
+			     uint64_t from, uint64_t to, struct eff_idle_seg **ret, size_t *ret_n);
+
 /* Tells the rollup that a batch was stored: hours it touches that were rolled up are redone. */
 void efficiency_ingested(struct efficiency *e, const struct Gpuscope__V1__Batch *m);
 

@@ -10,6 +10,7 @@
 
 struct efficiency;
 struct exporter;
+struct insights;
 
 struct http_opts {
 	const char *listen;		/* "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one */
@@ -37,6 +38,7 @@ struct http_opts {
 	unsigned threads;		/* event-loop threads (each serves many connections) */
 	struct efficiency *eff;		/* /api/v1/efficiency */
 	struct exporter *exp;		/* computed counters on /metrics; NULL: none */
+	struct insights *ins;		/* /api/v1/insights and its counter; NULL: none */
 };
 
 struct http_server;

@@ -4,6 +4,7 @@
  * (flame graphs, top, pprof, labels, series, intervals, nodes, stacks, efficiency, /metrics).
  */
 #include "server/http_int.h"
+#include "server/insights.h"
 
 /* ---- parameters --------------------------------------------------------------------------- */
 
@@ -714,12 +715,63 @@ static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connectio
 	return http_reply_json(c, &b);
 }
 
+/* GET /api/v1/insights (docs/insights.md): the same range, by and selector errors as
+ * /api/v1/efficiency. */
+static enum MHD_Result get_insights(struct http_server *h, struct MHD_Connection *c,
+				    const char *url)
+{
+	const char *ls = http_arg(c, "limit");
+	struct insights_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector") };
+	struct buf b = { 0 };
+	char err[512], *end;
+	int rc;
+
+	if (!h->o.ins)
+		return http_no_endpoint(h, c, url);
+	if (ls) {
+		rq.limit = strtoul(ls, &end, 10);
+		if (!*ls || *end || rq.limit > 100000)
+			return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+						"limit must be 0..100000");
+	}
+	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
+	rc = insights_query(h->o.ins, &rq, &b, err, sizeof(err));
+	if (rc == -E2BIG || rc == -ETIMEDOUT) {
+		buf_done(&b);
+		return http_reply_error(h, c, rc == -E2BIG ? MHD_HTTP_UNPROCESSABLE_CONTENT :
+					MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR, "%s", err);
+	}
+	if (rc == -EINVAL || rc == -ENODATA) {
+		buf_done(&b);
+		return http_reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,
+					REJ_BAD_QUERY, "%s", err);
+	}
+	if (rc) {
+		buf_done(&b);
+		return store_failed(h, c, rc);
+	}
+	return http_reply_json(c, &b);
+}
+
 enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c)
 {
 	struct buf b = { 0 };
 
 	if (server_metrics(h->st, &h->ctr, http_rate_get(h), h->o.eff, h->o.exp, &b))
 		return MHD_NO;
+	if (h->o.ins) {
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&text, &len);
+
+		if (f) {
+			insights_metrics(h->o.ins, f);
+			fclose(f);
+			buf_put(&b, text, len);
+		}
+		free(text);
+	}
 	return http_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
 }
 
@@ -783,6 +835,7 @@ const struct http_route http_query_routes[] = {
 	{ "/api/v1/intervals", false, do_intervals },
 	{ "/api/v1/nodes", false, do_nodes },
 	{ "/api/v1/efficiency", false, get_efficiency },
+	{ "/api/v1/insights", false, get_insights },
 	{ "/api/v1/stack/", true, get_stack },
 	{ NULL, false, NULL },
 };

@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "server/capture.h"
 #include "server/efficiency.h"
+#include "server/insights.h"
 #include "server/exporter.h"
 #include "server/http.h"
 #include "server/store/store.h"
@@ -273,6 +274,7 @@ int main(int argc, char **argv)
 	struct exporter_cfg xc = { .top = 20 };
 	struct efficiency *eff = NULL;
 	struct exporter *exp = NULL;
+	struct insights *ins = NULL;
 	sigset_t stopset;
 	int c, sig, ret = 1;
 
@@ -594,8 +596,14 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out;
 	}
+	ins = insights_new(st, eff, &(struct insights_cfg){ xc.top, ec.settle_ns });
+	if (!ins) {
+		log_error("insights: %s", strerror(errno));
+		goto out;
+	}
 	ho.eff = eff;
 	ho.exp = exp;
+	ho.ins = ins;
 	h = http_start(st, &ho, err, sizeof(err));
 	if (!h) {
 		log_error("%s", err);
@@ -625,6 +633,7 @@ int main(int argc, char **argv)
 	ret = 0;
 out:
 	http_stop(h);
+	insights_free(ins);
 	exporter_free(exp);
 	efficiency_free(eff);
 	eff_cfg_done(&ec);

@@ -494,18 +494,20 @@ static bool by_seen(const struct eff_ans *a, const char *by)
 	return false;
 }
 
-int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct buf *out,
-		     char *err, size_t errlen)
+/*
+ * What efficiency_query() and efficiency_workloads() share: checks by and the selector, gathers
+ * the tallies of the range and groups them into a (sorted rows). 0 or -errno with a reason in
+ * err (efficiency.h); *ret_by is the label grouped by. acc and a are the caller's to free.
+ */
+static int prepare(struct efficiency *e, const struct eff_request *rq, const char **ret_by,
+		   struct acc *acc, struct eff_ans *a, uint64_t *ret_rolled_ns, char *err,
+		   size_t errlen)
 {
 	const char *by = rq->by && *rq->by ? rq->by : "namespace";
 	struct selector *sel = NULL;
-	struct eff_ans a = { 0 };
-	struct acc acc = { 0 };
-	struct eff_tally tot = { 0 }, unheld = { 0 };
-	double idle_d = 0, unheld_d = 0, held_d = 0;
-	uint64_t rolled_ns = 0;
 	int rc;
 
+	*ret_by = by;
 	if (rq->by && !*rq->by) {
 		/* by= (or by=%00): a client's mistake, not a request for the default */
 		snprintf(err, errlen, "'by' is empty: name a label (namespace, pod, comm, ...) or "
@@ -523,14 +525,14 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 			return -EINVAL;
 		selector_set_deadline(sel, mono_ns() + 2 * NSEC_PER_SEC);
 	}
-	rc = eff_gather(e, rq->from_ns, rq->to_ns, &acc, &rolled_ns);
-	if (!rc && !acc.n) {
+	rc = eff_gather(e, rq->from_ns, rq->to_ns, acc, ret_rolled_ns);
+	if (!rc && !acc->n) {
 		snprintf(err, errlen, "no GPU data between the range's from and to");
 		rc = -ENODATA;
 		goto out;
 	}
 	if (!rc)
-		rc = group(e, &acc, by, sel, rq->from_ns, rq->to_ns, &a);
+		rc = group(e, acc, by, sel, rq->from_ns, rq->to_ns, a);
 	if (!rc && selector_failed(sel)) {
 		/* An answer missing the label sets a regex gave up on is not served: -E2BIG (the
 		 * caller answers 422, as every query path does), -ETIMEDOUT or -ENOMEM (503). */
@@ -543,14 +545,32 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 	}
 	if (rc)
 		goto out;
-	if (!by_known(by) && !by_seen(&a, by)) {
+	if (!by_known(by) && !by_seen(a, by)) {
 		snprintf(err, errlen, "unknown label '%s' for 'by': no process holding a GPU has it"
 			 " (namespace, pod, owner, kubeflow_job, ray_cluster, comm, program, pid, node,"
 			 " ...)",
 			 by);
 		rc = -EINVAL;
-		goto out;
 	}
+out:
+	selector_free(sel);
+	return rc;
+}
+
+int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct buf *out,
+		     char *err, size_t errlen)
+{
+	const char *by;
+	struct eff_ans a = { 0 };
+	struct acc acc = { 0 };
+	struct eff_tally tot = { 0 }, unheld = { 0 };
+	double idle_d = 0, unheld_d = 0, held_d = 0;
+	uint64_t rolled_ns = 0;
+	int rc;
+
+	rc = prepare(e, rq, &by, &acc, &a, &rolled_ns, err, errlen);
+	if (rc)
+		goto out;
 	buf_puts(out, "{\"from_ms\":");
 	eff_json_ms(out, rq->from_ns);
 	buf_puts(out, ",\"to_ms\":");
@@ -653,7 +673,60 @@ int efficiency_query(struct efficiency *e, const struct eff_request *rq, struct 
 out:
 	ans_done(&a);
 	eff_acc_done(&acc);
-	selector_free(sel);
+	return rc;
+}
+
+/* ---- workloads as structs (the insights engine) ----------------------------------------- */
+
+int efficiency_workloads(struct efficiency *e, const struct eff_request *rq,
+			 int (*cb)(void *ctx, const struct eff_workload *w), void *ctx, char *err,
+			 size_t errlen)
+{
+	const char *by;
+	struct eff_ans a = { 0 };
+	struct acc acc = { 0 };
+	uint64_t rolled_ns = 0;
+	int rc;
+
+	rc = prepare(e, rq, &by, &acc, &a, &rolled_ns, err, errlen);
+	for (size_t i = 0; i < a.nrows && !rc; i++) {
+		struct row *r = &a.rows[i];
+		struct eff_wl_gpu *g = calloc(r->ng + 1, sizeof(*g));
+		struct eff_wl_holder *h = calloc(r->nholders + 1, sizeof(*h));
+		struct eff_workload w = { .key = r->key, .none = r->none, .t = r->t,
+					  .held_dollars = r->held_dollars,
+					  .idle_dollars = r->idle_dollars, .gpus = g, .ngpus = r->ng,
+					  .holders = h, .nholders = r->nholders, .priv = r };
+		struct buf sb = { 0 };
+
+		eff_row_selector(e, r, by, NULL, &sb);
+		if (!g || !h || sb.oom) {
+			rc = -ENOMEM;
+		} else {
+			/* table strings are never freed while e lives */
+			pthread_mutex_lock(&e->tmu);
+			for (size_t k = 0; k < r->ng; k++) {
+				const struct gpu_info *gi = &e->gpus[r->g[k].gpu];
+
+				g[k] = (struct eff_wl_gpu){ gi->node, gi->gpu, gi->model ? gi->model : "",
+							    r->g[k].gpu, r->g[k].t,
+							    price_of(&e->cfg, gi->model) };
+			}
+			for (size_t k = 0; k < r->nholders; k++) {
+				const struct holder_info *hi = &e->holders[r->holders[k] - 1];
+
+				h[k] = (struct eff_wl_holder){ hi->node, hi->pid, hi->comm };
+			}
+			pthread_mutex_unlock(&e->tmu);
+			w.selector = (const char *)sb.p;
+			rc = cb(ctx, &w);
+		}
+		buf_done(&sb);
+		free(g);
+		free(h);
+	}
+	ans_done(&a);
+	eff_acc_done(&acc);
 	return rc;
 }
 

@@ -335,3 +335,21 @@ out:
 	buf_done(&sb);
 	return err;
 }
+
+int efficiency_idle_segments(struct efficiency *e, const struct eff_workload *w, uint32_t gpu,
+			     uint64_t from, uint64_t to, struct eff_idle_seg **ret, size_t *ret_n)
+{
+	const struct row *r = w->priv;
+	struct cause_ctx cc = { r->holders, r->nholders };
+	int err;
+
+	_Static_assert(sizeof(struct seg) == sizeof(struct eff_idle_seg), "same layout");
+	err = eff_compute_raw(e, from, to, gpu, NULL, cause_piece, &cc);
+	if (err) {
+		free(cc.idle.v);
+		return err;
+	}
+	*ret = (struct eff_idle_seg *)cc.idle.v;
+	*ret_n = cc.idle.n;
+	return 0;
+}

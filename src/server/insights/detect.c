@@ -1,0 +1,542 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The detectors (docs/insights.md has every rule, its thresholds and why): pure functions of
+ * one (workload, GPU)'s facts that say whether a known pattern of waste is there, how much GPU
+ * time it holds idle, and what shows it. Precision over recall: each rule needs its pattern to
+ * explain a large share of the idle time, and none fires on a GPU busy 90 % of the time.
+ */
+#include "server/insights/ins_int.h"
+
+const char *const ins_kind_names[INS_KIND_MAX] = {
+	"input_on_launch_thread", "starved_dataloader", "host_sync_per_step", "launch_bound",
+	"sync_copies", "node_idle", "held_unused", "throttled",
+};
+
+/* CPU-side detectors look only at a GPU idle at least this share of its observed time... */
+#define MIN_IDLE_SHARE		0.10
+#define MIN_IDLE_S		10.0	/* ...and at least this long over the range */
+#define ON_CPU_INPUT		0.50	/* launching thread on a CPU this share of the idle time */
+#define INPUT_SHARE		0.50	/* ... its samples outside CUDA/framework code */
+#define MIN_SAMPLES		20	/* fewer GPU-idle samples: confidence low */
+#define SYNC_FOLLOW		0.50	/* idle gaps that start as a sync returns */
+#define SYNC_ON_CPU		0.30	/* ... while the thread then works on a CPU (launching) */
+#define SYNC_RATE		0.5	/* syncs per second of the evidence span, at least */
+#define LAUNCH_ON_CPU		0.80	/* launch-bound: the thread on a CPU nearly all idle time */
+#define LAUNCH_MEAN_US		50.0	/* ... its kernels this short on average */
+#define LAUNCH_MIN_KERNELS	1000
+#define LAUNCH_BUSY_MAX		0.70	/* ... and the GPU busy at most this share */
+#define STARVED_BLOCKED		0.30	/* launching thread blocked this share of the idle time */
+#define STARVED_WORKERS		0.20	/* ... while other threads ran (thread-s per idle s) */
+#define STARVED_NODE_CPU	0.50	/* ... or the node's CPUs did (cores during idle) */
+#define NODE_NO_CPU		0.50	/* node idle: no thread of the workload running... */
+#define NODE_CPU_MAX		0.25	/* ... and the node's CPUs below this many cores */
+#define COPY_IDLE		0.10	/* copies holding the thread during this share of idle */
+#define COPY_MIN_S		1.0
+#define HELD_BUSY_MAX		0.02	/* held but unused: busy at most 2 % of observed time */
+#define HELD_MIN_S		60.0	/* ... for at least a minute of idle */
+#define THROTTLE_LOSS		0.05	/* clock shortfall while throttled, share of busy time */
+#define THROTTLE_MIN_S		30.0	/* busy seconds under a power/thermal reason */
+
+/* ---- links -------------------------------------------------------------------------------- */
+
+void ins_url_enc(struct buf *b, const char *s, bool form)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '_' || c == '.' || c == '*' || (!form && c == '~'))
+			buf_put(b, s, 1);
+		else if (form && c == ' ')
+			buf_put(b, "+", 1);
+		else if (form && c == ',')
+			buf_put(b, ",", 1);	/* the UI writes its commas plain */
+		else
+			buf_printf(b, "%%%02X", c);
+	}
+}
+
+static void secs(struct buf *b, uint64_t ns)
+{
+	buf_printf(b, "%llu.%03llu", (unsigned long long)(ns / NSEC_PER_SEC),
+		   (unsigned long long)(ns % NSEC_PER_SEC / NSEC_PER_MSEC));
+}
+
+/* /api/v1/PATH?from=..&to=..&selector=SEL&EXTRA */
+static void api_link(char *out, size_t n, const struct ins_facts *f, bool span, const char *path,
+		     const char *sel, const char *extra)
+{
+	struct buf b = { 0 };
+
+	buf_printf(&b, "/api/v1/%s?from=", path);
+	secs(&b, span ? f->ev_from_ns : f->from_ns);
+	buf_puts(&b, "&to=");
+	secs(&b, span ? f->ev_to_ns : f->to_ns);
+	if (sel && *sel) {
+		buf_puts(&b, "&selector=");
+		ins_url_enc(&b, sel, false);
+	}
+	if (extra && *extra)
+		buf_printf(&b, "&%s", extra);
+	snprintf(out, n, "%s", b.oom ? "" : (char *)(buf_put(&b, "", 1), b.p));
+	buf_done(&b);
+}
+
+/* The UI's query string in the order ui/src/state.js writes it: node gpu pid sel kind q view by,
+ * then from to (ms), then idle. */
+static void ui_link(char *out, size_t n, const struct ins_facts *f, bool span, bool gpu,
+		    const char *pid, const char *sel, const char *kind, const char *q,
+		    const char *view, bool idle)
+{
+	const char *k[] = { "node", "gpu", "pid", "sel", "kind", "q", "view", "by" };
+	const char *v[] = { view ? NULL : f->node, gpu && !view ? f->gpu : NULL, view ? NULL : pid,
+			    sel, kind, q, view, view ? f->by : NULL };
+	struct buf b = { 0 };
+	bool first = true;
+
+	buf_puts(&b, "/");
+	for (size_t i = 0; i < ARRAY_SIZE(k); i++) {
+		if (!v[i] || !*v[i])
+			continue;
+		buf_printf(&b, "%s%s=", first ? "?" : "&", k[i]);
+		ins_url_enc(&b, v[i], true);
+		first = false;
+	}
+	buf_printf(&b, "%sfrom=%llu&to=%llu", first ? "?" : "&",
+		   (unsigned long long)((span ? f->ev_from_ns : f->from_ns) / NSEC_PER_MSEC),
+		   (unsigned long long)((span ? f->ev_to_ns : f->to_ns) / NSEC_PER_MSEC));
+	if (idle)
+		buf_puts(&b, "&idle=1");
+	buf_put(&b, "", 1);
+	snprintf(out, n, "%s", b.oom ? "" : (char *)b.p);
+	buf_done(&b);
+}
+
+/* ---- findings ----------------------------------------------------------------------------- */
+
+static struct finding *add(struct findings *out, const struct ins_facts *f, enum ins_kind kind,
+			   double stake_s, bool per_gpu)
+{
+	struct finding *x;
+
+	if (array_reserve(&out->v, &out->cap, out->n + 1, sizeof(*out->v), 16))
+		return NULL;
+	x = &out->v[out->n++];
+	memset(x, 0, sizeof(*x));
+	x->kind = kind;
+	snprintf(x->workload, sizeof(x->workload), "%s", f->workload);
+	snprintf(x->selector, sizeof(x->selector), "%s", f->wl_selector);
+	snprintf(x->node, sizeof(x->node), "%s", f->node);
+	snprintf(x->gpu, sizeof(x->gpu), "%s", f->gpu);
+	x->has_gpu = per_gpu;
+	x->stake_s = stake_s;
+	x->dollars = isnan(f->price) ? NAN : stake_s / 3600 * f->price;
+	x->share_of_held = f->wl_held_s > 0 ? stake_s / f->wl_held_s : 0;
+	x->confidence = f->unknown_s > f->held_s / 2 ? "low" : "measured";
+	return x;
+}
+
+static struct ins_ev *ev(struct finding *x, double value, const char *unit, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static struct ins_ev *ev(struct finding *x, double value, const char *unit, const char *fmt, ...)
+{
+	struct ins_ev *e = &x->ev[x->nev < INS_EV_MAX ? x->nev++ : INS_EV_MAX - 1];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e->label, sizeof(e->label), fmt, ap);
+	va_end(ap);
+	e->value = value;
+	e->unit = unit;
+	return e;
+}
+
+/* The sample-based confidence: few samples are low, windows standing for time estimated. */
+static void sample_confidence(struct finding *x, const struct ins_facts *f)
+{
+	x->est_share = f->est_set ? f->est_share : 0;
+	if (f->idle_samples < MIN_SAMPLES || !strcmp(x->confidence, "low"))
+		x->confidence = "low";
+	else if (x->est_share >= 0.2)
+		x->confidence = "estimated";
+}
+
+static void est_note(char *s, size_t n, const struct finding *x, const struct ins_facts *f)
+{
+	size_t len = strlen(s);
+
+	if (x->est_share >= 0.2 && len + 2 < n)
+		snprintf(s + len, n - len, " Estimated: %.0f %% of the GPU-idle samples stand for "
+			 "time no trace window covered (%s).", 100 * x->est_share, f->est_summary);
+}
+
+static void fn_list(char *s, size_t n, const struct ins_facts *f)
+{
+	size_t o = 0;
+
+	s[0] = 0;
+	for (size_t i = 0; i < f->nfns && o + 2 < n; i++)
+		o += (size_t)snprintf(s + o, n - o, "%s%s %.0f %%", i ? ", " : "", f->fns[i].name,
+				      100 * f->fns[i].share);
+}
+
+static int input_on_launch(const struct ins_facts *f, double on_cpu, double user,
+			   struct findings *out)
+{
+	double stake = f->idle_s * on_cpu * user;
+	struct finding *x = add(out, f, INS_INPUT_ON_LAUNCH, stake, true);
+	char fns[600];
+
+	if (!x)
+		return -ENOMEM;
+	sample_confidence(x, f);
+	fn_list(fns, sizeof(fns), f);
+	snprintf(x->title, sizeof(x->title), "%s: the training thread does input work while GPU "
+		 "%s waits", f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "While GPU %s on %s was idle (%.0f %% of its "
+		 "time), the thread that launches its kernels (tid %s) was on a CPU %.0f %% of the "
+		 "idle time, %.0f %% of it outside CUDA and framework code: %s.",
+		 f->gpu, f->node, 100 * f->idle_s / (f->busy_s + f->idle_s), f->launch_tid,
+		 100 * on_cpu, 100 * user, fns);
+	est_note(x->summary, sizeof(x->summary), x, f);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Move %s off the training thread: "
+		 "into DataLoader workers (num_workers > 0, the work in the Dataset or collate_fn) "
+		 "or a prefetching thread, so the next batch is ready when the GPU is.",
+		 f->nfns ? f->fns[0].name : "this work");
+	for (size_t i = 0; i < f->nfns; i++) {
+		struct ins_ev *e = ev(x, f->fns[i].share, "share", "%s %.0f %% of GPU-idle CPU "
+				      "samples", f->fns[i].name, 100 * f->fns[i].share);
+
+		api_link(e->api, sizeof(e->api), f, true, "top", f->sel_thread,
+			 "kind=cpu&gpu_idle=");
+		snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+		ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, NULL,
+			f->fns[i].name, NULL, true);
+	}
+	{
+		struct ins_ev *e = ev(x, on_cpu, "share", "launching thread %s on a CPU %.0f %% of "
+				      "the GPU's idle time", f->launch_tid, 100 * on_cpu);
+
+		api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread,
+			 "kind=thread_state");
+		ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL,
+			false);
+	}
+	return 0;
+}
+
+static int sync_per_step(const struct ins_facts *f, double follow, struct findings *out)
+{
+	double per = f->sync_calls > 0 ? f->sync_s / f->sync_calls : 0;
+	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
+	struct finding *x = add(out, f, INS_SYNC_PER_STEP, f->idle_s * follow, true);
+	struct ins_ev *e;
+	char q[200];
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(x->title, sizeof(x->title), "%s: a host sync in every step stalls GPU %s",
+		 f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "The launching thread (tid %s) synchronizes with "
+		 "the GPU %.1f times a second%s%s, waiting %.1f ms each; %.0f %% of GPU %s's idle "
+		 "gaps begin as such a sync returns: the GPU drains, then waits for the next "
+		 "step's launches.", f->launch_tid, f->sync_calls / span,
+		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name, per * 1e3, 100 * follow,
+		 f->gpu);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Remove the per-step host sync%s%s "
+		 "(.item(), .cpu(), print of a tensor, a blocking copy): keep values on the GPU "
+		 "and read them every N steps, or copy with non_blocking=True into pinned memory.",
+		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name);
+	e = ev(x, per, "per_step", "sync wait per step %.1f ms%s%s", per * 1e3,
+	       f->sync_fn.name[0] ? " at " : "", f->sync_fn.name);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
+	snprintf(q, sizeof(q), "%s", f->sync_fn.name);
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, "cuda_sync_ns",
+		q, NULL, false);
+	e = ev(x, f->sync_calls, "count", "%.0f host syncs in %.0f s", f->sync_calls, span);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	e = ev(x, follow, "share", "%.0f %% of idle gaps start at a sync's return", 100 * follow);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_node, "kind=gpu_busy");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	return 0;
+}
+
+static int launch_bound(const struct ins_facts *f, double on_cpu, double mean_us, double busy,
+			struct findings *out)
+{
+	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
+	struct finding *x = add(out, f, INS_LAUNCH_BOUND, f->idle_s * on_cpu, true);
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	sample_confidence(x, f);
+	snprintf(x->title, sizeof(x->title), "%s: launch-bound, GPU %s waits for many short kernels",
+		 f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "GPU %s was busy %.0f %% of its time running "
+		 "kernels of %.1f us on average (%.0f per traced second), while the launching "
+		 "thread (tid %s) was on a CPU %.0f %% of the idle time, %.0f %% of it in CUDA and "
+		 "framework code: the CPU cannot issue kernels as fast as the GPU runs them.",
+		 f->gpu, 100 * busy, mean_us, f->traced_s > 0 ? f->kernels / f->traced_s : 0,
+		 f->launch_tid, 100 * on_cpu,
+		 f->idle_samples > 0 ? 100 * f->fw_samples / f->idle_samples : 0);
+	est_note(x->summary, sizeof(x->summary), x, f);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Capture the step in a CUDA graph "
+		 "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), fuse small "
+		 "operations, or run larger batches so each launch carries more work.");
+	e = ev(x, mean_us, "count", "mean kernel %.1f us over %.0f kernels", mean_us, f->kernels);
+	api_link(e->api, sizeof(e->api), f, true, "flamegraph", f->sel_node, "kind=gpu_kernel_ns");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_node, "gpu_kernel_ns",
+		NULL, NULL, false);
+	e = ev(x, f->launches / span, "count", "%.0f kernel launches per second", f->launches / span);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	e = ev(x, on_cpu, "share", "launching thread on a CPU %.0f %% of the idle time",
+	       100 * on_cpu);
+	api_link(e->api, sizeof(e->api), f, true, "top", f->sel_thread, "kind=cpu&gpu_idle=");
+	snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, NULL, NULL, NULL,
+		true);
+	return 0;
+}
+
+static int starved(const struct ins_facts *f, double blocked, double workers, double node_cpu,
+		   struct findings *out)
+{
+	struct finding *x = add(out, f, INS_STARVED_LOADER, f->idle_s * blocked, true);
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(x->title, sizeof(x->title), "%s: the training thread waits for data while GPU %s "
+		 "idles", f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "During GPU %s's idle time the launching thread "
+		 "(tid %s) was blocked (%s) %.0f %% of the time%s%s, while the workload's other "
+		 "threads ran %.2f thread-seconds and the node's CPUs %.2f cores per idle second: "
+		 "the input pipeline does not keep up.", f->gpu, f->launch_tid, f->blocked_reason,
+		 100 * blocked, f->blocked_fn.name[0] ? " in " : "", f->blocked_fn.name, workers,
+		 node_cpu);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Feed the GPU faster: more "
+		 "DataLoader workers (num_workers), prefetch_factor and pin_memory=True, persistent "
+		 "workers; if the workers wait on storage, cache or pre-decode the data.");
+	e = ev(x, blocked, "share", "launching thread blocked (%s) %.0f %% of the idle time%s%s",
+	       f->blocked_reason, 100 * blocked, f->blocked_fn.name[0] ? " in " : "",
+	       f->blocked_fn.name);
+	api_link(e->api, sizeof(e->api), f, true, "flamegraph", f->sel_thread,
+		 "kind=offcpu_ns&gpu_idle=");
+	snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, "offcpu_ns",
+		NULL, NULL, true);
+	e = ev(x, workers, "share", "other threads of the workload ran %.2f thread-s per idle s",
+	       workers);
+	api_link(e->api, sizeof(e->api), f, true, "flamegraph", f->sel_node,
+		 "kind=cpu&group_by=tid&gpu_idle=");
+	snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+	ui_link(e->ui, sizeof(e->ui), f, true, true, NULL, f->sel_node, NULL, NULL, NULL, true);
+	return 0;
+}
+
+static int node_idle(const struct ins_facts *f, double nocpu, double node_cpu,
+		     struct findings *out)
+{
+	struct finding *x = add(out, f, INS_NODE_IDLE, f->idle_s * nocpu, true);
+	char sel[300];
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(sel, sizeof(sel), "{node=\"%s\"}", f->node);
+	snprintf(x->title, sizeof(x->title), "%s: GPU %s and the node's CPUs idle together",
+		 f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "For %.0f %% of GPU %s's idle time no thread of "
+		 "the workload was on a CPU and the whole node used %.2f cores: the workload waits "
+		 "on something off the node (storage, network, another rank)%s%s.", 100 * nocpu,
+		 f->gpu, node_cpu, f->blocked_fn.name[0] ? ", blocked in " : "", f->blocked_fn.name);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Find what it waits for: a slow "
+		 "rank in a collective (compare ranks' step times), remote storage reads (cache "
+		 "locally, prefetch), or network I/O; overlap it with compute.");
+	e = ev(x, nocpu, "share", "no thread of the workload on a CPU %.0f %% of the idle time",
+	       100 * nocpu);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_node, "kind=thread_state");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	e = ev(x, node_cpu, "share", "node CPUs busy %.2f cores during GPU idle", node_cpu);
+	api_link(e->api, sizeof(e->api), f, true, "top", sel, "kind=cpu&gpu_idle=");
+	snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+	ui_link(e->ui, sizeof(e->ui), f, true, true, NULL, sel, NULL, NULL, NULL, true);
+	return 0;
+}
+
+static int sync_copies(const struct ins_facts *f, double share, struct findings *out)
+{
+	struct finding *x = add(out, f, INS_SYNC_COPIES, f->idle_s * share, true);
+	double gbps = f->copy_gpu_s > 0 ? f->copy_bytes / f->copy_gpu_s / 1e9 : 0;
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(x->title, sizeof(x->title), "%s: synchronous host-device copies on the critical "
+		 "path of GPU %s", f->workload, f->gpu);
+	snprintf(x->summary, sizeof(x->summary), "The launching thread (tid %s) spent %.1f s in "
+		 "%.0f blocking copies%s%s, %.0f %% of GPU %s's idle time%s: pageable or "
+		 "synchronous copies hold the thread until the data moved.", f->launch_tid,
+		 f->copy_s, f->copy_calls, f->copy_fn.name[0] ? " at " : "", f->copy_fn.name,
+		 100 * share, f->gpu, gbps > 0 ? "" : "");
+	if (gbps > 0) {
+		size_t l = strlen(x->summary);
+
+		snprintf(x->summary + l, sizeof(x->summary) - l, " Traced copies moved %.2f GB/s.",
+			 gbps);
+	}
+	snprintf(x->recommendation, sizeof(x->recommendation), "Copy from pinned memory "
+		 "asynchronously: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+		 ".to(device, non_blocking=True), so copies overlap compute.");
+	e = ev(x, f->copy_s, "seconds", "%.1f s in %.0f blocking copies%s%s", f->copy_s,
+	       f->copy_calls, f->copy_fn.name[0] ? " at " : "", f->copy_fn.name);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	e = ev(x, f->copy_bytes, "count", "%.0f bytes copied in traced windows", f->copy_bytes);
+	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_node, "kind=memcpy");
+	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	return 0;
+}
+
+static int held_unused(const struct ins_facts *f, double busy, struct findings *out)
+{
+	struct finding *x = add(out, f, INS_HELD_UNUSED, f->idle_s, true);
+	char sel[1100], extra[400];
+	struct buf b = { 0 };
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(x->title, sizeof(x->title), "%s holds GPU %s on %s without using it",
+		 f->workload, f->gpu, f->node);
+	snprintf(x->summary, sizeof(x->summary), "GPU %s on %s was held %.0f s by the workload "
+		 "(memory allocated) and busy %.1f %% of its observed time: %.0f GPU-seconds idle.",
+		 f->gpu, f->node, f->held_s, 100 * busy, f->idle_s);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Release the GPU when the job is "
+		 "not computing (end idle notebooks and servers, scale inference replicas to "
+		 "load), or request fewer GPUs.");
+	e = ev(x, busy, "share", "GPU %s busy %.1f %% of %.0f s held", f->gpu, 100 * busy,
+	       f->held_s);
+	buf_puts(&b, "by=");
+	ins_url_enc(&b, f->by, false);
+	buf_put(&b, "", 1);
+	api_link(e->api, sizeof(e->api), f, false, "efficiency", f->wl_selector,
+		 b.oom ? "" : (char *)b.p);
+	buf_done(&b);
+	ui_link(e->ui, sizeof(e->ui), f, false, false, NULL, f->wl_selector, NULL, NULL,
+		"efficiency", false);
+	e = ev(x, f->idle_s, "seconds", "%.0f GPU-seconds idle while held", f->idle_s);
+	snprintf(sel, sizeof(sel), "{node=\"%s\",gpu=\"%s\"}", f->node, f->gpu);
+	snprintf(extra, sizeof(extra), "name=gpu_utilization");
+	api_link(e->api, sizeof(e->api), f, false, "series", sel, extra);
+	ui_link(e->ui, sizeof(e->ui), f, false, true, NULL, NULL, NULL, NULL, NULL, false);
+	return 0;
+}
+
+static int throttled(const struct ins_facts *f, struct findings *out)
+{
+	double stake = f->busy_s * f->throttle_loss_s / f->span_busy_s;
+	struct finding *x = add(out, f, INS_THROTTLED, stake, true);
+	char sel[600];
+	struct ins_ev *e;
+
+	if (!x)
+		return -ENOMEM;
+	snprintf(sel, sizeof(sel), "{node=\"%s\",gpu=\"%s\"}", f->node, f->gpu);
+	snprintf(x->title, sizeof(x->title), "GPU %s on %s throttled while %s used it", f->gpu,
+		 f->node, f->workload);
+	snprintf(x->summary, sizeof(x->summary), "GPU %s ran %.0f busy seconds under %s%s%s "
+		 "(clocks event reasons 0x%x), its SM clock short of its range maximum by %.0f %% "
+		 "on average: %.0f GPU-seconds of work lost.", f->gpu, f->throttled_busy_s,
+		 f->throttle_mask & 0x60 ? "thermal slowdown" : "",
+		 (f->throttle_mask & 0x60) && (f->throttle_mask & 0x88) ? " and " : "",
+		 f->throttle_mask & 0x88 ? "hardware slowdown / power brake" : "",
+		 f->throttle_mask, f->throttled_busy_s > 0 ?
+		 100 * f->throttle_loss_s / f->throttled_busy_s : 0, stake);
+	snprintf(x->recommendation, sizeof(x->recommendation), "Check the node's cooling and power "
+		 "delivery (fans, airflow, inlet temperature, PSU, power brake signals); the GPU "
+		 "is slowed by its environment, not by the workload.");
+	e = ev(x, f->throttled_busy_s, "seconds", "%.0f busy seconds throttled (reasons 0x%x)",
+	       f->throttled_busy_s, f->throttle_mask);
+	api_link(e->api, sizeof(e->api), f, false, "series", sel, "name=gpu_throttle_reasons");
+	ui_link(e->ui, sizeof(e->ui), f, false, true, NULL, NULL, NULL, NULL, NULL, false);
+	e = ev(x, f->throttled_busy_s > 0 ? f->throttle_loss_s / f->throttled_busy_s : 0, "share",
+	       "SM clock %.0f %% below its maximum while throttled", f->throttled_busy_s > 0 ?
+	       100 * f->throttle_loss_s / f->throttled_busy_s : 0);
+	api_link(e->api, sizeof(e->api), f, false, "series", sel, "name=gpu_sm_clock_mhz");
+	ui_link(e->ui, sizeof(e->ui), f, false, true, NULL, NULL, NULL, NULL, NULL, false);
+	return 0;
+}
+
+bool ins_wants_cpu_side(const struct ins_facts *f)
+{
+	double obs = f->busy_s + f->idle_s;
+
+	return obs > 0 && f->idle_s / obs >= MIN_IDLE_SHARE && f->idle_s >= MIN_IDLE_S &&
+	       !(f->busy_s / obs <= HELD_BUSY_MAX && f->idle_s >= HELD_MIN_S);
+}
+
+bool ins_wants_throttle(const struct ins_facts *f)
+{
+	return f->busy_s >= THROTTLE_MIN_S;
+}
+
+int ins_detect(const struct ins_facts *f, struct findings *out)
+{
+	double obs = f->busy_s + f->idle_s, busy = obs > 0 ? f->busy_s / obs : 1;
+	double si = f->seg_idle_s > 0 ? f->seg_idle_s : 1;
+	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
+	double on_cpu, user, fw, blocked, workers, node_cpu, nocpu, follow, mean_us;
+	bool lb = false, in = false, st = false;
+	int err = 0;
+
+	if (f->span_busy_s > 0 && f->throttled_busy_s >= THROTTLE_MIN_S * fmin(1, span / 3600) &&
+	    f->throttle_loss_s / f->span_busy_s >= THROTTLE_LOSS)
+		err = throttled(f, out);
+	if (err)
+		return err;
+	if (obs > 0 && busy <= HELD_BUSY_MAX && f->idle_s >= HELD_MIN_S &&
+	    f->idle_s >= f->held_s / 2)
+		return held_unused(f, busy, out);
+	if (!f->cpu_side || obs <= 0 || 1 - busy < MIN_IDLE_SHARE || f->idle_s < MIN_IDLE_S ||
+	    span <= 0)
+		return 0;
+	on_cpu = fmin(1, f->run_idle_s / si);
+	fw = f->idle_samples > 0 ? f->fw_samples / f->idle_samples : 0;
+	user = f->idle_samples > 0 ? 1 - fw : 0;
+	blocked = fmin(1, f->blocked_idle_s / si);
+	workers = f->others_run_idle_s / si;
+	node_cpu = f->node_cpu_s / si;
+	nocpu = fmin(1, f->no_cpu_idle_s / si);
+	follow = fmin(1, f->sync_follow_idle_s / si);
+	mean_us = f->kernels > 0 ? f->kernel_s / f->kernels * 1e6 : 0;
+
+	if (f->launch_tid[0] && f->kernels >= LAUNCH_MIN_KERNELS && mean_us <= LAUNCH_MEAN_US &&
+	    busy <= LAUNCH_BUSY_MAX && on_cpu >= LAUNCH_ON_CPU && fw >= 0.5) {
+		lb = true;
+		err = launch_bound(f, on_cpu, mean_us, busy, out);
+	}
+	if (!err && !lb && f->launch_tid[0] && on_cpu >= ON_CPU_INPUT && user >= INPUT_SHARE &&
+	    f->nfns) {
+		in = true;
+		err = input_on_launch(f, on_cpu, user, out);
+	}
+	if (!err && !lb && !in && f->launch_tid[0] && follow >= SYNC_FOLLOW &&
+	    on_cpu >= SYNC_ON_CPU && f->sync_calls / span >= SYNC_RATE)
+		err = sync_per_step(f, follow, out);
+	if (!err && f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
+	    (workers >= STARVED_WORKERS || node_cpu >= STARVED_NODE_CPU)) {
+		st = true;
+		err = starved(f, blocked, workers, node_cpu, out);
+	}
+	if (!err && !st && nocpu >= NODE_NO_CPU && node_cpu < NODE_CPU_MAX && f->period_s > 0)
+		err = node_idle(f, nocpu, node_cpu, out);
+	if (!err && f->launch_tid[0] && f->copy_s >= COPY_MIN_S * span / 3600 &&
+	    f->copy_idle_s / si >= COPY_IDLE)
+		err = sync_copies(f, fmin(1, f->copy_idle_s / si), out);
+	return err;
+}
