@@ -338,15 +338,23 @@ def run(srv, proxy, tf):
 
 
 def check_findings(c, rng):
-    """findings: /api/v1/insights through the tool (its answer rendered, its JSON kept)."""
+    """findings: /api/v1/insights through the tool (its answer rendered, its JSON kept): team-b's
+    starved data loader (GPU 1 idle 30 s, the launching thread blocked on a futex 80 % of it:
+    24 GPU-s at $4/h), nothing for team-a (GPU 0 busy 90 %)."""
     r = c.tool("findings", dict(rng, by="namespace"))
-    res = r["result"]
-    if res["isError"]:
-        check("HTTP 404" in text(r), f"findings without the insights endpoint: {text(r)}")
-        return
-    sc = res["structuredContent"]
-    check(sc["by"] == "namespace" and isinstance(sc["findings"], list) and
-          "finding(s) over" in text(r), f"findings: {text(r)[:300]}")
+    sc = r["result"].get("structuredContent", {})
+    fs = [(f["id"], round(f["gpu_seconds_at_stake"], 1), round(f["dollars_at_stake"], 4),
+           f["confidence"]) for f in sc.get("findings", [])]
+    check(not r["result"]["isError"] and sc["by"] == "namespace" and
+          fs == [("starved_dataloader:team-b", 24.0, round(24 / 3600 * 4, 4), "measured")],
+          f"findings: {fs}")
+    t = text(r)
+    check("1. [starved_dataloader] team-b: " in t and "$0.03; confidence measured" in t and
+          t.count("   evidence: ") == 2 and "-> /api/v1/flamegraph?" in t and "fix: " in t,
+          f"findings text: {t[:400]}")
+    r = c.tool("findings", dict(rng, selector='{namespace="team-a"}'))
+    check(r["result"]["structuredContent"]["findings"] == [] and "no finding" in text(r),
+          f"no finding for the healthy team-a: {text(r)[:200]}")
 
 
 main()
