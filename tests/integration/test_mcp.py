@@ -4,7 +4,8 @@
 gpuscope-server with a query token holding the efficiency fixture (one minute of node n1), reached
 through a loopback proxy that can hold a request until told to let it go. initialize, ping,
 tools/list, each tool with answers derived from the fixture, malformed messages (JSON-RPC errors),
-a held (slow) query while a fast one is answered, and a held query cancelled
+a held (slow) query while a fast one is answered (and with one worker, ping answered while the
+next call waits), and a held query cancelled
 (notifications/cancelled: its transfer ends, it gets no answer). Every stdout line must be a
 JSON-RPC message."""
 import http.server
@@ -317,9 +318,21 @@ def run(srv, proxy, tf):
     except queue.Empty:
         gone = None
     check(gone is not None and "hold2" in gone, f"the cancelled query's transfer ended: {gone}")
+    # one worker (--workers 1): ping is answered at once, a second call waits for the worker
+    c3 = Client(proxy.url, tf, "--workers", "1")
+    h3 = c3.send("tools/call", {"name": "top", "arguments": {"selector": '{comm="hold3"}'}})
+    proxy.held.get(timeout=30)
+    q3 = c3.send("tools/call", {"name": "nodes"})
+    p3 = c3.call("ping", timeout=10)
+    check(p3 is not None and "result" in p3 and c3.wait(q3, 0.5) is None,
+          "one worker busy: ping answered at once, the next call waits its turn")
     proxy.release_ev.set()
     r = c.wait(slow, 30)
     check(r is not None and not r["result"]["isError"], f"the slow query answered once let go: {r}")
+    r3, n3 = c3.wait(h3, 30), c3.wait(q3, 30)
+    check(r3 is not None and n3 is not None and not n3["result"]["isError"],
+          "one worker: both calls answered once the held one is let go")
+    check(c3.close() == 0 and not c3.bad_lines, "one-worker client exits 0")
 
     # -- a wrong token: the server's 401 as a tool error
     bad = os.path.join(os.path.dirname(tf), "bad-token")
