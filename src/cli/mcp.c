@@ -9,6 +9,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +90,12 @@ static void send_msg(struct mcp *m, json_t *msg)
 /* id NULL: the JSON-RPC null id (the request's id could not be read). */
 static void send_error(struct mcp *m, json_t *id, int code, const char *msg)
 {
+	char text[512];
+
+	snprintf(text, sizeof(text), "%s", msg);
+	mcp_utf8_fix(text);	/* a user's bytes quoted back, cut anywhere */
 	send_msg(m, json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-			      id ? id : json_null(), "error", "code", code, "message", msg));
+			      id ? id : json_null(), "error", "code", code, "message", text));
 }
 
 /* Consumes result. */
@@ -433,6 +438,7 @@ int cmd_mcp(int argc, char **argv)
 	size_t len;
 	char *line;
 
+	signal(SIGPIPE, SIG_IGN);	/* a client gone: writes fail, the read sees the end */
 	if (take_workers(&argc, argv, &workers))
 		return 2;
 	rc = query_parse(argc, argv, 0, usage_text, &m.base);

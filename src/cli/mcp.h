@@ -69,6 +69,10 @@ json_t *mcp_text_result(struct mcp_text *t, json_t *structured);
 /* Unix ms as "2026-12-07T10:00:00Z" in buf. */
 const char *mcp_iso(double ms, char *buf, size_t len);
 
+/* Replaces each byte of s that is not part of valid UTF-8 with '?' (a line cut by snprintf in
+ * the middle of a character, a user's bytes quoted back), so jansson takes it. */
+void mcp_utf8_fix(char *s);
+
 /* The timeline_summary tool (mcp_timeline.c). */
 json_t *mcp_timeline_summary(struct mcp_call *c);
 

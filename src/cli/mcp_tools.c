@@ -306,11 +306,37 @@ int mcp_tool_check(const char *name, json_t *args, char *err, size_t errlen)
 
 /* ---- answers ---- */
 
+void mcp_utf8_fix(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+
+	while (*p) {
+		int n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 :
+			(*p & 0xf8) == 0xf0 ? 4 : 0;
+		int k = 1;
+
+		while (n && k < n && (p[k] & 0xc0) == 0x80)
+			k++;
+		/* overlong, surrogate and out-of-range forms are left to jansson's check below */
+		if (!n || k < n) {
+			*p++ = '?';
+			continue;
+		}
+		p += n;
+	}
+}
+
 /* A result with one text block; structured (consumed, may be NULL) goes in structuredContent. */
 static json_t *result(const char *text, json_t *structured, bool is_error)
 {
 	json_t *r = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
 			      text ? text : "", "isError", is_error);
+
+	if (!r && text) {	/* not UTF-8 after all: say so rather than answer nothing */
+		json_decref(structured);
+		return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
+				 "the answer held text that is not UTF-8", "isError", 1);
+	}
 
 	if (r && json_is_object(structured))
 		json_object_set(r, "structuredContent", structured);
@@ -320,6 +346,7 @@ static json_t *result(const char *text, json_t *structured, bool is_error)
 
 json_t *mcp_error_result(struct mcp_call *c)
 {
+	mcp_utf8_fix(c->err);
 	return result(c->err[0] ? c->err : "the query failed", NULL, true);
 }
 

@@ -290,6 +290,12 @@ def run(srv, proxy, tf):
     err('{"jsonrpc":"2.0","id":80,"method":"tools/call","params":{"name":"flamegraph",'
         '"arguments":{"kind":"gpu"}}}', -32602, 80)
     err('{"jsonrpc":"2.0","id":81,"method":"initialize","params":{}}', -32602, 81)
+    c.send_raw(b'{"jsonrpc":"2.0","id":82,"method":"\xff"}\n')
+    m = c.wait(None, 10)
+    check(m is not None and m["error"]["code"] == -32700, f"bytes that are not UTF-8: {m}")
+    # a quoted argument cut inside a character (100 bytes of two-byte ones, then one more)
+    err(json.dumps({"jsonrpc": "2.0", "id": 83, "method": "tools/call", "params": {
+        "name": "top", "arguments": {"since": "x" + "\u00e9" * 80}}}), -32602, 83)
     # a notification of an unknown method gets nothing; the ping after it is the next answer
     c.send("notifications/whatever", {}, id=None)
     pid = c.send("ping")
