@@ -10,6 +10,7 @@ static const struct subcmd commands[] = {
 	{ "pprof", cmd_pprof, "download the merged pprof profile for a range and selector" },
 	{ "timeline", cmd_timeline, "print per-thread CPU strips of a process in the terminal" },
 	{ "report", cmd_report, "GPU-hours, idle dollars and idle causes per workload" },
+	{ "explain", cmd_explain, "findings: what wastes GPU time per workload, its cost and the fix" },
 	{ "doctor", cmd_doctor, "check this node for everything the agent needs" },
 	{ "capture", cmd_capture, "deep-capture a node's GPU work into a Perfetto trace" },
 	{ "mcp", cmd_mcp, "serve the read-only queries to AI assistants (Model Context Protocol, stdio)" },

@@ -7,8 +7,11 @@
  *
  * Script lines (labels "k=v,k=v" or "-", %XX escapes in values; frames "outer;...;inner" or "-",
  * a frame "name@0xADDR" at that address, "@0xADDR" one without a name, "k:name" a kernel one,
- * "name!module" in that module, e.g. "tokenize![python]" a Python frame):
+ * "name!module" in that module, e.g. "tokenize![python]" a Python frame, "name!module!file:line"
+ * with its source line):
  *   node NAME
+ *   period NS       (the CPU sampling period the batch reports)
+ *   stack FRAMES    (adds a stack without a sample: the next index, for an interval's stack_id)
  *   sample T_NS KIND VALUE LABELS FRAMES
  *   metric NAME LABELS T_NS VALUE
  *   interval KIND LABELS START_NS END_NS ATTRS
@@ -85,9 +88,21 @@ static size_t parse_frames(char *s, struct location *out)
 			*at = 0;
 			out[i].address = strtoull(at + 1, NULL, 16);
 		}
-		if (strchr(name, '!')) {	/* "name!module" */
+		if (strchr(name, '!')) {	/* "name!module" or "name!module!file:line" */
+			char *src, *colon;
+
 			out[i].module = strchr(name, '!') + 1;
 			*strchr(name, '!') = 0;
+			src = strchr(out[i].module, '!');
+			if (src) {
+				*src++ = 0;
+				colon = strrchr(src, ':');
+				if (colon) {
+					*colon = 0;
+					out[i].line = (uint32_t)strtoul(colon + 1, NULL, 10);
+				}
+				out[i].file = src;
+			}
 		}
 		if (!strncmp(name, "k:", 2)) {
 			out[i].function = name + 2;
@@ -136,6 +151,11 @@ static int cmd_encode(const char *enc)
 		}
 		if (!b && (b = batch__new("test-node")))
 			batch__allow_any_time(b);
+		if (!strcmp(f[0], "period") && nw == 2) {
+			if (b)
+				batch__set_period(b, strtoull(f[1], NULL, 10));
+			continue;
+		}
 		if (!strcmp(f[0], "write") && nw == 2) {
 			FILE *out = fopen(f[1], "wb");
 
@@ -154,7 +174,11 @@ static int cmd_encode(const char *enc)
 				goto bad;
 			continue;
 		}
-		if (!strcmp(f[0], "sample") && nw == 6) {
+		if (!strcmp(f[0], "stack") && nw == 2) {
+			int64_t st = batch__stack(b, frames, parse_frames(f[1], frames));
+
+			err = st < 0 ? (int)st : 0;
+		} else if (!strcmp(f[0], "sample") && nw == 6) {
 			int kind = sample_kind_parse(f[2]);
 			int64_t st;
 

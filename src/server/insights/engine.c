@@ -89,13 +89,16 @@ static int one_workload(void *ctx, const struct eff_workload *w)
 static int cmp_find(const void *a, const void *b)
 {
 	const struct finding *x = a, *y = b;
-	double dx = isnan(x->dollars) ? -1 : x->dollars, dy = isnan(y->dollars) ? -1 : y->dollars;
+	/* as the answer rounds them, so that equal-looking findings rank by name */
+	double dx = isnan(x->dollars) ? -1 : round(x->dollars * 10000);
+	double dy = isnan(y->dollars) ? -1 : round(y->dollars * 10000);
+	double sx = round(x->stake_s * 1000), sy = round(y->stake_s * 1000);
 	int k;
 
 	if (dx != dy)
 		return dx < dy ? 1 : -1;
-	if (x->stake_s != y->stake_s)
-		return x->stake_s < y->stake_s ? 1 : -1;
+	if (sx != sy)
+		return sx < sy ? 1 : -1;
 	k = strcmp(x->workload, y->workload);
 	return k ? k : (int)x->kind - (int)y->kind;
 }

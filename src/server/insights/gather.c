@@ -288,36 +288,46 @@ static void stack_name(const struct frame *f, size_t nf, char *out, size_t n)
 	snprintf(out, n, "%s", nf ? frame_name(&f[leaf], tmp, sizeof(tmp)) : "[unknown]");
 }
 
+/* Whether a sample's stack was issuing GPU work: the native code between its leaf and its
+ * innermost Python frame (or the whole stack without one) has a CUDA or framework frame, or
+ * that Python frame is the framework's own. */
+static bool stack_framework(const struct frame *f, size_t nf)
+{
+	for (size_t i = 0; i < nf; i++) {
+		if (is_python(&f[i]))
+			return is_framework(&f[i]);
+		if (!f[i].kernel && is_framework(&f[i]))
+			return true;
+	}
+	return false;
+}
+
 struct fn_rank {
 	struct strtab names;
 	double *v;
 	size_t cap;
 	double total, fw;
+	bool classify;			/* framework stacks counted in fw, not named */
 	const struct u64map *agg;	/* stack id -> value; NULL: values from by_stack */
 	struct u64map *by_stack;	/* stack id -> value as double bits */
-	int err;
 };
 
 static int rank_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 {
 	struct fn_rank *r = ctx;
 	uint64_t *p = r->agg ? u64map_find(r->agg, id) : u64map_find(r->by_stack, id);
-	double v;
-	size_t leaf = 0;
 	char name[192];
+	double v;
 	int64_t k;
 
 	if (!p)
 		return 0;
-	if (r->agg) {
+	if (r->agg)
 		v = (double)*p;
-	} else {
+	else
 		memcpy(&v, p, sizeof(v));
-	}
 	r->total += v;
-	while (leaf + 1 < nf && f[leaf].kernel)
-		leaf++;
-	if (r->agg && nf && is_framework(&f[leaf])) {
+	if (r->classify && stack_framework(f, nf)) {
 		r->fw += v;
 		return 0;
 	}
@@ -411,6 +421,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 
 		err = st->ops->aggregate(st, &q, &agg);
 	}
+	r.classify = true;
 	if (!err)
 		err = rank(st, &agg, NULL, &r, f->fns, INS_FNS, &f->nfns);
 	if (!err) {
@@ -436,8 +447,6 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 		err = st->ops->aggregate(st, &q, &agg);
 		if (!err && agg.len)
 			err = rank(st, &agg, NULL, &r, &f->blocked_fn, 1, NULL);
-		if (!err && r.total > 0 && !f->blocked_fn.name[0] && r.fw > 0)
-			snprintf(f->blocked_fn.name, sizeof(f->blocked_fn.name), "CUDA");
 	}
 	rank_done(&r);
 	u64map_done(&agg);
@@ -719,6 +728,24 @@ static int throttling(struct insights *in, struct ins_facts *f)
 	return err;
 }
 
+/* {node="n",pid=~"p1|p2"}: the workload's processes holding GPUs on gp's node. */
+static void pids_selector(const struct eff_workload *w, const struct eff_wl_gpu *gp, char *out,
+			  size_t n)
+{
+	size_t o = (size_t)snprintf(out, n, "{node=\"%s\",pid=~\"", gp->node);
+	bool first = true;
+
+	for (size_t h = 0; h < w->nholders && o + 24 < n; h++) {
+		if (strcmp(w->holders[h].node, gp->node) ||
+		    strspn(w->holders[h].pid, "0123456789") != strlen(w->holders[h].pid))
+			continue;
+		o += (size_t)snprintf(out + o, n - o, "%s%s", first ? "" : "|", w->holders[h].pid);
+		first = false;
+	}
+	if (o + 3 <= n)
+		snprintf(out + o, n - o, "\"}");
+}
+
 /* ---- one workload's GPU ------------------------------------------------------------------- */
 
 int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *gp,
@@ -737,6 +764,7 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 	int gpu = (int)strtol(gp->gpu, NULL, 10), err;
 
 	sel_add(w->selector, "node", gp->node, f->sel_node, sizeof(f->sel_node));
+	pids_selector(w, gp, f->sel_procs, sizeof(f->sel_procs));
 	f->ev_to_ns = f->to_ns;
 	f->ev_from_ns = f->to_ns - f->from_ns > INS_EVIDENCE_MAX_NS ?
 			f->to_ns - INS_EVIDENCE_MAX_NS : f->from_ns;
@@ -770,9 +798,17 @@ int ins_gather(struct insights *in, const struct eff_workload *w, const struct e
 	if (!err)
 		err = st->ops->intervals(st, "cuda_api", f->ev_from_ns, f->ev_to_ns, sel,
 					 INS_INTERVALS_MAX, api_in, &g, &trunc);
-	if (!err)
-		err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel,
-					 INS_INTERVALS_MAX, copy_in, &g, &trunc);
+	if (err)
+		goto out;
+	/* the GPU side (kernels, copies) carries the process's pid, not its workload labels */
+	selector_free(sel);
+	sel = selector_parse(f->sel_procs, err_s, sizeof(err_s));
+	if (!sel) {
+		err = -EINVAL;
+		goto out;
+	}
+	err = st->ops->intervals(st, "memcpy", f->ev_from_ns, f->ev_to_ns, sel, INS_INTERVALS_MAX,
+				 copy_in, &g, &trunc);
 	if (err)
 		goto out;
 	/* the launching thread: most cuLaunch* calls, else the main thread of a holder */
@@ -842,7 +878,7 @@ kernels:
 	{
 		char s2[1100];
 
-		sel_add(f->sel_node, "gpu", gp->gpu, s2, sizeof(s2));
+		sel_add(f->sel_procs, "gpu", gp->gpu, s2, sizeof(s2));
 		selector_free(sel);
 		sel = selector_parse(s2, err_s, sizeof(err_s));
 		if (!sel) {

@@ -55,6 +55,7 @@ struct ins_facts {
 	uint64_t ev_from_ns, ev_to_ns;	/* the CPU-side evidence's span (at most the last hour) */
 	const char *by, *workload, *wl_selector;	/* {by="x"} */
 	char sel_node[1024];		/* {by="x",node="n"} */
+	char sel_procs[1024];		/* {node="n",pid=~"p1|p2"}: its GPU processes there */
 	char sel_thread[1200];		/* ...,tid="L"} (the launching thread), "" if none */
 	const char *node, *gpu, *model;
 	double price;			/* dollars per GPU-hour; NAN: none */

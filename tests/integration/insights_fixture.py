@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The findings fixture (docs/insights.md): one node per workload over [T, T+D), each holding
+GPU 0 and showing one detector's pattern, plus a healthy compute-bound workload that must get
+no finding. As tests/tools/batchgen scripts (one per node: a script's `node` line starts a new
+batch). Sampling period 100 ms. Known answer in expected(); at $3.60 a GPU-hour one GPU-second
+costs $0.001.
+
+- ns-input   (n-in): GPU busy 5 s of every 10; the main thread (the only one launching) runs
+  all the time; its GPU-idle samples: 30 % tokenize (train.py:42)... 60 %, collate 30 %, a CUDA
+  launch 10 %. -> input_on_launch_thread, 300 s idle x on-CPU 1 x 0.9 outside CUDA = 270 s.
+- ns-starved (n-st): busy 5 s of 10; the main thread runs while the GPU is busy and blocks on a
+  futex (in _get_data, dataloader.py:1295) while it is idle; the loader thread runs then.
+  -> starved_dataloader, 300 s.
+- ns-sync    (n-sy): 100 ms steps, busy 80 ms, idle 20 ms; each step a cuStreamSynchronize from
+  train_step (train.py:88) returns as the GPU drains; the thread then launches (framework code).
+  -> host_sync_per_step, 120 s, 70.05 ms a step.
+- ns-launch  (n-lb): NVML utilization 50 % every second; ten 0.1 s budget trace windows with
+  20 us kernels every 40 us; the thread is on a CPU all the time in launch code.
+  -> launch_bound, 300 s, estimated (windows stand for the undecided time).
+- ns-copies  (n-cp): busy 5 s of 10; in the idle 5 s the thread spends 4 s in cuMemcpyAsync of
+  400 MB (train.py:30). -> sync_copies, 300 s x 0.8 = 240 s.
+- ns-idle    (n-id): busy 5 s of 10; in the idle 5 s the thread blocks on io (recv, dist.py:12)
+  and nothing else on the node runs. -> node_idle, 300 s.
+- ns-held    (n-hd): memory held, utilization 0 the whole range. -> held_unused, 600 s.
+- ns-throttle (n-th): utilization 100; from 60 s on, thermal slowdown (0x20) with the SM clock
+  at 1485 MHz of 1980. -> throttled, 600 x (540 x 0.25) / 599 s.
+- ns-healthy (n-ok): busy 9.6 s of 10, a sync per cycle, SW power cap (0x4, not a fault) with
+  lower clocks. -> nothing.
+"""
+
+MS = 1_000_000
+US = 1_000
+S = 1_000_000_000
+PERIOD = 100 * MS
+PRICE = 3.60
+
+WORKLOADS = ["input", "starved", "sync", "launch", "copies", "idle", "held", "throttle", "healthy"]
+NODES = {"input": "n-in", "starved": "n-st", "sync": "n-sy", "launch": "n-lb", "copies": "n-cp",
+         "idle": "n-id", "held": "n-hd", "throttle": "n-th", "healthy": "n-ok"}
+
+PY_MAIN = "main![python]!train.py:120"
+LAUNCH = "cuLaunchKernel!libcuda.so.1"
+DISPATCH = "at::native::add!libtorch_cpu.so"
+
+
+class Script:
+    def __init__(self, node):
+        self.L = [f"node {node}", f"period {PERIOD}"]
+        self.stacks = {}
+
+    def stack(self, frames):
+        """The batch index of a stack (batchgen numbers distinct stacks in order of use)."""
+        if frames not in self.stacks:
+            self.stacks[frames] = len(self.stacks)
+            self.L.append(f"stack {frames}")
+        return self.stacks[frames]
+
+    def sample(self, t, kind, value, labels, frames):
+        self.stack(frames)
+        self.L.append(f"sample {t} {kind} {value} {labels} {frames}")
+
+    def add(self, line):
+        self.L.append(line)
+
+    def text(self):
+        return "\n".join(self.L) + "\n"
+
+
+def gpu_labels():
+    return "gpu=0,gpu_uuid=GPU-0000,gpu_model=NVIDIA%20H100"
+
+
+def common(sc, t0, d_s, pid, busy_cycle_s=None, window=True):
+    """Holder points, a whole-range trace window and per-cycle busy intervals."""
+    g = gpu_labels()
+    for s in range(1, d_s + 1):
+        sc.add(f"metric gpu_process_memory_bytes {g},pid={pid},comm=train {t0 + s * S} 1000000000")
+    if window:
+        sc.add(f"interval gpu_observed gpu=0,source=kernels {t0} {t0 + d_s * S} -")
+    if busy_cycle_s is not None:
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval gpu_busy gpu=0,source=kernels {c} {c + int(busy_cycle_s * S)} -")
+
+
+def labels(ns, pid, tid=None, thread="train"):
+    base = f"pid={pid},comm=train,namespace={ns},container=main"
+    return base + (f",tid={tid},thread={thread}" if tid else "")
+
+
+def launches(sc, ns, pid, a, b, calls):
+    st = sc.stack(f"{PY_MAIN};forward![python]!model.py:10;{LAUNCH}")
+    sc.add(f"interval cuda_api {labels(ns, pid, pid)} {a} {b} "
+           f"api=cuLaunchKernel,calls={calls},total_ns={calls * 5 * US},stack_id={st}")
+
+
+def script(name, t0, d_s):
+    node, ns, pid = NODES[name], "ns-" + name, 101 + WORKLOADS.index(name)
+    sc = Script(node)
+    main = labels(ns, pid, pid)
+    run = "state=running,cpu=1"
+    if name == "input":
+        common(sc, t0, d_s, pid, 5)
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 10 * S} {run}")
+            launches(sc, ns, pid, c, c + 5 * S, 5000)
+            for j in range(50):
+                sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};forward![python]!model.py:10;{DISPATCH};{LAUNCH}")
+                t = c + 5 * S + 50 * MS + j * 100 * MS
+                fr = (f"{PY_MAIN};tokenize![python]!train.py:42;_PyEval_EvalFrameDefault!libpython3.11.so"
+                      if j < 30 else f"{PY_MAIN};collate![python]!train.py:57" if j < 45 else
+                      f"{PY_MAIN};forward![python]!model.py:10;{LAUNCH}")
+                sc.sample(t, "cpu", 1, main, fr)
+            for j in range(5):
+                sc.add(f"interval gpu_kernel {gpu_labels()},pid={pid},comm=train {c + j * S} "
+                       f"{c + (j + 1) * S} name=gemm,stream=7")
+    elif name == "starved":
+        common(sc, t0, d_s, pid, 5)
+        loader = labels(ns, pid, pid + 1000, "loader")
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 5 * S} {run}")
+            sc.add(f"interval thread_state {main} {c + 5 * S} {c + 10 * S} state=blocked,reason=futex")
+            sc.add(f"interval thread_state {loader} {c} {c + 5 * S} state=blocked,reason=io")
+            sc.add(f"interval thread_state {loader} {c + 5 * S} {c + 10 * S} state=running,cpu=2")
+            launches(sc, ns, pid, c, c + 5 * S, 5000)
+            for j in range(50):
+                sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};forward![python]!model.py:10;{LAUNCH}")
+                sc.sample(c + 5 * S + 50 * MS + j * 100 * MS, "cpu", 1, loader,
+                          "loader_main![python]!worker.py:300;load_batch![python]!data.py:77")
+            sc.sample(c + 5 * S + 500 * MS, "offcpu_ns", 4500000000, main,
+                      f"{PY_MAIN};__next__![python]!dataloader.py:631;"
+                      "_get_data![python]!dataloader.py:1295;k:futex_wait_queue;k:schedule")
+    elif name == "sync":
+        common(sc, t0, d_s, pid)
+        sync_st = sc.stack(f"{PY_MAIN};train_step![python]!train.py:88;cuStreamSynchronize!libcuda.so.1")
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 10 * S} {run}")
+            launches(sc, ns, pid, c, c + 10 * S, 2000)
+        for st in range(d_s * 10):
+            a = t0 + st * 100 * MS
+            sc.add(f"interval gpu_busy gpu=0,source=kernels {a} {a + 80 * MS} -")
+            sc.add(f"interval cuda_api {main} {a + 10 * MS} {a + 80 * MS + 50 * US} "
+                   f"api=cuStreamSynchronize,calls=1,total_ns={70 * MS + 50 * US},stack_id={sync_st}")
+            sc.sample(a + 90 * MS, "cpu", 1, main,
+                      f"{PY_MAIN};train_step![python]!train.py:80;{DISPATCH}")
+            sc.sample(a + 40 * MS, "cpu", 1, main,
+                      f"{PY_MAIN};train_step![python]!train.py:88;cuStreamSynchronize!libcuda.so.1")
+    elif name == "launch":
+        g = gpu_labels()
+        common(sc, t0, d_s, pid, window=False)
+        for s in range(1, d_s + 1):
+            sc.add(f"metric gpu_utilization {g} {t0 + s * S} 50")
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 10 * S} {run}")
+            launches(sc, ns, pid, c, c + 10 * S, 250000)
+            for j in range(100):
+                sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};decode![python]!decode.py:21;{DISPATCH};{LAUNCH}")
+        for w in range(d_s // 60):
+            a = t0 + w * 60 * S + 30 * S + 500 * MS - 30 * US  # the 100 ms sample in a gap
+            sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {a} {a + 100 * MS} -")
+            for i in range(2500):
+                x = a + i * 40 * US
+                sc.add(f"interval gpu_busy gpu=0,source=kernels {x} {x + 20 * US} -")
+                sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {x} {x + 20 * US} "
+                       "name=elementwise,stream=7")
+    elif name == "copies":
+        common(sc, t0, d_s, pid, 5)
+        copy_st = sc.stack(f"{PY_MAIN};to_gpu![python]!train.py:30;cuMemcpyAsync!libcuda.so.1")
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 10 * S} {run}")
+            launches(sc, ns, pid, c, c + 5 * S, 5000)
+            sc.add(f"interval cuda_api {main} {c + 5 * S} {c + 9 * S} "
+                   f"api=cuMemcpyAsync,calls=1,total_ns={4 * S},stack_id={copy_st}")
+            sc.add(f"interval memcpy {gpu_labels()},pid={pid},comm=train {c + 5100 * MS} "
+                   f"{c + 8900 * MS} bytes=400000000,kind=HtoD,stream=7")
+            for j in range(50):
+                sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};forward![python]!model.py:10;{LAUNCH}")
+                sc.sample(c + 5 * S + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};to_gpu![python]!train.py:30;cuMemcpyAsync!libcuda.so.1;"
+                          "__memmove_avx_unaligned!libc.so.6")
+    elif name == "idle":
+        common(sc, t0, d_s, pid, 5)
+        for k in range(d_s // 10):
+            c = t0 + k * 10 * S
+            sc.add(f"interval thread_state {main} {c} {c + 5 * S} {run}")
+            sc.add(f"interval thread_state {main} {c + 5 * S} {c + 10 * S} state=blocked,reason=io")
+            launches(sc, ns, pid, c, c + 5 * S, 5000)
+            for j in range(50):
+                sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                          f"{PY_MAIN};forward![python]!model.py:10;{LAUNCH}")
+            sc.sample(c + 5 * S + 500 * MS, "offcpu_ns", 4500000000, main,
+                      f"{PY_MAIN};recv![python]!dist.py:12;k:sk_wait_data;k:schedule")
+    elif name == "held":
+        g = gpu_labels()
+        common(sc, t0, d_s, pid, window=False)
+        sc.add(f"interval thread_state {main} {t0} {t0 + d_s * S} state=blocked,reason=sleep")
+        for s in range(1, d_s + 1):
+            sc.add(f"metric gpu_utilization {g} {t0 + s * S} 0")
+    elif name in ("throttle", "healthy"):
+        g = gpu_labels()
+        if name == "throttle":
+            common(sc, t0, d_s, pid, window=False)
+            sc.add(f"interval thread_state {main} {t0} {t0 + d_s * S} {run}")
+        else:
+            common(sc, t0, d_s, pid, 9.6)
+        for s in range(1, d_s + 1):
+            t = t0 + s * S
+            if name == "throttle":
+                sc.add(f"metric gpu_utilization {g} {t} 100")
+                sc.add(f"metric gpu_throttle_reasons {g} {t} {32 if s > 60 else 0}")
+                sc.add(f"metric gpu_sm_clock_mhz {g} {t} {1485 if s > 60 else 1980}")
+            else:
+                sc.add(f"metric gpu_utilization {g} {t} 96")
+                sc.add(f"metric gpu_throttle_reasons {g} {t} {4 if s > 60 else 0}")
+                sc.add(f"metric gpu_sm_clock_mhz {g} {t} {1500 if s > 60 else 1980}")
+        if name == "healthy":
+            sync_st = sc.stack(f"{PY_MAIN};train_step![python]!train.py:88;cuStreamSynchronize!libcuda.so.1")
+            for k in range(d_s // 10):
+                c = t0 + k * 10 * S
+                sc.add(f"interval thread_state {main} {c} {c + 10 * S} {run}")
+                launches(sc, ns, pid, c, c + 10 * S, 500)
+                sc.add(f"interval cuda_api {main} {c + 9 * S} {c + 9600 * MS + 20 * US} "
+                       f"api=cuStreamSynchronize,calls=1,total_ns={600 * MS},stack_id={sync_st}")
+                for j in range(100):
+                    sc.sample(c + 50 * MS + j * 100 * MS, "cpu", 1, main,
+                              f"{PY_MAIN};train_step![python]!train.py:80;{DISPATCH}")
+    return sc.text()
+
+
+def expected(d_s=600):
+    """(kind, workload) -> GPU-seconds at stake, in the answer's order (dollars, seconds, name)."""
+    half = d_s / 2
+    out = [("held_unused", "ns-held", float(d_s)),
+           ("node_idle", "ns-idle", half),
+           ("launch_bound", "ns-launch", half),
+           ("starved_dataloader", "ns-starved", half),
+           ("input_on_launch_thread", "ns-input", half * 0.9),
+           ("sync_copies", "ns-copies", half * 0.8),
+           ("throttled", "ns-throttle", d_s * ((d_s - 61) * 0.25) / (d_s - 2)),
+           ("host_sync_per_step", "ns-sync", d_s * 0.2)]
+    return out
