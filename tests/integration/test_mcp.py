@@ -332,6 +332,8 @@ def run(srv, proxy, tf):
     p3 = c3.call("ping", timeout=10)
     check(p3 is not None and "result" in p3 and c3.wait(q3, 0.5) is None,
           "one worker busy: ping answered at once, the next call waits its turn")
+    q4 = c3.send("tools/call", {"name": "nodes"})  # queued too, then cancelled there
+    c3.send("notifications/cancelled", {"requestId": q4}, id=None)
     proxy.release_ev.set()
     r = c.wait(slow, 30)
     check(r is not None and not r["result"]["isError"], f"the slow query answered once let go: {r}")
@@ -339,6 +341,7 @@ def run(srv, proxy, tf):
     check(r3 is not None and n3 is not None and not n3["result"]["isError"],
           "one worker: both calls answered once the held one is let go")
     check(c3.close() == 0 and not c3.bad_lines, "one-worker client exits 0")
+    check(not any(m.get("id") == q4 for m in c3.all), "a call cancelled in the queue got no answer")
 
     # -- a wrong token: the server's 401 as a tool error
     bad = os.path.join(os.path.dirname(tf), "bad-token")
