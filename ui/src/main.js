@@ -623,8 +623,9 @@ async function loadTimeline() {
 		data.streams.length || (to - from > KERNEL_SPAN && ext);
 	const empty = !cpuTotal && !gpuData && !data.threads.length;
 	tlNote.classList.toggle('hidden', !empty);
-	// what wastes GPU time here: the node's workloads (and the selector) over the view
-	if (empty) findings.clear();
+	// what wastes GPU time here: the node's workloads (and the selector) over the view; findings
+	// need GPU time, so a view without GPU data (a CPU-only node) asks nothing
+	if (empty || !hasGpu || !(gpuData || ext || obsBy.size)) findings.clear();
 	else findings.load({ from, to, selector: S.sel ? withMatcher(S.sel, 'node', S.node) : `{${nodeMatcher()}}` });
 	if (empty) {
 		const n = app.nodes.find((x) => x.node === S.node) || {};
