@@ -161,7 +161,6 @@ export function showEfficiency(root, S) {
 	async function load() {
 		rangeLbl.textContent = `${fmtDate(S.from)} → ${fmtDate(S.to)}`;
 		status.classList.add('hidden');
-		findings.load({ from: S.from, to: S.to, by: S.by || 'namespace', selector: S.sel });
 		try {
 			ans = await api.get('efficiency', { from: S.from, to: S.to, by: S.by || 'namespace', selector: S.sel || undefined, causes: 25 });
 		} catch (e) {
@@ -175,9 +174,12 @@ export function showEfficiency(root, S) {
 				: e.message;
 			status.classList.remove('hidden');
 			renderHead();
+			findings.clear();
 			return;
 		}
 		render();
+		// the findings of the same rows (their GPU time is there: the answer above had it)
+		findings.load({ from: S.from, to: S.to, by: S.by || 'namespace', selector: S.sel });
 	}
 	load();
 	return { reload: load };
