@@ -14,13 +14,14 @@ const char *const ins_kind_names[INS_KIND_MAX] = {
 
 /* CPU-side detectors look only at a GPU idle at least this share of its observed time... */
 #define MIN_IDLE_SHARE		0.10
-#define MIN_IDLE_S		10.0	/* ...and at least this long over the range */
+#define MIN_IDLE_S		2.0	/* ...and at least this long over the range */
 #define ON_CPU_INPUT		0.50	/* launching thread on a CPU this share of the idle time */
 #define INPUT_SHARE		0.50	/* ... its samples outside CUDA/framework code */
 #define MIN_SAMPLES		20	/* fewer GPU-idle samples: confidence low */
 #define SYNC_FOLLOW		0.50	/* idle gaps that start as a sync returns */
 #define SYNC_ON_CPU		0.30	/* ... while the thread then works on a CPU (launching) */
 #define SYNC_RATE		0.5	/* syncs per second of the evidence span, at least */
+#define SYNC_MIN_GAPS_S		1.0	/* whole-idle gaps seen per hour, at least */
 #define LAUNCH_ON_CPU		0.80	/* launch-bound: the thread on a CPU nearly all idle time */
 #define LAUNCH_MEAN_US		50.0	/* ... its kernels this short on average */
 #define LAUNCH_MIN_KERNELS	1000
@@ -236,6 +237,11 @@ static int sync_per_step(const struct ins_facts *f, double follow, struct findin
 
 	if (!x)
 		return -ENOMEM;
+	/* the gaps were seen where a source decided whole idle; the rest of the idle is assumed
+	 * alike */
+	x->est_share = f->seg_idle_s > 0 ? fmax(0, 1 - f->gap_idle_s / f->seg_idle_s) : 0;
+	if (x->est_share >= 0.2 && strcmp(x->confidence, "low"))
+		x->confidence = "estimated";
 	snprintf(x->title, sizeof(x->title), "%s: a host sync in every step stalls GPU %s",
 		 f->workload, f->gpu);
 	snprintf(x->summary, sizeof(x->summary), "The launching thread (tid %s) synchronizes with "
@@ -244,6 +250,13 @@ static int sync_per_step(const struct ins_facts *f, double follow, struct findin
 		 "step's launches.", f->launch_tid, f->sync_calls / span,
 		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name, per * 1e3, 100 * follow,
 		 f->gpu);
+	if (x->est_share >= 0.2) {
+		size_t l = strlen(x->summary);
+
+		snprintf(x->summary + l, sizeof(x->summary) - l, " Estimated: the gaps were seen "
+			 "over %.1f s of whole-idle time (trace windows, the driver at 0 %%), %.0f %% "
+			 "of the idle time stands on them.", f->gap_idle_s, 100 * x->est_share);
+	}
 	snprintf(x->recommendation, sizeof(x->recommendation), "Remove the per-step host sync%s%s "
 		 "(.item(), .cpu(), print of a tensor, a blocking copy): keep values on the GPU "
 		 "and read them every N steps, or copy with non_blocking=True into pinned memory.",
@@ -512,7 +525,9 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 	workers = f->others_run_idle_s / si;
 	node_cpu = f->node_cpu_s / si;
 	nocpu = fmin(1, f->no_cpu_idle_s / si);
-	follow = fmin(1, f->sync_follow_idle_s / si);
+	/* where whole-idle gaps were seen (kernels inside windows, the driver at 0 %) */
+	follow = f->gap_idle_s >= SYNC_MIN_GAPS_S * fmin(1, span / 3600) ?
+		 fmin(1, f->sync_follow_idle_s / f->gap_idle_s) : 0;
 	mean_us = f->kernels > 0 ? f->kernel_s / f->kernels * 1e6 : 0;
 
 	if (f->launch_tid[0] && f->kernels >= LAUNCH_MIN_KERNELS && mean_us <= LAUNCH_MEAN_US &&

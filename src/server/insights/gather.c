@@ -232,175 +232,6 @@ static int copy_in(void *ctx, const char *kind, const char *const *labels, size_
 	return 0;
 }
 
-/* ---- stacks: names and what is framework code ---------------------------------------------- */
-
-static const char *base(const char *p)
-{
-	const char *s = p ? strrchr(p, '/') : NULL;
-
-	return s ? s + 1 : p ? p : "";
-}
-
-static bool is_python(const struct frame *f)
-{
-	return f->module && !strcmp(f->module, "[python]");
-}
-
-/* CUDA, the framework's dispatch and kernels' launch: GPU work being issued, not input work. */
-static bool is_framework(const struct frame *f)
-{
-	static const char *const mods[] = { "libtorch", "libc10", "libcuda", "libcudart",
-					    "libcublas", "libcudnn", "libnccl", "libnvrtc",
-					    "libnvidia", "libgpuscope_cupti", "_C.", "libtriton" };
-	static const char *const fns[] = { "cuLaunch", "cudaLaunch", "cuStream", "cudaStream",
-					   "cuMemcpy", "cudaMemcpy", "at::", "c10::", "torch::" };
-	const char *m = base(f->module), *fn = f->function ? f->function : "";
-
-	if (is_python(f))
-		return f->file && (strstr(f->file, "/torch/") || strstr(f->file, "/triton/"));
-	for (size_t i = 0; i < ARRAY_SIZE(mods); i++)
-		if (!strncmp(m, mods[i], strlen(mods[i])))
-			return true;
-	for (size_t i = 0; i < ARRAY_SIZE(fns); i++)
-		if (!strncmp(fn, fns[i], strlen(fns[i])))
-			return true;
-	return false;
-}
-
-/* "fn (file:line)" of the innermost Python frame, else the innermost user-space frame. */
-static void stack_name(const struct frame *f, size_t nf, char *out, size_t n)
-{
-	char tmp[256];
-	size_t leaf = 0;
-
-	for (size_t i = 0; i < nf; i++) {
-		if (is_python(&f[i]) && f[i].function) {
-			if (f[i].file && *f[i].file)
-				snprintf(out, n, "%s (%s:%u)", f[i].function, base(f[i].file),
-					 f[i].line);
-			else
-				snprintf(out, n, "%s", f[i].function);
-			return;
-		}
-	}
-	while (leaf + 1 < nf && f[leaf].kernel)
-		leaf++;
-	snprintf(out, n, "%s", nf ? frame_name(&f[leaf], tmp, sizeof(tmp)) : "[unknown]");
-}
-
-/* Whether a sample's stack was issuing GPU work: the native code between its leaf and its
- * innermost Python frame (or the whole stack without one) has a CUDA or framework frame, or
- * that Python frame is the framework's own. */
-static bool stack_framework(const struct frame *f, size_t nf)
-{
-	for (size_t i = 0; i < nf; i++) {
-		if (is_python(&f[i]))
-			return is_framework(&f[i]);
-		if (!f[i].kernel && is_framework(&f[i]))
-			return true;
-	}
-	return false;
-}
-
-struct fn_rank {
-	struct strtab names;
-	double *v;
-	size_t cap;
-	double total, fw;
-	bool classify;			/* framework stacks counted in fw, not named */
-	const struct u64map *agg;	/* stack id -> value; NULL: values from by_stack */
-	struct u64map *by_stack;	/* stack id -> value as double bits */
-};
-
-static int rank_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
-{
-	struct fn_rank *r = ctx;
-	uint64_t *p = r->agg ? u64map_find(r->agg, id) : u64map_find(r->by_stack, id);
-	char name[192];
-	double v;
-	int64_t k;
-
-	if (!p)
-		return 0;
-	if (r->agg)
-		v = (double)*p;
-	else
-		memcpy(&v, p, sizeof(v));
-	r->total += v;
-	if (r->classify && stack_framework(f, nf)) {
-		r->fw += v;
-		return 0;
-	}
-	stack_name(f, nf, name, sizeof(name));
-	k = strtab_intern(&r->names, name);
-	if (k < 0)
-		return (int)k;
-	if ((size_t)k >= r->cap) {
-		size_t ncap = r->cap ? r->cap * 2 : 64;
-		double *nv;
-
-		while (ncap <= (size_t)k)
-			ncap *= 2;
-		nv = realloc(r->v, ncap * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		memset(nv + r->cap, 0, (ncap - r->cap) * sizeof(*nv));
-		r->v = nv;
-		r->cap = ncap;
-	}
-	r->v[k] += v;
-	return 0;
-}
-
-/* Ranks the stacks of agg (or by_stack) by name; the top n into out (shares of the total). */
-static int rank(struct store *st, const struct u64map *agg, struct u64map *by_stack,
-		struct fn_rank *r, struct ins_fn *out, size_t n, size_t *ret_n)
-{
-	const struct u64map *m = agg ? agg : by_stack;
-	uint64_t *ids = malloc((m->len + 1) * sizeof(*ids));
-	size_t nids = 0, got = 0;
-	bool *used = NULL;
-	int err;
-
-	r->agg = agg;
-	r->by_stack = by_stack;
-	if (!ids)
-		return -ENOMEM;
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->keys[i])
-			ids[nids++] = m->keys[i];
-	err = nids ? st->ops->stacks(st, ids, nids, rank_stack, r) : 0;
-	free(ids);
-	if (err)
-		return err;
-	used = calloc(r->names.len + 1, 1);
-	if (!used)
-		return -ENOMEM;
-	for (; got < n; got++) {
-		size_t best = SIZE_MAX;
-
-		for (size_t i = 0; i < r->names.len; i++)
-			if (!used[i] && r->v[i] > 0 && (best == SIZE_MAX || r->v[i] > r->v[best]))
-				best = i;
-		if (best == SIZE_MAX)
-			break;
-		used[best] = true;
-		snprintf(out[got].name, sizeof(out[got].name), "%s", r->names.strs[best]);
-		out[got].value = r->v[best];
-		out[got].share = r->total > 0 ? r->v[best] / r->total : 0;
-	}
-	free(used);
-	if (ret_n)
-		*ret_n = got;
-	return 0;
-}
-
-static void rank_done(struct fn_rank *r)
-{
-	strtab_done(&r->names);
-	free(r->v);
-}
-
 /* ---- samples while idle ------------------------------------------------------------------- */
 
 static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
@@ -423,7 +254,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 	}
 	r.classify = true;
 	if (!err)
-		err = rank(st, &agg, NULL, &r, f->fns, INS_FNS, &f->nfns);
+		err = ins_rank(st, &agg, NULL, &r, f->fns, INS_FNS, &f->nfns);
 	if (!err) {
 		f->idle_samples = r.total;
 		f->fw_samples = r.fw;
@@ -437,7 +268,7 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 			query_idle_summary(&it, gpu, f->est_summary, sizeof(f->est_summary));
 		}
 	}
-	rank_done(&r);
+	ins_rank_done(&r);
 	u64map_done(&agg);
 	memset(&r, 0, sizeof(r));
 	/* where it blocked while the GPU was idle */
@@ -446,9 +277,9 @@ static int idle_samples(struct insights *in, struct ins_facts *f, int gpu)
 
 		err = st->ops->aggregate(st, &q, &agg);
 		if (!err && agg.len)
-			err = rank(st, &agg, NULL, &r, &f->blocked_fn, 1, NULL);
+			err = ins_rank(st, &agg, NULL, &r, &f->blocked_fn, 1, NULL);
 	}
-	rank_done(&r);
+	ins_rank_done(&r);
 	u64map_done(&agg);
 	selector_free(sel);
 	/* every process of the node while the GPU was idle */
@@ -599,6 +430,7 @@ static int calls_of_launcher(struct insights *in, struct g_ctx *g, uint32_t L)
 		}
 		while (++i < g->nseg && g->seg[i].s <= e && g->seg[i].idle >= 0.99)
 			e = g->seg[i].e > e ? g->seg[i].e : e;
+		f->gap_idle_s += (double)(e - s) / 1e9;
 		while (lo < hi) {
 			size_t mid = (lo + hi) / 2;
 
@@ -611,12 +443,12 @@ static int calls_of_launcher(struct insights *in, struct g_ctx *g, uint32_t L)
 			f->sync_follow_idle_s += (double)(e - s) / 1e9;
 	}
 	if (!err && sync_by.len)
-		err = rank(in->st, NULL, &sync_by, &r, &f->sync_fn, 1, NULL);
-	rank_done(&r);
+		err = ins_rank(in->st, NULL, &sync_by, &r, &f->sync_fn, 1, NULL);
+	ins_rank_done(&r);
 	memset(&r, 0, sizeof(r));
 	if (!err && copy_by.len)
-		err = rank(in->st, NULL, &copy_by, &r, &f->copy_fn, 1, NULL);
-	rank_done(&r);
+		err = ins_rank(in->st, NULL, &copy_by, &r, &f->copy_fn, 1, NULL);
+	ins_rank_done(&r);
 	u64map_done(&sync_by);
 	u64map_done(&copy_by);
 	u64map_done(&learned);

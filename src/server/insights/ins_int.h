@@ -85,7 +85,9 @@ struct ins_facts {
 	double node_cpu_s;		/* CPU time of every process of the node during idle */
 	struct ins_fn blocked_fn;	/* where the launching thread blocked during idle */
 	double sync_calls, sync_s;	/* host syncs of the launching thread (incl. small DtoH) */
-	double sync_follow_idle_s;	/* idle pieces that began right before a sync returned */
+	double gap_idle_s;		/* whole-idle gaps (where a source decided whole idle) */
+	double sync_follow_idle_s;	/* ... of them, those that began right before a sync
+					 * returned */
 	struct ins_fn sync_fn;
 	double copy_calls, copy_s;	/* host<->device copies that held the launching thread */
 	double copy_idle_s;		/* ... overlapping GPU idle */
@@ -138,6 +140,33 @@ struct insights {
 int ins_gather(struct insights *in, const struct eff_workload *w, const struct eff_wl_gpu *g,
 	       struct ins_facts *f);
 
+/* stacks.c */
+#define FN_LINES 4			/* lines of one function told apart; more: the first 4 */
+
+struct fn_lines {
+	uint32_t line[FN_LINES];
+	double v[FN_LINES];
+};
+
+/* Stacks ranked by function (a Python function by file, named at its busiest line). */
+struct fn_rank {
+	struct strtab names;
+	double *v;
+	struct fn_lines *lines;
+	size_t cap;
+	double total, fw;
+	bool classify;			/* framework stacks counted in fw, not named */
+	const struct u64map *agg;	/* stack id -> value; NULL: values from by_stack */
+	struct u64map *by_stack;	/* stack id -> value as double bits */
+};
+
+/* Ranks the stacks of agg (stack id -> value), or of by_stack (values as double bits), by
+ * function; the top n into out with their shares of the total (r->classify: framework stacks
+ * only counted, in r->fw). 0 or -errno. */
+int ins_rank(struct store *st, const struct u64map *agg, struct u64map *by_stack,
+	     struct fn_rank *r, struct ins_fn *out, size_t n, size_t *ret_n);
+void ins_rank_done(struct fn_rank *r);
+
 /* detect.c */
 /* Whether f's GPU is idle enough for the CPU-side facts, busy enough for throttling's. */
 bool ins_wants_cpu_side(const struct ins_facts *f);
@@ -151,6 +180,9 @@ void ins_url_enc(struct buf *b, const char *s, bool form);
 struct ins_prom;
 struct ins_prom *ins_prom_new(void);
 void ins_prom_free(struct ins_prom *p);
+/* Adds one window's findings to the counters (the top workloads re-slotted first). 0 or
+ * -ENOMEM. */
+int ins_prom_add(struct ins_prom *p, const struct findings *fs, size_t top);
 /* Counts the findings of [last end, end_ns) once that window is a minute long (mu held).
  * 0 or -errno (the window is counted at a later call). */
 int ins_prom_count(struct insights *in, uint64_t end_ns);

@@ -93,6 +93,31 @@ static void rerank(struct ins_prom *p, size_t top)
 	}
 }
 
+int ins_prom_add(struct ins_prom *p, const struct findings *fs, size_t top)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < fs->n; i++) {
+		struct pw *w = pw_get(p, fs->v[i].workload);
+
+		if (!w)
+			return -ENOMEM;
+		w->rank_s += fs->v[i].stake_s;
+	}
+	rerank(p, top);
+	for (size_t i = 0; i < fs->n && !err; i++) {
+		struct pw *w = pw_get(p, fs->v[i].workload);
+
+		if (!w)
+			err = -ENOMEM;
+		else if (w->slotted)
+			w->secs[fs->v[i].kind] += fs->v[i].stake_s;
+		else
+			p->other[fs->v[i].kind] += fs->v[i].stake_s;
+	}
+	return err;
+}
+
 int ins_prom_count(struct insights *in, uint64_t end)
 {
 	struct ins_prom *p = in->prom;
@@ -116,24 +141,7 @@ int ins_prom_count(struct insights *in, uint64_t end)
 		free(fs.v);
 		return err;
 	}
-	for (size_t i = 0; i < fs.n; i++) {
-		struct pw *w = pw_get(p, fs.v[i].workload);
-
-		if (!w) {
-			err = -ENOMEM;
-			break;
-		}
-		w->rank_s += fs.v[i].stake_s;
-	}
-	rerank(p, in->cfg.top);
-	for (size_t i = 0; i < fs.n && !err; i++) {
-		struct pw *w = pw_get(p, fs.v[i].workload);
-
-		if (w && w->slotted)
-			w->secs[fs.v[i].kind] += fs.v[i].stake_s;
-		else
-			p->other[fs.v[i].kind] += fs.v[i].stake_s;
-	}
+	err = ins_prom_add(p, &fs, in->cfg.top);
 	free(fs.v);
 	p->wm_ns = end;
 	p->windows++;
