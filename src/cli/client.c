@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,31 @@ static void print_server_error(long status, const struct http_body *b)
 	json_decref(j);
 }
 
+/* A failure's line: on stderr, or in q->errbuf for a caller that reports it itself (mcp). */
+static void __attribute__((format(printf, 2, 3))) fail(const struct query *q, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (q->errbuf) {
+		vsnprintf(q->errbuf, QUERY_ERRLEN, fmt, ap);
+	} else {
+		fprintf(stderr, "gpuscope: ");
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	}
+	va_end(ap);
+}
+
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	const struct query *q = arg;
+
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return *q->cancel != 0;	/* nonzero aborts the transfer */
+}
+
 /* ret_status NULL: a non-2xx answer is printed and -1; else it is returned as 1 (body, status). */
 static int http_do(const struct query *q, const char *url, bool post, struct http_body *ret,
 		   long *ret_status)
@@ -337,15 +363,15 @@ static int http_do(const struct query *q, const char *url, bool post, struct htt
 
 	c = curl_easy_init();
 	if (!c) {
-		fprintf(stderr, "gpuscope: libcurl initialisation failed\n");
+		fail(q, "libcurl initialisation failed");
 		return -1;
 	}
 	if (q->token_file) {
 		int n = read_token_file(q->token_file, token, sizeof(token));
 
 		if (n < 0) {
-			fprintf(stderr, "gpuscope: --token-file '%s': %s\n", q->token_file,
-				n == -ENODATA ? "empty" : strerror(-n));
+			fail(q, "--token-file '%s': %s", q->token_file,
+			     n == -ENODATA ? "empty" : strerror(-n));
 			goto out;
 		}
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
@@ -366,9 +392,15 @@ static int http_do(const struct query *q, const char *url, bool post, struct htt
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 120000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	if (q->cancel) {
+		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(c, CURLOPT_XFERINFODATA, q);
+		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	}
 	rc = curl_easy_perform(c);
 	if (rc != CURLE_OK) {
-		fprintf(stderr, "gpuscope: %s: %s\n", q->server, curl_easy_strerror(rc));
+		fail(q, "%s: %s", q->server, rc == CURLE_ABORTED_BY_CALLBACK ? "cancelled" :
+		     curl_easy_strerror(rc));
 		goto out;
 	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

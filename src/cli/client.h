@@ -32,7 +32,13 @@ struct query {
 	const char *format;		/* report only: table|json|markdown */
 	bool folded;			/* diff only: --folded */
 	bool processes;			/* top only: --processes */
+	/* mcp only (NULL elsewhere): a transfer ends at once when *cancel turns nonzero, and a
+	 * failure's line goes to errbuf (QUERY_ERRLEN bytes) instead of stderr */
+	volatile int *cancel;
+	char *errbuf;
 };
+
+#define QUERY_ERRLEN 512
 
 /* Which extra options a command takes. */
 enum {

@@ -12,5 +12,6 @@ int cmd_report(int argc, char **argv);		/* report.c */
 int cmd_capture(int argc, char **argv);		/* capture.c */
 int cmd_diff(int argc, char **argv);		/* diff.c */
 int cmd_explain(int argc, char **argv);		/* explain.c */
+int cmd_mcp(int argc, char **argv);		/* mcp.c */
 
 #endif

@@ -13,6 +13,7 @@ static const struct subcmd commands[] = {
 	{ "explain", cmd_explain, "findings: what wastes GPU time per workload, its cost and the fix" },
 	{ "doctor", cmd_doctor, "check this node for everything the agent needs" },
 	{ "capture", cmd_capture, "deep-capture a node's GPU work into a Perfetto trace" },
+	{ "mcp", cmd_mcp, "serve the read-only queries to AI assistants (Model Context Protocol, stdio)" },
 };
 
 int main(int argc, char **argv)

@@ -5,6 +5,7 @@
 import * as api from './api.js';
 import * as State from './state.js';
 import { el, fmtDate } from './util.js';
+import { FindingsPanel } from './findings.js';
 
 const BY = ['namespace', 'pod', 'owner', 'kubeflow_job', 'ray_cluster', 'comm', 'pid', 'node'];
 const RANGES = [['1h', 3600e3], ['6h', 6 * 3600e3], ['24h', 86400e3], ['7d', 7 * 86400e3], ['30d', 30 * 86400e3]];
@@ -116,7 +117,8 @@ export function showEfficiency(root, S) {
 		el('div', { class: 'sec-head' }, el('h2', {}, 'GPU efficiency'), rangeLbl),
 		el('div', { class: 'toolbar' }, el('label', { class: 'field dark' }, 'Group by', bySel), selInp),
 		status, table, totals);
-	root.replaceChildren(header, el('main', {}, card));
+	const findings = FindingsPanel();
+	root.replaceChildren(header, el('main', {}, card, findings.root));
 
 	function renderHead() {
 		thead.replaceChildren(el('tr', {}, ...COLS.map(([name, , , num], i) => el('th', {
@@ -172,9 +174,12 @@ export function showEfficiency(root, S) {
 				: e.message;
 			status.classList.remove('hidden');
 			renderHead();
+			findings.clear();
 			return;
 		}
 		render();
+		// the findings of the same rows (their GPU time is there: the answer above had it)
+		findings.load({ from: S.from, to: S.to, by: S.by || 'namespace', selector: S.sel });
 	}
 	load();
 	return { reload: load };

@@ -11,6 +11,7 @@ import { Timeline } from './timeline.js';
 import { Flame, topFunctions } from './flame.js';
 import { SelectorBox } from './selector.js';
 import { showEfficiency } from './efficiency.js';
+import { FindingsPanel } from './findings.js';
 import { ProcPicker } from './picker.js';
 import { $, el, fmtRange, fmtDur, fmtValue, fmtPct, withMatcher, debounce } from './util.js';
 
@@ -123,7 +124,9 @@ const flameSec = el('section', { class: 'card', id: 'flame-card' },
 	el('div', { class: 'flame-row' }, el('div', { class: 'flame-scroll' }, flameEmpty, flameBox),
 		el('div', { class: 'top-box' }, el('div', { class: 'top-head' }, 'Top functions'), topTable)));
 
-$('#app').append(header, captureNote, banner, el('main', {}, timelineSec, flameSec));
+// what wastes GPU time in the view, for the node's workloads (findings.js)
+const findings = FindingsPanel();
+$('#app').append(header, captureNote, banner, el('main', {}, timelineSec, findings.root, flameSec));
 
 // ---- deep capture: the node's agent opens a CUPTI window now (server: /api/v1/capture) ---------
 const CAPTURE_MS = 5000;
@@ -620,6 +623,10 @@ async function loadTimeline() {
 		data.streams.length || (to - from > KERNEL_SPAN && ext);
 	const empty = !cpuTotal && !gpuData && !data.threads.length;
 	tlNote.classList.toggle('hidden', !empty);
+	// what wastes GPU time here: the node's workloads (and the selector) over the view; findings
+	// need GPU time, so a view without GPU data (a CPU-only node) asks nothing
+	if (empty || !hasGpu || !(gpuData || ext || obsBy.size)) findings.clear();
+	else findings.load({ from, to, selector: S.sel ? withMatcher(S.sel, 'node', S.node) : `{${nodeMatcher()}}` });
 	if (empty) {
 		const n = app.nodes.find((x) => x.node === S.node) || {};
 		const inside = n.last_ms && n.last_ms >= from && (n.first_ms || n.last_ms) <= to;
