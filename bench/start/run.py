@@ -7,9 +7,11 @@ the start does not wait for a server) and reads its /metrics as soon as it answe
 gpuscope_agent_module_up_after_seconds (start to each module's being up),
 gpuscope_agent_module_start_seconds (each module's own start) and
 gpuscope_agent_first_sample_seconds (start to the first CPU sample; absent in agents older than
-that metric), then the wall time from exec to /metrics answering. Loaded: two CPU-bound
-programs (tests/progs/burn, one thread each) run beside it on the 2-core VM. Agents given on the
-command line are interleaved in each round. Run as root from the repository root after `make`:
+that metric), then the wall time from exec to /metrics answering and the agent's CPU time
+(user + system, all threads) until then, which a loaded machine does not stretch. Loaded: two
+CPU-bound programs (tests/progs/burn, one thread each) run beside it on the 2-core VM. Agents
+given on the command line are interleaved in each round. Run as root from the repository root
+after `make`:
   bench/start/run.py [ROUNDS] [AGENT...]        (default: 5 rounds of .output/gpuscope-agent)
 """
 import os
@@ -46,7 +48,8 @@ def one(agent):
     port = free_port()
     t0 = time.monotonic()
     p = subprocess.Popen([agent, "run", "--server", "http://127.0.0.1:9", "--all-processes",
-                          "--metrics-listen", "127.0.0.1:%d" % port, "--duration", "30s"],
+                          "--metrics-listen", "127.0.0.1:%d" % port, "--duration", "30s",
+                          "--stop-grace", "0s"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     got = {}
     try:
@@ -57,6 +60,11 @@ def one(agent):
                 break
             time.sleep(0.02)
         got["metrics answer"] = time.monotonic() - t0
+        try:  # the agent's CPU (all its threads) until then: what the load does not stretch
+            st = open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()
+            got["agent CPU until then"] = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
         # the first sample may come after /metrics answers: ask again for a while
         while body and "gpuscope_agent_first_sample_seconds " not in body and \
                 time.monotonic() - t0 < 10:
