@@ -620,6 +620,7 @@ int cmd_run(int argc, char **argv)
 	}
 	a.opts = ao;
 	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	a.start_ns = t_run;
 	pthread_mutex_init(&c.lock, NULL);
 	c.start_wall_ns = wall_ns();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {

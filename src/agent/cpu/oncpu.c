@@ -362,6 +362,7 @@ static struct {
 	struct oncpu *o;
 	struct agent *a;
 	uint64_t batch_errors, stack_errors, relabel_dropped;
+	uint64_t first_sample_ns;	/* CLOCK_MONOTONIC of the first sample batched; 0: none yet */
 } mod;
 
 static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const __u64 *frames)
@@ -387,6 +388,8 @@ static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, co
 	if (batch__sample(a->batch, ev->ktime_ns + a->mono_to_wall_ns, L.l, L.n, stack, SAMPLE_CPU,
 			  1))
 		mod.batch_errors++;
+	else if (!mod.first_sample_ns)
+		mod.first_sample_ns = ev->ktime_ns;
 }
 
 static void module_proc(void *ctx, pid_t tgid, bool exec, uint64_t ktime_ns)
@@ -408,6 +411,7 @@ static int module_start(struct agent *a)
 	int err;
 
 	mod.a = a;
+	mod.first_sample_ns = 0;
 	mod.o = oncpu__new(&opts, module_sample, module_proc, a, &why);
 	if (!mod.o) {
 		err = -errno;
@@ -453,6 +457,11 @@ static void module_metrics(struct agent *a, FILE *out)
 			 mod.batch_errors);
 	prom_sample1_u64(out, "gpuscope_agent_cpu_samples_dropped_total", "reason", "relabel_drop",
 			 mod.relabel_dropped);
+	/* when it was taken, not read: the main loop reads it after every module started */
+	if (mod.first_sample_ns && a->start_ns && mod.first_sample_ns >= a->start_ns)
+		prom_gauge(out, "gpuscope_agent_first_sample_seconds",
+			   "Seconds from the agent's start to its first CPU sample (taken, in a batch).",
+			   (mod.first_sample_ns - a->start_ns) / 1e9);
 }
 
 const struct agent_module oncpu_module = {

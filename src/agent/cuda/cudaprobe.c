@@ -15,6 +15,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/types.h>
 #include <bpf/bpf.h>
@@ -81,8 +82,9 @@ struct lib {
 	dev_t dev;
 	ino_t ino;
 	char path[256];		/* as opened by the agent */
-	struct bpf_link *links[2 * ARRAY_SIZE(apis)];
-	int nlinks, absent, failed;
+	struct bpf_link *links[2 * ARRAY_SIZE(apis)];	/* one uprobe each (no uprobe_multi) */
+	int multi_fd[2];	/* uprobe_multi links: return probes, entry probes; -1: none */
+	int nlinks, absent, failed;	/* nlinks: uprobes attached, by either way */
 };
 
 struct watch {
@@ -100,6 +102,7 @@ struct cuda_state {
 	struct watch watch[WATCH_MAX];
 	int nwatch;
 	bool shared_sync;	/* in_sync is sched.bpf.c's map */
+	bool multi;		/* uprobe_multi links (one per library and direction) */
 	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
 	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost, not_walked,
 		batch_errors, relabel_dropped;
@@ -225,15 +228,79 @@ out:
 	return err;
 }
 
+/*
+ * Whether api i is probed: launches are frequent, and a uprobe on each cost 6-25 % on
+ * launch-bound work (H200, issue 14). Inside trace windows the CUPTI library reports every
+ * launch with its stack, so the driver's launch calls are probed only with
+ * --cuda-launch-probes.
+ */
+static bool api_probed(size_t i)
+{
+	return (strncmp(apis[i].name, "cuLaunch", 8) && !(apis[i].flags & ASYNC)) ||
+	       C.a->opts.cuda_launch_probes;
+}
+
+/*
+ * uprobe_multi (Linux >= 6.6) through bpf(2) itself: libbpf learnt it in 1.3, Debian 12 has 1.1.
+ * The attach type's number and the link_create layout are the kernel's UAPI (linux/bpf.h).
+ */
+#define UPROBE_MULTI_ATTACH	48	/* BPF_TRACE_UPROBE_MULTI */
+#define UPROBE_MULTI_RETURN	1u	/* BPF_F_UPROBE_MULTI_RETURN */
+
+struct uprobe_multi_attr {		/* union bpf_attr's link_create, uprobe_multi member */
+	__u32 prog_fd, target_fd, attach_type, flags;
+	__u64 path, offsets, ref_ctr_offsets, cookies;
+	__u32 cnt, multi_flags, pid, _pad;
+};
+_Static_assert(sizeof(struct uprobe_multi_attr) == 64, "link_create.uprobe_multi layout");
+
+/* A uprobe_multi link of prog_fd on n offsets of path, any process. Its fd, or -errno. */
+static int uprobe_multi_attach(int prog_fd, const char *path, const uint64_t *offs,
+			       const uint64_t *cookies, unsigned n, bool ret)
+{
+	struct uprobe_multi_attr at = {
+		.prog_fd = prog_fd,
+		.attach_type = UPROBE_MULTI_ATTACH,
+		.path = (uintptr_t)path,
+		.offsets = (uintptr_t)offs,
+		.cookies = (uintptr_t)cookies,
+		.cnt = n,
+		.multi_flags = ret ? UPROBE_MULTI_RETURN : 0,
+	};
+	int fd = (int)syscall(__NR_bpf, BPF_LINK_CREATE, &at, sizeof(at));
+
+	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Whether the kernel makes uprobe_multi links, asked as libbpf asks: a program loaded for one,
+ * linked to a directory, gets EBADF where the kernel knows the link type (EINVAL where not).
+ */
+static bool uprobe_multi_supported(void)
+{
+	const struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = UPROBE_MULTI_ATTACH);
+	uint64_t off = 0;
+	int prog, fd;
+
+	prog = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, ARRAY_SIZE(insns), &o);
+	if (prog < 0)
+		return false;
+	fd = uprobe_multi_attach(prog, "/", &off, NULL, 1, false);
+	close(prog);
+	if (fd >= 0) {
+		close(fd);
+		return false;	/* not what a kernel that checks the path does */
+	}
+	return fd == -EBADF;
+}
+
 static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
 {
-	/*
-	 * Launches are frequent: a uprobe on each cost 6-25 % on launch-bound work (H200, issue
-	 * 14). Inside trace windows the CUPTI library reports every launch with its stack, so
-	 * the driver's launch calls are probed only with --cuda-launch-probes.
-	 */
-	if ((!strncmp(apis[i].name, "cuLaunch", 8) || (apis[i].flags & ASYNC)) &&
-	    !C.a->opts.cuda_launch_probes)
+	if (!api_probed(i))
 		return;
 	if (!off) {
 		l->absent++;
@@ -261,6 +328,47 @@ static void attach_one(struct lib *l, const char *path, size_t i, uint64_t off)
 	}
 }
 
+/*
+ * Every probed function of the library as two uprobe_multi links (return probes first: a call
+ * entered between the two has no lost return), synchronizing calls first in each. Detaching a
+ * link waits for one grace period for all its probes, where single uprobes wait for one each:
+ * a hundred of them took 5-11 s to stop on a loaded 2-core VM.
+ */
+static void attach_lib_multi(struct lib *l, const char *path, const uint64_t *off)
+{
+	uint64_t offs[ARRAY_SIZE(apis)], cookies[ARRAY_SIZE(apis)];
+	unsigned n = 0;
+
+	for (int sync = 1; sync >= 0; sync--)
+		for (size_t i = 0; i < ARRAY_SIZE(apis); i++) {
+			if (!(apis[i].flags & GPUSCOPE_CUDA_SYNC) != !sync || !api_probed(i))
+				continue;
+			if (!off[i]) {
+				l->absent++;
+				continue;
+			}
+			offs[n] = off[i];
+			cookies[n++] = i | (apis[i].flags & GPUSCOPE_CUDA_SYNC);
+		}
+	for (int ret = 1; ret >= 0 && n; ret--) {
+		struct bpf_program *prog = ret ? C.skel->progs.cu_return : C.skel->progs.cu_entry;
+		int fd;
+
+		if (C.a->stopping)	/* as attach_one() */
+			return;
+		fd = uprobe_multi_attach(bpf_program__fd(prog), path, offs, cookies, n, ret);
+		if (fd < 0) {
+			l->failed += n;
+			C.attach_failures += n;
+			log_debug("cuda: '%s': uprobe_multi link (%s): %s", l->path,
+				  ret ? "returns" : "entries", strerror(-fd));
+			continue;
+		}
+		l->multi_fd[ret] = fd;
+		l->nlinks += n;
+	}
+}
+
 static void attach_lib(struct lib *l, int fd)
 {
 	uint64_t off[ARRAY_SIZE(apis)] = { 0 };
@@ -274,6 +382,10 @@ static void attach_lib(struct lib *l, int fd)
 		l->failed++;
 		C.attach_failures++;
 		log_warn("cuda: '%s': no driver API symbols (%s)", l->path, strerror(-err));
+		return;
+	}
+	if (C.multi) {
+		attach_lib_multi(l, path, off);
 		return;
 	}
 	/* synchronizing calls first, then the rest: each attach takes milliseconds */
@@ -322,6 +434,7 @@ static void check_pid(struct watch *w, uint64_t now)
 	}
 	l = &C.libs[C.nlibs++];
 	memset(l, 0, sizeof(*l));
+	l->multi_fd[0] = l->multi_fd[1] = -1;
 	l->dev = st.st_dev;
 	l->ino = st.st_ino;
 	snprintf(l->path, sizeof(l->path), "%s", path);
@@ -564,6 +677,16 @@ static int cuda_start(struct agent *a)
 			goto out_destroy;
 		skel->rodata->use_unwinder = true;
 	}
+	/* a program of a uprobe_multi link is loaded for it (and then only attaches that way) */
+	if (getenv("GPUSCOPE_CUDA_SINGLE_UPROBES"))	/* tests and triage */
+		log_info("cuda: single uprobes (GPUSCOPE_CUDA_SINGLE_UPROBES)");
+	else if (!(C.multi = uprobe_multi_supported()))
+		log_info("cuda: single uprobes (the kernel makes no uprobe_multi links: Linux < "
+			 "6.6): each takes a grace period to detach");
+	if (C.multi) {
+		bpf_program__set_expected_attach_type(skel->progs.cu_entry, UPROBE_MULTI_ATTACH);
+		bpf_program__set_expected_attach_type(skel->progs.cu_return, UPROBE_MULTI_ATTACH);
+	}
 	err = cudaprobe_bpf__load(skel);
 	if (err) {
 		err = bpf_load_error("cuda_probe", err);
@@ -617,15 +740,25 @@ static void *detach_some(void *arg)
 {
 	long k = (long)arg;
 
-	for (int i = 0; i < C.nlibs; i++)
-		for (int j = (int)k; j < C.libs[i].nlinks; j += DETACH_THREADS)
-			bpf_link__destroy(C.libs[i].links[j]);
+	for (int i = 0; i < C.nlibs; i++) {
+		struct lib *l = &C.libs[i];
+
+		if (l->multi_fd[0] >= 0 || l->multi_fd[1] >= 0) {
+			/* a link's probes go together; its two links on two threads */
+			if (k < 2 && l->multi_fd[k] >= 0)
+				close(l->multi_fd[k]);
+			continue;
+		}
+		for (int j = (int)k; j < l->nlinks; j += DETACH_THREADS)
+			bpf_link__destroy(l->links[j]);
+	}
 	return NULL;
 }
 
 /*
- * Each uprobe detach waits for a grace period (~60 ms here); a hundred of them one after the
- * other take seconds, so they run in parallel and share the grace periods.
+ * Each single uprobe's detach waits for a grace period (~60 ms here); a hundred of them one
+ * after the other take seconds, so they run in parallel and share the grace periods. A
+ * uprobe_multi link waits once for all of its probes.
  */
 static void detach_all(void)
 {
@@ -661,14 +794,24 @@ static void cuda_stop(struct agent *a)
 
 static void cuda_metrics(struct agent *a, FILE *out)
 {
-	int probes = 0, absent = 0;
+	int probes = 0, absent = 0, multi = 0, single = 0;
 
 	if (!C.skel)
 		return;
 	for (int i = 0; i < C.nlibs; i++) {
-		probes += C.libs[i].nlinks;
-		absent += C.libs[i].absent;
+		const struct lib *l = &C.libs[i];
+
+		probes += l->nlinks;
+		absent += l->absent;
+		multi += (l->multi_fd[0] >= 0) + (l->multi_fd[1] >= 0);
+		if (l->multi_fd[0] < 0 && l->multi_fd[1] < 0)
+			single += l->nlinks;
 	}
+	prom_family(out, "gpuscope_agent_cuda_probe_links", "gauge",
+		    "Links holding the uprobes, by kind: uprobe_multi (one per library and "
+		    "direction, Linux >= 6.6; detached in one grace period) or uprobe (one each).");
+	prom_sample1_u64(out, "gpuscope_agent_cuda_probe_links", "kind", "uprobe_multi", multi);
+	prom_sample1_u64(out, "gpuscope_agent_cuda_probe_links", "kind", "uprobe", single);
 	prom_gauge(out, "gpuscope_agent_cuda_libs_probed", "CUDA driver libraries probed.",
 		   C.nlibs);
 	prom_counter(out, "gpuscope_agent_cuda_libs_deleted_total",

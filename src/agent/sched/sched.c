@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,17 +304,53 @@ static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, ap);
 }
 
+/* The kernel's wait functions (blocked.c), read on a thread of their own at start. */
+struct blocked_job {
+	pthread_t th;
+	bool started;
+	int err;
+};
+
+static void *blocked_job_run(void *arg)
+{
+	struct blocked_job *j = arg;
+
+	j->err = blocked__init();
+	return NULL;
+}
+
+/* Returns blocked__init()'s result; undone by blocked__done() when 0. */
+static int blocked_job_wait(struct blocked_job *j)
+{
+	if (j->started)
+		pthread_join(j->th, NULL);
+	j->started = false;
+	return j->err;
+}
+
 static int sched_start(struct agent *a)
 {
+	struct blocked_job bj = { 0 };
 	struct sched_bpf *skel;
 	int err;
 
 	memset(&S, 0, sizeof(S));
 	S.a = a;
+	/*
+	 * /proc/kallsyms (120k lines) is read beside the BPF load and the /proc scan: on a loaded
+	 * 2-core machine each took 0.1-0.4 s, mostly waiting for a CPU.
+	 */
+	bj.started = !pthread_create(&bj.th, NULL, blocked_job_run, &bj);
+	if (!bj.started)
+		bj.err = blocked__init();
 	libbpf_set_print(libbpf_quiet);
 	skel = sched_bpf__open();
-	if (!skel)
-		return -errno;
+	if (!skel) {
+		err = -errno;
+		if (!blocked_job_wait(&bj))
+			blocked__done();
+		return err;
+	}
 	skel->rodata->track_all = a->opts.all_processes;
 	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
@@ -347,7 +384,10 @@ static int sched_start(struct agent *a)
 	}
 	S.skel = skel;
 	bpf_counters__set(GPUSCOPE_PROG_SCHED, bpf_map__fd(skel->maps.errors));
-	err = blocked__init();
+	err = procs__acquire(a, on_tracked, &S);
+	if (err)
+		goto out_rb;
+	err = blocked_job_wait(&bj);
 	if (err)
 		log_warn("sched: /proc/kallsyms: %s: blocked reasons from syscalls only",
 			 strerror(-err));
@@ -357,19 +397,17 @@ static int sched_start(struct agent *a)
 		/* loads the kernel symbols now rather than in the first tick */
 		symbolizer__kernel(a->sym, blocked__some_kernel_address(), &f);
 	}
-	err = procs__acquire(a, on_tracked, &S);
-	if (err)
-		goto out_rb;
 	strips_in_sync_map_fd = bpf_map__fd(skel->maps.in_sync);
 	S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
 	return 0;
 out_rb:
 	bpf_counters__set(GPUSCOPE_PROG_SCHED, -1);
-	blocked__done();
 	ring_buffer__free(S.rb);
 	S.rb = NULL;
 	S.skel = NULL;
 out_destroy:
+	if (!blocked_job_wait(&bj))
+		blocked__done();
 	sched_bpf__destroy(skel);
 	return err;
 }

@@ -225,30 +225,38 @@ static __always_inline __u64 py_find_tstate(struct py_state *ps, const struct gp
 	return c.found;
 }
 
-/* First need of the Python frames in a walk: the thread's current frame. */
-static __always_inline void py_start(struct uwalk *st)
+/*
+ * First need of the Python frames in a walk: the thread's current frame. A global function:
+ * the thread-list loop is checked once, not once per state of the walk calling it.
+ */
+__noinline int uwalk_py_start(struct uwalk *st)
 {
-	struct py_state *ps = py_state(st);
-	struct gpuscope_py_proc *p = bpf_map_lookup_elem(&py_procs, &st->ktgid);
+	struct gpuscope_py_proc *p;
+	struct py_state *ps;
 	__u64 ts, f;
 	int err = 0;
 
+	if (!st)
+		return 0;
+	ps = py_state(st);
+	p = bpf_map_lookup_elem(&py_procs, &st->ktgid);
 	ps->state = PY_WALK_DONE;
 	if (!p)
-		return;
+		return 0;
 	ts = py_find_tstate(ps, p);
 	if (!ts) {
 		py_count(GPUSCOPE_PY_STAT_NO_THREAD);
-		return;
+		return 0;
 	}
 	f = py_read_u64(ts + p->ts_frame, &err);
 	if (f && p->cf_current != GPUSCOPE_PY_NO_OFFSET)
 		f = py_read_u64(f + p->cf_current, &err);
 	if (err || !f)
-		return;
+		return 0;
 	py_count(GPUSCOPE_PY_STAT_WALKS);
 	ps->frame = f;
 	ps->state = PY_WALK_ACTIVE;
+	return 0;
 }
 
 /*
@@ -307,14 +315,21 @@ static __always_inline void py_name_code(struct py_room *r, __u32 ktgid)
 	py_count(GPUSCOPE_PY_STAT_NAMED);
 }
 
-/* Pushes one frame (a bpf_loop callback over st): 1 ends the loop. */
-static long py_step(__u64 i, void *ctx)
+/*
+ * Pushes one frame: 1 ends the Python walk. A global function: the verifier checks it once,
+ * not once per caller state of the two loops that run it (250k of the 250k instructions it
+ * processed for each walking program while it was a static callback).
+ */
+__noinline int uwalk_py_frame(struct uwalk *st)
 {
-	struct uwalk *st = ctx;
-	struct py_state *ps = py_state(st);
-	__u64 f = ps->frame, code, off = 0, prev;
+	struct py_state *ps;
+	__u64 f, code, off = 0, prev;
 	int err = 0;
 
+	if (!st)
+		return 1;
+	ps = py_state(st);
+	f = ps->frame;
 	if (!f) {
 		ps->state = PY_WALK_DONE;
 		return 1;
@@ -392,12 +407,18 @@ read_failed:
 	return 1;
 }
 
+/* A bpf_loop callback over st: one frame per step. */
+static long py_step(__u64 i, void *ctx)
+{
+	return uwalk_py_frame(ctx) ? 1 : 0;
+}
+
 static __always_inline void py_emit(struct uwalk *st)
 {
 	struct py_state *ps = py_state(st);
 
 	if (ps->state == PY_WALK_INIT)
-		py_start(st);
+		uwalk_py_start(st);
 	if (ps->state != PY_WALK_ACTIVE) {
 		if (ps->state == PY_WALK_DONE)
 			py_count(GPUSCOPE_PY_STAT_EVAL_EMPTY);
@@ -413,7 +434,7 @@ static __always_inline void py_walk_end(struct uwalk *st)
 	__u32 reason = st->reason ? st->reason : GPUSCOPE_TRUNC_PYTHON;
 
 	if (ps->state == PY_WALK_INIT)
-		py_start(st);
+		uwalk_py_start(st);
 	if (ps->state != PY_WALK_ACTIVE || !ps->frame)
 		return;
 	py_count(GPUSCOPE_PY_STAT_UNREACHED);
