@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The agent's CPU for a new process (issue #33): `gpuscope-agent run` of the whole machine, then
-# a Python program importing native modules (ssl, sqlite3, ctypes, decimal, json) and a clang
-# compile (libLLVM, libclang-cpp), each run twice; then the agent restarted and both run again.
+# The agent's CPU for a new process (issue #33): `gpuscope-agent run --pid` of shells held
+# stopped until they exec (so that nothing else the machine runs counts), in turn: a Python program importing native modules (ssl, sqlite3, ctypes, decimal, json) and a clang
+# compile (libLLVM, libclang-cpp), each run twice; then the agent restarted and both run again,
+# then once more with the agent restarted without its cache (the control).
 # Per run: the agent's CPU (utime + stime, less its idle rate over the same time), its unwind
 # tables built and loaded from the on-disk cache. ARGS go to the agent; without any, the cache
 # starts empty in the scratch folder (--unwind-cache-dir off: the agent without it).
@@ -85,5 +86,9 @@ kill -INT $apid; wait $apid
 py3=$(stopped "$PY" -c "$pywork"); cc3=$(stopped clang -O2 -c "$tmp/big.c" -o "$tmp/big3.o")
 start_agent $py3 $cc3 -- "$@"
 phase=restart; one python $py3; one clang $cc3
+kill -INT $apid; wait $apid
+py4=$(stopped "$PY" -c "$pywork"); cc4=$(stopped clang -O2 -c "$tmp/big.c" -o "$tmp/big4.o")
+start_agent $py4 $cc4 -- --unwind-cache-dir off
+phase=no-cache; one python $py4; one clang $cc4
 kill -INT $apid; wait $apid
 kill -CONT $(cat "$tmp/stopped") 2>/dev/null
