@@ -150,8 +150,8 @@ static bool has_suffix(const char *s, const char *suf)
 }
 
 /*
- * Counts the entries (and, with evict, removes the least recently used until the rest fit in
- * the bound); removes temporary files left by writes that died. 0 or -errno.
+ * Counts the entries (and, with evict, past the bound removes the least recently used until
+ * the rest take 90 % of it); removes temporary files left by writes that died. 0 or -errno.
  */
 static int scan(struct uw_cache *c, bool evict)
 {
@@ -195,8 +195,11 @@ static int scan(struct uw_cache *c, bool evict)
 		n++;
 	}
 	if (evict && total > c->max_bytes) {
+		/* down to 90 %: the next stores do not each scan the directory again */
+		uint64_t low = c->max_bytes - c->max_bytes / 10;
+
 		qsort(es, n, sizeof(*es), by_mtime);
-		for (size_t i = 0; i < n && total > c->max_bytes; i++) {
+		for (size_t i = 0; i < n && total > low; i++) {
 			if (unlinkat(dirfd(d), es[i].name, 0) && errno != ENOENT)
 				continue;
 			total -= es[i].bytes;

@@ -717,12 +717,6 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 	u->opts.poll_ms = opts && opts->poll_ms ? opts->poll_ms : 20;
 	u->opts.foreground = opts && opts->foreground;
 	u->opts.hold_builds = opts && opts->hold_builds;
-	if (opts && opts->cache_dir) {
-		u->cache = uw_cache__open(opts->cache_dir, opts->cache_max_bytes);
-		if (!u->cache)
-			log_warn("unwind: table cache '%s': %s: tables built in every agent run",
-				 opts->cache_dir, strerror(errno));
-	}
 	u->st.budget_bytes = u->opts.budget_bytes;
 	u->lru.lru_next = u->lru.lru_prev = &u->lru;
 	pthread_mutex_init(&u->lock, NULL);
@@ -763,6 +757,12 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		err = -errno;
 		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
 		goto out_free;
+	}
+	if (opts && opts->cache_dir) {
+		u->cache = uw_cache__open(opts->cache_dir, opts->cache_max_bytes);
+		if (!u->cache)
+			log_warn("unwind: table cache '%s': %s: tables built in every agent run",
+				 opts->cache_dir, strerror(errno));
 	}
 	u->py = python__new();
 	if (u->py)
