@@ -19,7 +19,7 @@ $(UWFIX_OUT)/libnofp_late.so: $(UWFIX_SRC)/nofp_lib.c mk/unwind.mk
 $(UWFIX_OUT)/nofp_burn: $(UWFIX_SRC)/nofp_burn.c $(UWFIX_OUT)/libnofp.so mk/unwind.mk
 	$(Q)$(CC) $(UWFIX_CFLAGS) -fPIE -pie -o $@ $< -L$(UWFIX_OUT) -lnofp -Wl,-rpath,'$$ORIGIN' -ldl
 
-$(OUT)/tests/unit/test_unwind_table: $(UWFIX_BINS)
+$(OUT)/tests/unit/test_unwind_table $(OUT)/tests/unit/test_unwind_cache: $(UWFIX_BINS)
 
 # Benchmark driver: table build time, rows and bytes per binary (bench/unwind/README.md).
 all: $(OUT)/bench/unwind/tablebench

@@ -39,6 +39,9 @@ struct agent_opts {
 	const char *server;		/* --server URL (capture requests come from there) */
 	const char *token_file;		/* --token-file */
 	const char *ca_file;		/* --ca-file: the PEM CA for an https:// server */
+	const char *unwind_cache_dir;	/* --unwind-cache-dir (unwind/cache.h); NULL: the default,
+					 * "off": none */
+	uint64_t unwind_cache_max;	/* --unwind-cache-max; 0: the default */
 };
 
 struct agent {

@@ -75,6 +75,7 @@ static void usage(FILE *f)
 		"      --event E        auto (default: cycles if present, else cpu-clock), cpu-clock, cycles\n"
 		"      --no-kernel      do not record kernel stacks\n"
 		"      --frame-pointers user stacks from frame pointers only (no unwind tables)\n"
+		"      --unwind-cache-dir DIR  unwind tables read from and kept in DIR (default: none)\n"
 		"  -v, --verbose        debug logging\n");
 }
 
@@ -436,7 +437,8 @@ int cmd_record(int argc, char **argv)
 		{ "folded", required_argument, NULL, 'f' },   { "top", required_argument, NULL, 't' },
 		{ "event", required_argument, NULL, 'e' },    { "no-kernel", no_argument, NULL, 'K' },
 		{ "verbose", no_argument, NULL, 'v' },	      { "help", no_argument, NULL, 'h' },
-		{ "frame-pointers", no_argument, NULL, 'P' }, { 0 } };
+		{ "frame-pointers", no_argument, NULL, 'P' }, { "unwind-cache-dir", required_argument, NULL, 'U' },
+		{ 0 } };
 	struct oncpu_opts opts = { .frequency_hz = 99 };
 	pid_t pids[MAX_PIDS];
 	const char *output = NULL, *folded = NULL, *why = NULL;
@@ -447,6 +449,7 @@ int cmd_record(int argc, char **argv)
 	struct oncpu *o = NULL;
 	struct unwinder *uw = NULL;
 	bool no_unwind = false;
+	const char *cache_dir = NULL;
 	int c, top = 20, rc = 1, err;
 	char *end;
 	long v;
@@ -510,6 +513,9 @@ int cmd_record(int argc, char **argv)
 		case 'P':
 			no_unwind = true;
 			break;
+		case 'U':
+			cache_dir = optarg;
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -541,7 +547,7 @@ int cmd_record(int argc, char **argv)
 			 "unknown", why, strerror(errno));
 	if (!no_unwind) {
 		/* a command the user waits for: its tables at the user's priority */
-		struct unwinder_opts uo = { .foreground = true };
+		struct unwinder_opts uo = { .foreground = true, .cache_dir = cache_dir };
 
 		uw = unwinder__new(&uo, &why);
 		if (!uw && errno != EPERM)	/* no privilege: the sampler says so below */
@@ -627,6 +633,10 @@ int cmd_record(int argc, char **argv)
 		       (unsigned long long)us.table_frames, (unsigned long long)us.fp_frames,
 		       (unsigned long long)trunc, (unsigned long long)us.tables,
 		       (unsigned long long)us.table_bytes >> 10);
+		if (us.cache_on)
+			printf("unwind cache: %llu hits, %llu misses, %llu corrupt, %llu stored\n",
+			       (unsigned long long)us.cache_hits, (unsigned long long)us.cache_misses,
+			       (unsigned long long)us.cache_corrupt, (unsigned long long)us.cache_stores);
 		if (unwinder__python(uw)) {
 			struct python_stats ps;
 

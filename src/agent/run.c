@@ -183,6 +183,9 @@ static void usage(FILE *f)
 		"  --no-gpu                 do not poll NVML\n"
 		"  --nvml-{samples,memory,gpm,slow,process,fields}-interval DUR\n"
 		"                           NVML poll rates (docs/nvml.md; 0 turns one off)\n"
+		"  --unwind-cache-dir DIR   unwind tables kept on disk across processes and restarts\n"
+		"                           (default /var/lib/gpuscope/unwind-cache; 'off': none)\n"
+		"  --unwind-cache-max SIZE  its bound, least recently used out past it (default 512MiB)\n"
 		"  --relabel-config FILE    Prometheus-style relabel rules for process labels\n"
 		"                           (docs/kubernetes.md); a malformed file stops the start\n"
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
@@ -352,7 +355,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 	enum {
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
-		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES,
+		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES, OPT_UNWIND_OPT,
 		OPT_OFFCPU_WALK_SHARE,
 	};
 	static struct trace_cfg trace;
@@ -386,6 +389,8 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "gpu-trace-budget", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-period", required_argument, NULL, OPT_TRACE_OPT },
 		{ "cuda-launch-probes", no_argument, NULL, OPT_LAUNCH_PROBES },
+		{ "unwind-cache-dir", required_argument, NULL, OPT_UNWIND_OPT },
+		{ "unwind-cache-max", required_argument, NULL, OPT_UNWIND_OPT },
 		{ "gpu-trace-window", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-kernel-cost", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-idle-trigger", required_argument, NULL, OPT_TRACE_OPT },
@@ -409,6 +414,10 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			break;
 		case OPT_NVML_OPT:	/* gpu/nvml.c parses its own rates */
 			if (nvml_parse_opt(ao, lopts[li].name, optarg) <= 0)
+				return -EINVAL;
+			break;
+		case OPT_UNWIND_OPT:	/* unwind/ parses its own cache options */
+			if (unwind_parse_opt(ao, lopts[li].name, optarg) <= 0)
 				return -EINVAL;
 			break;
 		case OPT_LAUNCH_PROBES:

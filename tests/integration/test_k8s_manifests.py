@@ -142,6 +142,9 @@ def main():
         check(path in mounts and vols[mounts[path]].get("hostPath", {}).get("path") == path, "host mount %s" % path)
     check(mounts.get("/var/lib/gpuscope/spool") and vols[mounts["/var/lib/gpuscope/spool"]]["hostPath"]["type"] ==
           "DirectoryOrCreate", "spool survives restarts on the host")
+    check(mounts.get("/var/lib/gpuscope/unwind-cache") and
+          vols[mounts["/var/lib/gpuscope/unwind-cache"]]["hostPath"]["type"] == "DirectoryOrCreate",
+          "unwind-table cache survives restarts on the host (the root filesystem is read-only)")
 
     # token, relabel config, server address: names that must agree
     secret = by_kind(docs, "Secret")[0]

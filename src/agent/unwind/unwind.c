@@ -28,6 +28,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/sym/sym_elf.h"
+#include "agent/unwind/cache.h"
 #include "agent/unwind/frames.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/table.h"
@@ -105,6 +106,7 @@ struct unwinder {
 	struct bin *vdso;
 	struct unwind_proc *scratch_proc;	/* one value being assembled */
 	struct python *py;			/* CPython frames (python.h); NULL: none */
+	struct uw_cache *cache;			/* tables on disk (cache.h); NULL: none */
 };
 
 /* ---- tables ------------------------------------------------------------------------------- */
@@ -176,17 +178,46 @@ out:
 	return err;
 }
 
-/* Builds and loads b's table from fd (or memory), evicting LRU tables to stay in budget. */
+/*
+ * b's table from the on-disk cache, else built from fd (or memory: the vDSO, never cached) and
+ * then written to the cache; *ret_cached says which. 0 or uw_table_build()'s -errno.
+ */
+static int get_table(struct unwinder *u, struct bin *b, int fd, const void *mem, size_t len,
+		     struct uw_table *t, bool *ret_cached)
+{
+	uint64_t t0, budget = u->opts.budget_bytes;
+	bool cached = u->cache && fd >= 0;
+	int err;
+
+	*ret_cached = cached && !uw_cache__load(u->cache, b->key, t);
+	if (*ret_cached)
+		return 0;
+	t0 = mono_ns();
+	err = uw_table_build(fd, mem, len, (uint32_t)(budget / 8 < UINT32_MAX ? budget / 8 : UINT32_MAX),
+			     &u->stop, t);
+	pthread_mutex_lock(&u->lock);
+	u->st.build_ns += mono_ns() - t0;
+	pthread_mutex_unlock(&u->lock);
+	if (!err && cached && uw_table_bytes(t) <= budget) {
+		int serr = uw_cache__store(u->cache, b->key, t);
+
+		if (serr)
+			log_debug("unwind cache: writing the table of %s: %s", b->key,
+				  strerror(-serr));
+	}
+	return err;
+}
+
+/* Loads b's table (cached or built) into its map, evicting LRU tables to stay in budget. */
 static void build_bin(struct unwinder *u, struct bin *b, int fd, const void *mem, size_t len)
 {
 	uint64_t t0 = mono_ns(), budget = u->opts.budget_bytes;
 	struct uw_table t = { 0 };
+	bool cached = false;
 	int err;
 
-	err = uw_table_build(fd, mem, len, (uint32_t)(budget / 8 < UINT32_MAX ? budget / 8 : UINT32_MAX),
-			     &u->stop, &t);
+	err = get_table(u, b, fd, mem, len, &t, &cached);
 	pthread_mutex_lock(&u->lock);
-	u->st.build_ns += mono_ns() - t0;
 	if (err == -ECANCELED)	/* stopping: not a failure, and no state to keep */
 		goto out;
 	if (err == -ENODATA || err == -ENOEXEC) {
@@ -219,9 +250,11 @@ static void build_bin(struct unwinder *u, struct bin *b, int fd, const void *mem
 	}
 	b->state = BIN_READY;
 	b->bytes = uw_table_bytes(&t);
-	log_debug("unwind: table of %s built in %.1f ms", b->key, (mono_ns() - t0) / 1e6);
+	log_debug("unwind: table of %s %s in %.1f ms", b->key, cached ? "from the cache" : "built",
+		  (mono_ns() - t0) / 1e6);
 	lru_add(u, b);
-	u->st.built++;
+	u->st.built += !cached;
+	u->st.cached += cached;
 	u->st.tables++;
 	u->st.table_bytes += b->bytes;
 out:
@@ -319,10 +352,18 @@ static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps
 		f->mtime_ns = mtime;
 		f->size = st.st_size;
 		if (!elf_read_info(fd, &info)) {
+			char key[sizeof(info.build_id) + 64];
+			uint64_t fp = 0;
+
 			if (!info.build_id[0])
 				snprintf(info.build_id, sizeof(info.build_id),
 					 "file:%" PRIx64 ":%" PRIu64 ":%" PRId64, f->dev, f->ino, mtime);
-			f->bin = bin_get(u, info.build_id, &info);
+			/* the build-id and what the table is made of: a file replaced in place
+			 * under the same build-id (patched, relinked with a fixed id) is another
+			 * binary here and in the on-disk cache */
+			uw_cfi_fingerprint(fd, info.segs, info.nsegs, &fp);
+			snprintf(key, sizeof(key), "%s#%016" PRIx64, info.build_id, fp);
+			f->bin = bin_get(u, key, &info);
 			free(info.segs);
 		}
 		if (u->nfiles < 65536) {	/* bounded: beyond, identities are just re-read */
@@ -717,6 +758,12 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
 		goto out_free;
 	}
+	if (opts && opts->cache_dir) {
+		u->cache = uw_cache__open(opts->cache_dir, opts->cache_max_bytes);
+		if (!u->cache)
+			log_warn("unwind: table cache '%s': %s: tables built in every agent run",
+				 opts->cache_dir, strerror(errno));
+	}
 	u->py = python__new();
 	if (u->py)
 		python__set_default(u->py);
@@ -728,12 +775,14 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		goto out_free;
 	}
 	u->thread_started = true;
+	pthread_setname_np(u->thread, "gs-unwind");	/* its CPU apart in top -H, /proc */
 	err = pthread_create(&u->builder, NULL, builder, u);
 	if (err) {
 		err = -err;
 		goto out_free;
 	}
 	u->builder_started = true;
+	pthread_setname_np(u->builder, "gs-unwind-build");
 	return u;
 out_free:
 	unwinder__free(u);
@@ -784,6 +833,7 @@ void unwinder__free(struct unwinder *u)
 			close(fds[i]);
 	pthread_mutex_destroy(&u->lock);
 	python__free(u->py);
+	uw_cache__free(u->cache);
 	free(u->scratch_proc);
 	free(u);
 }
@@ -895,6 +945,21 @@ void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
 	ret->table_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TABLE_FRAMES);
 	ret->fp_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FP_FRAMES);
 	ret->no_proc = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_PROC);
+	if (u->cache) {
+		struct uw_cache_stats cs;
+
+		uw_cache__stats(u->cache, &cs);
+		ret->cache_on = true;
+		ret->cache_hits = cs.hits;
+		ret->cache_misses = cs.misses;
+		ret->cache_corrupt = cs.corrupt;
+		ret->cache_stores = cs.stores;
+		ret->cache_store_errors = cs.store_errors;
+		ret->cache_evicted = cs.evicted;
+		ret->cache_bytes = cs.bytes;
+		ret->cache_max_bytes = cs.max_bytes;
+		ret->cache_load_ns = cs.load_ns;
+	}
 	ret->parent_maps = bpf_percpu_sum(u->stats_fd, UNWIND_ST_PARENT);
 	ret->no_table = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_TABLE);
 	ret->nested = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NESTED);
@@ -902,85 +967,4 @@ void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
 	ret->stack_collisions = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_COLLISION);
 	for (int i = 0; i < 16; i++)
 		ret->truncated[i] = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TRUNC_BASE + i);
-}
-
-void unwinder__metrics(struct unwinder *u, FILE *out)
-{
-	static const char *reasons[GPUSCOPE_TRUNC_MAX] = {
-		[GPUSCOPE_TRUNC_DEPTH] = "depth",	  [GPUSCOPE_TRUNC_UNMAPPED] = "unmapped",
-		[GPUSCOPE_TRUNC_READ] = "read_fault",	  [GPUSCOPE_TRUNC_NO_PROC] = "no_proc",
-		[GPUSCOPE_TRUNC_BAD_FRAME] = "bad_frame", [GPUSCOPE_TRUNC_UNSUPPORTED] = "unsupported",
-		[GPUSCOPE_TRUNC_PYTHON] = "python",
-	};
-	struct unwinder_stats s;
-	const char *n;
-
-	unwinder__stats(u, &s);
-	prom_gauge(out, "gpuscope_agent_unwind_tables",
-		   "Unwind tables loaded in BPF maps (LRU by build-id).", (double)s.tables);
-	prom_gauge(out, "gpuscope_agent_unwind_table_bytes", "Bytes of unwind tables in BPF maps.",
-		   (double)s.table_bytes);
-	prom_gauge(out, "gpuscope_agent_unwind_budget_bytes",
-		   "Budget for unwind tables; least recently used binaries are evicted beyond it.",
-		   (double)s.budget_bytes);
-	n = "gpuscope_agent_unwind_binaries_total";
-	prom_family(out, n, "counter", "Binaries by unwind-table outcome (no_cfi and over_budget "
-				       "unwind with frame pointers).");
-	prom_sample1_u64(out, n, "result", "built", s.built);
-	prom_sample1_u64(out, n, "result", "no_cfi", s.no_cfi);
-	prom_sample1_u64(out, n, "result", "over_budget", s.over_budget);
-	prom_sample1_u64(out, n, "result", "evicted", s.evicted);
-	prom_sample1_u64(out, n, "result", "error", s.build_errors);
-	prom_family(out, "gpuscope_agent_unwind_build_seconds_total", "counter",
-		    "Time spent building unwind tables.");
-	prom_sample(out, "gpuscope_agent_unwind_build_seconds_total", NULL, 0, s.build_ns / 1e9);
-	prom_gauge(out, "gpuscope_agent_unwind_build_queue",
-		   "Binaries waiting for their unwind table to be built (frame pointers there "
-		   "meanwhile).", (double)s.queued);
-	prom_gauge(out, "gpuscope_agent_unwind_procs",
-		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
-	n = "gpuscope_agent_unwind_walks_total";
-	prom_family(out, n, "counter", "User-stack walks in BPF: all, of processes not known yet "
-				       "(frame pointers), of those fork children walked with their "
-				       "parent's mappings, without a free scratch slot (not taken).");
-	prom_sample1_u64(out, n, "result", "all", s.walks);
-	prom_sample1_u64(out, n, "result", "no_proc", s.no_proc);
-	prom_sample1_u64(out, n, "result", "parent_maps", s.parent_maps);
-	prom_sample1_u64(out, n, "result", "no_scratch", s.nested);
-	n = "gpuscope_agent_unwind_frames_total";
-	prom_family(out, n, "counter", "Native frames walked, by method.");
-	prom_sample1_u64(out, n, "method", "table", s.table_frames);
-	prom_sample1_u64(out, n, "method", "frame_pointer", s.fp_frames);
-	prom_sample1_u64(out, n, "method", "table_evicted", s.no_table);
-	n = "gpuscope_agent_unwind_kept_stacks_lost_total";
-	prom_family(out, n, "counter", "Stacks for later (off-CPU, CUDA calls) not kept: map full, "
-				       "id taken by another stack; clears of the map.");
-	prom_sample1_u64(out, n, "reason", "full", s.stack_full);
-	prom_sample1_u64(out, n, "reason", "collision", s.stack_collisions);
-	prom_counter(out, "gpuscope_agent_unwind_kept_stacks_clears_total",
-		     "Times the kept-stacks map was cleared near full.", s.stack_clears);
-	n = "gpuscope_agent_unwind_truncated_total";
-	prom_family(out, n, "counter", "Walks that ended early (a [truncated] frame), by reason.");
-	for (int i = 1; i < GPUSCOPE_TRUNC_MAX; i++)
-		prom_sample1_u64(out, n, "reason", reasons[i], s.truncated[i]);
-	if (u->py)
-		python__metrics(u->py, out);
-}
-
-struct unwinder *agent__unwinder(struct agent *a)
-{
-	const char *why;
-
-	if (a->unwind || a->unwind_tried)
-		return a->unwind;
-	a->unwind_tried = true;
-	if (getenv("GPUSCOPE_FRAME_POINTERS")) {	/* comparisons and benchmarks */
-		log_info("unwind: GPUSCOPE_FRAME_POINTERS set: user stacks from frame pointers only");
-		return NULL;
-	}
-	a->unwind = unwinder__new(NULL, &why);
-	if (!a->unwind && errno != EPERM)	/* no privilege: the modules say so */
-		log_warn("unwind: %s (%s): user stacks from frame pointers only",
-			 why ? why : "cannot start", strerror(errno));
-	return a->unwind;
 }

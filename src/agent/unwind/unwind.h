@@ -22,6 +22,9 @@ struct unwinder_opts {
 	bool foreground;		/* builds at the caller's priority (record), not below the
 					 * workloads (the always-on agent) */
 	bool hold_builds;		/* tests: no build until unwinder__release_builds() */
+	const char *cache_dir;		/* tables kept on disk across processes and restarts
+					 * (cache.h); NULL: none */
+	uint64_t cache_max_bytes;	/* its bound (0: 512 MiB) */
 };
 
 /*
@@ -54,21 +57,32 @@ int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames);
 struct unwinder_stats {
 	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
 	uint64_t built, build_ns, no_cfi, over_budget, evicted, build_errors;
+	uint64_t cached;				/* loaded from the on-disk cache */
 	uint64_t queued;				/* binaries waiting for a build now */
 	uint64_t procs, refreshes, requests;
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
 	uint64_t parent_maps;	/* of no_proc: fork children walked with their parent's mappings */
 	uint64_t stack_full, stack_collisions, stack_clears;
 	uint64_t truncated[16];				/* by enum gpuscope_trunc */
+	bool cache_on;					/* the on-disk cache (cache.h) */
+	uint64_t cache_hits, cache_misses, cache_corrupt, cache_stores, cache_store_errors;
+	uint64_t cache_evicted, cache_bytes, cache_max_bytes, cache_load_ns;
 };
 void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret);
 /* Prometheus text lines (gpuscope_agent_unwind_*). Any thread. */
 void unwinder__metrics(struct unwinder *u, FILE *out);
 
 struct agent;
+struct agent_opts;
 /*
- * The agent's unwinder, created on first use (every stack-taking module asks for it). NULL when
- * the kernel cannot run it: logged once, stacks then come from frame pointers. Main thread.
+ * Parses the unwinder's own agent options (--unwind-cache-dir DIR|off, --unwind-cache-max
+ * SIZE) into o: 1 when name is one of them, 0 when not, -EINVAL (logged) on a bad value.
+ */
+int unwind_parse_opt(struct agent_opts *o, const char *name, const char *val);
+/*
+ * The agent's unwinder, created on first use (every stack-taking module asks for it), with the
+ * on-disk table cache of a->opts (default /var/lib/gpuscope/unwind-cache). NULL when the
+ * kernel cannot run it: logged once, stacks then come from frame pointers. Main thread.
  */
 struct unwinder *agent__unwinder(struct agent *a);
 
