@@ -5,6 +5,7 @@
  * timestamps; polled values get the agent clock.
  */
 #include "agent/gpu/nvml_int.h"
+#include "agent/selfprof.h"
 
 static const char *const stream_metric[ST_MAX] = { "gpu_power_watts", "gpu_utilization",
 						   "gpu_memory_util" };
@@ -600,6 +601,9 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	}
 }
 
+_Static_assert(SELF_NVML_FIELDS - SELF_NVML_SAMPLES + 1 == NVML_SRC_MAX,
+	       "selfprof.h: one activity per NVML source, in enum nvml_source's order");
+
 typedef void (*poll_fn)(struct nvml_poller *p, struct gpu *g, uint64_t now);
 static const poll_fn pollers[NVML_SRC_MAX] = {
 	[NVML_SRC_SAMPLES] = poll_samples, [NVML_SRC_MEMORY] = poll_memory,
@@ -619,9 +623,11 @@ void nvml_poller__poll(struct nvml_poller *p, uint64_t now)
 {
 	for (int s = 0; s < NVML_SRC_MAX; s++) {
 		uint64_t iv = p->cfg.interval_ns[s], t0;
+		unsigned act;
 
 		if (!iv || now < p->next_ns[s])
 			continue;
+		act = selfprof_enter(SELF_NVML_SAMPLES + s);
 		t0 = mono_ns();
 		for (int i = 0; i < p->ngpus; i++) {
 			struct gpu *g = &p->gpus[i];
@@ -632,6 +638,7 @@ void nvml_poller__poll(struct nvml_poller *p, uint64_t now)
 		}
 		if (s == NVML_SRC_SLOW)
 			poll_events(p);
+		selfprof_leave(act);
 		pthread_mutex_lock(&p->mu);
 		p->runs[s]++;
 		p->call_ns[s] += mono_ns() - t0;
@@ -651,6 +658,7 @@ void *nvml_poller_thread(void *arg)
 {
 	struct nvml_poller *p = arg;
 
+	selfprof_thread(SELF_NVML_POLLER);
 	while (!p->stop) {
 		uint64_t now = mono_ns(), next = now + 100 * NSEC_PER_MSEC;
 		struct timespec ts;
