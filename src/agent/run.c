@@ -187,6 +187,8 @@ static void usage(FILE *f)
 		"  --no-gpu                 do not poll NVML\n"
 		"  --nvml-{samples,memory,gpm,slow,process,fields}-interval DUR\n"
 		"                           NVML poll rates (docs/nvml.md; 0 turns one off)\n"
+		"  --nvml-backoff N         memory, GPM, clocks up to N intervals apart while no reading\n"
+		"                           changes (default 8; 1: every interval)\n"
 		"  --relabel-config FILE    Prometheus-style relabel rules for process labels\n"
 		"                           (docs/kubernetes.md); a malformed file stops the start\n"
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
@@ -391,6 +393,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "nvml-slow-interval", required_argument, NULL, OPT_NVML_OPT },
 		{ "nvml-process-interval", required_argument, NULL, OPT_NVML_OPT },
 		{ "nvml-fields-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-backoff", required_argument, NULL, OPT_NVML_OPT },
 		{ "relabel-config", required_argument, NULL, OPT_RELABEL },
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
