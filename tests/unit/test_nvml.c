@@ -212,7 +212,8 @@ static bool samples_exactly_once(void)
 	CHECK(p);
 	CHECK(check_streams("0", 1));
 	/* the polled sources ran too, with the agent clock */
-	CHECK(ASSERT_TRUE(count("gpu_memory_used_bytes", "0") > 100, "memory points"));
+	/* memory at 10 ms, 8x apart while it stays (test_nvml_backoff): ~60 reads in the 2 s */
+	CHECK(ASSERT_TRUE(count("gpu_memory_used_bytes", "0") > 20, "memory points"));
 	CHECK(ASSERT_TRUE(count("gpu_sm_active", "0") > 10, "GPM points"));
 	CHECK(ASSERT_TRUE(count("gpu_sm_clock_mhz", "0") > 10, "clock points"));
 	CHECK(ASSERT_TRUE(count("gpu_energy_joules", "0") > 0, "field points"));
@@ -481,7 +482,7 @@ static bool module_batch(void)
 	}
 	n = r_samples("0", 0, ts, val, 20000);
 	CHECK(ASSERT_EQ(npower, n, "every power sample in the batch"));
-	CHECK(ASSERT_TRUE(nmem > 100, "memory points in the batch"));
+	CHECK(ASSERT_TRUE(nmem > 20, "memory points in the batch"));
 	batch_decode_free(m);
 	free(buf);
 	batch__free(a.batch);
