@@ -27,6 +27,16 @@ PYLOOP = "import time\nprint('ready', flush=True)\nt = time.time()\nwhile time.t
          "    sum(i * i for i in range(1000))\n"
 
 
+def scrape(url):
+    """One whole /metrics text; retried (a loaded machine can time a scrape out)."""
+    for _ in range(6):
+        st, body = http(url, timeout=30)
+        if st == 200 and b"gpuscope_agent_cpu_seconds_total" in body:
+            return body.decode()
+        time.sleep(1)
+    raise RuntimeError("no /metrics from the agent at " + url)
+
+
 def proc_cpu_s(pid):
     f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
@@ -45,10 +55,10 @@ def main():
                   os.path.join(tmp, "agent.log"), modules_off="", hold=work)
     try:
         time.sleep(warm)
-        a = http(agent.metrics_url)[1].decode()
+        a = scrape(agent.metrics_url)
         c0, t0 = proc_cpu_s(agent.p.pid), time.monotonic()
         time.sleep(window)
-        b = http(agent.metrics_url)[1].decode()
+        b = scrape(agent.metrics_url)
         c1, t1 = proc_cpu_s(agent.p.pid), time.monotonic()
         text, s = table(a, b, t1 - t0)
         print("agent_self, %s, %d CPUs, load %s, window %.0f s after %.0f s" % (

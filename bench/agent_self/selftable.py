@@ -51,6 +51,9 @@ def deltas(before, after, name, label):
 def table(before, after, seconds, gpus=0):
     """The table (text) and a summary dict: agent CPU and BPF CPU in ms/s and % of one core."""
     before, after = parse(before), parse(after)
+    for name, m in (("before", before), ("after", after)):
+        if not any(k[0] == "gpuscope_agent_cpu_seconds_total" for k in m):
+            raise ValueError("the %s scrape has no gpuscope_agent_cpu_seconds_total" % name)
     act = deltas(before, after, "gpuscope_agent_cpu_seconds_total", "activity")
     bpf = deltas(before, after, "gpuscope_agent_bpf_run_seconds_total", "program")
     runs = deltas(before, after, "gpuscope_agent_bpf_runs_total", "program")

@@ -24,6 +24,13 @@ mkdir -p "$RET"
 sum=$RET/summary.txt
 : > "$sum"
 say() { echo "$*" | tee -a "$sum"; }
+scrape() {	# the agent's whole /metrics into $1 (retried: a scrape can time out)
+	for _ in 1 2 3 4 5; do
+		curl -s -m 30 http://127.0.0.1:9400/metrics > "$1" && grep -q '^gpuscope_agent_cpu_seconds_total' "$1" && return 0
+		sleep 1
+	done
+	return 1
+}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$ngpu" -ge 1 ] || ngpu=1
 say "agent_self $(date -u +%FT%TZ) $(uname -r), $(nproc) CPUs, $ngpu GPU(s): $(nvidia-smi -L 2>/dev/null | head -1)"
@@ -50,11 +57,11 @@ for cfg in default backoff1; do
 		say "FAIL: agent ($cfg) did not answer /metrics"; tail -20 "$W/agent-$cfg.log"; rc=1; break
 	fi
 	sleep "$WARM_S"
-	curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$cfg-0.txt"
+	scrape "$W/metrics-$cfg-0.txt"
 	read -r ut0 st0 < <(awk '{print $14, $15}' /proc/$apid/stat)
 	t0=$(date +%s.%N)
 	sleep "$WIN_S"
-	curl -s -m 20 http://127.0.0.1:9400/metrics > "$W/metrics-$cfg-1.txt"
+	scrape "$W/metrics-$cfg-1.txt"
 	read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
 	t1=$(date +%s.%N)
 	kill -TERM $apid; wait $apid
