@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # CPU cost of the NVML poller per GPU, and the achieved interval of each source, with the
 # replay library (looping the H200 trace) on this machine: 1 GPU and 8 GPUs, default rates and
-# the "every sample" rates, configurations interleaved within each round. On the GPU machine
+# the "every sample" rates, with and without the cadences that follow what changes
+# (--nvml-backoff 1: every source at its interval), configurations interleaved within each round. On the GPU machine
 # the same figures come from tests/device/nvml_h200.sh (real driver).
 # Usage: bench/nvml/run.py [ROUNDS] [SECONDS]
 import os
@@ -21,7 +22,9 @@ FAST = ["--nvml-samples-interval", "100ms", "--nvml-process-interval", "200ms",
         "--nvml-fields-interval", "1s"]
 configs = [
     ("1 GPU, defaults", "h200.trace.gz", []),
+    ("1 GPU, every interval (--nvml-backoff 1)", "h200.trace.gz", ["--nvml-backoff", "1"]),
     ("8 GPUs + 2 MIG, defaults", "h200x8.trace.gz", []),
+    ("8 GPUs + 2 MIG, every interval", "h200x8.trace.gz", ["--nvml-backoff", "1"]),
     ("1 GPU, every-sample rates", "h200.trace.gz", FAST),
 ]
 res = {c[0]: [] for c in configs}

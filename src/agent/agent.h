@@ -34,6 +34,7 @@ struct agent_opts {
 	const char *relabel_config;	/* --relabel-config FILE (meta.c); NULL: none */
 	uint64_t nvml_interval_ns[6];	/* --nvml-*-interval per enum nvml_source; 0: default,
 					 * UINT64_MAX: off (parsed by nvml_parse_opt()) */
+	unsigned nvml_backoff;		/* --nvml-backoff; 0: default */
 	const struct trace_cfg *trace;	/* --gpu-trace-* (cupti/window.h); NULL: defaults */
 	bool cuda_launch_probes;	/* --cuda-launch-probes: uprobes on cuLaunch* always */
 	const char *server;		/* --server URL (capture requests come from there) */

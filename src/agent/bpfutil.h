@@ -48,11 +48,4 @@ void bpf_counters__metrics(FILE *out);
  */
 int bpf_load_error(const char *module, int err);
 
-/*
- * gpuscope_agent_bpf_run_seconds_total / _runs_total{program,id} of every BPF program the
- * process holds, when kernel.bpf_stats_enabled is 1; gpuscope_agent_bpf_recursion_misses_total
- * {program,id} and gpuscope_agent_bpf_stats_enabled always.
- */
-void bpf_prog_stats__metrics(FILE *out);
-
 #endif

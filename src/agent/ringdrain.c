@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <bpf/libbpf.h>
 #include "agent/ringdrain.h"
+#include "agent/selfprof.h"
 
 #define CHUNK_BYTES (1u << 20)
 
@@ -114,6 +115,7 @@ static void *drain_main(void *arg)
 {
 	struct ring_drain *d = arg;
 
+	selfprof_thread(selfprof_activity("ring_drain"));
 	for (;;) {
 		struct epoll_event ev[2];
 		bool woken = false;
@@ -132,6 +134,7 @@ static void *drain_main(void *arg)
 		d->st.wakeups++;
 		ring_buffer__consume(d->rb);
 		pthread_mutex_unlock(&d->lock);
+		selfprof_flush();
 	}
 	return NULL;
 }

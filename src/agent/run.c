@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/bpfstats.h"
 #include "agent/bpfutil.h"
 #include "agent/cupti/capture_poll.h"
 #include "agent/cupti/window.h"
@@ -27,6 +28,7 @@
 #include "agent/modules.h"
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
+#include "agent/selfprof.h"
 #include "agent/sym/stacks.h"
 #include "agent/unwind/unwind.h"
 #include "agent/sym/symbolize.h"
@@ -49,6 +51,7 @@ struct run_opts {
 	uint64_t retry_max_ns;
 	uint64_t stop_grace_ns;		/* last deliveries at exit */
 	uint64_t duration_ns;		/* 0: until a signal */
+	bool bpf_stats;			/* --bpf-stats: the kernel accounts BPF run time meanwhile */
 	const char *modules;		/* --modules: comma-separated names; NULL: all */
 	int compression;
 };
@@ -61,6 +64,7 @@ struct mod_state {
 	uint64_t tick_max_ns;		/* longest tick: how long it held the main loop */
 	uint64_t start_ns;		/* how long its start took (BPF load and verify, attach) */
 	uint64_t up_after_ns;		/* from the agent's start to this module's being up */
+	unsigned act;			/* its tick's activity (selfprof.h) */
 };
 
 /* Everything /metrics needs; the lock keeps module callbacks off each other's feet. */
@@ -183,6 +187,8 @@ static void usage(FILE *f)
 		"  --no-gpu                 do not poll NVML\n"
 		"  --nvml-{samples,memory,gpm,slow,process,fields}-interval DUR\n"
 		"                           NVML poll rates (docs/nvml.md; 0 turns one off)\n"
+		"  --nvml-backoff N         memory, GPM, clocks up to N intervals apart while no reading\n"
+		"                           changes (default 8; 1: every interval)\n"
 		"  --unwind-cache-dir DIR   unwind tables kept on disk across processes and restarts\n"
 		"                           (default /var/lib/gpuscope/unwind-cache; 'off': none)\n"
 		"  --unwind-cache-max SIZE  its bound, least recently used out past it (default 512MiB)\n"
@@ -191,6 +197,8 @@ static void usage(FILE *f)
 		"  --duration DUR           stop after this long (default: until SIGINT/SIGTERM)\n"
 		"  --modules LIST           run only these data sources (comma-separated; default all:\n"
 		"                           %s)\n"
+		"  --bpf-stats              the kernel accounts the run time of BPF programs while the\n"
+		"                           agent runs (its /metrics: gpuscope_agent_bpf_run_seconds_total)\n"
 		"  -v, --verbose            debug logging\n",
 		AGENT_MAX_PIDS, module_names());
 	fputs(trace_usage, f);
@@ -203,6 +211,7 @@ static void fill_metrics(void *arg, FILE *out)
 {
 	struct run_ctx *c = arg;
 	struct prom_label info[] = { { "node", c->a->opts.node }, { "version", GPUSCOPE_VERSION } };
+	unsigned act = selfprof_enter(SELF_METRICS);
 
 	prom_family(out, "gpuscope_agent_info", "gauge", "The agent's node name and version.");
 	prom_sample(out, "gpuscope_agent_info", info, 2, 1);
@@ -274,11 +283,13 @@ static void fill_metrics(void *arg, FILE *out)
 	}
 	bpf_counters__metrics(out);
 	bpf_prog_stats__metrics(out);
+	selfprof__metrics(out);
 	for (size_t i = 0; i < c->nmods; i++)
 		if (c->mods[i].started && c->mods[i].m->metrics)
 			c->mods[i].m->metrics(c->a, out);
 	pthread_mutex_unlock(&c->lock);
 	pusher__metrics(c->pusher, out);
+	selfprof_leave(act);
 }
 
 /* Swaps in a fresh batch and hands the finished one to the push thread. Caller holds lock. */
@@ -304,8 +315,11 @@ static void flush_batch(struct run_ctx *c, size_t empty_size)
 
 static int tick_modules(struct run_ctx *c, size_t empty_size)
 {
+	unsigned act = selfprof_enter(SELF_MMAP_RECORDS);
+
 	/* the mappings first: every module's stacks below may need them (mmapwatch.h) */
 	symbolizer__poll(c->a->sym);
+	selfprof_leave(act);
 	for (size_t i = 0; i < c->nmods; i++) {
 		struct mod_state *ms = &c->mods[i];
 		uint64_t t0;
@@ -314,6 +328,7 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 		if (!ms->started || !ms->m->tick)
 			continue;
 		t0 = mono_ns();
+		act = selfprof_enter(ms->act);
 		err = ms->m->tick(c->a);
 		if (err == -ENOSPC) {
 			/* The batch hit a limit: push it and let the module go on into a fresh one. */
@@ -329,6 +344,7 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 				log_debug("module %s: tick: %s", ms->m->name, strerror(-err));
 			ms->tick_warned = true;
 		}
+		selfprof_leave(act);
 		t0 = mono_ns() - t0;
 		if (t0 > ms->tick_max_ns)
 			ms->tick_max_ns = t0;
@@ -356,7 +372,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES, OPT_UNWIND_OPT,
-		OPT_OFFCPU_WALK_SHARE,
+		OPT_OFFCPU_WALK_SHARE, OPT_BPF_STATS,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -380,6 +396,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "nvml-slow-interval", required_argument, NULL, OPT_NVML_OPT },
 		{ "nvml-process-interval", required_argument, NULL, OPT_NVML_OPT },
 		{ "nvml-fields-interval", required_argument, NULL, OPT_NVML_OPT },
+		{ "nvml-backoff", required_argument, NULL, OPT_NVML_OPT },
 		{ "relabel-config", required_argument, NULL, OPT_RELABEL },
 		{ "compression", required_argument, NULL, OPT_COMPRESSION },
 		{ "retry-max", required_argument, NULL, OPT_RETRY_MAX },
@@ -395,6 +412,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "gpu-trace-kernel-cost", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-idle-trigger", required_argument, NULL, OPT_TRACE_OPT },
 		{ "gpu-trace-sync-trigger", required_argument, NULL, OPT_TRACE_OPT },
+		{ "bpf-stats", no_argument, NULL, OPT_BPF_STATS },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -529,6 +547,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		case OPT_MODULES:
 			o->modules = optarg;
 			break;
+		case OPT_BPF_STATS:
+			o->bpf_stats = true;
+			break;
 		case 'v':
 			gpuscope_log_level = LOG_DEBUG;
 			break;
@@ -622,6 +643,9 @@ int cmd_run(int argc, char **argv)
 	err = parse_args(argc, argv, &ao, &o);
 	if (err)
 		return err > 0 ? 0 : 2;
+	selfprof_thread(selfprof_activity("start"));	/* module starts: BPF loads, verifier */
+	if (o.bpf_stats && (err = bpf_stats__hold()))
+		log_warn("--bpf-stats: %s; BPF run time is not accounted", strerror(-err));
 	if (!ao.node) {
 		if (gethostname(hostname, sizeof(hostname) - 1))
 			snprintf(hostname, sizeof(hostname), "localhost");
@@ -694,6 +718,12 @@ int cmd_run(int argc, char **argv)
 			continue;
 		ms = &mods[c.nmods++];
 		*ms = (struct mod_state){ .m = all[i] };
+		{
+			char act[40];
+
+			snprintf(act, sizeof(act), "tick_%s", all[i]->name);
+			ms->act = selfprof_activity(act);
+		}
 		if (module_off(ms->m->name)) {
 			log_info("module %s: off (GPUSCOPE_AGENT_MODULES_OFF)", ms->m->name);
 			continue;
@@ -742,6 +772,7 @@ int cmd_run(int argc, char **argv)
 
 	if (capture_poll__start(&a))
 		log_warn("run: capture requests from the server are off (thread not started)");
+	selfprof_thread(SELF_MAIN_LOOP);
 	now = mono_ns();
 	next_push = now + o.push_interval_ns;
 	if (o.duration_ns)
@@ -816,6 +847,7 @@ out_batch:
 out_curl:
 	curl_global_cleanup();
 out:
+	bpf_stats__release();
 	pthread_mutex_destroy(&c.lock);
 	return rc;
 }

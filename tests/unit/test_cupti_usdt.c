@@ -16,6 +16,7 @@
 #include "test.h"
 #include "spawn.h"
 #include "agent/agent.h"
+#include "agent/cupti/cupti_int.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
 #include "agent/sym/stacks.h"
@@ -354,9 +355,71 @@ static bool test_cupti_usdt_memops(void)
 	       ASSERT_EQ(sy->end_ns - sy->start_ns, 100000, "sync duration");
 }
 
+/*
+ * The library scans read a process's maps again only when its address-space size (or start
+ * time) moved: a process without the library is skipped until it loads one, then found; a
+ * process known to map it is skipped after.
+ */
+static bool test_cupti_usdt_scan_skips(void)
+{
+	static const char code[] = "import ctypes, sys\nprint('ready', flush=True)\n"
+				   "sys.stdin.read(1)\nctypes.CDLL(sys.argv[1])\n"
+				   "print('loaded', flush=True)\nsys.stdin.read(1)\n";
+	char lib[700], buf[512];
+	char *argv[] = { "/usr/bin/python3", "-c", (char *)code, lib, NULL };
+	struct agent a = { 0 };
+	struct cupti_stats s0, s1, s2, s3;
+	int in = -1, out = -1, status;
+	size_t len = 0;
+	bool ok = false;
+	pid_t pid;
+
+	snprintf(lib, sizeof(lib), "%s/libgpuscope_cupti_fake.so", REPLAY_DIR);
+	buf[0] = 0;
+	pid = spawn_ready(argv, &in, &out, buf, sizeof(buf), &len);
+	CHECK(ASSERT_TRUE(pid > 0, "spawn python3"));
+	a.batch = batch__new("test-node");
+	a.mono_to_wall_ns = mono_to_wall_offset_ns();
+	a.opts.npids = 1;	/* this process only */
+	a.opts.pids[0] = pid;
+	if (!ASSERT_EQ(cupti_module.start(&a), 0, "start"))	/* its first scan: no library */
+		goto out_kill;
+	cupti_usdt__stats(&s0);
+	cupti_scan_procs(cupti_live);
+	cupti_usdt__stats(&s1);
+	if (!ASSERT_EQ(s0.scan_maps_read, 1, "read at start") ||
+	    !ASSERT_EQ(s1.scan_maps_skipped - s0.scan_maps_skipped, 1, "unchanged: skipped") ||
+	    !ASSERT_EQ(s1.processes, 0, "no library yet") ||
+	    !ASSERT_EQ(write(in, "g", 1), 1, "load"))
+		goto out_stop;
+	len = 0;
+	buf[0] = 0;
+	for (int i = 0; i < 500 && !strstr(buf, "loaded\n"); i++) {
+		ssize_t n = read(out, buf + len, sizeof(buf) - 1 - len);
+
+		if (n > 0)
+			buf[len += n] = 0;
+	}
+	cupti_scan_procs(cupti_live);
+	cupti_usdt__stats(&s2);
+	cupti_scan_procs(cupti_live);
+	cupti_usdt__stats(&s3);
+	ok = ASSERT_EQ(s2.scan_maps_read - s1.scan_maps_read, 1, "grown: read again") &&
+	     ASSERT_TRUE(cupti_proc_find(cupti_live, pid) != NULL, "the library found") &&
+	     ASSERT_EQ(s3.scan_maps_skipped - s2.scan_maps_skipped, 1, "known: skipped");
+out_stop:
+	cupti_module.stop(&a);
+out_kill:
+	close(in);
+	close(out);
+	waitpid(pid, &status, 0);
+	batch__free(a.batch);
+	return ok;
+}
+
 static const struct test_case tests[] = {
 	T(test_cupti_usdt_counts), T(test_cupti_usdt_join), T(test_cupti_usdt_samples),
-	T(test_cupti_usdt_busy),   T(test_cupti_usdt_memops),
+	T(test_cupti_usdt_busy),   T(test_cupti_usdt_memops), T(test_cupti_usdt_scan_skips),
 };
 
 int main(int argc, char **argv)

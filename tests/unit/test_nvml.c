@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "agent/agent.h"
@@ -211,7 +212,8 @@ static bool samples_exactly_once(void)
 	CHECK(p);
 	CHECK(check_streams("0", 1));
 	/* the polled sources ran too, with the agent clock */
-	CHECK(ASSERT_TRUE(count("gpu_memory_used_bytes", "0") > 100, "memory points"));
+	/* memory at 10 ms, 8x apart while it stays (test_nvml_backoff): ~60 reads in the 2 s */
+	CHECK(ASSERT_TRUE(count("gpu_memory_used_bytes", "0") > 20, "memory points"));
 	CHECK(ASSERT_TRUE(count("gpu_sm_active", "0") > 10, "GPM points"));
 	CHECK(ASSERT_TRUE(count("gpu_sm_clock_mhz", "0") > 10, "clock points"));
 	CHECK(ASSERT_TRUE(count("gpu_energy_joules", "0") > 0, "field points"));
@@ -480,7 +482,7 @@ static bool module_batch(void)
 	}
 	n = r_samples("0", 0, ts, val, 20000);
 	CHECK(ASSERT_EQ(npower, n, "every power sample in the batch"));
-	CHECK(ASSERT_TRUE(nmem > 100, "memory points in the batch"));
+	CHECK(ASSERT_TRUE(nmem > 20, "memory points in the batch"));
 	batch_decode_free(m);
 	free(buf);
 	batch__free(a.batch);
@@ -490,6 +492,88 @@ static bool module_batch(void)
 static bool test_nvml_module_batch(void)
 {
 	return in_child(module_batch);
+}
+
+/*
+ * Cadences that follow what changes (--nvml-backoff): the same trace polled every interval and
+ * with the default backoff, each in a child of its own (the replay's clock starts at its init).
+ * Reads drop; every memory value the trace held for a while (at least three of the longest
+ * intervals) is still read.
+ */
+struct bo_run {
+	int mem, gpm, nvals;
+	double val[64];		/* gpu 0's memory used, consecutive distinct values... */
+	int len[64];		/* ...and the points each held for */
+};
+static struct bo_run *bo;
+
+static bool backoff_run(int k)
+{
+	struct nvml_lib *lib;
+	struct nvml_poller *p;
+	struct nvml_cfg cfg;
+	struct bo_run *r = &bo[k];
+
+	replay_env(DATA "h200.trace.gz", "8");
+	nvml_cfg_defaults(&cfg);
+	if (k == 0)
+		cfg.backoff_max = 1;
+	p = run_poller(REPLAY, &cfg, &lib);
+	CHECK(p);
+	r->mem = count("gpu_memory_used_bytes", "0");
+	r->gpm = count("gpu_sm_active", "0");
+	for (int i = 0; i < npts; i++) {
+		if (strcmp(pts[i].name, "gpu_memory_used_bytes") || strcmp(pts[i].gpu, "0"))
+			continue;
+		if (r->nvals && r->val[r->nvals - 1] == pts[i].v)
+			r->len[r->nvals - 1]++;
+		else if (r->nvals < 64)
+			r->val[r->nvals] = pts[i].v, r->len[r->nvals++] = 1;
+	}
+	nvml_poller__free(p);
+	nvml_lib__close(lib);
+	return true;
+}
+
+static bool backoff_every(void)
+{
+	return backoff_run(0);
+}
+
+static bool backoff_default(void)
+{
+	return backoff_run(1);
+}
+
+static bool test_nvml_backoff(void)
+{
+	bool ok = false;
+
+	bo = mmap(NULL, 2 * sizeof(*bo), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(bo != MAP_FAILED);
+	if (!ASSERT_TRUE(in_child(backoff_every), "every interval") ||
+	    !ASSERT_TRUE(in_child(backoff_default), "with backoff"))
+		goto out;
+	fprintf(stderr, "  memory reads %d -> %d, GPM windows %d -> %d, values %d -> %d\n",
+		bo[0].mem, bo[1].mem, bo[0].gpm, bo[1].gpm, bo[0].nvals, bo[1].nvals);
+	if (!ASSERT_TRUE(bo[0].mem > 100 && bo[1].mem * 2 < bo[0].mem, "memory read less often") ||
+	    !ASSERT_TRUE(bo[1].gpm > 0 && bo[1].gpm < bo[0].gpm, "GPM read less often"))
+		goto out;
+	/* 8 x 10 ms at most between reads: a value held 25 base intervals (250 ms) is seen */
+	for (int i = 0; i < bo[0].nvals; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < bo[1].nvals; j++)
+			seen |= bo[1].val[j] == bo[0].val[i];
+		if (bo[0].len[i] >= 25 && !ASSERT_TRUE(seen, "a memory value held 250 ms is read")) {
+			fprintf(stderr, "  %.0f bytes, %d points at 10 ms\n", bo[0].val[i], bo[0].len[i]);
+			goto out;
+		}
+	}
+	ok = ASSERT_TRUE(bo[0].nvals >= 2, "the trace's memory changes");
+out:
+	munmap(bo, 2 * sizeof(*bo));
+	return ok;
 }
 
 static bool test_nvml_parse_opt(void)
@@ -508,9 +592,14 @@ static bool test_nvml_parse_opt(void)
 	CHECK(ASSERT_EQ(c.interval_ns[NVML_SRC_GPM], 0, "gpm off"));
 	CHECK(ASSERT_EQ(c.interval_ns[NVML_SRC_SAMPLES], NSEC_PER_SEC, "samples default"));
 	CHECK(ASSERT_STREQ(o.nvml_library, "/x/libnvidia-ml.so.1", "library"));
+	CHECK(ASSERT_EQ(c.backoff_max, 8, "backoff default"));
+	CHECK(ASSERT_EQ(nvml_parse_opt(&o, "nvml-backoff", "0"), -EINVAL, "backoff 0"));
+	CHECK(ASSERT_EQ(nvml_parse_opt(&o, "nvml-backoff", "1"), 1, "backoff off"));
+	nvml_cfg_from_opts(&c, &o);
+	CHECK(ASSERT_EQ(c.backoff_max, 1, "backoff off"));
 	return true;
 }
 
 TEST_MAIN(T(test_nvml_parse_opt), T(test_nvml_no_driver), T(test_nvml_samples_exactly_once),
 	  T(test_nvml_samples_fast_drain), T(test_nvml_multi_gpu), T(test_nvml_shared_gpu),
-	  T(test_nvml_old_driver), T(test_nvml_module_batch))
+	  T(test_nvml_old_driver), T(test_nvml_module_batch), T(test_nvml_backoff))

@@ -16,6 +16,7 @@
 #include "agent/unwind/unwind.h"
 #include "strips_testlib.h"
 #include "agent/bpfutil.h"
+#include "agent/bpfstats.h"
 #include "agent/agent.h"
 /* strong references: pull the modules from the archive */
 extern const struct agent_module sched_module, cuda_probe_module;

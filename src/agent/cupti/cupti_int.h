@@ -15,6 +15,7 @@
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/window.h"
 #include "agent/cupti/winwork.h"
+#include "common/hmap.h"
 #include "common/abi_cupti.h"
 #include "common/util.h"
 
@@ -156,6 +157,11 @@ struct cupti_state {
 	struct lib torch[MAX_LIBS];	/* libtorch_cpu files: links[0] on Engine::execute */
 	int ntorch;
 	uint64_t next_scan_ns;
+	/*
+	 * pid -> its start time and address-space size when a scan last read its maps with nothing
+	 * left to do: the next scans skip its maps while both stay (a library loaded grows it).
+	 */
+	struct u64map scan_seen;
 	struct proc procs[MAX_PROCS];
 	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
 	uint64_t launch_seq;

@@ -141,7 +141,7 @@ static bool lib_named(const char *path, const char *prefix)
  * maps it (once per file; a file without the symbol, or whose attach failed, is not tried
  * again: counted in torch_attach_errors).
  */
-static void attach_torch(struct cupti_state *c, const char *path)
+static int attach_torch(struct cupti_state *c, const char *path)
 {
 	char name[512];
 	uint64_t off = 0;
@@ -150,15 +150,15 @@ static void attach_torch(struct cupti_state *c, const char *path)
 	int fd, err;
 
 	if (stat(path, &sb))
-		return;
+		return -errno;
 	if (lib_known(c->torch, c->ntorch, &sb))
-		return;
+		return 0;
 	if (c->ntorch == MAX_LIBS) {
 		c->st.libs_skipped++;
-		return;
+		return -ENOSPC;
 	}
 	if (!winwork__trylock(c->work))
-		return;	/* a window switch is under way: the next scan attaches it */
+		return -EAGAIN;	/* a window switch is under way: the next scan attaches it */
 	l = &c->torch[c->ntorch++];
 	memset(l, 0, sizeof(*l));
 	l->dev = sb.st_dev;
@@ -179,10 +179,40 @@ static void attach_torch(struct cupti_state *c, const char *path)
 		c->st.torch_attach_errors++;
 		log_warn("cupti: no backward stacks for kernels of '%s' (autograd's Engine::execute: "
 			 "%s)", path, strerror(-err));
-		return;
+		return 0;	/* not tried again */
 	}
 	c->st.torch_attached++;
 	log_info("cupti: backward calls of '%s' followed", path);
+	return 0;
+}
+
+/*
+ * What tells that a process's maps may have changed since a scan read them: its start time
+ * (a reused pid) and address-space size (a library loaded grows it), from /proc/PID/stat,
+ * ~30 times cheaper to read than the maps of a process that maps PyTorch. 0 if unreadable.
+ */
+static uint64_t maps_stamp(const char *pid)
+{
+	char fn[300], buf[1024], *p;
+	unsigned long long start = 0, vsize = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(fn, sizeof(fn), "/proc/%s/stat", pid);
+	fd = open(fn, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* comm may hold spaces and parentheses */
+	/* after ") ": state (3) ... starttime (22), vsize (23) */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+			 "%*d %*d %*d %llu %llu", &start, &vsize) != 2)
+		return 0;
+	return hash64(&vsize, sizeof(vsize), start) | 1;
 }
 
 /*
@@ -194,12 +224,14 @@ void cupti_scan_procs(struct cupti_state *c)
 	DIR *d = opendir("/proc");
 	struct dirent *de;
 	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300], torch[PATH_MAX + 300];
+	struct u64map seen = { 0 };	/* this scan's scan_seen: gone pids drop out */
 
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
+		uint64_t stamp, *was;
 		char *p, *path;
-		bool ours;
+		bool ours, done = true;
 		FILE *f;
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
@@ -207,10 +239,18 @@ void cupti_scan_procs(struct cupti_state *c)
 		/* with --pid, other processes' libraries are not ours to probe (nor to wait for) */
 		if (!cupti_pid_wanted(c->a, atoi(de->d_name)))
 			continue;
+		stamp = maps_stamp(de->d_name);
+		was = stamp ? u64map_find(&c->scan_seen, (uint64_t)atoi(de->d_name)) : NULL;
+		if (was && *was == stamp) {
+			c->st.scan_maps_skipped++;
+			u64map_upsert(&seen, (uint64_t)atoi(de->d_name), stamp, NULL);
+			continue;
+		}
 		snprintf(fn, sizeof(fn), "/proc/%s/maps", de->d_name);
 		f = fopen(fn, "re");
 		if (!f)
 			continue;
+		c->st.scan_maps_read++;
 		ours = false;
 		torch[0] = 0;
 		while (fgets(line, sizeof(line), f)) {
@@ -231,21 +271,27 @@ void cupti_scan_procs(struct cupti_state *c)
 				continue;
 			ours = true;
 			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
+			done = false;	/* read again next time unless attached and registered */
 			if (attach_lib(c, full) == 0) {
 				pid_t pid = atoi(de->d_name);
 				struct proc *pr = cupti_pid_wanted(c->a, pid) ? cupti_proc_get(c, pid) : NULL;
 
 				if (pr && !pr->lib_path)
 					pr->lib_path = strdup(full);
+				done = pr && pr->lib_path;
 			}
 			if (torch[0])
 				break;
 		}
 		fclose(f);
-		if (ours && torch[0])
-			attach_torch(c, torch);
+		if (ours && torch[0] && attach_torch(c, torch) == -EAGAIN)
+			done = false;
+		if (done && stamp)
+			u64map_upsert(&seen, (uint64_t)atoi(de->d_name), stamp, NULL);
 	}
 	closedir(d);
+	u64map_done(&c->scan_seen);
+	c->scan_seen = seen;
 }
 
 /* The library installed next to the agent binary, and GPUSCOPE_CUPTI_LIBRARY (colon list). */
@@ -422,6 +468,7 @@ static void cupti_free(struct cupti_state *c)
 	free(c->launches);
 	free(c->stacks);
 	free(c->parked);
+	u64map_done(&c->scan_seen);
 	free(c);
 }
 
@@ -631,6 +678,13 @@ static void cupti_metrics(struct agent *a, FILE *out)
 		   s.processes);
 	prom_gauge(out, "gpuscope_agent_cupti_libraries_attached", "CUPTI libraries with probes attached.",
 		   s.libs_attached);
+	prom_family(out, "gpuscope_agent_cupti_scan_maps_total", "counter",
+		    "Processes' maps the library scans (every 2 s) read, and skipped: start time "
+		    "and address-space size unchanged since a read that left nothing to do.");
+	prom_sample1_u64(out, "gpuscope_agent_cupti_scan_maps_total", "result", "read",
+			 s.scan_maps_read);
+	prom_sample1_u64(out, "gpuscope_agent_cupti_scan_maps_total", "result", "skipped",
+			 s.scan_maps_skipped);
 	prom_family(out, "gpuscope_agent_cupti_drops_total", "counter", "Activity records lost, by where.");
 	for (size_t i = 0; i < ARRAY_SIZE(drops); i++)
 		prom_sample1_u64(out, "gpuscope_agent_cupti_drops_total", "where", drops[i].where,

@@ -26,6 +26,7 @@ struct cupti_stats {
 	uint64_t filtered;	/* not sent: outside --pid, or dropped by a relabel rule */
 	uint64_t procs_seen, procs_full, processes;
 	uint64_t libs_attached, libs_skipped;
+	uint64_t scan_maps_read, scan_maps_skipped;	/* processes' maps read by the scans, not */
 	/* autograd: libtorch_cpu files whose Engine::execute is probed, ones that could not be;
 	 * backward calls seen, kernels of autograd's threads put under their caller's stack, and
 	 * such kernels left under their own thread's stack (the caller's was replaced or unknown) */

@@ -30,9 +30,15 @@ extern const char *const nvml_source_names[NVML_SRC_MAX];
 
 struct nvml_cfg {
 	uint64_t interval_ns[NVML_SRC_MAX];
+	/*
+	 * Cadences that follow what changes: memory, GPM and slow (clocks, temperature, throttle)
+	 * are read every interval while a reading of some device changes, and at up to backoff_max
+	 * intervals while none does (doubling after two unchanged runs); 1: always every interval.
+	 */
+	unsigned backoff_max;
 };
 /* Defaults (docs/nvml.md says why): samples 1 s, memory 10 ms, GPM 100 ms, slow 100 ms,
- * process 1 s, fields 5 s. */
+ * process 1 s, fields 5 s; backoff up to 8 intervals. */
 void nvml_cfg_defaults(struct nvml_cfg *c);
 /* Defaults, overridden by the non-zero intervals in o (the --nvml-*-interval flags). */
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o);
@@ -41,7 +47,7 @@ void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o);
  * Parses one agent option that belongs to the NVML poller: `name` is the long option without
  * dashes ("nvml-library", "no-gpu", "nvml-samples-interval", "nvml-memory-interval",
  * "nvml-gpm-interval", "nvml-slow-interval", "nvml-process-interval",
- * "nvml-fields-interval"), `val` its argument (NULL
+ * "nvml-fields-interval", "nvml-backoff"), `val` its argument (NULL
  * for flags). Returns 1 if consumed, 0 if not an NVML option, -EINVAL on a bad value (logged).
  */
 int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val);

@@ -164,8 +164,19 @@ struct nvml_poller *nvml_poller__new(const struct nvml_fns *f, const char *missi
 		goto out_shutdown;
 	}
 	p->start_mono_ns = mono_ns();
-	for (int s = 0; s < NVML_SRC_MAX; s++)
+	for (int s = 0; s < NVML_SRC_MAX; s++) {
 		p->next_ns[s] = p->start_mono_ns;
+		p->mult[s] = 1;
+	}
+	for (int i = 0; i < p->ngpus; i++) {
+		struct gpu *g = &p->gpus[i];
+
+		g->last_mem_used = NAN;
+		for (size_t k = 0; k < ARRAY_SIZE(g->last_gpm); k++)
+			g->last_gpm[k] = NAN;
+		for (size_t k = 0; k < ARRAY_SIZE(g->last_slow); k++)
+			g->last_slow[k] = NAN;
+	}
 	return p;
 out_shutdown:
 	NVML_CALL(&p->f, nvmlShutdown);

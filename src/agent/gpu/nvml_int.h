@@ -38,6 +38,9 @@
 #define BACKOFF_MAX_NS	 (10 * NSEC_PER_SEC)
 #define FAILS_TO_BACKOFF 3
 #define UTIL_DRAIN_EVERY 4	/* utilization buffers drained every 4th run (4 s at 1 s) */
+#define BACKOFF_AFTER	 2	/* unchanged runs of a source before its interval doubles */
+#define GPM_SAME_DELTA	 0.05	/* a GPM ratio (0..1) that moved less than this is the same */
+#define TEMP_SAME_DELTA	 2	/* degrees C */
 
 enum stream { ST_POWER = NVML_TOTAL_POWER_SAMPLES, ST_UTIL = NVML_GPU_UTILIZATION_SAMPLES,
 	      ST_MEMUTIL = NVML_MEMORY_UTILIZATION_SAMPLES, ST_MAX };
@@ -87,6 +90,8 @@ struct gpu {
 	unsigned long long last_util_ts;	/* for busy/idle accounting */
 	unsigned long long proc_last_seen;
 	unsigned drains;			/* runs of the samples source */
+	/* the last readings, to tell a change (cfg.backoff_max): NAN / ~0: none yet */
+	double last_mem_used, last_gpm[4], last_slow[4];
 	unsigned fails;
 	uint64_t retry_at_ns;
 	bool backed_off;
@@ -105,6 +110,9 @@ struct nvml_poller {
 	uint64_t next_ns[NVML_SRC_MAX];
 	uint64_t runs[NVML_SRC_MAX], late[NVML_SRC_MAX];
 	uint64_t call_ns[NVML_SRC_MAX];		/* wall time inside the source, all GPUs */
+	unsigned mult[NVML_SRC_MAX];		/* current interval multiple (1..backoff_max) */
+	unsigned streak[NVML_SRC_MAX];		/* runs at this multiple with nothing changed */
+	bool changed;				/* a poller saw a reading change (this run) */
 	struct gaps src_gaps[NVML_SRC_MAX];
 	uint64_t cpu_ns;			/* poller thread CPU time, updated each loop */
 	uint64_t start_mono_ns;

@@ -37,6 +37,9 @@ void nvml_cfg_defaults(struct nvml_cfg *c)
 	c->interval_ns[NVML_SRC_SLOW] = 100 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_PROCESS] = 1000 * NSEC_PER_MSEC;
 	c->interval_ns[NVML_SRC_FIELDS] = 5000 * NSEC_PER_MSEC;
+	/* memory 10 ms -> 80 ms, GPM 100 -> 800 ms (a GPM point still speaks for its whole
+	 * window: at most 1 s, nvml.c), slow 100 -> 800 ms while nothing changes */
+	c->backoff_max = 8;
 }
 
 void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
@@ -46,6 +49,8 @@ void nvml_cfg_from_opts(struct nvml_cfg *c, const struct agent_opts *o)
 		if (o->nvml_interval_ns[i])
 			c->interval_ns[i] = o->nvml_interval_ns[i] == UINT64_MAX ? 0 :
 									    o->nvml_interval_ns[i];
+	if (o->nvml_backoff)
+		c->backoff_max = o->nvml_backoff;
 }
 
 const char nvml_usage[] =
@@ -59,7 +64,9 @@ const char nvml_usage[] =
 	"  --nvml-process-interval D   per-process utilization and memory (1s; 200ms keeps\n"
 	"                              every per-process sample the driver makes)\n"
 	"  --nvml-fields-interval D    energy counter, memory temperature (5s)\n"
-	"                              (D = 0 turns that source off)\n";
+	"                              (D = 0 turns that source off)\n"
+	"  --nvml-backoff N            memory, GPM and clocks: up to N intervals apart while no\n"
+	"                              reading changes, back to one at the first change (8; 1: off)\n";
 
 int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val)
 {
@@ -77,6 +84,18 @@ int nvml_parse_opt(struct agent_opts *o, const char *name, const char *val)
 	}
 	if (!strcmp(name, "no-gpu")) {
 		o->no_gpu = true;
+		return 1;
+	}
+	if (!strcmp(name, "nvml-backoff")) {
+		char *end;
+		long n = val ? strtol(val, &end, 10) : 0;
+
+		if (!val || *end || n < 1 || n > 64) {
+			log_error("--nvml-backoff: '%s' is not a number of intervals in 1..64",
+				  val ? val : "");
+			return -EINVAL;
+		}
+		o->nvml_backoff = (unsigned)n;
 		return 1;
 	}
 	for (int i = 0; i < NVML_SRC_MAX; i++) {

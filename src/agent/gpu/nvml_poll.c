@@ -5,6 +5,7 @@
  * timestamps; polled values get the agent clock.
  */
 #include "agent/gpu/nvml_int.h"
+#include "agent/selfprof.h"
 
 static const char *const stream_metric[ST_MAX] = { "gpu_power_watts", "gpu_utilization",
 						   "gpu_memory_util" };
@@ -94,6 +95,17 @@ int64_t nvml_clock_skew_ns(struct nvml_poller *p)
 	int64_t skew = (int64_t)(wall_ns() - agent_now_ns(p));
 
 	return (skew > (int64_t)SKEW_MIN_NS || skew < -(int64_t)SKEW_MIN_NS) ? skew : 0;
+}
+
+/*
+ * Keeps v as the last reading in *last; a change (more than same apart, or a first reading)
+ * marks this run of the source as changed: its cadence goes back to every interval.
+ */
+static void note(struct nvml_poller *p, double *last, double v, double same)
+{
+	if (isnan(*last) || fabs(v - *last) > same)
+		p->changed = true;
+	*last = v;
 }
 
 static void emit(struct nvml_poller *p, const char *name, const struct label *l, size_t n,
@@ -312,6 +324,7 @@ static void poll_memory(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	if (check(p, g, r, "nvmlDeviceGetMemoryInfo", &g->off[NVML_SRC_MEMORY]) <= 0)
 		return;
 	t = t0 + (agent_now_ns(p) - t0) / 2;
+	note(p, &g->last_mem_used, (double)used, 0);
 	emit(p, "gpu_memory_used_bytes", g->lab, g->nlab, t, (double)used);
 	pthread_mutex_lock(&p->mu);
 	g->s.g[G_FB_USED] = (double)used;
@@ -353,10 +366,22 @@ static void poll_gpm(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	if (check(p, g, r, "nvmlGpmMetricsGet", &g->off[NVML_SRC_GPM]) <= 0)
 		return;
 	for (unsigned i = 0; i < NGPM; i++) {
+		bool ok = mg->metrics[i].nvmlReturn == NVML_SUCCESS;
 		double v;
 
+		/* the ratios (0..1) tell a change: NaN (counters that did not move) reads as 0; a
+		 * ratio at 0 or 1 (a window that decides idle or busy) only equals another such */
+		if (i < ARRAY_SIZE(g->last_gpm) && ok) {
+			double r = isnan(mg->metrics[i].value) ? 0 :
+								 mg->metrics[i].value * gpm_defs[i].scale;
+			double was = g->last_gpm[i];
+
+			if (!isnan(was) && (r <= 0 || r >= 1 || was <= 0 || was >= 1) && r != was)
+				p->changed = true;
+			note(p, &g->last_gpm[i], r, GPM_SAME_DELTA);
+		}
 		/* NaN: the counters did not move between the samples (0/0) */
-		if (mg->metrics[i].nvmlReturn != NVML_SUCCESS || isnan(mg->metrics[i].value))
+		if (!ok || isnan(mg->metrics[i].value))
 			continue;
 		v = mg->metrics[i].value * gpm_defs[i].scale;
 		emit(p, gpm_defs[i].name, g->lab, g->nlab, t, v);
@@ -414,11 +439,13 @@ static void poll_slow(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	if (p->f.nvmlDeviceGetClockInfo && !g->clock_off) {
 		r = NVML_CALL(&p->f, nvmlDeviceGetClockInfo, g->h, NVML_CLOCK_SM, &v);
 		if (check(p, g, r, "nvmlDeviceGetClockInfo", &g->clock_off) > 0) {
+			note(p, &g->last_slow[0], v, 0);
 			emit(p, "gpu_sm_clock_mhz", g->lab, g->nlab, t, v);
 			set_gauge(p, g, G_SM_CLOCK, v);
 		}
 		r = NVML_CALL(&p->f, nvmlDeviceGetClockInfo, g->h, NVML_CLOCK_MEM, &v);
 		if (check(p, g, r, "nvmlDeviceGetClockInfo", &g->clock_off) > 0) {
+			note(p, &g->last_slow[1], v, 0);
 			emit(p, "gpu_mem_clock_mhz", g->lab, g->nlab, t, v);
 			set_gauge(p, g, G_MEM_CLOCK, v);
 		}
@@ -426,6 +453,7 @@ static void poll_slow(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	if (p->f.nvmlDeviceGetTemperature && !g->temp_off) {
 		r = NVML_CALL(&p->f, nvmlDeviceGetTemperature, g->h, NVML_TEMPERATURE_GPU, &v);
 		if (check(p, g, r, "nvmlDeviceGetTemperature", &g->temp_off) > 0) {
+			note(p, &g->last_slow[2], v, TEMP_SAME_DELTA - 1);
 			emit(p, "gpu_temperature_c", g->lab, g->nlab, t, v);
 			set_gauge(p, g, G_TEMP, v);
 		}
@@ -437,6 +465,7 @@ static void poll_slow(struct nvml_poller *p, struct gpu *g, uint64_t now)
 			    NVML_CALL(&p->f, nvmlDeviceGetCurrentClocksThrottleReasons, g->h,
 				      &reasons);
 		if (check(p, g, r, "nvmlDeviceGetCurrentClocksEventReasons", &g->throttle_off) > 0) {
+			note(p, &g->last_slow[3], (double)reasons, 0);
 			emit(p, "gpu_throttle_reasons", g->lab, g->nlab, t, (double)reasons);
 			set_gauge(p, g, G_THROTTLE, (double)reasons);
 		}
@@ -600,6 +629,9 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	}
 }
 
+_Static_assert(SELF_NVML_FIELDS - SELF_NVML_SAMPLES + 1 == NVML_SRC_MAX,
+	       "selfprof.h: one activity per NVML source, in enum nvml_source's order");
+
 typedef void (*poll_fn)(struct nvml_poller *p, struct gpu *g, uint64_t now);
 static const poll_fn pollers[NVML_SRC_MAX] = {
 	[NVML_SRC_SAMPLES] = poll_samples, [NVML_SRC_MEMORY] = poll_memory,
@@ -615,13 +647,38 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * The interval multiple of source s after a run (cfg.backoff_max): back to 1 when a reading
+ * changed, doubled (up to the maximum) after BACKOFF_AFTER runs with none. Readings of memory,
+ * GPM and clocks repeat while a job runs steadily or the GPU sits idle; each repeat costs a call
+ * (GPM: ~0.2 ms) and tells nothing. Caller holds p->mu.
+ */
+static unsigned follow_changes(struct nvml_poller *p, int s)
+{
+	unsigned max = p->cfg.backoff_max ? p->cfg.backoff_max : 1;
+
+	if (s != NVML_SRC_MEMORY && s != NVML_SRC_GPM && s != NVML_SRC_SLOW)
+		return 1;
+	if (p->changed || max <= 1) {
+		p->mult[s] = 1;
+		p->streak[s] = 0;
+	} else if (++p->streak[s] >= BACKOFF_AFTER && p->mult[s] < max) {
+		p->mult[s] = p->mult[s] * 2 < max ? p->mult[s] * 2 : max;
+		p->streak[s] = 0;
+	}
+	return p->mult[s];
+}
+
 void nvml_poller__poll(struct nvml_poller *p, uint64_t now)
 {
 	for (int s = 0; s < NVML_SRC_MAX; s++) {
 		uint64_t iv = p->cfg.interval_ns[s], t0;
+		unsigned act;
 
 		if (!iv || now < p->next_ns[s])
 			continue;
+		act = selfprof_enter(SELF_NVML_SAMPLES + s);
+		p->changed = false;
 		t0 = mono_ns();
 		for (int i = 0; i < p->ngpus; i++) {
 			struct gpu *g = &p->gpus[i];
@@ -632,10 +689,12 @@ void nvml_poller__poll(struct nvml_poller *p, uint64_t now)
 		}
 		if (s == NVML_SRC_SLOW)
 			poll_events(p);
+		selfprof_leave(act);
 		pthread_mutex_lock(&p->mu);
 		p->runs[s]++;
 		p->call_ns[s] += mono_ns() - t0;
 		gaps_add(&p->src_gaps[s], t0);
+		iv *= follow_changes(p, s);
 		/* Keep the grid; a source that fell a whole period behind skips ahead. */
 		p->next_ns[s] += iv;
 		if (p->next_ns[s] <= now) {
@@ -651,6 +710,7 @@ void *nvml_poller_thread(void *arg)
 {
 	struct nvml_poller *p = arg;
 
+	selfprof_thread(SELF_NVML_POLLER);
 	while (!p->stop) {
 		uint64_t now = mono_ns(), next = now + 100 * NSEC_PER_MSEC;
 		struct timespec ts;

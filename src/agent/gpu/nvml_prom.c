@@ -174,6 +174,13 @@ void nvml_poller__metrics(struct nvml_poller *p, FILE *out)
 	for (int s = 0; s < NVML_SRC_MAX; s++)
 		prom_sample1_u64(out, "gpuscope_agent_nvml_poll_late_total", "source",
 				 nvml_source_names[s], p->late[s]);
+	prom_family(out, "gpuscope_agent_nvml_interval_multiple", "gauge",
+		    "How many intervals apart each source now reads (--nvml-backoff: more than 1 "
+		    "while none of its readings changes)");
+	for (int s = 0; s < NVML_SRC_MAX; s++)
+		if (p->cfg.interval_ns[s])
+			prom_sample1_u64(out, "gpuscope_agent_nvml_interval_multiple", "source",
+					 nvml_source_names[s], p->mult[s]);
 	prom_counter(out, "gpuscope_agent_nvml_dropped_total",
 		     "Per-process records that did not fit the poller's buffers", p->sink_drops);
 	pthread_mutex_unlock(&p->mu);

@@ -532,6 +532,7 @@ int cmd_nvml_record(int argc, char **argv)
 		{ "nvml-slow-interval", required_argument, NULL, 0 },
 		{ "nvml-process-interval", required_argument, NULL, 0 },
 		{ "nvml-fields-interval", required_argument, NULL, 0 },
+		{ "nvml-backoff", required_argument, NULL, 0 },
 		{ 0 },
 	};
 	struct agent_opts opts = { 0 };

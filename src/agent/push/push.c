@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
+#include "agent/selfprof.h"
 #include "common/batch.h"
 #include "common/prom.h"
 #include "common/log.h"
@@ -80,13 +81,17 @@ int push_encode(struct batch *b, enum compression c, uint8_t **ret, size_t *ret_
 {
 	uint8_t *raw = NULL;
 	size_t raw_len = 0;
+	unsigned act = selfprof_enter(SELF_ENCODE);
 	int err;
 
 	err = batch__encode(b, &raw, &raw_len);
+	selfprof_leave(act);
 	if (err)
 		return err;
+	act = selfprof_enter(SELF_COMPRESS);
 	err = compress_buf(c, raw, raw_len, ret, ret_len);
 	free(raw);
+	selfprof_leave(act);
 	if (!err && ret_raw_len)
 		*ret_raw_len = raw_len;
 	return err;
@@ -458,6 +463,7 @@ static void *thread_main(void *arg)
 {
 	struct pusher *p = arg;
 
+	selfprof_thread(SELF_PUSH);
 	for (;;) {
 		struct batch *b = NULL;
 		uint64_t nsamples = 0, now;
@@ -490,6 +496,7 @@ static void *thread_main(void *arg)
 
 		if (b) {
 			handle_batch(p, b, nsamples);
+			selfprof_flush();
 			continue;
 		}
 		if (stop) {
@@ -499,6 +506,7 @@ static void *thread_main(void *arg)
 			break;
 		}
 		drain(p, UINT64_MAX);
+		selfprof_flush();
 	}
 	return NULL;
 }

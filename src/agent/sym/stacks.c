@@ -7,6 +7,7 @@
 #include <string.h>
 #include "agent/agent.h"
 #include "agent/sym/stacks.h"
+#include "agent/selfprof.h"
 #include "agent/sym/symbolize.h"
 #include "agent/unwind/frames.h"
 #include "common/abi.h"
@@ -124,6 +125,7 @@ static bool engine_idle_frame(const struct location *l)
 static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, const __u64 *kframes,
 		      int nk, const __u64 *uframes, int nu)
 {
+	unsigned act = selfprof_enter(SELF_SYMBOLIZE);
 	bool mapped = false, inner = true;
 
 	st->n = st->nunknown = 0;
@@ -207,6 +209,7 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 	}
 	st->resolved_ns = mono_ns();
 	st->batch_id = 0;	/* new locations: a new batch stack */
+	selfprof_leave(act);
 }
 
 const struct sym_stack *stack_cache__get(struct stack_cache *c, pid_t pid, const __u64 *kframes,

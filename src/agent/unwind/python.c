@@ -5,6 +5,7 @@
  * and per-version offsets: python_detect.c.
  */
 #include "agent/unwind/python_int.h"
+#include "agent/selfprof.h"
 
 static struct python *default_py;
 
@@ -318,11 +319,14 @@ int python__frame(struct python *py, pid_t pid, uint64_t code, uint64_t word,
 		c = (struct py_code *)(uintptr_t)*slot;
 		py->st.code_cache_hits++;
 	} else {
+		unsigned act = selfprof_enter(SELF_PYTHON);
+
 		pp = python_proc_find(py, pid);
 		if (pp && pp->python)
 			c = code_read(py, pp, code, stamp);
 		if (!c)	/* gone (or the process is): what BPF copied while it ran */
 			c = code_from_bpf(py, pid, code, stamp);
+		selfprof_leave(act);
 		if (c) {
 			if (py->ncodes == MAX_CODES)
 				python_codes_clear(py);

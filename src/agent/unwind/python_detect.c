@@ -7,6 +7,7 @@
  * cpython/pystate.h of each release).
  */
 #include "agent/unwind/python_int.h"
+#include "agent/selfprof.h"
 
 /* ---- process memory ------------------------------------------------------------------ */
 
@@ -475,13 +476,16 @@ static int pid_seen(struct python *py, pid_t pid)
 
 int python__pid_seen(struct python *py, pid_t pid)
 {
+	unsigned act;
 	int ret;
 
 	if (!py || pid <= 0)
 		return -EINVAL;
+	act = selfprof_enter(SELF_PYTHON);
 	pthread_mutex_lock(&py->lock);
 	ret = pid_seen(py, pid);
 	pthread_mutex_unlock(&py->lock);
+	selfprof_leave(act);
 	return ret;
 }
 

@@ -27,6 +27,7 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/selfprof.h"
 #include "agent/sym/sym_elf.h"
 #include "agent/unwind/cache.h"
 #include "agent/unwind/frames.h"
@@ -631,6 +632,7 @@ static void *builder(void *arg)
 	 * the workloads on a busy node. Reading a process's mappings is not: the worker is not. */
 	if (!u->opts.foreground)
 		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BUILDER_NICE);
+	selfprof_thread(SELF_UNWIND_TABLES);
 	pthread_mutex_lock(&u->lock);
 	while (!u->stop) {
 		struct bin *b = u->queue_head;
@@ -655,6 +657,7 @@ static void *builder(void *arg)
 		pthread_mutex_unlock(&u->lock);
 		build_bin(u, b, b->build_fd, NULL, 0);
 		close(b->build_fd);
+		selfprof_flush();
 		pthread_mutex_lock(&u->lock);
 		b->build_fd = -1;
 		b->queued = false;
@@ -683,6 +686,7 @@ static void *worker(void *arg)
 	struct unwinder *u = arg;
 	struct timespec ts = { 0, (long)u->opts.poll_ms * 1000000L };
 
+	selfprof_thread(SELF_UNWIND_MAPS);
 	while (!u->stop) {
 		drain(u);
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
@@ -693,6 +697,7 @@ static void *worker(void *arg)
 			check_stacks(u);
 			u->last_stacks_check_ns = mono_ns();
 		}
+		selfprof_flush();
 		nanosleep(&ts, NULL);
 	}
 	return NULL;
