@@ -16,8 +16,6 @@ TEST_EXT = (".c", ".h", ".cc", ".cpp")
 PENDING = {
     "tests/nvml-replay/replay.c":
         "built by a one-source rule in mk/nvml.mk: its split lists the new file there",
-    "tests/device/pm_sampling.c":
-        "built by a one-source rule in mk/device.mk: its split lists the new file there",
 }
 
 
