@@ -10,10 +10,23 @@
 #include "agent/http_client.h"
 #include "common/log.h"
 #include "common/netaddr.h"
+#include "common/prom.h"
 #include "common/util.h"
 
 #define TOKEN_MAX	16384		/* a service-account token is ~1 KiB */
 #define BODY_DEFAULT	(64u << 10)
+
+/* What became of a request: gpuscope_agent_http_requests_total{link,result}. */
+enum outcome {
+	OUT_OK, OUT_HTTP_4XX, OUT_HTTP_5XX, OUT_HTTP_OTHER, OUT_UNREACHABLE, OUT_TIMEOUT, OUT_TLS,
+	OUT_CLOSED, OUT_CANCELLED, OUT_TOO_LONG, OUT_ERROR, OUT_N
+};
+static const char *const outcome_name[OUT_N] = {
+	[OUT_OK] = "ok", [OUT_HTTP_4XX] = "http_4xx", [OUT_HTTP_5XX] = "http_5xx",
+	[OUT_HTTP_OTHER] = "http_other", [OUT_UNREACHABLE] = "unreachable",
+	[OUT_TIMEOUT] = "timeout", [OUT_TLS] = "tls", [OUT_CLOSED] = "closed",
+	[OUT_CANCELLED] = "cancelled", [OUT_TOO_LONG] = "too_long", [OUT_ERROR] = "error",
+};
 
 struct http_link {
 	char *name, *base, *ca_file, *cert_file, *key_file, *token_file, *proxy;
@@ -21,7 +34,12 @@ struct http_link {
 	pthread_mutex_t mu;		/* token, token_warned */
 	char *token;			/* the last good token; NULL: none read yet */
 	bool token_warned;
+	uint64_t outcomes[OUT_N];		/* __atomic; read by http_client_metrics() */
+	struct http_link *next;		/* the live links (links_mu) */
 };
+
+static pthread_mutex_t links_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct http_link *links;
 
 struct http_conn {
 	struct http_link *l;
@@ -90,6 +108,10 @@ struct http_link *http_link__new(const struct http_link_opts *o)
 	n = strlen(l->base);
 	while (n > 8 && l->base[n - 1] == '/')
 		l->base[--n] = 0;
+	pthread_mutex_lock(&links_mu);
+	l->next = links;
+	links = l;
+	pthread_mutex_unlock(&links_mu);
 	return l;
 }
 
@@ -97,6 +119,13 @@ void http_link__free(struct http_link *l)
 {
 	if (!l)
 		return;
+	pthread_mutex_lock(&links_mu);
+	for (struct http_link **p = &links; *p; p = &(*p)->next)
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	pthread_mutex_unlock(&links_mu);
 	free(l->name);
 	free(l->base);
 	free(l->ca_file);
@@ -273,6 +302,48 @@ static int curl_errno(const struct http_conn *c, CURLcode rc)
 	}
 }
 
+static enum outcome outcome_of(int err, long status)
+{
+	switch (err) {
+	case 0:
+		return status / 100 == 2 ? OUT_OK : status / 100 == 4 ? OUT_HTTP_4XX :
+		       status / 100 == 5 ? OUT_HTTP_5XX : OUT_HTTP_OTHER;
+	case -ECONNREFUSED:
+	case -EHOSTUNREACH:
+		return OUT_UNREACHABLE;
+	case -ETIMEDOUT:
+		return OUT_TIMEOUT;
+	case -EPROTO:
+		return OUT_TLS;
+	case -ECONNRESET:
+		return OUT_CLOSED;
+	case -ECANCELED:
+		return OUT_CANCELLED;
+	case -EMSGSIZE:
+		return OUT_TOO_LONG;
+	default:
+		return OUT_ERROR;
+	}
+}
+
+void http_client_metrics(FILE *out)
+{
+	prom_family(out, "gpuscope_agent_http_requests_total", "counter",
+		    "Requests of the agent's HTTP client by link (server, kubernetes) and result: "
+		    "ok (2xx), http_4xx, http_5xx, unreachable, timeout, tls, closed, cancelled, "
+		    "too_long, error.");
+	pthread_mutex_lock(&links_mu);
+	for (struct http_link *l = links; l; l = l->next)
+		for (int r = 0; r < OUT_N; r++) {
+			struct prom_label lb[] = { { "link", l->name },
+						   { "result", outcome_name[r] } };
+
+			prom_sample_u64(out, "gpuscope_agent_http_requests_total", lb, 2,
+					__atomic_load_n(&l->outcomes[r], __ATOMIC_RELAXED));
+		}
+	pthread_mutex_unlock(&links_mu);
+}
+
 /* The answer's first line (at most 200 bytes) as the reason of a status outside 2xx. */
 static void status_why(struct http_answer *a)
 {
@@ -380,6 +451,7 @@ int http_conn__request(struct http_conn *c, const struct http_req *req, struct h
 	} else if (ans->status / 100 != 2) {
 		status_why(ans);
 	}
+	__atomic_add_fetch(&l->outcomes[outcome_of(err, ans->status)], 1, __ATOMIC_RELAXED);
 out:
 	if (err && !ans->why[0])
 		snprintf(ans->why, sizeof(ans->why), "%s", strerror(-err));

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct http_link;
 struct http_conn;
@@ -89,6 +90,13 @@ struct http_answer {
  */
 int http_conn__request(struct http_conn *c, const struct http_req *req, struct http_answer *ans);
 void http_answer__done(struct http_answer *ans);
+
+/*
+ * gpuscope_agent_http_requests_total{link,result}: every live link's requests by what became
+ * of them (ok, http_4xx, http_5xx, unreachable, timeout, tls, closed, cancelled, too_long,
+ * error; requests that failed before sending, for memory, not counted). Any thread.
+ */
+void http_client_metrics(FILE *out);
 
 /* s percent-encoded for a URL's query (RFC 3986 unreserved kept). NULL (ENOMEM); free(). */
 char *http_escape(const char *s);

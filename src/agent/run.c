@@ -212,6 +212,7 @@ static void fill_metrics(void *arg, FILE *out)
 	mem_metrics(out);
 	prom_gauge(out, "gpuscope_agent_start_time_seconds", "Unix time the agent started.",
 		   c->start_wall_ns / 1e9);
+	http_client_metrics(out);	/* the server's link, and the Kubernetes API's */
 	pthread_mutex_lock(&c->lock);
 	prom_family(out, "gpuscope_agent_module_up", "gauge",
 		    "1 if the data source runs, 0 if unavailable.");

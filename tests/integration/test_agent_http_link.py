@@ -172,10 +172,18 @@ try:
     check(wait_until(lambda: samples("link-proxy") > 0, 60) and
           wait_until(lambda: Proxy.seen.get("/api/v1/capture/pending", 0) > 0, 10),
           "proxy: samples delivered and captures polled through it (%s)" % Proxy.seen)
+    wait_until(lambda: nocert.metric("gpuscope_agent_push_failures_total") > 0, 20)
+    res = {k.split('result="')[1].rstrip('"}'): v for k, v in nocert.metrics().items()
+           if k.startswith('gpuscope_agent_http_requests_total{link="server"')}
     check(nocert.metric("gpuscope_agent_push_failures_total") > 0 and
-          samples("link-nocert") == 0 and front.refused > 0,
-          "no client certificate: refused at the handshake (%d refused), nothing stored"
-          % front.refused)
+          samples("link-nocert") == 0 and front.refused > 0 and res.get("ok") == 0 and
+          sum(res.values()) > 0,
+          "no client certificate: refused at the handshake (%d refused; the agent's requests "
+          "by result: %s), nothing stored" % (front.refused, {k: v for k, v in res.items() if v}))
+    res = {k.split('result="')[1].rstrip('"}'): v for k, v in mtls.metrics().items()
+           if k.startswith('gpuscope_agent_http_requests_total{link="server"')}
+    check(res.get("ok", 0) > 0, "with the certificate: requests ok (%s)"
+          % {k: v for k, v in res.items() if v})
 finally:
     for a in agents:
         a.stop()

@@ -198,6 +198,22 @@ static bool test_http_client_answers(void)
 	ok = ok && ASSERT_EQ(http_conn__request(c, &(struct http_req){ .path = "/x",
 				.on_data = on_data, .arg = &st }, &a), -ECANCELED, "on_data said stop");
 	http_answer__done(&a);
+	{	/* each request counted by what became of it */
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&text, &len);
+
+		http_client_metrics(f);
+		fclose(f);
+		ok = ok && ASSERT_TRUE(strstr(text, "{link=\"test\",result=\"http_4xx\"} 3\n"),
+				       "three 413s") &&
+		     ASSERT_TRUE(strstr(text, "{link=\"test\",result=\"ok\"} 1\n"), "one 200") &&
+		     ASSERT_TRUE(strstr(text, "{link=\"test\",result=\"too_long\"} 1\n"),
+				 "one too long") &&
+		     ASSERT_TRUE(strstr(text, "{link=\"test\",result=\"cancelled\"} 1\n"),
+				 "one cancelled");
+		free(text);
+	}
 	http_conn__free(c);
 	http_link__free(l);
 	peer_stop(&p);
