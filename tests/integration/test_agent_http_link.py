@@ -8,7 +8,8 @@ share its settings, so both go
   the handshake and keeps its batches;
 - through an HTTP forward proxy (--proxy) to a server name only the proxy knows: samples and
   capture polls arrive, and the proxy saw both kinds of request.
-Three agents on one burn process, started together."""
+Three agents, started together, each with the NVML poller over the recorded H200 trace (no BPF
+to load: the agents are up in seconds)."""
 import http.client
 import os
 import re
@@ -18,14 +19,20 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import (CLI, PROGS, Agent, Scratch, Server, check, finish,  # noqa: E402
-                     free_port, need_root_and_binaries, skip, start_workload, wait_until)
+from pushlib import (CLI, OUT, Agent, Scratch, Server, check, finish,  # noqa: E402
+                     need_root_and_binaries, skip, wait_until)
 
 need_root_and_binaries()
+NVML_REPLAY = os.path.join(OUT, "tests", "nvml", "libnvidia-ml.so.1")
+NVML_TRACE = os.path.join(os.path.dirname(__file__), "..", "data", "nvml", "h200x8.trace.gz")
+if not os.path.exists(NVML_REPLAY):
+    raise AssertionError(NVML_REPLAY + " is not built")
+os.environ.update(GPUSCOPE_NVML_REPLAY=NVML_TRACE, GPUSCOPE_NVML_REPLAY_SPEED="4")
 tmp = Scratch("http-link")
 
 
@@ -132,22 +139,24 @@ front = Front(server.port)
 Proxy.target = server.port
 proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
 threading.Thread(target=proxy.serve_forever, daemon=True).start()
-work = start_workload(os.path.join(PROGS, "burn"), "600")
 agents = []
+RANGE = {"from": "%.3f" % (time.time() - 600), "to": "%.3f" % (time.time() + 3600)}
 
 
 def samples(node):
-    return server.query("flamegraph", since="10m", selector='{node="%s"}' % node)["total"]
+    """GPU power series the server holds of node."""
+    return len(server.query("series", name="gpu_power_watts", selector='{node="%s"}' % node,
+                            **RANGE)["series"])
 
 
 try:
-    common = ["--modules", "cpu-sampler", "--pid", str(work.pid), "--push-interval", "1s",
+    common = ["--modules", "nvml", "--nvml-library", NVML_REPLAY, "--push-interval", "1s",
               "--retry-max", "1s"]
     front_url = "https://127.0.0.1:%d" % front.port
     mtls = Agent(front_url, common + ["--node", "link-mtls", "--ca-file", tmp.path("front.pem"),
                                       "--client-cert", tmp.path("client.pem"),
                                       "--client-key", tmp.path("client.key")],
-                 tmp.path("agent-mtls.log"), wait=False, hold=(work,))
+                 tmp.path("agent-mtls.log"), wait=False)
     agents.append(mtls)
     nocert = Agent(front_url, common + ["--node", "link-nocert",
                                         "--ca-file", tmp.path("front.pem")],
@@ -161,9 +170,9 @@ try:
     for a in agents:
         a.wait_up()
     check(wait_until(lambda: samples("link-mtls") > 0, 60),
-          "client certificate: samples delivered through the TLS front")
+          "client certificate: GPU series delivered through the TLS front")
     r = subprocess.run([CLI, "capture", "--server", server.url, "--node", "link-mtls", "--pid",
-                        str(work.pid), "--duration", "200ms", "-o", tmp.path("trace.json")],
+                        "1", "--duration", "200ms", "-o", tmp.path("trace.json")],
                        capture_output=True, text=True, timeout=60)
     # no CUDA here: the agent's answer says so, which it posted through the front
     m = re.search(r"agent: (ok|not_injected|unavailable)\b.*", r.stderr)
@@ -171,7 +180,7 @@ try:
           "(%s)" % (m.group(0) if m else r.stderr.strip()[-200:]))
     check(wait_until(lambda: samples("link-proxy") > 0, 60) and
           wait_until(lambda: Proxy.seen.get("/api/v1/capture/pending", 0) > 0, 10),
-          "proxy: samples delivered and captures polled through it (%s)" % Proxy.seen)
+          "proxy: GPU series delivered and captures polled through it (%s)" % Proxy.seen)
     wait_until(lambda: nocert.metric("gpuscope_agent_push_failures_total") > 0, 20)
     res = {k.split('result="')[1].rstrip('"}'): v for k, v in nocert.metrics().items()
            if k.startswith('gpuscope_agent_http_requests_total{link="server"')}
@@ -187,7 +196,6 @@ try:
 finally:
     for a in agents:
         a.stop()
-    work.kill()
     proxy.shutdown()
     server.stop()
 tmp.cleanup()
