@@ -14,7 +14,6 @@
 #include "common/batch.h"
 #include "common/prom.h"
 #include "common/log.h"
-#include "common/netaddr.h"
 #include "common/util.h"
 
 #define QUEUE_MAX	16		/* pending batches between the main loop and this thread */
