@@ -9,11 +9,12 @@ PM_SAMPLING_SHIM := $(OUT)/tests/device/cshim
 ifneq ($(wildcard $(CUDA_HOME)/include/cupti_pmsampling.h),)
 all: $(PM_SAMPLING)
 endif
-$(PM_SAMPLING): tests/device/pm_sampling.c mk/device.mk
+PM_SAMPLING_SRCS := $(sort $(wildcard tests/device/pm_sampling*.c))
+$(PM_SAMPLING): $(PM_SAMPLING_SRCS) tests/device/pm_sampling.h mk/device.mk
 	$(Q)mkdir -p $(dir $@) $(PM_SAMPLING_SHIM)
 	$(Q): > $(PM_SAMPLING_SHIM)/string
 	$(Q)$(CC) -std=gnu11 -g -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I$(PM_SAMPLING_SHIM) \
-		-I$(CUDA_HOME)/include -o $@ $< -ldl -lpthread -lm
+		-I$(CUDA_HOME)/include -o $@ $(PM_SAMPLING_SRCS) -ldl -lpthread -lm
 
 # The stand-in libcuda.so.1 and libcupti.so.13 its dry run in make test loads (no GPU here).
 PM_STANDIN := $(OUT)/tests/device/standin

@@ -13,6 +13,7 @@
 #include <linux/types.h>
 
 struct batch;
+struct http_link;
 struct symbolizer;
 struct stack_cache;
 struct trace_cfg;
@@ -37,9 +38,6 @@ struct agent_opts {
 	unsigned nvml_backoff;		/* --nvml-backoff; 0: default */
 	const struct trace_cfg *trace;	/* --gpu-trace-* (cupti/window.h); NULL: defaults */
 	bool cuda_launch_probes;	/* --cuda-launch-probes: uprobes on cuLaunch* always */
-	const char *server;		/* --server URL (capture requests come from there) */
-	const char *token_file;		/* --token-file */
-	const char *ca_file;		/* --ca-file: the PEM CA for an https:// server */
 	const char *unwind_cache_dir;	/* --unwind-cache-dir (unwind/cache.h); NULL: the default,
 					 * "off": none */
 	uint64_t unwind_cache_max;	/* --unwind-cache-max; 0: the default */
@@ -60,6 +58,8 @@ struct agent {
 	struct unwinder *unwind;	/* shared BPF user-stack walker's maps and worker (unwind.h);
 					 * created by agent__unwinder(), freed by run.c */
 	bool unwind_tried;
+	struct http_link *server;	/* the server's link (http_client.h): push and capture
+					 * requests; made and freed by run.c */
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
 	uint64_t start_ns;		/* CLOCK_MONOTONIC when `run` started (start-time metrics) */
 	unsigned sampling_hz;		/* the CPU sampler's rate while it runs, else 0 */

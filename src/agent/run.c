@@ -4,7 +4,6 @@
  * ticks them every ~50 ms, and every push interval swaps in a fresh batch and hands the
  * finished one to the push thread (push.c), which delivers or spools it. Serves /metrics.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -24,6 +23,7 @@
 #include "agent/gpu/nvml.h"
 #include "agent/meta/labels.h"
 #include "agent/commands.h"
+#include "agent/http_client.h"
 #include "agent/push/metrics_http.h"
 #include "agent/modules.h"
 #include "agent/push/push.h"
@@ -44,6 +44,8 @@ struct run_opts {
 	const char *server;
 	const char *token_file;
 	const char *ca_file;
+	const char *cert_file, *key_file;	/* --client-cert, --client-key */
+	const char *proxy;			/* --proxy; NULL: libcurl's environment */
 	const char *spool_dir;
 	uint64_t spool_max;
 	const char *metrics_listen;
@@ -175,6 +177,10 @@ static void usage(FILE *f)
 		"                           take, the rest marked not walked (default 0.1%%; 0: all)\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
 		"  --ca-file FILE           trust this PEM CA for an https:// server (default: system CAs)\n"
+		"  --client-cert FILE       present this PEM certificate to the server (mutual TLS)\n"
+		"  --client-key FILE        its PEM key (default: in --client-cert's file)\n"
+		"  --proxy URL              reach the server through this proxy ('' none; default: the\n"
+		"                           https_proxy/http_proxy/no_proxy environment)\n"
 		"  --spool-dir DIR          on-disk spool for outages (default: in memory, lost at exit)\n"
 		"  --spool-max SIZE         spool bound, oldest dropped past it (default 512MiB)\n"
 		"  --compression ALG        zstd (default), gzip or none\n"
@@ -218,6 +224,7 @@ static void fill_metrics(void *arg, FILE *out)
 	mem_metrics(out);
 	prom_gauge(out, "gpuscope_agent_start_time_seconds", "Unix time the agent started.",
 		   c->start_wall_ns / 1e9);
+	http_client_metrics(out);	/* the server's link, and the Kubernetes API's */
 	pthread_mutex_lock(&c->lock);
 	prom_family(out, "gpuscope_agent_module_up", "gauge",
 		    "1 if the data source runs, 0 if unavailable.");
@@ -372,7 +379,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES, OPT_UNWIND_OPT,
-		OPT_OFFCPU_WALK_SHARE, OPT_BPF_STATS,
+		OPT_OFFCPU_WALK_SHARE, OPT_BPF_STATS, OPT_CLIENT_CERT, OPT_CLIENT_KEY, OPT_PROXY,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -384,6 +391,9 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "offcpu-walk-share", required_argument, NULL, OPT_OFFCPU_WALK_SHARE },
 		{ "token-file", required_argument, NULL, OPT_TOKEN },
 		{ "ca-file", required_argument, NULL, OPT_CA_FILE },
+		{ "client-cert", required_argument, NULL, OPT_CLIENT_CERT },
+		{ "client-key", required_argument, NULL, OPT_CLIENT_KEY },
+		{ "proxy", required_argument, NULL, OPT_PROXY },
 		{ "spool-dir", required_argument, NULL, OPT_SPOOL_DIR },
 		{ "spool-max", required_argument, NULL, OPT_SPOOL_MAX },
 		{ "metrics-listen", required_argument, NULL, OPT_METRICS },
@@ -442,7 +452,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			ao->cuda_launch_probes = true;
 			break;
 		case OPT_SERVER:
-			o->server = ao->server = optarg;
+			o->server = optarg;
 			break;
 		case OPT_INTERVAL:
 			if (parse_duration_ns(optarg, &o->push_interval_ns) ||
@@ -484,10 +494,19 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 			}
 			break;
 		case OPT_TOKEN:
-			o->token_file = ao->token_file = optarg;
+			o->token_file = optarg;
 			break;
 		case OPT_CA_FILE:
-			o->ca_file = ao->ca_file = optarg;
+			o->ca_file = optarg;
+			break;
+		case OPT_CLIENT_CERT:
+			o->cert_file = optarg;
+			break;
+		case OPT_CLIENT_KEY:
+			o->key_file = optarg;
+			break;
+		case OPT_PROXY:
+			o->proxy = optarg;
 			break;
 		case OPT_SPOOL_DIR:
 			o->spool_dir = optarg;
@@ -600,6 +619,15 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		log_error("--ca-file: '%s': %s", o->ca_file, strerror(errno));
 		return -EINVAL;
 	}
+	if (o->cert_file && access(o->cert_file, R_OK)) {
+		log_error("--client-cert: '%s': %s", o->cert_file, strerror(errno));
+		return -EINVAL;
+	}
+	if (o->key_file && (!o->cert_file || access(o->key_file, R_OK))) {
+		log_error("--client-key: '%s': %s", o->key_file,
+			  o->cert_file ? strerror(errno) : "no --client-cert");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -613,6 +641,30 @@ static bool module_off(const char *name)
 		if ((p == off || p[-1] == ',') && (p[n] == ',' || !p[n]))
 			return true;
 	return false;
+}
+
+/*
+ * The server's one link, for the push and the capture poll alike: its root URL (the query and
+ * fragment, trailing '/' and an /api/v1/ingest suffix dropped), TLS, token and proxy.
+ */
+static struct http_link *server_link(const struct run_opts *o)
+{
+	char root[1024];
+	size_t n;
+
+	snprintf(root, sizeof(root), "%s", o->server);
+	root[strcspn(root, "?#")] = 0;
+	n = strlen(root);
+	while (n && root[n - 1] == '/')
+		root[--n] = 0;
+	if (n >= 14 && !strcmp(root + n - 14, "/api/v1/ingest"))
+		root[n - 14] = 0;
+	return http_link__new(&(struct http_link_opts){ .name = "server", .base_url = root,
+							.ca_file = o->ca_file,
+							.cert_file = o->cert_file,
+							.key_file = o->key_file,
+							.token_file = o->token_file,
+							.proxy = o->proxy });
 }
 
 int cmd_run(int argc, char **argv)
@@ -656,14 +708,15 @@ int cmd_run(int argc, char **argv)
 	a.start_ns = t_run;
 	pthread_mutex_init(&c.lock, NULL);
 	c.start_wall_ns = wall_ns();
-	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-		log_error("run: libcurl initialisation failed");
+	a.server = server_link(&o);
+	if (!a.server) {
+		log_error("run: --server '%s': %s", o.server, strerror(errno));
 		goto out;
 	}
 	a.batch = batch__new(ao.node);
 	if (!a.batch) {
 		log_error("run: new batch: %s", strerror(errno));
-		goto out_curl;
+		goto out_link;
 	}
 	/* the server's pprof gives CPU samples this period, as `record` does */
 	batch__set_period(a.batch, NSEC_PER_SEC / ao.frequency_hz);
@@ -695,9 +748,7 @@ int cmd_run(int argc, char **argv)
 			  strerror(errno));
 		goto out_batch;
 	}
-	c.pusher = pusher__new(&(struct pusher_opts){ .server = o.server,
-						     .token_file = o.token_file,
-						     .ca_file = o.ca_file,
+	c.pusher = pusher__new(&(struct pusher_opts){ .link = a.server,
 						     .compression = o.compression,
 						     .retry_max_ns = o.retry_max_ns },
 			       spool);
@@ -844,8 +895,8 @@ out_batch:
 	unwinder__free(a.unwind);	/* created by the first module that takes stacks */
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
-out_curl:
-	curl_global_cleanup();
+out_link:
+	http_link__free(a.server);	/* after the push and capture threads that used it */
 out:
 	bpf_stats__release();
 	pthread_mutex_destroy(&c.lock);

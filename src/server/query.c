@@ -186,35 +186,37 @@ static int64_t tree_child(struct tree *t, uint32_t parent, uint32_t name)
 	return (int64_t)t->len++;
 }
 
+/* One step down from node *cur to its child called name (made if new), which gets the values
+ * v and v2 of the stack on its way: *cur becomes that child. 0 or -ENOMEM. */
+static int tree_step(struct tree *t, uint32_t *cur, const char *name, uint64_t v, uint64_t v2)
+{
+	int64_t k = strtab_intern(&t->names, name);
+	int64_t c = k < 0 ? k : tree_child(t, *cur, (uint32_t)k);
+
+	if (c < 0)
+		return (int)c;
+	*cur = (uint32_t)c;
+	t->n[c].value += v;
+	t->n[c].value2 += v2;
+	return 0;
+}
+
 static int tree_add_one(struct tree *t, const struct gent *e, const struct frame *f, size_t nf)
 {
 	uint64_t v = e->v, v2 = e->v2;
 	uint32_t cur = 0;
 	char tmp[256];
+	int err = 0;
 
 	t->n[0].value += v;
 	t->n[0].value2 += v2;
-	if (t->g->grouped) {
-		int64_t name = strtab_intern(&t->names, group_display(t->groups, t->group_by,
-								      e->group, tmp, sizeof(tmp)));
-		int64_t c = name < 0 ? name : tree_child(t, 0, (uint32_t)name);
-
-		if (c < 0)
-			return (int)c;
-		cur = (uint32_t)c;
-		t->n[cur].value += v;
-		t->n[cur].value2 += v2;
-	}
-	if (!nf) {
-		int64_t name = strtab_intern(&t->names, "[unknown]");
-		int64_t c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);
-
-		if (c < 0)
-			return (int)c;
-		cur = (uint32_t)c;
-		t->n[cur].value += v;
-		t->n[cur].value2 += v2;
-	}
+	if (t->g->grouped)
+		err = tree_step(t, &cur, group_display(t->groups, t->group_by, e->group, tmp,
+						       sizeof(tmp)), v, v2);
+	if (!err && !nf)
+		err = tree_step(t, &cur, "[unknown]", v, v2);
+	if (err)
+		return err;
 	/* Python only, in a stack with a Python frame: the interpreter's frames with any other
 	 * frame below them go (the evaluation loop and call machinery between Python functions
 	 * and the native code they call, and the start-up above the first); its frames at the
@@ -227,20 +229,13 @@ static int tree_add_one(struct tree *t, const struct gent *e, const struct frame
 		if (tail == nf && !interpreter_frame(&f[i]))
 			tail = i;
 	}
-	for (size_t i = nf; i-- > 0;) {
-		int64_t name, c;
-
+	for (size_t i = nf; i-- > 0 && !err;) {
 		if (py && i > tail && interpreter_frame(&f[i]))
 			continue;
-		name = strtab_intern(&t->names, frame_name(&f[i], tmp, sizeof(tmp)));
-		c = name < 0 ? name : tree_child(t, cur, (uint32_t)name);
-
-		if (c < 0)
-			return (int)c;
-		cur = (uint32_t)c;
-		t->n[cur].value += v;
-		t->n[cur].value2 += v2;
+		err = tree_step(t, &cur, frame_name(&f[i], tmp, sizeof(tmp)), v, v2);
 	}
+	if (err)
+		return err;
 	t->n[cur].self += v;
 	t->n[cur].self2 += v2;
 	return 0;

@@ -13,145 +13,10 @@
  * Exit: 0 measured, 77 no GPU / no driver / no CUPTI / PM sampling unsupported (one line),
  * 1 error (with CUDA's or CUPTI's error string), 2 bad usage.
  */
-#include <dlfcn.h>
-#include <errno.h>
-#include <getopt.h>
-#include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cuda.h>
-#include <cupti_pmsampling.h>
-#include <cupti_profiler_host.h> /* includes C++'s <string>: the build puts an empty one first */
-#include <cupti_profiler_target.h>
-#include <cupti_result.h>
-#include <cupti_target.h>
-#include <cupti_version.h>
-
-#define MAX_METRICS 4
-#define MAX_GROUPS 16
-#define MAX_STRETCHES 2000
-#define MAX_INTERVALS 16
-
-/* ---- the dynamically loaded API ------------------------------------------------------------ */
-#define STR_(x) #x
-#define STR(x) STR_(x) /* after macro expansion: cuMemAlloc -> "cuMemAlloc_v2" */
-#define CU_EARLY(X) X(cuInit) X(cuDeviceGetCount) X(cuGetErrorString)
-#define CU_REST(X)                                                                                 \
-	X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDriverGetVersion)            \
-	X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)                \
-	X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuCtxSynchronize)           \
-	X(cuMemAlloc) X(cuMemFree) X(cuMemcpyDtoH) X(cuMemsetD8)
-#define CUPTI_FNS(X)                                                                               \
-	X(cuptiGetResultString) X(cuptiGetVersion) X(cuptiProfilerInitialize)                      \
-	X(cuptiProfilerDeInitialize) X(cuptiDeviceGetChipName) X(cuptiPmSamplingEnable)            \
-	X(cuptiPmSamplingDisable) X(cuptiPmSamplingSetConfig) X(cuptiPmSamplingStart)              \
-	X(cuptiPmSamplingStop) X(cuptiPmSamplingDecodeData)                                        \
-	X(cuptiPmSamplingGetCounterAvailability) X(cuptiPmSamplingGetCounterDataSize)              \
-	X(cuptiPmSamplingCounterDataImageInitialize) X(cuptiPmSamplingGetCounterDataInfo)          \
-	X(cuptiPmSamplingCounterDataGetSampleInfo) X(cuptiProfilerHostInitialize)                  \
-	X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostGetBaseMetrics)                        \
-	X(cuptiProfilerHostGetMetricProperties) X(cuptiProfilerHostConfigAddMetrics)               \
-	X(cuptiProfilerHostGetConfigImageSize) X(cuptiProfilerHostGetConfigImage)                  \
-	X(cuptiProfilerHostGetNumOfPasses) X(cuptiProfilerHostEvaluateToGpuValues)
-#define DECL(f) static typeof(f) *p_##f;
-CU_EARLY(DECL)
-CU_REST(DECL)
-CUPTI_FNS(DECL)
-
-/* ---- the kernels: PTX, compiled by the driver at load --------------------------------------- */
-/* spin: every block spins on %globaltimer for dur ns; block 0 thread 0 stores its start and end
- * (GPU ns) to out[0..1] when out != 0. empty: nothing (the launch-bound loop). work: a fixed
- * dependent FMA chain of n steps per thread (the compute-bound cost check). */
-static const char ptx[] = ".version 7.0\n"
-			  ".target sm_75\n"
-			  ".address_size 64\n"
-			  "\n"
-			  ".visible .entry spin(.param .u64 spin_dur, .param .u64 spin_out)\n"
-			  "{\n"
-			  "\t.reg .pred %p<3>;\n"
-			  "\t.reg .b32 %r<4>;\n"
-			  "\t.reg .b64 %rd<7>;\n"
-			  "\tld.param.u64 %rd1, [spin_dur];\n"
-			  "\tld.param.u64 %rd2, [spin_out];\n"
-			  "\tmov.u64 %rd3, %globaltimer;\n"
-			  "\tadd.u64 %rd4, %rd3, %rd1;\n"
-			  "$L_spin:\n"
-			  "\tmov.u64 %rd5, %globaltimer;\n"
-			  "\tsetp.lt.u64 %p1, %rd5, %rd4;\n"
-			  "\t@%p1 bra $L_spin;\n"
-			  "\tmov.u32 %r1, %tid.x;\n"
-			  "\tmov.u32 %r2, %ctaid.x;\n"
-			  "\tor.b32 %r3, %r1, %r2;\n"
-			  "\tsetp.ne.u32 %p2, %r3, 0;\n"
-			  "\t@%p2 bra $L_spin_done;\n"
-			  "\tsetp.eq.u64 %p2, %rd2, 0;\n"
-			  "\t@%p2 bra $L_spin_done;\n"
-			  "\tcvta.to.global.u64 %rd6, %rd2;\n"
-			  "\tst.global.u64 [%rd6], %rd3;\n"
-			  "\tst.global.u64 [%rd6+8], %rd5;\n"
-			  "$L_spin_done:\n"
-			  "\tret;\n"
-			  "}\n"
-			  "\n"
-			  ".visible .entry empty()\n"
-			  "{\n"
-			  "\tret;\n"
-			  "}\n"
-			  "\n"
-			  ".visible .entry work(.param .u32 work_n, .param .u64 work_out)\n"
-			  "{\n"
-			  "\t.reg .pred %p<3>;\n"
-			  "\t.reg .b32 %r<4>;\n"
-			  "\t.reg .f32 %f<4>;\n"
-			  "\t.reg .b64 %rd<3>;\n"
-			  "\tld.param.u32 %r1, [work_n];\n"
-			  "\tld.param.u64 %rd1, [work_out];\n"
-			  "\tmov.u32 %r2, %tid.x;\n"
-			  "\tcvt.rn.f32.u32 %f1, %r2;\n"
-			  "\tmov.f32 %f2, 0f3F7FBE77;\n"
-			  "\tmov.f32 %f3, 0f3A83126F;\n"
-			  "\tmov.u32 %r3, 0;\n"
-			  "$L_work:\n"
-			  "\tfma.rn.f32 %f1, %f1, %f2, %f3;\n"
-			  "\tadd.u32 %r3, %r3, 1;\n"
-			  "\tsetp.lt.u32 %p1, %r3, %r1;\n"
-			  "\t@%p1 bra $L_work;\n"
-			  "\tsetp.neu.f32 %p2, %f1, 0f4640E400;\n"
-			  "\t@%p2 bra $L_work_done;\n"
-			  "\tcvta.to.global.u64 %rd2, %rd1;\n"
-			  "\tst.global.f32 [%rd2], %f1;\n"
-			  "$L_work_done:\n"
-			  "\tret;\n"
-			  "}\n";
+#include "pm_sampling.h"
 
 /* ---- options ---------------------------------------------------------------------------------- */
-struct group {
-	uint64_t busy_ns, idle_ns;
-	int count;
-};
-
-static struct {
-	const char *libcuda, *libcupti, *metrics, *list_metrics, *raw_dir, *pattern;
-	uint64_t intervals[MAX_INTERVALS];
-	int n_intervals;
-	CUpti_PmSampling_TriggerMode trigger;
-	uint64_t cross_interval_ns;
-	int device, rounds, launches, timeout_s, decode_period_us, max_samples;
-	uint32_t work_iters;
-	size_t hw_buffer;
-	struct group groups[MAX_GROUPS];
-	int n_groups;
-} opt = {
+struct pm_opts opt = {
 	.libcuda = "libcuda.so.1",
 	.pattern = "50:50x4,10:10x10,2:2x25,0.5:0.5x50",
 	.trigger = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
@@ -164,16 +29,11 @@ static struct {
 	.hw_buffer = 256u << 20,
 };
 
-/* Tried in order when --metric is not given; each valid one is collected (one pass at most). */
-static const char *default_metrics[] = {"sm__cycles_active.avg", "gr__cycles_active.avg",
-					"gr__cycles_active.sum", "gr__cycles_active.max",
-					"sm__cycles_active.sum", NULL};
-
 /* ---- errors, the watchdog ----------------------------------------------------------------------- */
-static const char *volatile phase = "start";
-static volatile pid_t worker_pid;
+const char *volatile phase = "start";
+volatile pid_t worker_pid;
 
-static void msg_exit(int code, const char *fmt, ...)
+void msg_exit(int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -187,8 +47,6 @@ static void msg_exit(int code, const char *fmt, ...)
 		kill(worker_pid, SIGKILL);
 	exit(code);
 }
-#define die(...) msg_exit(1, __VA_ARGS__)
-#define skip(...) msg_exit(77, "skip: " __VA_ARGS__)
 
 static void on_alarm(int sig)
 {
@@ -205,7 +63,7 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
-static const char *cu_err(CUresult r)
+const char *cu_err(CUresult r)
 {
 	const char *s = NULL;
 
@@ -214,7 +72,7 @@ static const char *cu_err(CUresult r)
 	return "unknown CUDA error";
 }
 
-static const char *cupti_err(CUptiResult r)
+const char *cupti_err(CUptiResult r)
 {
 	const char *s = NULL;
 
@@ -223,21 +81,9 @@ static const char *cupti_err(CUptiResult r)
 	return "unknown CUPTI error";
 }
 
-#define CK(call)                                                                                   \
-	do {                                                                                       \
-		CUresult r_ = (call);                                                              \
-		if (r_ != CUDA_SUCCESS)                                                            \
-			die("%s: %s: %s (%d)", phase, #call, cu_err(r_), (int)r_);                 \
-	} while (0)
-#define CP(call)                                                                                   \
-	do {                                                                                       \
-		CUptiResult r_ = (call);                                                           \
-		if (r_ != CUPTI_SUCCESS)                                                           \
-			die("%s: %s: %s (%d)", phase, #call, cupti_err(r_), (int)r_);              \
-	} while (0)
 
 /* The results that say "this machine cannot do PM sampling" rather than "this program is wrong". */
-static int unsupported(CUptiResult r)
+int unsupported(CUptiResult r)
 {
 	switch (r) {
 	case CUPTI_ERROR_NOT_SUPPORTED:
@@ -257,18 +103,8 @@ static int unsupported(CUptiResult r)
 		return 0;
 	}
 }
-/* For the calls that first touch the profiler: unsupported -> 77, anything else -> 1. */
-#define CPS(call)                                                                                  \
-	do {                                                                                       \
-		CUptiResult r_ = (call);                                                           \
-		if (r_ != CUPTI_SUCCESS && unsupported(r_))                                        \
-			skip("PM sampling not available here: %s: %s (%d)", #call, cupti_err(r_),  \
-			     (int)r_);                                                             \
-		if (r_ != CUPTI_SUCCESS)                                                           \
-			die("%s: %s: %s (%d)", phase, #call, cupti_err(r_), (int)r_);              \
-	} while (0)
 
-static uint64_t now_ns(clockid_t c)
+uint64_t now_ns(clockid_t c)
 {
 	struct timespec ts;
 
@@ -276,837 +112,12 @@ static uint64_t now_ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ns(uint64_t ns)
+void sleep_ns(uint64_t ns)
 {
 	struct timespec ts = {.tv_sec = ns / 1000000000u, .tv_nsec = ns % 1000000000u};
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
-}
-
-/* ---- loading ------------------------------------------------------------------------------------ */
-static void *cuda_lib;
-
-static void load_cuda_early(void)
-{
-	cuda_lib = dlopen(opt.libcuda, RTLD_NOW | RTLD_GLOBAL);
-	if (!cuda_lib)
-		skip("no CUDA driver (%s)", dlerror());
-#define LOAD_EARLY(f)                                                                              \
-	p_##f = (typeof(f) *)dlsym(cuda_lib, STR(f));                                             \
-	if (!p_##f)                                                                                \
-		skip("no CUDA driver: %s lacks %s", opt.libcuda, STR(f));
-	CU_EARLY(LOAD_EARLY)
-}
-
-static void load_cuda_rest(void)
-{
-#define LOAD_REST(f)                                                                               \
-	p_##f = (typeof(f) *)dlsym(cuda_lib, STR(f));                                             \
-	if (!p_##f)                                                                                \
-		die("the CUDA driver %s lacks %s", opt.libcuda, STR(f));
-	CU_REST(LOAD_REST)
-}
-
-static const char *cupti_path = "?";
-
-static void load_cupti(void)
-{
-	const char *names[] = {opt.libcupti, "libcupti.so.13", "libcupti.so", NULL};
-	void *h = NULL;
-	Dl_info info;
-	int i;
-
-	for (i = opt.libcupti ? 0 : 1; names[i] && !h; i++) {
-		h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
-		if (opt.libcupti)
-			break;
-	}
-	if (!h)
-		skip("no CUPTI library (%s; put libcupti.so.13 on LD_LIBRARY_PATH or give --libcupti)",
-		     dlerror());
-#define LOAD_CUPTI(f)                                                                              \
-	p_##f = (typeof(f) *)dlsym(h, STR(f));                                                    \
-	if (!p_##f)                                                                                \
-		skip("this CUPTI has no PM sampling: no %s", STR(f));
-	CUPTI_FNS(LOAD_CUPTI)
-	if (dladdr((void *)p_cuptiPmSamplingEnable, &info) && info.dli_fname)
-		cupti_path = info.dli_fname;
-}
-
-/* ---- the GPU side ------------------------------------------------------------------------------- */
-static struct {
-	CUdevice dev;
-	CUcontext ctx;
-	CUfunction spin, empty, work;
-	CUdeviceptr marks; /* 2 u64 per busy stretch: GPU ns at its start and end */
-	CUdeviceptr sink;
-	int sms;
-	char name[128];
-} g;
-
-static void gpu_open(void)
-{
-	CUmodule mod;
-
-	phase = "CUDA setup";
-	CK(p_cuDeviceGet(&g.dev, opt.device));
-	CK(p_cuDeviceGetName(g.name, sizeof(g.name), g.dev));
-	CK(p_cuDeviceGetAttribute(&g.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g.dev));
-	CK(p_cuDevicePrimaryCtxRetain(&g.ctx, g.dev));
-	CK(p_cuCtxSetCurrent(g.ctx));
-	phase = "loading the PTX kernels";
-	CK(p_cuModuleLoadData(&mod, ptx));
-	CK(p_cuModuleGetFunction(&g.spin, mod, "spin"));
-	CK(p_cuModuleGetFunction(&g.empty, mod, "empty"));
-	CK(p_cuModuleGetFunction(&g.work, mod, "work"));
-	CK(p_cuMemAlloc(&g.marks, MAX_STRETCHES * 2 * sizeof(uint64_t)));
-	CK(p_cuMemAlloc(&g.sink, 64));
-	CK(p_cuMemsetD8(g.marks, 0, MAX_STRETCHES * 2 * sizeof(uint64_t)));
-	CK(p_cuCtxSynchronize());
-}
-
-static void launch_spin(uint64_t dur_ns, CUdeviceptr out)
-{
-	void *args[] = {&dur_ns, &out};
-
-	CK(p_cuLaunchKernel(g.spin, g.sms * 2, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
-}
-
-/* The launch-bound loop: wall ns of opt.launches empty kernels and one synchronize. */
-static uint64_t launch_loop(void)
-{
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	int i;
-
-	for (i = 0; i < opt.launches; i++)
-		CK(p_cuLaunchKernel(g.empty, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
-	CK(p_cuCtxSynchronize());
-	return now_ns(CLOCK_MONOTONIC) - t0;
-}
-
-/* The compute-bound check: wall ns of one fixed FMA kernel over every SM. */
-static uint64_t work_kernel(void)
-{
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	void *args[] = {&opt.work_iters, &g.sink};
-
-	CK(p_cuLaunchKernel(g.work, g.sms * 4, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
-	CK(p_cuCtxSynchronize());
-	return now_ns(CLOCK_MONOTONIC) - t0;
-}
-
-/* ---- the busy/idle pattern ---------------------------------------------------------------------- */
-struct stretch {
-	uint64_t g0, g1; /* GPU ns (%globaltimer): the spin kernel's start and end */
-	uint64_t h0, h1; /* host CLOCK_REALTIME ns: before the launch, after the synchronize */
-	int group;
-};
-
-struct run {
-	struct stretch st[MAX_STRETCHES];
-	int n;
-};
-
-static void run_pattern(struct run *r)
-{
-	uint64_t marks[MAX_STRETCHES * 2];
-	int gi, k;
-
-	phase = "the busy/idle pattern";
-	r->n = 0;
-	for (gi = 0; gi < opt.n_groups; gi++) {
-		for (k = 0; k < opt.groups[gi].count && r->n < MAX_STRETCHES; k++) {
-			struct stretch *s = &r->st[r->n];
-
-			s->group = gi;
-			s->h0 = now_ns(CLOCK_REALTIME);
-			launch_spin(opt.groups[gi].busy_ns, g.marks + (CUdeviceptr)r->n * 16);
-			CK(p_cuCtxSynchronize());
-			s->h1 = now_ns(CLOCK_REALTIME);
-			r->n++;
-			sleep_ns(opt.groups[gi].idle_ns);
-		}
-	}
-	CK(p_cuMemcpyDtoH(marks, g.marks, (size_t)r->n * 16));
-	for (k = 0; k < r->n; k++) {
-		r->st[k].g0 = marks[2 * k];
-		r->st[k].g1 = marks[2 * k + 1];
-	}
-}
-
-/* ---- CUPTI: the host object and the config image --------------------------------------------- */
-static struct {
-	CUpti_Profiler_Host_Object *host;
-	const char *chip;
-	const char *metrics[MAX_METRICS];
-	int counter[MAX_METRICS]; /* a counter (divided by the sample's ns), not a ratio */
-	size_t n_metrics;
-	uint8_t *config;
-	size_t config_size;
-	uint8_t *avail;
-} c;
-
-static int metric_valid(const char *name, CUpti_MetricType *ret_type)
-{
-	CUpti_Profiler_Host_GetMetricProperties_Params p = {
-		.structSize = CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE,
-		.pHostObject = c.host,
-		.pMetricName = name,
-	};
-	CUptiResult r = p_cuptiProfilerHostGetMetricProperties(&p);
-
-	if (r != CUPTI_SUCCESS)
-		return 0;
-	*ret_type = p.metricType;
-	return 1;
-}
-
-static size_t build_config(void)
-{
-	CUpti_Profiler_Host_ConfigAddMetrics_Params a = {
-		.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE,
-		.pHostObject = c.host,
-		.ppMetricNames = c.metrics,
-		.numMetrics = c.n_metrics,
-	};
-	CUpti_Profiler_Host_GetConfigImageSize_Params s = {
-		.structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE,
-		.pHostObject = c.host,
-	};
-	CUpti_Profiler_Host_GetConfigImage_Params i = {
-		.structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE,
-		.pHostObject = c.host,
-	};
-	CUpti_Profiler_Host_GetNumOfPasses_Params n = {
-		.structSize = CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE,
-	};
-
-	phase = "building the config image";
-	CP(p_cuptiProfilerHostConfigAddMetrics(&a));
-	CP(p_cuptiProfilerHostGetConfigImageSize(&s));
-	c.config_size = s.configImageSize;
-	c.config = malloc(c.config_size);
-	if (!c.config)
-		die("out of memory");
-	i.configImageSize = c.config_size;
-	i.pConfigImage = c.config;
-	CP(p_cuptiProfilerHostGetConfigImage(&i));
-	n.configImageSize = c.config_size;
-	n.pConfigImage = c.config;
-	CP(p_cuptiProfilerHostGetNumOfPasses(&n));
-	return n.numOfPasses;
-}
-
-static void host_init(void)
-{
-	CUpti_Profiler_Host_Initialize_Params p = {
-		.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE,
-		.profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING,
-		.pChipName = c.chip,
-		.pCounterAvailabilityImage = c.avail,
-	};
-
-	phase = "cuptiProfilerHostInitialize";
-	CPS(p_cuptiProfilerHostInitialize(&p));
-	c.host = p.pHostObject;
-}
-
-static void host_deinit(void)
-{
-	CUpti_Profiler_Host_Deinitialize_Params p = {
-		.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE,
-		.pHostObject = c.host,
-	};
-
-	if (c.host)
-		p_cuptiProfilerHostDeinitialize(&p);
-	c.host = NULL;
-	free(c.config);
-	c.config = NULL;
-}
-
-static void list_metrics(const char *path)
-{
-	static const char *types[] = {"counter", "ratio", "throughput"};
-	FILE *f = fopen(path, "w");
-	int t;
-
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	phase = "listing metrics";
-	for (t = 0; t < 3; t++) {
-		CUpti_Profiler_Host_GetBaseMetrics_Params p = {
-			.structSize = CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE,
-			.pHostObject = c.host,
-			.metricType = (CUpti_MetricType)t,
-		};
-		size_t i;
-
-		CP(p_cuptiProfilerHostGetBaseMetrics(&p));
-		for (i = 0; i < p.numMetrics; i++) {
-			CUpti_Profiler_Host_GetMetricProperties_Params q = {
-				.structSize =
-					CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE,
-				.pHostObject = c.host,
-				.pMetricName = p.ppMetricNames[i],
-			};
-			int ok = p_cuptiProfilerHostGetMetricProperties(&q) == CUPTI_SUCCESS;
-
-			fprintf(f, "%s\t%s\t%s\t%s\n", types[t], p.ppMetricNames[i],
-				ok && q.pHwUnit ? q.pHwUnit : "",
-				ok && q.pDescription ? q.pDescription : "");
-		}
-	}
-	fclose(f);
-}
-
-/* Picks the metrics: --metric's list exactly, else every valid default, else the first counter
- * base metric named like "cycles_active" with a rollup. */
-static void choose_metrics(void)
-{
-	static char found[160];
-	CUpti_MetricType type;
-	char *list, *tok, *save = NULL;
-	int i;
-
-	phase = "choosing metrics";
-	if (opt.metrics) {
-		list = strdup(opt.metrics);
-		for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (c.n_metrics == MAX_METRICS)
-				die("at most %d metrics", MAX_METRICS);
-			if (!metric_valid(tok, &type))
-				die("metric '%s' is not known for chip %s (see --list-metrics)", tok,
-				    c.chip);
-			c.counter[c.n_metrics] = type == CUPTI_METRIC_TYPE_COUNTER;
-			c.metrics[c.n_metrics++] = tok;
-		}
-		return;
-	}
-	for (i = 0; default_metrics[i] && c.n_metrics < 2; i++) {
-		/* one rollup of each base metric is enough */
-		size_t base = strcspn(default_metrics[i], ".");
-		size_t k;
-		int dup = 0;
-
-		for (k = 0; k < c.n_metrics; k++)
-			dup |= strncmp(c.metrics[k], default_metrics[i], base) == 0;
-		if (dup || !metric_valid(default_metrics[i], &type))
-			continue;
-		c.counter[c.n_metrics] = type == CUPTI_METRIC_TYPE_COUNTER;
-		c.metrics[c.n_metrics++] = default_metrics[i];
-	}
-	if (c.n_metrics)
-		return;
-	{
-		CUpti_Profiler_Host_GetBaseMetrics_Params p = {
-			.structSize = CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE,
-			.pHostObject = c.host,
-			.metricType = CUPTI_METRIC_TYPE_COUNTER,
-		};
-		static const char *rollups[] = {".avg", ".sum", ".max"};
-		size_t k;
-		int r;
-
-		CP(p_cuptiProfilerHostGetBaseMetrics(&p));
-		for (k = 0; k < p.numMetrics && !c.n_metrics; k++) {
-			if (!strstr(p.ppMetricNames[k], "cycles_active"))
-				continue;
-			for (r = 0; r < 3 && !c.n_metrics; r++) {
-				snprintf(found, sizeof(found), "%s%s", p.ppMetricNames[k],
-					 rollups[r]);
-				if (metric_valid(found, &type)) {
-					c.counter[0] = type == CUPTI_METRIC_TYPE_COUNTER;
-					c.metrics[c.n_metrics++] = found;
-				}
-			}
-		}
-	}
-	if (!c.n_metrics)
-		die("none of the default metrics (sm__cycles_active.avg, gr__cycles_active.*) nor "
-		    "any *cycles_active* counter is known for chip %s: give --metric (see "
-		    "--list-metrics)",
-		    c.chip);
-}
-
-/* ---- CUPTI: one sampling session ------------------------------------------------------------- */
-struct sample {
-	uint64_t t0, t1;
-	double v[MAX_METRICS];
-};
-
-struct sampler {
-	CUpti_PmSampling_Object *obj;
-	uint8_t *cd; /* the counter data image */
-	size_t cd_size, next;
-	struct sample *s;
-	size_t n, cap;
-	uint64_t overflows, decodes, full_resets, eval_errors;
-	uint64_t start_host_ns; /* CLOCK_REALTIME just before cuptiPmSamplingStart */
-	CUptiResult decode_err, eval_err;
-	double cpu_ms;
-	pthread_t thr;
-	atomic_int stop;
-};
-
-static void counter_data_init(struct sampler *sp)
-{
-	CUpti_PmSampling_CounterDataImage_Initialize_Params p = {
-		.structSize = CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE,
-		.pPmSamplingObject = sp->obj,
-		.counterDataSize = sp->cd_size,
-		.pCounterData = sp->cd,
-	};
-
-	CP(p_cuptiPmSamplingCounterDataImageInitialize(&p));
-	sp->next = 0;
-}
-
-static uint64_t sampler_close(struct sampler *sp);
-
-static int max_samples_for(uint64_t interval_ns)
-{
-	uint64_t n;
-
-	if (opt.max_samples)
-		return opt.max_samples;
-	n = 4 * (uint64_t)opt.decode_period_us * 1000 / (interval_ns ? interval_ns : 1);
-	return n < 1000 ? 1000 : n > 200000 ? 200000 : (int)n;
-}
-
-/* Enables PM sampling on the device and configures it; returns the wall ns that took, or 0 with
- * PM sampling disabled again where the configuration is refused (an interval too fine, say):
- * *ret_err then holds CUPTI's result. */
-static uint64_t sampler_open(struct sampler *sp, uint64_t interval_ns, CUptiResult *ret_err)
-{
-	CUpti_PmSampling_Enable_Params e = {
-		.structSize = CUpti_PmSampling_Enable_Params_STRUCT_SIZE,
-		.deviceIndex = (size_t)opt.device,
-	};
-	CUpti_PmSampling_GetCounterDataSize_Params ds = {
-		.structSize = CUpti_PmSampling_GetCounterDataSize_Params_STRUCT_SIZE,
-		.pMetricNames = c.metrics,
-		.numMetrics = c.n_metrics,
-		.maxSamples = (uint32_t)max_samples_for(interval_ns),
-	};
-	CUpti_PmSampling_SetConfig_Params sc = {
-		.structSize = CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE,
-		.configSize = c.config_size,
-		.pConfig = c.config,
-		.hardwareBufferSize = opt.hw_buffer,
-		.samplingInterval = interval_ns,
-		.triggerMode = opt.trigger,
-		.hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST,
-	};
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-
-	memset(sp, 0, sizeof(*sp));
-	phase = "cuptiPmSamplingEnable";
-	CPS(p_cuptiPmSamplingEnable(&e));
-	sp->obj = e.pPmSamplingObject;
-	phase = "sizing the counter data image";
-	ds.pPmSamplingObject = sp->obj;
-	CP(p_cuptiPmSamplingGetCounterDataSize(&ds));
-	sp->cd_size = ds.counterDataSize;
-	sp->cd = malloc(sp->cd_size);
-	if (!sp->cd)
-		die("out of memory for a counter data image of %zu bytes", sp->cd_size);
-	counter_data_init(sp);
-	phase = "cuptiPmSamplingSetConfig";
-	sc.pPmSamplingObject = sp->obj;
-	*ret_err = p_cuptiPmSamplingSetConfig(&sc);
-	if (*ret_err != CUPTI_SUCCESS) {
-		sampler_close(sp);
-		return 0;
-	}
-	return now_ns(CLOCK_MONOTONIC) - t0 + 1;
-}
-
-static uint64_t sampler_close(struct sampler *sp)
-{
-	CUpti_PmSampling_Disable_Params d = {
-		.structSize = CUpti_PmSampling_Disable_Params_STRUCT_SIZE,
-		.pPmSamplingObject = sp->obj,
-	};
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-
-	phase = "cuptiPmSamplingDisable";
-	CP(p_cuptiPmSamplingDisable(&d));
-	free(sp->cd);
-	sp->cd = NULL;
-	return now_ns(CLOCK_MONOTONIC) - t0;
-}
-
-static void sampler_free(struct sampler *sp)
-{
-	free(sp->s);
-	sp->s = NULL;
-}
-
-/* Reads the completed samples of the image not read yet. Decode thread only. */
-static void read_completed(struct sampler *sp)
-{
-	CUpti_PmSampling_GetCounterDataInfo_Params info = {
-		.structSize = CUpti_PmSampling_GetCounterDataInfo_Params_STRUCT_SIZE,
-		.pCounterDataImage = sp->cd,
-		.counterDataImageSize = sp->cd_size,
-	};
-	CUptiResult r;
-	size_t i;
-
-	CP(p_cuptiPmSamplingGetCounterDataInfo(&info));
-	for (i = sp->next; i < info.numCompletedSamples; i++) {
-		CUpti_PmSampling_CounterData_GetSampleInfo_Params si = {
-			.structSize = CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE,
-			.pPmSamplingObject = sp->obj,
-			.pCounterDataImage = sp->cd,
-			.counterDataImageSize = sp->cd_size,
-			.sampleIndex = i,
-		};
-		CUpti_Profiler_Host_EvaluateToGpuValues_Params ev = {
-			.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE,
-			.pHostObject = c.host,
-			.pCounterDataImage = sp->cd,
-			.counterDataImageSize = sp->cd_size,
-			.rangeIndex = i,
-			.ppMetricNames = c.metrics,
-			.numMetrics = c.n_metrics,
-		};
-		struct sample *s;
-
-		if (sp->n == sp->cap) {
-			size_t cap = sp->cap ? 2 * sp->cap : 4096;
-			struct sample *ns = realloc(sp->s, cap * sizeof(*ns));
-
-			if (!ns)
-				die("out of memory for %zu samples", cap);
-			sp->s = ns;
-			sp->cap = cap;
-		}
-		s = &sp->s[sp->n];
-		r = p_cuptiPmSamplingCounterDataGetSampleInfo(&si);
-		if (r == CUPTI_SUCCESS) {
-			ev.pMetricValues = s->v;
-			r = p_cuptiProfilerHostEvaluateToGpuValues(&ev);
-		}
-		if (r != CUPTI_SUCCESS) { /* counted and shown; the sample is left out */
-			sp->eval_errors++;
-			sp->eval_err = r;
-			continue;
-		}
-		s->t0 = si.startTimestamp;
-		s->t1 = si.endTimestamp;
-		sp->n++;
-	}
-	sp->next = info.numCompletedSamples;
-}
-
-/* One decode: 1 more to decode (the image was full and is reset), 0 caught up, -1 error. */
-static int decode_once(struct sampler *sp)
-{
-	CUpti_PmSampling_DecodeData_Params p = {
-		.structSize = CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE,
-		.pPmSamplingObject = sp->obj,
-		.pCounterDataImage = sp->cd,
-		.counterDataImageSize = sp->cd_size,
-	};
-	CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
-
-	sp->decodes++;
-	if (r == CUPTI_ERROR_OUT_OF_MEMORY) { /* the header: overflow of the hardware buffer */
-		sp->overflows++;
-		read_completed(sp);
-		return -1;
-	}
-	if (r != CUPTI_SUCCESS) {
-		sp->decode_err = r;
-		return -1;
-	}
-	if (p.overflow)
-		sp->overflows++;
-	read_completed(sp);
-	if (p.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL) {
-		counter_data_init(sp);
-		sp->full_resets++;
-		return 1;
-	}
-	return 0;
-}
-
-static void *decode_thread(void *arg)
-{
-	struct sampler *sp = arg;
-	uint64_t c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
-	int rc, last = 0;
-
-	while (!last) {
-		last = atomic_load(&sp->stop); /* set after cuptiPmSamplingStop: drain, then end */
-		do
-			rc = decode_once(sp);
-		while (rc == 1);
-		if (!last)
-			sleep_ns((uint64_t)opt.decode_period_us * 1000);
-	}
-	sp->cpu_ms = (double)(now_ns(CLOCK_THREAD_CPUTIME_ID) - c0) / 1e6;
-	return NULL;
-}
-
-static void sampler_start(struct sampler *sp)
-{
-	CUpti_PmSampling_Start_Params p = {
-		.structSize = CUpti_PmSampling_Start_Params_STRUCT_SIZE,
-		.pPmSamplingObject = sp->obj,
-	};
-
-	phase = "cuptiPmSamplingStart";
-	sp->start_host_ns = now_ns(CLOCK_REALTIME);
-	CP(p_cuptiPmSamplingStart(&p));
-	atomic_store(&sp->stop, 0);
-	if (pthread_create(&sp->thr, NULL, decode_thread, sp))
-		die("pthread_create failed");
-}
-
-static void sampler_stop(struct sampler *sp)
-{
-	CUpti_PmSampling_Stop_Params p = {
-		.structSize = CUpti_PmSampling_Stop_Params_STRUCT_SIZE,
-		.pPmSamplingObject = sp->obj,
-	};
-
-	phase = "cuptiPmSamplingStop";
-	CP(p_cuptiPmSamplingStop(&p));
-	atomic_store(&sp->stop, 1);
-	phase = "joining the decode thread";
-	pthread_join(sp->thr, NULL);
-}
-
-/* ---- analysis ------------------------------------------------------------------------------------ */
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-	if (!n)
-		return NAN;
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double value_of(const struct sample *s, size_t m)
-{
-	double ns = (double)(s->t1 - s->t0);
-
-	if (!c.counter[m])
-		return s->v[m];
-	return ns > 0 ? s->v[m] / ns : NAN;
-}
-
-static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
-{
-	if (ns >= 1000000 && ns % 1000000 == 0)
-		snprintf(buf, len, "%llums", (unsigned long long)(ns / 1000000));
-	else if (ns >= 1000 && ns % 1000 == 0)
-		snprintf(buf, len, "%lluus", (unsigned long long)(ns / 1000));
-	else if (ns >= 1000000)
-		snprintf(buf, len, "%.3gms", (double)ns / 1e6);
-	else
-		snprintf(buf, len, "%lluns", (unsigned long long)ns);
-	return buf;
-}
-
-/* Which clock the sample timestamps are on: 1 GPU (%globaltimer), 2 host CLOCK_REALTIME, 0 neither
- * (the samples fall outside both pattern spans, give or take a second: the caller then aligns
- * the first sample with the host's time of cuptiPmSamplingStart). */
-static int pick_clock(const struct sampler *sp, const struct run *r)
-{
-	uint64_t ga = r->st[0].g0, gb = r->st[r->n - 1].g1, ha = r->st[0].h0,
-		 hb = r->st[r->n - 1].h1, slack = 1000000000u;
-	size_t i, ing = 0, inh = 0;
-
-	for (i = 0; i < sp->n; i++) {
-		ing += sp->s[i].t0 + slack >= ga && sp->s[i].t0 <= gb + slack;
-		inh += sp->s[i].t0 + slack >= ha && sp->s[i].t0 <= hb + slack;
-	}
-	if (ing >= inh && ing * 2 >= sp->n && ing)
-		return 1;
-	if (inh * 2 >= sp->n && inh)
-		return 2;
-	return 0;
-}
-
-/* A busy stretch's start (end = 0) or end (1) on the samples' clock (pick_clock). */
-static uint64_t stretch_at(const struct stretch *s, int clock, int64_t off, int end)
-{
-	if (clock == 1)
-		return end ? s->g1 : s->g0;
-	return (uint64_t)((int64_t)(end ? s->h1 : s->h0) + (clock ? 0 : off));
-}
-
-static void write_raw(const char *label, const struct sampler *sp, const struct run *r)
-{
-	char path[512];
-	FILE *f;
-	size_t i, m;
-
-	if (!opt.raw_dir)
-		return;
-	snprintf(path, sizeof(path), "%s/samples-%s.csv", opt.raw_dir, label);
-	f = fopen(path, "w");
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	fprintf(f, "t0_ns,t1_ns");
-	for (m = 0; m < c.n_metrics; m++)
-		fprintf(f, ",%s", c.metrics[m]);
-	fputc('\n', f);
-	for (i = 0; i < sp->n; i++) {
-		fprintf(f, "%llu,%llu", (unsigned long long)sp->s[i].t0,
-			(unsigned long long)sp->s[i].t1);
-		for (m = 0; m < c.n_metrics; m++)
-			fprintf(f, ",%.6g", sp->s[i].v[m]);
-		fputc('\n', f);
-	}
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/stretches-%s.csv", opt.raw_dir, label);
-	f = fopen(path, "w");
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	fprintf(f, "group,busy_ns,idle_ns,gpu_start_ns,gpu_end_ns,host_start_ns,host_end_ns\n");
-	for (i = 0; i < (size_t)r->n; i++) {
-		const struct stretch *s = &r->st[i];
-
-		fprintf(f, "%d,%llu,%llu,%llu,%llu,%llu,%llu\n", s->group,
-			(unsigned long long)opt.groups[s->group].busy_ns,
-			(unsigned long long)opt.groups[s->group].idle_ns,
-			(unsigned long long)s->g0, (unsigned long long)s->g1,
-			(unsigned long long)s->h0, (unsigned long long)s->h1);
-	}
-	fclose(f);
-}
-
-static void analyse(const char *label, uint64_t interval_ns, const struct sampler *sp,
-		    const struct run *r, uint64_t host_ns)
-{
-	char b1[32], b2[32], asked[64];
-	double *d, span_s, thr, med;
-	int64_t off;
-	size_t i, m, gaps = 0, nd = 0;
-	uint64_t gap_ns = 0;
-	int clock, gi;
-
-	write_raw(label, sp, r);
-	printf("%s: %zu samples", label, sp->n);
-	if (sp->n < 2) {
-		printf(" (too few to analyse); overflows %llu, decode error %s, samples not "
-		       "evaluated %llu%s%s\n",
-		       (unsigned long long)sp->overflows,
-		       sp->decode_err ? cupti_err(sp->decode_err) : "none",
-		       (unsigned long long)sp->eval_errors, sp->eval_errors ? ": " : "",
-		       sp->eval_errors ? cupti_err(sp->eval_err) : "");
-		return;
-	}
-	d = malloc(sp->n * sizeof(*d));
-	if (!d)
-		die("out of memory");
-	span_s = (double)(sp->s[sp->n - 1].t1 - sp->s[0].t0) / 1e9;
-	for (i = 0; i < sp->n; i++)
-		d[nd++] = (double)(sp->s[i].t1 - sp->s[i].t0);
-	med = median(d, nd);
-	for (i = 0; i + 1 < sp->n; i++) {
-		/* a gap: more than half a (median) sample between one sample's end and the next */
-		if ((double)sp->s[i + 1].t0 > (double)sp->s[i].t1 + med / 2) {
-			gaps++;
-			gap_ns += sp->s[i + 1].t0 - sp->s[i].t1;
-		}
-	}
-	if (opt.trigger == CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL)
-		snprintf(asked, sizeof(asked), "%.0f/s", 1e9 / (double)interval_ns);
-	else
-		snprintf(asked, sizeof(asked), "every %llu sysclk cycles",
-			 (unsigned long long)interval_ns);
-	printf(" over %.3f s of samples (%.3f s sampled on the host) = %.0f/s (asked %s); "
-	       "median sample %s; gaps %zu (%s); overflows %llu; image resets %llu; decodes %llu; "
-	       "decode error %s; samples not evaluated %llu%s%s; decode thread CPU %.1f ms = "
-	       "%.2f ms/s\n",
-	       span_s, (double)host_ns / 1e9, (double)sp->n / span_s, asked,
-	       fmt_ns((uint64_t)med, b1, sizeof(b1)), gaps,
-	       fmt_ns(gap_ns, b2, sizeof(b2)), (unsigned long long)sp->overflows,
-	       (unsigned long long)sp->full_resets, (unsigned long long)sp->decodes,
-	       sp->decode_err ? cupti_err(sp->decode_err) : "none",
-	       (unsigned long long)sp->eval_errors, sp->eval_errors ? ": " : "",
-	       sp->eval_errors ? cupti_err(sp->eval_err) : "", sp->cpu_ms,
-	       sp->cpu_ms / ((double)host_ns / 1e9));
-	clock = pick_clock(sp, r);
-	off = clock ? 0 : (int64_t)(sp->s[0].t0 - sp->start_host_ns);
-	printf("  clock: sample timestamps %s (first sample %llu, first stretch gpu %llu host "
-	       "%llu)\n",
-	       clock == 1   ? "are on the GPU's %globaltimer"
-	       : clock == 2 ? "are on the host's CLOCK_REALTIME"
-			    : "match neither clock: host stretches shifted so that the first sample "
-			      "starts at cuptiPmSamplingStart (+- the call's time)",
-	       (unsigned long long)sp->s[0].t0, (unsigned long long)r->st[0].g0,
-	       (unsigned long long)r->st[0].h0);
-	for (m = 0; m < c.n_metrics; m++) {
-		for (i = 0, nd = 0; i < sp->n; i++) {
-			double v = value_of(&sp->s[i], m);
-
-			if (!isnan(v))
-				d[nd++] = v;
-		}
-		qsort(d, nd, sizeof(*d), cmp_double);
-		thr = nd ? d[(size_t)((double)(nd - 1) * 0.95)] / 2 : 0;
-		printf("  %s%s: busy above %.4g (half the 95th percentile)\n", c.metrics[m],
-		       c.counter[m] ? " per ns" : "", thr);
-		for (gi = 0; gi < opt.n_groups; gi++) {
-			size_t bn = 0, bb = 0, in = 0, ii = 0;
-			double bsum = 0, isum = 0;
-			int k;
-
-			for (k = 0; k < r->n; k++) {
-				const struct stretch *s = &r->st[k];
-				uint64_t a = stretch_at(s, clock, off, 0), b = stretch_at(s, clock, off, 1);
-				uint64_t ia = b,
-					 ib = k + 1 < r->n ? stretch_at(&r->st[k + 1], clock, off, 0) : 0;
-
-				if (s->group != gi)
-					continue;
-				for (i = 0; i < sp->n; i++) {
-					double v = value_of(&sp->s[i], m);
-
-					if (isnan(v))
-						continue;
-					if (sp->s[i].t0 >= a && sp->s[i].t1 <= b) {
-						bn++;
-						bb += v > thr;
-						bsum += v;
-					} else if (ib && sp->s[i].t0 >= ia && sp->s[i].t1 <= ib) {
-						in++;
-						ii += v <= thr;
-						isum += v;
-					}
-				}
-			}
-			printf("    busy %s / idle %s x%d: samples inside busy stretches read busy "
-			       "%zu/%zu",
-			       fmt_ns(opt.groups[gi].busy_ns, b1, sizeof(b1)),
-			       fmt_ns(opt.groups[gi].idle_ns, b2, sizeof(b2)), opt.groups[gi].count,
-			       bb, bn);
-			if (bn)
-				printf(" (%.1f%%, mean %.4g)", 100.0 * (double)bb / (double)bn,
-				       bsum / (double)bn);
-			printf(", inside idle stretches read idle %zu/%zu", ii, in);
-			if (in)
-				printf(" (%.1f%%, mean %.4g)", 100.0 * (double)ii / (double)in,
-				       isum / (double)in);
-			printf("\n");
-		}
-	}
-	free(d);
-	fflush(stdout);
 }
 
 /* ---- per interval: the pattern, then the cost rounds ------------------------------------------- */
@@ -1455,24 +466,24 @@ int main(int argc, char **argv)
 		CPS(p_cuptiProfilerInitialize(&pi));
 		phase = "cuptiDeviceGetChipName";
 		CPS(p_cuptiDeviceGetChipName(&cn));
-		c.chip = cn.pChipName;
+		prof.chip = cn.pChipName;
 		phase = "cuptiPmSamplingGetCounterAvailability";
 		CPS(p_cuptiPmSamplingGetCounterAvailability(&ca));
-		c.avail = malloc(ca.counterAvailabilityImageSize);
-		if (!c.avail)
+		prof.avail = malloc(ca.counterAvailabilityImageSize);
+		if (!prof.avail)
 			die("out of memory");
-		ca.pCounterAvailabilityImage = c.avail;
+		ca.pCounterAvailabilityImage = prof.avail;
 		CPS(p_cuptiPmSamplingGetCounterAvailability(&ca));
 		host_init();
 		if (opt.list_metrics)
 			list_metrics(opt.list_metrics);
 		choose_metrics();
 		passes = build_config();
-		if (passes != 1 && !opt.metrics && c.n_metrics > 1) {
+		if (passes != 1 && !opt.metrics && prof.n_metrics > 1) {
 			/* PM sampling takes one pass: keep the first metric alone */
 			host_deinit();
 			host_init();
-			c.n_metrics = 1;
+			prof.n_metrics = 1;
 			passes = build_config();
 		}
 		if (passes != 1)
@@ -1494,14 +505,14 @@ int main(int argc, char **argv)
 		p_cuDriverGetVersion(&drv);
 		printf("pm_sampling: device %d '%s' (%d SMs), chip %s, driver API %d, CUPTI API %u "
 		       "(%s), trigger %s, hardware buffer %zu MiB, decode every %d us\n",
-		       opt.device, g.name, g.sms, c.chip, drv, version, cupti_path,
+		       opt.device, gpu.name, gpu.sms, prof.chip, drv, version, cupti_path,
 		       opt.trigger == CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL ? "time"
 											: "sysclk",
 		       opt.hw_buffer >> 20, opt.decode_period_us);
 		printf("pm_sampling: metrics");
-		for (i = 0; i < (int)c.n_metrics; i++)
-			printf(" %s (%s)", c.metrics[i], c.counter[i] ? "counter" : "ratio");
-		printf("; config image %zu B; pattern %s\n", c.config_size, opt.pattern);
+		for (i = 0; i < (int)prof.n_metrics; i++)
+			printf(" %s (%s)", prof.metrics[i], prof.counter[i] ? "counter" : "ratio");
+		printf("; config image %zu B; pattern %s\n", prof.config_size, opt.pattern);
 	}
 	phase = "warm-up";
 	launch_loop();

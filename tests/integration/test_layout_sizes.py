@@ -14,8 +14,6 @@ TEST_EXT = (".c", ".h", ".cc", ".cpp")
 
 # Over the limit for a reason outside the file; each entry says what unblocks it.
 PENDING = {
-    "tests/device/pm_sampling.c":
-        "built by a one-source rule in mk/device.mk: its split lists the new file there",
 }
 
 

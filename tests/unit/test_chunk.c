@@ -623,6 +623,53 @@ static bool iv_roundtrip(const struct irow *r, size_t n, uint64_t u, struct ichu
 }
 
 /*
+ * A stack kept typed (irow.stack at stack_at) writes the same bytes as its id as the text of
+ * attr stack_id at that place, at both units (at ns every number may be coded as the row's
+ * length less the numbers before it: here the stack of row 1), and comes back typed
+ * (ichunk.stack) as well as answered as text.
+ */
+static bool test_chunk_intervals_typed_stack(void)
+{
+	const char *text0[] = { "state", "blocked", "stack_id", "40", "reason", "io" };
+	const char *text1[] = { "state", "blocked", "stack_id", "500" };
+	const char *text2[] = { "state", "running", "cpu", "3" };
+	const char *bare0[] = { "state", "blocked", "reason", "io" };
+	const char *bare1[] = { "state", "blocked" };
+	struct irow text[3] = { { 1, 7, 1000, 2000, text0, 3, false },
+				{ 2, 7, 2000, 2500, text1, 2, false },
+				{ 3, 8, 1500, 9000, text2, 2, false } };
+	struct irow typed[3] = { { 1, 7, 1000, 2000, bare0, 2, false, 40, 1 },
+				 { 2, 7, 2000, 2500, bare1, 1, false, 500, 1 },
+				 { 3, 8, 1500, 9000, text2, 2, false } };
+	struct ichunk c = { 0 };
+	bool ok = true;
+
+	for (uint64_t u = 1; ok && u <= 100; u *= 100) {
+		uint8_t *z1 = NULL, *z2 = NULL;
+		size_t n1 = 0, n2 = 0;
+
+		ok = ASSERT_EQ(chunk_intervals_encode(text, 3, u, &z1, &n1), 0, "encode text") &&
+		     ASSERT_EQ(chunk_intervals_encode(typed, 3, u, &z2, &n2), 0, "encode typed") &&
+		     ASSERT_EQ(n2, n1, "same length") &&
+		     ASSERT_TRUE(!memcmp(z1, z2, n1), "same bytes") &&
+		     ASSERT_EQ(chunk_intervals_decode(&c, z2, n2, 1000), 0, "decode") &&
+		     ASSERT_EQ(c.n, 3, "rows") && ASSERT_EQ(c.stack[0], 40, "typed stack") &&
+		     ASSERT_EQ(c.stack[1], 500, "typed stack: the row's length") &&
+		     ASSERT_EQ(c.stack[2], 0, "none") &&
+		     ASSERT_STREQ(c.attrs[2 * c.attr0[0] + 2], "stack_id", "at its place") &&
+		     ASSERT_STREQ(c.attrs[2 * c.attr0[0] + 3], "40", "answered as text") &&
+		     ASSERT_STREQ(c.attrs[2 * c.attr0[1] + 3], "500", "answered as text");
+		free(z1);
+		free(z2);
+	}
+	typed[0].stack_at = 3;	/* past the row's attrs */
+	ok = ok && ASSERT_EQ(chunk_intervals_encode(typed, 3, 1, &(uint8_t *){ NULL },
+						    &(size_t){ 0 }), -EINVAL, "a place past the attrs");
+	ichunk_done(&c);
+	return ok;
+}
+
+/*
  * Format 4's arrival numbers: rows whose start no other row shares get the chunk's least seq;
  * a tie group held whole by the chunk (seq_free) keeps only its order of arrival, whether or
  * not that is the predicted one (by end); rows not seq_free keep their seq as it is.
@@ -902,4 +949,5 @@ TEST_MAIN(T(test_chunk_loc_block_format3), T(test_chunk_stack_locs), T(test_chun
 	  T(test_chunk_samples_v1), T(test_chunk_literals), T(test_chunk_intervals), T(test_chunk_intervals_summary),
 	  T(test_chunk_format3), T(test_chunk_values_in_units), T(test_chunk_intervals_format3_read),
 	  T(test_chunk_intervals_ties), T(test_chunk_intervals_edges),
+	  T(test_chunk_intervals_typed_stack),
 	  T(test_chunk_intervals_corrupt))

@@ -5,7 +5,6 @@
  * windows (cupti_usdt__capture); once a window's time is over the thread posts the answer
  * (status ok / not_injected / unavailable, the window's range) to the server.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -15,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include "agent/agent.h"
+#include "agent/http_client.h"
 #include "agent/cupti/capture_poll.h"
 #include "agent/cupti/cupti_usdt.h"
 #include "common/log.h"
@@ -41,98 +41,49 @@ static struct {
 	pthread_cond_t cv;
 	bool started, stop;
 	struct req q[QMAX];
-	char server[512], node[256];
-	const char *token_file, *ca_file;
+	char node[256];
+	struct http_link *link;		/* the server's, as the push's (run.c's) */
 	struct agent *a;
 	uint64_t polls, poll_errors, answered, refused;
 } P = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
-struct resp {
-	char *p;
-	size_t n;
-};
-
-static size_t on_data(char *d, size_t sz, size_t nm, void *ctx)
+/* GET or POST (empty body) path on the server; the answer's JSON in *ret. 0 or -1. */
+static int call(struct http_conn *cu, const char *path, bool post, json_t **ret)
 {
-	struct resp *r = ctx;
-	size_t n = sz * nm;
-	char *np;
-
-	if (r->n + n > RESP_MAX)
-		return 0;
-	np = realloc(r->p, r->n + n + 1);
-	if (!np)
-		return 0;
-	memcpy(np + r->n, d, n);
-	r->n += n;
-	np[r->n] = 0;
-	r->p = np;
-	return n;
-}
-
-/* GET or POST (empty body) url; the answer's JSON in *ret. 0 or -1. */
-static int call(CURL *cu, const char *url, bool post, json_t **ret)
-{
-	struct curl_slist *hdr = NULL;
-	struct resp r = { 0 };
-	char auth[600];
-	long code = 0;
+	struct http_req req = { .method = post ? "POST" : "GET", .path = path,
+				.max_body = RESP_MAX, .timeout_ns = 5 * NSEC_PER_SEC };
+	struct http_answer ans;
 	int err = -1;
 
 	*ret = NULL;
-	if (P.token_file) {
-		FILE *f = fopen(P.token_file, "re");
-		char tok[512] = "";
-
-		if (f) {
-			if (fgets(tok, sizeof(tok), f))
-				tok[strcspn(tok, "\r\n")] = 0;
-			fclose(f);
-		}
-		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-		hdr = curl_slist_append(hdr, auth);
-	}
-	curl_easy_reset(cu);
-	curl_easy_setopt(cu, CURLOPT_URL, url);
-	curl_easy_setopt(cu, CURLOPT_TIMEOUT_MS, 5000L);
-	curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
-	if (P.ca_file)
-		curl_easy_setopt(cu, CURLOPT_CAINFO, P.ca_file);	/* as the push's */
-	curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(cu, CURLOPT_WRITEDATA, &r);
-	if (hdr)
-		curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hdr);
-	if (post)
-		curl_easy_setopt(cu, CURLOPT_POSTFIELDS, "");
-	if (curl_easy_perform(cu) == CURLE_OK &&
-	    !curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &code) && code / 100 == 2) {
-		*ret = r.p ? json_loads(r.p, 0, NULL) : NULL;
+	if (!http_conn__request(cu, &req, &ans) && ans.status / 100 == 2) {
+		*ret = ans.body ? json_loadb(ans.body, ans.len, 0, NULL) : NULL;
 		err = 0;
+	} else {
+		log_debug("capture poll: %s: %s", path, ans.why);
 	}
-	curl_slist_free_all(hdr);
-	free(r.p);
+	http_answer__done(&ans);
 	return err;
 }
 
-/* Answers request id at once: refused, the agent's queue of QMAX captures is full. */
 /*
  * Posts the answer to capture request id: its status, a message, and the window's range
  * [from, to] (wall ns) where one was traced (from 0: none sent). 0 once the server took it.
  */
-static int post_result(CURL *cu, uint64_t id, const char *status, const char *message,
-		       uint64_t from, uint64_t to)
+static int post_result(struct http_conn *cu, uint64_t id, const char *status,
+		       const char *message, uint64_t from, uint64_t to)
 {
-	char url[1400], range[64] = "", *node = curl_easy_escape(cu, P.node, 0);
-	char *msg = curl_easy_escape(cu, message, 0);
+	char url[1400], range[64] = "", *node = http_escape(P.node);
+	char *msg = http_escape(message);
 	json_t *j = NULL;
 	int err;
 
 	if (from)
 		snprintf(range, sizeof(range), "&from=%" PRIu64 "&to=%" PRIu64, from, to);
-	snprintf(url, sizeof(url), "%s/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=%s"
-		 "&message=%s%s", P.server, id, node ? node : "", status, msg ? msg : "", range);
-	curl_free(msg);
-	curl_free(node);
+	snprintf(url, sizeof(url), "/api/v1/capture/result?id=%" PRIu64 "&node=%s&status=%s"
+		 "&message=%s%s", id, node ? node : "", status, msg ? msg : "", range);
+	free(msg);
+	free(node);
 	err = call(cu, url, true, &j);
 	json_decref(j);
 	if (!err)
@@ -140,22 +91,23 @@ static int post_result(CURL *cu, uint64_t id, const char *status, const char *me
 	return err;
 }
 
-static void refuse(CURL *cu, uint64_t id)
+/* Answers request id at once: refused, the agent's queue of QMAX captures is full. */
+static void refuse(struct http_conn *cu, uint64_t id)
 {
 	P.refused++;
 	log_warn("capture %" PRIu64 ": refused, %d captures already queued", id, QMAX);
 	post_result(cu, id, "refused", "agent capture queue full", 0, 0);
 }
 
-static void take_requests(CURL *cu)
+static void take_requests(struct http_conn *cu)
 {
 	char url[1024];
 	json_t *j, *caps, *c;
-	char *node = curl_easy_escape(cu, P.node, 0);
+	char *node = http_escape(P.node);
 	size_t i;
 
-	snprintf(url, sizeof(url), "%s/api/v1/capture/pending?node=%s", P.server, node ? node : "");
-	curl_free(node);
+	snprintf(url, sizeof(url), "/api/v1/capture/pending?node=%s", node ? node : "");
+	free(node);
 	P.polls++;
 	if (call(cu, url, false, &j)) {
 		P.poll_errors++;
@@ -183,7 +135,7 @@ static void take_requests(CURL *cu)
 	json_decref(j);
 }
 
-static void post_answers(CURL *cu)
+static void post_answers(struct http_conn *cu)
 {
 	for (int k = 0; k < QMAX; k++) {
 		struct req r;
@@ -206,11 +158,13 @@ static void post_answers(CURL *cu)
 
 static void *poll_main(void *arg)
 {
-	CURL *cu = curl_easy_init();
+	struct http_conn *cu = http_conn__new(P.link);
 
 	(void)arg;
-	if (!cu)
+	if (!cu) {
+		log_warn("capture poll: %s: capture requests are off", strerror(errno));
 		return NULL;
+	}
 	pthread_mutex_lock(&P.mu);
 	while (!P.stop) {
 		struct timespec ts;
@@ -226,7 +180,7 @@ static void *poll_main(void *arg)
 			pthread_cond_timedwait(&P.cv, &P.mu, &ts);
 	}
 	pthread_mutex_unlock(&P.mu);
-	curl_easy_cleanup(cu);
+	http_conn__free(cu);
 	return NULL;
 }
 
@@ -234,15 +188,10 @@ int capture_poll__start(struct agent *a)
 {
 	int err;
 
-	if (!a->opts.server || P.started)
+	if (!a->server || P.started)
 		return 0;
-	snprintf(P.server, sizeof(P.server), "%s", a->opts.server);
-	P.server[strcspn(P.server, "?#")] = 0;
-	while (*P.server && P.server[strlen(P.server) - 1] == '/')
-		P.server[strlen(P.server) - 1] = 0;
 	snprintf(P.node, sizeof(P.node), "%s", a->opts.node ? a->opts.node : "");
-	P.token_file = a->opts.token_file;
-	P.ca_file = a->opts.ca_file;
+	P.link = a->server;
 	P.a = a;
 	P.stop = false;
 	memset(P.q, 0, sizeof(P.q));

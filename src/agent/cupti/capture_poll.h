@@ -7,8 +7,8 @@
 
 struct agent;
 
-/* Starts the thread that polls a->opts.server for this node's captures (none without a server).
- * 0 or -errno. Main-loop thread. */
+/* Starts the thread that polls a->server (the push's link) for this node's captures (none
+ * without a server). 0 or -errno. Main-loop thread. */
 int capture_poll__start(struct agent *a);
 /*
  * Opens the windows of new requests and marks finished ones for their answer. Returns true when

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * This node's pods for process metadata: a bounded pod cache kept by a Kubernetes list+watch
- * thread (libcurl, jansson) on the API server.
+ * thread on the API server (agent/http_client.h, jansson).
  */
 #include "agent/meta/meta_int.h"
 
@@ -252,114 +252,46 @@ size_t meta__npods(void)
 struct meta_kube_watch meta_kw = { .mu = PTHREAD_MUTEX_INITIALIZER,
 				   .cond = PTHREAD_COND_INITIALIZER };
 
-static int progress_cb(void *u, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+static bool stopping(void *arg)
 {
-	return atomic_load(&meta_kw.stopping) ? 1 : 0;
+	(void)arg;
+	return atomic_load(&meta_kw.stopping);
 }
 
-struct body {
-	char *p;
-	size_t len, cap, max;
-};
-
-static size_t body_cb(char *data, size_t size, size_t nmemb, void *u)
+/* A request on the API server's link: JSON, compressed, cut when the agent stops. */
+static struct http_req k8s_req(const char *path, uint64_t timeout_s, size_t max_body)
 {
-	struct body *b = u;
-	size_t n = size * nmemb;
-
-	if (b->len + n + 1 > b->max)
-		return 0;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 65536;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p)
-			return 0;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, data, n);
-	b->len += n;
-	b->p[b->len] = 0;
-	return n;
+	return (struct http_req){ .path = path, .accept = "application/json", .decompress = true,
+				  .timeout_ns = timeout_s * NSEC_PER_SEC, .max_body = max_body,
+				  .cancel = stopping };
 }
 
-static char *read_token(void)
+/* The path of this node's pods, then extra ("&limit=500"); NULL (ENOMEM) or free(). */
+static char *pods_path(const char *extra)
 {
-	char buf[16384];
-
-	if (!meta_kw.token_file || read_token_file(meta_kw.token_file, buf, sizeof(buf)) < 0)
-		return NULL;
-	return strdup(buf);
-}
-
-/* A curl handle set up for the API server; *ret_hdrs to be freed with curl_slist_free_all. */
-static CURL *k8s_handle(const char *url, struct curl_slist **ret_hdrs, long timeout_s)
-{
-	struct curl_slist *h = NULL;
-	char *tok = read_token();
-	CURL *c = curl_easy_init();
-
-	if (!c) {
-		free(tok);
-		return NULL;
-	}
-	h = curl_slist_append(h, "Accept: application/json");
-	if (tok) {
-		size_t n = strlen(tok) + 32;
-		char *hdr = malloc(n);
-
-		if (hdr) {
-			snprintf(hdr, n, "Authorization: Bearer %s", tok);
-			h = curl_slist_append(h, hdr);
-			free(hdr);
-		}
-		free(tok);
-	}
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 5L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
-	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress_cb);
-	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "gpuscope-agent");
-	if (meta_kw.ca_file && !access(meta_kw.ca_file, R_OK))
-		curl_easy_setopt(c, CURLOPT_CAINFO, meta_kw.ca_file);
-	*ret_hdrs = h;
-	return c;
-}
-
-static char *pods_url(const char *extra)
-{
-	char *node = curl_easy_escape(NULL, meta_kw.node, 0), *url;
-	size_t n;
+	char *node = http_escape(meta_kw.node), *path;
 
 	if (!node)
 		return NULL;
-	n = strlen(meta_kw.api) + strlen(node) + strlen(extra) + 96;
-	url = malloc(n);
-	if (url)
-		snprintf(url, n, "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s%s", meta_kw.api, node,
-			 extra);
-	curl_free(node);
-	return url;
+	if (asprintf(&path, "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s%s", node, extra) < 0)
+		path = NULL;
+	free(node);
+	return path;
 }
 
-/* Logs an API failure once per call; the message says what to fix for 401/403. */
-static void api_warn(const char *what, long status, const char *body, CURLcode cc, const char *cerr)
+/*
+ * Logs an API failure once per call; the message says what to fix for 401/403. transport: the
+ * client's reason when no answer came (NULL: status and body say it).
+ */
+static void api_warn(const char *what, long status, const char *body, const char *transport)
 {
 	char msg[256] = "";
 
 	meta_kw.api_errors++;
 	atomic_store(&meta_kw.up, 0);
-	if (cc != CURLE_OK) {
+	if (transport) {
 		log_warn("kubernetes %s: %s; pods labelled from cgroups only until it answers, "
-			 "retrying", what, cerr[0] ? cerr : curl_easy_strerror(cc));
+			 "retrying", what, transport);
 		return;
 	}
 	if (body) {
@@ -378,7 +310,7 @@ static void api_warn(const char *what, long status, const char *body, CURLcode c
 }
 
 /* Lists the node's pods (paginated), replaces the cache, sets kw.rv. 0 or -errno. */
-static int k8s_list(void)
+static int k8s_list(struct http_conn *conn)
 {
 	struct pod **pods = NULL;
 	size_t npods = 0, cap = 0;
@@ -387,56 +319,47 @@ static int k8s_list(void)
 
 	meta_kw.lists++;
 	do {
-		struct body b = { .max = MAX_LIST_BYTES };
-		struct curl_slist *hdrs = NULL;
-		char extra[4200], cerr[CURL_ERROR_SIZE] = "", *url, *esc = NULL;
+		struct http_answer b;
+		struct http_req req;
+		char extra[4200], *path, *esc = NULL;
 		json_t *j = NULL, *items, *it;
-		long status = 0;
-		CURLcode cc;
-		CURL *c;
+		int rc;
 		size_t i;
 
 		if (cont[0]) {
-			esc = curl_easy_escape(NULL, cont, 0);
+			esc = http_escape(cont);
 			snprintf(extra, sizeof(extra), "&limit=500&continue=%s", esc ? esc : "");
-			curl_free(esc);
+			free(esc);
 		} else {
 			snprintf(extra, sizeof(extra), "&limit=500");
 		}
-		url = pods_url(extra);
-		c = url ? k8s_handle(url, &hdrs, 60) : NULL;
-		if (!c) {
-			free(url);
+		path = pods_path(extra);
+		if (!path) {
 			err = -ENOMEM;
 			goto out;
 		}
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_cb);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-		cc = curl_easy_perform(c);
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-		curl_easy_cleanup(c);
-		curl_slist_free_all(hdrs);
-		free(url);
+		req = k8s_req(path, 60, MAX_LIST_BYTES);
+		rc = http_conn__request(conn, &req, &b);
+		free(path);
 		if (atomic_load(&meta_kw.stopping)) {
-			free(b.p);
+			http_answer__done(&b);
 			err = -ECANCELED;
 			goto out;
 		}
-		if (cc != CURLE_OK || status != 200) {
-			if (status == 410 && cont[0]) {
+		if (rc || b.status != 200) {
+			if (!rc && b.status == 410 && cont[0]) {
 				/* the continue token expired: start the list again */
 				cont[0] = 0;
-				free(b.p);
+				http_answer__done(&b);
 				continue;
 			}
-			api_warn("list pods", status, b.p, cc, cerr);
-			free(b.p);
+			api_warn("list pods", b.status, b.body, rc ? b.why : NULL);
+			http_answer__done(&b);
 			err = -EIO;
 			goto out;
 		}
-		j = b.p ? json_loadb(b.p, b.len, 0, NULL) : NULL;
-		free(b.p);
+		j = b.body ? json_loadb(b.body, b.len, 0, NULL) : NULL;
+		http_answer__done(&b);
 		items = json_object_get(j, "items");
 		if (!json_is_array(items)) {
 			log_warn("kubernetes list pods: answer is not a PodList");
@@ -519,7 +442,7 @@ static bool handle_event(const char *line, size_t len)
 			meta_kw.gone = true;
 			log_info("kubernetes watch: %s (410 Gone), listing again", msg ? msg : "expired");
 		} else {
-			api_warn("watch pods", (long)code, NULL, CURLE_OK, "");
+			api_warn("watch pods", (long)code, NULL, NULL);
 			meta_kw.rv[0] = 0;	/* unknown state: list again */
 		}
 		ok = false;
@@ -549,20 +472,15 @@ out:
 	return ok;
 }
 
-static size_t watch_cb(char *data, size_t size, size_t nmemb, void *u)
+/* A piece of the watch stream (a 2xx answer's): its complete lines handled. false: stop. */
+static bool watch_cb(void *arg, const char *data, size_t n)
 {
-	struct body *errb = u;
-	size_t n = size * nmemb, start = 0;
-	long status = 0;
+	size_t start = 0;
 
-	if (!errb->p)
-		curl_easy_getinfo(meta_kw.curl, CURLINFO_RESPONSE_CODE, &status);
-	if (errb->p || status != 200)	/* not a stream: keep the Status body for the message */
-		return body_cb(data, size, nmemb, errb);
-
+	(void)arg;
 	if (meta_kw.len + n > MAX_EVENT_BYTES) {
 		meta_kw.overflow = true;
-		return 0;
+		return false;
 	}
 	if (meta_kw.len + n > meta_kw.cap) {
 		size_t cap = meta_kw.cap ? meta_kw.cap : 65536;
@@ -572,7 +490,7 @@ static size_t watch_cb(char *data, size_t size, size_t nmemb, void *u)
 			cap *= 2;
 		p = realloc(meta_kw.buf, cap);
 		if (!p)
-			return 0;
+			return false;
 		meta_kw.buf = p;
 		meta_kw.cap = cap;
 	}
@@ -582,53 +500,43 @@ static size_t watch_cb(char *data, size_t size, size_t nmemb, void *u)
 		if (meta_kw.buf[i] != '\n')
 			continue;
 		if (i > start && !handle_event(meta_kw.buf + start, i - start))
-			return 0;
+			return false;
 		start = i + 1;
 	}
 	memmove(meta_kw.buf, meta_kw.buf + start, meta_kw.len - start);
 	meta_kw.len -= start;
-	return n;
+	return true;
 }
 
 /* Watches from kw.rv until the stream ends. 0 (ended, watch again), -ESTALE (relist), -errno. */
-static int k8s_watch(void)
+static int k8s_watch(struct http_conn *conn)
 {
-	char extra[256], cerr[CURL_ERROR_SIZE] = "", *url, *rv;
-	struct curl_slist *hdrs = NULL;
-	struct body errb = { .max = 65536 };
-	long status = 0;
-	CURLcode cc;
-	CURL *c;
-	int err = 0;
+	char extra[256], *path, *rv;
+	struct http_answer errb;	/* a Status body (not a stream) for the message */
+	struct http_req req;
+	long status;
+	int rc, err = 0;
 
-	rv = curl_easy_escape(NULL, meta_kw.rv, 0);
+	rv = http_escape(meta_kw.rv);
 	if (!rv)
 		return -ENOMEM;
 	snprintf(extra, sizeof(extra),
 		 "&watch=true&resourceVersion=%s&allowWatchBookmarks=true&timeoutSeconds=%d", rv,
 		 WATCH_TIMEOUT_S);
-	curl_free(rv);
-	url = pods_url(extra);
-	c = url ? k8s_handle(url, &hdrs, WATCH_TIMEOUT_S + 30) : NULL;
-	if (!c) {
-		free(url);
+	free(rv);
+	path = pods_path(extra);
+	if (!path)
 		return -ENOMEM;
-	}
 	meta_kw.watches++;
 	meta_kw.len = 0;
 	meta_kw.gone = meta_kw.overflow = false;
-	meta_kw.curl = c;
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, watch_cb);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &errb);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-	cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	meta_kw.curl = NULL;
-	curl_easy_cleanup(c);
-	curl_slist_free_all(hdrs);
-	free(url);
+	req = k8s_req(path, WATCH_TIMEOUT_S + 30, 65536);
+	req.on_data = watch_cb;
+	rc = http_conn__request(conn, &req, &errb);
+	status = errb.status;
+	free(path);
 	if (atomic_load(&meta_kw.stopping)) {
-		free(errb.p);
+		http_answer__done(&errb);
 		return -ECANCELED;
 	}
 	if (meta_kw.gone || status == 410) {
@@ -636,7 +544,7 @@ static int k8s_watch(void)
 			meta_kw.watch_gone++;
 		err = -ESTALE;
 	} else if (status != 200 && status != 0) {
-		api_warn("watch pods", status, errb.p, CURLE_OK, "");
+		api_warn("watch pods", status, errb.body, NULL);
 		err = -EIO;
 	} else if (meta_kw.overflow) {
 		log_warn("kubernetes watch: an event larger than %u bytes, listing again",
@@ -645,13 +553,12 @@ static int k8s_watch(void)
 		err = -ESTALE;
 	} else if (!meta_kw.rv[0]) {
 		err = -ESTALE;		/* an ERROR event: list again */
-	} else if (cc != CURLE_OK && cc != CURLE_OPERATION_TIMEDOUT && cc != CURLE_PARTIAL_FILE &&
-		   cc != CURLE_RECV_ERROR && cc != CURLE_GOT_NOTHING) {
-		api_warn("watch pods", 0, NULL, cc, cerr);
+	} else if (rc && rc != -ETIMEDOUT && rc != -ECONNRESET) {
+		api_warn("watch pods", 0, NULL, errb.why);
 		err = -EIO;
 	}
 	/* a closed or timed-out stream is normal: the caller watches again from kw.rv */
-	free(errb.p);
+	http_answer__done(&errb);
 	return err;
 }
 
@@ -678,13 +585,19 @@ static bool backoff_sleep(unsigned attempt)
 void *meta_k8s_thread(void *arg)
 {
 	unsigned attempt = 1;	/* retries in a row */
+	struct http_conn *conn = http_conn__new(meta_kw.link);
 
+	(void)arg;
+	if (!conn) {
+		log_warn("kubernetes: %s: pods labelled from cgroups only", strerror(errno));
+		return NULL;
+	}
 	while (!atomic_load(&meta_kw.stopping)) {
 		uint64_t t0, events;
 		int err;
 
 		if (!meta_kw.rv[0]) {
-			err = k8s_list();
+			err = k8s_list(conn);
 			if (err == -ECANCELED)
 				break;
 			if (err) {
@@ -696,7 +609,7 @@ void *meta_k8s_thread(void *arg)
 		}
 		t0 = mono_ns();
 		events = meta_kw.watch_events;
-		err = k8s_watch();
+		err = k8s_watch(conn);
 		if (err == -ECANCELED)
 			break;
 		/* a stream closed at once with nothing in it must not become a busy loop */
@@ -713,5 +626,6 @@ void *meta_k8s_thread(void *arg)
 		}
 		attempt = 1;
 	}
+	http_conn__free(conn);
 	return NULL;
 }

@@ -421,7 +421,20 @@ int meta__start(const struct meta_opts *o)
 	}
 	while (meta_kw.api[0] && meta_kw.api[strlen(meta_kw.api) - 1] == '/')
 		meta_kw.api[strlen(meta_kw.api) - 1] = 0;
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	meta_kw.link = http_link__new(&(struct http_link_opts){ .name = "kubernetes",
+								.base_url = meta_kw.api,
+								.ca_file = meta_kw.ca_file,
+								.token_file = meta_kw.token_file });
+	if (!meta_kw.link && errno == EINVAL) {
+		log_warn("meta: Kubernetes API '%s' is not an http:// or https:// URL, labels from "
+			 "cgroups only", meta_kw.api);
+		rc = 0;
+		goto out_free;
+	}
+	if (!meta_kw.link) {
+		rc = -errno;
+		goto out_free;
+	}
 	atomic_store(&meta_kw.stopping, false);
 	meta_kw.rv[0] = 0;
 	rc = -pthread_create(&meta_kw.thread, NULL, meta_k8s_thread, NULL);
@@ -431,6 +444,8 @@ int meta__start(const struct meta_opts *o)
 	log_info("meta: watching pods of node '%s' at %s", meta_kw.node, meta_kw.api);
 	return 0;
 out_free:
+	http_link__free(meta_kw.link);
+	meta_kw.link = NULL;
 	free(meta_kw.api);
 	free(meta_kw.node);
 	free(meta_kw.token_file);
@@ -450,6 +465,8 @@ void meta__stop(void)
 		pthread_mutex_unlock(&meta_kw.mu);
 		pthread_join(meta_kw.thread, NULL);
 		meta_kw.running = false;
+		http_link__free(meta_kw.link);
+		meta_kw.link = NULL;
 		free(meta_kw.api);
 		free(meta_kw.node);
 		free(meta_kw.token_file);

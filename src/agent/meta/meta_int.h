@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <curl/curl.h>
 #include <jansson.h>
+#include "agent/http_client.h"
 #include "agent/meta/meta.h"
 #include "agent/meta/relabel.h"
 #include "common/log.h"
@@ -82,8 +82,8 @@ struct meta_kube_watch {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	char *api, *token_file, *ca_file, *node;
+	struct http_link *link;		/* the API server's: api, ca_file, token_file */
 	char rv[64];			/* resourceVersion to watch from; "" forces a list */
-	CURL *curl;			/* the watch in progress (watch thread only) */
 	char *buf;			/* partial watch line */
 	size_t len, cap;
 	bool gone;			/* the watch said 410 Gone */

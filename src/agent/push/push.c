@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The push thread: encode, compress, POST with backoff, spool during outages, drain oldest-first. */
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -9,13 +8,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "agent/http_client.h"
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
 #include "agent/selfprof.h"
 #include "common/batch.h"
 #include "common/prom.h"
 #include "common/log.h"
-#include "common/netaddr.h"
 #include "common/util.h"
 
 #define QUEUE_MAX	16		/* pending batches between the main loop and this thread */
@@ -43,9 +42,7 @@ struct pusher {
 	struct pusher_opts o;
 	char *ingest_url;
 	struct spool *spool;
-	CURL *curl;
-	char token[4096];	/* last token read from the token file */
-	bool token_warned;
+	struct http_conn *conn;	/* on o.link; push thread only */
 	pthread_t thread;
 	bool started, joined;
 	pthread_mutex_t lock;
@@ -97,55 +94,8 @@ int push_encode(struct batch *b, enum compression c, uint8_t **ret, size_t *ret_
 	return err;
 }
 
-/* Reads the token file (small), keeping the last good token if it became unreadable. */
-static void refresh_token(struct pusher *p)
-{
-	char buf[sizeof(p->token)];
-	int n;
-
-	if (!p->o.token_file)
-		return;
-	n = read_token_file(p->o.token_file, buf, sizeof(buf));
-	if (n < 0) {
-		if (!p->token_warned)
-			log_warn("push: cannot read token file '%s': %s, keeping the last token",
-				 p->o.token_file, n == -ENODATA ? "empty" : strerror(-n));
-		p->token_warned = true;
-		return;
-	}
-	memcpy(p->token, buf, (size_t)n + 1);
-	p->token_warned = false;
-}
-
-struct answer {
-	char body[BODY_MAX];
-	size_t len;
-};
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct answer *a = arg;
-	size_t n = size * nmemb, room = sizeof(a->body) - 1 - a->len;
-
-	if (n < room)
-		room = n;
-	memcpy(a->body + a->len, ptr, room);
-	a->len += room;
-	a->body[a->len] = 0;
-	return n;
-}
-
-/* One line of the server's answer for the log: newlines flattened. */
-static const char *one_line(struct answer *a)
-{
-	for (size_t i = 0; i < a->len; i++)
-		if (a->body[i] == '\n' || a->body[i] == '\r')
-			a->body[i] = ' ';
-	return a->len ? a->body : "(empty)";
-}
-
 /* The per-request timeout, cut to what is left of the stop deadline once stopping. */
-static long request_timeout_ms(struct pusher *p)
+static uint64_t request_timeout_ns(struct pusher *p)
 {
 	uint64_t t = p->o.timeout_ns, now = mono_ns(), deadline;
 	bool stopping;
@@ -157,7 +107,7 @@ static long request_timeout_ms(struct pusher *p)
 	if (stopping)
 		t = deadline > now + NSEC_PER_MSEC ? (deadline - now < t ? deadline - now : t)
 						     : NSEC_PER_MSEC;
-	return (long)(t / NSEC_PER_MSEC);
+	return t;
 }
 
 /* Stopping and past the stop deadline: no more sending, batches go to the spool. */
@@ -171,73 +121,49 @@ static bool past_stop_deadline(struct pusher *p)
 	return past;
 }
 
-/* libcurl's progress callback (about once a second, and on every transfer step): a request in
+/* Asked during a request (about once a second, and on every transfer step): a request in
  * flight when the stop's deadline passes is cut there, its batch kept in the spool. */
-static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-		       curl_off_t ulnow)
+static bool cut_at_deadline(void *arg)
 {
-	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
 	return past_stop_deadline(arg);
 }
 
 static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 			     enum compression enc, char *why, size_t whylen)
 {
-	struct curl_slist *hdrs = NULL, *h;
-	struct answer ans = { .len = 0 };
-	char line[sizeof(p->token) + 32];
-	long status = 0;
-	CURLcode rc;
+	struct http_req req = {
+		.method = "POST",
+		.url = p->ingest_url,
+		.body = data,
+		.body_len = len,
+		.content_type = "application/x-protobuf",
+		.content_encoding = enc != COMPRESS_NONE ? compression_name(enc) : NULL,
+		.timeout_ns = request_timeout_ns(p),
+		.max_body = BODY_MAX,
+		.keep_head = true,
+		.cancel = cut_at_deadline,
+		.arg = p,
+	};
+	struct http_answer ans;
 	enum post_result r;
+	long status;
+	int err;
 
-	refresh_token(p);
-	hdrs = curl_slist_append(hdrs, "Content-Type: application/x-protobuf");
-	hdrs = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
-	if (hdrs && enc != COMPRESS_NONE) {
-		snprintf(line, sizeof(line), "Content-Encoding: %s", compression_name(enc));
-		h = curl_slist_append(hdrs, line);
-		hdrs = h ? h : (curl_slist_free_all(hdrs), NULL);
-	}
-	if (hdrs && p->o.token_file && p->token[0]) {
-		snprintf(line, sizeof(line), "Authorization: Bearer %s", p->token);
-		h = curl_slist_append(hdrs, line);
-		hdrs = h ? h : (curl_slist_free_all(hdrs), NULL);
-	}
-	if (!hdrs) {
-		snprintf(why, whylen, "out of memory");
-		return POST_FAILED;
-	}
-	curl_easy_setopt(p->curl, CURLOPT_TIMEOUT_MS, request_timeout_ms(p));
-	curl_easy_setopt(p->curl, CURLOPT_URL, p->ingest_url);
-	curl_easy_setopt(p->curl, CURLOPT_POST, 1L);
-	curl_easy_setopt(p->curl, CURLOPT_POSTFIELDS, (const char *)data);
-	curl_easy_setopt(p->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-	curl_easy_setopt(p->curl, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(p->curl, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(p->curl, CURLOPT_WRITEDATA, &ans);
-	rc = curl_easy_perform(p->curl);
-	if (rc != CURLE_OK) {
-		snprintf(why, whylen, "%s", curl_easy_strerror(rc));
+	err = http_conn__request(p->conn, &req, &ans);
+	status = ans.status;
+	snprintf(why, whylen, "%s", ans.why);
+	if (err)
 		r = POST_FAILED;
-		goto out;
-	}
-	curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &status);
-	if (status >= 200 && status < 300) {
+	else if (status >= 200 && status < 300)
 		r = POST_OK;
-	} else if (status == 413) {
-		snprintf(why, whylen, "HTTP 413: %s", one_line(&ans));
+	else if (status == 413)
 		r = POST_TOO_LARGE;
-	} else if (status >= 400 && status < 500 && status != 401 && status != 403 &&
-		   status != 408 && status != 429) {
-		snprintf(why, whylen, "HTTP %ld: %s", status, one_line(&ans));
+	else if (status >= 400 && status < 500 && status != 401 && status != 403 &&
+		 status != 408 && status != 429)
 		r = POST_REJECTED;
-	} else {
-		snprintf(why, whylen, "HTTP %ld: %s", status, one_line(&ans));
+	else
 		r = POST_FAILED;
-	}
-out:
-	curl_easy_setopt(p->curl, CURLOPT_HTTPHEADER, NULL);
-	curl_slist_free_all(hdrs);
+	http_answer__done(&ans);
 	return r;
 }
 
@@ -515,8 +441,8 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 {
 	struct pusher *p = calloc(1, sizeof(*p));
 	pthread_condattr_t ca;
-	const char *base = o->server;
-	size_t n = strlen(base);
+	const char *base;
+	size_t n;
 	int err;
 
 	if (!p)
@@ -530,6 +456,8 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 		p->o.retry_max_ns = p->o.retry_base_ns;
 	if (!p->o.timeout_ns)
 		p->o.timeout_ns = 10 * NSEC_PER_SEC;
+	base = http_link__base(o->link);
+	n = strlen(base);
 	p->spool = spool;
 	{
 		struct spool_stats st;
@@ -555,22 +483,11 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 		err = -ENOMEM;
 		goto out_free;
 	}
-	p->curl = curl_easy_init();
-	if (!p->curl) {
-		err = -ENOMEM;
+	p->conn = http_conn__new(o->link);
+	if (!p->conn) {
+		err = -errno;
 		goto out_free;
 	}
-	curl_easy_setopt(p->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(p->curl, CURLOPT_USERAGENT, "gpuscope-agent");
-	if (p->o.ca_file)
-		curl_easy_setopt(p->curl, CURLOPT_CAINFO, p->o.ca_file);
-	curl_easy_setopt(p->curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(p->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(p->curl, CURLOPT_XFERINFODATA, p);
-	curl_easy_setopt(p->curl, CURLOPT_CONNECTTIMEOUT_MS,
-			 (long)(p->o.timeout_ns / NSEC_PER_MSEC < 5000 ?
-					p->o.timeout_ns / NSEC_PER_MSEC : 5000));
-	refresh_token(p);
 	err = -pthread_create(&p->thread, NULL, thread_main, p);
 	if (err)
 		goto out_free;
@@ -641,8 +558,7 @@ void pusher__free(struct pusher *p)
 	pusher__stop(p, mono_ns());
 	for (size_t i = 0; i < p->qlen; i++)
 		batch__free(p->queue[(p->qhead + i) % QUEUE_MAX]);
-	if (p->curl)
-		curl_easy_cleanup(p->curl);
+	http_conn__free(p->conn);
 	free(p->ingest_url);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);

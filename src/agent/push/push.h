@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The agent's push path: a thread that encodes and compresses finished batches, POSTs them to
- * the server's /api/v1/ingest with libcurl, and while the server is unreachable keeps them in
- * the spool, retrying with exponential backoff and jitter, then delivers the spool oldest-first.
+ * the server's /api/v1/ingest (through agent/http_client.h), and while the server is
+ * unreachable keeps them in the spool, retrying with exponential backoff and jitter, then
+ * delivers the spool oldest-first.
  * 4xx answers other than 401/403/408/429 mean a bad batch: logged, counted, dropped.
  */
 #ifndef GPUSCOPE_AGENT_PUSH_H
@@ -15,11 +16,12 @@
 struct batch;
 struct spool;
 struct pusher;
+struct http_link;
 
 struct pusher_opts {
-	const char *server;		/* base URL, e.g. http://127.0.0.1:7070 */
-	const char *token_file;		/* NULL: no Authorization header; re-read on every attempt */
-	const char *ca_file;		/* PEM CA bundle for https://; NULL: the system's */
+	struct http_link *link;		/* the server's link (base URL, TLS, token, proxy): the
+					 * caller's, outliving the pusher; a base URL that ends in
+					 * /api/v1/ingest is taken as is */
 	enum compression compression;
 	uint64_t retry_base_ns;		/* first backoff, default 1 s */
 	uint64_t retry_max_ns;		/* backoff cap, default 30 s */

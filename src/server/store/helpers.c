@@ -83,30 +83,27 @@ uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 				      (l->kernel ? 1u : 0u) | (l->inlined ? 2u : 0u), key);
 }
 
-const char *store_interval_attr(const struct Gpuscope__V1__Batch *m,
-				const struct Gpuscope__V1__Interval *iv, const char *name,
-				const char *val, const uint64_t *stack_gid, char num[24])
+enum store_iv_attr store_interval_attr(const struct Gpuscope__V1__Batch *m,
+				       const struct Gpuscope__V1__Interval *iv, const char *name,
+				       const char *val, const uint64_t *stack_gid,
+				       uint64_t *ret_stack)
 {
 	unsigned long long sid;
 	char *end;
 
 	if (strcmp(name, "stack_id"))
-		return val;
+		return STORE_IV_KEEP;
 	/* version 1: the stack as an attr, a batch-local index -> the store's id; an invalid one
 	 * (or one that Interval.stack gives too) is dropped */
 	sid = strtoull(val, &end, 10);
 	if (!*val || *end || sid >= m->n_stacks || iv->stack)
-		return NULL;
-	snprintf(num, 24, "%llu", (unsigned long long)stack_gid[sid]);
-	return num;
+		return STORE_IV_DROP;
+	*ret_stack = stack_gid[sid];
+	return STORE_IV_STACK;
 }
 
-const char *store_interval_stack(const struct Gpuscope__V1__Interval *iv,
-				 const uint64_t *stack_gid, char num[24])
+uint64_t store_interval_stack(const struct Gpuscope__V1__Interval *iv, const uint64_t *stack_gid)
 {
-	if (!iv->stack)
-		return NULL;
 	/* version 2; batch_decode() checked the range */
-	snprintf(num, 24, "%llu", (unsigned long long)stack_gid[iv->stack - 1]);
-	return num;
+	return iv->stack ? stack_gid[iv->stack - 1] : 0;
 }

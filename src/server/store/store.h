@@ -230,19 +230,21 @@ struct Gpuscope__V1__Location;
 uint64_t store_location_hash(const struct Gpuscope__V1__Batch *m,
 			     const struct Gpuscope__V1__Location *l, struct buf *key);
 /*
- * Attr name=val of interval iv of batch m as the store keeps it. A version 1 batch names the
- * stack in attr "stack_id" (a batch index): written into num as the store's id (stack_gid:
- * batch stack index -> store id). Returns val for any other attr, num for a stack id, NULL for
- * one to drop (invalid, or given by Interval.stack too).
+ * What the store does with attr name=val of interval iv of batch m: keeps it as it is, drops
+ * it, or takes it as the interval's stack: a version 1 batch names the stack in attr
+ * "stack_id", a batch index in that wire version's text, read here once: *ret_stack its store
+ * id (stack_gid: batch stack index -> store id), which the backends keep typed, at the attr's
+ * place. Dropped: an invalid one, or one that Interval.stack gives too.
  */
+enum store_iv_attr { STORE_IV_KEEP, STORE_IV_DROP, STORE_IV_STACK };
 struct Gpuscope__V1__Interval;
-const char *store_interval_attr(const struct Gpuscope__V1__Batch *m,
-				const struct Gpuscope__V1__Interval *iv, const char *name,
-				const char *val, const uint64_t *stack_gid, char num[24]);
-/* A version 2 interval's stack (Interval.stack) as the store's id written into num, the value
- * of its attr "stack_id"; NULL when it has none. */
-const char *store_interval_stack(const struct Gpuscope__V1__Interval *iv,
-				 const uint64_t *stack_gid, char num[24]);
+enum store_iv_attr store_interval_attr(const struct Gpuscope__V1__Batch *m,
+				       const struct Gpuscope__V1__Interval *iv, const char *name,
+				       const char *val, const uint64_t *stack_gid,
+				       uint64_t *ret_stack);
+/* A version 2 interval's stack (Interval.stack) as the store's id (the value of its attr
+ * "stack_id", after the other attrs); 0 when it has none. */
+uint64_t store_interval_stack(const struct Gpuscope__V1__Interval *iv, const uint64_t *stack_gid);
 
 /* gpu_idle: per node, the gpu_busy intervals of one GPU, merged (busy.c). */
 struct busy {

@@ -113,6 +113,19 @@ static inline void rb_str(struct buf *b, const char *s)
 	buf_put(b, s, n);
 }
 
+/* A String holding v's decimal digits: a typed number (a stack id) where the table keeps text. */
+static inline void rb_dec(struct buf *b, uint64_t v)
+{
+	char d[20];
+	size_t n = 0;
+
+	do
+		d[sizeof(d) - ++n] = (char)('0' + v % 10);
+	while ((v /= 10));
+	buf_uvarint(b, n);
+	buf_put(b, d + sizeof(d) - n, n);
+}
+
 /* Reader over a RowBinary answer; `bad` set on overrun (reads return 0/"" from then on). */
 struct rbr {
 	const uint8_t *p, *end;

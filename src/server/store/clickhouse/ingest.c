@@ -212,25 +212,32 @@ static void interval_rows(struct cing *in, struct parts *ps)
 	for (size_t i = 0; i < m->n_intervals; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
 		const char *names[BATCH_MAX_LABELS + 1], *vals[BATCH_MAX_LABELS + 1];
-		char nums[BATCH_MAX_LABELS + 1][24];	/* + Interval.stack */
 		struct part *pt = part_of(ps, iv->start_ns / CH_DAY_NS);
 		struct buf *b = pt ? &pt->rows : NULL;
-		size_t na = 0;
+		uint64_t stack = 0;	/* the store's id, at names[stack_at] (vals[] NULL there) */
+		size_t na = 0, stack_at = SIZE_MAX;
 
 		if (!pt)
 			return;
 		for (size_t k = 0; k + 1 < iv->n_attrs && na < BATCH_MAX_LABELS; k += 2) {
-			const char *name = S(in, iv->attrs[k]);
-			const char *val = store_interval_attr(m, iv, name, S(in, iv->attrs[k + 1]),
-							      in->stack_id, nums[na]);
+			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
+			uint64_t id = 0;
+			enum store_iv_attr what = store_interval_attr(m, iv, name, val,
+								      in->stack_id, &id);
 
-			if (!val)
+			if (what == STORE_IV_DROP || (what == STORE_IV_STACK && stack_at != SIZE_MAX))
 				continue;
+			if (what == STORE_IV_STACK) {	/* version 1's, kept at its place */
+				stack = id;
+				stack_at = na;
+			}
 			names[na] = name;
-			vals[na++] = val;
+			vals[na++] = what == STORE_IV_STACK ? NULL : val;
 		}
 		if (iv->stack) {
-			vals[na] = store_interval_stack(iv, in->stack_id, nums[na]);
+			stack = store_interval_stack(iv, in->stack_id);
+			stack_at = na;
+			vals[na] = NULL;
 			names[na++] = "stack_id";
 		}
 		fact_head(in, pt);
@@ -243,8 +250,12 @@ static void interval_rows(struct cing *in, struct parts *ps)
 		for (size_t k = 0; k < na; k++)
 			rb_str(b, names[k]);
 		buf_uvarint(b, na);
-		for (size_t k = 0; k < na; k++)
-			rb_str(b, vals[k]);
+		for (size_t k = 0; k < na; k++) {
+			if (k == stack_at)
+				rb_dec(b, stack);
+			else
+				rb_str(b, vals[k]);
+		}
 		touch(in, iv->label_set, iv->start_ns, iv->end_ns);
 		if (!pt->probe.len) {
 			probe_head(in, pt);

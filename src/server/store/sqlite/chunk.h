@@ -232,6 +232,9 @@ int loc_block_decode(struct lblock *b, const void *blob, size_t len,
 const struct lrow *loc_block_find(const struct lblock *b, uint64_t id);
 void lblock_done(struct lblock *b);
 
+/* The attr an interval's stack is kept as: its number, the store's stack id. */
+#define CHUNK_STACK_ATTR "stack_id"
+
 /* One interval before encoding; attrs are 2 * nattrs name/value strings (not owned). */
 struct irow {
 	uint64_t seq;		/* store-wide order of arrival: ties of start are answered in it */
@@ -241,6 +244,11 @@ struct irow {
 	bool seq_free;		/* every other interval of its batch that starts at its stored
 				 * start (none, mostly) is in this chunk: format 4 keeps only
 				 * their order of arrival, not its seq */
+	uint64_t stack;		/* the store's stack id, 0: none; written as attr
+				 * CHUNK_STACK_ATTR (a number), as the text "<id>" there would
+				 * be: the same bytes, without the text */
+	size_t stack_at;	/* its place among the attrs (0..nattrs: before attrs[2 *
+				 * stack_at]) */
 };
 
 /*
@@ -301,6 +309,8 @@ struct ichunk {
 	uint64_t unit;			/* its times' unit, ns (1 before format 3) */
 	size_t n, cap, nstr, capstr, nattr, capattr, capshape, capshapes;
 	uint64_t *seq, *labelset, *start, *end;
+	uint64_t *stack;		/* row i's attr CHUNK_STACK_ATTR as a number (0: none) */
+	const char *stack_name;		/* that attr's name in strs (NULL: no row has it) */
 	size_t *attr0, *nattrs;		/* row i's attrs: attrs[2 * attr0[i]], nattrs[i] pairs */
 	size_t *shape0, *shapen;	/* shape k's names: shapes[shape0[k]], shapen[k] of them */
 	const char **strs, **attrs, **shapes;

@@ -394,7 +394,6 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_
 	struct iv_sort *v = NULL;
 	struct irow *r = NULL;
 	const char **attrs = NULL;
-	char (*num)[24] = NULL;
 	uint8_t *skip = NULL;
 	int err = 0;
 
@@ -405,13 +404,12 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_
 	if (err)
 		return err;
 	for (size_t i = 0; i < n; i++)
-		nattr += m->intervals[i]->n_attrs + 4;	/* a stack id, the no-sample mark */
+		nattr += m->intervals[i]->n_attrs + 2;	/* the no-sample mark */
 	v = malloc(n * sizeof(*v));
 	attrs = malloc(nattr * sizeof(*attrs));
-	num = malloc(nattr * sizeof(*num));	/* a converted stack id per attr slot */
 	r = malloc(n * sizeof(*r));
 	skip = nsmp ? calloc(total, 1) : NULL;
-	if (!v || !attrs || !num || !r || (nsmp && !skip)) {
+	if (!v || !attrs || !r || (nsmp && !skip)) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -419,7 +417,8 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_
 	for (size_t i = 0, j = 0; i < m->n_intervals; i++) {
 		const Gpuscope__V1__Interval *iv = m->intervals[i];
 		const char **a = attrs + nattr;
-		size_t na = 0;
+		size_t na = 0, stack_at = 0;
+		uint64_t stack = 0;
 
 		if (in->ls[iv->label_set].refused) {
 			in->dropped_records++;
@@ -427,32 +426,39 @@ static int store_intervals(struct ingest *in, uint8_t **ret_skip, uint64_t *ret_
 			continue;
 		}
 		for (size_t k = 0; k + 1 < iv->n_attrs; k += 2) {
-			const char *name = S(in, iv->attrs[k]);
-			const char *val = store_interval_attr(m, iv, name, S(in, iv->attrs[k + 1]),
-							      in->stack_gid, num[nattr + na]);
+			const char *name = S(in, iv->attrs[k]), *val = S(in, iv->attrs[k + 1]);
+			uint64_t id = 0;
 
-			if (!val)
-				continue;
-			a[na++] = name;
-			a[na++] = val;
+			switch (store_interval_attr(m, iv, name, val, in->stack_gid, &id)) {
+			case STORE_IV_STACK:	/* version 1's, kept at its place */
+				if (!stack) {
+					stack = id;
+					stack_at = na / 2;
+				}
+				break;
+			case STORE_IV_KEEP:
+				a[na++] = name;
+				a[na++] = val;
+				break;
+			case STORE_IV_DROP:
+				break;
+			}
 		}
 		if (iv->stack) {
-			const char *val = store_interval_stack(iv, in->stack_gid, num[nattr + na]);
-
-			a[na++] = "stack_id";
-			a[na++] = val;
+			stack = store_interval_stack(iv, in->stack_gid);
+			stack_at = na / 2;
 		}
 		ingest_ls_touch(in, iv->label_set, iv->start_ns, iv->end_ns);
 		v[j] = (struct iv_sort){ S(in, iv->kind), { .seq = s->ivl_seq + i,
 			.labelset = in->ls[iv->label_set].id, .start = iv->start_ns,
 			.end = iv->end_ns < iv->start_ns ? iv->start_ns : iv->end_ns, .attrs = a,
-			.nattrs = na / 2 } };
+			.nattrs = na / 2, .stack = stack, .stack_at = stack_at } };
 		{
 			struct offcpu_key k = { .ls = v[j].r.labelset };
 			uint64_t s0 = v[j].r.start - v[j].r.start % u;
 			uint64_t e0 = v[j].r.end - v[j].r.end % u;
 
-			if (offcpu_iv_sample(v[j].kind, a, na / 2, s0, e0, u, &k)) {
+			if (offcpu_iv_sample(v[j].kind, a, na / 2, stack, s0, e0, u, &k)) {
 				v[j].sample = smp && offcpu_take(smp, nsmp, &k, skip);
 				*(v[j].sample ? ret_paired : ret_unpaired) += 1;
 				if (!v[j].sample) {
@@ -488,7 +494,6 @@ out:
 	free(v);
 	free(r);
 	free(attrs);
-	free(num);
 	free(smp);
 	if (err)
 		free(skip);

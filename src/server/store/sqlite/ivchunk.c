@@ -102,13 +102,55 @@ static bool decimal(const char *s, uint64_t *ret)
 	return true;
 }
 
+/* Numbers at or past this are stored as strings (4 x number + 1 must fit). */
+#define NUM_MAX	(1ull << 62)
+
+/* A row's attrs, its typed stack (irow.stack) among them at stack_at as attr "stack_id". */
+static size_t row_nattrs(const struct irow *r)
+{
+	return r->nattrs + (r->stack != 0);
+}
+
+static const char *row_name(const struct irow *r, size_t k)
+{
+	if (r->stack && k >= r->stack_at) {
+		if (k == r->stack_at)
+			return CHUNK_STACK_ATTR;
+		k--;
+	}
+	return r->attrs[2 * k];
+}
+
+/* Attr k's value: its text, or NULL for the typed stack (*ret_num). */
+static const char *row_val(const struct irow *r, size_t k, uint64_t *ret_num)
+{
+	if (r->stack && k >= r->stack_at) {
+		if (k == r->stack_at) {
+			*ret_num = r->stack;
+			return NULL;
+		}
+		k--;
+	}
+	return r->attrs[2 * k + 1];
+}
+
+/* A value as a number (false: kept as a string): a typed one, or a canonical decimal text. */
+static bool row_num(const char *val, uint64_t num, uint64_t *ret)
+{
+	if (!val) {
+		*ret = num;
+		return num < NUM_MAX;
+	}
+	return decimal(val, ret) && *ret < NUM_MAX;
+}
+
 /* A row's attr names as one key: each NUL-terminated, after their count. */
 static void shape_key(const struct irow *r, struct buf *b)
 {
 	b->len = 0;
-	buf_uvarint(b, r->nattrs);
-	for (size_t k = 0; k < r->nattrs; k++)
-		buf_put(b, r->attrs[2 * k], strlen(r->attrs[2 * k]) + 1);
+	buf_uvarint(b, row_nattrs(r));
+	for (size_t k = 0; k < row_nattrs(r); k++)
+		buf_put(b, row_name(r, k), strlen(row_name(r, k)) + 1);
 }
 
 /* Row order of a chunk: label set, start, arrival. */
@@ -130,9 +172,6 @@ bool iv_ns_name(const char *name)
 
 	return len >= 3 && !strcmp(name + len - 3, "_ns");
 }
-
-/* Numbers at or past this are stored as strings (4 x number + 1 must fit). */
-#define NUM_MAX	(1ull << 62)
 
 /* The value tags of format 2: uvarint 4 x string index, 4 x number + 1, or 2: the row's length
  * (end - start) less the numbers of its columns written before (a thread-state summary's
@@ -213,12 +252,12 @@ static int cmp_seq(const void *a, const void *b, void *ctx)
  * row's length less its numbers before; with u > 1 only *_ns numbers, in units, take part).
  * acc/acc_u: the row's sums so far (ns, units); len/len_u its length.
  */
-static uint64_t value_code(struct stab *t, const char *name, const char *val, uint64_t u,
-			   uint64_t len, uint64_t len_u, uint64_t *acc, uint64_t *acc_u)
+static uint64_t value_code(struct stab *t, const char *name, const char *val, uint64_t num,
+			   uint64_t u, uint64_t len, uint64_t len_u, uint64_t *acc, uint64_t *acc_u)
 {
 	uint64_t v;
 
-	if (!decimal(val, &v) || v >= NUM_MAX)
+	if (!row_num(val, num, &v))
 		return 4 * (uint64_t)stab_add(t, val);	/* present: no growth */
 	if (u == 1) {
 		uint64_t code = *acc <= len && len - *acc == v ? 2 : 4 * v + 1;
@@ -257,8 +296,8 @@ static int put_values4(struct buf *b, const struct irow *r, const size_t *o, siz
 	for (size_t i = 0; i < shapes->n && !err; i++) {
 		const struct irow *x = &r[rep[i]];
 
-		for (size_t k = 0; k < x->nattrs && !err; k++) {
-			size_t name = (size_t)stab_add(t, x->attrs[2 * k]), c;
+		for (size_t k = 0; k < row_nattrs(x) && !err; k++) {
+			size_t name = (size_t)stab_add(t, row_name(x, k)), c;
 
 			for (c = 0; c < ncols && cols[c] != name; c++)
 				;
@@ -272,8 +311,8 @@ static int put_values4(struct buf *b, const struct irow *r, const size_t *o, siz
 			uint64_t first = 0;
 			bool same = true, any = false;
 
-			for (size_t k = 0; k < y->nattrs && !any; k++)
-				any = (size_t)stab_add(t, y->attrs[2 * k]) == cols[c];
+			for (size_t k = 0; k < row_nattrs(y) && !any; k++)
+				any = (size_t)stab_add(t, row_name(y, k)) == cols[c];
 			if (!any)
 				continue;
 			run.len = 0;
@@ -283,14 +322,15 @@ static int put_values4(struct buf *b, const struct irow *r, const size_t *o, siz
 
 				if (shape[o[i]] != sh)
 					continue;
-				for (size_t k = 0; k < x->nattrs; k++) {
-					uint64_t code;
+				for (size_t k = 0; k < row_nattrs(x); k++) {
+					uint64_t code, num = 0;
+					const char *val;
 
-					if ((size_t)stab_add(t, x->attrs[2 * k]) != cols[c])
+					if ((size_t)stab_add(t, row_name(x, k)) != cols[c])
 						continue;
-					code = value_code(t, x->attrs[2 * k],
-							  x->attrs[2 * k + 1], u, len, len_u,
-							  &acc[i], &acc_u[i]);
+					val = row_val(x, k, &num);
+					code = value_code(t, row_name(x, k), val, num, u, len,
+							  len_u, &acc[i], &acc_u[i]);
 					if (!run.len)
 						first = code;
 					same &= code == first;
@@ -400,7 +440,8 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (r[i].nattrs > CHUNK_MAX_ATTRS) {
+		if (row_nattrs(&r[i]) > CHUNK_MAX_ATTRS ||
+		    (r[i].stack && r[i].stack_at > r[i].nattrs)) {
 			err = -EINVAL;
 			goto out;
 		}
@@ -424,14 +465,15 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 				rep[x] = i;	/* new: this row is its first */
 		}
 	}
-	/* names and the values that are not decimal numbers go to the string table */
+	/* names and the values that are not numbers go to the string table */
 	for (size_t i = 0; i < n && !err; i++) {
-		for (size_t k = 0; k < 2 * r[i].nattrs && !err; k++) {
-			uint64_t v;
-			int64_t x = 0;
+		for (size_t k = 0; k < row_nattrs(&r[i]) && !err; k++) {
+			uint64_t v, num = 0;
+			const char *val = row_val(&r[i], k, &num);
+			int64_t x = stab_add(&t, row_name(&r[i], k));
 
-			if (k % 2 == 0 || !decimal(r[i].attrs[k], &v) || v >= NUM_MAX)
-				x = stab_add(&t, r[i].attrs[k]);
+			if (x >= 0 && !row_num(val, num, &v))
+				x = val ? stab_add(&t, val) : -EINVAL;	/* a typed stack >= 2^62 */
 			if (x < 0)
 				err = (int)x;
 		}
@@ -463,9 +505,9 @@ int chunk_intervals_encode(const struct irow *r, size_t n, uint64_t unit_ns, uin
 	for (size_t i = 0; i < shapes.n; i++) {
 		const struct irow *x = &r[rep[i]];
 
-		buf_uvarint(&b, x->nattrs);
-		for (size_t k = 0; k < x->nattrs; k++)	/* present: no growth */
-			buf_uvarint(&b, (uint64_t)stab_add(&t, x->attrs[2 * k]));
+		buf_uvarint(&b, row_nattrs(x));
+		for (size_t k = 0; k < row_nattrs(x); k++)	/* present: no growth */
+			buf_uvarint(&b, (uint64_t)stab_add(&t, row_name(x, k)));
 	}
 	/* a label set's rows together: its id delta and count */
 	buf_uvarint(&b, ngroups);

@@ -15,6 +15,7 @@ void ichunk_done(struct ichunk *c)
 	free(c->labelset);
 	free(c->start);
 	free(c->end);
+	free(c->stack);
 	free(c->attr0);
 	free(c->nattrs);
 	free(c->strs);
@@ -41,6 +42,13 @@ static const char *num_text(struct ichunk *c, uint64_t v)
 	o[n] = 0;
 	c->num.len += n + 1;
 	return o;
+}
+
+/* Row i's number v of attr name: kept typed too where it is the stack. */
+static void note_num(struct ichunk *c, size_t i, const char *name, uint64_t v)
+{
+	if (name == c->stack_name)
+		c->stack[i] = v;
 }
 
 /* The names of the nshape shapes, each once, in order of first use: the value columns. */
@@ -102,6 +110,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 						break;
 					}
 					a[2 * j + 1] = num_text(c, v >> 2);
+					note_num(c, i, a[2 * j], v >> 2);
 					continue;
 				}
 				if ((v & 3) == 2) {
@@ -114,6 +123,7 @@ static int values_v2(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 					v >>= 2;
 				}
 				a[2 * j + 1] = num_text(c, v * u);
+				note_num(c, i, a[2 * j], v * u);
 				c->acc[i] = iv_acc_add(c->acc[i], v);
 			}
 		}
@@ -197,6 +207,7 @@ static int values_v4(struct ichunk *c, struct rd *r, uint64_t nshape, uint64_t u
 						}
 						if (u == 1 || colns)
 							c->acc[i] = iv_acc_add(c->acc[i], code);
+						note_num(c, i, cols[x], u > 1 && colns ? code * u : code);
 						if (mode && txt && (mode - 1) % 4 == 1) {
 							a[2 * j + 1] = txt;
 							continue;
@@ -377,6 +388,7 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 	int err;
 
 	c->n = c->nstr = c->nattr = 0;
+	c->stack_name = NULL;
 	c->raw.len = 0;
 	err = blob_unpack(blob, len, CHUNK_MAX_BLOB, &c->raw);
 	if (err)
@@ -432,16 +444,21 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 			if (r.bad || x >= nstr)
 				goto bad;
 			c->shapes[nsn++] = c->strs[x];
+			if (!c->stack_name && !strcmp(c->strs[x], CHUNK_STACK_ATTR))
+				c->stack_name = c->strs[x];
 		}
 	}
 	if (arr_grow(&c->seq, &cap, c->n, sizeof(uint64_t)) ||
 	    (cap = c->cap, arr_grow(&c->labelset, &cap, c->n, sizeof(uint64_t))) ||
 	    (cap = c->cap, arr_grow(&c->start, &cap, c->n, sizeof(uint64_t))) ||
 	    (cap = c->cap, arr_grow(&c->end, &cap, c->n, sizeof(uint64_t))) ||
+	    (cap = c->cap, arr_grow(&c->stack, &cap, c->n, sizeof(uint64_t))) ||
 	    (cap = c->cap, arr_grow(&c->attr0, &cap, c->n, sizeof(size_t))) ||
 	    (cap = c->cap, arr_grow(&c->nattrs, &cap, c->n, sizeof(size_t))))
 		goto nomem;
 	c->cap = cap;
+	if (c->n)
+		memset(c->stack, 0, c->n * sizeof(*c->stack));
 	if (fmt == 4) {
 		err = rows_v4(c, &r, nshape, u, t, seq);
 		if (err)
@@ -539,6 +556,8 @@ int chunk_intervals_decode(struct ichunk *c, const void *blob, size_t len, uint6
 				uint64_t v = rd_uvarint(&r);
 
 				a[2 * j + 1] = v & 1 ? num_text(c, v >> 1) : c->strs[v / 2];
+				if (v & 1)
+					note_num(c, i, a[2 * j], v >> 1);
 			}
 		}
 	}

@@ -45,25 +45,15 @@ static const char *attr(const char *const *attrs, size_t nattrs, const char *nam
 	return NULL;
 }
 
-/* The stack id of a blocked interval with a stack (kind OFFCPU_IV_KIND, not a summary), 0 for
- * any other interval. */
-static uint64_t offcpu_iv_stack(const char *kind, const char *const *attrs, size_t nattrs)
+/* Whether an interval is blocked time (kind OFFCPU_IV_KIND, not a summary). */
+static bool offcpu_iv_blocked(const char *kind, const char *const *attrs, size_t nattrs)
 {
-	const char *st, *id;
-	uint64_t v = 0;
+	const char *st;
 
 	if (strcmp(kind, OFFCPU_IV_KIND))
-		return 0;
+		return false;
 	st = attr(attrs, nattrs, "state");
-	id = attr(attrs, nattrs, "stack_id");
-	if (!st || strcmp(st, "blocked") || !id || attr(attrs, nattrs, "summary"))
-		return 0;
-	for (const char *p = id; *p; p++) {
-		if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
-			return 0;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	return *id ? v : 0;
+	return st && !strcmp(st, "blocked") && !attr(attrs, nattrs, "summary");
 }
 
 size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs)
@@ -71,12 +61,13 @@ size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs)
 	return nattrs && !strcmp(attrs[2 * (nattrs - 1)], OFFCPU_NO_SAMPLE) ? nattrs - 1 : nattrs;
 }
 
-bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t start,
-		      uint64_t end, uint64_t unit, struct offcpu_key *ret)
+bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t stack,
+		      uint64_t start, uint64_t end, uint64_t unit, struct offcpu_key *ret)
 {
-	uint64_t u = unit > 1 ? unit : 1, stack = offcpu_iv_stack(kind, attrs, nattrs);
+	uint64_t u = unit > 1 ? unit : 1;
 
-	if (!stack || offcpu_public_nattrs(attrs, nattrs) != nattrs)
+	if (!stack || !offcpu_iv_blocked(kind, attrs, nattrs) ||
+	    offcpu_public_nattrs(attrs, nattrs) != nattrs)
 		return false;
 	ret->stack = stack;
 	ret->t = end;
@@ -152,7 +143,7 @@ static int sq_offcpu_after(sqlite3 *db, int64_t *ret)
 struct shape_seen {
 	const char *const *names;	/* the first row's attrs, names at even places */
 	size_t n;
-	bool may;			/* has state and stack_id, no summary, no mark */
+	bool may;			/* has state and a stack, no summary, no mark */
 };
 
 static bool same_names(const char *const *a, const char *const *b, size_t n)
@@ -181,12 +172,13 @@ void offcpu_chunk_samples(const struct ichunk *c, uint64_t from, uint64_t to, of
 				break;
 		if (s == nseen && nseen < SHAPES_SEEN) {
 			seen[nseen++] = (struct shape_seen){ a, n,
-				attr(a, n, "state") && attr(a, n, "stack_id") &&
+				attr(a, n, "state") && attr(a, n, CHUNK_STACK_ATTR) &&
 				!attr(a, n, "summary") && offcpu_public_nattrs(a, n) == n };
 		}
 		if (s < nseen && !seen[s].may)
 			continue;
-		if (!offcpu_iv_sample(OFFCPU_IV_KIND, a, n, c->start[i], c->end[i], c->unit, &k))
+		if (!offcpu_iv_sample(OFFCPU_IV_KIND, a, n, c->stack[i], c->start[i], c->end[i],
+				      c->unit, &k))
 			continue;
 		*err = cb(ctx, c->labelset[i], k.stack, k.t, k.value);
 	}

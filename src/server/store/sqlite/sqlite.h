@@ -441,10 +441,11 @@ typedef int (*offcpu_cb)(void *ctx, uint64_t ls, uint64_t stack, uint64_t t, uin
 int64_t offcpu_value_unit(uint64_t t, int64_t v, uint64_t u);
 /* nattrs less the trailing OFFCPU_NO_SAMPLE, if it is there. */
 size_t offcpu_public_nattrs(const char *const *attrs, size_t nattrs);
-/* The sample an interval as stored (ends floored to unit) stands for: stack, t, value into
- * *ret (not ls). False if it stands for none. */
-bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t start,
-		      uint64_t end, uint64_t unit, struct offcpu_key *ret);
+/* The sample an interval as stored (ends floored to unit) with stack (the store's id, 0: none;
+ * irow.stack, ichunk.stack) stands for: stack, t, value into *ret (not ls). False if it stands
+ * for none. */
+bool offcpu_iv_sample(const char *kind, const char *const *attrs, size_t nattrs, uint64_t stack,
+		      uint64_t start, uint64_t end, uint64_t unit, struct offcpu_key *ret);
 /* Sorts sample keys for offcpu_take(). */
 void offcpu_sort(struct offcpu_key *k, size_t n);
 /* Takes a sample of smp (sorted) equal to *key (ref aside) whose skip[ref] is not set yet:
