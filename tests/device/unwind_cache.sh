@@ -38,12 +38,11 @@ while time.time() < end:
 PY
 start_server
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v k="$1" '$1 == k {s += $2} END {print s + 0}'; }
-# ticks of the agent's threads: all, the unwind builder's
+# ticks of the agent (with threads gone) and of its unwind builder thread
 ticks() {
-	cat /proc/"$apid"/task/*/stat 2>/dev/null | awk '{
+	echo "$(awk '{print $14 + $15}' /proc/"$apid"/stat)" "$(cat /proc/"$apid"/task/*/stat 2>/dev/null | awk '{
 		c = $0; sub(/^[0-9]+ \(/, "", c); n = substr(c, 1, index(c, ") ") - 1); sub(/^.*\) /, "", c)
-		split(c, f, " "); t = f[12] + f[13]; all += t; if (n == "gs-unwind-build") b += t }
-		END {print all + 0, b + 0}'
+		split(c, f, " "); if (n == "gs-unwind-build") b += f[12] + f[13] } END {print b + 0}')"
 }
 settle() {	# until no build is queued and none ran for 2 s (120 s at most)
 	local b=-1 n
