@@ -10,7 +10,7 @@
 # time; the unwind builder's, the unwind worker's and the main thread's (samples, symbolizer)
 # CPU; tables built and read from the cache; build and cache-read
 # seconds. Needs $D (default .dev/agent, from tests/device/pack-agent.sh).
-# Results in $OUT: summary.txt (the table), log.txt, agent-*.log.
+# Results in $OUT: summary.txt (the table, each agent's peak RSS), log.txt, agent-*.log.
 # Usage (repository root, as root): tests/device/unwind_cache.sh [SECONDS=15] [ROUNDS=1]
 set -u
 D=${D:-$PWD/.dev/agent}
@@ -70,7 +70,10 @@ start_agent() {	# NAME AGENT_ARGS...
 	idle=$(echo "($(ticks | cut -d' ' -f1) - $a0) / $hz / ($(date +%s.%N) - $t0)" | bc -l)
 	printf '%s: agent idle %.4f core\n' "$name" "$idle"
 }
-stop_agent() { kill -INT "$apid"; wait "$apid"; }
+stop_agent() {	# (its peak RSS first: a table read from the cache is held in memory as a built one is)
+	echo "agent $(grep VmHWM /proc/"$apid"/status | tr -s ' \t' ' ')" | tee -a "$RET/summary.txt"
+	kill -INT "$apid"; wait "$apid"
+}
 one() {	# NAME: a new torch process, until it ended and the agent's builds settled
 	local name=$1 a0 b0 w0 x0 a1 b1 w1 x1 t0 s m0 c0 bs0 cl0 m1 c1 bs1 cl1
 	read -r a0 b0 w0 x0 < <(ticks); t0=$(date +%s.%N)
