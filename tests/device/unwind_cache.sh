@@ -7,9 +7,10 @@
 # second (same agent: tables in memory), after an agent restart (tables from the on-disk cache),
 # after a restart with --unwind-cache-dir off (built again: the control). Per run: the agent's CPU
 # while the process ran and until its builds settled, less the agent's idle rate over the same
-# time; its builder thread's share; tables built and read from the cache; build and cache-read
+# time; the unwind builder's, the unwind worker's and the main thread's (samples, symbolizer)
+# CPU; tables built and read from the cache; build and cache-read
 # seconds. Needs $D (default .dev/agent, from tests/device/pack-agent.sh).
-# Results in $OUT: summary.txt (the table), log.txt, agent-*.log.
+# Results in $OUT: summary.txt (the table, each agent's peak RSS), log.txt, agent-*.log.
 # Usage (repository root, as root): tests/device/unwind_cache.sh [SECONDS=15] [ROUNDS=1]
 set -u
 D=${D:-$PWD/.dev/agent}
@@ -38,12 +39,14 @@ while time.time() < end:
 PY
 start_server
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v k="$1" '$1 == k {s += $2} END {print s + 0}'; }
-# ticks of the agent's threads: all, the unwind builder's
+# ticks of the agent (with threads gone), its unwind builder, its unwind worker (maps, the
+# fingerprints of new files) and its main thread (samples, symbolizer, modules' ticks)
 ticks() {
-	cat /proc/"$apid"/task/*/stat 2>/dev/null | awk '{
+	echo "$(awk '{print $14 + $15}' /proc/"$apid"/stat)" "$(cat /proc/"$apid"/task/*/stat 2>/dev/null | awk '{
 		c = $0; sub(/^[0-9]+ \(/, "", c); n = substr(c, 1, index(c, ") ") - 1); sub(/^.*\) /, "", c)
-		split(c, f, " "); t = f[12] + f[13]; all += t; if (n == "gs-unwind-build") b += t }
-		END {print all + 0, b + 0}'
+		split(c, f, " "); t = f[12] + f[13]
+		if (n == "gs-unwind-build") b += t; else if (n == "gs-unwind") w += t; else if (n == "gpuscope-agent") m += t }
+		END {print b + 0, w + 0, m + 0}')"
 }
 settle() {	# until no build is queued and none ran for 2 s (120 s at most)
 	local b=-1 n
@@ -62,36 +65,41 @@ start_agent() {	# NAME AGENT_ARGS...
 	apid=$!
 	wait_agent_metrics $apid $PORT || { echo "agent $name did not start"; tail "$RET/agent-$name.log"; exit 1; }
 	settle	# its start: BPF programs, the tables of what already runs
-	read -r a0 _ < <(ticks); t0=$(date +%s.%N)
+	read -r a0 _ _ _ < <(ticks); t0=$(date +%s.%N)
 	sleep 10
 	idle=$(echo "($(ticks | cut -d' ' -f1) - $a0) / $hz / ($(date +%s.%N) - $t0)" | bc -l)
 	printf '%s: agent idle %.4f core\n' "$name" "$idle"
 }
-stop_agent() { kill -INT "$apid"; wait "$apid"; }
+stop_agent() {	# (its peak RSS first: a table read from the cache is held in memory as a built one is)
+	echo "agent $(grep VmHWM /proc/"$apid"/status | tr -s ' \t' ' ')" | tee -a "$RET/summary.txt"
+	kill -INT "$apid"; wait "$apid"
+}
 one() {	# NAME: a new torch process, until it ended and the agent's builds settled
-	local name=$1 a0 b0 a1 b1 t0 s m0 c0 bs0 cl0 m1 c1 bs1 cl1
-	read -r a0 b0 < <(ticks); t0=$(date +%s.%N)
+	local name=$1 a0 b0 w0 x0 a1 b1 w1 x1 t0 s m0 c0 bs0 cl0 m1 c1 bs1 cl1
+	read -r a0 b0 w0 x0 < <(ticks); t0=$(date +%s.%N)
 	m0=$(metric 'gpuscope_agent_unwind_binaries_total{result="built"}')
 	c0=$(metric 'gpuscope_agent_unwind_binaries_total{result="cached"}')
 	bs0=$(metric gpuscope_agent_unwind_build_seconds_total)
 	cl0=$(metric gpuscope_agent_unwind_cache_load_seconds_total)
 	python3 "$WORK" "$SECS" > "$W/work.out" 2>&1 || tail -3 "$W/work.out"
 	settle
-	read -r a1 b1 < <(ticks)
+	read -r a1 b1 w1 x1 < <(ticks)
 	s=$(echo "$(date +%s.%N) - $t0" | bc -l)
 	m1=$(metric 'gpuscope_agent_unwind_binaries_total{result="built"}')
 	c1=$(metric 'gpuscope_agent_unwind_binaries_total{result="cached"}')
 	bs1=$(metric gpuscope_agent_unwind_build_seconds_total)
 	cl1=$(metric gpuscope_agent_unwind_cache_load_seconds_total)
-	printf '%-22s %7.2f %7.2f %6.1f %6d %6d %7.2f %7.3f\n' "$name" \
+	printf '%-22s %7.2f %7.2f %7.2f %7.2f %6.1f %6d %6d %7.2f %7.3f\n' "$name" \
 		"$(echo "($a1 - $a0) / $hz - $idle * $s" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
+		"$(echo "($w1 - $w0) / $hz" | bc -l)" "$(echo "($x1 - $x0) / $hz" | bc -l)" \
 		"$s" $((m1 - m0)) $((c1 - c0)) "$(echo "$bs1 - $bs0" | bc -l)" \
 		"$(echo "$cl1 - $cl0" | bc -l)" | tee -a "$RET/summary.txt"
 }
 for r in $(seq "$ROUNDS"); do
 	rm -rf "$W/cache"
 	start_agent "r$r-cold" --unwind-cache-dir "$W/cache"
-	printf '%-22s %7s %7s %6s %6s %6s %7s %7s\n' "round $r" agent_cs builder wall_s built cached build_s load_s | tee -a "$RET/summary.txt"
+	printf '%-22s %7s %7s %7s %7s %6s %6s %6s %7s %7s\n' "round $r" agent_cs builder worker main \
+		wall_s built cached build_s load_s | tee -a "$RET/summary.txt"
 	one first
 	one second
 	stop_agent
@@ -104,6 +112,7 @@ for r in $(seq "$ROUNDS"); do
 	stop_agent
 done
 kill "$spid" 2>/dev/null; wait 2>/dev/null
-echo "agent_cs: the agent's core-seconds for the process (less its idle rate); builder: the"
-echo "unwind builder thread's part; built/cached: unwind tables; build_s, load_s: their seconds"
+echo "agent_cs: the agent's core-seconds for the process (less its idle rate); builder, worker,"
+echo "main: core-seconds of the unwind builder, the unwind worker, the main thread (not less idle);"
+echo "built/cached: unwind tables; build_s, load_s: their (wall) seconds"
 rm -rf "$W"

@@ -28,6 +28,7 @@
 #define TMP_PREFIX	".tmp."
 #define TMP_STALE_S	600	/* a temporary file this old was left by a write that died */
 #define KEY_MAX		512
+#define FP_CHUNK	(256u << 10)	/* the fingerprint reads a section this much at a time */
 
 static const char cache_magic[8] = "GSUWTAB";	/* 7 characters and a NUL */
 
@@ -87,14 +88,20 @@ int uw_cfi_fingerprint(int fd, const struct elf_seg *segs, int nsegs, uint64_t *
 	uint64_t h = 0x5155434846505249ULL;
 	Elf_Scn *scn = NULL;
 	size_t shstrndx;
+	char *buf;
 	Elf *elf;
 	int err = 0;
 
 	if (elf_version(EV_CURRENT) == EV_NONE)
 		return -ENOTSUP;
+	buf = malloc(FP_CHUNK);
+	if (!buf)
+		return -ENOMEM;
 	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf)
+	if (!elf) {
+		free(buf);
 		return -ENOEXEC;
+	}
 	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx)) {
 		err = -ENOEXEC;
 		goto out;
@@ -103,7 +110,6 @@ int uw_cfi_fingerprint(int fd, const struct elf_seg *segs, int nsegs, uint64_t *
 		h = sum64(&segs[i], sizeof(segs[i]), h);
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
-		Elf_Data *d;
 		const char *name;
 		__u64 where[3];
 
@@ -117,12 +123,22 @@ int uw_cfi_fingerprint(int fd, const struct elf_seg *segs, int nsegs, uint64_t *
 		where[2] = sh.sh_flags;
 		h = sum64(name, strlen(name), h);
 		h = sum64(where, sizeof(where), h);
-		d = elf_rawdata(scn, NULL);
-		if (d && d->d_buf)
-			h = sum64(d->d_buf, d->d_size, h);
+		/* read, not mapped: libtorch's 20 MB of CFI would count in the agent's RSS */
+		for (uint64_t off = 0; off < sh.sh_size;) {
+			size_t n = sh.sh_size - off < FP_CHUNK ? sh.sh_size - off : FP_CHUNK;
+			ssize_t r = pread(fd, buf, n, (off_t)(sh.sh_offset + off));
+
+			if (r <= 0) {
+				err = r < 0 ? -errno : -ENOEXEC;
+				goto out;
+			}
+			h = sum64(buf, (size_t)r, h);
+			off += (uint64_t)r;
+		}
 	}
 	*ret = h;
 out:
+	free(buf);
 	elf_end(elf);
 	return err;
 }

@@ -2,7 +2,9 @@
 /*
  * Unwind tables: one binary's call-frame information (.eh_frame, else .debug_frame), read with
  * elfutils' libdw, reduced to sorted 8-byte rows (unwind_maps.h) with a page index, in the
- * exact layout of the BPF inner map. Pure functions: any thread.
+ * exact layout of the BPF inner map. Pure functions: any thread. Tables outlive the agent in
+ * the on-disk cache (cache.h): a change to what is built from the same bytes, or to the row
+ * layout, bumps CACHE_VERSION in cache.c.
  */
 #ifndef GPUSCOPE_UNWIND_TABLE_H
 #define GPUSCOPE_UNWIND_TABLE_H

@@ -37,7 +37,6 @@
 #include "common/abi.h"
 #include "common/hmap.h"
 #include "common/log.h"
-#include "common/prom.h"
 #include "common/util.h"
 
 #define BIN_BUCKETS	4096
