@@ -13,6 +13,7 @@
 # Results in $OUT: summary.txt (the table, each agent's peak RSS), log.txt, agent-*.log.
 # Usage (repository root, as root): tests/device/unwind_cache.sh [SECONDS=15] [ROUNDS=1]
 set -u
+calc() { python3 -c "import sys; print(eval(sys.stdin.read()))"; }	# no bc on the GPU machine
 D=${D:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/unwind-cache}
 SECS=${1:-15}
@@ -67,7 +68,7 @@ start_agent() {	# NAME AGENT_ARGS...
 	settle	# its start: BPF programs, the tables of what already runs
 	read -r a0 _ _ _ < <(ticks); t0=$(date +%s.%N)
 	sleep 10
-	idle=$(echo "($(ticks | cut -d' ' -f1) - $a0) / $hz / ($(date +%s.%N) - $t0)" | bc -l)
+	idle=$(echo "($(ticks | cut -d' ' -f1) - $a0) / $hz / ($(date +%s.%N) - $t0)" | calc)
 	printf '%s: agent idle %.4f core\n' "$name" "$idle"
 }
 stop_agent() {	# (its peak RSS first: a table read from the cache is held in memory as a built one is)
@@ -84,16 +85,16 @@ one() {	# NAME: a new torch process, until it ended and the agent's builds settl
 	python3 "$WORK" "$SECS" > "$W/work.out" 2>&1 || tail -3 "$W/work.out"
 	settle
 	read -r a1 b1 w1 x1 < <(ticks)
-	s=$(echo "$(date +%s.%N) - $t0" | bc -l)
+	s=$(echo "$(date +%s.%N) - $t0" | calc)
 	m1=$(metric 'gpuscope_agent_unwind_binaries_total{result="built"}')
 	c1=$(metric 'gpuscope_agent_unwind_binaries_total{result="cached"}')
 	bs1=$(metric gpuscope_agent_unwind_build_seconds_total)
 	cl1=$(metric gpuscope_agent_unwind_cache_load_seconds_total)
 	printf '%-22s %7.2f %7.2f %7.2f %7.2f %6.1f %6d %6d %7.2f %7.3f\n' "$name" \
-		"$(echo "($a1 - $a0) / $hz - $idle * $s" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
-		"$(echo "($w1 - $w0) / $hz" | bc -l)" "$(echo "($x1 - $x0) / $hz" | bc -l)" \
-		"$s" $((m1 - m0)) $((c1 - c0)) "$(echo "$bs1 - $bs0" | bc -l)" \
-		"$(echo "$cl1 - $cl0" | bc -l)" | tee -a "$RET/summary.txt"
+		"$(echo "($a1 - $a0) / $hz - $idle * $s" | calc)" "$(echo "($b1 - $b0) / $hz" | calc)" \
+		"$(echo "($w1 - $w0) / $hz" | calc)" "$(echo "($x1 - $x0) / $hz" | calc)" \
+		"$s" $((m1 - m0)) $((c1 - c0)) "$(echo "$bs1 - $bs0" | calc)" \
+		"$(echo "$cl1 - $cl0" | calc)" | tee -a "$RET/summary.txt"
 }
 for r in $(seq "$ROUNDS"); do
 	rm -rf "$W/cache"
