@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "common/log.h"
 #include "common/prom.h"
@@ -119,6 +120,29 @@ void bpf_counters__metrics(FILE *out)
 {
 	family(out, true);
 	family(out, false);
+}
+
+/* The in_sync map: as sched.bpf.c and cudaprobe.bpf.c declare it (tid -> 1). */
+#define IN_SYNC_MAX 16384
+
+int bpf_shared_maps__create(struct agent_shared *sh)
+{
+	int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "in_sync", sizeof(__u32), sizeof(__u8),
+				IN_SYNC_MAX, NULL);
+
+	if (fd < 0)
+		return -errno;
+	sh->in_sync_map_fd = fd;
+	return 0;
+}
+
+void bpf_shared_maps__free(struct agent_shared *sh)
+{
+	if (!sh)
+		return;
+	if (sh->in_sync_map_fd > 0)
+		close(sh->in_sync_map_fd);
+	sh->in_sync_map_fd = 0;
 }
 
 int bpf_load_error(const char *module, int err)

@@ -48,6 +48,17 @@ void bpf_counters__metrics(FILE *out);
  */
 int bpf_load_error(const char *module, int err);
 
+struct agent_shared;
+
+/*
+ * Creates the BPF maps several modules share (agent.h, struct agent_shared: in_sync_map_fd),
+ * before any module starts: each module's skeleton reuses them (bpf_map__reuse_fd()) between its
+ * open and load. 0 or -errno (nothing created). run.c.
+ */
+int bpf_shared_maps__create(struct agent_shared *sh);
+/* Closes them (after every module stopped) and zeroes their slots. NULL-safe. */
+void bpf_shared_maps__free(struct agent_shared *sh);
+
 /*
  * gpuscope_agent_bpf_run_seconds_total / _runs_total{program,id} of every BPF program the
  * process holds, when kernel.bpf_stats_enabled is 1; gpuscope_agent_bpf_recursion_misses_total

@@ -102,6 +102,7 @@ static void agent_init(struct agent *a, pid_t pid)
 	a->mono_to_wall_ns = mono_to_wall_offset_ns();
 	a->sym = symbolizer__new();
 	a->stacks = stack_cache__new(a->sym, 0);
+	bpf_shared_maps__create(&a->shared);	/* as run.c: the in_sync map sched and cuda share */
 }
 
 static void agent_done(struct agent *a)
@@ -110,6 +111,7 @@ static void agent_done(struct agent *a)
 	stack_cache__free(a->stacks);
 	unwinder__free(a->unwind);
 	symbolizer__free(a->sym);
+	bpf_shared_maps__free(&a->shared);
 }
 
 /*

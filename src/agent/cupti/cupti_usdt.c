@@ -32,10 +32,12 @@
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/cupti_int.h"
 #include "agent/cupti/window.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/procfs.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
@@ -189,61 +191,60 @@ static void attach_torch(struct cupti_state *c, const char *path)
  * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
  * remembers which processes map it (the ones whose windows the module controls).
  */
+/* One process's scan: the library's mapping (attached when first seen) and libtorch_cpu's. */
+struct scan {
+	struct cupti_state *c;
+	pid_t pid;
+	bool ours;
+	char torch[PATH_MAX + 300];
+};
+
+static int scan_mapping(const struct maps_line *l, void *ctx)
+{
+	struct scan *q = ctx;
+	char full[PATH_MAX + 300];
+
+	if (l->path[0] != '/' || l->deleted)
+		return 0;
+	if (!q->torch[0] && lib_named(l->path, "libtorch_cpu")) {
+		snprintf(q->torch, sizeof(q->torch), "/proc/%d/root%s", q->pid, l->path);
+		if (q->ours)
+			return 1;
+	}
+	if (q->ours || !lib_named(l->path, "libgpuscope_cupti"))
+		return 0;
+	q->ours = true;
+	snprintf(full, sizeof(full), "/proc/%d/root%s", q->pid, l->path);
+	if (attach_lib(q->c, full) == 0) {
+		struct proc *pr = cupti_pid_wanted(q->c->a, q->pid) ? cupti_proc_get(q->c, q->pid) :
+								       NULL;
+
+		if (pr && !pr->lib_path)
+			pr->lib_path = strdup(full);
+	}
+	return q->torch[0] ? 1 : 0;
+}
+
 void cupti_scan_procs(struct cupti_state *c)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
-	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300], torch[PATH_MAX + 300];
 
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		char *p, *path;
-		bool ours;
-		FILE *f;
+		struct scan q = { .c = c };
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
+		q.pid = atoi(de->d_name);
 		/* with --pid, other processes' libraries are not ours to probe (nor to wait for) */
-		if (!cupti_pid_wanted(c->a, atoi(de->d_name)))
+		if (!cupti_pid_wanted(c->a, q.pid))
 			continue;
-		snprintf(fn, sizeof(fn), "/proc/%s/maps", de->d_name);
-		f = fopen(fn, "re");
-		if (!f)
+		if (maps_each(q.pid, MAPS_ALL, scan_mapping, &q) < 0)
 			continue;
-		ours = false;
-		torch[0] = 0;
-		while (fgets(line, sizeof(line), f)) {
-			path = strchr(line, '/');
-			if (!path || !(strstr(path, "libgpuscope_cupti") || strstr(path, "libtorch_cpu")))
-				continue;
-			p = strchr(path, '\n');
-			if (p)
-				*p = 0;
-			if (strstr(path, " (deleted)"))
-				continue;
-			if (!torch[0] && lib_named(path, "libtorch_cpu")) {
-				snprintf(torch, sizeof(torch), "/proc/%s/root%s", de->d_name, path);
-				if (ours)
-					break;
-			}
-			if (ours || !lib_named(path, "libgpuscope_cupti"))
-				continue;
-			ours = true;
-			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
-			if (attach_lib(c, full) == 0) {
-				pid_t pid = atoi(de->d_name);
-				struct proc *pr = cupti_pid_wanted(c->a, pid) ? cupti_proc_get(c, pid) : NULL;
-
-				if (pr && !pr->lib_path)
-					pr->lib_path = strdup(full);
-			}
-			if (torch[0])
-				break;
-		}
-		fclose(f);
-		if (ours && torch[0])
-			attach_torch(c, torch);
+		if (q.ours && q.torch[0])
+			attach_torch(c, q.torch);
 	}
 	closedir(d);
 }

@@ -16,6 +16,9 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/modules.h"
+#include "agent/labels.h"
+#include "agent/procs/procfs.h"
+#include "agent/procs/tracker.h"
 #include "agent/sched/strips.h"
 #include "agent/unwind/frames.h"
 #include "common/abi.h"
@@ -140,7 +143,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
 	procfs_comm_seen(ev->tid, thread);
-	if (strips_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
+	if (agent__tracked_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
 		s->relabel_dropped++;
 		return;
 	}
@@ -261,7 +264,7 @@ static void drain_offcpu(struct sched_state *s)
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;
-		if (strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) == LABELS_DROPPED) {
+		if (agent__tracked_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) == LABELS_DROPPED) {
 			s->relabel_dropped++;
 			continue;
 		}
@@ -317,6 +320,12 @@ static int sched_start(struct agent *a)
 	skel->rodata->track_all = a->opts.all_processes;
 	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
+	/* shared with cuda_probe's programs, which set it (run.c made it) */
+	if (a->shared.in_sync_map_fd > 0) {
+		err = bpf_map__reuse_fd(skel->maps.in_sync, a->shared.in_sync_map_fd);
+		if (err)
+			goto out_destroy;
+	}
 	S.uw = agent__unwinder(a);
 	if (S.uw) {
 		err = unwinder__prepare(S.uw, skel->obj);
@@ -360,7 +369,6 @@ static int sched_start(struct agent *a)
 	err = procs__acquire(a, on_tracked, &S);
 	if (err)
 		goto out_rb;
-	strips_in_sync_map_fd = bpf_map__fd(skel->maps.in_sync);
 	S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
 	return 0;
 out_rb:
@@ -441,7 +449,6 @@ static void sched_stop(struct agent *a)
 	ring_buffer__consume(S.rb);
 	drain_offcpu(&S);
 	close_open_states(&S);
-	strips_in_sync_map_fd = -1;
 	procs__release(on_tracked, &S);
 	blocked__done();
 	bpf_counters__set(GPUSCOPE_PROG_SCHED, -1);

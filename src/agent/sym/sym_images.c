@@ -17,11 +17,13 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/symtab.h"
 #include "agent/unwind/table.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -117,32 +119,9 @@ void sym_evict_images(struct symbolizer *s, struct image *keep)
 	}
 }
 
-int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *mpath, bool deleted,
-		     struct stat *ret_st)
-{
-	char path[PATH_MAX + 64];
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && !deleted) {
-		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, mpath);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	}
-	if (fd < 0)
-		return -errno;
-	if (ret_st && fstat(fd, ret_st)) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	return fd;
-}
-
 static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
 {
-	return sym_open_mapping(pid, m->start, m->end, m->path, m->deleted, ret_st);
+	return maps_open_file(pid, m->start, m->end, m->path, m->deleted, ret_st);
 }
 
 /*

@@ -18,11 +18,13 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/symtab.h"
 #include "agent/unwind/table.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -91,54 +93,16 @@ static struct mapping *find_mapping(struct proc *p, uint64_t addr)
 	return find_in(p->maps, p->nmaps, addr);
 }
 
-int sym_parse_maps_line(char *line, struct sym_maps_line *m)
-{
-	char *p = line, *end, perms[5];
-	unsigned maj, min;
-	size_t len;
-	int f;
-
-	memset(m, 0, sizeof(*m));
-	m->start = strtoull(p, &end, 16);
-	if (*end != '-')
-		return 0;
-	m->end = strtoull(end + 1, &p, 16);
-	if (*p != ' ' || sscanf(p, " %4s %" SCNx64 " %x:%x %" SCNu64, perms, &m->pgoff, &maj, &min,
-				&m->ino) != 5)
-		return 0;
-	if (strlen(perms) < 3 || perms[2] != 'x' || m->end <= m->start)
-		return 0;
-	m->dev = ((uint64_t)maj << 32) | min;
-	/* The path follows perms, offset, dev and inode. */
-	for (f = 0; f < 4 && *p; f++) {
-		while (*p == ' ')
-			p++;
-		while (*p && *p != ' ')
-			p++;
-	}
-	while (*p == ' ')
-		p++;
-	len = strlen(p);
-	while (len && (p[len - 1] == '\n' || p[len - 1] == ' '))
-		p[--len] = 0;
-	if (len > 10 && !strcmp(p + len - 10, " (deleted)")) {
-		p[len - 10] = 0;
-		m->deleted = true;
-	}
-	m->path = p;
-	return 1;
-}
-
 /*
  * Parses one /proc/PID/maps line into m (path interned). 1: an executable mapping, 0: skip,
  * -errno on ENOMEM.
  */
 static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
 {
-	struct sym_maps_line l;
+	struct maps_line l;
 
 	memset(m, 0, sizeof(*m));
-	if (sym_parse_maps_line(line, &l) <= 0)
+	if (maps_parse_line(line, &l) <= 0)
 		return 0;
 	m->start = l.start;
 	m->end = l.end;

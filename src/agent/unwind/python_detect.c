@@ -161,7 +161,7 @@ struct candidate {
 static int find_candidates(pid_t pid, struct candidate *ret, int max)
 {
 	char path[64], exe[PATH_MAX] = "", *line = NULL;
-	struct sym_maps_line l;
+	struct maps_line l;
 	size_t cap = 0;
 	int n = 0;
 	ssize_t len;
@@ -178,7 +178,7 @@ static int find_candidates(pid_t pid, struct candidate *ret, int max)
 		const char *base;
 		bool dup = false;
 
-		if (sym_parse_maps_line(line, &l) <= 0 || l.path[0] != '/')
+		if (maps_parse_line(line, &l) <= 0 || l.path[0] != '/')
 			continue;
 		base = strrchr(l.path, '/') + 1;
 		/* python3.12, libpython3.12.so.1.0; not extension modules
@@ -282,7 +282,7 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 	struct stat st;
 	int fd, n, err;
 
-	fd = sym_open_mapping(pid, c->start, c->end, c->path, c->deleted, &st);
+	fd = maps_open_file(pid, c->start, c->end, c->path, c->deleted, &st);
 	if (fd < 0)
 		return fd == -ENOENT ? -ESRCH : 0;
 	{

@@ -27,7 +27,8 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
 #include "agent/unwind/frames.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/table.h"
@@ -291,7 +292,7 @@ static void queue_build_locked(struct unwinder *u, struct bin *b, int fd, uint32
 }
 
 /* The bin of the file behind a mapping (opened through the symbolizer's reader). */
-static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps_line *l)
+static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct maps_line *l)
 {
 	struct elf_info info = { 0 };
 	struct file_ent *f, *tmp = NULL;
@@ -301,7 +302,7 @@ static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps
 	uint64_t h;
 	int fd;
 
-	fd = sym_open_mapping(pid, l->start, l->end, l->path, l->deleted, &st);
+	fd = maps_open_file(pid, l->start, l->end, l->path, l->deleted, &st);
 	if (fd < 0)
 		return NULL;
 	mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
@@ -408,7 +409,7 @@ static void proc_forget(struct unwinder *u, struct proc_ent *p)
 static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool force)
 {
 	struct unwind_proc *up = u->scratch_proc;
-	struct sym_maps_line l;
+	struct maps_line l;
 	struct proc_ent *p;
 	size_t cap = 0;
 	char path[64], *line = NULL;
@@ -446,7 +447,7 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 		uint64_t vaddr;
 		uint32_t id = 0;
 
-		if (sym_parse_maps_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
+		if (maps_parse_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
 			continue;
 		m->start = l.start;
 		m->end = l.end;
