@@ -44,13 +44,14 @@ struct agent_opts {
 
 /*
  * What one module learns that others need: the only way between the agent's modules, which never
- * call each other's functions nor include each other's headers (tests/integration/
- * test_layout_module_symbols.py, test_layout_module_headers.py). Each slot has one writer, named
- * first: it fills its slots in its start() and clears them in its stop(); a reader checks the slot
- * each time it needs it (the writer may not run, or not yet). run.c owns the struct: it starts
- * zeroed, and run.c creates the BPF maps several modules share before any module starts (a test
- * or `record` that does not: the slot stays 0 and each module keeps a map of its own).
- * Main-loop thread.
+ * call each other's functions nor include each other's headers. Each slot has one writer, named
+ * first by its folder under src/agent/ (or run.c), then its readers; the writer fills its slots
+ * in its start() and clears them in its stop(), and a reader checks the slot each time it needs
+ * it (the writer may not run, or not yet). tests/integration/test_layout_module_headers.py
+ * checks all three: calls (the objects' symbols), includes, and that only a slot's writer
+ * assigns it. run.c owns the struct: it starts zeroed, and run.c creates the BPF maps several
+ * modules share before any module starts (where nothing does, as in `record`, the slot stays 0
+ * and each module keeps a map of its own). Main-loop thread.
  */
 struct agent_shared {
 	/*
@@ -69,12 +70,12 @@ struct agent_shared {
 	/* gpu: the node's GPU idle share over the last span_ns (< 0: unknown). cupti: idle trigger. */
 	double (*gpu_idle_share)(uint64_t span_ns);
 	/*
-	 * cuda_probe: pid's share of time in CUDA synchronize calls over the span ending at now_ns
+	 * cuda: pid's share of time in CUDA synchronize calls over the span ending at now_ns
 	 * and over the span before it (*ret_before); < 0: not known. cupti: the sync trigger.
 	 */
 	double (*cuda_sync_share)(pid_t pid, uint64_t now_ns, uint64_t span_ns, double *ret_before);
 	/*
-	 * cuda_probe: the share of pid's time over the last span_ns that the always-on driver
+	 * cuda: the share of pid's time over the last span_ns that the always-on driver
 	 * probes cost it. cupti: a window's budget is what those and the CPU sampler leave.
 	 */
 	double (*cuda_probe_cost)(pid_t pid, uint64_t now_ns, uint64_t span_ns);
