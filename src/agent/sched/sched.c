@@ -468,14 +468,17 @@ static void sched_metrics(struct agent *a, FILE *out)
 	procs__stats(&ps);
 	prom_counter(out, "gpuscope_agent_sched_switches_total",
 		     "Context switches of followed threads seen in BPF.",
-		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_SWITCHES));
 	prom_counter(out, "gpuscope_agent_sched_events_total",
 		     "Thread-state events the BPF program emitted.",
-		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_EMITTED));
 	prom_counter(out, "gpuscope_agent_sched_stacks_not_walked_total",
 		     "Switch-outs whose user stack was not walked: the thread had spent its share "
 		     "of time for walks (--offcpu-walk-share; shown as [stack not walked: thread "
-		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 2));
+		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_NOT_WALKED));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;

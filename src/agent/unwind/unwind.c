@@ -718,6 +718,7 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 		*ret_why = "the kernel refused the unwinder's maps (hash of maps, per-CPU arrays)";
 		goto out_free;
 	}
+	bpf_counters__set(GPUSCOPE_WALKER_UNWIND, u->stats_fd);	/* on /metrics, named */
 	u->py = python__new();
 	if (u->py)
 		python__set_default(u->py);
@@ -780,6 +781,7 @@ void unwinder__free(struct unwinder *u)
 	}
 	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd,
 		      u->template_fd, u->stacks_fd };
+	bpf_counters__drop(GPUSCOPE_WALKER_UNWIND, u->stats_fd);
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
