@@ -13,8 +13,9 @@
 Checked three ways: (1) the objects' symbols: every undefined symbol of a part's object that
 another agent object defines must be defined by a part it may use (nm of the built objects;
 run `make` first); (2) includes: a file includes only headers of parts it may use, and never
-another folder's private header (*_int.h, *_state.h); (3) struct agent_shared (agent.h), the
-modules' hand-offs: a slot is assigned only by the writer its comment names first.
+another folder's private header (*_int.h, *_state.h), and only procs/ names /proc/PID/maps;
+(3) struct agent_shared (agent.h), the modules' hand-offs: a slot is assigned only by the writer
+its comment names first.
 Usage: test_layout_module_headers.py [ROOT] (default: this checkout)."""
 import os
 import re
@@ -26,6 +27,7 @@ LAYERS = {"procs": set(), "unwind": {"procs"}, "sym": {"procs", "unwind"}}
 COMMON_USES = {"procs"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+MAPS = re.compile(r'"/proc/[^"]*/maps"')	# "/proc/%d/maps", "/proc/self/maps"
 PRIVATE = re.compile(r"_(int|state)\.h$")
 
 
@@ -61,6 +63,9 @@ def check_includes(root, agent):
         user = part_of(rel)
         path = os.path.join(agent, rel)
         text = open(path, encoding="utf-8", errors="replace").read()
+        if user != "procs" and MAPS.search(text):
+            print(f"FAIL src/agent/{rel} reads /proc/PID/maps itself: ask procs/maps.h")
+            fail = 1
         for inc in INCLUDE.findall(text):
             full = os.path.normpath(os.path.join(os.path.dirname(path), inc)) \
                 if inc.startswith(".") else os.path.normpath(os.path.join(root, "src", inc))

@@ -187,10 +187,6 @@ static void attach_torch(struct cupti_state *c, const char *path)
 	log_info("cupti: backward calls of '%s' followed", path);
 }
 
-/*
- * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
- * remembers which processes map it (the ones whose windows the module controls).
- */
 /* One process's scan: the library's mapping (attached when first seen) and libtorch_cpu's. */
 struct scan {
 	struct cupti_state *c;
@@ -225,6 +221,10 @@ static int scan_mapping(const struct maps_line *l, void *ctx)
 	return q->torch[0] ? 1 : 0;
 }
 
+/*
+ * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
+ * remembers which processes map it (the ones whose windows the module controls).
+ */
 void cupti_scan_procs(struct cupti_state *c)
 {
 	DIR *d = opendir("/proc");

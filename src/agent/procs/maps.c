@@ -74,6 +74,8 @@ int maps_each(pid_t pid, unsigned flags, int (*fn)(const struct maps_line *l, vo
 			continue;
 		ret = fn(&l, ctx);
 	}
+	if (!ret && ferror(f))
+		ret = -EIO;
 	free(line);
 	fclose(f);
 	return ret;

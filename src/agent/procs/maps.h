@@ -34,7 +34,8 @@ int maps_parse_line(char *line, struct maps_line *ret);
 /*
  * Calls fn for each executable mapping of pid (with MAPS_ALL: every mapping), in address order,
  * until fn returns non-zero, which maps_each() then returns. 0 when fn saw every mapping;
- * -ESRCH when the process is gone, another -errno when its maps cannot be read.
+ * -ESRCH when the process is gone, another -errno when its maps cannot be read (-EIO: not to
+ * the end).
  */
 int maps_each(pid_t pid, unsigned flags, int (*fn)(const struct maps_line *l, void *ctx),
 	      void *ctx);

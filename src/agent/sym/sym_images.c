@@ -294,29 +294,31 @@ int sym_image_load(struct symbolizer *s, struct image *img, pid_t pid, const str
 	return 0;
 }
 
+/* This process's vDSO mapping (maps_each()): its size into s->vdso_size. */
+static int vdso_mapping(const struct maps_line *l, void *ctx)
+{
+	struct symbolizer *s = ctx;
+
+	if (strcmp(l->path, "[vdso]") || l->start != getauxval(AT_SYSINFO_EHDR))
+		return 0;
+	s->vdso_size = l->end - l->start;
+	return 1;
+}
+
 /* Builds the vDSO image from this process's own copy (once). NULL if unavailable. */
 static struct image *vdso_image(struct symbolizer *s)
 {
-	uint64_t base = getauxval(AT_SYSINFO_EHDR), start, end;
-	char line[256], key[32];
+	uint64_t base = getauxval(AT_SYSINFO_EHDR);
+	char key[32];
 	struct elf_info info;
 	struct image *img;
 	void *copy = NULL;
-	FILE *f;
 
 	if (s->vdso_tried)
 		return s->vdso;
 	s->vdso_tried = true;
-	f = fopen("/proc/self/maps", "re");
-	while (base && f && fgets(line, sizeof(line), f)) {
-		if (strstr(line, "[vdso]") &&
-		    sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2 && start == base) {
-			s->vdso_size = end - start;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
+	if (base)
+		maps_each(getpid(), 0, vdso_mapping, s);
 	if (!s->vdso_size || !(copy = malloc(s->vdso_size)))
 		goto out;
 	memcpy(copy, (const void *)(uintptr_t)base, s->vdso_size);

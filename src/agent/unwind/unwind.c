@@ -405,16 +405,50 @@ static void proc_forget(struct unwinder *u, struct proc_ent *p)
 	free(p);
 }
 
+struct refresh {
+	struct unwinder *u;
+	uint32_t tgid;
+};
+
+/* One executable mapping into u->scratch_proc (maps_each()); 1 (the walk ends) when full. */
+static int map_one(const struct maps_line *l, void *ctx)
+{
+	struct unwinder *u = ((struct refresh *)ctx)->u;
+	uint32_t tgid = ((struct refresh *)ctx)->tgid, id = 0;
+	struct unwind_mapping *m = &u->scratch_proc->m[u->scratch_proc->n];
+	struct bin *b = NULL;
+	uint64_t vaddr;
+
+	if (l->start >> 47)	/* not [vsyscall] */
+		return 0;
+	m->start = l->start;
+	m->end = l->end;
+	m->flags = UNWIND_MAP_FP;
+	if (!strcmp(l->path, "[vdso]"))
+		b = vdso_bin(u, l->end - l->start);
+	else if (l->path[0] == '/')
+		b = file_bin(u, tgid, l);
+	if (b) {
+		pthread_mutex_lock(&u->lock);
+		id = b->state == BIN_READY ? b->id : 0;
+		pthread_mutex_unlock(&u->lock);
+	}
+	if (id && elf_off_to_vaddr(b->segs, b->nsegs, l->pgoff, &vaddr)) {
+		m->bias = l->start - vaddr;
+		m->table = id;
+		m->flags = UNWIND_MAP_TABLE;
+	}
+	log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l->start, l->end, l->path,
+		  m->flags == UNWIND_MAP_TABLE ? "table" : "frame pointers");
+	return ++u->scratch_proc->n >= UNWIND_MAX_MAPS;
+}
+
 /* Reads tgid's executable mappings and publishes its unwind_procs entry for mm. */
 static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool force)
 {
 	struct unwind_proc *up = u->scratch_proc;
-	struct maps_line l;
 	struct proc_ent *p;
-	size_t cap = 0;
-	char path[64], *line = NULL;
 	uint64_t now = mono_ns();
-	FILE *f;
 	int err = 0;
 
 	p = proc_find(u, tgid, true);
@@ -432,46 +466,15 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 	p->refreshed_ns = now;
 	/* A Python interpreter: its frames from now on, while the tables below are built. */
 	python__pid_seen(u->py, (pid_t)tgid);
-	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
-	f = fopen(path, "re");
-	if (!f) {
+	memset(up, 0, sizeof(*up));
+	up->mm = mm;
+	err = maps_each((pid_t)tgid, 0, map_one, &(struct refresh){ u, tgid });
+	if (err < 0 && err != -EIO) {	/* not readable: gone (what was read of a cut read stays) */
 		proc_forget(u, p);
 		return -ESRCH;
 	}
 	u->st.refreshes++;
-	memset(up, 0, sizeof(*up));
-	up->mm = mm;
-	while (getline(&line, &cap, f) > 0 && up->n < UNWIND_MAX_MAPS) {
-		struct unwind_mapping *m = &up->m[up->n];
-		struct bin *b = NULL;
-		uint64_t vaddr;
-		uint32_t id = 0;
-
-		if (maps_parse_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
-			continue;
-		m->start = l.start;
-		m->end = l.end;
-		m->flags = UNWIND_MAP_FP;
-		if (!strcmp(l.path, "[vdso]"))
-			b = vdso_bin(u, l.end - l.start);
-		else if (l.path[0] == '/')
-			b = file_bin(u, tgid, &l);
-		if (b) {
-			pthread_mutex_lock(&u->lock);
-			id = b->state == BIN_READY ? b->id : 0;
-			pthread_mutex_unlock(&u->lock);
-		}
-		if (id && elf_off_to_vaddr(b->segs, b->nsegs, l.pgoff, &vaddr)) {
-			m->bias = l.start - vaddr;
-			m->table = id;
-			m->flags = UNWIND_MAP_TABLE;
-		}
-		log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l.start, l.end,
-			  l.path, m->flags == UNWIND_MAP_TABLE ? "table" : "frame pointers");
-		up->n++;
-	}
-	free(line);
-	fclose(f);
+	err = 0;
 	for (uint32_t i = up->n; i < UNWIND_MAX_MAPS; i++)	/* the walker searches every slot */
 		up->m[i].start = up->m[i].end = UNWIND_MAP_PAD;
 	/* /proc/PID/maps is sorted by address: the walker's binary search relies on it */
