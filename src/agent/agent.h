@@ -60,14 +60,14 @@ struct agent_shared {
 	 * name a blocked thread's reason. <= 0: none.
 	 */
 	int in_sync_map_fd;
-	/* cpu: the sampler's rate while it runs, else 0. cupti: a window's budget counts its cost. */
+	/* cpu: the sampler's rate while it runs, else 0. cupti: a window's budget counts it. */
 	unsigned sampling_hz;
 	/*
 	 * gpu: NVML's index of the device with this CUDA UUID ("xxxxxxxx-xxxx-..." without the
 	 * GPU-/MIG- prefix), -1 unknown. cupti: kernels go on NVML's GPU numbers.
 	 */
 	int (*gpu_index)(const char *uuid);
-	/* gpu: the node's GPU idle share over the last span_ns (< 0: unknown). cupti: idle trigger. */
+	/* gpu: the node's GPU idle share over the last span_ns (< 0: unknown). cupti: trigger */
 	double (*gpu_idle_share)(uint64_t span_ns);
 	/*
 	 * cuda: pid's share of time in CUDA synchronize calls over the span ending at now_ns

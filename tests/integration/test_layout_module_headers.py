@@ -107,7 +107,8 @@ def check_symbols(root, agent):
             return 1, 0
         objs[rel] = obj
     defined = {}
-    defs, undefs = nm(list(objs.values()), ["-g", "--defined-only"]), nm(list(objs.values()), ["-u"])
+    files = list(objs.values())
+    defs, undefs = nm(files, ["-g", "--defined-only"]), nm(files, ["-u"])
     for rel, obj in objs.items():
         for f in defs[obj]:
             if len(f) == 3 and f[1] in "TDBRVWCG":
@@ -148,7 +149,8 @@ def check_shared_writers(root, agent):
             if w and writer is None:
                 writer = w.group(1)
             continue
-        name = re.search(r"\(\s*\*\s*(\w+)\s*\)", decl) or re.search(r"(\w+)\s*(?:\[[^]]*\])?;", decl)
+        name = (re.search(r"\(\s*\*\s*(\w+)\s*\)", decl) or
+                re.search(r"(\w+)\s*(?:\[[^]]*\])?;", decl))
         if writer is None:
             print(f"FAIL agent.h: slot '{name.group(1)}' names no writer")
             return 1

@@ -415,7 +415,7 @@ static int module_start(struct agent *a)
 		return err;
 	}
 	bpf_counters__set(GPUSCOPE_PROG_CPU, bpf_map__fd(mod.o->skel->maps.errors));
-	a->shared.sampling_hz = opts.frequency_hz;	/* the trace windows' budget counts its cost */
+	a->shared.sampling_hz = opts.frequency_hz;	/* trace windows' budget counts it */
 	return 0;
 }
 

@@ -143,8 +143,10 @@ static int find_libcuda(pid_t pid, char *out, size_t len, bool *ret_deleted)
 		return found;
 	*ret_deleted = lib.deleted;
 	if (lib.deleted)
-		snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, lib.start, lib.end);
-	else if (snprintf(out, len, "/proc/%d/root%.*s", pid, (int)(len - 32), lib.path) >= (int)len)
+		snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, lib.start,
+			 lib.end);
+	else if (snprintf(out, len, "/proc/%d/root%.*s", pid, (int)(len - 32), lib.path) >=
+		 (int)len)
 		return 0;
 	return 1;
 }

@@ -392,7 +392,7 @@ static uint32_t gpu_of(struct cupti_state *c, struct proc *p, uint32_t ordinal)
 		return ordinal;
 	if (p->nvml_gpu[ordinal])
 		return p->nvml_gpu[ordinal] == GPU_UNKNOWN ? ordinal : p->nvml_gpu[ordinal] - 1u;
-	if (!c->a->shared.gpu_index)	/* NVML not (yet) running: ask again at the next record */
+	if (!c->a->shared.gpu_index)	/* NVML not (yet) running: ask at the next record */
 		return ordinal;
 	u = p->dev_uuid[ordinal];
 	snprintf(uuid, sizeof(uuid),

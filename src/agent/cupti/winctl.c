@@ -316,7 +316,7 @@ static bool sync_jumped(const struct cupti_state *c, pid_t pid, uint64_t now)
 {
 	double before = -1, share;
 
-	if (c->cfg.sync_trigger <= 0 || !c->a->shared.cuda_sync_share)	/* cuda_probe is off */
+	if (c->cfg.sync_trigger <= 0 || !c->a->shared.cuda_sync_share)	/* cuda_probe off */
 		return false;
 	share = c->a->shared.cuda_sync_share(pid, now, c->cfg.idle_span_ns, &before);
 	return share >= c->cfg.sync_trigger && before >= 0 && share >= before + TRACE_SYNC_JUMP;

@@ -554,8 +554,9 @@ int elf_dynsym_offsets(int fd, const char *const *names, size_t n, uint64_t *ret
 			GElf_Sym sym;
 			const char *name;
 
-			if (!gelf_getsym(data, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-			    sym.st_shndx == SHN_UNDEF || !sym.st_value)
+			if (!gelf_getsym(data, (int)i, &sym) ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+			    !sym.st_value)
 				continue;
 			name = elf_strptr(elf, sh.sh_link, sym.st_name);
 			if (!name)
@@ -563,10 +564,14 @@ int elf_dynsym_offsets(int fd, const char *const *names, size_t n, uint64_t *ret
 			for (size_t k = 0; k < n; k++) {
 				if (name[0] != names[k][0] || strcmp(name, names[k]))
 					continue;
-				for (size_t j = 0; j < nph; j++)
-					if (sym.st_value >= ph[j].p_vaddr &&
-					    sym.st_value < ph[j].p_vaddr + ph[j].p_filesz)
-						ret_off[k] = sym.st_value - ph[j].p_vaddr + ph[j].p_offset;
+				for (size_t j = 0; j < nph; j++) {
+					const GElf_Phdr *h = &ph[j];
+
+					uint64_t v = sym.st_value;
+
+					if (v >= h->p_vaddr && v < h->p_vaddr + h->p_filesz)
+						ret_off[k] = v - h->p_vaddr + h->p_offset;
+				}
 				found++;
 			}
 		}

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Thread states ("strips") and the off-CPU profile of tracked processes: loads sched.bpf.c,
- * keeps its `tracked` map in step with procs.c, and turns its events into `thread_state`
- * intervals and offcpu_ns samples (blocked time weighted by the stacks at the switch-out).
+ * keeps its `tracked` map in step with the process layer's tracker (procs/tracker.c), and turns
+ * its events into `thread_state` intervals and offcpu_ns samples (blocked time weighted by the
+ * stacks at the switch-out).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -264,7 +265,8 @@ static void drain_offcpu(struct sched_state *s)
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;
-		if (agent__tracked_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) == LABELS_DROPPED) {
+		if (agent__tracked_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) ==
+		    LABELS_DROPPED) {
 			s->relabel_dropped++;
 			continue;
 		}
@@ -333,7 +335,8 @@ static int sched_start(struct agent *a)
 			goto out_destroy;
 		skel->rodata->use_unwinder = true;
 	}
-	/* needs tracefs; without it procs.c finds new GPU processes by its periodic scans */
+	/* needs tracefs; without it the tracker (procs/tracker.c) finds new GPU processes by its
+	 * periodic scans */
 	bpf_program__set_autoattach(skel->progs.on_openat, false);
 	err = sched_bpf__load(skel);
 	if (err) {

@@ -469,7 +469,7 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 	memset(up, 0, sizeof(*up));
 	up->mm = mm;
 	err = maps_each((pid_t)tgid, 0, map_one, &(struct refresh){ u, tgid });
-	if (err < 0 && err != -EIO) {	/* not readable: gone (what was read of a cut read stays) */
+	if (err < 0 && err != -EIO) {	/* gone (a read cut short keeps what it got) */
 		proc_forget(u, p);
 		return -ESRCH;
 	}
