@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 out=.output/bench/bench_meta
 mkdir -p "$(dirname "$out")"
 gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -Isrc -I.output -o "$out" bench/meta/bench_meta.c src/agent/meta/relabel.c \
-	src/agent/meta/labels.c src/agent/meta/procfs.c \
+	src/agent/labels.c src/agent/procs/procfs.c src/agent/procs/tracker.c src/agent/procs/maps.c \
 	.output/libgpuscope_common.a -lcurl -ljansson -lpthread
 for i in 1 2 3; do "$out"; done
 # Instructions per cached call (repeatable under load): 100000 calls minus 1 call.

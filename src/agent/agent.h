@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <linux/types.h>
 
+struct agent;
 struct batch;
 struct http_link;
 struct symbolizer;
@@ -43,18 +44,58 @@ struct agent_opts {
 	uint64_t unwind_cache_max;	/* --unwind-cache-max; 0: the default */
 };
 
+/*
+ * What one module learns that others need: the only way between the agent's modules, which never
+ * call each other's functions nor include each other's headers. Each slot has one writer, named
+ * first by its folder under src/agent/ (or run.c), then its readers; the writer fills its slots
+ * in its start() and clears them in its stop(), and a reader checks the slot each time it needs
+ * it (the writer may not run, or not yet). tests/integration/test_layout_module_headers.py
+ * checks all three: calls (the objects' symbols), includes, and that only a slot's writer
+ * assigns it. run.c owns the struct: it starts zeroed, and run.c creates the BPF maps several
+ * modules share before any module starts (where nothing does, as in `record`, the slot stays 0
+ * and each module keeps a map of its own). Main-loop thread.
+ */
+struct agent_shared {
+	/*
+	 * run.c: BPF map tid -> 1 while the thread is inside a synchronizing CUDA call (hash, __u32
+	 * -> __u8, bpf_shared_maps__create()): cuda_probe's programs write it, sched's read it to
+	 * name a blocked thread's reason. <= 0: none.
+	 */
+	int in_sync_map_fd;
+	/* cpu: the sampler's rate while it runs, else 0. cupti: a window's budget counts it. */
+	unsigned sampling_hz;
+	/*
+	 * gpu: NVML's index of the device with this CUDA UUID ("xxxxxxxx-xxxx-..." without the
+	 * GPU-/MIG- prefix), -1 unknown. cupti: kernels go on NVML's GPU numbers.
+	 */
+	int (*gpu_index)(const char *uuid);
+	/* gpu: the node's GPU idle share over the last span_ns (< 0: unknown). cupti: trigger */
+	double (*gpu_idle_share)(uint64_t span_ns);
+	/*
+	 * cuda: pid's share of time in CUDA synchronize calls over the span ending at now_ns
+	 * and over the span before it (*ret_before); < 0: not known. cupti: the sync trigger.
+	 */
+	double (*cuda_sync_share)(pid_t pid, uint64_t now_ns, uint64_t span_ns, double *ret_before);
+	/*
+	 * cuda: the share of pid's time over the last span_ns that the always-on driver
+	 * probes cost it. cupti: a window's budget is what those and the CPU sampler leave.
+	 */
+	double (*cuda_probe_cost)(pid_t pid, uint64_t now_ns, uint64_t span_ns);
+	/*
+	 * cupti: the backward call (autograd Engine::execute) that process pid's thread tid works
+	 * for, as the caller's raw user frames (valid until the next main-loop event); false when
+	 * none is known. The stack cache (sym/stacks.c, agent__thread_stack()): an autograd
+	 * thread's stack goes under its caller's.
+	 */
+	bool (*backward_caller)(struct agent *a, pid_t pid, uint32_t tid, const __u64 **frames,
+				uint32_t *n);
+};
+
 struct agent {
 	struct agent_opts opts;
 	struct batch *batch;		/* where modules write; thread-safe, flushed by run.c */
 	struct symbolizer *sym;		/* shared symbolizer; main-loop thread only */
 	struct stack_cache *stacks;	/* raw frames -> symbolized locations (stacks.h); main loop only */
-	/*
-	 * The backward call (autograd Engine::execute) process pid's thread tid works for, as the
-	 * caller's raw user frames (valid until the next main-loop event): false when none is
-	 * known. Set by the cupti module while it runs (records.c), NULL otherwise. Main loop.
-	 */
-	bool (*backward_caller)(struct agent *a, pid_t pid, uint32_t tid, const __u64 **frames,
-				uint32_t *n);
 	struct unwinder *unwind;	/* shared BPF user-stack walker's maps and worker (unwind.h);
 					 * created by agent__unwinder(), freed by run.c */
 	bool unwind_tried;
@@ -62,7 +103,7 @@ struct agent {
 					 * requests; made and freed by run.c */
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
 	uint64_t start_ns;		/* CLOCK_MONOTONIC when `run` started (start-time metrics) */
-	unsigned sampling_hz;		/* the CPU sampler's rate while it runs, else 0 */
+	struct agent_shared shared;	/* what modules hand each other (above) */
 	volatile bool stopping;
 };
 

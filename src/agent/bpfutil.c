@@ -7,53 +7,49 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/util.h"
 
-static const char *const prog_names[GPUSCOPE_PROG_MAX] = {
+static const char *const prog_names[GPUSCOPE_COUNTER_SETS] = {
 	[GPUSCOPE_PROG_CPU] = "cpu",
 	[GPUSCOPE_PROG_SCHED] = "sched",
 	[GPUSCOPE_PROG_CUDA] = "cuda",
 	[GPUSCOPE_PROG_CUPTI] = "cupti",
+	[GPUSCOPE_WALKER_UNWIND] = "unwind",
+	[GPUSCOPE_WALKER_PYTHON] = "python",
 };
 
-/* The one name table of enum gpuscope_err; .event: normal work, not an error. */
-static const struct {
+struct counter {
 	const char *name;
-	bool event;
-} counters[GPUSCOPE_ERR_MAX] = {
-	[GPUSCOPE_ERR_RINGBUF_FULL] = { "ringbuf_full" },
-	[GPUSCOPE_ERR_USTACK] = { "ustack" },
-	[GPUSCOPE_ERR_KSTACK] = { "kstack" },
-	[GPUSCOPE_ERR_FILTERED] = { "filtered", true },
-	[GPUSCOPE_ERR_SAMPLES] = { "samples", true },
-
-	[GPUSCOPE_SERR_RINGBUF_FULL] = { "ringbuf_full" },
-	[GPUSCOPE_SERR_KSTACK] = { "kstack" },
-	[GPUSCOPE_SERR_USTACK] = { "ustack" },
-	[GPUSCOPE_SERR_THREADS_FULL] = { "threads_full" },
-	[GPUSCOPE_SERR_AGG_FULL] = { "offcpu_map_full" },
-	[GPUSCOPE_SERR_SUMMARY] = { "folded", true },
-	[GPUSCOPE_SERR_RACE] = { "woken_on_cpu", true },
-	[GPUSCOPE_SERR_SWITCH_IN_UNSEEN] = { "switch_in_unseen" },
-
-	[GPUSCOPE_CERR_RINGBUF_FULL] = { "ringbuf_full" },
-	[GPUSCOPE_CERR_USTACK] = { "ustack" },
-	[GPUSCOPE_CERR_AGG_FULL] = { "map_full" },
-	[GPUSCOPE_CERR_NEST] = { "nested", true },
-
-	[GPUSCOPE_CUPTI_ERR_RINGBUF] = { "ringbuf_full" },
-	[GPUSCOPE_CUPTI_ERR_RECS_LOST] = { "records_lost" },
-	[GPUSCOPE_CUPTI_ERR_USTACK] = { "ustack" },
-	[GPUSCOPE_CUPTI_ERR_READ] = { "read" },
-	[GPUSCOPE_CUPTI_ERR_TRUNC] = { "truncated" },
-	[GPUSCOPE_CUPTI_ERR_LAUNCHES] = { "launches", true },
-	[GPUSCOPE_CUPTI_ERR_BACKWARDS] = { "backwards", true },
+	bool event;	/* normal work, not an error */
 };
 
-static int counter_fds[GPUSCOPE_PROG_MAX] = { -1, -1, -1, -1 };
+/* The name tables, made from the registry's lists (common/abi.h) as the enums are. */
+#define GPUSCOPE_ERROR 0
+#define GPUSCOPE_EVENT 1
+#define NAME(code, num, label, kind) [num] = { label, GPUSCOPE_##kind },
+static const struct counter counters[GPUSCOPE_ERR_MAX] = { GPUSCOPE_ERRORS(NAME) };
+static const struct counter unwind_counters[UNWIND_ST_MAX] = { GPUSCOPE_UNWIND_STATS(NAME) };
+static const struct counter py_counters[GPUSCOPE_PY_STAT_MAX] = { GPUSCOPE_PY_STATS(NAME) };
+#undef NAME
+
+/* Each set's keys in its map: a program's range of the `errors` map, a walker's whole map. */
+static const struct {
+	const struct counter *c;	/* indexed by key */
+	unsigned first, end;
+} sets[GPUSCOPE_COUNTER_SETS] = {
+#define RANGE(p) [p] = { counters, (p) * GPUSCOPE_PROG_RANGE, ((p) + 1) * GPUSCOPE_PROG_RANGE }
+	RANGE(GPUSCOPE_PROG_CPU), RANGE(GPUSCOPE_PROG_SCHED), RANGE(GPUSCOPE_PROG_CUDA),
+	RANGE(GPUSCOPE_PROG_CUPTI),
+#undef RANGE
+	[GPUSCOPE_WALKER_UNWIND] = { unwind_counters, 0, UNWIND_ST_MAX },
+	[GPUSCOPE_WALKER_PYTHON] = { py_counters, 0, GPUSCOPE_PY_STAT_MAX },
+};
+
+static int counter_fds[GPUSCOPE_COUNTER_SETS] = { -1, -1, -1, -1, -1, -1 };
 
 uint64_t bpf_percpu_sum(int map_fd, uint32_t key)
 {
@@ -72,22 +68,36 @@ uint64_t bpf_percpu_sum(int map_fd, uint32_t key)
 
 const char *bpf_prog_name(unsigned prog)
 {
-	return prog < GPUSCOPE_PROG_MAX ? prog_names[prog] : NULL;
+	return prog < GPUSCOPE_COUNTER_SETS ? prog_names[prog] : NULL;
+}
+
+const char *bpf_set_counter_name(unsigned set, unsigned key, bool *ret_is_error)
+{
+	const struct counter *c;
+
+	if (set >= GPUSCOPE_COUNTER_SETS || key < sets[set].first || key >= sets[set].end)
+		return NULL;
+	c = &sets[set].c[key];
+	if (c->name && ret_is_error)
+		*ret_is_error = !c->event;
+	return c->name;
 }
 
 const char *bpf_counter_name(unsigned code, bool *ret_is_error)
 {
-	if (code >= GPUSCOPE_ERR_MAX || !counters[code].name)
-		return NULL;
-	if (ret_is_error)
-		*ret_is_error = !counters[code].event;
-	return counters[code].name;
+	return bpf_set_counter_name(code / GPUSCOPE_PROG_RANGE, code, ret_is_error);
 }
 
-void bpf_counters__set(enum gpuscope_prog prog, int map_fd)
+void bpf_counters__set(unsigned set, int map_fd)
 {
-	if ((unsigned)prog < GPUSCOPE_PROG_MAX)
-		counter_fds[prog] = map_fd;
+	if (set < GPUSCOPE_COUNTER_SETS)
+		counter_fds[set] = map_fd;
+}
+
+void bpf_counters__drop(unsigned set, int map_fd)
+{
+	if (set < GPUSCOPE_COUNTER_SETS && counter_fds[set] == map_fd)
+		counter_fds[set] = -1;
 }
 
 static void family(FILE *out, bool errors)
@@ -98,12 +108,12 @@ static void family(FILE *out, bool errors)
 	prom_family(out, name, "counter",
 		    errors ? "Failures inside the BPF programs (events or stacks lost), by program." :
 			     "Work counted inside the BPF programs, by program.");
-	for (unsigned p = 0; p < GPUSCOPE_PROG_MAX; p++) {
+	for (unsigned p = 0; p < GPUSCOPE_COUNTER_SETS; p++) {
 		if (counter_fds[p] < 0)
 			continue;
-		for (unsigned k = p * GPUSCOPE_PROG_RANGE; k < (p + 1) * GPUSCOPE_PROG_RANGE; k++) {
+		for (unsigned k = sets[p].first; k < sets[p].end; k++) {
 			bool is_error;
-			const char *n = bpf_counter_name(k, &is_error);
+			const char *n = bpf_set_counter_name(p, k, &is_error);
 
 			if (!n || is_error != errors)
 				continue;
@@ -119,6 +129,29 @@ void bpf_counters__metrics(FILE *out)
 {
 	family(out, true);
 	family(out, false);
+}
+
+/* The in_sync map: as sched.bpf.c and cudaprobe.bpf.c declare it (tid -> 1). */
+#define IN_SYNC_MAX 16384
+
+int bpf_shared_maps__create(struct agent_shared *sh)
+{
+	int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "in_sync", sizeof(__u32), sizeof(__u8),
+				IN_SYNC_MAX, NULL);
+
+	if (fd < 0)
+		return -errno;
+	sh->in_sync_map_fd = fd;
+	return 0;
+}
+
+void bpf_shared_maps__free(struct agent_shared *sh)
+{
+	if (!sh)
+		return;
+	if (sh->in_sync_map_fd > 0)
+		close(sh->in_sync_map_fd);
+	sh->in_sync_map_fd = 0;
 }
 
 int bpf_load_error(const char *module, int err)

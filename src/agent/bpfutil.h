@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Small libbpf helpers shared by the agent's BPF modules, and the user-space side of the BPF
- * counter registry (common/abi.h, agent/gpuscope.bpf.h): the one name table of enum
- * gpuscope_err and the families gpuscope_agent_bpf_errors_total{program,error} and
+ * counter registry (common/abi.h, agent/gpuscope.bpf.h): the name tables of enum gpuscope_err and
+ * of the stack walkers' counters (made from the registry's lists) and the families
+ * gpuscope_agent_bpf_errors_total{program,error} and
  * gpuscope_agent_bpf_events_total{program,event}.
  */
 #ifndef GPUSCOPE_BPFUTIL_H
@@ -20,8 +21,18 @@
  */
 uint64_t bpf_percpu_sum(int map_fd, uint32_t key);
 
-/* "cpu", "sched", "cuda", "cupti": the program label of enum gpuscope_prog; NULL if out of range. */
+/*
+ * "cpu", "sched", "cuda", "cupti", "unwind", "python": the program label of a counter set (enum
+ * gpuscope_prog, GPUSCOPE_WALKER_*); NULL if out of range.
+ */
 const char *bpf_prog_name(unsigned prog);
+
+/*
+ * Name of key in counter set `set` (enum gpuscope_prog: codes of enum gpuscope_err in its
+ * range; GPUSCOPE_WALKER_UNWIND/_PYTHON: enum unwind_stat / gpuscope_py_stat), NULL for an
+ * unused key; *ret_is_error as below.
+ */
+const char *bpf_set_counter_name(unsigned set, unsigned key, bool *ret_is_error);
 
 /*
  * Name of counter code (enum gpuscope_err), NULL for an unused code; *ret_is_error says whether
@@ -30,11 +41,13 @@ const char *bpf_prog_name(unsigned prog);
 const char *bpf_counter_name(unsigned code, bool *ret_is_error);
 
 /*
- * Exports program prog's `errors` map (a module's start, after load); map_fd < 0 stops (its
- * stop, before the skeleton is destroyed). Caller serializes with bpf_counters__metrics()
- * (run.c's lock).
+ * Exports counter set `set`: program prog's `errors` map (a module's start, after load), or a
+ * stack walker's counter map (GPUSCOPE_WALKER_*: the unwinder's); map_fd < 0 stops (its stop,
+ * before the map is closed). Caller serializes with bpf_counters__metrics() (run.c's lock).
  */
-void bpf_counters__set(enum gpuscope_prog prog, int map_fd);
+void bpf_counters__set(unsigned set, int map_fd);
+/* Stops exporting set if map_fd is what it exports (an owner's free, before the close). */
+void bpf_counters__drop(unsigned set, int map_fd);
 
 /* Both families over every exported program, each family with HELP and TYPE. */
 void bpf_counters__metrics(FILE *out);
@@ -47,5 +60,16 @@ void bpf_counters__metrics(FILE *out);
  * (gpuscope_agent_module_up 0) rather than losing every other one.
  */
 int bpf_load_error(const char *module, int err);
+
+struct agent_shared;
+
+/*
+ * Creates the BPF maps several modules share (agent.h, struct agent_shared: in_sync_map_fd),
+ * before any module starts: each module's skeleton reuses them (bpf_map__reuse_fd()) between its
+ * open and load. 0 or -errno (nothing created). run.c.
+ */
+int bpf_shared_maps__create(struct agent_shared *sh);
+/* Closes them (after every module stopped) and zeroes their slots. NULL-safe. */
+void bpf_shared_maps__free(struct agent_shared *sh);
 
 #endif

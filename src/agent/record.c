@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include "agent/commands.h"
 #include "agent/cpu/oncpu.h"
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "agent/sym/stacks.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/python_abi.h"

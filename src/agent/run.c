@@ -21,7 +21,7 @@
 #include "agent/cupti/capture_poll.h"
 #include "agent/cupti/window.h"
 #include "agent/gpu/nvml.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "agent/commands.h"
 #include "agent/http_client.h"
 #include "agent/push/metrics_http.h"
@@ -721,6 +721,10 @@ int cmd_run(int argc, char **argv)
 	/* the server's pprof gives CPU samples this period, as `record` does */
 	batch__set_period(a.batch, NSEC_PER_SEC / ao.frequency_hz);
 	empty_size = batch__size_estimate(a.batch);
+	/* the maps modules share, before any of them loads (agent.h, struct agent_shared) */
+	err = bpf_shared_maps__create(&a.shared);
+	if (err && err != -EPERM)
+		log_warn("run: shared BPF maps: %s; each module keeps its own", strerror(-err));
 	a.sym = symbolizer__new();
 	if (!a.sym) {
 		log_error("run: symbolizer: %s", strerror(errno));
@@ -895,6 +899,7 @@ out_batch:
 	unwinder__free(a.unwind);	/* created by the first module that takes stacks */
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
+	bpf_shared_maps__free(&a.shared);
 out_link:
 	http_link__free(a.server);	/* after the push and capture threads that used it */
 out:

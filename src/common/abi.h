@@ -14,8 +14,9 @@
 /*
  * The registry of the BPF programs' ring-buffer event types and per-CPU counter codes. Each
  * program owns a range of GPUSCOPE_PROG_RANGE numbers in both, so no two programs' numbers
- * collide; the counters' names live in one table (src/agent/bpfutil.c), exported as
- * gpuscope_agent_bpf_errors_total{program,error} and gpuscope_agent_bpf_events_total{program,event}.
+ * collide; the counters' names come from the same lists as their codes (GPUSCOPE_ERRORS below),
+ * exported as gpuscope_agent_bpf_errors_total{program,error} and
+ * gpuscope_agent_bpf_events_total{program,event}.
  * The event layouts of the sched/cuda programs are in abi_strips.h, of the cupti one in
  * abi_cupti.h.
  */
@@ -50,40 +51,127 @@ enum gpuscope_ev_type {
 };
 
 /*
- * Per-CPU counters of what the BPF programs did and what went wrong, indexed by this enum in
- * each program's `errors` map (src/agent/gpuscope.bpf.h). Codes marked "event" count normal
- * work, not errors.
+ * Per-CPU counters of what the BPF programs did and what went wrong, indexed by enum
+ * gpuscope_err in each program's `errors` map (src/agent/gpuscope.bpf.h). One list makes both the
+ * enum and the name table (src/agent/bpfutil.c), so the two cannot go out of step: X(code name,
+ * number, "name on /metrics", ERROR or EVENT). EVENT codes count normal work, not errors. A new
+ * counter is one line here, in its program's range; it shows on /metrics by itself.
  */
+#define GPUSCOPE_ERRORS(X)                                                                         \
+	/* cpu: 0..15 */                                                                           \
+	X(GPUSCOPE_ERR_RINGBUF_FULL, 0, "ringbuf_full", ERROR) /* ringbuf output failed: lost */   \
+	X(GPUSCOPE_ERR_USTACK, 1, "ustack", ERROR) /* bpf_get_stack(user) failed: no stack */      \
+	X(GPUSCOPE_ERR_KSTACK, 2, "kstack", ERROR) /* bpf_get_stack(kernel) failed */              \
+	X(GPUSCOPE_ERR_FILTERED, 3, "filtered", EVENT) /* samples outside the pid filter */        \
+	X(GPUSCOPE_ERR_SAMPLES, 4, "samples", EVENT) /* samples taken (events attempted) */        \
+	/* sched: 16..31 */                                                                        \
+	X(GPUSCOPE_SERR_RINGBUF_FULL, 16, "ringbuf_full", ERROR) /* event lost */                  \
+	/* bpf_get_stackid(kernel) failed (-EEXIST: bucket taken), (user) failed */                \
+	X(GPUSCOPE_SERR_KSTACK, 17, "kstack", ERROR)                                               \
+	X(GPUSCOPE_SERR_USTACK, 18, "ustack", ERROR)                                               \
+	X(GPUSCOPE_SERR_THREADS_FULL, 19, "threads_full", ERROR) /* thread not followed */         \
+	X(GPUSCOPE_SERR_AGG_FULL, 20, "offcpu_map_full", ERROR) /* short interval lost */          \
+	X(GPUSCOPE_SERR_SUMMARY, 21, "folded", EVENT) /* short states folded into summaries */     \
+	X(GPUSCOPE_SERR_RACE, 22, "woken_on_cpu", EVENT) /* woken while still on its way out */    \
+	/* switched out with no switch-in seen: state dropped */                                   \
+	X(GPUSCOPE_SERR_SWITCH_IN_UNSEEN, 23, "switch_in_unseen", ERROR)                           \
+	X(GPUSCOPE_SERR_SWITCHES, 24, "switches", EVENT) /* switches of followed threads seen */   \
+	X(GPUSCOPE_SERR_EMITTED, 25, "events", EVENT) /* thread-state events emitted */            \
+	/* switch-outs whose user stack was not walked (the thread's walk share was spent) */      \
+	X(GPUSCOPE_SERR_NOT_WALKED, 26, "stack_not_walked", EVENT)                                 \
+	/* cuda: 32..47 */                                                                         \
+	X(GPUSCOPE_CERR_RINGBUF_FULL, 32, "ringbuf_full", ERROR) /* call event lost */             \
+	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \
+	X(GPUSCOPE_CERR_AGG_FULL, 34, "map_full", ERROR) /* inflight or calls map full: lost */    \
+	X(GPUSCOPE_CERR_NEST, 35, "nested", EVENT) /* call nested in another (inner ignored) */    \
+	/* cupti: 48..63 */                                                                        \
+	/* ring buffer full: launch/name/clock/drops event lost */                                 \
+	X(GPUSCOPE_CUPTI_ERR_RINGBUF, 48, "ringbuf_full", ERROR)                                   \
+	/* activity records lost (ring buffer full or read failed) */                              \
+	X(GPUSCOPE_CUPTI_ERR_RECS_LOST, 49, "records_lost", ERROR)                                 \
+	X(GPUSCOPE_CUPTI_ERR_USTACK, 50, "ustack", ERROR) /* no user stack at a launch */          \
+	X(GPUSCOPE_CUPTI_ERR_READ, 51, "read", ERROR) /* bpf_probe_read_user of records failed */  \
+	/* a buffer hit had more than GPUSCOPE_CUPTI_MAX_RECS */                                   \
+	X(GPUSCOPE_CUPTI_ERR_TRUNC, 52, "truncated", ERROR)                                        \
+	X(GPUSCOPE_CUPTI_ERR_LAUNCHES, 53, "launches", EVENT) /* launch probe hits */              \
+	/* autograd Engine::execute probe hits */                                                  \
+	X(GPUSCOPE_CUPTI_ERR_BACKWARDS, 54, "backwards", EVENT)
+
+#define GPUSCOPE_COUNTER_ENUM(name, num, label, kind) name = num,
 enum gpuscope_err {
-	/* cpu: 0..15 */
-	GPUSCOPE_ERR_RINGBUF_FULL = 0,	/* bpf_ringbuf_output/reserve failed: event lost */
-	GPUSCOPE_ERR_USTACK = 1,	/* bpf_get_stack(user) failed: sample kept without user stack */
-	GPUSCOPE_ERR_KSTACK = 2,	/* bpf_get_stack(kernel) failed */
-	GPUSCOPE_ERR_FILTERED = 3,	/* event: samples outside the pid filter */
-	GPUSCOPE_ERR_SAMPLES = 4,	/* event: samples taken (events attempted) */
-	/* sched: 16..31 */
-	GPUSCOPE_SERR_RINGBUF_FULL = 16, /* event lost */
-	GPUSCOPE_SERR_KSTACK = 17,	/* bpf_get_stackid(kernel) failed (-EEXIST: bucket taken) */
-	GPUSCOPE_SERR_USTACK = 18,	/* bpf_get_stackid(user) failed */
-	GPUSCOPE_SERR_THREADS_FULL = 19, /* thread-state map full: thread not followed */
-	GPUSCOPE_SERR_AGG_FULL = 20,	/* offcpu map full: short interval lost */
-	GPUSCOPE_SERR_SUMMARY = 21,	/* event: short states folded into summaries */
-	GPUSCOPE_SERR_RACE = 22,	/* event: woken while still on its way out of the CPU */
-	GPUSCOPE_SERR_SWITCH_IN_UNSEEN = 23, /* switched out with no switch-in seen: state dropped */
-	/* cuda: 32..47 */
-	GPUSCOPE_CERR_RINGBUF_FULL = 32, /* call event lost */
-	GPUSCOPE_CERR_USTACK = 33,	/* bpf_get_stackid(user) failed */
-	GPUSCOPE_CERR_AGG_FULL = 34,	/* inflight or calls map full: call lost */
-	GPUSCOPE_CERR_NEST = 35,	/* event: call nested in another probed call (inner ignored) */
-	/* cupti: 48..63 */
-	GPUSCOPE_CUPTI_ERR_RINGBUF = 48, /* ring buffer full: launch/name/clock/drops event lost */
-	GPUSCOPE_CUPTI_ERR_RECS_LOST = 49, /* activity records lost (ring buffer full or read failed) */
-	GPUSCOPE_CUPTI_ERR_USTACK = 50,	/* no user stack at a launch */
-	GPUSCOPE_CUPTI_ERR_READ = 51,	/* bpf_probe_read_user of records/name failed */
-	GPUSCOPE_CUPTI_ERR_TRUNC = 52,	/* a buffer hit had more than GPUSCOPE_CUPTI_MAX_RECS */
-	GPUSCOPE_CUPTI_ERR_LAUNCHES = 53, /* event: launch probe hits */
-	GPUSCOPE_CUPTI_ERR_BACKWARDS = 54, /* event: autograd Engine::execute probe hits */
+	GPUSCOPE_ERRORS(GPUSCOPE_COUNTER_ENUM)
 	GPUSCOPE_ERR_MAX = GPUSCOPE_PROG_MAX * GPUSCOPE_PROG_RANGE,
+};
+
+/*
+ * The stack walkers' counters (src/agent/unwind/unwind.bpf.h, python.bpf.h), which every
+ * program that walks stacks counts in: per-CPU arrays of their own (unwind_stats, py_stats) that
+ * the unwinder creates once and shares with every program, indexed by these enums and exported
+ * beside the programs' counters as program="unwind" and program="python". Lists as above.
+ */
+#define GPUSCOPE_WALKER_UNWIND	GPUSCOPE_PROG_MAX	/* bpf_counters__set() slot */
+#define GPUSCOPE_WALKER_PYTHON	(GPUSCOPE_PROG_MAX + 1)
+#define GPUSCOPE_COUNTER_SETS	(GPUSCOPE_PROG_MAX + 2)
+
+#define GPUSCOPE_UNWIND_STATS(X)                                                                   \
+	X(UNWIND_ST_WALKS, 0, "walks", EVENT)                                                      \
+	X(UNWIND_ST_FRAMES, 1, "frames", EVENT) /* native frames pushed */                         \
+	/* ...of which unwound with a table */                                                     \
+	X(UNWIND_ST_TABLE_FRAMES, 2, "table_frames", EVENT)                                        \
+	X(UNWIND_ST_FP_FRAMES, 3, "fp_frames", EVENT) /* ...with frame pointers */                 \
+	/* walks of a process without an entry (frame pointers only) */                            \
+	X(UNWIND_ST_NO_PROC, 4, "no_proc", EVENT)                                                  \
+	/* mapping marked as table but the table is gone (evicted) */                              \
+	X(UNWIND_ST_NO_TABLE, 5, "table_evicted", ERROR)                                           \
+	/* no free scratch slot (deep nesting): stack not taken */                                 \
+	X(UNWIND_ST_NESTED, 6, "no_scratch", ERROR)                                                \
+	X(UNWIND_ST_STACK_FULL, 7, "kept_stacks_full", ERROR) /* unwind_stacks full: not kept */   \
+	/* another stack holds the id: stack not kept */                                           \
+	X(UNWIND_ST_STACK_COLLISION, 8, "kept_stacks_collision", ERROR)                            \
+	/* of no_proc: a fork child walked with its parent's mappings */                           \
+	X(UNWIND_ST_PARENT, 9, "parent_maps", EVENT)                                               \
+	/* UNWIND_ST_TRUNC_BASE (10) + enum gpuscope_trunc (unwind/frames.h): walks ended early */ \
+	X(UNWIND_ST_TRUNC_DEPTH, 11, "truncated_depth", ERROR)                                     \
+	X(UNWIND_ST_TRUNC_UNMAPPED, 12, "truncated_unmapped", ERROR)                               \
+	X(UNWIND_ST_TRUNC_READ, 13, "truncated_read", ERROR)                                       \
+	X(UNWIND_ST_TRUNC_NO_PROC, 14, "truncated_no_proc", ERROR)                                 \
+	X(UNWIND_ST_TRUNC_BAD_FRAME, 15, "truncated_bad_frame", ERROR)                             \
+	X(UNWIND_ST_TRUNC_UNSUPPORTED, 16, "truncated_unsupported", ERROR)                         \
+	X(UNWIND_ST_TRUNC_PYTHON, 17, "truncated_python", ERROR)
+
+enum unwind_stat {
+	GPUSCOPE_UNWIND_STATS(GPUSCOPE_COUNTER_ENUM)
+	UNWIND_ST_TRUNC_BASE = 10,	/* + enum gpuscope_trunc, the walker's reason & 15 */
+	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16,
+};
+
+#define GPUSCOPE_PY_STATS(X)                                                                       \
+	/* stacks of a Python process that reached the eval loop */                                \
+	X(GPUSCOPE_PY_STAT_WALKS, 0, "walks", EVENT)                                               \
+	X(GPUSCOPE_PY_STAT_FRAMES, 1, "frames", EVENT) /* Python frames written */                 \
+	/* thread without a PyThreadState (a pure native thread) */                                \
+	X(GPUSCOPE_PY_STAT_NO_THREAD, 2, "no_thread_state", EVENT)                                 \
+	/* walks of the interpreter's thread list (cache misses) */                                \
+	X(GPUSCOPE_PY_STAT_THREAD_SCANS, 3, "thread_scans", EVENT)                                 \
+	/* thread list longer than the walk's bound */                                             \
+	X(GPUSCOPE_PY_STAT_SCAN_LIMIT, 4, "thread_scan_limit", ERROR)                              \
+	/* a frame could not be read: one PY_UNKNOWN, walk ends */                                 \
+	X(GPUSCOPE_PY_STAT_READ_FAILED, 5, "read_failed", ERROR)                                   \
+	/* no room left for the Python frames of the stack */                                      \
+	X(GPUSCOPE_PY_STAT_TRUNCATED, 6, "truncated", ERROR)                                       \
+	/* native walk ended above the eval loop: the remaining Python frames follow a             \
+	 * [truncated] word */                                                                     \
+	X(GPUSCOPE_PY_STAT_UNREACHED, 7, "unreached", ERROR)                                       \
+	/* an eval-loop activation with no Python frame left */                                    \
+	X(GPUSCOPE_PY_STAT_EVAL_EMPTY, 8, "eval_without_frames", EVENT)                            \
+	/* code objects whose names BPF copied (py_names misses) */                                \
+	X(GPUSCOPE_PY_STAT_NAMED, 9, "code_named", EVENT)                                          \
+	/* ... whose names could not be read or stored */                                          \
+	X(GPUSCOPE_PY_STAT_NAME_FAILED, 10, "code_name_failed", ERROR)
+
+enum gpuscope_py_stat {
+	GPUSCOPE_PY_STATS(GPUSCOPE_COUNTER_ENUM)
+	GPUSCOPE_PY_STAT_MAX = 16,
 };
 
 struct gpuscope_ev_hdr {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
+#include "agent/bpfutil.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "common/batch.h"
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
 	a.mono_to_wall_ns = mono_to_wall_offset_ns();
 	a.sym = symbolizer__new();
 	a.stacks = stack_cache__new(a.sym, 0);
+	bpf_shared_maps__create(&a.shared);	/* as run.c: sched and cuda share in_sync */
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	for (int i = 0; i < 3; i++) {
@@ -235,5 +237,6 @@ out:
 	stack_cache__free(a.stacks);
 	symbolizer__free(a.sym);
 	batch__free(a.batch);
+	bpf_shared_maps__free(&a.shared);
 	return rc;
 }

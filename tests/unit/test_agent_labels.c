@@ -6,7 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "common/batch.h"
 #include "test.h"
 

@@ -4,9 +4,28 @@
  * (common/abi.h, agent/bpfutil.c): names, ranges, one family for all programs.
  */
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
 #include "test.h"
 #include "agent/bpfutil.h"
+#include "agent/unwind/frames.h"
 #include "common/prom.h"
+#include "common/util.h"
+
+/* The walker's truncation counters are UNWIND_ST_TRUNC_BASE + enum gpuscope_trunc (frames.h). */
+_Static_assert(UNWIND_ST_TRUNC_DEPTH == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_DEPTH, "trunc");
+_Static_assert(UNWIND_ST_TRUNC_UNMAPPED == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_UNMAPPED, "trunc");
+_Static_assert(UNWIND_ST_TRUNC_READ == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_READ, "trunc");
+_Static_assert(UNWIND_ST_TRUNC_NO_PROC == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_NO_PROC, "trunc");
+_Static_assert(UNWIND_ST_TRUNC_BAD_FRAME == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_BAD_FRAME,
+	       "trunc");
+_Static_assert(UNWIND_ST_TRUNC_UNSUPPORTED == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_UNSUPPORTED,
+	       "trunc");
+_Static_assert(UNWIND_ST_TRUNC_PYTHON == UNWIND_ST_TRUNC_BASE + GPUSCOPE_TRUNC_PYTHON, "trunc");
+_Static_assert(GPUSCOPE_TRUNC_MAX - 1 == GPUSCOPE_TRUNC_PYTHON, "a new reason: name it in abi.h");
+_Static_assert(UNWIND_ST_TRUNC_PYTHON < UNWIND_ST_MAX && GPUSCOPE_PY_STAT_NAME_FAILED <
+	       GPUSCOPE_PY_STAT_MAX, "walker counters fit their maps");
 
 /* Runs fn into a memory stream; returns the text (caller frees). */
 static char *capture(void (*fn)(FILE *))
@@ -93,4 +112,66 @@ static bool test_prom_bpf_families(void)
 	return ok;
 }
 
-TEST_MAIN(T(test_prom_escaping), T(test_prom_bpf_registry), T(test_prom_bpf_families))
+/*
+ * The stack walkers' counters (unwind_stats, py_stats) are in the registry too: named, unique per
+ * set, every truncation reason named, and exported in the two families once their map is set.
+ */
+static bool test_prom_bpf_walkers(void)
+{
+	static const unsigned sets[] = { GPUSCOPE_WALKER_UNWIND, GPUSCOPE_WALKER_PYTHON };
+	static const unsigned max[] = { UNWIND_ST_MAX, GPUSCOPE_PY_STAT_MAX };
+	char *s;
+	bool ok;
+	int fd;
+
+	for (size_t i = 0; i < ARRAY_SIZE(sets); i++) {
+		unsigned named = 0;
+
+		CHECK(ASSERT_TRUE(bpf_prog_name(sets[i]) != NULL, "walker set has a name"));
+		for (unsigned k = 0; k < max[i]; k++) {
+			const char *n = bpf_set_counter_name(sets[i], k, NULL);
+
+			if (!n)
+				continue;
+			named++;
+			for (unsigned j = 0; j < k; j++) {
+				const char *m = bpf_set_counter_name(sets[i], j, NULL);
+
+				if (m)
+					CHECK(ASSERT_TRUE(strcmp(m, n), "unique name"));
+			}
+		}
+		CHECK(ASSERT_TRUE(named >= 10, "walker counters named"));
+		CHECK(ASSERT_TRUE(!bpf_set_counter_name(sets[i], max[i], NULL), "out of range"));
+	}
+	for (unsigned r = 1; r < GPUSCOPE_TRUNC_MAX; r++) {
+		unsigned k = UNWIND_ST_TRUNC_BASE + r;
+		const char *n = bpf_set_counter_name(GPUSCOPE_WALKER_UNWIND, k, NULL);
+
+		CHECK(ASSERT_TRUE(n && !strncmp(n, "truncated_", 10), "truncation reason named"));
+	}
+	CHECK(ASSERT_EQ(GPUSCOPE_SERR_NOT_WALKED / GPUSCOPE_PROG_RANGE, GPUSCOPE_PROG_SCHED,
+			"sched's switch counters in its range"));
+	CHECK(ASSERT_STREQ(bpf_counter_name(GPUSCOPE_SERR_SWITCHES, NULL), "switches", "name"));
+	fd = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "py_stats", 4, 8, GPUSCOPE_PY_STAT_MAX,
+			    NULL);
+	if (fd < 0)	/* no BPF here: the names above are what this test is for */
+		return true;
+	bpf_counters__set(GPUSCOPE_WALKER_PYTHON, fd);
+	s = capture(bpf_counters__metrics);
+	ok = ASSERT_TRUE(strstr(s, "gpuscope_agent_bpf_events_total{program=\"python\","
+				   "event=\"walks\"} 0\n"), "python walks exported") &&
+	     ASSERT_TRUE(strstr(s, "gpuscope_agent_bpf_errors_total{program=\"python\","
+				   "error=\"read_failed\"} 0\n"), "python errors exported") &&
+	     ASSERT_TRUE(!strstr(s, "program=\"unwind\""), "only sets with a map");
+	free(s);
+	bpf_counters__drop(GPUSCOPE_WALKER_PYTHON, fd);
+	close(fd);
+	s = capture(bpf_counters__metrics);
+	ok = ASSERT_TRUE(ok && !strstr(s, "python"), "dropped") && ok;
+	free(s);
+	return ok;
+}
+
+TEST_MAIN(T(test_prom_escaping), T(test_prom_bpf_registry), T(test_prom_bpf_families),
+	  T(test_prom_bpf_walkers))

@@ -103,6 +103,7 @@ static void agent_init(struct agent *a, pid_t pid)
 	a->mono_to_wall_ns = mono_to_wall_offset_ns();
 	a->sym = symbolizer__new();
 	a->stacks = stack_cache__new(a->sym, 0);
+	bpf_shared_maps__create(&a->shared);	/* as run.c: sched and cuda share in_sync */
 }
 
 static void agent_done(struct agent *a)
@@ -111,6 +112,7 @@ static void agent_done(struct agent *a)
 	stack_cache__free(a->stacks);
 	unwinder__free(a->unwind);
 	symbolizer__free(a->sym);
+	bpf_shared_maps__free(&a->shared);
 }
 
 /*
@@ -973,7 +975,7 @@ static bool test_strips_exit_tail(void)
 
 /*
  * A process whose main thread leaves first (pthread_exit) and whose last thread ends it 300 ms
- * later: the leader's exit untracks the process (procs.c), and the last thread's exit, seen
+ * later: the leader's exit untracks the process (procs/tracker.c), and the last thread's exit, seen
  * untracked, had left its entry behind with its state open up to the agent's stop.
  */
 static bool test_strips_exit_leader_first(void)

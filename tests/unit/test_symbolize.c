@@ -21,7 +21,8 @@
 #include <elf.h>
 #include <libelf.h>
 #include "agent/sym/symbolize.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 
 #define MAX_ADDRS 16
 

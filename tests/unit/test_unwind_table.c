@@ -13,7 +13,8 @@
 #include <unistd.h>
 #include "test.h"
 #include "agent/unwind/table.c"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 
 static char fixdir[PATH_MAX + 32];
 

@@ -17,7 +17,7 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/cpu/oncpu.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "agent/unwind/unwind.h"
@@ -419,7 +419,7 @@ static int module_start(struct agent *a)
 		return err;
 	}
 	bpf_counters__set(GPUSCOPE_PROG_CPU, bpf_map__fd(mod.o->skel->maps.errors));
-	a->sampling_hz = opts.frequency_hz;	/* the trace windows' budget counts its cost */
+	a->shared.sampling_hz = opts.frequency_hz;	/* trace windows' budget counts it */
 	return 0;
 }
 
@@ -435,7 +435,7 @@ static void module_stop(struct agent *a)
 	bpf_counters__set(GPUSCOPE_PROG_CPU, -1);
 	oncpu__free(mod.o);
 	mod.o = NULL;
-	a->sampling_hz = 0;
+	a->shared.sampling_hz = 0;
 }
 
 static void module_metrics(struct agent *a, FILE *out)

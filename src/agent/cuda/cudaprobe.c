@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,9 +20,12 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
-#include "agent/cupti/cupti_usdt.h"
 #include "agent/modules.h"
-#include "agent/sched/strips.h"
+#include "agent/labels.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/procfs.h"
+#include "agent/procs/tracker.h"
 #include "common/abi.h"
 #include "common/abi_strips.h"
 #include "common/batch.h"
@@ -101,7 +102,6 @@ struct cuda_state {
 	int nlibs;
 	struct watch watch[WATCH_MAX];
 	int nwatch;
-	bool shared_sync;	/* in_sync is sched.bpf.c's map */
 	bool multi;		/* uprobe_multi links (one per library and direction) */
 	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
 	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost, not_walked,
@@ -139,93 +139,31 @@ static void on_tracked(pid_t pid, bool tracked, void *ctx)
  */
 static int find_libcuda(pid_t pid, char *out, size_t len, bool *ret_deleted)
 {
-	char path[64], line[1024];
-	int found = 0;
-	FILE *f;
+	struct maps_lib lib;
+	int found = maps_find_lib(pid, "libcuda.so", &lib);
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long start, end;
-		char *name = strchr(line, '/'), *base;
-		size_t n;
-
-		if (!name)
-			continue;
-		name[strcspn(name, "\n")] = 0;
-		base = strrchr(name, '/') + 1;
-		if (strncmp(base, "libcuda.so", 10))
-			continue;
-		if (sscanf(line, "%lx-%lx", &start, &end) != 2)
-			continue;
-		n = strlen(name);
-		*ret_deleted = n > 10 && !strcmp(name + n - 10, " (deleted)");
-		if (*ret_deleted)
-			snprintf(out, len, "/proc/%d/map_files/%lx-%lx", pid, start, end);
-		else if (snprintf(out, len, "/proc/%d/root%.*s", pid, (int)(len - 32), name) >= (int)len)
-			continue;
-		found = 1;
-		break;
-	}
-	fclose(f);
-	return found;
+	if (found <= 0)
+		return found;
+	*ret_deleted = lib.deleted;
+	if (lib.deleted)
+		snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, lib.start,
+			 lib.end);
+	else if (snprintf(out, len, "/proc/%d/root%.*s", pid, (int)(len - 32), lib.path) >=
+		 (int)len)
+		return 0;
+	return 1;
 }
 
-/*
- * File offsets of the probed functions in the library open at fd, from .dynsym (0: absent).
- * Resolved once per library: libbpf would parse the (large) ELF again for every probe.
- */
+/* File offsets of the probed functions in the library open at fd, from .dynsym (0: absent). */
 static int resolve_offsets(int fd, uint64_t *off)
 {
-	Elf *elf;
-	Elf_Scn *scn = NULL;
-	GElf_Phdr ph[32];
-	size_t nph = 0, n;
-	int err = -ENOENT;
+	static const char *names[ARRAY_SIZE(apis)];
+	int n;
 
-	if (elf_version(EV_CURRENT) == EV_NONE)
-		return -ENOTSUP;
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf)
-		return -EINVAL;
-	if (elf_getphdrnum(elf, &n))
-		goto out;
-	for (size_t i = 0; i < n && nph < ARRAY_SIZE(ph); i++)
-		if (gelf_getphdr(elf, (int)i, &ph[nph]) && ph[nph].p_type == PT_LOAD)
-			nph++;
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		Elf_Data *data;
-
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize)
-			continue;
-		data = elf_getdata(scn, NULL);
-		for (size_t i = 0; data && i < sh.sh_size / sh.sh_entsize; i++) {
-			GElf_Sym sym;
-			const char *name;
-
-			if (!gelf_getsym(data, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-			    sym.st_shndx == SHN_UNDEF || !sym.st_value)
-				continue;
-			name = elf_strptr(elf, sh.sh_link, sym.st_name);
-			if (!name || strncmp(name, "cu", 2))
-				continue;
-			for (size_t k = 0; k < ARRAY_SIZE(apis); k++) {
-				if (strcmp(name, apis[k].name))
-					continue;
-				for (size_t j = 0; j < nph; j++)
-					if (sym.st_value >= ph[j].p_vaddr &&
-					    sym.st_value < ph[j].p_vaddr + ph[j].p_filesz)
-						off[k] = sym.st_value - ph[j].p_vaddr + ph[j].p_offset;
-				err = 0;
-			}
-		}
-	}
-out:
-	elf_end(elf);
-	return err;
+	for (size_t k = 0; k < ARRAY_SIZE(apis); k++)
+		names[k] = apis[k].name;
+	n = elf_dynsym_offsets(fd, names, ARRAY_SIZE(apis), off);
+	return n < 0 ? n : 0;
 }
 
 /*
@@ -480,8 +418,8 @@ static int64_t call_stack(pid_t pid, __u64 entry_ip, __s32 ustack_id, uint64_t c
 
 /*
  * Per process and second (CLOCK_MONOTONIC): the time it spent in synchronize calls, for the
- * trace windows' sync trigger (cupti_usdt__set_sync_source()), and what the probes cost it, for
- * the windows' budget (cupti_usdt__set_probe_cost_source()). A call counts in the second it
+ * trace windows' sync trigger (a->shared.cuda_sync_share), and what the probes cost it, for
+ * the windows' budget (a->shared.cuda_probe_cost). A call counts in the second it
  * ended.
  */
 #define ACC_PROCS 256
@@ -562,7 +500,7 @@ static void api_interval(pid_t pid, pid_t tid, const char *thread, unsigned api,
 	size_t na = 0;
 	uint64_t wstart = start + a->mono_to_wall_ns, wend = end + a->mono_to_wall_ns;
 
-	if (strips_labels(a, pid, tid, thread, &L) == LABELS_DROPPED) {
+	if (agent__tracked_labels(a, pid, tid, thread, &L) == LABELS_DROPPED) {
 		C.relabel_dropped++;
 		return;
 	}
@@ -664,11 +602,11 @@ static int cuda_start(struct agent *a)
 	skel = cudaprobe_bpf__open();
 	if (!skel)
 		return -errno;
-	if (strips_in_sync_map_fd >= 0) {
-		err = bpf_map__reuse_fd(skel->maps.in_sync, strips_in_sync_map_fd);
+	/* read by sched's programs (blocked reason cuda_sync); run.c made it */
+	if (a->shared.in_sync_map_fd > 0) {
+		err = bpf_map__reuse_fd(skel->maps.in_sync, a->shared.in_sync_map_fd);
 		if (err)
 			goto out_destroy;
-		C.shared_sync = true;
 	}
 	C.uw = agent__unwinder(a);
 	if (C.uw) {
@@ -703,8 +641,8 @@ static int cuda_start(struct agent *a)
 	if (err)
 		goto out_rb;
 	memset(proc_acc, 0, sizeof(proc_acc));
-	cupti_usdt__set_sync_source(sync_share);	/* the trace windows' sync trigger */
-	cupti_usdt__set_probe_cost_source(probe_share);	/* and their budget */
+	a->shared.cuda_sync_share = sync_share;		/* the trace windows' sync trigger */
+	a->shared.cuda_probe_cost = probe_share;	/* and their budget */
 	return 0;
 out_rb:
 	bpf_counters__set(GPUSCOPE_PROG_CUDA, -1);
@@ -778,8 +716,8 @@ static void cuda_stop(struct agent *a)
 {
 	if (!C.skel)
 		return;
-	cupti_usdt__set_sync_source(NULL);
-	cupti_usdt__set_probe_cost_source(NULL);
+	a->shared.cuda_sync_share = NULL;
+	a->shared.cuda_probe_cost = NULL;
 	ring_buffer__consume(C.rb);
 	drain_calls();
 	procs__release(on_tracked, &C);

@@ -214,7 +214,7 @@ int cupti_handle_event(void *ctx, void *data, size_t size);
  * meanwhile, else emitted unjoined once they waited a whole drain (all of them when final).
  */
 void cupti_parked_retry(struct cupti_state *c, bool final);
-/* Lends (on) or takes back the module's backward callers to a->backward_caller. */
+/* Lends (on) or takes back the module's backward callers to a->shared.backward_caller. */
 void cupti_backward_hook(struct agent *a, bool on);
 /* Emits the gpu_busy unions that can no longer grow; all pending ones when force. */
 void cupti_busy_flush(struct cupti_state *c, bool force);

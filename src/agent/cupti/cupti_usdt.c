@@ -32,10 +32,12 @@
 #include "agent/cupti/cupti_usdt.h"
 #include "agent/cupti/cupti_int.h"
 #include "agent/cupti/window.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/procfs.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
@@ -215,6 +217,43 @@ static uint64_t maps_stamp(const char *pid)
 	return hash64(&vsize, sizeof(vsize), start) | 1;
 }
 
+/* One process's scan: the library's mapping (attached when first seen) and libtorch_cpu's. */
+struct scan {
+	struct cupti_state *c;
+	pid_t pid;
+	bool ours;
+	bool done;	/* nothing left to do here: skipped while its maps stay the same */
+	char torch[PATH_MAX + 300];
+};
+
+static int scan_mapping(const struct maps_line *l, void *ctx)
+{
+	struct scan *q = ctx;
+	char full[PATH_MAX + 300];
+
+	if (l->path[0] != '/' || l->deleted)
+		return 0;
+	if (!q->torch[0] && lib_named(l->path, "libtorch_cpu")) {
+		snprintf(q->torch, sizeof(q->torch), "/proc/%d/root%s", q->pid, l->path);
+		if (q->ours)
+			return 1;
+	}
+	if (q->ours || !lib_named(l->path, "libgpuscope_cupti"))
+		return 0;
+	q->ours = true;
+	q->done = false;	/* read again next time unless attached and registered */
+	snprintf(full, sizeof(full), "/proc/%d/root%s", q->pid, l->path);
+	if (attach_lib(q->c, full) == 0) {
+		struct proc *pr = cupti_pid_wanted(q->c->a, q->pid) ? cupti_proc_get(q->c, q->pid) :
+								       NULL;
+
+		if (pr && !pr->lib_path)
+			pr->lib_path = strdup(full);
+		q->done = pr && pr->lib_path;
+	}
+	return q->torch[0] ? 1 : 0;
+}
+
 /*
  * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
  * remembers which processes map it (the ones whose windows the module controls).
@@ -223,71 +262,34 @@ void cupti_scan_procs(struct cupti_state *c)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
-	char fn[300], line[PATH_MAX + 128], full[PATH_MAX + 300], torch[PATH_MAX + 300];
 	struct u64map seen = { 0 };	/* this scan's scan_seen: gone pids drop out */
 
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
+		struct scan q = { .c = c, .done = true };
 		uint64_t stamp, *was;
-		char *p, *path;
-		bool ours, done = true;
-		FILE *f;
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
+		q.pid = atoi(de->d_name);
 		/* with --pid, other processes' libraries are not ours to probe (nor to wait for) */
-		if (!cupti_pid_wanted(c->a, atoi(de->d_name)))
+		if (!cupti_pid_wanted(c->a, q.pid))
 			continue;
 		stamp = maps_stamp(de->d_name);
-		was = stamp ? u64map_find(&c->scan_seen, (uint64_t)atoi(de->d_name)) : NULL;
+		was = stamp ? u64map_find(&c->scan_seen, (uint64_t)q.pid) : NULL;
 		if (was && *was == stamp) {
 			c->st.scan_maps_skipped++;
-			u64map_upsert(&seen, (uint64_t)atoi(de->d_name), stamp, NULL);
+			u64map_upsert(&seen, (uint64_t)q.pid, stamp, NULL);
 			continue;
 		}
-		snprintf(fn, sizeof(fn), "/proc/%s/maps", de->d_name);
-		f = fopen(fn, "re");
-		if (!f)
-			continue;
 		c->st.scan_maps_read++;
-		ours = false;
-		torch[0] = 0;
-		while (fgets(line, sizeof(line), f)) {
-			path = strchr(line, '/');
-			if (!path || !(strstr(path, "libgpuscope_cupti") || strstr(path, "libtorch_cpu")))
-				continue;
-			p = strchr(path, '\n');
-			if (p)
-				*p = 0;
-			if (strstr(path, " (deleted)"))
-				continue;
-			if (!torch[0] && lib_named(path, "libtorch_cpu")) {
-				snprintf(torch, sizeof(torch), "/proc/%s/root%s", de->d_name, path);
-				if (ours)
-					break;
-			}
-			if (ours || !lib_named(path, "libgpuscope_cupti"))
-				continue;
-			ours = true;
-			snprintf(full, sizeof(full), "/proc/%s/root%s", de->d_name, path);
-			done = false;	/* read again next time unless attached and registered */
-			if (attach_lib(c, full) == 0) {
-				pid_t pid = atoi(de->d_name);
-				struct proc *pr = cupti_pid_wanted(c->a, pid) ? cupti_proc_get(c, pid) : NULL;
-
-				if (pr && !pr->lib_path)
-					pr->lib_path = strdup(full);
-				done = pr && pr->lib_path;
-			}
-			if (torch[0])
-				break;
-		}
-		fclose(f);
-		if (ours && torch[0] && attach_torch(c, torch) == -EAGAIN)
-			done = false;
-		if (done && stamp)
-			u64map_upsert(&seen, (uint64_t)atoi(de->d_name), stamp, NULL);
+		if (maps_each(q.pid, MAPS_ALL, scan_mapping, &q) < 0)
+			continue;
+		if (q.ours && q.torch[0] && attach_torch(c, q.torch) == -EAGAIN)
+			q.done = false;
+		if (q.done && stamp)
+			u64map_upsert(&seen, (uint64_t)q.pid, stamp, NULL);
 	}
 	closedir(d);
 	u64map_done(&c->scan_seen);

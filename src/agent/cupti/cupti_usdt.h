@@ -64,30 +64,6 @@ int cupti_usdt__capture(pid_t pid, uint64_t duration_ns, char *why, size_t whyle
 /* Is pid (0: any process) still in, or waiting for, a capture window? Main-loop thread. */
 bool cupti_usdt__capturing(pid_t pid);
 
-/*
- * Where CUDA device UUIDs ("xxxxxxxx-xxxx-..." without the GPU-/MIG- prefix) become NVML's
- * index (-1: unknown): the nvml module, while it runs. Main-loop thread.
- */
-void cupti_usdt__set_gpu_index(int (*fn)(const char *uuid));
-
-/* Where the idle trigger reads the node's GPU idle share over the last span (< 0: unknown). */
-void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns));
-
-/*
- * Where the sync trigger reads a process's share of time in CUDA synchronize calls over the
- * span ending at now_ns and over the span before it (*ret_before); < 0: not known.
- */
-typedef double (*cupti_sync_share_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns,
-				      double *ret_before);
-void cupti_usdt__set_sync_source(cupti_sync_share_fn fn);
-
-/*
- * Share of pid's time over the last span_ns that the always-on driver probes cost it
- * (cuda_probe); the windows' budget is what those and the CPU sampler leave. NULL: none.
- */
-typedef double (*cupti_probe_cost_fn)(pid_t pid, uint64_t now_ns, uint64_t span_ns);
-void cupti_usdt__set_probe_cost_source(cupti_probe_cost_fn fn);
-
 /* The capture poll's counters, for /metrics (capture_poll.c's thread; any thread). */
 void cupti_usdt__capture_counts(uint64_t polls, uint64_t errors, uint64_t answered,
 				uint64_t refused);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "agent/agent.h"
 #include "agent/cupti/cupti_int.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "common/abi.h"
@@ -264,7 +264,7 @@ static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
 				   parent->frames, parent->n);
 }
 
-/* a->backward_caller (agent.h): the backward call pid's thread tid works for. */
+/* a->shared.backward_caller (agent.h): the backward call pid's thread tid works for. */
 static bool backward_caller(struct agent *a, pid_t pid, uint32_t tid, const __u64 **frames,
 			    uint32_t *n)
 {
@@ -280,7 +280,7 @@ static bool backward_caller(struct agent *a, pid_t pid, uint32_t tid, const __u6
 
 void cupti_backward_hook(struct agent *a, bool on)
 {
-	a->backward_caller = on ? backward_caller : NULL;
+	a->shared.backward_caller = on ? backward_caller : NULL;
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -374,13 +374,6 @@ static const char *memcpy_kind(unsigned k)
 	return k < ARRAY_SIZE(names) ? names[k] : "unknown";
 }
 
-static int (*gpu_index_fn)(const char *uuid);
-
-void cupti_usdt__set_gpu_index(int (*fn)(const char *uuid))
-{
-	gpu_index_fn = fn;
-}
-
 #define GPU_UNKNOWN 0xffff
 
 /*
@@ -399,14 +392,14 @@ static uint32_t gpu_of(struct cupti_state *c, struct proc *p, uint32_t ordinal)
 		return ordinal;
 	if (p->nvml_gpu[ordinal])
 		return p->nvml_gpu[ordinal] == GPU_UNKNOWN ? ordinal : p->nvml_gpu[ordinal] - 1u;
-	if (!gpu_index_fn)	/* NVML not (yet) running: ask again at the next record */
+	if (!c->a->shared.gpu_index)	/* NVML not (yet) running: ask at the next record */
 		return ordinal;
 	u = p->dev_uuid[ordinal];
 	snprintf(uuid, sizeof(uuid),
 		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
 		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
 		 u[15]);
-	idx = gpu_index_fn(uuid);
+	idx = c->a->shared.gpu_index(uuid);
 	if (idx < 0 || idx >= GPU_UNKNOWN - 1) {
 		p->nvml_gpu[ordinal] = GPU_UNKNOWN;
 		c->st.devices_unmapped++;

@@ -12,15 +12,12 @@
 #include <string.h>
 #include <bpf/libbpf.h>
 #include "agent/cupti/cupti_int.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "cupti.skel.h"
 
 /* ---- trace windows ------------------------------------------------------------------------ */
-
-/* What the always-on driver probes cost a process (cuda_probe); NULL when that module is off. */
-static cupti_probe_cost_fn probe_cost_fn;
 
 /*
  * Share of pid's time the always-on parts cost it: the driver probes over the last 10 s as
@@ -29,10 +26,11 @@ static cupti_probe_cost_fn probe_cost_fn;
  */
 static double always_on_share(struct cupti_state *c, pid_t pid, uint64_t now)
 {
-	double share = (double)c->a->sampling_hz * TRACE_SAMPLE_NS / NSEC_PER_SEC;
+	const struct agent_shared *sh = &c->a->shared;
+	double share = (double)sh->sampling_hz * TRACE_SAMPLE_NS / NSEC_PER_SEC;
 
-	if (probe_cost_fn)
-		share += probe_cost_fn(pid, now, 10 * NSEC_PER_SEC);
+	if (sh->cuda_probe_cost)	/* the driver probes (cuda_probe), when that module runs */
+		share += sh->cuda_probe_cost(pid, now, 10 * NSEC_PER_SEC);
 	if (share > c->st.always_on_max)
 		c->st.always_on_max = share;
 	return share;
@@ -305,11 +303,6 @@ void cupti_on_status(struct cupti_state *c, struct proc *p, uint32_t what, uint6
 /* How often an open continuous window reports the stretch it has covered. */
 #define WINDOW_PIECE_NS (5 * NSEC_PER_SEC)
 
-/* GPU idle share of the node over the last idle span; < 0 when unknown. */
-static double (*idle_share_fn)(uint64_t span_ns);
-/* A process's CUDA sync-wait share (cuda_probe); NULL when that module is off. */
-static cupti_sync_share_fn sync_share_fn;
-
 /* Within its budget so far, so a trigger may open a window (not more often than the cooldown). */
 static bool trigger_allowed(const struct cupti_state *c, const struct trace_budget *b, uint64_t now)
 {
@@ -323,9 +316,9 @@ static bool sync_jumped(const struct cupti_state *c, pid_t pid, uint64_t now)
 {
 	double before = -1, share;
 
-	if (c->cfg.sync_trigger <= 0 || !sync_share_fn)
+	if (c->cfg.sync_trigger <= 0 || !c->a->shared.cuda_sync_share)	/* cuda_probe off */
 		return false;
-	share = sync_share_fn(pid, now, c->cfg.idle_span_ns, &before);
+	share = c->a->shared.cuda_sync_share(pid, now, c->cfg.idle_span_ns, &before);
 	return share >= c->cfg.sync_trigger && before >= 0 && share >= before + TRACE_SYNC_JUMP;
 }
 
@@ -336,8 +329,8 @@ void cupti_control_windows(struct cupti_state *c)
 	bool continuous = c->cfg.budget >= 1;
 	double idle = -1;
 
-	if (c->cfg.idle_trigger > 0 && idle_share_fn)
-		idle = idle_share_fn(c->cfg.idle_span_ns);
+	if (c->cfg.idle_trigger > 0 && c->a->shared.gpu_idle_share)	/* the gpu module's */
+		idle = c->a->shared.gpu_idle_share(c->cfg.idle_span_ns);
 	for (int i = 0; i < MAX_PROCS; i++) {
 		struct proc *p = &c->procs[i];
 		struct trace_budget *b = &p->budget;
@@ -479,20 +472,5 @@ bool cupti_usdt__capturing(pid_t pid)
 			return true;
 	}
 	return false;
-}
-
-void cupti_usdt__set_idle_source(double (*fn)(uint64_t span_ns))
-{
-	idle_share_fn = fn;
-}
-
-void cupti_usdt__set_sync_source(cupti_sync_share_fn fn)
-{
-	sync_share_fn = fn;
-}
-
-void cupti_usdt__set_probe_cost_source(cupti_probe_cost_fn fn)
-{
-	probe_cost_fn = fn;
 }
 

@@ -352,8 +352,8 @@ static int nvml_start(struct agent *a)
 	err = nvml_poller__start(mod.p);
 	if (err)
 		goto out_free;
-	cupti_usdt__set_idle_source(idle_share);	/* the trace-window idle trigger */
-	cupti_usdt__set_gpu_index(gpu_index);		/* kernels on NVML's GPU numbers */
+	a->shared.gpu_idle_share = idle_share;	/* the trace windows' idle trigger */
+	a->shared.gpu_index = gpu_index;	/* kernels on NVML's GPU numbers */
 	log_info("nvml: polling %d device(s)", nvml_poller__ngpus(mod.p));
 	return 0;
 out_free:
@@ -372,8 +372,8 @@ static void nvml_stop(struct agent *a)
 	nvml_poller__free(mod.p);	/* joins the poller: nothing pushes after this */
 	mod.p = NULL;
 	nvml_tick(a);
-	cupti_usdt__set_idle_source(NULL);
-	cupti_usdt__set_gpu_index(NULL);
+	a->shared.gpu_idle_share = NULL;
+	a->shared.gpu_index = NULL;
 	spans_flush(a);
 	memset(spans, 0, sizeof(spans));
 	free(mod.q);

@@ -20,9 +20,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/cupti/cupti_usdt.h"
 #include "agent/gpu/nvml.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/util.h"

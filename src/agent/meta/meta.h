@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 #include "agent/agent.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
 #include "common/batch.h"
 
 /* What a process's cgroup path tells, without asking anyone. */

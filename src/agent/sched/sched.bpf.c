@@ -81,23 +81,6 @@ struct {
 	__type(value, struct gpuscope_offcpu_val);
 } offcpu SEC(".maps");
 
-/* Counts of events handled, per CPU: [0] switches seen for tracked threads, [1] events emitted,
- * [2] switch-outs whose user stack was not walked (walk_allowed()). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
-	__type(key, __u32);
-	__type(value, __u64);
-} counts SEC(".maps");
-
-static __always_inline void count(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&counts, &which);
-
-	if (v)
-		*v += 1;
-}
-
 static __always_inline bool is_tracked(__u32 tgid)
 {
 	if (track_all)
@@ -112,7 +95,7 @@ static __always_inline void emit(struct gpuscope_ev_thread_state *ev)
 	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0))
 		count_err(GPUSCOPE_SERR_RINGBUF_FULL);
 	else
-		count(1);
+		count_err(GPUSCOPE_SERR_EMITTED);
 }
 
 static __always_inline void flush_summary(struct gpuscope_sched_thr *t, __u32 tid, __u8 flags)
@@ -275,7 +258,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (ptid && is_tracked(ptgid) && !(prev_state & TASK_DEAD)) {
 		t = get_thr(prev, ptid, ptgid);
 		if (t) {
-			count(0);
+			count_err(GPUSCOPE_SERR_SWITCHES);
 			if (t->state == GPUSCOPE_TS_RUNNABLE || t->state == GPUSCOPE_TS_BLOCKED) {
 				/* it ran (it is being switched out), but its switch-in went unseen:
 				 * when that state ended is unknown, so it is not reported */
@@ -300,7 +283,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 						count_err(GPUSCOPE_SERR_KSTACK);
 					if (prev->mm && !walk_allowed(t, now)) {
 						t->ustack_id = GPUSCOPE_USTACK_NOT_WALKED;
-						count(2);
+						count_err(GPUSCOPE_SERR_NOT_WALKED);
 					} else if (prev->mm) {
 						__u64 w0 = bpf_ktime_get_ns();
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Thread states ("strips") and the off-CPU profile of tracked processes: loads sched.bpf.c,
- * keeps its `tracked` map in step with procs.c, and turns its events into `thread_state`
- * intervals and offcpu_ns samples (blocked time weighted by the stacks at the switch-out).
+ * keeps its `tracked` map in step with the process layer's tracker (procs/tracker.c), and turns
+ * its events into `thread_state` intervals and offcpu_ns samples (blocked time weighted by the
+ * stacks at the switch-out).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +18,9 @@
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
 #include "agent/modules.h"
+#include "agent/labels.h"
+#include "agent/procs/procfs.h"
+#include "agent/procs/tracker.h"
 #include "agent/sched/strips.h"
 #include "agent/unwind/frames.h"
 #include "common/abi.h"
@@ -141,7 +145,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
 	procfs_comm_seen(ev->tid, thread);
-	if (strips_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
+	if (agent__tracked_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
 		s->relabel_dropped++;
 		return;
 	}
@@ -262,7 +266,8 @@ static void drain_offcpu(struct sched_state *s)
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
 			continue;
-		if (strips_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) == LABELS_DROPPED) {
+		if (agent__tracked_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) ==
+		    LABELS_DROPPED) {
 			s->relabel_dropped++;
 			continue;
 		}
@@ -354,6 +359,12 @@ static int sched_start(struct agent *a)
 	skel->rodata->track_all = a->opts.all_processes;
 	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
+	/* shared with cuda_probe's programs, which set it (run.c made it) */
+	if (a->shared.in_sync_map_fd > 0) {
+		err = bpf_map__reuse_fd(skel->maps.in_sync, a->shared.in_sync_map_fd);
+		if (err)
+			goto out_destroy;
+	}
 	S.uw = agent__unwinder(a);
 	if (S.uw) {
 		err = unwinder__prepare(S.uw, skel->obj);
@@ -361,7 +372,8 @@ static int sched_start(struct agent *a)
 			goto out_destroy;
 		skel->rodata->use_unwinder = true;
 	}
-	/* needs tracefs; without it procs.c finds new GPU processes by its periodic scans */
+	/* needs tracefs; without it the tracker (procs/tracker.c) finds new GPU processes by its
+	 * periodic scans */
 	bpf_program__set_autoattach(skel->progs.on_openat, false);
 	err = sched_bpf__load(skel);
 	if (err) {
@@ -397,7 +409,6 @@ static int sched_start(struct agent *a)
 		/* loads the kernel symbols now rather than in the first tick */
 		symbolizer__kernel(a->sym, blocked__some_kernel_address(), &f);
 	}
-	strips_in_sync_map_fd = bpf_map__fd(skel->maps.in_sync);
 	S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
 	return 0;
 out_rb:
@@ -479,7 +490,6 @@ static void sched_stop(struct agent *a)
 	ring_buffer__consume(S.rb);
 	drain_offcpu(&S);
 	close_open_states(&S);
-	strips_in_sync_map_fd = -1;
 	procs__release(on_tracked, &S);
 	blocked__done();
 	bpf_counters__set(GPUSCOPE_PROG_SCHED, -1);
@@ -499,14 +509,17 @@ static void sched_metrics(struct agent *a, FILE *out)
 	procs__stats(&ps);
 	prom_counter(out, "gpuscope_agent_sched_switches_total",
 		     "Context switches of followed threads seen in BPF.",
-		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 0));
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_SWITCHES));
 	prom_counter(out, "gpuscope_agent_sched_events_total",
 		     "Thread-state events the BPF program emitted.",
-		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 1));
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_EMITTED));
 	prom_counter(out, "gpuscope_agent_sched_stacks_not_walked_total",
 		     "Switch-outs whose user stack was not walked: the thread had spent its share "
 		     "of time for walks (--offcpu-walk-share; shown as [stack not walked: thread "
-		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.counts), 2));
+		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+				    GPUSCOPE_SERR_NOT_WALKED));
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;

@@ -320,7 +320,8 @@ int64_t agent__thread_stack(struct agent *a, pid_t pid, uint32_t tid, const __u6
 
 	if (!st)
 		return -ENOMEM;
-	if (st->engine_at < 0 || !a->backward_caller || !a->backward_caller(a, pid, tid, &pf, &pn))
+	if (st->engine_at < 0 || !a->shared.backward_caller ||
+	    !a->shared.backward_caller(a, pid, tid, &pf, &pn))
 		return batch_stack(a, st);
 	return agent__under_caller(a, st->locs, (uint32_t)st->engine_at + 1, pid, pf, pn);
 }

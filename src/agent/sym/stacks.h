@@ -72,8 +72,8 @@ int64_t agent__stack(struct agent *a, pid_t pid, const __u64 *kframes, int nk, c
 
 /*
  * agent__stack() for a sample of thread tid: when the stack is one of autograd's worker threads
- * (engine_at) and a->backward_caller knows the backward call it works for, the stack goes under
- * that call's (agent__under_caller()).
+ * (engine_at) and a->shared.backward_caller knows the backward call it works for, the stack goes
+ * under that call's (agent__under_caller()).
  */
 int64_t agent__thread_stack(struct agent *a, pid_t pid, uint32_t tid, const __u64 *kframes, int nk,
 			    const __u64 *uframes, int nu);

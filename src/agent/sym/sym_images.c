@@ -17,11 +17,13 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/symtab.h"
 #include "agent/unwind/table.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -117,32 +119,9 @@ void sym_evict_images(struct symbolizer *s, struct image *keep)
 	}
 }
 
-int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *mpath, bool deleted,
-		     struct stat *ret_st)
-{
-	char path[PATH_MAX + 64];
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && !deleted) {
-		snprintf(path, sizeof(path), "/proc/%d/root%s", pid, mpath);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	}
-	if (fd < 0)
-		return -errno;
-	if (ret_st && fstat(fd, ret_st)) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	return fd;
-}
-
 static int open_mapping(pid_t pid, const struct mapping *m, struct stat *ret_st)
 {
-	return sym_open_mapping(pid, m->start, m->end, m->path, m->deleted, ret_st);
+	return maps_open_file(pid, m->start, m->end, m->path, m->deleted, ret_st);
 }
 
 /*
@@ -315,29 +294,31 @@ int sym_image_load(struct symbolizer *s, struct image *img, pid_t pid, const str
 	return 0;
 }
 
+/* This process's vDSO mapping (maps_each()): its size into s->vdso_size. */
+static int vdso_mapping(const struct maps_line *l, void *ctx)
+{
+	struct symbolizer *s = ctx;
+
+	if (strcmp(l->path, "[vdso]") || l->start != getauxval(AT_SYSINFO_EHDR))
+		return 0;
+	s->vdso_size = l->end - l->start;
+	return 1;
+}
+
 /* Builds the vDSO image from this process's own copy (once). NULL if unavailable. */
 static struct image *vdso_image(struct symbolizer *s)
 {
-	uint64_t base = getauxval(AT_SYSINFO_EHDR), start, end;
-	char line[256], key[32];
+	uint64_t base = getauxval(AT_SYSINFO_EHDR);
+	char key[32];
 	struct elf_info info;
 	struct image *img;
 	void *copy = NULL;
-	FILE *f;
 
 	if (s->vdso_tried)
 		return s->vdso;
 	s->vdso_tried = true;
-	f = fopen("/proc/self/maps", "re");
-	while (base && f && fgets(line, sizeof(line), f)) {
-		if (strstr(line, "[vdso]") &&
-		    sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2 && start == base) {
-			s->vdso_size = end - start;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
+	if (base)
+		maps_each(getpid(), 0, vdso_mapping, s);
 	if (!s->vdso_size || !(copy = malloc(s->vdso_size)))
 		goto out;
 	memcpy(copy, (const void *)(uintptr_t)base, s->vdso_size);

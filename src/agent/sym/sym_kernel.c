@@ -9,7 +9,8 @@
 #include <string.h>
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -12,7 +12,8 @@
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 
 /*
  * Drops p's mappings older than t: 0 left or more. An exec's (exec) become p->prev: a sample

@@ -12,7 +12,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "agent/sym/symbolize.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 #include "common/hmap.h"
 #include "common/util.h"
 

@@ -18,11 +18,13 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "agent/sym/mmapwatch.h"
 #include "agent/sym/symbolize.h"
 #include "agent/sym/sym_state.h"
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/symtab.h"
 #include "agent/unwind/table.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -91,127 +93,67 @@ static struct mapping *find_mapping(struct proc *p, uint64_t addr)
 	return find_in(p->maps, p->nmaps, addr);
 }
 
-int sym_parse_maps_line(char *line, struct sym_maps_line *m)
-{
-	char *p = line, *end, perms[5];
-	unsigned maj, min;
-	size_t len;
-	int f;
-
-	memset(m, 0, sizeof(*m));
-	m->start = strtoull(p, &end, 16);
-	if (*end != '-')
-		return 0;
-	m->end = strtoull(end + 1, &p, 16);
-	if (*p != ' ' || sscanf(p, " %4s %" SCNx64 " %x:%x %" SCNu64, perms, &m->pgoff, &maj, &min,
-				&m->ino) != 5)
-		return 0;
-	if (strlen(perms) < 3 || perms[2] != 'x' || m->end <= m->start)
-		return 0;
-	m->dev = ((uint64_t)maj << 32) | min;
-	/* The path follows perms, offset, dev and inode. */
-	for (f = 0; f < 4 && *p; f++) {
-		while (*p == ' ')
-			p++;
-		while (*p && *p != ' ')
-			p++;
-	}
-	while (*p == ' ')
-		p++;
-	len = strlen(p);
-	while (len && (p[len - 1] == '\n' || p[len - 1] == ' '))
-		p[--len] = 0;
-	if (len > 10 && !strcmp(p + len - 10, " (deleted)")) {
-		p[len - 10] = 0;
-		m->deleted = true;
-	}
-	m->path = p;
-	return 1;
-}
+/* A read of a process's mappings in progress (sym_proc_read_maps()). */
+struct maps_read {
+	struct symbolizer *s;
+	struct proc *p;
+	struct mapping *maps;
+	size_t n, cap;
+};
 
 /*
- * Parses one /proc/PID/maps line into m (path interned). 1: an executable mapping, 0: skip,
- * -errno on ENOMEM.
+ * One executable mapping of the process (maps_each(), procs/maps.h): its path interned, its
+ * image kept from the last read when the mapping did not change. 0, or -ENOMEM (ends the walk).
  */
-static int parse_maps_line(struct symbolizer *s, char *line, struct mapping *m)
+static int read_mapping(const struct maps_line *l, void *ctx)
 {
-	struct sym_maps_line l;
+	struct maps_read *q = ctx;
+	struct symbolizer *s = q->s;
+	struct proc *p = q->p;
+	struct mapping m = { .start = l->start, .end = l->end, .pgoff = l->pgoff, .dev = l->dev,
+			     .ino = l->ino, .deleted = l->deleted }, *old;
 
-	memset(m, 0, sizeof(*m));
-	if (sym_parse_maps_line(line, &l) <= 0)
-		return 0;
-	m->start = l.start;
-	m->end = l.end;
-	m->pgoff = l.pgoff;
-	m->dev = l.dev;
-	m->ino = l.ino;
-	m->deleted = l.deleted;
-	m->path = *l.path ? sym_intern(s, l.path) : s->s_anon;
-	return m->path ? 1 : -ENOMEM;
+	m.path = *l->path ? sym_intern(s, l->path) : s->s_anon;
+	if (!m.path || array_reserve(&q->maps, &q->cap, q->n + 1, sizeof(*q->maps), 32))
+		return -ENOMEM;
+	m.t_ns = p->maps_read_ns;
+	m.img_tried = true;
+	m.img = sym_vdso_of(s, &m);
+	if (!m.img && m.path[0] == '/' && m.ino) {
+		old = find_mapping(p, m.start);
+		if (old && old->start == m.start && old->end == m.end && old->pgoff == m.pgoff &&
+		    old->ino == m.ino && old->dev == m.dev && old->path == m.path && old->img) {
+			m.img = old->img;
+			m.img->refs++;
+		} else {
+			m.img = sym_mapping_image(s, p->pid, &m);
+			/* A deleted file is readable only while its process lives. */
+			if (m.img && m.deleted)
+				sym_image_load(s, m.img, p->pid, &m);
+		}
+	}
+	q->maps[q->n++] = m;
+	return 0;
 }
 
 /* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
 int sym_proc_read_maps(struct symbolizer *s, struct proc *p)
 {
-	struct mapping *maps = NULL, m;
-	size_t n = 0, cap = 0, linecap = 0;
-	char path[64], *line = NULL;
-	int err = 0;
-	FILE *f;
+	struct maps_read q = { .s = s, .p = p };
+	int err;
 
 	p->maps_read_ns = mono_ns();
 	s->st.maps_reads++;
-	snprintf(path, sizeof(path), "/proc/%d/maps", p->pid);
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT ? -ESRCH : -errno;
-	while (getline(&line, &linecap, f) > 0) {
-		struct mapping *old;
-
-		err = parse_maps_line(s, line, &m);
-		if (err < 0)
-			goto out_free;
-		if (!err)
-			continue;
-		if (array_reserve(&maps, &cap, n + 1, sizeof(*maps), 32)) {
-			err = -ENOMEM;
-			goto out_free;
-		}
-		m.t_ns = p->maps_read_ns;
-		m.img_tried = true;
-		m.img = sym_vdso_of(s, &m);
-		if (!m.img && m.path[0] == '/' && m.ino) {
-			old = find_mapping(p, m.start);
-			if (old && old->start == m.start && old->end == m.end &&
-			    old->pgoff == m.pgoff && old->ino == m.ino && old->dev == m.dev &&
-			    old->path == m.path && old->img) {
-				m.img = old->img;
-				m.img->refs++;
-			} else {
-				m.img = sym_mapping_image(s, p->pid, &m);
-				/* A deleted file is readable only while its process lives. */
-				if (m.img && m.deleted)
-					sym_image_load(s, m.img, p->pid, &m);
-			}
-		}
-		maps[n++] = m;
+	err = maps_each(p->pid, 0, read_mapping, &q);
+	if (err) {
+		sym_maps_free(s, q.maps, q.n);
+		return err;
 	}
-	if (ferror(f)) {
-		err = -EIO;
-		goto out_free;
-	}
-	err = 0;
 	sym_maps_free(s, p->maps, p->nmaps);
-	p->maps = maps;
-	p->nmaps = n;
+	p->maps = q.maps;
+	p->nmaps = q.n;
 	p->from_records = false;
-	maps = NULL;
-	n = 0;
-out_free:
-	sym_maps_free(s, maps, n);
-	free(line);
-	fclose(f);
-	return err;
+	return 0;
 }
 
 static void proc_free(struct symbolizer *s, struct proc *p)

@@ -4,6 +4,7 @@
  * read from the process, line tables), and the walker's maps, lifetime and metrics. Detection
  * and per-version offsets: python_detect.c.
  */
+#include "agent/bpfutil.h"
 #include "agent/unwind/python_int.h"
 #include "agent/selfprof.h"
 
@@ -437,6 +438,7 @@ struct python *python__new(void)
 		err = -errno;
 		goto out_free;
 	}
+	bpf_counters__set(GPUSCOPE_WALKER_PYTHON, py->fd_stats);	/* on /metrics, named */
 	return py;
 out_free:
 	python__free(py);
@@ -462,8 +464,10 @@ void python__free(struct python *py)
 		close(py->fd_procs);
 	if (py->fd_threads >= 0)
 		close(py->fd_threads);
-	if (py->fd_stats >= 0)
+	if (py->fd_stats >= 0) {
+		bpf_counters__drop(GPUSCOPE_WALKER_PYTHON, py->fd_stats);
 		close(py->fd_stats);
+	}
 	if (py->fd_names >= 0)
 		close(py->fd_names);
 	pthread_mutex_destroy(&py->lock);
@@ -512,19 +516,6 @@ void python__stats(const struct python *py, struct python_stats *ret)
 
 void python__metrics(const struct python *py, FILE *out)
 {
-	static const char *const walk[GPUSCOPE_PY_STAT_MAX] = {
-		[GPUSCOPE_PY_STAT_WALKS] = "walks",
-		[GPUSCOPE_PY_STAT_FRAMES] = "frames",
-		[GPUSCOPE_PY_STAT_NO_THREAD] = "no_thread_state",
-		[GPUSCOPE_PY_STAT_THREAD_SCANS] = "thread_scans",
-		[GPUSCOPE_PY_STAT_SCAN_LIMIT] = "thread_scan_limit",
-		[GPUSCOPE_PY_STAT_READ_FAILED] = "read_failed",
-		[GPUSCOPE_PY_STAT_TRUNCATED] = "truncated",
-		[GPUSCOPE_PY_STAT_UNREACHED] = "unreached",
-		[GPUSCOPE_PY_STAT_EVAL_EMPTY] = "eval_without_frames",
-		[GPUSCOPE_PY_STAT_NAMED] = "code_named",
-		[GPUSCOPE_PY_STAT_NAME_FAILED] = "code_name_failed",
-	};
 	struct python_stats st;
 	const char *n;
 
@@ -536,9 +527,13 @@ void python__metrics(const struct python *py, FILE *out)
 		    "([python]), stacks out of room, frames after a [truncated] gap (unreached), "
 		    "eval-loop activations without a frame left, code objects whose names BPF "
 		    "copied (code_named) or could not copy.");
-	for (int i = 0; i < GPUSCOPE_PY_STAT_MAX; i++)
-		if (walk[i])
-			prom_sample1_u64(out, n, "event", walk[i], st.bpf[i]);
+	/* the registry's names (abi.h) */
+	for (unsigned i = 0; i < GPUSCOPE_PY_STAT_MAX; i++) {
+		const char *name = bpf_set_counter_name(GPUSCOPE_WALKER_PYTHON, i, NULL);
+
+		if (name)
+			prom_sample1_u64(out, n, "event", name, st.bpf[i]);
+	}
 	prom_gauge(out, "gpuscope_agent_python_processes",
 		   "Processes whose CPython interpreter the BPF walker follows.", (double)st.procs);
 	prom_counter(out, "gpuscope_agent_python_unsupported_total",

@@ -2,10 +2,12 @@
 /*
  * What user space (python_detect.c) tells the BPF CPython walker (python.bpf.h) about one Python
  * process: where _PyRuntime and the eval loop are, and the offsets of the few fields the walk
- * reads in that version. Includes nothing: the includer supplies __u8.. __u64.
+ * reads in that version. Includes only the ABI registry: the includer supplies __u8.. __u64.
  */
 #ifndef GPUSCOPE_UNWIND_PYTHON_ABI_H
 #define GPUSCOPE_UNWIND_PYTHON_ABI_H
+
+#include "common/abi.h"	/* enum gpuscope_py_stat */
 
 #define GPUSCOPE_PY_MAX_PROCS	4096	/* Python processes followed at once */
 #define GPUSCOPE_PY_MAX_THREADS	16384	/* cached tid -> PyThreadState (LRU) */
@@ -100,21 +102,7 @@ struct gpuscope_py_name {
 	__u8 file[GPUSCOPE_PY_FILE_BYTES];
 };
 
-/* Per-CPU counters of the Python walk (map py_stats), summed over CPUs by python.c. */
-enum gpuscope_py_stat {
-	GPUSCOPE_PY_STAT_WALKS = 0,	/* stacks of a Python process that reached the eval loop */
-	GPUSCOPE_PY_STAT_FRAMES,	/* Python frames written */
-	GPUSCOPE_PY_STAT_NO_THREAD,	/* thread without a PyThreadState (a pure native thread) */
-	GPUSCOPE_PY_STAT_THREAD_SCANS,	/* walks of the interpreter's thread list (cache misses) */
-	GPUSCOPE_PY_STAT_SCAN_LIMIT,	/* thread list longer than the walk's bound */
-	GPUSCOPE_PY_STAT_READ_FAILED,	/* a frame could not be read: one PY_UNKNOWN, walk ends */
-	GPUSCOPE_PY_STAT_TRUNCATED,	/* no room left for the Python frames of the stack */
-	GPUSCOPE_PY_STAT_UNREACHED,	/* native walk ended above the eval loop: the remaining
-					 * Python frames follow a [truncated] word */
-	GPUSCOPE_PY_STAT_EVAL_EMPTY,	/* an eval-loop activation with no Python frame left */
-	GPUSCOPE_PY_STAT_NAMED,		/* code objects whose names BPF copied (py_names misses) */
-	GPUSCOPE_PY_STAT_NAME_FAILED,	/* ... whose names could not be read or stored */
-	GPUSCOPE_PY_STAT_MAX = 16,
-};
+/* Per-CPU counters of the Python walk (map py_stats): enum gpuscope_py_stat, in the counter
+ * registry (common/abi.h). */
 
 #endif

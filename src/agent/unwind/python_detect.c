@@ -157,53 +157,53 @@ struct candidate {
 	char path[PATH_MAX];
 };
 
+struct find {
+	const char *exe;
+	struct candidate *ret;
+	int n, max;
+};
+
+static int candidate_of(const struct maps_line *l, void *ctx)
+{
+	struct find *q = ctx;
+	const char *base;
+
+	if (l->path[0] != '/')
+		return 0;
+	base = strrchr(l->path, '/') + 1;
+	/* python3.12, libpython3.12.so.1.0; not extension modules
+	 * (_asyncio.cpython-312-x86_64-linux-gnu.so) */
+	if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9) && strcmp(l->path, q->exe))
+		return 0;
+	for (int i = 0; i < q->n; i++) {
+		if (strcmp(q->ret[i].path, l->path))
+			continue;
+		if (l->end > q->ret[i].hi)
+			q->ret[i].hi = l->end;
+		return 0;
+	}
+	q->ret[q->n] = (struct candidate){ .start = l->start, .end = l->end, .pgoff = l->pgoff,
+					   .lo = l->start, .hi = l->end, .deleted = l->deleted };
+	snprintf(q->ret[q->n].path, sizeof(q->ret[q->n].path), "%s", l->path);
+	return ++q->n >= q->max;	/* full: the walk ends */
+}
+
 /* The executable mappings of each file named python* or libpython*, and of the main
- * executable (through the symbolizer's maps parser). */
+ * executable (the process layer's maps walk). */
 static int find_candidates(pid_t pid, struct candidate *ret, int max)
 {
-	char path[64], exe[PATH_MAX] = "", *line = NULL;
-	struct sym_maps_line l;
-	size_t cap = 0;
-	int n = 0;
+	char path[64], exe[PATH_MAX] = "";
+	struct find q = { .exe = exe, .ret = ret, .max = max };
 	ssize_t len;
-	FILE *f;
+	int err;
 
 	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
 	len = readlink(path, exe, sizeof(exe) - 1);
 	exe[len > 0 ? len : 0] = 0;
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT ? -ESRCH : -errno;
-	while (getline(&line, &cap, f) > 0 && n < max) {
-		const char *base;
-		bool dup = false;
-
-		if (sym_parse_maps_line(line, &l) <= 0 || l.path[0] != '/')
-			continue;
-		base = strrchr(l.path, '/') + 1;
-		/* python3.12, libpython3.12.so.1.0; not extension modules
-		 * (_asyncio.cpython-312-x86_64-linux-gnu.so) */
-		if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9) &&
-		    strcmp(l.path, exe))
-			continue;
-		for (int i = 0; i < n && !dup; i++) {
-			if (strcmp(ret[i].path, l.path))
-				continue;
-			dup = true;
-			if (l.end > ret[i].hi)
-				ret[i].hi = l.end;
-		}
-		if (dup)
-			continue;
-		ret[n] = (struct candidate){ .start = l.start, .end = l.end, .pgoff = l.pgoff,
-					     .lo = l.start, .hi = l.end, .deleted = l.deleted };
-		snprintf(ret[n].path, sizeof(ret[n].path), "%s", l.path);
-		n++;
-	}
-	free(line);
-	fclose(f);
-	return n;
+	if (max <= 0)
+		return 0;
+	err = maps_each(pid, 0, candidate_of, &q);
+	return err < 0 ? err : q.n;
 }
 
 enum { SYM_RUNTIME, SYM_EVAL, SYM_CODE_TYPE, SYM_VERSION, SYM_N };
@@ -283,7 +283,7 @@ static int examine(struct python *py, pid_t pid, const struct candidate *c,
 	struct stat st;
 	int fd, n, err;
 
-	fd = sym_open_mapping(pid, c->start, c->end, c->path, c->deleted, &st);
+	fd = maps_open_file(pid, c->start, c->end, c->path, c->deleted, &st);
 	if (fd < 0)
 		return fd == -ENOENT ? -ESRCH : 0;
 	{

@@ -20,8 +20,9 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/types.h>
-#include "agent/meta/procfs.h"
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/procfs.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
 #include "agent/unwind/python.h"
 #include "agent/unwind/python_abi.h"
 #include "common/batch.h"

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/elf.h"
 #include "agent/unwind/table.h"
 #include "common/util.h"
 

@@ -27,8 +27,9 @@
 #include <bpf/libbpf.h>
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/maps.h"
 #include "agent/selfprof.h"
-#include "agent/sym/sym_elf.h"
 #include "agent/unwind/cache.h"
 #include "agent/unwind/frames.h"
 #include "agent/unwind/python.h"
@@ -324,7 +325,7 @@ static void queue_build_locked(struct unwinder *u, struct bin *b, int fd, uint32
 }
 
 /* The bin of the file behind a mapping (opened through the symbolizer's reader). */
-static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps_line *l)
+static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct maps_line *l)
 {
 	struct elf_info info = { 0 };
 	struct file_ent *f, *tmp = NULL;
@@ -334,7 +335,7 @@ static struct bin *file_bin(struct unwinder *u, pid_t pid, const struct sym_maps
 	uint64_t h;
 	int fd;
 
-	fd = sym_open_mapping(pid, l->start, l->end, l->path, l->deleted, &st);
+	fd = maps_open_file(pid, l->start, l->end, l->path, l->deleted, &st);
 	if (fd < 0)
 		return NULL;
 	mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
@@ -445,16 +446,50 @@ static void proc_forget(struct unwinder *u, struct proc_ent *p)
 	free(p);
 }
 
+struct refresh {
+	struct unwinder *u;
+	uint32_t tgid;
+};
+
+/* One executable mapping into u->scratch_proc (maps_each()); 1 (the walk ends) when full. */
+static int map_one(const struct maps_line *l, void *ctx)
+{
+	struct unwinder *u = ((struct refresh *)ctx)->u;
+	uint32_t tgid = ((struct refresh *)ctx)->tgid, id = 0;
+	struct unwind_mapping *m = &u->scratch_proc->m[u->scratch_proc->n];
+	struct bin *b = NULL;
+	uint64_t vaddr;
+
+	if (l->start >> 47)	/* not [vsyscall] */
+		return 0;
+	m->start = l->start;
+	m->end = l->end;
+	m->flags = UNWIND_MAP_FP;
+	if (!strcmp(l->path, "[vdso]"))
+		b = vdso_bin(u, l->end - l->start);
+	else if (l->path[0] == '/')
+		b = file_bin(u, tgid, l);
+	if (b) {
+		pthread_mutex_lock(&u->lock);
+		id = b->state == BIN_READY ? b->id : 0;
+		pthread_mutex_unlock(&u->lock);
+	}
+	if (id && elf_off_to_vaddr(b->segs, b->nsegs, l->pgoff, &vaddr)) {
+		m->bias = l->start - vaddr;
+		m->table = id;
+		m->flags = UNWIND_MAP_TABLE;
+	}
+	log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l->start, l->end, l->path,
+		  m->flags == UNWIND_MAP_TABLE ? "table" : "frame pointers");
+	return ++u->scratch_proc->n >= UNWIND_MAX_MAPS;
+}
+
 /* Reads tgid's executable mappings and publishes its unwind_procs entry for mm. */
 static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool force)
 {
 	struct unwind_proc *up = u->scratch_proc;
-	struct sym_maps_line l;
 	struct proc_ent *p;
-	size_t cap = 0;
-	char path[64], *line = NULL;
 	uint64_t now = mono_ns();
-	FILE *f;
 	int err = 0;
 
 	p = proc_find(u, tgid, true);
@@ -472,46 +507,15 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 	p->refreshed_ns = now;
 	/* A Python interpreter: its frames from now on, while the tables below are built. */
 	python__pid_seen(u->py, (pid_t)tgid);
-	snprintf(path, sizeof(path), "/proc/%u/maps", tgid);
-	f = fopen(path, "re");
-	if (!f) {
+	memset(up, 0, sizeof(*up));
+	up->mm = mm;
+	err = maps_each((pid_t)tgid, 0, map_one, &(struct refresh){ u, tgid });
+	if (err < 0 && err != -EIO) {	/* gone (a read cut short keeps what it got) */
 		proc_forget(u, p);
 		return -ESRCH;
 	}
 	u->st.refreshes++;
-	memset(up, 0, sizeof(*up));
-	up->mm = mm;
-	while (getline(&line, &cap, f) > 0 && up->n < UNWIND_MAX_MAPS) {
-		struct unwind_mapping *m = &up->m[up->n];
-		struct bin *b = NULL;
-		uint64_t vaddr;
-		uint32_t id = 0;
-
-		if (sym_parse_maps_line(line, &l) <= 0 || l.start >> 47)	/* not [vsyscall] */
-			continue;
-		m->start = l.start;
-		m->end = l.end;
-		m->flags = UNWIND_MAP_FP;
-		if (!strcmp(l.path, "[vdso]"))
-			b = vdso_bin(u, l.end - l.start);
-		else if (l.path[0] == '/')
-			b = file_bin(u, tgid, &l);
-		if (b) {
-			pthread_mutex_lock(&u->lock);
-			id = b->state == BIN_READY ? b->id : 0;
-			pthread_mutex_unlock(&u->lock);
-		}
-		if (id && elf_off_to_vaddr(b->segs, b->nsegs, l.pgoff, &vaddr)) {
-			m->bias = l.start - vaddr;
-			m->table = id;
-			m->flags = UNWIND_MAP_TABLE;
-		}
-		log_debug("unwind: pid %u %" PRIx64 "-%" PRIx64 " %s: %s", tgid, l.start, l.end,
-			  l.path, m->flags == UNWIND_MAP_TABLE ? "table" : "frame pointers");
-		up->n++;
-	}
-	free(line);
-	fclose(f);
+	err = 0;
 	for (uint32_t i = up->n; i < UNWIND_MAX_MAPS; i++)	/* the walker searches every slot */
 		up->m[i].start = up->m[i].end = UNWIND_MAP_PAD;
 	/* /proc/PID/maps is sorted by address: the walker's binary search relies on it */
@@ -768,6 +772,7 @@ struct unwinder *unwinder__new(const struct unwinder_opts *opts, const char **re
 			log_warn("unwind: table cache '%s': %s: tables built in every agent run",
 				 opts->cache_dir, strerror(errno));
 	}
+	bpf_counters__set(GPUSCOPE_WALKER_UNWIND, u->stats_fd);	/* on /metrics, named */
 	u->py = python__new();
 	if (u->py)
 		python__set_default(u->py);
@@ -832,6 +837,7 @@ void unwinder__free(struct unwinder *u)
 	}
 	int fds[] = { u->tables_fd, u->procs_fd, u->want_fd, u->stats_fd, u->scratch_fd,
 		      u->template_fd, u->stacks_fd };
+	bpf_counters__drop(GPUSCOPE_WALKER_UNWIND, u->stats_fd);
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Layouts of the unwinder's BPF maps, shared by unwind.bpf.h (the walker every stack-taking
- * program includes) and unwind.c (which creates the maps once and fills them). Includes
- * nothing: the includer supplies __u32/__u64.
+ * program includes) and unwind.c (which creates the maps once and fills them). Includes only
+ * the ABI registry: the includer supplies __u32/__u64.
  *
  * unwind_procs:  tgid -> struct unwind_proc, the process's executable mappings sorted by start.
  * unwind_tables: table id -> inner array of __u64 (one binary's unwind table):
@@ -15,6 +15,8 @@
  */
 #ifndef GPUSCOPE_UNWIND_MAPS_H
 #define GPUSCOPE_UNWIND_MAPS_H
+
+#include "common/abi.h"	/* enum unwind_stat */
 
 #define UNWIND_MAX_MAPS		512	/* executable mappings per process */
 #define UNWIND_MAX_PROCS	4096
@@ -73,20 +75,6 @@ enum unwind_row_kind {
 #define UNWIND_ROW_RBP8(r)	((signed char)((r) >> 40))
 #define UNWIND_ROW_CFA(r)	((__u16)((r) >> 48))
 
-/* Per-CPU counters in unwind_stats. */
-enum unwind_stat {
-	UNWIND_ST_WALKS = 0,
-	UNWIND_ST_FRAMES,		/* native frames pushed */
-	UNWIND_ST_TABLE_FRAMES,		/* ...of which unwound with a table */
-	UNWIND_ST_FP_FRAMES,		/* ...with frame pointers */
-	UNWIND_ST_NO_PROC,		/* walks of a process without an entry (frame pointers only) */
-	UNWIND_ST_NO_TABLE,		/* mapping marked as table but the table is gone (evicted) */
-	UNWIND_ST_NESTED,		/* no free scratch slot (deep nesting): stack not taken */
-	UNWIND_ST_STACK_FULL,		/* unwind_stacks full: stack not kept */
-	UNWIND_ST_STACK_COLLISION,	/* another stack holds the id: stack not kept */
-	UNWIND_ST_PARENT,		/* of NO_PROC: a fork child walked with its parent's mappings */
-	UNWIND_ST_TRUNC_BASE,		/* + enum gpuscope_trunc: walks ended early, by reason */
-	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16,
-};
+/* Per-CPU counters in unwind_stats: enum unwind_stat, in the counter registry (common/abi.h). */
 
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ELF reading for the symbolizer through libelf: GNU build-id, PT_LOAD segments (load bias of
- * PIE executables and shared libraries) and function symbols from .symtab or .dynsym.
+ * ELF reading for every feature through libelf (elf.h): GNU build-id, PT_LOAD segments (load
+ * bias of PIE executables and shared libraries), function symbols from .symtab or .dynsym,
+ * named symbols and uprobe offsets.
  */
 #include <errno.h>
 #include <gelf.h>
@@ -10,7 +11,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/elf.h"
+#include "agent/procs/symtab.h"
 
 #ifndef NT_GNU_BUILD_ID
 #define NT_GNU_BUILD_ID 3
@@ -517,6 +519,66 @@ int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t 
 	}
 	elf_end(elf);
 	return err;
+}
+
+/*
+ * Resolved once per file: libbpf would parse the (large) ELF again for every probe. The
+ * first-byte test keeps the name comparisons cheap on a driver's thousands of symbols.
+ */
+int elf_dynsym_offsets(int fd, const char *const *names, size_t n, uint64_t *ret_off)
+{
+	Elf *elf;
+	Elf_Scn *scn = NULL;
+	GElf_Phdr ph[32];
+	size_t nph = 0, nh;
+	int found = 0;
+
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return -ENOTSUP;
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf)
+		return -EINVAL;
+	if (elf_getphdrnum(elf, &nh))
+		goto out;
+	for (size_t i = 0; i < nh && nph < sizeof(ph) / sizeof(ph[0]); i++)
+		if (gelf_getphdr(elf, (int)i, &ph[nph]) && ph[nph].p_type == PT_LOAD)
+			nph++;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *data;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize)
+			continue;
+		data = elf_getdata(scn, NULL);
+		for (size_t i = 0; data && i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *name;
+
+			if (!gelf_getsym(data, (int)i, &sym) ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+			    !sym.st_value)
+				continue;
+			name = elf_strptr(elf, sh.sh_link, sym.st_name);
+			if (!name)
+				continue;
+			for (size_t k = 0; k < n; k++) {
+				if (name[0] != names[k][0] || strcmp(name, names[k]))
+					continue;
+				for (size_t j = 0; j < nph; j++) {
+					const GElf_Phdr *h = &ph[j];
+
+					uint64_t v = sym.st_value;
+
+					if (v >= h->p_vaddr && v < h->p_vaddr + h->p_filesz)
+						ret_off[k] = v - h->p_vaddr + h->p_offset;
+				}
+				found++;
+			}
+		}
+	}
+out:
+	elf_end(elf);
+	return found ? found : -ENOENT;
 }
 
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret)

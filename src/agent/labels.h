@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "common/batch.h"
 
 #define AGENT_LABELS_CAP     BATCH_MAX_LABELS	/* labels of one record, all sources */
@@ -30,7 +30,7 @@ struct agent_labels {
 	size_t n;
 	char pid[16], tid[16];
 	char comm[PROCFS_COMM_LEN], thread[PROCFS_COMM_LEN];
-	char ns_pid[16];	/* for the producers that add it (strips_labels) */
+	char ns_pid[16];	/* agent__tracked_labels() */
 	char cmdline[PROCFS_CMDLINE_LEN], program[PROCFS_PROGRAM_LEN];
 };
 
@@ -48,6 +48,15 @@ struct agent_labels {
  */
 int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		      struct agent_labels *ret);
+
+/*
+ * The labels of a thread of a tracked GPU process (procs/tracker.h), for the records of the
+ * thread-state and CUDA modules: agent__pid_labels() plus ns_pid when the process lives in another
+ * pid namespace. thread may be NULL: the name procfs has for tid (procfs_comm_seen() from the BPF
+ * events, else /proc). Returns LABELS_KEPT or LABELS_DROPPED. Main-loop thread.
+ */
+int agent__tracked_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread,
+			  struct agent_labels *ret);
 
 /*
  * Where the metadata labels come from: meta__pid_labels() (meta.h) while the meta module runs

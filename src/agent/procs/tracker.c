@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * GPU process discovery for the thread-state and CUDA modules: a process is tracked when it maps
+ * GPU process discovery for every feature that follows GPU processes (tracker.h; the
+ * thread-state and CUDA modules): a process is tracked when it maps
  * libcuda or /dev/nvidia* (or holds such a device open), is named by --pid, or was forked by a
  * tracked process. With --pid, only the named processes and their children: "profile only
  * this process" (other GPU processes are neither probed nor stripped). Found by one /proc scan
@@ -17,10 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "agent/agent.h"
-#include "agent/meta/labels.h"
-#include "agent/meta/procfs.h"
-#include "agent/sched/strips.h"
-#include "common/batch.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/procfs.h"
+#include "agent/procs/tracker.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -49,8 +49,6 @@ static struct {
 	struct { pid_t pid; uint64_t vsize; } vs[VSIZE_SLOTS];	/* direct-mapped by pid */
 	struct procs_stats st;
 } P;
-
-int strips_in_sync_map_fd = -1;
 
 static void light_scan(void);
 
@@ -111,35 +109,25 @@ static void untrack(pid_t pid)
 	notify(pid, false);
 }
 
+/* A mapping that makes its process a GPU process: /dev/nvidia*, or libcuda. */
+static int gpu_mapping(const struct maps_line *l, void *ctx)
+{
+	if (!strncmp(l->path, "/dev/nvidia", 11))
+		return PROC_WHY_NVIDIA_DEV;
+	return maps_lib_named(l->path, "libcuda.so") ? PROC_WHY_LIBCUDA : 0;
+}
+
 int procs__check_gpu(pid_t pid, enum proc_why *ret_why)
 {
-	char path[64], line[1024];
-	int found = 0;
-	FILE *f;
+	char path[64];
+	int found;
 	DIR *d;
 	struct dirent *de;
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
+	found = maps_each(pid, MAPS_ALL, gpu_mapping, NULL);
+	if (found < 0)
+		return found;
 	P.st.checks++;
-	while (fgets(line, sizeof(line), f)) {
-		char *name = strchr(line, '/');
-
-		if (!name)
-			continue;
-		if (!strncmp(name, "/dev/nvidia", 11)) {
-			found = PROC_WHY_NVIDIA_DEV;
-			break;
-		}
-		name = strrchr(name, '/') + 1;
-		if (!strncmp(name, "libcuda.so", 10)) {
-			found = PROC_WHY_LIBCUDA;
-			break;
-		}
-	}
-	fclose(f);
 	if (!found) {
 		/* a device held open but not mapped */
 		snprintf(path, sizeof(path), "/proc/%d/fd", pid);
@@ -395,16 +383,9 @@ void procs__stats(struct procs_stats *s)
 	s->tracked = P.nprocs;
 }
 
-int strips_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread,
-		  struct agent_labels *ret)
+pid_t procs__ns_pid(pid_t pid)
 {
 	const struct proc_info *p = find(pid);
 
-	if (agent__pid_labels(a, pid, tid, thread, ret) == LABELS_DROPPED)
-		return LABELS_DROPPED;
-	if (p && p->ns_pid != p->pid) {
-		snprintf(ret->ns_pid, sizeof(ret->ns_pid), "%d", p->ns_pid);
-		agent_labels__add(ret, "ns_pid", ret->ns_pid);
-	}
-	return LABELS_KEPT;
+	return p ? p->ns_pid : 0;
 }

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "agent/agent.h"
-#include "agent/meta/labels.h"
+#include "agent/labels.h"
+#include "agent/procs/tracker.h"
 
 static labels_meta_fn meta_fn;	/* atomic: set by meta__start/stop, read by any producer */
 static labels_exec_fn exec_fn;	/* the same */
@@ -76,5 +77,19 @@ int agent__pid_labels(struct agent *a, pid_t pid, pid_t tid, const char *comm,
 		return LABELS_DROPPED;
 	}
 	ret->n += m;
+	return LABELS_KEPT;
+}
+
+int agent__tracked_labels(struct agent *a, pid_t pid, pid_t tid, const char *thread,
+			  struct agent_labels *ret)
+{
+	pid_t ns_pid = procs__ns_pid(pid);
+
+	if (agent__pid_labels(a, pid, tid, thread, ret) == LABELS_DROPPED)
+		return LABELS_DROPPED;
+	if (ns_pid && ns_pid != pid) {
+		snprintf(ret->ns_pid, sizeof(ret->ns_pid), "%d", ns_pid);
+		agent_labels__add(ret, "ns_pid", ret->ns_pid);
+	}
 	return LABELS_KEPT;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include "agent/sym/symbolize_int.h"
+#include "agent/procs/symtab.h"
 
 /* Room for one more candidate. 0 or -ENOMEM. */
 static int build_room(struct symt *t)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "agent/meta/procfs.h"
+#include "agent/procs/procfs.h"
 #include "common/util.h"
 
 #define SLOTS	8192				/* direct-mapped by tid */

@@ -1,17 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Internals of the symbolizer shared by its files: a sorted symbol table (binary search,
- * aliases folded, zero sizes derived from the next symbol). The ELF reader other modules use
- * too is sym_elf.h.
+ * A sorted symbol table (binary search, aliases folded, zero sizes derived from the next
+ * symbol), filled by the ELF reader (elf.h) and by the symbolizer's perf-map and kallsyms readers.
  */
-#ifndef GPUSCOPE_SYMBOLIZE_INT_H
-#define GPUSCOPE_SYMBOLIZE_INT_H
+#ifndef GPUSCOPE_AGENT_PROCS_SYMTAB_H
+#define GPUSCOPE_AGENT_PROCS_SYMTAB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include "agent/sym/sym_elf.h"
 
 /* One symbol of a finished table: 16 bytes, so a table of 1e6 symbols takes 16 MB + names. */
 struct symt_ent {

@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The symbolizer's ELF reader on libelf (sym_elf.c: build-ids, PT_LOAD segments, symbols) and
- * its /proc/PID/maps line parser and mapping opener, for every module that reads a process's
- * binaries (the unwinder, CUPTI's USDT probes); the symbol table itself stays internal.
+ * The agent's one ELF reader, on libelf (elf.c): build-ids, PT_LOAD segments, function symbols
+ * into a symbol table (symtab.h), named symbols, uprobe offsets, for every feature that reads a
+ * process's binaries (the symbolizer, the unwinder, the CPython detector, the CUDA probes,
+ * CUPTI's USDT probes). .eh_frame tables are built from these files by unwind/table.c.
  */
-#ifndef GPUSCOPE_SYM_ELF_H
-#define GPUSCOPE_SYM_ELF_H
+#ifndef GPUSCOPE_AGENT_PROCS_ELF_H
+#define GPUSCOPE_AGENT_PROCS_ELF_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-struct symt;	/* symbolize_int.h: the symbolizer's own */
+struct symt;	/* symtab.h */
 
 /* A PT_LOAD segment: maps file [off, off+filesz) to [vaddr, ...). */
 struct elf_seg {
@@ -62,26 +63,13 @@ int elf_find_symbols(int fd, const char *const *names, size_t n, uint64_t *ret_a
  */
 int elf_find_function_prefix(int fd, const char *prefix, char *ret_name, size_t len,
 			     uint64_t *ret_off);
+/*
+ * File offsets (where a uprobe goes) of the named functions, from the .dynsym of an open ELF
+ * file: ret_off[i] for names[i], 0 when absent (or in no PT_LOAD segment). Number of names
+ * found; -ENOENT when none is; -ENOTSUP (no libelf), -EINVAL (not ELF).
+ */
+int elf_dynsym_offsets(int fd, const char *const *names, size_t n, uint64_t *ret_off);
 /* ELF virtual address of a file offset through the PT_LOAD segments; false if none holds it. */
 bool elf_off_to_vaddr(const struct elf_seg *segs, int nsegs, uint64_t off, uint64_t *ret);
-
-/* One executable mapping of /proc/PID/maps; path points into the parsed line. */
-struct sym_maps_line {
-	uint64_t start, end, pgoff, dev, ino;
-	const char *path;	/* "" for anonymous */
-	bool deleted;
-};
-
-/* Parses a /proc/PID/maps line (modified in place). 1: executable mapping, 0: skip. Any thread. */
-int sym_parse_maps_line(char *line, struct sym_maps_line *ret);
-
-struct stat;
-/*
- * Opens the file behind a mapping of pid: the exact mapped file through /proc/PID/map_files
- * (deleted files, other mount namespaces), else the path inside the process's root. fd or
- * -errno; *ret_st filled when not NULL. Any thread.
- */
-int sym_open_mapping(pid_t pid, uint64_t start, uint64_t end, const char *path, bool deleted,
-		     struct stat *ret_st);
 
 #endif
