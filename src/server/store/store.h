@@ -110,13 +110,18 @@ void store_group_name(const char *const *pairs, size_t n, const char *group_by, 
 int store_group_index(struct strtab *groups, const char *const *pairs, size_t n,
 		      const char *group_by, struct buf *tmp, uint32_t *ret);
 
+/* The ClickHouse tables whose day partitions retention drops, in store_stats order. */
+#define STORE_PART_TABLES "samples_raw", "samples_rollup", "points", "intervals"
+
 struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */
 	uint64_t bytes_free;		/* of them, free pages of the database (sqlite) */
 	uint64_t samples, points, intervals;	/* stored since start */
 	uint64_t batches, duplicate_batches;
 	uint64_t commits;		/* group commits: each stored one or more batches */
-	uint64_t raw_chunks_deleted, rollups_deleted;
+	uint64_t raw_chunks_deleted, rollups_deleted;	/* rows (sqlite) */
+	/* day partitions dropped by retention (clickhouse), by table: STORE_PART_TABLES order */
+	uint64_t partitions_dropped[4];
 	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
 	/* hour and day rows built: kept, or deferred to the level below (sqlite) */
 	uint64_t rollups_kept[2], rollups_deferred[2];
