@@ -48,6 +48,65 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *
 	return ret;
 }
 
+struct offload_job {
+	struct http_server *h;
+	struct MHD_Connection *c;
+	struct req *r;
+	http_work_fn fn;
+	unsigned *running;		/* its kind's count, in h->workers too */
+};
+
+/* Runs one request's work off the event loop, then resumes its connection, whose handler
+ * queues the answer left in r. Neither c nor r is touched after the resume. */
+static void *offload_worker(void *arg)
+{
+	struct offload_job *j = arg;
+	struct http_server *h = j->h;
+
+	http_deferred = j->r;
+	j->fn(h, j->c, j->r);
+	http_deferred = NULL;
+	MHD_resume_connection(j->c);
+	pthread_mutex_lock(&h->wmu);
+	--*j->running;
+	if (!--h->workers)
+		pthread_cond_broadcast(&h->wcond);
+	pthread_mutex_unlock(&h->wmu);
+	free(j);
+	return NULL;
+}
+
+bool http_offload(struct http_server *h, struct MHD_Connection *c, struct req *r,
+		  http_work_fn fn, unsigned *running, unsigned max)
+{
+	struct offload_job *j;
+	pthread_attr_t attr;
+	pthread_t t;
+	bool started = false;
+
+	pthread_mutex_lock(&h->wmu);
+	if (*running < max && (j = malloc(sizeof(*j)))) {
+		*j = (struct offload_job){ h, c, r, fn, running };
+		++*running;
+		h->workers++;
+		r->worked = true;
+		MHD_suspend_connection(c);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		started = !pthread_create(&t, &attr, offload_worker, j);
+		pthread_attr_destroy(&attr);
+		if (!started) {
+			--*running;
+			h->workers--;
+			r->worked = false;
+			free(j);
+			MHD_resume_connection(c);
+		}
+	}
+	pthread_mutex_unlock(&h->wmu);
+	return started;
+}
+
 bool http_inflight_charge(struct http_server *h, struct req *r, size_t n)
 {
 	int64_t now = __atomic_add_fetch(&h->ctr.inflight_bytes, (int64_t)n, __ATOMIC_RELAXED);
@@ -291,7 +350,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 	bool get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
 
 	if (!strcmp(url, "/metrics") && get)
-		return http_do_metrics(h, c);
+		return http_do_metrics(h, c, r);
 	if (!strcmp(url, "/healthz") && get) {
 		/* For probes: answered by the event loop alone, no token, no store. */
 		struct buf ok = { 0 };

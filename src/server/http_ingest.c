@@ -163,31 +163,6 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	}
 }
 
-struct ingest_job {
-	struct http_server *h;
-	struct MHD_Connection *c;
-	struct req *r;
-};
-
-/* Stores one upload off the event loop, then resumes its connection, whose handler queues the
- * answer left in r. Neither c nor r is touched after the resume. */
-static void *ingest_worker(void *http_arg)
-{
-	struct ingest_job *j = http_arg;
-	struct http_server *h = j->h;
-
-	http_deferred = j->r;
-	do_ingest(h, j->c, j->r);
-	http_deferred = NULL;
-	MHD_resume_connection(j->c);
-	free(j);
-	pthread_mutex_lock(&h->wmu);
-	if (!--h->workers)
-		pthread_cond_broadcast(&h->wcond);
-	pthread_mutex_unlock(&h->wmu);
-	return NULL;
-}
-
 /*
  * POST /api/v1/ingest. The store answers only once a batch is durable, which may take its group
  * commit's wait (ClickHouse: up to --clickhouse-commit-delay and the INSERTs): the connection is
@@ -198,34 +173,9 @@ static void *ingest_worker(void *http_arg)
 enum MHD_Result http_ingest_route(struct http_server *h, struct MHD_Connection *c,
 				  struct req *r)
 {
-	struct ingest_job *j;
-	pthread_attr_t attr;
-	pthread_t t;
-	bool started = false;
-
 	if (r->worked)
 		return r->answered ? http_reply(c, r->ans_code, r->ans_type, &r->ans, NULL) : MHD_NO;
-	pthread_mutex_lock(&h->wmu);
-	if (h->workers < INGEST_WORKERS_MAX && (j = malloc(sizeof(*j)))) {
-		*j = (struct ingest_job){ h, c, r };
-		h->workers++;
-		r->worked = true;
-		MHD_suspend_connection(c);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		started = !pthread_create(&t, &attr, ingest_worker, j);
-		pthread_attr_destroy(&attr);
-		if (!started) {
-			h->workers--;
-			r->worked = false;
-			free(j);
-			MHD_resume_connection(c);
-		}
-	}
-	pthread_mutex_unlock(&h->wmu);
-	if (started)
-		return MHD_YES;
-	if (r->worked)	/* resumed above: the handler runs again */
+	if (http_offload(h, c, r, do_ingest, &h->ingest_workers, INGEST_WORKERS_MAX))
 		return MHD_YES;
 	return do_ingest(h, c, r);
 }

@@ -158,6 +158,17 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 	prom_gauge(out, "gpuscope_server_label_set_memory_bytes",
 		   "Bytes of label sets held in memory (--max-label-set-memory).",
 		   (double)s.label_set_bytes);
+	if (s.sqlite_heap_limit) {
+		prom_gauge(out, "gpuscope_server_sqlite_memory_bytes",
+			   "SQLite's heap: page caches, statements, schema (--sqlite-cache).",
+			   (double)s.sqlite_heap_bytes);
+		prom_gauge(out, "gpuscope_server_sqlite_memory_limit_bytes",
+			   "--sqlite-cache: past it page caches recycle instead of growing.",
+			   (double)s.sqlite_heap_limit);
+		prom_gauge(out, "gpuscope_server_dictionary_memory_bytes",
+			   "The in-memory indexes of locations, stacks, series and strings, and the "
+			   "strings.", (double)s.dict_bytes);
+	}
 	prom_gauge(out, "gpuscope_server_nodes_held", "Nodes that ingested since start (--max-nodes).",
 		   (double)s.nodes_held);
 	prom_counter(out, "gpuscope_server_nodes_refused_total",

@@ -37,6 +37,11 @@ struct store_opts {
 	 * as past the per-node limit), and nodes that ingested since start (a new node's batches
 	 * past it are refused, -EDQUOT). 0: no limit. */
 	uint64_t max_label_set_bytes, max_nodes;
+	/* sqlite: SQLite's heap (the page caches of every connection, statements, schema): a soft
+	 * limit past which caches recycle their pages instead of growing, and a connection put back
+	 * in the pool frees its cache. Each connection's cache at most a quarter of it (and 32 MiB).
+	 * 0: SQ_CACHE_DEFAULT. */
+	uint64_t sqlite_cache_bytes;
 
 	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
 	 * schema is created on each; any of them answers), the remote_servers cluster whose
@@ -138,6 +143,9 @@ struct store_stats {
 	uint64_t nodes_held, nodes_refused;	/* nodes known since start; batches of new nodes
 						 * refused at the node limit */
 	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
+	/* sqlite: SQLite's heap now and its soft limit; the in-memory dictionaries (location,
+	 * stack, series and string indexes and the strings) */
+	uint64_t sqlite_heap_bytes, sqlite_heap_limit, dict_bytes;
 	/* background recompression: rows waiting, CPU spent, bytes looked at and after */
 	uint64_t recompress_lag_rows, recompress_cpu_ns, recompress_in, recompress_out;
 	/* ...and its merges of dictionary blocks: blocks merged, bytes before and after */
