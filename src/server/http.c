@@ -7,6 +7,9 @@
 #include "server/http_int.h"
 
 __thread struct req *http_deferred;
+/* "Gpuscope-Ingest-Limits" on every answer (set once at start): what an agent sizes its batches
+ * to before sending (the body size, and the decoding budget of common/batch.h's formula). */
+static char ingest_limits[128];
 
 static void count(struct http_server *h, enum reject r)
 {
@@ -41,6 +44,8 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *
 	if (encoding)
 		MHD_add_response_header(resp, "Content-Encoding", encoding);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	if (ingest_limits[0])
+		MHD_add_response_header(resp, "Gpuscope-Ingest-Limits", ingest_limits);
 	if (code == MHD_HTTP_SERVICE_UNAVAILABLE)	/* busy or a store failure: soon again */
 		MHD_add_response_header(resp, "Retry-After", "1");
 	ret = MHD_queue_response(c, code, resp);
@@ -632,6 +637,8 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	h->o = *o;
 	if (h->o.max_inflight < h->o.max_body)
 		h->o.max_inflight = h->o.max_body;
+	snprintf(ingest_limits, sizeof(ingest_limits), "max-body=%zu, decode-base=%u, decode-ratio=%u",
+		 h->o.max_body, (unsigned)BATCH_DECODE_BASE, (unsigned)BATCH_DECODE_RATIO);
 	h->ctr.inflight_max = h->o.max_inflight;
 	h->listen_fd = -1;
 	pthread_mutex_init(&h->rmu, NULL);
