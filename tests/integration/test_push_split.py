@@ -3,7 +3,7 @@
 """A server that answers 413 makes a real agent split its batches and deliver everything, and the
 agent then sizes its batches to the limits the 413 told: the agent starts against a server with
 --max-body 1MiB (it learns that limit before its first batch and its batches of a 999 Hz sampler
-over 3 s fit), the server is restarted on the same port and data with --max-body 2KiB: the next
+over 2 s fit), the server is restarted on the same port and data with --max-body 2KiB: the next
 batch is answered 413 and sent in halves, and from the limits that answer carried the later
 batches are split before sending. No sample rejected or dropped, the server holds exactly what
 the agent says it delivered, and the summary line adds up."""
@@ -21,7 +21,7 @@ node = "split-%d" % os.getpid()
 agent = None
 try:
     agent = Agent(server.url, ["--modules", "cpu-sampler", "--pid", str(work.pid),
-                               "--push-interval", "3s", "--frequency", "999", "--node", node,
+                               "--push-interval", "2s", "--frequency", "999", "--node", node,
                                "--spool-dir", tmp.path("spool"), "--retry-max", "1s"],
                   tmp.path("agent.log"), hold=[work])
     if not cpu_sampler_up(agent):
@@ -35,13 +35,13 @@ try:
     server.start()
     check(wait_until(lambda: agent.metric("gpuscope_agent_batches_split_total") >= 1 and
                      agent.metric("gpuscope_agent_batches_fitted_total") >= 2 and
-                     agent.metric("gpuscope_agent_samples_sent_total") >= 6000, 60),
+                     agent.metric("gpuscope_agent_samples_sent_total") >= 3000, 60),
           "the agent split a batch after a 413, then split batches before sending (split %d, "
           "fitted %d, sent %d)" % (agent.metric("gpuscope_agent_batches_split_total"),
                                    agent.metric("gpuscope_agent_batches_fitted_total"),
                                    agent.metric("gpuscope_agent_samples_sent_total")))
     split = agent.metric("gpuscope_agent_batches_split_total")
-    time.sleep(4)  # another push interval: sized beforehand, no further 413
+    time.sleep(2)  # more pushes: sized beforehand, no further 413
     rc = agent.stop()
     s = agent.summary()
     check(rc == 0, "agent exits 0 (rc %s)" % rc)
