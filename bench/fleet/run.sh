@@ -79,9 +79,12 @@ tobytes() { numfmt --from=iec-i "${1%B}"; }
 awk -v rss0="$rss0" -v fixed="$(( $(tobytes "$inflight") + $(tobytes "$sqlc") + $(tobytes "$lsmem") ))" '
 	{ b = rss0 * 1024 + $2 * 32768 + fixed + $5; r = $1 * 1024
 	  if (r > pr) { pr = r; pb = b; pq = $4; pd = $5; pi = $3; pl = $6 }
-	  if (r - b > worst || NR == 1) worst = r - b; n++ }
+	  if (r - b > worst || NR == 1) worst = r - b; n++; rs[NR] = r }
 	END { printf "memory: %d samples; RSS peak %.0f MiB against a budget of %.0f MiB then (SQLite heap %.1f MiB, dictionaries %.1f MiB, in-flight %.1f MiB, label sets %.1f MiB); RSS - budget at most %.0f MiB\n",
-		n, pr / 1048576, pb / 1048576, pq / 1048576, pd / 1048576, pi / 1048576, pl / 1048576, worst / 1048576 }' "$tmp/mem"
+		n, pr / 1048576, pb / 1048576, pq / 1048576, pd / 1048576, pi / 1048576, pl / 1048576, worst / 1048576
+	  printf "memory: RSS by fifth of the run (MiB):"
+	  for (k = 1; k <= 5; k++) printf " %.0f", rs[int(n * k / 5)] / 1048576
+	  printf "\n" }' "$tmp/mem"
 sort -k2 -n "$tmp/q" | awk '{ t[NR] = $2; if ($1 != 200) bad++ } END {
 	printf "UI flame graph (since=1h) during the load: %d queries, %d failed, p50 %.0f ms, max %.0f ms\n",
 		NR, bad, t[int((NR + 1) / 2)] * 1000, t[NR] * 1000 }'
