@@ -600,6 +600,9 @@ int main(int argc, char **argv)
 	 * a large body or answer buffer is unmapped when freed instead of staying in a malloc
 	 * arena, so RSS follows the budgets of docs/server.md ("Memory budget") down again. */
 	mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+	/* Hundreds of ingest workers would each get an arena (up to 8 per core), every one keeping
+	 * its freed pieces: four arenas are enough for the event loops and workers of 2-16 cores. */
+	mallopt(M_ARENA_MAX, 4);
 	st = store_open(&so, err, sizeof(err));
 	if (!st) {
 		log_error("store: %s", err);
