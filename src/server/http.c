@@ -644,6 +644,8 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	pthread_mutex_init(&h->rmu, NULL);
 	pthread_mutex_init(&h->wmu, NULL);
 	pthread_cond_init(&h->wcond, NULL);
+	pthread_mutex_init(&h->dmu, NULL);
+	pthread_cond_init(&h->dcond, NULL);
 	if (open_listener(h, o->listen, err, errlen))
 		goto out_free;
 	if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -691,6 +693,8 @@ out_free:
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->wcond);
+	pthread_mutex_destroy(&h->dmu);
+	pthread_cond_destroy(&h->dcond);
 	free(h);
 	return NULL;
 }
@@ -720,5 +724,7 @@ void http_stop(struct http_server *h)
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->wcond);
+	pthread_mutex_destroy(&h->dmu);
+	pthread_cond_destroy(&h->dcond);
 	free(h);
 }

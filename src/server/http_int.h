@@ -75,6 +75,9 @@ struct http_server {
 	pthread_cond_t wcond;
 	unsigned workers;		/* all of them */
 	unsigned ingest_workers, metrics_workers;
+	pthread_mutex_t dmu;		/* batches being decoded (http_ingest.c), and room for more */
+	pthread_cond_t dcond;
+	unsigned decoding;
 	struct conn_guard guard;
 };
 
