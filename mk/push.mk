@@ -8,3 +8,10 @@ $(OUT)/obj/src/cli/flamesvg.o: src/cli/flamegraph.js
 $(OUT)/bench/push_bench: $(call obj,bench/push/push_bench.c) $(ALL_LIBS)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+# tests/tools/pushload: the real push code under continuous-tracing-sized batches
+# (tests/integration/test_push_fit.py).
+PUSHLOAD := $(OUT)/tests/tools/pushload
+all: $(PUSHLOAD)
+$(PUSHLOAD): $(call obj,tests/tools/pushload.c) $(AGENT_LIB) $(COMMON_LIB) $(PROTO_LIB)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(AGENT_LIB) $(COMMON_LIB) $(PROTO_LIB) $(LDLIBS)

@@ -7,7 +7,11 @@
 # (p50/p99/max), query latency during the load, and the server's RSS and open descriptors at
 # the end. Usage: [CPUS=16] bench/fleet/run.sh [AGENTS=1000] [SECONDS=300] (CPUS: per simulated
 # node, all sampled at 99 Hz; TRICKLE: that many slow sockets beside the agents, bench/fleet/
-# trickle.py, from 20 other loopback addresses, one header byte every 8 s, reconnecting when cut)
+# trickle.py, from 20 other loopback addresses, one header byte every 8 s, reconnecting when cut;
+# the memory budgets: INFLIGHT (--max-inflight-bodies, 64MiB), SQLITE_CACHE (--sqlite-cache,
+# 64MiB), LSMEM (--max-label-set-memory, 64MiB). RSS is sampled every 5 s and set against the
+# memory budget of docs/server.md: start RSS + 32 KiB a connection + the three budgets + the
+# dictionaries (gauge).
 set -eu
 cd "$(dirname "$0")/../.."
 agents=${1:-1000} secs=${2:-300}
@@ -16,7 +20,9 @@ make -s -j2 .output/gpuscope-server .output/tests/tools/batchgen
 bench_tmp fleet
 echo bench-token > "$tmp/token"
 ulimit -n 65536 2>/dev/null || true
-bench_server --token-file "$tmp/token" --max-connections-per-address $((agents + 64))
+inflight=${INFLIGHT:-64MiB} sqlc=${SQLITE_CACHE:-64MiB} lsmem=${LSMEM:-64MiB}
+bench_server --token-file "$tmp/token" --max-connections-per-address $((agents + 64)) \
+	--max-inflight-bodies "$inflight" --sqlite-cache "$sqlc" --max-label-set-memory "$lsmem"
 auth="Authorization: Bearer bench-token"
 rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
 .output/tests/tools/batchgen load --url "$url/api/v1/ingest" --token bench-token \
@@ -34,10 +40,17 @@ sleep 5
 while kill -0 $lpid 2>/dev/null; do
 	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' -H "$auth" \
 		"$url/api/v1/flamegraph?since=1h" >>"$tmp/q" || echo "000 0" >>"$tmp/q"
-	conns=$(curl -s -H "$auth" "$url/metrics" | awk '/^gpuscope_server_connections / {print $2}')
+	mm=$(curl -s -H "$auth" "$url/metrics")
+	conns=$(echo "$mm" | awk '/^gpuscope_server_connections / {print $2}')
 	echo "$conns" >>"$tmp/conns"
-	curl -s -H "$auth" "$url/metrics" |
-		awk '/^gpuscope_server_inflight_body_bytes / {print $2}' >>"$tmp/inflight"
+	echo "$mm" | awk '/^gpuscope_server_inflight_body_bytes / {print $2}' >>"$tmp/inflight"
+	# RSS KiB, connections, in-flight, SQLite heap, dictionaries, label sets (bytes)
+	echo "$(awk '/VmRSS/ {print $2}' /proc/$pid/status) $conns $(echo "$mm" | awk '
+		/^gpuscope_server_inflight_body_bytes / {i = $2}
+		/^gpuscope_server_sqlite_memory_bytes / {q = $2}
+		/^gpuscope_server_dictionary_memory_bytes / {d = $2}
+		/^gpuscope_server_label_set_memory_bytes / {l = $2}
+		END {print i + 0, q + 0, d + 0, l + 0}')" >>"$tmp/mem"
 	sleep 5
 done
 wait $lpid || true
@@ -60,6 +73,18 @@ echo "server: stored $stored_batches batches, $stored_samples samples; rejected 
 	"connection-level errors $httperr; connections open (max seen) $maxconns"
 echo "server: RSS $((rss0 / 1024)) -> $((rss / 1024)) MiB (peak $((hwm / 1024)) MiB), $fds fds at the end"
 echo "server: in-flight bodies peak seen $(sort -n "$tmp/inflight" 2>/dev/null | tail -1) bytes; label sets held $(echo "$m" | awk "/^gpuscope_server_label_set_memory_bytes / {print \$2}") bytes"
+# The budget of docs/server.md at each sample: start RSS + 32 KiB x connections + the configured
+# --max-inflight-bodies, --sqlite-cache, --max-label-set-memory + the dictionaries held.
+tobytes() { numfmt --from=iec-i "${1%B}"; }
+awk -v rss0="$rss0" -v fixed="$(( $(tobytes "$inflight") + $(tobytes "$sqlc") + $(tobytes "$lsmem") ))" '
+	{ b = rss0 * 1024 + $2 * 32768 + fixed + $5; r = $1 * 1024
+	  if (r > pr) { pr = r; pb = b; pq = $4; pd = $5; pi = $3; pl = $6 }
+	  if (r - b > worst || NR == 1) worst = r - b; n++; rs[NR] = r }
+	END { printf "memory: %d samples; RSS peak %.0f MiB against a budget of %.0f MiB then (SQLite heap %.1f MiB, dictionaries %.1f MiB, in-flight %.1f MiB, label sets %.1f MiB); RSS - budget at most %.0f MiB\n",
+		n, pr / 1048576, pb / 1048576, pq / 1048576, pd / 1048576, pi / 1048576, pl / 1048576, worst / 1048576
+	  printf "memory: RSS by fifth of the run (MiB):"
+	  for (k = 1; k <= 5; k++) printf " %.0f", rs[int(n * k / 5)] / 1048576
+	  printf "\n" }' "$tmp/mem"
 sort -k2 -n "$tmp/q" | awk '{ t[NR] = $2; if ($1 != 200) bad++ } END {
 	printf "UI flame graph (since=1h) during the load: %d queries, %d failed, p50 %.0f ms, max %.0f ms\n",
 		NR, bad, t[int((NR + 1) / 2)] * 1000, t[NR] * 1000 }'

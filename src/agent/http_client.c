@@ -439,6 +439,13 @@ int http_conn__request(struct http_conn *c, const struct http_req *req, struct h
 	curl_easy_setopt(cu, CURLOPT_XFERINFODATA, c);
 	rc = curl_easy_perform(cu);
 	curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &ans->status);
+	if (req->want_header && ans->status) {
+		struct curl_header *hv = NULL;
+
+		if (curl_easy_header(cu, req->want_header, 0, CURLH_HEADER, -1, &hv) == CURLHE_OK &&
+		    hv && hv->value && strlen(hv->value) < sizeof(ans->header))
+			strcpy(ans->header, hv->value);
+	}
 	curl_easy_setopt(cu, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(cu, CURLOPT_ERRORBUFFER, NULL);
 	if (rc != CURLE_OK) {

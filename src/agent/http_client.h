@@ -70,6 +70,7 @@ struct http_req {
 	/* Asked about once a second and at every transfer step: true cuts the request. */
 	bool (*cancel)(void *arg);
 	void *arg;			/* for on_data and cancel */
+	const char *want_header;	/* an answer header to keep in http_answer.header */
 };
 
 struct http_answer {
@@ -78,6 +79,7 @@ struct http_answer {
 	size_t len;
 	char why[256];			/* what went wrong, one line, for the caller's log: the
 					 * transport's error, or "HTTP 413: <answer's first line>" */
+	char header[256];		/* req.want_header's value ("" when absent or cut) */
 };
 
 /*

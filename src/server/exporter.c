@@ -32,9 +32,11 @@ struct pquery {
 	enum sample_kind kind;
 	int gpu_idle;			/* -1: any time */
 	struct selector *fn;		/* function regex, whole name: selector.c's engine and limits */
-	bool fn_failed;			/* it hit its match limits: the series is left out */
-	struct u64map match;		/* stack id -> 1 matches, 2 does not */
-	double total;			/* samples, or ns */
+	bool fn_failed;			/* a regex hit its match limits: the series is left out */
+	struct u64map match;		/* stack id -> 1 matches, 2 does not (kept across cuts) */
+	double total;			/* samples, or ns, over [start, wm_ns) */
+	uint64_t wm_ns;			/* its own window end: a cut query counts its window later */
+	uint64_t cuts;			/* evaluations cut at the scrape's time budget */
 };
 
 struct wl {				/* a workload with series of its own */
@@ -55,7 +57,9 @@ struct exporter {
 	struct store *st;
 	struct efficiency *e;
 	struct exporter_cfg cfg;
-	pthread_mutex_t mu;
+	pthread_mutex_t cmu;		/* counting (one scrape at a time): q[]'s selectors, match */
+	pthread_mutex_t mu;		/* what a scrape prints: totals, workloads, marks */
+	size_t next_q;			/* the query a scrape evaluates first (the last one cut) */
 	struct pquery *q;
 	size_t nq;
 	struct wl *wl;
@@ -368,6 +372,7 @@ static void wl_add(struct wl *w, const struct eff_row *r, uint64_t end)
 struct match_ctx {
 	struct pquery *q;
 	const struct u64map *agg;
+	uint64_t deadline_ns;		/* CLOCK_MONOTONIC */
 	double sum;
 };
 
@@ -378,6 +383,8 @@ static int match_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	bool hit = false;
 	char tmp[FN_NAME_MAX + 1];
 
+	if (mono_ns() > m->deadline_ns)
+		return -ETIMEDOUT;
 	for (size_t i = 0; i < nf && !hit; i++) {
 		const char *pairs[2] = { "fn", frame_name(&f[i], tmp, sizeof(tmp)) };
 
@@ -393,21 +400,52 @@ static int match_stack(void *ctx, uint64_t id, const struct frame *f, size_t nf)
 	return 0;
 }
 
-/* Value of query q over [from, to) into *ret. */
-static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint64_t to,
-		      double *ret)
+/* store_query.emit: sums per stack into agg, and stops the scan once the deadline passed. */
+struct agg_emit {
+	struct u64map *agg;
+	uint64_t deadline_ns;
+	unsigned n;
+};
+
+static int agg_emit(void *ctx, uint32_t group, uint64_t key, uint64_t value)
 {
-	struct store_query sq = { from, to, q->sel, q->kind, q->gpu_idle };
+	struct agg_emit *a = ctx;
+	uint64_t *v;
+
+	(void)group;
+	if (!(++a->n & 1023) && mono_ns() > a->deadline_ns)
+		return -ETIMEDOUT;
+	v = u64map_upsert(a->agg, key, 0, NULL);
+	if (!v)
+		return -ENOMEM;
+	*v += value;
+	return 0;
+}
+
+/*
+ * Value of query q over [from, to) into *ret (cmu held). 0; -ETIMEDOUT when deadline_ns
+ * (CLOCK_MONOTONIC) passed first: cut, the stacks classified so far are kept for the next try;
+ * -E2BIG when a regex of q hit its match limits on some value; -errno.
+ */
+static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint64_t to,
+		      uint64_t deadline_ns, double *ret)
+{
 	struct u64map agg = { 0 };
-	struct match_ctx m = { q, &agg, 0 };
+	struct agg_emit ae = { &agg, deadline_ns, 0 };
+	struct store_query sq = { from, to, q->sel, q->kind, q->gpu_idle };
+	struct match_ctx m = { q, &agg, deadline_ns, 0 };
 	uint64_t *ids = NULL;
 	size_t nids = 0;
 	int err;
 
+	selector_reset(q->sel);
+	selector_set_deadline(q->sel, deadline_ns);
+	sq.emit = agg_emit;
+	sq.emit_ctx = &ae;
 	err = x->st->ops->aggregate(x->st, &sq, &agg);
+	if (selector_failed(q->sel))
+		err = selector_failed(q->sel);
 	if (err)
-		goto out;
-	if (q->fn_failed)
 		goto out;
 	if (!q->fn) {
 		for (size_t i = 0; i < agg.cap; i++)
@@ -434,18 +472,14 @@ static int eval_query(struct exporter *x, struct pquery *q, uint64_t from, uint6
 		else if (*k == 1)
 			m.sum += (double)agg.vals[i];
 	}
+	selector_reset(q->fn);
+	selector_set_deadline(q->fn, deadline_ns);
 	if (nids)
 		err = x->st->ops->stacks(x->st, ids, nids, match_stack, &m);
-	if (err == -E2BIG || err == -ENOMEM || err == -ETIMEDOUT) {
-		if (selector_failed(q->fn)) {
-			/* A value short of the truth is worse than none: the query stops. */
-			log_warn("export query %s: its function regex hit its match limits; "
-				 "its series is left out", q->name);
-			q->fn_failed = true;
-			err = 0;
-			goto out;
-		}
-	}
+	if (err && selector_failed(q->fn))
+		err = selector_failed(q->fn);
+	if (err)
+		goto out;
 done:
 	*ret = m.sum;
 out:
@@ -592,51 +626,113 @@ static int rerank(struct exporter *x, uint64_t end)
 	return 0;
 }
 
-/* Counts [wm, end) (mu held). */
-static int count_window(struct exporter *x, uint64_t end)
+/* Folds a window's workload rows into the ranking and the series (mu held). */
+static int add_workloads(struct exporter *x, struct wctx *w, uint64_t end)
 {
-	struct wctx w = { x };
-	double *qv = calloc(x->nq + 1, sizeof(*qv));
-	int err = qv ? 0 : -ENOMEM;
+	int err = 0;
 
-	if (!err)
-		err = efficiency_window(x->e, x->wm_ns, end, window_row, &w);
-	for (size_t i = 0; i < x->nq && !err; i++)
-		err = eval_query(x, &x->q[i], x->wm_ns, end, &qv[i]);
-	for (size_t i = 0; i < x->nq && !err; i++)	/* all or nothing: a failed window is redone */
-		x->q[i].total += qv[i];
-	for (size_t i = 0; i < w.n && !err; i++) {
-		struct seen *sn = seen_get(x, w.keys[i], end);
+	for (size_t i = 0; i < w->n && !err; i++) {
+		struct seen *sn = seen_get(x, w->keys[i], end);
 
 		if (!sn) {
 			err = -ENOMEM;
 			break;
 		}
-		sn->idle_dollars += w.rows[i].idle_dollars;
-		sn->idle_s += idle_s(&w.rows[i].t);
-		if (w.rows[i].t.held > 0)
+		sn->idle_dollars += w->rows[i].idle_dollars;
+		sn->idle_s += idle_s(&w->rows[i].t);
+		if (w->rows[i].t.held > 0)
 			sn->last_ns = end;
 	}
 	if (!err)
 		err = rerank(x, end);
-	for (size_t i = 0; i < w.n && !err; i++) {
+	for (size_t i = 0; i < w->n && !err; i++) {
 		struct wl *slot = NULL;
 
 		for (size_t k = 0; k < x->nwl && !slot; k++)
-			if (wl_is(&x->wl[k], w.keys[i]))
+			if (wl_is(&x->wl[k], w->keys[i]))
 				slot = &x->wl[k];
-		wl_add(slot ? slot : &x->other, &w.rows[i], end);
+		wl_add(slot ? slot : &x->other, &w->rows[i], end);
 	}
 	if (!err) {
-		x->unheld_secs += w.unheld_secs;
-		x->unheld_dollars += w.unheld_dollars;
+		x->unheld_secs += w->unheld_secs;
+		x->unheld_dollars += w->unheld_dollars;
 	}
+	return err;
+}
+
+/* The workloads' GPU time over [wm, end) (cmu held; mu taken to publish it). */
+static void count_workloads(struct exporter *x, uint64_t end)
+{
+	struct wctx w = { x };
+	int err;
+
+	if (end > x->wm_ns + MAX_WINDOW_NS)
+		end = x->wm_ns + MAX_WINDOW_NS;
+	if (end <= x->wm_ns)
+		return;
+	err = efficiency_window(x->e, x->wm_ns, end, window_row, &w);
+	pthread_mutex_lock(&x->mu);
+	if (!err)
+		err = add_workloads(x, &w, end);
+	if (err) {
+		x->window_errors++;
+		log_warn("exporter: window [%llu, %llu): %s, counted at the next scrape",
+			 (unsigned long long)x->wm_ns, (unsigned long long)end, strerror(-err));
+	} else {
+		x->wm_ns = end;
+		x->windows++;
+	}
+	pthread_mutex_unlock(&x->mu);
 	for (size_t i = 0; i < w.n; i++)
 		free(w.keys[i]);
 	free(w.keys);
 	free(w.rows);
-	free(qv);
-	return err;
+}
+
+/*
+ * Each query over its own window [q.wm, end), within the scrape's time budget (cmu held; mu
+ * taken to publish each value). A query still running at the budget's end is cut, and so is
+ * one not reached by then: its window stays open and is counted at a later scrape, starting
+ * with it (the stacks it classified are kept, so a retry goes further), and the cut is counted.
+ * The regexes run here, on the scraping worker, never on an event loop.
+ */
+static void count_queries(struct exporter *x, uint64_t end, uint64_t deadline_ns)
+{
+	bool cut = false;
+
+	for (size_t k = 0; k < x->nq; k++) {
+		size_t i = (x->next_q + k) % x->nq;
+		struct pquery *q = &x->q[i];
+		uint64_t qend = end < q->wm_ns + MAX_WINDOW_NS ? end : q->wm_ns + MAX_WINDOW_NS;
+		double v = 0;
+		int err;
+
+		if (q->fn_failed || qend <= q->wm_ns)
+			continue;
+		err = mono_ns() >= deadline_ns ? -ETIMEDOUT :
+		      eval_query(x, q, q->wm_ns, qend, deadline_ns, &v);
+		pthread_mutex_lock(&x->mu);
+		if (!err) {
+			q->total += v;
+			q->wm_ns = qend;
+		} else if (err == -ETIMEDOUT) {
+			q->cuts++;
+			if (!cut)
+				x->next_q = i;
+			cut = true;
+		} else if (err == -E2BIG) {
+			/* A value short of the truth is worse than none: the query stops. */
+			log_warn("export query %s: a regex hit its match limits; its series is left "
+				 "out", q->name);
+			q->fn_failed = true;
+		} else {
+			x->window_errors++;
+			log_warn("export query %s: window [%llu, %llu): %s, counted at the next "
+				 "scrape", q->name, (unsigned long long)q->wm_ns,
+				 (unsigned long long)qend, strerror(-err));
+		}
+		pthread_mutex_unlock(&x->mu);
+	}
 }
 
 static void wl_print(FILE *out, const struct wl *w, const char *ns, const char *pod)
@@ -652,27 +748,22 @@ static void wl_print(FILE *out, const struct wl *w, const char *ns, const char *
 
 int exporter_metrics(struct exporter *x, FILE *out)
 {
-	uint64_t now = wall_ns(), end, t0;
-	int err = 0;
+	uint64_t now = wall_ns(), deadline = mono_ns() + x->cfg.budget_ns, end, t0;
 
-	pthread_mutex_lock(&x->mu);
-	t0 = thread_cpu_ns();
-	end = now > x->cfg.settle_ns ? (now - x->cfg.settle_ns) / NSEC_PER_MSEC * NSEC_PER_MSEC : 0;
-	if (end > x->wm_ns + MAX_WINDOW_NS)
-		end = x->wm_ns + MAX_WINDOW_NS;
-	if (end > x->wm_ns) {
-		err = count_window(x, end);
-		if (err) {
-			x->window_errors++;
-			log_warn("exporter: window [%llu, %llu): %s, counted at the next scrape",
-				 (unsigned long long)x->wm_ns, (unsigned long long)end,
-				 strerror(-err));
-		} else {
-			x->wm_ns = end;
-			x->windows++;
-		}
+	/* One scrape counts at a time; another one meanwhile prints what is counted so far
+	 * instead of waiting. */
+	if (!pthread_mutex_trylock(&x->cmu)) {
+		t0 = thread_cpu_ns();
+		end = now > x->cfg.settle_ns ?
+			      (now - x->cfg.settle_ns) / NSEC_PER_MSEC * NSEC_PER_MSEC : 0;
+		count_workloads(x, end);
+		count_queries(x, end, deadline);
+		pthread_mutex_lock(&x->mu);
+		x->cpu_ns += thread_cpu_ns() - t0;
+		pthread_mutex_unlock(&x->mu);
+		pthread_mutex_unlock(&x->cmu);
 	}
-	x->cpu_ns += thread_cpu_ns() - t0;
+	pthread_mutex_lock(&x->mu);
 	prom_family(out, "gpuscope_server_gpu_seconds_total", "counter",
 		    "GPU time by state and holder workload (top workloads by idle cost, the rest as "
 		    "namespace=\"other\").");
@@ -709,6 +800,19 @@ int exporter_metrics(struct exporter *x, FILE *out)
 						   { "unit", cpu ? "samples" : "seconds" } },
 			    2, cpu ? x->q[i].total : x->q[i].total / 1e9);
 	}
+	if (x->nq) {
+		prom_family(out, "gpuscope_server_export_query_cuts_total", "counter",
+			    "Evaluations of a profile query cut at the scrape's time budget "
+			    "(--export-timeout): its window is counted at a later scrape.");
+		for (size_t i = 0; i < x->nq; i++)
+			prom_sample1_u64(out, "gpuscope_server_export_query_cuts_total", "query",
+					 x->q[i].name, x->q[i].cuts);
+		prom_family(out, "gpuscope_server_export_query_window_end_seconds", "gauge",
+			    "Data time up to which each profile query is counted.");
+		for (size_t i = 0; i < x->nq; i++)
+			prom_sample1(out, "gpuscope_server_export_query_window_end_seconds",
+				     "query", x->q[i].name, x->q[i].wm_ns / 1e9);
+	}
 	prom_family(out, "gpuscope_server_export_window_seconds", "gauge",
 		    "Data time the counters cover: start (server start) and end (last window).");
 	prom_sample1(out, "gpuscope_server_export_window_seconds", "edge", "start", x->start_ns / 1e9);
@@ -741,12 +845,17 @@ struct exporter *exporter_new(struct store *st, struct efficiency *e,
 	x->e = e;
 	x->cfg = *cfg;
 	x->other.ns = x->other.pod = NULL;
+	if (!x->cfg.budget_ns)
+		x->cfg.budget_ns = EXPORT_TIMEOUT_DEFAULT_NS;
 	x->start_ns = x->wm_ns = wall_ns() / NSEC_PER_MSEC * NSEC_PER_MSEC;
+	pthread_mutex_init(&x->cmu, NULL);
 	pthread_mutex_init(&x->mu, NULL);
 	if (cfg->queries_file && load_queries(x, cfg->queries_file, err, errlen)) {
 		exporter_free(x);
 		return NULL;
 	}
+	for (size_t i = 0; i < x->nq; i++)
+		x->q[i].wm_ns = x->start_ns;
 	return x;
 }
 
@@ -766,5 +875,6 @@ void exporter_free(struct exporter *x)
 		free(x->seen[i].key);
 	free(x->seen);
 	pthread_mutex_destroy(&x->mu);
+	pthread_mutex_destroy(&x->cmu);
 	free(x);
 }

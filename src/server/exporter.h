@@ -15,10 +15,14 @@
 #include "server/efficiency.h"
 #include "server/store/store.h"
 
+#define EXPORT_TIMEOUT_DEFAULT_NS (5 * 1000000000ull)
+
 struct exporter_cfg {
 	const char *queries_file;	/* --export-queries, or NULL */
 	size_t top;			/* workloads with series of their own */
 	uint64_t settle_ns;		/* windows close this far behind now */
+	uint64_t budget_ns;		/* --export-timeout: a scrape's time for the queries (0:
+					 * EXPORT_TIMEOUT_DEFAULT_NS) */
 };
 
 struct exporter;
@@ -33,7 +37,9 @@ void exporter_free(struct exporter *x);
 
 /*
  * Counts the window that closed since the last call, then writes every counter to out
- * (common/prom.h). 0 (a window that failed is counted and retried at the next call).
+ * (common/prom.h). 0 (a window that failed is counted and retried at the next call). The
+ * queries' regexes run here, within cfg.budget_ns: call it off the HTTP event loops. While
+ * another call counts, it prints what is counted so far without waiting. Any thread.
  */
 int exporter_metrics(struct exporter *x, FILE *out);
 

@@ -7,6 +7,9 @@
 #include "server/http_int.h"
 
 __thread struct req *http_deferred;
+/* "Gpuscope-Ingest-Limits" on every answer (set once at start): what an agent sizes its batches
+ * to before sending (the body size, and the decoding budget of common/batch.h's formula). */
+static char ingest_limits[128];
 
 static void count(struct http_server *h, enum reject r)
 {
@@ -41,11 +44,72 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned code, const char *
 	if (encoding)
 		MHD_add_response_header(resp, "Content-Encoding", encoding);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	if (ingest_limits[0])
+		MHD_add_response_header(resp, "Gpuscope-Ingest-Limits", ingest_limits);
 	if (code == MHD_HTTP_SERVICE_UNAVAILABLE)	/* busy or a store failure: soon again */
 		MHD_add_response_header(resp, "Retry-After", "1");
 	ret = MHD_queue_response(c, code, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+struct offload_job {
+	struct http_server *h;
+	struct MHD_Connection *c;
+	struct req *r;
+	http_work_fn fn;
+	unsigned *running;		/* its kind's count, in h->workers too */
+};
+
+/* Runs one request's work off the event loop, then resumes its connection, whose handler
+ * queues the answer left in r. Neither c nor r is touched after the resume. */
+static void *offload_worker(void *arg)
+{
+	struct offload_job *j = arg;
+	struct http_server *h = j->h;
+
+	http_deferred = j->r;
+	j->fn(h, j->c, j->r);
+	http_deferred = NULL;
+	MHD_resume_connection(j->c);
+	pthread_mutex_lock(&h->wmu);
+	--*j->running;
+	if (!--h->workers)
+		pthread_cond_broadcast(&h->wcond);
+	pthread_mutex_unlock(&h->wmu);
+	free(j);
+	return NULL;
+}
+
+bool http_offload(struct http_server *h, struct MHD_Connection *c, struct req *r,
+		  http_work_fn fn, unsigned *running, unsigned max)
+{
+	struct offload_job *j;
+	pthread_attr_t attr;
+	pthread_t t;
+	bool started = false;
+
+	pthread_mutex_lock(&h->wmu);
+	if (*running < max && (j = malloc(sizeof(*j)))) {
+		*j = (struct offload_job){ h, c, r, fn, running };
+		++*running;
+		h->workers++;
+		r->worked = true;
+		MHD_suspend_connection(c);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		started = !pthread_create(&t, &attr, offload_worker, j);
+		pthread_attr_destroy(&attr);
+		if (!started) {
+			--*running;
+			h->workers--;
+			r->worked = false;
+			free(j);
+			MHD_resume_connection(c);
+		}
+	}
+	pthread_mutex_unlock(&h->wmu);
+	return started;
 }
 
 bool http_inflight_charge(struct http_server *h, struct req *r, size_t n)
@@ -291,7 +355,7 @@ static enum MHD_Result route(struct http_server *h, struct MHD_Connection *c, co
 	bool get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
 
 	if (!strcmp(url, "/metrics") && get)
-		return http_do_metrics(h, c);
+		return http_do_metrics(h, c, r);
 	if (!strcmp(url, "/healthz") && get) {
 		/* For probes: answered by the event loop alone, no token, no store. */
 		struct buf ok = { 0 };
@@ -573,11 +637,15 @@ struct http_server *http_start(struct store *st, const struct http_opts *o, char
 	h->o = *o;
 	if (h->o.max_inflight < h->o.max_body)
 		h->o.max_inflight = h->o.max_body;
+	snprintf(ingest_limits, sizeof(ingest_limits), "max-body=%zu, decode-base=%u, decode-ratio=%u",
+		 h->o.max_body, (unsigned)BATCH_DECODE_BASE, (unsigned)BATCH_DECODE_RATIO);
 	h->ctr.inflight_max = h->o.max_inflight;
 	h->listen_fd = -1;
 	pthread_mutex_init(&h->rmu, NULL);
 	pthread_mutex_init(&h->wmu, NULL);
 	pthread_cond_init(&h->wcond, NULL);
+	pthread_mutex_init(&h->dmu, NULL);
+	pthread_cond_init(&h->dcond, NULL);
 	if (open_listener(h, o->listen, err, errlen))
 		goto out_free;
 	if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
@@ -625,6 +693,8 @@ out_free:
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->wcond);
+	pthread_mutex_destroy(&h->dmu);
+	pthread_cond_destroy(&h->dcond);
 	free(h);
 	return NULL;
 }
@@ -654,5 +724,7 @@ void http_stop(struct http_server *h)
 	pthread_mutex_destroy(&h->rmu);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->wcond);
+	pthread_mutex_destroy(&h->dmu);
+	pthread_cond_destroy(&h->dcond);
 	free(h);
 }

@@ -7,9 +7,11 @@
  * trickles one byte now and then would hold its connection for ever.
  */
 #include <linux/tcp.h>
+#include <malloc.h>
 #include "server/http_int.h"
 
 #define REAP_PERIOD_MS 250
+#define TRIM_PERIOD_NS (10 * NSEC_PER_SEC)	/* malloc_trim() */
 
 /* One client address: IPv4, or an IPv6 /64 (what one host usually gets). */
 struct addr_count {
@@ -409,6 +411,7 @@ static void *reaper(void *arg)
 {
 	struct http_server *h = arg;
 	struct conn_guard *g = &h->guard;
+	uint64_t next_trim_ns = mono_ns() + TRIM_PERIOD_NS;
 
 	pthread_mutex_lock(&g->mu);
 	while (!g->stop) {
@@ -423,6 +426,16 @@ static void *reaper(void *arg)
 		pthread_cond_timedwait(&g->cond, &g->mu, &ts);
 		if (!g->stop)
 			reap(h, mono_ns());
+		if (!g->stop && mono_ns() >= next_trim_ns) {
+			/* The malloc arenas give their free pages back: RSS follows what is held
+			 * (docs/server.md, "Memory budget"), not its high-water mark (decoded
+			 * batches are many small allocations, which no mmap threshold returns).
+			 * Not under g->mu: it walks every arena (milliseconds). */
+			next_trim_ns = mono_ns() + TRIM_PERIOD_NS;
+			pthread_mutex_unlock(&g->mu);
+			malloc_trim(0);
+			pthread_mutex_lock(&g->mu);
+		}
 	}
 	pthread_mutex_unlock(&g->mu);
 	return NULL;

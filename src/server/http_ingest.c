@@ -54,12 +54,64 @@ static const char *fmt_unix(uint64_t ns, char *buf, size_t len)
 	return buf;
 }
 
+/* How long a worker waits for room in --max-inflight-bodies to decode its batch. */
+#define DECODE_WAIT_NS (5 * NSEC_PER_SEC)
+
+/*
+ * Counts a batch's decompressed form and what unpacking it allocates (batch_scan()'s estimate:
+ * protobuf-c's structures, held until the batch is stored) against --max-inflight-bodies, with
+ * the bodies: a backlog of decoded batches waiting for their commit stays within the budget.
+ * Without room, a worker waits for it (at most DECODE_WAIT_NS; on an event loop it does not
+ * wait); a batch goes past the budget only when no other is being decoded, so that one too
+ * large for the budget alone is not refused for ever and decoding always goes on. False: busy.
+ */
+static bool decode_admit(struct http_server *h, struct req *r, size_t need)
+{
+	uint64_t deadline = mono_ns() + DECODE_WAIT_NS;
+	bool ok;
+
+	pthread_mutex_lock(&h->dmu);
+	for (;;) {
+		uint64_t now = mono_ns(), until = now + 100 * NSEC_PER_MSEC;
+		struct timespec ts;
+
+		ok = http_inflight_charge(h, r, need);
+		if (!ok && !h->decoding) {
+			__atomic_add_fetch(&h->ctr.inflight_bytes, (int64_t)need, __ATOMIC_RELAXED);
+			r->charged += need;
+			ok = true;
+		}
+		if (ok || !http_deferred || now >= deadline)
+			break;
+		/* CLOCK_REALTIME for the condition variable; polled, a release also signals */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		until = (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec + (until - now);
+		ts = (struct timespec){ (time_t)(until / NSEC_PER_SEC), (long)(until % NSEC_PER_SEC) };
+		pthread_cond_timedwait(&h->dcond, &h->dmu, &ts);
+	}
+	if (ok)
+		h->decoding++;
+	pthread_mutex_unlock(&h->dmu);
+	return ok;
+}
+
+/* The decoded batch is freed: its bytes leave the budget, and a waiting worker may go on. */
+static void decode_done(struct http_server *h, struct req *r, size_t need)
+{
+	pthread_mutex_lock(&h->dmu);
+	__atomic_sub_fetch(&h->ctr.inflight_bytes, (int64_t)need, __ATOMIC_RELAXED);
+	r->charged -= need;
+	h->decoding--;
+	pthread_cond_broadcast(&h->dcond);
+	pthread_mutex_unlock(&h->dmu);
+}
+
 static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c, struct req *r)
 {
 	const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
 	struct Gpuscope__V1__Batch *m;
 	uint8_t *raw = NULL;
-	size_t raw_len = 0, n = 0;
+	size_t raw_len = 0, n = 0, need;
 	char err[256] = "";
 	uint64_t t0 = mono_ns(), t_dec, tmin, tmax, now;
 	struct batch_scan scan;
@@ -98,7 +150,8 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	if (rc)
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_ENCODING,
 					"corrupt or truncated %.20s body", enc);
-	if (raw && !http_inflight_charge(h, r, raw_len)) {
+	need = raw_len + scan.est;
+	if (!decode_admit(h, r, need)) {
 		free(raw);
 		return http_reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_BUSY,
 					"%zu bytes of request bodies held already "
@@ -110,6 +163,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 		int e = errno;
 
 		free(raw);
+		decode_done(h, r, need);
 		if (e == E2BIG)
 			return http_reply_error(h, c, MHD_HTTP_CONTENT_TOO_LARGE, REJ_LIMIT, "%s", err);
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST,
@@ -122,6 +176,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 
 		batch_decode_free(m);
 		free(raw);
+		decode_done(h, r, need);
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_TIME,
 					"timestamps %s .. %s outside [now - retention, now + 1 day]: "
 					"nothing stored",
@@ -143,6 +198,7 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 		n += m->samples[i]->n_stack;
 	batch_decode_free(m);
 	free(raw);
+	decode_done(h, r, need);
 	if (rc == -EDQUOT)	/* the node's cardinality this hour: it may retry later */
 		return http_reply_error(h, c, MHD_HTTP_TOO_MANY_REQUESTS, REJ_CARDINALITY, "%s", err);
 	if (rc < 0) {
@@ -163,31 +219,6 @@ static enum MHD_Result do_ingest(struct http_server *h, struct MHD_Connection *c
 	}
 }
 
-struct ingest_job {
-	struct http_server *h;
-	struct MHD_Connection *c;
-	struct req *r;
-};
-
-/* Stores one upload off the event loop, then resumes its connection, whose handler queues the
- * answer left in r. Neither c nor r is touched after the resume. */
-static void *ingest_worker(void *http_arg)
-{
-	struct ingest_job *j = http_arg;
-	struct http_server *h = j->h;
-
-	http_deferred = j->r;
-	do_ingest(h, j->c, j->r);
-	http_deferred = NULL;
-	MHD_resume_connection(j->c);
-	free(j);
-	pthread_mutex_lock(&h->wmu);
-	if (!--h->workers)
-		pthread_cond_broadcast(&h->wcond);
-	pthread_mutex_unlock(&h->wmu);
-	return NULL;
-}
-
 /*
  * POST /api/v1/ingest. The store answers only once a batch is durable, which may take its group
  * commit's wait (ClickHouse: up to --clickhouse-commit-delay and the INSERTs): the connection is
@@ -198,34 +229,9 @@ static void *ingest_worker(void *http_arg)
 enum MHD_Result http_ingest_route(struct http_server *h, struct MHD_Connection *c,
 				  struct req *r)
 {
-	struct ingest_job *j;
-	pthread_attr_t attr;
-	pthread_t t;
-	bool started = false;
-
 	if (r->worked)
 		return r->answered ? http_reply(c, r->ans_code, r->ans_type, &r->ans, NULL) : MHD_NO;
-	pthread_mutex_lock(&h->wmu);
-	if (h->workers < INGEST_WORKERS_MAX && (j = malloc(sizeof(*j)))) {
-		*j = (struct ingest_job){ h, c, r };
-		h->workers++;
-		r->worked = true;
-		MHD_suspend_connection(c);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		started = !pthread_create(&t, &attr, ingest_worker, j);
-		pthread_attr_destroy(&attr);
-		if (!started) {
-			h->workers--;
-			r->worked = false;
-			free(j);
-			MHD_resume_connection(c);
-		}
-	}
-	pthread_mutex_unlock(&h->wmu);
-	if (started)
-		return MHD_YES;
-	if (r->worked)	/* resumed above: the handler runs again */
+	if (http_offload(h, c, r, do_ingest, &h->ingest_workers, INGEST_WORKERS_MAX))
 		return MHD_YES;
 	return do_ingest(h, c, r);
 }

@@ -71,14 +71,20 @@ struct http_server {
 	uint64_t ingest_samples, requests;
 	pthread_mutex_t rmu;		/* rate ring */
 	uint64_t rate_sec[RATE_SLOTS], rate_n[RATE_SLOTS];
-	pthread_mutex_t wmu;		/* ingest workers running, and their end (stop) */
+	pthread_mutex_t wmu;		/* workers running (http_offload()), and their end (stop) */
 	pthread_cond_t wcond;
-	unsigned workers;
+	unsigned workers;		/* all of them */
+	unsigned ingest_workers, metrics_workers;
+	pthread_mutex_t dmu;		/* batches being decoded (http_ingest.c), and room for more */
+	pthread_cond_t dcond;
+	unsigned decoding;
 	struct conn_guard guard;
 };
 
 /* Ingests stored on worker threads at once; past it one waits on its event loop. */
 #define INGEST_WORKERS_MAX 512
+/* /metrics answers computed at once (each on a thread); past it a scrape answers 503. */
+#define METRICS_WORKERS_MAX 4
 
 struct req {
 	struct buf body;		/* only POST /api/v1/ingest keeps its body */
@@ -95,6 +101,17 @@ struct req {
 };
 
 /* http.c */
+typedef enum MHD_Result (*http_work_fn)(struct http_server *h, struct MHD_Connection *c,
+					 struct req *r);
+/*
+ * Runs fn(h, c, r) on a thread of its own while the connection waits suspended, so that the
+ * event loop goes on serving its other connections; fn's http_reply() is kept in r, and the
+ * request's handler, called again once the connection resumes, finds r->worked and queues it.
+ * False (nothing started, the connection not suspended) when *running (counted under h->wmu,
+ * a kind of work's own count) is at max or no thread starts.
+ */
+bool http_offload(struct http_server *h, struct MHD_Connection *c, struct req *r,
+		  http_work_fn fn, unsigned *running, unsigned max);
 /* Counts n more bytes held for r against --max-inflight-bodies; false (nothing counted) when
  * they do not fit. Released when the request completes. */
 bool http_inflight_charge(struct http_server *h, struct req *r, size_t n);
@@ -147,7 +164,8 @@ struct http_route {
 };
 /* The query API's endpoints, in the order route() tries them; a NULL path ends it. */
 extern const struct http_route http_query_routes[];
-/* GET /metrics (Prometheus text). */
-enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c);
+/* GET /metrics (Prometheus text): computed on a worker thread (the export queries' regexes
+ * never run on an event loop); 503 busy past METRICS_WORKERS_MAX scrapes at once. */
+enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c, struct req *r);
 
 #endif /* GPUSCOPE_HTTP_INT_H */

@@ -754,10 +754,12 @@ static enum MHD_Result get_insights(struct http_server *h, struct MHD_Connection
 	return http_reply_json(c, &b);
 }
 
-enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result metrics_work(struct http_server *h, struct MHD_Connection *c,
+				    struct req *r)
 {
 	struct buf b = { 0 };
 
+	(void)r;
 	if (server_metrics(h->st, &h->ctr, http_rate_get(h), h->o.eff, h->o.exp, &b))
 		return MHD_NO;
 	if (h->o.ins) {
@@ -773,6 +775,17 @@ enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c)
 		free(text);
 	}
 	return http_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", &b, NULL);
+}
+
+enum MHD_Result http_do_metrics(struct http_server *h, struct MHD_Connection *c, struct req *r)
+{
+	if (r->worked)
+		return r->answered ? http_reply(c, r->ans_code, r->ans_type, &r->ans, NULL) : MHD_NO;
+	if (http_offload(h, c, r, metrics_work, &h->metrics_workers, METRICS_WORKERS_MAX))
+		return MHD_YES;
+	return http_reply_error(h, c, MHD_HTTP_SERVICE_UNAVAILABLE, REJ_BUSY,
+				"%d scrapes of /metrics in progress already: retry",
+				METRICS_WORKERS_MAX);
 }
 
 static enum MHD_Result get_flamegraph(struct http_server *h, struct MHD_Connection *c,

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -72,6 +73,8 @@ static void usage(FILE *f)
 		"  --max-inflight-bodies SIZE\n"
 		"                           ingest bodies held at once, with their decompressed\n"
 		"                           form; past it 503 + Retry-After (default 4 x --max-body)\n"
+		"  --sqlite-cache SIZE      SQLite's memory: every connection's page cache, in all\n"
+		"                           (default 64MiB; docs/server.md, the memory budget)\n"
 		"  --max-label-set-memory SIZE\n"
 		"                           label sets held in memory (sqlite; default 1GiB):\n"
 		"                           further new ones refused like --max-new-label-sets-...\n"
@@ -99,6 +102,8 @@ static void usage(FILE *f)
 		"                           (YAML, docs/efficiency.md)\n"
 		"  --export-top N           workloads with GPU-time series of their own on\n"
 		"                           /metrics (default 20; the rest count as 'other')\n"
+		"  --export-timeout DUR     a scrape's time for the export queries (default 5s);\n"
+		"                           a query cut there is counted later (docs/server.md)\n"
 		"  --settle DUR             records arrive up to this late: efficiency hours and\n"
 		"                           /metrics windows close this far behind now (default 30s)\n"
 		"  --capture-timeout DUR    a capture request no agent took within this, or one\n"
@@ -191,6 +196,7 @@ int main(int argc, char **argv)
 		O_MAX_PER_ADDR, O_MAX_INFLIGHT, O_MAX_LS_MEM, O_MAX_NODES, O_IDLE, O_HDR_TIMEOUT, O_MIN_BODY_RATE, O_THREADS, O_MAX_NEW_LS,
 		O_MAX_NEW_STACKS, O_CAPTURE_TIMEOUT, O_RECOMPRESS, O_STORE, O_CH_URL, O_CH_CLUSTER, O_CH_DB,
 		O_CH_USER, O_CH_PASSWORD, O_CH_COMMIT_DELAY, O_CH_TIMEOUT, O_TIME_RES, O_FRAME_ADDR,
+		O_EXPORT_TIMEOUT, O_SQLITE_CACHE,
 	};
 	static const struct option opts[] = {
 		{ "data", required_argument, NULL, 'd' },
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
 		{ "max-connections", required_argument, NULL, O_MAX_CONN },
 		{ "max-inflight-bodies", required_argument, NULL, O_MAX_INFLIGHT },
 		{ "max-label-set-memory", required_argument, NULL, O_MAX_LS_MEM },
+		{ "sqlite-cache", required_argument, NULL, O_SQLITE_CACHE },
 		{ "max-nodes", required_argument, NULL, O_MAX_NODES },
 		{ "max-connections-per-address", required_argument, NULL, O_MAX_PER_ADDR },
 		{ "idle-timeout", required_argument, NULL, O_IDLE },
@@ -224,6 +231,7 @@ int main(int argc, char **argv)
 		{ "export-queries", required_argument, NULL, 'Q' },
 		{ "export-top", required_argument, NULL, 'N' },
 		{ "settle", required_argument, NULL, 'S' },
+		{ "export-timeout", required_argument, NULL, O_EXPORT_TIMEOUT },
 		{ "capture-timeout", required_argument, NULL, O_CAPTURE_TIMEOUT },
 		{ "no-efficiency-rollup", no_argument, NULL, 'U' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -340,6 +348,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			so.max_label_set_bytes = size;
+			break;
+		case O_SQLITE_CACHE:
+			if (parse_size_bytes(optarg, &size) || size < (1ULL << 20) ||
+			    size > (1ULL << 40)) {
+				log_error("--sqlite-cache: '%s' is not a size of at least 1MiB (64MiB)",
+					  optarg);
+				return 2;
+			}
+			so.sqlite_cache_bytes = size;
 			break;
 		case O_MAX_NODES: {
 			char *end;
@@ -460,6 +477,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_EXPORT_TIMEOUT:
+			if (parse_duration_ns(optarg, &xc.budget_ns) ||
+			    xc.budget_ns < 10 * NSEC_PER_MSEC || xc.budget_ns > 600 * NSEC_PER_SEC) {
+				log_error("--export-timeout: '%s' is not a duration in 10ms..10m",
+					  optarg);
+				return 2;
+			}
+			break;
 		case O_CAPTURE_TIMEOUT:
 			if (parse_duration_ns(optarg, &ns) || ns < 100 * NSEC_PER_MSEC ||
 			    ns > 3600 * NSEC_PER_SEC) {
@@ -573,6 +598,13 @@ int main(int argc, char **argv)
 	sigaddset(&stopset, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &stopset, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A fixed mmap threshold (glibc raises it up to 32 MiB after each large free otherwise):
+	 * a large body or answer buffer is unmapped when freed instead of staying in a malloc
+	 * arena, so RSS follows the budgets of docs/server.md ("Memory budget") down again. */
+	mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+	/* Hundreds of ingest workers would each get an arena (up to 8 per core), every one keeping
+	 * its freed pieces: four arenas are enough for the event loops and workers of 2-16 cores. */
+	mallopt(M_ARENA_MAX, 4);
 	st = store_open(&so, err, sizeof(err));
 	if (!st) {
 		log_error("store: %s", err);

@@ -15,6 +15,8 @@ static const char *const reject_names[REJ_MAX] = {
 	"selector_limit", "cardinality", "foreign_host", "cross_origin", "busy",
 };
 
+static const char *const part_tables[4] = { STORE_PART_TABLES };
+
 int server_metrics(struct store *st, const struct http_counters *hc, double samples_per_second,
 		   struct efficiency *eff, struct exporter *ex, struct buf *ret)
 {
@@ -119,6 +121,11 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 			 s.raw_chunks_deleted);
 	prom_sample1_u64(out, "gpuscope_server_retention_deleted_total", "table", "rollups",
 			 s.rollups_deleted);
+	prom_family(out, "gpuscope_server_retention_partitions_dropped_total", "counter",
+		    "Day partitions dropped by retention, by table (ClickHouse store).");
+	for (size_t t = 0; t < 4; t++)
+		prom_sample1_u64(out, "gpuscope_server_retention_partitions_dropped_total", "table",
+				 part_tables[t], s.partitions_dropped[t]);
 	prom_gauge(out, "gpuscope_server_stacks", "Distinct stacks stored.", s.stacks);
 	prom_gauge(out, "gpuscope_server_locations", "Distinct locations stored.", s.locations);
 	prom_gauge(out, "gpuscope_server_label_sets", "Distinct label sets stored.", s.label_sets);
@@ -151,6 +158,17 @@ int server_metrics(struct store *st, const struct http_counters *hc, double samp
 	prom_gauge(out, "gpuscope_server_label_set_memory_bytes",
 		   "Bytes of label sets held in memory (--max-label-set-memory).",
 		   (double)s.label_set_bytes);
+	if (s.sqlite_heap_limit) {
+		prom_gauge(out, "gpuscope_server_sqlite_memory_bytes",
+			   "SQLite's heap: page caches, statements, schema (--sqlite-cache).",
+			   (double)s.sqlite_heap_bytes);
+		prom_gauge(out, "gpuscope_server_sqlite_memory_limit_bytes",
+			   "--sqlite-cache: past it page caches recycle instead of growing.",
+			   (double)s.sqlite_heap_limit);
+		prom_gauge(out, "gpuscope_server_dictionary_memory_bytes",
+			   "The in-memory indexes of locations, stacks, series and strings, and the "
+			   "strings.", (double)s.dict_bytes);
+	}
 	prom_gauge(out, "gpuscope_server_nodes_held", "Nodes that ingested since start (--max-nodes).",
 		   (double)s.nodes_held);
 	prom_counter(out, "gpuscope_server_nodes_refused_total",

@@ -361,6 +361,14 @@ void selector_set_deadline(struct selector *sel, uint64_t deadline_ns)
 		sel->deadline_ns = deadline_ns;
 }
 
+void selector_reset(struct selector *sel)
+{
+	if (!sel)
+		return;
+	sel->deadline_ns = 0;
+	__atomic_store_n(&sel->failed, 0, __ATOMIC_RELAXED);
+}
+
 int selector_failed(const struct selector *sel)
 {
 	return sel ? __atomic_load_n(&sel->failed, __ATOMIC_RELAXED) : 0;

@@ -42,6 +42,11 @@ bool selector_match(const struct selector *sel, const char *const *pairs, size_t
 /* A CLOCK_MONOTONIC time (ns) after which regex matching stops; 0: none. Before matching. */
 void selector_set_deadline(struct selector *sel, uint64_t deadline_ns);
 
+/* Forgets a failure (selector_failed() 0 again) and the deadline, for a selector used by one
+ * query after another (the exporter's, evaluated each scrape). Not while another thread
+ * matches with it. */
+void selector_reset(struct selector *sel);
+
 /* 0, or why matching stopped: -E2BIG (a regex hit its step, depth or memory limit on some
  * value), -ETIMEDOUT (the deadline), -ENOMEM. */
 int selector_failed(const struct selector *sel);

@@ -204,12 +204,18 @@ def retention(cl, store_args):
     s = Server(store_args=store_args, args=["--retention", "4d", "--raw-retention", "1d",
                                             "--retention-period", "300ms"]).start()
     try:
-        check(wait_until(lambda: s.metric(
-            'gpuscope_server_retention_deleted_total{table="rollups"}') >= 1, 30),
-            "rollup partitions of 'old' dropped")
-        check(wait_until(lambda: s.metric(
-            'gpuscope_server_retention_deleted_total{table="chunks"}') >= 2, 30),
-            "raw partitions of 'old' and 'mid' dropped")
+        part = 'gpuscope_server_retention_partitions_dropped_total{table="%s"}'
+        check(wait_until(lambda: s.metric(part % "samples_rollup") >= 1, 30),
+              "rollup partitions of 'old' dropped")
+        check(wait_until(lambda: s.metric(part % "samples_raw") >= 2, 30),
+              "raw partitions of 'old' and 'mid' dropped")
+        # Partitions are counted as partitions of their own table, never as SQLite's rows.
+        check(wait_until(lambda: s.metric(part % "points") >= 1 and
+                         s.metric(part % "intervals") >= 1, 30),
+              "point and interval partitions of 'old' dropped")
+        check(s.metric('gpuscope_server_retention_deleted_total{table="chunks"}') == 0 and
+              s.metric('gpuscope_server_retention_deleted_total{table="rollups"}') == 0,
+              "no ClickHouse partition counted as SQLite rows")
         rng = f"from={(now - 7 * DAY) / 1e9:.3f}&to={now / 1e9:.3f}"
         for age, want in [("old", 0), ("mid", counts["mid"]), ("new", counts["new"])]:
             fg = s.get_json(f"/api/v1/flamegraph?{rng}&selector=" + q('{age="%s"}' % age))

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "agent/http_client.h"
+#include "agent/push/fit.h"
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
 #include "agent/selfprof.h"
@@ -31,6 +32,7 @@ struct counters {
 	uint64_t batches_pushed, samples_pushed, bytes_pushed, raw_bytes_pushed;
 	uint64_t batches_rejected, samples_rejected;
 	uint64_t batches_split;		/* 413 answers that made us send a batch in halves */
+	uint64_t batches_fitted;	/* batches split before sending, to fit the server's limits */
 	uint64_t samples_pushed_earlier;	/* of samples_pushed: from an earlier run's spool */
 	uint64_t push_failures, batches_spooled;
 	uint64_t queue_dropped_batches, queue_dropped_samples;
@@ -43,6 +45,7 @@ struct pusher {
 	char *ingest_url;
 	struct spool *spool;
 	struct http_conn *conn;	/* on o.link; push thread only */
+	char limits_header[256];	/* the last answer's Gpuscope-Ingest-Limits; push thread */
 	pthread_t thread;
 	bool started, joined;
 	pthread_mutex_t lock;
@@ -59,6 +62,8 @@ struct pusher {
 	unsigned rand_state;
 	uint64_t inherited_left;	/* spool entries an earlier run left, not handled yet */
 	uint64_t spool_dropped_seen;	/* the spool's dropped_batches when last looked at */
+	struct ingest_limits lim;	/* what batches are sized to (fit.h) */
+	bool limits_asked;		/* the server answered our empty upload */
 	struct counters c;
 };
 
@@ -143,6 +148,7 @@ static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 		.keep_head = true,
 		.cancel = cut_at_deadline,
 		.arg = p,
+		.want_header = "Gpuscope-Ingest-Limits",
 	};
 	struct http_answer ans;
 	enum post_result r;
@@ -152,6 +158,7 @@ static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 	err = http_conn__request(p->conn, &req, &ans);
 	status = ans.status;
 	snprintf(why, whylen, "%s", ans.why);
+	snprintf(p->limits_header, sizeof(p->limits_header), "%s", ans.header);
 	if (err)
 		r = POST_FAILED;
 	else if (status >= 200 && status < 300)
@@ -165,6 +172,37 @@ static enum post_result post(struct pusher *p, const uint8_t *data, size_t len,
 		r = POST_FAILED;
 	http_answer__done(&ans);
 	return r;
+}
+
+/* The limits the server's last answer advertised (Gpuscope-Ingest-Limits, kept by post());
+ * an older server sends none: the defaults stay. */
+static void learn_limits(struct pusher *p)
+{
+	if (p->limits_header[0] && ingest_limits_parse(&p->lim, p->limits_header))
+		log_debug("push: the server takes bodies up to %" PRIu64 " bytes", p->lim.max_body);
+}
+
+/* post(), then what the answer says of the server's limits. */
+static enum post_result post_learn(struct pusher *p, const uint8_t *data, size_t len,
+				   enum compression enc, char *why, size_t whylen)
+{
+	enum post_result r = post(p, data, len, enc, why, whylen);
+
+	if (r != POST_FAILED)
+		learn_limits(p);
+	return r;
+}
+
+/* Before the first batch is sized: an empty upload (stored nowhere, answered 204, as `gpuscope
+ * doctor` checks reach) brings the server's limits. Once answered, not again. */
+static void ask_limits(struct pusher *p)
+{
+	char why[BODY_MAX + 64];
+
+	if (p->limits_asked || p->down)
+		return;
+	p->limits_asked = post_learn(p, (const uint8_t *)"", 0, COMPRESS_NONE, why, sizeof(why)) !=
+			  POST_FAILED;
 }
 
 static void schedule_retry(struct pusher *p)
@@ -217,42 +255,30 @@ static void to_spool(struct pusher *p, const uint8_t *data, size_t len, uint64_t
 			 nsamples, strerror(-err));
 }
 
-/*
- * After a 413: decompresses the batch, splits it in two (batch_split) and sends each half,
- * splitting again while the server still says 413. A half the server cannot take alone (one
- * record, or SPLIT_DEPTH_MAX halvings) is rejected and counted; a half that meets a network
- * failure goes to the spool. Nothing is dropped silently.
- */
+static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, uint64_t nsamples,
+			unsigned depth);
 static void send_split(struct pusher *p, const uint8_t *data, size_t len, enum compression enc,
-		       uint64_t nsamples, unsigned depth, const char *why413)
+		       uint64_t nsamples, unsigned depth, const char *why413);
+
+/*
+ * An encoded batch (raw: uncompressed) in two halves (batch_split), each sent by send_fitted()
+ * (split again where it still does not fit). -E2BIG when it holds one record, -EINVAL when it
+ * does not decode, -ENOMEM: nothing sent.
+ */
+static int send_halves(struct pusher *p, const uint8_t *raw, size_t raw_len, unsigned depth)
 {
 	struct batch *half[2] = { NULL, NULL };
-	uint8_t *raw = NULL;
-	size_t raw_len = 0;
-	int err;
+	int err = batch_split(raw, raw_len, &half[0], &half[1]);
 
-	err = decompress_buf(compression_name(enc), data, len, (size_t)1 << 31, NULL, NULL, &raw,
-			     &raw_len);
-	if (!err)
-		err = depth >= SPLIT_DEPTH_MAX ? -E2BIG :
-		      batch_split(raw ? raw : data, raw ? raw_len : len, &half[0], &half[1]);
-	free(raw);
-	if (err) {
-		note_rejected(p, nsamples, err == -E2BIG ? why413 : "413, and the batch does not split");
-		return;
-	}
-	INC(p, batches_split, 1);
-	log_info("push: server answered 413 for a batch of %" PRIu64 " samples; sending it in "
-		 "halves (%s)", nsamples, why413);
+	if (err)
+		return err;
 	for (int h = 0; h < 2; h++) {
-		char why[BODY_MAX + 64];
 		uint64_t n = batch__nsamples(half[h]);
-		uint8_t *z = NULL;
-		size_t zlen = 0, rlen = 0;
+		uint8_t *r = NULL;
+		size_t rlen = 0;
 
-		err = push_encode(half[h], p->o.compression, &z, &zlen, &rlen);
+		err = batch__encode(half[h], &r, &rlen);
 		batch__free(half[h]);
-		half[h] = NULL;
 		if (err) {
 			INC(p, encode_errors, 1);
 			INC(p, encode_error_samples, n);
@@ -260,23 +286,106 @@ static void send_split(struct pusher *p, const uint8_t *data, size_t len, enum c
 				  strerror(-err));
 			continue;
 		}
-		switch (post(p, z, zlen, p->o.compression, why, sizeof(why))) {
-		case POST_OK:
-			note_ok(p, zlen, rlen, n);
-			break;
-		case POST_REJECTED:
-			note_rejected(p, n, why);
-			break;
-		case POST_TOO_LARGE:
-			send_split(p, z, zlen, p->o.compression, n, depth + 1, why);
-			break;
-		case POST_FAILED:
-			note_failure(p, why);
-			to_spool(p, z, zlen, n);
-			break;
-		}
-		free(z);
+		send_fitted(p, r, rlen, n, depth + 1);
+		free(r);
 	}
+	return 0;
+}
+
+/*
+ * After a 413: decompresses the batch and sends it in halves, splitting again while a half
+ * does not fit the limits the 413 told, or the server still says 413. A half the server cannot
+ * take alone (one record, or SPLIT_DEPTH_MAX halvings) is rejected and counted; a half that
+ * meets a network failure goes to the spool. Nothing is dropped silently.
+ */
+static void send_split(struct pusher *p, const uint8_t *data, size_t len, enum compression enc,
+		       uint64_t nsamples, unsigned depth, const char *why413)
+{
+	uint8_t *raw = NULL;
+	size_t raw_len = 0;
+	int err;
+
+	err = decompress_buf(compression_name(enc), data, len, (size_t)1 << 31, NULL, NULL, &raw,
+			     &raw_len);
+	if (!err && depth >= SPLIT_DEPTH_MAX)
+		err = -E2BIG;
+	if (!err) {
+		log_info("push: server answered 413 for a batch of %" PRIu64 " samples; sending it"
+			 " in halves (%s)", nsamples, why413);
+		err = send_halves(p, raw ? raw : data, raw ? raw_len : len, depth);
+		if (!err)
+			INC(p, batches_split, 1);
+	}
+	free(raw);
+	if (err)
+		note_rejected(p, nsamples, err == -E2BIG ? why413 : "413, and the batch does not split");
+}
+
+/* One piece, compressed and sized: spooled (older batches wait there, or the stop deadline
+ * passed) or sent, and the answer handled. */
+static void send_piece(struct pusher *p, const uint8_t *data, size_t len, size_t raw,
+		       uint64_t nsamples, unsigned depth)
+{
+	char why[BODY_MAX + 64];
+
+	if (spool__count(p->spool) || past_stop_deadline(p)) {
+		/* Keep the order: older spooled batches go first; at exit, past the grace: kept */
+		to_spool(p, data, len, nsamples);
+		return;
+	}
+	switch (post_learn(p, data, len, p->o.compression, why, sizeof(why))) {
+	case POST_OK:
+		note_ok(p, len, raw, nsamples);
+		break;
+	case POST_REJECTED:
+		note_rejected(p, nsamples, why);
+		break;
+	case POST_TOO_LARGE:
+		send_split(p, data, len, p->o.compression, nsamples, depth, why);
+		break;
+	case POST_FAILED:
+		note_failure(p, why);
+		to_spool(p, data, len, nsamples);
+		break;
+	}
+}
+
+/*
+ * Sends an encoded batch (raw: uncompressed) as pieces within the server's limits (fit.h):
+ * compressed, checked with the server's own decoding checks, and split in halves until each
+ * piece fits, so that the server never has to answer 413. A piece of one record that does not
+ * fit is sent as it is (the server's answer decides).
+ */
+static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, uint64_t nsamples,
+			unsigned depth)
+{
+	uint64_t t0 = thread_cpu_ns();
+	uint8_t *z = NULL;
+	size_t zlen = 0;
+	bool fits;
+	int err;
+
+	err = compress_buf(p->o.compression, raw, raw_len, &z, &zlen);
+	if (err) {
+		INC(p, encode_errors, 1);
+		INC(p, encode_error_samples, nsamples);
+		log_error("push: compressing a batch of %" PRIu64 " samples: %s (dropped, counted)",
+			  nsamples, strerror(-err));
+		return;
+	}
+	fits = depth >= SPLIT_DEPTH_MAX || batch_fits(&p->lim, raw, raw_len, zlen);
+	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
+	if (!fits) {
+		log_debug("push: a batch of %" PRIu64 " samples (%zu bytes, %zu compressed) is past"
+			  " the server's limits: sending it in halves", nsamples, raw_len, zlen);
+		if (!send_halves(p, raw, raw_len, depth)) {
+			INC(p, batches_fitted, 1);
+			free(z);
+			return;
+		}
+	}
+	send_piece(p, z, zlen, raw_len, nsamples, depth);
+	free(z);
 }
 
 /* Spool entries an earlier run left are the oldest: the first ones handled or dropped. */
@@ -317,7 +426,7 @@ static void drain(struct pusher *p, uint64_t deadline_ns)
 			schedule_retry(p);
 			break;
 		}
-		switch (post(p, data, len, enc, why, sizeof(why))) {
+		switch (post_learn(p, data, len, enc, why, sizeof(why))) {
 		case POST_OK:
 			note_ok(p, len, 0, nsamples);
 			if (take_inherited(p))
@@ -345,13 +454,12 @@ static void drain(struct pusher *p, uint64_t deadline_ns)
 
 static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 {
-	char why[BODY_MAX + 64];
-	uint8_t *data = NULL;
-	size_t len = 0, raw = 0;
+	uint8_t *raw = NULL;
+	size_t raw_len = 0;
 	uint64_t t0 = thread_cpu_ns();
 	int err;
 
-	err = push_encode(b, p->o.compression, &data, &len, &raw);
+	err = batch__encode(b, &raw, &raw_len);
 	batch__free(b);
 	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
 	if (err) {
@@ -361,28 +469,10 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 			  nsamples, strerror(-err));
 		return;
 	}
-	if (spool__count(p->spool) || past_stop_deadline(p)) {
-		/* Keep the order: older spooled batches go first; at exit, past the grace: kept */
-		to_spool(p, data, len, nsamples);
-		goto out;
-	}
-	switch (post(p, data, len, p->o.compression, why, sizeof(why))) {
-	case POST_OK:
-		note_ok(p, len, raw, nsamples);
-		break;
-	case POST_REJECTED:
-		note_rejected(p, nsamples, why);
-		break;
-	case POST_TOO_LARGE:
-		send_split(p, data, len, p->o.compression, nsamples, 0, why);
-		break;
-	case POST_FAILED:
-		note_failure(p, why);
-		to_spool(p, data, len, nsamples);
-		break;
-	}
-out:
-	free(data);
+	if (!spool__count(p->spool) && !past_stop_deadline(p))
+		ask_limits(p);
+	send_fitted(p, raw, raw_len, nsamples, 0);
+	free(raw);
 }
 
 static void *thread_main(void *arg)
@@ -467,6 +557,7 @@ struct pusher *pusher__new(const struct pusher_opts *o, struct spool *spool)
 		p->spool_dropped_seen = st.dropped_batches;
 	}
 	p->rand_state = (unsigned)(wall_ns() ^ (uint64_t)getpid());
+	ingest_limits_default(&p->lim);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -623,6 +714,9 @@ void pusher__metrics(struct pusher *p, FILE *out)
 	metric(out, "gpuscope_agent_batches_split_total", "counter",
 	       "Batches the server found too large (413), sent again in halves.",
 	       GET(p, batches_split));
+	metric(out, "gpuscope_agent_batches_fitted_total", "counter",
+	       "Batches split before sending to fit the server's advertised limits (each split).",
+	       GET(p, batches_fitted));
 	metric(out, "gpuscope_agent_spool_disk_full_drops_total", "counter",
 	       "Oldest spooled batches dropped because the spool's disk was full.",
 	       st.disk_full_drops);

@@ -9,7 +9,7 @@
 #define GPUSCOPE_UNWIND_CACHE_H
 
 #include <stdint.h>
-#include "agent/sym/sym_elf.h"
+#include "agent/procs/elf.h"
 #include "agent/unwind/table.h"
 
 #define UW_CACHE_DIR_DEFAULT	"/var/lib/gpuscope/unwind-cache"

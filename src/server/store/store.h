@@ -37,6 +37,11 @@ struct store_opts {
 	 * as past the per-node limit), and nodes that ingested since start (a new node's batches
 	 * past it are refused, -EDQUOT). 0: no limit. */
 	uint64_t max_label_set_bytes, max_nodes;
+	/* sqlite: SQLite's heap (the page caches of every connection, statements, schema): a soft
+	 * limit past which caches recycle their pages instead of growing, and a connection put back
+	 * in the pool frees its cache. Each connection's cache at most a quarter of it (and 32 MiB).
+	 * 0: SQ_CACHE_DEFAULT. */
+	uint64_t sqlite_cache_bytes;
 
 	/* clickhouse: HTTP interface URLs (http://HOST:8123), one per shard when clustered (the
 	 * schema is created on each; any of them answers), the remote_servers cluster whose
@@ -110,13 +115,18 @@ void store_group_name(const char *const *pairs, size_t n, const char *group_by, 
 int store_group_index(struct strtab *groups, const char *const *pairs, size_t n,
 		      const char *group_by, struct buf *tmp, uint32_t *ret);
 
+/* The ClickHouse tables whose day partitions retention drops, in store_stats order. */
+#define STORE_PART_TABLES "samples_raw", "samples_rollup", "points", "intervals"
+
 struct store_stats {
 	uint64_t bytes_on_disk;		/* database + WAL */
 	uint64_t bytes_free;		/* of them, free pages of the database (sqlite) */
 	uint64_t samples, points, intervals;	/* stored since start */
 	uint64_t batches, duplicate_batches;
 	uint64_t commits;		/* group commits: each stored one or more batches */
-	uint64_t raw_chunks_deleted, rollups_deleted;
+	uint64_t raw_chunks_deleted, rollups_deleted;	/* rows (sqlite) */
+	/* day partitions dropped by retention (clickhouse), by table: STORE_PART_TABLES order */
+	uint64_t partitions_dropped[4];
 	uint64_t rollup_lag_chunks;	/* chunks not yet rolled up */
 	/* hour and day rows built: kept, or deferred to the level below (sqlite) */
 	uint64_t rollups_kept[2], rollups_deferred[2];
@@ -133,6 +143,9 @@ struct store_stats {
 	uint64_t nodes_held, nodes_refused;	/* nodes known since start; batches of new nodes
 						 * refused at the node limit */
 	uint64_t wal_truncations;	/* idle checkpoints that emptied the WAL */
+	/* sqlite: SQLite's heap now and its soft limit; the in-memory dictionaries (location,
+	 * stack, series and string indexes and the strings) */
+	uint64_t sqlite_heap_bytes, sqlite_heap_limit, dict_bytes;
 	/* background recompression: rows waiting, CPU spent, bytes looked at and after */
 	uint64_t recompress_lag_rows, recompress_cpu_ns, recompress_in, recompress_out;
 	/* ...and its merges of dictionary blocks: blocks merged, bytes before and after */

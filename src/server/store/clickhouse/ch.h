@@ -60,7 +60,7 @@ struct ch {
 
 	/* Counters (updated with __atomic builtins). */
 	uint64_t n_samples, n_points, n_intervals, n_batches, n_dups;
-	uint64_t n_raw_dropped, n_rollup_dropped;	/* day partitions */
+	uint64_t n_dropped[4];		/* day partitions, by table (store.h STORE_PART_TABLES) */
 };
 
 /* ---- conn.c: HTTP interface ---- */

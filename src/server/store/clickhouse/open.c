@@ -97,8 +97,8 @@ static void ch_stats(struct store *st, struct store_stats *o)
 	o->batches = __atomic_load_n(&c->n_batches, __ATOMIC_RELAXED);
 	o->duplicate_batches = __atomic_load_n(&c->n_dups, __ATOMIC_RELAXED);
 	o->commits = __atomic_load_n(&c->commitq.commits, __ATOMIC_RELAXED);
-	o->raw_chunks_deleted = __atomic_load_n(&c->n_raw_dropped, __ATOMIC_RELAXED);
-	o->rollups_deleted = __atomic_load_n(&c->n_rollup_dropped, __ATOMIC_RELAXED);
+	for (size_t t = 0; t < 4; t++)
+		o->partitions_dropped[t] = __atomic_load_n(&c->n_dropped[t], __ATOMIC_RELAXED);
 	/* Rows before background merges fold duplicates: an upper bound. */
 	o->stacks = rows[0];
 	o->locations = rows[1];

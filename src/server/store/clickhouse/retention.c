@@ -13,7 +13,8 @@
 #include "common/log.h"
 #include "server/store/clickhouse/ch.h"
 
-/* Tables partitioned by day and which retention applies: 1 raw, 0 full. */
+/* Tables partitioned by day (store.h STORE_PART_TABLES order: c->n_dropped[] counts each
+ * table's partitions) and which retention applies: 1 raw, 0 full. */
 static const struct {
 	const char *name;
 	bool raw;
@@ -21,6 +22,7 @@ static const struct {
 	{ "samples_raw", true }, { "samples_rollup", false }, { "points", false },
 	{ "intervals", false },
 };
+_Static_assert(sizeof(parted) / sizeof(parted[0]) == 4, "store_stats.partitions_dropped[]");
 
 static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_day)
 {
@@ -62,10 +64,7 @@ static int drop_old(struct ch *c, size_t ui, uint64_t raw_cut_day, uint64_t cut_
 			if (err)
 				break;
 			n++;
-			if (parted[t].raw)
-				__atomic_add_fetch(&c->n_raw_dropped, 1, __ATOMIC_RELAXED);
-			else if (!strcmp(parted[t].name, "samples_rollup"))
-				__atomic_add_fetch(&c->n_rollup_dropped, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&c->n_dropped[t], 1, __ATOMIC_RELAXED);
 		}
 	}
 	if (n)

@@ -144,6 +144,7 @@ static const char schema[] =
 
 int sq_open_conn(struct sq *s, sqlite3 **ret)
 {
+	char pragmas[320];
 	sqlite3 *db = NULL;
 	int rc;
 
@@ -161,11 +162,15 @@ int sq_open_conn(struct sq *s, sqlite3 **ret)
 	 * pauses (rollup.c). */
 	/* page_size (a new store's only; before WAL, which fixes it): a blob's last overflow page
 	 * is half empty on average, and most rows are blobs of a few KiB (SQ_PAGE_SIZE). */
-	rc = sqlite3_exec(db, "PRAGMA page_size=" SQ_PAGE_SIZE_S "; PRAGMA journal_mode=WAL;"
-			      " PRAGMA synchronous=FULL;"
-			      " PRAGMA cache_size=-32768; PRAGMA temp_store=MEMORY;"
-			      " PRAGMA journal_size_limit=4194304;",
-			  NULL, NULL, NULL);
+	/* cache_size: a quarter of --sqlite-cache (at most 32 MiB), so that a few connections
+	 * busy at once fill the budget; past it (the soft heap limit, set at open) caches recycle
+	 * their pages instead of growing. */
+	snprintf(pragmas, sizeof(pragmas), "PRAGMA page_size=" SQ_PAGE_SIZE_S ";"
+		 " PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA cache_size=-%llu;"
+		 " PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=4194304;",
+		 (unsigned long long)(s->o.sqlite_cache_bytes / 4 / 1024 < 32768 ?
+					      s->o.sqlite_cache_bytes / 4 / 1024 : 32768));
+	rc = sqlite3_exec(db, pragmas, NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		log_error("sqlite pragmas: %s", sqlite3_errmsg(db));
 		sqlite3_close(db);
@@ -193,6 +198,9 @@ void sq_pool_put(struct sq *s, sqlite3 *db)
 	if (!db)
 		return;
 	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);	/* no-op unless a query bailed out */
+	/* Over the budget: an idle connection keeps no cache (the others' go on recycling). */
+	if ((uint64_t)sqlite3_memory_used() > s->o.sqlite_cache_bytes)
+		sqlite3_db_release_memory(db);
 	pthread_mutex_lock(&s->pmu);
 	if (s->npool < POOL_MAX) {
 		s->pool[s->npool++] = db;
@@ -262,6 +270,23 @@ static int64_t query_i64(sqlite3 *db, const char *sql)
 		v = 0;
 	sqlite3_finalize(q);
 	return v;
+}
+
+/* Bytes of the in-memory dictionaries: the index maps (16 bytes a slot) and the strings. */
+static uint64_t dict_bytes(struct sq *s)
+{
+	const struct u64map *maps[] = { &s->loc_ids, &s->stack_ids, &s->series_ids, &s->stack_day,
+					&s->str_ids, &s->str_by_id };
+	uint64_t n = 0;
+
+	pthread_rwlock_rdlock(&s->smu);
+	for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++)
+		n += __atomic_load_n(&maps[i]->cap, __ATOMIC_RELAXED) * 16;
+	for (size_t i = 0; i < s->str_by_id.cap; i++)
+		if (s->str_by_id.keys[i])
+			n += strlen((const char *)(uintptr_t)s->str_by_id.vals[i]) + 1 + 16;
+	pthread_rwlock_unlock(&s->smu);
+	return n;
 }
 
 static void sq_stats(struct store *st, struct store_stats *o)
@@ -335,6 +360,9 @@ static void sq_stats(struct store *st, struct store_stats *o)
 	for (size_t i = 1; i < s->nlsets; i++)
 		o->label_sets += s->lsets[i].pairs != NULL;
 	pthread_rwlock_unlock(&s->lmu);
+	o->sqlite_heap_bytes = (uint64_t)sqlite3_memory_used();
+	o->sqlite_heap_limit = s->o.sqlite_cache_bytes;
+	o->dict_bytes = dict_bytes(s);
 }
 
 static void sq_close(struct store *st)
@@ -496,6 +524,10 @@ struct store *store_sqlite_open(const struct store_opts *opts, char *err, size_t
 	}
 	s->base.ops = &sqlite_ops;
 	s->o = *opts;
+	if (!s->o.sqlite_cache_bytes)
+		s->o.sqlite_cache_bytes = SQ_CACHE_DEFAULT;
+	/* Process-wide: one store per process. */
+	sqlite3_soft_heap_limit64((sqlite3_int64)s->o.sqlite_cache_bytes);
 	s->max_new_ls = opts->max_new_label_sets_per_hour;
 	s->max_new_stacks = opts->max_new_stacks_per_hour;
 	s->max_ls_bytes = opts->max_label_set_bytes;

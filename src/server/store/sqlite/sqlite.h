@@ -25,6 +25,7 @@
 #define DAY_NS		(86400 * NSEC_PER_SEC)
 #define LEVELS		3			/* rollups: minute, hour, day (UTC) */
 #define POOL_MAX	16
+#define SQ_CACHE_DEFAULT	(64ull << 20)	/* --sqlite-cache */
 #define DEDUP_CACHE_MAX	(4u << 20)		/* hash -> id entries before the cache is reset */
 #define ROLLUP_ROUND	400			/* chunks folded per write transaction */
 #define DELETE_ROUND	2000			/* rows deleted per write transaction */
