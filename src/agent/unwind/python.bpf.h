@@ -317,8 +317,8 @@ static __always_inline void py_name_code(struct py_room *r, __u32 ktgid)
 
 /*
  * Pushes one frame: 1 ends the Python walk. A global function: the verifier checks it once,
- * not once per caller state of the two loops that run it (250k of the 250k instructions it
- * processed for each walking program while it was a static callback).
+ * not once per caller state of the loops that run it (as a static callback it took ~90 % of
+ * the 250k-740k instructions the verifier processed for each walking program).
  */
 __noinline int uwalk_py_frame(struct uwalk *st)
 {
