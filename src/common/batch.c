@@ -432,8 +432,42 @@ static size_t nstacks(const struct batch *b)
 	return b->stack_off.len ? b->stack_off.len - 1 : 0;
 }
 
+/* Caller holds mu: the label set `given` (a batch__label_set() index) if >= 0, else labels'. */
+static int64_t label_set_or(struct batch *b, int64_t given, const struct label *labels,
+			    size_t nlabels)
+{
+	if (given < 0)
+		return label_set(b, labels, nlabels);
+	return b->ls_off.len && (size_t)given < b->ls_off.len - 1 ? given : -EINVAL;
+}
+
+int64_t batch__label_set(struct batch *b, const struct label *labels, size_t nlabels)
+{
+	int64_t ls;
+
+	pthread_mutex_lock(&b->mu);
+	ls = label_set(b, labels, nlabels);
+	pthread_mutex_unlock(&b->mu);
+	return ls;
+}
+
+static int sample(struct batch *b, uint64_t time_ns, int64_t given_ls, const struct label *labels,
+		  size_t nlabels, int64_t stack_id, enum sample_kind kind, int64_t value);
+
 int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels, size_t nlabels,
 		  int64_t stack_id, enum sample_kind kind, int64_t value)
+{
+	return sample(b, time_ns, -1, labels, nlabels, stack_id, kind, value);
+}
+
+int batch__sample_ls(struct batch *b, uint64_t time_ns, int64_t ls, int64_t stack_id,
+		     enum sample_kind kind, int64_t value)
+{
+	return ls < 0 ? -EINVAL : sample(b, time_ns, ls, NULL, 0, stack_id, kind, value);
+}
+
+static int sample(struct batch *b, uint64_t time_ns, int64_t given_ls, const struct label *labels,
+		  size_t nlabels, int64_t stack_id, enum sample_kind kind, int64_t value)
 {
 	struct sgroup *g;
 	uint64_t *slot;
@@ -454,7 +488,7 @@ int batch__sample(struct batch *b, uint64_t time_ns, const struct label *labels,
 		err = -ENOSPC;
 		goto out_unlock;
 	}
-	ls = label_set(b, labels, nlabels);
+	ls = label_set_or(b, given_ls, labels, nlabels);
 	if (ls < 0) {
 		err = (int)ls;
 		goto out_unlock;
@@ -557,9 +591,27 @@ out_unlock:
 	return err;
 }
 
+static int interval(struct batch *b, const char *kind, int64_t given_ls,
+		    const struct label *labels, size_t nlabels, uint64_t start_ns, uint64_t end_ns,
+		    int64_t stack_id, const struct label *attrs, size_t nattrs);
+
 int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
 		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
 		    size_t nattrs)
+{
+	return interval(b, kind, -1, labels, nlabels, start_ns, end_ns, stack_id, attrs, nattrs);
+}
+
+int batch__interval_ls(struct batch *b, const char *kind, int64_t ls, uint64_t start_ns,
+		       uint64_t end_ns, int64_t stack_id, const struct label *attrs, size_t nattrs)
+{
+	return ls < 0 ? -EINVAL :
+			interval(b, kind, ls, NULL, 0, start_ns, end_ns, stack_id, attrs, nattrs);
+}
+
+static int interval(struct batch *b, const char *kind, int64_t given_ls,
+		    const struct label *labels, size_t nlabels, uint64_t start_ns, uint64_t end_ns,
+		    int64_t stack_id, const struct label *attrs, size_t nattrs)
 {
 	uint32_t pairs[2 * BATCH_MAX_LABELS];
 	struct ivl iv = { .start = start_ns, .end = end_ns };
@@ -584,12 +636,16 @@ int batch__interval(struct batch *b, const char *kind, const struct label *label
 		goto out_unlock;
 	}
 	iv.stack = stack_id >= 0 ? (uint32_t)stack_id + 1 : 0;
+	if (given_ls >= 0 && label_set_or(b, given_ls, NULL, 0) < 0) {
+		err = -EINVAL;	/* before the kind is interned: a refused record leaves nothing */
+		goto out_unlock;
+	}
 	if ((i = intern(b, kind)) < 0) {
 		err = (int)i;
 		goto out_unlock;
 	}
 	iv.kind = (uint32_t)i;
-	if ((i = label_set(b, labels, nlabels)) < 0) {
+	if ((i = label_set_or(b, given_ls, labels, nlabels)) < 0) {
 		err = (int)i;
 		goto out_unlock;
 	}

@@ -80,6 +80,19 @@ int batch__interval(struct batch *b, const char *kind, const struct label *label
 		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
 		    size_t nattrs);
 
+/*
+ * The index of this label set in b, added if new, for the records of one thread or process
+ * that repeat it: batch__sample_ls() and batch__interval_ls() then skip interning the labels
+ * again (the agent's thread-state events). Valid in b only: batch__id() tells batches apart
+ * (a new or reset batch has a new one). >= 0, or -errno.
+ */
+int64_t batch__label_set(struct batch *b, const struct label *labels, size_t nlabels);
+/* batch__sample() and batch__interval() with a batch__label_set() index (-EINVAL if unknown). */
+int batch__sample_ls(struct batch *b, uint64_t time_ns, int64_t ls, int64_t stack_id,
+		     enum sample_kind kind, int64_t value);
+int batch__interval_ls(struct batch *b, const char *kind, int64_t ls, uint64_t start_ns,
+		       uint64_t end_ns, int64_t stack_id, const struct label *attrs, size_t nattrs);
+
 /* Lets times <= 0 through (test tools that send what a broken agent would, to the server). */
 void batch__allow_any_time(struct batch *b);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include "test.h"
 #include "common/batch.h"
 #include "gpuscope/v1/batch.pb-c.h"
@@ -491,5 +492,66 @@ out:
 	return ok;
 }
 
-TEST_MAIN(T(test_batch_split), T(test_batch_split_single), T(test_batch_interval_stack), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
+/* A label set interned once (batch__label_set) encodes exactly as the labels given each time. */
+static bool test_batch_label_set_ids(void)
+{
+	struct batch *b[2] = { batch__new("node-1"), batch__new("node-1") };
+	struct label l1[] = { { "pid", "42" }, { "comm", "app" }, { "tid", "43" } };
+	struct label l2[] = { { "pid", "7" }, { "comm", "other" } };
+	struct label attrs[] = { { "state", "blocked" }, { "reason", "io" } };
+	uint8_t *enc[2] = { NULL, NULL };
+	size_t len[2] = { 0, 0 };
+	int64_t ls1, ls2, st;
+	bool ok = false;
+
+	CHECK(ASSERT_TRUE(b[0] && b[1], "new"));
+	for (int k = 0; k < 2; k++) {
+		batch__set_id(b[k], 77);
+		st = batch__stack(b[k], frames_a, 3);
+		if (!ASSERT_EQ(st, 0, "stack"))
+			goto out;
+		for (int i = 0; i < 3; i++) {
+			uint64_t t = 1000000000ull * (i + 1);
+			int e[4];
+
+			if (k == 0) {
+				/* the strings in the same order as below (the string table's) */
+				batch__label_set(b[0], l1, 3);
+				batch__label_set(b[0], l2, 2);
+				e[0] = batch__interval(b[0], "thread_state", l1, 3, t, t + 5, st, attrs, 2);
+				e[1] = batch__sample(b[0], t + 5, l1, 3, st, SAMPLE_OFFCPU_NS, 5);
+				e[2] = batch__interval(b[0], "thread_state", l2, 2, t, t + 9, -1, attrs, 1);
+				e[3] = batch__sample(b[0], t + 9, l2, 2, st, SAMPLE_CPU, 1);
+			} else {
+				ls1 = batch__label_set(b[1], l1, 3);
+				ls2 = batch__label_set(b[1], l2, 2);
+				if (!ASSERT_TRUE(ls1 >= 0 && ls2 >= 0 && ls1 != ls2, "two sets"))
+					goto out;
+				e[0] = batch__interval_ls(b[1], "thread_state", ls1, t, t + 5, st, attrs, 2);
+				e[1] = batch__sample_ls(b[1], t + 5, ls1, st, SAMPLE_OFFCPU_NS, 5);
+				e[2] = batch__interval_ls(b[1], "thread_state", ls2, t, t + 9, -1, attrs, 1);
+				e[3] = batch__sample_ls(b[1], t + 9, ls2, st, SAMPLE_CPU, 1);
+			}
+			if (!ASSERT_TRUE(!e[0] && !e[1] && !e[2] && !e[3], "records added"))
+				goto out;
+		}
+	}
+	if (!ASSERT_EQ(batch__interval_ls(b[1], "x", ls2 + 1, 1, 2, -1, NULL, 0), -EINVAL,
+		       "an index the batch does not have") ||
+	    !ASSERT_EQ(batch__sample_ls(b[1], 1, -3, 0, SAMPLE_CPU, 1), -EINVAL, "negative"))
+		goto out;
+	for (int k = 0; k < 2; k++)
+		if (!ASSERT_EQ(batch__encode(b[k], &enc[k], &len[k]), 0, "encode"))
+			goto out;
+	ok = ASSERT_EQ(len[1], len[0], "same length") &&
+	     ASSERT_TRUE(!memcmp(enc[0], enc[1], len[0]), "same bytes");
+out:
+	for (int k = 0; k < 2; k++) {
+		free(enc[k]);
+		batch__free(b[k]);
+	}
+	return ok;
+}
+
+TEST_MAIN(T(test_batch_label_set_ids), T(test_batch_split), T(test_batch_split_single), T(test_batch_interval_stack), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
 	  T(test_batch_kind_names), T(test_batch_decode_refuses), T(test_batch_threads))

@@ -36,6 +36,8 @@
 #include "agent/sym/symbolize.h"
 
 #define STACKMAP_CLEAR_AT 12000		/* of 16384 stack-map entries: clear the map */
+#define LS_CACHE	  1024		/* threads whose batch label set is remembered */
+#define LS_DROPPED	  (-ENOENT)	/* a relabel rule drops the thread's records */
 #define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)
 
 struct sched_state {
@@ -48,6 +50,18 @@ struct sched_state {
 	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
 		stackmap_clears, proc_events, batch_errors, relabel_dropped;
 	uint64_t reasons[BLOCKED_MAX];
+	uint64_t ls_hits, ls_misses;
+	/*
+	 * A thread's label set in the current batch (batch__label_set()), so that its next events
+	 * skip building and interning its labels: valid while the batch (its id), the thread and
+	 * its name are the same; an exec of its process forgets it.
+	 */
+	struct {
+		uint64_t batch_id;
+		__u32 tgid, tid;
+		char comm[GPUSCOPE_COMM_LEN];
+		int64_t ls;		/* >= 0, or LS_DROPPED */
+	} lsc[LS_CACHE];
 };
 
 static struct sched_state S;
@@ -130,12 +144,51 @@ static const char *state_name(int st)
 	return "unknown";
 }
 
+/*
+ * The batch label set of thread tid of process tgid named thread: remembered from its last
+ * event in this batch, else built (agent__tracked_labels()) and interned once. LS_DROPPED when a
+ * relabel rule drops it; another -errno when the batch refuses it.
+ */
+static int64_t thread_ls(struct sched_state *s, __u32 tgid, __u32 tid, const char *thread)
+{
+	uint64_t id = batch__id(s->a->batch);
+	unsigned k = (unsigned)((tid * 0x9e3779b1u) >> 22) % LS_CACHE;
+	struct agent_labels L;
+	int64_t ls;
+
+	if (s->lsc[k].batch_id == id && s->lsc[k].tid == tid && s->lsc[k].tgid == tgid &&
+	    !strncmp(s->lsc[k].comm, thread, GPUSCOPE_COMM_LEN)) {
+		s->ls_hits++;
+		return s->lsc[k].ls;
+	}
+	s->ls_misses++;
+	if (agent__tracked_labels(s->a, tgid, tid, thread, &L) == LABELS_DROPPED)
+		ls = LS_DROPPED;
+	else if ((ls = batch__label_set(s->a->batch, L.l, L.n)) < 0)
+		return ls;	/* the batch is full: not remembered */
+	s->lsc[k].batch_id = id;
+	s->lsc[k].tgid = tgid;
+	s->lsc[k].tid = tid;
+	memset(s->lsc[k].comm, 0, GPUSCOPE_COMM_LEN);
+	memcpy(s->lsc[k].comm, thread, strnlen(thread, GPUSCOPE_COMM_LEN));
+	s->lsc[k].ls = ls;
+	return ls;
+}
+
+/* An exec: the process's threads' labels (comm, program, cmdline) are built again. */
+static void ls_forget(struct sched_state *s, __u32 tgid)
+{
+	for (unsigned k = 0; k < LS_CACHE; k++)
+		if (s->lsc[k].tgid == tgid)
+			s->lsc[k].batch_id = 0;
+}
+
 static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_state *ev)
 {
 	struct agent *a = s->a;
 	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], ns[3][24];
 	int64_t stack = -1;	/* BLOCKED: the stack at the switch-out */
-	struct agent_labels L;
+	int64_t ls;
 	struct label attrs[8];
 	size_t na = 0;
 	uint64_t start = ev->start_ns + a->mono_to_wall_ns, end = ev->end_ns + a->mono_to_wall_ns;
@@ -145,8 +198,13 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 	memcpy(thread, ev->comm, GPUSCOPE_COMM_LEN);
 	thread[GPUSCOPE_COMM_LEN] = 0;
 	procfs_comm_seen(ev->tid, thread);
-	if (agent__tracked_labels(a, ev->tgid, ev->tid, thread, &L) == LABELS_DROPPED) {
+	ls = thread_ls(s, ev->tgid, ev->tid, thread);
+	if (ls == LS_DROPPED) {
 		s->relabel_dropped++;
+		return;
+	}
+	if (ls < 0) {
+		s->batch_errors++;
 		return;
 	}
 	if (st == GPUSCOPE_TS_SUMMARY) {
@@ -179,8 +237,8 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			attrs[na++] = (struct label){ "reason", blocked_reason_name(r) };
 			if (id >= 0) {
 				stack = id;
-				err = batch__sample(a->batch, end, L.l, L.n, id, SAMPLE_OFFCPU_NS,
-						    (int64_t)(ev->end_ns - ev->start_ns));
+				err = batch__sample_ls(a->batch, end, ls, id, SAMPLE_OFFCPU_NS,
+						       (int64_t)(ev->end_ns - ev->start_ns));
 				if (err)
 					s->batch_errors++;
 				else
@@ -188,7 +246,7 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			}
 		}
 	}
-	err = batch__interval(a->batch, "thread_state", L.l, L.n, start, end, stack, attrs, na);
+	err = batch__interval_ls(a->batch, "thread_state", ls, start, end, stack, attrs, na);
 	if (err)
 		s->batch_errors++;
 	else
@@ -204,6 +262,7 @@ static void sched_exec(struct sched_state *s, const struct gpuscope_ev_strips_pr
 	comm[GPUSCOPE_COMM_LEN] = 0;
 	agent__pid_exec(s->a, p->pid, comm);
 	procs__hint_exec(p->pid);
+	ls_forget(s, p->pid);
 }
 
 static int on_event(void *ctx, void *data, size_t len)
@@ -544,6 +603,12 @@ static void sched_metrics(struct agent *a, FILE *out)
 		     "Times the BPF stack map was cleared.", S.stackmap_clears);
 	prom_counter(out, "gpuscope_agent_sched_batch_errors_total",
 		     "Records that could not be added to the batch.", S.batch_errors);
+	prom_family(out, "gpuscope_agent_sched_label_sets_total", "counter",
+		    "Thread-state events whose thread's label set was remembered from its last event "
+		    "in the batch (hit), or built and interned (miss).");
+	prom_sample1_u64(out, "gpuscope_agent_sched_label_sets_total", "result", "hit", S.ls_hits);
+	prom_sample1_u64(out, "gpuscope_agent_sched_label_sets_total", "result", "miss",
+			 S.ls_misses);
 	prom_counter(out, "gpuscope_agent_sched_relabel_dropped_total",
 		     "Records not sent because a relabel rule dropped the process.",
 		     S.relabel_dropped);
