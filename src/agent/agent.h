@@ -57,7 +57,7 @@ struct agent {
 					 * created by agent__unwinder(), freed by run.c */
 	bool unwind_tried;
 	int64_t mono_to_wall_ns;	/* wall = bpf ktime (CLOCK_MONOTONIC) + this */
-	uint64_t start_ns;		/* CLOCK_MONOTONIC when `run` started (start-time metrics) */
+	uint64_t start_ns;		/* CLOCK_MONOTONIC when `run` started (start metrics) */
 	unsigned sampling_hz;		/* the CPU sampler's rate while it runs, else 0 */
 	volatile bool stopping;
 };
