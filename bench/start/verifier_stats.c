@@ -6,6 +6,7 @@
  * unwinder's shared ones: the verifier's work is the same. Run as root after `make`:
  *   .output/bench/start/verifier_stats [--no-unwinder]
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,30 +68,44 @@ static void report(const char *name, struct bpf_object *obj, int err, double sec
 	}
 }
 
-#define LOAD(stem)                                                                                 \
-	do {                                                                                       \
-		struct stem##_bpf *s = stem##_bpf__open();                                          \
-		double t0;                                                                         \
-		int err;                                                                           \
-                                                                                                   \
-		if (!s || want_stats(s->obj)) {                                                    \
-			fprintf(stderr, "%s: cannot open\n", #stem);                               \
-			return 1;                                                                  \
-		}                                                                                  \
-		s->rodata->use_unwinder = unwinder;                                                \
-		t0 = now_s();                                                                      \
-		err = stem##_bpf__load(s);                                                         \
-		report(#stem, s->obj, err, now_s() - t0);                                          \
-		stem##_bpf__destroy(s);                                                            \
-	} while (0)
+/* Loads obj (opened, its .rodata set) with the kernel's statistics asked for; prints them. */
+static int load(const char *name, struct bpf_object *obj)
+{
+	double t0;
+	int err;
+
+	if (want_stats(obj))
+		return -ENOMEM;
+	t0 = now_s();
+	err = bpf_object__load(obj);
+	report(name, obj, err, now_s() - t0);
+	return err;
+}
 
 int main(int argc, char **argv)
 {
 	bool unwinder = !(argc > 1 && !strcmp(argv[1], "--no-unwinder"));
+	struct oncpu_bpf *o = oncpu_bpf__open();
+	struct sched_bpf *s = sched_bpf__open();
+	struct cudaprobe_bpf *c = cudaprobe_bpf__open();
+	struct cupti_bpf *u = cupti_bpf__open();
+	int err = 1;
 
-	LOAD(oncpu);
-	LOAD(sched);
-	LOAD(cudaprobe);
-	LOAD(cupti);
-	return 0;
+	if (!o || !s || !c || !u) {
+		fprintf(stderr, "cannot open the BPF objects: %s\n", strerror(errno));
+		goto out;
+	}
+	/* as the agent loads them: the walker on */
+	o->rodata->use_unwinder = s->rodata->use_unwinder = unwinder;
+	c->rodata->use_unwinder = u->rodata->use_unwinder = unwinder;
+	err = load("oncpu", o->obj);
+	err |= load("sched", s->obj);
+	err |= load("cudaprobe", c->obj);
+	err |= load("cupti", u->obj);
+out:
+	oncpu_bpf__destroy(o);
+	sched_bpf__destroy(s);
+	cudaprobe_bpf__destroy(c);
+	cupti_bpf__destroy(u);
+	return err ? 1 : 0;
 }

@@ -362,7 +362,7 @@ static struct {
 	struct oncpu *o;
 	struct agent *a;
 	uint64_t batch_errors, stack_errors, relabel_dropped;
-	uint64_t first_sample_ns;	/* CLOCK_MONOTONIC of the first sample batched; 0: none yet */
+	uint64_t first_sample_ns;	/* CLOCK_MONOTONIC of the first sample batched; 0: none */
 } mod;
 
 static void module_sample(void *ctx, const struct gpuscope_ev_cpu_sample *ev, const __u64 *frames)
@@ -460,7 +460,7 @@ static void module_metrics(struct agent *a, FILE *out)
 	/* when it was taken, not read: the main loop reads it after every module started */
 	if (mod.first_sample_ns && a->start_ns && mod.first_sample_ns >= a->start_ns)
 		prom_gauge(out, "gpuscope_agent_first_sample_seconds",
-			   "Seconds from the agent's start to its first CPU sample (taken, in a batch).",
+			   "Seconds from the agent's start to its first CPU sample (when taken).",
 			   (mod.first_sample_ns - a->start_ns) / 1e9);
 }
 
