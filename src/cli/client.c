@@ -3,8 +3,9 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -498,4 +499,18 @@ json_t *http_get_json(const struct query *q, const char *url)
 		return NULL;
 	}
 	return j;
+}
+
+double json_num(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+const char *json_str(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : "";
 }

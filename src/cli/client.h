@@ -99,6 +99,10 @@ int http_post(const struct query *q, const char *url, struct http_body *ret);
  */
 json_t *http_get_json(const struct query *q, const char *url);
 
+/* o's member k as a number (NAN when absent or not a number), as a string ("" when not one). */
+double json_num(json_t *o, const char *k);
+const char *json_str(json_t *o, const char *k);
+
 /* Writes data to path atomically (temporary file then rename); "-" is stdout. 0 or -1 (printed). */
 int write_output(const char *path, const void *data, size_t len);
 

@@ -22,20 +22,6 @@ static const char usage_text[] =
 	"throttled GPUs), the GPU-seconds and dollars at stake, the evidence and the fix; ranked\n"
 	"by dollars at stake, --limit (default 25) printed.\n";
 
-static double num(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-static const char *str(json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-
-	return s ? s : "";
-}
-
 static void money(char *b, size_t n, double d)
 {
 	if (isnan(d))
@@ -56,17 +42,17 @@ static int print_findings(const struct query *q, json_t *j, bool md)
 		return 1;
 	}
 	json_array_foreach(fs, i, f) {
-		tot_s += num(f, "gpu_seconds_at_stake");
-		priced &= !isnan(num(f, "dollars_at_stake"));
-		tot_d += isnan(num(f, "dollars_at_stake")) ? 0 : num(f, "dollars_at_stake");
+		tot_s += json_num(f, "gpu_seconds_at_stake");
+		priced &= !isnan(json_num(f, "dollars_at_stake"));
+		tot_d += isnan(json_num(f, "dollars_at_stake")) ? 0 : json_num(f, "dollars_at_stake");
 	}
 	{
 		char d[32];
 
 		money(d, sizeof(d), priced ? tot_d : NAN);
 		printf("%s%zu finding%s over %.0f workload%s by %s: %.0f GPU-seconds at stake, %s%s\n",
-		       md ? "### " : "", n, n == 1 ? "" : "s", num(j, "workloads_checked"),
-		       num(j, "workloads_checked") == 1 ? "" : "s", str(j, "by"), tot_s, d,
+		       md ? "### " : "", n, n == 1 ? "" : "s", json_num(j, "workloads_checked"),
+		       json_num(j, "workloads_checked") == 1 ? "" : "s", json_str(j, "by"), tot_s, d,
 		       priced ? "" : " (no --gpu-hour-price on the server: dollars unknown)");
 	}
 	if (!n)
@@ -77,23 +63,23 @@ static int print_findings(const struct query *q, json_t *j, bool md)
 
 		if ((long)i >= q->limit)
 			break;
-		money(d, sizeof(d), num(f, "dollars_at_stake"));
+		money(d, sizeof(d), json_num(f, "dollars_at_stake"));
 		if (md)
 			printf("\n#### %zu. %s %s — %.0f GPU-s, %s (%s)\n\n%s\n\n**Fix:** %s\n\n", i + 1,
-			       str(f, "workload"), str(f, "kind"), num(f, "gpu_seconds_at_stake"), d,
-			       str(f, "confidence"), str(f, "summary"), str(f, "recommendation"));
+			       json_str(f, "workload"), json_str(f, "kind"), json_num(f, "gpu_seconds_at_stake"), d,
+			       json_str(f, "confidence"), json_str(f, "summary"), json_str(f, "recommendation"));
 		else
 			printf("\n%zu. %-10s %s  %s  %.0f GPU-s  %.0f%% of held  confidence %s\n   %s\n"
-			       "   %s\n   fix: %s\n", i + 1, d, str(f, "workload"), str(f, "kind"),
-			       num(f, "gpu_seconds_at_stake"), 100 * num(f, "share_of_held"),
-			       str(f, "confidence"), str(f, "title"), str(f, "summary"),
-			       str(f, "recommendation"));
+			       "   %s\n   fix: %s\n", i + 1, d, json_str(f, "workload"), json_str(f, "kind"),
+			       json_num(f, "gpu_seconds_at_stake"), 100 * json_num(f, "share_of_held"),
+			       json_str(f, "confidence"), json_str(f, "title"), json_str(f, "summary"),
+			       json_str(f, "recommendation"));
 		json_array_foreach(json_object_get(f, "evidence"), k, e) {
 			if (md)
-				printf("- %s: [view](%s%s) · [api](%s%s)\n", str(e, "label"), q->server,
-				       str(e, "ui"), q->server, str(e, "api"));
+				printf("- %s: [view](%s%s) · [api](%s%s)\n", json_str(e, "label"), q->server,
+				       json_str(e, "ui"), q->server, json_str(e, "api"));
 			else
-				printf("   - %s\n     %s%s\n", str(e, "label"), q->server, str(e, "ui"));
+				printf("   - %s\n     %s%s\n", json_str(e, "label"), q->server, json_str(e, "ui"));
 		}
 	}
 	if ((long)n > q->limit)

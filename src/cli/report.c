@@ -28,20 +28,6 @@ struct cell {
 	char s[COLS][160];
 };
 
-static double num(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-static const char *str(json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-
-	return s ? s : "";
-}
-
 static void fmt_h(char *b, size_t n, double v)
 {
 	if (isnan(v))
@@ -78,7 +64,7 @@ static const char *main_source(json_t *row)
 static void fmt_causes(json_t *row, char *b, size_t n)
 {
 	json_t *c = json_object_get(row, "causes"), *fns, *blk, *it;
-	double idle = num(c, "idle_seconds");
+	double idle = json_num(c, "idle_seconds");
 	size_t i, used = 0, k = 0;
 
 	b[0] = 0;
@@ -89,19 +75,19 @@ static void fmt_causes(json_t *row, char *b, size_t n)
 	fns = json_object_get(c, "functions");
 	blk = json_object_get(c, "blocked");
 	/* estimated shares (windows standing for undecided time) are marked "~" */
-	if (num(json_object_get(c, "idle_estimate"), "estimated_share") > 0)
+	if (json_num(json_object_get(c, "idle_estimate"), "estimated_share") > 0)
 		used += (size_t)snprintf(b + used, n - used, "~");
 	json_array_foreach(fns, i, it) {
 		if (k == 2 || used >= n)
 			break;
 		used += (size_t)snprintf(b + used, n - used, "%s%s %.0f%%", k ? ", " : "",
-					 str(it, "name"), 100 * num(it, "share"));
+					 json_str(it, "name"), 100 * json_num(it, "share"));
 		k++;
 	}
 	it = json_array_get(blk, 0);
 	if (it && idle > 0 && used < n) {
 		used += (size_t)snprintf(b + used, n - used, "%swait %s %.0f%%", k ? ", " : "",
-					 str(it, "reason"), 100 * num(it, "thread_seconds") / idle);
+					 json_str(it, "reason"), 100 * json_num(it, "thread_seconds") / idle);
 		k++;
 	}
 	if (!k)
@@ -155,10 +141,10 @@ static int print_report(const struct query *q, json_t *j, bool md)
 	json_t *wls = json_object_get(j, "workloads"), *un = json_object_get(j, "unheld");
 	json_t *tot = json_object_get(j, "totals"), *it;
 	size_t nw = json_array_size(wls), nu = json_array_size(un), n = 0, i;
-	const char *by = str(j, "by");
+	const char *by = json_str(j, "by");
 	struct cell *rows;
 	char hdr[64], dur[32], cols[COLS][160];
-	double from = num(j, "from_ms"), to = num(j, "to_ms"), ngpus = 0;
+	double from = json_num(j, "from_ms"), to = json_num(j, "to_ms"), ngpus = 0;
 
 	if (!json_is_array(wls) || !json_is_object(tot)) {
 		fprintf(stderr, "gpuscope: server: answer has no \"workloads\"\n");
@@ -185,14 +171,14 @@ static int print_report(const struct query *q, json_t *j, bool md)
 			break;
 		ngpus += (double)json_array_size(json_object_get(it, "gpus"));
 		snprintf(cols[1], sizeof(cols[1]), "%zu", json_array_size(json_object_get(it, "gpus")));
-		fmt_h(cols[2], sizeof(cols[2]), num(it, "held_gpu_hours"));
-		fmt_h(cols[3], sizeof(cols[3]), num(it, "busy_gpu_hours"));
-		fmt_h(cols[4], sizeof(cols[4]), num(it, "idle_gpu_hours"));
-		fmt_h(cols[5], sizeof(cols[5]), num(it, "unknown_gpu_hours"));
-		fmt_pct(cols[6], sizeof(cols[6]), num(it, "utilization"));
-		fmt_h(cols[7], sizeof(cols[7]), num(it, "idle_dollars"));
+		fmt_h(cols[2], sizeof(cols[2]), json_num(it, "held_gpu_hours"));
+		fmt_h(cols[3], sizeof(cols[3]), json_num(it, "busy_gpu_hours"));
+		fmt_h(cols[4], sizeof(cols[4]), json_num(it, "idle_gpu_hours"));
+		fmt_h(cols[5], sizeof(cols[5]), json_num(it, "unknown_gpu_hours"));
+		fmt_pct(cols[6], sizeof(cols[6]), json_num(it, "utilization"));
+		fmt_h(cols[7], sizeof(cols[7]), json_num(it, "idle_dollars"));
 		fmt_causes(it, cols[9], sizeof(cols[9]));
-		v[0] = str(it, "workload");
+		v[0] = json_str(it, "workload");
 		for (int c = 1; c < COLS; c++)
 			v[c] = cols[c];
 		v[8] = main_source(it);
@@ -205,44 +191,44 @@ static int print_report(const struct query *q, json_t *j, bool md)
 		size_t used = 0;
 
 		json_array_foreach(un, i, it) {
-			h += num(it, "gpu_hours");
-			priced &= !isnan(num(it, "dollars"));
-			d += isnan(num(it, "dollars")) ? 0 : num(it, "dollars");
+			h += json_num(it, "gpu_hours");
+			priced &= !isnan(json_num(it, "dollars"));
+			d += isnan(json_num(it, "dollars")) ? 0 : json_num(it, "dollars");
 			if (used < sizeof(where))
 				used += (size_t)snprintf(where + used, sizeof(where) - used, "%s%s/%s",
-							 i ? ", " : "nobody held ", str(it, "node"),
-							 str(it, "gpu"));
+							 i ? ", " : "nobody held ", json_str(it, "node"),
+							 json_str(it, "gpu"));
 		}
 		snprintf(cols[1], sizeof(cols[1]), "%zu", nu);
 		fmt_h(cols[2], sizeof(cols[2]), h);
 		fmt_h(cols[7], sizeof(cols[7]), priced ? d : NAN);
 		{
 			const char *v[COLS] = { "(unheld)", cols[1], cols[2], "-", "-", "-", "-",
-						cols[7], str(json_array_get(un, 0), "source"), where };
+						cols[7], json_str(json_array_get(un, 0), "source"), where };
 
 			put_row(rows, &n, v);
 		}
 	}
 	{
-		double busy = num(tot, "busy_gpu_hours"), idle = num(tot, "idle_gpu_hours");
+		double busy = json_num(tot, "busy_gpu_hours"), idle = json_num(tot, "idle_gpu_hours");
 		const char *v[COLS];
 
 		snprintf(cols[1], sizeof(cols[1]), "%.0f", ngpus + (double)nu);
-		fmt_h(cols[2], sizeof(cols[2]), num(tot, "held_gpu_hours"));
+		fmt_h(cols[2], sizeof(cols[2]), json_num(tot, "held_gpu_hours"));
 		fmt_h(cols[3], sizeof(cols[3]), busy);
 		fmt_h(cols[4], sizeof(cols[4]), idle);
-		fmt_h(cols[5], sizeof(cols[5]), num(tot, "unknown_gpu_hours"));
+		fmt_h(cols[5], sizeof(cols[5]), json_num(tot, "unknown_gpu_hours"));
 		fmt_pct(cols[6], sizeof(cols[6]), busy + idle > 0 ? busy / (busy + idle) : NAN);
-		fmt_h(cols[7], sizeof(cols[7]), num(tot, "idle_dollars"));
+		fmt_h(cols[7], sizeof(cols[7]), json_num(tot, "idle_dollars"));
 		v[0] = "TOTAL";
 		for (int c = 1; c < COLS; c++)
 			v[c] = cols[c];
 		v[8] = "";
 		v[9] = "";
-		snprintf(cols[9], sizeof(cols[9]), "unheld: %.2f GPU-h", num(tot, "unheld_gpu_hours"));
-		if (!isnan(num(tot, "unheld_dollars")))
+		snprintf(cols[9], sizeof(cols[9]), "unheld: %.2f GPU-h", json_num(tot, "unheld_gpu_hours"));
+		if (!isnan(json_num(tot, "unheld_dollars")))
 			snprintf(cols[9] + strlen(cols[9]), sizeof(cols[9]) - strlen(cols[9]),
-				 ", $%.2f", num(tot, "unheld_dollars"));
+				 ", $%.2f", json_num(tot, "unheld_dollars"));
 		v[9] = cols[9];
 		put_row(rows, &n, v);
 	}
@@ -258,7 +244,7 @@ static int print_report(const struct query *q, json_t *j, bool md)
 	}
 	printf("%sGPU efficiency by %s over %s: %zu workload%s%s\n\n", md ? "### " : "", by, dur,
 	       nw, nw == 1 ? "" : "s",
-	       isnan(num(tot, "idle_dollars")) ? " (no --gpu-hour-price on the server: dollars unknown)" : "");
+	       isnan(json_num(tot, "idle_dollars")) ? " (no --gpu-hour-price on the server: dollars unknown)" : "");
 	print_rows(rows, n, md);
 	if ((long)nw > q->limit)
 		printf("%s(%zu more workload%s; --limit)\n", md ? "\n" : "", nw - (size_t)q->limit,

@@ -680,6 +680,25 @@ static enum MHD_Result do_stack(struct http_server *h, struct MHD_Connection *c,
 	return http_reply_json(c, &b);
 }
 
+/*
+ * The answer of a report query (efficiency, insights) for its return code: the JSON in b, or
+ * 422/503 on a selector's limits, 400 (-EINVAL) or 404 (-ENODATA) with err, else a store error.
+ */
+static enum MHD_Result report_answer(struct http_server *h, struct MHD_Connection *c, int rc,
+				     struct buf *b, const char *err)
+{
+	if (!rc)
+		return http_reply_json(c, b);
+	buf_done(b);
+	if (rc == -E2BIG || rc == -ETIMEDOUT)
+		return http_reply_error(h, c, rc == -E2BIG ? MHD_HTTP_UNPROCESSABLE_CONTENT :
+					MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR, "%s", err);
+	if (rc == -EINVAL || rc == -ENODATA)
+		return http_reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,
+					REJ_BAD_QUERY, "%s", err);
+	return store_failed(h, c, rc);
+}
+
 static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connection *c)
 {
 	const char *cs = http_arg(c, "causes");
@@ -698,21 +717,7 @@ static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connectio
 	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
 	rc = efficiency_query(h->o.eff, &rq, &b, err, sizeof(err));
-	if (rc == -E2BIG || rc == -ETIMEDOUT) {
-		buf_done(&b);
-		return http_reply_error(h, c, rc == -E2BIG ? MHD_HTTP_UNPROCESSABLE_CONTENT :
-					MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR, "%s", err);
-	}
-	if (rc == -EINVAL || rc == -ENODATA) {
-		buf_done(&b);
-		return http_reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,
-					REJ_BAD_QUERY, "%s", err);
-	}
-	if (rc) {
-		buf_done(&b);
-		return store_failed(h, c, rc);
-	}
-	return http_reply_json(c, &b);
+	return report_answer(h, c, rc, &b, err);
 }
 
 /* GET /api/v1/insights (docs/insights.md): the same range, by and selector errors as
@@ -737,21 +742,7 @@ static enum MHD_Result get_insights(struct http_server *h, struct MHD_Connection
 	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
 	rc = insights_query(h->o.ins, &rq, &b, err, sizeof(err));
-	if (rc == -E2BIG || rc == -ETIMEDOUT) {
-		buf_done(&b);
-		return http_reply_error(h, c, rc == -E2BIG ? MHD_HTTP_UNPROCESSABLE_CONTENT :
-					MHD_HTTP_SERVICE_UNAVAILABLE, REJ_SELECTOR, "%s", err);
-	}
-	if (rc == -EINVAL || rc == -ENODATA) {
-		buf_done(&b);
-		return http_reply_error(h, c, rc == -EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_NOT_FOUND,
-					REJ_BAD_QUERY, "%s", err);
-	}
-	if (rc) {
-		buf_done(&b);
-		return store_failed(h, c, rc);
-	}
-	return http_reply_json(c, &b);
+	return report_answer(h, c, rc, &b, err);
 }
 
 static enum MHD_Result metrics_work(struct http_server *h, struct MHD_Connection *c,

@@ -195,24 +195,9 @@ static int attach_torch(struct cupti_state *c, const char *path)
  */
 static uint64_t maps_stamp(const char *pid)
 {
-	char fn[300], buf[1024], *p;
-	unsigned long long start = 0, vsize = 0;
-	ssize_t n;
-	int fd;
+	uint64_t start, vsize;
 
-	snprintf(fn, sizeof(fn), "/proc/%s/stat", pid);
-	fd = open(fn, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	p = strrchr(buf, ')');	/* comm may hold spaces and parentheses */
-	/* after ") ": state (3) ... starttime (22), vsize (23) */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-			 "%*d %*d %*d %llu %llu", &start, &vsize) != 2)
+	if (!procfs_start_vsize(atoi(pid), &start, &vsize))
 		return 0;
 	return hash64(&vsize, sizeof(vsize), start) | 1;
 }

@@ -348,3 +348,29 @@ void procfs_stats(struct procfs_stats *ret)
 	*ret = st;
 	pthread_mutex_unlock(&lock);
 }
+
+bool procfs_start_vsize(pid_t pid, uint64_t *start, uint64_t *vsize)
+{
+	char fn[64], buf[1024], *p;
+	unsigned long long st = 0, vs = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(fn, sizeof(fn), "/proc/%d/stat", (int)pid);
+	fd = open(fn, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* comm may hold spaces and parentheses */
+	/* after ") ": state (3) ... starttime (22), vsize (23) */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+			 "%*d %*d %*d %llu %llu", &st, &vs) != 2)
+		return false;
+	*start = st;
+	*vsize = vs;
+	return true;
+}

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define PROCFS_COMM_LEN 16	/* TASK_COMM_LEN: the kernel's names are at most 15 bytes */
@@ -57,6 +58,13 @@ pid_t procfs_nspid(pid_t pid);
 
 /* The parent of process pid (/proc/PID/stat, not cached); 0 when gone or unreadable. */
 pid_t procfs_ppid(pid_t pid);
+
+/*
+ * The process's start time (clock ticks since boot) and virtual size (bytes) from
+ * /proc/PID/stat: a process whose pair is unchanged has mapped nothing new. false on error
+ * (gone); vsize 0 for a kernel thread.
+ */
+bool procfs_start_vsize(pid_t pid, uint64_t *start, uint64_t *vsize);
 
 struct procfs_stats {
 	unsigned long long reads, hits, gone;	/* /proc reads, cache hits, tasks not found */

@@ -257,28 +257,9 @@ static void add_pending(pid_t pid, uint64_t delay_ns)
 /* vsize (bytes) from /proc/PID/stat; 0 for kernel threads or on error. */
 static uint64_t read_vsize(pid_t pid)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long v = 0;
-	ssize_t n;
-	int fd, field = 2;
+	uint64_t start, vsize;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	p = strrchr(buf, ')');	/* comm may hold spaces */
-	if (!p)
-		return 0;
-	for (p++; *p && field < 23; p++)
-		if (*p == ' ')
-			field++;
-	sscanf(p, "%llu", &v);
-	return v;
+	return procfs_start_vsize(pid, &start, &vsize) ? vsize : 0;
 }
 
 /*
