@@ -131,6 +131,8 @@ static bool test_insights_thresholds(void)
 	ok &= ASSERT_EQ(run(&f, &fs), 1, "sync at its thresholds");
 	ok &= ASSERT_EQ(fs.v[0].kind, INS_SYNC_PER_STEP, "kind");
 	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "waiting 10.0 ms each") != NULL, "per step");
+	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "its own work") == NULL,
+			  "framework code after the sync: no input work named");
 	f.kernels = 5000;	/* short kernels, and Python work after each sync: the sync wins */
 	f.kernel_s = 0.1;
 	f.run_idle_s = 500;
@@ -140,6 +142,10 @@ static bool test_insights_thresholds(void)
 	f.fns[0].share = 1;
 	ok &= ASSERT_EQ(run(&f, &fs), 1, "sync before launch-bound and input work");
 	ok &= ASSERT_EQ(fs.v[0].kind, INS_SYNC_PER_STEP, "the sync");
+	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "log_metrics (t.py:9) 100 %") != NULL,
+			  "and the input work it exposes, named");
+	ok &= ASSERT_TRUE(strstr(fs.v[0].recommendation, "Or move log_metrics (t.py:9)") != NULL,
+			  "moving it off the thread the other fix");
 	f.sync_calls = 499;
 	ok &= ASSERT_EQ(run(&f, &fs), 1, "0.499 syncs/s: not a sync");
 	ok &= ASSERT_EQ(fs.v[0].kind, INS_INPUT_ON_LAUNCH, "the Python work then");

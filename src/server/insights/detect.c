@@ -193,6 +193,22 @@ static void fn_list(char *s, size_t n, const struct ins_facts *f)
 				      100 * f->fns[i].share);
 }
 
+/* The launching thread's GPU-idle functions as evidence, each linked to its flame graph. */
+static void fn_evidence(struct finding *x, const struct ins_facts *f)
+{
+	for (size_t i = 0; i < f->nfns; i++) {
+		struct ins_ev *e = ev(x, f->fns[i].share, "share", "%s %.0f %% of GPU-idle CPU "
+				      "samples", f->fns[i].name, 100 * f->fns[i].share);
+		char q[192];
+
+		api_link(e->api, sizeof(e->api), f, true, "top", f->sel_thread,
+			 "kind=cpu&gpu_idle=");
+		snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
+		ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, NULL,
+			fn_only(f->fns[i].name, q, sizeof(q)), NULL, true);
+	}
+}
+
 static int input_on_launch(const struct ins_facts *f, double on_cpu, double user,
 			   struct findings *out)
 {
@@ -216,17 +232,7 @@ static int input_on_launch(const struct ins_facts *f, double on_cpu, double user
 		 "into DataLoader workers (num_workers > 0, the work in the Dataset or collate_fn) "
 		 "or a prefetching thread, so the next batch is ready when the GPU is.",
 		 f->nfns ? f->fns[0].name : "this work");
-	for (size_t i = 0; i < f->nfns; i++) {
-		struct ins_ev *e = ev(x, f->fns[i].share, "share", "%s %.0f %% of GPU-idle CPU "
-				      "samples", f->fns[i].name, 100 * f->fns[i].share);
-		char q[192];
-
-		api_link(e->api, sizeof(e->api), f, true, "top", f->sel_thread,
-			 "kind=cpu&gpu_idle=");
-		snprintf(e->api + strlen(e->api), sizeof(e->api) - strlen(e->api), "%s", f->gpu);
-		ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, NULL,
-			fn_only(f->fns[i].name, q, sizeof(q)), NULL, true);
-	}
+	fn_evidence(x, f);
 	{
 		struct ins_ev *e = ev(x, on_cpu, "share", "launching thread %s on a CPU %.0f %% of "
 				      "the GPU's idle time", f->launch_tid, 100 * on_cpu);
@@ -239,7 +245,8 @@ static int input_on_launch(const struct ins_facts *f, double on_cpu, double user
 	return 0;
 }
 
-static int sync_per_step(const struct ins_facts *f, double follow, struct findings *out)
+static int sync_per_step(const struct ins_facts *f, double follow, double user,
+			 struct findings *out)
 {
 	double per = f->sync_calls > 0 ? f->sync_s / f->sync_calls : 0;
 	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
@@ -273,6 +280,23 @@ static int sync_per_step(const struct ins_facts *f, double follow, struct findin
 		 "(.item(), .cpu(), print of a tensor, a blocking copy): keep values on the GPU "
 		 "and read them every N steps, or copy with non_blocking=True into pinned memory.",
 		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name);
+	/*
+	 * What the sync exposes, when it is the thread's own input work (a tokenizer before a
+	 * blocking host-to-device copy): named too, since moving it off the thread is the other fix.
+	 */
+	if (f->nfns && user >= INPUT_SHARE) {
+		char fns[600];
+		size_t l = strlen(x->summary);
+
+		fn_list(fns, sizeof(fns), f);
+		snprintf(x->summary + l, sizeof(x->summary) - l, " What the thread runs while the GPU "
+			 "waits is its own work, %.0f %% of it outside CUDA and framework code: %s.",
+			 100 * user, fns);
+		l = strlen(x->recommendation);
+		snprintf(x->recommendation + l, sizeof(x->recommendation) - l, " Or move %s off "
+			 "the training thread (DataLoader workers), so it overlaps the GPU's work.",
+			 f->fns[0].name);
+	}
 	e = ev(x, per, "per_step", "sync wait per step %.1f ms%s%s", per * 1e3,
 	       f->sync_fn.name[0] ? " at " : "", f->sync_fn.name);
 	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
@@ -285,6 +309,8 @@ static int sync_per_step(const struct ins_facts *f, double follow, struct findin
 	e = ev(x, follow, "share", "%.0f %% of idle gaps start at a sync's return", 100 * follow);
 	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_node, "kind=gpu_busy");
 	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
+	if (f->nfns && user >= INPUT_SHARE)
+		fn_evidence(x, f);
 	return 0;
 }
 
@@ -594,7 +620,7 @@ int ins_detect(const struct ins_facts *f, struct findings *out)
 	st = f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
 	     (workers >= STARVED_WORKERS || (f->node_cpu_set && node_cpu >= STARVED_NODE_CPU));
 	if (sy)
-		err = sync_per_step(f, follow, out);
+		err = sync_per_step(f, follow, user, out);
 	if (!err && cp)
 		err = sync_copies(f, fmin(1, f->copy_idle_s / si), out);
 	if (!err && lb)
