@@ -13,7 +13,8 @@ Backward kernels: train_step's loss_backward() calls the libtorch_cpu stand-in's
 Engine::execute, whose device thread (C, no Python frame) launches them while the caller waits;
 they must come under loss_backward through the caller's stack ([autograd thread] between), so
 must that thread's CPU samples and its off-CPU time inside a node (not its wait for the next
-task, in ReadyQueue::pop), and a kernel another plain thread launches meanwhile must not."""
+task, in ReadyQueue::pop), and a kernel another plain thread launches meanwhile must not (it
+is counted as launched off the Python threads)."""
 import os
 import subprocess
 import sys
@@ -180,6 +181,12 @@ try:
           "/metrics: %(torch_libraries_attached)d libtorch_cpu probed, %(backward_calls_total)d "
           "backward calls, %(backward_kernels_total)d kernels under them, "
           "%(backward_kernels_lost_total)d lost" % m)
+    # the plain thread's kernels are counted as launched off the Python threads, not joined
+    py_k = agent.metric("gpuscope_agent_cupti_kernels_python_caller_total")
+    nopy_k = agent.metric("gpuscope_agent_cupti_kernels_no_python_caller_total")
+    check(py_k > 0 and nopy_k > 0 and nopy_k < py_k,
+          "/metrics: %d kernels with a Python caller, %d launched off the Python threads (the "
+          "plain thread's)" % (py_k, nopy_k))
     # and the device thread's CPU samples go under the same call
     wait_until(lambda: time.time() > t_cpu + 3, 10)
     cpu = srv.query("flamegraph", kind="cpu", selector=sel,

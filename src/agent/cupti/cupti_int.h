@@ -67,6 +67,7 @@ struct proc {
 	uint64_t cupti_drops, lib_drops;	/* cumulative, as last reported */
 	char *lib_path;			/* the library as this process maps it; NULL: none seen */
 	bool lib_hello;			/* the library announced itself (status HELLO) */
+	bool python_seen;		/* a kernel's launch stack held a Python frame */
 	/* trace window */
 	enum win_state win;
 	enum trace_reason reason;

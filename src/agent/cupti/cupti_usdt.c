@@ -696,6 +696,13 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_cupti_backward_kernels_lost_total",
 		     "Kernels launched by autograd's threads left under their own thread's stack: the "
 		     "backward call's stack was not seen or was replaced.", s.backward_lost);
+	prom_counter(out, "gpuscope_agent_cupti_kernels_python_caller_total",
+		     "Kernels whose launch stack (or the backward call it was joined to) holds a "
+		     "Python frame.", s.python_kernels);
+	prom_counter(out, "gpuscope_agent_cupti_kernels_no_python_caller_total",
+		     "Kernels of a Python process launched from a stack with no Python frame (a "
+		     "framework's own thread) and not joined to a Python call: under that thread's "
+		     "own stack.", s.no_python_kernels);
 	prom_counter(out, "gpuscope_agent_cupti_unknown_names_total",
 		     "Kernel records whose name index was not known.", s.unknown_names);
 	prom_gauge(out, "gpuscope_agent_cupti_clock_max_step_seconds",

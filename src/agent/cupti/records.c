@@ -212,6 +212,25 @@ static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_la
 	cupti_backward_put(c, p, ev->tid, frames, n);
 }
 
+/*
+ * Counts a kernel whose launch stack holds a Python frame, or, in a process whose launches have
+ * shown one before, one whose stack holds none (a framework's own thread: an executor, a
+ * runtime, a plain thread), which stays under that thread's own stack: not joined to the Python
+ * call that dispatched the work. docs/cupti.md.
+ */
+static void python_caller(struct cupti_state *c, pid_t pid, bool has_python)
+{
+	struct proc *p = cupti_proc_find(c, pid);
+
+	if (has_python) {
+		c->st.python_kernels++;
+		if (p)
+			p->python_seen = true;
+	} else if (p && p->python_seen) {
+		c->st.no_python_kernels++;
+	}
+}
+
 /* The profiler's own frames on top of a launch stack: our callback and CUPTI's dispatch. */
 static bool instrumentation_frame(const struct location *l)
 {
@@ -253,13 +272,16 @@ static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
 	memcpy(&locs[1], &st->locs[skip], n * sizeof(*locs));
 	c->st.stacks_symbolized++;
 	/* an autograd thread's launch: its stack up to the worker loop, under the backward call's */
-	if (st->engine_at < (int32_t)skip || (uint32_t)st->engine_at >= skip + n)
+	if (st->engine_at < (int32_t)skip || (uint32_t)st->engine_at >= skip + n) {
+		python_caller(c, rs->pid, st->has_python);
 		return batch__stack(c->a->batch, locs, n + 1);
+	}
 	if (!parent) {
 		c->st.backward_lost++;
 		return batch__stack(c->a->batch, locs, n + 1);
 	}
 	c->st.backward_kernels++;
+	python_caller(c, rs->pid, true);	/* the backward call's stack: a Python caller's */
 	return agent__under_caller(c->a, locs, (uint32_t)st->engine_at - skip + 2, parent->pid,
 				   parent->frames, parent->n);
 }

@@ -199,6 +199,9 @@ static void symbolize(struct stack_cache *c, struct sym_stack *st, pid_t pid, co
 		st->nunknown += !!err;
 	}
 	st->engine_at = -1;
+	st->has_python = false;
+	for (uint32_t i = st->nkernel; i < st->n && !st->has_python; i++)
+		st->has_python = st->locs[i].module && !strcmp(st->locs[i].module, "[python]");
 	for (uint32_t i = st->nkernel; i < st->n; i++) {
 		if (engine_idle_frame(&st->locs[i]))
 			break;	/* waiting for work: not spliced */

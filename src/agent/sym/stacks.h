@@ -29,6 +29,7 @@ struct sym_stack {
 	 * thread that works for another thread's backward call (agent__thread_stack()); -1: not,
 	 * or it waits for its next task (ReadyQueue::pop above the loop) */
 	int32_t engine_at;
+	bool has_python;	/* a Python frame (module "[python]") among the user frames */
 	struct location locs[];
 };
 
