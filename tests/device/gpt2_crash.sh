@@ -3,8 +3,9 @@
 # Why a GPT-2 decode process died (SIGSEGV) under the agent's defaults and not under continuous
 # tracing (issue 31 device runs, 2026-12-07): the idle_workloads.py gpt2 workload under one
 # default-mode agent, with Python's faulthandler and the library's debug lines, once as built
-# and once with the CUPTI hand-over's GOT interposition off (GPUSCOPE_CUPTI_HANDOVER=0); the
-# kernel's segfault lines (which object, which address) from dmesg after each.
+# and then changing one thing at a time: the CUPTI hand-over's GOT interposition off
+# (GPUSCOPE_CUPTI_HANDOVER=0), CUDA's lazy module loading off, GPT-2 without SDPA; the kernel's
+# segfault lines (which object, which address) from dmesg after each. About 3 minutes.
 # Needs $D (default .dev/agent) from tests/device/pack-agent.sh. Results: $OUT/summary.txt.
 # Usage (repository root, as root): tests/device/gpt2_crash.sh [RUN_S=8]
 set -u
@@ -22,13 +23,21 @@ ours "$D/bin/gpuscope-agent" run --server "$url" --node crash --push-interval 2s
 	--metrics-listen 127.0.0.1:9400 > "$W/agent.out" 2> "$W/agent.log" &
 apid=$!
 wait_agent_metrics $apid 9400 || { echo "agent did not start"; tail "$W/agent.log"; exit 1; }
-for handover in 1 0; do
+# each variant changes one thing: the CUPTI hand-over's interposition off, CUDA modules loaded
+# eagerly (no lazy loading while a window opens), GPT-2 without SDPA (no cuDNN attention)
+for v in asbuilt handover0 eager sdpa0; do
+	env=()
+	case $v in
+	handover0) env=(GPUSCOPE_CUPTI_HANDOVER=0) ;;
+	eager) env=(CUDA_MODULE_LOADING=EAGER) ;;
+	sdpa0) env=(GPT2_ATTN=eager) ;;
+	esac
 	dmesg 2>/dev/null | tail -1 > "$W/dmesg0"
-	PYTHONFAULTHANDLER=1 GPUSCOPE_CUPTI_DEBUG=1 GPUSCOPE_CUPTI_HANDOVER=$handover \
+	env "${env[@]}" PYTHONFAULTHANDLER=1 GPUSCOPE_CUPTI_DEBUG=1 \
 		CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" \
-		timeout 90 python3 tests/device/idle_workloads.py gpt2 > "$W/run$handover.out" 2> "$W/run$handover.err"
-	echo "== handover=$handover: exit $?"
-	grep -v '^ *File "/opt' "$W/run$handover.err" | tail -45 | cut -c1-220
+		timeout 90 python3 tests/device/idle_workloads.py gpt2 > "$W/run-$v.out" 2> "$W/run-$v.err"
+	echo "== $v (${env[*]}): exit $?"
+	grep -v '^ *File "/opt' "$W/run-$v.err" | tail -40 | cut -c1-220
 	echo "-- dmesg"
 	dmesg 2>/dev/null | grep -A3 -F -f "$W/dmesg0" | tail -n +2 | tail -6
 	dmesg 2>/dev/null | grep -i -E "segfault|traps:" | tail -3

@@ -119,7 +119,9 @@ def gpt2_main():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config()).to("cuda", torch.float16).eval()
+    attn = os.environ.get("GPT2_ATTN")	# "eager": no SDPA (gpt2_crash.sh bisects with it)
+    cfg = GPT2Config(attn_implementation=attn) if attn else GPT2Config()
+    model = GPT2LMHeadModel(cfg).to("cuda", torch.float16).eval()
 
     def build_prompt():
         python_work(40000)
