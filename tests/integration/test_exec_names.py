@@ -22,9 +22,9 @@ need_root_and_binaries()
 PROG = r"""
 import threading, time
 print(time.time(), flush=True)
-def spin(s):
-    t = time.time()
-    while time.time() - t < s:
+def spin(s):  # s seconds of the thread CPU time, however loaded the machine
+    t = time.thread_time()
+    while time.thread_time() - t < s:
         pass
 time.sleep(1.5)
 th = threading.Thread(target=spin, args=(1.5,))
