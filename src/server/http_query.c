@@ -183,24 +183,34 @@ static enum MHD_Result store_failed(struct http_server *h, struct MHD_Connection
 	return ret;
 }
 
+/*
+ * The answer of a JSON sample query: 400 when its parameters did not parse (p->err; the query
+ * was not run), else the selector's refusal, the store's error or the JSON in b. Frees b and p.
+ */
+static enum MHD_Result sample_answer(struct http_server *h, struct MHD_Connection *c,
+				     struct params *p, bool parsed, int err, struct buf *b)
+{
+	enum MHD_Result ret;
+
+	if (!parsed)
+		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p->err);
+	else if (!selector_refused(h, c, p->sel, p->sel2, &ret))
+		ret = err ? store_failed(h, c, err) : http_reply_json(c, b);
+	buf_done(b);
+	params_done(p);
+	return ret;
+}
+
 static enum MHD_Result do_flamegraph(struct http_server *h, struct MHD_Connection *c, bool diff)
 {
 	struct params p = { 0 };
 	struct buf b = { 0 };
-	enum MHD_Result ret;
-	int err;
+	int err = 0;
+	bool parsed = !parse_sample_query(c, &p, diff);
 
-	if (parse_sample_query(c, &p, diff)) {
-		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
-		goto out;
-	}
-	err = query_flamegraph(h->st, &p.q, diff ? &p.q2 : NULL, &b);
-	if (!selector_refused(h, c, p.sel, p.sel2, &ret))
-		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
-out:
-	buf_done(&b);
-	params_done(&p);
-	return ret;
+	if (parsed)
+		err = query_flamegraph(h->st, &p.q, diff ? &p.q2 : NULL, &b);
+	return sample_answer(h, c, &p, parsed, err, &b);
 }
 
 /* GET /api/v1/processes: the processes with the most samples (limit, default 100). */
@@ -210,23 +220,16 @@ static enum MHD_Result do_processes(struct http_server *h, struct MHD_Connection
 	const char *lim = http_arg(c, "limit");
 	struct params p = { 0 };
 	struct buf b = { 0 };
-	enum MHD_Result ret;
 	long limit = 100;
-	int err;
+	int err = 0;
+	bool parsed;
 
 	if (lim && (limit = strtol(lim, NULL, 10)) < 1)
 		limit = 100;
-	if (parse_sample_query(c, &p, false)) {
-		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
-		goto out;
-	}
-	err = query_processes(h->st, &p.q, (size_t)limit, &b);
-	if (!selector_refused(h, c, p.sel, NULL, &ret))
-		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
-out:
-	buf_done(&b);
-	params_done(&p);
-	return ret;
+	parsed = !parse_sample_query(c, &p, false);
+	if (parsed)
+		err = query_processes(h->st, &p.q, (size_t)limit, &b);
+	return sample_answer(h, c, &p, parsed, err, &b);
 }
 
 /* GET /api/v1/samples: samples over time in `buckets` buckets (default 200, at most 5000). */
@@ -236,29 +239,22 @@ static enum MHD_Result do_samples(struct http_server *h, struct MHD_Connection *
 	const char *nb = http_arg(c, "buckets");
 	struct params p = { 0 };
 	struct buf b = { 0 };
-	enum MHD_Result ret;
 	long buckets = 200;
-	int err;
+	int err = 0;
+	bool parsed;
 
-	if (nb && ((buckets = strtol(nb, NULL, 10)) < 1 || buckets > 5000)) {
-		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
-				       "buckets wants 1 to 5000, not '%.20s'", nb);
-		goto out;
+	if (nb && ((buckets = strtol(nb, NULL, 10)) < 1 || buckets > 5000))
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					"buckets wants 1 to 5000, not '%.20s'", nb);
+	parsed = !parse_sample_query(c, &p, false);
+	if (parsed) {
+		p.q.step_ns = (p.q.to_ns - p.q.from_ns + (uint64_t)buckets - 1) /
+			      (uint64_t)buckets;
+		if (!p.q.step_ns)
+			p.q.step_ns = 1;
+		err = query_samples(h->st, &p.q, &b);
 	}
-	if (parse_sample_query(c, &p, false)) {
-		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
-		goto out;
-	}
-	p.q.step_ns = (p.q.to_ns - p.q.from_ns + (uint64_t)buckets - 1) / (uint64_t)buckets;
-	if (!p.q.step_ns)
-		p.q.step_ns = 1;
-	err = query_samples(h->st, &p.q, &b);
-	if (!selector_refused(h, c, p.sel, NULL, &ret))
-		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
-out:
-	buf_done(&b);
-	params_done(&p);
-	return ret;
+	return sample_answer(h, c, &p, parsed, err, &b);
 }
 
 static enum MHD_Result do_top(struct http_server *h, struct MHD_Connection *c,
@@ -267,30 +263,21 @@ static enum MHD_Result do_top(struct http_server *h, struct MHD_Connection *c,
 	const char *lim = http_arg(c, "limit");
 	struct params p = { 0 };
 	struct buf b = { 0 };
-	enum MHD_Result ret;
 	long limit = 100;
 	char *end;
-	int err;
+	int err = 0;
+	bool parsed;
 
 	if (lim) {
 		limit = strtol(lim, &end, 10);
-		if (!*lim || *end || limit <= 0 || limit > 1000000) {
-			ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
-					       "limit must be 1..1000000");
-			goto out;
-		}
+		if (!*lim || *end || limit <= 0 || limit > 1000000)
+			return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+						"limit must be 1..1000000");
 	}
-	if (parse_sample_query(c, &p, false)) {
-		ret = http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", p.err);
-		goto out;
-	}
-	err = query_top(h->st, &p.q, (size_t)limit, &b);
-	if (!selector_refused(h, c, p.sel, NULL, &ret))
-		ret = err ? store_failed(h, c, err) : http_reply_json(c, &b);
-out:
-	buf_done(&b);
-	params_done(&p);
-	return ret;
+	parsed = !parse_sample_query(c, &p, false);
+	if (parsed)
+		err = query_top(h->st, &p.q, (size_t)limit, &b);
+	return sample_answer(h, c, &p, parsed, err, &b);
 }
 
 static enum MHD_Result do_pprof(struct http_server *h, struct MHD_Connection *c,
