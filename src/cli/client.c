@@ -482,16 +482,12 @@ int write_output(const char *path, const void *data, size_t len)
 	return 0;
 }
 
-json_t *http_get_json(const struct query *q, const char *url)
+/* The body as a JSON object; NULL (said in one line) when it is not one. */
+static json_t *body_json(const struct http_body *b)
 {
-	struct http_body b = { 0 };
 	json_error_t jerr;
-	json_t *j;
+	json_t *j = json_loadb(b->data, b->len, 0, &jerr);
 
-	if (http_get(q, url, &b))
-		return NULL;
-	j = json_loadb(b.data, b.len, 0, &jerr);
-	free(b.data);
 	if (!j || !json_is_object(j)) {
 		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
 			j ? "wrong type" : jerr.text);
@@ -499,6 +495,34 @@ json_t *http_get_json(const struct query *q, const char *url)
 		return NULL;
 	}
 	return j;
+}
+
+json_t *http_get_json(const struct query *q, const char *url)
+{
+	struct http_body b = { 0 };
+	json_t *j;
+
+	if (http_get(q, url, &b))
+		return NULL;
+	j = body_json(&b);
+	free(b.data);
+	return j;
+}
+
+int print_answer(const struct query *q, const struct http_body *b,
+		 int (*print)(const struct query *q, json_t *j, bool markdown))
+{
+	json_t *j;
+	int rc;
+
+	if (!strcmp(q->format, "json"))
+		return write_output("-", b->data, b->len) ? 1 : 0;
+	j = body_json(b);
+	if (!j)
+		return 1;
+	rc = print(q, j, !strcmp(q->format, "markdown"));
+	json_decref(j);
+	return rc;
 }
 
 double json_num(json_t *o, const char *k)

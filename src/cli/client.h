@@ -99,6 +99,14 @@ int http_post(const struct query *q, const char *url, struct http_body *ret);
  */
 json_t *http_get_json(const struct query *q, const char *url);
 
+/*
+ * A report command's answer b in q->format: json as the server sent it, else parsed and given
+ * to print (markdown or a table). The command's exit status: print's, or 1 (said) when the
+ * answer is not a JSON object or cannot be written.
+ */
+int print_answer(const struct query *q, const struct http_body *b,
+		 int (*print)(const struct query *q, json_t *j, bool markdown));
+
 /* o's member k as a number (NAN when absent or not a number), as a string ("" when not one). */
 double json_num(json_t *o, const char *k);
 const char *json_str(json_t *o, const char *k);

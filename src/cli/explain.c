@@ -91,8 +91,6 @@ static int print_findings(const struct query *q, json_t *j, bool md)
 int cmd_explain(int argc, char **argv)
 {
 	struct http_body body = { 0 };
-	json_error_t jerr;
-	json_t *j = NULL;
 	struct query q;
 	char *url;
 	int rc;
@@ -104,21 +102,9 @@ int cmd_explain(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	rc = 1;
-	if (!strcmp(q.format, "json")) {
-		rc = write_output("-", body.data, body.len) ? 1 : 0;
-		goto out;
-	}
-	j = json_loadb(body.data, body.len, 0, &jerr);
-	if (!j || !json_is_object(j)) {
-		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
-			j ? "wrong type" : jerr.text);
-		goto out;
-	}
-	rc = print_findings(&q, j, !strcmp(q.format, "markdown"));
+	rc = print_answer(&q, &body, print_findings);
 out:
 	free(body.data);
-	json_decref(j);
 	free(url);
 	return rc;
 }

@@ -299,8 +299,6 @@ out:
 int cmd_report(int argc, char **argv)
 {
 	struct http_body body = { 0 };
-	json_error_t jerr;
-	json_t *j = NULL;
 	struct query q;
 	long status = 0;
 	char *url;
@@ -318,21 +316,9 @@ int cmd_report(int argc, char **argv)
 		rc = no_gpu_data(&q, status, &body);
 		goto out;
 	}
-	rc = 1;
-	if (!strcmp(q.format, "json")) {
-		rc = write_output("-", body.data, body.len) ? 1 : 0;
-		goto out;
-	}
-	j = json_loadb(body.data, body.len, 0, &jerr);
-	if (!j || !json_is_object(j)) {
-		fprintf(stderr, "gpuscope: server: answer is not a JSON object: %s\n",
-			j ? "wrong type" : jerr.text);
-		goto out;
-	}
-	rc = print_report(&q, j, !strcmp(q.format, "markdown"));
+	rc = print_answer(&q, &body, print_report);
 out:
 	free(body.data);
-	json_decref(j);
 	free(url);
 	return rc;
 }
