@@ -47,32 +47,15 @@ def chunk(node, t0, t1):
     return "\n".join(L) + "\n"
 
 
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_rollup(s, want, timeout=3600):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        done = s.metric('gpuscope_server_efficiency_hourly_rollups{state="done"}')
-        waiting = s.metric('gpuscope_server_efficiency_hourly_rollups{state="waiting"}')
-        if done >= want and waiting == 0:
-            return time.time() - t0
-        time.sleep(0.5)
-    return None
-
-
 def latency(s, frm, to, n=5):
     """Median wall seconds of n queries, the server's CPU seconds per query, the answer."""
     ts = []
-    c0 = cpu_ticks(s.proc.pid)
+    c0 = s.cpu_seconds()
     for _ in range(n):
         t = time.time()
         j = s.get_json(f"/api/v1/efficiency?from={frm / 1e9:.3f}&to={to / 1e9:.3f}&by=pod&causes=0")
         ts.append(time.time() - t)
-    return statistics.median(ts), (cpu_ticks(s.proc.pid) - c0) / n, j
+    return statistics.median(ts), (s.cpu_seconds() - c0) / n, j
 
 
 def main():
@@ -101,10 +84,10 @@ def main():
 
     s = Server(data=data, args=args).start()
     try:
-        c0 = cpu_ticks(s.proc.pid)
-        took = wait_rollup(s, hours)
+        c0 = s.cpu_seconds()
+        took = s.wait_rollups(hours)
         print(f"rollup rebuild after start: {hours} hours x 16 GPUs in {took:.1f} s,"
-              f" {cpu_ticks(s.proc.pid) - c0:.1f} s CPU")
+              f" {s.cpu_seconds() - c0:.1f} s CPU")
         for name, span in (("24 h", 24 * H), (f"{DAYS} d", DAYS * 24 * H - 2 * H)):
             lat, cpu, j = latency(s, now - span, now)
             print(f"efficiency over the last {name} from the rollup: {lat * 1e3:.0f} ms wall,"
@@ -117,11 +100,11 @@ def main():
         per, exp = [], []
         for _ in range(4):
             time.sleep(15)
-            c0, e0 = cpu_ticks(s.proc.pid), s.metric("gpuscope_server_export_cpu_seconds_total")
+            c0, e0 = s.cpu_seconds(), s.metric("gpuscope_server_export_cpu_seconds_total")
             t = time.time()
             s.request("/metrics")
             wall = time.time() - t
-            per.append(cpu_ticks(s.proc.pid) - c0)
+            per.append(s.cpu_seconds() - c0)
             exp.append(s.metric("gpuscope_server_export_cpu_seconds_total") - e0)
         print(f"/metrics scrape after 15 s (16 GPUs live): exporter {statistics.median(exp) * 1e3:.1f} ms"
               f" CPU, whole process {statistics.median(per) * 1e3:.0f} ms CPU"

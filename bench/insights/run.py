@@ -71,23 +71,6 @@ def chunk(node, t0, t1, detail):
     return "\n".join(L) + "\n"
 
 
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        v = f.read().rsplit(")", 1)[1].split()
-    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_rollup(s, want, timeout=3600):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        done = s.metric('gpuscope_server_efficiency_hourly_rollups{state="done"}')
-        waiting = s.metric('gpuscope_server_efficiency_hourly_rollups{state="waiting"}')
-        if done >= want and waiting == 0:
-            return time.time() - t0
-        time.sleep(0.5)
-    return None
-
-
 def main():
     os.makedirs(DIR, exist_ok=True)
     data = os.path.join(DIR, "data")
@@ -113,16 +96,16 @@ def main():
     s = Server(data=data, args=args).start()
     try:
         hours = (time.time_ns() - 5 * S) // H - (end - 26 * H) // H
-        took = wait_rollup(s, min(hours, 26))
+        took = s.wait_rollups(min(hours, 26))
         print(f"rollup after start: {took:.1f} s")
         ts = []
-        c0 = cpu_ticks(s.proc.pid)
+        c0 = s.cpu_seconds()
         for _ in range(5):
             t = time.time()
             j = s.get_json(f"/api/v1/insights?from={(now - 24 * H) / 1e9:.3f}"
                            f"&to={now / 1e9:.3f}&by=pod")
             ts.append(time.time() - t)
-        cpu = (cpu_ticks(s.proc.pid) - c0) / 5
+        cpu = (s.cpu_seconds() - c0) / 5
         print(f"insights over the last 24 h, {8 * len(NODES)} GPUs, by pod: {statistics.median(ts) * 1e3:.0f} ms"
               f" wall (median of 5), {cpu * 1e3:.0f} ms server CPU per query;"
               f" {j['workloads_checked']} workloads, {len(j['findings'])} findings:")

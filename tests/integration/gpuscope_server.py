@@ -105,6 +105,24 @@ class Server:
                 return float(val)
         raise KeyError(name)
 
+    def cpu_seconds(self):
+        """The server process's CPU time so far (user + system, from /proc/PID/stat)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+    def wait_rollups(self, want, timeout=3600):
+        """Seconds until the efficiency rollup has `want` hours done and none waiting; None
+        past timeout."""
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            done = self.metric('gpuscope_server_efficiency_hourly_rollups{state="done"}')
+            waiting = self.metric('gpuscope_server_efficiency_hourly_rollups{state="waiting"}')
+            if done >= want and waiting == 0:
+                return time.time() - t0
+            time.sleep(0.5)
+        return None
+
 
 @contextlib.contextmanager
 def running(server):
