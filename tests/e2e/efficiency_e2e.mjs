@@ -4,39 +4,15 @@
 // (tests/integration/efficiency_fixture.py): rows and values, sorting by a column, and the click
 // from a row to that workload's GPU-idle flame graph with the right selector and GPU.
 // Usage: node tests/e2e/efficiency_e2e.mjs --url URL --from MS --to MS --out DIR
-import { chromium } from '../../ui/node_modules/playwright-core/index.mjs';
-import { mkdtempSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { arg, check, errors, failed, finish, openPage } from './browser.mjs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-const arg = (n, d) => {
-	const i = process.argv.indexOf(n);
-	return i > 0 ? process.argv[i + 1] : d;
-};
 const URL0 = arg('--url'), FROM = +arg('--from'), TO = +arg('--to'), OUT = arg('--out', '.output/e2e');
 const EFROM = +arg('--est-from', 0), ETO = +arg('--est-to', 0);
 mkdirSync(OUT, { recursive: true });
 
-let failures = 0;
-const errors = [];
-function check(cond, what) {
-	console.log(`  ${cond ? 'ok  ' : 'FAIL'} ${what}`);
-	if (!cond) failures++;
-}
-
-const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'gpuscope-chromium-')), {
-	executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1440, height: 900 },
-	args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-		'--disable-component-update', '--disable-sync'],
-});
-const page = ctx.pages()[0] || (await ctx.newPage());
-page.on('console', (m) => {
-	if (m.type() === 'error') errors.push(`console: ${m.text()}`);
-});
-page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
-page.on('response', (r) => {
-	if (r.status() >= 400) errors.push(`HTTP ${r.status()} ${r.url()}`);
-});
+const { ctx, page } = await openPage(900);
 const rows = () => page.$$eval('#eff-table tbody tr', (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
 
 try {
@@ -143,10 +119,7 @@ try {
 	check(/No GPU data in this range, so there is nothing to report\. Maybe no agent here sees a GPU/.test(why),
 		'an empty range explains itself (no GPU data, and why that may be)');
 } catch (e) {
-	console.log(`  FAIL ${e.stack || e}`);
-	failures++;
+	failed(e);
 } finally {
-	await ctx.close();
+	await finish(ctx);
 }
-console.log(failures ? `${failures} check(s) failed` : 'all checks passed');
-process.exit(failures ? 1 : 0);

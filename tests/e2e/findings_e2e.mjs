@@ -7,41 +7,17 @@
 // findings; a click on an evidence link opening the view with the link's range, selector and
 // GPU; a healthy workload's "no finding".
 // Usage: node tests/e2e/findings_e2e.mjs --url URL --from MS --to MS --expect JSON --healthy SEL --out DIR
-import { chromium } from '../../ui/node_modules/playwright-core/index.mjs';
-import { mkdtempSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { arg, check, errors, failed, finish, openPage } from './browser.mjs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-const arg = (n, d) => {
-	const i = process.argv.indexOf(n);
-	return i > 0 ? process.argv[i + 1] : d;
-};
 const URL0 = arg('--url'), FROM = +arg('--from'), TO = +arg('--to'), OUT = arg('--out', '.output/e2e');
 // [[kind, workload, confidence], ...]: the findings the fixture must give, in rank order
 const EXPECT = JSON.parse(arg('--expect', '[]'));
 const HEALTHY = arg('--healthy', '');
 mkdirSync(OUT, { recursive: true });
 
-let failures = 0;
-const errors = [];
-function check(cond, what) {
-	console.log(`  ${cond ? 'ok  ' : 'FAIL'} ${what}`);
-	if (!cond) failures++;
-}
-
-const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'gpuscope-chromium-')), {
-	executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1440, height: 1000 },
-	args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-		'--disable-component-update', '--disable-sync'],
-});
-const page = ctx.pages()[0] || (await ctx.newPage());
-page.on('console', (m) => {
-	if (m.type() === 'error') errors.push(`console: ${m.text()}`);
-});
-page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
-page.on('response', (r) => {
-	if (r.status() >= 400) errors.push(`HTTP ${r.status()} ${r.url()}`);
-});
+const { ctx, page } = await openPage(1000);
 
 // The panel as drawn: per finding its texts and evidence links.
 const drawn = () => page.$$eval('#findings-card .finding', (fs) => fs.map((f) => ({
@@ -140,10 +116,7 @@ try {
 	}
 	check(!errors.length, `no console errors or failed requests${errors.length ? ': ' + errors.join(' | ') : ''}`);
 } catch (e) {
-	console.log(`  FAIL ${e.stack || e}`);
-	failures++;
+	failed(e);
 } finally {
-	await ctx.close();
+	await finish(ctx);
 }
-console.log(failures ? `${failures} check(s) failed` : 'all checks passed');
-process.exit(failures ? 1 : 0);
