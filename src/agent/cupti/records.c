@@ -218,15 +218,12 @@ static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_la
  * runtime, a plain thread), which stays under that thread's own stack: not joined to the Python
  * call that dispatched the work. docs/cupti.md.
  */
-static void python_caller(struct cupti_state *c, pid_t pid, bool has_python)
+static void python_caller(struct cupti_state *c, struct proc *p, bool has_python)
 {
-	struct proc *p = cupti_proc_find(c, pid);
-
 	if (has_python) {
 		c->st.python_kernels++;
-		if (p)
-			p->python_seen = true;
-	} else if (p && p->python_seen) {
+		p->python_seen = true;
+	} else if (p->python_seen) {
 		c->st.no_python_kernels++;
 	}
 }
@@ -246,9 +243,10 @@ static bool instrumentation_frame(const struct location *l)
 /*
  * The batch stack of a kernel: its name as the leaf over the launching stack, symbolized by the
  * agent's one stack cache (Python frames, [truncated] and unnamed code as in every other stack
- * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone.
+ * kind), without the instrumentation's own innermost frames. rs NULL: the leaf alone. p: the
+ * record's process (its Python-caller counts).
  */
-static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
+static int64_t build_stack(struct cupti_state *c, struct proc *p, const struct raw_stack *rs,
 			   const struct raw_stack *parent, const char *leaf)
 {
 	struct location only = { .function = leaf, .module = "[gpu]" };
@@ -273,7 +271,7 @@ static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
 	c->st.stacks_symbolized++;
 	/* an autograd thread's launch: its stack up to the worker loop, under the backward call's */
 	if (st->engine_at < (int32_t)skip || (uint32_t)st->engine_at >= skip + n) {
-		python_caller(c, rs->pid, st->has_python);
+		python_caller(c, p, st->has_python);
 		return batch__stack(c->a->batch, locs, n + 1);
 	}
 	if (!parent) {
@@ -281,7 +279,7 @@ static int64_t build_stack(struct cupti_state *c, const struct raw_stack *rs,
 		return batch__stack(c->a->batch, locs, n + 1);
 	}
 	c->st.backward_kernels++;
-	python_caller(c, rs->pid, true);	/* the backward call's stack: a Python caller's */
+	python_caller(c, p, true);	/* the backward call's stack: a Python caller's */
 	return agent__under_caller(c->a, locs, (uint32_t)st->engine_at - skip + 2, parent->pid,
 				   parent->frames, parent->n);
 }
@@ -564,7 +562,7 @@ static void emit_rec(struct cupti_state *c, struct proc *p, const struct gpuscop
 			c->st.joined++;
 		else
 			c->st.unjoined++;
-		sid = build_stack(c, rs, parent, name);
+		sid = build_stack(c, p, rs, parent, name);
 		if (sid < 0)
 			c->st.batch_errors++;
 		else if (batch__sample(c->a->batch, s, L.l, L.n, sid, SAMPLE_GPU_KERNEL_NS,
