@@ -40,7 +40,6 @@ static struct seen {
 	const void *phdr;
 } seen[SEEN_CAP];
 static size_t nseen;
-static bool deferred;	/* an object was left for a later scan (its loader not done) */
 #define DEFER_CAP   64	/* objects waiting for their loader, remembered with their tries */
 #define DEFER_TRIES 100	/* scans (one per 10-ms tick) an object may wait; then left alone */
 static struct waiting {
@@ -48,7 +47,7 @@ static struct waiting {
 	const void *phdr;
 	unsigned tries;
 } waiting[DEFER_CAP];
-static size_t nwaiting;
+static size_t nwaiting;	/* > 0: an object was left for the next scan */
 
 /* The process's mappings at the start of a scan: [start, end) and whether writable. */
 struct map_range {
@@ -227,9 +226,10 @@ static void scan_relocs(const struct dl_phdr_info *info, const ElfW(Phdr) *relro
 /*
  * An object whose RELRO is not read-only yet waits for the next scan, at most DEFER_TRIES
  * times (a RELRO page something else made writable again would otherwise be re-read forever);
- * then it is seen and left alone. True: wait.
+ * then it is left alone for good: true. While DEFER_CAP objects wait, another one is retried
+ * without being counted.
  */
-static bool wait_more(const struct dl_phdr_info *info)
+static bool waited_enough(const struct dl_phdr_info *info)
 {
 	size_t i;
 
@@ -238,17 +238,15 @@ static bool wait_more(const struct dl_phdr_info *info)
 			break;
 	if (i == nwaiting) {
 		if (nwaiting == DEFER_CAP)
-			return false;	/* too many at once: left alone */
+			return false;
 		waiting[nwaiting++] = (struct waiting){ info->dlpi_addr, info->dlpi_phdr, 0 };
 	}
-	if (++waiting[i].tries <= DEFER_TRIES) {
-		deferred = true;
-		return true;
-	}
+	if (++waiting[i].tries <= DEFER_TRIES)
+		return false;
 	inject_dbg("interpose: %s: RELRO still writable after %u scans; its slots left alone",
 		   info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "(main)", DEFER_TRIES);
 	waiting[i] = waiting[--nwaiting];
-	return false;
+	return true;
 }
 
 static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
@@ -282,8 +280,13 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
 		uintptr_t rs = (info->dlpi_addr + relro->p_vaddr) & ~(page - 1);
 		uintptr_t re = (info->dlpi_addr + relro->p_vaddr + relro->p_memsz) & ~(page - 1);
 
-		if (rs < re && (!ctx->have_maps || !read_only_now(rs)) && wait_more(info))
-			return 0;	/* the loader is not done with it: next scan */
+		if (rs < re && (!ctx->have_maps || !read_only_now(rs))) {
+			if (!waited_enough(info))
+				return 0;	/* the loader is not done with it: next scan */
+			if (nseen < SEEN_CAP)	/* given up: seen, its slots never touched */
+				seen[nseen++] = (struct seen){ info->dlpi_addr, info->dlpi_phdr };
+			return 0;
+		}
 	}
 	for (size_t i = 0; i < nwaiting; i++)
 		if (waiting[i].base == info->dlpi_addr && waiting[i].phdr == info->dlpi_phdr)
@@ -335,7 +338,7 @@ bool interpose_changed(void)
 {
 	unsigned long long c[2] = { 0, 0 };
 
-	if (__atomic_load_n(&deferred, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&nwaiting, __ATOMIC_RELAXED))
 		return true;	/* an object was left for this scan */
 	dl_iterate_phdr(count_objects, c);
 	return c[0] != __atomic_load_n(&seen_adds, __ATOMIC_RELAXED) ||
@@ -349,7 +352,6 @@ int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 	unsigned long long c[2] = { 0, 0 };
 
 	pthread_mutex_lock(&scan_mu);
-	__atomic_store_n(&deferred, false, __ATOMIC_RELAXED);
 	/* before the objects: one listed after this snapshot is not in it, so it waits */
 	ctx.have_maps = read_maps();
 	dl_iterate_phdr(count_objects, c);
