@@ -13,7 +13,7 @@ bins: $(CUPTI_LIB)
 endif
 all: $(CUPTI_FAKE) $(OUT)/tests/cupti/cupti_replay
 
-$(CUPTI_LIB): src/cupti/inject.c src/cupti/handover.c src/cupti/interpose.c src/cupti/interpose.h src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
+$(CUPTI_LIB): src/cupti/inject.c src/cupti/handover.c src/cupti/interpose.c src/cupti/thread.c src/cupti/interpose.h src/cupti/probes.h src/cupti/exports.map src/common/abi_cupti.h mk/cupti.mk
 	$(call progress,CC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -I$(CUDA_HOME)/include -shared -o $@ $(filter %.c,$^) \

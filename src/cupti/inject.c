@@ -602,8 +602,9 @@ static void open_window(void)
 	cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
 	window_open = true;
 	status(GPUSCOPE_CUPTI_ST_OPENED, t0, mono_now() - t0);
-	dbg("window open at %llu: %u activity kinds, %llu ns", (unsigned long long)t0, enabled,
-	    (unsigned long long)(mono_now() - t0));
+	dbg("window open at %llu: %u activity kinds, %llu ns; control thread stack used %zu KiB",
+	    (unsigned long long)t0, enabled, (unsigned long long)(mono_now() - t0),
+	    thread_stack_used() / 1024);
 	return;
 out_unsubscribe:
 	cuptiUnsubscribe(subscriber);
@@ -643,10 +644,11 @@ static void close_window(void)
 		registered = false;
 	}
 	status(GPUSCOPE_CUPTI_ST_CLOSED, mono_now(), mono_now() - t0);
-	dbg("window closed at %llu (%s), %llu ns", (unsigned long long)mono_now(),
+	dbg("window closed at %llu (%s), %llu ns; control thread stack used %zu KiB",
+	    (unsigned long long)mono_now(),
 	    close_mode == CLOSE_FINALIZE ? "finalize" :
 	    close_mode == CLOSE_UNSUBSCRIBE ? "unsubscribe" : "disable",
-	    (unsigned long long)(mono_now() - t0));
+	    (unsigned long long)(mono_now() - t0), thread_stack_used() / 1024);
 }
 
 /*
@@ -754,6 +756,7 @@ static void *control_main(void *arg)
 	unsigned seen_yields = 0;
 
 	(void)arg;
+	thread_enter();
 	for (;;) {
 		bool want = gpuscope_cupti_window_semaphore != 0;
 
@@ -835,12 +838,15 @@ EXPORT int InitializeInjection(void)
 	/* before the control thread can open a window: a client's calls come to us first */
 	if (handover_on)
 		handover_install((const void *)cuptiGetTimestamp);
-	/* the control thread takes no signals of the application */
-	sigfillset(&all);
+	if (debug)
+		thread_report_install();
+	/* the control thread takes none of the application's signals but its own faults
+	 * (thread.c); CUPTI and the driver run on its stack, so a full-size one */
+	thread_block_async(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
+	pthread_attr_setstacksize(&attr, thread_stack_bytes());
 	err = pthread_create(&th, &attr, control_main, NULL);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -11,8 +11,10 @@
  * the current handle enables callbacks or unsubscribes; the activity buffer callbacks are one
  * pair for the process (the last registration wins; a buffer in use is first completed to the
  * client that asked for it); activity kinds are on or off for the process; cuptiFinalize drops
- * all of it.
+ * all of it. FAKE_CUPTI_SUBSCRIBE makes cuptiSubscribe misbehave as a real CUPTI could, on the
+ * caller's thread: "fault" (a SIGSEGV), "stack:KB" (uses KB KiB of the caller's stack first).
  */
+#include <alloca.h>
 #include <cupti.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -85,10 +87,34 @@ static void *flush_main(void *arg)
 	return NULL;
 }
 
+/* FAKE_CUPTI_SUBSCRIBE: what a real CUPTI might do inside cuptiSubscribe. */
+static void misbehave(void)
+{
+	const char *m = getenv("FAKE_CUPTI_SUBSCRIBE");
+
+	if (!m)
+		return;
+	if (!strcmp(m, "fault")) {
+		volatile int *bad = NULL;
+		uintptr_t off = 8;
+
+		__asm__("" : "+r"(off));	/* not a constant the compiler could reason about */
+		*(volatile int *)((uintptr_t)bad + off) = 1;
+	}
+	if (!strncmp(m, "stack:", 6)) {
+		size_t n = (size_t)atol(m + 6) * 1024;
+		volatile char *p = alloca(n);
+
+		for (size_t i = 0; i < n; i += 512)
+			p[i] = 1;
+	}
+}
+
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc fn, void *ud)
 {
 	CUptiResult r = CUPTI_SUCCESS;
 
+	misbehave();
 	pthread_mutex_lock(&mu);
 	if (held_by_other || subscribed) {
 		r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
