@@ -7,7 +7,10 @@
 # truth); each run's GPU-idle answer over the job's whole life (start-up included) is compared:
 # the shares of its Python functions and of the top-5 functions, and the total GPU-idle samples.
 # Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
-# Results in $OUT: summary.txt, answers.json.
+# MODES="default" or "continuous" runs one of the two (the 5-minute benchmark needs a device call
+# for each): each run's answer is kept as answers-MODE.json, and tests/device/idle_estimate.py
+# compares the two files wherever they were made.
+# Results in $OUT: summary.txt, answers-default.json, answers-continuous.json.
 # Usage (repository root, as root): tests/device/idle_estimate.sh [RUN_S=150]
 set -u
 D=${D:-$PWD/.dev/agent}
@@ -22,7 +25,7 @@ export GPUSCOPE_CUPTI_LIBRARY=$D/libgpuscope_cupti.so
 start_server
 echo "server $url"
 : > "$W/runs"
-for mode in default continuous; do
+for mode in ${MODES:-default continuous}; do
 	extra=
 	[ $mode = continuous ] && extra="--gpu-trace-budget 100%"
 	ours "$D/bin/gpuscope-agent" run --server "$url" --node "$mode" --push-interval 2s \
@@ -42,7 +45,7 @@ for mode in default continuous; do
 	kill -INT $apid; wait $apid
 	echo "$mode: pid $pid, $(awk '{printf "%.0f s", $4 - $3}' <(tail -1 "$W/runs"))"
 done
-python3 - "$url" "$W/runs" "$RET" <<'PY' | tee "$RET/summary.txt"
+python3 - "$url" "$W/runs" "$RET" <<'PY'
 import json, sys, urllib.parse, urllib.request
 url, runs, ret = sys.argv[1], sys.argv[2], sys.argv[3]
 def get(path, **q):
@@ -57,36 +60,9 @@ for line in open(runs):
     fg = get("/api/v1/flamegraph", gpu_idle="0", selector=sel, **rng)
     ans[mode] = {"top": top, "all_total": allcpu["total"], "sources": fg.get("gpu_sources"),
                  "span_s": float(t1) - float(t0)}
-json.dump(ans, open(ret + "/answers.json", "w"))
-def shares(m, key):
-    t = ans[m]["top"]
-    tot = t.get("total") or 1
-    return {f["name"]: f[key] / tot for f in t.get("functions", [])}, tot
-ct, ctot = shares("continuous", "total")
-dt, dtot = shares("default", "total")
-cs, _ = shares("continuous", "self")
-ds, _ = shares("default", "self")
-for m in ("default", "continuous"):
-    a = ans[m]
-    print("%s: %.0f s, CPU samples %d, GPU-idle samples %d; %s" % (
-        m, a["span_s"], a["all_total"], a["top"]["total"],
-        ((a["sources"] or {}).get("estimate") or {}).get("summary")))
-print("\nPython functions (inclusive share of the GPU-idle samples):")
-print("%-28s %10s %10s %8s" % ("function", "continuous", "default", "diff"))
-worst = 0
-for fn in ("cpu_phase", "augment", "slow_batch", "gpu_phase", "build", "<module>"):
-    c, d = ct.get(fn, 0), dt.get(fn, 0)
-    worst = max(worst, abs(c - d))
-    print("%-28s %9.1f%% %9.1f%% %+7.1f" % (fn, 100 * c, 100 * d, 100 * (d - c)))
-print("\ntop-5 by self in continuous:")
-for fn in sorted(cs, key=cs.get, reverse=True)[:5]:
-    c, d = cs.get(fn, 0), ds.get(fn, 0)
-    worst = max(worst, abs(c - d))
-    print("%-40s %9.1f%% %9.1f%% %+7.1f" % (fn[:40], 100 * c, 100 * d, 100 * (d - c)))
-print("\ntotal GPU-idle CPU samples: continuous %d, default %d (%+.1f %%); per second of the job: %.1f vs %.1f" % (
-    ctot, dtot, 100 * (dtot - ctot) / max(ctot, 1), ctot / ans["continuous"]["span_s"],
-    dtot / ans["default"]["span_s"]))
-print("worst share difference: %.1f points" % (100 * worst))
+for m, a in ans.items():
+    json.dump({m: a}, open("%s/answers-%s.json" % (ret, m), "w"))
 PY
-for m in default continuous; do echo "== $m"; cat "$W/metrics-$m.txt"; done >> "$RET/summary.txt"
+python3 "$(dirname "$0")/idle_estimate.py" "$RET"/answers-*.json | tee "$RET/summary.txt"
+for m in ${MODES:-default continuous}; do echo "== $m"; cat "$W/metrics-$m.txt"; done >> "$RET/summary.txt"
 kill $spid 2>/dev/null
