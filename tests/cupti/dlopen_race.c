@@ -7,10 +7,17 @@
  * argv[2] (tests/cupti/race_lib.c: full RELRO, thousands of bound relocations, dlsym among
  * them) CYCLES times (argv[3]). After each open it waits up to 60 ms for the library to have
  * interposed the object's dlsym slot. Prints "cycles N patched P"; a crash is the failure.
+ * With a fourth argument "dlmopen" two threads instead each make a link-map namespace of their
+ * own (dlmopen(LM_ID_NEWLM): a libc of its own) and load argv[2] there and close it, CYCLES
+ * times each, while the library's control thread polls for new objects: glibc's dl_iterate_phdr walks
+ * every other namespace's objects, and one still being loaded there crashed it (a GPT-2
+ * process on the H100). Prints "dlmopen cycles N".
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double mono_s(void)
@@ -19,6 +26,31 @@ static double mono_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static const char *mlib;
+static int mcycles;
+
+static void *dlmopen_loop(void *arg)
+{
+	void *base = dlmopen(LM_ID_NEWLM, "libm.so.6", RTLD_NOW | RTLD_LOCAL);
+	Lmid_t ns;
+
+	(void)arg;
+	if (!base || dlinfo(base, RTLD_DI_LMID, &ns)) {
+		fprintf(stderr, "dlopen_race: dlmopen(LM_ID_NEWLM): %s\n", dlerror());
+		return (void *)1;
+	}
+	for (int i = 0; i < mcycles; i++) {
+		void *h = dlmopen(ns, mlib, RTLD_NOW | RTLD_LOCAL);
+
+		if (!h) {
+			fprintf(stderr, "dlopen_race: dlmopen: %s\n", dlerror());
+			return (void *)1;
+		}
+		dlclose(h);
+	}
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -39,6 +71,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	init();
+	if (argc > 4 && !strcmp(argv[4], "dlmopen")) {
+		pthread_t th[2];
+		void *r0 = NULL, *r1 = NULL;
+
+		mlib = argv[2];
+		mcycles = cycles;
+		pthread_create(&th[0], NULL, dlmopen_loop, NULL);
+		pthread_create(&th[1], NULL, dlmopen_loop, NULL);
+		pthread_join(th[0], &r0);
+		pthread_join(th[1], &r1);
+		printf("dlmopen cycles %d\n", cycles);
+		return r0 || r1;
+	}
 	real = dlsym(RTLD_DEFAULT, "dlsym");	/* ours wraps it; this name goes to the real one */
 	for (int i = 0; i < cycles; i++) {
 		void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
