@@ -307,6 +307,60 @@ def item(sc, t0, ns, pid):
         sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {w} {w + 600 * MS} -")
 
 
+def tok_script(t0):
+    """ns-tok (n-tk), apart from the fixture's answer: the H100's tokenize workload's shape, a
+    training thread that tokenizes 17.5 ms of each 20 ms step (GPU idle), then copies the ids
+    with a blocking copy whose stream sync returns at once (nothing queued), then launches
+    1.7 ms of kernels; a .item() every 20th step waits for them. Recorded as ns-item is, for
+    60 s. -> input_on_launch_thread, not host_sync_per_step: of the 64 syncs seen (the 60 of
+    the windows' steps, and the .item() of the step before each window, returning 90 us before
+    it opens), the 2 .item() inside the windows drained the GPU. (The rule before counted every
+    gap that began within 20 ms before a sync's return: every gap here.)"""
+    node, ns, pid = "n-tk", "ns-tok", 120
+    sc = Script(node)
+    g = gpu_labels()
+    main = labels(ns, pid, pid)
+    common(sc, t0, ITEM_S, pid, window=False)
+    for j in range(1, ITEM_S * 10 + 1):
+        sc.add(f"metric gpu_sm_active {g} {t0 + j * 100 * MS} 0.085")
+    sync_st = sc.stack(f"{PY_MAIN};step![python]!train.py:80;"
+                       "at::native::copy_!libtorch_cuda.so;cuStreamSynchronize!libcuda.so.1")
+    item_st = sc.stack(f"{PY_MAIN};step![python]!train.py:84;"
+                       "at::native::_local_scalar_dense_cuda!libtorch_cuda.so;"
+                       "cuStreamSynchronize!libcuda.so.1")
+    fwd_st = sc.stack(f"{PY_MAIN};step![python]!train.py:82;forward![python]!model.py:10;{LAUNCH}")
+    copy_st = sc.stack(f"{PY_MAIN};step![python]!train.py:80;"
+                       "at::native::copy_!libtorch_cuda.so;cuMemcpyHtoDAsync_v2!libcuda.so.1")
+    busy = [(17600, 18000), (18200, 18600), (18800, 19200), (19400, 19900)]  # us
+    windows = [t0 + 10 * S, t0 + 40 * S]
+    sc.add(f"interval thread_state {main} {t0} {t0 + ITEM_S * S} state=running,cpu=1")
+    for s in range(ITEM_S):
+        a = t0 + s * S
+        sc.add(f"interval cuda_api {main} {a + 17 * MS} {a + S - 1 * MS} api=cuLaunchKernel,"
+               f"calls=2000,total_ns={2000 * 5 * US},stack_id={fwd_st}")
+        sc.add(f"interval cuda_api {main} {a + 17 * MS} {a + S - 2 * MS} "
+               f"api=cuMemcpyHtoDAsync_v2,calls=50,total_ns={50 * 20 * US},stack_id={copy_st}")
+    for k in range(ITEM_S * S // ITEM_STEP):
+        a = t0 + k * ITEM_STEP
+        sc.add(f"interval cuda_api {main} {a + 17500 * US} {a + 17530 * US} "
+               f"api=cuStreamSynchronize,calls=1,total_ns={30 * US},stack_id={sync_st}")
+        if k % 20 == 19:
+            sc.add(f"interval cuda_api {main} {a + 19850 * US} {a + 19910 * US} "
+                   f"api=cuStreamSynchronize,calls=1,total_ns={60 * US},stack_id={item_st}")
+        if k % 5 == 0:
+            sc.sample(a + 5 * MS, "cpu", 1, main,
+                      f"{PY_MAIN};step![python]!train.py:79;tokenize![python]!train.py:42")
+        if not any(w <= a < w + 600 * MS for w in windows):
+            continue
+        for b, e in busy:
+            sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
+            sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
+                   "name=gemm,stream=7")
+    for w in windows:
+        sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {w} {w + 600 * MS} -")
+    return sc.text()
+
+
 def expected(d_s=600):
     """(kind, workload) -> GPU-seconds at stake, in the answer's order (dollars, seconds, name)."""
     half = d_s / 2

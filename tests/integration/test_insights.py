@@ -66,6 +66,21 @@ def check_item(s, ans):
     check(not bad, f"ns-item facts (got, want): {bad}")
 
 
+def check_tok(s):
+    """The tokenize workload's shape (insights_fixture.tok_script): the thread's own input work,
+    not a per-step sync, though a sync returns in every step: it waited on nothing."""
+    check(s.ingest(encode(fx.tok_script(T)))[0] == 204, "ingest ns-tok")
+    sel = q('{namespace="ns-tok"}')
+    a = s.get_json(f"/api/v1/insights?{rng()}&selector={sel}&facts=1")
+    kinds = [f["kind"] for f in a["findings"]]
+    x = (a.get("facts") or [{}])[0]
+    check(kinds == ["input_on_launch_thread"] and "tokenize (train.py:42) 100 %" in
+          a["findings"][0]["summary"], f"ns-tok: input work, no sync: {a['findings']}")
+    check(x.get("sync_seen") == 64 and x.get("sync_drained") == 2 and
+          close(x.get("drain"), 2 / 64, 1e-3) and x.get("fired") == ["input_on_launch_thread"],
+          f"ns-tok facts: 64 syncs seen, 2 drained: {x}")
+
+
 def main():
     s = Server(args=["--gpu-hour-price", str(fx.PRICE), "--settle", "1s"]).start()
     try:
@@ -189,6 +204,7 @@ def main():
         check(code == 200 and "# TYPE gpuscope_server_insight_gpu_seconds_total counter" in text
               and 'gpuscope_server_insight_gpu_seconds_total{kind="held_unused",workload="other"}'
               in text, "/metrics: the findings counter")
+        check_tok(s)
     finally:
         s.stop()
     return finish()
