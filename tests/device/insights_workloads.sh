@@ -6,7 +6,8 @@
 # one after another under one agent with its defaults (AGENT_ARGS adds flags), each RUN_S
 # seconds; then /api/v1/insights over each workload's own range and process (by=pid), printing
 # the expected finding against what came, the false findings and the healthy one's count; for a
-# workload whose expected finding did not come, the facts the rules compared (facts=1).
+# workload whose expected finding did not come, or that got another, the facts the rules
+# compared (facts=1).
 # Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
 # Results in $OUT: summary.txt, insights.json (each answer whole, facts included). About 4
 # minutes.
@@ -90,8 +91,9 @@ for line in open(runs):
         (w.get("gpus") or [{}])[0].get("source")))
     for f in a.get("findings", []):
         print("          %s" % f["summary"][:300])
-    for x in a.get("facts", []) if not ok else []:
-        # what the rules compared (docs/insights.md, facts=1): why the expected one did not fire
+    for x in a.get("facts", []) if not ok or any(k != want for k in kinds) else []:
+        # what the rules compared (docs/insights.md, facts=1): why the expected one did not
+        # fire, or why another one did
         print("          facts (GPU %s): %s" % (x.get("gpu"), FACTS_LINE % {
             k: (v if not isinstance(v, float) else round(v, 3)) for k, v in x.items()}))
 json.dump(ans, open(ret + "/insights.json", "w"), indent=1)
