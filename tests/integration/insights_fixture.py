@@ -315,7 +315,9 @@ def tok_script(t0):
     60 s. -> input_on_launch_thread, not host_sync_per_step: of the 64 syncs seen (the 60 of
     the windows' steps, and the .item() of the step before each window, returning 90 us before
     it opens), the 2 .item() inside the windows drained the GPU. (The rule before counted every
-    gap that began within 20 ms before a sync's return: every gap here.)"""
+    gap that began within 20 ms before a sync's return: every gap here.) Another process of the
+    job (pid 121, holding no GPU here) launches as much, running all the time: a launching
+    thread of its own GPU, neither a helper of the thread nor an input worker."""
     node, ns, pid = "n-tk", "ns-tok", 120
     sc = Script(node)
     g = gpu_labels()
@@ -334,7 +336,13 @@ def tok_script(t0):
     busy = [(17600, 18000), (18200, 18600), (18800, 19200), (19400, 19900)]  # us
     windows = [t0 + 10 * S, t0 + 40 * S]
     sc.add(f"interval thread_state {main} {t0} {t0 + ITEM_S * S} state=running,cpu=1")
+    # another process of the job launching (a rank on another GPU): not the thread's helper,
+    # not an input worker
+    rank = labels(ns, pid + 1, pid + 1)
+    sc.add(f"interval thread_state {rank} {t0} {t0 + ITEM_S * S} state=running,cpu=2")
     for s in range(ITEM_S):
+        sc.add(f"interval cuda_api {rank} {t0 + s * S} {t0 + (s + 1) * S - MS} "
+               f"api=cuLaunchKernel,calls=2000,total_ns={2000 * 5 * US},stack_id={fwd_st}")
         a = t0 + s * S
         sc.add(f"interval cuda_api {main} {a + 17 * MS} {a + S - 1 * MS} api=cuLaunchKernel,"
                f"calls=2000,total_ns={2000 * 5 * US},stack_id={fwd_st}")

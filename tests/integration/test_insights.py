@@ -76,6 +76,9 @@ def check_tok(s):
     x = (a.get("facts") or [{}])[0]
     check(kinds == ["input_on_launch_thread"] and "tokenize (train.py:42) 100 %" in
           a["findings"][0]["summary"], f"ns-tok: input work, no sync: {a['findings']}")
+    check(x.get("launchers") == 2 and x.get("launch_tid") == "120" and x.get("helpers") == 0
+          and x.get("workers") == 0, f"ns-tok: pid 121's launching thread neither a helper nor "
+          f"a worker: {x}")
     check(x.get("sync_seen") == 64 and x.get("sync_drained") == 2 and
           close(x.get("drain"), 2 / 64, 1e-3) and x.get("fired") == ["input_on_launch_thread"],
           f"ns-tok facts: 64 syncs seen, 2 drained: {x}")

@@ -883,12 +883,16 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_c
 			}
 		}
 	}
+	/* the side's threads in its process help it; those of another (a rank of the same job on
+	 * another GPU) launch for their own GPU: neither helpers nor input workers */
 	for (size_t i = 0; i < g->nt; i++) {
+		bool side = g->t[i].launches > 0 && g->t[i].launches >= LAUNCH_SIDE * best;
+
 		if (i == L)
 			continue;
-		if (g->t[i].launches > 0 && g->t[i].launches >= LAUNCH_SIDE * best)
+		if (side && !strcmp(g->t[i].pid, g->t[L].pid))
 			f->helpers_run_idle_s += g->t[i].run_idle / 1e9;
-		else
+		else if (!side)
 			f->others_run_idle_s += g->t[i].run_idle / 1e9;
 	}
 	err = calls_of_launcher(in, g, (uint32_t)L);

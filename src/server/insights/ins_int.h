@@ -74,10 +74,11 @@ struct ins_facts {
 	char blocked_reason[32];	/* its most common reason */
 	double launchers;		/* threads of the launching side (>= 10 % of the top
 					 * launcher's launches), the launching thread included */
-	double helpers_run_idle_s;	/* the side's other threads running during idle
-					 * (thread-seconds: autograd's device thread) */
-	double others_run_idle_s;	/* the workload's threads off the launching side running
-					 * during idle (thread-seconds) */
+	double helpers_run_idle_s;	/* the side's other threads of the launching thread's
+					 * process running during idle (thread-seconds: autograd's
+					 * device thread) */
+	double others_run_idle_s;	/* the workload's threads off the launching side (of any
+					 * process) running during idle (thread-seconds) */
 	double no_cpu_idle_s;		/* idle time with no thread of the workload running */
 	double period_s;		/* the node's CPU sampling period (0: unknown) */
 	double idle_samples;		/* the launching thread's CPU samples while idle */
