@@ -712,7 +712,7 @@ static enum MHD_Result do_efficiency(struct http_server *h, struct MHD_Connectio
 static enum MHD_Result get_insights(struct http_server *h, struct MHD_Connection *c,
 				    const char *url)
 {
-	const char *ls = http_arg(c, "limit");
+	const char *ls = http_arg(c, "limit"), *fs = http_arg(c, "facts");
 	struct insights_request rq = { .by = http_arg(c, "by"), .selector = http_arg(c, "selector") };
 	struct buf b = { 0 };
 	char err[512], *end;
@@ -726,6 +726,10 @@ static enum MHD_Result get_insights(struct http_server *h, struct MHD_Connection
 			return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
 						"limit must be 0..100000");
 	}
+	if (fs && strcmp(fs, "0") && strcmp(fs, "1"))
+		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY,
+					"facts must be 0 or 1");
+	rq.facts = fs && !strcmp(fs, "1");
 	if (parse_range(c, "from", "to", &rq.from_ns, &rq.to_ns, err, sizeof(err)))
 		return http_reply_error(h, c, MHD_HTTP_BAD_REQUEST, REJ_BAD_QUERY, "%s", err);
 	rc = insights_query(h->o.ins, &rq, &b, err, sizeof(err));

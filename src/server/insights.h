@@ -8,6 +8,7 @@
 #ifndef GPUSCOPE_INSIGHTS_H
 #define GPUSCOPE_INSIGHTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@ struct insights_request {
 	const char *by;			/* as efficiency's (NULL: namespace) */
 	const char *selector;		/* NULL or "": everything */
 	size_t limit;			/* findings in the answer; 0: all */
+	bool facts;			/* add each workload GPU's facts (what the rules compare) */
 };
 
 /*

@@ -5,9 +5,12 @@
 # starved DataLoader, a launch-bound decode loop, pageable copies, a healthy large-matmul loop),
 # one after another under one agent with its defaults (AGENT_ARGS adds flags), each RUN_S
 # seconds; then /api/v1/insights over each workload's own range and process (by=pid), printing
-# the expected finding against what came, the false findings and the healthy one's count.
+# the expected finding against what came, the false findings and the healthy one's count; for a
+# workload whose expected finding did not come, or that got another, the facts the rules
+# compared (facts=1).
 # Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
-# Results in $OUT: summary.txt, insights.json. About 4 minutes.
+# Results in $OUT: summary.txt, insights.json (each answer whole, facts included). About 4
+# minutes.
 # Usage (repository root, as root): tests/device/insights_workloads.sh [RUN_S=25]
 set -u
 D=${D:-$PWD/.dev/agent}
@@ -55,12 +58,22 @@ def get(path, **q):
                                                 timeout=300))
     except urllib.error.HTTPError as e:
         return {"error": e.read().decode(errors="replace"), "findings": []}
+FACTS_LINE = ("fired %(fired)s; checked %(checked)s, busy %(busy)s, idle %(seg_idle_s)s s "
+              "in the span; launching tid %(launch_tid)s of %(launchers)s launching threads; "
+              "on CPU %(on_cpu)s (side %(side_on_cpu)s), blocked %(blocked)s (raw "
+              "%(blocked_raw)s, %(blocked_reason)s), helpers %(helpers)s, workers %(workers)s, "
+              "node CPUs %(node_cpu)s (others %(node_others)s, read %(node_cpu_read)s), no CPU "
+              "%(no_cpu)s; samples %(idle_samples)s, framework %(fw_share)s; syncs %(sync_steps)s "
+              "(%(sync_rate)s/s, %(sync_s)s s at %(sync_at)s), seen %(sync_seen)s, drained "
+              "%(sync_drained)s (%(drain)s), gaps %(gap_idle_s)s s, follow %(follow)s; copies "
+              "%(copy_calls)s (%(copy_s)s s, idle share %(copy_idle)s); kernels %(kernels)s of "
+              "%(mean_kernel_us)s us in %(traced_s)s s traced")
 ans, hit, false = {}, 0, 0
 print("%-9s %-24s %-40s %s" % ("workload", "expected", "got (GPU-s at stake, confidence)", ""))
 for line in open(runs):
     mode, pid, t0, t1 = line.split()
     a = get("/api/v1/insights", **{"from": t0, "to": t1, "by": "pid",
-                                   "selector": '{pid="%s"}' % pid})
+                                   "selector": '{pid="%s"}' % pid, "facts": "1"})
     eff = get("/api/v1/efficiency", **{"from": t0, "to": t1, "by": "pid",
                                        "selector": '{pid="%s"}' % pid, "causes": "1"})
     ans[mode] = {"insights": a, "efficiency": eff}
@@ -78,6 +91,11 @@ for line in open(runs):
         (w.get("gpus") or [{}])[0].get("source")))
     for f in a.get("findings", []):
         print("          %s" % f["summary"][:300])
+    for x in a.get("facts", []) if not ok or any(k != want for k in kinds) else []:
+        # what the rules compared (docs/insights.md, facts=1): why the expected one did not
+        # fire, or why another one did
+        print("          facts (GPU %s): %s" % (x.get("gpu"), FACTS_LINE % {
+            k: (v if not isinstance(v, float) else round(v, 3)) for k, v in x.items()}))
 json.dump(ans, open(ret + "/insights.json", "w"), indent=1)
 print("\nexpected finding found: %d of 6 workloads; false findings: %d (the healthy one: %d)" % (
     hit, false, len(ans.get("healthy", {}).get("insights", {}).get("findings", []))))

@@ -26,6 +26,18 @@ costs $0.001.
   at 1485 MHz of 1980. -> throttled, 600 x (540 x 0.25) / 599 s.
 - ns-healthy (n-ok): busy 9.6 s of 10, a sync per cycle, SW power cap (0x4, not a fault) with
   lower clocks. -> nothing.
+- ns-item    (n-it): the H100's per-step .item() (tests/device/insights_workloads.py run_item) as
+  the default agent records it, for the first 60 s: 20 ms steps, kernels 9.5 ms of each (busy
+  47.5 %); the main thread launches the forward pass and the optimizer, blocks 35 % of the time
+  while autograd's device thread (tid +1, pt_autograd_0, more launches than the main thread's)
+  runs 32.5 % launching the backward pass, then cuStreamSynchronize at train.py:95 waits 2 ms
+  until the step's last kernel ends and returns 10 us after it, then Python bookkeeping (both
+  threads in summary states: they block too often for states of their own). The GPU's time:
+  GPM sm_active 0.475 every 100 ms, NVML utilization every second, two 0.6 s duty-cycle windows
+  of kernels (2 % of the time). -> host_sync_per_step, 60 s x 52.5 % idle x every gap in the
+  steps of the 60 syncs seen, which all drained the GPU = 31.5 s, estimated (the windows saw
+  2 % of the idle time); not starved_dataloader (the device thread launches for the blocked
+  main thread: before, it counted as an input worker running 0.33 thread-s per idle s).
 """
 
 MS = 1_000_000
@@ -34,9 +46,13 @@ S = 1_000_000_000
 PERIOD = 100 * MS
 PRICE = 3.60
 
-WORKLOADS = ["input", "starved", "sync", "launch", "copies", "idle", "held", "throttle", "healthy"]
+WORKLOADS = ["input", "starved", "sync", "launch", "copies", "idle", "held", "throttle", "healthy",
+             "item"]
 NODES = {"input": "n-in", "starved": "n-st", "sync": "n-sy", "launch": "n-lb", "copies": "n-cp",
-         "idle": "n-id", "held": "n-hd", "throttle": "n-th", "healthy": "n-ok"}
+         "idle": "n-id", "held": "n-hd", "throttle": "n-th", "healthy": "n-ok", "item": "n-it"}
+ITEM_S = 60                       # the .item() workload's seconds (from the range's start)
+ITEM_STEP = 20 * MS
+ITEM_BUSY = [(500, 2500), (3500, 5000), (5500, 7000), (7500, 9000), (10000, 13000)]  # us
 
 PY_MAIN = "main![python]!train.py:120"
 LAUNCH = "cuLaunchKernel!libcuda.so.1"
@@ -205,6 +221,8 @@ def script(name, t0, d_s):
         sc.add(f"interval thread_state {main} {t0} {t0 + d_s * S} state=blocked,reason=sleep")
         for s in range(1, d_s + 1):
             sc.add(f"metric gpu_utilization {g} {t0 + s * S} 0")
+    elif name == "item":
+        item(sc, t0, ns, pid)
     elif name in ("throttle", "healthy"):
         g = gpu_labels()
         if name == "throttle":
@@ -236,6 +254,121 @@ def script(name, t0, d_s):
     return sc.text()
 
 
+def item(sc, t0, ns, pid):
+    """The per-step .item() loop as the default agent records it (module docstring)."""
+    g = gpu_labels()
+    main, grad = labels(ns, pid, pid), labels(ns, pid, pid + 1, "pt_autograd_0")
+    common(sc, t0, ITEM_S, pid, window=False)
+    for j in range(1, ITEM_S * 10 + 1):
+        sc.add(f"metric gpu_sm_active {g} {t0 + j * 100 * MS} 0.475")
+    for s in range(1, ITEM_S + 1):
+        sc.add(f"metric gpu_utilization {g} {t0 + s * S} 100")
+    sync_st = sc.stack(f"{PY_MAIN};step![python]!train.py:95;"
+                       "at::native::_local_scalar_dense_cuda!libtorch_cuda.so;"
+                       "cuStreamSynchronize!libcuda.so.1")
+    copy_st = sc.stack(f"{PY_MAIN};step![python]!train.py:95;"
+                       "at::native::_local_scalar_dense_cuda!libtorch_cuda.so;"
+                       "cuMemcpyDtoHAsync_v2!libcuda.so.1")
+    fwd_st = sc.stack(f"{PY_MAIN};step![python]!train.py:93;forward![python]!model.py:10;{LAUNCH}")
+    bwd_st = sc.stack("start_thread!libc.so.6;"
+                      "torch::autograd::Engine::thread_main!libtorch_cpu.so;" + LAUNCH)
+    per_s = S // ITEM_STEP
+    for s in range(ITEM_S):
+        a = t0 + s * S
+        sc.add(f"interval cuda_api {main} {a} {a + S - 7 * MS} api=cuLaunchKernel,"
+               f"calls={20 * per_s},total_ns={20 * per_s * 5 * US},stack_id={fwd_st}")
+        sc.add(f"interval cuda_api {grad} {a + 3 * MS} {a + S - 10 * MS} api=cuLaunchKernel,"
+               f"calls={30 * per_s},total_ns={30 * per_s * 5 * US},stack_id={bwd_st}")
+        sc.add(f"interval cuda_api {main} {a + 11 * MS} {a + S - 9 * MS} "
+               f"api=cuMemcpyDtoHAsync_v2,calls={per_s},total_ns={per_s * 4 * US},"
+               f"stack_id={copy_st}")
+    windows = [t0 + 10 * S, t0 + 40 * S]
+    for k in range(ITEM_S * S // ITEM_STEP):
+        a = t0 + k * ITEM_STEP
+        sc.add(f"interval thread_state {main} {a} {a + ITEM_STEP} "
+               "summary=1,running_ns=13000000,runnable_ns=0")
+        sc.add(f"interval thread_state {grad} {a} {a + ITEM_STEP} "
+               "summary=1,running_ns=6500000,runnable_ns=0")
+        sc.add(f"interval cuda_api {main} {a + 11 * MS} {a + 13 * MS + 10 * US} "
+               f"api=cuStreamSynchronize,calls=1,total_ns={2 * MS + 10 * US},stack_id={sync_st}")
+        if k % 5 == 0:  # the sampling period: bookkeeping, or the forward pass's launches
+            fr = (f"{PY_MAIN};step![python]!train.py:97;log_stats![python]!train.py:70"
+                  if k % 15 else f"{PY_MAIN};step![python]!train.py:93;{DISPATCH};{LAUNCH}")
+            sc.sample(a + 15 * MS, "cpu", 1, main, fr)
+        if not any(w <= a < w + 600 * MS for w in windows):
+            continue
+        for b, e in ITEM_BUSY:
+            sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
+            sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
+                   "name=gemm,stream=7")
+        sc.add(f"interval memcpy {g},pid={pid},comm=train {a + 13 * MS} {a + 13 * MS + 2 * US} "
+               "bytes=4,kind=DtoH,stream=7")
+    for w in windows:
+        sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {w} {w + 600 * MS} -")
+
+
+def tok_script(t0):
+    """ns-tok (n-tk), apart from the fixture's answer: the H100's tokenize workload's shape, a
+    training thread that tokenizes 17.5 ms of each 20 ms step (GPU idle), then copies the ids
+    with a blocking copy whose stream sync returns at once (nothing queued), then launches
+    1.7 ms of kernels; a .item() every 20th step waits for them. Recorded as ns-item is, for
+    60 s. -> input_on_launch_thread, not host_sync_per_step: of the 64 syncs seen (the 60 of
+    the windows' steps, and the .item() of the step before each window, returning 90 us before
+    it opens), the 2 .item() inside the windows drained the GPU. (The rule before counted every
+    gap that began within 20 ms before a sync's return: every gap here.) Another process of the
+    job (pid 121, holding no GPU here) launches as much, running all the time: a launching
+    thread of its own GPU, neither a helper of the thread nor an input worker."""
+    node, ns, pid = "n-tk", "ns-tok", 120
+    sc = Script(node)
+    g = gpu_labels()
+    main = labels(ns, pid, pid)
+    common(sc, t0, ITEM_S, pid, window=False)
+    for j in range(1, ITEM_S * 10 + 1):
+        sc.add(f"metric gpu_sm_active {g} {t0 + j * 100 * MS} 0.085")
+    sync_st = sc.stack(f"{PY_MAIN};step![python]!train.py:80;"
+                       "at::native::copy_!libtorch_cuda.so;cuStreamSynchronize!libcuda.so.1")
+    item_st = sc.stack(f"{PY_MAIN};step![python]!train.py:84;"
+                       "at::native::_local_scalar_dense_cuda!libtorch_cuda.so;"
+                       "cuStreamSynchronize!libcuda.so.1")
+    fwd_st = sc.stack(f"{PY_MAIN};step![python]!train.py:82;forward![python]!model.py:10;{LAUNCH}")
+    copy_st = sc.stack(f"{PY_MAIN};step![python]!train.py:80;"
+                       "at::native::copy_!libtorch_cuda.so;cuMemcpyHtoDAsync_v2!libcuda.so.1")
+    busy = [(17600, 18000), (18200, 18600), (18800, 19200), (19400, 19900)]  # us
+    windows = [t0 + 10 * S, t0 + 40 * S]
+    sc.add(f"interval thread_state {main} {t0} {t0 + ITEM_S * S} state=running,cpu=1")
+    # another process of the job launching (a rank on another GPU): not the thread's helper,
+    # not an input worker
+    rank = labels(ns, pid + 1, pid + 1)
+    sc.add(f"interval thread_state {rank} {t0} {t0 + ITEM_S * S} state=running,cpu=2")
+    for s in range(ITEM_S):
+        sc.add(f"interval cuda_api {rank} {t0 + s * S} {t0 + (s + 1) * S - MS} "
+               f"api=cuLaunchKernel,calls=2000,total_ns={2000 * 5 * US},stack_id={fwd_st}")
+        a = t0 + s * S
+        sc.add(f"interval cuda_api {main} {a + 17 * MS} {a + S - 1 * MS} api=cuLaunchKernel,"
+               f"calls=2000,total_ns={2000 * 5 * US},stack_id={fwd_st}")
+        sc.add(f"interval cuda_api {main} {a + 17 * MS} {a + S - 2 * MS} "
+               f"api=cuMemcpyHtoDAsync_v2,calls=50,total_ns={50 * 20 * US},stack_id={copy_st}")
+    for k in range(ITEM_S * S // ITEM_STEP):
+        a = t0 + k * ITEM_STEP
+        sc.add(f"interval cuda_api {main} {a + 17500 * US} {a + 17530 * US} "
+               f"api=cuStreamSynchronize,calls=1,total_ns={30 * US},stack_id={sync_st}")
+        if k % 20 == 19:
+            sc.add(f"interval cuda_api {main} {a + 19850 * US} {a + 19910 * US} "
+                   f"api=cuStreamSynchronize,calls=1,total_ns={60 * US},stack_id={item_st}")
+        if k % 5 == 0:
+            sc.sample(a + 5 * MS, "cpu", 1, main,
+                      f"{PY_MAIN};step![python]!train.py:79;tokenize![python]!train.py:42")
+        if not any(w <= a < w + 600 * MS for w in windows):
+            continue
+        for b, e in busy:
+            sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
+            sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
+                   "name=gemm,stream=7")
+    for w in windows:
+        sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {w} {w + 600 * MS} -")
+    return sc.text()
+
+
 def expected(d_s=600):
     """(kind, workload) -> GPU-seconds at stake, in the answer's order (dollars, seconds, name)."""
     half = d_s / 2
@@ -246,5 +379,6 @@ def expected(d_s=600):
            ("input_on_launch_thread", "ns-input", half * 0.9),
            ("sync_copies", "ns-copies", half * 0.8),
            ("throttled", "ns-throttle", d_s * ((d_s - 61) * 0.25) / (d_s - 2)),
-           ("host_sync_per_step", "ns-sync", d_s * 0.2)]
+           ("host_sync_per_step", "ns-sync", d_s * 0.2),
+           ("host_sync_per_step", "ns-item", ITEM_S * 0.525)]
     return out

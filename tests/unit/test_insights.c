@@ -119,18 +119,64 @@ static bool test_insights_thresholds(void)
 	f.node_cpu_s = 125;	/* 0.25 cores */
 	ok &= ASSERT_EQ(run(&f, &fs), 0, "the node busy 0.25 cores: not node_idle");
 
-	/* a host sync before half the gaps, 0.5 a second, the thread then launching */
+	/*
+	 * A launching thread blocked while another thread of its side launches for it (the
+	 * Python thread in loss.backward(), autograd's device thread launching): not starved,
+	 * neither by that thread's run time nor by the node's CPUs it and the side use.
+	 */
 	f = base();
-	f.run_idle_s = 150;
+	f.launchers = 2;
+	f.run_idle_s = 300;
+	f.blocked_idle_s = 175;
+	snprintf(f.blocked_reason, sizeof(f.blocked_reason), "other");
+	f.helpers_run_idle_s = 185;
+	f.others_run_idle_s = 10;
+	f.node_cpu_s = 500;	/* one core: the side's own 0.97 and a little */
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "blocked on its launching helper: not starved");
+	f.others_run_idle_s = 195;	/* the same time counted as workers' (before): starved */
+	f.helpers_run_idle_s = 0;
+	ok &= ASSERT_EQ(run(&f, &fs), 1, "the same time run by a worker: starved");
+	ok &= ASSERT_EQ(fs.v[0].kind, INS_STARVED_LOADER, "kind");
+	f.others_run_idle_s = 10;
+	f.node_cpu_s = 300 + 0.5 * 500;	/* the launching thread's own, the rest 0.5 cores */
+	ok &= ASSERT_EQ(run(&f, &fs), 1, "workers idle, the rest of the node 0.5 cores: starved");
+	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "the rest of the node's CPUs 0.50 cores") != NULL,
+			  "names the rest of the node");
+	f.node_cpu_s -= 1;
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "0.498 cores: not starved");
+
+	/* half of 10 syncs seen drained the GPU, 30 % of the gap time in their steps, 0.5 syncs
+	 * a second, the launching side (the thread and a helper) on a CPU 30 % of the idle time */
+	f = base();
+	f.run_idle_s = 100;
+	f.helpers_run_idle_s = 50;
 	f.idle_samples = 100;
 	f.fw_samples = 100;
 	f.gap_idle_s = 500;
-	f.sync_follow_idle_s = 250;
+	f.sync_follow_idle_s = 150;
+	f.sync_seen = 10;
+	f.sync_drained = 5;
 	f.sync_calls = 500;
 	f.sync_s = 5;
 	ok &= ASSERT_EQ(run(&f, &fs), 1, "sync at its thresholds");
 	ok &= ASSERT_EQ(fs.v[0].kind, INS_SYNC_PER_STEP, "kind");
-	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "waiting 10.0 ms each") != NULL, "per step");
+	ok &= ASSERT_TRUE(fabs(fs.v[0].stake_s - 500 * 0.3) < 1e-9, "stake: idle x follow");
+	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "waiting 10.0 ms each; 50 % of the 10 syncs "
+				 "seen drained") != NULL, "per step, drained");
+	f.sync_drained = 4.9;
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "49 % drained (the GPU idle before them): nothing");
+	f.sync_drained = 4.5;
+	f.sync_seen = 9;
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "9 syncs seen: too few to tell");
+	f.sync_seen = 10;
+	f.sync_drained = 5;
+	f.sync_follow_idle_s = 149;
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "29.8 % of the gap time in their steps: nothing");
+	f.sync_follow_idle_s = 150;
+	f.helpers_run_idle_s = 49;
+	ok &= ASSERT_EQ(run(&f, &fs), 0, "the side on a CPU 29.8 %: nothing");
+	f.helpers_run_idle_s = 50;
+	ok &= ASSERT_EQ(run(&f, &fs), 1, "back at the thresholds");
 	ok &= ASSERT_TRUE(strstr(fs.v[0].summary, "its own work") == NULL,
 			  "framework code after the sync: no input work named");
 	f.kernels = 5000;	/* short kernels, and Python work after each sync: the sync wins */

@@ -18,10 +18,11 @@ const char *const ins_kind_names[INS_KIND_MAX] = {
 #define ON_CPU_INPUT		0.50	/* launching thread on a CPU this share of the idle time */
 #define INPUT_SHARE		0.50	/* ... its samples outside CUDA/framework code */
 #define MIN_SAMPLES		20	/* fewer GPU-idle samples: confidence low */
-#define SYNC_FOLLOW		0.50	/* idle gaps that start as a sync returns */
-#define SYNC_ON_CPU		0.30	/* ... while the thread then works on a CPU (launching) */
+#define SYNC_DRAIN		0.50	/* syncs seen that the GPU went idle in (drained it) */
+#define SYNC_MIN_SEEN		10	/* ... of at least this many seen where idle was decided */
+#define SYNC_FOLLOW		0.30	/* whole-idle gap time in steps ending with such a sync */
+#define SYNC_ON_CPU		0.30	/* the launching side on a CPU (launching, its own work) */
 #define SYNC_RATE		0.5	/* syncs per second of the evidence span, at least */
-#define SYNC_MIN_GAPS_S		1.0	/* whole-idle gaps seen per hour, at least */
 #define LAUNCH_ON_CPU		0.80	/* launch-bound: the thread on a CPU nearly all idle time */
 #define LAUNCH_MEAN_US		50.0	/* ... its kernels this short on average */
 #define LAUNCH_MIN_KERNELS	1000
@@ -245,10 +246,11 @@ static int input_on_launch(const struct ins_facts *f, double on_cpu, double user
 	return 0;
 }
 
-static int sync_per_step(const struct ins_facts *f, double follow, double user,
+static int sync_per_step(const struct ins_facts *f, const struct ins_derived *d,
 			 struct findings *out)
 {
-	double per = f->sync_calls > 0 ? f->sync_s / f->sync_calls : 0;
+	double follow = d->follow, user = d->user;
+	double per = d->sync_steps > 0 ? f->sync_s / d->sync_steps : 0;
 	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
 	struct finding *x = add(out, f, INS_SYNC_PER_STEP, f->idle_s * follow, true);
 	struct ins_ev *e;
@@ -264,11 +266,12 @@ static int sync_per_step(const struct ins_facts *f, double follow, double user,
 	snprintf(x->title, sizeof(x->title), "%s: a host sync in every step stalls GPU %s",
 		 f->workload, f->gpu);
 	snprintf(x->summary, sizeof(x->summary), "The launching thread (tid %s) synchronizes with "
-		 "the GPU %.1f times a second%s%s, waiting %.1f ms each; %.0f %% of GPU %s's idle "
-		 "gaps begin as such a sync returns: the GPU drains, then waits for the next "
-		 "step's launches.", f->launch_tid, f->sync_calls / span,
-		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name, per * 1e3, 100 * follow,
-		 f->gpu);
+		 "the GPU %.1f times a second%s%s, waiting %.1f ms each; %.0f %% of the %.0f syncs "
+		 "seen drained the GPU (it went idle as they waited) and %.0f %% of GPU %s's "
+		 "whole-idle time came in the steps they ended: the GPU drains, then waits for "
+		 "the next step's launches.", f->launch_tid, d->sync_rate,
+		 f->sync_fn.name[0] ? " at " : "", f->sync_fn.name, per * 1e3, 100 * d->drain,
+		 f->sync_seen, 100 * follow, f->gpu);
 	if (x->est_share >= 0.2) {
 		size_t l = strlen(x->summary);
 
@@ -303,10 +306,11 @@ static int sync_per_step(const struct ins_facts *f, double follow, double user,
 	fn_only(f->sync_fn.name, q, sizeof(q));
 	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, f->sel_thread, "cuda_sync_ns",
 		q, NULL, false);
-	e = ev(x, f->sync_calls, "count", "%.0f host syncs in %.0f s", f->sync_calls, span);
+	e = ev(x, d->sync_steps, "count", "%.0f host syncs in %.0f s", d->sync_steps, span);
 	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_thread, "kind=cuda_api");
 	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
-	e = ev(x, follow, "share", "%.0f %% of idle gaps start at a sync's return", 100 * follow);
+	e = ev(x, d->drain, "share", "%.0f %% of %.0f syncs seen drained the GPU", 100 * d->drain,
+	       f->sync_seen);
 	api_link(e->api, sizeof(e->api), f, true, "intervals", f->sel_node, "kind=gpu_busy");
 	ui_link(e->ui, sizeof(e->ui), f, true, true, f->launch_pid, NULL, NULL, NULL, NULL, false);
 	if (f->nfns && user >= INPUT_SHARE)
@@ -367,7 +371,8 @@ static int starved(const struct ins_facts *f, double blocked, double workers, do
 		char nodes[96] = "";
 
 		if (f->node_cpu_set)
-			snprintf(nodes, sizeof(nodes), " and the node's CPUs %.2f cores", node_cpu);
+			snprintf(nodes, sizeof(nodes), " and the rest of the node's CPUs %.2f cores",
+				 node_cpu);
 		snprintf(x->summary, sizeof(x->summary), "During GPU %s's idle time the launching "
 			 "thread (tid %s) was blocked (%s) %.0f %% of the time%s%s, while the "
 			 "workload's other threads ran %.2f thread-seconds%s per idle second: the "
@@ -552,15 +557,21 @@ bool ins_needs_samples(const struct ins_facts *f)
 	return of_idle(f, f->run_idle_s) >= fmin(ON_CPU_INPUT, LAUNCH_ON_CPU);
 }
 
+/* the launching thread blocked but while its side's other threads launched for it */
+static double blocked_of_idle(const struct ins_facts *f)
+{
+	return of_idle(f, fmax(0, f->blocked_idle_s - f->helpers_run_idle_s));
+}
+
 bool ins_needs_blocked(const struct ins_facts *f)
 {
-	return of_idle(f, f->blocked_idle_s) >= STARVED_BLOCKED ||
+	return blocked_of_idle(f) >= STARVED_BLOCKED ||
 	       of_idle(f, f->no_cpu_idle_s) >= NODE_NO_CPU;
 }
 
 bool ins_needs_node_cpu(const struct ins_facts *f)
 {
-	return (of_idle(f, f->blocked_idle_s) >= STARVED_BLOCKED &&
+	return (blocked_of_idle(f) >= STARVED_BLOCKED &&
 		of_idle(f, f->others_run_idle_s) < STARVED_WORKERS) ||
 	       of_idle(f, f->no_cpu_idle_s) >= NODE_NO_CPU;
 }
@@ -570,67 +581,197 @@ bool ins_needs_kernels(const struct ins_facts *f)
 	return f->launch_tid[0] && of_idle(f, f->run_idle_s) >= LAUNCH_ON_CPU;
 }
 
-int ins_detect(const struct ins_facts *f, struct findings *out)
+void ins_derive(const struct ins_facts *f, struct ins_derived *d)
 {
-	double obs = f->busy_s + f->idle_s, busy = obs > 0 ? f->busy_s / obs : 1;
+	double obs = f->busy_s + f->idle_s;
 	double si = f->seg_idle_s > 0 ? f->seg_idle_s : 1;
 	double span = (double)(f->ev_to_ns - f->ev_from_ns) / 1e9;
-	double on_cpu, user, fw, blocked, workers, node_cpu, nocpu, follow, mean_us;
-	bool sy, cp, lb, in, st;
-	int err = 0;
+	bool lt = f->launch_tid[0];
 
-	if (f->span_busy_s > 0 && f->throttled_busy_s >= THROTTLE_MIN_S * fmin(1, span / 3600) &&
-	    f->throttle_loss_s / f->span_busy_s >= THROTTLE_LOSS)
-		err = throttled(f, out);
-	if (err)
-		return err;
-	if (obs > 0 && busy <= HELD_BUSY_MAX && f->idle_s >= HELD_MIN_S &&
-	    f->idle_s >= f->held_s / 2)
-		return held_unused(f, busy, out);
-	if (!f->cpu_side || obs <= 0 || 1 - busy < MIN_IDLE_SHARE || f->idle_s < MIN_IDLE_S ||
-	    span <= 0)
-		return 0;
-	on_cpu = fmin(1, f->run_idle_s / si);
-	fw = f->idle_samples > 0 ? f->fw_samples / f->idle_samples : 0;
-	user = f->idle_samples > 0 ? 1 - fw : 0;
-	blocked = fmin(1, f->blocked_idle_s / si);
-	workers = f->others_run_idle_s / si;
-	node_cpu = f->node_cpu_s / si;
-	nocpu = fmin(1, f->no_cpu_idle_s / si);
+	memset(d, 0, sizeof(*d));
+	d->span_s = span;
+	d->busy = obs > 0 ? f->busy_s / obs : 1;
+	d->thr = f->span_busy_s > 0 &&
+		 f->throttled_busy_s >= THROTTLE_MIN_S * fmin(1, span / 3600) &&
+		 f->throttle_loss_s / f->span_busy_s >= THROTTLE_LOSS;
+	d->held = obs > 0 && d->busy <= HELD_BUSY_MAX && f->idle_s >= HELD_MIN_S &&
+		  f->idle_s >= f->held_s / 2;
+	d->checked = !d->held && f->cpu_side && obs > 0 && 1 - d->busy >= MIN_IDLE_SHARE &&
+		     f->idle_s >= MIN_IDLE_S && span > 0;
+	d->on_cpu = fmin(1, f->run_idle_s / si);
+	d->side_on_cpu = fmin(1, (f->run_idle_s + f->helpers_run_idle_s) / si);
+	d->fw = f->idle_samples > 0 ? f->fw_samples / f->idle_samples : 0;
+	d->user = f->idle_samples > 0 ? 1 - d->fw : 0;
+	d->blocked_raw = fmin(1, f->blocked_idle_s / si);
+	/* a thread blocked while its side's other threads launch for it waits on them, not on
+	 * data (loss.backward() on autograd's device thread) */
+	d->blocked = fmin(1, fmax(0, f->blocked_idle_s - f->helpers_run_idle_s) / si);
+	d->workers = f->others_run_idle_s / si;
+	d->helpers = f->helpers_run_idle_s / si;
+	d->node_cpu = f->node_cpu_s / si;
+	/* the node's CPUs but the launching side's own: what could be producing its input */
+	d->node_others = fmax(0, f->node_cpu_s - f->run_idle_s - f->helpers_run_idle_s) / si;
+	d->nocpu = fmin(1, f->no_cpu_idle_s / si);
+	d->sync_steps = f->sync_one || f->sync_ticked ? fmax(f->sync_one, f->sync_ticked) :
+			f->sync_calls;
+	d->sync_rate = span > 0 ? d->sync_steps / span : 0;
+	d->drain = f->sync_seen >= SYNC_MIN_SEEN ? f->sync_drained / f->sync_seen : 0;
 	/* where whole-idle gaps were seen (kernels inside windows, the driver at 0 %) */
-	follow = f->gap_idle_s >= SYNC_MIN_GAPS_S * fmin(1, span / 3600) ?
-		 fmin(1, f->sync_follow_idle_s / f->gap_idle_s) : 0;
-	mean_us = f->kernels > 0 ? f->kernel_s / f->kernels * 1e6 : 0;
-
+	d->follow = f->gap_idle_s > 0 ? fmin(1, f->sync_follow_idle_s / f->gap_idle_s) : 0;
+	d->copy_idle = fmin(1, f->copy_idle_s / si);
+	d->mean_us = f->kernels > 0 ? f->kernel_s / f->kernels * 1e6 : 0;
+	if (!d->checked)
+		return;
 	/*
 	 * Which explanation of the launching thread's time wins: a sync that drains the GPU every
 	 * step exposes whatever the thread does next (launching or Python work), so it goes first;
 	 * blocking copies explain a thread busy in the driver; then short kernels; then the
 	 * thread's own input work.
 	 */
-	sy = f->launch_tid[0] && follow >= SYNC_FOLLOW && on_cpu >= SYNC_ON_CPU &&
-	     f->sync_calls / span >= SYNC_RATE;
-	cp = f->launch_tid[0] && f->copy_s >= COPY_MIN_S * span / 3600 &&
-	     f->copy_idle_s / si >= COPY_IDLE;
-	lb = !sy && !cp && f->launch_tid[0] && f->kernels >= LAUNCH_MIN_KERNELS &&
-	     mean_us <= LAUNCH_MEAN_US && busy <= LAUNCH_BUSY_MAX && on_cpu >= LAUNCH_ON_CPU &&
-	     fw >= 0.5;
-	in = !sy && !lb && f->launch_tid[0] && on_cpu >= ON_CPU_INPUT && user >= INPUT_SHARE &&
-	     f->nfns;
-	st = f->launch_tid[0] && blocked >= STARVED_BLOCKED &&
-	     (workers >= STARVED_WORKERS || (f->node_cpu_set && node_cpu >= STARVED_NODE_CPU));
-	if (sy)
-		err = sync_per_step(f, follow, user, out);
-	if (!err && cp)
-		err = sync_copies(f, fmin(1, f->copy_idle_s / si), out);
-	if (!err && lb)
-		err = launch_bound(f, on_cpu, mean_us, busy, out);
-	if (!err && in)
-		err = input_on_launch(f, on_cpu, user, out);
-	if (!err && st)
-		err = starved(f, blocked, workers, node_cpu, out);
-	if (!err && !st && nocpu >= NODE_NO_CPU && f->node_cpu_set && node_cpu < NODE_CPU_MAX &&
-	    f->period_s > 0)
-		err = node_idle(f, nocpu, node_cpu, out);
+	d->sy = lt && d->drain >= SYNC_DRAIN && d->follow >= SYNC_FOLLOW &&
+		d->side_on_cpu >= SYNC_ON_CPU && d->sync_rate >= SYNC_RATE;
+	d->cp = lt && f->copy_s >= COPY_MIN_S * span / 3600 && d->copy_idle >= COPY_IDLE;
+	d->lb = !d->sy && !d->cp && lt && f->kernels >= LAUNCH_MIN_KERNELS &&
+		d->mean_us <= LAUNCH_MEAN_US && d->busy <= LAUNCH_BUSY_MAX &&
+		d->on_cpu >= LAUNCH_ON_CPU && d->fw >= 0.5;
+	d->in = !d->sy && !d->lb && lt && d->on_cpu >= ON_CPU_INPUT && d->user >= INPUT_SHARE &&
+		f->nfns;
+	d->st = lt && d->blocked >= STARVED_BLOCKED &&
+		(d->workers >= STARVED_WORKERS ||
+		 (f->node_cpu_set && d->node_others >= STARVED_NODE_CPU));
+	d->ni = !d->st && d->nocpu >= NODE_NO_CPU && f->node_cpu_set &&
+		d->node_cpu < NODE_CPU_MAX && f->period_s > 0;
+}
+
+int ins_detect(const struct ins_facts *f, struct findings *out)
+{
+	struct ins_derived d;
+	int err = 0;
+
+	ins_derive(f, &d);
+	if (d.thr)
+		err = throttled(f, out);
+	if (err)
+		return err;
+	if (d.held)
+		return held_unused(f, d.busy, out);
+	if (!d.checked)
+		return 0;
+	if (d.sy)
+		err = sync_per_step(f, &d, out);
+	if (!err && d.cp)
+		err = sync_copies(f, d.copy_idle, out);
+	if (!err && d.lb)
+		err = launch_bound(f, d.on_cpu, d.mean_us, d.busy, out);
+	if (!err && d.in)
+		err = input_on_launch(f, d.on_cpu, d.user, out);
+	if (!err && d.st)
+		err = starved(f, d.blocked, d.workers, d.node_others, out);
+	if (!err && d.ni)
+		err = node_idle(f, d.nocpu, d.node_cpu, out);
 	return err;
+}
+
+/* ---- facts=1 ------------------------------------------------------------------------------ */
+
+static void jnum(struct buf *b, const char *name, double v)
+{
+	buf_printf(b, ",\"%s\":", name);
+	buf_json_num(b, isfinite(v) ? round(v * 1e4) / 1e4 : 0);
+}
+
+static void jstr(struct buf *b, const char *name, const char *v)
+{
+	buf_printf(b, ",\"%s\":", name);
+	buf_json_str(b, v);
+}
+
+void ins_facts_json(struct buf *b, const struct ins_facts *f)
+{
+	static const char *const names[] = { "throttled", "held_unused", "host_sync_per_step",
+					     "sync_copies", "launch_bound",
+					     "input_on_launch_thread", "starved_dataloader",
+					     "node_idle" };
+	struct ins_derived d;
+	bool fired[ARRAY_SIZE(names)], first = true;
+
+	ins_derive(f, &d);
+	fired[0] = d.thr, fired[1] = d.held, fired[2] = d.sy, fired[3] = d.cp;
+	fired[4] = d.lb, fired[5] = d.in, fired[6] = d.st, fired[7] = d.ni;
+	buf_puts(b, "{\"workload\":");
+	buf_json_str(b, f->workload);
+	jstr(b, "node", f->node);
+	jstr(b, "gpu", f->gpu);
+	buf_puts(b, ",\"fired\":[");
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		if (!fired[i])
+			continue;
+		buf_puts(b, first ? "" : ",");
+		buf_json_str(b, names[i]);
+		first = false;
+	}
+	buf_puts(b, "]");
+	/* the GPU's time over the range (seconds) */
+	jnum(b, "held_s", f->held_s);
+	jnum(b, "busy_s", f->busy_s);
+	jnum(b, "idle_s", f->idle_s);
+	jnum(b, "unknown_s", f->unknown_s);
+	jnum(b, "busy", d.busy);
+	buf_printf(b, ",\"cpu_side\":%s,\"checked\":%s,\"truncated\":%s",
+		   f->cpu_side ? "true" : "false", d.checked ? "true" : "false",
+		   f->truncated ? "true" : "false");
+	/* the evidence span: seconds, and shares of the GPU's idle time there */
+	jnum(b, "span_s", d.span_s);
+	jnum(b, "seg_idle_s", f->seg_idle_s);
+	jstr(b, "launch_pid", f->launch_pid);
+	jstr(b, "launch_tid", f->launch_tid);
+	buf_printf(b, ",\"launch_seen\":%s", f->launch_seen ? "true" : "false");
+	jnum(b, "launchers", f->launchers);
+	jnum(b, "launches", f->launches);
+	jnum(b, "on_cpu", d.on_cpu);
+	jnum(b, "side_on_cpu", d.side_on_cpu);
+	jnum(b, "blocked_raw", d.blocked_raw);
+	jnum(b, "blocked", d.blocked);
+	jstr(b, "blocked_reason", f->blocked_reason);
+	jstr(b, "blocked_in", f->blocked_fn.name);
+	jnum(b, "helpers", d.helpers);
+	jnum(b, "workers", d.workers);
+	jnum(b, "no_cpu", d.nocpu);
+	buf_printf(b, ",\"node_cpu_read\":%s", f->node_cpu_set ? "true" : "false");
+	jnum(b, "node_cpu", d.node_cpu);
+	jnum(b, "node_others", d.node_others);
+	jnum(b, "period_s", f->period_s);
+	jnum(b, "idle_samples", f->idle_samples);
+	jnum(b, "fw_share", d.fw);
+	jnum(b, "user_share", d.user);
+	jnum(b, "estimated_share", f->est_set ? f->est_share : 0);
+	buf_puts(b, ",\"functions\":[");
+	for (size_t i = 0; i < f->nfns; i++) {
+		buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+		buf_json_str(b, f->fns[i].name);
+		jnum(b, "share", f->fns[i].share);
+		buf_puts(b, "}");
+	}
+	buf_puts(b, "]");
+	jnum(b, "sync_calls", f->sync_calls);
+	jnum(b, "sync_steps", d.sync_steps);
+	jnum(b, "sync_rate", d.sync_rate);
+	jnum(b, "sync_s", f->sync_s);
+	jstr(b, "sync_at", f->sync_fn.name);
+	jnum(b, "sync_seen", f->sync_seen);
+	jnum(b, "sync_drained", f->sync_drained);
+	jnum(b, "drain", d.drain);
+	jnum(b, "gap_idle_s", f->gap_idle_s);
+	jnum(b, "sync_follow_idle_s", f->sync_follow_idle_s);
+	jnum(b, "follow", d.follow);
+	jnum(b, "copy_calls", f->copy_calls);
+	jnum(b, "copy_s", f->copy_s);
+	jnum(b, "copy_idle", d.copy_idle);
+	jnum(b, "copy_bytes", f->copy_bytes);
+	jnum(b, "kernels", f->kernels);
+	jnum(b, "mean_kernel_us", d.mean_us);
+	jnum(b, "traced_s", f->traced_s);
+	jnum(b, "throttled_busy_s", f->throttled_busy_s);
+	jnum(b, "throttle_loss_s", f->throttle_loss_s);
+	buf_puts(b, "}");
 }

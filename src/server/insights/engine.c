@@ -12,6 +12,7 @@ struct run_ctx {
 	const char *by;
 	struct findings *out;
 	size_t workloads;
+	struct buf *facts;		/* facts=1: each workload GPU's facts, comma-separated */
 };
 
 /* Folds a finding into an earlier one of the same kind and workload (another GPU). */
@@ -128,6 +129,11 @@ static int all_workloads(void *ctx, const struct eff_workload *ws, size_t n)
 			}
 			if (!err)
 				err = ins_detect(f, c->out);
+			if (!err && c->facts) {
+				if (c->facts->len)
+					buf_put(c->facts, ",", 1);
+				ins_facts_json(c->facts, f);
+			}
 		}
 		if (!err)
 			merge(c->out, first);
@@ -157,10 +163,10 @@ static int cmp_find(const void *a, const void *b)
 }
 
 int ins_run(struct insights *in, const struct insights_request *r, struct findings *out,
-	    size_t *ret_workloads, char *err, size_t errlen)
+	    struct buf *facts, size_t *ret_workloads, char *err, size_t errlen)
 {
 	struct eff_request er = { r->from_ns, r->to_ns, r->by, r->selector, 0 };
-	struct run_ctx c = { in, r, r->by && *r->by ? r->by : "namespace", out, 0 };
+	struct run_ctx c = { in, r, r->by && *r->by ? r->by : "namespace", out, 0, facts };
 	int rc;
 
 	rc = efficiency_workloads(in->e, &er, all_workloads, &c, err, errlen);
@@ -238,10 +244,11 @@ int insights_query(struct insights *in, const struct insights_request *r, struct
 		   char *err, size_t errlen)
 {
 	struct findings fs = { 0 };
+	struct buf facts = { 0 };
 	size_t nwl = 0, n, est = 0;
 	int rc;
 
-	rc = ins_run(in, r, &fs, &nwl, err, errlen);
+	rc = ins_run(in, r, &fs, r->facts ? &facts : NULL, &nwl, err, errlen);
 	if (rc)
 		goto out;
 	n = r->limit && r->limit < fs.n ? r->limit : fs.n;
@@ -275,10 +282,20 @@ int insights_query(struct insights *in, const struct insights_request *r, struct
 				 "docs/estimator.md)", est, n);
 		buf_json_str(out, s);
 	}
-	buf_puts(out, "}}");
+	buf_puts(out, "}");
+	if (r->facts) {
+		buf_puts(out, ",\"facts\":[");
+		if (facts.len)
+			buf_put(out, facts.p, facts.len);
+		buf_puts(out, "]");
+		if (facts.oom)
+			rc = -ENOMEM;
+	}
+	buf_puts(out, "}");
 	if (out->oom)
 		rc = -ENOMEM;
 out:
+	buf_done(&facts);
 	free(fs.v);
 	return rc;
 }

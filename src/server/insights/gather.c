@@ -11,6 +11,9 @@
 #define SYNC_MAX_BYTES	65536		/* a smaller device-to-host copy is a sync (.item()) */
 #define FOLLOW_BEFORE_NS (1 * NSEC_PER_MSEC)	/* a sync returns this close to a gap's start... */
 #define FOLLOW_AFTER_NS	(20 * NSEC_PER_MSEC)	/* ...to have caused it */
+#define DRAIN_BEFORE_NS	(1 * NSEC_PER_MSEC)	/* the GPU went idle this close before a sync began */
+#define DRAIN_AFTER_NS	(1 * NSEC_PER_MSEC)	/* ...or its idle gap starts this soon after it ended */
+#define LAUNCH_SIDE	0.10		/* a thread with this share of the top launcher's launches */
 #define THROTTLE_BAD	0xe8u		/* HW slowdown, SW/HW thermal, HW power brake */
 #define REASONS		7
 
@@ -85,6 +88,7 @@ static int cmp_seg(const void *a, const void *b)
 struct thr {
 	char pid[24], tid[24];
 	double launches;
+	double waits;			/* host syncs and copies (calls) */
 	double run_idle, blocked_idle[REASONS];
 };
 
@@ -268,6 +272,8 @@ static int api_in(void *ctx, const char *kind, const char *const *labels, size_t
 	c.total_ns = *tot ? strtod(tot, NULL) : (double)(end - start);
 	if (c.cls == CALL_LAUNCH)
 		t->launches += c.calls;
+	else
+		t->waits += c.calls;
 	g->ncopies += c.cls == CALL_COPY;
 	g->c[g->nc++] = c;
 	return 0;
@@ -411,18 +417,80 @@ static double copies_in(const struct ins_cache *g, const char *pid, uint64_t s, 
 	return bytes;
 }
 
+/* A whole-idle gap of the GPU (idle pieces >= 99 % merged) and whether it begins as the GPU
+ * goes idle (busy, or not the workload's, right before it: not a piece of another source). */
+struct gap {
+	uint64_t s, e;
+	bool from_busy;
+};
+
+/* The whole-idle gaps of the current GPU's pieces, in order. *ret malloc'ed; 0 or -ENOMEM. */
+static int whole_gaps(const struct ins_cache *g, uint64_t span_from, struct gap **ret,
+		      size_t *ret_n)
+{
+	struct gap *v = malloc((g->nseg + 1) * sizeof(*v));
+	size_t n = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < g->nseg;) {
+		uint64_t s = g->seg[i].s, e = g->seg[i].e;
+		bool from_busy = i ? g->seg[i - 1].e < s : s > span_from;
+
+		if (g->seg[i].idle < 0.99) {
+			i++;
+			continue;
+		}
+		while (++i < g->nseg && g->seg[i].s <= e && g->seg[i].idle >= 0.99)
+			e = g->seg[i].e > e ? g->seg[i].e : e;
+		v[n++] = (struct gap){ s, e, from_busy };
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+/*
+ * Whether the sync [s, e) was seen where a source decided whole idle (its return inside a
+ * whole-idle gap, or one starting right after it), and whether it drained the GPU: the gap began
+ * as the GPU went idle, during the call or just before it (a sync called on a GPU idle for long
+ * waited on nothing: the idle came before it).
+ */
+static void drain_test(const struct gap *v, size_t n, uint64_t s, uint64_t e, bool *seen,
+		       bool *drained)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (v[mid].e <= e)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*seen = lo < n && v[lo].s <= e + DRAIN_AFTER_NS;
+	*drained = *seen && v[lo].from_busy && v[lo].s + DRAIN_BEFORE_NS >= s;
+}
+
 static int calls_of_launcher(struct insights *in, struct ins_cache *g, uint32_t L)
 {
 	struct ins_facts *f = g->f;
 	struct u64map sync_by = { 0 }, copy_by = { 0 }, learned = { 0 };
 	uint64_t *ends = NULL;
-	size_t nends = 0;
+	size_t nends = 0, ngaps = 0;
+	struct gap *gaps = NULL;
 	struct fn_rank r = { 0 };
 	int err = 0;
 
 	ends = malloc((g->nc + 1) * sizeof(*ends));
 	if (!ends)
 		return -ENOMEM;
+	err = whole_gaps(g, f->ev_from_ns, &gaps, &ngaps);
+	if (err) {
+		free(ends);
+		return err;
+	}
 	/* learn from traced copies which stacks copy little device-to-host (syncs) */
 	for (int pass = 0; pass < 2 && !err; pass++) {
 		for (size_t i = 0; i < g->nc && !err; i++) {
@@ -460,9 +528,21 @@ static int calls_of_launcher(struct insights *in, struct ins_cache *g, uint32_t 
 				continue;
 			}
 			if (sync) {
+				bool seen = false, drained = false;
+
 				f->sync_calls += c->calls;
+				if (c->calls <= 1)
+					f->sync_one += c->calls;
+				else
+					f->sync_ticked += c->calls;
 				f->sync_s += c->total_ns / 1e9;
-				ends[nends++] = c->e;
+				/* one call with its own times (not counted per tick) */
+				if (c->calls <= 1)
+					drain_test(gaps, ngaps, c->s, c->e, &seen, &drained);
+				f->sync_seen += seen;
+				f->sync_drained += drained;
+				if (drained)
+					ends[nends++] = c->e;
 			} else {
 				f->copy_calls += c->calls;
 				f->copy_s += c->total_ns / 1e9;
@@ -489,18 +569,12 @@ static int calls_of_launcher(struct insights *in, struct ins_cache *g, uint32_t 
 	}
 	if (f->copy_idle_s > f->copy_s)
 		f->copy_idle_s = f->copy_s;
-	/* idle gaps (whole-idle pieces merged) that began right before a sync returned */
+	/* idle gaps that began right before a draining sync returned: the step it ended */
 	qsort(ends, nends, sizeof(*ends), cmp_u64p);
-	for (size_t i = 0; i < g->nseg && !err;) {
-		uint64_t s = g->seg[i].s, e = g->seg[i].e;
+	for (size_t i = 0; i < ngaps && !err; i++) {
+		uint64_t s = gaps[i].s, e = gaps[i].e;
 		size_t lo = 0, hi = nends;
 
-		if (g->seg[i].idle < 0.99) {
-			i++;
-			continue;
-		}
-		while (++i < g->nseg && g->seg[i].s <= e && g->seg[i].idle >= 0.99)
-			e = g->seg[i].e > e ? g->seg[i].e : e;
 		f->gap_idle_s += (double)(e - s) / 1e9;
 		while (lo < hi) {
 			size_t mid = (lo + hi) / 2;
@@ -523,6 +597,7 @@ static int calls_of_launcher(struct insights *in, struct ins_cache *g, uint32_t 
 	u64map_done(&sync_by);
 	u64map_done(&copy_by);
 	u64map_done(&learned);
+	free(gaps);
 	free(ends);
 	return err;
 }
@@ -751,13 +826,25 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_c
 	g->nseg = nseg;
 	f->truncated = g->truncated;
 	weigh_states(g);
-	/* the launching thread: most cuLaunch* calls, else the main thread of a holder */
+	/*
+	 * The launching side: every thread with a tenth of the top launcher's cuLaunch* calls (a
+	 * framework's own launching threads, as autograd's device thread that launches the backward
+	 * pass while the Python thread waits for it, are part of it, not input workers). The
+	 * launching thread is the one of them that drives the steps: the most host syncs and
+	 * copies, then the most launches (the backward pass outnumbers the forward's launches);
+	 * else the main thread of a holder.
+	 */
 	for (size_t i = 0; i < g->nt; i++) {
 		f->launches += g->t[i].launches;
-		if (g->t[i].launches > best) {
-			best = g->t[i].launches;
+		best = g->t[i].launches > best ? g->t[i].launches : best;
+	}
+	for (size_t i = 0; i < g->nt && best > 0; i++) {
+		if (g->t[i].launches < LAUNCH_SIDE * best)
+			continue;
+		f->launchers++;
+		if (L == SIZE_MAX || g->t[i].waits > g->t[L].waits ||
+		    (g->t[i].waits == g->t[L].waits && g->t[i].launches > g->t[L].launches))
 			L = i;
-		}
 	}
 	f->launch_seen = L != SIZE_MAX;
 	for (size_t h = 0; h < w->nholders && L == SIZE_MAX; h++) {
@@ -796,9 +883,18 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_c
 			}
 		}
 	}
-	for (size_t i = 0; i < g->nt; i++)
-		if (i != L)
+	/* the side's threads in its process help it; those of another (a rank of the same job on
+	 * another GPU) launch for their own GPU: neither helpers nor input workers */
+	for (size_t i = 0; i < g->nt; i++) {
+		bool side = g->t[i].launches > 0 && g->t[i].launches >= LAUNCH_SIDE * best;
+
+		if (i == L)
+			continue;
+		if (side && !strcmp(g->t[i].pid, g->t[L].pid))
+			f->helpers_run_idle_s += g->t[i].run_idle / 1e9;
+		else if (!side)
 			f->others_run_idle_s += g->t[i].run_idle / 1e9;
+	}
 	err = calls_of_launcher(in, g, (uint32_t)L);
 	if (!err)
 		err = idle_samples(in, f, gpu);

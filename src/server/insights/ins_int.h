@@ -72,8 +72,13 @@ struct ins_facts {
 	double run_idle_s;		/* the launching thread running or runnable during idle */
 	double blocked_idle_s;		/* ... blocked (not in a CUDA sync) during idle */
 	char blocked_reason[32];	/* its most common reason */
-	double others_run_idle_s;	/* other threads of the workload running during idle
-					 * (thread-seconds) */
+	double launchers;		/* threads of the launching side (>= 10 % of the top
+					 * launcher's launches), the launching thread included */
+	double helpers_run_idle_s;	/* the side's other threads of the launching thread's
+					 * process running during idle (thread-seconds: autograd's
+					 * device thread) */
+	double others_run_idle_s;	/* the workload's threads off the launching side (of any
+					 * process) running during idle (thread-seconds) */
 	double no_cpu_idle_s;		/* idle time with no thread of the workload running */
 	double period_s;		/* the node's CPU sampling period (0: unknown) */
 	double idle_samples;		/* the launching thread's CPU samples while idle */
@@ -87,9 +92,14 @@ struct ins_facts {
 	bool node_cpu_set;		/* ... read (only where a detector needs it) */
 	struct ins_fn blocked_fn;	/* where the launching thread blocked during idle */
 	double sync_calls, sync_s;	/* host syncs of the launching thread (incl. small DtoH) */
+	double sync_one, sync_ticked;	/* ... calls recorded one by one, counted per tick */
 	double gap_idle_s;		/* whole-idle gaps (where a source decided whole idle) */
-	double sync_follow_idle_s;	/* ... of them, those that began right before a sync
-					 * returned */
+	double sync_follow_idle_s;	/* ... of them, those that began right before a draining
+					 * sync returned (the step it ended) */
+	double sync_seen;		/* syncs (one call each) whose return a source decided:
+					 * inside or right before a whole-idle gap */
+	double sync_drained;		/* ... of them, those the GPU went idle in (or just
+					 * before): they waited for the GPU's work to finish */
 	struct ins_fn sync_fn;
 	double copy_calls, copy_s;	/* host<->device copies that held the launching thread */
 	double copy_idle_s;		/* ... overlapping GPU idle */
@@ -186,6 +196,37 @@ bool ins_needs_samples(const struct ins_facts *f);
 bool ins_needs_blocked(const struct ins_facts *f);
 bool ins_needs_node_cpu(const struct ins_facts *f);
 bool ins_needs_kernels(const struct ins_facts *f);
+/* What the rules compare (shares of the GPU's idle time in the span unless said) and which
+ * fired: filled by ins_derive(), the one place they are computed (detectors and facts=1). */
+struct ins_derived {
+	double span_s;			/* the evidence span */
+	double busy;			/* the GPU's busy share of its observed time */
+	bool checked;			/* idle enough for the CPU-side rules, and gathered */
+	double on_cpu;			/* the launching thread running or runnable */
+	double side_on_cpu;		/* ... with the side's other threads (capped at 1) */
+	double fw, user;		/* its GPU-idle samples in CUDA/framework code, the rest */
+	double blocked_raw;		/* the launching thread blocked (not sleep, not a sync) */
+	double blocked;			/* ... less the time its side's other threads ran */
+	double workers;			/* threads off the launching side running (thread-s/s) */
+	double helpers;			/* the side's other threads running (thread-s/s) */
+	double node_cpu;		/* the node's CPUs (cores) */
+	double node_others;		/* ... less the launching side's own running time */
+	double nocpu;			/* no thread of the workload on a CPU */
+	double sync_steps;		/* its host syncs as steps: .item() makes a small
+					 * device-to-host copy (counted per tick) and a stream sync
+					 * (one by one): the larger count of the two kinds */
+	double sync_rate;		/* ... per second */
+	double drain;			/* of its syncs seen, the share that drained the GPU
+					 * (0: fewer than SYNC_MIN_SEEN seen) */
+	double follow;			/* whole-idle gap time in steps ending with one */
+	double copy_idle;		/* blocking copies overlapping idle */
+	double mean_us;			/* mean traced kernel */
+	bool thr, held, sy, cp, lb, in, st, ni;	/* the rules that fire */
+};
+
+void ins_derive(const struct ins_facts *f, struct ins_derived *d);
+/* Appends f and what the rules made of it as a JSON object (facts=1; docs/insights.md). */
+void ins_facts_json(struct buf *b, const struct ins_facts *f);
 /* Runs every detector over f; appends the findings to out. 0 or -ENOMEM. */
 int ins_detect(const struct ins_facts *f, struct findings *out);
 /* Appends a URL-encoded copy of s to b (form: space as '+', as the UI's URLSearchParams). */
@@ -206,8 +247,9 @@ void ins_prom_write(struct ins_prom *p, FILE *out);
 
 /* engine.c */
 /* Findings of [from, to) over every workload (by, selector), sorted by dollars then GPU-seconds;
- * *ret_workloads the workloads checked. 0 or efficiency_workloads()'s errors. */
+ * *ret_workloads the workloads checked; each workload GPU's facts appended to facts unless
+ * NULL. 0 or efficiency_workloads()'s errors. */
 int ins_run(struct insights *in, const struct insights_request *r, struct findings *out,
-	    size_t *ret_workloads, char *err, size_t errlen);
+	    struct buf *facts, size_t *ret_workloads, char *err, size_t errlen);
 
 #endif /* GPUSCOPE_INS_INT_H */

@@ -133,7 +133,7 @@ int ins_prom_count(struct insights *in, uint64_t end)
 		end = p->wm_ns + MAX_WINDOW_NS;
 	r.from_ns = p->wm_ns;
 	r.to_ns = end;
-	err = ins_run(in, &r, &fs, &nwl, err_s, sizeof(err_s));
+	err = ins_run(in, &r, &fs, NULL, &nwl, err_s, sizeof(err_s));
 	if (err == -ENODATA)
 		err = 0;
 	if (err) {
