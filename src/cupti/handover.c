@@ -375,7 +375,7 @@ void handover_rescan(void)
 {
 	int n;
 
-	if (!cupti_text || !interpose_changed())
+	if (!cupti_text || !interpose_due())
 		return;
 	n = interpose_scan(hooks, H_COUNT, cupti_text);
 	if (n)

@@ -2,16 +2,27 @@
 /*
  * GOT interposition inside the workload process: the callers of a few CUPTI entry points (and
  * of dlsym) in every other loaded object are sent to our wrappers, by rewriting the slots of
- * their PLT JUMP_SLOT and GLOB_DAT relocations, found through dl_iterate_phdr and each object's
- * dynamic section (a RELRO page is made writable for the write and read-only again). Our own
- * library and libcupti are left alone, so their calls go straight to CUPTI.
+ * their PLT JUMP_SLOT and GLOB_DAT relocations, found through each object's dynamic section (a
+ * RELRO page is made writable for the write and read-only again). Our own library and libcupti
+ * are left alone, so their calls go straight to CUPTI.
  *
- * An object that another thread is loading at that moment is left for a later scan: glibc
- * lists an object for dl_iterate_phdr before it relocates it, and protects its RELRO only once
- * relocation is done, so a RELRO page made read-only (or written) under the loader's feet
- * would crash the dlopen. An object with a RELRO page is scanned only once /proc/self/maps
- * shows that page read-only: the loader is done with it.
+ * Which objects are loaded comes from /proc/self/maps, never from dl_iterate_phdr: called every
+ * 10 ms from our control thread while the application's threads loaded libraries, glibc's
+ * dl_iterate_phdr crashed a GPT-2 process on the H100 inside ld.so (a NULL read, in the
+ * loader's own bookkeeping of an object another thread was loading). Each file mapped at offset
+ * 0 is pinned with dlopen(path, RTLD_NOLOAD) before it is read, which
+ *  - answers only for an object the loader has loaded into our namespace (a file mapped as data,
+ *    or a library of another dlmopen namespace, is left alone),
+ *  - waits while another thread's dlopen is in progress, so the object is relocated and its
+ *    RELRO protected before we touch it (glibc lists an object before it relocates it: a scan
+ *    beside the loader once crashed the dlopen, tests/integration/test_cupti_dlopen_race.sh),
+ *  - keeps it from being unloaded while we read and write it.
+ *
+ * When to look again (interpose_due): the process's virtual size (/proc/self/stat, one read per
+ * POLL_NS) moves whenever mappings come or go; a scan follows, paced so that scans take at
+ * most 1/SCAN_PACE of the time (a large PyTorch process's maps take milliseconds to read).
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
@@ -20,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 #include "cupti/interpose.h"
 
@@ -31,73 +44,132 @@
 #define R_GLOB_DAT  R_AARCH64_GLOB_DAT
 #endif
 
-#define SEEN_CAP 4096	/* objects remembered as scanned (more: scanned again, harmlessly) */
+#define SEEN_CAP     4096			/* objects remembered as scanned */
+#define POLL_NS	     (50 * 1000000ull)		/* how often the virtual size is read */
+#define SCAN_GAP_NS  (50 * 1000000ull)		/* scans at least this far apart */
+#define SCAN_PACE    500			/* ... and 500 times their own length apart */
 
 static pthread_mutex_t scan_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned long long seen_adds = ~0ull, seen_subs = ~0ull;
+/*
+ * Objects scanned (their first mapping and file), skipped until their mapping goes; where a
+ * slot was rewritten, one of them, so that an object unloaded and loaded again at the same
+ * place between two scans (its slots fresh again) is noticed and scanned again.
+ */
 static struct seen {
-	ElfW(Addr) base;
-	const void *phdr;
+	uintptr_t base;
+	uint64_t inode;
+	void **slot;
+	void *fn;
 } seen[SEEN_CAP];
 static size_t nseen;
-#define DEFER_CAP   64	/* objects waiting for their loader, remembered with their tries */
-#define DEFER_TRIES 100	/* scans (one per 10-ms tick) an object may wait; then left alone */
-static struct waiting {
-	ElfW(Addr) base;
-	const void *phdr;
-	unsigned tries;
-} waiting[DEFER_CAP];
-static size_t nwaiting;	/* > 0: an object was left for the next scan */
+static unsigned long long last_vsize, scans;
+static uint64_t next_poll_ns, next_scan_ns;
 
-/* The process's mappings at the start of a scan: [start, end) and whether writable. */
+/* The process's mappings at the start of a scan, sorted as the kernel lists them. */
 struct map_range {
 	uintptr_t start, end;
-	bool writable;
+	uint64_t inode;
+	uint32_t path;	/* offset in paths[] (offset-0 file mappings only; 0: none) */
+	bool readable, writable, off0;
 };
 static struct map_range *maps;
 static size_t nmaps, maps_cap;
+static char *paths;
+static size_t paths_len, paths_cap;
 
 struct scan_ctx {
 	struct hook *hooks;
 	size_t n;
-	const void *skip_addr;
 	int patched;
-	int ncupti;	/* libcupti copies loaded (names "libcupti.so...") */
-	bool have_maps;	/* maps[] holds this scan's snapshot */
+	int ncupti;	/* libcupti copies loaded (files named "libcupti.so...") */
+	void **slot;	/* the current object's first slot rewritten, and what it now holds */
+	void *fn;
 };
 
-/* Parses one "start-end perms ..." line of /proc/self/maps into maps[]. */
-static void add_map_line(const char *l)
+static uint64_t now_ns(void)
 {
-	char *end;
-	uintptr_t s = strtoull(l, &end, 16), e;
+	struct timespec ts;
 
-	if (*end != '-')
-		return;
-	e = strtoull(end + 1, &end, 16);
-	if (*end != ' ' || end[1] == 0 || end[2] == 0)
-		return;
-	if (nmaps == maps_cap) {
-		size_t cap = maps_cap ? 2 * maps_cap : 1024;
-		struct map_range *m = realloc(maps, cap * sizeof(*m));
-
-		if (!m)
-			return;
-		maps = m;
-		maps_cap = cap;
-	}
-	maps[nmaps++] = (struct map_range){ s, e, end[2] == 'w' };
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
-/* Snapshot of /proc/self/maps into maps[] (sorted as the kernel lists them). */
+static uint32_t add_path(const char *p)
+{
+	size_t len = strlen(p) + 1;
+	uint32_t at;
+
+	if (paths_len + len > paths_cap) {
+		size_t cap = paths_cap ? 2 * paths_cap : 65536;
+		char *np;
+
+		while (cap < paths_len + len)
+			cap *= 2;
+		np = realloc(paths, cap);
+		if (!np)
+			return 0;
+		paths = np;
+		paths_cap = cap;
+	}
+	if (!paths_len)
+		paths[paths_len++] = 0;	/* offset 0 stands for "no path" */
+	at = (uint32_t)paths_len;
+	memcpy(paths + paths_len, p, len);
+	paths_len += len;
+	return at;
+}
+
+/* Parses one "start-end perms offset dev inode path" line of /proc/self/maps into maps[]. */
+static void add_map_line(const char *l)
+{
+	struct map_range m = { 0 };
+	unsigned long long off, ino;
+	char *end;
+	const char *p;
+
+	m.start = strtoull(l, &end, 16);
+	if (*end != '-')
+		return;
+	m.end = strtoull(end + 1, &end, 16);
+	if (*end != ' ' || !end[1] || !end[2] || !end[3] || (end[4] != 'p' && end[4] != 's'))
+		return;
+	m.readable = end[1] == 'r';
+	m.writable = end[2] == 'w';
+	off = strtoull(end + 5, &end, 16);
+	if (*end != ' ')
+		return;
+	end = strchr(end + 1, ' ');	/* past "dev" */
+	if (!end)
+		return;
+	ino = strtoull(end + 1, &end, 10);
+	m.inode = ino;
+	m.off0 = off == 0 && ino != 0;
+	for (p = end; *p == ' '; p++)
+		;
+	if (m.off0 && *p == '/')
+		m.path = add_path(p);
+	if (nmaps == maps_cap) {
+		size_t cap = maps_cap ? 2 * maps_cap : 1024;
+		struct map_range *nm = realloc(maps, cap * sizeof(*nm));
+
+		if (!nm)
+			return;
+		maps = nm;
+		maps_cap = cap;
+	}
+	maps[nmaps++] = m;
+}
+
+/* Snapshot of /proc/self/maps into maps[]. */
 static bool read_maps(void)
 {
-	char buf[8192], line[512];
+	char buf[8192], line[4200];
 	size_t ll = 0;
 	ssize_t r;
 	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
 	nmaps = 0;
+	paths_len = 0;
 	if (fd < 0)
 		return false;
 	while ((r = read(fd, buf, sizeof(buf))) > 0) {
@@ -116,8 +188,8 @@ static bool read_maps(void)
 	return r == 0 && nmaps > 0;
 }
 
-/* Is address a mapped and not writable in the snapshot (false also when not found)? */
-static bool read_only_now(uintptr_t a)
+/* The snapshot's mapping that holds a (NULL: none). */
+static const struct map_range *map_of(uintptr_t a)
 {
 	size_t lo = 0, hi = nmaps;
 
@@ -129,9 +201,33 @@ static bool read_only_now(uintptr_t a)
 		else if (a >= maps[mid].end)
 			lo = mid + 1;
 		else
-			return !maps[mid].writable;
+			return &maps[mid];
 	}
-	return false;
+	return NULL;
+}
+
+/* The process's virtual size (field 23 of /proc/self/stat); 0 if unreadable. */
+static unsigned long long read_vsize(void)
+{
+	static int fd = -1;
+	char buf[1024], *p;
+	ssize_t r;
+	unsigned long long v = 0;
+
+	if (fd < 0)
+		fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	r = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (r <= 0)
+		return 0;
+	buf[r] = 0;
+	p = strrchr(buf, ')');	/* the name may hold spaces and parentheses */
+	for (int field = 2; p && field < 23; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		v = strtoull(p + 1, NULL, 10);
+	return v;
 }
 
 static bool in_loads(const struct dl_phdr_info *info, uintptr_t a)
@@ -216,86 +312,33 @@ static void scan_relocs(const struct dl_phdr_info *info, const ElfW(Phdr) *relro
 			if (cur != ctx->hooks[h].fn &&
 			    (cur == ctx->hooks[h].real ||
 			     (ctx->ncupti <= 1 && in_loads(info, (uintptr_t)cur))) &&
-			    write_slot(info, relro, slot, ctx->hooks[h].fn))
+			    write_slot(info, relro, slot, ctx->hooks[h].fn)) {
 				ctx->patched++;
+				if (!ctx->slot) {
+					ctx->slot = slot;
+					ctx->fn = ctx->hooks[h].fn;
+				}
+			}
 			break;
 		}
 	}
 }
 
-/*
- * An object whose RELRO is not read-only yet waits for the next scan, at most DEFER_TRIES
- * times (a RELRO page something else made writable again would otherwise be re-read forever);
- * then it is left alone for good: true. While DEFER_CAP objects wait, another one is retried
- * without being counted.
- */
-static bool waited_enough(const struct dl_phdr_info *info)
+/* Reads one loaded object's dynamic section and rewrites the slots of hooked names. */
+static void scan_dynamic(const struct dl_phdr_info *info, const ElfW(Dyn) *dynv,
+			 struct scan_ctx *ctx)
 {
-	size_t i;
-
-	for (i = 0; i < nwaiting; i++)
-		if (waiting[i].base == info->dlpi_addr && waiting[i].phdr == info->dlpi_phdr)
-			break;
-	if (i == nwaiting) {
-		if (nwaiting == DEFER_CAP)
-			return false;
-		waiting[nwaiting++] = (struct waiting){ info->dlpi_addr, info->dlpi_phdr, 0 };
-	}
-	if (++waiting[i].tries <= DEFER_TRIES)
-		return false;
-	inject_dbg("interpose: %s: RELRO still writable after %u scans; its slots left alone",
-		   info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "(main)", DEFER_TRIES);
-	waiting[i] = waiting[--nwaiting];
-	return true;
-}
-
-static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	struct scan_ctx *ctx = arg;
-	const ElfW(Phdr) *dyn = NULL, *relro = NULL;
-	const ElfW(Dyn) *d;
+	const ElfW(Phdr) *relro = NULL;
 	const ElfW(Sym) *symtab = NULL;
 	const char *strtab = NULL;
 	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
 	size_t jmprel_sz = 0, rela_sz = 0;
 	long pltrel = DT_RELA;
 
-	(void)size;
-	if (info->dlpi_name && !strncmp(info->dlpi_name, "linux-vdso", 10))
-		return 0;
-	for (size_t i = 0; i < nseen; i++)
-		if (seen[i].base == info->dlpi_addr && seen[i].phdr == info->dlpi_phdr)
-			return 0;
-	if (in_loads(info, (uintptr_t)&each_object) ||
-	    (ctx->skip_addr && in_loads(info, (uintptr_t)ctx->skip_addr)))
-		return 0;	/* ours, libcupti: their calls are CUPTI's own (scanned again, cheaply) */
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-			dyn = &info->dlpi_phdr[i];
-		else if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
 			relro = &info->dlpi_phdr[i];
-	}
-	if (relro) {
-		uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-		uintptr_t rs = (info->dlpi_addr + relro->p_vaddr) & ~(page - 1);
-		uintptr_t re = (info->dlpi_addr + relro->p_vaddr + relro->p_memsz) & ~(page - 1);
-
-		if (rs < re && (!ctx->have_maps || !read_only_now(rs))) {
-			if (!waited_enough(info))
-				return 0;	/* the loader is not done with it: next scan */
-			if (nseen < SEEN_CAP)	/* given up: seen, its slots never touched */
-				seen[nseen++] = (struct seen){ info->dlpi_addr, info->dlpi_phdr };
-			return 0;
-		}
-	}
-	for (size_t i = 0; i < nwaiting; i++)
-		if (waiting[i].base == info->dlpi_addr && waiting[i].phdr == info->dlpi_phdr)
-			waiting[i--] = waiting[--nwaiting];
-	if (nseen < SEEN_CAP)	/* past the cap: scanned again next time, harmlessly */
-		seen[nseen++] = (struct seen){ info->dlpi_addr, info->dlpi_phdr };
-	if (!dyn)
-		return 0;
-	for (d = (const void *)(info->dlpi_addr + dyn->p_vaddr); d->d_tag != DT_NULL; d++) {
+	for (const ElfW(Dyn) *d = dynv; d->d_tag != DT_NULL; d++) {
 		switch (d->d_tag) {
 		case DT_SYMTAB: symtab = (const void *)dptr(info, d->d_un.d_ptr); break;
 		case DT_STRTAB: strtab = (const void *)dptr(info, d->d_un.d_ptr); break;
@@ -308,59 +351,152 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
 		}
 	}
 	if (!symtab || !strtab)
-		return 0;
+		return;
 	if (jmprel && pltrel == DT_RELA)
 		scan_relocs(info, relro, jmprel, jmprel_sz, symtab, strtab, ctx);
 	if (rela)
 		scan_relocs(info, relro, rela, rela_sz, symtab, strtab, ctx);
-	return 0;
 }
 
-static int count_cupti(struct dl_phdr_info *info, size_t size, void *arg)
+/*
+ * One file mapped at offset 0 (m): pinned through the loader, checked to be the object the
+ * loader mapped there, scanned, let go. `exe`: the main program (never unloaded; the loader
+ * knows it by no path).
+ */
+static void scan_object(const struct map_range *m, bool exe, struct scan_ctx *ctx)
 {
-	(void)size;
-	if (info->dlpi_name && strstr(info->dlpi_name, "libcupti.so"))
-		(*(int *)arg)++;
-	return 0;
+	const char *path = paths + m->path;
+	void *h = exe ? dlopen(NULL, RTLD_LAZY) : dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+	const ElfW(Ehdr) *eh = (const void *)m->start;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), low = UINTPTR_MAX;
+	struct link_map *lm = NULL;
+	struct dl_phdr_info info;
+
+	if (!h) {
+		dlerror();	/* not loaded in our namespace: a data mapping, another namespace */
+		return;
+	}
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) || !lm || !lm->l_ld || !m->readable ||
+	    m->end - m->start < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) ||
+	    eh->e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+	    eh->e_phentsize != sizeof(ElfW(Phdr)) || !eh->e_phnum ||
+	    eh->e_phoff + (uintptr_t)eh->e_phnum * sizeof(ElfW(Phdr)) > m->end - m->start)
+		goto out;
+	info = (struct dl_phdr_info){ .dlpi_addr = lm->l_addr, .dlpi_name = path,
+				      .dlpi_phdr = (const void *)(m->start + eh->e_phoff),
+				      .dlpi_phnum = eh->e_phnum };
+	for (int i = 0; i < info.dlpi_phnum; i++)
+		if (info.dlpi_phdr[i].p_type == PT_LOAD && info.dlpi_phdr[i].p_vaddr < low)
+			low = info.dlpi_phdr[i].p_vaddr;
+	/* the loader's object is the one mapped here (not a second mapping of the same file) */
+	if (low != UINTPTR_MAX && lm->l_addr + (low & ~(page - 1)) == m->start)
+		scan_dynamic(&info, lm->l_ld, ctx);
+out:
+	if (!exe)
+		dlclose(h);
 }
 
-static int count_objects(struct dl_phdr_info *info, size_t size, void *arg)
+/* A word of our own memory that may be unmapped meanwhile: false where it is gone. */
+static bool read_word(void *const *p, void **out)
 {
-	unsigned long long *c = arg;
+	struct iovec local = { out, sizeof(*out) }, remote = { (void *)p, sizeof(*out) };
 
-	(void)size;
-	c[0] = info->dlpi_adds;
-	c[1] = info->dlpi_subs;
-	return 1;	/* the counters are the same in every entry */
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof(*out);
 }
 
-bool interpose_changed(void)
+/* Seen and unchanged (its rewritten slot still ours)? One that changed is forgotten. */
+static bool was_seen(uintptr_t base, uint64_t inode)
 {
-	unsigned long long c[2] = { 0, 0 };
+	for (size_t i = 0; i < nseen; i++) {
+		void *cur;
 
-	if (__atomic_load_n(&nwaiting, __ATOMIC_RELAXED))
-		return true;	/* an object was left for this scan */
-	dl_iterate_phdr(count_objects, c);
-	return c[0] != __atomic_load_n(&seen_adds, __ATOMIC_RELAXED) ||
-	       c[1] != __atomic_load_n(&seen_subs, __ATOMIC_RELAXED);
+		if (seen[i].base != base || seen[i].inode != inode)
+			continue;
+		if (!seen[i].slot || (read_word(seen[i].slot, &cur) && cur == seen[i].fn))
+			return true;
+		seen[i] = seen[--nseen];	/* loaded again since: its slots are fresh */
+		return false;
+	}
+	return false;
+}
+
+/* Forgets objects whose first mapping is gone (unloaded: the address may hold another). */
+static void prune_seen(void)
+{
+	for (size_t i = 0; i < nseen; i++) {
+		const struct map_range *m = map_of(seen[i].base);
+
+		if (!m || m->start != seen[i].base || m->inode != seen[i].inode || !m->off0)
+			seen[i--] = seen[--nseen];
+	}
+}
+
+bool interpose_due(void)
+{
+	uint64_t now = now_ns();
+	unsigned long long v;
+
+	if (now < __atomic_load_n(&next_poll_ns, __ATOMIC_RELAXED) ||
+	    now < __atomic_load_n(&next_scan_ns, __ATOMIC_RELAXED))
+		return false;
+	__atomic_store_n(&next_poll_ns, now + POLL_NS, __ATOMIC_RELAXED);
+	v = read_vsize();
+	return !v || v != __atomic_load_n(&last_vsize, __ATOMIC_RELAXED);
 }
 
 int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 {
 #if defined(R_JUMP_SLOT)
-	struct scan_ctx ctx = { hooks, n, skip_addr, 0, 0, false };
-	unsigned long long c[2] = { 0, 0 };
+	static char exe[4096];
+	static bool exe_known;
+	struct scan_ctx ctx = { .hooks = hooks, .n = n };
+	const struct map_range *self, *skip;
+	uint64_t t0 = now_ns(), self_ino, skip_ino = 0;
+	unsigned long long vsize;
 
 	pthread_mutex_lock(&scan_mu);
-	/* before the objects: one listed after this snapshot is not in it, so it waits */
-	ctx.have_maps = read_maps();
-	dl_iterate_phdr(count_objects, c);
-	dl_iterate_phdr(count_cupti, &ctx.ncupti);
-	if (c[1] != seen_subs)
-		nseen = nwaiting = 0;	/* something was unloaded: an address may now hold another object */
-	dl_iterate_phdr(each_object, &ctx);
-	__atomic_store_n(&seen_adds, c[0], __ATOMIC_RELAXED);
-	__atomic_store_n(&seen_subs, c[1], __ATOMIC_RELAXED);
+	if (!exe_known) {
+		ssize_t r = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+		exe[r > 0 ? r : 0] = 0;
+		exe_known = true;
+	}
+	/* the size first: a mapping made during the scan moves it again, and the next poll sees it */
+	vsize = read_vsize();
+	if (!read_maps())
+		goto out;
+	self = map_of((uintptr_t)&scan_object);
+	skip = skip_addr ? map_of((uintptr_t)skip_addr) : NULL;
+	self_ino = self ? self->inode : 0;
+	skip_ino = skip ? skip->inode : 0;
+	for (size_t i = 0; i < nmaps; i++)
+		if (maps[i].path && strstr(paths + maps[i].path, "/libcupti.so"))
+			ctx.ncupti++;
+	prune_seen();
+	for (size_t i = 0; i < nmaps; i++) {
+		const struct map_range *m = &maps[i];
+
+		if (!m->path || was_seen(m->start, m->inode))
+			continue;
+		ctx.slot = NULL;
+		ctx.fn = NULL;
+		if (m->inode != self_ino && m->inode != skip_ino)	/* ours, libcupti: CUPTI's own */
+			scan_object(m, exe[0] && !strcmp(paths + m->path, exe), &ctx);
+		if (nseen < SEEN_CAP)	/* past the cap: looked at again next time, harmlessly */
+			seen[nseen++] = (struct seen){ m->start, m->inode, ctx.slot, ctx.fn };
+	}
+	__atomic_store_n(&last_vsize, vsize, __ATOMIC_RELAXED);
+	scans++;
+out:
+	{
+		uint64_t t1 = now_ns(), gap = (t1 - t0) * SCAN_PACE;
+
+		inject_dbg("interpose: scan %llu: %zu mappings, %d slots, %llu us", scans, nmaps,
+			   ctx.patched, (unsigned long long)(t1 - t0) / 1000);
+
+		__atomic_store_n(&next_scan_ns, t1 + (gap > SCAN_GAP_NS ? gap : SCAN_GAP_NS),
+				 __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&scan_mu);
 	return ctx.patched;
 #else

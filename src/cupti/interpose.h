@@ -22,13 +22,17 @@ struct hook {
 /*
  * Points every GOT slot (PLT JUMP_SLOT and GLOB_DAT relocations) that names one of hooks[] in
  * every loaded object but ours and the one that holds skip_addr (libcupti) at the hook's
- * wrapper; objects already seen are skipped unless the set of loaded objects shrank. Safe to
- * call from any thread (serialised inside). Returns the number of slots rewritten.
+ * wrapper; objects already seen are skipped until their mapping goes. The objects come from
+ * /proc/self/maps, each pinned with dlopen(RTLD_NOLOAD) while it is read (interpose.c says
+ * why). Safe to call from any thread (serialised inside). Returns the slots rewritten.
  */
 HIDDEN int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr);
 
-/* Cheap: has an object been loaded or unloaded since the last interpose_scan()? */
-HIDDEN bool interpose_changed(void);
+/*
+ * Cheap, paced: may objects have come or gone since the last interpose_scan()? Reads the
+ * process's virtual size at most every 50 ms, and says no until the last scan's pacing passed.
+ */
+HIDDEN bool interpose_due(void);
 
 /* ---- handover.c ---- */
 
