@@ -268,8 +268,10 @@ static bool write_slot(const struct dl_phdr_info *info, const ElfW(Phdr) *relro,
 		/* the loader protects whole pages only: the tail page of RELRO stays writable */
 		uintptr_t s = (info->dlpi_addr + relro->p_vaddr) & ~(page - 1);
 		uintptr_t e = (info->dlpi_addr + relro->p_vaddr + relro->p_memsz) & ~(page - 1);
+		const struct map_range *m = map_of(a);
 
-		ro = a >= s && a < e;
+		/* and where something made it writable again, it is left as it was found */
+		ro = a >= s && a < e && !(m && m->writable);
 	}
 	if (ro && mprotect((void *)(a & ~(page - 1)), page, PROT_READ | PROT_WRITE))
 		return false;

@@ -10,7 +10,8 @@
 # dlopen(RTLD_NOLOAD), which waits for the loader), and a library loaded and closed again and
 # again in link-map namespaces of their own (dlmopen) by two threads while the scan polls: the
 # scan no longer calls dl_iterate_phdr, which crashed inside ld.so beside a loading thread on
-# the GPU machine.
+# the GPU machine. The objects come from /proc/self/maps now: the main program's own slot is
+# interposed, and a copy of the library mapped as data (not loaded) is never written.
 # Skips (77) where the CUDA toolkit is absent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,6 +29,8 @@ patched=$(echo "$out" | sed -n 's/^cycles 40 patched \([0-9]*\)$/\1/p')
 [ -n "$patched" ] || { echo "FAIL: no 'cycles 40 patched N' line"; exit 1; }
 # up to 500 ms after each open; polls every 50 ms: a loaded CI machine still gets most
 [ "$patched" -ge 30 ] || { echo "FAIL: the object was interposed after only $patched of 40 loads"; exit 1; }
+grep -x "main interposed 1" <<<"$out" >/dev/null || { echo "FAIL: the main program's dlsym slot was not interposed"; exit 1; }
+grep -x "data mapping intact 1" <<<"$out" >/dev/null || { echo "FAIL: a library mapped as data (not loaded) was written"; exit 1; }
 rc=0
 out=$(timeout 120 $prog .output/libgpuscope_cupti.so "$lib" 100 dlmopen) || rc=$?
 echo "$out"
