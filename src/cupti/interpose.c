@@ -360,6 +360,14 @@ static void scan_dynamic(const struct dl_phdr_info *info, const ElfW(Dyn) *dynv,
 		scan_relocs(info, relro, rela, rela_sz, symtab, strtab, ctx);
 }
 
+/* n bytes of our own memory that may be unmapped meanwhile: false where they are gone. */
+static bool read_own(const void *p, void *out, size_t n)
+{
+	struct iovec local = { out, n }, remote = { (void *)p, n };
+
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
 /*
  * One file mapped at offset 0 (m): pinned through the loader, checked to be the object the
  * loader mapped there, scanned, let go. `exe`: the main program (never unloaded; the loader
@@ -369,41 +377,36 @@ static void scan_object(const struct map_range *m, bool exe, struct scan_ctx *ct
 {
 	const char *path = paths + m->path;
 	void *h = exe ? dlopen(NULL, RTLD_LAZY) : dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
-	const ElfW(Ehdr) *eh = (const void *)m->start;
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), low = UINTPTR_MAX;
+	ElfW(Phdr) ph[64];	/* copies: the mapping read may be another one of the file */
 	struct link_map *lm = NULL;
 	struct dl_phdr_info info;
+	ElfW(Ehdr) eh;
 
 	if (!h) {
 		dlerror();	/* not loaded in our namespace: a data mapping, another namespace */
 		return;
 	}
 	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) || !lm || !lm->l_ld || !m->readable ||
-	    m->end - m->start < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) ||
-	    eh->e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
-	    eh->e_phentsize != sizeof(ElfW(Phdr)) || !eh->e_phnum ||
-	    eh->e_phoff + (uintptr_t)eh->e_phnum * sizeof(ElfW(Phdr)) > m->end - m->start)
+	    !read_own((const void *)m->start, &eh, sizeof(eh)) ||
+	    memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+	    eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+	    eh.e_phentsize != sizeof(ElfW(Phdr)) || !eh.e_phnum || eh.e_phnum > 64 ||
+	    eh.e_phoff + (uintptr_t)eh.e_phnum * sizeof(ElfW(Phdr)) > m->end - m->start ||
+	    !read_own((const void *)(m->start + eh.e_phoff), ph, eh.e_phnum * sizeof(ph[0])))
 		goto out;
 	info = (struct dl_phdr_info){ .dlpi_addr = lm->l_addr, .dlpi_name = path,
-				      .dlpi_phdr = (const void *)(m->start + eh->e_phoff),
-				      .dlpi_phnum = eh->e_phnum };
+				      .dlpi_phdr = ph, .dlpi_phnum = eh.e_phnum };
 	for (int i = 0; i < info.dlpi_phnum; i++)
-		if (info.dlpi_phdr[i].p_type == PT_LOAD && info.dlpi_phdr[i].p_vaddr < low)
-			low = info.dlpi_phdr[i].p_vaddr;
-	/* the loader's object is the one mapped here (not a second mapping of the same file) */
+		if (ph[i].p_type == PT_LOAD && ph[i].p_vaddr < low)
+			low = ph[i].p_vaddr;
+	/* the loader's object is the one mapped here (not a second mapping of the same file):
+	 * from here on its memory is read in place, pinned */
 	if (low != UINTPTR_MAX && lm->l_addr + (low & ~(page - 1)) == m->start)
 		scan_dynamic(&info, lm->l_ld, ctx);
 out:
 	if (!exe)
 		dlclose(h);
-}
-
-/* A word of our own memory that may be unmapped meanwhile: false where it is gone. */
-static bool read_word(void *const *p, void **out)
-{
-	struct iovec local = { out, sizeof(*out) }, remote = { (void *)p, sizeof(*out) };
-
-	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof(*out);
 }
 
 /* Seen and unchanged (its rewritten slot still ours)? One that changed is forgotten. */
@@ -414,7 +417,7 @@ static bool was_seen(uintptr_t base, uint64_t inode)
 
 		if (seen[i].base != base || seen[i].inode != inode)
 			continue;
-		if (!seen[i].slot || (read_word(seen[i].slot, &cur) && cur == seen[i].fn))
+		if (!seen[i].slot || (read_own(seen[i].slot, &cur, sizeof(cur)) && cur == seen[i].fn))
 			return true;
 		seen[i] = seen[--nseen];	/* loaded again since: its slots are fresh */
 		return false;
