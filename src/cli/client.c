@@ -217,7 +217,7 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 	return 0;
 }
 
-static int append_param(char **url, const char *name, const char *value)
+int query_url_add(char **url, const char *name, const char *value)
 {
 	char *esc = curl_easy_escape(NULL, value, 0), *n;
 	int r;
@@ -247,23 +247,23 @@ char *query_url(const struct query *q, const char *endpoint)
 		snprintf(buf, sizeof(buf), "%llu.%09llu",
 			 (unsigned long long)(q->from_ns / NSEC_PER_SEC),
 			 (unsigned long long)(q->from_ns % NSEC_PER_SEC));
-		err = err ?: append_param(&url, "from", buf);
+		err = err ?: query_url_add(&url, "from", buf);
 		snprintf(buf, sizeof(buf), "%llu.%09llu", (unsigned long long)(q->to_ns / NSEC_PER_SEC),
 			 (unsigned long long)(q->to_ns % NSEC_PER_SEC));
-		err = err ?: append_param(&url, "to", buf);
+		err = err ?: query_url_add(&url, "to", buf);
 	} else if (q->since) {
-		err = err ?: append_param(&url, "since", q->since);
+		err = err ?: query_url_add(&url, "since", q->since);
 	}
 	if (q->selector)
-		err = err ?: append_param(&url, "selector", q->selector);
+		err = err ?: query_url_add(&url, "selector", q->selector);
 	if (q->kind)
-		err = err ?: append_param(&url, "kind", q->kind);
+		err = err ?: query_url_add(&url, "kind", q->kind);
 	if (q->gpu_idle)
-		err = err ?: append_param(&url, "gpu_idle", q->gpu_idle);
+		err = err ?: query_url_add(&url, "gpu_idle", q->gpu_idle);
 	if (q->python_only)
-		err = err ?: append_param(&url, "view", "python");
+		err = err ?: query_url_add(&url, "view", "python");
 	if (q->by)
-		err = err ?: append_param(&url, "by", q->by);
+		err = err ?: query_url_add(&url, "by", q->by);
 	if (err) {
 		free(url);
 		return NULL;

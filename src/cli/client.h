@@ -64,6 +64,9 @@ int query_parse(int argc, char **argv, unsigned extra, const char *usage_text, s
 /* Builds SERVER/api/v1/<endpoint>?from=..&to=..&selector=.. (escaped). Caller frees. */
 char *query_url(const struct query *q, const char *endpoint);
 
+/* Appends name=value (value escaped) to *url with '?' or '&'; 0, or -ENOMEM (*url kept). */
+int query_url_add(char **url, const char *name, const char *value);
+
 /*
  * The opening of a command that asks one endpoint: query_parse() then query_url(). Returns the
  * URL (caller frees), or NULL with the command's exit status in *ret_rc: 0 after -h, 2 on a usage

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <curl/curl.h>
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/hmap.h"
@@ -86,22 +85,6 @@ static int take_opts(int *argc, char **argv, struct side_opts *o)
 		fprintf(stderr, "gpuscope: --from2 is after --to2\n%s", usage_text);
 		return -1;
 	}
-	return 0;
-}
-
-static int add_param(char **url, const char *name, const char *value)
-{
-	char *esc = curl_easy_escape(NULL, value, 0), *n;
-	int r;
-
-	if (!esc)
-		return -1;
-	r = asprintf(&n, "%s&%s=%s", *url, name, esc);
-	curl_free(esc);
-	if (r < 0)
-		return -1;
-	free(*url);
-	*url = n;
 	return 0;
 }
 
@@ -384,10 +367,10 @@ int cmd_diff(int argc, char **argv)
 			 (unsigned long long)(o.from2_ns % NSEC_PER_SEC));
 		snprintf(t, sizeof(t), "%llu.%09llu", (unsigned long long)(o.to2_ns / NSEC_PER_SEC),
 			 (unsigned long long)(o.to2_ns % NSEC_PER_SEC));
-		if (add_param(&url, "from2", f) || add_param(&url, "to2", t))
+		if (query_url_add(&url, "from2", f) || query_url_add(&url, "to2", t))
 			goto oom;
 	}
-	if (o.selector2 && add_param(&url, "selector2", o.selector2))
+	if (o.selector2 && query_url_add(&url, "selector2", o.selector2))
 		goto oom;
 	j = http_get_json(&q, url);
 	if (!j)

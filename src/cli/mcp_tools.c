@@ -4,7 +4,6 @@
  * auth and TLS), its input schema written from one table of arguments, its answer as text for
  * the assistant plus the server's JSON as structuredContent.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -361,22 +360,6 @@ static json_t *json_result(json_t *j)
 	return r;
 }
 
-static int add_param(char **url, const char *name, const char *value)
-{
-	char *esc = curl_easy_escape(NULL, value, 0), *n;
-	int r;
-
-	if (!esc)
-		return -ENOMEM;
-	r = asprintf(&n, "%s%s%s=%s", *url, strchr(*url, '?') ? "&" : "?", name, esc);
-	curl_free(esc);
-	if (r < 0)
-		return -ENOMEM;
-	free(*url);
-	*url = n;
-	return 0;
-}
-
 /*
  * GETs endpoint with the call's query and extra "name", "value" pairs (NULL-terminated). The
  * answer as a JSON object, or NULL with c->err saying why (the server's error and status, an
@@ -397,7 +380,7 @@ json_t *mcp_get(struct mcp_call *c, const char *endpoint, ...)
 	while (url && (name = va_arg(ap, const char *))) {
 		const char *value = va_arg(ap, const char *);
 
-		if (value && add_param(&url, name, value)) {
+		if (value && query_url_add(&url, name, value)) {
 			free(url);
 			url = NULL;
 		}
