@@ -485,19 +485,40 @@ static void print_notes(FILE *f, json_t *j)
 			"figures\n", 100 * num(tr, "fraction"));
 }
 
+/*
+ * The answer of endpoint (with the call's limit when `limited`) and a text opened for it. NULL
+ * with *ret the result to give instead: the error result, or NULL out of memory.
+ */
+static json_t *get_with_text(struct mcp_call *c, const char *endpoint, bool limited,
+			     struct mcp_text *t, json_t **ret)
+{
+	char lim[24];
+	json_t *j;
+
+	snprintf(lim, sizeof(lim), "%ld", c->limit);
+	j = limited ? mcp_get(c, endpoint, "limit", lim, NULL) : mcp_get(c, endpoint, NULL);
+	*ret = NULL;
+	if (!j) {
+		*ret = mcp_error_result(c);
+		return NULL;
+	}
+	if (mcp_text_open(t)) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
 static json_t *run_nodes(struct mcp_call *c)
 {
-	json_t *j = mcp_get(c, "nodes", NULL), *n;
+	json_t *j, *n, *r;
 	char a[32], b[32];
 	struct mcp_text t;
 	size_t i;
 
+	j = get_with_text(c, "nodes", false, &t, &r);
 	if (!j)
-		return mcp_error_result(c);
-	if (mcp_text_open(&t)) {
-		json_decref(j);
-		return NULL;
-	}
+		return r;
 	fprintf(t.f, "%zu node(s) sent data (now %s):\n", json_array_size(json_object_get(j, "nodes")),
 		mcp_iso(wall_ns() / 1e6, a, sizeof(a)));
 	json_array_foreach(json_object_get(j, "nodes"), i, n)
@@ -508,20 +529,15 @@ static json_t *run_nodes(struct mcp_call *c)
 
 static json_t *run_processes(struct mcp_call *c)
 {
-	char lim[24], v[32];
-	json_t *j, *p;
+	json_t *j, *p, *r;
 	struct mcp_text t;
 	double total;
+	char v[32];
 	size_t i;
 
-	snprintf(lim, sizeof(lim), "%ld", c->limit);
-	j = mcp_get(c, "processes", "limit", lim, NULL);
+	j = get_with_text(c, "processes", true, &t, &r);
 	if (!j)
-		return mcp_error_result(c);
-	if (mcp_text_open(&t)) {
-		json_decref(j);
-		return NULL;
-	}
+		return r;
 	total = num(j, "total");
 	fmt_val(total, ns_unit(j), v, sizeof(v));
 	fprintf(t.f, "total %s%s over %lld process(es); the first %zu:\n", v,
@@ -539,23 +555,18 @@ static json_t *run_processes(struct mcp_call *c)
 
 static json_t *run_top(struct mcp_call *c)
 {
-	char lim[24], s[32], to[32];
-	json_t *j, *fn;
+	char from[32], s[32], to[32];
+	json_t *j, *fn, *r;
 	struct mcp_text t;
 	double total;
 	size_t i;
 
-	snprintf(lim, sizeof(lim), "%ld", c->limit);
-	j = mcp_get(c, "top", "limit", lim, NULL);
+	j = get_with_text(c, "top", true, &t, &r);
 	if (!j)
-		return mcp_error_result(c);
-	if (mcp_text_open(&t)) {
-		json_decref(j);
-		return NULL;
-	}
+		return r;
 	total = num(j, "total");
 	fmt_val(total, ns_unit(j), s, sizeof(s));
-	fprintf(t.f, "%s to %s, total %s%s\n", mcp_iso(num(j, "from_ms"), lim, sizeof(lim)),
+	fprintf(t.f, "%s to %s, total %s%s\n", mcp_iso(num(j, "from_ms"), from, sizeof(from)),
 		mcp_iso(num(j, "to_ms"), to, sizeof(to)), s, ns_unit(j) ? "" : " samples");
 	print_notes(t.f, j);
 	fprintf(t.f, "SELF%% TOTAL%% SELF TOTAL FUNCTION\n");
@@ -703,19 +714,13 @@ static json_t *run_efficiency(struct mcp_call *c)
 
 static json_t *run_findings(struct mcp_call *c)
 {
-	json_t *j, *f, *e;
+	json_t *j, *f, *e, *r;
 	struct mcp_text t;
-	char lim[24];
 	size_t i, k;
 
-	snprintf(lim, sizeof(lim), "%ld", c->limit);
-	j = mcp_get(c, "insights", "limit", lim, NULL);
+	j = get_with_text(c, "insights", true, &t, &r);
 	if (!j)
-		return mcp_error_result(c);
-	if (mcp_text_open(&t)) {
-		json_decref(j);
-		return NULL;
-	}
+		return r;
 	fprintf(t.f, "%zu finding(s) over %lld workload(s) by %s, costliest first\n",
 		json_array_size(json_object_get(j, "findings")),
 		(long long)json_integer_value(json_object_get(j, "workloads_checked")),
