@@ -16,3 +16,20 @@ def bpf_progs(path):
             v = got.setdefault(m.group(1), [0, 0.0])
             v[i] += float(m.group(2))
     return got
+
+
+def leaf_paths(node):
+    """[(self value, [frame names, outermost first])] of each frame of a flame graph (the
+    server's JSON tree; the root's name left out) that has samples of its own."""
+    out = []
+
+    def walk(n, path):
+        kids = n.get("children") or []
+        self_v = n["value"] - sum(c["value"] for c in kids)
+        p = path + ([n["name"]] if n.get("name") != "root" else [])
+        if self_v > 0:
+            out.append((self_v, p))
+        for c in kids:
+            walk(c, p)
+    walk(node, [])
+    return out

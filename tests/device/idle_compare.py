@@ -9,6 +9,8 @@ import sys
 import urllib.parse
 import urllib.request
 
+from devlib import leaf_paths
+
 url, runs, ret = sys.argv[1], sys.argv[2], sys.argv[3]
 FUNCS = {"jax": ["build_batch", "run_step", "python_work"],
          "dataloader": ["decode_sample", "train_step", "__getitem__", "python_work"],
@@ -39,19 +41,8 @@ def presence(node, name):
 
 
 def heaviest(node, k=8, width=360):
-    out = []
-
-    def walk(n, path):
-        kids = n.get("children") or []
-        self_v = n["value"] - sum(c["value"] for c in kids)
-        p = path + ([n["name"]] if n.get("name") != "root" else [])
-        if self_v > 0:
-            out.append((self_v, p))
-        for c in kids:
-            walk(c, p)
-    walk(node, [])
     tot = node.get("value") or 1
-    for v, p in sorted(out, key=lambda t: -t[0])[:k]:
+    for v, p in sorted(leaf_paths(node), key=lambda t: -t[0])[:k]:
         t = ";".join(p)
         print("   %5.1f%%  %s" % (100.0 * v / tot, t if len(t) <= width else t[:120] + " ... " + t[-(width - 125):]))
 

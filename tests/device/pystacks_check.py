@@ -12,6 +12,8 @@ import sys
 import urllib.parse
 import urllib.request
 
+from devlib import leaf_paths
+
 url, pid = sys.argv[1], sys.argv[2]
 # the loop's bounds (Unix s), from the workload's phase lines: the GPU-idle check looks there,
 # not at `import torch` and the model's set-up, which also run while the GPU is idle
@@ -39,18 +41,7 @@ def presence(node, pred):
 
 
 def heaviest(node, k=8):
-    out = []
-
-    def walk(n, path):
-        kids = n.get("children") or []
-        self_v = n["value"] - sum(c["value"] for c in kids)
-        p = path + ([n["name"]] if n.get("name") != "root" else [])
-        if self_v > 0:
-            out.append((self_v, p))
-        for c in kids:
-            walk(c, p)
-    walk(node, [])
-    for v, p in sorted(out, key=lambda t: -t[0])[:k]:
+    for v, p in sorted(leaf_paths(node), key=lambda t: -t[0])[:k]:
         t = ";".join(p)
         print("   %8d  %s" % (v, t if len(t) <= 400 else t[:180] + " ... " + t[-215:]))
 
@@ -179,18 +170,7 @@ for kind in ("offcpu_ns", "cuda_sync_ns"):
 
 def with_unknown(node):
     """The heaviest leaf paths that hold an unknown frame (root: the thread, by group_by)."""
-    out = []
-
-    def walk(n, path, bad):
-        kids = n.get("children") or []
-        self_v = n["value"] - sum(c["value"] for c in kids)
-        p = path + ([n["name"]] if n.get("name") != "root" else [])
-        bad = bad or (n.get("name") != "root" and unknown(n["name"]))
-        if self_v > 0 and bad:
-            out.append((self_v, p))
-        for c in kids:
-            walk(c, p, bad)
-    walk(node, [], False)
+    out = [(v, p) for v, p in leaf_paths(node) if any(unknown(name) for name in p)]
     for v, p in sorted(out, key=lambda t: -t[0])[:6]:
         t = ";".join(p)
         print("   %8d  %s" % (v, t if len(t) <= 300 else t[:120] + " ... " + t[-175:]))
