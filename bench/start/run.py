@@ -16,7 +16,6 @@ after `make`:
 """
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,14 +24,8 @@ import urllib.request
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BURN = os.path.join(ROOT, ".output/tests/progs/burn")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from lib import free_port  # noqa: E402
 
 
 def metrics(port):
