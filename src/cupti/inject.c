@@ -40,6 +40,7 @@
 #define DEF_DEV_BUF_POOL  4		/* device buffers per context (CUPTI's default: 250) */
 #define YIELD_WAIT_MS	  250		/* longest a user's CUPTI call waits for our window to close */
 #define YIELD_RETRY_MS	  2000		/* ... and a subscribe we refused meanwhile, once more */
+#define DEF_STACK_KB	  8192		/* the control thread's stack (thread.c says why) */
 
 /* What closing a window does (GPUSCOPE_CUPTI_CLOSE); each also disables the activity kinds. */
 enum close_mode {
@@ -846,7 +847,8 @@ EXPORT int InitializeInjection(void)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, thread_stack_bytes());
+	pthread_attr_setstacksize(&attr, env_ulong("GPUSCOPE_CUPTI_STACK_KB", DEF_STACK_KB, 128,
+						   1048576) * 1024);
 	err = pthread_create(&th, &attr, control_main, NULL);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

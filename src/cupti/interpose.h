@@ -74,8 +74,6 @@ HIDDEN void inject_dbg(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* ---- thread.c: the control thread's stack and signals, the debug crash report ---- */
 
 #include <signal.h>
-/* The control thread's stack size (GPUSCOPE_CUPTI_STACK_KB, default 8 MiB). */
-HIDDEN size_t thread_stack_bytes(void);
 /* Every signal but the synchronous ones (a fault must reach a handler, never kill silently). */
 HIDDEN void thread_block_async(sigset_t *set);
 /* Debug only: a report of any thread's fault to stderr, then the handler that was there. */

@@ -41,23 +41,6 @@ static struct sigaction old_act[sizeof(sync_sigs) / sizeof(sync_sigs[0])];
 static bool report_on;
 static uintptr_t stack_lo, stack_hi;	/* the control thread's stack, once it runs */
 
-size_t thread_stack_bytes(void)
-{
-	const char *s = getenv("GPUSCOPE_CUPTI_STACK_KB");
-	unsigned long kb = 8192;
-	char *end;
-
-	if (s && *s) {
-		unsigned long v = strtoul(s, &end, 10);
-
-		if (!*end && v >= 128 && v <= 1048576)
-			kb = v;
-		else
-			inject_dbg("ignoring GPUSCOPE_CUPTI_STACK_KB='%s' (want 128..1048576)", s);
-	}
-	return kb * 1024;
-}
-
 void thread_block_async(sigset_t *set)
 {
 	sigfillset(set);
