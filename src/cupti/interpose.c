@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 #include "cupti/interpose.h"
 
@@ -85,14 +84,6 @@ struct scan_ctx {
 	void **slot;	/* the current object's first slot rewritten, and what it now holds */
 	void *fn;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 static uint32_t add_path(const char *p)
 {
@@ -438,7 +429,7 @@ static void prune_seen(void)
 
 bool interpose_due(void)
 {
-	uint64_t now = now_ns();
+	uint64_t now = inject_mono_now();
 	unsigned long long v;
 
 	if (now < __atomic_load_n(&next_poll_ns, __ATOMIC_RELAXED) ||
@@ -456,7 +447,7 @@ int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 	static bool exe_known;
 	struct scan_ctx ctx = { .hooks = hooks, .n = n };
 	const struct map_range *self, *skip;
-	uint64_t t0 = now_ns(), self_ino, skip_ino = 0;
+	uint64_t t0 = inject_mono_now(), self_ino, skip_ino = 0;
 	unsigned long long vsize;
 
 	pthread_mutex_lock(&scan_mu);
@@ -494,7 +485,7 @@ int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 	scans++;
 out:
 	{
-		uint64_t t1 = now_ns(), gap = (t1 - t0) * SCAN_PACE;
+		uint64_t t1 = inject_mono_now(), gap = (t1 - t0) * SCAN_PACE;
 
 		inject_dbg("interpose: scan %llu: %zu mappings, %d slots, %llu us", scans, nmaps,
 			   ctx.patched, (unsigned long long)(t1 - t0) / 1000);
