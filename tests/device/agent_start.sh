@@ -33,7 +33,7 @@ sleep 5
 curl -sf -m 5 http://127.0.0.1:9401/metrics > "$R/metrics.txt"
 t0=$(date +%s.%N)
 kill -TERM $apid; wait $apid
-echo "agent stopped in $(echo "$(date +%s.%N) - $t0" | bc) s" | tee "$R/stop.txt"
+echo "agent stopped in $(python3 -c "print(round($(date +%s.%N) - $t0, 3))") s" | tee "$R/stop.txt"
 kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
 grep -E "cuda:" "$W/agent.log" | tee "$R/cuda.txt"
 grep -E '^gpuscope_agent_cuda_(probe_links|probes_attached|functions_absent|attach_failures_total)' \
