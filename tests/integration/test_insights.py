@@ -66,6 +66,23 @@ def check_item(s, ans):
     check(not bad, f"ns-item facts (got, want): {bad}")
 
 
+def check_item_bare(s):
+    """ns-item recorded with no trace window in the range (insights_fixture.item_bare_script):
+    no launch seen, autograd's device thread known by its name as the launching side."""
+    check(s.ingest(encode(fx.item_bare_script(T)))[0] == 204, "ingest ns-itemb")
+    sel = q('{namespace="ns-itemb"}')
+    a = s.get_json(f"/api/v1/insights?{rng()}&selector={sel}&facts=1")
+    x = (a.get("facts") or [{}])[0]
+    want = {"launch_tid": "130", "launchers": 0, "helpers": 0.325, "workers": 0,
+            "blocked_raw": 0.35, "blocked": 0.025}
+    bad = {k: (x.get(k), v) for k, v in want.items()
+           if not (x.get(k) == v or (isinstance(v, (int, float)) and close(x.get(k), v, 1e-3)))}
+    check(not bad and "starved_dataloader" not in x.get("fired", []) and
+          not any(f["kind"] == "starved_dataloader" for f in a["findings"]),
+          f"ns-itemb: pt_autograd_0 a helper, no starved loader (got, want): {bad} "
+          f"fired {x.get('fired')}")
+
+
 def check_tok(s):
     """The tokenize workload's shape (insights_fixture.tok_script): the thread's own input work,
     not a per-step sync, though a sync returns in every step: it waited on nothing."""
@@ -208,6 +225,7 @@ def main():
               and 'gpuscope_server_insight_gpu_seconds_total{kind="held_unused",workload="other"}'
               in text, "/metrics: the findings counter")
         check_tok(s)
+        check_item_bare(s)
     finally:
         s.stop()
     return finish()

@@ -89,6 +89,7 @@ struct thr {
 	char pid[24], tid[24];
 	double launches;
 	double waits;			/* host syncs and copies (calls) */
+	bool fw_side;			/* a framework's own launching thread, by its name */
 	double run_idle, blocked_idle[REASONS];
 };
 
@@ -187,6 +188,19 @@ static int active_add(struct ins_cache *g, uint64_t s, uint64_t e)
 	return 0;
 }
 
+/*
+ * Threads a framework starts to launch work for the thread that called it, known by the name
+ * the framework gives them: PyTorch's autograd device threads ("pt_autograd_0", one per
+ * device) run the backward pass while the Python thread blocks in loss.backward(). Their own
+ * launches say the same inside trace windows; between windows (the default agent probes no
+ * cuLaunch* call) the name is all there is, and without it such a thread would count as an
+ * input worker running while the launching thread waits.
+ */
+static bool framework_launcher(const char *thread)
+{
+	return !strncmp(thread, "pt_autograd_", 12);
+}
+
 static int state_in(void *ctx, const char *kind, const char *const *labels, size_t n,
 		    uint64_t start, uint64_t end, const char *const *attrs, size_t na)
 {
@@ -199,6 +213,7 @@ static int state_in(void *ctx, const char *kind, const char *const *labels, size
 	(void)kind;
 	if (!t)
 		return -ENOMEM;
+	t->fw_side |= framework_launcher(pair_get(labels, n, "thread"));
 	if (!strcmp(pair_get(attrs, na, "summary"), "1")) {
 		double len = (double)(end - start);
 
@@ -886,7 +901,8 @@ int ins_gather(struct insights *in, const struct eff_piece_set *ps, struct ins_c
 	/* the side's threads in its process help it; those of another (a rank of the same job on
 	 * another GPU) launch for their own GPU: neither helpers nor input workers */
 	for (size_t i = 0; i < g->nt; i++) {
-		bool side = g->t[i].launches > 0 && g->t[i].launches >= LAUNCH_SIDE * best;
+		bool side = (g->t[i].launches > 0 && g->t[i].launches >= LAUNCH_SIDE * best) ||
+			    g->t[i].fw_side;
 
 		if (i == L)
 			continue;
