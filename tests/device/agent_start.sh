@@ -14,16 +14,17 @@ W=$(mktemp -d /tmp/agent-start.XXXX)
 R=${OUT:-/tmp/agent-start}
 mkdir -p "$R"
 . tests/device/lib.sh
-export LD_LIBRARY_PATH=$D/lib
 uname -r; nproc
-python3 bench/start/run.py "${1:-3}" ${BEFORE:-} "$D/bin/gpuscope-agent" | tee "$R/start.txt"
+# the agent's libraries for the agents only: the machine's curl does not run with them
+LD_LIBRARY_PATH=$D/lib python3 bench/start/run.py "${1:-3}" ${BEFORE:-} "$D/bin/gpuscope-agent" |
+	tee "$R/start.txt"
 
 cdir=$(cupti_lib_dir)
 PHASE_S=40 LD_LIBRARY_PATH=$cdir timeout 120 python3 tests/device/trace_workload.py train \
 	> "$W/work.out" 2>&1 &
 wpid=$!
 sleep 15	# import torch, libcuda mapped
-"$D/bin/gpuscope-agent" run --server http://127.0.0.1:9 --metrics-listen 127.0.0.1:9401 \
+ours "$D/bin/gpuscope-agent" run --server http://127.0.0.1:9 --metrics-listen 127.0.0.1:9401 \
 	--modules cuda_probe --cuda-launch-probes --pid $wpid --stop-grace 0s \
 	> "$W/agent.out" 2> "$W/agent.log" &
 apid=$!

@@ -11,7 +11,8 @@
 # Needs $D (default .dev/agent) from tests/device/pack-agent.sh with libgpuscope_cupti.so.
 # Results in $OUT: summary.txt, insights.json (each answer whole, facts included). About 4
 # minutes.
-# Usage (repository root, as root): tests/device/insights_workloads.sh [RUN_S=25]
+# MODES picks workloads (default: all six, in this order).
+# Usage (repository root, as root): [MODES="item healthy"] tests/device/insights_workloads.sh [RUN_S=25]
 set -u
 D=${D:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/insights-workloads}
@@ -34,7 +35,7 @@ apid=$!
 wait_agent_metrics $apid 9400 || { echo "agent did not start"; tail "$W/agent.log"; exit 1; }
 sleep 2
 : > "$W/runs"
-for mode in item tokenize starved decode pageable healthy; do
+for mode in ${MODES:-item tokenize starved decode pageable healthy}; do
 	CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" RUN_S=$run_s \
 		python3 tests/device/insights_workloads.py $mode 2> "$W/$mode.err"
 	grep -E '^(started|ended)' "$W/$mode.err" | tr '\n' ' '; echo "($mode)"
@@ -97,8 +98,8 @@ for line in open(runs):
         print("          facts (GPU %s): %s" % (x.get("gpu"), FACTS_LINE % {
             k: (v if not isinstance(v, float) else round(v, 3)) for k, v in x.items()}))
 json.dump(ans, open(ret + "/insights.json", "w"), indent=1)
-print("\nexpected finding found: %d of 6 workloads; false findings: %d (the healthy one: %d)" % (
-    hit, false, len(ans.get("healthy", {}).get("insights", {}).get("findings", []))))
+print("\nexpected finding found: %d of %d workloads; false findings: %d (the healthy one: %d)" % (
+    hit, len(ans), false, len(ans.get("healthy", {}).get("insights", {}).get("findings", []))))
 PY
 cp "$W/agent.log" "$W/server.log" "$RET/" 2>/dev/null
 kill $spid 2>/dev/null
