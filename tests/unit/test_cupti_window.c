@@ -398,6 +398,8 @@ static bool test_cupti_window_continuous(void)
  */
 /* share of the time the always-on parts cost the simulated process */
 static double sim_always_on;
+/* the most the windows before one had cost beyond the share of the time since the first (ns) */
+static double sim_overspent;
 
 static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t open_ns,
 		       uint64_t close_ns, uint64_t probe_ns, uint64_t run_ns,
@@ -407,14 +409,21 @@ static double simulate(const struct trace_cfg *c, double kernels_per_s, uint64_t
 	uint64_t now = 1000 * NSEC_PER_SEC, end = now + run_ns, spent = 0, start = now;
 
 	*ret_windows = *ret_early = 0;
+	sim_overspent = 0;
 	while (now < end) {
 		uint64_t len = trace_budget__window_ns(&b, c), el = 0, k = 0;
 		struct trace_cost w;
+		double over;
 
 		if (now < b.next_open_ns) {
 			now = b.next_open_ns;
 			continue;
 		}
+		/* every window before this one paid for by the time since the first */
+		b.always_on = sim_always_on;
+		over = (double)spent - trace_budget__window_share(&b, c) * (double)(now - start);
+		if (over > sim_overspent)
+			sim_overspent = over;
 		/* the module checks for an overrun every 50 ms tick */
 		while (el < len) {
 			el += 50 * NSEC_PER_MSEC;
@@ -447,8 +456,23 @@ static bool test_cupti_window_budget_controller(void)
 	share = simulate(&c, 150000, 2000000, 20000000, 0, 3600 * NSEC_PER_SEC, &n, &early);
 	if (!ASSERT_TRUE(share <= c.budget * 1.02, "launch-bound share within 1 %") ||
 	    !ASSERT_TRUE(share >= c.budget * 0.5, "and uses most of it") ||
-	    !ASSERT_TRUE(n >= 60, "a window at least every minute"))
+	    !ASSERT_TRUE(n >= 60, "a window at least every minute") ||
+	    !ASSERT_TRUE(sim_overspent <= 1e6, "no window before the ones before it are paid for"))
 		goto fail;
+	/* a new process's first minute (the H100 training loop: ~0.12 s a window): the windows
+	 * after the first within the share of the time since it */
+	{
+		uint64_t n60;
+		double s60 = simulate(&c, 20000, 25000000, 3000000, 0, 60 * NSEC_PER_SEC, &n60,
+				      &early);
+
+		/* ~0.09 s a window: 0.6 s of budget a minute pays for the first and 6 more */
+		if (!ASSERT_TRUE(sim_overspent <= 1e6, "first minute: every window paid for first") ||
+		    !ASSERT_TRUE(n60 >= 4 && n60 <= 8, "first minute: 4-8 windows") ||
+		    !ASSERT_TRUE(s60 <= c.budget * 1.2, "first minute: within the budget and one "
+				 "window"))
+			goto fail;
+	}
 	/* quiet process: 100 kernels/s; windows come every min_period to twice that (jittered:
 	 * 1.5 x on average) */
 	share = simulate(&c, 100, 2000000, 5000000, 0, 600 * NSEC_PER_SEC, &n, &early);
