@@ -108,6 +108,11 @@ out=$(STANDIN_TS_OFFSET_NS=5000000000000 STANDIN_BUSY_FILE="$W/busy2" timeout -k
 [ $rc = 0 ] || fail "offset clock: exited $rc: $out"
 echo "$out" | grep 'clock: sample timestamps match neither clock: host stretches shifted' >/dev/null ||
 	fail "offset clock: $out"
-echo "$out" | grep -E 'busy 20ms / idle 20ms x3: .* read busy ([0-9]+)/\1 \(100.0%.* read idle ([0-9]+)/\2 \(100.0%' \
-	>/dev/null || fail "offset clock: not told apart: $out"
+# aligned only to +- the start call's time (milliseconds on a loaded machine): a sample at a
+# stretch's edge may read the neighbour (CI under load: busy 45/50), so >= 85 % each, not all
+line=$(echo "$out" | grep -E 'busy 20ms / idle 20ms x3: ' | head -1)
+busy_pc=$(echo "$line" | sed -nE 's/.* read busy [0-9]+\/[0-9]+ \(([0-9.]+)%.*/\1/p')
+idle_pc=$(echo "$line" | sed -nE 's/.* read idle [0-9]+\/[0-9]+ \(([0-9.]+)%.*/\1/p')
+awk -v b="${busy_pc:-0}" -v i="${idle_pc:-0}" 'BEGIN { exit !(b >= 85 && i >= 85) }' ||
+	fail "offset clock: not told apart (busy ${busy_pc:-?} %, idle ${idle_pc:-?} %): $out"
 echo "ok"
