@@ -15,6 +15,9 @@
 # symbols: a one-off burst) are left out of its block. overhead_paired.py reads the result.
 # Needs $D (default .dev/agent, from tests/device/pack-agent.sh) with libgpuscope_cupti.so
 # beside the binaries. Results in $OUT: summary.txt, raw.tar.gz.
+# gpt2's step is a whole 64-token sequence (~0.6 s with two processes on the GPU): give it
+# OFF_S=15 or more, or its off blocks hold too few steps (2026-12-07: 7-9 steps in 6 s, off/off
+# noise 19-36 %).
 # Usage (repository root, as root): tests/device/overhead_paired.sh [WORKLOADS...]
 #   (trace_workload.py's phases, default: launch gpt2 train; AGENT_ARGS: more agent options)
 set -u
