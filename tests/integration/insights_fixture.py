@@ -254,6 +254,18 @@ def script(name, t0, d_s):
     return sc.text()
 
 
+def window_kernels(sc, g, pid, a, busy, windows):
+    """A step starting at a, inside one of the 0.6-s trace windows: its kernels (busy: (start,
+    end) us from a), as the GPU's busy time and as kernels. False outside the windows."""
+    if not any(w <= a < w + 600 * MS for w in windows):
+        return False
+    for b, e in busy:
+        sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
+        sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
+               "name=gemm,stream=7")
+    return True
+
+
 def item(sc, t0, ns, pid, traced=True):
     """The per-step .item() loop as the default agent records it (module docstring); traced
     False: no trace window fell in the range, so no launch was seen (item_bare_script)."""
@@ -296,12 +308,8 @@ def item(sc, t0, ns, pid, traced=True):
             fr = (f"{PY_MAIN};step![python]!train.py:97;log_stats![python]!train.py:70"
                   if k % 15 else f"{PY_MAIN};step![python]!train.py:93;{DISPATCH};{LAUNCH}")
             sc.sample(a + 15 * MS, "cpu", 1, main, fr)
-        if not any(w <= a < w + 600 * MS for w in windows):
+        if not window_kernels(sc, g, pid, a, ITEM_BUSY, windows):
             continue
-        for b, e in ITEM_BUSY:
-            sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
-            sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
-                   "name=gemm,stream=7")
         sc.add(f"interval memcpy {g},pid={pid},comm=train {a + 13 * MS} {a + 13 * MS + 2 * US} "
                "bytes=4,kind=DtoH,stream=7")
     for w in windows:
@@ -370,12 +378,7 @@ def tok_script(t0):
         if k % 5 == 0:
             sc.sample(a + 5 * MS, "cpu", 1, main,
                       f"{PY_MAIN};step![python]!train.py:79;tokenize![python]!train.py:42")
-        if not any(w <= a < w + 600 * MS for w in windows):
-            continue
-        for b, e in busy:
-            sc.add(f"interval gpu_busy gpu=0,source=kernels {a + b * US} {a + e * US} -")
-            sc.add(f"interval gpu_kernel {g},pid={pid},comm=train {a + b * US} {a + e * US} "
-                   "name=gemm,stream=7")
+        window_kernels(sc, g, pid, a, busy, windows)
     for w in windows:
         sc.add(f"interval gpu_observed gpu=0,source=kernels,reason=budget {w} {w + 600 * MS} -")
     return sc.text()

@@ -33,6 +33,13 @@ def close(a, b, tol=1e-3):
     return a is not None and abs(a - b) <= tol * max(1.0, abs(b))
 
 
+def facts_off(x, want):
+    """{fact: (got, want)} for the facts of x (facts=1) not as wanted: equal, numbers to 1e-3."""
+    return {k: (x.get(k), v) for k, v in want.items()
+            if not (x.get(k) == v or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and close(x.get(k), v, 1e-3)))}
+
+
 def check_item(s, ans):
     """The H100's per-step .item() loop as the default agent records it (insights_fixture.py
     ns-item): a per-step sync, estimated from the 2 % of the time the windows saw; not a starved
@@ -60,9 +67,7 @@ def check_item(s, ans):
             "on_cpu": 0.65, "side_on_cpu": 0.975, "helpers": 0.325, "workers": 0,
             "blocked_raw": 0.35, "blocked": 0.025, "blocked_reason": "other",
             "seg_idle_s": 31.5, "gap_idle_s": 0.63, "sync_rate": 5, "sync_steps": 3000}
-    bad = {k: (x.get(k), v) for k, v in want.items()
-           if not (x.get(k) == v or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                     and close(x.get(k), v, 1e-3)))}
+    bad = facts_off(x, want)
     check(not bad, f"ns-item facts (got, want): {bad}")
 
 
@@ -75,8 +80,7 @@ def check_item_bare(s):
     x = (a.get("facts") or [{}])[0]
     want = {"launch_tid": "130", "launchers": 0, "helpers": 0.325, "workers": 0,
             "blocked_raw": 0.35, "blocked": 0.025}
-    bad = {k: (x.get(k), v) for k, v in want.items()
-           if not (x.get(k) == v or (isinstance(v, (int, float)) and close(x.get(k), v, 1e-3)))}
+    bad = facts_off(x, want)
     check(not bad and "starved_dataloader" not in x.get("fired", []) and
           not any(f["kind"] == "starved_dataloader" for f in a["findings"]),
           f"ns-itemb: pt_autograd_0 a helper, no starved loader (got, want): {bad} "

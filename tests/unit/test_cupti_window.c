@@ -459,8 +459,8 @@ static bool test_cupti_window_budget_controller(void)
 	    !ASSERT_TRUE(n >= 60, "a window at least every minute") ||
 	    !ASSERT_TRUE(sim_overspent <= 1e6, "no window before the ones before it are paid for"))
 		goto fail;
-	/* a new process's first minute (the H100 training loop: ~0.12 s a window): the windows
-	 * after the first within the share of the time since it */
+	/* a new process's first minute, windows of ~0.09 s (the H100 training loop's were ~0.12
+	 * s): the windows after the first within the share of the time since it */
 	{
 		uint64_t n60;
 		double s60 = simulate(&c, 20000, 25000000, 3000000, 0, 60 * NSEC_PER_SEC, &n60,
