@@ -34,7 +34,7 @@ if not os.access(LIB, os.R_OK) or not os.access(FAKE, os.R_OK):
 check(os.access(TORCH, os.R_OK), "the libtorch_cpu stand-in is built")
 
 WORKLOAD = r'''
-import ctypes, os, sys, time
+import ctypes, mmap, os, sys, time
 cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)   # the stand-in, by its soname
 inj = ctypes.CDLL(sys.argv[2])
 if inj.InitializeInjection() != 1:
@@ -68,8 +68,12 @@ def train_step():
 def main():
     print("ready", flush=True)
     end = time.time() + float(sys.argv[3])
+    held, i = None, 0
     while time.time() < end:
         train_step()
+        # the address space moves, as a training process's heap does
+        i += 1
+        held = mmap.mmap(-1, (1 + i % 7) << 16)
         time.sleep(0.002)
 
 main()
@@ -181,6 +185,21 @@ try:
           "/metrics: %(torch_libraries_attached)d libtorch_cpu probed, %(backward_calls_total)d "
           "backward calls, %(backward_kernels_total)d kernels under them, "
           "%(backward_kernels_lost_total)d lost" % m)
+    # a settled process (library attached, libtorch_cpu probed) is not re-read by the library
+    # scans (every 2 s) although its address space keeps moving
+    def vsize():
+        return int(open("/proc/%d/stat" % app.pid).read().rsplit(")", 1)[1].split()[20])
+    r0 = agent.metric('gpuscope_agent_cupti_scan_maps_total{result="read"}')
+    s0 = agent.metric('gpuscope_agent_cupti_scan_maps_total{result="skipped"}')
+    sizes = set()
+    for _ in range(14):
+        sizes.add(vsize())
+        time.sleep(0.5)
+    r1 = agent.metric('gpuscope_agent_cupti_scan_maps_total{result="read"}')
+    s1 = agent.metric('gpuscope_agent_cupti_scan_maps_total{result="skipped"}')
+    check(len(sizes) >= 2 and r1 - r0 <= 1 and s1 - s0 >= 2,
+          "the settled process's maps not re-read: %d reads, %d skips in 7 s while its size took "
+          "%d values" % (r1 - r0, s1 - s0, len(sizes)))
     # the plain thread's kernels are counted as launched off the Python threads, not joined
     py_k = agent.metric("gpuscope_agent_cupti_kernels_python_caller_total")
     nopy_k = agent.metric("gpuscope_agent_cupti_kernels_no_python_caller_total")

@@ -163,6 +163,8 @@ struct cupti_state {
 	 * left to do: the next scans skip its maps while both stay (a library loaded grows it).
 	 */
 	struct u64map scan_seen;
+	struct u64map gpu_pids;		/* the processes the tracker follows (procs/tracker.h) */
+	bool tracking;			/* procs__acquire() held */
 	struct proc procs[MAX_PROCS];
 	struct launch *launches;	/* set-associative, LAUNCH_WAYS per bucket */
 	uint64_t launch_seq;

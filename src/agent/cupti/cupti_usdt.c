@@ -38,6 +38,7 @@
 #include "agent/procs/elf.h"
 #include "agent/procs/maps.h"
 #include "agent/procs/procfs.h"
+#include "agent/procs/tracker.h"
 #include "common/abi.h"
 #include "common/abi_cupti.h"
 #include "common/batch.h"
@@ -191,14 +192,19 @@ static int attach_torch(struct cupti_state *c, const char *path)
 /*
  * What tells that a process's maps may have changed since a scan read them: its start time
  * (a reused pid) and address-space size (a library loaded grows it), from /proc/PID/stat,
- * ~30 times cheaper to read than the maps of a process that maps PyTorch. 0 if unreadable.
+ * ~30 times cheaper to read than the maps of a process that maps PyTorch. A settled process
+ * (the library attached and registered, libtorch_cpu's probe placed) has nothing left to find:
+ * its start time alone, so a training process whose heap moves is not read again every scan.
+ * 0 if unreadable.
  */
-static uint64_t maps_stamp(const char *pid)
+static uint64_t maps_stamp(pid_t pid, bool settled)
 {
 	uint64_t start, vsize;
 
-	if (!procfs_start_vsize(atoi(pid), &start, &vsize))
+	if (!procfs_start_vsize(pid, &start, &vsize))
 		return 0;
+	if (settled)
+		return hash64(&start, sizeof(start), 0x5e771ed) & ~1ull;	/* even: settled */
 	return hash64(&vsize, sizeof(vsize), start) | 1;
 }
 
@@ -208,6 +214,7 @@ struct scan {
 	pid_t pid;
 	bool ours;
 	bool done;	/* nothing left to do here: skipped while its maps stay the same */
+	bool torch_done;	/* libtorch_cpu's backward probe placed (or its file known) */
 	char torch[PATH_MAX + 300];
 };
 
@@ -239,44 +246,61 @@ static int scan_mapping(const struct maps_line *l, void *ctx)
 	return q->torch[0] ? 1 : 0;
 }
 
+/* The tracker's GPU processes (procs/tracker.h): only a process that maps libcuda can have the
+ * injection library (libcuda loads it at cuInit), and --pid names are tracked too. */
+static void on_tracked(pid_t pid, bool tracked, void *ctx)
+{
+	struct cupti_state *c = ctx;
+
+	if (tracked)
+		u64map_upsert(&c->gpu_pids, (uint64_t)pid, 1, NULL);
+	else
+		u64map_remove(&c->gpu_pids, (uint64_t)pid);
+}
+
+/* One process of a scan; false when its maps could not be read. */
+static bool scan_one(struct cupti_state *c, pid_t pid, struct u64map *seen)
+{
+	struct scan q = { .c = c, .pid = pid, .done = true };
+	uint64_t stamp, *was = u64map_find(&c->scan_seen, (uint64_t)pid);
+	bool settled = was && !(*was & 1);
+
+	stamp = maps_stamp(pid, settled);
+	if (stamp && was && *was == stamp) {
+		c->st.scan_maps_skipped++;
+		u64map_upsert(seen, (uint64_t)pid, stamp, NULL);
+		return true;
+	}
+	c->st.scan_maps_read++;
+	if (maps_each(pid, MAPS_ALL, scan_mapping, &q) < 0)
+		return false;
+	if (q.ours && q.torch[0] && attach_torch(c, q.torch) == -EAGAIN)
+		q.done = false;
+	if (q.done && q.ours && q.torch[0])	/* nothing more to come from its maps */
+		stamp = maps_stamp(pid, true);
+	else if (settled)	/* read after a reuse of the pid: by size again */
+		stamp = maps_stamp(pid, false);
+	if (q.done && stamp)
+		u64map_upsert(seen, (uint64_t)pid, stamp, NULL);
+	return true;
+}
+
 /*
- * Finds libgpuscope_cupti*.so in every process's maps, attaches to each file once, and
- * remembers which processes map it (the ones whose windows the module controls).
+ * Finds libgpuscope_cupti*.so in the maps of the GPU processes the tracker follows, attaches to
+ * each file once, and remembers which processes map it (the ones whose windows the module
+ * controls).
  */
 void cupti_scan_procs(struct cupti_state *c)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *de;
 	struct u64map seen = { 0 };	/* this scan's scan_seen: gone pids drop out */
 
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		struct scan q = { .c = c, .done = true };
-		uint64_t stamp, *was;
+	for (size_t i = 0; i < c->gpu_pids.cap; i++) {
+		pid_t pid = (pid_t)c->gpu_pids.keys[i];
 
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		q.pid = atoi(de->d_name);
 		/* with --pid, other processes' libraries are not ours to probe (nor to wait for) */
-		if (!cupti_pid_wanted(c->a, q.pid))
-			continue;
-		stamp = maps_stamp(de->d_name);
-		was = stamp ? u64map_find(&c->scan_seen, (uint64_t)q.pid) : NULL;
-		if (was && *was == stamp) {
-			c->st.scan_maps_skipped++;
-			u64map_upsert(&seen, (uint64_t)q.pid, stamp, NULL);
-			continue;
-		}
-		c->st.scan_maps_read++;
-		if (maps_each(q.pid, MAPS_ALL, scan_mapping, &q) < 0)
-			continue;
-		if (q.ours && q.torch[0] && attach_torch(c, q.torch) == -EAGAIN)
-			q.done = false;
-		if (q.done && stamp)
-			u64map_upsert(&seen, (uint64_t)q.pid, stamp, NULL);
+		if (pid > 0 && cupti_pid_wanted(c->a, pid))
+			scan_one(c, pid, &seen);
 	}
-	closedir(d);
 	u64map_done(&c->scan_seen);
 	c->scan_seen = seen;
 }
@@ -456,6 +480,9 @@ static void cupti_free(struct cupti_state *c)
 	free(c->stacks);
 	free(c->parked);
 	u64map_done(&c->scan_seen);
+	if (c->tracking)
+		procs__release(on_tracked, c);
+	u64map_done(&c->gpu_pids);
 	free(c);
 }
 
@@ -510,6 +537,10 @@ static int cupti_start(struct agent *a)
 		goto out_free;
 	}
 	attach_known_paths(c);
+	err = procs__acquire(a, on_tracked, c);
+	if (err)
+		goto out_free;
+	c->tracking = true;
 	cupti_scan_procs(c);
 	c->next_scan_ns = mono_ns() + SCAN_EVERY_NS;
 	bpf_counters__set(GPUSCOPE_PROG_CUPTI, bpf_map__fd(c->skel->maps.errors));
@@ -530,6 +561,7 @@ static int cupti_tick(struct agent *a)
 		return 0;
 	cupti_win_reap(c);	/* before the ring: an OPENED then finds its window attached */
 	drain(c, false);
+	procs__tick();	/* cheap when nothing is due (sched ticks it too) */
 	if (now >= c->next_scan_ns) {
 		cupti_scan_procs(c);
 		reap_procs(c);
