@@ -11,6 +11,9 @@
 # for each): each run's answer is kept as answers-MODE.json, and tests/device/idle_estimate.py
 # compares the two files wherever they were made.
 # Results in $OUT: summary.txt, answers-default.json, answers-continuous.json.
+# PROFILE_S=N (default mode only): the agent's own CPU profiled meanwhile for N s from 60 s after
+# the job started (a second agent's `record --pid`, 499 Hz) with /metrics scraped at both ends:
+# profile-agent.txt (top functions), agent.folded, selftable.txt (CPU per activity; issue 33).
 # Usage (repository root, as root): tests/device/idle_estimate.sh [RUN_S=150]
 set -u
 D=${D:-$PWD/.dev/agent}
@@ -28,12 +31,22 @@ echo "server $url"
 for mode in ${MODES:-default continuous}; do
 	extra=
 	[ $mode = continuous ] && extra="--gpu-trace-budget 100%"
+	[ -n "${PROFILE_S:-}" ] && [ $mode = default ] && extra="--bpf-stats"
 	ours "$D/bin/gpuscope-agent" run --server "$url" --node "$mode" --push-interval 2s \
 		--metrics-listen 127.0.0.1:9400 $extra > "$W/agent-$mode.out" 2> "$W/agent-$mode.log" &
 	apid=$!
 	wait_agent_metrics $apid 9400 || { echo "agent $mode did not start"; tail "$W/agent-$mode.log"; exit 1; }
 	sleep 2
 	t_launch=$(date +%s.%N)
+	if [ -n "${PROFILE_S:-}" ] && [ $mode = default ]; then
+		(sleep 60
+		 curl -s http://127.0.0.1:9400/metrics > "$W/self-0.txt"
+		 ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
+			-f "$RET/agent.folded" --top 60 > "$RET/profile-agent.txt" 2>&1
+		 curl -s http://127.0.0.1:9400/metrics > "$W/self-1.txt"
+		 python3 bench/agent_self/selftable.py --files "$W/self-0.txt" "$W/self-1.txt" "$PROFILE_S" \
+			> "$RET/selftable.txt" 2>&1) &
+	fi
 	CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH="$cupti_dir" RUN_S=$run_s \
 		python3 tests/device/idle_workload.py 2> "$W/$mode.err"
 	t_end=$(date +%s.%N)
