@@ -137,12 +137,14 @@ enum gpuscope_err {
 	X(UNWIND_ST_TRUNC_NO_PROC, 14, "truncated_no_proc", ERROR)                                 \
 	X(UNWIND_ST_TRUNC_BAD_FRAME, 15, "truncated_bad_frame", ERROR)                             \
 	X(UNWIND_ST_TRUNC_UNSUPPORTED, 16, "truncated_unsupported", ERROR)                         \
-	X(UNWIND_ST_TRUNC_PYTHON, 17, "truncated_python", ERROR)
+	X(UNWIND_ST_TRUNC_PYTHON, 17, "truncated_python", ERROR)                                   \
+	/* stacks put into unwind_stacks (user space clears it near full by this count) */        \
+	X(UNWIND_ST_STACK_NEW, 26, "kept_stacks_new", EVENT)
 
 enum unwind_stat {
 	GPUSCOPE_UNWIND_STATS(GPUSCOPE_COUNTER_ENUM)
 	UNWIND_ST_TRUNC_BASE = 10,	/* + enum gpuscope_trunc, the walker's reason & 15 */
-	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16,
+	UNWIND_ST_MAX = UNWIND_ST_TRUNC_BASE + 16 + 1,	/* + UNWIND_ST_STACK_NEW */
 };
 
 #define GPUSCOPE_PY_STATS(X)                                                                       \

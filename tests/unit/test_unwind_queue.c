@@ -4,9 +4,12 @@
  * to the walker (its mappings, frame pointers through each binary) while every table build
  * waits, so a new process on a busy node is not stuck behind other processes' builds (one of
  * libtorch_cpu's takes seconds); once the builds run, the waiting process gets its tables
- * without asking again; a later process of the same binaries gets them at once. Needs root
- * (exit 77).
+ * without asking again; a later process of the same binaries gets them at once. The kept
+ * stacks (unwind_stacks) are cleared when the walker's count of stacks put in since the last
+ * clear nears the map's size, and not before. Needs root (exit 77).
  */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -15,6 +18,8 @@
 #include <unistd.h>
 #include "test.h"
 #include "agent/unwind/unwind.h"
+#include "agent/unwind/unwind_maps.h"
+#include "common/abi.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -98,13 +103,95 @@ static bool test_unwind_queue_known_before_builds(void)
 	return ok;
 }
 
+/* n stacks put into the kept-stacks map as the walker would, and its count raised by n. */
+static bool put_stacks(int stacks_fd, int stats_fd, uint32_t first, uint32_t n)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct unwind_stack stk = { { 0 } };
+	uint64_t *per = calloc(ncpu > 0 ? ncpu : 1, 8);
+	uint32_t key = UNWIND_ST_STACK_NEW;
+	bool ok = per && ncpu > 0 && !bpf_map_lookup_elem(stats_fd, &key, per);
+
+	for (uint32_t i = 0; ok && i < n; i++) {
+		uint32_t id = first + i;
+
+		stk.words[0] = 1;
+		stk.words[1] = 0x400000 + id;
+		ok = !bpf_map_update_elem(stacks_fd, &id, &stk, BPF_NOEXIST);
+	}
+	if (ok) {
+		per[0] += n;
+		ok = !bpf_map_update_elem(stats_fd, &key, per, BPF_ANY);
+	}
+	free(per);
+	return ok;
+}
+
+static uint32_t count_keys(int fd)
+{
+	uint32_t key, next, n = 0;
+
+	for (int err = bpf_map_get_next_key(fd, NULL, &next); !err;
+	     err = bpf_map_get_next_key(fd, &key, &next)) {
+		key = next;
+		n++;
+	}
+	return n;
+}
+
+static bool test_unwind_queue_stacks_cleared_near_full(void)
+{
+	const char *why = NULL;
+	struct unwinder *u = unwinder__new(NULL, &why);
+	struct unwinder_stats st;
+	int stacks_fd, stats_fd;
+	uint64_t end;
+	bool ok = true;
+
+	if (!ASSERT_TRUE(u != NULL, why ? why : "unwinder"))
+		return false;
+	unwinder__stack_fds(u, &stacks_fd, &stats_fd);
+	/* well below 3/4 of the map: kept over two checks (one a second) */
+	ok &= ASSERT_TRUE(put_stacks(stacks_fd, stats_fd, 1, 1000), "1000 stacks put in");
+	usleep(2200 * 1000);
+	unwinder__stats(u, &st);
+	ok &= ASSERT_EQ(st.stack_clears, 0, "no clear while 1000 are kept");
+	ok &= ASSERT_EQ(count_keys(stacks_fd), 1000, "the 1000 kept");
+	/* past 3/4: cleared within a check or two, however loaded the machine (10 s) */
+	ok &= ASSERT_TRUE(put_stacks(stacks_fd, stats_fd, 1001, UNWIND_MAX_STACKS * 3 / 4),
+			  "past 3/4 of the map");
+	{
+		/* what the check cost when it walked the keys every second (informational) */
+		uint64_t t0 = mono_ns();
+		uint32_t n = count_keys(stacks_fd);
+
+		printf("# walking %u kept stacks' keys: %.2f ms\n", n, (mono_ns() - t0) / 1e6);
+	}
+	end = mono_ns() + 10 * NSEC_PER_SEC;
+	do {
+		usleep(50 * 1000);
+		unwinder__stats(u, &st);
+	} while (!st.stack_clears && mono_ns() < end);
+	ok &= ASSERT_EQ(st.stack_clears, 1, "one clear past 3/4");
+	ok &= ASSERT_EQ(count_keys(stacks_fd), 0, "the map emptied");
+	/* the count starts again from the clear: a few more stacks do not clear it again */
+	ok &= ASSERT_TRUE(put_stacks(stacks_fd, stats_fd, 1, 100), "100 stacks after");
+	usleep(2200 * 1000);
+	unwinder__stats(u, &st);
+	ok &= ASSERT_EQ(st.stack_clears, 1, "no second clear");
+	ok &= ASSERT_EQ(count_keys(stacks_fd), 100, "the 100 kept");
+	unwinder__free(u);
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct test_case tc[] = { T(test_unwind_queue_known_before_builds) };
+	static const struct test_case tc[] = { T(test_unwind_queue_known_before_builds),
+					       T(test_unwind_queue_stacks_cleared_near_full) };
 
 	if (geteuid() != 0) {
 		printf("skip: needs root for eBPF\n");
 		return 77;
 	}
-	return test_main(tc, 1, argc, argv);
+	return test_main(tc, 2, argc, argv);
 }

@@ -588,6 +588,8 @@ static __always_inline __s32 unwind_stackid(struct uwalk *st)
 		ret = *old == s->frames[slot][0] ? (__s32)id : -UNWIND_EEXIST;
 	} else {
 		ret = bpf_map_update_elem(&unwind_stacks, &id, s->frames[slot], BPF_NOEXIST);
+		if (!ret)
+			unwind_count(UNWIND_ST_STACK_NEW);
 		ret = ret && ret != -UNWIND_EEXIST ? -UNWIND_ENOSPC : (__s32)id;
 	}
 	if (ret < 0)

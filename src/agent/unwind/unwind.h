@@ -54,6 +54,9 @@ int unwinder__add_pid(struct unwinder *u, int pid);
  */
 int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames);
 
+/* The kept-stacks map and the walker's counters (UNWIND_ST_*), for tests. */
+void unwinder__stack_fds(struct unwinder *u, int *ret_stacks_fd, int *ret_stats_fd);
+
 struct unwinder_stats {
 	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
 	uint64_t built, build_ns, no_cfi, over_budget, evicted, build_errors;
