@@ -339,6 +339,7 @@ static bool shared_gpu(void)
 	/* the driver keeps only the latest sample of each process (one per ~200 ms): poll faster
 	 * than that in replay time (4 x 15 ms = 60 ms) */
 	cfg.interval_ns[NVML_SRC_PROCESS] = 15 * NSEC_PER_MSEC;
+	cfg.backoff_max = 1;	/* every interval: a sample held under the spacing is not read */
 	p = run_poller(REPLAY, &cfg, &lib);
 	CHECK(p);
 	n = r_proc("0", pid, ts, sm, mem, 20000);
@@ -501,7 +502,7 @@ static bool test_nvml_module_batch(void)
  * intervals) is still read.
  */
 struct bo_run {
-	int mem, gpm, nvals;
+	int mem, gpm, proc, nvals;
 	double val[64];		/* gpu 0's memory used, consecutive distinct values... */
 	int len[64];		/* ...and the points each held for */
 };
@@ -518,10 +519,25 @@ static bool backoff_run(int k)
 	nvml_cfg_defaults(&cfg);
 	if (k == 0)
 		cfg.backoff_max = 1;
+	cfg.interval_ns[NVML_SRC_PROCESS] = 100 * NSEC_PER_MSEC;	/* enough reads to tell */
 	p = run_poller(REPLAY, &cfg, &lib);
 	CHECK(p);
 	r->mem = count("gpu_memory_used_bytes", "0");
 	r->gpm = count("gpu_sm_active", "0");
+	{
+		/* the process source's runs, from the poller's summary */
+		char *txt = NULL, *at;
+		size_t len = 0;
+		FILE *f = open_memstream(&txt, &len);
+
+		CHECK(f);
+		nvml_poller__summary(p, f);
+		fclose(f);
+		at = txt ? strstr(txt, "source process") : NULL;
+		at = at ? strstr(at, "runs ") : NULL;
+		r->proc = at ? atoi(at + 5) : -1;
+		free(txt);
+	}
 	for (int i = 0; i < npts; i++) {
 		if (strcmp(pts[i].name, "gpu_memory_used_bytes") || strcmp(pts[i].gpu, "0"))
 			continue;
@@ -554,10 +570,13 @@ static bool test_nvml_backoff(void)
 	if (!ASSERT_TRUE(in_child(backoff_every), "every interval") ||
 	    !ASSERT_TRUE(in_child(backoff_default), "with backoff"))
 		goto out;
-	fprintf(stderr, "  memory reads %d -> %d, GPM windows %d -> %d, values %d -> %d\n",
-		bo[0].mem, bo[1].mem, bo[0].gpm, bo[1].gpm, bo[0].nvals, bo[1].nvals);
+	fprintf(stderr, "  memory reads %d -> %d, GPM windows %d -> %d, process reads %d -> %d, "
+		"values %d -> %d\n", bo[0].mem, bo[1].mem, bo[0].gpm, bo[1].gpm, bo[0].proc,
+		bo[1].proc, bo[0].nvals, bo[1].nvals);
 	if (!ASSERT_TRUE(bo[0].mem > 100 && bo[1].mem * 2 < bo[0].mem, "memory read less often") ||
-	    !ASSERT_TRUE(bo[1].gpm > 0 && bo[1].gpm < bo[0].gpm, "GPM read less often"))
+	    !ASSERT_TRUE(bo[1].gpm > 0 && bo[1].gpm < bo[0].gpm, "GPM read less often") ||
+	    !ASSERT_TRUE(bo[1].proc > 0 && bo[1].proc * 10 < bo[0].proc * 9,
+			 "processes read less often"))
 		goto out;
 	/* 8 x 10 ms at most between reads: a value held 25 base intervals (250 ms) is seen */
 	for (int i = 0; i < bo[0].nvals; i++) {

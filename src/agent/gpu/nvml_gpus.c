@@ -172,6 +172,7 @@ struct nvml_poller *nvml_poller__new(const struct nvml_fns *f, const char *missi
 		struct gpu *g = &p->gpus[i];
 
 		g->last_mem_used = NAN;
+		g->last_proc_util = g->last_proc_mem = NAN;
 		for (size_t k = 0; k < ARRAY_SIZE(g->last_gpm); k++)
 			g->last_gpm[k] = NAN;
 		for (size_t k = 0; k < ARRAY_SIZE(g->last_slow); k++)

@@ -91,6 +91,8 @@ struct gpu {
 	unsigned drains;			/* runs of the samples source */
 	/* the last readings, to tell a change (cfg.backoff_max): NAN / ~0: none yet */
 	double last_mem_used, last_gpm[4], last_slow[4];
+	double last_proc_util, last_proc_mem;	/* the process source's change marks: mean SM % */
+	uint64_t last_proc_pids;		/* of its new samples, bytes, the pid set's hash */
 	unsigned fails;
 	uint64_t retry_at_ns;
 	bool backed_off;

@@ -97,6 +97,11 @@ int64_t nvml_clock_skew_ns(struct nvml_poller *p)
 	return (skew > (int64_t)SKEW_MIN_NS || skew < -(int64_t)SKEW_MIN_NS) ? skew : 0;
 }
 
+/* The process source's "same": its new samples' mean SM utilization within 5 points, the
+ * processes' memory within 64 MiB, the same pids. */
+#define PROC_SAME_UTIL	5.0
+#define PROC_SAME_BYTES	(64.0 * 1024 * 1024)
+
 /*
  * Keeps v as the last reading in *last; a change (more than same apart, or a first reading)
  * marks this run of the source as changed: its cadence goes back to every interval.
@@ -584,6 +589,8 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 	if (p->f.nvmlDeviceGetProcessUtilization && !g->procutil_off) {
 		unsigned long long seen = g->proc_last_seen, newest = seen;
 		int64_t skew = nvml_clock_skew_ns(p);
+		double util = 0;
+		unsigned fresh = 0;
 
 		r = read_procutil(p, g, seen, &n);
 		if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
@@ -605,8 +612,12 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 				emit(p, "gpu_process_mem_util", l, nl, t, us[i].memUtil);
 				if (us[i].timeStamp > newest)
 					newest = us[i].timeStamp;
+				util += us[i].smUtil;
+				fresh++;
 			}
 			g->proc_last_seen = newest;
+			if (fresh)
+				note(p, &g->last_proc_util, util / fresh, PROC_SAME_UTIL);
 		}
 	}
 	if (p->f.nvmlDeviceGetComputeRunningProcesses_v3 && !g->procmem_off) {
@@ -619,12 +630,21 @@ static void poll_process(struct nvml_poller *p, struct gpu *g, uint64_t now)
 			pthread_mutex_unlock(&p->mu);
 		} else if (check(p, g, r, "nvmlDeviceGetComputeRunningProcesses_v3",
 				 &g->procmem_off) > 0) {
+			uint64_t pids = 0;
+			double mem = 0;
+
 			for (unsigned i = 0; i < n && i < PROC_CAP; i++) {
 				size_t nl = proc_labels(g, l, pidbuf, sizeof(pidbuf), pi[i].pid);
 
 				emit(p, "gpu_process_memory_bytes", l, nl, t,
 				     (double)pi[i].usedGpuMemory);
+				pids += hash64(&pi[i].pid, sizeof(pi[i].pid), 0x9);	/* any order */
+				mem += (double)pi[i].usedGpuMemory;
 			}
+			if (pids != g->last_proc_pids)
+				p->changed = true;
+			g->last_proc_pids = pids;
+			note(p, &g->last_proc_mem, mem, PROC_SAME_BYTES);
 		}
 	}
 }
@@ -657,7 +677,8 @@ static unsigned follow_changes(struct nvml_poller *p, int s)
 {
 	unsigned max = p->cfg.backoff_max ? p->cfg.backoff_max : 1;
 
-	if (s != NVML_SRC_MEMORY && s != NVML_SRC_GPM && s != NVML_SRC_SLOW)
+	if (s != NVML_SRC_MEMORY && s != NVML_SRC_GPM && s != NVML_SRC_SLOW &&
+	    s != NVML_SRC_PROCESS)
 		return 1;
 	if (p->changed || max <= 1) {
 		p->mult[s] = 1;
