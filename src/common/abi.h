@@ -79,6 +79,9 @@ enum gpuscope_ev_type {
 	X(GPUSCOPE_SERR_EMITTED, 25, "events", EVENT) /* thread-state events emitted */            \
 	/* switch-outs whose user stack was not walked (the thread's walk share was spent) */      \
 	X(GPUSCOPE_SERR_NOT_WALKED, 26, "stack_not_walked", EVENT)                                 \
+	/* switch-outs walked, and the nanoseconds the walks took (walk_share_ppm's budget) */     \
+	X(GPUSCOPE_SERR_WALKS, 27, "stack_walks", EVENT)                                           \
+	X(GPUSCOPE_SERR_WALK_NS, 28, "stack_walk_ns", EVENT)                                       \
 	/* cuda: 32..47 */                                                                         \
 	X(GPUSCOPE_CERR_RINGBUF_FULL, 32, "ringbuf_full", ERROR) /* call event lost */             \
 	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \

@@ -3,7 +3,8 @@
  * Off-CPU workload built with frame pointers (glibc has none): thread "waiter" blocks in
  * pthread_cond_wait() through main -> run_waiter -> wait_for_work; thread "signaler" wakes it
  * every 30 ms. With "busy", thread "busy" also sleeps 100 us at a time (thousands of blocks a
- * second). Usage: condwait SECONDS [- [busy]] ("-": reads one byte on stdin first).
+ * second); "busy N": N such threads. Usage: condwait SECONDS [- [busy [N]]] ("-": reads one
+ * byte on stdin first).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -76,21 +77,23 @@ __attribute__((noinline)) void *run_busy(void *arg)
 int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 2;
-	int busy = argc > 3 && !strcmp(argv[3], "busy");
-	pthread_t w, s, b;
+	int busy = argc > 3 && !strcmp(argv[3], "busy") ? (argc > 4 ? atoi(argv[4]) : 1) : 0;
+	pthread_t w, s, b[16];
 	char c;
 
+	if (busy > 16)
+		busy = 16;
 	if (argc > 2 && !strcmp(argv[2], "-") && read(0, &c, 1) != 1)
 		return 1;
 	pthread_create(&w, NULL, run_waiter, NULL);
 	pthread_create(&s, NULL, signaler, NULL);
-	if (busy)
-		pthread_create(&b, NULL, run_busy, NULL);
+	for (int i = 0; i < busy; i++)
+		pthread_create(&b[i], NULL, run_busy, NULL);
 	usleep((useconds_t)(secs * 1e6));
 	stop = 1;
 	pthread_join(s, NULL);
 	pthread_join(w, NULL);
-	if (busy)
-		pthread_join(b, NULL);
+	for (int i = 0; i < busy; i++)
+		pthread_join(b[i], NULL);
 	return 0;
 }

@@ -238,6 +238,7 @@ static bool test_strips_reason_names(void)
 
 /* Phases, reasons, runnable time of the pinned pair, off-CPU stack of the futex wait. */
 static long metric(struct agent *a, const struct agent_module *m, const char *name);
+static double metric_f(struct agent *a, const struct agent_module *m, const char *name);
 
 static bool test_strips_known_phases(void)
 {
@@ -668,6 +669,25 @@ static long metric(struct agent *a, const struct agent_module *m, const char *na
 	return n;
 }
 
+/* A metric's value as a double (a counter in seconds); -1 when absent. */
+static double metric_f(struct agent *a, const struct agent_module *m, const char *name)
+{
+	char *buf = NULL, *p;
+	size_t len = 0;
+	double v = -1;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -1;
+	m->metrics(a, f);
+	fclose(f);
+	p = strstr(buf, name);
+	if (p)
+		v = strtod(p + strlen(name), NULL);
+	free(buf);
+	return v;
+}
+
 /* 2000 threads that live 1 ms each: followed, recorded, forgotten at exit, nothing lost. */
 static bool test_strips_thread_churn(void)
 {
@@ -729,13 +749,17 @@ static bool blocked_rec(const struct rec *r)
  * on tests/progs/condwait for 1.5 s, its "busy" thread too when busy, into *rs. Sets the BPF
  * counts of switch-outs seen and not walked.
  */
-static bool run_condwait(bool busy, double share, struct agent *a, struct recs *rs,
-			 long *ret_switches, long *ret_not_walked)
+static bool run_condwait_n(int nbusy, const char *secs, double share, struct agent *a,
+			   struct recs *rs, long *ret_switches, long *ret_not_walked,
+			   double *ret_walk_s)
 {
-	char *argv[] = { ".output/tests/progs/condwait", "1.5", "-", busy ? "busy" : NULL, NULL };
+	char n[8];
+	char *argv[] = { ".output/tests/progs/condwait", (char *)secs, "-", nbusy ? "busy" : NULL,
+			 n, NULL };
 	int gofd = -1, status;
 	pid_t pid;
 
+	snprintf(n, sizeof(n), "%d", nbusy);
 	pid = spawn_followed(argv, a, share, &gofd);
 	if (pid < 0)
 		return false;
@@ -748,9 +772,18 @@ static bool run_condwait(bool busy, double share, struct agent *a, struct recs *
 	status = run_until_exit(a, &sched_module, pid, 10000);
 	*ret_switches = metric(a, &sched_module, "\ngpuscope_agent_sched_switches_total ");
 	*ret_not_walked = metric(a, &sched_module, "\ngpuscope_agent_sched_stacks_not_walked_total ");
+	if (ret_walk_s)
+		*ret_walk_s = metric_f(a, &sched_module,
+				       "\ngpuscope_agent_sched_stack_walk_seconds_total ");
 	sched_module.stop(a);
 	return ASSERT_EQ(status, 0, "workload exit status") &&
 	       ASSERT_EQ(recs_from_batch(a->batch, rs), 0, "decode batch");
+}
+
+static bool run_condwait(bool busy, double share, struct agent *a, struct recs *rs,
+			 long *ret_switches, long *ret_not_walked)
+{
+	return run_condwait_n(busy, "1.5", share, a, rs, ret_switches, ret_not_walked, NULL);
 }
 
 /*
@@ -890,6 +923,47 @@ out:
 }
 
 /*
+ * The walk budget is the process's too: four threads that block thousands of times a second
+ * share the process's 0.1 % (3 ms in 3 s after its 5-ms burst; each thread's first half-burst
+ * on its own), where each of them used to spend its own 0.1 % (about 4 x 8 ms); the waiter,
+ * which blocks 33 times a second, still has its stacks walked.
+ */
+static bool test_strips_offcpu_walk_process_budget(void)
+{
+	struct agent a;
+	struct recs rs = { 0 };
+	int waiter = 0, waiter_full = 0;
+	long not_walked, switches;
+	double walk_s = -1, bound = 3 * 0.001 + 0.005 + 4 * 0.0025 + 0.002;
+	bool ok = false;
+
+	if (skip())
+		return true;
+	if (!run_condwait_n(4, "3", 0.001, &a, &rs, &switches, &not_walked, &walk_s))
+		goto out;
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct rec *r = &rs.r[i];
+
+		if (!blocked_rec(r) || strcmp(r->thread, "waiter"))
+			continue;
+		waiter++;
+		waiter_full += !strstr(r->frames, "[stack not walked") &&
+			       strstr(r->frames, "run_waiter;wait_for_work");
+	}
+	fprintf(stderr, "  walks took %.2f ms in 3 s (bound %.1f ms); %ld of %ld switch-outs not "
+		"walked; waiter %d of %d records walked\n", walk_s * 1e3, bound * 1e3, not_walked,
+		switches, waiter_full, waiter);
+	ok = ASSERT_TRUE(walk_s > 0 && walk_s <= bound, "walks within the process's share") &&
+	     ASSERT_TRUE(not_walked >= 1000, "the busy threads' blocks past it not walked") &&
+	     ASSERT_TRUE(waiter >= 20, "the waiter blocked") &&
+	     ASSERT_TRUE(waiter_full * 10 >= waiter * 9, "the waiter's stacks walked");
+out:
+	free(rs.r);
+	agent_done(&a);
+	return ok;
+}
+
+/*
  * Runs tests/progs/exit_tail (n children, mode NULL or "leader-first") followed from its pid,
  * and checks that no thread state of a child lasts past the moment its parent reaped it.
  */
@@ -985,5 +1059,6 @@ static bool test_strips_exit_leader_first(void)
 
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
 	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
-	  T(test_strips_offcpu_walk_budget), T(test_strips_open_states_at_stop),
+	  T(test_strips_offcpu_walk_budget),
+	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop),
 	  T(test_strips_exit_tail), T(test_strips_exit_leader_first))

@@ -33,10 +33,29 @@ const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind
  * seldom (every thread with long blocks) has every stack walked; one that blocks thousands of
  * times a second (a spin-then-sleep lock, a busy queue) has the rest marked
  * GPUSCOPE_USTACK_NOT_WALKED, so the walks cost no thread more than its share (plus the burst).
+ * The process's threads together earn the same share of the wall time (proc_walks): a process
+ * whose many threads block often (a PyTorch process: its main, autograd, pin-memory and
+ * DataLoader-feeding threads) costs at most that share of a core, not that share per thread.
+ * Past the process's share, a thread that spends less than it earns (its credit at least half
+ * the burst) walks on its own credit alone, so the threads that block often cannot starve one
+ * that blocks seldom: they share the process's credit, the seldom ones keep their own.
  * walk_share_ppm 0: every switch-out walked.
  */
 const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
 const volatile __s64 walk_burst_ns = 5000000;
+
+struct walk_credit {
+	__s64 credit_ns;
+	__u64 at_ns;
+};
+
+/* tgid -> the process's walk credit (LRU: gone processes age out). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct walk_credit);
+} proc_walks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -184,23 +203,58 @@ folded:
 		flush_summary(t, tid, 0);
 }
 
-/* Tops up the thread's walk credit; true when it allows a user stack walk now (the caller
- * charges the walk's time). */
-static __always_inline bool walk_allowed(struct gpuscope_sched_thr *t, __u64 now)
+/* Tops up a walk credit by what the time since its last top-up earned; true when it allows a
+ * user stack walk now (the caller charges the walk's time). */
+static __always_inline bool credit_allows(__s64 *credit, __u64 *at, __u64 now)
 {
-	if (!walk_share_ppm)
-		return true;
-	if (now > t->walk_at_ns) {
-		__u64 earned = (now - t->walk_at_ns) * walk_share_ppm / 1000000;
+	if (now > *at) {
+		__u64 earned = (now - *at) * walk_share_ppm / 1000000;
 
 		if (earned >= (__u64)walk_burst_ns)	/* no overflow below */
 			earned = walk_burst_ns;
-		t->walk_credit_ns += (__s64)earned;
-		if (t->walk_credit_ns > walk_burst_ns)
-			t->walk_credit_ns = walk_burst_ns;
-		t->walk_at_ns = now;
+		*credit += (__s64)earned;
+		if (*credit > walk_burst_ns)
+			*credit = walk_burst_ns;
+		*at = now;
 	}
-	return t->walk_credit_ns > 0;
+	return *credit > 0;
+}
+
+/* The process's credit (made full on its first walk); NULL when the map is not writable. */
+static __always_inline struct walk_credit *proc_credit(__u32 tgid, __u64 now)
+{
+	struct walk_credit *c = bpf_map_lookup_elem(&proc_walks, &tgid), nc;
+
+	if (c)
+		return c;
+	nc.credit_ns = walk_burst_ns;
+	nc.at_ns = now;
+	bpf_map_update_elem(&proc_walks, &tgid, &nc, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&proc_walks, &tgid);
+}
+
+/*
+ * Whether a walk is allowed now: the thread's credit, and the process's while the process is
+ * within its share. Past it, only a thread that spends less than it earns (its credit at least
+ * half the burst) walks, on its own credit; the others forfeit what they earned meanwhile, so a
+ * thread held back by the process does not save up and pass as a seldom one. *pc: the
+ * process's credit to charge, NULL when the walk is not the process's.
+ */
+static __always_inline bool walk_allowed(struct gpuscope_sched_thr *t, __u32 tgid, __u64 now,
+					 struct walk_credit **pc)
+{
+	*pc = NULL;
+	if (!walk_share_ppm)
+		return true;
+	*pc = proc_credit(tgid, now);
+	if (*pc && !credit_allows(&(*pc)->credit_ns, &(*pc)->at_ns, now)) {
+		*pc = NULL;	/* a seldom thread's walk is its own, not the process's */
+		if (t->walk_credit_ns >= (walk_burst_ns >> 1))
+			return credit_allows(&t->walk_credit_ns, &t->walk_at_ns, now);
+		t->walk_at_ns = now;
+		return false;
+	}
+	return credit_allows(&t->walk_credit_ns, &t->walk_at_ns, now);
 }
 
 /*
@@ -281,11 +335,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					t->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
 					if (t->kstack_id < 0)
 						count_err(GPUSCOPE_SERR_KSTACK);
-					if (prev->mm && !walk_allowed(t, now)) {
+					struct walk_credit *pc = NULL;
+
+					if (prev->mm && !walk_allowed(t, ptgid, now, &pc)) {
 						t->ustack_id = GPUSCOPE_USTACK_NOT_WALKED;
 						count_err(GPUSCOPE_SERR_NOT_WALKED);
 					} else if (prev->mm) {
-						__u64 w0 = bpf_ktime_get_ns();
+						__u64 w0 = bpf_ktime_get_ns(), dw;
 
 						if (use_unwinder) {
 							t->ustack_id = walk_current();
@@ -295,7 +351,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 						}
 						if (t->ustack_id < 0)
 							count_err(GPUSCOPE_SERR_USTACK);
-						t->walk_credit_ns -= bpf_ktime_get_ns() - w0;
+						dw = bpf_ktime_get_ns() - w0;
+						count_err(GPUSCOPE_SERR_WALKS);
+						count_err_n(GPUSCOPE_SERR_WALK_NS, dw);
+						t->walk_credit_ns -= dw;
+						if (pc)
+							pc->credit_ns -= dw;
 					}
 				}
 				regs = (struct pt_regs *)bpf_task_pt_regs(prev);

@@ -575,10 +575,16 @@ static void sched_metrics(struct agent *a, FILE *out)
 		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
 				    GPUSCOPE_SERR_EMITTED));
 	prom_counter(out, "gpuscope_agent_sched_stacks_not_walked_total",
-		     "Switch-outs whose user stack was not walked: the thread had spent its share "
-		     "of time for walks (--offcpu-walk-share; shown as [stack not walked: thread "
-		     "blocks often]).", bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
-				    GPUSCOPE_SERR_NOT_WALKED));
+		     "Switch-outs whose user stack was not walked: the thread, or its process, had "
+		     "spent its share of time for walks (--offcpu-walk-share; shown as [stack not "
+		     "walked: thread blocks often]).",
+		     bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors), GPUSCOPE_SERR_NOT_WALKED));
+	prom_family(out, "gpuscope_agent_sched_stack_walk_seconds_total", "counter",
+		    "Time the switch-out user stack walks took (within --offcpu-walk-share of each "
+		    "process's time, and of each thread's).");
+	prom_sample(out, "gpuscope_agent_sched_stack_walk_seconds_total", NULL, 0,
+		    (double)bpf_percpu_sum(bpf_map__fd(S.skel->maps.errors),
+					   GPUSCOPE_SERR_WALK_NS) / 1e9);
 	{
 		int fd = bpf_map__fd(S.skel->maps.threads);
 		__u32 key, next, *prev = NULL;
