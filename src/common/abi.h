@@ -48,6 +48,9 @@ enum gpuscope_ev_type {
 	GPUSCOPE_EV_CUPTI_STATUS = 53,	/* struct gpuscope_ev_cupti_pair (what: gpuscope_cupti_status) */
 	GPUSCOPE_EV_CUPTI_BACKWARD = 54, /* struct gpuscope_ev_cupti_launch, cid 0: an autograd
 					  * Engine::execute entry with its caller's stack */
+	/* struct gpuscope_ev_cupti_pair: an Engine::execute entry of thread `what` from the call
+	 * site of that thread's BACKWARD event whose ktime_ns is a (same stack); b: its ktime_ns */
+	GPUSCOPE_EV_CUPTI_BACKWARD_SAME = 55,
 };
 
 /*
@@ -98,7 +101,9 @@ enum gpuscope_ev_type {
 	X(GPUSCOPE_CUPTI_ERR_TRUNC, 52, "truncated", ERROR)                                        \
 	X(GPUSCOPE_CUPTI_ERR_LAUNCHES, 53, "launches", EVENT) /* launch probe hits */              \
 	/* autograd Engine::execute probe hits */                                                  \
-	X(GPUSCOPE_CUPTI_ERR_BACKWARDS, 54, "backwards", EVENT)
+	X(GPUSCOPE_CUPTI_ERR_BACKWARDS, 54, "backwards", EVENT)                                    \
+	/* ...of which sent as "same stack as the thread's last one" (not walked) */               \
+	X(GPUSCOPE_CUPTI_ERR_BACKWARDS_SAME, 55, "backwards_same", EVENT)
 
 #define GPUSCOPE_COUNTER_ENUM(name, num, label, kind) name = num,
 enum gpuscope_err {

@@ -11,6 +11,9 @@
 # agent's threads, BPF run time per program, and the steady CPU in % of a core per GPU; the
 # agent's /proc/PID/stat over the same window is printed beside it.
 # Needs $D (default .dev/agent, from tests/device/pack-agent.sh) with libgpuscope_cupti.so.
+# CFGS (default "default backoff1") picks the agents run in turn; bwwalk is the default with
+# every backward call's stack walked (GPUSCOPE_CUPTI_BACKWARD_REUSE_MS=0, as before the re-use
+# of a thread's last walked stack): CFGS="default bwwalk" compares on_backward's us/run.
 # Usage (repository root, as root): tests/device/agent_self.sh   (WARM_S=20 WIN_S=60)
 # Prints and writes $OUT/summary.txt; the raw scrapes and logs in $OUT/raw.tar.gz.
 set -u
@@ -40,17 +43,19 @@ for p in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/lib
 done
 start_server
 cdir=$(cupti_lib_dir)
-run_s=$(((WARM_S + WIN_S + 30) * 2 + 30))
+CFGS=${CFGS:-default backoff1}
+run_s=$(((WARM_S + WIN_S + 30) * $(echo $CFGS | wc -w) + 30))
 RUN_S=$run_s CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH=$cdir \
 	python3 tests/device/idle_workload.py > "$W/train.out" 2> "$W/train.err" &
 tpid=$!
 for _ in $(seq 1200); do grep -q '^started' "$W/train.err" && break; sleep 0.1; done
 grep '^started' "$W/train.err" || { say "FAIL: the training process did not start"; tail -5 "$W/train.err"; exit 1; }
 rc=0
-for cfg in default backoff1; do
-	extra=()
+for cfg in $CFGS; do
+	extra=() pre=()
 	[ $cfg = backoff1 ] && extra=(--nvml-backoff 1)
-	ours "$D/bin/gpuscope-agent" run --server "$url" --bpf-stats --metrics-listen 127.0.0.1:9400 \
+	[ $cfg = bwwalk ] && pre=(env GPUSCOPE_CUPTI_BACKWARD_REUSE_MS=0)
+	ours "${pre[@]}" "$D/bin/gpuscope-agent" run --server "$url" --bpf-stats --metrics-listen 127.0.0.1:9400 \
 		"${lib[@]}" "${extra[@]}" > "$W/agent-$cfg.out" 2> "$W/agent-$cfg.log" &
 	apid=$!
 	if ! wait_agent_metrics $apid 9400; then
@@ -72,6 +77,7 @@ for cfg in default backoff1; do
 		"$secs" "$ngpu" | tee -a "$sum"
 	say "$(python3 -c "t=($ut1+$st1-$ut0-$st0)/$(getconf CLK_TCK); print('agent process by /proc/PID/stat: %.3f %% of a core, %.3f %% per GPU' % (100*t/$secs, 100*t/$secs/$ngpu))")"
 	say "NVML sources now (interval multiple): $(grep '^gpuscope_agent_nvml_interval_multiple' "$W/metrics-$cfg-1.txt" | sed 's/gpuscope_agent_nvml_interval_multiple//' | tr '\n' ' ')"
+	say "backward calls since start: $(grep -E '^gpuscope_agent_cupti_backward_(calls|stacks_[a-z_]+|kernels_lost)_total ' "$W/metrics-$cfg-1.txt" | sed 's/gpuscope_agent_cupti_backward_//; s/_total//' | tr '\n' ' ')"
 	sleep 2
 done
 wait $tpid

@@ -14,7 +14,14 @@ Engine::execute, whose device thread (C, no Python frame) launches them while th
 they must come under loss_backward through the caller's stack ([autograd thread] between), so
 must that thread's CPU samples and its off-CPU time inside a node (not its wait for the next
 task, in ReadyQueue::pop), and a kernel another plain thread launches meanwhile must not (it
-is counted as launched off the Python threads)."""
+is counted as launched off the Python threads).
+
+Repeated backward calls: the loop calls train_step three times, then accum_step twice, each
+calling loss_backward() from a frame of the same shape (same native depth, same stack pointer,
+same loss_backward frame): only the caller's frame tells them apart. The probe re-uses a
+thread's last walked stack for a call from the same call site (counted on /metrics), and
+autograd's kernels of accum_step's calls must come under accum_step, never train_step (a call
+site signature too weak to see the caller's frame would put them there)."""
 import os
 import subprocess
 import sys
@@ -43,6 +50,7 @@ cupti.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_u
                                     ctypes.c_uint64]
 GEMM, SOFTMAX = b"_Z10gemm_tiledPfS_S_i", b"_Z7softmaxPf"
 AUTOGRAD_MM, SIDE = b"_Z11autograd_mmPf", b"_Z9side_kernPf"
+AUTOGRAD_B = b"_Z10autograd_bPf"
 torch = ctypes.CDLL(sys.argv[4])
 execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
                          "IN2at6TensorESaIS9_EEbbbS7_")
@@ -55,26 +63,35 @@ def backward():
     cupti.fake_cupti_launch(GEMM, 0, 7, 600000)
     cupti.fake_cupti_launch(SOFTMAX, 0, 13, 100000)
 
-def loss_backward():
+def loss_backward(kernel):
     # autograd's device thread launches 3 x 150 us; a plain thread 19 us meanwhile
-    if execute(AUTOGRAD_MM, 3, 150000, SIDE) != 0:
+    if execute(kernel, 3, 150000, SIDE) != 0:
         sys.exit(5)
 
 def train_step():
     forward()
     backward()
-    loss_backward()
+    loss_backward(AUTOGRAD_MM)
+
+def accum_step():
+    forward()
+    backward()
+    loss_backward(AUTOGRAD_B)
 
 def main():
     print("ready", flush=True)
     end = time.time() + float(sys.argv[3])
     held, i = None, 0
     while time.time() < end:
-        train_step()
+        for k in range(3):
+            train_step()
+            time.sleep(0.002)
+        for k in range(2):
+            accum_step()
+            time.sleep(0.002)
         # the address space moves, as a training process's heap does
         i += 1
         held = mmap.mmap(-1, (1 + i % 7) << 16)
-        time.sleep(0.002)
 
 main()
 '''
@@ -126,9 +143,9 @@ try:
     time.sleep(1.5)
     fg = srv.query("flamegraph", kind="gpu_kernel_ns", selector=sel, since="5m")
     root, total = fg["root"], fg["total"]
-    under = presence(root, lambda n: n == "train_step")
+    under = presence(root, lambda n: n in ("train_step", "accum_step"))
     check(total > 0 and under >= 0.9 * total,
-          "kernel GPU time under train_step: %.1f %% of %.0f ms" %
+          "kernel GPU time under train_step or accum_step: %.1f %% of %.0f ms" %
           (100.0 * under / max(total, 1), total / 1e6))
     leaves = paths(root)
     for v, p in sorted(leaves, key=lambda t: -t[0])[:4]:
@@ -137,7 +154,7 @@ try:
     def caller(p, kernel):
         """The innermost Python function of the script above the kernel's frame."""
         for f in reversed(p[:-1]):
-            if f in ("forward", "backward", "train_step", "main", "<module>"):
+            if f in ("forward", "backward", "train_step", "accum_step", "main", "<module>"):
                 return f
         return None
     by = {}
@@ -172,6 +189,22 @@ try:
     check(mm_all > 0 and mm_under >= 0.9 * mm_all,
           "autograd's kernels under loss_backward -> Engine::execute -> [autograd thread] -> "
           "thread_main: %.1f of %.1f ms" % (mm_under / 1e6, mm_all / 1e6))
+    # the two call sites: autograd_mm's calls from train_step, autograd_b's from accum_step
+    def under_caller(p, fn):
+        i = p.index("[autograd thread]") if "[autograd thread]" in p else 0
+        return fn in p[:i]
+    b = [(v, p) for v, p in leaves if p and p[-1].startswith("autograd_b")]
+    b_all = sum(v for v, _ in b)
+    b_accum = sum(v for v, p in b if spliced(p) and under_caller(p, "accum_step"))
+    b_train = sum(v for v, p in b if under_caller(p, "train_step"))
+    mm_train = sum(v for v, p in mm if spliced(p) and under_caller(p, "train_step"))
+    mm_accum = sum(v for v, p in mm if under_caller(p, "accum_step"))
+    check(b_all > 0 and b_accum >= 0.9 * b_all and b_train == 0,
+          "accum_step's backward kernels under accum_step: %.1f of %.1f ms, under train_step: "
+          "%.1f ms" % (b_accum / 1e6, b_all / 1e6, b_train / 1e6))
+    check(mm_train >= 0.9 * mm_all and mm_accum == 0,
+          "train_step's backward kernels under train_step: %.1f of %.1f ms, under accum_step: "
+          "%.1f ms" % (mm_train / 1e6, mm_all / 1e6, mm_accum / 1e6))
     side = [(v, p) for v, p in leaves if p and p[-1].startswith("side_kern")]
     check(sum(v for v, _ in side) > 0 and
           not any("loss_backward" in p or "[autograd thread]" in p for _, p in side),
@@ -179,12 +212,21 @@ try:
           (sum(v for v, _ in side) / 1e6))
     m = {k: agent.metric("gpuscope_agent_cupti_" + k) for k in (
         "torch_libraries_attached", "backward_calls_total", "backward_kernels_total",
-        "backward_kernels_lost_total")}
+        "backward_kernels_lost_total", "backward_stacks_walked_total",
+        "backward_stacks_reused_total", "backward_stacks_reuse_lost_total")}
     check(m["torch_libraries_attached"] == 1 and m["backward_calls_total"] > 0 and
           m["backward_kernels_total"] > 0,
           "/metrics: %(torch_libraries_attached)d libtorch_cpu probed, %(backward_calls_total)d "
           "backward calls, %(backward_kernels_total)d kernels under them, "
           "%(backward_kernels_lost_total)d lost" % m)
+    # three train_step calls, then two accum_step calls: the second and third of train_step's
+    # and the second of accum_step's repeat the call site before them (3 in 5), the others not
+    reused = m["backward_stacks_reused_total"] / max(m["backward_stacks_reused_total"] +
+                                                     m["backward_stacks_walked_total"], 1)
+    check(m["backward_stacks_walked_total"] > 0 and 0.4 <= reused <= 0.7,
+          "/metrics: %(backward_stacks_walked_total)d backward stacks walked, "
+          "%(backward_stacks_reused_total)d re-used (3 in 5 expected), "
+          "%(backward_stacks_reuse_lost_total)d re-uses lost" % m)
     # a settled process (library attached, libtorch_cpu probed) is not re-read by the library
     # scans (every 2 s) although its address space keeps moving
     def vsize():
@@ -217,6 +259,13 @@ try:
     check(ev_all > 0 and ev_under >= 0.9 * ev_all,
           "autograd's CPU samples under loss_backward -> ... -> [autograd thread]: %d of %d" %
           (ev_under, ev_all))
+    # a sample goes under the latest backward call when the agent reads it (not when taken):
+    # the split follows the calls' 3:2 loosely, but each caller has its share
+    ev_accum = sum(v for v, p in ev if spliced(p) and under_caller(p, "accum_step"))
+    ev_train = sum(v for v, p in ev if spliced(p) and under_caller(p, "train_step"))
+    check(ev_accum >= 0.1 * ev_all and ev_train >= 0.1 * ev_all,
+          "autograd's CPU samples under accum_step: %d, under train_step: %d (of %d)" %
+          (ev_accum, ev_train, ev_all))
     # off-CPU: blocked inside a node, under the call; waiting for the next task, not
     off = srv.query("flamegraph", kind="offcpu_ns", selector=sel,
                     **{"from": "%.3f" % t_cpu, "to": "%.3f" % (time.time() + 60)})["root"]

@@ -143,7 +143,7 @@ static bool test_cupti_launches_backward_parent(void)
 
 	same_set(s, STACK_WAYS + 2);
 	cupti_launch_put(c, &p, PID, PID, 1, 0, s[1].f, 6);	/* before any backward */
-	cupti_backward_put(c, &p, PID, s[0].f, 6);		/* the caller thread's */
+	cupti_backward_put(c, &p, PID, 1, false, s[0].f, 6);		/* the caller thread's */
 	cupti_launch_put(c, &p, PID, PID + 1, 2, 0, s[1].f, 6);	/* autograd's thread */
 	cupti_launch_put(c, &p, PID, PID, 3, 0, s[2].f, 6);	/* the caller itself */
 	own = cupti_launch_stack(c, PID, 1, &parent);
@@ -169,5 +169,56 @@ static bool test_cupti_launches_backward_parent(void)
 	return ok;
 }
 
+/*
+ * A backward call sent as "same stack as this thread's walk at t" (not walked): that thread's
+ * kept stack becomes the parent again, not the process's latest caller's; a walk this side never
+ * got, a thread it never saw, or a stack replaced in the cache since, leaves no parent (counted
+ * lost), never another stack; a repeated nested call leaves the outer call's caller.
+ */
+static bool test_cupti_launches_backward_same(void)
+{
+	struct cupti_state *c = new_state();
+	struct proc p = { .pid = PID };
+	struct stk s[STACK_WAYS + 2];
+	const struct raw_stack *parent;
+	const uint32_t t1 = PID, t2 = PID + 1, dev = PID + 2;
+	bool ok = true;
+
+	same_set(s, STACK_WAYS + 2);
+	cupti_backward_put(c, &p, t1, 100, false, s[0].f, 6);
+	cupti_backward_put(c, &p, t2, 200, false, s[1].f, 6);
+	ok &= ASSERT_TRUE(cupti_backward_same(c, &p, t1, 100), "t1's walk is kept");
+	cupti_launch_put(c, &p, PID, dev, 1, 0, s[2].f, 6);
+	cupti_launch_stack(c, PID, 1, &parent);
+	ok &= ASSERT_TRUE(is(parent, &s[0]), "t1's repeat: t1's stack, not the latest walk's (t2)");
+	/* a nested call (autograd's thread) walked, then repeated: t1's stays */
+	cupti_backward_put(c, &p, dev, 300, true, s[3].f, 6);
+	ok &= ASSERT_TRUE(cupti_backward_same(c, &p, dev, 300), "a nested repeat is known");
+	cupti_launch_put(c, &p, PID, dev, 2, 0, s[2].f, 6);
+	cupti_launch_stack(c, PID, 2, &parent);
+	ok &= ASSERT_TRUE(is(parent, &s[0]), "a nested call leaves the outer call's caller");
+	ok &= ASSERT_EQ(c->st.backward_reused, 2, "re-uses counted");
+	/* a walk of t2 that this side never got: its older one must not stand in */
+	ok &= ASSERT_TRUE(!cupti_backward_same(c, &p, t2, 250), "a repeat of an unseen walk");
+	cupti_launch_put(c, &p, PID, dev, 3, 0, s[2].f, 6);
+	cupti_launch_stack(c, PID, 3, &parent);
+	ok &= ASSERT_TRUE(!parent && !p.bw_hash, "an unseen walk's repeat: no parent");
+	ok &= ASSERT_TRUE(!cupti_backward_same(c, &p, PID + 9, 100), "a thread never walked");
+	ok &= ASSERT_EQ(c->st.backward_reuse_lost, 2, "lost re-uses counted");
+	/* t1's stack replaced by STACK_WAYS other stacks of its set launched since */
+	for (int i = 2; i < STACK_WAYS + 2; i++)
+		cupti_launch_put(c, &p, PID, t1, 10 + i, 0, s[i].f, 6);
+	ok &= ASSERT_TRUE(!cupti_backward_same(c, &p, t1, 100) && !p.bw_hash,
+			  "a replaced stack is not re-used");
+	/* more threads than BW_THREADS: the oldest walk is forgotten, the others kept */
+	for (uint32_t i = 0; i < BW_THREADS; i++)
+		cupti_backward_put(c, &p, 1000 + i, 1000 + i, false, s[1].f, 6);
+	ok &= ASSERT_TRUE(!cupti_backward_same(c, &p, t2, 200), "the oldest thread's walk left");
+	ok &= ASSERT_TRUE(cupti_backward_same(c, &p, 1000, 1000), "the others' kept");
+	free_state(c);
+	return ok;
+}
+
 TEST_MAIN(T(test_cupti_launches_same_set_join), T(test_cupti_launches_replaced_is_unknown),
-	  T(test_cupti_launches_ids), T(test_cupti_launches_backward_parent))
+	  T(test_cupti_launches_ids), T(test_cupti_launches_backward_parent),
+	  T(test_cupti_launches_backward_same))

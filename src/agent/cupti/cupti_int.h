@@ -37,6 +37,8 @@ struct ring_drain;
  * that at typical depths (~60 ms of a launch-bound loop on the H200 on top of the ring's 4 MiB) */
 #define QUEUE_BYTES	 (8u << 20)
 
+#define BW_THREADS	 8		/* per process: threads whose last backward stack is kept */
+
 #define STATUS_WAIT_NS	 (3 * NSEC_PER_SEC)	/* a window's status must come within this */
 
 /*
@@ -49,6 +51,17 @@ enum win_state {
 	WIN_ASKED,	/* the window probe is attached; waiting for the library's OPENED */
 	WIN_OPEN,	/* the library traces */
 	WIN_CLOSING,	/* the detach is posted (or done); waiting for CLOSED */
+};
+
+/*
+ * A thread's last walked backward call (cupti.bpf.c sends "same stack as tid's walk at
+ * walked_ns" instead of walking again): its stack in the stack cache, as the process's bw_*.
+ */
+struct bw_thread {
+	uint32_t tid;		/* 0: free */
+	uint32_t slot;
+	uint64_t walked_ns;	/* the walked event's ktime_ns */
+	uint64_t hash;		/* 0: a nested call (autograd's own thread): not a parent */
 };
 
 struct lib {
@@ -105,6 +118,7 @@ struct proc {
 	 * its thread and its stack in the stack cache (bw_hash 0: none seen) */
 	uint32_t bw_tid, bw_slot;
 	uint64_t bw_hash;
+	struct bw_thread bw_threads[BW_THREADS];	/* the oldest walk is replaced */
 };
 
 struct launch {
@@ -186,6 +200,8 @@ bool cupti_pid_wanted(struct agent *a, pid_t pid);
 struct proc *cupti_proc_find(struct cupti_state *c, pid_t pid);
 /* pid's slot, taken on first sight (over a dead process's if full); NULL when none is left. */
 struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid);
+/* Makes on_backward walk thread tid's next backward call (its last walk is not kept here). */
+void cupti_backward_rewalk(struct cupti_state *c, uint32_t tid);
 
 /* records.c */
 /*
@@ -199,10 +215,19 @@ void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint3
 		      uint32_t cid, uint32_t cid2, const __u64 *frames, uint32_t n);
 /*
  * A backward call's entry in process p (autograd's Engine::execute) from thread tid with its
- * stack: launches of p's other threads from now on carry it as their parent, until the next.
+ * stack, walked at walked_ns (the BPF event's ktime_ns): launches of p's other threads from now
+ * on carry it as their parent, until the next; unless nested (the caller is one of autograd's
+ * own threads), which only tid's later repeats of it (cupti_backward_same()) need to know.
  */
-void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, const __u64 *frames,
-			uint32_t n);
+void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns,
+			bool nested, const __u64 *frames, uint32_t n);
+/*
+ * A backward call of tid from the call site of its walk at walked_ns (not walked again): that
+ * walk's stack becomes the parent again. False when it is not kept (never seen, replaced in
+ * the cache): p then has no parent (autograd's kernels count as lost, never under another
+ * stack), counted in st.backward_reuse_lost; the caller tells BPF to walk tid's next call.
+ */
+bool cupti_backward_same(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns);
 /*
  * The stack of pid's launch cid, NULL when the launch was not seen or its stack was replaced
  * (counted in st.stacks_evicted). *parent (may be NULL): the backward call's stack it carries,

@@ -376,6 +376,12 @@ struct proc *cupti_proc_find(struct cupti_state *c, pid_t pid)
 	return NULL;
 }
 
+void cupti_backward_rewalk(struct cupti_state *c, uint32_t tid)
+{
+	if (c->skel)
+		bpf_map__delete_elem(c->skel->maps.bw_last, &tid, sizeof(tid), 0);
+}
+
 struct proc *cupti_proc_get(struct cupti_state *c, pid_t pid)
 {
 	struct proc *p, *free_slot = NULL, *dead = NULL;
@@ -512,6 +518,9 @@ static int cupti_start(struct agent *a)
 		if (!err)
 			c->skel->rodata->use_unwinder = true;
 	}
+	if (c->skel && getenv("GPUSCOPE_CUPTI_BACKWARD_REUSE_MS"))	/* benchmarks, triage */
+		c->skel->rodata->bw_reuse_ns =
+			strtoull(getenv("GPUSCOPE_CUPTI_BACKWARD_REUSE_MS"), NULL, 10) * NSEC_PER_MSEC;
 	if (c->skel && cupti_bpf__load(c->skel)) {
 		err = -errno;
 		cupti_bpf__destroy(c->skel);
@@ -722,6 +731,14 @@ static void cupti_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_cupti_backward_calls_total",
 		     "Autograd Engine::execute entries seen (backward passes, autograd.grad).",
 		     s.backwards);
+	prom_counter(out, "gpuscope_agent_cupti_backward_stacks_walked_total",
+		     "Backward calls whose caller's stack was walked.", s.backward_walks);
+	prom_counter(out, "gpuscope_agent_cupti_backward_stacks_reused_total",
+		     "Backward calls from the call site of their thread's last walked one (within "
+		     "a second of it): that stack re-used, not walked again.", s.backward_reused);
+	prom_counter(out, "gpuscope_agent_cupti_backward_stacks_reuse_lost_total",
+		     "Backward calls sent as a repeat of a walk whose stack was not kept: no caller "
+		     "stack for them (the thread's next call is walked).", s.backward_reuse_lost);
 	prom_counter(out, "gpuscope_agent_cupti_backward_kernels_total",
 		     "Kernels launched by autograd's threads, put under the stack that called backward.",
 		     s.backward_kernels);

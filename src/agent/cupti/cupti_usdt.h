@@ -32,6 +32,9 @@ struct cupti_stats {
 	 * such kernels left under their own thread's stack (the caller's was replaced or unknown) */
 	uint64_t torch_attached, torch_attach_errors;
 	uint64_t backwards, backward_kernels, backward_lost;
+	/* backward calls whose stack was walked, sent as their thread's last walked one and
+	 * re-used, or so sent with that stack no longer kept (not attached: counted lost) */
+	uint64_t backward_walks, backward_reused, backward_reuse_lost;
 	uint64_t python_kernels, no_python_kernels;	/* records.c python_caller() */
 	uint64_t cupti_drops, lib_drops;	/* as reported by the libraries, summed */
 	/* the ring's drain thread (agent/ringdrain.h): woken at its mark, events the full queue

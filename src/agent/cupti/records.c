@@ -140,14 +140,56 @@ void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint3
 		put_launch(c, pid, cid2, tid, slot, h, pslot, pcheck);
 }
 
-void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, const __u64 *frames,
-			uint32_t n)
+void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns,
+			bool nested, const __u64 *frames, uint32_t n)
 {
-	uint64_t h = hash64(frames, 8ull * n, p->pid) | 1;
+	struct bw_thread *t = &p->bw_threads[0];
 
-	p->bw_slot = put_stack(c, p->pid, frames, n, h);
-	p->bw_hash = h;
+	for (int i = 0; i < BW_THREADS; i++) {
+		if (p->bw_threads[i].tid == tid || !p->bw_threads[i].tid) {
+			t = &p->bw_threads[i];
+			break;
+		}
+		if (p->bw_threads[i].walked_ns < t->walked_ns)
+			t = &p->bw_threads[i];
+	}
+	t->tid = tid;
+	t->walked_ns = walked_ns;
+	t->hash = 0;
+	if (nested)
+		return;
+	t->hash = hash64(frames, 8ull * n, p->pid) | 1;
+	t->slot = put_stack(c, p->pid, frames, n, t->hash);
+	p->bw_slot = t->slot;
+	p->bw_hash = t->hash;
 	p->bw_tid = tid;
+}
+
+bool cupti_backward_same(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns)
+{
+	for (int i = 0; i < BW_THREADS; i++) {
+		struct bw_thread *t = &p->bw_threads[i];
+
+		if (t->tid != tid)
+			continue;
+		if (t->walked_ns != walked_ns)
+			break;	/* a walk of tid this side never got (the queue lost it) */
+		if (!t->hash) {
+			c->st.backward_reused++;	/* nested: the outer call's caller stays */
+			return true;
+		}
+		if (c->stacks[t->slot].hash != t->hash)
+			break;	/* replaced in the cache */
+		c->stacks[t->slot].used = c->launch_seq + 1;
+		p->bw_slot = t->slot;
+		p->bw_hash = t->hash;
+		p->bw_tid = tid;
+		c->st.backward_reused++;
+		return true;
+	}
+	c->st.backward_reuse_lost++;
+	p->bw_hash = 0;		/* the call under way is someone's we do not know: no parent */
+	return false;
 }
 
 const struct raw_stack *cupti_launch_stack(struct cupti_state *c, uint32_t pid, uint32_t cid,
@@ -203,13 +245,29 @@ static void on_backward(struct cupti_state *c, const struct gpuscope_ev_cupti_la
 	struct proc *p;
 
 	c->st.backwards++;
+	c->st.backward_walks++;
 	p = cupti_proc_find(c, ev->tgid);
 	if (!p || !c->a->stacks)
 		return;	/* a process the module does not trace (yet) */
 	st = stack_cache__get(c->a->stacks, ev->tgid, NULL, 0, frames, n);
-	if (st && st->engine_at >= 0)
+	cupti_backward_put(c, p, ev->tid, ev->ktime_ns, st && st->engine_at >= 0, frames, n);
+}
+
+/*
+ * A backward call sent as "same stack as this thread's walk at a" (cupti.bpf.c): that stack
+ * again, or, when it is not kept, none, and BPF walks the thread's next call.
+ */
+static void on_backward_same(struct cupti_state *c, const struct gpuscope_ev_cupti_pair *ev)
+{
+	struct proc *p;
+	uint32_t tid = ev->what;
+
+	c->st.backwards++;
+	p = cupti_proc_find(c, ev->tgid);
+	if (!p || !c->a->stacks)
 		return;
-	cupti_backward_put(c, p, ev->tid, frames, n);
+	if (!cupti_backward_same(c, p, tid, ev->a))
+		cupti_backward_rewalk(c, tid);
 }
 
 /*
@@ -687,6 +745,10 @@ int cupti_handle_event(void *ctx, void *data, size_t size)
 	}
 	if (!cupti_pid_wanted(c->a, hdr->tgid)) {
 		c->st.filtered++;
+		return 0;
+	}
+	if (hdr->type == GPUSCOPE_EV_CUPTI_BACKWARD_SAME) {	/* of a process already traced */
+		on_backward_same(c, hdr);
 		return 0;
 	}
 	p = cupti_proc_get(c, hdr->tgid);
