@@ -120,7 +120,7 @@ static void vec_done(struct vec *v)
 
 static int64_t intern(struct batch *b, const char *s)
 {
-	size_t n;
+	size_t n, had = b->strs.len;
 	int64_t i;
 
 	if (!s)
@@ -131,10 +131,10 @@ static int64_t intern(struct batch *b, const char *s)
 	if (b->strs.len >= BATCH_MAX_STRINGS)
 		return -ENOSPC;
 	i = strtab_intern(&b->strs, s);
-	if (i >= 0 && (size_t)i == b->strs.len - 1) {
+	if (i >= 0 && (size_t)i == b->strs.len - 1)
 		b->est += n + 3;
-		b->str_bytes += n;
-	}
+	if (b->strs.len > had)
+		b->str_bytes += n;	/* exact: a string added, not the last one found again */
 	return i;
 }
 

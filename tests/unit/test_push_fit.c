@@ -107,6 +107,35 @@ static uint64_t resolved_bytes(const Gpuscope__V1__Batch *m)
 	return n;
 }
 
+/* The counts are the decoded message's (groups: at least those encoded). */
+static bool counts_match(const char *what, const struct batch_counts *c,
+			 const Gpuscope__V1__Batch *m)
+{
+	uint64_t sb = 0, fr = 0, le = 0, ns = 0, np = 0, ae = 0;
+
+	for (size_t i = 0; i < m->n_strings; i++)
+		sb += strlen(m->strings[i]);
+	for (size_t i = 0; i < m->n_stacks; i++)
+		fr += m->stacks[i]->n_locations;
+	for (size_t i = 0; i < m->n_label_sets; i++)
+		le += m->label_sets[i]->n_pairs;
+	for (size_t i = 0; i < m->n_samples; i++)
+		ns += m->samples[i]->n_stack;
+	for (size_t i = 0; i < m->n_series; i++)
+		np += m->series[i]->n_value;
+	for (size_t i = 0; i < m->n_intervals; i++)
+		ae += m->intervals[i]->n_attrs;
+	return ASSERT_EQ(c->strings, m->n_strings, what) && ASSERT_EQ(c->string_bytes, sb, what) &&
+	       ASSERT_EQ(c->locations, m->n_locations, what) &&
+	       ASSERT_EQ(c->stacks, m->n_stacks, what) && ASSERT_EQ(c->frames, fr, what) &&
+	       ASSERT_EQ(c->label_sets, m->n_label_sets, what) &&
+	       ASSERT_EQ(c->label_entries, le, what) &&
+	       ASSERT_TRUE(c->groups >= m->n_samples, what) && ASSERT_EQ(c->samples, ns, what) &&
+	       ASSERT_EQ(c->series, m->n_series, what) && ASSERT_EQ(c->points, np, what) &&
+	       ASSERT_EQ(c->intervals, m->n_intervals, what) &&
+	       ASSERT_EQ(c->attr_entries, ae, what);
+}
+
 /* One limit setting: the bound may say "fits" only where the full check does. */
 static bool one(const char *what, const struct ingest_limits *l, const struct batch_counts *c,
 		const uint8_t *raw, size_t raw_len, size_t zlen, struct verdicts *v)
@@ -163,7 +192,7 @@ static bool compare(const char *what, struct batch *b, struct verdicts *v)
 		uint64_t lb = resolved_bytes(m);
 
 		ok = ASSERT_TRUE(batch_scan_bound(&c) >= s.est, what) &&
-		     ASSERT_EQ(c.label_bytes, lb, what);
+		     ASSERT_EQ(c.label_bytes, lb, what) && counts_match(what, &c, m);
 		batch_decode_free(m);
 	}
 	exact = s.est + c.label_bytes;
