@@ -75,6 +75,10 @@ try:
            for h in ("bound", "decoded")}
     check(fit["bound"] >= 3 and fit["decoded"] == 0,
           "ordinary batches: the fit check's bound, no decoding (%s)" % fit)
+    act = {a: good.metric('gpuscope_agent_cpu_seconds_total{activity="%s"}' % a, 0)
+           for a in ("encode", "compress")}
+    check(all(v > 0 for v in act.values()), "encode and compress charged to their own "
+          "activities, not to push (%s)" % act)
     rc = good.stop()
     s = good.summary()
     check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)

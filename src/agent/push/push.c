@@ -275,12 +275,14 @@ static int send_halves(struct pusher *p, const uint8_t *raw, size_t raw_len, uns
 		return err;
 	for (int h = 0; h < 2; h++) {
 		uint64_t n = batch__nsamples(half[h]);
+		unsigned act = selfprof_enter(SELF_ENCODE);
 		struct batch_counts bc;
 		uint8_t *r = NULL;
 		size_t rlen = 0;
 
 		batch__counts(half[h], &bc);
 		err = batch__encode(half[h], &r, &rlen);
+		selfprof_leave(act);
 		batch__free(half[h]);
 		if (err) {
 			INC(p, encode_errors, 1);
@@ -380,10 +382,13 @@ static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, ui
 	uint64_t t0 = thread_cpu_ns();
 	uint8_t *z = NULL;
 	size_t zlen = 0;
+	unsigned act;
 	bool fit;
 	int err;
 
+	act = selfprof_enter(SELF_COMPRESS);
 	err = compress_buf(p->o.compression, raw, raw_len, &z, &zlen);
+	selfprof_leave(act);
 	if (err) {
 		INC(p, encode_errors, 1);
 		INC(p, encode_error_samples, nsamples);
@@ -476,10 +481,12 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 	uint8_t *raw = NULL;
 	size_t raw_len = 0;
 	uint64_t t0 = thread_cpu_ns();
+	unsigned act = selfprof_enter(SELF_ENCODE);
 	int err;
 
 	batch__counts(b, &bc);
 	err = batch__encode(b, &raw, &raw_len);
+	selfprof_leave(act);
 	batch__free(b);
 	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
 	if (err) {
