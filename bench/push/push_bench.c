@@ -3,7 +3,9 @@
  * The agent's push-path cost on a realistic batch: 16 CPUs sampled at 99 Hz for one push interval
  * (10 s: 15 840 samples), a few thousand distinct stacks 10-60 frames deep sharing prefixes, the
  * label set of 64 threads in 4 processes. Measures CPU time to build the batch, encode it
- * (protobuf) and compress it (zstd, gzip, none), interleaved, and the bytes per sample on the wire.
+ * (protobuf) and compress it (zstd, gzip, none), interleaved, and the bytes per sample on the wire;
+ * and the push's fit check of the zstd batch (src/agent/push/fit.c) both ways, interleaved: the
+ * bound from the batch's counts, and the server's decoder (batch_fits()).
  * Usage: push_bench [REPS=15] [STACKS=3000] [SAMPLES=15840]
  */
 #include <inttypes.h>
@@ -11,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "agent/push/compress.h"
+#include "common/compress.h"
+#include "agent/push/fit.h"
 #include "agent/push/push.h"
 #include "common/batch.h"
 #include "common/util.h"
@@ -19,6 +22,7 @@
 #define NFUNCS	 600
 #define NMODULES 12
 #define MAXDEPTH 60
+#define FIT_ROUNDS 5	/* fit checks each way per repetition */
 
 static uint64_t cpu_ns(void)
 {
@@ -150,9 +154,12 @@ int main(int argc, char **argv)
 	int reps = argc > 1 ? atoi(argv[1]) : 15, nstacks = argc > 2 ? atoi(argv[2]) : 3000;
 	int nsamples = argc > 3 ? atoi(argv[3]) : 15840;
 	static const enum compression codecs[] = { COMPRESS_ZSTD, COMPRESS_GZIP, COMPRESS_NONE };
-	double enc_ms[3] = { 0 }, comp_ms[3] = { 0 }, fill_ms = 0;
+	double enc_ms[3] = { 0 }, comp_ms[3] = { 0 }, fill_ms = 0, fit_us[2] = { 0 };
+	struct ingest_limits lim;
+	unsigned fit_yes[2] = { 0 };
 	size_t raw_len = 0, wire[3] = { 0 };
 
+	ingest_limits_default(&lim);
 	make_world(nstacks);
 	for (int r = 0; r < reps; r++) {
 		struct batch *b = batch__new("gpuscope-bench");
@@ -176,6 +183,22 @@ int main(int argc, char **argv)
 			}
 			enc_ms[k] += (t1 - t0) / 1e6;
 			comp_ms[k] += (cpu_ns() - t1) / 1e6;
+			/* The fit check as the push runs it: FIT_ROUNDS of each way, order rotated. */
+			for (int f = 0; k == 0 && f < 2 * FIT_ROUNDS; f++) {
+				bool bound = (f + r) % 2;
+				uint64_t t2 = cpu_ns();
+				struct batch_counts bc;
+				bool yes;
+
+				if (bound) {
+					batch__counts(b, &bc);
+					yes = batch_fits_bound(&lim, &bc, rl, ol);
+				} else {
+					yes = batch_fits(&lim, raw, rl, ol);
+				}
+				fit_us[bound] += (cpu_ns() - t2) / 1e3;
+				fit_yes[bound] += yes;
+			}
 			raw_len = rl;
 			wire[k] = ol;
 			free(raw);
@@ -193,6 +216,10 @@ int main(int argc, char **argv)
 		printf("%-9s %12.2f %12.2f %12.2f %12zu %14.2f %10.2f\n", compression_name(codecs[k]),
 		       enc_ms[k] / reps, comp_ms[k] / reps, (enc_ms[k] + comp_ms[k]) / reps, wire[k],
 		       (double)wire[k] / nsamples, (double)raw_len / wire[k]);
+	printf("fit check of the zstd batch, per check: bound (batch__counts + batch_fits_bound) "
+	       "%.2f us (fits %u/%d), decoded (batch_fits) %.1f us (fits %u/%d)\n",
+	       fit_us[1] / (reps * FIT_ROUNDS), fit_yes[1], reps * FIT_ROUNDS,
+	       fit_us[0] / (reps * FIT_ROUNDS), fit_yes[0], reps * FIT_ROUNDS);
 	printf("cost vs zstd: gzip %.2fx CPU, %.2fx bytes\n",
 	       (enc_ms[1] + comp_ms[1]) / (enc_ms[0] + comp_ms[0]), (double)wire[1] / wire[0]);
 	return 0;

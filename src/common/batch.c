@@ -90,6 +90,8 @@ struct batch {
 	struct vec ivls;		/* struct ivl */
 	struct vec attrs;		/* uint32_t pairs */
 	size_t nsamples, nrecords, est;
+	uint64_t str_bytes, npoints;	/* batch__counts(): strings' bytes, metric points */
+	uint64_t label_bytes, ls_bytes_max, attr_bytes_max;	/* resolved, as batch_decode() */
 };
 
 static int vec_push(struct vec *v, const void *elem, size_t size)
@@ -118,17 +120,21 @@ static void vec_done(struct vec *v)
 
 static int64_t intern(struct batch *b, const char *s)
 {
+	size_t n, had = b->strs.len;
 	int64_t i;
 
 	if (!s)
 		s = "";
-	if (strlen(s) > BATCH_MAX_STRLEN)
+	n = strlen(s);
+	if (n > BATCH_MAX_STRLEN)
 		return -E2BIG;
 	if (b->strs.len >= BATCH_MAX_STRINGS)
 		return -ENOSPC;
 	i = strtab_intern(&b->strs, s);
 	if (i >= 0 && (size_t)i == b->strs.len - 1)
-		b->est += strlen(s) + 3;
+		b->est += n + 3;
+	if (b->strs.len > had)
+		b->str_bytes += n;	/* exact: a string added, not the last one found again */
 	return i;
 }
 
@@ -204,6 +210,7 @@ static void free_contents(struct batch *b)
 	vec_done(&b->ivls);
 	vec_done(&b->attrs);
 	b->nsamples = b->nrecords = b->est = 0;
+	b->str_bytes = b->npoints = b->label_bytes = b->ls_bytes_max = b->attr_bytes_max = 0;
 }
 
 void batch__free(struct batch *b)
@@ -393,9 +400,12 @@ static int cmp_pair(const void *a, const void *b, void *ctx)
 	return strcmp(t->strs[x[0]], t->strs[y[0]]);
 }
 
-/* Interns labels as sorted (name, value) pairs into out (2 * n). Caller holds b->mu. */
-static int label_pairs(struct batch *b, const struct label *labels, size_t n, uint32_t *out)
+/* Interns labels as sorted (name, value) pairs into out (2 * n); *ret_bytes: what they resolve
+ * to on the server (each string + 1). Caller holds b->mu. */
+static int label_pairs(struct batch *b, const struct label *labels, size_t n, uint32_t *out,
+		       uint64_t *ret_bytes)
 {
+	uint64_t bytes = 2 * n;
 	int64_t i;
 
 	if (n > BATCH_MAX_LABELS)
@@ -403,6 +413,7 @@ static int label_pairs(struct batch *b, const struct label *labels, size_t n, ui
 	for (size_t k = 0; k < n; k++) {
 		if (!labels[k].name || !*labels[k].name)
 			return -EINVAL;
+		bytes += strlen(labels[k].name) + (labels[k].value ? strlen(labels[k].value) : 0);
 		if ((i = intern(b, labels[k].name)) < 0)
 			return (int)i;
 		out[2 * k] = (uint32_t)i;
@@ -414,17 +425,25 @@ static int label_pairs(struct batch *b, const struct label *labels, size_t n, ui
 	for (size_t k = 1; k < n; k++)
 		if (out[2 * k] == out[2 * k - 2])
 			return -EINVAL;	/* the same name twice */
+	*ret_bytes = bytes;
 	return 0;
 }
 
 static int64_t label_set(struct batch *b, const struct label *labels, size_t n)
 {
 	uint32_t pairs[2 * BATCH_MAX_LABELS];
-	int err = label_pairs(b, labels, n, pairs);
+	int64_t nls = b->ls_off.len ? (int64_t)b->ls_off.len - 1 : 0, ls;
+	uint64_t bytes = 0;
+	int err = label_pairs(b, labels, n, pairs, &bytes);
 
 	if (err)
 		return err;
-	return add_u32s(b, &b->ls_data, &b->ls_off, &b->ls_idx, ls_eq, pairs, 2 * n, 3);
+	ls = add_u32s(b, &b->ls_data, &b->ls_off, &b->ls_idx, ls_eq, pairs, 2 * n, 3);
+	if (ls == nls) {	/* a new one: the server resolves each label set once */
+		b->label_bytes += bytes;
+		b->ls_bytes_max = bytes > b->ls_bytes_max ? bytes : b->ls_bytes_max;
+	}
+	return ls;
 }
 
 static size_t nstacks(const struct batch *b)
@@ -585,6 +604,7 @@ int batch__metric(struct batch *b, const char *name, const struct label *labels,
 		goto out_unlock;
 	}
 	b->nrecords++;
+	b->npoints++;
 	b->est += 10;
 out_unlock:
 	pthread_mutex_unlock(&b->mu);
@@ -615,6 +635,7 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 {
 	uint32_t pairs[2 * BATCH_MAX_LABELS];
 	struct ivl iv = { .start = start_ns, .end = end_ns };
+	uint64_t bytes = 0;
 	size_t old_attrs;
 	int64_t i;
 	int err = 0;
@@ -650,7 +671,7 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		goto out_unlock;
 	}
 	iv.ls = (uint32_t)i;
-	err = label_pairs(b, attrs, nattrs, pairs);
+	err = label_pairs(b, attrs, nattrs, pairs, &bytes);
 	if (err)
 		goto out_unlock;
 	iv.attr_off = b->attrs.len;
@@ -662,6 +683,8 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		goto out_nomem;
 	b->nrecords++;
 	b->est += 16 + 4 * nattrs;
+	b->label_bytes += bytes;
+	b->attr_bytes_max = bytes > b->attr_bytes_max ? bytes : b->attr_bytes_max;
 	goto out_unlock;
 out_nomem:
 	b->attrs.len = old_attrs;
@@ -691,6 +714,33 @@ size_t batch__size_estimate(const struct batch *b)
 	n = m->est + 32;
 	pthread_mutex_unlock(&m->mu);
 	return n;
+}
+
+void batch__counts(const struct batch *b, struct batch_counts *ret)
+{
+	struct batch *m = (struct batch *)b;
+
+	pthread_mutex_lock(&m->mu);
+	*ret = (struct batch_counts){
+		.strings = m->strs.len,
+		.string_bytes = m->str_bytes,
+		.locations = m->locs.len,
+		.stacks = nstacks(m),
+		.frames = m->stack_data.len,
+		.label_sets = m->ls_off.len ? m->ls_off.len - 1 : 0,
+		.label_entries = m->ls_data.len,
+		.groups = m->groups.len,
+		.samples = m->nsamples,
+		.series = m->series.len,
+		.points = m->npoints,
+		.intervals = m->ivls.len,
+		.attr_entries = m->attrs.len,
+		.label_bytes = m->label_bytes,
+		.label_set_bytes_max = m->ls_bytes_max,
+		.attr_bytes_max = m->attr_bytes_max,
+		.checked = !m->any_time && m->node && *m->strs.strs[m->node],
+	};
+	pthread_mutex_unlock(&m->mu);
 }
 
 /* Delta-codes absolute times into a new array (first entry absolute). NULL on ENOMEM. */

@@ -100,6 +100,23 @@ void batch__allow_any_time(struct batch *b);
 size_t batch__nsamples(const struct batch *b);
 size_t batch__size_estimate(const struct batch *b);	/* bytes once encoded, roughly */
 
+/*
+ * What a batch holds, as its encoding will carry it: what the agent bounds the server's decoding
+ * checks with (batch_scan_bound(), src/agent/push/fit.c) without decoding the batch.
+ */
+struct batch_counts {
+	uint64_t strings, string_bytes;	/* string table; bytes: NULs excluded */
+	uint64_t locations, stacks, frames;	/* frames: every stack's location entries */
+	uint64_t label_sets, label_entries;	/* entries: 2 per label (name, value) */
+	uint64_t groups, samples;		/* sample groups (>= those encoded), samples */
+	uint64_t series, points, intervals, attr_entries;
+	/* Bytes the label pairs resolve to (each name and value + 1, as batch_decode() counts
+	 * them): every label set once, every interval's attrs; and the largest of each. */
+	uint64_t label_bytes, label_set_bytes_max, attr_bytes_max;
+	bool checked;	/* times > 0 and a node name: batch__allow_any_time() or node "" clear it */
+};
+void batch__counts(const struct batch *b, struct batch_counts *ret);
+
 /* Encodes to a protobuf Batch, uncompressed. *ret is malloc'ed; the caller frees. 0 or -errno. */
 int batch__encode(struct batch *b, uint8_t **ret, size_t *ret_len);
 
@@ -170,6 +187,13 @@ int batch_scan(struct batch_scan *s, const uint8_t *buf, size_t len);
 struct Gpuscope__V1__Batch *batch_decode_scanned(struct batch_scan *s, const uint8_t *buf,
 						 size_t len, char *err, size_t errlen);
 void batch_decode_free(struct Gpuscope__V1__Batch *m);
+/*
+ * An upper bound of batch_scan()'s estimate (s->est once it accepted the whole buffer) for
+ * batch__encode()'s encoding of a batch with these counts: from the same cost model, every
+ * field of every message counted as present. UINT64_MAX when the schema has a field whose cost
+ * depends on its bytes rather than on the counts (then the caller decodes).
+ */
+uint64_t batch_scan_bound(const struct batch_counts *c);
 
 /*
  * The agent's answer to a 413: splits an encoded (uncompressed) batch into two halves by

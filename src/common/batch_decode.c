@@ -268,6 +268,85 @@ int batch_scan(struct batch_scan *s, const uint8_t *buf, size_t len)
 	return 0;
 }
 
+/*
+ * What the scan adds for one message of Batch field msg (descriptor d) as protobuf-c packs it,
+ * less its repeated elements (8 bytes each, the caller's): the top-level slot, the struct and
+ * its pointer, and for each field it defines, present or not, a slot (plus what an unknown
+ * field keeps where last_field() does not know it) and a repeated field's array. UINT64_MAX
+ * for a field whose cost is not a function of the counts (bytes, or repeated other than
+ * `repeated` packed scalars the scan knows), or more repeated fields than the counts cover.
+ */
+static uint64_t message_bound(unsigned msg, const ProtobufCMessageDescriptor *d, unsigned nrep)
+{
+	uint64_t est = SCAN_SLOT + 8 + msg_struct_size(msg) + MALLOC_OVERHEAD;
+	unsigned rep = 0;
+
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		bool len = f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES ||
+			   f->type == PROTOBUF_C_TYPE_MESSAGE;
+		bool fixed64;
+
+		est += SCAN_SLOT;
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			if (len || !(f->flags & PROTOBUF_C_FIELD_FLAG_PACKED) || f->id >= 16 ||
+			    !repeated_elem_size(msg, f->id, &fixed64))
+				return UINT64_MAX;
+			est += MALLOC_OVERHEAD;
+			rep++;
+		} else if (len) {
+			return UINT64_MAX;
+		} else if (!f->id || f->id > last_field(msg)) {
+			est += UNKNOWN_FIELD + 8;
+		}
+	}
+	return rep <= nrep ? est : UINT64_MAX;
+}
+
+uint64_t batch_scan_bound(const struct batch_counts *c)
+{
+	static const struct {
+		unsigned field, nrep;	/* Batch field, repeated fields the counts cover */
+		const ProtobufCMessageDescriptor *d;
+	} msgs[] = {
+		{ 6, 0, &gpuscope__v1__location__descriptor },
+		{ 7, 1, &gpuscope__v1__stack__descriptor },
+		{ 8, 1, &gpuscope__v1__label_set__descriptor },
+		{ 9, 3, &gpuscope__v1__sample_group__descriptor },
+		{ 10, 2, &gpuscope__v1__metric_series__descriptor },
+		{ 11, 1, &gpuscope__v1__interval__descriptor },
+	};
+	const ProtobufCMessageDescriptor *bd = &gpuscope__v1__batch__descriptor;
+	const uint64_t n[12] = { [6] = c->locations, [7] = c->stacks, [8] = c->label_sets,
+				 [9] = c->groups,    [10] = c->series, [11] = c->intervals };
+	uint64_t est = sizeof(Gpuscope__V1__Batch) + MALLOC_OVERHEAD;
+
+	_Static_assert(ARRAY_SIZE(n) == ARRAY_SIZE(((struct batch_scan *)0)->count), "count[]");
+	for (unsigned i = 0; i < bd->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &bd->fields[i];
+
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			if (f->id != 2 && (f->id < 6 || f->id > 11))
+				return UINT64_MAX;
+		} else if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES ||
+			   f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			return UINT64_MAX;
+		} else {
+			est += SCAN_SLOT + (f->id < ARRAY_SIZE(n) ? 0 : UNKNOWN_FIELD);	/* s->count[] */
+		}
+	}
+	est += c->strings * (SCAN_SLOT + 8 + 1 + MALLOC_OVERHEAD) + c->string_bytes;
+	for (size_t i = 0; i < ARRAY_SIZE(msgs); i++) {
+		uint64_t m = message_bound(msgs[i].field, msgs[i].d, msgs[i].nrep);
+
+		if (m == UINT64_MAX)
+			return UINT64_MAX;
+		est += n[msgs[i].field] * m;
+	}
+	return est + 8 * (c->frames + c->label_entries + 3 * c->samples + 2 * c->points +
+			  c->attr_entries);
+}
+
 /* ---- decoding (server side) ------------------------------------------------------------- */
 
 #define FAIL(...)                                                                                  \

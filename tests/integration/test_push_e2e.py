@@ -70,6 +70,15 @@ try:
           "the agent pushed batches (%d samples)" % good.metric("gpuscope_agent_samples_sent_total"))
     time.sleep(0.5)
     sent_before = good.metric("gpuscope_agent_samples_sent_total")
+    # ordinary batches are sized by the bound on their counts, never decoded (docs/push.md)
+    fit = {h: good.metric('gpuscope_agent_push_fit_checks_total{how="%s"}' % h, -1)
+           for h in ("bound", "decoded")}
+    check(fit["bound"] >= 3 and fit["decoded"] == 0,
+          "ordinary batches: the fit check's bound, no decoding (%s)" % fit)
+    act = {a: good.metric('gpuscope_agent_cpu_seconds_total{activity="%s"}' % a, 0)
+           for a in ("encode", "compress")}
+    check(all(v > 0 for v in act.values()), "encode and compress charged to their own "
+          "activities, not to push (%s)" % act)
     rc = good.stop()
     s = good.summary()
     check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)

@@ -62,6 +62,12 @@ def main():
     check(stored == s["delivered"], f"stored {stored} of {s['delivered']} delivered")
     check(m["gpuscope_agent_batches_fitted_total"] >= 3,
           f"batches split before sending: {m['gpuscope_agent_batches_fitted_total']}")
+    # Near the limits the bound cannot tell: those pieces were decoded; the pieces well
+    # within them were decided by the bound alone.
+    bound = m.get('gpuscope_agent_push_fit_checks_total{how="bound"}', -1)
+    decoded = m.get('gpuscope_agent_push_fit_checks_total{how="decoded"}', -1)
+    print(f"fit checks: {bound:.0f} by the bound, {decoded:.0f} decoded")
+    check(decoded >= 3 and bound >= 1, f"fit checks: bound {bound}, decoded {decoded}")
     # The limits were real: the smallest batch sent as it is, with no sizing, is refused.
     r = subprocess.run([PUSHLOAD, "--url", srv.url, "--raw", "--samples", "108000",
                         "--intervals", "60000", "--name-bytes", "2048"],

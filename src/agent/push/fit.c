@@ -66,3 +66,26 @@ bool batch_fits(const struct ingest_limits *l, const uint8_t *raw, size_t raw_le
 	batch_decode_free(m);
 	return true;
 }
+
+bool batch_fits_bound(const struct ingest_limits *l, const struct batch_counts *c,
+		      size_t raw_len, size_t body_len)
+{
+	uint64_t budget, est;
+
+	if (raw_len > l->max_body || body_len > l->max_body || !c->checked)
+		return false;
+	/* batch_scan()'s counts, and what the batch's own checks leave to validate() */
+	if (c->strings > BATCH_MAX_STRINGS || c->locations > BATCH_MAX_LOCATIONS ||
+	    c->stacks > BATCH_MAX_STACKS || c->label_sets > BATCH_MAX_LABEL_SETS ||
+	    c->groups + c->series > BATCH_MAX_GROUPS ||
+	    c->samples + c->points + c->intervals > BATCH_MAX_RECORDS ||
+	    c->label_set_bytes_max > BATCH_MAX_LABEL_BYTES ||
+	    c->attr_bytes_max > BATCH_MAX_ATTR_BYTES)
+		return false;
+	if (l->decode_ratio > (UINT64_MAX - l->decode_base) / ((uint64_t)body_len + 1))
+		return false;
+	budget = l->decode_base + l->decode_ratio * (uint64_t)body_len;
+	/* the scan's estimate, then the label bytes validate() takes from what it leaves */
+	est = batch_scan_bound(c);
+	return est <= budget && c->label_bytes <= budget - est;
+}

@@ -37,4 +37,13 @@ bool ingest_limits_parse(struct ingest_limits *l, const char *v);
 bool batch_fits(const struct ingest_limits *l, const uint8_t *raw, size_t raw_len,
 		size_t body_len);
 
+struct batch_counts;
+/*
+ * A bound of batch_fits() from what the agent knows of the batch it built (batch__counts()),
+ * the encoded sizes and l, without decoding: true only if batch_fits() is true (docs/push.md,
+ * "The fit check"); false also when it cannot tell, then the caller runs batch_fits().
+ */
+bool batch_fits_bound(const struct ingest_limits *l, const struct batch_counts *c,
+		      size_t raw_len, size_t body_len);
+
 #endif

@@ -33,6 +33,7 @@ struct counters {
 	uint64_t batches_rejected, samples_rejected;
 	uint64_t batches_split;		/* 413 answers that made us send a batch in halves */
 	uint64_t batches_fitted;	/* batches split before sending, to fit the server's limits */
+	uint64_t fit_bound, fit_decoded;	/* fit checks decided by the bound / by decoding */
 	uint64_t samples_pushed_earlier;	/* of samples_pushed: from an earlier run's spool */
 	uint64_t push_failures, batches_spooled;
 	uint64_t queue_dropped_batches, queue_dropped_samples;
@@ -256,7 +257,7 @@ static void to_spool(struct pusher *p, const uint8_t *data, size_t len, uint64_t
 }
 
 static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, uint64_t nsamples,
-			unsigned depth);
+			const struct batch_counts *bc, unsigned depth);
 static void send_split(struct pusher *p, const uint8_t *data, size_t len, enum compression enc,
 		       uint64_t nsamples, unsigned depth, const char *why413);
 
@@ -274,10 +275,14 @@ static int send_halves(struct pusher *p, const uint8_t *raw, size_t raw_len, uns
 		return err;
 	for (int h = 0; h < 2; h++) {
 		uint64_t n = batch__nsamples(half[h]);
+		unsigned act = selfprof_enter(SELF_ENCODE);
+		struct batch_counts bc;
 		uint8_t *r = NULL;
 		size_t rlen = 0;
 
+		batch__counts(half[h], &bc);
 		err = batch__encode(half[h], &r, &rlen);
+		selfprof_leave(act);
 		batch__free(half[h]);
 		if (err) {
 			INC(p, encode_errors, 1);
@@ -286,7 +291,7 @@ static int send_halves(struct pusher *p, const uint8_t *raw, size_t raw_len, uns
 				  strerror(-err));
 			continue;
 		}
-		send_fitted(p, r, rlen, n, depth + 1);
+		send_fitted(p, r, rlen, n, &bc, depth + 1);
 		free(r);
 	}
 	return 0;
@@ -351,21 +356,39 @@ static void send_piece(struct pusher *p, const uint8_t *data, size_t len, size_t
 }
 
 /*
- * Sends an encoded batch (raw: uncompressed) as pieces within the server's limits (fit.h):
- * compressed, checked with the server's own decoding checks, and split in halves until each
- * piece fits, so that the server never has to answer 413. A piece of one record that does not
- * fit is sent as it is (the server's answer decides).
+ * Whether a piece fits the server's limits: the bound from the batch's counts (bc, when the
+ * batch was at hand), else the server's own decoding checks (fit.h; docs/push.md).
+ */
+static bool fits(struct pusher *p, const uint8_t *raw, size_t raw_len, size_t zlen,
+		 const struct batch_counts *bc)
+{
+	if (bc && batch_fits_bound(&p->lim, bc, raw_len, zlen)) {
+		INC(p, fit_bound, 1);
+		return true;
+	}
+	INC(p, fit_decoded, 1);
+	return batch_fits(&p->lim, raw, raw_len, zlen);
+}
+
+/*
+ * Sends an encoded batch (raw: uncompressed; bc: its counts, or NULL) as pieces within the
+ * server's limits (fit.h): compressed, checked, and split in halves until each piece fits, so
+ * that the server never has to answer 413. A piece of one record that does not fit is sent as
+ * it is (the server's answer decides).
  */
 static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, uint64_t nsamples,
-			unsigned depth)
+			const struct batch_counts *bc, unsigned depth)
 {
 	uint64_t t0 = thread_cpu_ns();
 	uint8_t *z = NULL;
 	size_t zlen = 0;
-	bool fits;
+	unsigned act;
+	bool fit;
 	int err;
 
+	act = selfprof_enter(SELF_COMPRESS);
 	err = compress_buf(p->o.compression, raw, raw_len, &z, &zlen);
+	selfprof_leave(act);
 	if (err) {
 		INC(p, encode_errors, 1);
 		INC(p, encode_error_samples, nsamples);
@@ -373,9 +396,9 @@ static void send_fitted(struct pusher *p, const uint8_t *raw, size_t raw_len, ui
 			  nsamples, strerror(-err));
 		return;
 	}
-	fits = depth >= SPLIT_DEPTH_MAX || batch_fits(&p->lim, raw, raw_len, zlen);
+	fit = depth >= SPLIT_DEPTH_MAX || fits(p, raw, raw_len, zlen, bc);
 	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
-	if (!fits) {
+	if (!fit) {
 		log_debug("push: a batch of %" PRIu64 " samples (%zu bytes, %zu compressed) is past"
 			  " the server's limits: sending it in halves", nsamples, raw_len, zlen);
 		if (!send_halves(p, raw, raw_len, depth)) {
@@ -454,12 +477,16 @@ static void drain(struct pusher *p, uint64_t deadline_ns)
 
 static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 {
+	struct batch_counts bc;
 	uint8_t *raw = NULL;
 	size_t raw_len = 0;
 	uint64_t t0 = thread_cpu_ns();
+	unsigned act = selfprof_enter(SELF_ENCODE);
 	int err;
 
+	batch__counts(b, &bc);
 	err = batch__encode(b, &raw, &raw_len);
+	selfprof_leave(act);
 	batch__free(b);
 	INC(p, encode_cpu_ns, thread_cpu_ns() - t0);
 	if (err) {
@@ -471,7 +498,7 @@ static void handle_batch(struct pusher *p, struct batch *b, uint64_t nsamples)
 	}
 	if (!spool__count(p->spool) && !past_stop_deadline(p))
 		ask_limits(p);
-	send_fitted(p, raw, raw_len, nsamples, 0);
+	send_fitted(p, raw, raw_len, nsamples, &bc, 0);
 	free(raw);
 }
 
@@ -717,6 +744,13 @@ void pusher__metrics(struct pusher *p, FILE *out)
 	metric(out, "gpuscope_agent_batches_fitted_total", "counter",
 	       "Batches split before sending to fit the server's advertised limits (each split).",
 	       GET(p, batches_fitted));
+	prom_family(out, "gpuscope_agent_push_fit_checks_total", "counter",
+		    "Pieces checked against the server's limits before sending, by how: the bound "
+		    "from the batch's counts, or decoding with the server's decoder.");
+	prom_sample1_u64(out, "gpuscope_agent_push_fit_checks_total", "how", "bound",
+			 GET(p, fit_bound));
+	prom_sample1_u64(out, "gpuscope_agent_push_fit_checks_total", "how", "decoded",
+			 GET(p, fit_decoded));
 	metric(out, "gpuscope_agent_spool_disk_full_drops_total", "counter",
 	       "Oldest spooled batches dropped because the spool's disk was full.",
 	       st.disk_full_drops);
