@@ -26,6 +26,8 @@
 #include "agent/http_client.h"
 #include "agent/push/metrics_http.h"
 #include "agent/modules.h"
+#include "agent/procs/maps.h"
+#include "agent/procs/tracker.h"
 #include "agent/push/push.h"
 #include "agent/push/spool.h"
 #include "agent/selfprof.h"
@@ -357,6 +359,14 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 			ms->tick_max_ns = t0;
 	}
 	return 0;
+}
+
+/* The symbolizer read a new mapping from the kernel's records: libcuda's make a GPU process. */
+static void on_map(void *ctx, pid_t pid, const char *path)
+{
+	(void)ctx;
+	if (maps_lib_named(path, "libcuda.so"))
+		procs__hint_open(pid);
 }
 
 /* The symbolizer read an exec from the kernel's records: the label builder follows it. */
@@ -734,9 +744,15 @@ int cmd_run(int argc, char **argv)
 		const char *why = NULL;
 
 		/* processes that end before their maps are read (mmapwatch.h) */
-		if (symbolizer__watch_mmaps(a.sym, &why) && errno != EPERM && errno != EACCES)
-			log_warn("run: symbolizer: %s (%s): the maps of processes gone before a "
-				 "read are unknown", why, strerror(errno));
+		if (symbolizer__watch_mmaps(a.sym, &why)) {
+			if (errno != EPERM && errno != EACCES)
+				log_warn("run: symbolizer: %s (%s): the maps of processes gone "
+					 "before a read are unknown", why, strerror(errno));
+		} else {
+			/* libcuda mapped anywhere: the GPU process tracker looks at once */
+			symbolizer__on_map(a.sym, on_map, &a);
+			procs__map_feed(true);
+		}
 	}
 	/* execs the kernel's records tell reach the label builder even without the sched module */
 	symbolizer__on_exec(a.sym, on_exec, &a);

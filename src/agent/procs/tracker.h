@@ -53,6 +53,12 @@ void procs__hint_exec(pid_t pid);
 void procs__hint_fork(pid_t child, pid_t parent);
 void procs__hint_exit(pid_t pid);
 
+/*
+ * Whether a feed of new mappings (the kernel's mmap records, run.c) hints every process that maps
+ * libcuda: the light /proc scan, then only a safety net, runs every 10 s instead of every second.
+ */
+void procs__map_feed(bool on);
+
 /* Does /proc/PID/maps name libcuda (or /dev/nvidia*)? 1 yes, 0 no, -errno. For tests too. */
 int procs__check_gpu(pid_t pid, enum proc_why *ret_why);
 

@@ -112,6 +112,8 @@ static void record_apply(void *ctx, const struct mmapwatch_rec *r)
 	case MMAPWATCH_MMAP:
 		if (!r->len || r->start + r->len < r->start)
 			return;
+		if (s->on_map && r->path)
+			s->on_map(s->on_map_ctx, r->pid, r->path);
 		if (!p) {
 			if (!(p = sym_proc_new(s, r->pid)))
 				return;
@@ -180,6 +182,15 @@ void symbolizer__on_exec(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, 
 		return;
 	s->on_exec = fn;
 	s->on_exec_ctx = ctx;
+}
+
+void symbolizer__on_map(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, const char *path),
+			void *ctx)
+{
+	if (!s)
+		return;
+	s->on_map = fn;
+	s->on_map_ctx = ctx;
 }
 
 void symbolizer__poll(struct symbolizer *s)

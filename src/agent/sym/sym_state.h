@@ -158,6 +158,8 @@ struct symbolizer {
 	size_t gone_head, gone_len;
 	void (*on_exec)(void *ctx, pid_t pid, const char *comm);	/* symbolizer__on_exec() */
 	void *on_exec_ctx;
+	void (*on_map)(void *ctx, pid_t pid, const char *path);	/* symbolizer__on_map() */
+	void *on_map_ctx;
 	struct mmapwatch *mw;		/* the kernel's mmap records; NULL: /proc only */
 };
 

@@ -75,6 +75,12 @@ void symbolizer__poll(struct symbolizer *s);
  */
 void symbolizer__on_exec(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, const char *comm),
 			 void *ctx);
+/*
+ * fn(ctx, pid, path) for every executable mapping the mmap records tell, as they are read: run.c
+ * passes libcuda's on to the GPU process tracker. Main-loop thread only.
+ */
+void symbolizer__on_map(struct symbolizer *s, void (*fn)(void *ctx, pid_t pid, const char *path),
+			void *ctx);
 /* Records read and lost (a full ring) since symbolizer__watch_mmaps(). */
 void symbolizer__mmap_stats(const struct symbolizer *s, uint64_t *ret_records, uint64_t *ret_lost);
 
