@@ -14,6 +14,8 @@
 # CFGS (default "default backoff1") picks the agents run in turn; bwwalk is the default with
 # every backward call's stack walked (GPUSCOPE_CUPTI_BACKWARD_REUSE_MS=0, as before the re-use
 # of a thread's last walked stack): CFGS="default bwwalk" compares on_backward's us/run.
+# PROFILE_S=N: after each window, the agent's own CPU profiled for N s by a second agent
+# (`record --pid`, 499 Hz): $OUT/profile-CFG.txt (top functions) and agent-CFG.folded.
 # Usage (repository root, as root): tests/device/agent_self.sh   (WARM_S=20 WIN_S=60)
 # Prints and writes $OUT/summary.txt; the raw scrapes and logs in $OUT/raw.tar.gz.
 set -u
@@ -44,7 +46,7 @@ done
 start_server
 cdir=$(cupti_lib_dir)
 CFGS=${CFGS:-default backoff1}
-run_s=$(((WARM_S + WIN_S + 30) * $(echo $CFGS | wc -w) + 30))
+run_s=$(((WARM_S + WIN_S + ${PROFILE_S:-0} + 30) * $(echo $CFGS | wc -w) + 30))
 RUN_S=$run_s CUDA_INJECTION64_PATH=$D/libgpuscope_cupti.so LD_LIBRARY_PATH=$cdir \
 	python3 tests/device/idle_workload.py > "$W/train.out" 2> "$W/train.err" &
 tpid=$!
@@ -69,6 +71,10 @@ for cfg in $CFGS; do
 	scrape "$W/metrics-$cfg-1.txt"
 	read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
 	t1=$(date +%s.%N)
+	if [ -n "${PROFILE_S:-}" ]; then	# after the window: the profiler's own samples stay out of it
+		ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
+			-f "$RET/agent-$cfg.folded" --top 60 > "$RET/profile-$cfg.txt" 2>&1
+	fi
 	kill -TERM $apid; wait $apid
 	secs=$(python3 -c "print($t1 - $t0)")
 	say ""
