@@ -157,6 +157,7 @@ struct busy {
 	char gpu_s[12];
 	struct span *pend;
 	size_t n;
+	bool unsorted;		/* a span added before the last one's start: busy_flush() sorts */
 	uint64_t max_end, emitted_end;
 };
 

@@ -397,7 +397,10 @@ static void busy_flush(struct cupti_state *c, struct busy *b, bool force)
 		return;
 	if (c->a->opts.node)
 		lab[nlab++] = (struct label){ "node", c->a->opts.node };
-	qsort(b->pend, b->n, sizeof(*b->pend), span_cmp);
+	/* records mostly come in order: the kept spans and the new ones are sorted already */
+	if (b->unsorted)
+		qsort(b->pend, b->n, sizeof(*b->pend), span_cmp);
+	b->unsorted = false;
 	while (i < b->n) {
 		uint64_t s = b->pend[i].start, e = b->pend[i].end;
 		size_t j = i + 1;
@@ -438,6 +441,8 @@ static void busy_add(struct cupti_state *c, uint32_t dev, uint64_t s, uint64_t e
 	}
 	if (b->n == BUSY_CAP)
 		busy_flush(c, b, true);
+	if (b->n && s < b->pend[b->n - 1].start)
+		b->unsorted = true;
 	b->pend[b->n++] = (struct span){ s, e };
 	if (e > b->max_end)
 		b->max_end = e;
