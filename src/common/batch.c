@@ -613,25 +613,67 @@ out_unlock:
 
 static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		    const struct label *labels, size_t nlabels, uint64_t start_ns, uint64_t end_ns,
-		    int64_t stack_id, const struct label *attrs, size_t nattrs);
+		    int64_t stack_id, const struct label *attrs, size_t nattrs,
+		    int64_t given_kind, const uint32_t *given_pairs);
 
 int batch__interval(struct batch *b, const char *kind, const struct label *labels, size_t nlabels,
 		    uint64_t start_ns, uint64_t end_ns, int64_t stack_id, const struct label *attrs,
 		    size_t nattrs)
 {
-	return interval(b, kind, -1, labels, nlabels, start_ns, end_ns, stack_id, attrs, nattrs);
+	return interval(b, kind, -1, labels, nlabels, start_ns, end_ns, stack_id, attrs, nattrs,
+			-1, NULL);
 }
 
 int batch__interval_ls(struct batch *b, const char *kind, int64_t ls, uint64_t start_ns,
 		       uint64_t end_ns, int64_t stack_id, const struct label *attrs, size_t nattrs)
 {
 	return ls < 0 ? -EINVAL :
-			interval(b, kind, ls, NULL, 0, start_ns, end_ns, stack_id, attrs, nattrs);
+			interval(b, kind, ls, NULL, 0, start_ns, end_ns, stack_id, attrs, nattrs,
+				 -1, NULL);
+}
+
+int64_t batch__string(struct batch *b, const char *s)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&b->mu);
+	i = intern(b, s);
+	pthread_mutex_unlock(&b->mu);
+	return i;
+}
+
+int batch__interval_idx(struct batch *b, uint32_t kind, int64_t ls, uint64_t start_ns,
+			uint64_t end_ns, int64_t stack_id, const uint32_t *attrs, size_t nattrs)
+{
+	if (ls < 0 || !attrs)
+		return -EINVAL;
+	return interval(b, NULL, ls, NULL, 0, start_ns, end_ns, stack_id, NULL, nattrs, kind,
+			attrs);
+}
+
+/* Given (name, value) index pairs: in b, names not empty and in label_pairs()'s order. */
+/* Checks pairs of interned indices as label_pairs() would make them; *ret_bytes as it counts. */
+static int given_pairs_ok(const struct batch *b, const uint32_t *p, size_t n,
+			  uint64_t *ret_bytes)
+{
+	uint64_t bytes = 2 * n;
+
+	for (size_t k = 0; k < n; k++) {
+		if (p[2 * k] >= b->strs.len || p[2 * k + 1] >= b->strs.len ||
+		    !b->strs.strs[p[2 * k]][0])
+			return -EINVAL;
+		if (k && strcmp(b->strs.strs[p[2 * k - 2]], b->strs.strs[p[2 * k]]) >= 0)
+			return -EINVAL;
+		bytes += strlen(b->strs.strs[p[2 * k]]) + strlen(b->strs.strs[p[2 * k + 1]]);
+	}
+	*ret_bytes = bytes;
+	return 0;
 }
 
 static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		    const struct label *labels, size_t nlabels, uint64_t start_ns, uint64_t end_ns,
-		    int64_t stack_id, const struct label *attrs, size_t nattrs)
+		    int64_t stack_id, const struct label *attrs, size_t nattrs,
+		    int64_t given_kind, const uint32_t *given_pairs)
 {
 	uint32_t pairs[2 * BATCH_MAX_LABELS];
 	struct ivl iv = { .start = start_ns, .end = end_ns };
@@ -640,7 +682,7 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 	int64_t i;
 	int err = 0;
 
-	if (!kind || !*kind || end_ns < start_ns)
+	if ((given_kind < 0 && (!kind || !*kind)) || end_ns < start_ns)
 		return -EINVAL;
 	if (((int64_t)start_ns <= 0 || (int64_t)end_ns <= 0) && !b->any_time)
 		return -ERANGE;
@@ -661,7 +703,13 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		err = -EINVAL;	/* before the kind is interned: a refused record leaves nothing */
 		goto out_unlock;
 	}
-	if ((i = intern(b, kind)) < 0) {
+	if (given_kind >= 0) {	/* a batch__string() index: an interned kind, not empty */
+		if ((size_t)given_kind >= b->strs.len || !b->strs.strs[given_kind][0]) {
+			err = -EINVAL;
+			goto out_unlock;
+		}
+		i = given_kind;
+	} else if ((i = intern(b, kind)) < 0) {
 		err = (int)i;
 		goto out_unlock;
 	}
@@ -671,7 +719,13 @@ static int interval(struct batch *b, const char *kind, int64_t given_ls,
 		goto out_unlock;
 	}
 	iv.ls = (uint32_t)i;
-	err = label_pairs(b, attrs, nattrs, pairs, &bytes);
+	if (given_pairs) {
+		err = given_pairs_ok(b, given_pairs, nattrs, &bytes);
+		if (!err)
+			memcpy(pairs, given_pairs, 2 * nattrs * sizeof(*pairs));
+	} else {
+		err = label_pairs(b, attrs, nattrs, pairs, &bytes);
+	}
 	if (err)
 		goto out_unlock;
 	iv.attr_off = b->attrs.len;

@@ -92,6 +92,20 @@ int batch__sample_ls(struct batch *b, uint64_t time_ns, int64_t ls, int64_t stac
 		     enum sample_kind kind, int64_t value);
 int batch__interval_ls(struct batch *b, const char *kind, int64_t ls, uint64_t start_ns,
 		       uint64_t end_ns, int64_t stack_id, const struct label *attrs, size_t nattrs);
+/*
+ * The index of string s in b's string table, added if new, for batch__interval_idx(): a
+ * producer that repeats the same kind and attrs interns them once per batch (batch__id()).
+ * >= 0, or -errno.
+ */
+int64_t batch__string(struct batch *b, const char *s);
+/*
+ * batch__interval_ls() with the kind and the attrs as batch__string() indices: attrs holds
+ * nattrs (name, value) pairs, ordered by name as batch__interval() orders them (strcmp), names
+ * distinct and not empty. The same record as batch__interval_ls() with those strings.
+ * -EINVAL for an index b does not have or pairs out of order.
+ */
+int batch__interval_idx(struct batch *b, uint32_t kind, int64_t ls, uint64_t start_ns,
+			uint64_t end_ns, int64_t stack_id, const uint32_t *attrs, size_t nattrs);
 
 /* Lets times <= 0 through (test tools that send what a broken agent would, to the server). */
 void batch__allow_any_time(struct batch *b);

@@ -553,5 +553,84 @@ out:
 	return ok;
 }
 
-TEST_MAIN(T(test_batch_label_set_ids), T(test_batch_split), T(test_batch_split_single), T(test_batch_interval_stack), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
+/*
+ * An interval given as string indices (batch__interval_idx) encodes exactly as the same
+ * interval given as strings (batch__interval_ls), the strings interned in the same order; the
+ * indices are checked.
+ */
+static bool test_batch_interval_idx(void)
+{
+	const struct label labels[] = { { "pid", "7" }, { "thread", "w" } };
+	/* batch__interval_ls() sorts these by name */
+	const struct label attrs[] = { { "state", "running" }, { "summary", "1" },
+				       { "running_ns", "500" }, { "blocked_ns", "0" } };
+	struct batch *b[2] = { batch__new("n"), batch__new("n") };
+	uint8_t *enc[2] = { NULL, NULL };
+	size_t len[2];
+	int64_t ls[2], kind = -1, id[8];
+	uint32_t pairs[8], bad[8];
+	bool ok = false;
+
+	if (!ASSERT_TRUE(b[0] && b[1], "new"))
+		goto out;
+	for (int k = 0; k < 2; k++) {
+		batch__set_id(b[k], 99);
+		ls[k] = batch__label_set(b[k], labels, 2);
+	}
+	kind = batch__string(b[1], "thread_state");
+	for (int i = 0; i < 4; i++) {
+		id[2 * i] = batch__string(b[1], attrs[i].name);
+		id[2 * i + 1] = batch__string(b[1], attrs[i].value);
+	}
+	/* by name: blocked_ns, running_ns, state, summary */
+	for (int i = 0, from[4] = { 3, 2, 0, 1 }; i < 4; i++) {
+		pairs[2 * i] = (uint32_t)id[2 * from[i]];
+		pairs[2 * i + 1] = (uint32_t)id[2 * from[i] + 1];
+	}
+	if (!ASSERT_TRUE(kind > 0 && id[0] > 0 && ls[0] >= 0 && ls[1] >= 0, "interned") ||
+	    !ASSERT_EQ(batch__string(b[1], "state"), id[0], "the same string, the same index") ||
+	    !ASSERT_EQ(batch__interval_ls(b[0], "thread_state", ls[0], 10, 20, -1, attrs, 4), 0,
+		       "as strings") ||
+	    !ASSERT_EQ(batch__interval_idx(b[1], (uint32_t)kind, ls[1], 10, 20, -1, pairs, 4), 0,
+		       "as indices"))
+		goto out;
+	memcpy(bad, pairs, sizeof(bad));
+	bad[0] = pairs[2], bad[1] = pairs[3], bad[2] = pairs[0], bad[3] = pairs[1];
+	if (!ASSERT_EQ(batch__interval_idx(b[1], (uint32_t)kind, ls[1], 10, 20, -1, bad, 4),
+		       -EINVAL, "pairs out of order") ||
+	    !ASSERT_EQ(batch__interval_idx(b[1], (uint32_t)kind, ls[1], 10, 20, -1, pairs, 4), 0,
+		       "again") ||
+	    !ASSERT_EQ(batch__interval_idx(b[1], 1u << 30, ls[1], 10, 20, -1, pairs, 4), -EINVAL,
+		       "a kind index the batch does not have") ||
+	    !ASSERT_EQ(batch__interval_idx(b[1], 0, ls[1], 10, 20, -1, pairs, 4), -EINVAL,
+		       "an empty kind"))
+		goto out;
+	memcpy(bad, pairs, sizeof(bad));
+	bad[7] = 1u << 30;
+	if (!ASSERT_EQ(batch__interval_idx(b[1], (uint32_t)kind, ls[1], 10, 20, -1, bad, 4),
+		       -EINVAL, "a value index the batch does not have"))
+		goto out;
+	bad[7] = pairs[7];
+	bad[0] = 0;	/* "" */
+	if (!ASSERT_EQ(batch__interval_idx(b[1], (uint32_t)kind, ls[1], 10, 20, -1, bad, 4),
+		       -EINVAL, "an empty name"))
+		goto out;
+	/* the second interval above ("again") has its twin as strings */
+	if (!ASSERT_EQ(batch__interval_ls(b[0], "thread_state", ls[0], 10, 20, -1, attrs, 4), 0,
+		       "as strings, again"))
+		goto out;
+	for (int k = 0; k < 2; k++)
+		if (!ASSERT_EQ(batch__encode(b[k], &enc[k], &len[k]), 0, "encode"))
+			goto out;
+	ok = ASSERT_EQ(len[1], len[0], "same length") &&
+	     ASSERT_TRUE(!memcmp(enc[0], enc[1], len[0]), "same bytes");
+out:
+	for (int k = 0; k < 2; k++) {
+		free(enc[k]);
+		batch__free(b[k]);
+	}
+	return ok;
+}
+
+TEST_MAIN(T(test_batch_interval_idx), T(test_batch_label_set_ids), T(test_batch_split), T(test_batch_split_single), T(test_batch_interval_stack), T(test_batch_roundtrip), T(test_batch_reset), T(test_batch_limits),
 	  T(test_batch_kind_names), T(test_batch_decode_refuses), T(test_batch_threads))

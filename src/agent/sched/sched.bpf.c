@@ -43,6 +43,8 @@ const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind
  */
 const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
 const volatile __s64 walk_burst_ns = 5000000;
+/* keys added to `offcpu`: user space walks the map (all its buckets) only when this moved */
+__u64 offcpu_added = 0;
 
 struct walk_credit {
 	__s64 credit_ns;
@@ -187,8 +189,10 @@ static __noinline void close_state(struct gpuscope_sched_thr *t, __u32 tid, __u6
 		struct gpuscope_offcpu_val nv = { .ns = dur, .count = 1 };
 		struct gpuscope_offcpu_val *v = bpf_map_lookup_elem(&offcpu, &k);
 
-		if (!v && !bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST))
+		if (!v && !bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST)) {
+			__sync_fetch_and_add(&offcpu_added, 1);	/* after the key is there */
 			goto folded;
+		}
 		if (!v)
 			v = bpf_map_lookup_elem(&offcpu, &k);
 		if (v) {

@@ -6,7 +6,6 @@
  * stacks at the switch-out).
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +38,23 @@
 #define LS_CACHE	  1024		/* threads whose batch label set is remembered */
 #define LS_DROPPED	  (-ENOENT)	/* a relabel rule drops the thread's records */
 #define STACKMAP_CHECK_NS (60 * NSEC_PER_SEC)
+#define CPU_STRS	  1024		/* CPUs whose number's string index is kept per batch */
+
+/* The strings thread-state intervals repeat, interned once per batch (struct batch_strs) */
+enum {
+	STR_KIND,
+	STR_BLOCKED_NS,
+	STR_CPU,
+	STR_REASON,
+	STR_RUNNABLE_NS,
+	STR_RUNNING_NS,
+	STR_STATE,
+	STR_SUMMARY,
+	STR_ONE,
+	STR_STATE0,				/* + enum gpuscope_ts up to BLOCKED: its name */
+	STR_REASON0 = STR_STATE0 + GPUSCOPE_TS_BLOCKED + 1,	/* + enum blocked_reason */
+	STR_N = STR_REASON0 + BLOCKED_MAX,
+};
 
 struct sched_state {
 	struct sched_bpf *skel;
@@ -46,11 +62,26 @@ struct sched_state {
 	struct agent *a;
 	struct unwinder *uw;		/* user stacks from unwind_stacks; NULL: from `stacks` */
 	uint64_t next_stackmap_check_ns;
+	uint64_t stackmap_gen;		/* clears of `stacks` (check_stackmap()) */
+	uint64_t offcpu_drained;	/* the BPF offcpu_added that the last full drain saw */
+	uint64_t offcpu_walks, offcpu_skips;
+	struct bstack_cache bsc;	/* blocked stacks by their map ids, per batch */
 	/* counters for /metrics */
 	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
 		stackmap_clears, proc_events, batch_errors, relabel_dropped;
 	uint64_t reasons[BLOCKED_MAX];
 	uint64_t ls_hits, ls_misses;
+	/*
+	 * Indices in the current batch (its id) of the strings of thread-state intervals, each
+	 * interned at its first use in the batch (0: not yet; index 0 is ""): their kind, attribute
+	 * names, states, reasons and CPU numbers, so that an interval interns nothing but a
+	 * summary's three durations.
+	 */
+	struct batch_strs {
+		uint64_t batch_id;
+		uint32_t idx[STR_N];
+		uint32_t cpu[CPU_STRS];
+	} strs;
 	/*
 	 * A thread's label set in the current batch (batch__label_set()), so that its next events
 	 * skip building and interning its labels: valid while the batch (its id), the thread and
@@ -101,16 +132,31 @@ static int read_stack(int fd, __s32 id, __u64 *out)
 	return n;
 }
 
-/* Symbolized stack id in the batch for the blocked stacks; -1 when unknown. Sets *ret_reason. */
+/*
+ * Symbolized stack id in the batch for the blocked stacks; -1 when unknown. Sets *ret_reason.
+ * Remembered per batch by (process, stack ids, syscall, CUDA sync) while neither stack map has
+ * been cleared since (struct bstack_cache): the ids then still name the same frames.
+ */
 static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __u32 tid, __s32 kid, __s32 uid,
 			     int sys, bool cuda_sync, enum blocked_reason *ret_reason)
 {
 	static __u64 kf[GPUSCOPE_MAX_STACK], uf[GPUSCOPE_MAX_STACK];
 	int fd = bpf_map__fd(s->skel->maps.stacks);
-	int nk = read_stack(fd, kid, kf);
-	int nu;
+	struct bstack_key key = { .tgid = tgid, .kstack_id = kid, .ustack_id = uid,
+				  .syscall_nr = sys, .cuda_sync = cuda_sync };
+	uint64_t batch_id = batch__id(s->a->batch);
+	uint64_t ugen = s->uw ? unwinder__stacks_gen(s->uw) : 0;	/* before the reads */
+	const struct sym_stack *st;
+	struct bstack_val v;
+	int nk, nu;
 	int64_t id = -1;
 
+	if (bstack_cache__get(&s->bsc, &key, batch_id, s->stackmap_gen, ugen, mono_ns(), &v)) {
+		*ret_reason = v.reason;
+		s->reasons[v.reason]++;
+		return v.stack;
+	}
+	nk = read_stack(fd, kid, kf);
 	if (uid == GPUSCOPE_USTACK_NOT_WALKED) {	/* past the thread's walk budget */
 		uf[0] = GPUSCOPE_FRAME_NOT_WALKED_BUSY;
 		nu = 1;
@@ -126,8 +172,23 @@ static int64_t blocked_stack(struct sched_state *s, __u32 tgid, __u32 tid, __s32
 	}
 	/* an autograd thread blocked inside a task goes under the backward call it works for */
 	id = agent__thread_stack(s->a, tgid, tid, kf, nk, uf, nu);
-	if (id < 0)
+	if (id < 0) {
 		s->stack_lost++;
+		return id;
+	}
+	/*
+	 * Not remembered: a stack an id no longer held (cleared: the entry would say "lost"), an
+	 * autograd worker's (it goes under whichever backward call runs now).
+	 */
+	if ((kid >= 0 && !nk) || (uid >= 0 && !nu))
+		return id;
+	st = stack_cache__get(s->a->stacks, tgid, kf, nk, uf, nu);	/* a hit: just made */
+	if (!st || st->engine_at >= 0)
+		return id;
+	v = (struct bstack_val){ .stack = id, .reason = *ret_reason };
+	/* a stack with unresolved frames is symbolized again once STACK_RETRY_NS old */
+	bstack_cache__put(&s->bsc, &key, batch_id, s->stackmap_gen, ugen,
+			  st->nunknown ? st->resolved_ns + STACK_RETRY_NS : 0, &v);
 	return id;
 }
 
@@ -142,6 +203,55 @@ static const char *state_name(int st)
 		return "blocked";
 	}
 	return "unknown";
+}
+
+/* The batch string index of STR_* k (struct batch_strs); >= 0 or -errno. */
+static int64_t str(struct sched_state *s, int k)
+{
+	static const char *const names[STR_STATE0] = {
+		[STR_KIND] = "thread_state",	     [STR_BLOCKED_NS] = "blocked_ns",
+		[STR_CPU] = "cpu",		     [STR_REASON] = "reason",
+		[STR_RUNNABLE_NS] = "runnable_ns", [STR_RUNNING_NS] = "running_ns",
+		[STR_STATE] = "state",		     [STR_SUMMARY] = "summary",
+		[STR_ONE] = "1",
+	};
+	int64_t i;
+
+	if (s->strs.idx[k])
+		return s->strs.idx[k];
+	i = batch__string(s->a->batch, k < STR_STATE0  ? names[k] :
+				       k < STR_REASON0 ? state_name(k - STR_STATE0) :
+							 blocked_reason_name(k - STR_REASON0));
+	if (i > 0)
+		s->strs.idx[k] = (uint32_t)i;
+	return i;
+}
+
+/* The batch string index of the decimal number v; a CPU's is remembered. >= 0 or -errno. */
+static int64_t num_str(struct sched_state *s, uint64_t v, bool is_cpu)
+{
+	char buf[24], *p = buf + sizeof(buf) - 1;
+	bool keep = is_cpu && v < CPU_STRS;
+	uint64_t n = v;
+	int64_t i;
+
+	if (keep && s->strs.cpu[v])
+		return s->strs.cpu[v];
+	*p = 0;
+	do
+		*--p = (char)('0' + n % 10);
+	while (n /= 10);
+	i = batch__string(s->a->batch, p);
+	if (i > 0 && keep)
+		s->strs.cpu[v] = (uint32_t)i;
+	return i;
+}
+
+/* STR_STATE0 + st: a state's name (state_name()) */
+static int state_str(int st)
+{
+	return STR_STATE0 +
+	       (st >= GPUSCOPE_TS_RUNNING && st <= GPUSCOPE_TS_BLOCKED ? st : GPUSCOPE_TS_UNKNOWN);
 }
 
 /*
@@ -186,10 +296,11 @@ static void ls_forget(struct sched_state *s, __u32 tgid)
 static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_state *ev)
 {
 	struct agent *a = s->a;
-	char thread[GPUSCOPE_COMM_LEN + 1], cpu[16], ns[3][24];
+	char thread[GPUSCOPE_COMM_LEN + 1];
 	int64_t stack = -1;	/* BLOCKED: the stack at the switch-out */
-	int64_t ls;
-	struct label attrs[8];
+	int64_t ls, kind;
+	int64_t p[2 * 5];	/* (name, value) string indices, by name (batch__interval_idx()) */
+	uint32_t attrs[2 * 5];
 	size_t na = 0;
 	uint64_t start = ev->start_ns + a->mono_to_wall_ns, end = ev->end_ns + a->mono_to_wall_ns;
 	int st = ev->state;
@@ -207,6 +318,11 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 		s->batch_errors++;
 		return;
 	}
+	if (s->strs.batch_id != batch__id(a->batch)) {	/* a new batch: its strings anew */
+		memset(&s->strs, 0, sizeof(s->strs));
+		s->strs.batch_id = batch__id(a->batch);
+	}
+#define ATTR(name, value) (p[2 * na] = (name), p[2 * na + 1] = (value), na++)
 	if (st == GPUSCOPE_TS_SUMMARY) {
 		/* several short states: named after the one that took most of the time */
 		st = GPUSCOPE_TS_RUNNING;
@@ -214,39 +330,44 @@ static void thread_state(struct sched_state *s, const struct gpuscope_ev_thread_
 			st = GPUSCOPE_TS_RUNNABLE;
 		else if (ev->blocked_ns > ev->run_ns && ev->blocked_ns > ev->runnable_ns)
 			st = GPUSCOPE_TS_BLOCKED;
-		snprintf(ns[0], sizeof(ns[0]), "%" PRIu64, (uint64_t)ev->run_ns);
-		snprintf(ns[1], sizeof(ns[1]), "%" PRIu64, (uint64_t)ev->runnable_ns);
-		snprintf(ns[2], sizeof(ns[2]), "%" PRIu64, (uint64_t)ev->blocked_ns);
-		attrs[na++] = (struct label){ "state", state_name(st) };
-		attrs[na++] = (struct label){ "summary", "1" };
-		attrs[na++] = (struct label){ "running_ns", ns[0] };
-		attrs[na++] = (struct label){ "runnable_ns", ns[1] };
-		attrs[na++] = (struct label){ "blocked_ns", ns[2] };
+		ATTR(str(s, STR_BLOCKED_NS), num_str(s, ev->blocked_ns, false));
+		ATTR(str(s, STR_RUNNABLE_NS), num_str(s, ev->runnable_ns, false));
+		ATTR(str(s, STR_RUNNING_NS), num_str(s, ev->run_ns, false));
+		ATTR(str(s, STR_STATE), str(s, state_str(st)));
+		ATTR(str(s, STR_SUMMARY), str(s, STR_ONE));
 		s->summaries++;
-	} else {
-		attrs[na++] = (struct label){ "state", state_name(st) };
-		if (st == GPUSCOPE_TS_RUNNING) {
-			snprintf(cpu, sizeof(cpu), "%u", ev->cpu);
-			attrs[na++] = (struct label){ "cpu", cpu };
-		} else if (st == GPUSCOPE_TS_BLOCKED) {
-			enum blocked_reason r;
-			int64_t id = blocked_stack(s, ev->tgid, ev->tid, ev->kstack_id, ev->ustack_id,
-						   ev->syscall_nr, ev->flags & GPUSCOPE_TSF_CUDA_SYNC,
-						   &r);
+	} else if (st == GPUSCOPE_TS_RUNNING) {
+		ATTR(str(s, STR_CPU), num_str(s, ev->cpu, true));
+		ATTR(str(s, STR_STATE), str(s, state_str(st)));
+	} else if (st == GPUSCOPE_TS_BLOCKED) {
+		enum blocked_reason r;
+		int64_t id = blocked_stack(s, ev->tgid, ev->tid, ev->kstack_id, ev->ustack_id,
+					   ev->syscall_nr, ev->flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 
-			attrs[na++] = (struct label){ "reason", blocked_reason_name(r) };
-			if (id >= 0) {
-				stack = id;
-				err = batch__sample_ls(a->batch, end, ls, id, SAMPLE_OFFCPU_NS,
-						       (int64_t)(ev->end_ns - ev->start_ns));
-				if (err)
-					s->batch_errors++;
-				else
-					s->offcpu_samples++;
-			}
+		ATTR(str(s, STR_REASON), str(s, STR_REASON0 + (r < BLOCKED_MAX ? r : BLOCKED_OTHER)));
+		ATTR(str(s, STR_STATE), str(s, state_str(st)));
+		if (id >= 0) {
+			stack = id;
+			err = batch__sample_ls(a->batch, end, ls, id, SAMPLE_OFFCPU_NS,
+					       (int64_t)(ev->end_ns - ev->start_ns));
+			if (err)
+				s->batch_errors++;
+			else
+				s->offcpu_samples++;
 		}
+	} else {
+		ATTR(str(s, STR_STATE), str(s, state_str(st)));
 	}
-	err = batch__interval_ls(a->batch, "thread_state", ls, start, end, stack, attrs, na);
+#undef ATTR
+	kind = str(s, STR_KIND);
+	err = kind < 0 ? (int)kind : 0;
+	for (size_t k = 0; k < 2 * na; k++) {
+		if (p[k] < 0)
+			err = (int)p[k];	/* the batch is full */
+		attrs[k] = (uint32_t)p[k];
+	}
+	if (!err)
+		err = batch__interval_idx(a->batch, (uint32_t)kind, ls, start, end, stack, attrs, na);
 	if (err)
 		s->batch_errors++;
 	else
@@ -263,6 +384,7 @@ static void sched_exec(struct sched_state *s, const struct gpuscope_ev_strips_pr
 	agent__pid_exec(s->a, p->pid, comm);
 	procs__hint_exec(p->pid);
 	ls_forget(s, p->pid);
+	bstack_cache__forget_pid(&s->bsc, p->pid);
 }
 
 static int on_event(void *ctx, void *data, size_t len)
@@ -297,14 +419,27 @@ static int on_event(void *ctx, void *data, size_t len)
 	return 0;
 }
 
-/* Short blocked intervals summed in the kernel: one offcpu_ns sample per (thread, stack). */
-static void drain_offcpu(struct sched_state *s)
+/*
+ * Short blocked intervals summed in the kernel: one offcpu_ns sample per (thread, stack). The
+ * map is walked (all its buckets, also when empty) only when the BPF program added a key since
+ * the last walk that left nothing behind: a key is counted after it is in the map and the count
+ * is read before the walk, so a key added after the walk began is walked at the next tick.
+ */
+static void drain_offcpu(struct sched_state *s, bool force)
 {
 	int fd = bpf_map__fd(s->skel->maps.offcpu);
 	struct gpuscope_offcpu_key key, next, *prev = NULL;
 	struct gpuscope_offcpu_key keys[512];
 	size_t n = 0;
 	uint64_t now = wall_ns();
+	uint64_t added = __atomic_load_n(&s->skel->bss->offcpu_added, __ATOMIC_ACQUIRE);
+	bool all = true;	/* every key found was read and deleted */
+
+	if (added == s->offcpu_drained && !force) {
+		s->offcpu_skips++;
+		return;
+	}
+	s->offcpu_walks++;
 
 	/* collect first: deleting while iterating restarts the walk */
 	while (n < ARRAY_SIZE(keys) && !bpf_map_get_next_key(fd, prev, &next)) {
@@ -319,8 +454,10 @@ static void drain_offcpu(struct sched_state *s)
 		int64_t id;
 
 		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) &&
-		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i])))
+		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i]))) {
+			all = false;
 			continue;
+		}
 		id = blocked_stack(s, keys[i].tgid, keys[i].tid, keys[i].kstack_id, keys[i].ustack_id,
 				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
 		if (id < 0)
@@ -335,6 +472,8 @@ static void drain_offcpu(struct sched_state *s)
 		else
 			s->offcpu_agg++;
 	}
+	if (all && n < ARRAY_SIZE(keys))
+		s->offcpu_drained = added;
 }
 
 /*
@@ -355,6 +494,7 @@ static void check_stackmap(struct sched_state *s)
 	if (n < STACKMAP_CLEAR_AT)
 		return;
 	prev = NULL;
+	s->stackmap_gen++;	/* ids from now on may name other frames */
 	while (!bpf_map_get_next_key(fd, NULL, &next))
 		bpf_map_delete_elem(fd, &next);
 	s->stackmap_clears++;
@@ -492,7 +632,7 @@ static int sched_tick(struct agent *a)
 	if (err < 0)
 		return err;
 	procs__tick();
-	drain_offcpu(&S);
+	drain_offcpu(&S, false);
 	if (mono_ns() >= S.next_stackmap_check_ns) {
 		check_stackmap(&S);
 		S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
@@ -547,7 +687,7 @@ static void sched_stop(struct agent *a)
 	if (!S.skel)
 		return;
 	ring_buffer__consume(S.rb);
-	drain_offcpu(&S);
+	drain_offcpu(&S, true);
 	close_open_states(&S);
 	procs__release(on_tracked, &S);
 	blocked__done();
@@ -618,6 +758,20 @@ static void sched_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_sched_relabel_dropped_total",
 		     "Records not sent because a relabel rule dropped the process.",
 		     S.relabel_dropped);
+	prom_family(out, "gpuscope_agent_sched_offcpu_walks_total", "counter",
+		    "Ticks that walked the off-CPU map (walked: the BPF program added a key since "
+		    "the last walk) or left it (skipped: nothing new).");
+	prom_sample1_u64(out, "gpuscope_agent_sched_offcpu_walks_total", "result", "walked",
+			 S.offcpu_walks);
+	prom_sample1_u64(out, "gpuscope_agent_sched_offcpu_walks_total", "result", "skipped",
+			 S.offcpu_skips);
+	prom_family(out, "gpuscope_agent_sched_blocked_stacks_total", "counter",
+		    "Blocked stacks found in this batch by their stack-map ids (hit), or read from "
+		    "the maps and symbolized (miss).");
+	prom_sample1_u64(out, "gpuscope_agent_sched_blocked_stacks_total", "result", "hit",
+			 S.bsc.hits);
+	prom_sample1_u64(out, "gpuscope_agent_sched_blocked_stacks_total", "result", "miss",
+			 S.bsc.misses);
 	prom_family(out, "gpuscope_agent_sched_blocked_total", "counter",
 		    "Blocked intervals, by reason.");
 	for (int r = 0; r < BLOCKED_MAX; r++)

@@ -96,6 +96,7 @@ struct unwinder {
 	volatile bool stop;
 	pthread_mutex_t lock;			/* stats and the maps' contents vs. metrics */
 	struct unwinder_stats st;
+	uint64_t stacks_gen;			/* unwinder__stacks_gen(); atomic */
 	struct bin *bins[BIN_BUCKETS];
 	struct bin lru;				/* list head */
 	struct file_ent *files[FILE_BUCKETS];
@@ -585,8 +586,10 @@ static void check_stacks(struct unwinder *u)
 	if (made - u->stacks_made_at_clear < UNWIND_MAX_STACKS * 3 / 4)
 		return;
 	u->stacks_made_at_clear = made;
+	__atomic_add_fetch(&u->stacks_gen, 1, __ATOMIC_SEQ_CST);	/* odd while clearing */
 	while (!bpf_map_get_next_key(u->stacks_fd, NULL, &next))
 		bpf_map_delete_elem(u->stacks_fd, &next);
+	__atomic_add_fetch(&u->stacks_gen, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_lock(&u->lock);
 	u->st.stack_clears++;
 	pthread_mutex_unlock(&u->lock);
@@ -927,6 +930,11 @@ int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames)
 		n = GPUSCOPE_MAX_STACK;
 	memcpy(frames, st.words + 1, n * sizeof(*frames));
 	return (int)n;
+}
+
+uint64_t unwinder__stacks_gen(struct unwinder *u)
+{
+	return __atomic_load_n(&u->stacks_gen, __ATOMIC_SEQ_CST);
 }
 
 void unwinder__settle(struct unwinder *u, unsigned timeout_ms)

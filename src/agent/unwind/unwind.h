@@ -53,6 +53,12 @@ int unwinder__add_pid(struct unwinder *u, int pid);
  * thread.
  */
 int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames);
+/*
+ * A count bumped before and after every clear of the stacks map (odd while one runs): an id
+ * read while it stays the same and even names the same frames (a cache of what an id holds
+ * checks it). Any thread.
+ */
+uint64_t unwinder__stacks_gen(struct unwinder *u);
 
 /* The kept-stacks map and the walker's counters (UNWIND_ST_*), for tests. */
 void unwinder__stack_fds(struct unwinder *u, int *ret_stacks_fd, int *ret_stats_fd);
