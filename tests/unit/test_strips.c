@@ -15,123 +15,15 @@
 #include "test.h"
 #include "agent/unwind/unwind.h"
 #include "strips_testlib.h"
+#include "strips_agentlib.h"
 #include "agent/bpfutil.h"
 #include "agent/bpfstats.h"
 #include "agent/agent.h"
-/* strong references: pull the modules from the archive */
-extern const struct agent_module sched_module, cuda_probe_module;
 #include "agent/sym/stacks.h"
 #include "agent/sched/strips.h"
 #include "agent/sym/symbolize.h"
 #include "common/log.h"
 #include "common/util.h"
-
-#define MS 1000000LL
-
-static bool skip(void)
-{
-	if (geteuid() == 0)
-		return false;
-	printf("skip: needs root for eBPF\n");
-	return true;
-}
-
-/* Starts argv with a pipe on its stdin; *ret_go is the write end (a byte there: "start"). */
-static pid_t spawn(char *const argv[], int *ret_go)
-{
-	int p[2];
-	pid_t pid;
-
-	if (pipe(p))
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		dup2(p[0], 0);
-		close(p[1]);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[0]);
-	*ret_go = p[1];
-	return pid;
-}
-
-static void go(int fd)
-{
-	if (write(fd, "g", 1) != 1)
-		perror("write");
-	close(fd);
-}
-
-/* Ticks the module every 20 ms until child exits (or max_ms), then 100 ms more. */
-static int run_until_exit(struct agent *a, const struct agent_module *m, pid_t child,
-			  unsigned max_ms)
-{
-	int status = -1;
-	uint64_t end = mono_ns() + max_ms * (uint64_t)MS;
-
-	while (mono_ns() < end) {
-		uint64_t t0 = mono_ns();
-		if (m->tick)
-			m->tick(a);
-		if (mono_ns() - t0 > 50 * MS)
-			fprintf(stderr, "  slow tick %.0f ms\n", (mono_ns() - t0) / 1e6);
-		if (waitpid(child, &status, WNOHANG) == child)
-			break;
-		usleep(20000);
-	}
-	if (mono_ns() >= end) {
-		kill(child, SIGKILL);
-		waitpid(child, &status, 0);
-	}
-	for (int i = 0; i < 5; i++) {
-		usleep(20000);
-		m->tick(a);
-	}
-	return status;
-}
-
-static void agent_init(struct agent *a, pid_t pid)
-{
-	memset(a, 0, sizeof(*a));
-	a->opts.node = "test";
-	if (pid > 0) {
-		a->opts.pids[0] = pid;
-		a->opts.npids = 1;
-	}
-	a->batch = batch__new("test");
-	a->mono_to_wall_ns = mono_to_wall_offset_ns();
-	a->sym = symbolizer__new();
-	a->stacks = stack_cache__new(a->sym, 0);
-	bpf_shared_maps__create(&a->shared);	/* as run.c: sched and cuda share in_sync */
-}
-
-static void agent_done(struct agent *a)
-{
-	batch__free(a->batch);
-	stack_cache__free(a->stacks);
-	unwinder__free(a->unwind);
-	symbolizer__free(a->sym);
-	bpf_shared_maps__free(&a->shared);
-}
-
-/*
- * Spawns argv (it waits for its go byte, *ret_go) and follows it with the sched module at walk
- * share `share` (0: every switch-out walked). The pid, or -1 with nothing left running when the
- * module did not start; *a is initialized either way (agent_done()).
- */
-static pid_t spawn_followed(char *const argv[], struct agent *a, double share, int *ret_go)
-{
-	pid_t pid = spawn(argv, ret_go);
-
-	agent_init(a, pid);
-	a->opts.offcpu_walk_share = share;
-	if (ASSERT_EQ(sched_module.start(a), 0, "sched start"))
-		return pid;
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	return -1;
-}
 
 struct phase {
 	char name[16];
@@ -967,102 +859,7 @@ out:
 	return ok;
 }
 
-/*
- * Runs tests/progs/exit_tail (n children, mode NULL or "leader-first") followed from its pid,
- * and checks that no thread state of a child lasts past the moment its parent reaped it.
- */
-static bool exit_case(int n, const char *mode)
-{
-	char path[] = "/tmp/gpuscope-exit-tail-XXXXXX", nstr[16];
-	char *argv[] = { ".output/tests/progs/exit_tail", nstr, path, (char *)mode, NULL };
-	struct { int pid; uint64_t reaped_ns; } kids[32];
-	struct agent a;
-	struct recs rs = { 0 };
-	int gofd = -1, status, nkids = 0, followed = 0, late = 0, fd;
-	bool ok = false;
-	pid_t pid;
-	FILE *f;
-
-	if (skip())
-		return true;
-	snprintf(nstr, sizeof(nstr), "%d", n);
-	fd = mkstemp(path);
-	if (!ASSERT_TRUE(fd >= 0, "mkstemp"))
-		return false;
-	close(fd);
-	pid = spawn_followed(argv, &a, 0, &gofd);
-	if (pid < 0)
-		goto out;
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 60000);
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "exit_tail exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
-		goto out;
-	f = fopen(path, "r");
-	while (f && nkids < (int)ARRAY_SIZE(kids) &&
-	       fscanf(f, "%d %lu", &kids[nkids].pid, &kids[nkids].reaped_ns) == 2)
-		nkids++;
-	if (f)
-		fclose(f);
-	for (int k = 0; k < nkids; k++) {
-		uint64_t reaped = kids[k].reaped_ns + a.mono_to_wall_ns;
-		int states = 0, after = 0;
-
-		for (size_t i = 0; i < rs.n; i++) {
-			const struct rec *r = &rs.r[i];
-
-			if (r->pid != kids[k].pid || r->sample || strcmp(r->kind, "thread_state"))
-				continue;
-			states++;
-			if (r->end_ns <= reaped)
-				continue;
-			if (!after++ && late < 3)
-				fprintf(stderr, "  child %d: %s state of tid %d ends %.1f ms "
-					"after it was reaped\n", kids[k].pid, r->state, r->tid,
-					(r->end_ns - reaped) / 1e6);
-		}
-		followed += states > 0;
-		late += after > 0;
-	}
-	fprintf(stderr, "  %d children, %d with states, %d with a state past their end\n", nkids,
-		followed, late);
-	ok = ASSERT_EQ(nkids, n, "every child reaped") &&
-	     ASSERT_TRUE(followed * 4 >= n * 3, "forked children are followed") &&
-	     ASSERT_EQ(late, 0, "no child has a state after its exit");
-out:
-	unlink(path);
-	free(rs.r);
-	agent_done(&a);
-	return ok;
-}
-
-/*
- * Processes switched out after their exit tracepoint (a real-time parent preempts each exiting
- * child as do_exit closes its files): no state of a child outlives it. Such a switch-out had
- * made the programs follow the thread anew after its exit had closed its states, and that last
- * state stayed open: closed at the agent's stop, or when the tid came back in another process
- * (an ML node's hour: 'running' intervals of up to 3543 s, one of 1762 s that ended where a
- * thread of a later process with the same tid began). Kernels from 6.16 on fire
- * sched_process_exit before exit_mm(), so a large process is often switched out after it.
- */
-static bool test_strips_exit_tail(void)
-{
-	return exit_case(20, NULL);
-}
-
-/*
- * A process whose main thread leaves first (pthread_exit) and whose last thread ends it 300 ms
- * later: the leader's exit untracks the process (procs/tracker.c), and the last thread's exit, seen
- * untracked, had left its entry behind with its state open up to the agent's stop.
- */
-static bool test_strips_exit_leader_first(void)
-{
-	return exit_case(3, "leader-first");
-}
-
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
 	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
 	  T(test_strips_offcpu_walk_budget),
-	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop),
-	  T(test_strips_exit_tail), T(test_strips_exit_leader_first))
+	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop))
