@@ -19,7 +19,7 @@
 # OFF_S=15 or more, or its off blocks hold too few steps (2026-12-07: 7-9 steps in 6 s, off/off
 # noise 19-36 %).
 # Usage (repository root, as root): tests/device/overhead_paired.sh [WORKLOADS...]
-#   (trace_workload.py's phases, default: launch gpt2 train; AGENT_ARGS: more agent options)
+#   (trace_workload.py's phases: launch gpt2 train graph, default: launch gpt2 train; AGENT_ARGS: more agent options)
 set -u
 D=${D:-$PWD/.dev/agent}
 RET=${OUT:-/tmp/overhead-paired}

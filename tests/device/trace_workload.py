@@ -100,6 +100,31 @@ class Train:
             s += i * i
 
 
+class Graph:
+    """CUDA-graph replay: a captured 8-layer MLP forward replayed, a sync every 20 replays."""
+    units = 20
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.m = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(
+            dev, torch.float16).eval()
+        self.x = torch.randn(64, 1024, device=dev, dtype=torch.float16)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.no_grad():
+            for _ in range(3):
+                self.m(self.x)
+        torch.cuda.current_stream().wait_stream(s)
+        self.g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g), torch.no_grad():
+            self.y = self.m(self.x)
+
+    def step(self):
+        for _ in range(self.units):
+            self.g.replay()
+        torch.cuda.synchronize()
+
+
 class Spin:
     """No GPU: Python work and a short sleep a step (the scripts' dry run)."""
     units = 1
@@ -111,7 +136,7 @@ class Spin:
         time.sleep(0.001)
 
 
-KINDS = {"launch": Launch, "gpt2": GPT2, "train": Train, "spin": Spin}
+KINDS = {"launch": Launch, "gpt2": GPT2, "train": Train, "graph": Graph, "spin": Spin}
 
 
 def run(name):
