@@ -492,6 +492,21 @@ out:
 	return ok;
 }
 
+/* Both batches encode to the same bytes. */
+static bool same_encoding(struct batch *b[2])
+{
+	uint8_t *enc[2] = { NULL, NULL };
+	size_t len[2] = { 0, 0 };
+	bool ok = ASSERT_EQ(batch__encode(b[0], &enc[0], &len[0]), 0, "encode") &&
+		  ASSERT_EQ(batch__encode(b[1], &enc[1], &len[1]), 0, "encode") &&
+		  ASSERT_EQ(len[1], len[0], "same length") &&
+		  ASSERT_TRUE(!memcmp(enc[0], enc[1], len[0]), "same bytes");
+
+	free(enc[0]);
+	free(enc[1]);
+	return ok;
+}
+
 /* A label set interned once (batch__label_set) encodes exactly as the labels given each time. */
 static bool test_batch_label_set_ids(void)
 {
@@ -499,8 +514,6 @@ static bool test_batch_label_set_ids(void)
 	struct label l1[] = { { "pid", "42" }, { "comm", "app" }, { "tid", "43" } };
 	struct label l2[] = { { "pid", "7" }, { "comm", "other" } };
 	struct label attrs[] = { { "state", "blocked" }, { "reason", "io" } };
-	uint8_t *enc[2] = { NULL, NULL };
-	size_t len[2] = { 0, 0 };
 	int64_t ls1, ls2, st;
 	bool ok = false;
 
@@ -540,16 +553,10 @@ static bool test_batch_label_set_ids(void)
 		       "an index the batch does not have") ||
 	    !ASSERT_EQ(batch__sample_ls(b[1], 1, -3, 0, SAMPLE_CPU, 1), -EINVAL, "negative"))
 		goto out;
-	for (int k = 0; k < 2; k++)
-		if (!ASSERT_EQ(batch__encode(b[k], &enc[k], &len[k]), 0, "encode"))
-			goto out;
-	ok = ASSERT_EQ(len[1], len[0], "same length") &&
-	     ASSERT_TRUE(!memcmp(enc[0], enc[1], len[0]), "same bytes");
+	ok = same_encoding(b);
 out:
-	for (int k = 0; k < 2; k++) {
-		free(enc[k]);
-		batch__free(b[k]);
-	}
+	batch__free(b[0]);
+	batch__free(b[1]);
 	return ok;
 }
 
@@ -565,8 +572,6 @@ static bool test_batch_interval_idx(void)
 	const struct label attrs[] = { { "state", "running" }, { "summary", "1" },
 				       { "running_ns", "500" }, { "blocked_ns", "0" } };
 	struct batch *b[2] = { batch__new("n"), batch__new("n") };
-	uint8_t *enc[2] = { NULL, NULL };
-	size_t len[2];
 	int64_t ls[2], kind = -1, id[8];
 	uint32_t pairs[8], bad[8];
 	bool ok = false;
@@ -619,16 +624,10 @@ static bool test_batch_interval_idx(void)
 	if (!ASSERT_EQ(batch__interval_ls(b[0], "thread_state", ls[0], 10, 20, -1, attrs, 4), 0,
 		       "as strings, again"))
 		goto out;
-	for (int k = 0; k < 2; k++)
-		if (!ASSERT_EQ(batch__encode(b[k], &enc[k], &len[k]), 0, "encode"))
-			goto out;
-	ok = ASSERT_EQ(len[1], len[0], "same length") &&
-	     ASSERT_TRUE(!memcmp(enc[0], enc[1], len[0]), "same bytes");
+	ok = same_encoding(b);
 out:
-	for (int k = 0; k < 2; k++) {
-		free(enc[k]);
-		batch__free(b[k]);
-	}
+	batch__free(b[0]);
+	batch__free(b[1]);
 	return ok;
 }
 

@@ -538,11 +538,13 @@ static bool test_strips_cuda_deleted_lib(void)
 	return cuda_case(true);
 }
 
-static long metric(struct agent *a, const struct agent_module *m, const char *name)
+/* A metric's value (the module's, the BPF programs' counters, the kernel's run times of them);
+ * name ending in a space: unlabelled, else a prefix of its labels. -1 when absent. */
+static double metric_f(struct agent *a, const struct agent_module *m, const char *name)
 {
 	char *buf = NULL, *p;
 	size_t len = 0;
-	long n = -1;
+	double v = -1;
 	FILE *f = open_memstream(&buf, &len);
 
 	if (!f)
@@ -560,28 +562,14 @@ static long metric(struct agent *a, const struct agent_module *m, const char *na
 			p += 2;
 	}
 	if (p)
-		n = atol(p);
-	free(buf);
-	return n;
-}
-
-/* A metric's value as a double (a counter in seconds); -1 when absent. */
-static double metric_f(struct agent *a, const struct agent_module *m, const char *name)
-{
-	char *buf = NULL, *p;
-	size_t len = 0;
-	double v = -1;
-	FILE *f = open_memstream(&buf, &len);
-
-	if (!f)
-		return -1;
-	m->metrics(a, f);
-	fclose(f);
-	p = strstr(buf, name);
-	if (p)
-		v = strtod(p + strlen(name), NULL);
+		v = strtod(p, NULL);
 	free(buf);
 	return v;
+}
+
+static long metric(struct agent *a, const struct agent_module *m, const char *name)
+{
+	return (long)metric_f(a, m, name);
 }
 
 /* 2000 threads that live 1 ms each: followed, recorded, forgotten at exit, nothing lost. */
