@@ -184,14 +184,62 @@ static bool test_unwind_queue_stacks_cleared_near_full(void)
 	return ok;
 }
 
+/*
+ * The always-on agent's worker backs off while no request comes (10 wakeups a second, not 50),
+ * and a request put in meanwhile is still served within its longer sleep.
+ */
+static bool test_unwind_queue_idle_worker(void)
+{
+	const char *why = NULL;
+	struct unwinder *u = unwinder__new(NULL, &why);
+	struct unwinder_stats st0, st1;
+	unsigned tables = 0;
+	uint64_t t0, took = 0, mm = 1;
+	uint32_t key;
+	bool ok = true;
+	pid_t a;
+	int n = 0;
+
+	if (!ASSERT_TRUE(u != NULL, why ? why : "unwinder"))
+		return false;
+	usleep(1500 * 1000);	/* past its 10 idle rounds */
+	unwinder__stats(u, &st0);
+	usleep(2000 * 1000);
+	unwinder__stats(u, &st1);
+	fprintf(stderr, "  worker: %lu wakeups in 2 s while idle\n",
+		(unsigned long)(st1.worker_rounds - st0.worker_rounds));
+	ok &= ASSERT_TRUE(st1.worker_rounds - st0.worker_rounds <= 30,
+			  "idle: at most ~10 wakeups a second (50 at 20 ms)");
+	a = start_sleep();
+	ok &= ASSERT_TRUE(a > 0, "spawn sleep");
+	key = (uint32_t)a;
+	t0 = mono_ns();
+	ok &= ASSERT_EQ(bpf_map_update_elem(unwinder__want_fd(u), &key, &mm, BPF_NOEXIST), 0,
+			"a request as the walker puts it");
+	while (ok && mono_ns() - t0 < 5 * NSEC_PER_SEC) {
+		n = unwinder__proc_mappings(u, a, &tables);
+		if (n > 0) {
+			took = mono_ns() - t0;
+			break;
+		}
+		usleep(5000);
+	}
+	fprintf(stderr, "  request served in %.0f ms\n", took / 1e6);
+	ok &= ASSERT_TRUE(n > 0, "the requested process's mappings read");
+	stop(a);
+	unwinder__free(u);
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tc[] = { T(test_unwind_queue_known_before_builds),
-					       T(test_unwind_queue_stacks_cleared_near_full) };
+					       T(test_unwind_queue_stacks_cleared_near_full),
+					       T(test_unwind_queue_idle_worker) };
 
 	if (geteuid() != 0) {
 		printf("skip: needs root for eBPF\n");
 		return 77;
 	}
-	return test_main(tc, 2, argc, argv);
+	return test_main(tc, 3, argc, argv);
 }

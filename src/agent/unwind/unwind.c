@@ -687,14 +687,30 @@ static void *builder(void *arg)
 	return NULL;
 }
 
+/*
+ * The worker drains requests every poll_ms while they come; the always-on agent's (not record's,
+ * opts.foreground) backs off to IDLE_POLL_MS after IDLE_ROUNDS rounds with none: its 50
+ * wakeups a second (each a drain of the want map, which scans the map's buckets) were most of
+ * its ~1 ms/s on a quiet node. A request met while it sleeps waits at most IDLE_POLL_MS (the
+ * process's walks use frame pointers meanwhile).
+ */
+#define IDLE_ROUNDS	10
+#define IDLE_POLL_MS	100
+
 static void *worker(void *arg)
 {
 	struct unwinder *u = arg;
-	struct timespec ts = { 0, (long)u->opts.poll_ms * 1000000L };
+	unsigned idle = 0;
 
 	selfprof_thread(SELF_UNWIND_MAPS);
 	while (!u->stop) {
+		unsigned ms = u->opts.poll_ms;
+		uint64_t before = u->st.requests;
+
 		drain(u);
+		idle = u->st.requests == before ? idle + 1 : 0;
+		if (idle >= IDLE_ROUNDS && ms < IDLE_POLL_MS && !u->opts.foreground)
+			ms = IDLE_POLL_MS;
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {
 			sweep(u);
 			u->last_sweep_ns = mono_ns();
@@ -704,7 +720,8 @@ static void *worker(void *arg)
 			u->last_stacks_check_ns = mono_ns();
 		}
 		selfprof_flush();
-		nanosleep(&ts, NULL);
+		__atomic_add_fetch(&u->st.worker_rounds, 1, __ATOMIC_RELAXED);
+		nanosleep(&(struct timespec){ 0, (long)ms * 1000000L }, NULL);
 	}
 	return NULL;
 }
@@ -910,6 +927,11 @@ int unwinder__proc_mappings(struct unwinder *u, int pid, unsigned *ret_tables)
 		*ret_tables += !!(p->m[i].flags & UNWIND_MAP_TABLE);
 	free(p);
 	return n;
+}
+
+int unwinder__want_fd(struct unwinder *u)
+{
+	return u->want_fd;
 }
 
 void unwinder__stack_fds(struct unwinder *u, int *ret_stacks_fd, int *ret_stats_fd)

@@ -62,6 +62,8 @@ uint64_t unwinder__stacks_gen(struct unwinder *u);
 
 /* The kept-stacks map and the walker's counters (UNWIND_ST_*), for tests. */
 void unwinder__stack_fds(struct unwinder *u, int *ret_stacks_fd, int *ret_stats_fd);
+/* The walker's requests (tgid -> mm), for tests: a request put there as the walker would. */
+int unwinder__want_fd(struct unwinder *u);
 
 struct unwinder_stats {
 	uint64_t tables, table_bytes, budget_bytes;	/* loaded now */
@@ -69,6 +71,7 @@ struct unwinder_stats {
 	uint64_t cached;				/* loaded from the on-disk cache */
 	uint64_t queued;				/* binaries waiting for a build now */
 	uint64_t procs, refreshes, requests;
+	uint64_t worker_rounds;				/* the worker's wakeups */
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
 	uint64_t parent_maps;	/* of no_proc: fork children walked with their parent's mappings */
 	uint64_t stack_full, stack_collisions, stack_clears;
