@@ -35,82 +35,17 @@
 #include "agent/unwind/python.h"
 #include "agent/unwind/table.h"
 #include "agent/unwind/unwind.h"
+#include "agent/unwind/unwind_int.h"
 #include "common/abi.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/util.h"
 
-#define BIN_BUCKETS	4096
-#define PROC_BUCKETS	4096
-#define FILE_BUCKETS	4096
 #define REFRESH_MIN_NS	(200 * NSEC_PER_MSEC)	/* per process, between maps re-reads */
 #define SWEEP_NS	(2 * NSEC_PER_SEC)	/* exited processes leave unwind_procs */
 #define MAP_FLAGS	(BPF_F_INNER_MAP | BPF_F_MMAPABLE)
 /* unwind_want value from the builder: a table this process waited for is in; read it again */
 #define WANT_TABLE_READY UINT64_MAX
-
-enum bin_state { BIN_NEW, BIN_READY, BIN_NO_CFI, BIN_TOO_BIG, BIN_FAILED, BIN_EVICTED };
-
-/* One binary (by build-id, else file identity): its table while loaded. */
-struct bin {
-	struct bin *hnext;
-	struct bin *lru_prev, *lru_next;	/* loaded tables, most recently used first */
-	char *key;
-	enum bin_state state;
-	uint32_t id;				/* in unwind_tables while READY */
-	uint64_t bytes;
-	struct elf_seg *segs;
-	int nsegs;
-	/* the build queue (u->lock): the file to build from, the processes to read again */
-	struct bin *qnext;
-	bool queued;
-	int build_fd;
-	uint64_t load_bytes;			/* its PT_LOAD bytes: the build's cost, roughly */
-	uint32_t *waiters, nwait, capwait;
-};
-
-/* A file identity seen in some process -> its bin (saves re-reading the build-id). */
-struct file_ent {
-	struct file_ent *hnext;
-	uint64_t dev, ino, size;
-	int64_t mtime_ns;
-	struct bin *bin;			/* NULL: not ELF */
-};
-
-struct proc_ent {
-	struct proc_ent *hnext;
-	uint32_t tgid;
-	uint64_t mm, refreshed_ns;
-};
-
-struct unwinder {
-	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd, stacks_fd;
-	uint64_t stacks_made_at_clear;	/* UNWIND_ST_STACK_NEW at the last clear (worker only) */
-	uint64_t last_stacks_check_ns;
-	struct unwinder_opts opts;
-	pthread_t thread, builder;
-	bool thread_started, builder_started;
-	pthread_cond_t queue_cond;		/* the builder waits on it (u->lock) */
-	struct bin *queue_head, *queue_tail;
-	bool building;
-	volatile bool stop;
-	pthread_mutex_t lock;			/* stats and the maps' contents vs. metrics */
-	struct unwinder_stats st;
-	uint64_t stacks_gen;			/* unwinder__stacks_gen(); atomic */
-	struct bin *bins[BIN_BUCKETS];
-	struct bin lru;				/* list head */
-	struct file_ent *files[FILE_BUCKETS];
-	uint32_t nfiles;
-	struct proc_ent *procs[PROC_BUCKETS];
-	uint32_t next_id;
-	uint64_t last_sweep_ns;
-	volatile int pending;			/* requests seen in the last drain */
-	volatile uint64_t drains;		/* drains that found requests (settle) */
-	struct bin *vdso;
-	struct unwind_proc *scratch_proc;	/* one value being assembled */
-	struct python *py;			/* CPython frames (python.h); NULL: none */
-	struct uw_cache *cache;			/* tables on disk (cache.h); NULL: none */
-};
 
 /* ---- tables ------------------------------------------------------------------------------- */
 
@@ -907,110 +842,4 @@ void unwinder__release_builds(struct unwinder *u)
 	u->opts.hold_builds = false;
 	pthread_cond_broadcast(&u->queue_cond);
 	pthread_mutex_unlock(&u->lock);
-}
-
-int unwinder__proc_mappings(struct unwinder *u, int pid, unsigned *ret_tables)
-{
-	struct unwind_proc *p = malloc(sizeof(*p));
-	uint32_t key = (uint32_t)pid;
-	int n;
-
-	*ret_tables = 0;
-	if (!p)
-		return -ENOMEM;
-	if (bpf_map_lookup_elem(u->procs_fd, &key, p)) {
-		free(p);
-		return -ENOENT;
-	}
-	n = (int)p->n;
-	for (uint32_t i = 0; i < p->n && i < UNWIND_MAX_MAPS; i++)
-		*ret_tables += !!(p->m[i].flags & UNWIND_MAP_TABLE);
-	free(p);
-	return n;
-}
-
-int unwinder__want_fd(struct unwinder *u)
-{
-	return u->want_fd;
-}
-
-void unwinder__stack_fds(struct unwinder *u, int *ret_stacks_fd, int *ret_stats_fd)
-{
-	*ret_stacks_fd = u->stacks_fd;
-	*ret_stats_fd = u->stats_fd;
-}
-
-int unwinder__read_stack(struct unwinder *u, int id, __u64 *frames)
-{
-	struct unwind_stack st;
-	uint32_t key = (uint32_t)id, n;
-
-	if (id < 0 || bpf_map_lookup_elem(u->stacks_fd, &key, &st))
-		return 0;
-	n = st.words[0] & 0xff;
-	if (n > GPUSCOPE_MAX_STACK)
-		n = GPUSCOPE_MAX_STACK;
-	memcpy(frames, st.words + 1, n * sizeof(*frames));
-	return (int)n;
-}
-
-uint64_t unwinder__stacks_gen(struct unwinder *u)
-{
-	return __atomic_load_n(&u->stacks_gen, __ATOMIC_SEQ_CST);
-}
-
-void unwinder__settle(struct unwinder *u, unsigned timeout_ms)
-{
-	uint64_t end = mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC;
-	uint32_t k;
-
-	while (mono_ns() < end) {
-		uint64_t gen = __atomic_load_n(&u->drains, __ATOMIC_SEQ_CST);
-		bool idle;
-
-		/* The builder posts its requests before it is idle, a drain counts itself before it
-		 * takes requests, and it queues builds before it is done: so the queue first, then
-		 * the requests, and no drain in between. */
-		pthread_mutex_lock(&u->lock);
-		idle = !u->queue_head && !u->building;
-		pthread_mutex_unlock(&u->lock);
-		if (idle && !u->pending && bpf_map_get_next_key(u->want_fd, NULL, &k) &&
-		    gen == __atomic_load_n(&u->drains, __ATOMIC_SEQ_CST))
-			return;
-		usleep(5000);
-	}
-}
-
-void unwinder__stats(struct unwinder *u, struct unwinder_stats *ret)
-{
-	pthread_mutex_lock(&u->lock);
-	*ret = u->st;
-	pthread_mutex_unlock(&u->lock);
-	ret->walks = bpf_percpu_sum(u->stats_fd, UNWIND_ST_WALKS);
-	ret->frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FRAMES);
-	ret->table_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TABLE_FRAMES);
-	ret->fp_frames = bpf_percpu_sum(u->stats_fd, UNWIND_ST_FP_FRAMES);
-	ret->no_proc = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_PROC);
-	if (u->cache) {
-		struct uw_cache_stats cs;
-
-		uw_cache__stats(u->cache, &cs);
-		ret->cache_on = true;
-		ret->cache_hits = cs.hits;
-		ret->cache_misses = cs.misses;
-		ret->cache_corrupt = cs.corrupt;
-		ret->cache_stores = cs.stores;
-		ret->cache_store_errors = cs.store_errors;
-		ret->cache_evicted = cs.evicted;
-		ret->cache_bytes = cs.bytes;
-		ret->cache_max_bytes = cs.max_bytes;
-		ret->cache_load_ns = cs.load_ns;
-	}
-	ret->parent_maps = bpf_percpu_sum(u->stats_fd, UNWIND_ST_PARENT);
-	ret->no_table = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NO_TABLE);
-	ret->nested = bpf_percpu_sum(u->stats_fd, UNWIND_ST_NESTED);
-	ret->stack_full = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_FULL);
-	ret->stack_collisions = bpf_percpu_sum(u->stats_fd, UNWIND_ST_STACK_COLLISION);
-	for (int i = 0; i < 16; i++)
-		ret->truncated[i] = bpf_percpu_sum(u->stats_fd, UNWIND_ST_TRUNC_BASE + i);
 }
