@@ -194,18 +194,21 @@ static int attach_torch(struct cupti_state *c, const char *path)
  * (a reused pid) and address-space size (a library loaded grows it), from /proc/PID/stat,
  * ~30 times cheaper to read than the maps of a process that maps PyTorch. A settled process
  * (the library attached and registered, libtorch_cpu's probe placed) has nothing left to find:
- * its start time alone, so a training process whose heap moves is not read again every scan.
- * 0 if unreadable.
+ * its start time alone (stamp.settled, even), so a training process whose heap moves is not
+ * read again every scan; else both (stamp.sized, odd). Both 0 if unreadable.
  */
-static uint64_t maps_stamp(pid_t pid, bool settled)
+struct maps_stamp {
+	uint64_t sized, settled;
+};
+
+static struct maps_stamp maps_stamp(pid_t pid)
 {
 	uint64_t start, vsize;
 
 	if (!procfs_start_vsize(pid, &start, &vsize))
-		return 0;
-	if (settled)
-		return hash64(&start, sizeof(start), 0x5e771ed) & ~1ull;	/* even: settled */
-	return hash64(&vsize, sizeof(vsize), start) | 1;
+		return (struct maps_stamp){ 0, 0 };
+	return (struct maps_stamp){ hash64(&vsize, sizeof(vsize), start) | 1,
+				    hash64(&start, sizeof(start), 0x5e771ed) & ~1ull };
 }
 
 /* One process's scan: the library's mapping (attached when first seen) and libtorch_cpu's. */
@@ -214,7 +217,6 @@ struct scan {
 	pid_t pid;
 	bool ours;
 	bool done;	/* nothing left to do here: skipped while its maps stay the same */
-	bool torch_done;	/* libtorch_cpu's backward probe placed (or its file known) */
 	char torch[PATH_MAX + 300];
 };
 
@@ -258,31 +260,29 @@ static void on_tracked(pid_t pid, bool tracked, void *ctx)
 		u64map_remove(&c->gpu_pids, (uint64_t)pid);
 }
 
-/* One process of a scan; false when its maps could not be read. */
-static bool scan_one(struct cupti_state *c, pid_t pid, struct u64map *seen)
+/* One process of a scan: its maps read unless its stamp says nothing changed. */
+static void scan_one(struct cupti_state *c, pid_t pid, struct u64map *seen)
 {
 	struct scan q = { .c = c, .pid = pid, .done = true };
-	uint64_t stamp, *was = u64map_find(&c->scan_seen, (uint64_t)pid);
-	bool settled = was && !(*was & 1);
+	uint64_t *was = u64map_find(&c->scan_seen, (uint64_t)pid);
+	struct maps_stamp ms = maps_stamp(pid);
+	uint64_t stamp = was && !(*was & 1) ? ms.settled : ms.sized;
 
-	stamp = maps_stamp(pid, settled);
 	if (stamp && was && *was == stamp) {
 		c->st.scan_maps_skipped++;
 		u64map_upsert(seen, (uint64_t)pid, stamp, NULL);
-		return true;
+		return;
 	}
 	c->st.scan_maps_read++;
 	if (maps_each(pid, MAPS_ALL, scan_mapping, &q) < 0)
-		return false;
+		return;
 	if (q.ours && q.torch[0] && attach_torch(c, q.torch) == -EAGAIN)
 		q.done = false;
-	if (q.done && q.ours && q.torch[0])	/* nothing more to come from its maps */
-		stamp = maps_stamp(pid, true);
-	else if (settled)	/* read after a reuse of the pid: by size again */
-		stamp = maps_stamp(pid, false);
+	/* nothing more to come from its maps: settled; else (also after a reuse of a settled
+	 * process's pid) by size */
+	stamp = q.done && q.ours && q.torch[0] ? ms.settled : ms.sized;
 	if (q.done && stamp)
 		u64map_upsert(seen, (uint64_t)pid, stamp, NULL);
-	return true;
 }
 
 /*
