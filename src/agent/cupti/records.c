@@ -140,6 +140,14 @@ void cupti_launch_put(struct cupti_state *c, struct proc *p, uint32_t pid, uint3
 		put_launch(c, pid, cid2, tid, slot, h, pslot, pcheck);
 }
 
+/* Thread t's walked backward stack becomes the parent of what p's other threads launch. */
+static void backward_parent(struct proc *p, const struct bw_thread *t)
+{
+	p->bw_slot = t->slot;
+	p->bw_hash = t->hash;
+	p->bw_tid = t->tid;
+}
+
 void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns,
 			bool nested, const __u64 *frames, uint32_t n)
 {
@@ -160,9 +168,7 @@ void cupti_backward_put(struct cupti_state *c, struct proc *p, uint32_t tid, uin
 		return;
 	t->hash = hash64(frames, 8ull * n, p->pid) | 1;
 	t->slot = put_stack(c, p->pid, frames, n, t->hash);
-	p->bw_slot = t->slot;
-	p->bw_hash = t->hash;
-	p->bw_tid = tid;
+	backward_parent(p, t);
 }
 
 bool cupti_backward_same(struct cupti_state *c, struct proc *p, uint32_t tid, uint64_t walked_ns)
@@ -181,9 +187,7 @@ bool cupti_backward_same(struct cupti_state *c, struct proc *p, uint32_t tid, ui
 		if (c->stacks[t->slot].hash != t->hash)
 			break;	/* replaced in the cache */
 		c->stacks[t->slot].used = c->launch_seq + 1;
-		p->bw_slot = t->slot;
-		p->bw_hash = t->hash;
-		p->bw_tid = tid;
+		backward_parent(p, t);
 		c->st.backward_reused++;
 		return true;
 	}
