@@ -85,6 +85,8 @@ enum gpuscope_ev_type {
 	/* switch-outs walked, and the nanoseconds the walks took (walk_share_ppm's budget) */     \
 	X(GPUSCOPE_SERR_WALKS, 27, "stack_walks", EVENT)                                           \
 	X(GPUSCOPE_SERR_WALK_NS, 28, "stack_walk_ns", EVENT)                                       \
+	/* switch-outs given the thread's last kernel stack (same syscall, site, argument) */      \
+	X(GPUSCOPE_SERR_KSTACK_SAME, 29, "kstack_same", EVENT)                                     \
 	/* cuda: 32..47 */                                                                         \
 	X(GPUSCOPE_CERR_RINGBUF_FULL, 32, "ringbuf_full", ERROR) /* call event lost */             \
 	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \

@@ -73,6 +73,12 @@ struct gpuscope_sched_thr {
 	__u8 _pad[2];
 	__s64 walk_credit_ns;	/* walk time the thread may still spend (walk_share_ppm) */
 	__u64 walk_at_ns;	/* when walk_credit_ns was last topped up */
+	/* the kernel stack of its last walked switch-out, and where it blocked (kstack_reuse_ns) */
+	__u64 ksig;		/* signature of that switch-out; 0: none */
+	__u64 ksig_at_ns;	/* when that stack was walked */
+	__u64 ksig_gen;		/* kstack_gen then */
+	__s32 ksig_id;		/* its id in the stack map */
+	__u32 _pad2;
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
 

@@ -22,6 +22,7 @@ struct rec {
 	long calls;			/* cuda_api attr */
 	int stack;			/* index into Batch.stacks, -1 none */
 	char frames[1024];		/* "f1;f2;..." outermost first, user frames only */
+	char kframes[512];		/* the kernel frames, the same way */
 };
 
 struct recs {
@@ -34,7 +35,8 @@ static const char *bstr(const Gpuscope__V1__Batch *m, uint32_t i)
 	return i < m->n_strings ? m->strings[i] : "";
 }
 
-static void rec_frames(const Gpuscope__V1__Batch *m, int stack, char *out, size_t len)
+static void rec_frames(const Gpuscope__V1__Batch *m, int stack, char *out, size_t len,
+		       bool kernel)
 {
 	const Gpuscope__V1__Stack *st;
 
@@ -48,7 +50,7 @@ static void rec_frames(const Gpuscope__V1__Batch *m, int stack, char *out, size_
 
 		size_t used = strlen(out);
 
-		if (l->kernel)
+		if (!l->kernel != !kernel)
 			continue;
 		if (used + strlen(*fn ? fn : "?") + 2 > len)
 			break;	/* truncated: the tests look at the outermost frames */
@@ -118,7 +120,8 @@ static int recs_from_batch(struct batch *b, struct recs *out)
 		rec_labels(m, iv->label_set, iv->attrs, iv->n_attrs, &r);
 		if (iv->stack)	/* Interval.stack (batch version 2) */
 			r.stack = (int)iv->stack - 1;
-		rec_frames(m, r.stack, r.frames, sizeof(r.frames));
+		rec_frames(m, r.stack, r.frames, sizeof(r.frames), false);
+		rec_frames(m, r.stack, r.kframes, sizeof(r.kframes), true);
 		out->r = realloc(out->r, (out->n + 1) * sizeof(r));
 		out->r[out->n++] = r;
 	}
@@ -135,7 +138,8 @@ static int recs_from_batch(struct batch *b, struct recs *out)
 			r.start_ns = r.end_ns = (uint64_t)t;
 			r.value = sg->n_value ? sg->value[i] : 1;
 			rec_labels(m, sg->label_set, NULL, 0, &r);
-			rec_frames(m, r.stack, r.frames, sizeof(r.frames));
+			rec_frames(m, r.stack, r.frames, sizeof(r.frames), false);
+			rec_frames(m, r.stack, r.kframes, sizeof(r.kframes), true);
 			out->r = realloc(out->r, (out->n + 1) * sizeof(r));
 			out->r[out->n++] = r;
 		}

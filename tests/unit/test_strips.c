@@ -848,7 +848,71 @@ out:
 	return ok;
 }
 
+/*
+ * The kernel stack re-used only where the thread blocks as before: "reader" blocks in read(2)
+ * from one call site on a pipe twice, then on an eventfd twice; each block's kernel stack must
+ * be its file's (pipe_read or eventfd_read), and the repeats must have been re-used. Fails when
+ * the signature leaves out the syscall's first argument (the fd).
+ */
+static bool test_strips_kstack_reuse(void)
+{
+	char out[] = "/tmp/kstack_pair_XXXXXX";
+	char *argv[] = { ".output/tests/progs/kstack_pair", out, "1.0", "-", NULL };
+	struct agent a;
+	struct recs rs = { 0 };
+	struct phase ph[512];
+	int fd, gofd = -1, n, status, good = 0, seen = 0;
+	long same;
+	bool ok = false;
+	pid_t pid;
+
+	if (skip())
+		return true;
+	fd = mkstemp(out);
+	close(fd);
+	pid = spawn(argv, &gofd);
+	agent_init(&a, pid);
+	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	go(gofd);
+	status = run_until_exit(&a, &sched_module, pid, 10000);
+	same = metric(&a, &sched_module, "program=\"sched\",event=\"kstack_same\"} ");
+	sched_module.stop(&a);
+	if (!ASSERT_EQ(status, 0, "workload exit status") ||
+	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
+		goto out;
+	n = read_phases(out, ph, 512);
+	for (int i = 0; i < n; i++) {
+		bool pipe = !strcmp(ph[i].name, "pipe");
+		const struct rec *b = blocked_in(&rs, ph[i].tid, ph[i].t0 + a.mono_to_wall_ns,
+						 ph[i].t1 + a.mono_to_wall_ns);
+
+		if (!b || !strstr(b->frames, "read_one"))
+			continue;	/* not blocked (the writer came first), or not walked */
+		seen++;
+		if (strstr(b->kframes, pipe ? "pipe_read" : "eventfd_read") &&
+		    !strstr(b->kframes, pipe ? "eventfd_read" : "pipe_read"))
+			good++;
+		else
+			fprintf(stderr, "  %s read %d: kernel stack %s\n", ph[i].name, i, b->kframes);
+	}
+	fprintf(stderr, "  %d reads, %d blocked with stacks, %d of them with their file's kernel "
+			"stack; %ld kernel stacks re-used\n", n, seen, good, same);
+	ok = ASSERT_TRUE(seen >= n / 2 && seen >= 40, "most reads blocked, with stacks") &&
+	     ASSERT_EQ(good, seen, "every block has its own file's kernel stack") &&
+	     ASSERT_TRUE(same >= seen / 4, "the repeated blocks re-used their kernel stack");
+out:
+	free(rs.r);
+	agent_done(&a);
+	unlink(out);
+	return ok;
+}
+
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
 	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
 	  T(test_strips_offcpu_walk_budget),
-	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop))
+	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop),
+	  T(test_strips_kstack_reuse))

@@ -45,6 +45,19 @@ const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
 const volatile __s64 walk_burst_ns = 5000000;
 /* keys added to `offcpu`: user space walks the map (all its buckets) only when this moved */
 __u64 offcpu_added = 0;
+/*
+ * A blocking switch-out's kernel stack (bpf_get_stackid: ~2 us of the ~2.5 us on_switch took
+ * here, the unwinding of 15-25 kernel frames) is taken again only when the thread blocks
+ * somewhere else: a thread that blocks in the same syscall, from the same user instruction,
+ * with the same first argument (the fd, the futex word, the poll set) and the same sleep state
+ * as its last walked switch-out less than kstack_reuse_ns ago gets that switch-out's stack id
+ * (GPUSCOPE_SERR_KSTACK_SAME). Blocks outside a syscall (page faults, kernel threads) are always
+ * walked. User space bumps kstack_gen around each clear of `stacks` (odd while it runs): an id
+ * from another generation may name other frames, so it is never re-used. 0: every switch-out
+ * walked.
+ */
+const volatile __u64 kstack_reuse_ns = 250000000;
+__u64 kstack_gen = 0;
 
 struct walk_credit {
 	__s64 credit_ns;
@@ -304,6 +317,39 @@ static __noinline struct gpuscope_sched_thr *get_thr(struct task_struct *p, __u3
 	return t;
 }
 
+/*
+ * The kernel stack of a thread blocking now (its stack id, < 0: -errno): its last one when it
+ * blocks where it did then (kstack_reuse_ns), else walked and remembered.
+ */
+static __noinline __s32 kernel_stack(void *ctx, struct gpuscope_sched_thr *t, struct pt_regs *regs,
+				     unsigned int prev_state, __u64 now)
+{
+	__u64 gen = *(volatile __u64 *)&kstack_gen, sig = 0;
+	__s32 id;
+
+	if (kstack_reuse_ns && t->syscall_nr >= 0 && regs) {
+		/* a mix of the syscall, the user instruction after it, its first argument and
+		 * the sleep state; | 1: never 0 */
+		sig = (__u64)t->syscall_nr * 0x9e3779b97f4a7c15ULL;
+		sig = (sig ^ BPF_CORE_READ(regs, ip)) * 0xbf58476d1ce4e5b9ULL;
+		sig = (sig ^ BPF_CORE_READ(regs, di)) * 0x94d049bb133111ebULL;
+		sig = (sig ^ prev_state ^ (sig >> 31)) | 1;
+		if (sig == t->ksig && gen == t->ksig_gen && !(gen & 1) &&
+		    now - t->ksig_at_ns < kstack_reuse_ns) {
+			count_err(GPUSCOPE_SERR_KSTACK_SAME);
+			return t->ksig_id;
+		}
+	}
+	id = bpf_get_stackid(ctx, &stacks, 0);
+	if (id < 0)
+		count_err(GPUSCOPE_SERR_KSTACK);
+	t->ksig = id >= 0 && !(gen & 1) ? sig : 0;
+	t->ksig_id = id;
+	t->ksig_gen = gen;
+	t->ksig_at_ns = now;
+	return id;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -335,10 +381,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					t->flags |= GPUSCOPE_TSF_CUDA_SYNC;
 				t->kstack_id = -1;
 				t->ustack_id = -1;
+				regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+				t->syscall_nr = regs && prev->mm ? (__s32)BPF_CORE_READ(regs, orig_ax) : -1;
 				if (want_stacks) {
-					t->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
-					if (t->kstack_id < 0)
-						count_err(GPUSCOPE_SERR_KSTACK);
+					t->kstack_id = kernel_stack(ctx, t, regs, prev_state, now);
 					struct walk_credit *pc = NULL;
 
 					if (prev->mm && !walk_allowed(t, ptgid, now, &pc)) {
@@ -363,8 +409,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 							pc->credit_ns -= dw;
 					}
 				}
-				regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-				t->syscall_nr = regs && prev->mm ? (__s32)BPF_CORE_READ(regs, orig_ax) : -1;
 			} else {
 				t->state = GPUSCOPE_TS_RUNNABLE;
 			}

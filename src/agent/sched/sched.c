@@ -495,8 +495,11 @@ static void check_stackmap(struct sched_state *s)
 		return;
 	prev = NULL;
 	s->stackmap_gen++;	/* ids from now on may name other frames */
+	/* odd while clearing: the programs re-use no thread's last kernel stack id meanwhile */
+	__atomic_fetch_add(&s->skel->bss->kstack_gen, 1, __ATOMIC_SEQ_CST);
 	while (!bpf_map_get_next_key(fd, NULL, &next))
 		bpf_map_delete_elem(fd, &next);
+	__atomic_fetch_add(&s->skel->bss->kstack_gen, 1, __ATOMIC_SEQ_CST);
 	s->stackmap_clears++;
 	log_debug("sched: stack map had %u entries: cleared", n);
 }
@@ -556,6 +559,10 @@ static int sched_start(struct agent *a)
 		return err;
 	}
 	skel->rodata->track_all = a->opts.all_processes;
+	/* for benchmarks: 0 walks every blocking switch-out's kernel stack (as before) */
+	if (getenv("GPUSCOPE_SCHED_KSTACK_REUSE_MS"))
+		skel->rodata->kstack_reuse_ns =
+			strtoull(getenv("GPUSCOPE_SCHED_KSTACK_REUSE_MS"), NULL, 10) * 1000000ULL;
 	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
 	/* shared with cuda_probe's programs, which set it (run.c made it) */
