@@ -103,7 +103,8 @@ def metric(text, name):
     """The sum of a family's samples in a /metrics text, None if absent."""
     v = None
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith(name + " ") or line.startswith(name + "{") or \
+                line.startswith(name.rstrip("}") + ","):
             v = (v or 0.0) + float(line.rsplit(" ", 1)[1])
     return v
 
@@ -140,6 +141,13 @@ def one(binary, srv, tmp, tag, window, warm):
             va, vb = metric(a, name), metric(b, name)
             if va is not None and vb is not None:
                 rates.append("%s %.0f/s" % (name[15:-6], (vb - va) / (t1 - t0)))
+        for name, label, unit, scale in (
+                ("gpuscope_agent_sched_stack_walk_seconds_total", "off-CPU walks", "ms/s", 1e3),
+                ('gpuscope_agent_bpf_events_total{program="sched",event="kstack_same"}',
+                 "kernel stacks re-used", "/s", 1)):
+            va, vb = metric(a, name), metric(b, name)
+            if va is not None and vb is not None:
+                rates.append("%s %.2f %s" % (label, scale * (vb - va) / (t1 - t0), unit))
         text += "\n" + ", ".join(rates)
         agent_ms = 1e3 * (c1 - c0) / (t1 - t0)
         return text, agent_ms, s

@@ -177,6 +177,8 @@ static void usage(FILE *f)
 		"  --all-processes          thread states of every process\n"
 		"  --offcpu-walk-share PCT  the share of a thread's time its off-CPU stack walks may\n"
 		"                           take, the rest marked not walked (default 0.1%%; 0: all)\n"
+		"  --strip-event-rate N     thread-state events a second per thread; a thread over it\n"
+		"                           has its states under 20 ms summarized (default 250; 0: all)\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"
 		"  --ca-file FILE           trust this PEM CA for an https:// server (default: system CAs)\n"
 		"  --client-cert FILE       present this PEM certificate to the server (mutual TLS)\n"
@@ -389,7 +391,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		OPT_SERVER = 256, OPT_INTERVAL, OPT_PID, OPT_FREQ, OPT_ALL, OPT_TOKEN, OPT_CA_FILE, OPT_SPOOL_DIR,
 		OPT_SPOOL_MAX, OPT_METRICS, OPT_NODE, OPT_NVML, OPT_NO_GPU, OPT_COMPRESSION,
 		OPT_RETRY_MAX, OPT_STOP_GRACE, OPT_DURATION, OPT_RELABEL, OPT_NVML_OPT, OPT_MODULES, OPT_TRACE_OPT, OPT_LAUNCH_PROBES, OPT_UNWIND_OPT,
-		OPT_OFFCPU_WALK_SHARE, OPT_BPF_STATS, OPT_CLIENT_CERT, OPT_CLIENT_KEY, OPT_PROXY,
+		OPT_OFFCPU_WALK_SHARE, OPT_STRIP_EVENT_RATE, OPT_BPF_STATS, OPT_CLIENT_CERT, OPT_CLIENT_KEY, OPT_PROXY,
 	};
 	static struct trace_cfg trace;
 	static const struct option lopts[] = {
@@ -399,6 +401,7 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 		{ "frequency", required_argument, NULL, OPT_FREQ },
 		{ "all-processes", no_argument, NULL, OPT_ALL },
 		{ "offcpu-walk-share", required_argument, NULL, OPT_OFFCPU_WALK_SHARE },
+		{ "strip-event-rate", required_argument, NULL, OPT_STRIP_EVENT_RATE },
 		{ "token-file", required_argument, NULL, OPT_TOKEN },
 		{ "ca-file", required_argument, NULL, OPT_CA_FILE },
 		{ "client-cert", required_argument, NULL, OPT_CLIENT_CERT },
@@ -503,6 +506,19 @@ static int parse_args(int argc, char **argv, struct agent_opts *ao, struct run_o
 				return -EINVAL;
 			}
 			break;
+		case OPT_STRIP_EVENT_RATE: {
+			char *end;
+
+			errno = 0;
+			ao->strip_event_rate = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || ao->strip_event_rate < 0 ||
+			    ao->strip_event_rate > 1000000) {
+				log_error("--strip-event-rate: '%s' is not a number of events a "
+					  "second in [0, 1000000] (0: no limit)", optarg);
+				return -EINVAL;
+			}
+			break;
+		}
 		case OPT_TOKEN:
 			o->token_file = optarg;
 			break;
@@ -680,7 +696,7 @@ static struct http_link *server_link(const struct run_opts *o)
 int cmd_run(int argc, char **argv)
 {
 	static char hostname[256];
-	struct agent_opts ao = { .frequency_hz = 99, .offcpu_walk_share = -1 };
+	struct agent_opts ao = { .frequency_hz = 99, .offcpu_walk_share = -1, .strip_event_rate = -1 };
 	struct run_opts o = {
 		.spool_max = 512ull << 20,
 		.metrics_listen = "127.0.0.1:9400",

@@ -87,6 +87,8 @@ enum gpuscope_ev_type {
 	X(GPUSCOPE_SERR_WALK_NS, 28, "stack_walk_ns", EVENT)                                       \
 	/* switch-outs given the thread's last kernel stack (same syscall, site, argument) */      \
 	X(GPUSCOPE_SERR_KSTACK_SAME, 29, "kstack_same", EVENT)                                     \
+	/* states of 1-20 ms folded into summaries: the thread was over its event budget */        \
+	X(GPUSCOPE_SERR_FOLDED_RATE, 30, "folded_over_budget", EVENT)                              \
 	/* cuda: 32..47 */                                                                         \
 	X(GPUSCOPE_CERR_RINGBUF_FULL, 32, "ringbuf_full", ERROR) /* call event lost */             \
 	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \

@@ -59,6 +59,7 @@ struct gpuscope_offcpu_val {
  * A followed thread's state machine: the value of the sched programs' `threads` hash map (by tid),
  * read by user space at stop to close every open state (sched.c: close_open_states()).
  */
+#define GPUSCOPE_KSIGS 4
 struct gpuscope_sched_thr {
 	__u64 since_ns;		/* start of the current state */
 	__u64 agg_start_ns;	/* start of the pending summary; 0: none */
@@ -73,12 +74,16 @@ struct gpuscope_sched_thr {
 	__u8 _pad[2];
 	__s64 walk_credit_ns;	/* walk time the thread may still spend (walk_share_ppm) */
 	__u64 walk_at_ns;	/* when walk_credit_ns was last topped up */
-	/* the kernel stack of its last walked switch-out, and where it blocked (kstack_reuse_ns) */
-	__u64 ksig;		/* signature of that switch-out; 0: none */
-	__u64 ksig_at_ns;	/* when that stack was walked */
-	__u64 ksig_gen;		/* kstack_gen then */
-	__s32 ksig_id;		/* its id in the stack map */
-	__u32 _pad2;
+	/* the kernel stacks of its last GPUSCOPE_KSIGS walked switch-outs at different places, and
+	 * where it blocked then (sched.bpf.c, kstack_reuse_ns) */
+	__u64 ksig[GPUSCOPE_KSIGS];	/* signature of that switch-out; 0: none */
+	__u64 ksig_at_ns[GPUSCOPE_KSIGS];	/* when that stack was walked */
+	__s32 ksig_id[GPUSCOPE_KSIGS];	/* its id in the stack map */
+	__u64 ksig_gen;		/* kstack_gen when they were walked */
+	__u32 ksig_next;	/* the slot the next walk takes */
+	__u32 folding;		/* 1 while its events are over the budget (state_event_ns) */
+	__s64 ev_credit_ns;	/* event budget left (state_event_ns a state) */
+	__u64 ev_at_ns;		/* when ev_credit_ns was last topped up */
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
 

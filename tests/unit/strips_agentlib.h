@@ -14,6 +14,7 @@
 #include "test.h"
 #include "agent/agent.h"
 #include "agent/bpfutil.h"
+#include "agent/bpfstats.h"
 #include "agent/sym/stacks.h"
 #include "agent/sym/symbolize.h"
 #include "agent/unwind/unwind.h"
@@ -127,6 +128,40 @@ static inline pid_t spawn_followed(char *const argv[], struct agent *a, double s
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	return -1;
+}
+
+/* A metric's value (the module's, the BPF programs' counters, the kernel's run times of them);
+ * name ending in a space: unlabelled, else a prefix of its labels. -1 when absent. */
+static inline double metric_f(struct agent *a, const struct agent_module *m, const char *name)
+{
+	char *buf = NULL, *p;
+	size_t len = 0;
+	double v = -1;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -1;
+	m->metrics(a, f);
+	bpf_counters__metrics(f);	/* what the BPF programs count: one agent-wide family */
+	bpf_prog_stats__metrics(f);	/* and what the kernel counts of them */
+	fclose(f);
+	p = strstr(buf, name);
+	if (p)
+		p += strlen(name);
+	if (p && name[strlen(name) - 1] != ' ') {	/* a prefix of the labels: the value after them */
+		p = strstr(p, "} ");
+		if (p)
+			p += 2;
+	}
+	if (p)
+		v = strtod(p, NULL);
+	free(buf);
+	return v;
+}
+
+static inline long metric(struct agent *a, const struct agent_module *m, const char *name)
+{
+	return (long)metric_f(a, m, name);
 }
 
 #endif

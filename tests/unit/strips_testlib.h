@@ -6,6 +6,7 @@
 #ifndef GPUSCOPE_TEST_STRIPS_TESTLIB_H
 #define GPUSCOPE_TEST_STRIPS_TESTLIB_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@ struct rec {
 	int stack;			/* index into Batch.stacks, -1 none */
 	char frames[1024];		/* "f1;f2;..." outermost first, user frames only */
 	char kframes[512];		/* the kernel frames, the same way */
+	bool summary;			/* a summary of short states (attr summary=1) */
 };
 
 struct recs {
@@ -85,6 +87,8 @@ static void rec_labels(const Gpuscope__V1__Batch *m, uint32_t ls, const uint32_t
 				snprintf(r->reason, sizeof(r->reason), "%s", v);
 			else if (!strcmp(k, "api"))
 				snprintf(r->api, sizeof(r->api), "%s", v);
+			else if (!strcmp(k, "summary"))
+				r->summary = !strcmp(v, "1");
 			else if (!strcmp(k, "calls"))
 				r->calls = atol(v);
 			else if (!strcmp(k, "stack_id"))
@@ -147,6 +151,65 @@ static int recs_from_batch(struct batch *b, struct recs *out)
 	batch_decode_free(m);
 	batch__reset(b);
 	return 0;
+}
+
+/* A phase a workload recorded itself: "<name> <tid> <t0> <t1>" lines. */
+struct phase {
+	char name[16];
+	int tid;
+	uint64_t t0, t1;	/* CLOCK_MONOTONIC */
+};
+
+static inline int read_phases(const char *path, struct phase *ph, int max)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fscanf(f, "%15s %d %lu %lu", ph[n].name, &ph[n].tid, &ph[n].t0,
+				 &ph[n].t1) == 4)
+		n++;
+	fclose(f);
+	return n;
+}
+
+/* ns of state `state` (or any, when NULL) of tid inside [t0, t1) (wall ns). */
+static inline uint64_t overlap(const struct recs *rs, int tid, const char *state, uint64_t t0,
+			uint64_t t1)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct rec *r = &rs->r[i];
+		uint64_t s, e;
+
+		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid)
+			continue;
+		if (state && strcmp(r->state, state))
+			continue;
+		s = r->start_ns > t0 ? r->start_ns : t0;
+		e = r->end_ns < t1 ? r->end_ns : t1;
+		if (e > s)
+			sum += e - s;
+	}
+	return sum;
+}
+
+static inline const struct rec *blocked_in(const struct recs *rs, int tid, uint64_t t0, uint64_t t1)
+{
+	const struct rec *best = NULL;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct rec *r = &rs->r[i];
+
+		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid ||
+		    strcmp(r->state, "blocked") || r->end_ns <= t0 || r->start_ns >= t1)
+			continue;
+		if (!best || r->end_ns - r->start_ns > best->end_ns - best->start_ns)
+			best = r;
+	}
+	return best;
 }
 
 #endif

@@ -25,64 +25,6 @@
 #include "common/log.h"
 #include "common/util.h"
 
-struct phase {
-	char name[16];
-	int tid;
-	uint64_t t0, t1;	/* CLOCK_MONOTONIC */
-};
-
-static int read_phases(const char *path, struct phase *ph, int max)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0;
-
-	if (!f)
-		return 0;
-	while (n < max && fscanf(f, "%15s %d %lu %lu", ph[n].name, &ph[n].tid, &ph[n].t0,
-				 &ph[n].t1) == 4)
-		n++;
-	fclose(f);
-	return n;
-}
-
-/* ns of state `state` (or any, when NULL) of tid inside [t0, t1) (wall ns). */
-static uint64_t overlap(const struct recs *rs, int tid, const char *state, uint64_t t0,
-			uint64_t t1)
-{
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < rs->n; i++) {
-		const struct rec *r = &rs->r[i];
-		uint64_t s, e;
-
-		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid)
-			continue;
-		if (state && strcmp(r->state, state))
-			continue;
-		s = r->start_ns > t0 ? r->start_ns : t0;
-		e = r->end_ns < t1 ? r->end_ns : t1;
-		if (e > s)
-			sum += e - s;
-	}
-	return sum;
-}
-
-static const struct rec *blocked_in(const struct recs *rs, int tid, uint64_t t0, uint64_t t1)
-{
-	const struct rec *best = NULL;
-
-	for (size_t i = 0; i < rs->n; i++) {
-		const struct rec *r = &rs->r[i];
-
-		if (r->sample || strcmp(r->kind, "thread_state") || r->tid != tid ||
-		    strcmp(r->state, "blocked") || r->end_ns <= t0 || r->start_ns >= t1)
-			continue;
-		if (!best || r->end_ns - r->start_ns > best->end_ns - best->start_ns)
-			best = r;
-	}
-	return best;
-}
-
 static long long llabs_(long long v)
 {
 	return v < 0 ? -v : v;
@@ -129,8 +71,6 @@ static bool test_strips_reason_names(void)
 }
 
 /* Phases, reasons, runnable time of the pinned pair, off-CPU stack of the futex wait. */
-static long metric(struct agent *a, const struct agent_module *m, const char *name);
-static double metric_f(struct agent *a, const struct agent_module *m, const char *name);
 
 static bool test_strips_known_phases(void)
 {
@@ -538,40 +478,6 @@ static bool test_strips_cuda_deleted_lib(void)
 	return cuda_case(true);
 }
 
-/* A metric's value (the module's, the BPF programs' counters, the kernel's run times of them);
- * name ending in a space: unlabelled, else a prefix of its labels. -1 when absent. */
-static double metric_f(struct agent *a, const struct agent_module *m, const char *name)
-{
-	char *buf = NULL, *p;
-	size_t len = 0;
-	double v = -1;
-	FILE *f = open_memstream(&buf, &len);
-
-	if (!f)
-		return -1;
-	m->metrics(a, f);
-	bpf_counters__metrics(f);	/* what the BPF programs count: one agent-wide family */
-	bpf_prog_stats__metrics(f);	/* and what the kernel counts of them */
-	fclose(f);
-	p = strstr(buf, name);
-	if (p)
-		p += strlen(name);
-	if (p && name[strlen(name) - 1] != ' ') {	/* a prefix of the labels: the value after them */
-		p = strstr(p, "} ");
-		if (p)
-			p += 2;
-	}
-	if (p)
-		v = strtod(p, NULL);
-	free(buf);
-	return v;
-}
-
-static long metric(struct agent *a, const struct agent_module *m, const char *name)
-{
-	return (long)metric_f(a, m, name);
-}
-
 /* 2000 threads that live 1 ms each: followed, recorded, forgotten at exit, nothing lost. */
 static bool test_strips_thread_churn(void)
 {
@@ -848,71 +754,7 @@ out:
 	return ok;
 }
 
-/*
- * The kernel stack re-used only where the thread blocks as before: "reader" blocks in read(2)
- * from one call site on a pipe twice, then on an eventfd twice; each block's kernel stack must
- * be its file's (pipe_read or eventfd_read), and the repeats must have been re-used. Fails when
- * the signature leaves out the syscall's first argument (the fd).
- */
-static bool test_strips_kstack_reuse(void)
-{
-	char out[] = "/tmp/kstack_pair_XXXXXX";
-	char *argv[] = { ".output/tests/progs/kstack_pair", out, "1.0", "-", NULL };
-	struct agent a;
-	struct recs rs = { 0 };
-	struct phase ph[512];
-	int fd, gofd = -1, n, status, good = 0, seen = 0;
-	long same;
-	bool ok = false;
-	pid_t pid;
-
-	if (skip())
-		return true;
-	fd = mkstemp(out);
-	close(fd);
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		goto out;
-	}
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 10000);
-	same = metric(&a, &sched_module, "program=\"sched\",event=\"kstack_same\"} ");
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "workload exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
-		goto out;
-	n = read_phases(out, ph, 512);
-	for (int i = 0; i < n; i++) {
-		bool pipe = !strcmp(ph[i].name, "pipe");
-		const struct rec *b = blocked_in(&rs, ph[i].tid, ph[i].t0 + a.mono_to_wall_ns,
-						 ph[i].t1 + a.mono_to_wall_ns);
-
-		if (!b || !strstr(b->frames, "read_one"))
-			continue;	/* not blocked (the writer came first), or not walked */
-		seen++;
-		if (strstr(b->kframes, pipe ? "pipe_read" : "eventfd_read") &&
-		    !strstr(b->kframes, pipe ? "eventfd_read" : "pipe_read"))
-			good++;
-		else
-			fprintf(stderr, "  %s read %d: kernel stack %s\n", ph[i].name, i, b->kframes);
-	}
-	fprintf(stderr, "  %d reads, %d blocked with stacks, %d of them with their file's kernel "
-			"stack; %ld kernel stacks re-used\n", n, seen, good, same);
-	ok = ASSERT_TRUE(seen >= n / 2 && seen >= 40, "most reads blocked, with stacks") &&
-	     ASSERT_EQ(good, seen, "every block has its own file's kernel stack") &&
-	     ASSERT_TRUE(same >= seen / 4, "the repeated blocks re-used their kernel stack");
-out:
-	free(rs.r);
-	agent_done(&a);
-	unlink(out);
-	return ok;
-}
-
 TEST_MAIN(T(test_strips_reason_names), T(test_strips_known_phases), T(test_strips_cuda_lazy),
 	  T(test_strips_cuda_deleted_lib), T(test_strips_thread_churn), T(test_strips_offcpu_cond_wait),
 	  T(test_strips_offcpu_walk_budget),
-	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop),
-	  T(test_strips_kstack_reuse))
+	  T(test_strips_offcpu_walk_process_budget), T(test_strips_open_states_at_stop))

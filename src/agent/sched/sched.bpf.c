@@ -50,13 +50,25 @@ __u64 offcpu_added = 0;
  * here, the unwinding of 15-25 kernel frames) is taken again only when the thread blocks
  * somewhere else: a thread that blocks in the same syscall, from the same user instruction,
  * with the same first argument (the fd, the futex word, the poll set) and the same sleep state
- * as its last walked switch-out less than kstack_reuse_ns ago gets that switch-out's stack id
+ * as one of its last GPUSCOPE_KSIGS walked switch-outs (at different places: a training loop's
+ * thread blocks at two or three) less than kstack_reuse_ns ago gets that switch-out's stack id
  * (GPUSCOPE_SERR_KSTACK_SAME). Blocks outside a syscall (page faults, kernel threads) are always
  * walked. User space bumps kstack_gen around each clear of `stacks` (odd while it runs): an id
  * from another generation may name other frames, so it is never re-used. 0: every switch-out
  * walked.
  */
 const volatile __u64 kstack_reuse_ns = 250000000;
+/*
+ * The events a thread's states make are budgeted: each event costs state_event_ns of a credit
+ * that grows with the thread's time, at most state_burst_ns saved (default: 250 events a second,
+ * a burst of 62). A thread over its budget (one that changes state thousands of times a second:
+ * a loader polling every millisecond) has its states shorter than max_summary_ns folded into
+ * summary intervals as if they were short, until it has saved up half the burst again. States
+ * blocked in a CUDA synchronize call are never folded (what the GPU-idle analyses look for),
+ * nor states of max_summary_ns or more. 0: every state of min_interval_ns or more is an event.
+ */
+const volatile __u64 state_event_ns = 4000000;
+const volatile __s64 state_burst_ns = 250000000;
 __u64 kstack_gen = 0;
 
 struct walk_credit {
@@ -122,8 +134,9 @@ static __always_inline bool is_tracked(__u32 tgid)
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
-static __always_inline void emit(struct gpuscope_ev_thread_state *ev)
+static __always_inline void emit(struct gpuscope_sched_thr *t, struct gpuscope_ev_thread_state *ev)
 {
+	t->ev_credit_ns -= state_event_ns;
 	ev->hdr.type = GPUSCOPE_EV_THREAD_STATE;
 	ev->hdr.size = sizeof(*ev);
 	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0))
@@ -152,9 +165,36 @@ static __always_inline void flush_summary(struct gpuscope_sched_thr *t, __u32 ti
 	ev.state = GPUSCOPE_TS_SUMMARY;
 	ev.flags = flags;
 	__builtin_memcpy(ev.comm, t->comm, sizeof(ev.comm));
-	emit(&ev);
+	emit(t, &ev);
 	t->agg_start_ns = 0;
 	t->agg_ns[0] = t->agg_ns[1] = t->agg_ns[2] = 0;
+}
+
+/*
+ * Whether a state of dur (at least min_interval_ns) is folded for the thread's event budget:
+ * tops the credit up, and moves the thread into folding when it is spent and out of it when
+ * half the burst is saved again.
+ */
+static __always_inline bool over_budget(struct gpuscope_sched_thr *t, __u8 st, __u64 dur, __u64 now)
+{
+	if (!state_event_ns || dur >= max_summary_ns ||
+	    (st == GPUSCOPE_TS_BLOCKED && (t->flags & GPUSCOPE_TSF_CUDA_SYNC)))
+		return false;
+	if (now > t->ev_at_ns) {
+		__u64 earned = now - t->ev_at_ns;
+
+		t->ev_credit_ns += earned >= (__u64)state_burst_ns ? state_burst_ns : (__s64)earned;
+		if (t->ev_credit_ns > state_burst_ns)
+			t->ev_credit_ns = state_burst_ns;
+		t->ev_at_ns = now;
+	}
+	if (t->folding && t->ev_credit_ns >= (state_burst_ns >> 1))
+		t->folding = 0;
+	else if (!t->folding && t->ev_credit_ns < 0)
+		t->folding = 1;
+	if (t->folding)
+		count_err(GPUSCOPE_SERR_FOLDED_RATE);
+	return t->folding;
 }
 
 /* Ends the thread's current state at now: one event, or folded into the summary. */
@@ -166,7 +206,7 @@ static __noinline void close_state(struct gpuscope_sched_thr *t, __u32 tid, __u6
 	if (st < GPUSCOPE_TS_RUNNING || st > GPUSCOPE_TS_BLOCKED || now <= t->since_ns)
 		return;
 	dur = now - t->since_ns;
-	if (dur >= min_interval_ns || (flags & GPUSCOPE_TSF_FINAL)) {
+	if ((dur >= min_interval_ns && !over_budget(t, st, dur, now)) || (flags & GPUSCOPE_TSF_FINAL)) {
 		struct gpuscope_ev_thread_state ev = {};
 
 		flush_summary(t, tid, 0);
@@ -181,7 +221,7 @@ static __noinline void close_state(struct gpuscope_sched_thr *t, __u32 tid, __u6
 		ev.state = st;
 		ev.flags = flags | (st == GPUSCOPE_TS_BLOCKED ? t->flags : 0);
 		__builtin_memcpy(ev.comm, t->comm, sizeof(ev.comm));
-		emit(&ev);
+		emit(t, &ev);
 		return;
 	}
 	if (!t->agg_start_ns)
@@ -309,6 +349,8 @@ static __noinline struct gpuscope_sched_thr *get_thr(struct task_struct *p, __u3
 	nt.syscall_nr = -1;
 	nt.walk_credit_ns = walk_burst_ns;
 	nt.walk_at_ns = bpf_ktime_get_ns();
+	nt.ev_credit_ns = state_burst_ns;
+	nt.ev_at_ns = nt.walk_at_ns;
 	BPF_CORE_READ_STR_INTO(&nt.comm, p, comm);
 	bpf_map_update_elem(&threads, &tid, &nt, BPF_NOEXIST);
 	t = bpf_map_lookup_elem(&threads, &tid);
@@ -325,8 +367,14 @@ static __noinline __s32 kernel_stack(void *ctx, struct gpuscope_sched_thr *t, st
 				     unsigned int prev_state, __u64 now)
 {
 	__u64 gen = *(volatile __u64 *)&kstack_gen, sig = 0;
+	__u32 k;
 	__s32 id;
 
+	if (gen != t->ksig_gen) {	/* ids of another generation may name other frames */
+		for (int i = 0; i < GPUSCOPE_KSIGS; i++)
+			t->ksig[i] = 0;
+		t->ksig_gen = gen;
+	}
 	if (kstack_reuse_ns && t->syscall_nr >= 0 && regs) {
 		/* a mix of the syscall, the user instruction after it, its first argument and
 		 * the sleep state; | 1: never 0 */
@@ -334,19 +382,27 @@ static __noinline __s32 kernel_stack(void *ctx, struct gpuscope_sched_thr *t, st
 		sig = (sig ^ BPF_CORE_READ(regs, ip)) * 0xbf58476d1ce4e5b9ULL;
 		sig = (sig ^ BPF_CORE_READ(regs, di)) * 0x94d049bb133111ebULL;
 		sig = (sig ^ prev_state ^ (sig >> 31)) | 1;
-		if (sig == t->ksig && gen == t->ksig_gen && !(gen & 1) &&
-		    now - t->ksig_at_ns < kstack_reuse_ns) {
-			count_err(GPUSCOPE_SERR_KSTACK_SAME);
-			return t->ksig_id;
+		for (int i = 0; i < GPUSCOPE_KSIGS; i++) {
+			if (t->ksig[i] == sig && !(gen & 1) &&
+			    now - t->ksig_at_ns[i] < kstack_reuse_ns) {
+				count_err(GPUSCOPE_SERR_KSTACK_SAME);
+				return t->ksig_id[i];
+			}
 		}
 	}
 	id = bpf_get_stackid(ctx, &stacks, 0);
 	if (id < 0)
 		count_err(GPUSCOPE_SERR_KSTACK);
-	t->ksig = id >= 0 && !(gen & 1) ? sig : 0;
-	t->ksig_id = id;
-	t->ksig_gen = gen;
-	t->ksig_at_ns = now;
+	if (id >= 0 && sig && !(gen & 1)) {
+		for (k = 0; k < GPUSCOPE_KSIGS; k++)	/* its old slot, if it had one */
+			if (t->ksig[k] == sig)
+				break;
+		if (k >= GPUSCOPE_KSIGS)
+			k = t->ksig_next++ % GPUSCOPE_KSIGS;
+		t->ksig[k] = sig;
+		t->ksig_id[k] = id;
+		t->ksig_at_ns[k] = now;
+	}
 	return id;
 }
 

@@ -559,6 +559,9 @@ static int sched_start(struct agent *a)
 		return err;
 	}
 	skel->rodata->track_all = a->opts.all_processes;
+	if (a->opts.strip_event_rate >= 0)	/* else the program's default (250 a second) */
+		skel->rodata->state_event_ns = a->opts.strip_event_rate ?
+			NSEC_PER_SEC / (uint64_t)a->opts.strip_event_rate : 0;
 	/* for benchmarks: 0 walks every blocking switch-out's kernel stack (as before) */
 	if (getenv("GPUSCOPE_SCHED_KSTACK_REUSE_MS"))
 		skel->rodata->kstack_reuse_ns =
