@@ -72,8 +72,9 @@ for cfg in $CFGS; do
 	read -r ut1 st1 < <(awk '{print $14, $15}' /proc/$apid/stat)
 	t1=$(date +%s.%N)
 	if [ -n "${PROFILE_S:-}" ]; then	# after the window: the profiler's own samples stay out of it
-		ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
-			-f "$RET/agent-$cfg.folded" --top 60 > "$RET/profile-$cfg.txt" 2>&1
+		# in a subshell: ours() execs, which would end this script here
+		( ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
+			-f "$RET/agent-$cfg.folded" --top 60 > "$RET/profile-$cfg.txt" 2>&1 )
 	fi
 	kill -TERM $apid; wait $apid
 	secs=$(python3 -c "print($t1 - $t0)")

@@ -41,8 +41,8 @@ for mode in ${MODES:-default continuous}; do
 	if [ -n "${PROFILE_S:-}" ] && [ $mode = default ]; then
 		(sleep 60
 		 curl -s http://127.0.0.1:9400/metrics > "$W/self-0.txt"
-		 ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
-			-f "$RET/agent.folded" --top 60 > "$RET/profile-agent.txt" 2>&1
+		 ( ours "$D/bin/gpuscope-agent" record --pid $apid -F 499 -d "$PROFILE_S" \
+			-f "$RET/agent.folded" --top 60 > "$RET/profile-agent.txt" 2>&1 )
 		 curl -s http://127.0.0.1:9400/metrics > "$W/self-1.txt"
 		 python3 bench/agent_self/selftable.py --files "$W/self-0.txt" "$W/self-1.txt" "$PROFILE_S" \
 			> "$RET/selftable.txt" 2>&1) &

@@ -3,6 +3,7 @@
 # the script's scratch folder.
 
 # Runs one of our binaries with the packed libraries; in the background $! is then our binary.
+# (it execs: run it in the background or in a subshell, never in the script's own shell)
 ours() { LD_LIBRARY_PATH=$D/lib exec "$@"; }
 
 # The folder of the CUPTI library of the Python environment's nvidia wheels ('' if none).
