@@ -66,6 +66,56 @@ uint64_t bpf_percpu_sum(int map_fd, uint32_t key)
 	return sum;
 }
 
+static size_t keyq_walk(int map_fd, uint32_t *lost, size_t key_size, size_t max, bpf_keyq_fn fn,
+			void *ctx)
+{
+	uint8_t *keys = malloc(max * key_size), key[64], val[64];
+	size_t n = 0, done = 0;
+
+	if (!keys)
+		return 0;
+	/* collect first: deleting while walking restarts the walk */
+	while (n < max && !bpf_map_get_next_key(map_fd, n ? keys + (n - 1) * key_size : NULL, key))
+		memcpy(keys + n++ * key_size, key, key_size);
+	if (n == max)	/* more may be left, in no queue: walk again next time */
+		__atomic_store_n(lost, 1, __ATOMIC_RELEASE);
+	for (size_t i = 0; i < n; i++)
+		if (!bpf_map_lookup_and_delete_elem(map_fd, keys + i * key_size, val)) {
+			fn(ctx, keys + i * key_size, val);
+			done++;
+		}
+	free(keys);
+	return done;
+}
+
+size_t bpf_keyq_drain(int map_fd, int queue_fd, uint32_t *lost, size_t key_size, size_t val_size,
+		      size_t max, bpf_keyq_fn fn, void *ctx, bool *walked)
+{
+	uint8_t key[64], val[64];
+	size_t done = 0;
+
+	*walked = false;
+	if (key_size > sizeof(key) || val_size > sizeof(val))
+		return 0;
+	if (lost && __atomic_exchange_n(lost, 0, __ATOMIC_ACQ_REL)) {
+		/* the queue missed a key: drop what it holds (the walk takes those keys too) */
+		while (!bpf_map_lookup_and_delete_elem(queue_fd, NULL, key))
+			;
+		*walked = true;
+		return keyq_walk(map_fd, lost, key_size, max, fn, ctx);
+	}
+	for (size_t i = 0; i < max; i++) {
+		if (bpf_map_lookup_and_delete_elem(queue_fd, NULL, key))
+			break;	/* empty */
+		/* absent: drained already (a walk, or the key's earlier addition) */
+		if (!bpf_map_lookup_and_delete_elem(map_fd, key, val)) {
+			fn(ctx, key, val);
+			done++;
+		}
+	}
+	return done;
+}
+
 const char *bpf_prog_name(unsigned prog)
 {
 	return prog < GPUSCOPE_COUNTER_SETS ? prog_names[prog] : NULL;

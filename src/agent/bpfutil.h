@@ -22,6 +22,18 @@
 uint64_t bpf_percpu_sum(int map_fd, uint32_t key);
 
 /*
+ * Drains an aggregation hash map whose BPF program pushes every key it adds into a queue map
+ * (gpuscope.bpf.h, GPUSCOPE_KEYQ): pops keys and takes each one's value out of the map (lookup
+ * and delete: each addition of a key is drained once), calling fn for it; at most max keys a
+ * call (the rest wait in the queue). When *lost is set (the program could not push a key) it
+ * clears it and walks the whole map once instead (*walked = true). key_size and val_size at most
+ * 64. Returns the keys drained.
+ */
+typedef void (*bpf_keyq_fn)(void *ctx, const void *key, const void *val);
+size_t bpf_keyq_drain(int map_fd, int queue_fd, uint32_t *lost, size_t key_size, size_t val_size,
+		      size_t max, bpf_keyq_fn fn, void *ctx, bool *walked);
+
+/*
  * "cpu", "sched", "cuda", "cupti", "unwind", "python": the program label of a counter set (enum
  * gpuscope_prog, GPUSCOPE_WALKER_*); NULL if out of range.
  */

@@ -61,6 +61,9 @@ struct {
 	__type(key, struct gpuscope_cuda_agg_key);
 	__type(value, struct gpuscope_cuda_agg_val);
 } calls SEC(".maps");
+/* the keys added to `calls`, for user space to drain it by (gpuscope.bpf.h) */
+GPUSCOPE_KEYQ(calls_new, struct gpuscope_cuda_agg_key, 8192);
+__u32 calls_keys_lost = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -120,6 +123,8 @@ static __noinline void count_call(struct inflight *f, __u64 id, __s32 ustack, __
 		v->last_ns = now;
 	} else if (bpf_map_update_elem(&calls, &k, &nv, BPF_NOEXIST)) {
 		count_err(GPUSCOPE_CERR_AGG_FULL);
+	} else {
+		keyq_push(&calls_new, &k, &calls_keys_lost);
 	}
 }
 

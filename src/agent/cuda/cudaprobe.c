@@ -104,6 +104,7 @@ struct cuda_state {
 	int nwatch;
 	bool multi;		/* uprobe_multi links (one per library and direction) */
 	uint64_t calls[ARRAY_SIZE(apis)], call_ns[ARRAY_SIZE(apis)];
+	uint64_t calls_walks;	/* drains of the calls map by a walk (its key queue missed one) */
 	uint64_t events, agg, attach_failures, libs_deleted, libs_overflow, stack_lost, not_walked,
 		batch_errors, relabel_dropped;
 };
@@ -551,36 +552,35 @@ static int on_event(void *ctx, void *data, size_t len)
  */
 #define CALLS_MAX 8192	/* the map's max_entries */
 
+/* One key of the calls map with its sums: one cuda_api interval (bpf_keyq_drain()). */
+static void call_one(void *ctx, const void *key, const void *val)
+{
+	const struct gpuscope_cuda_agg_key *k = key;
+	const struct gpuscope_cuda_agg_val *v = val;
+	unsigned api = k->api & GPUSCOPE_CUDA_API_MASK;
+	int64_t id;
+
+	(void)ctx;
+	if (api >= ARRAY_SIZE(apis))
+		return;
+	C.agg++;
+	C.calls[api] += v->count;
+	C.call_ns[api] += v->ns;
+	id = call_stack(k->tgid, k->entry_ip, k->ustack_id, v->count);
+	api_interval(k->tgid, k->tid, NULL, api, v->first_ns, v->last_ns, v->count, v->ns, id,
+		     apis[api].flags & GPUSCOPE_CUDA_SYNC);
+}
+
+/* The short calls counted in the kernel, from the keys the program queued as it added them
+ * (no walk over the map's buckets but when the queue missed a key); CALLS_MAX a tick. */
 static void drain_calls(void)
 {
-	int fd = bpf_map__fd(C.skel->maps.calls);
-	struct gpuscope_cuda_agg_key keys[256], key, next, *prev;
-	size_t n, total = 0;
+	bool walked;
 
-	do {
-		n = 0;
-		prev = NULL;	/* the keys taken are deleted: each batch starts from the first */
-		while (n < ARRAY_SIZE(keys) && !bpf_map_get_next_key(fd, prev, &next)) {
-			keys[n++] = next;
-			key = next;
-			prev = &key;
-		}
-		for (size_t i = 0; i < n; i++) {
-			struct gpuscope_cuda_agg_val v;
-			unsigned api = keys[i].api & GPUSCOPE_CUDA_API_MASK;
-			int64_t id;
-
-			if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) || api >= ARRAY_SIZE(apis))
-				continue;
-			C.agg++;
-			C.calls[api] += v.count;
-			C.call_ns[api] += v.ns;
-			id = call_stack(keys[i].tgid, keys[i].entry_ip, keys[i].ustack_id, v.count);
-			api_interval(keys[i].tgid, keys[i].tid, NULL, api, v.first_ns, v.last_ns,
-				     v.count, v.ns, id, apis[api].flags & GPUSCOPE_CUDA_SYNC);
-		}
-		total += n;
-	} while (n == ARRAY_SIZE(keys) && total < CALLS_MAX);	/* bounded: calls keep coming */
+	bpf_keyq_drain(bpf_map__fd(C.skel->maps.calls), bpf_map__fd(C.skel->maps.calls_new),
+		       &C.skel->bss->calls_keys_lost, sizeof(struct gpuscope_cuda_agg_key),
+		       sizeof(struct gpuscope_cuda_agg_val), CALLS_MAX, call_one, NULL, &walked);
+	C.calls_walks += walked;
 }
 
 static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -769,6 +769,9 @@ static void cuda_metrics(struct agent *a, FILE *out)
 	prom_counter(out, "gpuscope_agent_cuda_relabel_dropped_total",
 		     "Records not sent because a relabel rule dropped the process.",
 		     C.relabel_dropped);
+	prom_counter(out, "gpuscope_agent_cuda_calls_map_walks_total",
+		     "Drains of the short-call map by a walk of it (its key queue missed a key; "
+		     "else the queue of the keys the BPF program added is drained).", C.calls_walks);
 	prom_family(out, "gpuscope_agent_cuda_calls_total", "counter", "CUDA driver calls, by API.");
 	for (size_t i = 0; i < ARRAY_SIZE(apis); i++)
 		if (C.calls[i])

@@ -43,8 +43,8 @@ const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind
  */
 const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
 const volatile __s64 walk_burst_ns = 5000000;
-/* keys added to `offcpu`: user space walks the map (all its buckets) only when this moved */
-__u64 offcpu_added = 0;
+/* the keys added to `offcpu`, for user space to drain it by (gpuscope.bpf.h) */
+__u32 offcpu_keys_lost = 0;
 /*
  * A blocking switch-out's kernel stack (bpf_get_stackid: ~2 us of the ~2.5 us on_switch took
  * here, the unwinding of 15-25 kernel frames) is taken again only when the thread blocks
@@ -126,6 +126,7 @@ struct {
 	__type(key, struct gpuscope_offcpu_key);
 	__type(value, struct gpuscope_offcpu_val);
 } offcpu SEC(".maps");
+GPUSCOPE_KEYQ(offcpu_new, struct gpuscope_offcpu_key, 16384);
 
 static __always_inline bool is_tracked(__u32 tgid)
 {
@@ -243,7 +244,7 @@ static __noinline void close_state(struct gpuscope_sched_thr *t, __u32 tid, __u6
 		struct gpuscope_offcpu_val *v = bpf_map_lookup_elem(&offcpu, &k);
 
 		if (!v && !bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST)) {
-			__sync_fetch_and_add(&offcpu_added, 1);	/* after the key is there */
+			keyq_push(&offcpu_new, &k, &offcpu_keys_lost);	/* after the key is there */
 			goto folded;
 		}
 		if (!v)

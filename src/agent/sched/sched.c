@@ -63,8 +63,8 @@ struct sched_state {
 	struct unwinder *uw;		/* user stacks from unwind_stacks; NULL: from `stacks` */
 	uint64_t next_stackmap_check_ns;
 	uint64_t stackmap_gen;		/* clears of `stacks` (check_stackmap()) */
-	uint64_t offcpu_drained;	/* the BPF offcpu_added that the last full drain saw */
-	uint64_t offcpu_walks, offcpu_skips;
+	uint64_t drain_now;		/* drain_offcpu()'s sample time */
+	uint64_t offcpu_walks, offcpu_skips;	/* drains by a walk of the map, by its queue alone */
 	struct bstack_cache bsc;	/* blocked stacks by their map ids, per batch */
 	/* counters for /metrics */
 	uint64_t intervals, summaries, offcpu_samples, offcpu_agg, stack_lost, track_errors,
@@ -419,61 +419,47 @@ static int on_event(void *ctx, void *data, size_t len)
 	return 0;
 }
 
-/*
- * Short blocked intervals summed in the kernel: one offcpu_ns sample per (thread, stack). The
- * map is walked (all its buckets, also when empty) only when the BPF program added a key since
- * the last walk that left nothing behind: a key is counted after it is in the map and the count
- * is read before the walk, so a key added after the walk began is walked at the next tick.
- */
-static void drain_offcpu(struct sched_state *s, bool force)
+/* One key of the off-CPU map with its sums: one offcpu_ns sample (bpf_keyq_drain()). */
+static void offcpu_one(void *ctx, const void *key, const void *val)
 {
-	int fd = bpf_map__fd(s->skel->maps.offcpu);
-	struct gpuscope_offcpu_key key, next, *prev = NULL;
-	struct gpuscope_offcpu_key keys[512];
-	size_t n = 0;
-	uint64_t now = wall_ns();
-	uint64_t added = __atomic_load_n(&s->skel->bss->offcpu_added, __ATOMIC_ACQUIRE);
-	bool all = true;	/* every key found was read and deleted */
+	struct sched_state *s = ctx;
+	const struct gpuscope_offcpu_key *k = key;
+	const struct gpuscope_offcpu_val *v = val;
+	struct agent_labels L;
+	enum blocked_reason r;
+	int64_t id;
 
-	if (added == s->offcpu_drained && !force) {
-		s->offcpu_skips++;
+	id = blocked_stack(s, k->tgid, k->tid, k->kstack_id, k->ustack_id, k->syscall_nr,
+			   k->flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
+	if (id < 0)
+		return;
+	if (agent__tracked_labels(s->a, k->tgid, k->tid, NULL, &L) == LABELS_DROPPED) {
+		s->relabel_dropped++;
 		return;
 	}
-	s->offcpu_walks++;
+	if (batch__sample(s->a->batch, s->drain_now, L.l, L.n, id, SAMPLE_OFFCPU_NS, (int64_t)v->ns))
+		s->batch_errors++;
+	else
+		s->offcpu_agg++;
+}
 
-	/* collect first: deleting while iterating restarts the walk */
-	while (n < ARRAY_SIZE(keys) && !bpf_map_get_next_key(fd, prev, &next)) {
-		keys[n++] = next;
-		key = next;
-		prev = &key;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct gpuscope_offcpu_val v;
-		struct agent_labels L;
-		enum blocked_reason r;
-		int64_t id;
+/*
+ * Short blocked intervals summed in the kernel: one offcpu_ns sample per (thread, stack), from
+ * the keys the program queued as it added them (no walk over the map's 16 384 buckets; a walk
+ * only when the queue missed a key), at most 4096 a tick.
+ */
+static void drain_offcpu(struct sched_state *s)
+{
+	bool walked;
 
-		if (bpf_map_lookup_and_delete_elem(fd, &keys[i], &v) &&
-		    (bpf_map_lookup_elem(fd, &keys[i], &v) || bpf_map_delete_elem(fd, &keys[i]))) {
-			all = false;
-			continue;
-		}
-		id = blocked_stack(s, keys[i].tgid, keys[i].tid, keys[i].kstack_id, keys[i].ustack_id,
-				   keys[i].syscall_nr, keys[i].flags & GPUSCOPE_TSF_CUDA_SYNC, &r);
-		if (id < 0)
-			continue;
-		if (agent__tracked_labels(s->a, keys[i].tgid, keys[i].tid, NULL, &L) ==
-		    LABELS_DROPPED) {
-			s->relabel_dropped++;
-			continue;
-		}
-		if (batch__sample(s->a->batch, now, L.l, L.n, id, SAMPLE_OFFCPU_NS, (int64_t)v.ns))
-			s->batch_errors++;
-		else
-			s->offcpu_agg++;
-	}
-	if (all && n < ARRAY_SIZE(keys))
-		s->offcpu_drained = added;
+	s->drain_now = wall_ns();
+	bpf_keyq_drain(bpf_map__fd(s->skel->maps.offcpu), bpf_map__fd(s->skel->maps.offcpu_new),
+		       &s->skel->bss->offcpu_keys_lost, sizeof(struct gpuscope_offcpu_key),
+		       sizeof(struct gpuscope_offcpu_val), 4096, offcpu_one, s, &walked);
+	if (walked)
+		s->offcpu_walks++;
+	else
+		s->offcpu_skips++;
 }
 
 /*
@@ -642,7 +628,7 @@ static int sched_tick(struct agent *a)
 	if (err < 0)
 		return err;
 	procs__tick();
-	drain_offcpu(&S, false);
+	drain_offcpu(&S);
 	if (mono_ns() >= S.next_stackmap_check_ns) {
 		check_stackmap(&S);
 		S.next_stackmap_check_ns = mono_ns() + STACKMAP_CHECK_NS;
@@ -697,7 +683,7 @@ static void sched_stop(struct agent *a)
 	if (!S.skel)
 		return;
 	ring_buffer__consume(S.rb);
-	drain_offcpu(&S, true);
+	drain_offcpu(&S);
 	close_open_states(&S);
 	procs__release(on_tracked, &S);
 	blocked__done();
@@ -769,8 +755,8 @@ static void sched_metrics(struct agent *a, FILE *out)
 		     "Records not sent because a relabel rule dropped the process.",
 		     S.relabel_dropped);
 	prom_family(out, "gpuscope_agent_sched_offcpu_walks_total", "counter",
-		    "Ticks that walked the off-CPU map (walked: the BPF program added a key since "
-		    "the last walk) or left it (skipped: nothing new).");
+		    "Drains of the off-CPU map by a walk of it (walked: its key queue missed a key) "
+		    "or by the queue of the keys the BPF program added alone (skipped).");
 	prom_sample1_u64(out, "gpuscope_agent_sched_offcpu_walks_total", "result", "walked",
 			 S.offcpu_walks);
 	prom_sample1_u64(out, "gpuscope_agent_sched_offcpu_walks_total", "result", "skipped",
