@@ -94,6 +94,8 @@ enum gpuscope_ev_type {
 	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \
 	X(GPUSCOPE_CERR_AGG_FULL, 34, "map_full", ERROR) /* inflight or calls map full: lost */    \
 	X(GPUSCOPE_CERR_NEST, 35, "nested", EVENT) /* call nested in another (inner ignored) */    \
+	/* walked calls given the thread's last walked stack (same call site, < 1 s) */            \
+	X(GPUSCOPE_CERR_STACK_SAME, 36, "stack_same", EVENT)                                       \
 	/* cupti: 48..63 */                                                                        \
 	/* ring buffer full: launch/name/clock/drops event lost */                                 \
 	X(GPUSCOPE_CUPTI_ERR_RINGBUF, 48, "ringbuf_full", ERROR)                                   \

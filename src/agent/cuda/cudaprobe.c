@@ -615,6 +615,10 @@ static int cuda_start(struct agent *a)
 			goto out_destroy;
 		skel->rodata->use_unwinder = true;
 	}
+	/* for benchmarks: 0 walks every walked call's stack (as before the re-use) */
+	if (getenv("GPUSCOPE_CUDA_STACK_REUSE_MS"))
+		skel->rodata->reuse_ns =
+			strtoull(getenv("GPUSCOPE_CUDA_STACK_REUSE_MS"), NULL, 10) * 1000000ULL;
 	/* a program of a uprobe_multi link is loaded for it (and then only attaches that way) */
 	if (getenv("GPUSCOPE_CUDA_SINGLE_UPROBES"))	/* tests and triage */
 		log_info("cuda: single uprobes (GPUSCOPE_CUDA_SINGLE_UPROBES)");

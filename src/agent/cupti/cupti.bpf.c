@@ -14,6 +14,7 @@
 #include "agent/gpuscope.bpf.h"
 #include "common/abi_cupti.h"
 #include "agent/unwind/unwind.bpf.h"
+#include "agent/unwind/callsite.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -127,26 +128,14 @@ static __always_inline int emit_pair(__u32 type, __u32 what, __u64 a, __u64 b)
 	return 0;
 }
 
-/*
- * A backward call's call site as a few cheap reads see it (docs/cupti.md, "Repeated backward
- * calls"): the user sp and frame pointer at the probe, the return address at [sp], and, folded
- * into h, up to BW_FP_LEVELS (frame pointer, return address) pairs of the frame-pointer chain
- * and the innermost BW_PY_FRAMES Python frames' (address, code object, instruction pointer).
- */
-struct bw_sig {
-	__u64 sp, bp, ret, h;
-};
-
 /* A thread's last walked backward call: its call site and the walked event's ktime_ns. */
 struct bw_last {
-	struct bw_sig sig;
+	struct callsite_sig sig;
 	__u64 walked_ns;
 	__u32 tgid, _pad;
 };
 
 #define BW_THREADS	4096
-#define BW_FP_LEVELS	8
-#define BW_PY_FRAMES	64
 
 /* How long a thread's last walked stack may stand for its repeated calls; 0: walk every call.
  * A wrong reuse (docs/cupti.md) lives at most this long. */
@@ -158,93 +147,6 @@ struct {
 	__type(key, __u32);	/* tid */
 	__type(value, struct bw_last);
 } bw_last SEC(".maps");
-
-static __always_inline __u64 bw_mix(__u64 h, __u64 v)
-{
-	h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
-	return h ^ (h >> 29);
-}
-
-/* bpf_loop state over a thread's Python frames, innermost first. */
-struct bw_py {
-	__u64 frame, h;
-	__u64 code_mask;
-	__u16 fr_previous, fr_code, fr_instr;
-	__u8 one_read;		/* the three fields lie in the frame's first 64 bytes */
-};
-
-static long bw_py_step(__u64 i, void *ctx)
-{
-	struct bw_py *w = ctx;
-	__u64 buf[8] = {}, code, prev, ip;
-
-	if (!w->frame)
-		return 1;
-	if (w->one_read) {
-		if (bpf_probe_read_user(buf, sizeof(buf), (const void *)w->frame))
-			goto unreadable;
-		code = buf[(w->fr_code >> 3) & 7];
-		prev = buf[(w->fr_previous >> 3) & 7];
-		ip = buf[(w->fr_instr >> 3) & 7];
-	} else if (bpf_probe_read_user(&code, 8, (const void *)(w->frame + w->fr_code)) ||
-		   bpf_probe_read_user(&prev, 8, (const void *)(w->frame + w->fr_previous)) ||
-		   bpf_probe_read_user(&ip, 8, (const void *)(w->frame + w->fr_instr))) {
-		goto unreadable;
-	}
-	w->h = bw_mix(bw_mix(bw_mix(w->h, w->frame), code & w->code_mask), ip);
-	w->frame = prev;
-	return 0;
-unreadable:
-	w->h = bw_mix(w->h, 1);
-	return 1;
-}
-
-/*
- * The call site of the current thread's backward call into *s; st: unwind_init()'s registers
- * at the probe (its Python state is set up here; a walk starts over with unwind_init()). A
- * global function: verified once.
- */
-__noinline int bw_sign(struct uwalk *st, struct bw_sig *s)
-{
-	struct bw_py w = {};
-	struct py_state *ps;
-	__u64 fp, pair[2];
-
-	if (!st || !s)
-		return 0;
-	s->sp = st->sp;
-	s->bp = st->bp;
-	s->ret = 0;
-	s->h = 0;
-	bpf_probe_read_user(&s->ret, 8, (const void *)st->sp);
-	fp = st->bp;
-	for (int i = 0; i < BW_FP_LEVELS; i++) {
-		if (!fp || bpf_probe_read_user(pair, sizeof(pair), (const void *)fp))
-			break;
-		s->h = bw_mix(s->h, pair[1]);
-		if (pair[0] <= fp)
-			break;
-		fp = pair[0];
-	}
-	py_walk_init(st);
-	ps = py_state(st);
-	if (ps->state != PY_WALK_INIT)
-		return 0;
-	uwalk_py_start(st);
-	if (ps->state != PY_WALK_ACTIVE)
-		return 0;
-	w.frame = ps->frame;
-	w.h = s->h;
-	w.code_mask = ~(__u64)ps->code_tag_mask;
-	w.fr_previous = ps->fr_previous;
-	w.fr_code = ps->fr_code;
-	w.fr_instr = ps->fr_instr;
-	w.one_read = !((w.fr_previous | w.fr_code | w.fr_instr) & 7) && w.fr_previous < 64 &&
-		     w.fr_code < 64 && w.fr_instr < 64;
-	bpf_loop(BW_PY_FRAMES, bw_py_step, &w, 0);
-	s->h = bw_mix(w.h, 2);
-	return 0;
-}
 
 /*
  * Entry of torch::autograd::Engine::execute in libtorch_cpu (a backward pass or autograd.grad):
@@ -265,7 +167,7 @@ int on_backward(struct pt_regs *ctx)
 	if (!bw_reuse_ns)
 		return emit_stack(ctx, &st, GPUSCOPE_EV_CUPTI_BACKWARD, 0, 0, NULL);
 	unwind_init(&st, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
-	bw_sign(&st, &cur.sig);
+	callsite_sign(&st, &cur.sig);
 	last = bpf_map_lookup_elem(&bw_last, &tid);
 	now = bpf_ktime_get_ns();
 	if (last && last->tgid == tgid && last->sig.sp == cur.sig.sp &&
