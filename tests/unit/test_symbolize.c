@@ -906,8 +906,49 @@ out:
 	return ok;
 }
 
+/*
+ * With the kernel's mmap records, a dlopen's library resolves from the records and an address in
+ * no mapping (a walk's stray word) re-reads nothing: every executable mapping since the last read
+ * is in the records (each re-read of a PyTorch process's maps costs ~1 ms; without the records
+ * test_symbolize_maps_reread's four in an interval).
+ */
+static bool test_symbolize_records_no_reread(void)
+{
+	struct symbolizer *s = symbolizer__new();
+	struct symbolizer_stats a, b;
+	struct sym_frame f;
+	struct child c = { 0 };
+	const char *why = NULL;
+	uint64_t late;
+	bool ok = false;
+
+	if (!ASSERT_TRUE(s, "new") ||
+	    !ASSERT_EQ(symbolizer__watch_mmaps(s, &why), 0, why ? why : "watch mmaps") ||
+	    !ASSERT_TRUE(child_start(&c, fixture("symfix_pie")), "start fixture") ||
+	    !ASSERT_EQ(symbolizer__pid_seen(s, c.pid), 0, "pid_seen") ||
+	    !ASSERT_EQ(write(c.in_fd, "dlopen\n", 7), 7, "ask for dlopen") ||
+	    !ASSERT_TRUE(child_read(&c, c.out), "dlopen report"))
+		goto out;
+	late = addr_of(&c, "symfix_late_func");
+	ok = ASSERT_TRUE(late > 2, "dlopen worked") &&
+	     check_sym(s, c.pid, late, "symfix_late_func", 2, NULL, NULL);
+	/* the records' exec and fork may have the maps read once more at the next lookup */
+	symbolizer__user(s, c.pid, 0x10, &f);
+	symbolizer__stats(s, &a);
+	for (int i = 0; i < 8; i++)
+		symbolizer__user(s, c.pid, 0x10, &f);
+	symbolizer__stats(s, &b);
+	ok = ok && ASSERT_EQ(b.maps_reads, a.maps_reads, "no re-read: a stray address is in no "
+			     "mapping while no record was lost");
+out:
+	child_stop(&c);
+	symbolizer__free(s);
+	return ok;
+}
+
 TEST_MAIN(T(test_symbolize_big_symtab_rss), T(test_symbolize_pie_shlib_cxx), T(test_symbolize_nopie), T(test_symbolize_stripped_dynsym),
 	  T(test_symbolize_debug_file), T(test_symbolize_metrics), T(test_symbolize_perfmap), T(test_symbolize_deleted), T(test_symbolize_cache),
 	  T(test_symbolize_maps_reread), T(test_symbolize_container), T(test_symbolize_vdso),
 	  T(test_symbolize_unknown), T(test_symbolize_kallsyms),
-	  T(test_symbolize_kallsyms_long_function), T(test_symbolize_gone_before_read))
+	  T(test_symbolize_kallsyms_long_function), T(test_symbolize_gone_before_read),
+	  T(test_symbolize_records_no_reread))

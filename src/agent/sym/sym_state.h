@@ -113,6 +113,7 @@ struct proc {
 	struct mapping *prev;		/* the image before the last exec (its late samples) */
 	size_t nprev;
 	uint64_t maps_read_ns;
+	uint64_t lost_at_read;		/* mmap records lost (the watch's count) at that read */
 	uint64_t burst_ns;		/* start of the current run of quick re-reads */
 	uint32_t burst_reads;		/* re-reads in it */
 	struct symt pm;			/* perf map, once read */

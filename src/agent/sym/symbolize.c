@@ -137,12 +137,24 @@ static int read_mapping(const struct maps_line *l, void *ctx)
 }
 
 /* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
+/* The mmap records the kernel dropped so far (0 without the watch). */
+static uint64_t records_lost(const struct symbolizer *s)
+{
+	struct mmapwatch_stats st;
+
+	if (!s->mw)
+		return 0;
+	mmapwatch__stats(s->mw, &st);
+	return st.lost;
+}
+
 int sym_proc_read_maps(struct symbolizer *s, struct proc *p)
 {
 	struct maps_read q = { .s = s, .p = p };
 	int err;
 
 	p->maps_read_ns = mono_ns();
+	p->lost_at_read = records_lost(s);
 	s->st.maps_reads++;
 	err = maps_each(p->pid, 0, read_mapping, &q);
 	if (err) {
@@ -415,8 +427,15 @@ int symbolizer__user(struct symbolizer *s, pid_t pid, uint64_t addr, struct sym_
 		sym_records_drain(s);	/* mapped since the last drain */
 		m = find_mapping(p, addr);
 	}
-	if (!m && !p->gone_ns && reread_allowed(s, p)) {
-		sym_proc_read_maps(s, p);	/* dlopen, JIT: maps changed since the last read */
+	/*
+	 * dlopen, JIT: maps changed since the last read. With the kernel's mmap records every
+	 * executable mapping since that read is in the records just drained, so the address is
+	 * in none (a walk's stray word): no re-read (each ~1 ms for a PyTorch process's maps, up
+	 * to 16 a second) unless records were lost since.
+	 */
+	if (!m && !p->gone_ns && (!s->mw || records_lost(s) != p->lost_at_read) &&
+	    reread_allowed(s, p)) {
+		sym_proc_read_maps(s, p);
 		m = find_mapping(p, addr);
 	}
 	if (!m)
