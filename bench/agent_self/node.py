@@ -19,7 +19,7 @@ AGENT... (default .output/gpuscope-agent) are run in turn, ROUNDS times (the ord
 round), on the same workload; each after WARM seconds, then two /metrics scrapes WINDOW seconds
 apart: selftable.py's table (activities, BPF programs) and per agent the total in ms/s:
 agent (its /proc/PID/stat), BPF, and their sum as % of one core. Run as root from the
-repository root after `make`:
+repository root after `make` (AGENT_ARGS: more options for every agent):
   bench/agent_self/node.py [ROUNDS] [WINDOW] [WARM] [AGENT...]
 """
 import os
@@ -119,7 +119,8 @@ def one(binary, srv, tmp, tag, window, warm):
     env_keep = {k: os.environ.get(k) for k in ("GPUSCOPE_NVML_REPLAY",)}
     os.environ["GPUSCOPE_NVML_REPLAY"] = TRACE
     try:
-        agent = Agent(srv.url, ["--bpf-stats", "--node", "node-" + tag, "--nvml-library", NVML],
+        agent = Agent(srv.url, ["--bpf-stats", "--node", "node-" + tag, "--nvml-library", NVML] +
+                      os.environ.get("AGENT_ARGS", "").split(),
                       os.path.join(tmp, "agent-%s.log" % tag), modules_off="")
     finally:
         for k, v in env_keep.items():
@@ -144,7 +145,13 @@ def one(binary, srv, tmp, tag, window, warm):
         for name, label, unit, scale in (
                 ("gpuscope_agent_sched_stack_walk_seconds_total", "off-CPU walks", "ms/s", 1e3),
                 ('gpuscope_agent_bpf_events_total{program="sched",event="kstack_same"}',
-                 "kernel stacks re-used", "/s", 1)):
+                 "kernel stacks re-used", "/s", 1),
+                ('gpuscope_agent_bpf_events_total{program="sched",event="ustack_same"}',
+                 "user stacks re-used", "/s", 1),
+                ('gpuscope_agent_bpf_events_total{program="sched",event="stack_walks"}',
+                 "user stacks walked", "/s", 1),
+                ('gpuscope_agent_bpf_events_total{program="sched",event="stack_not_walked"}',
+                 "not walked", "/s", 1)):
             va, vb = metric(a, name), metric(b, name)
             if va is not None and vb is not None:
                 rates.append("%s %.2f %s" % (label, scale * (vb - va) / (t1 - t0), unit))

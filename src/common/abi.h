@@ -89,6 +89,8 @@ enum gpuscope_ev_type {
 	X(GPUSCOPE_SERR_KSTACK_SAME, 29, "kstack_same", EVENT)                                     \
 	/* states of 1-20 ms folded into summaries: the thread was over its event budget */        \
 	X(GPUSCOPE_SERR_FOLDED_RATE, 30, "folded_over_budget", EVENT)                              \
+	/* user stacks given the thread's last walked one from the same call site */               \
+	X(GPUSCOPE_SERR_USTACK_SAME, 31, "ustack_same", EVENT)                                     \
 	/* cuda: 32..47 */                                                                         \
 	X(GPUSCOPE_CERR_RINGBUF_FULL, 32, "ringbuf_full", ERROR) /* call event lost */             \
 	X(GPUSCOPE_CERR_USTACK, 33, "ustack", ERROR) /* bpf_get_stackid(user) failed */            \

@@ -60,6 +60,14 @@ struct gpuscope_offcpu_val {
  * read by user space at stop to close every open state (sched.c: close_open_states()).
  */
 #define GPUSCOPE_KSIGS 4
+#define GPUSCOPE_USIGS 2
+/* A walked user stack of a thread's switch-out, and its call site (unwind/callsite.bpf.h). */
+struct gpuscope_usig {
+	__u64 sp, bp, ret, h;	/* struct callsite_sig */
+	__u64 at_ns;		/* when it was walked; 0: empty */
+	__s32 id;		/* its id in unwind_stacks */
+	__u32 _pad;
+};
 struct gpuscope_sched_thr {
 	__u64 since_ns;		/* start of the current state */
 	__u64 agg_start_ns;	/* start of the pending summary; 0: none */
@@ -84,6 +92,10 @@ struct gpuscope_sched_thr {
 	__u32 folding;		/* 1 while its events are over the budget (state_event_ns) */
 	__s64 ev_credit_ns;	/* event budget left (state_event_ns a state) */
 	__u64 ev_at_ns;		/* when ev_credit_ns was last topped up */
+	/* its last GPUSCOPE_USIGS walked user stacks at different call sites (ustack_reuse_ns) */
+	struct gpuscope_usig usig[GPUSCOPE_USIGS];
+	__u32 usig_next;	/* the slot the next walk takes */
+	__u32 _pad3;
 	__u8 comm[GPUSCOPE_COMM_LEN];
 };
 
