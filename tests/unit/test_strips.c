@@ -550,7 +550,11 @@ static bool run_condwait_n(int nbusy, const char *secs, double share, struct age
 	pid_t pid;
 
 	snprintf(n, sizeof(n), "%d", nbusy);
+	/* the walk budget itself: a busy thread blocking where it blocked before would have its
+	 * stack re-used for the signature's cost (test_offcpu_stack_reuse.py), never spending it */
+	setenv("GPUSCOPE_SCHED_USTACK_REUSE_MS", "0", 1);
 	pid = spawn_followed(argv, a, share, &gofd);
+	unsetenv("GPUSCOPE_SCHED_USTACK_REUSE_MS");
 	if (pid < 0)
 		return false;
 	/* the waiter's libraries' unwind tables first: built by a worker, which a loaded machine
