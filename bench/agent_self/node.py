@@ -32,7 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
 sys.path.insert(0, HERE)
 import pushlib  # noqa: E402
-from pushlib import OUT, Agent, Server, http  # noqa: E402
+from pushlib import OUT, Agent, Server  # noqa: E402
+from run import proc_cpu_s, scrape  # noqa: E402
 from selftable import table  # noqa: E402
 
 ROOT = os.path.join(HERE, "..", "..")
@@ -90,15 +91,6 @@ while time.time() < end:
 '''
 
 
-def scrape(url):
-    for _ in range(6):
-        st, body = http(url, timeout=30)
-        if st == 200 and b"gpuscope_agent_cpu_seconds_total" in body:
-            return body.decode()
-        time.sleep(1)
-    raise RuntimeError("no /metrics from the agent at " + url)
-
-
 def metric(text, name):
     """The sum of a family's samples in a /metrics text, None if absent."""
     v = None
@@ -107,11 +99,6 @@ def metric(text, name):
                 line.startswith(name.rstrip("}") + ","):
             v = (v or 0.0) + float(line.rsplit(" ", 1)[1])
     return v
-
-
-def proc_cpu_s(pid):
-    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one(binary, srv, tmp, tag, window, warm):

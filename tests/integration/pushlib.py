@@ -222,3 +222,26 @@ def start_cupti_window(*extra):
     if p.stdout.readline().strip() != "ready":
         raise RuntimeError("cupti_window did not start")
     return p
+
+
+def site_stacks(srv, calls, ivs, names, min_ms=0):
+    """Each logged call (name, t0, t1 in wall seconds) matched to the one interval of ivs
+    (query results) inside it at least min_ms long, and its stack (srv's /api/v1/stack) checked
+    for the call's own function among names, never another of them. (matched with their own
+    function, [(name, frames) of the others])."""
+    stacks, good, bad = {}, 0, []
+    for name, t0, t1 in calls:
+        t0, t1 = float(t0) * 1e3, float(t1) * 1e3
+        hit = [iv for iv in ivs if iv["start_ms"] >= t0 - 1 and iv["end_ms"] <= t1 + 1 and
+               iv["end_ms"] - iv["start_ms"] >= min_ms]
+        if len(hit) != 1:
+            continue
+        sid = hit[0]["attrs"].get("stack_id")
+        if sid not in stacks:
+            stacks[sid] = [f["function"] for f in srv.query("stack/%s" % sid)["frames"]] if sid else []
+        fns = stacks[sid]
+        if name in fns and not any(o in fns for o in names if o != name):
+            good += 1
+        else:
+            bad.append((name, [f for f in fns if not f.startswith("[") and "+0x" not in f][:8]))
+    return good, bad

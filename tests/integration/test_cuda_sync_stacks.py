@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import OUT, Agent, Server, need_root_and_binaries  # noqa: E402
+from pushlib import OUT, Agent, Server, need_root_and_binaries, site_stacks  # noqa: E402
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
@@ -77,21 +77,7 @@ try:
     ivs = srv.query("intervals", kind="cuda_api", since="1h", limit=100000,
                     selector='{node="syncstk"}')["intervals"]
     ivs = [iv for iv in ivs if iv["attrs"].get("api") == "cuStreamSynchronize"]
-    stacks, good, bad = {}, 0, []
-    for name, t0, t1 in calls:
-        t0, t1 = float(t0) * 1e3, float(t1) * 1e3
-        hit = [iv for iv in ivs if iv["start_ms"] >= t0 - 1 and iv["end_ms"] <= t1 + 1]
-        if len(hit) != 1:
-            continue
-        sid = hit[0]["attrs"].get("stack_id")
-        if sid not in stacks:
-            stacks[sid] = [f["function"] for f in srv.query("stack/%s" % sid)["frames"]] if sid else []
-        fns = stacks[sid]
-        other = "sync_b" if name == "sync_a" else "sync_a"
-        if name in fns and other not in fns:
-            good += 1
-        else:
-            bad.append((name, fns[:8]))
+    good, bad = site_stacks(srv, calls, ivs, ("sync_a", "sync_b"))
     print("%d sync calls, %d matched to an interval with their own function, %d wrong; "
           "%d stacks re-used" % (len(calls), good, len(bad), same))
     check(len(calls) >= 200 and good >= len(calls) * 0.9,

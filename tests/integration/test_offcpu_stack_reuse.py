@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import Agent, Server, need_root_and_binaries  # noqa: E402
+from pushlib import Agent, Server, need_root_and_binaries, site_stacks  # noqa: E402
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
@@ -66,27 +66,12 @@ try:
     rc = agent.stop()
     agent = None
     check(rc == 0, "agent exits 0 (%s)" % rc)
-    naps = [ln.split() for ln in open(naps_log)]
+    calls = naps = [ln.split() for ln in open(naps_log)]
     ivs = srv.query("intervals", kind="thread_state", since="1h", limit=100000,
                     selector='{node="offreuse"}')["intervals"]
     ivs = [iv for iv in ivs if iv["attrs"].get("state") == "blocked" and
            iv["attrs"].get("summary") != "1"]
-    stacks, good, bad = {}, 0, []
-    for name, t0, t1 in naps:
-        t0, t1 = float(t0) * 1e3, float(t1) * 1e3
-        hit = [iv for iv in ivs if iv["start_ms"] >= t0 - 1 and iv["end_ms"] <= t1 + 1 and
-               iv["end_ms"] - iv["start_ms"] >= 2]
-        if len(hit) != 1:
-            continue
-        sid = hit[0]["attrs"].get("stack_id")
-        if sid not in stacks:
-            stacks[sid] = [f["function"] for f in srv.query("stack/%s" % sid)["frames"]] if sid else []
-        fns = stacks[sid]
-        other = "nap_b" if name == "nap_a" else "nap_a"
-        if name in fns and other not in fns:
-            good += 1
-        else:
-            bad.append((name, [f for f in fns if not f.startswith("[") and "+0x" not in f][:8]))
+    good, bad = site_stacks(srv, calls, ivs, ("nap_a", "nap_b"), min_ms=2)
     print("%d naps, %d blocked states under their own function, %d under the wrong one or none; "
           "%d user stacks re-used" % (len(naps), good, len(bad), same))
     check(len(naps) >= 300 and good >= len(naps) * 0.8,

@@ -16,6 +16,41 @@
 #include "strips_agentlib.h"
 
 /*
+ * Runs kstack_pair for secs (its phases to *ph, at most max) followed by the sched module at
+ * event rate `rate` (0: no budget); decodes the batch into *rs and reads the BPF counter
+ * `counter` (its event name) into *ret_count. The phases read, or -1. *a: agent_done() after.
+ */
+static int run_pair(const char *secs, long rate, const char *counter, struct agent *a,
+		    struct recs *rs, struct phase *ph, int max, long *ret_count)
+{
+	char out[] = "/tmp/kstack_pair_XXXXXX", name[96];
+	char *argv[] = { ".output/tests/progs/kstack_pair", out, (char *)secs, "-", NULL };
+	int fd = mkstemp(out), gofd = -1, status, n = -1;
+	pid_t pid;
+
+	close(fd);
+	pid = spawn(argv, &gofd);
+	agent_init(a, pid);
+	a->opts.strip_event_rate = rate;
+	if (!ASSERT_EQ(sched_module.start(a), 0, "sched start")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	go(gofd);
+	status = run_until_exit(a, &sched_module, pid, 10000);
+	snprintf(name, sizeof(name), "program=\"sched\",event=\"%s\"} ", counter);
+	*ret_count = metric(a, &sched_module, name);
+	sched_module.stop(a);
+	if (ASSERT_EQ(status, 0, "workload exit status") &&
+	    ASSERT_EQ(recs_from_batch(a->batch, rs), 0, "decode batch"))
+		n = read_phases(out, ph, max);
+out:
+	unlink(out);
+	return n;
+}
+
+/*
  * The kernel stack re-used only where the thread blocks as before: "reader" blocks in read(2)
  * from one call site on a pipe twice, then on an eventfd twice; each block's kernel stack must
  * be its file's (pipe_read or eventfd_read), and the repeats must have been re-used. Fails when
@@ -23,35 +58,18 @@
  */
 static bool test_strips_kstack_reuse(void)
 {
-	char out[] = "/tmp/kstack_pair_XXXXXX";
-	char *argv[] = { ".output/tests/progs/kstack_pair", out, "1.0", "-", NULL };
 	struct agent a;
 	struct recs rs = { 0 };
 	struct phase ph[512];
-	int fd, gofd = -1, n, status, good = 0, seen = 0;
-	long same;
+	int n, good = 0, seen = 0;
+	long same = 0;
 	bool ok = false;
-	pid_t pid;
 
 	if (skip())
 		return true;
-	fd = mkstemp(out);
-	close(fd);
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+	n = run_pair("1.0", 0, "kstack_same", &a, &rs, ph, 512, &same);
+	if (n < 0)
 		goto out;
-	}
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 10000);
-	same = metric(&a, &sched_module, "program=\"sched\",event=\"kstack_same\"} ");
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "workload exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
-		goto out;
-	n = read_phases(out, ph, 512);
 	for (int i = 0; i < n; i++) {
 		bool pipe = !strcmp(ph[i].name, "pipe");
 		const struct rec *b = blocked_in(&rs, ph[i].tid, ph[i].t0 + a.mono_to_wall_ns,
@@ -74,7 +92,6 @@ static bool test_strips_kstack_reuse(void)
 out:
 	free(rs.r);
 	agent_done(&a);
-	unlink(out);
 	return ok;
 }
 
@@ -88,37 +105,17 @@ out:
  */
 static bool test_strips_event_budget(void)
 {
-	char out[] = "/tmp/kstack_pair_XXXXXX";
-	char *argv[] = { ".output/tests/progs/kstack_pair", out, "1.5", "-", NULL };
 	struct agent a;
 	struct recs rs = { 0 };
 	struct phase ph[1024];
-	int fd, gofd = -1, n, status, tid, events = 0, summaries = 0;
+	int n, tid, events = 0, summaries = 0;
 	uint64_t t0 = UINT64_MAX, t1 = 0, covered, blocked = 0, offcpu = 0;
-	long folded;
+	long folded = 0;
 	bool ok = false;
-	pid_t pid;
 
 	if (skip())
 		return true;
-	fd = mkstemp(out);
-	close(fd);
-	pid = spawn(argv, &gofd);
-	agent_init(&a, pid);
-	a.opts.strip_event_rate = 250;
-	if (!ASSERT_EQ(sched_module.start(&a), 0, "sched start")) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		goto out;
-	}
-	go(gofd);
-	status = run_until_exit(&a, &sched_module, pid, 10000);
-	folded = metric(&a, &sched_module, "program=\"sched\",event=\"folded_over_budget\"} ");
-	sched_module.stop(&a);
-	if (!ASSERT_EQ(status, 0, "workload exit status") ||
-	    !ASSERT_EQ(recs_from_batch(a.batch, &rs), 0, "decode batch"))
-		goto out;
-	n = read_phases(out, ph, 1024);
+	n = run_pair("1.5", 250, "folded_over_budget", &a, &rs, ph, 1024, &folded);
 	if (!ASSERT_TRUE(n >= 100, "the reader's reads recorded"))
 		goto out;
 	tid = ph[0].tid;
@@ -153,7 +150,6 @@ static bool test_strips_event_budget(void)
 out:
 	free(rs.r);
 	agent_done(&a);
-	unlink(out);
 	return ok;
 }
 
