@@ -245,3 +245,33 @@ def site_stacks(srv, calls, ivs, names, min_ms=0):
         else:
             bad.append((name, [f for f in fns if not f.startswith("[") and "+0x" not in f][:8]))
     return good, bad
+
+
+def two_site_script(prelude, call, between, a, b):
+    """A Python workload calling `call` (one C call site) from two Python functions, a twice,
+    then b twice, and so on, for argv[2] seconds after a line on stdin, running `between`
+    after each; it logs "<a|b> t0 t1" (wall seconds) per call to argv[1]. prelude: its setup."""
+    return """import ctypes, sys, time
+%s
+log = open(sys.argv[1], "w")
+
+def step(name):
+    t0 = time.time()
+    %s
+    log.write("%%s %%.6f %%.6f\\n" %% (name, t0, time.time()))
+
+def %s():
+    step("%s")
+
+def %s():
+    step("%s")
+
+sys.stdin.readline()
+end = time.time() + float(sys.argv[2])
+i = 0
+while time.time() < end:
+    (%s if (i // 2) %% 2 == 0 else %s)()
+    i += 1
+    %s
+log.close()
+""" % (prelude, call, a, a, b, b, a, b, between)

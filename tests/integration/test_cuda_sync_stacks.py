@@ -15,41 +15,20 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import OUT, Agent, Server, need_root_and_binaries, site_stacks  # noqa: E402
+from pushlib import (OUT, Agent, Server, need_root_and_binaries, site_stacks,  # noqa: E402
+                     two_site_script)
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
 LIBCUDA = os.path.join(OUT, "tests", "cuda", "libcuda.so.1")
-WORKLOAD = r'''
-import ctypes, sys, time
-cuda = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-launch = cuda.cuLaunchKernel
-launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-sync = cuda.cuStreamSynchronize
-sync.argtypes = [ctypes.c_void_p]
-log = open(sys.argv[2], "w")
-
-def step(name):
-    t0 = time.time()
-    launch(None, 2000, 1, 1, 1, 1, 1, 0, None, None, None)
-    sync(None)
-    log.write("%s %.6f %.6f\n" % (name, t0, time.time()))
-
-def sync_a():
-    step("sync_a")
-
-def sync_b():
-    step("sync_b")
-
-sys.stdin.readline()
-end = time.time() + float(sys.argv[3])
-i = 0
-while time.time() < end:
-    (sync_a if (i // 2) % 2 == 0 else sync_b)()
-    i += 1
-    time.sleep(0.003)
-log.close()
-'''
+WORKLOAD = two_site_script(
+    "cuda = ctypes.CDLL(sys.argv[3], mode=ctypes.RTLD_GLOBAL)\n"
+    "launch = cuda.cuLaunchKernel\n"
+    "launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3\n"
+    "sync = cuda.cuStreamSynchronize\n"
+    "sync.argtypes = [ctypes.c_void_p]",
+    "launch(None, 2000, 1, 1, 1, 1, 1, 0, None, None, None); sync(None)",
+    "time.sleep(0.003)", "sync_a", "sync_b")
 
 tmp = tempfile.mkdtemp(prefix="gpuscope-cuda-sync-stacks-")
 srv = Server(os.path.join(tmp, "data"))
@@ -57,7 +36,7 @@ srv.start()
 script = os.path.join(tmp, "w.py")
 open(script, "w").write(WORKLOAD)
 calls_log = os.path.join(tmp, "calls.txt")
-app = subprocess.Popen(["/usr/bin/python3", script, LIBCUDA, calls_log, "6"], stdin=subprocess.PIPE,
+app = subprocess.Popen(["/usr/bin/python3", script, calls_log, "6", LIBCUDA], stdin=subprocess.PIPE,
                        text=True)
 agent = None
 try:

@@ -15,34 +15,14 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import Agent, Server, need_root_and_binaries, site_stacks  # noqa: E402
+from pushlib import (Agent, Server, need_root_and_binaries, site_stacks,  # noqa: E402
+                     two_site_script)
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
-WORKLOAD = r'''
-import sys, time
-log = open(sys.argv[1], "w")
-
-def nap(name):
-    t0 = time.time()
-    time.sleep(0.003)
-    log.write("%s %.6f %.6f\n" % (name, t0, time.time()))
-
-def nap_a():
-    nap("nap_a")
-
-def nap_b():
-    nap("nap_b")
-
-sys.stdin.readline()
-end = time.time() + float(sys.argv[2])
-i = 0
-while time.time() < end:
-    (nap_a if (i // 2) % 2 == 0 else nap_b)()
-    i += 1
-    x = sum(j * j for j in range(2000))	# run a little between the naps
-log.close()
-'''
+WORKLOAD = two_site_script("", "time.sleep(0.003)",
+                           "x = sum(j * j for j in range(2000))  # run a little between the naps",
+                           "nap_a", "nap_b")
 
 tmp = tempfile.mkdtemp(prefix="gpuscope-offcpu-reuse-")
 srv = Server(os.path.join(tmp, "data"))
