@@ -152,17 +152,17 @@ static void add_map_line(const char *l)
 }
 
 /* Snapshot of /proc/self/maps into maps[]. */
-static bool read_maps(void)
+/* Calls fn on each line of /proc/self/maps (without its newline; cut at 4 KiB). Lines read. */
+static size_t maps_lines(bool (*fn)(const char *line, void *ctx), void *ctx, bool *ret_eof)
 {
 	char buf[8192], line[4200];
-	size_t ll = 0;
+	size_t ll = 0, n = 0;
 	ssize_t r;
 	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
-	nmaps = 0;
-	paths_len = 0;
+	*ret_eof = false;
 	if (fd < 0)
-		return false;
+		return 0;
 	while ((r = read(fd, buf, sizeof(buf))) > 0) {
 		for (ssize_t i = 0; i < r; i++) {
 			if (buf[i] != '\n') {
@@ -171,12 +171,63 @@ static bool read_maps(void)
 				continue;
 			}
 			line[ll] = 0;
-			add_map_line(line);
+			n++;
 			ll = 0;
+			if (!fn(line, ctx))
+				goto out;	/* the caller has what it wanted */
 		}
 	}
+	*ret_eof = r == 0;
+out:
 	close(fd);
-	return r == 0 && nmaps > 0;
+	return n;
+}
+
+static bool add_map_cb(const char *line, void *ctx)
+{
+	(void)ctx;
+	add_map_line(line);
+	return true;
+}
+
+static bool read_maps(void)
+{
+	bool eof;
+
+	nmaps = 0;
+	paths_len = 0;
+	maps_lines(add_map_cb, NULL, &eof);
+	return eof && nmaps > 0;
+}
+
+struct prot_query {
+	uintptr_t a;
+	int writable;	/* -1: no mapping holds a */
+};
+
+static bool prot_cb(const char *line, void *ctx)
+{
+	struct prot_query *q = ctx;
+	char *end;
+	unsigned long long s = strtoull(line, &end, 16), e;
+
+	if (*end != '-')
+		return true;
+	e = strtoull(end + 1, &end, 16);
+	if (*end != ' ' || !end[1] || q->a < s || q->a >= e)
+		return true;
+	q->writable = end[2] == 'w';	/* "rw-p": the second letter */
+	return false;
+}
+
+/* Whether the page holding a is writable now (a fresh read, not the scan's snapshot); -1: none. */
+static int writable_now(uintptr_t a)
+{
+	struct prot_query q = { a, -1 };
+	bool eof;
+
+	maps_lines(prot_cb, &q, &eof);
+	return q.writable;
 }
 
 /* The snapshot's mapping that holds a (NULL: none). */
@@ -263,6 +314,14 @@ static bool write_slot(const struct dl_phdr_info *info, const ElfW(Phdr) *relro,
 
 		/* and where something made it writable again, it is left as it was found */
 		ro = a >= s && a < e && !(m && m->writable);
+		/*
+		 * The snapshot was read before the object was pinned: a loader still relocating it
+		 * then (its RELRO writable) has protected it since (the pin waited for it). Writing
+		 * through the stale "writable" crashed (test_cupti_dlopen_race.sh, one run in ~30
+		 * on a loaded machine); a fresh look decides.
+		 */
+		if (a >= s && a < e && !ro && writable_now(a) == 0)
+			ro = true;
 	}
 	if (ro && mprotect((void *)(a & ~(page - 1)), page, PROT_READ | PROT_WRITE))
 		return false;
