@@ -46,7 +46,7 @@
 #define SEEN_CAP     4096			/* objects remembered as scanned */
 #define POLL_NS	     (50 * 1000000ull)		/* how often the virtual size is read */
 #define SCAN_GAP_NS  (50 * 1000000ull)		/* scans at least this far apart */
-#define SCAN_PACE    500			/* ... and 500 times their own length apart */
+#define SCAN_PACE    500			/* ... and 500 times their own CPU time apart */
 
 static pthread_mutex_t scan_mu = PTHREAD_MUTEX_INITIALIZER;
 /*
@@ -486,6 +486,16 @@ static void prune_seen(void)
 	}
 }
 
+/* The calling thread's CPU time in ns (0 if unreadable). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 bool interpose_due(void)
 {
 	uint64_t now = inject_mono_now();
@@ -506,7 +516,7 @@ int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 	static bool exe_known;
 	struct scan_ctx ctx = { .hooks = hooks, .n = n };
 	const struct map_range *self, *skip;
-	uint64_t t0 = inject_mono_now(), self_ino, skip_ino = 0;
+	uint64_t t0 = inject_mono_now(), c0 = thread_cpu_ns(), self_ino, skip_ino = 0;
 	unsigned long long vsize;
 
 	pthread_mutex_lock(&scan_mu);
@@ -544,10 +554,13 @@ int interpose_scan(struct hook *hooks, size_t n, const void *skip_addr)
 	scans++;
 out:
 	{
-		uint64_t t1 = inject_mono_now(), gap = (t1 - t0) * SCAN_PACE;
+		/* paced by its CPU time: a pin's wait for another thread's loader (hundreds of ms
+		 * beside a slow load) costs none, and put the next scans minutes away */
+		uint64_t t1 = inject_mono_now(), gap = (thread_cpu_ns() - c0) * SCAN_PACE;
 
-		inject_dbg("interpose: scan %llu: %zu mappings, %d slots, %llu us", scans, nmaps,
-			   ctx.patched, (unsigned long long)(t1 - t0) / 1000);
+		inject_dbg("interpose: scan %llu: %zu mappings, %d slots, %llu us (%llu us of CPU)",
+			   scans, nmaps, ctx.patched, (unsigned long long)(t1 - t0) / 1000,
+			   (unsigned long long)(gap / SCAN_PACE) / 1000);
 
 		__atomic_store_n(&next_scan_ns, t1 + (gap > SCAN_GAP_NS ? gap : SCAN_GAP_NS),
 				 __ATOMIC_RELAXED);

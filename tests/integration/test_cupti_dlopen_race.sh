@@ -31,8 +31,19 @@ patched=$(echo "$out" | sed -n 's/^cycles 40 patched \([0-9]*\)$/\1/p')
 [ "$patched" -ge 30 ] || { echo "FAIL: the object was interposed after only $patched of 40 loads"; exit 1; }
 grep -x "main interposed 1" <<<"$out" >/dev/null || { echo "FAIL: the main program's dlsym slot was not interposed"; exit 1; }
 grep -x "data mapping intact 1" <<<"$out" >/dev/null || { echo "FAIL: a library mapped as data (not loaded) was written"; exit 1; }
+# Each load pausing 300 ms (longer than the scans' pacing gap): a scan falls inside every pause,
+# reads the object's RELRO page as writable, and pins it, which waits for the loader to protect
+# RELRO. Writing through that stale "writable" crashed here every run (one CI run in ~30 at 40
+# ms); and a scan that waited was paced by its wall time (500 x 200 ms: no scan for minutes), so
+# only the first of the loads was interposed.
+rc=0
+out2=$(RACE_SLEEP_MS=300 timeout 60 $prog .output/libgpuscope_cupti.so "$lib" 5) || rc=$?
+echo "$out2"
+[ $rc = 0 ] || { echo "FAIL: the process died (rc $rc) loading a library whose relocation pauses 300 ms"; exit 1; }
+slow=$(echo "$out2" | sed -n 's/^cycles 5 patched \([0-9]*\)$/\1/p')
+[ "${slow:-0}" -ge 4 ] || { echo "FAIL: slow loads interposed ${slow:-0} of 5 (scans paced by their waits?)"; exit 1; }
 rc=0
 out=$(timeout 120 $prog .output/libgpuscope_cupti.so "$lib" 100 dlmopen) || rc=$?
 echo "$out"
 [ $rc = 0 ] || { echo "FAIL: loads in other link-map namespaces beside the scan: rc $rc"; exit 1; }
-echo "PASS: 40 loads during scans, no crash; interposed after $patched of them; 2 x 100 loads in namespaces of their own"
+echo "PASS: 40 loads during scans, no crash; interposed after $patched of them; 5 slow loads, $slow interposed; 2 x 100 loads in namespaces of their own"
