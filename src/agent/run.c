@@ -81,6 +81,7 @@ struct run_ctx {
 	uint64_t start_wall_ns;
 	uint64_t empty_batches;
 	uint64_t batch_errors;
+	uint64_t map_records_lost;	/* the symbolizer's lost mmap records, as last seen */
 };
 
 static struct agent *signal_agent;
@@ -330,6 +331,14 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 
 	/* the mappings first: every module's stacks below may need them (mmapwatch.h) */
 	symbolizer__poll(c->a->sym);
+	if (c->a->unwind) {	/* records lost: any process may have new mappings */
+		uint64_t records, lost;
+
+		symbolizer__mmap_stats(c->a->sym, &records, &lost);
+		if (lost != c->map_records_lost)
+			unwinder__map_event(c->a->unwind, 0);
+		c->map_records_lost = lost;
+	}
 	selfprof_leave(act);
 	for (size_t i = 0; i < c->nmods; i++) {
 		struct mod_state *ms = &c->mods[i];
@@ -363,12 +372,15 @@ static int tick_modules(struct run_ctx *c, size_t empty_size)
 	return 0;
 }
 
-/* The symbolizer read a new mapping from the kernel's records: libcuda's make a GPU process. */
+/* The symbolizer read a new mapping from the kernel's records: libcuda's make a GPU process,
+ * and the unwinder reads the process's maps again when a walk meets an unknown address. */
 static void on_map(void *ctx, pid_t pid, const char *path)
 {
-	(void)ctx;
+	struct agent *a = ctx;
+
 	if (maps_lib_named(path, "libcuda.so"))
 		procs__hint_open(pid);
+	unwinder__map_event(a->unwind, pid);
 }
 
 /* The symbolizer read an exec from the kernel's records: the label builder follows it. */
@@ -711,6 +723,7 @@ int cmd_run(int argc, char **argv)
 	struct run_ctx c = { .a = &a, .mods = mods };
 	struct spool *spool = NULL;
 	struct metrics_http *mh = NULL;
+	bool mmap_records = false;	/* the symbolizer watches the kernel's mmap records */
 	struct sigaction sa = { .sa_handler = on_signal };
 	uint64_t t_run = mono_ns(), t_mod;
 	struct push_counts pc;
@@ -768,6 +781,7 @@ int cmd_run(int argc, char **argv)
 			/* libcuda mapped anywhere: the GPU process tracker looks at once */
 			symbolizer__on_map(a.sym, on_map, &a);
 			procs__map_feed(true);
+			mmap_records = true;
 		}
 	}
 	/* execs the kernel's records tell reach the label builder even without the sched module */
@@ -838,6 +852,10 @@ int cmd_run(int argc, char **argv)
 		ms->started = true;
 		log_debug("module %s: started", ms->m->name);
 	}
+	/* the unwinder (made by the modules that take stacks) follows the kernel's mapping
+	 * records (on_map) instead of re-reading a process's maps at each unknown address */
+	if (mmap_records && a.unwind)
+		unwinder__map_events_on(a.unwind);
 	/* ...then the metrics endpoint. */
 	if (strcmp(o.metrics_listen, "off")) {
 		mh = metrics_http__start(o.metrics_listen, fill_metrics, &c);

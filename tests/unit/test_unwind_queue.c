@@ -231,15 +231,76 @@ static bool test_unwind_queue_idle_worker(void)
 	return ok;
 }
 
+/* The reads of a's maps after n walker requests 300 ms apart (past the re-read gap). */
+static uint64_t reads_after_requests(struct unwinder *u, pid_t a, int n)
+{
+	struct unwinder_stats st;
+	uint64_t mm = 1;
+	uint32_t key = (uint32_t)a;
+
+	for (int i = 0; i < n; i++) {
+		bpf_map_update_elem(unwinder__want_fd(u), &key, &mm, BPF_NOEXIST);
+		usleep(300 * 1000);
+	}
+	unwinder__stats(u, &st);
+	return st.refreshes;
+}
+
+/*
+ * With the kernel's mapping records on (run.c passes them), a walker that keeps meeting an
+ * address in none of a process's mappings (a stray word) no longer has its maps read again
+ * every 200 ms: only after a record for that process came. Without them, as before.
+ */
+static bool test_unwind_queue_map_events(void)
+{
+	const char *why = NULL;
+	struct unwinder *u = unwinder__new(NULL, &why), *plain = unwinder__new(NULL, &why);
+	struct unwinder_stats st;
+	uint64_t r0, r1, r2, p1;
+	unsigned tables = 0;
+	bool ok = true;
+	pid_t a = start_sleep();
+
+	if (!ASSERT_TRUE(u && plain, why ? why : "unwinder") || !ASSERT_TRUE(a > 0, "spawn sleep"))
+		return false;
+	unwinder__map_events_on(u);
+	reads_after_requests(u, a, 1);
+	/* its tables built (each build read its maps again for it) and the worker quiet */
+	wait_known(u, a, 2, 20000, &tables);
+	unwinder__settle(u, 20000);
+	unwinder__stats(u, &st);
+	r0 = st.refreshes;
+	r1 = reads_after_requests(u, a, 4);
+	unwinder__map_event(u, a);	/* a library mapped */
+	r2 = reads_after_requests(u, a, 1);
+	p1 = reads_after_requests(plain, a, 5);
+	unwinder__stats(u, &st);
+	fprintf(stderr, "  with records: %lu reads once its tables were in, %lu after 4 more "
+		"requests, %lu after a record (%lu skipped); without: %lu reads for 5 requests\n",
+		(unsigned long)r0,
+		(unsigned long)r1, (unsigned long)r2, (unsigned long)st.refreshes_skipped,
+		(unsigned long)p1);
+	ok &= ASSERT_TRUE(r0 >= 1, "the first request reads the maps");
+	ok &= ASSERT_EQ(r1, r0, "no record since: no re-read");
+	ok &= ASSERT_EQ(r2, r0 + 1, "a record for the process: read again");
+	ok &= ASSERT_TRUE(st.refreshes_skipped >= 4, "the skipped requests counted");
+	ok &= ASSERT_TRUE(p1 >= 4, "without the records every request past the gap reads");
+	stop(a);
+	unwinder__free(u);
+	unwinder__free(plain);
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tc[] = { T(test_unwind_queue_known_before_builds),
 					       T(test_unwind_queue_stacks_cleared_near_full),
-					       T(test_unwind_queue_idle_worker) };
+					       T(test_unwind_queue_idle_worker),
+					       T(test_unwind_queue_map_events) };
 
 	if (geteuid() != 0) {
 		printf("skip: needs root for eBPF\n");
 		return 77;
 	}
-	return test_main(tc, 3, argc, argv);
+	return test_main(tc, 4, argc, argv);
 }

@@ -432,6 +432,12 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 	p = proc_find(u, tgid, true);
 	if (!p)
 		return -ENOMEM;
+	if (!force && p->mm == mm && p->refreshed_ns && !p->maps_moved &&
+	    __atomic_load_n(&u->map_events_on, __ATOMIC_ACQUIRE)) {
+		/* no mapping came since the read: the address is a stray word, not a new library */
+		u->st.refreshes_skipped++;
+		return 0;
+	}
 	if (!force && p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS) {
 		/* read again once the gap has passed, not never: a thread pool spinning up right
 		 * after a dlopen spends seconds of CPU in the new library within the gap */
@@ -442,6 +448,7 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 		python__pid_gone(u->py, (pid_t)tgid);
 	p->mm = mm;
 	p->refreshed_ns = now;
+	p->maps_moved = false;
 	/* A Python interpreter: its frames from now on, while the tables below are built. */
 	python__pid_seen(u->py, (pid_t)tgid);
 	memset(up, 0, sizeof(*up));
@@ -474,12 +481,57 @@ static void sweep(struct unwinder *u)
 	}
 }
 
+/* The mapping records since the last drain onto the processes (worker thread). */
+static void take_map_events(struct unwinder *u)
+{
+	pid_t pids[MAP_EVENTS_CAP];
+	unsigned n;
+	bool all;
+
+	pthread_mutex_lock(&u->lock);
+	n = u->n_map_events;
+	all = u->map_events_all;
+	memcpy(pids, u->map_events, n * sizeof(pids[0]));
+	u->n_map_events = 0;
+	u->map_events_all = false;
+	pthread_mutex_unlock(&u->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct proc_ent *p = proc_find(u, (uint32_t)pids[i], false);
+
+		if (p)
+			p->maps_moved = true;
+	}
+	for (int b = 0; all && b < PROC_BUCKETS; b++)
+		for (struct proc_ent *p = u->procs[b]; p; p = p->hnext)
+			p->maps_moved = true;
+}
+
+void unwinder__map_events_on(struct unwinder *u)
+{
+	if (u)
+		__atomic_store_n(&u->map_events_on, true, __ATOMIC_RELEASE);
+}
+
+void unwinder__map_event(struct unwinder *u, int pid)
+{
+	if (!u)
+		return;
+	pthread_mutex_lock(&u->lock);
+	if (pid <= 0 || u->n_map_events >= MAP_EVENTS_CAP)
+		u->map_events_all = true;
+	else if (!u->n_map_events || u->map_events[u->n_map_events - 1] != pid)
+		u->map_events[u->n_map_events++] = pid;	/* a library's segments come in a row */
+	pthread_mutex_unlock(&u->lock);
+}
+
 static void drain(struct unwinder *u)
 {
 	uint32_t keys[256], key, next;
 	uint64_t mms[256];
 	int n = 0;
 	bool first = true;
+
+	take_map_events(u);
 
 	while (n < 256 && !bpf_map_get_next_key(u->want_fd, first ? NULL : &key, &next)) {
 		first = false;
@@ -640,10 +692,11 @@ static void *worker(void *arg)
 	selfprof_thread(SELF_UNWIND_MAPS);
 	while (!u->stop) {
 		unsigned ms = u->opts.poll_ms;
-		uint64_t before = u->st.requests;
+		uint64_t before = u->st.requests - u->st.refreshes_skipped;
 
 		drain(u);
-		idle = u->st.requests == before ? idle + 1 : 0;
+		/* requests it skipped (a stray address, no mapping record since) are no work */
+		idle = u->st.requests - u->st.refreshes_skipped == before ? idle + 1 : 0;
 		if (idle >= IDLE_ROUNDS && ms < IDLE_POLL_MS && !u->opts.foreground)
 			ms = IDLE_POLL_MS;
 		if (mono_ns() - u->last_sweep_ns > SWEEP_NS) {

@@ -71,6 +71,7 @@ struct unwinder_stats {
 	uint64_t cached;				/* loaded from the on-disk cache */
 	uint64_t queued;				/* binaries waiting for a build now */
 	uint64_t procs, refreshes, requests;
+	uint64_t refreshes_skipped;			/* no mapping record since the last read */
 	uint64_t worker_rounds;				/* the worker's wakeups */
 	uint64_t walks, frames, table_frames, fp_frames, no_proc, no_table, nested;
 	uint64_t parent_maps;	/* of no_proc: fork children walked with their parent's mappings */
@@ -97,6 +98,15 @@ int unwind_parse_opt(struct agent_opts *o, const char *name, const char *val);
  * kernel cannot run it: logged once, stacks then come from frame pointers. Main thread.
  */
 struct unwinder *agent__unwinder(struct agent *a);
+
+/*
+ * The kernel's mapping records (the symbolizer's watch, passed on by run.c): once on, a walk
+ * that meets an address in none of a process's known mappings (a stray word on the stack) has
+ * the process's /proc/PID/maps read again only when a record for it came since the last read
+ * (pid <= 0: records were lost, every process may have moved). Main thread.
+ */
+void unwinder__map_events_on(struct unwinder *u);
+void unwinder__map_event(struct unwinder *u, int pid);
 
 /* The CPython side (python.h) the unwinder feeds with processes; NULL without one. */
 struct python *unwinder__python(struct unwinder *u);

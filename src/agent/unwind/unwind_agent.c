@@ -103,6 +103,12 @@ void unwinder__metrics(struct unwinder *u, FILE *out)
 		   "meanwhile).", (double)s.queued);
 	prom_gauge(out, "gpuscope_agent_unwind_procs",
 		   "Processes whose mappings the BPF walker knows.", (double)s.procs);
+	n = "gpuscope_agent_unwind_maps_reads_total";
+	prom_family(out, n, "counter", "Walker requests for a process's mappings: /proc/PID/maps "
+				       "read (read), or not, no mapping record having come for it "
+				       "since the last read (skipped: the address was a stray word).");
+	prom_sample1_u64(out, n, "result", "read", s.refreshes);
+	prom_sample1_u64(out, n, "result", "skipped", s.refreshes_skipped);
 	n = "gpuscope_agent_unwind_walks_total";
 	prom_family(out, n, "counter", "User-stack walks in BPF: all, of processes not known yet "
 				       "(frame pointers), of those fork children walked with their "

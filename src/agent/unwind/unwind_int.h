@@ -48,7 +48,10 @@ struct proc_ent {
 	struct proc_ent *hnext;
 	uint32_t tgid;
 	uint64_t mm, refreshed_ns;
+	bool maps_moved;	/* a mapping record came since the last read (map events on) */
 };
+
+#define MAP_EVENTS_CAP	256	/* pids with new mappings between two drains; more: all moved */
 
 struct unwinder {
 	int tables_fd, procs_fd, want_fd, stats_fd, scratch_fd, template_fd, stacks_fd;
@@ -77,6 +80,11 @@ struct unwinder {
 	struct unwind_proc *scratch_proc;	/* one value being assembled */
 	struct python *py;			/* CPython frames (python.h); NULL: none */
 	struct uw_cache *cache;			/* tables on disk (cache.h); NULL: none */
+	/* the kernel's mapping records as run.c passes them on (unwinder__map_event(), u->lock) */
+	bool map_events_on;
+	bool map_events_all;			/* records lost, or too many pids: every one moved */
+	unsigned n_map_events;
+	pid_t map_events[MAP_EVENTS_CAP];
 };
 
 #endif
