@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `gpuscope-agent run`: the long-running mode. Starts every data source of AGENT_MODULES,
- * ticks them every ~50 ms, and every push interval swaps in a fresh batch and hands the
+ * ticks them every ~100 ms, and every push interval swaps in a fresh batch and hands the
  * finished one to the push thread (push.c), which delivers or spools it. Serves /metrics.
  */
 #include <errno.h>
@@ -39,7 +39,7 @@
 #include "common/prom.h"
 #include "common/util.h"
 
-#define TICK_NS			(50 * NSEC_PER_MSEC)
+#define TICK_NS			(100 * NSEC_PER_MSEC)
 #define EARLY_FLUSH_BYTES	(16u << 20)	/* swap before the interval past this estimate */
 
 struct run_opts {

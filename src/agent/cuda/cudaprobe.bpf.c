@@ -174,7 +174,9 @@ static __noinline __s32 caller_stack(struct pt_regs *ctx, __u32 tid, __u32 tgid,
 		st.first = 0;
 	}
 	ustack = unwind_stackid(&st);
-	if (reuse_ns && ustack >= 0) {
+	/* a walk cut short (the process's tables not read yet: frame pointers only) is not one
+	 * to stand for the next calls */
+	if (reuse_ns && ustack >= 0 && !st.reason) {
 		cur.walked_ns = now;
 		cur.ustack = ustack;
 		bpf_map_update_elem(&cu_last, &tid, &cur, BPF_ANY);

@@ -93,8 +93,8 @@ static __always_inline int emit_stack(struct pt_regs *ctx, struct uwalk *st, __u
 		count_err(GPUSCOPE_CUPTI_ERR_USTACK);
 		n = 0;
 	}
-	else if (ret_ktime_ns)
-		*ret_ktime_ns = e->ev.ktime_ns;	/* a stack was taken: the event stands for it */
+	else if (ret_ktime_ns && !(use_unwinder && st->reason))
+		*ret_ktime_ns = e->ev.ktime_ns;	/* a whole stack was taken: the event stands for it */
 	e->ev.ustack_len = n / 8;
 	e->ev.size = sizeof(e->ev) + (n / 8) * 8;
 	dt = bpf_ktime_get_ns() - t0;

@@ -355,7 +355,7 @@ static __noinline __s32 walk_current(struct gpuscope_sched_thr *t, __u64 now)
 	if (!unwind_init_task(&st))
 		return -1;
 	id = unwind_stackid(&st);
-	if (id >= 0) {
+	if (id >= 0 && !st.reason) {	/* a walk cut short is not one to re-use */
 		k = t->usig_next++ % GPUSCOPE_USIGS;
 		t->usig[k].sp = sig.sp;
 		t->usig[k].bp = sig.bp;
