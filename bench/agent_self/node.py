@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
 sys.path.insert(0, HERE)
 import pushlib  # noqa: E402
 from pushlib import OUT, Agent, Server  # noqa: E402
-from run import proc_cpu_s, scrape  # noqa: E402
+from run import measure  # noqa: E402
 from selftable import table  # noqa: E402
 
 ROOT = os.path.join(HERE, "..", "..")
@@ -116,19 +116,14 @@ def one(binary, srv, tmp, tag, window, warm):
             else:
                 os.environ[k] = v
     try:
-        time.sleep(warm)
-        a = scrape(agent.metrics_url)
-        c0, t0 = proc_cpu_s(agent.p.pid), time.monotonic()
-        time.sleep(window)
-        b = scrape(agent.metrics_url)
-        c1, t1 = proc_cpu_s(agent.p.pid), time.monotonic()
-        text, s = table(a, b, t1 - t0)
+        a, b, cpu, secs = measure(agent, warm, window)
+        text, s = table(a, b, secs)
         rates = []
         for name in ("gpuscope_agent_sched_intervals_total", "gpuscope_agent_sched_switches_total", "gpuscope_agent_sched_summaries_total",
                      "gpuscope_agent_cupti_backward_calls_total", "gpuscope_agent_cpu_samples_total"):
             va, vb = metric(a, name), metric(b, name)
             if va is not None and vb is not None:
-                rates.append("%s %.0f/s" % (name[15:-6], (vb - va) / (t1 - t0)))
+                rates.append("%s %.0f/s" % (name[15:-6], (vb - va) / secs))
         for name, label, unit, scale in (
                 ("gpuscope_agent_sched_stack_walk_seconds_total", "off-CPU walks", "ms/s", 1e3),
                 ('gpuscope_agent_bpf_events_total{program="sched",event="kstack_same"}',
@@ -141,9 +136,9 @@ def one(binary, srv, tmp, tag, window, warm):
                  "not walked", "/s", 1)):
             va, vb = metric(a, name), metric(b, name)
             if va is not None and vb is not None:
-                rates.append("%s %.2f %s" % (label, scale * (vb - va) / (t1 - t0), unit))
+                rates.append("%s %.2f %s" % (label, scale * (vb - va) / secs, unit))
         text += "\n" + ", ".join(rates)
-        agent_ms = 1e3 * (c1 - c0) / (t1 - t0)
+        agent_ms = 1e3 * cpu / secs
         return text, agent_ms, s
     finally:
         agent.stop()

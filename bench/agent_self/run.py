@@ -42,6 +42,17 @@ def proc_cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def measure(agent, warm, window):
+    """After warm seconds, two whole /metrics scrapes of agent window seconds apart and its
+    process's CPU between them: (before, after, CPU seconds, wall seconds)."""
+    time.sleep(warm)
+    a = scrape(agent.metrics_url)
+    c0, t0 = proc_cpu_s(agent.p.pid), time.monotonic()
+    time.sleep(window)
+    b = scrape(agent.metrics_url)
+    return a, b, proc_cpu_s(agent.p.pid) - c0, time.monotonic() - t0
+
+
 def main():
     window = float(sys.argv[1]) if len(sys.argv) > 1 else 60
     warm = float(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -54,20 +65,15 @@ def main():
     agent = Agent(srv.url, ["--all-processes", "--bpf-stats", "--node", "agent-self"],
                   os.path.join(tmp, "agent.log"), modules_off="", hold=work)
     try:
-        time.sleep(warm)
-        a = scrape(agent.metrics_url)
-        c0, t0 = proc_cpu_s(agent.p.pid), time.monotonic()
-        time.sleep(window)
-        b = scrape(agent.metrics_url)
-        c1, t1 = proc_cpu_s(agent.p.pid), time.monotonic()
-        text, s = table(a, b, t1 - t0)
+        a, b, cpu, secs = measure(agent, warm, window)
+        text, s = table(a, b, secs)
         print("agent_self, %s, %d CPUs, load %s, window %.0f s after %.0f s" % (
             time.strftime("%Y-%m-%d %H:%M"), os.cpu_count(),
-            open("/proc/loadavg").read().split()[0], t1 - t0, warm))
+            open("/proc/loadavg").read().split()[0], secs, warm))
         print(text)
         print("the agent process by /proc/PID/stat: %.3f ms/s = %.3f %% of a core "
-              "(activities: %.3f %%)" % (1e3 * (c1 - c0) / (t1 - t0),
-                                        100 * (c1 - c0) / (t1 - t0), s["agent_core_pct"]))
+              "(activities: %.3f %%)" % (1e3 * cpu / secs, 100 * cpu / secs,
+                                        s["agent_core_pct"]))
     finally:
         agent.stop()
         for w in work:

@@ -275,3 +275,16 @@ while time.time() < end:
     %s
 log.close()
 """ % (prelude, call, a, a, b, b, a, b, between)
+
+
+def run_under_agent(agent, app, settle, metric):
+    """Lets a workload that waits for a line on its stdin go settle seconds after the agent is
+    up, waits for it to end and 2 s more, reads metric from the agent and stops it: (metric's
+    value, the agent's exit status)."""
+    time.sleep(settle)
+    app.stdin.write("go\n")
+    app.stdin.flush()
+    app.wait(timeout=60)
+    time.sleep(2)
+    value = agent.metric(metric)
+    return value, agent.stop()

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pushlib import (OUT, Agent, Server, need_root_and_binaries, site_stacks,  # noqa: E402
-                     two_site_script)
+                     run_under_agent, two_site_script)
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
@@ -43,13 +43,9 @@ try:
     agent = Agent(srv.url, ["--node", "syncstk", "--pid", str(app.pid), "--push-interval", "1s",
                             "--modules", "cpu-sampler,cuda_probe", "--no-gpu"],
                   os.path.join(tmp, "agent.log"), modules_off="")
-    time.sleep(1)
-    app.stdin.write("go\n")
-    app.stdin.flush()
-    app.wait(timeout=60)
-    time.sleep(2)
-    same = agent.metric('gpuscope_agent_bpf_events_total{program="cuda",event="stack_same"}')
-    rc = agent.stop()
+    # the process's tables first, then its calls
+    same, rc = run_under_agent(agent, app, 1,
+                               'gpuscope_agent_bpf_events_total{program="cuda",event="stack_same"}')
     agent = None
     check(rc == 0, "agent exits 0 (%s)" % rc)
     calls = [ln.split() for ln in open(calls_log)]

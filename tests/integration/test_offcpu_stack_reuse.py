@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pushlib import (Agent, Server, need_root_and_binaries, site_stacks,  # noqa: E402
-                     two_site_script)
+                     run_under_agent, two_site_script)
 from lib import check, finish  # noqa: E402
 
 need_root_and_binaries()
@@ -37,13 +37,9 @@ try:
                             "--modules", "cpu-sampler,sched", "--no-gpu",
                             "--offcpu-walk-share", "0", "--strip-event-rate", "0"],
                   os.path.join(tmp, "agent.log"), modules_off="")
-    time.sleep(2)	# the process's unwind tables first
-    app.stdin.write("go\n")
-    app.stdin.flush()
-    app.wait(timeout=60)
-    time.sleep(2)
-    same = agent.metric('gpuscope_agent_bpf_events_total{program="sched",event="ustack_same"}')
-    rc = agent.stop()
+    # the process's tables first, then its calls
+    same, rc = run_under_agent(agent, app, 2,
+                               'gpuscope_agent_bpf_events_total{program="sched",event="ustack_same"}')
     agent = None
     check(rc == 0, "agent exits 0 (%s)" % rc)
     calls = naps = [ln.split() for ln in open(naps_log)]
