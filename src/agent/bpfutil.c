@@ -66,6 +66,14 @@ uint64_t bpf_percpu_sum(int map_fd, uint32_t key)
 	return sum;
 }
 
+void bpf_env_ms(const char *name, __u64 *ns)
+{
+	const char *v = getenv(name);
+
+	if (v)
+		*ns = strtoull(v, NULL, 10) * NSEC_PER_MSEC;
+}
+
 static size_t keyq_walk(int map_fd, uint32_t *lost, size_t key_size, size_t max, bpf_keyq_fn fn,
 			void *ctx)
 {

@@ -22,6 +22,12 @@
 uint64_t bpf_percpu_sum(int map_fd, uint32_t key);
 
 /*
+ * A program setting in ns overridden, for benchmarks and triage, by environment variable name
+ * (in ms) when it is set: *ns is left as it is otherwise.
+ */
+void bpf_env_ms(const char *name, __u64 *ns);
+
+/*
  * Drains an aggregation hash map whose BPF program pushes every key it adds into a queue map
  * (gpuscope.bpf.h, GPUSCOPE_KEYQ): pops keys and takes each one's value out of the map (lookup
  * and delete: each addition of a key is drained once), calling fn for it; at most max keys a

@@ -616,9 +616,7 @@ static int cuda_start(struct agent *a)
 		skel->rodata->use_unwinder = true;
 	}
 	/* for benchmarks: 0 walks every walked call's stack (as before the re-use) */
-	if (getenv("GPUSCOPE_CUDA_STACK_REUSE_MS"))
-		skel->rodata->reuse_ns =
-			strtoull(getenv("GPUSCOPE_CUDA_STACK_REUSE_MS"), NULL, 10) * 1000000ULL;
+	bpf_env_ms("GPUSCOPE_CUDA_STACK_REUSE_MS", &skel->rodata->reuse_ns);
 	/* a program of a uprobe_multi link is loaded for it (and then only attaches that way) */
 	if (getenv("GPUSCOPE_CUDA_SINGLE_UPROBES"))	/* tests and triage */
 		log_info("cuda: single uprobes (GPUSCOPE_CUDA_SINGLE_UPROBES)");

@@ -518,9 +518,8 @@ static int cupti_start(struct agent *a)
 		if (!err)
 			c->skel->rodata->use_unwinder = true;
 	}
-	if (c->skel && getenv("GPUSCOPE_CUPTI_BACKWARD_REUSE_MS"))	/* benchmarks, triage */
-		c->skel->rodata->bw_reuse_ns =
-			strtoull(getenv("GPUSCOPE_CUPTI_BACKWARD_REUSE_MS"), NULL, 10) * NSEC_PER_MSEC;
+	if (c->skel)	/* benchmarks, triage */
+		bpf_env_ms("GPUSCOPE_CUPTI_BACKWARD_REUSE_MS", &c->skel->rodata->bw_reuse_ns);
 	if (c->skel && cupti_bpf__load(c->skel)) {
 		err = -errno;
 		cupti_bpf__destroy(c->skel);

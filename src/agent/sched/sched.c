@@ -548,14 +548,10 @@ static int sched_start(struct agent *a)
 	if (a->opts.strip_event_rate >= 0)	/* else the program's default (250 a second) */
 		skel->rodata->state_event_ns = a->opts.strip_event_rate ?
 			NSEC_PER_SEC / (uint64_t)a->opts.strip_event_rate : 0;
-	/* for benchmarks: 0 walks every allowed switch-out's user stack (as before) */
-	if (getenv("GPUSCOPE_SCHED_USTACK_REUSE_MS"))
-		skel->rodata->ustack_reuse_ns =
-			strtoull(getenv("GPUSCOPE_SCHED_USTACK_REUSE_MS"), NULL, 10) * 1000000ULL;
-	/* for benchmarks: 0 walks every blocking switch-out's kernel stack (as before) */
-	if (getenv("GPUSCOPE_SCHED_KSTACK_REUSE_MS"))
-		skel->rodata->kstack_reuse_ns =
-			strtoull(getenv("GPUSCOPE_SCHED_KSTACK_REUSE_MS"), NULL, 10) * 1000000ULL;
+	/* for benchmarks: 0 walks every allowed switch-out's user stack, and every blocking
+	 * switch-out's kernel stack (as before the re-use) */
+	bpf_env_ms("GPUSCOPE_SCHED_USTACK_REUSE_MS", &skel->rodata->ustack_reuse_ns);
+	bpf_env_ms("GPUSCOPE_SCHED_KSTACK_REUSE_MS", &skel->rodata->kstack_reuse_ns);
 	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.05 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
 	/* shared with cuda_probe's programs, which set it (run.c made it) */
