@@ -37,6 +37,12 @@ static int run_pair(const char *secs, long rate, const char *counter, struct age
 		waitpid(pid, NULL, 0);
 		goto out;
 	}
+	/* the reader's libraries' unwind tables first (as run_condwait_n() in test_strips.c):
+	 * before them its read(2) stacks lack read_one (glibc keeps no frame pointer), and one
+	 * loaded run lost 30 % of its off-CPU time under read_one so */
+	sched_module.tick(a);
+	if (a->unwind)
+		unwinder__settle(a->unwind, 20000);
 	go(gofd);
 	status = run_until_exit(a, &sched_module, pid, 10000);
 	snprintf(name, sizeof(name), "program=\"sched\",event=\"%s\"} ", counter);
