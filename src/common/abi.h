@@ -12,6 +12,14 @@
 #define GPUSCOPE_COMM_LEN	16
 
 /*
+ * A thread's call site as the probes' signature sees it (src/agent/unwind/callsite.bpf.h says
+ * what the fields hold); kept in map values, some of them read by user space (sched's threads).
+ */
+struct gpuscope_callsite {
+	__u64 sp, bp, ret, h;
+};
+
+/*
  * The registry of the BPF programs' ring-buffer event types and per-CPU counter codes. Each
  * program owns a range of GPUSCOPE_PROG_RANGE numbers in both, so no two programs' numbers
  * collide; the counters' names come from the same lists as their codes (GPUSCOPE_ERRORS below),

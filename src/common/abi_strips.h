@@ -63,7 +63,7 @@ struct gpuscope_offcpu_val {
 #define GPUSCOPE_USIGS 2
 /* A walked user stack of a thread's switch-out, and its call site (unwind/callsite.bpf.h). */
 struct gpuscope_usig {
-	__u64 sp, bp, ret, h;	/* struct callsite_sig */
+	struct gpuscope_callsite site;
 	__u64 at_ns;		/* when it was walked; 0: empty */
 	__s32 id;		/* its id in unwind_stacks */
 	__u32 _pad;

@@ -138,7 +138,7 @@ static __noinline void count_call(struct inflight *f, __u64 id, __s32 ustack, __
 const volatile __u64 reuse_ns = 1000000000ULL;
 
 struct cu_last {
-	struct callsite_sig sig;
+	struct gpuscope_callsite sig;
 	__u64 walked_ns;
 	__s32 ustack;
 	__u32 tgid;
@@ -164,9 +164,8 @@ static __noinline __s32 caller_stack(struct pt_regs *ctx, __u32 tid, __u32 tgid,
 	if (reuse_ns) {
 		callsite_sign(&st, &cur.sig);
 		last = bpf_map_lookup_elem(&cu_last, &tid);
-		if (last && last->tgid == tgid && last->sig.sp == cur.sig.sp &&
-		    last->sig.bp == cur.sig.bp && last->sig.ret == cur.sig.ret &&
-		    last->sig.h == cur.sig.h && now - last->walked_ns < reuse_ns) {
+		if (last && last->tgid == tgid && callsite_same(&last->sig, &cur.sig) &&
+		    now - last->walked_ns < reuse_ns) {
 			count_err(GPUSCOPE_CERR_STACK_SAME);
 			return last->ustack;
 		}

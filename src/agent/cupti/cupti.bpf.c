@@ -130,7 +130,7 @@ static __always_inline int emit_pair(__u32 type, __u32 what, __u64 a, __u64 b)
 
 /* A thread's last walked backward call: its call site and the walked event's ktime_ns. */
 struct bw_last {
-	struct callsite_sig sig;
+	struct gpuscope_callsite sig;
 	__u64 walked_ns;
 	__u32 tgid, _pad;
 };
@@ -170,9 +170,8 @@ int on_backward(struct pt_regs *ctx)
 	callsite_sign(&st, &cur.sig);
 	last = bpf_map_lookup_elem(&bw_last, &tid);
 	now = bpf_ktime_get_ns();
-	if (last && last->tgid == tgid && last->sig.sp == cur.sig.sp &&
-	    last->sig.bp == cur.sig.bp && last->sig.ret == cur.sig.ret &&
-	    last->sig.h == cur.sig.h && now - last->walked_ns < bw_reuse_ns) {
+	if (last && last->tgid == tgid && callsite_same(&last->sig, &cur.sig) &&
+	    now - last->walked_ns < bw_reuse_ns) {
 		count_err(GPUSCOPE_CUPTI_ERR_BACKWARDS_SAME);
 		return emit_pair(GPUSCOPE_EV_CUPTI_BACKWARD_SAME, tid, last->walked_ns, now);
 	}

@@ -182,6 +182,26 @@ static __always_inline void flush_summary(struct gpuscope_sched_thr *t, __u32 ti
 }
 
 /*
+ * Tops up a credit by ppm millionths of the time since its last top-up, at most burst saved (a
+ * gap that fills the burst fills it: nothing overflows however long the gap). The thread's and
+ * process's walk credits and the thread's event credit.
+ */
+static __always_inline void credit_topup(__s64 *credit, __u64 *at, __u64 now, __u64 ppm,
+					 __s64 burst)
+{
+	__u64 gap, earned;
+
+	if (now <= *at)
+		return;
+	gap = now - *at;
+	earned = gap >= (__u64)burst * 1000000 / ppm ? (__u64)burst : gap * ppm / 1000000;
+	*credit += (__s64)earned;
+	if (*credit > burst)
+		*credit = burst;
+	*at = now;
+}
+
+/*
  * Whether a state of dur (at least min_interval_ns) is folded for the thread's event budget:
  * tops the credit up, and moves the thread into folding when it is spent and out of it when
  * half the burst is saved again.
@@ -191,14 +211,7 @@ static __always_inline bool over_budget(struct gpuscope_sched_thr *t, __u8 st, _
 	if (!state_event_ns || dur >= max_summary_ns ||
 	    (st == GPUSCOPE_TS_BLOCKED && (t->flags & GPUSCOPE_TSF_CUDA_SYNC)))
 		return false;
-	if (now > t->ev_at_ns) {
-		__u64 earned = now - t->ev_at_ns;
-
-		t->ev_credit_ns += earned >= (__u64)state_burst_ns ? state_burst_ns : (__s64)earned;
-		if (t->ev_credit_ns > state_burst_ns)
-			t->ev_credit_ns = state_burst_ns;
-		t->ev_at_ns = now;
-	}
+	credit_topup(&t->ev_credit_ns, &t->ev_at_ns, now, 1000000, state_burst_ns);
 	if (t->folding && t->ev_credit_ns >= (state_burst_ns >> 1))
 		t->folding = 0;
 	else if (!t->folding && t->ev_credit_ns < 0)
@@ -275,16 +288,7 @@ folded:
  * user stack walk now (the caller charges the walk's time). */
 static __always_inline bool credit_allows(__s64 *credit, __u64 *at, __u64 now)
 {
-	if (now > *at) {
-		__u64 earned = (now - *at) * walk_share_ppm / 1000000;
-
-		if (earned >= (__u64)walk_burst_ns)	/* no overflow below */
-			earned = walk_burst_ns;
-		*credit += (__s64)earned;
-		if (*credit > walk_burst_ns)
-			*credit = walk_burst_ns;
-		*at = now;
-	}
+	credit_topup(credit, at, now, walk_share_ppm, walk_burst_ns);
 	return *credit > 0;
 }
 
@@ -333,7 +337,7 @@ static __always_inline bool walk_allowed(struct gpuscope_sched_thr *t, __u32 tgi
  */
 static __noinline __s32 walk_current(struct gpuscope_sched_thr *t, __u64 now)
 {
-	struct callsite_sig sig;
+	struct gpuscope_callsite sig;
 	struct uwalk st;
 	__s32 id;
 	__u32 k;
@@ -346,8 +350,7 @@ static __noinline __s32 walk_current(struct gpuscope_sched_thr *t, __u64 now)
 	for (int i = 0; i < GPUSCOPE_USIGS; i++) {
 		struct gpuscope_usig *u = &t->usig[i];
 
-		if (u->at_ns && u->sp == sig.sp && u->bp == sig.bp && u->ret == sig.ret &&
-		    u->h == sig.h && now - u->at_ns < ustack_reuse_ns) {
+		if (u->at_ns && callsite_same(&u->site, &sig) && now - u->at_ns < ustack_reuse_ns) {
 			count_err(GPUSCOPE_SERR_USTACK_SAME);
 			return u->id;
 		}
@@ -357,10 +360,7 @@ static __noinline __s32 walk_current(struct gpuscope_sched_thr *t, __u64 now)
 	id = unwind_stackid(&st);
 	if (id >= 0 && !st.reason) {	/* a walk cut short is not one to re-use */
 		k = t->usig_next++ % GPUSCOPE_USIGS;
-		t->usig[k].sp = sig.sp;
-		t->usig[k].bp = sig.bp;
-		t->usig[k].ret = sig.ret;
-		t->usig[k].h = sig.h;
+		t->usig[k].site = sig;
 		t->usig[k].at_ns = now;
 		t->usig[k].id = id;
 	}

@@ -9,14 +9,19 @@
 #define GPUSCOPE_CALLSITE_BPF_H
 
 /*
- * A call site as a few cheap reads see it (docs/cupti.md, "Repeated backward calls"): the user
- * sp and frame pointer at the probe, the return address at [sp], and, folded into h, up to
- * CALLSITE_FP_LEVELS (frame pointer, return address) pairs of the frame-pointer chain and the
- * innermost CALLSITE_PY_FRAMES Python frames' (address, code object, instruction pointer).
+ * A call site as a few cheap reads see it (docs/cupti.md, "Repeated backward calls"), a struct
+ * gpuscope_callsite (common/abi.h): the user sp and frame pointer at the probe, the return
+ * address at [sp], and, folded into h, up to CALLSITE_FP_LEVELS (frame pointer, return address)
+ * pairs of the frame-pointer chain and the innermost CALLSITE_PY_FRAMES Python frames' (address,
+ * code object, instruction pointer).
  */
-struct callsite_sig {
-	__u64 sp, bp, ret, h;
-};
+
+/* Whether two signatures name the same call site. */
+static __always_inline bool callsite_same(const struct gpuscope_callsite *a,
+					  const struct gpuscope_callsite *b)
+{
+	return a->sp == b->sp && a->bp == b->bp && a->ret == b->ret && a->h == b->h;
+}
 
 #define CALLSITE_FP_LEVELS	8
 #define CALLSITE_PY_FRAMES	64
@@ -66,7 +71,7 @@ unreadable:
  * probe (its Python state is set up here; a walk starts over with unwind_init()). A
  * global function: verified once.
  */
-__noinline int callsite_sign(struct uwalk *st, struct callsite_sig *s)
+__noinline int callsite_sign(struct uwalk *st, struct gpuscope_callsite *s)
 {
 	struct callsite_py w = {};
 	struct py_state *ps;
