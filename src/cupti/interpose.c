@@ -151,18 +151,20 @@ static void add_map_line(const char *l)
 	maps[nmaps++] = m;
 }
 
-/* Snapshot of /proc/self/maps into maps[]. */
-/* Calls fn on each line of /proc/self/maps (without its newline; cut at 4 KiB). Lines read. */
-static size_t maps_lines(bool (*fn)(const char *line, void *ctx), void *ctx, bool *ret_eof)
+/*
+ * Calls fn on each line of /proc/self/maps (without its newline; cut at 4 KiB) until it returns
+ * false. true when the file was read to its end.
+ */
+static bool maps_lines(bool (*fn)(const char *line, void *ctx), void *ctx)
 {
 	char buf[8192], line[4200];
-	size_t ll = 0, n = 0;
+	size_t ll = 0;
 	ssize_t r;
+	bool eof = false;
 	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
-	*ret_eof = false;
 	if (fd < 0)
-		return 0;
+		return false;
 	while ((r = read(fd, buf, sizeof(buf))) > 0) {
 		for (ssize_t i = 0; i < r; i++) {
 			if (buf[i] != '\n') {
@@ -171,16 +173,15 @@ static size_t maps_lines(bool (*fn)(const char *line, void *ctx), void *ctx, boo
 				continue;
 			}
 			line[ll] = 0;
-			n++;
 			ll = 0;
 			if (!fn(line, ctx))
 				goto out;	/* the caller has what it wanted */
 		}
 	}
-	*ret_eof = r == 0;
+	eof = r == 0;
 out:
 	close(fd);
-	return n;
+	return eof;
 }
 
 static bool add_map_cb(const char *line, void *ctx)
@@ -190,14 +191,12 @@ static bool add_map_cb(const char *line, void *ctx)
 	return true;
 }
 
+/* Snapshot of /proc/self/maps into maps[]. */
 static bool read_maps(void)
 {
-	bool eof;
-
 	nmaps = 0;
 	paths_len = 0;
-	maps_lines(add_map_cb, NULL, &eof);
-	return eof && nmaps > 0;
+	return maps_lines(add_map_cb, NULL) && nmaps > 0;
 }
 
 struct prot_query {
@@ -224,9 +223,8 @@ static bool prot_cb(const char *line, void *ctx)
 static int writable_now(uintptr_t a)
 {
 	struct prot_query q = { a, -1 };
-	bool eof;
 
-	maps_lines(prot_cb, &q, &eof);
+	maps_lines(prot_cb, &q);
 	return q.writable;
 }
 

@@ -136,18 +136,16 @@ static int read_mapping(const struct maps_line *l, void *ctx)
 	return 0;
 }
 
-/* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
 /* The mmap records the kernel dropped so far (0 without the watch). */
 static uint64_t records_lost(const struct symbolizer *s)
 {
-	struct mmapwatch_stats st;
+	uint64_t records, lost;
 
-	if (!s->mw)
-		return 0;
-	mmapwatch__stats(s->mw, &st);
-	return st.lost;
+	symbolizer__mmap_stats(s, &records, &lost);
+	return lost;
 }
 
+/* (Re-)reads pid's executable mappings, keeping the images of unchanged ones. 0 or -errno. */
 int sym_proc_read_maps(struct symbolizer *s, struct proc *p)
 {
 	struct maps_read q = { .s = s, .p = p };
