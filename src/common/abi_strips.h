@@ -55,12 +55,8 @@ struct gpuscope_offcpu_val {
 	__u64 ns, count;
 };
 
-/*
- * A followed thread's state machine: the value of the sched programs' `threads` hash map (by tid),
- * read by user space at stop to close every open state (sched.c: close_open_states()).
- */
-#define GPUSCOPE_KSIGS 4
-#define GPUSCOPE_USIGS 2
+#define GPUSCOPE_KSIGS 4	/* kernel stacks a thread keeps for re-use (sched.bpf.c) */
+#define GPUSCOPE_USIGS 2	/* user stacks likewise */
 /* A walked user stack of a thread's switch-out, and its call site (unwind/callsite.bpf.h). */
 struct gpuscope_usig {
 	struct gpuscope_callsite site;
@@ -68,6 +64,11 @@ struct gpuscope_usig {
 	__s32 id;		/* its id in unwind_stacks */
 	__u32 _pad;
 };
+
+/*
+ * A followed thread's state machine: the value of the sched programs' `threads` hash map (by tid),
+ * read by user space at stop to close every open state (sched.c: close_open_states()).
+ */
 struct gpuscope_sched_thr {
 	__u64 since_ns;		/* start of the current state */
 	__u64 agg_start_ns;	/* start of the pending summary; 0: none */

@@ -432,17 +432,18 @@ static int proc_refresh(struct unwinder *u, uint32_t tgid, uint64_t mm, bool for
 	p = proc_find(u, tgid, true);
 	if (!p)
 		return -ENOMEM;
-	if (!force && p->mm == mm && p->refreshed_ns && !p->maps_moved &&
-	    __atomic_load_n(&u->map_events_on, __ATOMIC_ACQUIRE)) {
-		/* no mapping came since the read: the address is a stray word, not a new library */
-		u->st.refreshes_skipped++;
-		return 0;
-	}
-	if (!force && p->mm == mm && p->refreshed_ns && now - p->refreshed_ns < REFRESH_MIN_NS) {
-		/* read again once the gap has passed, not never: a thread pool spinning up right
-		 * after a dlopen spends seconds of CPU in the new library within the gap */
-		bpf_map_update_elem(u->want_fd, &tgid, &mm, BPF_NOEXIST);
-		return 0;
+	if (!force && p->mm == mm && p->refreshed_ns) {	/* read before, the same image */
+		if (!p->maps_moved && __atomic_load_n(&u->map_events_on, __ATOMIC_ACQUIRE)) {
+			/* no mapping came since the read: a stray word, not a new library */
+			u->st.refreshes_skipped++;
+			return 0;
+		}
+		if (now - p->refreshed_ns < REFRESH_MIN_NS) {
+			/* read again once the gap has passed, not never: a thread pool spinning up
+			 * right after a dlopen spends seconds of CPU in the new library within it */
+			bpf_map_update_elem(u->want_fd, &tgid, &mm, BPF_NOEXIST);
+			return 0;
+		}
 	}
 	if (p->mm && mm && p->mm != mm)	/* exec: another image, maybe another interpreter */
 		python__pid_gone(u->py, (pid_t)tgid);
