@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
 sys.path.insert(0, HERE)
 import pushlib  # noqa: E402
-from pushlib import OUT, Agent, Server  # noqa: E402
+from pushlib import OUT, STANDIN_CUPTI, STANDIN_EXECUTE, Agent, Server  # noqa: E402
 from run import measure  # noqa: E402
 from selftable import table  # noqa: E402
 
@@ -44,18 +44,9 @@ CUDA = os.path.join(OUT, "tests", "cuda", "libcuda.so.1")
 NVML = os.path.join(OUT, "tests", "nvml", "libnvidia-ml.so.1")
 TRACE = os.path.join(ROOT, "tests", "data", "nvml", "h200.trace.gz")
 
-WORKLOAD = r'''
-import ctypes, sys, threading, time
+WORKLOAD = """import ctypes, sys, threading, time
 cuda = ctypes.CDLL(sys.argv[5], mode=ctypes.RTLD_GLOBAL)
-cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-inj = ctypes.CDLL(sys.argv[2])
-if inj.InitializeInjection() != 1:
-    sys.exit(4)
-torch = ctypes.CDLL(sys.argv[4])
-execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
-                         "IN2at6TensorESaIS9_EEbbbS7_")
-execute.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p]
-launch = cuda.cuLaunchKernel
+""" + STANDIN_CUPTI + STANDIN_EXECUTE + r'''launch = cuda.cuLaunchKernel
 launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
 sync = cuda.cuStreamSynchronize
 sync.argtypes = [ctypes.c_void_p]

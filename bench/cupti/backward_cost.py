@@ -24,22 +24,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
-from pushlib import OUT, Agent, Server  # noqa: E402
+from pushlib import OUT, STANDIN_CUPTI, STANDIN_EXECUTE, Agent, Server  # noqa: E402
 
 LIB = os.path.join(OUT, "libgpuscope_cupti.so")
 FAKE = os.path.join(OUT, "tests", "cupti", "fakecupti", "libcupti.so.13")
 TORCH = os.path.join(OUT, "tests", "cupti", "faketorch", "libtorch_cpu.so")
 
-WORKLOAD = r'''
-import ctypes, sys, time
-cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-inj = ctypes.CDLL(sys.argv[2])
-if inj.InitializeInjection() != 1:
-    sys.exit(4)
-torch = ctypes.CDLL(sys.argv[4])
-execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
-                         "IN2at6TensorESaIS9_EEbbbS7_")
-execute.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p]
+WORKLOAD = "import ctypes, sys, time\n" + STANDIN_CUPTI + STANDIN_EXECUTE + r'''
 K = b"_Z11autograd_mmPf"
 
 def loss_backward():

@@ -288,3 +288,19 @@ def run_under_agent(agent, app, settle, metric):
     time.sleep(2)
     value = agent.metric(metric)
     return value, agent.stop()
+
+
+# The stand-in workloads' opening lines (a script's text; argv[1] the libcupti stand-in, argv[2]
+# libgpuscope_cupti.so, argv[4] the libtorch_cpu stand-in; needs ctypes and sys imported):
+# the stand-in loaded by its soname, the real library injected into it ...
+STANDIN_CUPTI = '''cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+inj = ctypes.CDLL(sys.argv[2])
+if inj.InitializeInjection() != 1:
+    sys.exit(4)
+'''
+# ... and autograd's Engine::execute of the libtorch_cpu stand-in
+STANDIN_EXECUTE = '''torch = ctypes.CDLL(sys.argv[4])
+execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
+                         "IN2at6TensorESaIS9_EEbbbS7_")
+execute.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p]
+'''

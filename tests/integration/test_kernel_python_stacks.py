@@ -29,8 +29,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pushlib import (OUT, Agent, Server, check, finish, need_root_and_binaries,  # noqa: E402
-                     skip, wait_until)
+from pushlib import (OUT, STANDIN_CUPTI, STANDIN_EXECUTE, Agent, Server, check,  # noqa: E402
+                     finish, need_root_and_binaries, skip, wait_until)
 
 need_root_and_binaries()
 LIB = os.path.join(OUT, "libgpuscope_cupti.so")
@@ -40,21 +40,12 @@ if not os.access(LIB, os.R_OK) or not os.access(FAKE, os.R_OK):
     skip("no CUDA toolkit here: libgpuscope_cupti.so / the libcupti stand-in not built")
 check(os.access(TORCH, os.R_OK), "the libtorch_cpu stand-in is built")
 
-WORKLOAD = r'''
-import ctypes, mmap, os, sys, time
-cupti = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)   # the stand-in, by its soname
-inj = ctypes.CDLL(sys.argv[2])
-if inj.InitializeInjection() != 1:
-    sys.exit(4)
+WORKLOAD = "import ctypes, mmap, os, sys, time\n" + STANDIN_CUPTI + STANDIN_EXECUTE + r'''
 cupti.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
                                     ctypes.c_uint64]
 GEMM, SOFTMAX = b"_Z10gemm_tiledPfS_S_i", b"_Z7softmaxPf"
 AUTOGRAD_MM, SIDE = b"_Z11autograd_mmPf", b"_Z9side_kernPf"
 AUTOGRAD_B = b"_Z10autograd_bPf"
-torch = ctypes.CDLL(sys.argv[4])
-execute = getattr(torch, "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_"
-                         "IN2at6TensorESaIS9_EEbbbS7_")
-execute.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p]
 
 def forward():
     cupti.fake_cupti_launch(GEMM, 0, 7, 300000)
