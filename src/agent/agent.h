@@ -30,7 +30,7 @@ struct agent_opts {
 	bool all_processes;		/* --all-processes (thread states of every process) */
 	double offcpu_walk_share;	/* --offcpu-walk-share: the share of a thread's time its
 					 * switch-out stack walks may take (sched.bpf.c); 0: every
-					 * one walked; < 0: the default (0.05 %) */
+					 * one walked; < 0: the default (0.1 %) */
 	long strip_event_rate;		/* --strip-event-rate: thread-state events a second a
 					 * thread may make (sched.bpf.c); 0: no limit; < 0: 250 */
 	const char *nvml_library;	/* --nvml-library; NULL: "libnvidia-ml.so.1" */

@@ -177,7 +177,7 @@ static void usage(FILE *f)
 		"  --frequency HZ           CPU sampling frequency (default 99)\n"
 		"  --all-processes          thread states of every process\n"
 		"  --offcpu-walk-share PCT  the share of a thread's time its off-CPU stack walks may\n"
-		"                           take, the rest marked not walked (default 0.05%%; 0: all)\n"
+		"                           take, the rest marked not walked (default 0.1%%; 0: all)\n"
 		"  --strip-event-rate N     thread-state events a second per thread; a thread over it\n"
 		"                           has its states under 20 ms summarized (default 250; 0: all)\n"
 		"  --token-file FILE        send 'Authorization: Bearer <contents>' (re-read on each push)\n"

@@ -42,7 +42,7 @@ const volatile bool use_unwinder = false;	/* user stacks by unwind.bpf.h (unwind
  * that blocks seldom: they share the process's credit, the seldom ones keep their own.
  * walk_share_ppm 0: every switch-out walked.
  */
-const volatile __u64 walk_share_ppm = 500;	/* 0.05 % of the thread's time */
+const volatile __u64 walk_share_ppm = 1000;	/* 0.1 % of the thread's time */
 const volatile __s64 walk_burst_ns = 5000000;
 /* the keys added to `offcpu`, for user space to drain it by (gpuscope.bpf.h) */
 __u32 offcpu_keys_lost = 0;

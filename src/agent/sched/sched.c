@@ -552,7 +552,7 @@ static int sched_start(struct agent *a)
 	 * switch-out's kernel stack (as before the re-use) */
 	bpf_env_ms("GPUSCOPE_SCHED_USTACK_REUSE_MS", &skel->rodata->ustack_reuse_ns);
 	bpf_env_ms("GPUSCOPE_SCHED_KSTACK_REUSE_MS", &skel->rodata->kstack_reuse_ns);
-	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.05 %) */
+	if (a->opts.offcpu_walk_share >= 0)	/* else the program's default (0.1 %) */
 		skel->rodata->walk_share_ppm = (__u64)(a->opts.offcpu_walk_share * 1e6 + 0.5);
 	/* shared with cuda_probe's programs, which set it (run.c made it) */
 	if (a->shared.in_sync_map_fd > 0) {
